@@ -1,0 +1,186 @@
+"""SSA values, blocks, operations, locations and affine lane expressions.
+
+Ops are small typed dataclasses (see `ops.py`); this module holds what they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from raptor.ir.types import Type
+
+if TYPE_CHECKING:
+    from raptor.ir.printer import Printer
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where an op came from: `file:line:col` (1-based)."""
+
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+class Value:
+    """An SSA value. `name` is a printing hint (kept from parsed text)."""
+
+    __slots__ = ("name", "owner", "type")
+
+    def __init__(self, type: Type, name: str | None = None) -> None:
+        self.type = type
+        self.name = name
+        self.owner: Operation | Block | None = None
+
+    def __repr__(self) -> str:
+        return f"Value(%{self.name}: {self.type})"
+
+
+@dataclass(eq=False)
+class Block:
+    """A single-block region: arguments then an op list."""
+
+    args: list[Value] = field(default_factory=list)
+    ops: list[Operation] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for a in self.args:
+            a.owner = self
+
+    def add(self, op: Operation) -> Operation:
+        self.ops.append(op)
+        return op
+
+    def walk(self) -> Iterator[Operation]:
+        for op in self.ops:
+            yield from op.walk()
+
+
+class Operation:
+    """Base of every op. Subclasses are dataclasses with typed fields.
+
+    `operands()`, `results()` and `regions()` give the generic view that the
+    verifier, the printer's name table and analyses use.
+    """
+
+    NAME: ClassVar[str] = ""
+    loc: Location | None = None
+
+    def operands(self) -> list[Value]:
+        return []
+
+    def results(self) -> list[Value]:
+        return []
+
+    def regions(self) -> list[Block]:
+        return []
+
+    def verify(self) -> None:
+        """Local structural checks; raise `VerifyError` naming the violated rule."""
+
+    def print(self, p: Printer) -> None:  # pragma: no cover - every op overrides
+        raise NotImplementedError(self.NAME)
+
+    def walk(self) -> Iterator[Operation]:
+        yield self
+        for region in self.regions():
+            yield from region.walk()
+
+    def own_results(self) -> None:
+        for r in self.results():
+            r.owner = self
+
+    def where(self) -> str:
+        return str(self.loc) if self.loc else f"<{self.NAME}>"
+
+
+@dataclass(frozen=True, slots=True)
+class Affine:
+    """`const + sum(coef * var)`: offsets that may depend on the lane or a family variable."""
+
+    const: int = 0
+    terms: tuple[tuple[int, Value], ...] = ()
+
+    @staticmethod
+    def of(x: int | Value | Affine) -> Affine:
+        if isinstance(x, Affine):
+            return x
+        if isinstance(x, Value):
+            return Affine(0, ((1, x),))
+        return Affine(int(x))
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def coef(self, var: Value) -> int:
+        return sum(c for c, v in self.terms if v is var)
+
+    def evaluate(self, env: dict[Value, int]) -> int:
+        return self.const + sum(c * env[v] for c, v in self.terms)
+
+    def substitute(self, var: Value, value: int) -> Affine:
+        kept = tuple((c, v) for c, v in self.terms if v is not var)
+        return Affine(self.const + value * self.coef(var), kept)
+
+    def vars(self) -> list[Value]:
+        return [v for _, v in self.terms]
+
+    def render(self, name_of: dict[Value, str]) -> str:
+        parts: list[str] = []
+        for c, v in self.terms:
+            ref = "%" + name_of[v]
+            text = ref if c == 1 else f"{c}*{ref}"
+            if parts and not text.startswith("-"):
+                text = "+" + text
+            parts.append(text)
+        if not parts:
+            return str(self.const)
+        if self.const > 0:
+            parts.append(f"+{self.const}")
+        elif self.const < 0:
+            parts.append(str(self.const))
+        return "".join(parts)
+
+
+AffineLike = int | Value | Affine
+
+
+def affines(xs: Sequence[AffineLike]) -> tuple[Affine, ...]:
+    return tuple(Affine.of(x) for x in xs)
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One verifier or parser finding, printed as `file:line:col: error: [RULE] message`."""
+
+    loc: Location | None
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        where = str(self.loc) if self.loc else "<unknown>"
+        tag = f"[{self.rule}] " if self.rule else ""
+        return f"{where}: error: {tag}{self.message}"
+
+
+class VerifyError(Exception):
+    """Raised by `Operation.verify`; the verifier collects these as diagnostics."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"[{rule}] {message}")
+        self.rule = rule
+        self.message = message
+
+
+class IRError(Exception):
+    """Invalid IR found outside the verifier (e.g. by the interpreter); carries diagnostics."""
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        super().__init__("\n".join(str(d) for d in diagnostics))
+        self.diagnostics = diagnostics

@@ -1,0 +1,114 @@
+"""Textual form of the Spatial IR. `parse(print(m)) == m` and print∘parse is identity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from raptor.ir.core import Affine, Block, Operation, Value
+from raptor.ir.types import Type
+
+
+def fmt_attr(value: object) -> str:
+    """Attribute values: ints, floats, strings, bools and lists of them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return text if any(c in text for c in ".ein") else text + ".0"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(fmt_attr(v) for v in value) + "]"
+    raise TypeError(f"unsupported attribute value {value!r}")
+
+
+class Printer:
+    """Accumulates lines; assigns each value a unique name within its function."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 0
+        self.names: dict[Value, str] = {}
+        self.used: set[str] = set()
+        self.counter = 0
+
+    # ---- names -----------------------------------------------------------
+    def name(self, v: Value) -> str:
+        got = self.names.get(v)
+        if got is not None:
+            return got
+        hint = v.name
+        if hint is None or hint in self.used:
+            base = hint if hint is not None else ""
+            while True:
+                cand = f"{base}_{self.counter}" if base else str(self.counter)
+                self.counter += 1
+                if cand not in self.used:
+                    hint = cand
+                    break
+        self.names[v] = hint
+        self.used.add(hint)
+        return hint
+
+    def v(self, value: Value) -> str:
+        return "%" + self.name(value)
+
+    def vs(self, values: Iterable[Value]) -> str:
+        return ", ".join(self.v(x) for x in values)
+
+    def aff(self, a: Affine) -> str:
+        for _, var in a.terms:
+            self.name(var)
+        return a.render(self.names)
+
+    def affs(self, xs: Sequence[Affine]) -> str:
+        return "[" + ", ".join(self.aff(a) for a in xs) + "]"
+
+    @staticmethod
+    def ints(xs: Sequence[int]) -> str:
+        return "[" + ", ".join(str(x) for x in xs) + "]"
+
+    @staticmethod
+    def types(ts: Sequence[Type]) -> str:
+        return ", ".join(str(t) for t in ts)
+
+    @staticmethod
+    def result_types(ts: Sequence[Type]) -> str:
+        return str(ts[0]) if len(ts) == 1 else "(" + ", ".join(str(t) for t in ts) + ")"
+
+    def results_eq(self, op: Operation) -> str:
+        rs = op.results()
+        return (self.vs(rs) + " = ") if rs else ""
+
+    # ---- layout ----------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def region(self, header: str, block: Block, show_args: bool) -> None:
+        """`header {`, optional `^bb0(...)` line, nested ops, `}`."""
+        self.line(header + " {")
+        outer = set(self.used)  # names are scoped: sibling regions may reuse them
+        if show_args:
+            args = ", ".join(f"{self.v(a)}: {a.type}" for a in block.args)
+            self.line(f"^bb0({args}):")
+        self.depth += 1
+        for op in block.ops:
+            op.print(self)
+        self.depth -= 1
+        self.used = outer
+        self.line("}")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def print_ir(ops: Sequence[Operation]) -> str:
+    """Print top-level ops (functions); one printer so names stay unique."""
+    chunks = []
+    for op in ops:
+        p = Printer()
+        op.print(p)
+        chunks.append(p.text())
+    return "\n".join(chunks)

@@ -1,0 +1,93 @@
+"""Types of the Spatial IR: ranked tensors (static or `?` dims) and `index`."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+DTYPES: dict[str, np.dtype] = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "i8": np.dtype(np.int8),
+    "i32": np.dtype(np.int32),
+}
+"""Element types the IR knows, with the numpy dtype that executes them."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    """`tensor<AxBx...xf32>`; a dimension of `None` is dynamic (`?`)."""
+
+    shape: tuple[int | None, ...]
+    dtype: str = "f32"
+
+    def __str__(self) -> str:
+        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
+        return f"tensor<{dims}{self.dtype}>"
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(d is not None for d in self.shape)
+
+    @property
+    def static_shape(self) -> tuple[int, ...]:
+        """The shape as ints; only valid after `is_static` was checked."""
+        if not self.is_static:
+            raise ValueError(f"{self} has dynamic dimensions")
+        return tuple(int(d) for d in self.shape if d is not None)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.static_shape)
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype].itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return DTYPES[self.dtype]
+
+    def with_shape(self, shape: tuple[int | None, ...]) -> TensorType:
+        return TensorType(tuple(shape), self.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexType:
+    """`index`: the lane index and affine loop variables."""
+
+    def __str__(self) -> str:
+        return "index"
+
+
+Type = TensorType | IndexType
+INDEX = IndexType()
+
+_TENSOR_RE = re.compile(r"tensor<((?:(?:\d+|\?)x)*)(f32|f16|i8|i32)>")
+
+
+def parse_type(text: str) -> Type:
+    """Parse the spelling of a type; raises ValueError with the offending text."""
+    if text == "index":
+        return INDEX
+    m = _TENSOR_RE.fullmatch(text)
+    if m is None:
+        raise ValueError(f"malformed type '{text}' (expected tensor<AxBx...xf32|f16|i8|i32>)")
+    dims = [d for d in m.group(1).split("x") if d]
+    return TensorType(tuple(None if d == "?" else int(d) for d in dims), m.group(2))
+
+
+def tensor(*shape: int, dtype: str = "f32") -> TensorType:
+    """Shorthand used by builders and tests: `tensor(16, 4)`."""
+    return TensorType(tuple(shape), dtype)
