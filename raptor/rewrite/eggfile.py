@@ -25,7 +25,7 @@ MANIFEST: dict[str, tuple[str, ...]] = {
 }
 """Each rule program (one e-graph) and the rule files it loads, in load order."""
 
-_SPAN = re.compile(r"In (\d+):(\d+)-[\d:]* of (.+?): ")
+_SPAN = re.compile(r"In (\d+):(\d+)-[\d:]* of .+?: ")
 
 
 class RuleError(Exception):
@@ -52,7 +52,7 @@ def _format_error(exc: BaseException, path: str, text: str, offset: int | None) 
     message = str(exc).strip()
     match = _SPAN.search(message)
     if match:
-        where = f"{match.group(3)}:{match.group(1)}:{match.group(2)}"
+        where = f"{path}:{match.group(1)}:{match.group(2)}"
         detail = message[match.end() :].split("\n", 1)
         message = detail[1].strip() if len(detail) == 2 else detail[0].strip()
     elif offset is not None:

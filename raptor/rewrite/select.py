@@ -1,0 +1,288 @@
+"""Layout selection over the tables derived by `rules/layout.egg`.
+
+Three selectors choose one alternative per plan:
+
+* `exact`: CP-SAT, minimal intrinsic + materialization cost. A materialization is one
+  `spat.materialize_layout` per (value, target layout), shared by every consumer that needs
+  the value in that layout; function results must have their `ReturnLayout`.
+* `iterative`: the spec's local search (start at alternative 0, strictly cheaper replaces,
+  ties keep, alternating forward/reverse rounds, at most 2 × plans + 1 rounds).
+* `disabled`: alternative 0 everywhere (`--disable-spatial-planning`); materializations
+  are still computed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from raptor.rewrite.layout import (
+    DENSE,
+    ROW_STRIP,
+    Alternative,
+    LayoutError,
+    LayoutPlan,
+    LayoutTables,
+    derive_layout_tables,
+)
+
+
+@dataclass(frozen=True)
+class Materialization:
+    """One `spat.materialize_layout` of a value into another layout."""
+
+    value: int
+    producer: int | None
+    from_layout: str
+    to_layout: str
+    consumers: tuple[tuple[int, int], ...]
+    returned: bool
+    cost: int
+
+
+@dataclass
+class LayoutSelection:
+    """The chosen alternative per plan, the materializations, and what it cost."""
+
+    selector: str
+    status: str
+    choice: dict[int, Alternative]
+    materializations: list[Materialization]
+    cost: int
+    fired: dict[str, int]
+    rules_seconds: float
+    select_seconds: float
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Plans per result layout, number of materializations and total cost."""
+        counts: dict[str, int] = {DENSE: 0, ROW_STRIP: 0}
+        for alt in self.choice.values():
+            counts[alt.result] = counts.get(alt.result, 0) + 1
+        counts["materializations"] = len(self.materializations)
+        counts["cost"] = self.cost
+        return counts
+
+
+def _value_layout(tables: LayoutTables, choice: dict[int, Alternative], value: int) -> str:
+    return choice[value].result if value in choice else tables.fixed_layouts[value]
+
+
+def evaluate(
+    tables: LayoutTables, choice: dict[int, Alternative]
+) -> tuple[int, list[Materialization]]:
+    """Total cost and materializations of an assignment; LayoutError if one is illegal."""
+    needs: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    for c, values in tables.operand_values.items():
+        for i, v in enumerate(values):
+            needs.setdefault(v, {}).setdefault(choice[c].operands[i], []).append((c, i))
+    for v, layouts in tables.return_layouts.items():
+        for layout in layouts:
+            needs.setdefault(v, {}).setdefault(layout, [])
+    cost = sum(alt.cost for alt in choice.values())
+    mats: list[Materialization] = []
+    for v in sorted(needs):
+        src = _value_layout(tables, choice, v)
+        for dst in sorted(needs[v]):
+            if dst == src:
+                continue
+            step = tables.materialize_cost.get((v, src, dst))
+            if step is None:
+                raise LayoutError(f"value {v} is {src} but must be {dst}: no materialization")
+            returned = dst in tables.return_layouts.get(v, ())
+            producer = v if v in tables.plans else None
+            mats.append(Materialization(v, producer, src, dst, tuple(needs[v][dst]), returned, step))
+            cost += step
+    return cost, mats
+
+
+def _first_alternative(tables: LayoutTables, plan: int) -> Alternative:
+    for alt in tables.alternatives[plan]:
+        if alt.index == 0:
+            return alt
+    raise LayoutError(f"plan {plan} has no alternative 0")
+
+
+def _finish(
+    name: str, status: str, tables: LayoutTables, choice: dict[int, Alternative], start: float
+) -> LayoutSelection:
+    cost, mats = evaluate(tables, choice)
+    return LayoutSelection(
+        selector=name,
+        status=status,
+        choice=dict(sorted(choice.items())),
+        materializations=mats,
+        cost=cost,
+        fired=dict(tables.fired),
+        rules_seconds=tables.seconds,
+        select_seconds=time.perf_counter() - start,
+    )
+
+
+def select_disabled(tables: LayoutTables) -> LayoutSelection:
+    """Alternative 0 for every plan."""
+    start = time.perf_counter()
+    choice = {p: _first_alternative(tables, p) for p in tables.plans}
+    return _finish("disabled", "disabled", tables, choice, start)
+
+
+def select_exact(
+    tables: LayoutTables, time_limit: float = 60.0, workers: int = 1
+) -> LayoutSelection:
+    """The optimal assignment by CP-SAT (status FEASIBLE if the time limit cut the proof)."""
+    start = time.perf_counter()
+    model = cp_model.CpModel()
+    x = {
+        (p, alt.index): model.new_bool_var(f"alt[{p},{alt.index}]")
+        for p, alts in tables.alternatives.items()
+        for alt in alts
+    }
+    for p, alts in tables.alternatives.items():
+        model.add_exactly_one(x[p, alt.index] for alt in alts)
+    objective: list[cp_model.LinearExprT] = [
+        alt.cost * x[p, alt.index] for p, alts in tables.alternatives.items() for alt in alts
+    ]
+
+    requirers: dict[int, dict[str, list[cp_model.IntVar]]] = {}
+    for c, values in tables.operand_values.items():
+        for i, v in enumerate(values):
+            for alt in tables.alternatives[c]:
+                requirers.setdefault(v, {}).setdefault(alt.operands[i], []).append(x[c, alt.index])
+    for v, layouts in tables.return_layouts.items():
+        for layout in layouts:
+            requirers.setdefault(v, {}).setdefault(layout, [])
+
+    for v, by_layout in sorted(requirers.items()):
+        produced: dict[str, cp_model.LinearExprT] = {}
+        if v in tables.alternatives:
+            for alt in tables.alternatives[v]:
+                produced.setdefault(alt.result, 0)
+                produced[alt.result] += x[v, alt.index]
+        else:
+            produced[tables.fixed_layouts[v]] = 1
+        for dst, lits in sorted(by_layout.items()):
+            need: cp_model.LinearExprT
+            if dst in tables.return_layouts.get(v, ()):
+                need = 1
+            else:
+                need = model.new_bool_var(f"need[{v},{dst}]")
+                for lit in lits:
+                    model.add_implication(lit, need)
+                model.add_bool_or(lits).only_enforce_if(need)
+            for src, made in sorted(produced.items()):
+                if src == dst:
+                    continue
+                step = tables.materialize_cost.get((v, src, dst))
+                if step is None:
+                    model.add(need + made <= 1)
+                    continue
+                mat = model.new_bool_var(f"mat[{v},{src}->{dst}]")
+                model.add(mat <= need)
+                model.add(mat <= made)
+                model.add(mat >= need + made - 1)
+                objective.append(step * mat)
+    model.minimize(sum(objective))
+    for p, alts in tables.alternatives.items():
+        for alt in alts:
+            model.add_hint(x[p, alt.index], alt.index == 0)
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.num_workers = workers
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise LayoutError(f"no legal layout assignment (CP-SAT {solver.status_name(status)})")
+    choice = {
+        p: next(alt for alt in alts if solver.boolean_value(x[p, alt.index]))
+        for p, alts in tables.alternatives.items()
+    }
+    return _finish("exact", solver.status_name(status), tables, choice, start)
+
+
+class _LocalSearch:
+    """Incremental cost bookkeeping for the iterative selector."""
+
+    def __init__(self, tables: LayoutTables) -> None:
+        self.tables = tables
+        self.choice = {p: _first_alternative(tables, p) for p in tables.plans}
+        self.demand: dict[int, Counter[str]] = {v: Counter() for v in tables.consumers()}
+        for v, layouts in tables.return_layouts.items():
+            self.demand[v].update(layouts)
+        for p in tables.plans:
+            self._demand(p, +1)
+
+    def _demand(self, plan: int, sign: int) -> None:
+        for v, layout in zip(self.tables.operand_values[plan], self.choice[plan].operands,
+                             strict=True):
+            self.demand[v][layout] += sign
+
+    def _value_cost(self, v: int) -> float:
+        src = _value_layout(self.tables, self.choice, v)
+        total = 0.0
+        for dst, n in self.demand[v].items():
+            if n > 0 and dst != src:
+                total += self.tables.materialize_cost.get((v, src, dst), math.inf)
+        return total
+
+    def local_cost(self, plan: int) -> float:
+        """Cost terms that depend on `plan`'s alternative."""
+        values = {plan, *self.tables.operand_values[plan]}
+        return self.choice[plan].cost + sum(self._value_cost(v) for v in values)
+
+    def assign(self, plan: int, alt: Alternative) -> None:
+        self._demand(plan, -1)
+        self.choice[plan] = alt
+        self._demand(plan, +1)
+
+    def improve(self, plan: int) -> bool:
+        """Move `plan` to a strictly cheaper alternative if there is one."""
+        current = self.choice[plan]
+        best, best_cost = current, self.local_cost(plan)
+        for alt in self.tables.alternatives[plan]:
+            if alt == current:
+                continue
+            self.assign(plan, alt)
+            cost = self.local_cost(plan)
+            if cost < best_cost:
+                best, best_cost = alt, cost
+        self.assign(plan, best)
+        return best != current
+
+
+def select_iterative(tables: LayoutTables) -> LayoutSelection:
+    """The spec's local search; LayoutError if it does not converge."""
+    start = time.perf_counter()
+    search = _LocalSearch(tables)
+    order = list(tables.plans)
+    limit = 2 * len(order) + 1
+    for round_ in range(limit):
+        sweep = order if round_ % 2 == 0 else order[::-1]
+        changed = [search.improve(p) for p in sweep]
+        if not any(changed):
+            return _finish("iterative", f"converged in {round_ + 1} rounds", tables,
+                           search.choice, start)
+    raise LayoutError(f"layout planning did not converge in {limit} rounds")
+
+
+SELECTORS: dict[str, Callable[[LayoutTables], LayoutSelection]] = {
+    "exact": select_exact,
+    "iterative": select_iterative,
+    "disabled": select_disabled,
+}
+
+
+def plan_layouts(
+    plans: Sequence[LayoutPlan],
+    selector: str = "exact",
+    rules_dir: str | os.PathLike[str] | None = None,
+) -> LayoutSelection:
+    """Derive the layout tables for `plans` with the rule files and select with `selector`."""
+    if selector not in SELECTORS:
+        raise LayoutError(f"unknown layout selector {selector!r} (known: {', '.join(SELECTORS)})")
+    return SELECTORS[selector](derive_layout_tables(plans, rules_dir))
