@@ -231,8 +231,9 @@ class ComputeOp(Operation):
         if lane:
             want += [v.type for v in self.outs]
         if [a.type for a in args] != want:
-            raise VerifyError("REGION-1", f"block arguments ({Printer.types([a.type for a in args])})"
-                              f" do not match ({Printer.types(want)})")
+            got = Printer.types([a.type for a in args])
+            raise VerifyError("REGION-1", f"block arguments ({got}) do not match "
+                              f"({Printer.types(want)})")
 
 
 @dataclass(eq=False)
@@ -313,7 +314,7 @@ class BlueprintEntry:
     hi: int = 0
 
     def slots(self) -> range:
-        return range(self.slot, self.hi) if self.var is not None else range(self.slot, self.slot + 1)
+        return range(self.slot, self.hi if self.var is not None else self.slot + 1)
 
     def offsets_at(self, slot: int) -> tuple[int, ...]:
         if self.var is None:
@@ -381,9 +382,9 @@ class ExtractSliceOp(Operation):
         return [self.result]
 
     def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = tensor.extract_slice {p.v(self.source)}{p.affs(self.offsets)} "
-               f"{p.ints(self.sizes)} {p.ints(self.strides)} : {self.source.type} to "
-               f"{self.result.type}")
+        p.line(f"{p.v(self.result)} = tensor.extract_slice {p.v(self.source)}"
+               f"{p.affs(self.offsets)} {p.ints(self.sizes)} {p.ints(self.strides)} : "
+               f"{self.source.type} to {self.result.type}")
 
     def verify(self) -> None:
         src = _static(ttype(self.source), "slice source")
@@ -590,7 +591,7 @@ class MvmOp(Operation):
         w = _static(ttype(self.weight), "mvm weight")
         v = _static(ttype(self.vector), "mvm vector")
         r = _static(ttype(self.result), "mvm result")
-        if len(w) != 2 or not v or v[-1] != w[0] or r != v[:-1] + (w[1],):
+        if len(w) != 2 or not v or v[-1] != w[0] or r != (*v[:-1], w[1]):
             raise VerifyError("MVM-1", f"mvm of {list(v)} by tile {list(w)} cannot give "
                               f"{list(r)}")
 

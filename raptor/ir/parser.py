@@ -7,6 +7,7 @@ rule id (SSA-1 undefined value, SSA-2 redefinition, TYPE-0 annotation mismatch).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
@@ -260,7 +261,7 @@ class _Builder(Transformer[Token, Any]):
         op._result_types = result_types  # type: ignore[attr-defined]
         return op
 
-    def _compute(self, cls: type[ComputeOp], c: list[Any], **kw: Any) -> Operation:
+    def _compute(self, cls: builtins.type[ComputeOp], c: list[Any], **kw: Any) -> Operation:
         ins, rets = [x for x in c if isinstance(x, list)]
         op = cls(inputs=ins, outs=[], body=c[-1], **kw)
         return self._pending(op, c[0], rets)
@@ -481,14 +482,21 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
     lark, builder = _parser()
     builder.filename, builder.scopes = filename, [{}]
     try:
-        funcs: list[FuncOp] = lark.parse(text)
+        funcs: list[FuncOp] = lark.parse(text)  # type: ignore[assignment]
     except VisitError as e:
         raise _convert(e.orig_exc, filename, src) from None
     except _Semantic as e:
         raise _convert(e, filename, src) from None
     except UnexpectedInput as e:
+        tok = getattr(e, "token", None)
+        at_end = isinstance(e, UnexpectedEOF) or (tok is not None and tok.type == "$END")
         line = e.line if isinstance(e.line, int) and e.line > 0 else max(len(lines), 1)
-        col = e.column if isinstance(e.column, int) and e.column > 0 else len(src(line)) + 1
+        if at_end:
+            line = max(len(lines), 1)
+            while line > 1 and not src(line).strip():
+                line -= 1
+        col = len(src(line)) + 1 if at_end or not (isinstance(e.column, int) and e.column > 0) \
+            else e.column
         raise ParseError(Location(filename, line, col), _describe(e), src(line)) from None
     if not funcs:
         raise ParseError(Location(filename, 1, 1), "no func.func in input (empty program)")

@@ -1,0 +1,372 @@
+"""Verifier: SSA/type checks everywhere, the graph-batch invariant (GCB-1..10), Blueprint
+rules (BP-1..5) and scheduled-IR communication rules (SCH-*).
+
+Rule ids are stable; see invariants/GRAPH_COMPUTE_BATCH_INVARIANT.md. Each op's rules are
+checked in id order and every violated id is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from raptor.ir.core import Affine, Diagnostic, Operation, Value, VerifyError
+from raptor.ir.module import Module
+from raptor.ir.ops import (
+    BLUEPRINT_CONFLICT,
+    BLUEPRINT_COVERAGE,
+    BlueprintOp,
+    ChannelReceiveOp,
+    ChannelSendOp,
+    CoreBatchOp,
+    CoreOp,
+    DeferredCommunicationOp,
+    ExtractSliceOp,
+    FuncOp,
+    GraphComputeBatchOp,
+    GraphComputeOp,
+    ParallelInsertSliceOp,
+    ReturnOp,
+    squeeze,
+)
+from raptor.ir.types import TensorType
+
+PHYSICAL_CONSUMERS = (BlueprintOp, GraphComputeOp, GraphComputeBatchOp, DeferredCommunicationOp)
+"""Ops allowed to consume a physical fragment batch directly (invariant, "Graph consumers")."""
+
+
+@dataclass
+class _Report:
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def add(self, op: Operation, rule: str, message: str) -> None:
+        self.diagnostics.append(Diagnostic(op.loc, rule, message))
+
+
+def verify_module(module: Module, *, allow_assembly: bool = False) -> list[Diagnostic]:
+    """All diagnostics of `module`, in op order. `allow_assembly` accepts the temporary
+    logical-assembly batches that lowering emits before canonicalization."""
+    rep = _Report()
+    for func in module.funcs:
+        _verify_region_ops(func, rep, allow_assembly)
+        _check_physical_uses(func, rep)
+        _check_channels(func, rep)
+    return rep.diagnostics
+
+
+def _verify_region_ops(func: FuncOp, rep: _Report, allow_assembly: bool) -> None:
+    for op in func.walk():
+        try:
+            op.verify()
+        except VerifyError as e:
+            rep.add(op, e.rule, e.message)
+        if isinstance(op, GraphComputeBatchOp):
+            if op.assembly:
+                if not allow_assembly:
+                    rep.add(op, "ASM-1", "logical-assembly batch must be canonicalized into "
+                            "N x F fragments plus spat.blueprint before graph verification")
+                else:
+                    _check_assembly(op, rep)
+            else:
+                _check_batch(op, rep)
+            _check_lane_slices(op, rep)
+        elif isinstance(op, BlueprintOp):
+            _check_blueprint(op, rep)
+
+
+# ------------------------------------------------------------------ graph batch invariant
+def _is_lane_bijection(a: Affine, lane: Value, n: int) -> bool:
+    if any(v is not lane for v in a.vars()):
+        return False
+    k = a.coef(lane)
+    return sorted(a.const + k * i for i in range(n)) == list(range(n))
+
+
+def _check_batch(op: GraphComputeBatchOp, rep: _Report) -> None:
+    outs = op.out_args
+    pubs: dict[Value, list[ParallelInsertSliceOp]] = {o: [] for o in outs}
+    for inner in op.body.ops:
+        if isinstance(inner, ParallelInsertSliceOp):
+            if inner.dest in pubs:
+                pubs[inner.dest].append(inner)
+            else:
+                rep.add(inner, "GCB-5", "publication must target a result block argument of "
+                        "its graph batch")
+    lane = op.lane
+    for r, (res, out) in enumerate(zip(op.outs, outs, strict=False)):
+        _check_result(op, r, res.type, pubs[out], lane, rep)
+
+
+def _check_result(op: GraphComputeBatchOp, r: int, rt: object,
+                  pubs: list[ParallelInsertSliceOp], lane: Value, rep: _Report) -> None:
+    n = op.lanes
+    if not isinstance(rt, TensorType) or not rt.is_static or rt.rank < 1:
+        rep.add(op, "GCB-1", f"result {r} must be a static ranked tensor, got {rt}")
+        return
+    pub = pubs[0] if pubs else None
+    frag = pub.source.type if pub is not None else None
+    if isinstance(frag, TensorType) and rt.rank != frag.rank + 1:
+        rep.add(op, "GCB-2", f"result {r} has rank {rt.rank} but its fragment {frag} has "
+                f"rank {frag.rank}: a graph batch result is N x fragment")
+    if rt.shape[0] != n:
+        rep.add(op, "GCB-3", f"result {r} dimension 0 is {rt.shape[0]} but the batch has "
+                f"{n} lanes")
+    want = TensorType(rt.shape[1:], rt.dtype)
+    for p in pubs:
+        if p.source.type != want and isinstance(p.source.type, TensorType) and \
+                p.source.type.rank + 1 == rt.rank:
+            rep.add(p, "GCB-4", f"result {r} publishes a {p.source.type} fragment but the "
+                    f"result {rt} holds {want} fragments")
+    if pub is not None:
+        _check_publication(pub, r, want, lane, n, rep)
+    if len(pubs) != 1:
+        rep.add(op, "GCB-10", f"result {r} has {len(pubs)} publications in the lane body; "
+                "exactly one is required")
+
+
+def _check_publication(pub: ParallelInsertSliceOp, r: int, frag: TensorType, lane: Value,
+                       n: int, rep: _Report) -> None:
+    offs = pub.offsets
+    if not offs or not _is_lane_bijection(offs[0], lane, n):
+        first = offs[0].render({lane: lane.name or "lane"}) if offs and all(
+            v is lane for v in offs[0].vars()) else "?"
+        rep.add(pub, "GCB-6", f"result {r} publication offset 0 must be the fragment slot (the "
+                f"lane or a permutation of it), got {first}")
+    rest = [o for o in offs[1:]]
+    if any(not (o.is_const and o.const == 0) for o in rest):
+        shown = [o.const if o.is_const else "lane-dependent" for o in rest]
+        rep.add(pub, "GCB-7", f"result {r} publication offsets after the slot must be zero, "
+                f"got {shown}")
+    want_sizes = [1, *frag.shape]
+    if list(pub.sizes) != want_sizes:
+        rep.add(pub, "GCB-8", f"result {r} publication sizes must be {want_sizes}, got "
+                f"{list(pub.sizes)}")
+    if any(s != 1 for s in pub.strides):
+        rep.add(pub, "GCB-9", f"publication strides must be unit, got {list(pub.strides)}")
+
+
+def _lane_extremes(a: Affine, lane: Value, n: int) -> tuple[int, int] | None:
+    if any(v is not lane for v in a.vars()):
+        return None
+    lo, hi = a.substitute(lane, 0).const, a.substitute(lane, n - 1).const
+    return min(lo, hi), max(lo, hi)
+
+
+def _slice_in_bounds(offsets: Iterable[Affine], sizes: Iterable[int], strides: Iterable[int],
+                     shape: tuple[int, ...], lane: Value, n: int) -> str | None:
+    for d, (o, sz, st) in enumerate(zip(offsets, sizes, strides, strict=False)):
+        ext = _lane_extremes(o, lane, n)
+        if ext is None or sz == 0:
+            continue
+        lo, hi = ext
+        if lo < 0 or hi + (sz - 1) * st >= shape[d]:
+            return f"dimension {d} reaches [{lo}, {hi + (sz - 1) * st}] outside 0..{shape[d] - 1}"
+    return None
+
+
+def _check_lane_slices(op: GraphComputeBatchOp, rep: _Report) -> None:
+    """Lane-dependent slices must stay in bounds for every lane (affine: check both ends)."""
+    for inner in op.body.ops:
+        if isinstance(inner, ExtractSliceOp) and isinstance(inner.source.type, TensorType) \
+                and inner.source.type.is_static:
+            bad = _slice_in_bounds(inner.offsets, inner.sizes, inner.strides,
+                                   inner.source.type.static_shape, op.lane, op.lanes)
+            if bad:
+                rep.add(inner, "SLICE-3", f"slice out of bounds for some lane: {bad}")
+
+
+def _check_assembly(op: GraphComputeBatchOp, rep: _Report) -> None:
+    outs = op.out_args
+    for r, out in enumerate(outs):
+        pubs = [p for p in op.body.ops if isinstance(p, ParallelInsertSliceOp) and p.dest is out]
+        if len(pubs) != 1:
+            rep.add(op, "GCB-10", f"result {r} has {len(pubs)} publications in the lane body; "
+                    "exactly one is required")
+        for p in pubs:
+            assert isinstance(out.type, TensorType)
+            bad = _slice_in_bounds(p.offsets, p.sizes, p.strides, out.type.static_shape,
+                                   op.lane, op.lanes)
+            if bad:
+                rep.add(p, "SLICE-3", f"assembly insertion out of bounds: {bad}")
+
+
+# ------------------------------------------------------------------ blueprint
+def _check_blueprint(op: BlueprintOp, rep: _Report) -> None:
+    """BP-1..5 in order; each later rule presumes the earlier ones, so the first failure ends."""
+    res = op.result.type
+    if not isinstance(res, TensorType) or not res.is_static:
+        rep.add(op, "BP-4", f"blueprint result must be a static tensor, got {res}")
+        return
+    checks: list[tuple[str, Callable[[BlueprintOp], str | None]]] = [
+        ("BP-1", _bp_operands), ("BP-2", _bp_slots), ("BP-3", _bp_fragments),
+        ("BP-4", _bp_bounds), ("BP-5", _bp_policy),
+    ]
+    for rule, check in checks:
+        msg = check(op)
+        if msg:
+            rep.add(op, rule, msg)
+            return
+
+
+def _src_type(op: BlueprintOp, i: int) -> TensorType:
+    t = op.sources[i].type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def _bp_operands(op: BlueprintOp) -> str | None:
+    for i, s in enumerate(op.sources):
+        t = s.type
+        if not isinstance(t, TensorType) or not t.is_static or t.rank < 1:
+            return f"operand {i} must be a static physical batch (N x fragment), got {t}"
+    for e in op.entries:
+        if not 0 <= e.source < len(op.sources):
+            return "entry names a physical batch that is not an operand of the blueprint"
+    return None
+
+
+def _bp_slots(op: BlueprintOp) -> str | None:
+    for e in op.entries:
+        n = _src_type(op, e.source).static_shape[0]
+        slots = e.slots()
+        if len(slots) == 0 or slots.start < 0 or slots.stop > n:
+            return f"slot {_slot_text(e.slot, e.hi, e.var is not None)} is not a valid slot " \
+                   f"of a {n}-slot batch"
+    return None
+
+
+def _slot_text(lo: int, hi: int, family: bool) -> str:
+    return f"{lo}..{hi}" if family else str(lo)
+
+
+def _bp_fragments(op: BlueprintOp) -> str | None:
+    res = op.result.type
+    assert isinstance(res, TensorType)
+    for e in op.entries:
+        st = _src_type(op, e.source)
+        frag = st.static_shape[1:]
+        if not len(e.offsets) == len(e.sizes) == len(e.strides) == res.rank:
+            return f"entry for slot {e.slot} has {len(e.offsets)} offsets, {len(e.sizes)} sizes " \
+                   f"and {len(e.strides)} strides for a rank-{res.rank} result"
+        if squeeze(frag) != squeeze(e.sizes) or st.dtype != res.dtype:
+            return f"fragment {list(frag)} of slot {e.slot} does not fit the logical slice " \
+                   f"sizes {list(e.sizes)}"
+        if any(s < 1 for s in e.strides):
+            return f"strides must be positive, got {list(e.strides)}"
+    return None
+
+
+def _bp_bounds(op: BlueprintOp) -> str | None:
+    res = op.result.type
+    assert isinstance(res, TensorType)
+    shape = res.static_shape
+    for e in op.entries:
+        ends = [e.slot, e.hi - 1] if e.var is not None else [e.slot]
+        for s in ends:
+            offs = e.offsets_at(s)
+            for d, (o, sz, st) in enumerate(zip(offs, e.sizes, e.strides, strict=True)):
+                if sz and (o < 0 or o + (sz - 1) * st >= shape[d]):
+                    return f"slot {s} maps to dimension {d} [{o}, {o + (sz - 1) * st}] outside " \
+                           f"the logical {res} (0..{shape[d] - 1})"
+    return None
+
+
+def _bp_policy(op: BlueprintOp) -> str | None:
+    if op.conflict not in BLUEPRINT_CONFLICT:
+        return f"conflict policy '{op.conflict}' is not placement (allowed: " \
+               f"{', '.join(BLUEPRINT_CONFLICT)}); a Blueprint must not perform arithmetic — " \
+               "use a following graph compute"
+    if op.coverage not in BLUEPRINT_COVERAGE:
+        return f"coverage policy '{op.coverage}' is unknown (allowed: " \
+               f"{', '.join(BLUEPRINT_COVERAGE)})"
+    res = op.result.type
+    assert isinstance(res, TensorType)
+    count = np.zeros(res.static_shape, dtype=np.int32)
+    for e in op.entries:
+        for s in e.slots():
+            idx = tuple(slice(o, o + (sz - 1) * st + 1, st) if sz else slice(0, 0)
+                        for o, sz, st in zip(e.offsets_at(s), e.sizes, e.strides, strict=True))
+            count[idx] += 1
+    if op.conflict == "disjoint" and (count > 1).any():
+        where = tuple(int(i) for i in np.argwhere(count > 1)[0])
+        return f"conflict(disjoint) but logical element {list(where)} is written " \
+               f"{int(count[where])} times"
+    if op.coverage == "complete" and (count == 0).any():
+        where = tuple(int(i) for i in np.argwhere(count == 0)[0])
+        return f"coverage(complete) but logical element {list(where)} is not covered " \
+               f"({int((count == 0).sum())} uncovered)"
+    return None
+
+
+# ------------------------------------------------------------------ uses of physical batches
+def _check_physical_uses(func: FuncOp, rep: _Report) -> None:
+    physical = {r for op in func.body.ops if isinstance(op, GraphComputeBatchOp)
+                and not op.assembly and op.lanes > 1 for r in op.outs}
+    for op in func.body.ops:
+        if isinstance(op, PHYSICAL_CONSUMERS):
+            continue
+        for v in op.operands():
+            if v in physical:
+                what = "returned" if isinstance(op, ReturnOp) else f"used by {op.NAME}"
+                rep.add(op, "PHYS-1", f"physical fragment batch %{v.name} is {what} as a logical "
+                        "tensor; slot i is not logical position i — describe the reconstruction "
+                        "with spat.blueprint")
+
+
+# ------------------------------------------------------------------ scheduled communication
+def _check_channels(func: FuncOp, rep: _Report) -> None:
+    cores: dict[int, CoreOp | CoreBatchOp] = {}
+    for op in func.body.ops:
+        if isinstance(op, CoreOp):
+            if op.core in cores:
+                rep.add(op, "SCH-4", f"core {op.core} has two programs")
+            cores[op.core] = op
+        elif isinstance(op, CoreBatchOp):
+            for c in op.cores:
+                cores.setdefault(c, op)
+    if not cores:
+        return
+    defined_on: dict[Value, int] = {}
+    sends: dict[tuple[int, int, int], list[ChannelSendOp]] = {}
+    recvs: dict[tuple[int, int, int], list[ChannelReceiveOp]] = {}
+    for cid, core in cores.items():
+        if not isinstance(core, CoreOp):
+            continue
+        for op in core.body.walk():
+            for r in op.results():
+                defined_on[r] = cid
+            for reg in op.regions():
+                for a in reg.args:
+                    defined_on[a] = cid
+            if isinstance(op, ChannelSendOp):
+                sends.setdefault((cid, op.core, op.channel), []).append(op)
+            elif isinstance(op, ChannelReceiveOp):
+                recvs.setdefault((op.core, cid, op.channel), []).append(op)
+    for cid, core in cores.items():
+        if not isinstance(core, CoreOp):
+            continue
+        for op in core.body.walk():
+            for v in op.operands():
+                src = defined_on.get(v)
+                if src is not None and src != cid:
+                    rep.add(op, "SCH-3", f"%{v.name} is defined on core {src} but used on core "
+                            f"{cid}; cross-core values need spat.channel_send/receive")
+    for key, ss in sorted(sends.items()):
+        src, dst, ch = key
+        if dst not in cores:
+            rep.add(ss[0], "SCH-2", f"send to core {dst}, which has no program")
+        rr = recvs.get(key, [])
+        if len(ss) != 1 or len(rr) != 1:
+            rep.add(ss[0], "SCH-1", f"channel {ch} from core {src} to core {dst} has {len(ss)} "
+                    f"sends and {len(rr)} receives; exactly one of each is required")
+        elif ss[0].value.type != rr[0].result.type:
+            rep.add(rr[0], "SCH-1", f"channel {ch} sends {ss[0].value.type} but receives "
+                    f"{rr[0].result.type}")
+    for key, rr in sorted(recvs.items()):
+        if key not in sends:
+            src, dst, ch = key
+            what = "has no program" if src not in cores else "never sends on it"
+            rep.add(rr[0], "SCH-2" if src not in cores else "SCH-1",
+                    f"receive on channel {ch} from core {src}, which {what}")
