@@ -1,0 +1,182 @@
+"""Schedule evaluation, lower bounds and an independent validator.
+
+The validator deliberately re-derives everything from the graph and target (nothing from the
+scheduler's bookkeeping), so that PEFT, CP-SAT and any hand-written schedule are checked by
+the same rules: placement, precedence with transfer delay, no overlap, crossbar capacity.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from raptor.solver.graph import ComputeGraph
+from raptor.target import Target
+
+
+class Placement(Protocol):
+    """What evaluation needs from a schedule (MergeScheduleResult satisfies it)."""
+
+    core_of: list[int]
+    core_tasks: list[list[int]]
+    start_ns: list[int]
+
+
+@dataclass(frozen=True)
+class ScheduleEvaluation:
+    """Figures of one schedule. ``critical_path_ns`` excludes transfers and core order;
+    ``completion_ns`` includes both (ASAP retiming of the given per-core order)."""
+
+    serial_work_ns: int
+    per_core_work_ns: list[int]
+    critical_path_ns: int
+    transfer_work_ns: int
+    completion_ns: int
+    cores_used: int
+    crossbars_used: int
+
+    @property
+    def max_core_work_ns(self) -> int:
+        return max(self.per_core_work_ns, default=0)
+
+
+@dataclass(frozen=True)
+class LowerBounds:
+    critical_path_ns: int
+    work_per_core_ns: int
+    min_cores: int
+
+    @property
+    def makespan_ns(self) -> int:
+        return max(self.critical_path_ns, self.work_per_core_ns)
+
+
+def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
+    """Critical path, ceil(total work / cores), and the cores the distinct weights need."""
+    graph.freeze()
+    total = sum(graph.costs())
+    cp = max(graph.bottom_levels(), default=0)
+    n_w = len(graph.distinct_weights())
+    return LowerBounds(
+        critical_path_ns=cp,
+        work_per_core_ns=-(-total // target.num_cores),
+        min_cores=-(-n_w // target.crossbars_per_core),
+    )
+
+
+def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+           core_tasks: Sequence[Sequence[int]]) -> list[int]:
+    """Earliest starts that respect dependencies, transfer delays and the per-core order."""
+    graph.freeze()
+    n = graph.num_tasks
+    prev = [-1] * n
+    for tasks in core_tasks:
+        for a, b in itertools.pairwise(tasks):
+            prev[b] = a
+    # Core order plus dependencies form a DAG for any valid schedule; a cycle means the
+    # order contradicts the dependencies.
+    indeg = [len(graph.preds[t]) + (prev[t] >= 0) for t in range(n)]
+    nxt = [-1] * n
+    for t in range(n):
+        if prev[t] >= 0:
+            nxt[prev[t]] = t
+    start = [0] * n
+    stack = [t for t in range(n) if indeg[t] == 0]
+    done = 0
+    while stack:
+        t = stack.pop()
+        done += 1
+        end = start[t] + graph.tasks[t].cost_ns
+        for s, nbytes in graph.succs[t]:
+            start[s] = max(start[s], end + target.transfer_ns(nbytes, core_of[t], core_of[s]))
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                stack.append(s)
+        s = nxt[t]
+        if s >= 0:
+            start[s] = max(start[s], end)
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                stack.append(s)
+    if done != n:
+        raise ValueError("per-core order contradicts the dependencies (cycle)")
+    return start
+
+
+def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
+                      ) -> ScheduleEvaluation:
+    graph.freeze()
+    costs = graph.costs()
+    per_core = [sum(costs[t] for t in tasks) for tasks in schedule.core_tasks]
+    transfer = sum(
+        target.transfer_ns(e.bytes, schedule.core_of[e.src], schedule.core_of[e.dst])
+        for e in graph.edges
+    )
+    start = retime(graph, target, schedule.core_of, schedule.core_tasks)
+    completion = max((s + c for s, c in zip(start, costs, strict=True)), default=0)
+    xbars = sum(
+        len(frozenset().union(*(graph.tasks[t].weights for t in tasks)))
+        for tasks in schedule.core_tasks
+        if tasks
+    )
+    return ScheduleEvaluation(
+        serial_work_ns=sum(costs),
+        per_core_work_ns=per_core,
+        critical_path_ns=max(graph.bottom_levels(), default=0),
+        transfer_work_ns=transfer,
+        completion_ns=completion,
+        cores_used=sum(1 for tasks in schedule.core_tasks if tasks),
+        crossbars_used=xbars,
+    )
+
+
+def validate_schedule(graph: ComputeGraph, target: Target, schedule: Placement) -> list[str]:
+    """All violations found (empty list: valid)."""
+    graph.freeze()
+    n = graph.num_tasks
+    errors: list[str] = []
+    if len(schedule.core_of) != n or len(schedule.start_ns) != n:
+        return [f"schedule covers {len(schedule.core_of)} tasks, graph has {n}"]
+    if len(schedule.core_tasks) > target.num_cores:
+        errors.append(f"{len(schedule.core_tasks)} core lists but target has {target.num_cores}")
+    seen = [0] * n
+    for core, tasks in enumerate(schedule.core_tasks):
+        for t in tasks:
+            if not 0 <= t < n:
+                errors.append(f"core {core} lists unknown task {t}")
+                continue
+            seen[t] += 1
+            if schedule.core_of[t] != core:
+                errors.append(f"task {t} listed on core {core} but assigned core "
+                              f"{schedule.core_of[t]}")
+    for t in range(n):
+        c = schedule.core_of[t]
+        if not 0 <= c < target.num_cores:
+            errors.append(f"task {t} on core {c} outside 0..{target.num_cores - 1}")
+        if seen[t] != 1:
+            errors.append(f"task {t} placed {seen[t]} times")
+        if schedule.start_ns[t] < 0:
+            errors.append(f"task {t} starts at {schedule.start_ns[t]} < 0")
+    if errors:
+        return errors
+    start = schedule.start_ns
+    end = [start[t] + graph.tasks[t].cost_ns for t in range(n)]
+    for e in graph.edges:
+        delay = target.transfer_ns(e.bytes, schedule.core_of[e.src], schedule.core_of[e.dst])
+        if start[e.dst] < end[e.src] + delay:
+            errors.append(
+                f"edge {e.src} -> {e.dst}: start {start[e.dst]} < end {end[e.src]} + "
+                f"transfer {delay}"
+            )
+    for core, tasks in enumerate(schedule.core_tasks):
+        for a, b in itertools.pairwise(tasks):
+            if start[b] < end[a]:
+                errors.append(f"core {core}: task {b} starts at {start[b]} before task {a} "
+                              f"ends at {end[a]}")
+        tiles = frozenset().union(*(graph.tasks[t].weights for t in tasks)) if tasks else ()
+        if len(tiles) > target.crossbars_per_core:
+            errors.append(f"core {core}: {len(tiles)} distinct crossbar tiles > capacity "
+                          f"{target.crossbars_per_core}")
+    return errors

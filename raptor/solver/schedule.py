@@ -1,0 +1,133 @@
+"""MergeScheduleResult: the one schedule format every scheduler returns and materialization reads.
+
+Per-core task lists are the execution order (contiguous slots 0..k-1). Equivalence classes
+are the maximal runs of consecutive tasks on one core that belong to the same graph batch;
+materialization merges each run into one ``spat.scheduled_compute_batch``. Lane identity in a
+batch implies neither core identity nor order, so runs are computed from the schedule only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from raptor.solver.evaluate import evaluate_schedule
+from raptor.solver.graph import ComputeGraph
+from raptor.target import Target
+
+
+@dataclass(frozen=True)
+class EquivalenceClass:
+    """A run of consecutive slots on ``core`` whose tasks share graph batch ``batch``."""
+
+    core: int
+    batch: int
+    tasks: list[int]
+
+
+@dataclass
+class MergeScheduleResult:
+    solver: str
+    status: str
+    core_of: list[int]
+    start_ns: list[int]
+    end_ns: list[int]
+    core_tasks: list[list[int]]
+    makespan_ns: int
+    last_task: list[int]
+    equivalence_classes: list[EquivalenceClass]
+    summary: dict[str, int]
+    bound_ns: int | None = None
+    objective_ns: int | None = None
+    solve_seconds: float = 0.0
+    model: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        graph: ComputeGraph,
+        target: Target,
+        core_of: Sequence[int],
+        start_ns: Sequence[int],
+        *,
+        solver: str,
+        status: str,
+        bound_ns: int | None = None,
+        objective_ns: int | None = None,
+        solve_seconds: float = 0.0,
+        model: str = "",
+        notes: Sequence[str] = (),
+    ) -> MergeScheduleResult:
+        """Derive order, markers, classes and costs from a placement and start times."""
+        graph.freeze()
+        n = graph.num_tasks
+        costs = graph.costs()
+        core_tasks: list[list[int]] = [[] for _ in range(target.num_cores)]
+        # Ties (zero-cost tasks) are broken by topological position to keep order legal.
+        topo_pos = [0] * n
+        for i, t in enumerate(graph.topo_order):
+            topo_pos[t] = i
+        for t in sorted(range(n), key=lambda t: (start_ns[t], start_ns[t] + costs[t],
+                                                 topo_pos[t])):
+            core_tasks[core_of[t]].append(t)
+        last = [tasks[-1] if tasks else -1 for tasks in core_tasks]
+        classes: list[EquivalenceClass] = []
+        for core, tasks in enumerate(core_tasks):
+            run: list[int] = []
+            for t in tasks:
+                b = graph.tasks[t].batch
+                if run and (b < 0 or graph.tasks[run[0]].batch != b):
+                    classes.append(EquivalenceClass(core, graph.tasks[run[0]].batch, run))
+                    run = []
+                run.append(t)
+            if run:
+                classes.append(EquivalenceClass(core, graph.tasks[run[0]].batch, run))
+        end = [start_ns[t] + costs[t] for t in range(n)]
+        result = cls(
+            solver=solver,
+            status=status,
+            core_of=list(core_of),
+            start_ns=list(start_ns),
+            end_ns=end,
+            core_tasks=core_tasks,
+            makespan_ns=max(end, default=0),
+            last_task=last,
+            equivalence_classes=classes,
+            summary={},
+            bound_ns=bound_ns,
+            objective_ns=objective_ns,
+            solve_seconds=solve_seconds,
+            model=model,
+            notes=list(notes),
+        )
+        ev = evaluate_schedule(graph, target, result)
+        result.summary = {
+            "makespan_ns": result.makespan_ns,
+            "completion_ns": ev.completion_ns,
+            "serial_work_ns": ev.serial_work_ns,
+            "max_core_work_ns": ev.max_core_work_ns,
+            "critical_path_ns": ev.critical_path_ns,
+            "transfer_work_ns": ev.transfer_work_ns,
+            "cores_used": ev.cores_used,
+            "crossbars_used": ev.crossbars_used,
+        }
+        return result
+
+    def slot_of(self, task: int) -> int:
+        """Position of ``task`` in its core's order."""
+        return self.core_tasks[self.core_of[task]].index(task)
+
+    def is_last(self, task: int) -> bool:
+        return self.last_task[self.core_of[task]] == task
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> MergeScheduleResult:
+        data: dict[str, Any] = json.loads(text)
+        data["equivalence_classes"] = [EquivalenceClass(**c) for c in data["equivalence_classes"]]
+        return cls(**data)

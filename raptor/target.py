@@ -1,0 +1,214 @@
+"""PIM target description: the single source of every time and capacity the compiler uses.
+
+A target is a built-in name (``default``) or a TOML file that overrides any key of the default
+(PIMCOMP-NN / pimsim-nn configuration, ARCHITECTURE.md §3). All times are converted from
+cycles to integer nanoseconds with :meth:`Target.ns`, rounding up, so schedules never promise
+more than the hardware delivers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+
+class TargetError(ValueError):
+    """An invalid target name, file or value (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Crossbar PIM many-core chip; cores form a ``mesh_rows`` × ``mesh_cols`` XY-routed mesh."""
+
+    name: str = "default"
+    clock_ghz: float = 1.0
+    mesh_rows: int = 8
+    mesh_cols: int = 8
+    crossbars_per_core: int = 64
+    crossbar_rows: int = 128
+    crossbar_cols: int = 128
+    weight_bits: int = 8
+    input_bits: int = 8
+    mvm_cycles: int = 1305
+    vector_lanes: int = 32
+    vector_op_cycles: int = 4
+    local_memory_bytes: int = 65536
+    local_bytes_per_cycle: int = 64
+    flit_bytes: int = 8
+    flit_cycles: int = 2
+    hop_cycles: int = 2
+    shared_memory_bytes: int = 4 * 1024 * 1024
+    shared_access_bytes: int = 32
+    shared_read_cycles: int = 40
+    shared_write_cycles: int = 50
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "name":
+                if not isinstance(value, str) or not value:
+                    raise TargetError("target key 'name' must be a non-empty string")
+            elif f.type == "float" or f.type is float:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise TargetError(f"target key '{f.name}' must be a number, got {value!r}")
+                if not math.isfinite(value) or value <= 0:
+                    raise TargetError(f"target key '{f.name}' must be positive, got {value!r}")
+            else:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise TargetError(f"target key '{f.name}' must be an integer, got {value!r}")
+                if value <= 0:
+                    raise TargetError(f"target key '{f.name}' must be positive, got {value}")
+
+    # -- time -------------------------------------------------------------------------------
+
+    @cached_property
+    def clock_fraction(self) -> Fraction:
+        """Exact rational clock, so that cycle → ns rounding is integer arithmetic."""
+        return Fraction(str(self.clock_ghz))
+
+    def ns(self, cycles: int) -> int:
+        """Cycles → integer ns, rounded up."""
+        clock = self.clock_fraction
+        return -(-cycles * clock.denominator // clock.numerator)
+
+    def mvm_ns(self) -> int:
+        """One crossbar matrix-vector multiplication."""
+        return self.ns(self.mvm_cycles)
+
+    def vector_ns(self, n_elems: int) -> int:
+        """One elementwise vector operation over ``n_elems`` elements."""
+        return self.ns(-(-n_elems // self.vector_lanes) * self.vector_op_cycles)
+
+    def local_copy_ns(self, n_bytes: int) -> int:
+        """A copy inside one core's scratchpad."""
+        return self.ns(-(-n_bytes // self.local_bytes_per_cycle))
+
+    def transfer_cycles(self, n_bytes: int, a: int, b: int) -> int:
+        """NoC transfer between cores ``a`` and ``b`` in cycles (0 on the same core)."""
+        if a == b:
+            return 0
+        flits = -(-n_bytes // self.flit_bytes)
+        return self.hops(a, b) * self.hop_cycles + flits * self.flit_cycles
+
+    def transfer_ns(self, n_bytes: int, a: int, b: int) -> int:
+        """NoC transfer between cores ``a`` and ``b`` in ns (0 on the same core)."""
+        return self.ns(self.transfer_cycles(n_bytes, a, b))
+
+    # -- mesh -------------------------------------------------------------------------------
+
+    @property
+    def num_cores(self) -> int:
+        return self.mesh_rows * self.mesh_cols
+
+    @property
+    def crossbar_capacity(self) -> int:
+        """Weight tiles the whole chip can hold at once."""
+        return self.num_cores * self.crossbars_per_core
+
+    def core_coords(self, i: int) -> tuple[int, int]:
+        """Core index → (row, col); index = row * mesh_cols + col."""
+        if not 0 <= i < self.num_cores:
+            raise TargetError(f"core {i} out of range 0..{self.num_cores - 1}")
+        return divmod(i, self.mesh_cols)
+
+    def hops(self, a: int, b: int) -> int:
+        """XY routing distance (Manhattan) between cores ``a`` and ``b``."""
+        ra, ca = self.core_coords(a)
+        rb, cb = self.core_coords(b)
+        return abs(ra - rb) + abs(ca - cb)
+
+    # -- presentation -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_toml(self) -> str:
+        """TOML text that :func:`load_target` reads back to an equal target."""
+        lines = []
+        for key, value in self.to_dict().items():
+            lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
+        return "\n".join(lines) + "\n"
+
+    def describe(self) -> str:
+        """One-paragraph summary with the derived figures."""
+        return (
+            f"target {self.name}: {self.mesh_rows}x{self.mesh_cols} mesh = {self.num_cores} cores, "
+            f"{self.crossbars_per_core} crossbars of {self.crossbar_rows}x{self.crossbar_cols} "
+            f"per core ({self.crossbar_capacity} tiles), MVM {self.mvm_ns()} ns, "
+            f"{self.vector_lanes}-lane vector op {self.vector_ns(self.vector_lanes)} ns, "
+            f"one {self.flit_bytes}-byte flit over one hop "
+            f"{self.ns(self.hop_cycles + self.flit_cycles)} ns"
+        )
+
+
+_KEYS = tuple(f.name for f in dataclasses.fields(Target))
+BUILTIN_TARGETS: dict[str, Target] = {"default": Target()}
+
+
+def target_from_dict(values: dict[str, Any], name: str) -> Target:
+    """Build a target from overrides of the default; ``mesh = [rows, cols]`` is accepted."""
+    values = dict(values)
+    if "mesh" in values:
+        mesh = values.pop("mesh")
+        if (
+            not isinstance(mesh, list)
+            or len(mesh) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in mesh)
+        ):
+            raise TargetError(f"target key 'mesh' must be [rows, cols] integers, got {mesh!r}")
+        if "mesh_rows" in values or "mesh_cols" in values:
+            raise TargetError("give either 'mesh' or 'mesh_rows'/'mesh_cols', not both")
+        values["mesh_rows"], values["mesh_cols"] = mesh
+    unknown = sorted(set(values) - set(_KEYS))
+    if unknown:
+        raise TargetError(
+            f"unknown target key(s) {', '.join(unknown)}; known keys: mesh, {', '.join(_KEYS)}"
+        )
+    values.setdefault("name", name)
+    return dataclasses.replace(BUILTIN_TARGETS["default"], **values)
+
+
+def load_target(name_or_path: str) -> Target:
+    """A built-in target by name, or a TOML file overriding keys of the default."""
+    if name_or_path in BUILTIN_TARGETS:
+        return BUILTIN_TARGETS[name_or_path]
+    path = Path(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        known = ", ".join(BUILTIN_TARGETS)
+        raise TargetError(
+            f"cannot read target file {name_or_path}: {exc.strerror or exc} "
+            f"(built-in targets: {known})"
+        ) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TargetError(f"cannot parse target file {name_or_path}: {exc}") from None
+    try:
+        return target_from_dict(data, path.stem)
+    except TargetError as exc:
+        raise TargetError(f"{name_or_path}: {exc}") from None
+    except TypeError as exc:  # dataclasses.replace with a bad value shape
+        raise TargetError(f"{name_or_path}: {exc}") from None
+
+
+def show_target(target: Target) -> Table:
+    """Rich table of all keys plus derived figures, for ``raptor target show``."""
+    table = Table(title=f"target {target.name}")
+    table.add_column("key")
+    table.add_column("value", justify="right")
+    for key, value in target.to_dict().items():
+        table.add_row(key, str(value))
+    table.add_row("cores (derived)", str(target.num_cores))
+    table.add_row("crossbar tiles (derived)", str(target.crossbar_capacity))
+    table.add_row("mvm_ns (derived)", str(target.mvm_ns()))
+    return table
