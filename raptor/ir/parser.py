@@ -8,6 +8,7 @@ rule id (SSA-1 undefined value, SSA-2 redefinition, TYPE-0 annotation mismatch).
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
@@ -457,7 +458,10 @@ def _parser() -> tuple[Lark, _Builder]:
     return lark, builder
 
 
-def _describe(e: UnexpectedInput) -> str:
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+
+
+def _describe(e: UnexpectedInput, line: str, col: int) -> str:
     if isinstance(e, UnexpectedEOF):
         return "unexpected end of input (truncated program?)"
     if isinstance(e, UnexpectedCharacters):
@@ -466,6 +470,9 @@ def _describe(e: UnexpectedInput) -> str:
     if tok is not None and tok.type == "$END":
         return "unexpected end of input (truncated program?)"
     expected = sorted(getattr(e, "expected", set()) or [])
+    word = _WORD.match(line, col - 1)
+    if word and "." in word.group(0) and ("EXTRACT" in expected or "RETURN" in expected):
+        return f"unknown or misplaced operation '{word.group(0)}'"
     shown = ", ".join(expected[:8]) + (", ..." if len(expected) > 8 else "")
     return f"unexpected {str(tok)!r}" + (f"; expected one of: {shown}" if shown else "")
 
@@ -497,7 +504,8 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
                 line -= 1
         col = len(src(line)) + 1 if at_end or not (isinstance(e.column, int) and e.column > 0) \
             else e.column
-        raise ParseError(Location(filename, line, col), _describe(e), src(line)) from None
+        raise ParseError(Location(filename, line, col), _describe(e, src(line), col),
+                         src(line)) from None
     if not funcs:
         raise ParseError(Location(filename, 1, 1), "no func.func in input (empty program)")
     return Module(funcs, filename=filename)
