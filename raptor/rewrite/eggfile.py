@@ -120,7 +120,7 @@ def _span_start(command: object) -> int | None:
 
 def _check_named(command: object, source: str, text: str) -> None:
     if isinstance(command, bindings.RuleCommand) and not command.rule.name:
-        line, col = _location(text, command.rule.span.i)
+        line, col = _location(text, _span_start(command) or 0)
         raise RuleError(f"{source}:{line}:{col}: error: rule has no :name")
 
 

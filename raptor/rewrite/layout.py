@@ -129,7 +129,7 @@ def _load_facts(
         operand_values[plan.id] = tuple(values)
     tables: dict[str, list[tuple[object, ...]]] = {
         "PlanKind": [(p.id, p.kind) for p in plans.values()],
-        "Operand": [(c, i, v) for c, vs in operand_values.items() for i, v in enumerate(vs)],
+        "Operand": [(c, i, v) for c, vals in operand_values.items() for i, v in enumerate(vals)],
         "Gate": [(p.id, g) for p in plans.values() for g, ok in sorted(p.gates.items()) if ok],
         "External": [(v,) for v in externals],
         "FunctionResult": [(p.id,) for p in plans.values() if p.is_output],
@@ -163,7 +163,8 @@ class _Decoder:
             cells = [*row.inputs, row.output]
             decoded: list[int | str] = []
             for sort, cell in zip(sorts, cells, strict=False):
-                decoded.append(self.egraph.value_to_i64(cell) if sort == "i" else self.layouts[cell])
+                value = self.egraph.value_to_i64(cell) if sort == "i" else self.layouts[cell]
+                decoded.append(value)
             out.append(tuple(decoded))
         return out
 
@@ -181,16 +182,16 @@ def derive_layout_tables(
 
     alt_rows: dict[tuple[int, int], tuple[str, int]] = {}
     for p, a, result, cost in decoder.rows("Alt", "iiLi"):
-        key = (int(p), int(a))
-        if key in alt_rows and alt_rows[key] != (result, cost):
+        alt = (int(p), int(a))
+        if alt in alt_rows and alt_rows[alt] != (result, cost):
             raise RuleError(f"layout rules define plan {p} alternative {a} twice")
-        alt_rows[key] = (str(result), int(cost))
+        alt_rows[alt] = (str(result), int(cost))
     operand_layouts: dict[tuple[int, int, int], str] = {}
     for p, a, i, layout in decoder.rows("AltOperand", "iiiL"):
-        key = (int(p), int(a), int(i))
-        if key in operand_layouts:
+        slot = (int(p), int(a), int(i))
+        if slot in operand_layouts:
             raise RuleError(f"layout rules give plan {p} alternative {a} operand {i} two layouts")
-        operand_layouts[key] = str(layout)
+        operand_layouts[slot] = str(layout)
 
     alternatives: dict[int, list[Alternative]] = {p: [] for p in by_id}
     for (p, a), (result, cost) in sorted(alt_rows.items()):

@@ -97,7 +97,8 @@ def evaluate(
                 raise LayoutError(f"value {v} is {src} but must be {dst}: no materialization")
             returned = dst in tables.return_layouts.get(v, ())
             producer = v if v in tables.plans else None
-            mats.append(Materialization(v, producer, src, dst, tuple(needs[v][dst]), returned, step))
+            users = tuple(needs[v][dst])
+            mats.append(Materialization(v, producer, src, dst, users, returned, step))
             cost += step
     return cost, mats
 
@@ -145,8 +146,8 @@ def select_exact(
     }
     for p, alts in tables.alternatives.items():
         model.add_exactly_one(x[p, alt.index] for alt in alts)
-    objective: list[cp_model.LinearExprT] = [
-        alt.cost * x[p, alt.index] for p, alts in tables.alternatives.items() for alt in alts
+    terms: list[tuple[cp_model.IntVar, int]] = [
+        (x[p, alt.index], alt.cost) for p, alts in tables.alternatives.items() for alt in alts
     ]
 
     requirers: dict[int, dict[str, list[cp_model.IntVar]]] = {}
@@ -159,19 +160,20 @@ def select_exact(
             requirers.setdefault(v, {}).setdefault(layout, [])
 
     for v, by_layout in sorted(requirers.items()):
-        produced: dict[str, cp_model.LinearExprT] = {}
+        # produced[layout]: 0/1 expression "v is produced in layout" (fixed values: constant).
+        produced: dict[str, cp_model.LinearExpr]
         if v in tables.alternatives:
+            by_result: dict[str, list[cp_model.IntVar]] = {}
             for alt in tables.alternatives[v]:
-                produced.setdefault(alt.result, 0)
-                produced[alt.result] += x[v, alt.index]
+                by_result.setdefault(alt.result, []).append(x[v, alt.index])
+            produced = {layout: cp_model.LinearExpr.sum(xs) for layout, xs in by_result.items()}
         else:
-            produced[tables.fixed_layouts[v]] = 1
+            produced = {tables.fixed_layouts[v]: cp_model.LinearExpr.constant(1)}
         for dst, lits in sorted(by_layout.items()):
-            need: cp_model.LinearExprT
+            need = model.new_bool_var(f"need[{v},{dst}]")
             if dst in tables.return_layouts.get(v, ()):
-                need = 1
+                model.add(need == 1)
             else:
-                need = model.new_bool_var(f"need[{v},{dst}]")
                 for lit in lits:
                     model.add_implication(lit, need)
                 model.add_bool_or(lits).only_enforce_if(need)
@@ -186,8 +188,8 @@ def select_exact(
                 model.add(mat <= need)
                 model.add(mat <= made)
                 model.add(mat >= need + made - 1)
-                objective.append(step * mat)
-    model.minimize(sum(objective))
+                terms.append((mat, step))
+    model.minimize(cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms]))
     for p, alts in tables.alternatives.items():
         for alt in alts:
             model.add_hint(x[p, alt.index], alt.index == 0)
@@ -218,8 +220,9 @@ class _LocalSearch:
             self._demand(p, +1)
 
     def _demand(self, plan: int, sign: int) -> None:
-        for v, layout in zip(self.tables.operand_values[plan], self.choice[plan].operands,
-                             strict=True):
+        for v, layout in zip(
+            self.tables.operand_values[plan], self.choice[plan].operands, strict=True
+        ):
             self.demand[v][layout] += sign
 
     def _value_cost(self, v: int) -> float:
@@ -265,8 +268,9 @@ def select_iterative(tables: LayoutTables) -> LayoutSelection:
         sweep = order if round_ % 2 == 0 else order[::-1]
         changed = [search.improve(p) for p in sweep]
         if not any(changed):
-            return _finish("iterative", f"converged in {round_ + 1} rounds", tables,
-                           search.choice, start)
+            return _finish(
+                "iterative", f"converged in {round_ + 1} rounds", tables, search.choice, start
+            )
     raise LayoutError(f"layout planning did not converge in {limit} rounds")
 
 

@@ -9,8 +9,18 @@ from raptor.rewrite.layout import GATES, LayoutPlan
 ALL_GATES = dict.fromkeys(GATES, True)
 
 KINDS = (
-    "conv", "relu", "silu", "maxpool", "global_avgpool", "resize_nearest", "bias_add",
-    "add", "concat", "flatten", "gemm", "softmax",
+    "conv",
+    "relu",
+    "silu",
+    "maxpool",
+    "global_avgpool",
+    "resize_nearest",
+    "bias_add",
+    "add",
+    "concat",
+    "flatten",
+    "gemm",
+    "softmax",
 )
 """Kinds the generator draws; gemm and softmax only have the dense alternative."""
 

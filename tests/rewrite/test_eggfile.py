@@ -57,7 +57,7 @@ def _break(path: Path, old: str, new: str) -> tuple[int, int]:
 
 def test_syntax_error_reports_file_and_line(rules_copy: Path) -> None:
     layout = rules_copy / "layout.egg"
-    line, _ = _break(layout, "(relation Gate (i64 String))", "(relation Gate (i64 String)")
+    _break(layout, "(relation Gate (i64 String))", "(relation Gate (i64 String)")
     errors = check_rules(rules_copy)
     assert len(errors) == 1
     assert errors[0].startswith(f"{layout}:")
@@ -75,7 +75,7 @@ def test_unknown_sort_reports_file_line_col(rules_copy: Path) -> None:
 
 def test_unbound_function_in_rule_reports_its_line(rules_copy: Path) -> None:
     layout = rules_copy / "layout.egg"
-    line, _ = _break(layout, "(Gate p \"isSupportedBiasAddValue\")", "(Gates p \"x\")")
+    line, _ = _break(layout, '(Gate p "isSupportedBiasAddValue")', '(Gates p "x")')
     (error,) = check_rules(rules_copy)
     assert error.startswith(f"{layout}:{line}:")
     assert "Gates" in error
@@ -98,7 +98,8 @@ def test_missing_rule_file(tmp_path: Path) -> None:
     with pytest.raises(RuleError, match="cannot read rule file"):
         load_program("layout", tmp_path)
     assert check_rules(tmp_path) == []
-    assert check_rules(tmp_path / "absent") == [f"{tmp_path / 'absent'}: error: not a rules directory"]
+    absent = tmp_path / "absent"
+    assert check_rules(absent) == [f"{absent}: error: not a rules directory"]
 
 
 def test_rules_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -117,7 +117,8 @@ def test_removing_silu_rule_makes_silu_dense(rules_copy: Path) -> None:
     shipped = plan_layouts(plans)
     assert [shipped.choice[p].result for p in (1, 3)] == [R, R]
     assert "silu-rowstrip" in shipped.fired
-    _edit(rules_copy / "layout.egg", r'\(rule \(\(PlanKind p "silu"\).*?:name "silu-rowstrip"\)', "")
+    silu_rule = r'\(rule \(\(PlanKind p "silu"\).*?:name "silu-rowstrip"\)'
+    _edit(rules_copy / "layout.egg", silu_rule, "")
     edited = plan_layouts(plans, "exact", rules_copy)
     assert [edited.choice[p].result for p in (1, 3)] == [D, D]
     assert "silu-rowstrip" not in edited.fired
@@ -128,8 +129,11 @@ def test_materialize_cost_is_editable(rules_copy: Path) -> None:
     plans = chain(["conv", "gemm"])
     assert plan_layouts(plans).choice[0].result == D
     for pair in ("(DenseNCHW) (NHWCRowStrip)", "(NHWCRowStrip) (DenseNCHW)"):
-        _edit(rules_copy / "layout.egg", re.escape(f"(set (MaterializeCost {pair}) 3)"),
-              f"(set (MaterializeCost {pair}) 1)")
+        _edit(
+            rules_copy / "layout.egg",
+            re.escape(f"(set (MaterializeCost {pair}) 3)"),
+            f"(set (MaterializeCost {pair}) 1)",
+        )
     edited = plan_layouts(plans, "exact", rules_copy)
     assert edited.choice[0].result == R and edited.cost == -1
 
