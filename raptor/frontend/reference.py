@@ -1,0 +1,290 @@
+"""Exact numpy semantics of every plan kind, to check the import against onnxruntime.
+
+Products and sums accumulate in float64 and round once to float32, so this is the most
+accurate result a float32 implementation can be compared with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from raptor.frontend.plan import Plan, PlanGraph
+from raptor.frontend.shapes import nearest_indices, pool_out
+
+__all__ = ["run_plan", "run_plan_graph"]
+
+Array = np.ndarray
+_Impl = Callable[[Plan, list[Array]], list[Array]]
+
+
+def _ints(plan: Plan, key: str) -> list[int]:
+    value = plan.attrs[key]
+    assert isinstance(value, list)
+    return [int(v) for v in value]
+
+
+def _num(plan: Plan, key: str) -> float:
+    value = plan.attrs[key]
+    assert isinstance(value, (int, float))
+    return float(value)
+
+
+def _f32(x: Array) -> Array:
+    return np.asarray(x, dtype=np.float32)
+
+
+def _pad_hw(x: Array, pads: list[int], fill: float) -> Array:
+    top, left, bottom, right = pads
+    return np.pad(
+        x, ((0, 0), (0, 0), (top, bottom), (left, right)), mode="constant", constant_values=fill
+    )
+
+
+def _conv(plan: Plan, xs: list[Array]) -> list[Array]:
+    (x,) = xs
+    w = plan.weights["weight"].astype(np.float64)
+    sh, sw = _ints(plan, "strides")
+    dh, dw = _ints(plan, "dilations")
+    pads = _ints(plan, "pads")
+    g = int(_num(plan, "group"))
+    n, c, _, _ = x.shape
+    o, cg, kh, kw = w.shape
+    xp = _pad_hw(x.astype(np.float64), pads, 0.0)
+    oh = (xp.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    ow = (xp.shape[3] - (kw - 1) * dw - 1) // sw + 1
+    xg = xp.reshape(n, g, c // g, *xp.shape[2:])
+    wg = w.reshape(g, o // g, cg, kh, kw)
+    y = np.zeros((n, g, o // g, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
+            cols = slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
+            patch = xg[..., rows, cols]
+            y += np.einsum("ngchw,goc->ngohw", patch, wg[..., i, j])
+    y = y.reshape(n, o, oh, ow)
+    if "bias" in plan.weights:
+        y += plan.weights["bias"].astype(np.float64).reshape(1, o, 1, 1)
+    return [_f32(y)]
+
+
+def _conv_transpose(plan: Plan, xs: list[Array]) -> list[Array]:
+    (x,) = xs
+    w = plan.weights["weight"].astype(np.float64)
+    sh, sw = _ints(plan, "strides")
+    dh, dw = _ints(plan, "dilations")
+    top, left, bottom, right = _ints(plan, "pads")
+    oph, opw = _ints(plan, "output_padding")
+    g = int(_num(plan, "group"))
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    full_h = sh * (h - 1) + (kh - 1) * dh + 1 + oph
+    full_w = sw * (wd - 1) + (kw - 1) * dw + 1 + opw
+    xg = x.astype(np.float64).reshape(n, g, c // g, h, wd)
+    wg = w.reshape(g, c // g, og, kh, kw)
+    full = np.zeros((n, g, og, full_h, full_w))
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dh, i * dh + sh * (h - 1) + 1, sh)
+            cols = slice(j * dw, j * dw + sw * (wd - 1) + 1, sw)
+            full[..., rows, cols] += np.einsum("ngchw,gco->ngohw", xg, wg[..., i, j])
+    y = full.reshape(n, g * og, full_h, full_w)[:, :, top : full_h - bottom, left : full_w - right]
+    if "bias" in plan.weights:
+        y = y + plan.weights["bias"].astype(np.float64).reshape(1, -1, 1, 1)
+    return [_f32(y)]
+
+
+def _windows(x: Array, plan: Plan, fill: float) -> tuple[list[Array], tuple[int, int]]:
+    """Every kernel offset's strided view of x padded with fill (also past ceil_mode's edge)."""
+    kh, kw = _ints(plan, "kernel")
+    sh, sw = _ints(plan, "strides")
+    dh, dw = _ints(plan, "dilations")
+    top, left, bottom, right = _ints(plan, "pads")
+    ceil = bool(plan.attrs["ceil_mode"])
+    h, w = x.shape[2:]
+    oh = pool_out(h, kh, sh, (top, bottom), dh, ceil)
+    ow = pool_out(w, kw, sw, (left, right), dw, ceil)
+    need_h = (oh - 1) * sh + (kh - 1) * dh + 1
+    need_w = (ow - 1) * sw + (kw - 1) * dw + 1
+    xp = _pad_hw(x, [top, left, max(need_h - h - top, 0), max(need_w - w - left, 0)], fill)
+    views = [
+        xp[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
+        for i in range(kh)
+        for j in range(kw)
+    ]
+    return views, (oh, ow)
+
+
+def _maxpool(plan: Plan, xs: list[Array]) -> list[Array]:
+    views, _ = _windows(xs[0], plan, -np.inf)
+    return [_f32(np.maximum.reduce(views))]
+
+
+def _window_counts(
+    out: int, kernel: int, stride: int, dilation: int, begin: int, low: int, high: int
+) -> Array:
+    """How many cells of each window along one axis fall inside [low, high)."""
+    cells = np.arange(out)[:, None] * stride - begin + np.arange(kernel)[None, :] * dilation
+    return ((cells >= low) & (cells < high)).sum(axis=1)
+
+
+def _avgpool(plan: Plan, xs: list[Array]) -> list[Array]:
+    views, (oh, ow) = _windows(xs[0].astype(np.float64), plan, 0.0)
+    kh, kw = _ints(plan, "kernel")
+    sh, sw = _ints(plan, "strides")
+    dh, dw = _ints(plan, "dilations")
+    top, left, bottom, right = _ints(plan, "pads")
+    h, w = xs[0].shape[2:]
+    # Explicit padding counts when count_include_pad; the cells ceil_mode adds never do.
+    include = bool(plan.attrs["count_include_pad"])
+    rows = _window_counts(oh, kh, sh, dh, top, -top if include else 0, h + bottom if include else h)
+    cols = _window_counts(
+        ow, kw, sw, dw, left, -left if include else 0, w + right if include else w
+    )
+    return [_f32(np.add.reduce(views) / np.outer(rows, cols))]
+
+
+def _global_avgpool(plan: Plan, xs: list[Array]) -> list[Array]:
+    return [_f32(xs[0].astype(np.float64).mean(axis=(2, 3), keepdims=True))]
+
+
+def _resize_nearest(plan: Plan, xs: list[Array]) -> list[Array]:
+    (x,) = xs
+    oh, ow = _ints(plan, "sizes")
+    scales = plan.attrs["scales"]
+    assert isinstance(scales, list)
+    scale_h, scale_w = (float(s) for s in scales)
+    mode = str(plan.attrs["coordinate_transformation_mode"])
+    rounding = str(plan.attrs["nearest_mode"])
+    rows = nearest_indices(x.shape[2], oh, scale_h, mode, rounding)
+    cols = nearest_indices(x.shape[3], ow, scale_w, mode, rounding)
+    return [x[:, :, rows[:, None], cols[None, :]]]
+
+
+def _gemm(plan: Plan, xs: list[Array]) -> list[Array]:
+    y = xs[0].astype(np.float64) @ plan.weights["weight"].astype(np.float64)
+    if "bias" in plan.weights:
+        y = y + plan.weights["bias"]
+    return [_f32(y)]
+
+
+def _matmul(plan: Plan, xs: list[Array]) -> list[Array]:
+    a = xs[0].astype(np.float64)
+    b = xs[1] if len(xs) == 2 else plan.weights["weight"]
+    return [_f32(np.matmul(a, b.astype(np.float64)))]
+
+
+def _binary(op: Callable[[Array, Array], Array]) -> _Impl:
+    def run(plan: Plan, xs: list[Array]) -> list[Array]:
+        if len(xs) == 2:
+            return [_f32(op(xs[0], xs[1]))]
+        operand = plan.weights["operand"]
+        if plan.attrs["operand_index"] == 0:
+            return [_f32(op(operand, xs[0]))]
+        return [_f32(op(xs[0], operand))]
+
+    return run
+
+
+def _unary(fn: Callable[[Plan, Array], Array]) -> _Impl:
+    return lambda plan, xs: [_f32(fn(plan, xs[0]))]
+
+
+def _channel(x: Array, v: Array) -> Array:
+    """v (C,) shaped to broadcast along axis 1 of x."""
+    return v.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+def _sigmoid(x: Array) -> Array:
+    return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+
+
+def _hard_sigmoid(x: Array, alpha: float, beta: float) -> Array:
+    return np.clip(alpha * x.astype(np.float64) + beta, 0.0, 1.0)
+
+
+def _softmax(plan: Plan, x: Array) -> Array:
+    axis = int(_num(plan, "axis"))
+    z = x.astype(np.float64)
+    z = np.exp(z - z.max(axis=axis, keepdims=True))
+    return z / z.sum(axis=axis, keepdims=True)
+
+
+def _slice(plan: Plan, x: Array) -> Array:
+    index = tuple(
+        slice(start, None if end < 0 else end, step)
+        for start, end, step in zip(
+            _ints(plan, "starts"), _ints(plan, "ends"), _ints(plan, "steps"), strict=True
+        )
+    )
+    return x[index]
+
+
+def _split(plan: Plan, xs: list[Array]) -> list[Array]:
+    cuts = np.cumsum(_ints(plan, "sizes"))[:-1]
+    return list(np.split(xs[0], cuts, axis=int(_num(plan, "axis"))))
+
+
+def _concat(plan: Plan, xs: list[Array]) -> list[Array]:
+    return [np.concatenate(xs, axis=int(_num(plan, "axis")))]
+
+
+_IMPLS: dict[str, _Impl] = {
+    "conv": _conv,
+    "conv_transpose": _conv_transpose,
+    "gemm": _gemm,
+    "matmul": _matmul,
+    "relu": _unary(lambda p, x: np.maximum(x, 0)),
+    "leaky_relu": _unary(lambda p, x: np.where(x >= 0, x, x * np.float32(_num(p, "alpha")))),
+    "prelu": _unary(lambda p, x: np.where(x >= 0, x, x * p.weights["slope"])),
+    "clip": _unary(lambda p, x: np.minimum(np.maximum(x, _num(p, "min")), _num(p, "max"))),
+    "sigmoid": _unary(lambda p, x: _sigmoid(x)),
+    "hard_sigmoid": _unary(lambda p, x: _hard_sigmoid(x, _num(p, "alpha"), _num(p, "beta"))),
+    "hard_swish": _unary(lambda p, x: x * _hard_sigmoid(x, 1.0 / 6.0, 0.5)),
+    "tanh": _unary(lambda p, x: np.tanh(x.astype(np.float64))),
+    "silu": _unary(lambda p, x: x * _sigmoid(x)),
+    "add": _binary(np.add),
+    "sub": _binary(np.subtract),
+    "mul": _binary(np.multiply),
+    "bias_add": _unary(lambda p, x: x + _channel(x, p.weights["bias"])),
+    "affine_channel": _unary(
+        lambda p, x: x * _channel(x, p.weights["scale"]) + _channel(x, p.weights["shift"])
+    ),
+    "maxpool": _maxpool,
+    "avgpool": _avgpool,
+    "global_avgpool": _global_avgpool,
+    "resize_nearest": _resize_nearest,
+    "concat": _concat,
+    "split": _split,
+    "slice": _unary(_slice),
+    "flatten": _unary(lambda p, x: x.reshape(int(np.prod(x.shape[: int(_num(p, "axis"))])), -1)),
+    "reshape": _unary(lambda p, x: x.reshape(_ints(p, "shape"))),
+    "transpose": _unary(lambda p, x: np.transpose(x, _ints(p, "perm"))),
+    "softmax": _unary(_softmax),
+    "identity": _unary(lambda p, x: x.copy()),
+}
+
+
+def run_plan(plan: Plan, inputs: list[Array]) -> list[Array]:
+    """Run one plan on float32 arrays; returns one float32 array per output."""
+    return _IMPLS[plan.kind](plan, inputs)
+
+
+def run_plan_graph(graph: PlanGraph, inputs: Mapping[str, Array]) -> dict[str, Array]:
+    """Run the whole graph; inputs are keyed by graph input name, outputs by output name."""
+    env: dict[str, Array] = {}
+    for value in graph.inputs:
+        if value.name not in inputs:
+            raise KeyError(f"missing graph input {value.name!r}")
+        array = np.asarray(inputs[value.name], dtype=np.float32)
+        if array.shape != value.shape:
+            raise ValueError(
+                f"input {value.name!r} has shape {list(array.shape)}, expected {list(value.shape)}"
+            )
+        env[value.name] = array
+    for plan in graph.plans:
+        results = run_plan(plan, [env[name] for name in plan.inputs])
+        for name, result in zip(plan.outputs, results, strict=True):
+            env[name] = result
+    return {value.name: env[value.name] for value in graph.outputs}
