@@ -198,11 +198,18 @@ class _Builder(Transformer[Token, Any]):
     def a_const(self, c: list[Token]) -> Affine:
         return Affine(int(c[0]))
 
+    def index_use(self, use: tuple[Value, Token]) -> Value:
+        v, tok = use
+        if v.type != INDEX:
+            raise _Semantic(tok, "TYPE-0", f"offset uses %{v.name} of type {v.type}; affine "
+                            "offsets may only use index values (the lane or a slot variable)")
+        return v
+
     def a_scaled(self, c: list[Any]) -> Affine:
-        return Affine(0, ((int(c[0]), c[1][0]),))
+        return Affine(0, ((int(c[0]), self.index_use(c[1])),))
 
     def a_var(self, c: list[Any]) -> Affine:
-        return Affine(0, ((1, c[0][0]),))
+        return Affine(0, ((1, self.index_use(c[0])),))
 
     def a_neg(self, c: list[Any]) -> Affine:
         a: Affine = c[-1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from raptor.ir.core import Affine, Block, Operation, Value
-from raptor.ir.types import Type
+from raptor.ir.types import IndexType, Type
 
 
 def fmt_attr(value: object) -> str:
@@ -22,6 +22,12 @@ def fmt_attr(value: object) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(fmt_attr(v) for v in value) + "]"
     raise TypeError(f"unsupported attribute value {value!r}")
+
+
+def _entry_scoped(v: Value) -> bool:
+    """A Blueprint family variable (`slot %s in 0..N`): an owner-less `index` value whose
+    scope is its one entry line, so sibling entries and later ops may reuse its name."""
+    return v.owner is None and isinstance(v.type, IndexType)
 
 
 class Printer:
@@ -49,7 +55,8 @@ class Printer:
                     hint = cand
                     break
         self.names[v] = hint
-        self.used.add(hint)
+        if not _entry_scoped(v):
+            self.used.add(hint)
         return hint
 
     def v(self, value: Value) -> str:

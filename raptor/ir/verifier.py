@@ -71,7 +71,8 @@ def _verify_region_ops(func: FuncOp, rep: _Report, allow_assembly: bool) -> None
                     _check_assembly(op, rep)
             else:
                 _check_batch(op, rep)
-            _check_lane_slices(op, rep)
+            if op.lanes >= 1:
+                _check_lane_slices(op, rep)
         elif isinstance(op, BlueprintOp):
             _check_blueprint(op, rep)
 
@@ -181,11 +182,15 @@ def _check_assembly(op: GraphComputeBatchOp, rep: _Report) -> None:
     outs = op.out_args
     for r, out in enumerate(outs):
         pubs = [p for p in op.body.ops if isinstance(p, ParallelInsertSliceOp) and p.dest is out]
+        static = isinstance(out.type, TensorType) and out.type.is_static
+        if not static:
+            rep.add(op, "GCB-1", f"result {r} must be a static ranked tensor, got {out.type}")
         if len(pubs) != 1:
             rep.add(op, "GCB-10", f"result {r} has {len(pubs)} publications in the lane body; "
                     "exactly one is required")
+        if not isinstance(out.type, TensorType) or not static:
+            continue
         for p in pubs:
-            assert isinstance(out.type, TensorType)
             bad = _slice_in_bounds(p.offsets, p.sizes, p.strides, out.type.static_shape,
                                    op.lane, op.lanes)
             if bad:
@@ -263,6 +268,11 @@ def _bp_bounds(op: BlueprintOp) -> str | None:
     assert isinstance(res, TensorType)
     shape = res.static_shape
     for e in op.entries:
+        for off in e.offsets:
+            free = [v for v in off.vars() if v is not e.var]
+            if free:
+                return f"slot {e.slot} offsets depend on %{free[0].name}, which is not the " \
+                       "entry's slot variable"
         ends = [e.slot, e.hi - 1] if e.var is not None else [e.slot]
         for s in ends:
             offs = e.offsets_at(s)
