@@ -11,12 +11,24 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from raptor.driver import (
+    PASSES,
+    Compiled,
+    VerificationFailed,
+    compile_model,
+    ir_inputs,
+    model_inputs,
+)
 from raptor.fileio import load_npz, save_npz_atomic
+from raptor.frontend.errors import FrontendError
+from raptor.frontend.oracle import compare, oracle_name, run_reference
 from raptor.ir.core import IRError
 from raptor.ir.interpreter import Interpreter
 from raptor.ir.module import Module
 from raptor.ir.parser import ParseError, parse_file
 from raptor.ir.verifier import verify_module
+from raptor.passes.lower import LoweringError
+from raptor.target import Target, TargetError, load_target, show_target
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -74,7 +86,38 @@ def _inputs_for(path: str | None) -> dict[str, np.ndarray]:
     return {(k[4:] if k.startswith("arr_") and k[4:].isdigit() else k): v for k, v in data.items()}
 
 
+def _target(args: argparse.Namespace) -> Target:
+    try:
+        return load_target(args.target)
+    except TargetError as e:
+        raise CliError(str(e)) from None
+
+
+def _print_ir_hook(args: argparse.Namespace) -> Callable[[str, Module], None] | None:
+    which = getattr(args, "print_ir_after", None)
+    if not which:
+        return None
+
+    def hook(name: str, module: Module) -> None:
+        if which in ("all", name):
+            err.print(f"// ----- IR after {name} -----", markup=False)
+            err.print(module.print(), markup=False, end="")
+
+    return hook
+
+
+def _compile(args: argparse.Namespace, target: Target) -> Compiled:
+    try:
+        return compile_model(args.file, target, print_ir=_print_ir_hook(args))
+    except (FrontendError, LoweringError) as e:
+        raise CliError(f"{args.file}: {e}") from None
+    except VerificationFailed as e:
+        raise CliError(str(e), EXIT_FAIL) from None
+
+
 def cmd_interpret(args: argparse.Namespace) -> int:
+    if args.file.endswith(".onnx"):
+        return _interpret_onnx(args)
     module = _parse_spat(args.file)
     diags = verify_module(module, allow_assembly=True)
     if diags:
@@ -107,6 +150,85 @@ def cmd_interpret(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _interpret_onnx(args: argparse.Namespace) -> int:
+    target = _target(args)
+    comp = _compile(args, target)
+    for note in comp.notes:
+        err.print(f"note: {note}", markup=False)
+    given = None
+    if args.inputs:
+        try:
+            given = load_npz(args.inputs)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+    try:
+        inputs, source = model_inputs(comp.graph, args.file, given)
+    except ValueError as e:
+        raise CliError(f"{args.file}: {e}") from None
+    results = Interpreter(comp.module).run(ir_inputs(comp.graph, inputs))
+    named = {v.name: r for v, r in zip(comp.graph.outputs, results, strict=True)}
+    table = Table(title=f"{args.file} (inputs: {source})")
+    for col in ("output", "shape", "min", "max", "mean"):
+        table.add_column(col)
+    for k, r in named.items():
+        table.add_row(k, "x".join(map(str, r.shape)), f"{r.min():.6g}", f"{r.max():.6g}",
+                      f"{r.mean():.6g}")
+    out.print(table)
+    code = EXIT_OK
+    if args.check:
+        which = oracle_name()
+        want = run_reference(args.file, inputs, which)
+        check = Table(title=f"check against {which} (rtol {args.rtol:g}, atol {args.atol:g})")
+        for col in ("output", "max abs error", "max rel error", "ok"):
+            check.add_column(col)
+        for name, (ae, re_, ok) in compare(named, want, args.rtol, args.atol).items():
+            check.add_row(name, f"{ae:.3g}", f"{re_:.3g}", "yes" if ok else "NO")
+            if not ok:
+                code = EXIT_FAIL
+        out.print(check)
+        if code:
+            err.print(f"{args.file}: outputs differ from the {which} reference", markup=False)
+    if args.out:
+        save_npz_atomic(args.out, named)
+        out.print(f"wrote {args.out}")
+    return code
+
+
+# ------------------------------------------------------------------ inspect, target
+def cmd_inspect(args: argparse.Namespace) -> int:
+    target = _target(args)
+    comp = _compile(args, target)
+    for note in comp.notes:
+        err.print(f"note: {note}", markup=False)
+    low = comp.lowered
+    table = Table(title=f"{args.file} on target {target.name} "
+                  f"({target.crossbar_rows}x{target.crossbar_cols} crossbars)")
+    for col in ("plan", "op", "inputs", "output", "crossbars", "lanes", "MVMs"):
+        table.add_column(col, justify="right" if col in ("crossbars", "lanes", "MVMs") else
+                         "left")
+    for s in low.stats:
+        op = s.kind + (f"+{s.fused}" if s.fused else "")
+        table.add_row(s.name, op, ", ".join("x".join(map(str, i)) for i in s.inputs),
+                      "x".join(map(str, s.output)), str(s.crossbars), str(s.lanes), str(s.mvms))
+    table.add_section()
+    table.add_row("total", "", "", "", str(low.crossbars), str(low.lanes), str(low.mvms))
+    out.print(table)
+    cap = target.crossbar_capacity
+    out.print(f"{low.crossbars} of {cap} crossbars ({target.num_cores} cores x "
+              f"{target.crossbars_per_core}); at least "
+              f"{-(-low.crossbars // target.crossbars_per_core)} cores hold the weights")
+    return EXIT_OK
+
+
+def cmd_target_show(args: argparse.Namespace) -> int:
+    try:
+        target = load_target(args.name)
+    except TargetError as e:
+        raise CliError(str(e)) from None
+    out.print(show_target(target))
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------ entry point
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -128,16 +250,53 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("-q", "--quiet", action="store_true", help="print nothing for valid files")
     v.set_defaults(func=cmd_verify)
 
-    i = sub.add_parser("interpret", help="run a Spatial IR program on numpy inputs",
-                       description="Run @main (or the first function) with the reference "
-                       "interpreter. Inputs are an .npz keyed by argument name (x or %%x) or "
-                       "position (0, arg0, arr_0).")
-    i.add_argument("file", metavar="FILE.spat")
+    i = sub.add_parser("interpret", help="run a .spat program or a lowered ONNX model",
+                       description="Run @main of a .spat file, or compile MODEL.onnx to graph "
+                       "IR and run that, with the reference interpreter. For .spat, inputs are "
+                       "an .npz keyed by argument name (x or %%x) or position (0, arg0, arr_0); "
+                       "for ONNX, keyed by graph input name (default: MODEL.npz beside the "
+                       "model, else seeded random inputs).")
+    i.add_argument("file", metavar="FILE.spat|MODEL.onnx")
     i.add_argument("--inputs", metavar="X.npz", help="input arrays")
-    i.add_argument("--weights", metavar="W.npz", help="data for spat.weight @symbols")
-    i.add_argument("--out", metavar="Y.npz", help="write results as result0, result1, ...")
+    i.add_argument("--weights", metavar="W.npz", help="data for spat.weight @symbols (.spat)")
+    i.add_argument("--out", metavar="Y.npz", help="write results (.spat: result0, ...; ONNX: "
+                   "keyed by graph output name)")
+    i.add_argument("--check", action="store_true", help="compare with the ONNX reference "
+                   "(onnxruntime if installed, else onnx.reference); exit 1 on mismatch")
+    i.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
+    i.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    _add_target(i)
+    _add_print_ir(i)
     i.set_defaults(func=cmd_interpret)
+
+    n = sub.add_parser("inspect", help="per-plan crossbars, lanes and MVMs of an ONNX model",
+                       description="Import and lower MODEL.onnx for the target and show, per "
+                       "plan, its op, shapes, crossbar tiles, lanes and MVMs, with totals: "
+                       "whether a model fits a target.")
+    n.add_argument("file", metavar="MODEL.onnx")
+    _add_target(n)
+    _add_print_ir(n)
+    n.set_defaults(func=cmd_inspect)
+
+    t = sub.add_parser("target", help="PIM target descriptions",
+                       description="Targets are TOML files overriding keys of the built-in "
+                       "'default' (PIMCOMP-NN / pimsim-nn: 8x8 mesh, 64 crossbars of 128x128 "
+                       "per core, 1 GHz).")
+    tsub = t.add_subparsers(dest="target_command", metavar="SUBCOMMAND", required=True)
+    ts = tsub.add_parser("show", help="print every key of a target with derived figures")
+    ts.add_argument("name", nargs="?", default="default", metavar="NAME|FILE.toml")
+    ts.set_defaults(func=cmd_target_show)
     return p
+
+
+def _add_target(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="default", metavar="default|FILE.toml",
+                   help="PIM target (default: the built-in 'default')")
+
+
+def _add_print_ir(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--print-ir-after", metavar="PASS|all", choices=[*PASSES, "all"],
+                   help=f"print the IR to stderr after a pass ({', '.join(PASSES)}) or all")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

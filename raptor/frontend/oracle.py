@@ -1,0 +1,61 @@
+"""The ONNX reference the compiled program is checked against.
+
+onnxruntime when installed (it is right where `onnx.reference` is not: BatchNormalization at
+opsets 9-14, Softmax below 13), else `onnx.reference.ReferenceEvaluator`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+
+def oracle_name() -> str:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return "onnx.reference"
+    return "onnxruntime"
+
+
+def run_reference(model: str | Path | onnx.ModelProto, inputs: Mapping[str, np.ndarray],
+                  oracle: str | None = None) -> dict[str, np.ndarray]:
+    """Outputs of the ONNX model keyed by graph output name."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+    which = oracle or oracle_name()
+    feeds = {k: np.asarray(v) for k, v in inputs.items()}
+    names = [o.name for o in proto.graph.output]
+    if which == "onnxruntime":
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(proto.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+        outs = sess.run(names, feeds)
+    else:
+        from onnx.reference import ReferenceEvaluator
+
+        outs = ReferenceEvaluator(proto).run(names, feeds)
+    return {n: np.asarray(o) for n, o in zip(names, outs, strict=True)}
+
+
+def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], rtol: float,
+            atol: float) -> dict[str, tuple[float, float, bool]]:
+    """Per output: (max abs error, max rel error, within rtol/atol)."""
+    res = {}
+    for name, w in want.items():
+        g = np.asarray(got[name], dtype=np.float64)
+        w64 = np.asarray(w, dtype=np.float64)
+        if g.shape != w64.shape:
+            res[name] = (float("inf"), float("inf"), False)
+            continue
+        diff = np.abs(g - w64)
+        abs_err = float(diff.max()) if diff.size else 0.0
+        rel_err = float((diff / np.maximum(np.abs(w64), 1e-12)).max()) if diff.size else 0.0
+        res[name] = (abs_err, rel_err, bool(np.allclose(g, w64, rtol=rtol, atol=atol)))
+    return res
