@@ -34,7 +34,8 @@ def model(
     )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     proto.ir_version = 8
-    return proto
+    # Exporters always declare output types; inference fills the ones given as None.
+    return onnx.shape_inference.infer_shapes(proto)
 
 
 def run_ort(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

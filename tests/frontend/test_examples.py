@@ -1,0 +1,67 @@
+"""The committed example models import to the expected plans and match onnxruntime."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from .util import check_against_ort, kinds
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+EXPECTED_KINDS = {
+    "mlp": ["gemm", "relu", "gemm", "relu", "gemm"],
+    "lenet": [
+        *["conv", "relu", "maxpool"] * 2,
+        *["flatten", "gemm", "relu", "gemm", "relu", "gemm"],
+    ],
+    # Both BatchNormalizations fold into their convolutions.
+    "resnet_block": ["conv", "relu", "conv", "add", "relu"],
+    "mobilenet_block": ["conv", "clip", "conv", "clip", "conv", "add"],
+    # x * Sigmoid(x) in either operand order becomes one silu.
+    "yolo_neck": [
+        *["conv", "silu", "maxpool", "maxpool", "maxpool", "concat", "conv", "silu"],
+        *["resize_nearest", "concat", "conv", "silu"],
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_KINDS))
+def test_example_matches_onnxruntime(name: str) -> None:
+    proto = onnx.load(EXAMPLES / f"{name}.onnx")
+    feeds = dict(np.load(EXAMPLES / f"{name}.npz"))
+    assert set(feeds) == {value.name for value in proto.graph.input}
+    graph = check_against_ort(proto, feeds, rtol=1e-4, atol=1e-5)
+    assert kinds(graph) == EXPECTED_KINDS[name]
+
+
+def test_mobilenet_depthwise_keeps_groups() -> None:
+    graph = check_against_ort(
+        onnx.load(EXAMPLES / "mobilenet_block.onnx"),
+        dict(np.load(EXAMPLES / "mobilenet_block.npz")),
+    )
+    depthwise = graph.plans[2]
+    assert depthwise.attrs["group"] == 64 and depthwise.weights["weight"].shape == (64, 1, 3, 3)
+    assert graph.plans[1].attrs == {"min": 0.0, "max": 6.0}
+
+
+def test_builder_is_deterministic() -> None:
+    """Rebuilding gives the committed weights (fixed seeds), so the files are current."""
+    spec = importlib.util.spec_from_file_location("build_examples", EXAMPLES / "build_examples.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name, build in module.EXAMPLES.items():
+        committed = onnx.load(EXAMPLES / f"{name}.onnx")
+        rebuilt = build()
+        assert [n.op_type for n in rebuilt.graph.node] == [n.op_type for n in committed.graph.node]
+        for ours, theirs in zip(
+            rebuilt.graph.initializer, committed.graph.initializer, strict=True
+        ):
+            np.testing.assert_array_equal(
+                onnx.numpy_helper.to_array(ours), onnx.numpy_helper.to_array(theirs)
+            )
