@@ -259,11 +259,13 @@ def _run(graph: ComputeGraph, target: Target, mesh: Mesh, tiles: _Tiles, lookahe
         oct_table = static_oct(graph, mesh, _eligibility(tiles, pinned, cap))
     nres = resident.sum(axis=1).astype(np.int64)
     # Tiles not yet resident anywhere; replicas may only use room beyond what they need.
-    homed: BoolArray = resident.any(axis=0)
+    homed: BoolArray = resident.sum(axis=0) > 0
     unhomed = int(tiles.count - homed.sum())
-    # Replicas (tiles already resident elsewhere) must leave room for every tile still
-    # without a home, plus a margin against fragmentation of multi-tile sets.
-    margin = P * (max((len(k) for k in tiles.key), default=1) - 1)
+    # Replicas (tiles already resident elsewhere) must leave room for the tiles that still
+    # have no home: enough free slots in total, and one core with room for the largest tile
+    # set that still has an unhomed tile (cheap guards; the packing fallback covers the rest).
+    pending = sorted({k for k in tiles.key if k}, key=len, reverse=True)
+    pending_pos = 0
     finite = oct_table < INF
     rank = np.where(finite, oct_table, 0).sum(axis=1) // np.maximum(finite.sum(axis=1), 1)
     topo_pos = np.empty(n, dtype=np.int64)
@@ -299,9 +301,15 @@ def _run(graph: ComputeGraph, target: Target, mesh: Mesh, tiles: _Tiles, lookahe
         if len(idx):
             need = need_on(idx)
             first = int((~homed[idx]).sum())
-            free_after = int(room.sum()) - need
+            while pending_pos < len(pending) and homed[list(pending[pending_pos])].all():
+                pending_pos += 1
+            largest = len(pending[pending_pos]) if pending_pos < len(pending) else 0
+            top = np.sort(room)[-2:] if P > 1 else np.array([0, room[0]])
+            best_other = np.where(room == top[-1], top[0], top[-1])
             feasible = (need <= room) & (
-                (need == first) | (free_after - (unhomed - first) >= margin)
+                (need == first)
+                | ((int(room.sum()) - need >= unhomed - first)
+                   & (np.maximum(room - need, best_other) >= largest))
             )
             if not feasible.any():
                 raise _NoRoom(t)
