@@ -65,3 +65,26 @@ def test_builder_is_deterministic() -> None:
             np.testing.assert_array_equal(
                 onnx.numpy_helper.to_array(ours), onnx.numpy_helper.to_array(theirs)
             )
+
+
+TORCH_KINDS = {
+    # TorchScript: torch.chunk becomes Shape/Gather/Div/Slice arithmetic, folded to two slices.
+    "torch_cnn_torchscript": [
+        *["conv", "relu", "slice", "slice", "conv", "conv", "silu", "resize_nearest"],
+        *["concat", "maxpool", "global_avgpool", "flatten", "gemm"],
+    ],
+    # Dynamo: Split on channels, ReduceMean over H,W and Reshape instead of Flatten.
+    "torch_cnn_dynamo": [
+        *["conv", "relu", "split", "conv", "conv", "silu", "resize_nearest"],
+        *["concat", "maxpool", "global_avgpool", "reshape", "gemm"],
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_KINDS))
+def test_torch_exports_match_onnxruntime(name: str) -> None:
+    """Files written by examples/export_torch.py (committed, so torch is not needed here)."""
+    proto = onnx.load(EXAMPLES / f"{name}.onnx")
+    graph = check_against_ort(proto, dict(np.load(EXAMPLES / "torch_cnn.npz")))
+    assert kinds(graph) == TORCH_KINDS[name]
+    assert graph.notes == ["batch dimension 'batch' of input 'x' bound to 1"]
