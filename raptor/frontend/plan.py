@@ -86,6 +86,7 @@ class KindSpec:
     weights: frozenset[str] = frozenset()
     optional_weights: frozenset[str] = frozenset()
     single_output: bool = True
+    operand_weight: str | None = None  # present exactly when the plan has one input
 
 
 def _spec(
@@ -94,6 +95,7 @@ def _spec(
     weights: str = "",
     optional: str = "",
     single_output: bool = True,
+    operand_weight: str | None = None,
 ) -> KindSpec:
     return KindSpec(
         inputs,
@@ -101,11 +103,12 @@ def _spec(
         frozenset(weights.split()),
         frozenset(optional.split()),
         single_output,
+        operand_weight,
     )
 
 
 _POOL = "kernel strides pads dilations ceil_mode"
-_BINARY = _spec((1, 2), optional="operand")
+_BINARY = _spec((1, 2), optional="operand", operand_weight="operand")
 
 KINDS: dict[str, KindSpec] = {
     "conv": _spec(attrs="strides pads dilations group", weights="weight", optional="bias"),
@@ -113,7 +116,7 @@ KINDS: dict[str, KindSpec] = {
         attrs="strides pads dilations group output_padding", weights="weight", optional="bias"
     ),
     "gemm": _spec(weights="weight", optional="bias"),
-    "matmul": _spec((1, 2), optional="weight"),
+    "matmul": _spec((1, 2), optional="weight", operand_weight="weight"),
     "relu": _spec(),
     "leaky_relu": _spec(attrs="alpha"),
     "prelu": _spec(weights="slope"),
@@ -187,6 +190,10 @@ class PlanGraph:
                     f"{where}: missing attrs {sorted(missing_attrs)}, missing weights "
                     f"{sorted(missing_weights)}, unexpected weights {sorted(extra_weights)}"
                 )
+            if spec.operand_weight is not None and (len(plan.inputs) == 1) != (
+                spec.operand_weight in plan.weights
+            ):
+                raise ValueError(f"{where}: weight {spec.operand_weight!r} iff one input")
             for name in plan.inputs:
                 if name not in defined:
                     raise ValueError(f"{where}: input {name!r} is not defined before use")

@@ -289,6 +289,40 @@ def test_legacy_upsample_and_resize_match_onnxruntime(opset: int) -> None:
     assert graph.plans[0].attrs["sizes"] == [6, 12]
 
 
+@pytest.mark.parametrize(
+    ("opset", "mode", "rounding"),
+    [
+        (11, "asymmetric", "floor"),
+        (13, "half_pixel", "round_prefer_ceil"),
+        (13, "align_corners", "ceil"),
+    ],
+)
+def test_resize_with_sizes_matches_onnxruntime(opset: int, mode: str, rounding: str) -> None:
+    consts = {
+        "roi": np.zeros(0, np.float32),
+        "scales": np.zeros(0, np.float32),
+        "sizes": np.array([1, 2, 7, 5], np.int64),
+    }
+    proto = model(
+        [
+            node(
+                "Resize",
+                ["x", "roi", "scales", "sizes"],
+                ["y"],
+                mode="nearest",
+                coordinate_transformation_mode=mode,
+                nearest_mode=rounding,
+            )
+        ],
+        {"x": [1, 2, 3, 4]},
+        {"y": None},
+        consts,
+        opset=opset,
+    )
+    graph = check_against_ort(proto, {"x": rand(1, 2, 3, 4)})
+    assert graph.plans[0].attrs["sizes"] == [7, 5]
+
+
 def test_softmax_before_opset_13_flattens_trailing_axes() -> None:
     proto = model([node("Softmax", ["x"], ["y"], axis=1)], {"x": [2, 3, 4]}, {"y": None}, opset=11)
     graph = check_against_ort(proto, {"x": rand(2, 3, 4)})
