@@ -91,6 +91,8 @@ class _Builder(Transformer[Token, Any]):
         super().__init__()
         self.filename = filename
         self.scopes: list[dict[str, Value]] = [{}]
+        self.closed: dict[str, Value] = {}
+        self.on_core: dict[str, int] = {}
 
     # ---- names and scopes ------------------------------------------------
     def loc(self, tok: Token) -> Location:
@@ -110,6 +112,9 @@ class _Builder(Transformer[Token, Any]):
         for scope in reversed(self.scopes):
             if name in scope:
                 return scope[name]
+        if name in self.on_core:
+            raise _Semantic(tok, "SCH-3", f"%{name} is defined on core {self.on_core[name]} and "
+                            "not visible here; cross-core values need spat.channel_send/receive")
         raise _Semantic(tok, "SSA-1", f"use of undefined value %{name}")
 
     def check(self, use: tuple[Value, Token], t: Type) -> Value:
@@ -121,12 +126,18 @@ class _Builder(Transformer[Token, Any]):
     # ---- structure -------------------------------------------------------
     def func_kw(self, _: list[Any]) -> None:
         self.scopes.append({})
+        self.on_core = {}
 
     def lbrace(self, _: list[Any]) -> None:
         self.scopes.append({})
 
     def rbrace(self, _: list[Any]) -> None:
-        self.scopes.pop()
+        self.closed = self.scopes.pop()
+
+    def _core_values(self, cores: tuple[int, ...]) -> None:
+        """Remember what a core program defined, to name cross-core uses (SCH-3)."""
+        for name in self.closed:
+            self.on_core[name] = cores[0]
 
     def start(self, funcs: list[FuncOp]) -> list[FuncOp]:
         return funcs
@@ -318,8 +329,10 @@ class _Builder(Transformer[Token, Any]):
             if of is None:
                 entry.source = 0 if len(sources) == 1 else len(sources)
             else:
-                entry.source = next((i for i, s in enumerate(sources) if s is of[0]),
-                                    len(sources))
+                entry.source = next((i for i, s in enumerate(sources) if s is of[0]), -1)
+                if entry.source < 0:
+                    raise _Semantic(of[1], "BP-1", f"slot {entry.slot} names %{of[0].name}, "
+                                    "which is not an operand of this blueprint")
             entries.append(entry)
         op = BlueprintOp(sources, Value(c[3]), entries, str(c[4]), str(c[5]))
         return self._pending(op, c[0], [c[3]])
@@ -441,9 +454,11 @@ class _Builder(Transformer[Token, Any]):
         return self._located(StoreOp(val, buf, c[3], _ints(c[4]), _ints(c[5])), c[0])
 
     def core_op(self, c: list[Any]) -> Operation:
+        self._core_values((int(c[1]),))
         return self._located(CoreOp(int(c[1]), c[2]), c[0])
 
     def core_batch_op(self, c: list[Any]) -> Operation:
+        self._core_values(_ints(c[1]))
         return self._located(CoreBatchOp(_ints(c[1]), c[2]), c[0])
 
 
@@ -494,7 +509,7 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
     lark, builder = _parser()
-    builder.filename, builder.scopes = filename, [{}]
+    builder.filename, builder.scopes, builder.on_core = filename, [{}], {}
     try:
         funcs: list[FuncOp] = lark.parse(text)  # type: ignore[assignment]
     except VisitError as e:

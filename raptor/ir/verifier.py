@@ -109,8 +109,8 @@ def _check_result(op: GraphComputeBatchOp, r: int, rt: object,
     pub = pubs[0] if pubs else None
     frag = pub.source.type if pub is not None else None
     if isinstance(frag, TensorType) and rt.rank != frag.rank + 1:
-        rep.add(op, "GCB-2", f"result {r} has rank {rt.rank} but its fragment {frag} has "
-                f"rank {frag.rank}: a graph batch result is N x fragment")
+        rep.add(op, "GCB-2", f"result {r} {rt} has rank {rt.rank} but must have rank "
+                f"{frag.rank + 1}: a graph batch result is N x fragment and the fragment is {frag}")
     if rt.shape[0] != n:
         rep.add(op, "GCB-3", f"result {r} dimension 0 is {rt.shape[0]} but the batch has "
                 f"{n} lanes")

@@ -204,16 +204,7 @@ def test_graph_ops_numerics() -> None:
 
 
 # ------------------------------------------------------------------ scheduled IR exclusion
-SCHEDULED_BATCH = """\
-func.func @main(%x: tensor<16x4xf32>) -> tensor<16x2xf32> {
-  %o = spat.scheduled_compute_batch lanes(2) ins(%x : tensor<16x4xf32>) -> tensor<16x2xf32> {
-  ^bb0(%lane: index, %in: tensor<16x4xf32>, %out: tensor<16x2xf32>):
-    %c = tensor.extract_slice %in[0, 2*%lane] [16, 1] [1, 1] : tensor<16x4xf32> to tensor<16x1xf32>
-    spat.parallel_insert_slice %c into %out[0, %lane] [16, 1] [1, 1] : tensor<16x1xf32> into tensor<16x2xf32>
-  }
-  return %o : tensor<16x2xf32>
-}
-"""
+SCHEDULED_BATCH = program_text(GOLDEN / "scheduled_batch_layout.spat")
 
 
 def test_scheduled_batch_is_not_checked_against_the_graph_invariant() -> None:
