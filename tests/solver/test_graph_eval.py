@@ -1,0 +1,107 @@
+"""ComputeGraph construction, evaluation, bounds, the validator, result JSON and Gantt SVG."""
+
+from __future__ import annotations
+
+import pytest
+
+from raptor.solver import (
+    ComputeGraph,
+    GraphError,
+    MergeScheduleResult,
+    evaluate_schedule,
+    gantt_svg,
+    lower_bounds,
+    validate_schedule,
+)
+from raptor.target import Target
+
+LINE = Target(mesh_rows=1, mesh_cols=3, crossbars_per_core=2)
+
+
+def diamond() -> ComputeGraph:
+    g = ComputeGraph()
+    a = g.add_task("a", 10, {1})
+    b = g.add_task("b", 20, {2}, batch=0, lane=0)
+    c = g.add_task("c", 20, {2}, batch=0, lane=1)
+    d = g.add_task("d", 5)
+    g.add_edge(a, b, 8)
+    g.add_edge(a, c, 8)
+    g.add_edge(b, d, 16)
+    g.add_edge(c, d, 16)
+    return g.freeze()
+
+
+def test_cycle_is_reported_with_names() -> None:
+    g = ComputeGraph()
+    for name in "xyz":
+        g.add_task(name, 1)
+    g.add_edge(0, 1)
+    g.add_edge(1, 2)
+    g.add_edge(2, 1)
+    cycle = r"dependency cycle: (1:y -> 2:z -> 1:y|2:z -> 1:y -> 2:z)"
+    with pytest.raises(GraphError, match=cycle):
+        g.freeze()
+
+
+def test_bad_edges_and_merging() -> None:
+    g = ComputeGraph()
+    g.add_task("a", 1)
+    g.add_task("b", 1)
+    with pytest.raises(GraphError, match="self loop"):
+        g.add_edge(0, 0)
+    with pytest.raises(GraphError, match="outside"):
+        g.add_edge(0, 5)
+    g.add_edge(0, 1, 3)
+    g.add_edge(0, 1, 4)
+    g.freeze()
+    assert [(e.src, e.dst, e.bytes) for e in g.edges] == [(0, 1, 7)]
+    assert g.topo_order == [0, 1]
+
+
+def test_evaluation_and_bounds() -> None:
+    g = diamond()
+    lb = lower_bounds(g, LINE)
+    assert (lb.critical_path_ns, lb.work_per_core_ns, lb.min_cores) == (35, 19, 1)
+    r = MergeScheduleResult.build(g, LINE, [0, 0, 1, 0], [0, 10, 14, 40], solver="hand",
+                                  status="HEURISTIC")
+    assert validate_schedule(g, LINE, r) == []
+    ev = evaluate_schedule(g, LINE, r)
+    # a -> c crosses one hop (2 + 2 ns), c -> d crosses back with 2 flits (2 + 4 ns).
+    assert ev.transfer_work_ns == 4 + 6
+    assert ev.completion_ns == 45 and r.makespan_ns == 45
+    assert ev.per_core_work_ns[:2] == [35, 20] and ev.crossbars_used == 3
+    assert r.core_tasks[0] == [0, 1, 3] and r.last_task[:3] == [3, 2, -1]
+    assert [c.tasks for c in r.equivalence_classes] == [[0], [1], [3], [2]]
+
+
+def test_validator_finds_each_violation() -> None:
+    g = diamond()
+    bad_transfer = MergeScheduleResult.build(g, LINE, [0, 0, 1, 0], [0, 10, 10, 36],
+                                             solver="hand", status="x")
+    assert any("edge 0 -> 2" in e for e in validate_schedule(g, LINE, bad_transfer))
+    overlap = MergeScheduleResult.build(g, LINE, [0, 0, 0, 0], [0, 10, 20, 40], solver="hand",
+                                        status="x")
+    assert any("before task" in e for e in validate_schedule(g, LINE, overlap))
+    tight = Target(mesh_rows=1, mesh_cols=3, crossbars_per_core=1)
+    r = MergeScheduleResult.build(g, tight, [0, 0, 0, 0], [0, 10, 30, 50], solver="hand",
+                                  status="x")
+    assert any("capacity 1" in e for e in validate_schedule(g, tight, r))
+    r.core_tasks[1].append(1)
+    assert any("placed 2 times" in e for e in validate_schedule(g, tight, r))
+
+
+def test_json_round_trip_and_batch_runs() -> None:
+    g = diamond()
+    r = MergeScheduleResult.build(g, LINE, [0, 0, 0, 0], [0, 10, 30, 50], solver="hand",
+                                  status="HEURISTIC", bound_ns=35)
+    assert [c.tasks for c in r.equivalence_classes] == [[0], [1, 2], [3]]
+    back = MergeScheduleResult.from_json(r.to_json())
+    assert back == r
+
+
+def test_gantt_is_standalone_svg() -> None:
+    g = diamond()
+    r = MergeScheduleResult.build(g, LINE, [0, 0, 1, 0], [0, 10, 14, 40], solver="hand",
+                                  status="HEURISTIC")
+    svg = gantt_svg(g, r, transfers=True)
+    assert svg.startswith("<svg") and svg.count("<rect") == 4 and svg.count("<line") == 2
