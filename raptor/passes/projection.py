@@ -1,0 +1,278 @@
+"""The publication map: which producer fragments each graph instance reads.
+
+Every lane of a graph batch and every graph compute is an *instance*. For each instance and
+each of its inputs this computes the logical box the instance reads (the union of its slices
+of that input, lane substituted) and the *pieces* that cover it: physical fragments (producer
+instance, result, slot) with the logical region each fills. Blueprint families are projected
+analytically (slot ranges per dimension), so the cost is linear in the entries. A read that is
+not a slice keeps the whole producer value (the conservative, complete dependency).
+
+The scheduler's dependencies and transfer bytes (solver) and the materialized receives
+(MergeComputeNodes) both come from here, so they agree by construction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from raptor.ir.core import Affine, Operation, Value
+from raptor.ir.ops import (
+    BlueprintOp,
+    ComputeOp,
+    ExtractSliceOp,
+    FuncOp,
+    GraphComputeBatchOp,
+    GraphComputeOp,
+    MaterializeLayoutOp,
+    ParallelInsertSliceOp,
+    WeightOp,
+)
+from raptor.ir.types import TensorType
+
+
+class ProjectionError(Exception):
+    """Malformed publication metadata: graph construction fails with this message."""
+
+
+@dataclass(frozen=True)
+class Box:
+    """Half-open logical box `[lo_d, hi_d)` per dimension."""
+
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+
+    @staticmethod
+    def whole(shape: tuple[int, ...]) -> Box:
+        return Box((0,) * len(shape), shape)
+
+    def union(self, other: Box) -> Box:
+        return Box(tuple(map(min, self.lo, other.lo)), tuple(map(max, self.hi, other.hi)))
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(h - lo for lo, h in zip(self.lo, self.hi, strict=True))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Fragment `slot` of result `result` of `producer` fills `offsets/sizes/strides` of the
+    consumer-visible logical tensor."""
+
+    producer: int
+    result: int
+    slot: int
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    fragment: TensorType
+
+    @property
+    def box(self) -> Box:
+        hi = tuple(o + (s - 1) * st + 1 if s else o
+                   for o, s, st in zip(self.offsets, self.sizes, self.strides, strict=True))
+        return Box(self.offsets, hi)
+
+
+@dataclass
+class InputUse:
+    """How an instance reads input `index` of its op."""
+
+    index: int
+    kind: str  # "arg" (function argument), "weight", "placed" (fragments of instances)
+    value: Value
+    box: Box
+    pieces: list[Piece] = field(default_factory=list)
+
+
+@dataclass
+class Instance:
+    id: int
+    op: ComputeOp
+    lane: int | None
+    name: str
+    batch: int
+    uses: list[InputUse] = field(default_factory=list)
+
+
+@dataclass
+class _Entry:
+    """A placement family: slots lo..hi of physical value → region affine in the slot."""
+
+    source: Value
+    lo: int
+    hi: int
+    offsets: tuple[Affine, ...]
+    var: Value | None
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+def _t(v: Value) -> TensorType:
+    t = v.type
+    if not isinstance(t, TensorType) or not t.is_static:
+        raise ProjectionError(f"%{v.name} must be a static tensor, got {t}")
+    return t
+
+
+class Projection:
+    """Instances of a canonical graph function and the pieces each one reads."""
+
+    def __init__(self, func: FuncOp) -> None:
+        self.func = func
+        self.instances: list[Instance] = []
+        self.first: dict[ComputeOp, int] = {}
+        self.lane_of_slot: dict[Value, tuple[GraphComputeBatchOp, int, dict[int, int]]] = {}
+        self.placement: dict[Value, list[_Entry]] = {}
+        self.producer_of: dict[Value, tuple[ComputeOp, int]] = {}
+        batch_ids = 0
+        for op in func.body.ops:
+            if isinstance(op, GraphComputeBatchOp):
+                if op.assembly:
+                    raise ProjectionError(f"{op.where()}: logical-assembly batch reached "
+                                          "scheduling; canonicalize first")
+                self.first[op] = len(self.instances)
+                for lane in range(op.lanes):
+                    self.instances.append(Instance(len(self.instances), op, lane,
+                                                   f"b{batch_ids}.l{lane}", batch_ids))
+                self._publications(op)
+                batch_ids += 1
+            elif isinstance(op, GraphComputeOp):
+                self.first[op] = len(self.instances)
+                self.instances.append(Instance(len(self.instances), op, None,
+                                               f"c{len(self.instances)}", -1))
+                for r, res in enumerate(op.outs):
+                    self.producer_of[res] = (op, r)
+            elif isinstance(op, BlueprintOp):
+                self.placement[op.result] = [
+                    _Entry(op.sources[e.source], e.slots().start, e.slots().stop, e.offsets,
+                           e.var, e.sizes, e.strides) for e in op.entries]
+        for inst in self.instances:
+            inst.uses = self._uses(inst)
+
+    # -------------------------------------------------------------- producers
+    def _publications(self, op: GraphComputeBatchOp) -> None:
+        for r, (res, out) in enumerate(zip(op.outs, op.out_args, strict=True)):
+            pubs = [p for p in op.body.ops if isinstance(p, ParallelInsertSliceOp)
+                    and p.dest is out]
+            if len(pubs) != 1 or not pubs[0].offsets:
+                raise ProjectionError(f"{op.where()}: result {r} needs exactly one publication")
+            slot = pubs[0].offsets[0]
+            if any(v is not op.lane for v in slot.vars()):
+                raise ProjectionError(f"{pubs[0].where()}: publication slot is not affine in "
+                                      "the lane")
+            lanes = {slot.substitute(op.lane, lane).const: lane for lane in range(op.lanes)}
+            if sorted(lanes) != list(range(op.lanes)):
+                raise ProjectionError(f"{pubs[0].where()}: publication slots are not a "
+                                      f"permutation of 0..{op.lanes - 1}")
+            self.lane_of_slot[res] = (op, r, lanes)
+            self.producer_of[res] = (op, r)
+
+    def _entries(self, v: Value) -> list[_Entry] | None:
+        """Placement families of a value, or None when it is opaque (no fragment map)."""
+        owner = v.owner
+        if isinstance(owner, MaterializeLayoutOp):
+            return self._entries(owner.source)
+        if v in self.placement:
+            return self.placement[v]
+        if v in self.lane_of_slot:  # a physical batch consumed directly: slot s is [s, 0...]
+            t = _t(v)
+            var = Value(v.type, "s")
+            offs = (Affine(0, ((1, var),)),) + (Affine(0),) * (t.rank - 1)
+            return [_Entry(v, 0, t.static_shape[0], offs, var, (1, *t.static_shape[1:]),
+                           (1,) * t.rank)]
+        if v in self.producer_of:  # a graph compute result: one piece, the whole value
+            t = _t(v)
+            return [_Entry(v, 0, 1, (Affine(0),) * t.rank, None, t.static_shape,
+                           (1,) * t.rank)]
+        return None
+
+    # -------------------------------------------------------------- consumers
+    def _uses(self, inst: Instance) -> list[InputUse]:
+        op = inst.op
+        args = op.body.args[1:1 + len(op.inputs)] if isinstance(op, GraphComputeBatchOp) \
+            else op.body.args[:len(op.inputs)]
+        lane_env = {op.body.args[0]: inst.lane} if inst.lane is not None else {}
+        uses = []
+        for i, (v, arg) in enumerate(zip(op.inputs, args, strict=True)):
+            t = _t(v)
+            box = _read_box(op, arg, t.static_shape, lane_env)
+            if isinstance(v.owner, WeightOp):
+                uses.append(InputUse(i, "weight", v, Box.whole(t.static_shape)))
+                continue
+            if v in self.func.args:
+                uses.append(InputUse(i, "arg", v, box))
+                continue
+            entries = self._entries(v)
+            if entries is None:
+                raise ProjectionError(f"{op.where()}: input {i} (%{v.name}) has no producer "
+                                      "the scheduler can map")
+            pieces = self._pieces(entries, box)
+            for p in pieces:
+                box = box.union(p.box)
+            uses.append(InputUse(i, "placed", v, box, pieces))
+        return uses
+
+    def _pieces(self, entries: list[_Entry], box: Box) -> list[Piece]:
+        pieces = []
+        for e in entries:
+            lo, hi = e.lo, e.hi
+            for d, o in enumerate(e.offsets):
+                ext = (e.sizes[d] - 1) * e.strides[d] + 1 if e.sizes[d] else 0
+                k = o.coef(e.var) if e.var is not None else 0
+                c = o.const
+                # region along d at slot s: [c + k*s, c + k*s + ext) must meet [blo, bhi)
+                blo, bhi = box.lo[d], box.hi[d]
+                if k == 0:
+                    if not (c < bhi and c + ext > blo):
+                        hi = lo
+                    continue
+                a = (blo - ext - c) / k
+                b = (bhi - c) / k
+                s_lo, s_hi = (a, b) if k > 0 else (b, a)
+                lo = max(lo, math.floor(s_lo) + 1)
+                hi = min(hi, math.ceil(s_hi))
+            for s in range(lo, hi):
+                pieces.append(self._piece(e, s))
+        return pieces
+
+    def _piece(self, e: _Entry, s: int) -> Piece:
+        offs = tuple(o.substitute(e.var, s).const if e.var is not None else o.const
+                     for o in e.offsets)
+        src = e.source
+        if src in self.lane_of_slot:
+            op, r, lanes = self.lane_of_slot[src]
+            producer = self.first[op] + lanes[s]
+            frag = TensorType(_t(src).static_shape[1:], _t(src).dtype)
+        else:
+            cop, r = self.producer_of[src]
+            producer = self.first[cop]
+            frag = _t(src)
+        return Piece(producer, r, s, offs, e.sizes, e.strides, frag)
+
+
+def _read_box(op: ComputeOp, arg: Value, shape: tuple[int, ...],
+              lane_env: dict[Value, int | None]) -> Box:
+    """Union of the slices of `arg` in the body; the whole tensor for any other use."""
+    box: Box | None = None
+    for inner in op.body.walk():
+        if inner is op:
+            continue
+        if arg not in inner.operands():
+            continue
+        if not isinstance(inner, ExtractSliceOp) or inner.source is not arg:
+            return Box.whole(shape)
+        env = {k: v for k, v in lane_env.items() if v is not None}
+        try:
+            offs = [o.evaluate(env) for o in inner.offsets]
+        except KeyError:
+            return Box.whole(shape)
+        hi = tuple(o + (s - 1) * st + 1 if s else o
+                   for o, s, st in zip(offs, inner.sizes, inner.strides, strict=True))
+        b = Box(tuple(offs), hi)
+        box = b if box is None else box.union(b)
+    return box or Box((0,) * len(shape), (0,) * len(shape))
+
+
+def is_compute(op: Operation) -> bool:
+    return isinstance(op, GraphComputeOp | GraphComputeBatchOp)

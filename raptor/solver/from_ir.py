@@ -1,0 +1,100 @@
+"""Canonical graph IR → ComputeGraph: one task per graph instance, edges from the
+publication map (`raptor.passes.projection`), costs from `raptor.solver.costs`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raptor.ir.core import Value
+from raptor.ir.ops import FuncOp, MvmOp, ReturnOp, WeightOp
+from raptor.ir.types import TensorType
+from raptor.passes.projection import Box, Piece, Projection
+from raptor.solver.costs import block_cost_ns, block_mvms, shared_read_ns, shared_write_ns
+from raptor.solver.graph import ComputeGraph
+from raptor.target import Target
+
+
+@dataclass
+class GraphBuild:
+    """The ComputeGraph with what materialization needs to map tasks back to IR."""
+
+    graph: ComputeGraph
+    projection: Projection
+    tiles: dict[str, int]
+    outputs: list[list[Piece]] = field(default_factory=list)
+    mvms: int = 0
+
+
+def _bytes(t: TensorType) -> int:
+    return t.nbytes
+
+
+def _box_bytes(box: Box, v: Value) -> int:
+    t = v.type
+    assert isinstance(t, TensorType)
+    n = 1
+    for s in box.sizes:
+        n *= s
+    return n * t.itemsize
+
+
+def output_pieces(proj: Projection, func: FuncOp) -> list[list[Piece]]:
+    """For each function result, the fragments that make it up (whole-tensor box)."""
+    ret = func.body.ops[-1]
+    assert isinstance(ret, ReturnOp)
+    outs = []
+    for v in ret.values:
+        entries = proj._entries(v)  # noqa: SLF001 - the projection's own placement map
+        t = v.type
+        assert isinstance(t, TensorType)
+        if entries is None:
+            raise ValueError(f"function result %{v.name} is not produced by a graph instance")
+        outs.append(proj._pieces(entries, Box.whole(t.static_shape)))  # noqa: SLF001
+    return outs
+
+
+def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
+    proj = Projection(func)
+    tiles: dict[str, int] = {}
+    graph = ComputeGraph()
+    outputs = output_pieces(proj, func)
+    store_ns: dict[int, int] = {}
+    for pieces in outputs:
+        for p in pieces:
+            store_ns[p.producer] = store_ns.get(p.producer, 0) + \
+                shared_write_ns(target, _bytes(p.fragment))
+    mvms = 0
+    for inst in proj.instances:
+        op = inst.op
+        body_cost = block_cost_ns(op.body, target)
+        mvms += block_mvms(op.body)
+        cost = body_cost + store_ns.get(inst.id, 0)
+        weights: set[int] = set()
+        args = op.body.args[1:] if inst.lane is not None else op.body.args
+        mvm_weights = {o.weight for o in op.body.walk() if isinstance(o, MvmOp)}
+        for use in inst.uses:
+            if use.kind == "arg":
+                if all(use.box.sizes):
+                    cost += shared_read_ns(target, _box_bytes(use.box, use.value))
+            elif use.kind == "placed":
+                cost += sum(target.local_copy_ns(_bytes(p.fragment)) for p in use.pieces)
+            elif use.kind == "weight" and args[use.index] in mvm_weights:
+                owner = use.value.owner
+                assert isinstance(owner, WeightOp)
+                weights.add(tiles.setdefault(owner.symbol, len(tiles)))
+        graph.add_task(inst.name, cost, weights=frozenset(weights), batch=inst.batch,
+                       lane=inst.lane or 0)
+    for inst in proj.instances:
+        seen: dict[tuple[int, int], int] = {}
+        for use in inst.uses:
+            for p in use.pieces:
+                key = (p.producer, p.result * 1_000_003 + p.slot)
+                if p.producer != inst.id and key not in seen:
+                    seen[key] = _bytes(p.fragment)
+        per_producer: dict[int, int] = {}
+        for (u, _), nbytes in seen.items():
+            per_producer[u] = per_producer.get(u, 0) + nbytes
+        for u, nbytes in sorted(per_producer.items()):
+            graph.add_edge(u, inst.id, nbytes)
+    graph.freeze()
+    return GraphBuild(graph, proj, tiles, outputs, mvms)
