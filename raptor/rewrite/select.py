@@ -6,7 +6,8 @@ Three selectors choose one alternative per plan:
   `spat.materialize_layout` per (value, target layout), shared by every consumer that needs
   the value in that layout; function results must have their `ReturnLayout`.
 * `iterative`: the spec's local search (start at alternative 0, strictly cheaper replaces,
-  ties keep, alternating forward/reverse rounds, at most 2 × plans + 1 rounds).
+  ties keep, alternating forward/reverse rounds, at most 2 × plans + 1 rounds). A candidate
+  is scored by its intrinsic cost plus the materializations of its operands and its result.
 * `disabled`: alternative 0 everywhere (`--disable-spatial-planning`); materializations
   are still computed.
 """
@@ -35,7 +36,12 @@ from raptor.rewrite.layout import (
 
 @dataclass(frozen=True)
 class Materialization:
-    """One `spat.materialize_layout` of a value into another layout."""
+    """One `spat.materialize_layout` of a value into another layout.
+
+    `value` is the producer plan's id, or an external value id (then `producer` is None);
+    `consumers` are the (plan, operand index) uses that read the materialized value;
+    `returned` says the function result needs it.
+    """
 
     value: int
     producer: int | None
