@@ -284,14 +284,19 @@ class _Importer:
         attrs: dict[str, object] | None = None,
         weights: dict[str, np.ndarray] | None = None,
         outputs: Sequence[str] | None = None,
+        label: str | None = None,
     ) -> list[str]:
-        """Append a plan; ``outputs`` default to fresh names derived from the node's name."""
+        """Append a plan; ``outputs`` default to fresh names derived from the node's name.
+
+        The plan takes the node's name unless that is taken or a ``label`` marks it as an
+        auxiliary plan (``node/label``).
+        """
         names = (
             list(outputs)
             if outputs is not None
             else [self.fresh(f"{node.name}/{kind}") for _ in shapes]
         )
-        plan_name, k = node.name, 1
+        plan_name, k = (node.name if label is None else f"{node.name}/{label}"), 1
         while plan_name in self.plan_names:
             plan_name, k = f"{node.name}/{kind}" + (f"_{k}" if k > 1 else ""), k + 1
         self.plan_names.add(plan_name)
@@ -511,7 +516,7 @@ def _to_2d(b: _Importer, node: _Node, x: PlanValue) -> str:
     if len(x.shape) == 4:
         return x.name
     shape = (x.shape[0], x.shape[1], 1, x.shape[2])
-    return b.emit("reshape", node, [x.name], [shape], {"shape": list(shape)})[0]
+    return b.emit("reshape", node, [x.name], [shape], {"shape": list(shape)}, label="to_2d")[0]
 
 
 def _emit_spatial(
