@@ -168,11 +168,11 @@ class Projection:
             self.lane_of_slot[res] = (op, r, lanes)
             self.producer_of[res] = (op, r)
 
-    def _entries(self, v: Value) -> list[_Entry] | None:
+    def entries(self, v: Value) -> list[_Entry] | None:
         """Placement families of a value, or None when it is opaque (no fragment map)."""
         owner = v.owner
         if isinstance(owner, MaterializeLayoutOp):
-            return self._entries(owner.source)
+            return self.entries(owner.source)
         if v in self.placement:
             return self.placement[v]
         if v in self.lane_of_slot:  # a physical batch consumed directly: slot s is [s, 0...]
@@ -192,7 +192,8 @@ class Projection:
         op = inst.op
         args = op.body.args[1:1 + len(op.inputs)] if isinstance(op, GraphComputeBatchOp) \
             else op.body.args[:len(op.inputs)]
-        lane_env = {op.body.args[0]: inst.lane} if inst.lane is not None else {}
+        lane_env: dict[Value, int] = {op.body.args[0]: inst.lane} if inst.lane is not None \
+            else {}
         uses = []
         for i, (v, arg) in enumerate(zip(op.inputs, args, strict=True)):
             t = _t(v)
@@ -203,17 +204,17 @@ class Projection:
             if v in self.func.args:
                 uses.append(InputUse(i, "arg", v, box))
                 continue
-            entries = self._entries(v)
+            entries = self.entries(v)
             if entries is None:
                 raise ProjectionError(f"{op.where()}: input {i} (%{v.name}) has no producer "
                                       "the scheduler can map")
-            pieces = self._pieces(entries, box)
+            pieces = self.pieces(entries, box)
             for p in pieces:
                 box = box.union(p.box)
             uses.append(InputUse(i, "placed", v, box, pieces))
         return uses
 
-    def _pieces(self, entries: list[_Entry], box: Box) -> list[Piece]:
+    def pieces(self, entries: list[_Entry], box: Box) -> list[Piece]:
         pieces = []
         for e in entries:
             lo, hi = e.lo, e.hi
@@ -252,7 +253,7 @@ class Projection:
 
 
 def _read_box(op: ComputeOp, arg: Value, shape: tuple[int, ...],
-              lane_env: dict[Value, int | None]) -> Box:
+              lane_env: dict[Value, int]) -> Box:
     """Union of the slices of `arg` in the body; the whole tensor for any other use."""
     box: Box | None = None
     for inner in op.body.walk():
@@ -262,9 +263,8 @@ def _read_box(op: ComputeOp, arg: Value, shape: tuple[int, ...],
             continue
         if not isinstance(inner, ExtractSliceOp) or inner.source is not arg:
             return Box.whole(shape)
-        env = {k: v for k, v in lane_env.items() if v is not None}
         try:
-            offs = [o.evaluate(env) for o in inner.offsets]
+            offs = [o.evaluate(lane_env) for o in inner.offsets]
         except KeyError:
             return Box.whole(shape)
         hi = tuple(o + (s - 1) * st + 1 if s else o

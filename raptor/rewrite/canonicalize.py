@@ -14,9 +14,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raptor.ir.core import Affine, Block, Value
+from raptor.ir.core import Affine, Block, Operation, Value
 from raptor.ir.module import Module
 from raptor.ir.ops import (
+    LAYOUTS,
     BlueprintEntry,
     BlueprintOp,
     ConcatOp,
@@ -65,8 +66,10 @@ def _publication(op: GraphComputeBatchOp, r: int) -> ParallelInsertSliceOp:
     out = op.out_args[r]
     pubs = [p for p in op.body.ops if isinstance(p, ParallelInsertSliceOp) and p.dest is out]
     if len(pubs) != 1:
-        raise CanonicalizeError(f"{op.where()}: [GCB-10] assembly result {r} has {len(pubs)} "
-                                "publications; exactly one is required")
+        raise CanonicalizeError(
+            f"{op.where()}: [GCB-10] assembly result {r} has {len(pubs)} "
+            "publications; exactly one is required"
+        )
     return pubs[0]
 
 
@@ -97,11 +100,13 @@ def _collect(func: FuncOp) -> _Facts:
                 assert isinstance(src, TensorType)
                 for d, e in enumerate(src.static_shape):
                     f.rows["FragDim"].append((b, r, d, e))
-                for d, (o, size, stride) in enumerate(zip(pub.offsets, pub.sizes, pub.strides,
-                                                          strict=True)):
+                for d, (o, size, stride) in enumerate(
+                    zip(pub.offsets, pub.sizes, pub.strides, strict=True)
+                ):
                     if any(v is not op.lane for v in o.vars()):
-                        raise CanonicalizeError(f"{pub.where()}: assembly offset {d} must be "
-                                                "affine in the lane alone")
+                        raise CanonicalizeError(
+                            f"{pub.where()}: assembly offset {d} must be affine in the lane alone"
+                        )
                     f.rows["PubDim"].append((b, r, d, o.const, o.coef(op.lane), size, stride))
                 f.rows["BatchValue"].append((f.vid(res), b, r))
             continue
@@ -123,16 +128,15 @@ def _collect(func: FuncOp) -> _Facts:
         if isinstance(op, MaterializeLayoutOp):
             m = f.vid(op.result)
             f.materializations[m] = op
-            layouts = {"DenseNCHW": 0, "NHWCRowStrip": 1, "Fragmented": 2, "NCHWRowStrip": 3}
-            f.rows["Materialize"].append((m, f.vid(op.source), layouts[op.from_layout],
-                                          layouts[op.to_layout]))
+            f.rows["Materialize"].append(
+                (m, f.vid(op.source), LAYOUTS.index(op.from_layout), LAYOUTS.index(op.to_layout))
+            )
         for res in op.results():
             f.rows["Opaque"].append((f.vid(res),))
     return f
 
 
-def canonicalize(module: Module, rules_dir: str | os.PathLike[str] | None = None
-                 ) -> CanonStats:
+def canonicalize(module: Module, rules_dir: str | os.PathLike[str] | None = None) -> CanonStats:
     """Rewrite every function of `module` in place; returns what was done and rules fired."""
     stats = CanonStats()
     for func in module.funcs:
@@ -140,12 +144,22 @@ def canonicalize(module: Module, rules_dir: str | os.PathLike[str] | None = None
     return stats
 
 
-_TABLES = ("Batch", "PubDim", "FragDim", "BatchValue", "Concat", "ConcatIn", "ConcatAt",
-           "Opaque", "Materialize")
+_TABLES = (
+    "Batch",
+    "PubDim",
+    "FragDim",
+    "BatchValue",
+    "Concat",
+    "ConcatIn",
+    "ConcatAt",
+    "Opaque",
+    "Materialize",
+)
 
 
-def _canonicalize_func(func: FuncOp, rules_dir: str | os.PathLike[str] | None,
-                       stats: CanonStats) -> None:
+def _canonicalize_func(
+    func: FuncOp, rules_dir: str | os.PathLike[str] | None, stats: CanonStats
+) -> None:
     facts = _collect(func)
     if not facts.batches and not facts.materializations:
         return
@@ -154,12 +168,14 @@ def _canonicalize_func(func: FuncOp, rules_dir: str | os.PathLike[str] | None,
         commands = []
         for name in _TABLES:
             path = Path(tmp) / f"{name}.tsv"
-            path.write_text("".join("\t".join(map(str, row)) + "\n"
-                                    for row in facts.rows.get(name, [])), encoding="utf-8")
+            path.write_text(
+                "".join("\t".join(map(str, row)) + "\n" for row in facts.rows.get(name, [])),
+                encoding="utf-8",
+            )
             commands.append(f'(input {name} "{path.as_posix()}")')
         program.run("\n".join(commands), "<canonicalize facts>")
-    for k, n in program.run_schedule().items():
-        stats.fired[k] = stats.fired.get(k, 0) + n
+    for rule, n in program.run_schedule().items():
+        stats.fired[rule] = stats.fired.get(rule, 0) + n
     frozen = program.egraph.freeze().functions
     i64 = program.egraph.value_to_i64
 
@@ -170,13 +186,14 @@ def _canonicalize_func(func: FuncOp, rules_dir: str | os.PathLike[str] | None,
     phys: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
     for b, r, d, e in rows("PhysDim"):
         phys[(b, r)][d] = e
-    entries: dict[int, dict[tuple[int, int], dict[int, tuple[int, int, int, int]]]] = \
-        defaultdict(lambda: defaultdict(dict))
+    entries: dict[int, dict[tuple[int, int], dict[int, tuple[int, int, int, int]]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
     for v, b, r, d, c, k, size, stride in rows("Entry"):
         entries[v][(b, r)][d] = (c, k, size, stride)
     blocked = {x for (x,) in rows("Blocked")}
     physical: dict[tuple[int, int], Value] = {}
-    new_ops = []
+    new_ops: list[Operation] = []
     for op in func.body.ops:
         if isinstance(op, GraphComputeBatchOp) and op.assembly:
             b = facts.batches.index(op)
@@ -187,6 +204,7 @@ def _canonicalize_func(func: FuncOp, rules_dir: str | os.PathLike[str] | None,
             continue
         x = facts.ids.get(op.outs[0]) if isinstance(op, GraphComputeOp) and op.outs else None
         if x is not None and x in facts.concats and x not in blocked and entries.get(x):
+            assert isinstance(op, GraphComputeOp)
             new_ops.append(_blueprint(op.outs[0], entries[x], physical))
             stats.placed_concats += 1
             continue
@@ -199,10 +217,14 @@ def _canonicalize_func(func: FuncOp, rules_dir: str | os.PathLike[str] | None,
     drop_dead(func.body)
 
 
-def _make_physical(op: GraphComputeBatchOp, b: int,
-                   phys: dict[tuple[int, int], dict[int, int]],
-                   entries: dict[int, dict[tuple[int, int], dict[int, tuple[int, int, int, int]]]],
-                   facts: _Facts, physical: dict[tuple[int, int], Value]) -> list[BlueprintOp]:
+def _make_physical(
+    op: GraphComputeBatchOp,
+    b: int,
+    phys: dict[tuple[int, int], dict[int, int]],
+    entries: dict[int, dict[tuple[int, int], dict[int, tuple[int, int, int, int]]]],
+    facts: _Facts,
+    physical: dict[tuple[int, int], Value],
+) -> list[BlueprintOp]:
     """Turn one assembly batch into N x F in place; return the Blueprints of its results."""
     lane = op.lane
     new_outs, new_args, bps = [], [], []
@@ -236,8 +258,11 @@ def _make_physical(op: GraphComputeBatchOp, b: int,
     return bps
 
 
-def _blueprint(result: Value, ent: dict[tuple[int, int], dict[int, tuple[int, int, int, int]]],
-               physical: dict[tuple[int, int], Value]) -> BlueprintOp:
+def _blueprint(
+    result: Value,
+    ent: dict[tuple[int, int], dict[int, tuple[int, int, int, int]]],
+    physical: dict[tuple[int, int], Value],
+) -> BlueprintOp:
     """One Blueprint whose entries are affine families over the physical sources."""
     sources: list[Value] = []
     entries = []
@@ -249,14 +274,22 @@ def _blueprint(result: Value, ent: dict[tuple[int, int], dict[int, tuple[int, in
         assert isinstance(st, TensorType)
         n = st.static_shape[0]
         var = Value(INDEX, "s")
-        offsets = tuple(Affine(c, ((k, var),) if k else ()) for c, k, _, _ in
-                        (dims[d] for d in range(len(dims))))
+        offsets = tuple(
+            Affine(c, ((k, var),) if k else ())
+            for c, k, _, _ in (dims[d] for d in range(len(dims)))
+        )
         family = any(o.terms for o in offsets) or n > 1
-        entries.append(BlueprintEntry(
-            len(sources) - 1, 0, offsets if family else tuple(Affine(o.const) for o in offsets),
-            tuple(dims[d][2] for d in range(len(dims))),
-            tuple(dims[d][3] for d in range(len(dims))),
-            var if family else None, n))
+        entries.append(
+            BlueprintEntry(
+                len(sources) - 1,
+                0,
+                offsets if family else tuple(Affine(o.const) for o in offsets),
+                tuple(dims[d][2] for d in range(len(dims))),
+                tuple(dims[d][3] for d in range(len(dims))),
+                var if family else None,
+                n,
+            )
+        )
     op = BlueprintOp(sources, result, entries)
     result.owner = op
     return op

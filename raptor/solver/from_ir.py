@@ -44,12 +44,12 @@ def output_pieces(proj: Projection, func: FuncOp) -> list[list[Piece]]:
     assert isinstance(ret, ReturnOp)
     outs = []
     for v in ret.values:
-        entries = proj._entries(v)  # noqa: SLF001 - the projection's own placement map
+        entries = proj.entries(v)
         t = v.type
         assert isinstance(t, TensorType)
         if entries is None:
             raise ValueError(f"function result %{v.name} is not produced by a graph instance")
-        outs.append(proj._pieces(entries, Box.whole(t.static_shape)))  # noqa: SLF001
+        outs.append(proj.pieces(entries, Box.whole(t.static_shape)))
     return outs
 
 

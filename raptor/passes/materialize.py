@@ -1,0 +1,277 @@
+"""MergeComputeNodes: a schedule of graph instances becomes scheduled IR.
+
+Each core gets a `pim.core` program. An instance becomes a `spat.scheduled_compute` whose body
+first gathers its inputs — `pim.load` of the box it reads from a function argument, or the
+received/forwarded fragments inserted into a local buffer of the box it reads — and then runs
+the graph lane body with the lane fixed. Fragments that feed function results are stored into
+`pim.alloc_shared` buffers. Cross-core fragments travel by `spat.channel_send/receive`, one
+message per (fragment, consumer core); same-core fragments are forwarded as SSA values.
+
+Deadlock freedom under blocking (rendezvous) sends: every message gets one global key (the
+producer's estimated end, then a sequence number); each core's program lists its
+communication in key order, sends right after their producer and receives before their
+consumer. The smallest-keyed pending message can then always complete, so no cycle of waits
+forms, whatever the actual timing.
+
+The graph invariant is not imposed on scheduled values (spec, "Scheduled IR exclusion"):
+fragments and Blueprint metadata are resolved here, from the projection, before the graph
+owners are gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from raptor.ir.core import Affine, Block, Operation, Value
+from raptor.ir.module import Module
+from raptor.ir.ops import (
+    AllocSharedOp,
+    ChannelReceiveOp,
+    ChannelSendOp,
+    CoreOp,
+    EmptyOp,
+    ExtractSliceOp,
+    FuncOp,
+    GraphComputeBatchOp,
+    InsertSliceOp,
+    LoadOp,
+    ParallelInsertSliceOp,
+    ReturnOp,
+    ScheduledComputeOp,
+    StoreOp,
+    WeightOp,
+    YieldOp,
+)
+from raptor.ir.types import TensorType
+from raptor.passes.projection import Box, Instance, Piece, Projection
+
+
+@dataclass
+class ScheduleView:
+    """What materialization needs of a schedule: placement and estimated times per task."""
+
+    core_of: Sequence[int]
+    start: Sequence[int]
+    end: Sequence[int]
+
+
+def _t(v: Value) -> TensorType:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def _box_type(box: Box, like: TensorType) -> TensorType:
+    return TensorType(box.sizes, like.dtype)
+
+
+def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, lane_value: int | None,
+           shift: dict[Value, tuple[int, ...]]) -> Operation:
+    """Copy a lane-body op, remapping values, fixing the lane and re-basing slices of
+    gathered inputs on their local box."""
+    for r in op.results():
+        vmap[r] = Value(r.type, r.name)
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(op):  # type: ignore[arg-type]
+        cur = getattr(op, f.name)
+        if isinstance(cur, Value):
+            changes[f.name] = vmap.get(cur, cur)
+        elif isinstance(cur, list) and cur and isinstance(cur[0], Value):
+            changes[f.name] = [vmap.get(x, x) for x in cur]
+        elif isinstance(cur, tuple) and cur and isinstance(cur[0], Affine):
+            offs = [a.substitute(lane, lane_value) if lane is not None and lane_value is not None
+                    else a for a in cur]
+            src = getattr(op, "source", None)
+            if isinstance(op, ExtractSliceOp) and src in shift:
+                offs = [Affine(a.const - lo, a.terms) for a, lo in zip(offs, shift[src],
+                                                                      strict=True)]
+            changes[f.name] = tuple(offs)
+    new = dataclasses.replace(op, **changes)  # type: ignore[type-var]
+    new.loc = op.loc
+    new.own_results()
+    return new
+
+
+class _Materializer:
+    def __init__(self, module: Module, proj: Projection, outputs: list[list[Piece]],
+                 sched: ScheduleView) -> None:
+        self.src = module
+        self.func = module.main()
+        self.proj = proj
+        self.outputs = outputs
+        self.s = sched
+        args = [Value(a.type, a.name) for a in self.func.args]
+        self.argmap = dict(zip(self.func.args, args, strict=True))
+        self.new_func = FuncOp(self.func.sym_name, Block(args), list(self.func.result_types))
+        self.top: list[Operation] = []
+        self.weights: dict[Value, Value] = {}
+        self.programs: dict[int, list[tuple[tuple[int, int, int], list[Operation]]]] = {}
+        # fragment (producer, result) as seen on a core
+        self.local: dict[tuple[int, int, int], Value] = {}
+        self.buffers: list[Value] = []
+        self.channel = 0
+
+    def weight(self, v: Value) -> Value:
+        got = self.weights.get(v)
+        if got is None:
+            owner = v.owner
+            assert isinstance(owner, WeightOp)
+            got = Value(v.type, v.name)
+            self.top.append(WeightOp(got, owner.symbol))
+            got.owner = self.top[-1]
+            self.weights[v] = got
+        return got
+
+    def emit(self, core: int, key: tuple[int, int, int], ops: list[Operation]) -> None:
+        self.programs.setdefault(core, []).append((key, ops))
+
+    # -------------------------------------------------------------- messages
+    def plan_messages(self) -> None:
+        """One message per (producer fragment, consumer core); keys are global."""
+        needs: set[tuple[int, int, int]] = set()
+        for inst in self.proj.instances:
+            q = self.s.core_of[inst.id]
+            for use in inst.uses:
+                for p in use.pieces:
+                    if self.s.core_of[p.producer] != q:
+                        needs.add((p.producer, p.result, q))
+        self.messages = sorted(needs, key=lambda m: (self.s.end[m[0]], m[0], m[1], m[2]))
+
+    # -------------------------------------------------------------- instances
+    def gather(self, inst: Instance, core: int) -> tuple[list[Value], list[Value],
+                                                         list[Operation], dict[int, Value]]:
+        """ins of the scheduled compute, its block args, the gathering ops inside the body,
+        and the local value standing for each original input."""
+        ins: list[Value] = []
+        args: list[Value] = []
+        body: list[Operation] = []
+        local: dict[int, Value] = {}
+        for use in inst.uses:
+            vt = _t(use.value)
+            if use.kind == "weight":
+                w = self.weight(use.value)
+                a = Value(w.type, "w")
+                ins.append(w)
+                args.append(a)
+                local[use.index] = a
+            elif use.kind == "arg":
+                if not all(use.box.sizes):
+                    continue
+                bt = _box_type(use.box, vt)
+                loaded = Value(bt, "x")
+                body.append(LoadOp(self.argmap[use.value], loaded, tuple(map(Affine, use.box.lo)),
+                                   bt.static_shape, (1,) * bt.rank))
+                loaded.owner = body[-1]
+                local[use.index] = loaded
+            else:
+                if not all(use.box.sizes):
+                    continue
+                bt = _box_type(use.box, vt)
+                buf = Value(bt, "buf")
+                body.append(EmptyOp(buf))
+                buf.owner = body[-1]
+                for p in use.pieces:
+                    frag = self.local[(p.producer, p.result, core)]
+                    a = Value(frag.type, "frag")
+                    ins.append(frag)
+                    args.append(a)
+                    nxt = Value(bt, "buf")
+                    offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, use.box.lo,
+                                                                  strict=True))
+                    body.append(InsertSliceOp(a, buf, nxt, offs, p.sizes, p.strides))
+                    nxt.owner = body[-1]
+                    buf = nxt
+                local[use.index] = buf
+        return ins, args, body, local
+
+    def instance(self, inst: Instance) -> None:
+        core = self.s.core_of[inst.id]
+        op = inst.op
+        ins, args, gather, local = self.gather(inst, core)
+        is_batch = isinstance(op, GraphComputeBatchOp)
+        first = 1 if is_batch else 0
+        in_args = op.body.args[first:first + len(op.inputs)]
+        vmap: dict[Value, Value] = {}
+        shift: dict[Value, tuple[int, ...]] = {}
+        for use in inst.uses:
+            if use.index in local:
+                vmap[in_args[use.index]] = local[use.index]
+                if use.kind != "weight":
+                    shift[in_args[use.index]] = use.box.lo
+        lane = op.body.args[0] if is_batch else None
+        body_ops = list(gather)
+        yields: list[Value] = []
+        for inner in op.body.ops:
+            if isinstance(inner, ParallelInsertSliceOp):
+                continue
+            if isinstance(inner, YieldOp):
+                yields = [vmap.get(v, v) for v in inner.values]
+                continue
+            body_ops.append(_clone(inner, vmap, lane, inst.lane, shift))
+        if is_batch:
+            assert isinstance(op, GraphComputeBatchOp)
+            for out in op.out_args:
+                pub = next(p for p in op.body.ops
+                           if isinstance(p, ParallelInsertSliceOp) and p.dest is out)
+                yields.append(vmap.get(pub.source, pub.source))
+        body_ops.append(YieldOp(yields))
+        outs = [Value(v.type, f"t{inst.id}") for v in yields]
+        sc = ScheduledComputeOp(ins, outs, Block(args, body_ops))
+        sc.loc = op.loc
+        sc.own_results()
+        for r, v in enumerate(outs):
+            self.local[(inst.id, r, core)] = v
+        ops: list[Operation] = [sc]
+        for k, pieces in enumerate(self.outputs):
+            for p in pieces:
+                if p.producer == inst.id:
+                    st = StoreOp(outs[p.result], self.buffers[k], tuple(map(Affine, p.offsets)),
+                                 p.sizes, p.strides)
+                    ops.append(st)
+        self.emit(core, (self.s.start[inst.id], 1, inst.id), ops)
+
+    def run(self) -> Module:
+        for t in self.func.result_types:
+            assert isinstance(t, TensorType)
+            buf = Value(t, "out")
+            self.top.append(AllocSharedOp(buf))
+            buf.owner = self.top[-1]
+            self.buffers.append(buf)
+        self.plan_messages()
+        by_producer: dict[int, list[tuple[int, int, int]]] = {}
+        for m in self.messages:
+            by_producer.setdefault(m[0], []).append(m)
+        order = sorted(self.proj.instances, key=lambda i: (self.s.start[i.id], i.id))
+        pending: dict[int, list[tuple[int, int, int, int]]] = {}
+        for seq, (u, r, q) in enumerate(self.messages):
+            pending.setdefault(u, []).append((seq, u, r, q))
+        for inst in order:
+            self.instance(inst)
+            for seq, u, r, q in pending.get(inst.id, []):
+                p = self.s.core_of[u]
+                frag = self.local[(u, r, p)]
+                phase = 0 if self.s.end[u] > self.s.start[u] else 2
+                key = (self.s.end[u], phase, seq)
+                self.emit(p, key, [ChannelSendOp(frag, q, seq)])
+                got = Value(frag.type, f"r{u}")
+                recv = ChannelReceiveOp(got, p, seq)
+                got.owner = recv
+                self.local[(u, r, q)] = got
+                self.emit(q, key, [recv])
+        cores = []
+        for core in sorted(self.programs):
+            events = sorted(self.programs[core], key=lambda e: e[0])
+            body = Block([], [op for _, ops in events for op in ops])
+            cores.append(CoreOp(core, body))
+        ret = ReturnOp(list(self.buffers))
+        self.new_func.body.ops = [*self.top, *cores, ret]
+        return Module([self.new_func], dict(self.src.constants),
+                      filename=self.src.filename)
+
+
+def materialize(module: Module, proj: Projection, outputs: list[list[Piece]],
+                schedule: ScheduleView) -> Module:
+    """Scheduled IR for `schedule` (see the module docstring)."""
+    return _Materializer(module, proj, outputs, schedule).run()
