@@ -38,6 +38,9 @@ class Mesh:
         # Per-hop ns used inside the transform: ns(hop_cycles) >= the exact share of one hop,
         # so lookahead estimates round the same way as real transfers (never optimistic).
         self.hop_ns = target.ns(target.hop_cycles)
+        self._hop_ns_matrix: IntArray = self.hops * self.hop_ns
+        self._col_idx = (np.arange(self.cols, dtype=np.int64) * self.hop_ns)
+        self._row_idx = (np.arange(self.rows, dtype=np.int64) * self.hop_ns)[:, None]
 
     def ns(self, cycles: IntArray) -> IntArray:
         if self._num == self._den:
@@ -60,24 +63,26 @@ class Mesh:
         return out
 
     def distance_transform(self, f: IntArray) -> IntArray:
-        """``min_q f[..., q] + hop_ns * hops(p, q)`` for every p; f has shape (..., P)."""
-        h = self.hop_ns
+        """``min_q f[..., q] + hop_ns * hops(p, q)`` for every p; f has shape (..., P).
+
+        Separable: a 1-D L1 transform along the columns, then along the rows. On small
+        meshes one dense (P × P) minimum needs fewer numpy calls, with the same result.
+        """
+        if self.P <= 32:
+            dense: IntArray = (f[..., None, :] + self._hop_ns_matrix).min(axis=-1)
+            return np.minimum(dense, INF)
         lead = f.shape[:-1]
         g = f.reshape(*lead, self.rows, self.cols)
-        g = _dt1(g, h, axis=-1)
-        g = _dt1(g, h, axis=-2)
+        g = _dt1(g, self._col_idx, axis=-1)
+        g = _dt1(g, self._row_idx, axis=-2)
         return np.minimum(g.reshape(*lead, self.P), INF)
 
 
-def _dt1(f: IntArray, h: int, axis: int) -> IntArray:
-    n = f.shape[axis]
-    shape = [1] * f.ndim
-    shape[axis] = n
-    idx = (np.arange(n, dtype=np.int64) * h).reshape(shape)
+def _dt1(f: IntArray, idx: IntArray, axis: int) -> IntArray:
+    """1-D L1 transform along ``axis``; ``idx`` is position × weight, shaped to broadcast."""
+    flip = (Ellipsis, slice(None, None, -1)) if axis == -1 else (
+        Ellipsis, slice(None, None, -1), slice(None))
     left = np.minimum.accumulate(f - idx, axis=axis) + idx
-    rev: list[slice] = [slice(None)] * f.ndim
-    rev[axis] = slice(None, None, -1)
-    flip = tuple(rev)
     right = np.minimum.accumulate((f + idx)[flip], axis=axis)[flip] - idx
     out: IntArray = np.minimum(left, right)
     return out

@@ -275,6 +275,7 @@ def _run(graph: ComputeGraph, target: Target, mesh: Mesh, tiles: _Tiles, lookahe
         np.array([mesh.flit_cycles(b) for _, b in s], dtype=np.int64) for s in graph.succs
     ]
     succ_flit_ns = [mesh.ns(f) for f in succ_flit_cycles]
+    succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
 
     pred_ready = np.zeros((n, P), dtype=np.int64)
     cores = _Cores(P)
@@ -322,21 +323,22 @@ def _run(graph: ComputeGraph, target: Target, mesh: Mesh, tiles: _Tiles, lookahe
         cs = succ_ids[t]
         score = eft
         if lookahead and len(cs):
-            pr = pred_ready[cs]
-            h = costs[cs][:, None] + oct_table[cs]
-            elig = np.ones((len(cs), P), dtype=np.bool_)
-            cache: dict[tuple[int, ...], BoolArray] = {}
-            for i, c in enumerate(cs.tolist()):
-                k = tiles.key[c]
-                if k:
-                    if k not in cache:
-                        cache[k] = need_on(tiles.of_task[c]) <= room
-                    elig[i] = cache[k]
-            x0 = int(eft.min())
-            g = np.maximum(pr, cores.last_end)
-            slack = np.minimum(np.where(elig, np.maximum(g - x0, 0) + h, INF), INF)
-            est = eft + (succ_flit_ns[t][:, None] + mesh.distance_transform(slack)).max(axis=0)
-            score = np.where(feasible, np.maximum(eft, est), INF)
+            slack = np.maximum(pred_ready[cs], cores.last_end) - int(eft.min())
+            np.maximum(slack, 0, out=slack)
+            slack += costs[cs][:, None] + oct_table[cs]
+            if succ_has_tiles[t]:
+                elig = np.ones((len(cs), P), dtype=np.bool_)
+                cache: dict[tuple[int, ...], BoolArray] = {}
+                for i, c in enumerate(cs.tolist()):
+                    k = tiles.key[c]
+                    if k:
+                        if k not in cache:
+                            cache[k] = need_on(tiles.of_task[c]) <= room
+                        elig[i] = cache[k]
+                slack[~elig] = INF
+            np.minimum(slack, INF, out=slack)
+            # est >= eft, and est is beyond INF wherever t itself does not fit.
+            score = eft + (succ_flit_ns[t][:, None] + mesh.distance_transform(slack)).max(axis=0)
         # Deterministic tie-breaking: score, EFT, core of a predecessor, core holding the
         # task's tiles, lowest id.
         mask = score == score.min()

@@ -105,3 +105,16 @@ def test_gantt_is_standalone_svg() -> None:
                                   status="HEURISTIC")
     svg = gantt_svg(g, r, transfers=True)
     assert svg.startswith("<svg") and svg.count("<rect") == 4 and svg.count("<line") == 2
+
+
+def test_mesh_distance_transform_matches_dense_minimum() -> None:
+    import numpy as np
+
+    from raptor.solver.mesh import Mesh
+
+    rng = np.random.default_rng(0)
+    for rows, cols in ((2, 3), (8, 8), (4, 16)):
+        m = Mesh(Target(mesh_rows=rows, mesh_cols=cols, hop_cycles=3))
+        f = rng.integers(0, 1000, size=(3, m.P))
+        dense = (f[:, None, :] + m.hops * m.hop_ns).min(axis=-1)
+        assert (m.distance_transform(f) == dense).all()
