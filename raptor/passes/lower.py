@@ -29,6 +29,7 @@ from raptor.ir.core import Affine, AffineLike, Value
 from raptor.ir.module import Module
 from raptor.ir.ops import Attr, GraphComputeBatchOp
 from raptor.ir.types import TensorType
+from raptor.passes.layout import LayoutChoice
 from raptor.target import Target
 
 ACTIVATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -121,10 +122,15 @@ LaneBody = Callable[[Builder, list[Value]], Value]
 
 
 class _Lowerer:
-    def __init__(self, graph: PlanGraph, target: Target) -> None:
+    def __init__(self, graph: PlanGraph, target: Target, layouts: LayoutChoice | None) -> None:
         self.g = graph
         self.target = target
+        self.layouts = layouts or LayoutChoice()
         self.values: dict[str, Value] = {}
+        self.dense: dict[str, Value] = {}
+        self.layout_of: dict[str, str] = {}
+        self.index = {id(p): i for i, p in enumerate(graph.plans)}
+        self.assemblies = 0
         self.constants: dict[str, np.ndarray] = {}
         self.tiles: dict[str, tuple[int, int]] = {}
         self.stats: list[PlanStats] = []
@@ -153,9 +159,11 @@ class _Lowerer:
                 raise LoweringError(f"plan {plan.name!r}: no lowering for kind {plan.kind!r}")
             outs = handler(plan, act)
             names = act.outputs if act is not None else plan.outputs
+            layout = self.layouts.result_of(self.index[id(act if act is not None else plan)])
             for name, v in zip(names, outs, strict=True):
                 v.name = v.name or sanitize(name)
                 self.values[name] = v
+                self.layout_of[name] = layout
             self.stats.append(self.cur)
         self.b.ret([self.values[v.name] for v in self.g.outputs])
         module = Module([self.func], self.constants, filename=self.g.name)
@@ -174,6 +182,41 @@ class _Lowerer:
                 continue
             self.fused[out] = us[0]
             self.skip.add(self.g.plans.index(us[0]))
+
+    # ------------------------------------------------------------------ layouts
+    def input(self, plan: Plan, k: int) -> Value:
+        """Operand k as this plan reads it: row fragments directly when producer and consumer
+        agree on NHWCRowStrip, else the dense storage of the value."""
+        name = plan.inputs[k]
+        v = self.values[name]
+        produced = self.layout_of.get(name)
+        if produced is None:  # function argument: already dense in shared memory
+            return v
+        wants = self.layouts.operand_of(self.index[id(plan)], k)
+        if produced == "NHWCRowStrip" and wants == "NHWCRowStrip":
+            return v
+        return self.dense_of(name)
+
+    def dense_of(self, name: str) -> Value:
+        """Dense reassembly: one instance copies every fragment into contiguous storage
+        (the lowering of DenseNCHW storage and of materialize_layout R→D)."""
+        got = self.dense.get(name)
+        if got is not None:
+            return got
+        v = self.values[name]
+        owner = v.owner
+        if not isinstance(owner, GraphComputeBatchOp):  # a single instance is already dense
+            self.dense[name] = v
+            return v
+        saved = self.cur
+        self.cur = PlanStats(f"{name}.dense", "dense_assembly", [_shape(v)], _shape(v))
+        out = self.compute([v], [_shape(v)], lambda b, xs: [xs[0]])[0]
+        out.name = f"{v.name}_dense"
+        self.stats.append(self.cur)
+        self.cur = saved
+        self.dense[name] = out
+        self.assemblies += 1
+        return out
 
     # ------------------------------------------------------------------ helpers
     def weight(self, symbol: str, data: np.ndarray, tile: bool = False) -> Value:
@@ -291,7 +334,7 @@ class _Lowerer:
         return self.rowwise(dummy, operands, out_shape, body)
 
     def _lower_conv(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         w = plan.weights["weight"]
         bias = plan.weights.get("bias")
         return [self.conv(plan.name, x, w, bias, _i(plan, "strides"), _i(plan, "pads"),
@@ -388,7 +431,7 @@ class _Lowerer:
             b.pad(xs[0], [0, 0, top, left], [0, 0, bottom, right], value)])[0]
 
     def _lower_gemm(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         return [self.gemm(plan.name, x, plan.weights["weight"], plan.weights.get("bias"), act,
                           self.out_shape(plan))]
 
@@ -441,7 +484,7 @@ class _Lowerer:
         if "weight" not in plan.weights:
             raise LoweringError(f"plan {plan.name!r}: MatMul of two activations has no crossbar "
                                 "operand; only activation x constant weight is supported")
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         w = plan.weights["weight"]
         xs = _shape(x)
         out_shape = self.out_shape(plan)
@@ -458,7 +501,7 @@ class _Lowerer:
         return self.compute([x], [shape], lambda b, xs: [b.reshape(xs[0], _t(shape))])[0]
 
     def _lower_conv_transpose(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         w = plan.weights["weight"]
         s = _i(plan, "strides")
         dil = _i(plan, "dilations")
@@ -492,7 +535,7 @@ class _Lowerer:
 
     # ------------------------------------------------------------------ vector plans
     def _unary_kind(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         op, keys = ACTIVATIONS[plan.kind]
         attrs: dict[str, Attr] = {k: float(_f(plan, k)) for k in keys}
         return [self.rowwise(plan, [x], self.out_shape(plan),
@@ -503,7 +546,7 @@ class _Lowerer:
 
     def _binary_kind(self, plan: Plan, act: Plan | None) -> list[Value]:
         op = {"add": "vadd", "sub": "vsub", "mul": "vmul"}[plan.kind]
-        operands = [self.values[n] for n in plan.inputs]
+        operands = [self.input(plan, k) for k in range(len(plan.inputs))]
         if "operand" in plan.weights:
             c = self.weight(f"{plan.name}.operand", plan.weights["operand"])
             idx = int(plan.attrs.get("operand_index", 1))  # type: ignore[call-overload]
@@ -519,14 +562,14 @@ class _Lowerer:
         return self.weight(name, data.reshape(shape))
 
     def _lower_bias_add(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         out = self.out_shape(plan)
         c = self.channel_const(f"{plan.name}.bias", plan.weights["bias"], len(out))
         return [self.rowwise(plan, [x, c], out,
                              lambda b, xs: b.binary("vadd", xs[0], xs[1], _shape_t(xs[0])))]
 
     def _lower_affine_channel(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         out = self.out_shape(plan)
         sc = self.channel_const(f"{plan.name}.scale", plan.weights["scale"], len(out))
         sh = self.channel_const(f"{plan.name}.shift", plan.weights["shift"], len(out))
@@ -538,7 +581,7 @@ class _Lowerer:
         return [self.rowwise(plan, [x, sc, sh], out, body)]
 
     def _lower_prelu(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         out = self.out_shape(plan)
         slope = self.weight(f"{plan.name}.slope", plan.weights["slope"])
 
@@ -550,14 +593,14 @@ class _Lowerer:
         return [self.rowwise(plan, [x, slope], out, body)]
 
     def _lower_softmax(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         axis = int(plan.attrs["axis"])  # type: ignore[call-overload]
         return self.compute([x], [self.out_shape(plan)],
                             lambda b, xs: [b.unary("softmax", xs[0], {"axis": axis})])
 
     # ------------------------------------------------------------------ pooling and resize
     def pool(self, plan: Plan, kind: str) -> Value:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         _, c, h, wd = _shape(x)
         kh, kw = _i(plan, "kernel")
         sh, sw = _i(plan, "strides")
@@ -609,7 +652,7 @@ class _Lowerer:
         return [self.pool(plan, "avg")]
 
     def _lower_global_avgpool(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         _, c, h, wd = _shape(x)
         chunk = max(d for d in range(1, min(c, self.target.vector_lanes) + 1) if c % d == 0)
 
@@ -622,7 +665,7 @@ class _Lowerer:
         return [self.batch(c // chunk, [x], (1, c, 1, 1), body)]
 
     def _lower_resize_nearest(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         _, c, h, wd = _shape(x)
         out = self.out_shape(plan)
         _, _, oh, ow = out
@@ -665,14 +708,14 @@ class _Lowerer:
 
     # ------------------------------------------------------------------ placement plans
     def _lower_concat(self, plan: Plan, act: Plan | None) -> list[Value]:
-        xs = [self.values[n] for n in plan.inputs]
+        xs = [self.input(plan, k) for k in range(len(plan.inputs))]
         axis = int(plan.attrs["axis"])  # type: ignore[call-overload]
         if len(xs) == 1:
             return self.compute(xs, [self.out_shape(plan)], lambda b, a: [a[0]])
         return self.compute(xs, [self.out_shape(plan)], lambda b, a: [b.concat(a, axis)])
 
     def _lower_split(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         axis = int(plan.attrs["axis"])  # type: ignore[call-overload]
         sizes = _i(plan, "sizes")
         shape = _shape(x)
@@ -692,7 +735,7 @@ class _Lowerer:
         return self.compute([x], outs, body)
 
     def _lower_slice(self, plan: Plan, act: Plan | None) -> list[Value]:
-        x = self.values[plan.inputs[0]]
+        x = self.input(plan, 0)
         starts, steps = _i(plan, "starts"), _i(plan, "steps")
         out = self.out_shape(plan)
         if any(s < 0 for s in steps):
@@ -729,17 +772,17 @@ class _Lowerer:
         return b.concat(parts, d) if n > 1 else parts[0]
 
     def _lower_flatten(self, plan: Plan, act: Plan | None) -> list[Value]:
-        return [self.view(self.values[plan.inputs[0]], self.out_shape(plan))]
+        return [self.view(self.input(plan, 0), self.out_shape(plan))]
 
     _lower_reshape = _lower_flatten
 
     def _lower_transpose(self, plan: Plan, act: Plan | None) -> list[Value]:
         perm = _i(plan, "perm")
-        return self.compute([self.values[plan.inputs[0]]], [self.out_shape(plan)],
+        return self.compute([self.input(plan, 0)], [self.out_shape(plan)],
                             lambda b, a: [b.transpose(a[0], perm)])
 
     def _lower_identity(self, plan: Plan, act: Plan | None) -> list[Value]:
-        return self.compute([self.values[plan.inputs[0]]], [self.out_shape(plan)],
+        return self.compute([self.input(plan, 0)], [self.out_shape(plan)],
                             lambda b, a: [a[0]])
 
 
@@ -753,9 +796,10 @@ def _frag_t(xs: list[Value]) -> TensorType:
     return _t(np.broadcast_shapes(_shape(xs[0]), _shape(xs[1])))
 
 
-def lower(graph: PlanGraph, target: Target) -> Lowered:
-    """Lower a plan graph for `target`; raises LoweringError for what the target cannot run."""
-    lowered = _Lowerer(graph, target).run()
+def lower(graph: PlanGraph, target: Target, layouts: LayoutChoice | None = None) -> Lowered:
+    """Lower a plan graph for `target` following `layouts` (all dense when None); raises
+    LoweringError for what the target cannot run."""
+    lowered = _Lowerer(graph, target, layouts).run()
     capacity = target.num_cores * target.crossbars_per_core
     if lowered.crossbars > capacity:
         raise LoweringError(
