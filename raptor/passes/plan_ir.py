@@ -1,0 +1,70 @@
+"""The plan graph as IR: `spat.plan.<kind>` ops (after import) and, after layout planning,
+their selected layouts with `spat.materialize_layout` where producer and consumer disagree.
+This is the form `--print-ir-after import|layout` shows."""
+
+from __future__ import annotations
+
+from raptor.frontend.plan import PlanGraph
+from raptor.ir.builder import new_func
+from raptor.ir.core import Value
+from raptor.ir.module import Module
+from raptor.ir.ops import Attr, MaterializeLayoutOp, PlanOp
+from raptor.ir.types import TensorType
+from raptor.passes.layout import LayoutChoice
+from raptor.passes.lower import sanitize
+
+
+def _attr(v: object) -> Attr | None:
+    if isinstance(v, bool | int | float | str):
+        return v
+    if isinstance(v, list | tuple) and all(isinstance(x, int) for x in v):
+        return [int(x) for x in v]
+    if isinstance(v, list | tuple) and all(isinstance(x, int | float) for x in v):
+        return [float(x) for x in v]
+    return None
+
+
+def plan_module(graph: PlanGraph, layouts: LayoutChoice | None = None) -> Module:
+    """Plan ops with their weights as `spat.weight`; layouts and materializations if given."""
+    def t(name: str) -> TensorType:
+        return TensorType(tuple(graph.values[name].shape))
+
+    func, b = new_func("main", [(sanitize(v.name), t(v.name)) for v in graph.inputs],
+                       [t(v.name) for v in graph.outputs])
+    values: dict[str, Value] = dict(zip((v.name for v in graph.inputs), func.args, strict=True))
+    layout_of = {v.name: "DenseNCHW" for v in graph.inputs}
+    constants = {}
+    for i, plan in enumerate(graph.plans):
+        ins = []
+        for k, name in enumerate(plan.inputs):
+            v = values[name]
+            if layouts is not None and name in layout_of:
+                want = layouts.operand_of(i, k)
+                if want != layout_of[name]:
+                    m = Value(v.type)
+                    b.add(MaterializeLayoutOp(v, m, layout_of[name], want))
+                    v = m
+            ins.append(v)
+        for role, w in plan.weights.items():
+            sym = sanitize(f"{plan.name}.{role}")
+            constants[sym] = w
+            ins.append(b.weight(sym, TensorType(tuple(int(d) for d in w.shape))))
+        attrs = {k: a for k, v in plan.attrs.items() if (a := _attr(v)) is not None}
+        if layouts is not None:
+            attrs["layout"] = layouts.result_of(i)
+        outs = [Value(t(o), sanitize(o)) for o in plan.outputs]
+        b.add(PlanOp(plan.kind, ins, outs, attrs))
+        for o, v in zip(plan.outputs, outs, strict=True):
+            values[o] = v
+            if layouts is not None:
+                layout_of[o] = layouts.result_of(i)
+    results = []
+    for v in graph.outputs:  # function results are returned dense
+        r = values[v.name]
+        if layouts is not None and layout_of.get(v.name, "DenseNCHW") != "DenseNCHW":
+            m = Value(r.type)
+            b.add(MaterializeLayoutOp(r, m, layout_of[v.name], "DenseNCHW"))
+            r = m
+        results.append(r)
+    b.ret(results)
+    return Module([func], constants, filename=graph.name)
