@@ -14,6 +14,7 @@ from rich.table import Table
 from raptor.driver import (
     PASSES,
     Compiled,
+    CompileOptions,
     VerificationFailed,
     compile_model,
     ir_inputs,
@@ -28,6 +29,8 @@ from raptor.ir.module import Module
 from raptor.ir.parser import ParseError, parse_file
 from raptor.ir.verifier import verify_module
 from raptor.passes.lower import LoweringError
+from raptor.rewrite.eggfile import RuleError
+from raptor.rewrite.layout import LayoutError
 from raptor.target import Target, TargetError, load_target, show_target
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -107,10 +110,15 @@ def _print_ir_hook(args: argparse.Namespace) -> Callable[[str, Module], None] | 
 
 
 def _compile(args: argparse.Namespace, target: Target) -> Compiled:
+    selector = "disabled" if args.disable_spatial_planning else args.layout_selector
+    opts = CompileOptions(rules_dir=args.rules, layout_selector=selector,
+                          print_ir=_print_ir_hook(args))
     try:
-        return compile_model(args.file, target, print_ir=_print_ir_hook(args))
-    except (FrontendError, LoweringError) as e:
+        return compile_model(args.file, target, opts)
+    except (FrontendError, LoweringError, LayoutError) as e:
         raise CliError(f"{args.file}: {e}") from None
+    except RuleError as e:
+        raise CliError(str(e)) from None
     except VerificationFailed as e:
         raise CliError(str(e), EXIT_FAIL) from None
 
@@ -266,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     i.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     _add_target(i)
-    _add_print_ir(i)
+    _add_compile_options(i)
     i.set_defaults(func=cmd_interpret)
 
     n = sub.add_parser("inspect", help="per-plan crossbars, lanes and MVMs of an ONNX model",
@@ -275,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "whether a model fits a target.")
     n.add_argument("file", metavar="MODEL.onnx")
     _add_target(n)
-    _add_print_ir(n)
+    _add_compile_options(n)
     n.set_defaults(func=cmd_inspect)
 
     t = sub.add_parser("target", help="PIM target descriptions",
@@ -294,7 +302,15 @@ def _add_target(p: argparse.ArgumentParser) -> None:
                    help="PIM target (default: the built-in 'default')")
 
 
-def _add_print_ir(p: argparse.ArgumentParser) -> None:
+def _add_compile_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rules", metavar="DIR", help="rule directory overriding the shipped "
+                   "rules/ (also $RAPTOR_RULES)")
+    p.add_argument("--layout-selector", choices=["exact", "iterative"], default="exact",
+                   help="exact: CP-SAT optimum over the layout tables the rules derive "
+                   "(default); iterative: the spec's local search, for comparison")
+    p.add_argument("--disable-spatial-planning", action="store_true",
+                   help="select alternative 0 (dense) for every plan; materialization and "
+                   "verification still run")
     p.add_argument("--print-ir-after", metavar="PASS|all", choices=[*PASSES, "all"],
                    help=f"print the IR to stderr after a pass ({', '.join(PASSES)}) or all")
 

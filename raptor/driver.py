@@ -1,7 +1,12 @@
-"""The compiler pipeline as named passes, shared by the CLI and the tests."""
+"""The compiler pipeline as named passes, shared by the CLI and the tests.
+
+import → layout → lower → canonicalize → (ComputeGraph, schedules) → materialize → simulate.
+The IR verifies after every pass (`verify_each`); `print_ir` sees each pass's output.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,10 +18,14 @@ from raptor.frontend.plan import PlanGraph
 from raptor.ir.core import Diagnostic
 from raptor.ir.module import Module
 from raptor.ir.verifier import verify_module
+from raptor.passes.layout import LayoutChoice, select_layouts
 from raptor.passes.lower import Lowered, lower, sanitize
+from raptor.passes.plan_ir import plan_module
+from raptor.rewrite.canonicalize import CanonStats, canonicalize
+from raptor.rewrite.select import LayoutSelection
 from raptor.target import Target
 
-PASSES = ("import", "lower")
+PASSES = ("import", "layout", "lower", "canonicalize", "materialize")
 """Pass names accepted by `--print-ir-after` (plus `all`)."""
 
 
@@ -29,32 +38,62 @@ class VerificationFailed(Exception):
         self.diagnostics = diagnostics
 
 
+IRHook = Callable[[str, Module], None]
+
+
+@dataclass
+class CompileOptions:
+    rules_dir: str | os.PathLike[str] | None = None
+    layout_selector: str = "exact"  # exact | iterative | disabled
+    verify_each: bool = True
+    print_ir: IRHook | None = None
+
+
 @dataclass
 class Compiled:
     graph: PlanGraph
+    selection: LayoutSelection
+    layouts: LayoutChoice
     lowered: Lowered
+    canon: CanonStats
     notes: list[str] = field(default_factory=list)
 
     @property
     def module(self) -> Module:
         return self.lowered.module
 
+    @property
+    def fired(self) -> dict[str, int]:
+        out = dict(self.selection.fired)
+        for k, n in self.canon.fired.items():
+            out[k] = out.get(k, 0) + n
+        return out
 
-IRHook = Callable[[str, Module], None]
 
-
-def compile_model(model: str | Path, target: Target, *, print_ir: IRHook | None = None,
-                  verify_each: bool = True) -> Compiled:
-    """ONNX file → verified graph IR (logical-assembly form until canonicalization)."""
-    graph = import_onnx(str(model))
-    lowered = lower(graph, target)
-    if verify_each:
-        diags = verify_module(lowered.module, allow_assembly=True)
+def _check(name: str, module: Module, opts: CompileOptions, assembly: bool = False) -> None:
+    if opts.verify_each:
+        diags = verify_module(module, allow_assembly=assembly)
         if diags:
-            raise VerificationFailed("lower", diags)
-    if print_ir is not None:
-        print_ir("lower", lowered.module)
-    return Compiled(graph, lowered, list(graph.notes))
+            raise VerificationFailed(name, diags)
+    if opts.print_ir is not None:
+        opts.print_ir(name, module)
+
+
+def compile_model(model: str | Path, target: Target, opts: CompileOptions | None = None
+                  ) -> Compiled:
+    """ONNX file → verified canonical graph IR (N x F batches + Blueprints)."""
+    opts = opts or CompileOptions()
+    graph = import_onnx(str(model))
+    if opts.print_ir is not None or opts.verify_each:
+        _check("import", plan_module(graph), opts)
+    selection, layouts = select_layouts(graph, opts.layout_selector, opts.rules_dir)
+    if opts.print_ir is not None or opts.verify_each:
+        _check("layout", plan_module(graph, layouts), opts)
+    lowered = lower(graph, target, layouts)
+    _check("lower", lowered.module, opts, assembly=True)
+    canon = canonicalize(lowered.module, opts.rules_dir)
+    _check("canonicalize", lowered.module, opts)
+    return Compiled(graph, selection, layouts, lowered, canon, list(graph.notes))
 
 
 def model_inputs(graph: PlanGraph, model: str | Path, given: dict[str, np.ndarray] | None,

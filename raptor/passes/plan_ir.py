@@ -59,11 +59,11 @@ def plan_module(graph: PlanGraph, layouts: LayoutChoice | None = None) -> Module
             if layouts is not None:
                 layout_of[o] = layouts.result_of(i)
     results = []
-    for v in graph.outputs:  # function results are returned dense
-        r = values[v.name]
-        if layouts is not None and layout_of.get(v.name, "DenseNCHW") != "DenseNCHW":
+    for out in graph.outputs:  # function results are returned dense
+        r = values[out.name]
+        if layouts is not None and layout_of.get(out.name, "DenseNCHW") != "DenseNCHW":
             m = Value(r.type)
-            b.add(MaterializeLayoutOp(r, m, layout_of[v.name], "DenseNCHW"))
+            b.add(MaterializeLayoutOp(r, m, layout_of[out.name], "DenseNCHW"))
             r = m
         results.append(r)
     b.ret(results)
