@@ -1,0 +1,423 @@
+"""The discrete-event loop: cores, channels, the mesh and shared memory.
+
+Each core runs its instruction list on its own clock. A core executes ahead of the global
+event time as long as it only touches its own state; anything shared (a link reservation,
+the shared-memory queue) becomes a heap event at its own time, so contended resources are
+granted in time order. A core that needs data not yet sent, a rendezvous partner or a
+store done elsewhere parks and is woken by the event that resolves it; an empty heap with
+parked cores is a deadlock, which is therefore detected instead of hanging.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from raptor.ir.core import Value
+from raptor.sim.errors import Deadlock, SimError
+from raptor.sim.kernels import Env
+from raptor.sim.program import COMPUTE, RECV, SEND, STORE, Instr, Program
+from raptor.sim.report import BLOCKED, BUSY, COMM, MEMORY, CoreStats, SimReport, Trace
+from raptor.target import Target
+
+MODES = ("rendezvous", "buffered")
+_RUN, _INJECT, _MEM = range(3)
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """How communication and memory behave.
+
+    `rendezvous` sends wait for the matching receive to be posted (plus `rendezvous_ns`);
+    `buffered` sends never wait. `link_contention` serialises messages sharing a mesh link
+    (cut-through); `shared_queueing` serves one shared-memory request at a time chip-wide.
+    """
+
+    mode: str = "rendezvous"
+    link_contention: bool = True
+    shared_queueing: bool = True
+    rendezvous_ns: int = 0
+    trace: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise SimError(f"unknown send mode {self.mode!r} (known: {', '.join(MODES)})")
+        if isinstance(self.rendezvous_ns, bool) or not isinstance(self.rendezvous_ns, int) \
+                or self.rendezvous_ns < 0:
+            raise SimError(f"rendezvous_ns must be a non-negative integer, got "
+                           f"{self.rendezvous_ns!r}")
+
+    @classmethod
+    def ideal(cls, trace: bool = True) -> SimOptions:
+        """What the scheduler's ASAP estimate assumes: no waiting for partners, links or
+        memory, so a compute starts at max(core free, inputs ready)."""
+        return cls(mode="buffered", link_contention=False, shared_queueing=False,
+                   rendezvous_ns=0, trace=trace)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "link_contention": self.link_contention,
+                "shared_queueing": self.shared_queueing, "rendezvous_ns": self.rendezvous_ns}
+
+
+class _Core:
+    __slots__ = ("arrival", "blocked", "busy", "cid", "clock", "done", "env", "pc", "prog",
+                 "sources", "wait_store", "wait_value")
+
+    def __init__(self, cid: int, prog: list[Instr], env: Env) -> None:
+        self.cid = cid
+        self.prog = prog
+        self.env = env
+        self.pc = 0
+        self.clock = 0
+        self.busy = 0
+        self.blocked = 0
+        self.done = not prog
+        self.arrival: dict[Value, int] = {}
+        self.sources: dict[Value, tuple[int, int]] = {}
+        self.wait_value: Value | None = None
+        self.wait_store = -1
+
+
+class _Msg:
+    __slots__ = ("arrival", "channel", "data", "dst", "inject", "nbytes", "src", "target")
+
+    def __init__(self, src: int, dst: int, channel: int, nbytes: int, data: object) -> None:
+        self.src, self.dst, self.channel, self.nbytes, self.data = src, dst, channel, nbytes, data
+        self.inject = 0
+        self.arrival: int | None = None
+        self.target: tuple[_Core, Value] | None = None
+
+
+@dataclass
+class _Channel:
+    """FIFO pairing state of one (source, destination, channel)."""
+
+    posted: deque[tuple[_Core, Value, int]] = field(default_factory=deque)
+    unclaimed: deque[_Msg] = field(default_factory=deque)
+    senders: deque[tuple[_Core, _Msg]] = field(default_factory=deque)
+
+
+def _name(v: Value) -> str:
+    return f"%{v.name}" if v.name else "%<value>"
+
+
+class Engine:
+    def __init__(self, program: Program, target: Target, options: SimOptions) -> None:
+        self.program = program
+        self.target = target
+        self.opts = options
+        self.cores = [_Core(c, prog, program.envs[c]) for c, prog in program.cores.items()]
+        self.by_id = {st.cid: st for st in self.cores}
+        self.heap: list[tuple[int, int, int, Any]] = []
+        self.seq = 0
+        self.now = 0
+        self.channels: dict[tuple[int, int, int], _Channel] = {}
+        self.mem_free = 0
+        self.store_done: dict[int, int] = {}
+        self.store_waiters: dict[int, list[_Core]] = {}
+        self.link_free: dict[int, int] = {}
+        self.paths: dict[tuple[int, int], list[int]] = {}
+        self.hop_ns = target.ns(target.hop_cycles)
+        self.trace = Trace()
+        self.spans: list[tuple[int, int, int, str, str, str]] | None = \
+            self.trace.spans if options.trace else None
+        self.report = SimReport(0, [], options=options.to_dict())
+
+    # ---- event loop ----------------------------------------------------------------
+    def push(self, time: int, kind: int, payload: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (time, self.seq, kind, payload))
+
+    def run(self) -> None:
+        for st in self.cores:
+            self.push(0, _RUN, st)
+        heap, pop = self.heap, heapq.heappop
+        running: _Core | None = None
+        try:
+            while heap:
+                time, _, kind, payload = pop(heap)
+                self.now = time
+                if kind == _RUN:
+                    running = payload
+                    self.run_core(payload)
+                elif kind == _INJECT:
+                    self.inject(payload)
+                else:
+                    running = payload
+                    self.serve(payload)
+        except (ValueError, IndexError) as e:
+            assert running is not None
+            ins = running.prog[running.pc]
+            raise SimError(f"core {running.cid} failed at {ins.where} {ins.op.NAME}: {e}") \
+                from None
+        self.finish()
+        stuck = [st for st in self.cores if not st.done]
+        if stuck:
+            raise Deadlock(self.now, [self.why(st) for st in stuck], self.report)
+
+    def finish(self) -> None:
+        rep = self.report
+        latency = max((st.clock for st in self.cores), default=0)
+        rep.latency_ns = latency
+        for st in self.cores:
+            done = st.prog[:st.pc]
+            rep.cores.append(CoreStats(
+                st.cid, st.busy, st.blocked, latency - st.clock, st.clock, st.pc,
+                sum(i.body_ops for i in done), self.program.tiles[st.cid]))
+            rep.ops_executed += st.pc
+            rep.body_ops_executed += rep.cores[-1].body_ops
+
+    def why(self, st: _Core) -> str:
+        """One line: where `st` is stuck and on what."""
+        ins = st.prog[st.pc]
+        head = f"core {st.cid} blocked at {ins.where} {ins.op.NAME}"
+        if st.wait_value is not None:
+            src, ch = st.sources[st.wait_value]
+            return (f"{head} waiting for {_name(st.wait_value)} from core {src} channel {ch}: "
+                    f"core {src} has not sent it")
+        if st.wait_store >= 0:
+            sc, sins = self.program.stores[st.wait_store]
+            return f"{head} waiting for the pim.store at {sins.where} on core {sc}"
+        if ins.kind == SEND:
+            assert ins.value is not None
+            return (f"{head} {_name(ins.value)} to core {ins.peer} channel {ins.channel}: "
+                    f"core {ins.peer} has not posted the matching receive")
+        return f"{head}: waiting"  # pragma: no cover - every park sets one of the above
+
+    # ---- one core ------------------------------------------------------------------
+    def run_core(self, st: _Core) -> None:
+        """Run `st` until it finishes, parks, or hands a shared-memory request to the heap."""
+        prog, env, arrival, spans, cid = st.prog, st.env, st.arrival, self.spans, st.cid
+        n = len(prog)
+        clock = st.clock
+        while st.pc < n:
+            ins = prog[st.pc]
+            ready = clock
+            for v in ins.waits:
+                a = arrival.get(v)
+                if a is None:
+                    st.clock = clock
+                    st.wait_value = v
+                    return
+                if a > ready:
+                    ready = a
+            if ready > clock:
+                if spans is not None:
+                    spans.append((cid, clock, ready - clock, "blocked", BLOCKED,
+                                  "waiting for " + ", ".join(_name(v) for v in ins.waits)))
+                st.blocked += ready - clock
+                clock = ready
+            kind = ins.kind
+            if kind == COMPUTE:
+                ins.fn(env)  # type: ignore[misc]
+                if spans is not None:
+                    spans.append((cid, clock, ins.cost, ins.label, BUSY, ins.where))
+                clock += ins.cost
+                st.busy += ins.cost
+            elif kind == RECV:
+                st.clock = clock
+                self.post(st, ins)
+            elif kind == SEND:
+                st.clock = clock
+                if not self.send(st, ins):
+                    return
+                clock = st.clock
+            else:
+                st.clock = clock
+                if not self.memory_ready(st, ins):
+                    return
+                if self.opts.shared_queueing:
+                    self.push(st.clock, _MEM, st)
+                    return
+                self.access(st, ins, st.clock)
+                clock = st.clock
+            st.pc += 1
+        st.clock = clock
+        st.done = True
+
+    # ---- channels ------------------------------------------------------------------
+    def channel(self, key: tuple[int, int, int]) -> _Channel:
+        ch = self.channels.get(key)
+        if ch is None:
+            ch = self.channels[key] = _Channel()
+        return ch
+
+    def post(self, st: _Core, ins: Instr) -> None:
+        """A receive is posted at the core's clock and costs nothing; the value is ready when
+        its message arrives."""
+        v = ins.value
+        assert v is not None
+        st.sources[v] = (ins.peer, ins.channel)
+        chan = self.channel((ins.peer, st.cid, ins.channel))
+        if chan.senders:
+            sender, msg = chan.senders.popleft()
+            msg.target = (st, v)
+            self.handshake(sender, msg, st.clock)
+            sender.pc += 1
+            self.push(sender.clock, _RUN, sender)
+        elif chan.unclaimed:
+            msg = chan.unclaimed.popleft()
+            msg.target = (st, v)
+            if msg.arrival is not None:
+                self.deliver(msg)
+        else:
+            chan.posted.append((st, v, st.clock))
+
+    def send(self, st: _Core, ins: Instr) -> bool:
+        """Start a send at the core's clock; False when the sender must wait for the
+        rendezvous (the matching `post` completes it)."""
+        v = ins.value
+        assert v is not None
+        msg = _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, st.env[v])
+        chan = self.channel((st.cid, ins.peer, ins.channel))
+        posted = chan.posted.popleft() if chan.posted else None
+        if posted is not None:
+            msg.target = (posted[0], posted[1])
+        if self.opts.mode == "buffered":
+            if posted is None:
+                chan.unclaimed.append(msg)
+            self.launch(msg, st.clock)
+            return True
+        if posted is None:
+            chan.senders.append((st, msg))
+            return False
+        self.handshake(st, msg, posted[2])
+        return True
+
+    def handshake(self, st: _Core, msg: _Msg, posted_at: int) -> None:
+        """Rendezvous: the sender waits for the posted receive, pays `rendezvous_ns`, then
+        injects and continues."""
+        meet = max(st.clock, posted_at)
+        rz = self.opts.rendezvous_ns
+        spans = self.spans
+        if meet > st.clock:
+            if spans is not None:
+                spans.append((st.cid, st.clock, meet - st.clock, "blocked", BLOCKED,
+                              f"waiting for core {msg.dst} to post channel {msg.channel}"))
+            st.blocked += meet - st.clock
+        if rz:
+            if spans is not None:
+                spans.append((st.cid, meet, rz, "rendezvous", COMM,
+                              f"to core {msg.dst} channel {msg.channel}"))
+            st.busy += rz
+        st.clock = meet + rz
+        self.launch(msg, st.clock)
+
+    def launch(self, msg: _Msg, at: int) -> None:
+        msg.inject = at
+        self.report.messages += 1
+        self.report.message_bytes += msg.nbytes
+        if self.opts.link_contention and msg.src != msg.dst:
+            self.push(at, _INJECT, msg)
+            return
+        msg.arrival = at + self.target.transfer_ns(msg.nbytes, msg.src, msg.dst)
+        if msg.target is not None:
+            self.deliver(msg)
+
+    def path(self, src: int, dst: int) -> list[int]:
+        """Directed links of the XY route: along the row to the destination column, then
+        along the column; a link from core a to core b is keyed a * cores + b."""
+        key = (src, dst)
+        links = self.paths.get(key)
+        if links is None:
+            cols, n = self.target.mesh_cols, self.target.num_cores
+            r, c = divmod(src, cols)
+            rd, cd = divmod(dst, cols)
+            links = []
+            here = src
+            while c != cd:
+                c += 1 if cd > c else -1
+                links.append(here * n + r * cols + c)
+                here = r * cols + c
+            while r != rd:
+                r += 1 if rd > r else -1
+                links.append(here * n + r * cols + c)
+                here = r * cols + c
+            self.paths[key] = links
+        return links
+
+    def inject(self, msg: _Msg) -> None:
+        """Cut-through: the head enters each link when it gets there and the link is free;
+        each link stays busy for the serialisation time of the whole message."""
+        tgt = self.target
+        ser = tgt.ns(-(-msg.nbytes // tgt.flit_bytes) * tgt.flit_cycles)
+        links = self.path(msg.src, msg.dst)
+        free = self.link_free
+        head = msg.inject - self.hop_ns
+        for link in links:
+            head += self.hop_ns
+            f = free.get(link, 0)
+            if f > head:
+                head = f
+            free[link] = head + ser
+        delay = head - (msg.inject + (len(links) - 1) * self.hop_ns)
+        msg.arrival = msg.inject + tgt.transfer_ns(msg.nbytes, msg.src, msg.dst) + delay
+        if msg.target is not None:
+            self.deliver(msg)
+
+    def deliver(self, msg: _Msg) -> None:
+        assert msg.target is not None and msg.arrival is not None
+        st, v = msg.target
+        st.env[v] = msg.data
+        st.arrival[v] = msg.arrival
+        if self.spans is not None:
+            self.trace.messages.append((msg.src, msg.dst, msg.channel, msg.nbytes, msg.inject,
+                                        msg.arrival))
+        if st.wait_value is v:
+            st.wait_value = None
+            self.push(self.now, _RUN, st)
+
+    # ---- shared memory -------------------------------------------------------------
+    def memory_ready(self, st: _Core, ins: Instr) -> bool:
+        """A load waits for every overlapping store it depends on; False parks the core."""
+        ready = st.clock
+        for sid in ins.deps:
+            done = self.store_done.get(sid)
+            if done is None:
+                st.wait_store = sid
+                self.store_waiters.setdefault(sid, []).append(st)
+                return False
+            ready = max(ready, done)
+        if ready > st.clock:
+            if self.spans is not None:
+                self.spans.append((st.cid, st.clock, ready - st.clock, "blocked", BLOCKED,
+                                   "waiting for stores to shared memory"))
+            st.blocked += ready - st.clock
+            st.clock = ready
+        return True
+
+    def access(self, st: _Core, ins: Instr, start: int) -> None:
+        """Perform a load/store starting at `start` (>= the core's clock) and advance it."""
+        if start > st.clock:
+            if self.spans is not None:
+                self.spans.append((st.cid, st.clock, start - st.clock, "blocked", BLOCKED,
+                                   "shared memory queue"))
+            st.blocked += start - st.clock
+        ins.fn(st.env)  # type: ignore[misc]
+        end = start + ins.cost
+        if self.spans is not None:
+            self.spans.append((st.cid, start, ins.cost, ins.label, MEMORY, ins.where))
+        st.busy += ins.cost
+        st.clock = end
+        rep = self.report
+        if ins.kind == STORE:
+            rep.shared_writes += 1
+            rep.shared_write_bytes += ins.nbytes
+            self.store_done[ins.store_id] = end
+            for waiter in self.store_waiters.pop(ins.store_id, []):
+                waiter.wait_store = -1
+                self.push(self.now, _RUN, waiter)
+        else:
+            rep.shared_reads += 1
+            rep.shared_read_bytes += ins.nbytes
+
+    def serve(self, st: _Core) -> None:
+        """A queued request, taken in request-time order: served when memory is free."""
+        ins = st.prog[st.pc]
+        start = max(st.clock, self.mem_free)
+        self.access(st, ins, start)
+        self.mem_free = st.clock
+        st.pc += 1
+        self.run_core(st)

@@ -1,0 +1,178 @@
+"""Precompiled numpy closures for lane-body ops.
+
+The simulator executes every op of every lane; going through `eval_op`'s isinstance chain
+and per-call affine evaluation costs more than the numpy work itself on small tiles. Each
+op is therefore turned once into a closure over its operands, with slice regions resolved
+ahead of time (constants, the core-batch lane substituted, per-lane tables for batch lanes).
+The closures keep `eval_op`'s semantics; ops without a fast form call `eval_op` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from raptor.ir.core import Affine, Operation, Value
+from raptor.ir.interpreter import eval_op, slices
+from raptor.ir.ops import (
+    BinaryOp,
+    ConcatOp,
+    EmptyOp,
+    ExtractSliceOp,
+    InsertSliceOp,
+    MaterializeLayoutOp,
+    MvmOp,
+    PadOp,
+    ParallelInsertSliceOp,
+    ReduceOp,
+    ReshapeOp,
+    TransposeOp,
+    UnaryOp,
+)
+from raptor.ir.types import TensorType
+
+Env = dict[Value, Any]
+"""One core's values: numpy arrays, and ints for lane indices."""
+Kernel = Callable[[Env], None]
+Region = Callable[[Env], tuple[slice, ...]]
+
+GENERIC_OPS = (UnaryOp, ReduceOp, TransposeOp, ConcatOp, PadOp, MaterializeLayoutOp)
+"""Ops run through `eval_op` unchanged (rare in hot bodies, or already one numpy call)."""
+
+_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "vadd": np.add, "vsub": np.subtract, "vmul": np.multiply, "vdiv": np.divide,
+    "vmax": np.maximum, "vmin": np.minimum,
+}
+_F32 = np.dtype(np.float32)
+
+
+class KernelError(Exception):
+    """An op the simulator cannot execute inside a compute body or at core level."""
+
+
+def tensor_type(v: Value) -> TensorType:
+    t = v.type
+    if not isinstance(t, TensorType) or not t.is_static:
+        raise KernelError(f"%{v.name} has type {t}; the simulator needs static tensors")
+    return t
+
+
+def resolve(offsets: Sequence[Affine], fixed: Mapping[Value, int]) -> list[Affine]:
+    """Substitute the variables whose value is known for this core (the core-batch lane)."""
+    out = []
+    for a in offsets:
+        for v in a.vars():
+            if v in fixed:
+                a = a.substitute(v, fixed[v])
+        out.append(a)
+    return out
+
+
+def region(offsets: Sequence[Affine], sizes: Sequence[int], strides: Sequence[int],
+           fixed: Mapping[Value, int], lanes: Mapping[Value, int]) -> Region:
+    """The slice tuple of a strided region as a function of the env.
+
+    Offsets depending only on one batch lane variable of known count become a table
+    indexed by the lane, so a lane costs one list lookup instead of affine arithmetic.
+    """
+    offs = resolve(offsets, fixed)
+    free = {v for a in offs for v in a.vars()}
+    if not free:
+        const = slices([a.const for a in offs], sizes, strides)
+        return lambda env: const
+    if len(free) == 1:
+        (var,) = free
+        if var in lanes:
+            table = [slices([a.evaluate({var: i}) for a in offs], sizes, strides)
+                     for i in range(lanes[var])]
+            return lambda env: table[env[var]]
+
+    def dynamic(env: Env) -> tuple[slice, ...]:
+        return slices([a.const + sum(c * env[v] for c, v in a.terms) for a in offs],
+                      sizes, strides)
+
+    return dynamic
+
+
+def kernel(op: Operation, fixed: Mapping[Value, int], lanes: Mapping[Value, int]) -> Kernel:
+    """A closure executing one lane-body op on an env; raises KernelError if unsupported."""
+    if isinstance(op, MvmOp):
+        return _mvm(op)
+    if isinstance(op, BinaryOp):
+        return _binary(op)
+    if isinstance(op, UnaryOp) and op.op == "relu" and tensor_type(op.result).np_dtype == _F32:
+        src, res = op.source, op.result
+        return lambda env: env.__setitem__(res, np.maximum(env[src], np.float32(0)))
+    if isinstance(op, ExtractSliceOp):
+        return _extract(op, region(op.offsets, op.sizes, op.strides, fixed, lanes))
+    if isinstance(op, InsertSliceOp):
+        return _insert(op, region(op.offsets, op.sizes, op.strides, fixed, lanes))
+    if isinstance(op, ParallelInsertSliceOp):
+        return _publish(op, region(op.offsets, op.sizes, op.strides, fixed, lanes))
+    if isinstance(op, ReshapeOp):
+        src, res, shape = op.source, op.result, tensor_type(op.result).static_shape
+        return lambda env: env.__setitem__(res, env[src].reshape(shape))
+    if isinstance(op, EmptyOp):
+        t = tensor_type(op.result)
+        res, shape, dtype = op.result, t.static_shape, t.np_dtype
+        return lambda env: env.__setitem__(res, np.zeros(shape, dtype))
+    if isinstance(op, GENERIC_OPS):
+        return lambda env: _generic(op, env)
+    raise KernelError(f"{op.NAME} cannot execute here")
+
+
+def _generic(op: Operation, env: Env) -> None:
+    eval_op(op, env, {})
+
+
+def _mvm(op: MvmOp) -> Kernel:
+    w, v, res = op.weight, op.vector, op.result
+    if tensor_type(w).np_dtype == _F32 and tensor_type(v).np_dtype == _F32:
+        return lambda env: env.__setitem__(res, np.matmul(env[v], env[w]))
+    return lambda env: _generic(op, env)
+
+
+def _binary(op: BinaryOp) -> Kernel:
+    a, b, res = op.lhs, op.rhs, op.result
+    ta, tb, tr = tensor_type(a), tensor_type(b), tensor_type(res)
+    f32 = ta.np_dtype == tb.np_dtype == tr.np_dtype == _F32
+    try:
+        same_shape = np.broadcast_shapes(ta.static_shape, tb.static_shape) == tr.static_shape
+    except ValueError:
+        same_shape = False
+    if f32 and same_shape:
+        fn = _BINARY[op.op]
+        return lambda env: env.__setitem__(res, fn(env[a], env[b]))
+    return lambda env: _generic(op, env)
+
+
+def _extract(op: ExtractSliceOp, where: Region) -> Kernel:
+    src, res, shape = op.source, op.result, tensor_type(op.result).static_shape
+
+    def run(env: Env) -> None:
+        env[res] = env[src][where(env)].reshape(shape)
+
+    return run
+
+
+def _insert(op: InsertSliceOp, where: Region) -> Kernel:
+    src, dst, res, sizes = op.source, op.dest, op.result, tuple(op.sizes)
+
+    def run(env: Env) -> None:
+        out = env[dst].copy()
+        out[where(env)] = env[src].reshape(sizes)
+        env[res] = out
+
+    return run
+
+
+def _publish(op: ParallelInsertSliceOp, where: Region) -> Kernel:
+    """Writes in place: the destination is the batch's own zero-initialised result."""
+    src, dst, sizes = op.source, op.dest, tuple(op.sizes)
+
+    def run(env: Env) -> None:
+        env[dst][where(env)] = env[src].reshape(sizes)
+
+    return run
