@@ -4,8 +4,11 @@ input error. Every expected failure is one clear line on stderr, never a traceba
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -20,7 +23,7 @@ from raptor.driver import (
     ir_inputs,
     model_inputs,
 )
-from raptor.fileio import load_npz, save_npz_atomic
+from raptor.fileio import load_npz, save_npz_atomic, write_text_atomic
 from raptor.frontend.errors import FrontendError
 from raptor.frontend.oracle import compare, oracle_name, run_reference
 from raptor.ir.core import IRError
@@ -28,9 +31,15 @@ from raptor.ir.interpreter import Interpreter
 from raptor.ir.module import Module
 from raptor.ir.parser import ParseError, parse_file
 from raptor.ir.verifier import verify_module
-from raptor.passes.lower import LoweringError
+from raptor.passes.lower import CapacityExceeded, LoweringError
+from raptor.passes.projection import ProjectionError
 from raptor.rewrite.eggfile import RuleError
 from raptor.rewrite.layout import LayoutError
+from raptor.sim import SimOptions
+from raptor.solve import SOLVERS, Solved, SolveOptions, report, solve
+from raptor.solver.gantt import gantt_svg
+from raptor.solver.graph import GraphError
+from raptor.solver.peft import CapacityError
 from raptor.target import Target, TargetError, load_target, show_target
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -44,8 +53,16 @@ class CliError(Exception):
         self.code = code
 
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+def _console(stderr: bool) -> Console:
+    """Terminal output; tables keep their columns when piped (no 80-column default)."""
+    c = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not c.is_terminal:
+        c = Console(stderr=stderr, highlight=False, soft_wrap=True, width=160)
+    return c
+
+
+out = _console(stderr=False)
+err = _console(stderr=True)
 
 
 def _parse_spat(path: str) -> Module:
@@ -237,6 +254,120 @@ def cmd_target_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ------------------------------------------------------------------ solve
+def _fmt_ns(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    target = _target(args)
+    given = None
+    if args.inputs:
+        try:
+            given = load_npz(args.inputs)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+    selector = "disabled" if args.disable_spatial_planning else args.layout_selector
+    sim = SimOptions(mode=args.send_mode, link_contention=not args.no_contention,
+                     shared_queueing=not args.no_contention)
+    opts = SolveOptions(solver=args.solver, time_limit=args.time_limit, workers=args.workers,
+                        seed=args.seed, simulate=not args.no_simulate, sim=sim,
+                        rtol=args.rtol, atol=args.atol,
+                        compile=CompileOptions(rules_dir=args.rules, layout_selector=selector,
+                                               print_ir=_print_ir_hook(args)))
+    status = err.status("compiling", spinner="dots") if not args.json else None
+    try:
+        if status is not None:
+            status.start()
+
+        def progress(msg: str) -> None:
+            if status is not None:
+                status.update(msg)
+
+        solved = solve(args.file, target, opts, given, progress)
+    except (CapacityError, CapacityExceeded, GraphError, ProjectionError) as e:
+        raise CliError(f"{args.file}: {e}", EXIT_FAIL) from None
+    except (FrontendError, LoweringError, LayoutError, ValueError) as e:
+        raise CliError(f"{args.file}: {e}") from None
+    except RuleError as e:
+        raise CliError(str(e)) from None
+    except VerificationFailed as e:
+        raise CliError(str(e), EXIT_FAIL) from None
+    finally:
+        if status is not None:
+            status.stop()
+    rep = report(solved)
+    _write_outputs(args.out, solved, rep)
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        for note in solved.compiled.notes:
+            err.print(f"note: {note}", markup=False)
+        _print_solve_table(solved, rep, args.out)
+    failed = [r.name for r in solved.runs if not r.ok]
+    for r in solved.runs:
+        for v in (r.violations + r.scheduled_errors)[:5]:
+            err.print(f"{r.name}: invalid schedule: {v}", markup=False)
+        if r.sim_error:
+            err.print(f"{r.name}: simulation failed: {r.sim_error}", markup=False)
+        if r.numerics and not all(ok for _, _, ok in r.numerics.values()):
+            err.print(f"{r.name}: simulated outputs differ from the {solved.oracle} reference",
+                      markup=False)
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> None:
+    lay = rep["layouts"]
+    out.print(f"{solved.model} on target {solved.target.name}: {rep['tasks']} tasks, "
+              f"{rep['edges']} edges, {rep['crossbars']} crossbars, layouts "
+              f"{lay.get('NHWCRowStrip', 0)} row-strip / {lay.get('DenseNCHW', 0)} dense "
+              f"({lay.get('materializations', 0)} materializations), inputs: "
+              f"{solved.input_source}")
+    table = Table(title=f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns)")
+    cols = ["solver", "estimate ns", "simulated ns", "bound ns", "gap to bound", "status",
+            "solve s", "cores", "crossbars", "numerics"]
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("solver", "status", "numerics")
+                         else "right")
+    for run in solved.runs:
+        s = rep["schedules"][run.name]
+        bound = s["bound_ns"] if s["bound_ns"] is not None else rep["lower_bound_ns"]
+        best = s["simulated_ns"] or s["estimate_ns"]
+        gap = f"{(best - bound) / bound:.1%}" if bound else "-"
+        num = s["numerics"]
+        check = "-" if num is None else ("ok" if num["ok"] else "MISMATCH") + \
+            f" ({num['max_abs_error']:.1e})"
+        if s["simulation_error"]:
+            check = "sim failed"
+        if not s["valid"]:
+            check = "INVALID"
+        table.add_row(run.name, _fmt_ns(s["estimate_ns"]), _fmt_ns(s["simulated_ns"]),
+                      _fmt_ns(s["bound_ns"]), gap, s["status"], f"{s['solve_seconds']:.2f}",
+                      str(s["cores_used"]), str(rep["crossbars"]), check)
+    out.print(table)
+    out.print(f"wrote {out_dir}/: report.json, gantt.<solver>.svg, scheduled.<solver>.spat"
+              + (", trace.<solver>.json, outputs.<solver>.npz" if any(r.sim for r in
+                                                                   solved.runs) else ""))
+
+
+def _write_outputs(out_dir: str, solved: Solved, rep: dict[str, Any]) -> None:
+    d = Path(out_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"cannot create output directory {out_dir}: {e.strerror}") from None
+    g = solved.build.graph
+    for run in solved.runs:
+        write_text_atomic(d / f"scheduled.{run.name}.spat", run.scheduled.print())
+        write_text_atomic(d / f"gantt.{run.name}.svg", gantt_svg(g, run.result))
+        if run.sim is not None:
+            run.sim.write_trace(d / f"trace.{run.name}.json")
+            outs = {v.name: o for v, o in zip(solved.compiled.graph.outputs, run.sim.outputs,
+                                             strict=True)}
+            save_npz_atomic(d / f"outputs.{run.name}.npz", outs)
+    write_text_atomic(d / "report.json", json.dumps(rep, indent=2) + "\n")
+
+
 # ------------------------------------------------------------------ entry point
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -245,6 +376,43 @@ def build_parser() -> argparse.ArgumentParser:
                     "processing-in-memory many-core chips.",
         epilog="Exit codes: 0 ok, 1 verification or compile failure, 2 usage or input error.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("solve", help="compile an ONNX model, schedule it, simulate it",
+                       description="Compile MODEL.onnx for the target, schedule it for latency "
+                       "with the PEFT heuristic and an OR-Tools CP-SAT model side by side, "
+                       "materialize each schedule into scheduled IR with explicit channels, "
+                       "simulate it, and check its outputs against the ONNX reference. Prints "
+                       "one row per schedule and writes report.json, Gantt charts (SVG), "
+                       "scheduled IR (.spat), Chrome traces and outputs (.npz) to --out. "
+                       "Exit 0 when every schedule validates and its numbers match, 1 "
+                       "otherwise.")
+    s.add_argument("file", metavar="MODEL.onnx")
+    _add_target(s)
+    s.add_argument("--mode", choices=["latency"], default="latency",
+                   help="scheduling objective (latency: single-inference makespan)")
+    s.add_argument("--solver", choices=SOLVERS, default="both",
+                   help="peft (heuristic), cpsat (optimal or best found), or both (default)")
+    s.add_argument("--time-limit", type=float, default=10.0, metavar="S",
+                   help="CP-SAT time limit in seconds (default 10); on time-out the best "
+                   "schedule found is used, or the heuristic one if none")
+    s.add_argument("--workers", type=int, default=2, metavar="N",
+                   help="CP-SAT worker threads (default 2)")
+    s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
+    s.add_argument("--inputs", metavar="X.npz", help="inputs keyed by graph input name "
+                   "(default: MODEL.npz beside the model, else seeded random inputs)")
+    s.add_argument("--no-simulate", action="store_true",
+                   help="schedule and materialize only; simulated fields are null")
+    s.add_argument("--send-mode", choices=["rendezvous", "buffered"], default="rendezvous",
+                   help="simulated channel semantics (default rendezvous)")
+    s.add_argument("--no-contention", action="store_true",
+                   help="simulate without link contention and shared-memory queueing")
+    s.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (1e-4)")
+    s.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (1e-5)")
+    s.add_argument("--out", default="raptor-out", metavar="DIR",
+                   help="output directory (default raptor-out/)")
+    s.add_argument("--json", action="store_true", help="print report.json to stdout")
+    _add_compile_options(s)
+    s.set_defaults(func=cmd_solve)
 
     v = sub.add_parser("verify", help="parse and verify Spatial IR files (.spat)",
                        description="Parse each file and check SSA, types, the graph-batch "

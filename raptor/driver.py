@@ -22,6 +22,7 @@ from raptor.passes.layout import LayoutChoice, select_layouts
 from raptor.passes.lower import Lowered, lower, sanitize
 from raptor.passes.plan_ir import plan_module
 from raptor.rewrite.canonicalize import CanonStats, canonicalize
+from raptor.rewrite.eggfile import resolve_rules_dir
 from raptor.rewrite.select import LayoutSelection
 from raptor.target import Target
 
@@ -56,6 +57,7 @@ class Compiled:
     layouts: LayoutChoice
     lowered: Lowered
     canon: CanonStats
+    rules_dir: Path
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -93,7 +95,8 @@ def compile_model(model: str | Path, target: Target, opts: CompileOptions | None
     _check("lower", lowered.module, opts, assembly=True)
     canon = canonicalize(lowered.module, opts.rules_dir)
     _check("canonicalize", lowered.module, opts)
-    return Compiled(graph, selection, layouts, lowered, canon, list(graph.notes))
+    return Compiled(graph, selection, layouts, lowered, canon,
+                    resolve_rules_dir(opts.rules_dir), list(graph.notes))
 
 
 def model_inputs(graph: PlanGraph, model: str | Path, given: dict[str, np.ndarray] | None,

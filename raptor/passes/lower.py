@@ -47,6 +47,10 @@ class LoweringError(Exception):
     """A plan graph this target cannot run; the message is one line for the user."""
 
 
+class CapacityExceeded(LoweringError):
+    """More distinct crossbar tiles than the whole chip holds."""
+
+
 @dataclass
 class PlanStats:
     """What `raptor inspect` shows per plan."""
@@ -802,7 +806,7 @@ def lower(graph: PlanGraph, target: Target, layouts: LayoutChoice | None = None)
     lowered = _Lowerer(graph, target, layouts).run()
     capacity = target.num_cores * target.crossbars_per_core
     if lowered.crossbars > capacity:
-        raise LoweringError(
+        raise CapacityExceeded(
             f"model needs {lowered.crossbars} crossbars of {target.crossbar_rows}x"
             f"{target.crossbar_cols} but target '{target.name}' has {target.num_cores} cores x "
             f"{target.crossbars_per_core} crossbars = {capacity}")
