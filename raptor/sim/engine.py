@@ -150,12 +150,12 @@ class Engine:
         except (ValueError, IndexError) as e:
             assert running is not None
             ins = running.prog[running.pc]
-            raise SimError(f"core {running.cid} failed at {ins.where} {ins.op.NAME}: {e}") \
+            raise SimError(f"core {running.cid} failed at {ins.where} {ins.name}: {e}") \
                 from None
         self.finish()
         stuck = [st for st in self.cores if not st.done]
         if stuck:
-            raise Deadlock(self.now, [self.why(st) for st in stuck], self.report)
+            raise Deadlock(self.report.latency_ns, [self.why(st) for st in stuck], self.report)
 
     def finish(self) -> None:
         rep = self.report
@@ -172,7 +172,7 @@ class Engine:
     def why(self, st: _Core) -> str:
         """One line: where `st` is stuck and on what."""
         ins = st.prog[st.pc]
-        head = f"core {st.cid} blocked at {ins.where} {ins.op.NAME}"
+        head = f"core {st.cid} blocked at {ins.where} {ins.name}"
         if st.wait_value is not None:
             src, ch = st.sources[st.wait_value]
             return (f"{head} waiting for {_name(st.wait_value)} from core {src} channel {ch}: "

@@ -68,6 +68,16 @@ class Instr:
     def where(self) -> str:
         return self.op.where()
 
+    @property
+    def name(self) -> str:
+        return op_name(self.op)
+
+
+def op_name(op: Operation) -> str:
+    """The printed spelling (`pim.relu`, not the class-level `pim.unary`)."""
+    kind = getattr(op, "op", None)
+    return f"pim.{kind}" if isinstance(kind, str) and op.NAME.startswith("pim.") else op.NAME
+
 
 @dataclass(eq=False)
 class Program:
@@ -276,8 +286,8 @@ class _CoreCompiler:
         uses = _free_uses(op)
         for v in uses:
             if v in self.ctx.shared and not isinstance(op, LoadOp | StoreOp):
-                raise self.fail(op, f"{op.NAME} uses shared buffer {_name(v)} directly; read it "
-                                "with pim.load")
+                raise self.fail(op, f"{op_name(op)} uses shared buffer {_name(v)} directly; "
+                                "read it with pim.load")
         return tuple(v for v in uses if v in self.received)
 
     def op(self, op: Operation, pos: int) -> Instr | None:
@@ -303,7 +313,7 @@ class _CoreCompiler:
             raise self.fail(op, f"{op.NAME} is not allowed in a core program")
         self.track_tiles(op)
         fn = kernel(op, self.fixed, {})
-        return Instr(COMPUTE, op, op.NAME, cost=op_cost_ns(op, tgt), fn=fn,
+        return Instr(COMPUTE, op, op_name(op), cost=op_cost_ns(op, tgt), fn=fn,
                      waits=self.waits(op), body_ops=1)
 
     def memory(self, op: LoadOp | StoreOp, pos: int) -> Instr:
