@@ -15,7 +15,6 @@ logical tensor); canonicalization turns them into N x F fragments plus `spat.blu
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -370,7 +369,8 @@ class _Lowerer:
                 gm = w[(g0 + j) * mg:(g0 + j + 1) * mg].reshape(mg, kg).T
                 mat[j * kg:(j + 1) * kg, j * mg:(j + 1) * mg] = gm
             blocks.append((g0 * cin_g, q * cin_g, g0 * mg, mat))
-        results = []
+        # weights once, shared by every image: (c0, cn, o0+m0, mt, bias, [(k0, tile)])
+        units = []
         for bi, (c0, cn, o0, mat) in enumerate(blocks):
             grid = self._tiles(mat)
             for ci in range(len(grid[0])):
@@ -381,24 +381,33 @@ class _Lowerer:
                     shape = (1, mt) if len(grid) == 1 else (1, mt, 1, 1)
                     bvec = self.weight(f"{name}.bias.b{bi}.c{ci}",
                                        bias[o0 + m0:o0 + m0 + mt].reshape(shape))
+                tiles = [(row[ci][0], self.weight(f"{name}.g{bi}.r{ri}.c{ci}", row[ci][2],
+                                                  tile=True), row[ci][2].shape)
+                         for ri, row in enumerate(grid)]
+                units.append((c0, cn, mt, bvec, tiles))
+        images = []
+        for n in range(_shape(x)[0]):
+            results = []
+            for c0, cn, _mt, bvec, tiles in units:
+                single = len(tiles) == 1
                 partials = []
-                for ri, row in enumerate(grid):
-                    k0, _, tile = row[ci]
-                    wt = self.weight(f"{name}.g{bi}.r{ri}.c{ci}", tile, tile=True)
-                    single = len(grid) == 1
+                for k0, wt, tshape in tiles:
                     ins = [xp, wt] + ([bvec] if single and bvec is not None else [])
                     partials.append(self.conv_batch(
-                        ins, (c0, cn), (kh, kw), (sh, sw), (dh, dw), (oh, ow), k0,
-                        tile.shape, single, act, len(grid) > 1))
+                        ins, (n, c0, cn), (kh, kw), (sh, sw), (dh, dw), (oh, ow), k0,
+                        tshape, single, act, not single))
                 results.append(self.reduce_partials(partials, bvec, act, final=True))
-        if len(results) == 1:
-            return results[0]
-        return self.compute(results, [out_shape], lambda b, xs: [b.concat(xs, 1)])[0]
+            one = (1, *out_shape[1:])
+            images.append(results[0] if len(results) == 1 else
+                          self.compute(results, [one], lambda b, xs: [b.concat(xs, 1)])[0])
+        if len(images) == 1:
+            return images[0]
+        return self.compute(images, [out_shape], lambda b, xs: [b.concat(xs, 0)])[0]
 
-    def conv_batch(self, ins: list[Value], chans: tuple[int, int], k: tuple[int, int],
+    def conv_batch(self, ins: list[Value], chans: tuple[int, int, int], k: tuple[int, int],
                    s: tuple[int, int], d: tuple[int, int], o: tuple[int, int], k0: int,
                    tile: tuple[int, ...], tail: bool, act: Plan | None, sliced: bool) -> Value:
-        c0, cn = chans
+        image, c0, cn = chans
         kh, kw = k
         oh, ow = o
         kt, mt = tile
@@ -408,7 +417,8 @@ class _Lowerer:
             row = Affine(0, ((s[0], lane),))
             cols = []
             for j in range(kw):
-                e = b.extract(xp, [0, c0, row, j * d[1]], [1, cn, kh, ow], [1, 1, d[0], s[1]],
+                e = b.extract(xp, [image, c0, row, j * d[1]], [1, cn, kh, ow],
+                              [1, 1, d[0], s[1]],
                               type=_t((cn, kh, ow)))
                 cols.append(b.reshape(e, _t((cn, kh, 1, ow))) if kw > 1 else e)
             patch = b.concat(cols, 2) if kw > 1 else cols[0]
@@ -485,19 +495,64 @@ class _Lowerer:
         return self.batch(m, ins, (m, mt), body, mvms_per_lane=1)
 
     def _lower_matmul(self, plan: Plan, act: Plan | None) -> list[Value]:
-        if "weight" not in plan.weights:
-            raise LoweringError(f"plan {plan.name!r}: MatMul of two activations has no crossbar "
-                                "operand; only activation x constant weight is supported")
-        x = self.input(plan, 0)
-        w = plan.weights["weight"]
-        xs = _shape(x)
+        """numpy matmul semantics: 1-D operands gain a unit dim, batch dims broadcast. A
+        constant operand goes onto crossbars (gemm tiles); activation x activation runs on
+        the vector unit (row times matrix as multiply + column reduction)."""
+        a = self.input(plan, 0)
+        w = plan.weights.get("weight")
+        b = None if w is not None else self.input(plan, 1)
+        ash = _shape(a)
+        bsh = tuple(w.shape) if w is not None else _shape(b)  # type: ignore[arg-type]
         out_shape = self.out_shape(plan)
-        if w.ndim != 2:
-            raise LoweringError(f"plan {plan.name!r}: MatMul weight must be 2-D, got {w.shape}")
-        rows = math.prod(xs[:-1]) if len(xs) > 1 else 1
-        flat = self.view(x, (rows, xs[-1]))
-        y = self.gemm(plan.name, flat, w, None, act, (rows, w.shape[1]))
-        return [self.view(y, out_shape)]
+        a2 = ash if len(ash) > 1 else (1, *ash)
+        b2 = bsh if len(bsh) > 1 else (*bsh, 1)
+        m, k = a2[-2:]
+        n = b2[-1]
+        batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+        av = self.view(a, a2)
+        bv = self.view(b, b2) if b is not None else None
+        wmat = w.reshape(b2) if w is not None else None
+        results = []
+        for idx in np.ndindex(*batch):
+            ai = _bcast_index(idx, a2[:-2])
+            bi = _bcast_index(idx, b2[:-2])
+            amat = self.slice_matrix(av, ai, (m, k))
+            if wmat is not None:
+                wb = wmat[bi] if bi else wmat
+                tag = plan.name + ("." + "_".join(map(str, idx)) if idx else "")
+                y = self.gemm(tag, amat, np.asarray(wb), None, act, (m, n))
+            else:
+                assert bv is not None
+                y = self.vector_matmul(amat, self.slice_matrix(bv, bi, (k, n)), act)
+            results.append(y)
+        if not batch:
+            return [self.view(results[0], out_shape)]
+        stacked = [self.view(r, (1, m, n)) for r in results]
+        full = self.compute(stacked, [(len(stacked), m, n)], lambda b_, xs: [b_.concat(xs, 0)]
+                            )[0] if len(stacked) > 1 else stacked[0]
+        return [self.view(full, out_shape)]
+
+    def slice_matrix(self, x: Value, idx: tuple[int, ...], shape: tuple[int, int]) -> Value:
+        """The (rows, cols) matrix at batch index `idx` of x (a view when there is none)."""
+        if not idx:
+            return self.view(x, shape)
+        rank = len(_shape(x))
+        offs = [*idx, 0, 0]
+        sizes = [1] * (rank - 2) + list(shape)
+        return self.compute([x], [shape], lambda b, xs: [
+            b.extract(xs[0], offs, sizes, type=_t(shape))])[0]
+
+    def vector_matmul(self, a: Value, bm: Value, act: Plan | None) -> Value:
+        m, k = _shape(a)
+        n = _shape(bm)[1]
+
+        def body(b: Builder, lane: Value, args: list[Value]) -> tuple[Value, list[AffineLike]]:
+            row = b.extract(args[0], [lane, 0], [1, k])
+            prod = b.binary("vmul", b.transpose(row, [1, 0]), args[1], _t((k, n)))
+            y = b.reduce("vreduce_sum", prod, [0], _t((1, n)))
+            return self.activation(b, y, act), [lane, 0]
+
+        return self.batch(m, [a, bm], (m, n), body)
 
     def view(self, x: Value, shape: Sequence[int]) -> Value:
         if _shape(x) == tuple(shape):
@@ -524,13 +579,14 @@ class _Lowerer:
         if min(lo_h, lo_w, hi_h, hi_w) < 0:
             raise LoweringError(f"plan {plan.name!r}: ConvTranspose pads larger than "
                                 "dilation*(kernel-1) are not supported")
-        _, _, h, wd = _shape(x)
+        nimg, _, h, wd = _shape(x)
         zh, zw = (h - 1) * s[0] + 1 + lo_h + hi_h, (wd - 1) * s[1] + 1 + lo_w + hi_w
-        zshape = (1, cin, zh, zw)
+        zshape = (nimg, cin, zh, zw)
 
         def dilate(b: Builder, xs: list[Value]) -> list[Value]:
             z = b.empty(_t(zshape))
-            return [b.insert(xs[0], z, [0, 0, lo_h, lo_w], [1, cin, h, wd], [1, 1, s[0], s[1]])]
+            return [b.insert(xs[0], z, [0, 0, lo_h, lo_w], [nimg, cin, h, wd],
+                             [1, 1, s[0], s[1]])]
 
         z = self.compute([x], [zshape], dilate)[0]
         y = self.conv(plan.name, z, wc, plan.weights.get("bias"), [1, 1], [0, 0, 0, 0], dil,
@@ -632,12 +688,13 @@ class _Lowerer:
             ins.append(self.weight(f"{plan.name}.recip",
                                    (1.0 / np.maximum(counts, 1)).reshape(1, 1, oh, ow)))
 
-        def body(b: Builder, lane: Value, args: list[Value]) -> tuple[Value, list[AffineLike]]:
+        def body(b: Builder, lane: Value, args: list[Value], n: int = 0
+                 ) -> tuple[Value, list[AffineLike]]:
             acc: Value | None = None
             for i in range(kh):
                 row = Affine(i * dh, ((sh, lane),))
                 for j in range(kw):
-                    e = b.extract(args[0], [0, 0, row, j * dw], [1, c, 1, ow], [1, 1, 1, sw],
+                    e = b.extract(args[0], [n, 0, row, j * dw], [1, c, 1, ow], [1, 1, 1, sw],
                                   type=_t((c, ow)))
                     acc = e if acc is None else b.binary("vmax" if kind == "max" else "vadd",
                                                          acc, e)
@@ -647,7 +704,15 @@ class _Lowerer:
                 acc = b.binary("vmul", acc, r, _shape_t(acc))
             return b.reshape(acc, _t((1, c, 1, ow))), [0, 0, lane, 0]
 
-        return self.batch(oh, ins, out, body)
+        return self.per_image(out, lambda n: self.batch(
+            oh, ins, (1, *out[1:]), lambda b, lane, args: body(b, lane, args, n)))
+
+    def per_image(self, out: tuple[int, ...], one: Callable[[int], Value]) -> Value:
+        """Spatial plans run one image at a time; images concatenate along dim 0."""
+        images = [one(n) for n in range(out[0])]
+        if len(images) == 1:
+            return images[0]
+        return self.compute(images, [out], lambda b, xs: [b.concat(xs, 0)])[0]
 
     def _lower_maxpool(self, plan: Plan, act: Plan | None) -> list[Value]:
         return [self.pool(plan, "max")]
@@ -660,13 +725,16 @@ class _Lowerer:
         _, c, h, wd = _shape(x)
         chunk = max(d for d in range(1, min(c, self.target.vector_lanes) + 1) if c % d == 0)
 
-        def body(b: Builder, lane: Value, args: list[Value]) -> tuple[Value, list[AffineLike]]:
+        def body(b: Builder, lane: Value, args: list[Value], n: int
+                 ) -> tuple[Value, list[AffineLike]]:
             ch = Affine(0, ((chunk, lane),))
-            e = b.extract(args[0], [0, ch, 0, 0], [1, chunk, h, wd])
+            e = b.extract(args[0], [n, ch, 0, 0], [1, chunk, h, wd])
             s = b.reduce("vreduce_sum", e, [2, 3], _t((1, chunk, 1, 1)))
             return b.unary("vscale", s, {"factor": 1.0 / (h * wd)}), [0, ch, 0, 0]
 
-        return [self.batch(c // chunk, [x], (1, c, 1, 1), body)]
+        out = self.out_shape(plan)
+        return [self.per_image(out, lambda n: self.batch(
+            c // chunk, [x], (1, c, 1, 1), lambda b, lane, args: body(b, lane, args, n)))]
 
     def _lower_resize_nearest(self, plan: Plan, act: Plan | None) -> list[Value]:
         x = self.input(plan, 0)
@@ -687,28 +755,31 @@ class _Lowerer:
             else:
                 runs.append((col, 1))
 
-        def gather_row(b: Builder, src: Value, row: AffineLike) -> Value:
+        def gather_row(b: Builder, src: Value, row: AffineLike, n: int) -> Value:
             parts = []
             for col, rep in runs:
-                e = b.extract(src, [0, 0, row, col], [1, c, 1, 1], type=_t((c, 1)))
+                e = b.extract(src, [n, 0, row, col], [1, c, 1, 1], type=_t((c, 1)))
                 parts.extend([e] * rep)
             return b.concat(parts, 1) if len(parts) > 1 else parts[0]
 
+        one = (1, *out[1:])
         rep = oh // h if h and oh % h == 0 else 0
         if rep and np.array_equal(rows, np.repeat(np.arange(h), rep)):
-            def body(b: Builder, lane: Value, args: list[Value]) -> tuple[Value, list[AffineLike]]:
-                r = gather_row(b, args[0], lane)
-                r4 = b.reshape(r, _t((1, c, 1, ow)))
+            def body(b: Builder, lane: Value, args: list[Value], n: int
+                     ) -> tuple[Value, list[AffineLike]]:
+                r4 = b.reshape(gather_row(b, args[0], lane, n), _t((1, c, 1, ow)))
                 blk = b.concat([r4] * rep, 2) if rep > 1 else r4
                 return blk, [0, 0, Affine(0, ((rep, lane),)), 0]
 
-            return [self.batch(h, [x], out, body)]
+            return [self.per_image(out, lambda n: self.batch(
+                h, [x], one, lambda b, lane, args: body(b, lane, args, n)))]
 
-        def whole(b: Builder, xs: list[Value]) -> list[Value]:
-            rs = [b.reshape(gather_row(b, xs[0], int(r)), _t((1, c, 1, ow))) for r in rows]
+        def whole(b: Builder, xs: list[Value], n: int) -> list[Value]:
+            rs = [b.reshape(gather_row(b, xs[0], int(r), n), _t((1, c, 1, ow))) for r in rows]
             return [b.concat(rs, 2) if len(rs) > 1 else rs[0]]
 
-        return self.compute([x], [out], whole)
+        return [self.per_image(out, lambda n: self.compute(
+            [x], [one], lambda b, xs: whole(b, xs, n))[0])]
 
     # ------------------------------------------------------------------ placement plans
     def _lower_concat(self, plan: Plan, act: Plan | None) -> list[Value]:
@@ -788,6 +859,12 @@ class _Lowerer:
     def _lower_identity(self, plan: Plan, act: Plan | None) -> list[Value]:
         return self.compute([self.input(plan, 0)], [self.out_shape(plan)],
                             lambda b, a: [a[0]])
+
+
+def _bcast_index(idx: tuple[int, ...], dims: Sequence[int]) -> tuple[int, ...]:
+    """Index into an operand's batch dims under numpy broadcasting (size-1 dims stay 0)."""
+    lead = len(idx) - len(dims)
+    return tuple(0 if d == 1 else idx[lead + i] for i, d in enumerate(dims))
 
 
 def _shape_t(v: Value) -> TensorType:
