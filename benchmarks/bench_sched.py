@@ -1,7 +1,8 @@
 """Scheduler benchmarks: (a) PEFT/EFT against SAGA 2.0.2 HEFT, (b) CP-SAT optimality frontier,
 (c) PEFT/EFT gap to CP-SAT, (d) what the state-dependent PEFT lookahead buys over EFT.
 
-    PYTHONHASHSEED=0 python benchmarks/bench_sched.py [--quick] [--skip-saga]
+    PYTHONHASHSEED=0 python benchmarks/bench_sched.py [--quick] [--skip-saga] [--parts abcd]
+                                                     [--saga-cache FILE]
 
 Prints markdown tables. SAGA (``pip install anrg-saga==2.0.2``, benchmark-only) models
 communication as bytes / link speed without per-hop latency and has no crossbar capacity, so
@@ -14,6 +15,7 @@ PYTHONHASHSEED, so the script re-executes itself with PYTHONHASHSEED=0 when it i
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -81,7 +83,11 @@ def saga_heft(g: ComputeGraph, target: Target) -> tuple[int, int, float]:
     return round(own), ours, secs
 
 
-def part_a(skip_saga: bool, sizes: list[int]) -> None:
+def part_a(skip_saga: bool, sizes: list[int], cache_path: str | None) -> None:
+    cache: dict[str, list[float]] = {}
+    if cache_path and os.path.exists(cache_path):
+        with open(cache_path) as f:
+            cache = json.load(f)
     print("\n### (a) list scheduling against SAGA 2.0.2 HEFT (tile-free layered DAGs, seed 1)\n")
     print("| tasks | cores | PEFT ns | PEFT s | EFT ns | EFT s | SAGA HEFT ns (own / our model)"
           " | SAGA s | speed-up PEFT | PEFT / SAGA |")
@@ -97,7 +103,13 @@ def part_a(skip_saga: bool, sizes: list[int]) -> None:
                 saga = "–"
                 rest = "– | – | –"
             else:
-                own, ours, ts = saga_heft(g, target)
+                key = f"{n}/{rows}x{cols}"
+                if key not in cache:
+                    cache[key] = list(saga_heft(g, target))
+                    if cache_path:
+                        with open(cache_path, "w") as f:
+                            json.dump(cache, f)
+                own, ours, ts = int(cache[key][0]), int(cache[key][1]), cache[key][2]
                 saga = f"{own} / {ours}"
                 rest = f"{ts:.2f} | {ts / tp:.0f}x | {peft.makespan_ns / ours:.3f}"
             print(f"| {n} | {rows * cols} | {peft.makespan_ns} | {tp:.2f} | {eft.makespan_ns} | "
@@ -181,12 +193,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes and short limits")
     ap.add_argument("--skip-saga", action="store_true")
     ap.add_argument("--parts", default="abcd")
+    ap.add_argument("--saga-cache", help="JSON file to reuse SAGA results (they do not depend "
+                    "on Raptor's code) across runs")
     args = ap.parse_args()
     if os.environ.get("PYTHONHASHSEED") is None:
         os.execve(sys.executable, [sys.executable, *sys.argv],
                   {**os.environ, "PYTHONHASHSEED": "0"})
     if "a" in args.parts:
-        part_a(args.skip_saga, [200] if args.quick else [200, 1000, 3000])
+        part_a(args.skip_saga, [200] if args.quick else [200, 1000, 3000], args.saga_cache)
     if "b" in args.parts:
         part_b([20, 30] if args.quick else [20, 40, 60, 80, 100], 10 if args.quick else 60)
     if "c" in args.parts:

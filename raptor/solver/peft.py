@@ -23,9 +23,16 @@ inner term becomes X(p) + flits + min_p' [slack(p') + hop·hops(p,p')], a distan
 the XY mesh computed in O(P) (see :mod:`raptor.solver.mesh`). Total: O(E·P) plus insertion.
 
 The static table O is the textbook OCT computed with the same transform. Without a capacity
-fallback its rows are constant (it then only ranks tasks, as bottom levels without
-communication); under the fallback's pinned residency a core where a child's tiles can never
-be resident is excluded, so rows differ.
+fallback its rows are constant; under the fallback's pinned residency a core where a child's
+tiles can never be resident is excluded, so rows differ. Priorities are HEFT upward ranks
+(mean cross-core transfer on edges): the degenerate textbook rank_oct ignores communication
+altogether and measured worse (3.0 % longer schedules at 1,000 tasks on 16 cores).
+
+Measured choice of the lookahead terms: an optimistic "each child runs right after t on p"
+term made schedules up to 26 % longer than EFT on traffic-heavy graphs (all children cannot
+follow t on one core), so every child is priced as if it runs on the best core near p,
+including p itself at flit cost, which keeps the pull towards producers, free cores and
+resident tiles without that bias.
 
 Capacity. Reusing a resident tile takes no new crossbar slot. If greedy placement ever finds no
 core with room, the scheduler restarts from a constructive packing of all tile sets
@@ -204,6 +211,21 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
     return table
 
 
+def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
+    """HEFT upward rank: cost plus the longest path below with mean cross-core transfers."""
+    P = mesh.P
+    mean_hop_cycles = int(mesh.hop_cycles.sum()) // max(P * (P - 1), 1)
+    rank = np.zeros(graph.num_tasks, dtype=np.int64)
+    costs = graph.costs()
+    for t in reversed(graph.topo_order):
+        below = 0
+        for c, b in graph.succs[t]:
+            comm = mesh.target.ns(mean_hop_cycles + mesh.flit_cycles(b)) if P > 1 else 0
+            below = max(below, comm + int(rank[c]))
+        rank[t] = costs[t] + below
+    return rank
+
+
 class _Cores:
     """Per-core timeline with idle gaps (sorted, disjoint), for insertion-based placement."""
 
@@ -266,8 +288,7 @@ def _run(graph: ComputeGraph, target: Target, mesh: Mesh, tiles: _Tiles, lookahe
     # set that still has an unhomed tile (cheap guards; the packing fallback covers the rest).
     pending = sorted({k for k in tiles.key if k}, key=len, reverse=True)
     pending_pos = 0
-    finite = oct_table < INF
-    rank = np.where(finite, oct_table, 0).sum(axis=1) // np.maximum(finite.sum(axis=1), 1)
+    rank = upward_rank(graph, mesh)
     topo_pos = np.empty(n, dtype=np.int64)
     topo_pos[graph.topo_order] = np.arange(n)
     succ_ids = [np.array([c for c, _ in s], dtype=np.int64) for s in graph.succs]

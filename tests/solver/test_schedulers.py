@@ -153,26 +153,25 @@ def test_packing_failure_is_diagnosed() -> None:
 
 
 def test_capacity_fallback_schedules_tight_graphs() -> None:
-    target = Target(mesh_rows=2, mesh_cols=2, crossbars_per_core=14)
+    target = Target(mesh_rows=2, mesh_cols=2, crossbars_per_core=13)
     g = random_layered_dag(80, seed=1, width=8, tiles_per_batch=(1, 3), max_lanes=6)
-    assert len(g.distinct_weights()) == 48  # of 56 slots
+    assert len(g.distinct_weights()) == 48  # of 52 slots
     r = peft_schedule(g, target)
     assert r.notes and r.notes[0].startswith("capacity fallback")
     assert validate_schedule(g, target, r) == []
     assert validate_schedule(g, target, eft_schedule(g, target)) == []
 
 
-def test_peft_lookahead_beats_eft_on_communication_heavy_graphs() -> None:
-    """The state-dependent OCT pulls producers towards where their consumers can start early
-    (other producers' cores, free cores, resident tiles); plain EFT cannot see that."""
-    target = Target(mesh_rows=4, mesh_cols=4)
+def test_peft_lookahead_beats_eft_under_crossbar_pressure() -> None:
+    """The state-dependent OCT sees which cores still hold or have room for a child's tiles
+    and where its other producers ran; plain EFT with the same priorities cannot."""
+    target = Target(mesh_rows=4, mesh_cols=4, crossbars_per_core=16)
     ratios = []
-    for seed in range(5):
-        g = random_layered_dag(200, seed, width=16, bytes_range=(2000, 20000),
-                               cost_range=(100, 1500))
+    for seed in range(6):
+        g = random_layered_dag(200, seed, width=16, tiles_per_batch=(1, 3), max_lanes=8)
         ratios.append(peft_schedule(g, target).makespan_ns / eft_schedule(g, target).makespan_ns)
     assert mean(ratios) < 0.99
-    assert sum(r < 1 for r in ratios) >= 3
+    assert sum(r < 1 for r in ratios) >= 4
 
 
 def test_restricted_model_for_large_graphs() -> None:
