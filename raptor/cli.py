@@ -33,7 +33,7 @@ from raptor.ir.parser import ParseError, parse_file
 from raptor.ir.verifier import verify_module
 from raptor.passes.lower import CapacityExceeded, LoweringError
 from raptor.passes.projection import ProjectionError
-from raptor.rewrite.eggfile import RuleError
+from raptor.rewrite.eggfile import RuleError, check_rules, resolve_rules_dir
 from raptor.rewrite.layout import LayoutError
 from raptor.sim import SimOptions
 from raptor.solve import SOLVERS, Solved, SolveOptions, report, solve
@@ -245,6 +245,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    directory = resolve_rules_dir(args.dir)
+    errors = check_rules(args.dir)
+    for e in errors:
+        err.print(e, markup=False)
+    if errors:
+        return EXIT_FAIL
+    files = sorted(p.name for p in directory.glob("*.egg"))
+    out.print(f"{directory}: ok ({', '.join(files)})")
+    return EXIT_OK
+
+
 def cmd_target_show(args: argparse.Namespace) -> int:
     try:
         target = load_target(args.name)
@@ -453,6 +465,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target(n)
     _add_compile_options(n)
     n.set_defaults(func=cmd_inspect)
+
+    r = sub.add_parser("rules", help="egglog rule files (rules/*.egg)",
+                       description="The canonicalization and layout rules are plain egglog "
+                       "files; edit them and the compiler follows.")
+    rsub = r.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", required=True)
+    rc = rsub.add_parser("check", help="parse and type-check every rule file",
+                         description="Load each rule program's files in manifest order and "
+                         "report file:line:col of the first error of each (exit 1).")
+    rc.add_argument("dir", nargs="?", metavar="DIR",
+                    help="rules directory (default: $RAPTOR_RULES, else the shipped rules/)")
+    rc.set_defaults(func=cmd_rules_check)
 
     t = sub.add_parser("target", help="PIM target descriptions",
                        description="Targets are TOML files overriding keys of the built-in "
