@@ -32,6 +32,10 @@ from raptor.ir.rewriting import drop_dead, replace_uses
 from raptor.ir.types import INDEX, TensorType
 from raptor.rewrite.eggfile import load_program
 
+_Ent = tuple[tuple[int, int], dict[int, tuple[int, int, int, int]]]
+"""A derived Blueprint entry: its source batch result (b, r) and per dimension
+(offset constant c, slot coefficient k, size, stride)."""
+
 
 class CanonicalizeError(Exception):
     """The graph cannot be canonicalized (an invalid producer; nothing repairs it)."""
@@ -186,11 +190,14 @@ def _canonicalize_func(
     phys: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
     for b, r, d, e in rows("PhysDim"):
         phys[(b, r)][d] = e
-    entries: dict[int, dict[tuple[int, int], dict[int, tuple[int, int, int, int]]]] = defaultdict(
-        lambda: defaultdict(dict)
-    )
-    for v, b, r, d, c, k, size, stride in rows("Entry"):
-        entries[v][(b, r)][d] = (c, k, size, stride)
+    entries: dict[int, dict[object, _Ent]] = defaultdict(dict)
+    fn = frozen.get("Entry")
+    for row in fn.rows if fn else []:
+        eid = row.inputs[1]
+        val, bi, ri, di, ci, ki, size, stride = (i64(c) for i, c in enumerate(row.inputs)
+                                                 if i != 1)
+        ent = entries[val].setdefault(eid, ((bi, ri), {}))
+        ent[1][di] = (ci, ki, size, stride)
     blocked = {x for (x,) in rows("Blocked")}
     physical: dict[tuple[int, int], Value] = {}
     new_ops: list[Operation] = []
@@ -210,9 +217,9 @@ def _canonicalize_func(
             continue
         new_ops.append(op)
     func.body.ops = new_ops
-    for m, v in rows("Identity"):
+    for m, src in rows("Identity"):
         mat = facts.materializations[m]
-        replace_uses(func.body, mat.result, facts.values[v])
+        replace_uses(func.body, mat.result, facts.values[src])
         stats.identities += 1
     drop_dead(func.body)
 
@@ -221,7 +228,7 @@ def _make_physical(
     op: GraphComputeBatchOp,
     b: int,
     phys: dict[tuple[int, int], dict[int, int]],
-    entries: dict[int, dict[tuple[int, int], dict[int, tuple[int, int, int, int]]]],
+    entries: dict[int, dict[object, _Ent]],
     facts: _Facts,
     physical: dict[tuple[int, int], Value],
 ) -> list[BlueprintOp]:
@@ -246,7 +253,8 @@ def _make_physical(
         new_args.append(parg)
         physical[(b, r)] = pval
         v = facts.ids[logical]
-        bp = _blueprint(logical, {(b, r): entries[v][(b, r)]}, physical)
+        own = {k: e for k, e in entries[v].items() if e[0] == (b, r)}
+        bp = _blueprint(logical, own, physical)
         bps.append(bp)
     nin = 1 + len(op.inputs)
     op.body.args[nin:] = new_args
@@ -258,38 +266,28 @@ def _make_physical(
     return bps
 
 
-def _blueprint(
-    result: Value,
-    ent: dict[tuple[int, int], dict[int, tuple[int, int, int, int]]],
-    physical: dict[tuple[int, int], Value],
-) -> BlueprintOp:
+def _blueprint(result: Value, ent: dict[object, _Ent],
+               physical: dict[tuple[int, int], Value]) -> BlueprintOp:
     """One Blueprint whose entries are affine families over the physical sources."""
     sources: list[Value] = []
     entries = []
-    for key in sorted(ent):
-        src = physical[key]
-        sources.append(src)
-        dims = ent[key]
+    for src_key, dims in sorted(ent.values(), key=lambda e: (e[0], sorted(e[1].items()))):
+        src = physical[src_key]
+        if src not in sources:
+            sources.append(src)
         st = src.type
         assert isinstance(st, TensorType)
         n = st.static_shape[0]
         var = Value(INDEX, "s")
-        offsets = tuple(
-            Affine(c, ((k, var),) if k else ())
-            for c, k, _, _ in (dims[d] for d in range(len(dims)))
-        )
+        offsets = tuple(Affine(c, ((k, var),) if k else ()) for c, k, _, _ in
+                        (dims[d] for d in range(len(dims))))
         family = any(o.terms for o in offsets) or n > 1
-        entries.append(
-            BlueprintEntry(
-                len(sources) - 1,
-                0,
-                offsets if family else tuple(Affine(o.const) for o in offsets),
-                tuple(dims[d][2] for d in range(len(dims))),
-                tuple(dims[d][3] for d in range(len(dims))),
-                var if family else None,
-                n,
-            )
-        )
+        entries.append(BlueprintEntry(
+            sources.index(src), 0,
+            offsets if family else tuple(Affine(o.const) for o in offsets),
+            tuple(dims[d][2] for d in range(len(dims))),
+            tuple(dims[d][3] for d in range(len(dims))),
+            var if family else None, n))
     op = BlueprintOp(sources, result, entries)
     result.owner = op
     return op
