@@ -45,6 +45,12 @@ from raptor.target import Target, TargetError, load_target, show_target
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
+def _about(path: str, e: Exception) -> str:
+    """`path: message`, unless the message already names the file."""
+    text = str(e)
+    return text if text.startswith(path) else f"{path}: {text}"
+
+
 class CliError(Exception):
     """An expected failure: message for stderr and the exit code."""
 
@@ -133,7 +139,7 @@ def _compile(args: argparse.Namespace, target: Target) -> Compiled:
     try:
         return compile_model(args.file, target, opts)
     except (FrontendError, LoweringError, LayoutError) as e:
-        raise CliError(f"{args.file}: {e}") from None
+        raise CliError(_about(args.file, e)) from None
     except RuleError as e:
         raise CliError(str(e)) from None
     except VerificationFailed as e:
@@ -158,7 +164,7 @@ def cmd_interpret(args: argparse.Namespace) -> int:
     try:
         results = Interpreter(module).run(inputs)
     except ValueError as e:
-        raise CliError(f"{args.file}: {e}") from None
+        raise CliError(_about(args.file, e)) from None
     except IRError as e:
         raise CliError(str(e), EXIT_FAIL) from None
     named = {f"result{i}": r for i, r in enumerate(results)}
@@ -189,7 +195,7 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
     try:
         inputs, source = model_inputs(comp.graph, args.file, given)
     except ValueError as e:
-        raise CliError(f"{args.file}: {e}") from None
+        raise CliError(_about(args.file, e)) from None
     results = Interpreter(comp.module).run(ir_inputs(comp.graph, inputs))
     named = {v.name: r for v, r in zip(comp.graph.outputs, results, strict=True)}
     table = Table(title=f"{args.file} (inputs: {source})")
@@ -298,9 +304,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
         solved = solve(args.file, target, opts, given, progress)
     except (CapacityError, CapacityExceeded, GraphError, ProjectionError) as e:
-        raise CliError(f"{args.file}: {e}", EXIT_FAIL) from None
+        raise CliError(_about(args.file, e), EXIT_FAIL) from None
     except (FrontendError, LoweringError, LayoutError, ValueError) as e:
-        raise CliError(f"{args.file}: {e}") from None
+        raise CliError(_about(args.file, e)) from None
     except RuleError as e:
         raise CliError(str(e)) from None
     except VerificationFailed as e:

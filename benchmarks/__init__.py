@@ -1,0 +1,1 @@
+"""Benchmark scripts; results are recorded in docs/benchmarks.md with their commands."""
