@@ -18,7 +18,7 @@ from typing import Any
 from raptor.ir.core import Value
 from raptor.sim.errors import Deadlock, SimError
 from raptor.sim.kernels import Env
-from raptor.sim.program import COMPUTE, RECV, SEND, STORE, Instr, Program
+from raptor.sim.program import COMPUTE, RECV, SEND, STORE, Instr, Program, Route
 from raptor.sim.report import BLOCKED, BUSY, COMM, MEMORY, CoreStats, SimReport, Trace
 from raptor.target import Target
 
@@ -63,7 +63,7 @@ class SimOptions:
 
 class _Core:
     __slots__ = ("arrival", "blocked", "busy", "cid", "clock", "done", "env", "pc", "prog",
-                 "sources", "wait_store", "wait_value")
+                 "wait_store", "wait_value")
 
     def __init__(self, cid: int, prog: list[Instr], env: Env) -> None:
         self.cid = cid
@@ -75,16 +75,18 @@ class _Core:
         self.blocked = 0
         self.done = not prog
         self.arrival: dict[Value, int] = {}
-        self.sources: dict[Value, tuple[int, int]] = {}
         self.wait_value: Value | None = None
         self.wait_store = -1
 
 
 class _Msg:
-    __slots__ = ("arrival", "channel", "data", "dst", "inject", "nbytes", "src", "target")
+    __slots__ = ("arrival", "channel", "data", "dst", "inject", "nbytes", "route", "src",
+                 "target")
 
-    def __init__(self, src: int, dst: int, channel: int, nbytes: int, data: object) -> None:
+    def __init__(self, src: int, dst: int, channel: int, nbytes: int, data: object,
+                 route: Route) -> None:
         self.src, self.dst, self.channel, self.nbytes, self.data = src, dst, channel, nbytes, data
+        self.route = route
         self.inject = 0
         self.arrival: int | None = None
         self.target: tuple[_Core, Value] | None = None
@@ -113,12 +115,11 @@ class Engine:
         self.heap: list[tuple[int, int, int, Any]] = []
         self.seq = 0
         self.now = 0
-        self.channels: dict[tuple[int, int, int], _Channel] = {}
+        self.chans = [_Channel() for _ in range(program.channels)]
         self.mem_free = 0
         self.store_done: dict[int, int] = {}
         self.store_waiters: dict[int, list[_Core]] = {}
         self.link_free: dict[int, int] = {}
-        self.paths: dict[tuple[int, int], list[int]] = {}
         self.hop_ns = target.ns(target.hop_cycles)
         self.trace = Trace()
         self.spans: list[tuple[int, int, int, str, str, str]] | None = \
@@ -174,7 +175,8 @@ class Engine:
         ins = st.prog[st.pc]
         head = f"core {st.cid} blocked at {ins.where} {ins.name}"
         if st.wait_value is not None:
-            src, ch = st.sources[st.wait_value]
+            recv = next(i for i in st.prog if i.kind == RECV and i.value is st.wait_value)
+            src, ch = recv.peer, recv.channel
             return (f"{head} waiting for {_name(st.wait_value)} from core {src} channel {ch}: "
                     f"core {src} has not sent it")
         if st.wait_store >= 0:
@@ -188,69 +190,66 @@ class Engine:
 
     # ---- one core ------------------------------------------------------------------
     def run_core(self, st: _Core) -> None:
-        """Run `st` until it finishes, parks, or hands a shared-memory request to the heap."""
+        """Run `st` until it finishes, parks, or hands a shared-memory request to the heap.
+        Computes only touch the core's own state, so they run in a tight local loop."""
         prog, env, arrival, spans, cid = st.prog, st.env, st.arrival, self.spans, st.cid
         n = len(prog)
-        clock = st.clock
-        while st.pc < n:
-            ins = prog[st.pc]
-            ready = clock
-            for v in ins.waits:
-                a = arrival.get(v)
-                if a is None:
-                    st.clock = clock
-                    st.wait_value = v
-                    return
-                if a > ready:
-                    ready = a
-            if ready > clock:
-                if spans is not None:
-                    spans.append((cid, clock, ready - clock, "blocked", BLOCKED,
-                                  "waiting for " + ", ".join(_name(v) for v in ins.waits)))
-                st.blocked += ready - clock
-                clock = ready
+        clock, pc, busy = st.clock, st.pc, 0
+        while pc < n:
+            ins = prog[pc]
+            if ins.waits:
+                ready = clock
+                for v in ins.waits:
+                    a = arrival.get(v)
+                    if a is None:
+                        st.clock, st.pc, st.wait_value = clock, pc, v
+                        st.busy += busy
+                        return
+                    if a > ready:
+                        ready = a
+                if ready > clock:
+                    if spans is not None:
+                        spans.append((cid, clock, ready - clock, "blocked", BLOCKED,
+                                      "waiting for " + ", ".join(_name(v) for v in ins.waits)))
+                    st.blocked += ready - clock
+                    clock = ready
             kind = ins.kind
             if kind == COMPUTE:
                 ins.fn(env)  # type: ignore[misc]
                 if spans is not None:
                     spans.append((cid, clock, ins.cost, ins.label, BUSY, ins.where))
                 clock += ins.cost
-                st.busy += ins.cost
-            elif kind == RECV:
-                st.clock = clock
+                busy += ins.cost
+                pc += 1
+                continue
+            st.clock, st.pc = clock, pc
+            st.busy += busy
+            busy = 0
+            if kind == RECV:
                 self.post(st, ins)
             elif kind == SEND:
-                st.clock = clock
                 if not self.send(st, ins):
                     return
-                clock = st.clock
             else:
-                st.clock = clock
                 if not self.memory_ready(st, ins):
                     return
                 if self.opts.shared_queueing:
                     self.push(st.clock, _MEM, st)
                     return
                 self.access(st, ins, st.clock)
-                clock = st.clock
-            st.pc += 1
-        st.clock = clock
+            clock = st.clock
+            pc += 1
+        st.clock, st.pc = clock, pc
+        st.busy += busy
         st.done = True
 
     # ---- channels ------------------------------------------------------------------
-    def channel(self, key: tuple[int, int, int]) -> _Channel:
-        ch = self.channels.get(key)
-        if ch is None:
-            ch = self.channels[key] = _Channel()
-        return ch
-
     def post(self, st: _Core, ins: Instr) -> None:
         """A receive is posted at the core's clock and costs nothing; the value is ready when
         its message arrives."""
         v = ins.value
         assert v is not None
-        st.sources[v] = (ins.peer, ins.channel)
-        chan = self.channel((ins.peer, st.cid, ins.channel))
+        chan = self.chans[ins.chan]
         if chan.senders:
             sender, msg = chan.senders.popleft()
             msg.target = (st, v)
@@ -270,8 +269,8 @@ class Engine:
         rendezvous (the matching `post` completes it)."""
         v = ins.value
         assert v is not None
-        msg = _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, st.env[v])
-        chan = self.channel((st.cid, ins.peer, ins.channel))
+        msg = _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, st.env[v], ins.route)
+        chan = self.chans[ins.chan]
         posted = chan.posted.popleft() if chan.posted else None
         if posted is not None:
             msg.target = (posted[0], posted[1])
@@ -309,51 +308,28 @@ class Engine:
         msg.inject = at
         self.report.messages += 1
         self.report.message_bytes += msg.nbytes
-        if self.opts.link_contention and msg.src != msg.dst:
+        if self.opts.link_contention and msg.route[2]:
             self.push(at, _INJECT, msg)
             return
-        msg.arrival = at + self.target.transfer_ns(msg.nbytes, msg.src, msg.dst)
+        msg.arrival = at + msg.route[0]
         if msg.target is not None:
             self.deliver(msg)
 
-    def path(self, src: int, dst: int) -> list[int]:
-        """Directed links of the XY route: along the row to the destination column, then
-        along the column; a link from core a to core b is keyed a * cores + b."""
-        key = (src, dst)
-        links = self.paths.get(key)
-        if links is None:
-            cols, n = self.target.mesh_cols, self.target.num_cores
-            r, c = divmod(src, cols)
-            rd, cd = divmod(dst, cols)
-            links = []
-            here = src
-            while c != cd:
-                c += 1 if cd > c else -1
-                links.append(here * n + r * cols + c)
-                here = r * cols + c
-            while r != rd:
-                r += 1 if rd > r else -1
-                links.append(here * n + r * cols + c)
-                here = r * cols + c
-            self.paths[key] = links
-        return links
-
     def inject(self, msg: _Msg) -> None:
         """Cut-through: the head enters each link when it gets there and the link is free;
-        each link stays busy for the serialisation time of the whole message."""
-        tgt = self.target
-        ser = tgt.ns(-(-msg.nbytes // tgt.flit_bytes) * tgt.flit_cycles)
-        links = self.path(msg.src, msg.dst)
-        free = self.link_free
-        head = msg.inject - self.hop_ns
+        each link stays busy for the serialisation time of the whole message. Free links
+        give exactly `Target.transfer_ns`; waiting for links adds the head's delay."""
+        transfer, ser, links = msg.route
+        free, hop = self.link_free, self.hop_ns
+        head = msg.inject - hop
         for link in links:
-            head += self.hop_ns
+            head += hop
             f = free.get(link, 0)
             if f > head:
                 head = f
             free[link] = head + ser
-        delay = head - (msg.inject + (len(links) - 1) * self.hop_ns)
-        msg.arrival = msg.inject + tgt.transfer_ns(msg.nbytes, msg.src, msg.dst) + delay
+        delay = head - (msg.inject + (len(links) - 1) * hop)
+        msg.arrival = msg.inject + transfer + delay
         if msg.target is not None:
             self.deliver(msg)
 

@@ -10,6 +10,8 @@ The closures keep `eval_op`'s semantics; ops without a fast form call `eval_op` 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,7 @@ from raptor.ir.ops import (
     UnaryOp,
 )
 from raptor.ir.types import TensorType
+from raptor.sim.errors import SimError
 
 Env = dict[Value, Any]
 """One core's values: numpy arrays, and ints for lane indices."""
@@ -45,18 +48,38 @@ _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "vadd": np.add, "vsub": np.subtract, "vmul": np.multiply, "vdiv": np.divide,
     "vmax": np.maximum, "vmin": np.minimum,
 }
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "relu": lambda x: np.maximum(x, np.float32(0)), "tanh": np.tanh, "exp": np.exp,
+    "neg": np.negative,
+}
+"""Unary ops that are one float32 ufunc, as in `eval_op`."""
 _F32 = np.dtype(np.float32)
 
 
-class KernelError(Exception):
+class KernelError(SimError):
     """An op the simulator cannot execute inside a compute body or at core level."""
 
 
-def tensor_type(v: Value) -> TensorType:
+@dataclass(frozen=True, slots=True)
+class TypeInfo:
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    nbytes: int
+
+
+@cache
+def _info(t: TensorType) -> TypeInfo | None:
+    return TypeInfo(t.static_shape, t.np_dtype, t.nbytes) if t.is_static else None
+
+
+def info(v: Value) -> TypeInfo:
+    """Shape, dtype and size of a static tensor value (cached per type: programs repeat a
+    handful of types thousands of times)."""
     t = v.type
-    if not isinstance(t, TensorType) or not t.is_static:
+    found = _info(t) if isinstance(t, TensorType) else None
+    if found is None:
         raise KernelError(f"%{v.name} has type {t}; the simulator needs static tensors")
-    return t
+    return found
 
 
 def resolve(offsets: Sequence[Affine], fixed: Mapping[Value, int]) -> list[Affine]:
@@ -102,9 +125,8 @@ def kernel(op: Operation, fixed: Mapping[Value, int], lanes: Mapping[Value, int]
         return _mvm(op)
     if isinstance(op, BinaryOp):
         return _binary(op)
-    if isinstance(op, UnaryOp) and op.op == "relu" and tensor_type(op.result).np_dtype == _F32:
-        src, res = op.source, op.result
-        return lambda env: env.__setitem__(res, np.maximum(env[src], np.float32(0)))
+    if isinstance(op, UnaryOp) and op.op in _UNARY and info(op.result).dtype == _F32:
+        return _ufunc(op.source, op.result, _UNARY[op.op])
     if isinstance(op, ExtractSliceOp):
         return _extract(op, region(op.offsets, op.sizes, op.strides, fixed, lanes))
     if isinstance(op, InsertSliceOp):
@@ -112,44 +134,74 @@ def kernel(op: Operation, fixed: Mapping[Value, int], lanes: Mapping[Value, int]
     if isinstance(op, ParallelInsertSliceOp):
         return _publish(op, region(op.offsets, op.sizes, op.strides, fixed, lanes))
     if isinstance(op, ReshapeOp):
-        src, res, shape = op.source, op.result, tensor_type(op.result).static_shape
-        return lambda env: env.__setitem__(res, env[src].reshape(shape))
+        src, res, shape = op.source, op.result, info(op.result).shape
+
+        def reshape(env: Env) -> None:
+            env[res] = env[src].reshape(shape)
+
+        return reshape
     if isinstance(op, EmptyOp):
-        t = tensor_type(op.result)
-        res, shape, dtype = op.result, t.static_shape, t.np_dtype
-        return lambda env: env.__setitem__(res, np.zeros(shape, dtype))
+        t = info(op.result)
+        res, shape, dtype = op.result, t.shape, t.dtype
+
+        def empty(env: Env) -> None:
+            env[res] = np.zeros(shape, dtype)
+
+        return empty
     if isinstance(op, GENERIC_OPS):
-        return lambda env: _generic(op, env)
+        return _generic(op)
     raise KernelError(f"{op.NAME} cannot execute here")
 
 
-def _generic(op: Operation, env: Env) -> None:
-    eval_op(op, env, {})
+def _generic(op: Operation) -> Kernel:
+    def run(env: Env) -> None:
+        eval_op(op, env, {})
+
+    return run
+
+
+def _ufunc(src: Value, res: Value, fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
+    def run(env: Env) -> None:
+        env[res] = fn(env[src])
+
+    return run
 
 
 def _mvm(op: MvmOp) -> Kernel:
     w, v, res = op.weight, op.vector, op.result
-    if tensor_type(w).np_dtype == _F32 and tensor_type(v).np_dtype == _F32:
-        return lambda env: env.__setitem__(res, np.matmul(env[v], env[w]))
-    return lambda env: _generic(op, env)
+    if info(w).dtype == _F32 and info(v).dtype == _F32:
+        matmul = np.matmul
+
+        def run(env: Env) -> None:
+            env[res] = matmul(env[v], env[w])
+
+        return run
+    return _generic(op)
 
 
 def _binary(op: BinaryOp) -> Kernel:
     a, b, res = op.lhs, op.rhs, op.result
-    ta, tb, tr = tensor_type(a), tensor_type(b), tensor_type(res)
-    f32 = ta.np_dtype == tb.np_dtype == tr.np_dtype == _F32
-    try:
-        same_shape = np.broadcast_shapes(ta.static_shape, tb.static_shape) == tr.static_shape
-    except ValueError:
-        same_shape = False
+    ta, tb, tr = info(a), info(b), info(res)
+    f32 = ta.dtype == tb.dtype == tr.dtype == _F32
+    if ta.shape == tb.shape:
+        same_shape = ta.shape == tr.shape
+    else:
+        try:
+            same_shape = np.broadcast_shapes(ta.shape, tb.shape) == tr.shape
+        except ValueError:
+            same_shape = False
     if f32 and same_shape:
         fn = _BINARY[op.op]
-        return lambda env: env.__setitem__(res, fn(env[a], env[b]))
-    return lambda env: _generic(op, env)
+
+        def run(env: Env) -> None:
+            env[res] = fn(env[a], env[b])
+
+        return run
+    return _generic(op)
 
 
 def _extract(op: ExtractSliceOp, where: Region) -> Kernel:
-    src, res, shape = op.source, op.result, tensor_type(op.result).static_shape
+    src, res, shape = op.source, op.result, info(op.result).shape
 
     def run(env: Env) -> None:
         env[res] = env[src][where(env)].reshape(shape)

@@ -9,6 +9,7 @@ wait for (a load reads shared memory only after every overlapping store elsewher
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -35,12 +36,14 @@ from raptor.ir.ops import (
     YieldOp,
 )
 from raptor.sim.errors import SimError
-from raptor.sim.kernels import Env, Kernel, KernelError, kernel, resolve, tensor_type
+from raptor.sim.kernels import Env, Kernel, KernelError, info, kernel, resolve
 from raptor.solver.costs import block_cost_ns, op_cost_ns
 from raptor.target import Target
 
 COMPUTE, SEND, RECV, LOAD, STORE = range(5)
 
+Route = tuple[int, int, tuple[int, ...]]
+"""A message's free-link transfer ns, per-link serialisation ns, and directed XY links."""
 Box = tuple[tuple[int, int, int], ...]
 """A strided region: per dimension (first index, count, step)."""
 
@@ -59,14 +62,16 @@ class Instr:
     body_ops: int = 0
     peer: int = -1
     channel: int = -1
+    chan: int = -1
+    route: Route = (0, 0, ())
     value: Value | None = None
     nbytes: int = 0
     store_id: int = -1
     deps: tuple[int, ...] = ()
+    where: str = ""
 
-    @property
-    def where(self) -> str:
-        return self.op.where()
+    def __post_init__(self) -> None:
+        self.where = self.op.where()
 
     @property
     def name(self) -> str:
@@ -88,6 +93,7 @@ class Program:
     tiles: dict[int, int]
     shared: dict[Value, np.ndarray]
     outputs: list[Value]
+    channels: int
     weights: dict[Value, np.ndarray] = field(default_factory=dict)
     stores: list[tuple[int, Instr]] = field(default_factory=list)
 
@@ -103,14 +109,40 @@ def _name(v: Value) -> str:
 
 def _free_uses(op: Operation) -> list[Value]:
     """Operands of `op` and of its nested ops that are defined outside it."""
+    regions = op.regions()
+    if not regions:
+        return op.operands()
     defined: set[Value] = set()
-    used: list[Value] = []
-    for inner in op.walk():
-        for reg in inner.regions():
-            defined.update(reg.args)
-        defined.update(inner.results())
-        used.extend(inner.operands())
+    used = op.operands()
+    stack = list(regions)
+    while stack:
+        block = stack.pop()
+        defined.update(block.args)
+        for inner in block.ops:
+            defined.update(inner.results())
+            used.extend(inner.operands())
+            stack.extend(inner.regions())
     return list(dict.fromkeys(v for v in used if v not in defined))
+
+
+def xy_route(target: Target, src: int, dst: int, nbytes: int) -> Route:
+    """Along the row to the destination column, then along the column; the link from core
+    a to core b is keyed a * cores + b."""
+    cols, n = target.mesh_cols, target.num_cores
+    r, c = divmod(src, cols)
+    rd, cd = divmod(dst, cols)
+    links = []
+    here = src
+    while c != cd:
+        c += 1 if cd > c else -1
+        links.append(here * n + r * cols + c)
+        here = r * cols + c
+    while r != rd:
+        r += 1 if rd > r else -1
+        links.append(here * n + r * cols + c)
+        here = r * cols + c
+    ser = target.ns(-(-nbytes // target.flit_bytes) * target.flit_cycles)
+    return target.transfer_ns(nbytes, src, dst), ser, tuple(links)
 
 
 def _box(offsets: Sequence[int], sizes: Sequence[int], strides: Sequence[int]) -> Box:
@@ -143,17 +175,24 @@ class _Compiler:
         self.store_boxes: list[tuple[int, int, Value, Box]] = []
         self.load_boxes: list[tuple[Instr, int, int, Value, Box]] = []
         self.stores: list[tuple[int, Instr]] = []
+        self.routes: dict[tuple[int, int, int], Route] = {}
+
+    def route(self, src: int, dst: int, nbytes: int) -> Route:
+        key = (src, dst, nbytes)
+        if key not in self.routes:
+            self.routes[key] = xy_route(self.target, src, dst, nbytes)
+        return self.routes[key]
 
     # ---- func level ----------------------------------------------------------------
     def weight(self, op: WeightOp) -> np.ndarray:
         data = self.module.constants.get(op.symbol)
-        t = tensor_type(op.result)
+        t = info(op.result)
         if data is None:
             raise SimError(f"{op.where()}: weight @{op.symbol} has no data in the module")
-        if data.size != t.numel:
+        if data.size != math.prod(t.shape):
             raise SimError(f"{op.where()}: weight @{op.symbol} holds {data.size} elements but "
-                           f"is typed {t}")
-        return np.ascontiguousarray(data.reshape(t.static_shape), dtype=t.np_dtype)
+                           f"is typed {op.result.type}")
+        return np.ascontiguousarray(data.reshape(t.shape), dtype=t.dtype)
 
     def compile(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> Program:
         func = self.module.main()
@@ -169,8 +208,8 @@ class _Compiler:
                 self.weights[op.result] = self.weight(op)
                 self.symbols[op.result] = op.symbol
             elif isinstance(op, AllocSharedOp):
-                t = tensor_type(op.result)
-                self.shared[op.result] = np.zeros(t.static_shape, t.np_dtype)
+                t = info(op.result)
+                self.shared[op.result] = np.zeros(t.shape, t.dtype)
             elif isinstance(op, CoreOp):
                 jobs.append((op.core, op.body, {}, op))
             elif isinstance(op, CoreBatchOp):
@@ -204,9 +243,10 @@ class _Compiler:
             envs[core] = cc.env
             tiles[core] = len(cc.tiles)
         self.check_capacity(tiles)
-        self.check_channels(cores)
+        channels = self.check_channels(cores)
         self.link_loads()
-        return Program(cores, envs, tiles, self.shared, outputs, self.weights, self.stores)
+        return Program(cores, envs, tiles, self.shared, outputs, channels, self.weights,
+                       self.stores)
 
     def check_capacity(self, tiles: dict[int, int]) -> None:
         cap = self.target.crossbars_per_core
@@ -215,9 +255,10 @@ class _Compiler:
         if over:
             raise SimError("crossbar capacity exceeded", over)
 
-    def check_channels(self, cores: dict[int, list[Instr]]) -> None:
+    def check_channels(self, cores: dict[int, list[Instr]]) -> int:
         """Every (source, destination, channel) needs as many sends as receives, paired in
-        program order with equal types; anything else would hang or corrupt data."""
+        program order with equal types; anything else would hang or corrupt data. Numbers
+        the channels (`Instr.chan`) and returns how many there are."""
         sends: dict[tuple[int, int, int], list[Instr]] = {}
         recvs: dict[tuple[int, int, int], list[Instr]] = {}
         for core, prog in cores.items():
@@ -227,9 +268,12 @@ class _Compiler:
                 elif ins.kind == RECV:
                     recvs.setdefault((ins.peer, core, ins.channel), []).append(ins)
         lines = []
-        for key in sorted(set(sends) | set(recvs)):
+        keys = sorted(set(sends) | set(recvs))
+        for idx, key in enumerate(keys):
             src, dst, ch = key
             ss, rr = sends.get(key, []), recvs.get(key, [])
+            for ins in (*ss, *rr):
+                ins.chan = idx
             for who, role in ((src, "source"), (dst, "destination")):
                 if who not in cores:
                     lines.append(f"channel {ch} from core {src} to core {dst}: {role} core {who} "
@@ -246,6 +290,7 @@ class _Compiler:
                                  f"{s.value.type} but {r.where} receives {r.value.type}")
         if lines:
             raise SimError("unmatched channels", lines)
+        return len(keys)
 
     def link_loads(self) -> None:
         by_buffer: dict[Value, list[tuple[int, int, Box, int]]] = {}
@@ -299,11 +344,14 @@ class _CoreCompiler:
         if isinstance(op, ChannelReceiveOp):
             self.received.add(op.result)
             return Instr(RECV, op, "spat.channel_receive", peer=op.core, channel=op.channel,
-                         value=op.result, nbytes=tensor_type(op.result).nbytes)
+                         value=op.result, nbytes=info(op.result).nbytes)
         if isinstance(op, ChannelSendOp):
+            nbytes = info(op.value).nbytes
+            if not 0 <= op.core < tgt.num_cores:
+                raise self.fail(op, f"send to core {op.core}, outside the mesh")
             return Instr(SEND, op, "spat.channel_send", waits=self.waits(op), peer=op.core,
-                         channel=op.channel, value=op.value,
-                         nbytes=tensor_type(op.value).nbytes)
+                         channel=op.channel, value=op.value, nbytes=nbytes,
+                         route=self.ctx.route(self.core, op.core, nbytes))
         if isinstance(op, LoadOp | StoreOp):
             return self.memory(op, pos)
         if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
@@ -314,7 +362,7 @@ class _CoreCompiler:
         self.track_tiles(op)
         fn = kernel(op, self.fixed, {})
         return Instr(COMPUTE, op, op_name(op), cost=op_cost_ns(op, tgt), fn=fn,
-                     waits=self.waits(op), body_ops=1)
+                     waits=self.waits(op))
 
     def memory(self, op: LoadOp | StoreOp, pos: int) -> Instr:
         buf_v = op.buffer
@@ -333,13 +381,13 @@ class _CoreCompiler:
         sl = slices([b[0] for b in box], op.sizes, op.strides)
         cost = op_cost_ns(op, self.ctx.target)
         if isinstance(op, LoadOp):
-            res, shape = op.result, tensor_type(op.result).static_shape
+            res, shape = op.result, info(op.result).shape
 
             def load(env: Env) -> None:
                 env[res] = buf[sl].copy().reshape(shape)
 
             ins = Instr(LOAD, op, f"pim.load {_name(buf_v)}", cost=cost, fn=load,
-                        nbytes=tensor_type(res).nbytes)
+                        nbytes=info(res).nbytes)
             self.ctx.load_boxes.append((ins, self.core, pos, buf_v, box))
             return ins
         val, sizes = op.value, tuple(op.sizes)
@@ -348,7 +396,7 @@ class _CoreCompiler:
             buf[sl] = env[val].reshape(sizes)
 
         ins = Instr(STORE, op, f"pim.store {_name(buf_v)}", cost=cost, fn=store,
-                    waits=self.waits(op), nbytes=tensor_type(val).nbytes,
+                    waits=self.waits(op), nbytes=info(val).nbytes,
                     store_id=len(self.ctx.store_boxes))
         self.ctx.store_boxes.append((self.core, pos, buf_v, box))
         self.ctx.stores.append((self.core, ins))
@@ -424,7 +472,7 @@ def _batch_fn(op: ScheduledComputeBatchOp, kernels: list[Kernel]) -> Kernel:
     lane_arg = op.body.args[0]
     binds = list(zip(op.body.args[1:1 + n], op.inputs, strict=True))
     out_args = op.body.args[1 + n:]
-    specs = [(a, tensor_type(r).static_shape, tensor_type(r).np_dtype)
+    specs = [(a, info(r).shape, info(r).dtype)
              for a, r in zip(out_args, op.outs, strict=True)]
     results = list(zip(op.outs, out_args, strict=True))
     lanes = range(op.lanes)

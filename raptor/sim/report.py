@@ -43,7 +43,9 @@ class SimReport:
     shared_write_bytes: int = 0
     ops_executed: int = 0
     body_ops_executed: int = 0
+    compile_time_s: float = 0.0
     wall_time_s: float = 0.0
+    """Compilation plus event loop; the event loop alone is wall - compile."""
     options: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
