@@ -18,7 +18,16 @@ from typing import Any
 from raptor.ir.core import Value
 from raptor.sim.errors import Deadlock, SimError
 from raptor.sim.kernels import Env
-from raptor.sim.program import COMPUTE, RECV, SEND, STORE, Instr, Program, Route
+from raptor.sim.program import (
+    COMPUTE,
+    RECV,
+    SEND,
+    STORE,
+    Instr,
+    Program,
+    Route,
+    value_name,
+)
 from raptor.sim.report import BLOCKED, BUSY, COMM, MEMORY, CoreStats, SimReport, Trace
 from raptor.target import Target
 
@@ -101,17 +110,12 @@ class _Channel:
     senders: deque[tuple[_Core, _Msg]] = field(default_factory=deque)
 
 
-def _name(v: Value) -> str:
-    return f"%{v.name}" if v.name else "%<value>"
-
-
 class Engine:
     def __init__(self, program: Program, target: Target, options: SimOptions) -> None:
         self.program = program
         self.target = target
         self.opts = options
         self.cores = [_Core(c, prog, program.envs[c]) for c, prog in program.cores.items()]
-        self.by_id = {st.cid: st for st in self.cores}
         self.heap: list[tuple[int, int, int, Any]] = []
         self.seq = 0
         self.now = 0
@@ -177,16 +181,14 @@ class Engine:
         if st.wait_value is not None:
             recv = next(i for i in st.prog if i.kind == RECV and i.value is st.wait_value)
             src, ch = recv.peer, recv.channel
-            return (f"{head} waiting for {_name(st.wait_value)} from core {src} channel {ch}: "
-                    f"core {src} has not sent it")
+            return (f"{head} waiting for {value_name(st.wait_value)} from core {src} channel "
+                    f"{ch}: core {src} has not sent it")
         if st.wait_store >= 0:
             sc, sins = self.program.stores[st.wait_store]
             return f"{head} waiting for the pim.store at {sins.where} on core {sc}"
-        if ins.kind == SEND:
-            assert ins.value is not None
-            return (f"{head} {_name(ins.value)} to core {ins.peer} channel {ins.channel}: "
-                    f"core {ins.peer} has not posted the matching receive")
-        return f"{head}: waiting"  # pragma: no cover - every park sets one of the above
+        assert ins.kind == SEND and ins.value is not None  # the only other way to park
+        return (f"{head} {value_name(ins.value)} to core {ins.peer} channel {ins.channel}: "
+                f"core {ins.peer} has not posted the matching receive")
 
     # ---- one core ------------------------------------------------------------------
     def run_core(self, st: _Core) -> None:
@@ -195,53 +197,58 @@ class Engine:
         prog, env, arrival, spans, cid = st.prog, st.env, st.arrival, self.spans, st.cid
         n = len(prog)
         clock, pc, busy = st.clock, st.pc, 0
-        while pc < n:
-            ins = prog[pc]
-            if ins.waits:
-                ready = clock
-                for v in ins.waits:
-                    a = arrival.get(v)
-                    if a is None:
-                        st.clock, st.pc, st.wait_value = clock, pc, v
-                        st.busy += busy
-                        return
-                    if a > ready:
-                        ready = a
-                if ready > clock:
+        try:
+            while pc < n:
+                ins = prog[pc]
+                if ins.waits:
+                    ready = clock
+                    for v in ins.waits:
+                        a = arrival.get(v)
+                        if a is None:
+                            st.clock, st.pc, st.wait_value = clock, pc, v
+                            st.busy += busy
+                            return
+                        if a > ready:
+                            ready = a
+                    if ready > clock:
+                        if spans is not None:
+                            what = ", ".join(value_name(v) for v in ins.waits)
+                            spans.append((cid, clock, ready - clock, "blocked", BLOCKED,
+                                          f"waiting for {what}"))
+                        st.blocked += ready - clock
+                        clock = ready
+                kind = ins.kind
+                if kind == COMPUTE:
+                    ins.fn(env)  # type: ignore[misc]
                     if spans is not None:
-                        spans.append((cid, clock, ready - clock, "blocked", BLOCKED,
-                                      "waiting for " + ", ".join(_name(v) for v in ins.waits)))
-                    st.blocked += ready - clock
-                    clock = ready
-            kind = ins.kind
-            if kind == COMPUTE:
-                ins.fn(env)  # type: ignore[misc]
-                if spans is not None:
-                    spans.append((cid, clock, ins.cost, ins.label, BUSY, ins.where))
-                clock += ins.cost
-                busy += ins.cost
+                        spans.append((cid, clock, ins.cost, ins.label, BUSY, ins.where))
+                    clock += ins.cost
+                    busy += ins.cost
+                    pc += 1
+                    continue
+                st.clock, st.pc = clock, pc
+                st.busy += busy
+                busy = 0
+                if kind == RECV:
+                    self.post(st, ins)
+                elif kind == SEND:
+                    if not self.send(st, ins):
+                        return
+                else:
+                    if not self.memory_ready(st, ins):
+                        return
+                    if self.opts.shared_queueing:
+                        self.push(st.clock, _MEM, st)
+                        return
+                    self.access(st, ins, st.clock)
+                clock = st.clock
                 pc += 1
-                continue
             st.clock, st.pc = clock, pc
             st.busy += busy
-            busy = 0
-            if kind == RECV:
-                self.post(st, ins)
-            elif kind == SEND:
-                if not self.send(st, ins):
-                    return
-            else:
-                if not self.memory_ready(st, ins):
-                    return
-                if self.opts.shared_queueing:
-                    self.push(st.clock, _MEM, st)
-                    return
-                self.access(st, ins, st.clock)
-            clock = st.clock
-            pc += 1
-        st.clock, st.pc = clock, pc
-        st.busy += busy
-        st.done = True
+            st.done = True
+        except (ValueError, IndexError):
+            st.pc = pc  # name the failing op
+            raise
 
     # ---- channels ------------------------------------------------------------------
     def post(self, st: _Core, ins: Instr) -> None:

@@ -103,7 +103,7 @@ class Program:
                 for v in self.outputs]
 
 
-def _name(v: Value) -> str:
+def value_name(v: Value) -> str:
     return f"%{v.name}" if v.name else "%<value>"
 
 
@@ -223,7 +223,8 @@ class _Compiler:
                                "pim.core_batch, return)")
         for v in outputs:
             if v not in self.shared and v not in self.weights:
-                raise SimError(f"returned {_name(v)} is not a shared buffer, input or weight")
+                raise SimError(f"returned {value_name(v)} is not a shared buffer, input or "
+                               "weight")
         seen: dict[int, Operation] = {}
         for core, _, _, owner in jobs:
             if not 0 <= core < self.target.num_cores:
@@ -331,8 +332,8 @@ class _CoreCompiler:
         uses = _free_uses(op)
         for v in uses:
             if v in self.ctx.shared and not isinstance(op, LoadOp | StoreOp):
-                raise self.fail(op, f"{op_name(op)} uses shared buffer {_name(v)} directly; "
-                                "read it with pim.load")
+                raise self.fail(op, f"{op_name(op)} uses shared buffer {value_name(v)} "
+                                "directly; read it with pim.load")
         return tuple(v for v in uses if v in self.received)
 
     def op(self, op: Operation, pos: int) -> Instr | None:
@@ -368,8 +369,8 @@ class _CoreCompiler:
         buf_v = op.buffer
         buf = self.ctx.shared.get(buf_v)
         if buf is None:
-            raise self.fail(op, f"{_name(buf_v)} is not a shared buffer (a function argument or "
-                            "pim.alloc_shared)")
+            raise self.fail(op, f"{value_name(buf_v)} is not a shared buffer (a function "
+                            "argument or pim.alloc_shared)")
         offs = resolve(op.offsets, self.fixed)
         if any(not a.is_const for a in offs):
             raise self.fail(op, f"{op.NAME} offsets must be constant on a core")
@@ -377,7 +378,7 @@ class _CoreCompiler:
         for d, (o, n, s) in enumerate(box):
             if n and (o < 0 or o + (n - 1) * s >= buf.shape[d]):
                 raise self.fail(op, f"{op.NAME} dimension {d} [{o}, +{n}*{s}) is outside "
-                                f"0..{buf.shape[d]} of {_name(buf_v)}")
+                                f"0..{buf.shape[d]} of {value_name(buf_v)}")
         sl = slices([b[0] for b in box], op.sizes, op.strides)
         cost = op_cost_ns(op, self.ctx.target)
         if isinstance(op, LoadOp):
@@ -386,7 +387,7 @@ class _CoreCompiler:
             def load(env: Env) -> None:
                 env[res] = buf[sl].copy().reshape(shape)
 
-            ins = Instr(LOAD, op, f"pim.load {_name(buf_v)}", cost=cost, fn=load,
+            ins = Instr(LOAD, op, f"pim.load {value_name(buf_v)}", cost=cost, fn=load,
                         nbytes=info(res).nbytes)
             self.ctx.load_boxes.append((ins, self.core, pos, buf_v, box))
             return ins
@@ -395,7 +396,7 @@ class _CoreCompiler:
         def store(env: Env) -> None:
             buf[sl] = env[val].reshape(sizes)
 
-        ins = Instr(STORE, op, f"pim.store {_name(buf_v)}", cost=cost, fn=store,
+        ins = Instr(STORE, op, f"pim.store {value_name(buf_v)}", cost=cost, fn=store,
                     waits=self.waits(op), nbytes=info(val).nbytes,
                     store_id=len(self.ctx.store_boxes))
         self.ctx.store_boxes.append((self.core, pos, buf_v, box))

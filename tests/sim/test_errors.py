@@ -200,3 +200,23 @@ def test_missing_input_and_bad_options() -> None:
         run(CAPACITY, {f"w{i}": rand(4, 4) for i in range(3)}, {"y": rand(4)})
     with pytest.raises(SimError, match="unknown send mode"):
         SimOptions(mode="eager")
+
+
+def test_lane_out_of_bounds_names_the_core_and_op() -> None:
+    text = """
+func.func @main() -> tensor<4xf32> {
+  %w = spat.weight @w : tensor<4xf32>
+  %o = pim.alloc_shared : tensor<4xf32>
+  pim.core 1 {
+    %q = spat.scheduled_compute_batch lanes(3) ins(%w : tensor<4xf32>) -> tensor<4xf32> {
+    ^bb0(%l: index, %v: tensor<4xf32>, %acc: tensor<4xf32>):
+      %e = tensor.extract_slice %v[2*%l] [2] [1] : tensor<4xf32> to tensor<2xf32>
+      spat.parallel_insert_slice %e into %acc[0] [2] [1] : tensor<2xf32> into tensor<4xf32>
+    }
+  }
+  return %o : tensor<4xf32>
+}
+"""
+    with pytest.raises(SimError, match=r"^core 1 failed at t.spat:6:10 "
+                                       r"spat.scheduled_compute_batch: "):
+        run(text, {"w": rand(4)})
