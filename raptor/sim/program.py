@@ -96,6 +96,9 @@ class Program:
     channels: int
     weights: dict[Value, np.ndarray] = field(default_factory=dict)
     stores: list[tuple[int, Instr]] = field(default_factory=list)
+    input_reads: int = 0
+    """`pim.load`s of function inputs inside compute bodies (outside the memory queue)."""
+    input_read_bytes: int = 0
 
     def output_data(self) -> list[np.ndarray]:
         """The returned buffers' final contents (copies)."""
@@ -171,6 +174,9 @@ class _Compiler:
         self.weights: dict[Value, np.ndarray] = {}
         self.symbols: dict[Value, str] = {}
         self.shared: dict[Value, np.ndarray] = {}
+        self.inputs: set[Value] = set()
+        self.input_reads = 0
+        self.input_read_bytes = 0
         self.costs: dict[int, int] = {}
         self.store_boxes: list[tuple[int, int, Value, Box]] = []
         self.load_boxes: list[tuple[Instr, int, int, Value, Box]] = []
@@ -201,6 +207,7 @@ class _Compiler:
         except ValueError as e:
             raise SimError(str(e)) from None
         self.shared.update(zip(func.args, args, strict=True))
+        self.inputs.update(func.args)
         jobs: list[tuple[int, Block, dict[Value, int], Operation]] = []
         outputs: list[Value] = []
         for op in func.body.ops:
@@ -246,8 +253,11 @@ class _Compiler:
         self.check_capacity(tiles)
         channels = self.check_channels(cores)
         self.link_loads()
-        return Program(cores, envs, tiles, self.shared, outputs, channels, self.weights,
+        program = Program(cores, envs, tiles, self.shared, outputs, channels, self.weights,
                        self.stores)
+        program.input_reads = self.input_reads
+        program.input_read_bytes = self.input_read_bytes
+        return program
 
     def check_capacity(self, tiles: dict[int, int]) -> None:
         cap = self.target.crossbars_per_core
@@ -330,7 +340,10 @@ class _CoreCompiler:
 
     def waits(self, op: Operation) -> tuple[Value, ...]:
         uses = _free_uses(op)
+        inner_loads = {o.buffer for o in op.walk() if o is not op and isinstance(o, LoadOp)}
         for v in uses:
+            if v in inner_loads and v in self.ctx.inputs:
+                continue  # read-only function input, read by a pim.load inside the body
             if v in self.ctx.shared and not isinstance(op, LoadOp | StoreOp):
                 raise self.fail(op, f"{op_name(op)} uses shared buffer {value_name(v)} "
                                 "directly; read it with pim.load")
@@ -403,6 +416,33 @@ class _CoreCompiler:
         self.ctx.stores.append((self.core, ins))
         return ins
 
+    def input_load(self, op: LoadOp) -> Kernel:
+        """A `pim.load` inside a compute body: the instance gathers its box of a function
+        input as part of its own work (charged in the body's cost). Inputs are never
+        written, so no store can race with it; other buffers must be loaded at core level,
+        where loads wait for the stores they overlap."""
+        if op.buffer not in self.ctx.inputs:
+            raise self.fail(op, "pim.load inside a compute body may only read a function "
+                            f"input, not {value_name(op.buffer)}")
+        buf = self.ctx.shared[op.buffer]
+        offs = resolve(op.offsets, self.fixed)
+        if any(not a.is_const for a in offs):
+            raise self.fail(op, f"{op.NAME} offsets must be constant on a core")
+        box = _box([a.const for a in offs], op.sizes, op.strides)
+        for d, (o, n, st) in enumerate(box):
+            if n and (o < 0 or o + (n - 1) * st >= buf.shape[d]):
+                raise self.fail(op, f"{op.NAME} dimension {d} [{o}, +{n}*{st}) is outside "
+                                f"0..{buf.shape[d]} of {value_name(op.buffer)}")
+        sl = slices([b[0] for b in box], op.sizes, op.strides)
+        res, shape = op.result, info(op.result).shape
+        self.ctx.input_reads += 1
+        self.ctx.input_read_bytes += info(res).nbytes
+
+        def load(env: Env) -> None:
+            env[res] = buf[sl].copy().reshape(shape)
+
+        return load
+
     def track_tiles(self, op: Operation) -> None:
         """A tile is the distinct weight reaching an MVM's weight operand on this core."""
         for inner in op.walk():
@@ -432,6 +472,8 @@ class _CoreCompiler:
                 yields = list(inner.values)
             elif isinstance(inner, ParallelInsertSliceOp) and not batch:
                 raise self.fail(inner, "spat.parallel_insert_slice outside a batch body")
+            elif isinstance(inner, LoadOp):
+                kernels.append(self.input_load(inner))
             else:
                 try:
                     kernels.append(kernel(inner, self.fixed, lane_map))
