@@ -26,7 +26,7 @@ from raptor.frontend.shapes import nearest_indices
 from raptor.ir.builder import Builder, new_func
 from raptor.ir.core import Affine, AffineLike, Value
 from raptor.ir.module import Module
-from raptor.ir.ops import Attr, GraphComputeBatchOp
+from raptor.ir.ops import Attr, ConcatOp, GraphComputeBatchOp, GraphComputeOp
 from raptor.ir.types import TensorType
 from raptor.passes.layout import LayoutChoice
 from raptor.target import Target
@@ -122,6 +122,35 @@ def _lane_dim(shape: Sequence[int]) -> int | None:
 
 
 LaneBody = Callable[[Builder, list[Value]], Value]
+
+
+@dataclass(frozen=True)
+class Window:
+    """A 2-D sliding window over an (N, C, h, w) input: kernel, stride, dilation, the top and
+    left padding, and the output size."""
+
+    h: int
+    w: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    pads: tuple[int, int]
+    out: tuple[int, int]
+
+    def segments(self) -> list[tuple[int, int, int, int]]:
+        """Runs of output rows [lo, hi) whose windows keep kernel rows [i0, i1) inside the
+        input; interior rows form one run, border rows their own."""
+        kh, sh, dh, top = self.kernel[0], self.stride[0], self.dilation[0], self.pads[0]
+        runs: list[tuple[int, int, int, int]] = []
+        for r in range(self.out[0]):
+            rows = [r * sh - top + i * dh for i in range(kh)]
+            inside = [i for i, y in enumerate(rows) if 0 <= y < self.h]
+            i0, i1 = (inside[0], inside[-1] + 1) if inside else (0, 0)
+            if runs and runs[-1][1] == r and runs[-1][2:] == (i0, i1):
+                runs[-1] = (runs[-1][0], r + 1, i0, i1)
+            else:
+                runs.append((r, r + 1, i0, i1))
+        return runs
 
 
 class _Lowerer:
@@ -355,7 +384,8 @@ class _Lowerer:
         _, _, oh, ow = out_shape
         need_h = (oh - 1) * sh + (kh - 1) * dh + 1
         need_w = (ow - 1) * sw + (kw - 1) * dw + 1
-        xp = self.padded(x, t, left, max(0, need_h - h - t), max(0, need_w - wd - left), 0.0)
+        window = Window(h, wd, (kh, kw), (sh, sw), (dh, dw), (t, left), (oh, ow))
+        del need_h, need_w
         mg = cout // group
         kg = cin_g * kh * kw
         R, C = self.target.crossbar_rows, self.target.crossbar_cols
@@ -392,10 +422,9 @@ class _Lowerer:
                 single = len(tiles) == 1
                 partials = []
                 for k0, wt, tshape in tiles:
-                    ins = [xp, wt] + ([bvec] if single and bvec is not None else [])
+                    ins = [x, wt] + ([bvec] if single and bvec is not None else [])
                     partials.append(self.conv_batch(
-                        ins, (n, c0, cn), (kh, kw), (sh, sw), (dh, dw), (oh, ow), k0,
-                        tshape, single, act, not single))
+                        ins, (n, c0, cn), window, k0, tshape, single, act, not single))
                 results.append(self.reduce_partials(partials, bvec, act, final=True))
             one = (1, *out_shape[1:])
             images.append(results[0] if len(results) == 1 else
@@ -404,45 +433,67 @@ class _Lowerer:
             return images[0]
         return self.compute(images, [out_shape], lambda b, xs: [b.concat(xs, 0)])[0]
 
-    def conv_batch(self, ins: list[Value], chans: tuple[int, int, int], k: tuple[int, int],
-                   s: tuple[int, int], d: tuple[int, int], o: tuple[int, int], k0: int,
+    def conv_batch(self, ins: list[Value], chans: tuple[int, int, int], win: Window, k0: int,
                    tile: tuple[int, ...], tail: bool, act: Plan | None, sliced: bool) -> Value:
+        """Lanes = output rows. Each lane reads only the input rows its window covers (padding
+        is added inside the lane), builds the im2col row and does one MVM per pixel."""
         image, c0, cn = chans
-        kh, kw = k
-        oh, ow = o
+        kh, kw = win.kernel
+        oh, ow = win.out
         kt, mt = tile
 
-        def body(b: Builder, lane: Value, args: list[Value]) -> tuple[Value, list[AffineLike]]:
-            xp, wt = args[0], args[1]
-            row = Affine(0, ((s[0], lane),))
+        def body(b: Builder, rows: Value, args: list[Value]) -> Value:
             cols = []
             for j in range(kw):
-                e = b.extract(xp, [image, c0, row, j * d[1]], [1, cn, kh, ow],
-                              [1, 1, d[0], s[1]],
-                              type=_t((cn, kh, ow)))
+                e = b.extract(rows, [0, 0, j * win.dilation[1]], [cn, kh, ow],
+                              [1, 1, win.stride[1]])
                 cols.append(b.reshape(e, _t((cn, kh, 1, ow))) if kw > 1 else e)
             patch = b.concat(cols, 2) if kw > 1 else cols[0]
             mat = b.transpose(b.reshape(patch, _t((cn * kh * kw, ow))), [1, 0])
             if sliced:
                 mat = b.extract(mat, [0, k0], [ow, kt])
-            y = b.mvm(wt, mat)
+            y = b.mvm(args[1], mat)
             if tail:
                 if len(args) > 2:
                     y = b.binary("vadd", y, args[2], _shape_t(y))
                 y = self.activation(b, y, act)
-            frag = b.reshape(b.transpose(y, [1, 0]), _t((1, mt, 1, ow)))
-            return frag, [0, 0, lane, 0]
+            return b.reshape(b.transpose(y, [1, 0]), _t((1, mt, 1, ow)))
 
-        return self.batch(oh, ins, (1, mt, oh, ow), body, mvms_per_lane=ow)
+        return self.window_rows(ins, image, (c0, cn), win, 0.0, (1, mt, oh, ow), body, ow)
 
-    def padded(self, x: Value, top: int, left: int, bottom: int, right: int, value: float
-               ) -> Value:
-        if not (top or left or bottom or right):
-            return x
-        shape = _shape(x)
-        out = (shape[0], shape[1], shape[2] + top + bottom, shape[3] + left + right)
-        return self.compute([x], [out], lambda b, xs: [
-            b.pad(xs[0], [0, 0, top, left], [0, 0, bottom, right], value)])[0]
+    def window_rows(self, ins: list[Value], image: int, chans: tuple[int, int], win: Window,
+                    fill: float, out: tuple[int, ...],
+                    body: Callable[[Builder, Value, list[Value]], Value],
+                    mvms: int = 0, extra: Callable[[Builder, Value, int], Value] | None = None
+                    ) -> Value:
+        """Row lanes of a sliding window over ins[0] (N, C, H, W). Lanes whose window rows
+        all lie inside the input share one batch; border lanes get their own, with the
+        missing rows padded inside the lane. The parts concatenate along H (placement)."""
+        c0, cn = chans
+        kh = win.kernel[0]
+        sh, dh = win.stride[0], win.dilation[0]
+        top, left = win.pads
+        need_w = (win.out[1] - 1) * win.stride[1] + (win.kernel[1] - 1) * win.dilation[1] + 1
+        right = max(0, need_w - win.w - left)
+        parts = []
+        for lo, hi, i0, i1 in win.segments():
+            def lane_body(b: Builder, lane: Value, args: list[Value], lo: int = lo,
+                          i0: int = i0, i1: int = i1) -> tuple[Value, list[AffineLike]]:
+                first = Affine(lo * sh - top + i0 * dh, ((sh, lane),))
+                rows = b.extract(args[0], [image, c0, first, 0], [1, cn, i1 - i0, win.w],
+                                 [1, 1, dh, 1], type=_t((cn, i1 - i0, win.w)))
+                if i0 or i1 < kh or left or right:
+                    rows = b.pad(rows, [0, i0, left], [0, kh - i1, right], fill)
+                frag = body(b, rows, args)
+                if extra is not None:
+                    frag = extra(b, frag, lo)
+                return frag, [0, 0, lane, 0]
+
+            parts.append(self.batch(hi - lo, ins, (out[0], out[1], hi - lo, out[3]), lane_body,
+                                    mvms_per_lane=mvms))
+        if len(parts) == 1:
+            return parts[0]
+        return self.compute(parts, [out], lambda b, xs: [b.concat(xs, 2)])[0]
 
     def _lower_gemm(self, plan: Plan, act: Plan | None) -> list[Value]:
         x = self.input(plan, 0)
@@ -668,15 +719,14 @@ class _Lowerer:
         t, left, bot, right = _i(plan, "pads")
         out = self.out_shape(plan)
         _, _, oh, ow = out
-        need_h = (oh - 1) * sh + (kh - 1) * dh + 1
-        need_w = (ow - 1) * sw + (kw - 1) * dw + 1
-        pad_hi_h, pad_hi_w = max(0, need_h - h - t), max(0, need_w - wd - left)
-        fill = -np.inf if kind == "max" else 0.0
-        xp = self.padded(x, t, left, pad_hi_h, pad_hi_w, fill)
-        ins = [xp]
+        win = Window(h, wd, (kh, kw), (sh, sw), (dh, dw), (t, left), (oh, ow))
+        ins = [x]
+        extra = None
         if kind == "avg":
             include = bool(plan.attrs["count_include_pad"])
-            mask = np.zeros((h + t + pad_hi_h, wd + left + pad_hi_w), dtype=np.float64)
+            need_h = (oh - 1) * sh + (kh - 1) * dh + 1
+            need_w = (ow - 1) * sw + (kw - 1) * dw + 1
+            mask = np.zeros((max(need_h, h + t), max(need_w, wd + left)), dtype=np.float64)
             mask[t:t + h, left:left + wd] = 1.0
             if include:
                 mask[:min(h + t + bot, mask.shape[0]), :min(wd + left + right, mask.shape[1])] = 1
@@ -688,24 +738,26 @@ class _Lowerer:
             ins.append(self.weight(f"{plan.name}.recip",
                                    (1.0 / np.maximum(counts, 1)).reshape(1, 1, oh, ow)))
 
-        def body(b: Builder, lane: Value, args: list[Value], n: int = 0
-                 ) -> tuple[Value, list[AffineLike]]:
+            def extra(b: Builder, frag: Value, lo: int) -> Value:
+                lane = b.block.args[0]
+                r = b.extract(b.block.args[2], [0, 0, Affine(lo, ((1, lane),)), 0],
+                              [1, 1, 1, ow], type=_t((1, 1, 1, ow)))
+                return b.binary("vmul", frag, r, _shape_t(frag))
+
+        def body(b: Builder, rows: Value, args: list[Value]) -> Value:
             acc: Value | None = None
             for i in range(kh):
-                row = Affine(i * dh, ((sh, lane),))
                 for j in range(kw):
-                    e = b.extract(args[0], [n, 0, row, j * dw], [1, c, 1, ow], [1, 1, 1, sw],
+                    e = b.extract(rows, [0, i, j * dw], [c, 1, ow], [1, 1, sw],
                                   type=_t((c, ow)))
                     acc = e if acc is None else b.binary("vmax" if kind == "max" else "vadd",
                                                          acc, e)
             assert acc is not None
-            if kind == "avg":
-                r = b.extract(args[1], [0, 0, lane, 0], [1, 1, 1, ow], type=_t((1, ow)))
-                acc = b.binary("vmul", acc, r, _shape_t(acc))
-            return b.reshape(acc, _t((1, c, 1, ow))), [0, 0, lane, 0]
+            return b.reshape(acc, _t((1, c, 1, ow)))
 
-        return self.per_image(out, lambda n: self.batch(
-            oh, ins, (1, *out[1:]), lambda b, lane, args: body(b, lane, args, n)))
+        fill = -np.inf if kind == "max" else 0.0
+        return self.per_image(out, lambda n: self.window_rows(
+            ins, n, (0, c), win, fill, (1, *out[1:]), body, extra=extra))
 
     def per_image(self, out: tuple[int, ...], one: Callable[[int], Value]) -> Value:
         """Spatial plans run one image at a time; images concatenate along dim 0."""
@@ -783,11 +835,25 @@ class _Lowerer:
 
     # ------------------------------------------------------------------ placement plans
     def _lower_concat(self, plan: Plan, act: Plan | None) -> list[Value]:
-        xs = [self.input(plan, k) for k in range(len(plan.inputs))]
+        """Concat moves no data when every input is made of fragments: canonicalization
+        turns it into one Blueprint. An input that is one opaque tensor (a function argument,
+        a single compute) is first staged into row fragments, so that consumers of the
+        concat still depend on (and receive) only the rows they read."""
+        xs = [self.staged(self.input(plan, k), plan) for k in range(len(plan.inputs))]
         axis = int(plan.attrs["axis"])  # type: ignore[call-overload]
         if len(xs) == 1:
             return self.compute(xs, [self.out_shape(plan)], lambda b, a: [a[0]])
         return self.compute(xs, [self.out_shape(plan)], lambda b, a: [b.concat(a, axis)])
+
+    def staged(self, x: Value, plan: Plan) -> Value:
+        owner = x.owner
+        if isinstance(owner, GraphComputeBatchOp) or (
+                isinstance(owner, GraphComputeOp) and len(owner.body.ops) == 2
+                and isinstance(owner.body.ops[0], ConcatOp)):
+            return x
+        if _lane_dim(_shape(x)) is None:
+            return x
+        return self.rowwise(plan, [x], _shape(x), lambda b, xs: xs[0])
 
     def _lower_split(self, plan: Plan, act: Plan | None) -> list[Value]:
         x = self.input(plan, 0)
