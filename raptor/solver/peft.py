@@ -35,7 +35,8 @@ including p itself at flit cost, which keeps the pull towards producers, free co
 resident tiles without that bias.
 
 Capacity. Reusing a resident tile takes no new crossbar slot. If greedy placement ever finds no
-core with room, the scheduler restarts from a constructive packing of all tile sets
+core with room (and, as an alternative kept when better, whenever the tiles fill at least half
+of the chip), the scheduler restarts from a constructive packing of all tile sets
 (largest-weight-first, reuse-first best fit; then the reverse order, then at most 16
 single-choice deviations within 65,536 core-candidate checks) whose residency is pinned, so
 every task always has a feasible core; remaining room is still used for replicas. When even
@@ -403,15 +404,25 @@ def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool) -> Merg
     mesh = Mesh(target)
     tiles = _Tiles(graph)
     notes: list[str] = []
+    runs: list[tuple[int, list[int], list[int]]] = []
+    costs = graph.costs()
+
+    def keep(core_of: list[int], start: list[int]) -> None:
+        span = max((s + c for s, c in zip(start, costs, strict=True)), default=0)
+        runs.append((span, core_of, start))
+
     try:
-        core_of, start = _run(graph, target, mesh, tiles, lookahead, None)
+        keep(*_run(graph, target, mesh, tiles, lookahead, None))
     except _NoRoom as exc:
-        pinned = pack_tiles(graph, target)
-        core_of, start = _run(graph, target, mesh, tiles, lookahead, pinned)
-        notes.append(
-            f"capacity fallback: greedy placement found no room for task {exc.task}; "
-            "rescheduled on a largest-weight-first reuse-first best-fit residency"
-        )
+        notes.append(f"capacity fallback: greedy placement found no room for task {exc.task}")
+    # Under crossbar pressure greedy replication strands later tasks on the few cores that
+    # hold their tiles; a work-balanced packing decided up front often schedules better, so
+    # both are tried when the tiles fill at least half of the chip.
+    if not runs or 2 * tiles.count >= target.crossbar_capacity:
+        keep(*_run(graph, target, mesh, tiles, lookahead, pack_tiles(graph, target)))
+        if len(runs) == 1 or runs[1][0] < runs[0][0]:
+            notes.append("scheduled on a packed residency (largest-weight-first, reuse-first)")
+    _, core_of, start = min(runs, key=lambda r: r[0])
     name = "peft" if lookahead else "eft"
     return MergeScheduleResult.build(
         graph, target, core_of, start, solver=name, status="HEURISTIC",

@@ -157,7 +157,7 @@ def test_capacity_fallback_schedules_tight_graphs() -> None:
     g = random_layered_dag(80, seed=1, width=8, tiles_per_batch=(1, 3), max_lanes=6)
     assert len(g.distinct_weights()) == 48  # of 52 slots
     r = peft_schedule(g, target)
-    assert r.notes and r.notes[0].startswith("capacity fallback")
+    assert r.notes[0].startswith("capacity fallback") and "packed residency" in r.notes[1]
     assert validate_schedule(g, target, r) == []
     assert validate_schedule(g, target, eft_schedule(g, target)) == []
 
