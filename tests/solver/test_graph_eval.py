@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from raptor.solver import (
@@ -13,6 +14,7 @@ from raptor.solver import (
     lower_bounds,
     validate_schedule,
 )
+from raptor.solver.mesh import Mesh
 from raptor.target import Target
 
 LINE = Target(mesh_rows=1, mesh_cols=3, crossbars_per_core=2)
@@ -108,10 +110,6 @@ def test_gantt_is_standalone_svg() -> None:
 
 
 def test_mesh_distance_transform_matches_dense_minimum() -> None:
-    import numpy as np
-
-    from raptor.solver.mesh import Mesh
-
     rng = np.random.default_rng(0)
     for rows, cols in ((2, 3), (8, 8), (4, 16)):
         m = Mesh(Target(mesh_rows=rows, mesh_cols=cols, hop_cycles=3))
