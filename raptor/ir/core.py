@@ -57,8 +57,18 @@ class Block:
         return op
 
     def walk(self) -> Iterator[Operation]:
-        for op in self.ops:
-            yield from op.walk()
+        """Every op in this block and its nested regions, in pre-order (iterative: real
+        programs nest shallowly but hold hundreds of thousands of ops)."""
+        stack: list[Iterator[Operation]] = [iter(self.ops)]
+        while stack:
+            for op in stack[-1]:
+                yield op
+                regions = op.regions()
+                if regions:
+                    stack.extend(iter(r.ops) for r in reversed(regions))
+                    break
+            else:
+                stack.pop()
 
 
 class Operation:

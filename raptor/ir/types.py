@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -34,14 +35,14 @@ class TensorType:
 
     @property
     def is_static(self) -> bool:
-        return all(d is not None for d in self.shape)
+        return None not in self.shape
 
     @property
     def static_shape(self) -> tuple[int, ...]:
-        """The shape as ints; only valid after `is_static` was checked."""
-        if not self.is_static:
+        """The shape as ints; raises for dynamic dimensions (hot: no copy)."""
+        if None in self.shape:
             raise ValueError(f"{self} has dynamic dimensions")
-        return tuple(int(d) for d in self.shape if d is not None)
+        return cast(tuple[int, ...], self.shape)
 
     @property
     def numel(self) -> int:

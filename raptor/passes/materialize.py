@@ -67,6 +67,16 @@ def _box_type(box: Box, like: TensorType) -> TensorType:
     return TensorType(box.sizes, like.dtype)
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(op: Operation) -> tuple[str, ...]:
+    names = _FIELDS.get(type(op))
+    if names is None:
+        names = _FIELDS[type(op)] = tuple(f.name for f in dataclasses.fields(op))  # type: ignore[arg-type]
+    return names
+
+
 def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, lane_value: int | None,
            shift: dict[Value, tuple[int, ...]]) -> Operation:
     """Copy a lane-body op, remapping values, fixing the lane and re-basing slices of
@@ -74,12 +84,12 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, lane_val
     for r in op.results():
         vmap[r] = Value(r.type, r.name)
     changes: dict[str, object] = {}
-    for f in dataclasses.fields(op):  # type: ignore[arg-type]
-        cur = getattr(op, f.name)
+    for name in _fields(op):
+        cur = getattr(op, name)
         if isinstance(cur, Value):
-            changes[f.name] = vmap.get(cur, cur)
+            changes[name] = vmap.get(cur, cur)
         elif isinstance(cur, list) and cur and isinstance(cur[0], Value):
-            changes[f.name] = [vmap.get(x, x) for x in cur]
+            changes[name] = [vmap.get(x, x) for x in cur]
         elif isinstance(cur, tuple) and cur and isinstance(cur[0], Affine):
             offs = [a.substitute(lane, lane_value) if lane is not None and lane_value is not None
                     else a for a in cur]
@@ -87,7 +97,7 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, lane_val
             if isinstance(op, ExtractSliceOp) and src in shift:
                 offs = [Affine(a.const - lo, a.terms) for a, lo in zip(offs, shift[src],
                                                                       strict=True)]
-            changes[f.name] = tuple(offs)
+            changes[name] = tuple(offs)
     new = dataclasses.replace(op, **changes)  # type: ignore[type-var]
     new.loc = op.loc
     new.own_results()
@@ -111,6 +121,10 @@ class _Materializer:
         # fragment (producer, result) as seen on a core
         self.local: dict[tuple[int, int, int], Value] = {}
         self.buffers: list[Value] = []
+        self.stores: dict[int, list[tuple[int, Piece]]] = {}
+        for k, pieces in enumerate(outputs):
+            for p in pieces:
+                self.stores.setdefault(p.producer, []).append((k, p))
         self.channel = 0
 
     def weight(self, v: Value) -> Value:
@@ -224,12 +238,9 @@ class _Materializer:
         for r, v in enumerate(outs):
             self.local[(inst.id, r, core)] = v
         ops: list[Operation] = [sc]
-        for k, pieces in enumerate(self.outputs):
-            for p in pieces:
-                if p.producer == inst.id:
-                    st = StoreOp(outs[p.result], self.buffers[k], tuple(map(Affine, p.offsets)),
-                                 p.sizes, p.strides)
-                    ops.append(st)
+        for k, p in self.stores.get(inst.id, []):
+            ops.append(StoreOp(outs[p.result], self.buffers[k], tuple(map(Affine, p.offsets)),
+                               p.sizes, p.strides))
         self.emit(core, (self.s.start[inst.id], 1, inst.id), ops)
 
     def run(self) -> Module:

@@ -125,6 +125,10 @@ class Projection:
         self.lane_of_slot: dict[Value, tuple[GraphComputeBatchOp, int, dict[int, int]]] = {}
         self.placement: dict[Value, list[_Entry]] = {}
         self.producer_of: dict[Value, tuple[ComputeOp, int]] = {}
+        self.func_args = set(func.args)
+        self._readers: dict[tuple[int, Value], list[Reader] | str] = {}
+        self._entry_affine: dict[int, list[tuple[int, int]]] = {}
+        self._sources: dict[Value, tuple[int, int, dict[int, int] | None, TensorType]] = {}
         batch_ids = 0
         for op in func.body.ops:
             if isinstance(op, GraphComputeBatchOp):
@@ -192,16 +196,15 @@ class Projection:
         op = inst.op
         args = op.body.args[1:1 + len(op.inputs)] if isinstance(op, GraphComputeBatchOp) \
             else op.body.args[:len(op.inputs)]
-        lane_env: dict[Value, int] = {op.body.args[0]: inst.lane} if inst.lane is not None \
-            else {}
+        lane = inst.lane or 0
         uses = []
         for i, (v, arg) in enumerate(zip(op.inputs, args, strict=True)):
-            t = _t(v)
-            box = _read_box(op, arg, t.static_shape, lane_env)
+            shape = _t(v).static_shape
             if isinstance(v.owner, WeightOp):
-                uses.append(InputUse(i, "weight", v, Box.whole(t.static_shape)))
+                uses.append(InputUse(i, "weight", v, Box.whole(shape)))
                 continue
-            if v in self.func.args:
+            box = self._read_box(op, arg, shape, lane)
+            if v in self.func_args:
                 uses.append(InputUse(i, "arg", v, box))
                 continue
             entries = self.entries(v)
@@ -214,14 +217,28 @@ class Projection:
             uses.append(InputUse(i, "placed", v, box, pieces))
         return uses
 
+    def _read_box(self, op: ComputeOp, arg: Value, shape: tuple[int, ...], lane: int) -> Box:
+        """Union of the slices of `arg` in the body at this lane; the whole tensor for any
+        other use (the readers of each argument are analysed once per op)."""
+        key = (id(op), arg)
+        readers = self._readers.get(key)
+        if readers is None:
+            readers = self._readers[key] = _readers(op, arg)
+        if isinstance(readers, str):
+            return Box.whole(shape)
+        if not readers:
+            return Box((0,) * len(shape), (0,) * len(shape))
+        lo = [min(c[d] + k[d] * lane for c, k, _ in readers) for d in range(len(shape))]
+        hi = [max(c[d] + k[d] * lane + e[d] for c, k, e in readers) for d in range(len(shape))]
+        return Box(tuple(lo), tuple(hi))
+
     def pieces(self, entries: list[_Entry], box: Box) -> list[Piece]:
         pieces = []
         for e in entries:
             lo, hi = e.lo, e.hi
-            for d, o in enumerate(e.offsets):
+            ck = self._affine(e)
+            for d, (c, k) in enumerate(ck):
                 ext = (e.sizes[d] - 1) * e.strides[d] + 1 if e.sizes[d] else 0
-                k = o.coef(e.var) if e.var is not None else 0
-                c = o.const
                 # region along d at slot s: [c + k*s, c + k*s + ext) must meet [blo, bhi)
                 blo, bhi = box.lo[d], box.hi[d]
                 if k == 0:
@@ -233,45 +250,58 @@ class Projection:
                 s_lo, s_hi = (a, b) if k > 0 else (b, a)
                 lo = max(lo, math.floor(s_lo) + 1)
                 hi = min(hi, math.ceil(s_hi))
+            if lo >= hi:
+                continue
+            producer0, r, lanes, frag = self._source(e.source)
             for s in range(lo, hi):
-                pieces.append(self._piece(e, s))
+                offs = tuple(c + k * s for c, k in ck)
+                producer = producer0 + lanes[s] if lanes is not None else producer0
+                pieces.append(Piece(producer, r, s, offs, e.sizes, e.strides, frag))
         return pieces
 
-    def _piece(self, e: _Entry, s: int) -> Piece:
-        offs = tuple(o.substitute(e.var, s).const if e.var is not None else o.const
-                     for o in e.offsets)
-        src = e.source
-        if src in self.lane_of_slot:
-            op, r, lanes = self.lane_of_slot[src]
-            producer = self.first[op] + lanes[s]
-            frag = TensorType(_t(src).static_shape[1:], _t(src).dtype)
-        else:
-            cop, r = self.producer_of[src]
-            producer = self.first[cop]
-            frag = _t(src)
-        return Piece(producer, r, s, offs, e.sizes, e.strides, frag)
+    def _affine(self, e: _Entry) -> list[tuple[int, int]]:
+        got = self._entry_affine.get(id(e))
+        if got is None:
+            got = [(o.const, o.coef(e.var) if e.var is not None else 0) for o in e.offsets]
+            self._entry_affine[id(e)] = got
+        return got
+
+    def _source(self, src: Value) -> tuple[int, int, dict[int, int] | None, TensorType]:
+        """First instance, result index, slot -> lane map (batches) and fragment type."""
+        got = self._sources.get(src)
+        if got is None:
+            t = _t(src)
+            if src in self.lane_of_slot:
+                op, r, lanes = self.lane_of_slot[src]
+                got = (self.first[op], r, lanes, TensorType(t.static_shape[1:], t.dtype))
+            else:
+                cop, r = self.producer_of[src]
+                got = (self.first[cop], r, None, t)
+            self._sources[src] = got
+        return got
 
 
-def _read_box(op: ComputeOp, arg: Value, shape: tuple[int, ...],
-              lane_env: dict[Value, int]) -> Box:
-    """Union of the slices of `arg` in the body; the whole tensor for any other use."""
-    box: Box | None = None
+Reader = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def _readers(op: ComputeOp, arg: Value) -> list[Reader] | str:
+    """The slices of `arg` in the body as (offset constants, lane coefficients, extents);
+    "whole" when any use is not a slice or an offset depends on something but the lane."""
+    lane = op.body.args[0] if isinstance(op, GraphComputeBatchOp) else None
+    out: list[Reader] = []
     for inner in op.body.walk():
-        if inner is op:
-            continue
-        if arg not in inner.operands():
+        if inner is op or arg not in inner.operands():
             continue
         if not isinstance(inner, ExtractSliceOp) or inner.source is not arg:
-            return Box.whole(shape)
-        try:
-            offs = [o.evaluate(lane_env) for o in inner.offsets]
-        except KeyError:
-            return Box.whole(shape)
-        hi = tuple(o + (s - 1) * st + 1 if s else o
-                   for o, s, st in zip(offs, inner.sizes, inner.strides, strict=True))
-        b = Box(tuple(offs), hi)
-        box = b if box is None else box.union(b)
-    return box or Box((0,) * len(shape), (0,) * len(shape))
+            return "whole"
+        if any(v is not lane for o in inner.offsets for v in o.vars()):
+            return "whole"
+        c = tuple(o.const for o in inner.offsets)
+        k = tuple(o.coef(lane) if lane is not None else 0 for o in inner.offsets)
+        e = tuple((n - 1) * st + 1 if n else 0 for n, st in zip(inner.sizes, inner.strides,
+                                                                strict=True))
+        out.append((c, k, e))
+    return out
 
 
 def is_compute(op: Operation) -> bool:

@@ -64,14 +64,19 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
             store_ns[p.producer] = store_ns.get(p.producer, 0) + \
                 shared_write_ns(target, _bytes(p.fragment))
     mvms = 0
+    per_op: dict[int, tuple[int, int, set[Value]]] = {}  # every lane of an op costs the same
     for inst in proj.instances:
         op = inst.op
-        body_cost = block_cost_ns(op.body, target)
-        mvms += block_mvms(op.body)
+        known = per_op.get(id(op))
+        if known is None:
+            known = per_op[id(op)] = (
+                block_cost_ns(op.body, target), block_mvms(op.body),
+                {o.weight for o in op.body.walk() if isinstance(o, MvmOp)})
+        body_cost, body_mvms, mvm_weights = known
+        mvms += body_mvms
         cost = body_cost + store_ns.get(inst.id, 0)
         weights: set[int] = set()
         args = op.body.args[1:] if inst.lane is not None else op.body.args
-        mvm_weights = {o.weight for o in op.body.walk() if isinstance(o, MvmOp)}
         for use in inst.uses:
             if use.kind == "arg":
                 if all(use.box.sizes):
