@@ -19,15 +19,15 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.models import resnet18  # noqa: E402
-from raptor.driver import compile_model, ir_inputs, model_inputs  # noqa: E402
-from raptor.passes.materialize import ScheduleView, materialize  # noqa: E402
-from raptor.sim import SimOptions, simulate  # noqa: E402
-from raptor.solver.cpsat import CpSatOptions, cpsat_schedule  # noqa: E402
-from raptor.solver.evaluate import lower_bounds, retime  # noqa: E402
-from raptor.solver.from_ir import build_compute_graph  # noqa: E402
-from raptor.solver.peft import peft_schedule  # noqa: E402
-from raptor.target import load_target  # noqa: E402
+from benchmarks.models import resnet18
+from raptor.driver import compile_model, ir_inputs, model_inputs
+from raptor.passes.materialize import ScheduleView, materialize
+from raptor.sim import SimOptions, simulate
+from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
+from raptor.solver.evaluate import lower_bounds, retime
+from raptor.solver.from_ir import build_compute_graph
+from raptor.solver.peft import peft_schedule
+from raptor.target import load_target
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
