@@ -13,6 +13,7 @@ from raptor.frontend.oracle import run_reference
 from raptor.ir.interpreter import Interpreter
 from raptor.ir.ops import BlueprintOp, GraphComputeBatchOp
 from raptor.ir.verifier import verify_module
+from raptor.passes.layout import select_layouts
 from raptor.passes.lower import lower
 from raptor.rewrite.canonicalize import canonicalize
 from raptor.target import Target
@@ -96,3 +97,18 @@ def test_concat_becomes_blueprint_placement(target: Target) -> None:
     multi = [op for op in comp.module.walk()
              if isinstance(op, BlueprintOp) and len(op.sources) > 1]
     assert multi, "a concat of several batches should be one Blueprint over all of them"
+
+
+def test_resnet18_lowers_to_727_crossbars(target: Target) -> None:
+    """ResNet-18 at 224x224 (built with onnx.helper): 727 128x128 tiles without replication,
+    the figure PIMCOMP-NN reports; it lowers and canonicalizes into verified graph IR.
+    (Its speed is measured in benchmarks/bench_e2e.py, not here.)"""
+    from benchmarks.models import resnet18
+
+    graph = import_onnx(resnet18())
+    _, layouts = select_layouts(graph)
+    low = lower(graph, target, layouts)
+    assert low.crossbars == 727
+    assert sum(1 for s in low.stats if s.kind == "conv") == 20
+    canonicalize(low.module)
+    assert verify_module(low.module) == []
