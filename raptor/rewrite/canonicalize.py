@@ -1,9 +1,10 @@
 """Canonicalization bridge: graph IR → egglog facts → `rules/canonicalize.egg` → graph IR.
 
 Python states what the IR is (publication geometry per dimension, which values are concat
-computes, which are opaque) and rebuilds IR from what the rules derive (`PhysDim`, `Entry`,
-`Blocked`, `Identity`); the decisions — the physical N x F shape, the Blueprint geometry,
-which concats are placement — are the rules'.
+or unit-stride slice computes, which are opaque) and rebuilds IR from what the rules derive
+(`PhysDim`, `Entry`, `EntrySlots`, `Blocked`, `Identity`); the decisions — the physical
+N x F shape, the Blueprint geometry, which concats and slices are placement and which
+physical slots a slice selects — are the rules'.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from raptor.ir.ops import (
     BlueprintEntry,
     BlueprintOp,
     ConcatOp,
+    ExtractSliceOp,
     FuncOp,
     GraphComputeBatchOp,
     GraphComputeOp,
@@ -32,9 +34,9 @@ from raptor.ir.rewriting import drop_dead, replace_uses
 from raptor.ir.types import INDEX, TensorType
 from raptor.rewrite.eggfile import load_program
 
-_Ent = tuple[tuple[int, int], dict[int, tuple[int, int, int, int]]]
-"""A derived Blueprint entry: its source batch result (b, r) and per dimension
-(offset constant c, slot coefficient k, size, stride)."""
+_Ent = tuple[tuple[int, int], dict[int, tuple[int, int, int, int]], tuple[int, int]]
+"""A derived Blueprint entry: its source batch result (b, r), per dimension
+(offset constant c, slot coefficient k, size, stride), and its physical slots lo..hi."""
 
 
 class CanonicalizeError(Exception):
@@ -45,6 +47,7 @@ class CanonicalizeError(Exception):
 class CanonStats:
     batches: int = 0
     placed_concats: int = 0
+    placed_slices: int = 0
     identities: int = 0
     fired: dict[str, int] = field(default_factory=dict)
 
@@ -56,6 +59,7 @@ class _Facts:
     values: list[Value] = field(default_factory=list)
     batches: list[GraphComputeBatchOp] = field(default_factory=list)
     concats: dict[int, GraphComputeOp] = field(default_factory=dict)
+    slices: dict[int, GraphComputeOp] = field(default_factory=dict)
     materializations: dict[int, MaterializeLayoutOp] = field(default_factory=dict)
 
     def vid(self, v: Value) -> int:
@@ -86,6 +90,29 @@ def _concat_dim(op: GraphComputeOp) -> tuple[int, list[Value]] | None:
     if y.values != [cat.result] or not all(s in op.body.args for s in cat.sources):
         return None
     return cat.dim, [op.inputs[op.body.args.index(s)] for s in cat.sources]
+
+
+def _slice_dims(op: GraphComputeOp) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
+    """`spat.graph_compute` whose body only takes unit-stride, constant, rank-preserving
+    `tensor.extract_slice`s of its single argument and yields them, one per result →
+    per result (offsets, sizes)."""
+    ops = op.body.ops
+    if len(op.inputs) != 1 or not ops or not isinstance(ops[-1], YieldOp):
+        return None
+    arg = op.body.args[0]
+    slices = {}
+    for s in ops[:-1]:
+        if (not isinstance(s, ExtractSliceOp) or s.source is not arg
+                or any(st != 1 for st in s.strides) or any(o.terms for o in s.offsets)):
+            return None
+        t = s.result.type
+        if not isinstance(t, TensorType) or t.static_shape != tuple(s.sizes):
+            return None
+        slices[s.result] = (tuple(o.const for o in s.offsets), tuple(s.sizes))
+    got = [slices.get(v) for v in ops[-1].values]
+    if len(got) != len(op.outs) or any(g is None for g in got):
+        return None
+    return [g for g in got if g is not None]
 
 
 def _collect(func: FuncOp) -> _Facts:
@@ -129,6 +156,16 @@ def _collect(func: FuncOp) -> _Facts:
                     assert isinstance(t, TensorType)
                     start += t.static_shape[dim]
                 continue
+            cuts = _slice_dims(op)
+            if cuts is not None:
+                src = f.vid(op.inputs[0])
+                for res, (starts, sizes) in zip(op.outs, cuts, strict=True):
+                    sx = f.vid(res)
+                    f.slices[sx] = op
+                    f.rows["Slice"].append((sx, src, len(sizes)))
+                    for d, (o0, n) in enumerate(zip(starts, sizes, strict=True)):
+                        f.rows["SliceDim"].append((sx, d, o0, n))
+                continue
         if isinstance(op, MaterializeLayoutOp):
             m = f.vid(op.result)
             f.materializations[m] = op
@@ -158,6 +195,8 @@ _TABLES = (
     "ConcatAt",
     "Opaque",
     "Materialize",
+    "Slice",
+    "SliceDim",
 )
 
 
@@ -196,8 +235,13 @@ def _canonicalize_func(
         eid = row.inputs[1]
         val, bi, ri, di, ci, ki, size, stride = (i64(c) for i, c in enumerate(row.inputs)
                                                  if i != 1)
-        ent = entries[val].setdefault(eid, ((bi, ri), {}))
+        ent = entries[val].setdefault(eid, ((bi, ri), {}, (0, 0)))
         ent[1][di] = (ci, ki, size, stride)
+    fn = frozen.get("EntrySlots")
+    for row in fn.rows if fn else []:
+        val, lo, hi = (i64(c) for i, c in enumerate(row.inputs) if i != 1)
+        key, dims, _ = entries[val][row.inputs[1]]
+        entries[val][row.inputs[1]] = (key, dims, (lo, hi))
     blocked = {x for (x,) in rows("Blocked")}
     physical: dict[tuple[int, int], Value] = {}
     new_ops: list[Operation] = []
@@ -214,6 +258,14 @@ def _canonicalize_func(
             assert isinstance(op, GraphComputeOp)
             new_ops.append(_blueprint(op.outs[0], entries[x], physical))
             stats.placed_concats += 1
+            continue
+        if isinstance(op, GraphComputeOp) and x is not None and x in facts.slices:
+            placed = [res for res in op.outs if facts.ids[res] not in blocked
+                      and entries.get(facts.ids[res])]
+            new_ops.extend(_drop_results(op, placed))
+            for res in placed:
+                new_ops.append(_blueprint(res, entries[facts.ids[res]], physical))
+                stats.placed_slices += 1
             continue
         new_ops.append(op)
     func.body.ops = new_ops
@@ -266,28 +318,42 @@ def _make_physical(
     return bps
 
 
+def _drop_results(op: GraphComputeOp, gone: list[Value]) -> list[Operation]:
+    """The slice compute without the results in `gone` (no op at all if none remains)."""
+    if not gone:
+        return [op]
+    keep = [i for i, res in enumerate(op.outs) if res not in gone]
+    if not keep:
+        return []
+    y = op.body.ops[-1]
+    assert isinstance(y, YieldOp)
+    y.values = [y.values[i] for i in keep]
+    live = set(y.values)
+    op.body.ops = [o for o in op.body.ops[:-1] if any(r in live for r in o.results())] + [y]
+    op.outs = [op.outs[i] for i in keep]
+    op.own_results()
+    return [op]
+
+
 def _blueprint(result: Value, ent: dict[object, _Ent],
                physical: dict[tuple[int, int], Value]) -> BlueprintOp:
     """One Blueprint whose entries are affine families over the physical sources."""
     sources: list[Value] = []
     entries = []
-    for src_key, dims in sorted(ent.values(), key=lambda e: (e[0], sorted(e[1].items()))):
+    for src_key, dims, (lo, hi) in sorted(
+            ent.values(), key=lambda e: (e[0], e[2], sorted(e[1].items()))):
         src = physical[src_key]
         if src not in sources:
             sources.append(src)
-        st = src.type
-        assert isinstance(st, TensorType)
-        n = st.static_shape[0]
         var = Value(INDEX, "s")
-        offsets = tuple(Affine(c, ((k, var),) if k else ()) for c, k, _, _ in
-                        (dims[d] for d in range(len(dims))))
-        family = any(o.terms for o in offsets) or n > 1
+        geom = [dims[d] for d in range(len(dims))]
+        family = hi - lo > 1 or any(k for _, k, _, _ in geom)
+        offsets = tuple(Affine(c, ((k, var),) if k else ()) if family else Affine(c + k * lo)
+                        for c, k, _, _ in geom)
         entries.append(BlueprintEntry(
-            sources.index(src), 0,
-            offsets if family else tuple(Affine(o.const) for o in offsets),
-            tuple(dims[d][2] for d in range(len(dims))),
-            tuple(dims[d][3] for d in range(len(dims))),
-            var if family else None, n))
+            sources.index(src), lo, offsets,
+            tuple(g[2] for g in geom), tuple(g[3] for g in geom),
+            var if family else None, hi if family else 0))
     op = BlueprintOp(sources, result, entries)
     result.owner = op
     return op
