@@ -158,11 +158,11 @@ def _collect(func: FuncOp) -> _Facts:
                 continue
             cuts = _slice_dims(op)
             if cuts is not None:
-                src = f.vid(op.inputs[0])
+                vin = f.vid(op.inputs[0])
                 for res, (starts, sizes) in zip(op.outs, cuts, strict=True):
                     sx = f.vid(res)
                     f.slices[sx] = op
-                    f.rows["Slice"].append((sx, src, len(sizes)))
+                    f.rows["Slice"].append((sx, vin, len(sizes)))
                     for d, (o0, n) in enumerate(zip(starts, sizes, strict=True)):
                         f.rows["SliceDim"].append((sx, d, o0, n))
                 continue
