@@ -341,6 +341,10 @@ def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> Non
               f"{lay.get('NHWCRowStrip', 0)} row-strip / {lay.get('DenseNCHW', 0)} dense "
               f"({lay.get('materializations', 0)} materializations), inputs: "
               f"{solved.input_source}")
+    costs = rep["layout_costs"]
+    out.print("layout cost by selector (rules/layout.egg): " + ", ".join(
+        f"{k} {v}" + (" (selected)" if k == rep["layout_selector"] else "")
+        for k, v in costs.items()))
     table = Table(title=f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns)")
     cols = ["solver", "estimate ns", "simulated ns", "bound ns", "gap to bound", "status",
             "solve s", "cores", "crossbars", "numerics"]

@@ -15,6 +15,7 @@ from raptor.driver import Compiled, CompileOptions, compile_model, ir_inputs, mo
 from raptor.frontend.oracle import compare, oracle_name, run_reference
 from raptor.ir.module import Module
 from raptor.ir.verifier import verify_module
+from raptor.passes.layout import select_layouts
 from raptor.passes.materialize import ScheduleView, materialize
 from raptor.sim import SimOptions, SimResult, simulate
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
@@ -77,6 +78,7 @@ class Solved:
     input_source: str
     oracle: str | None
     seconds: dict[str, float]
+    layout_costs: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -106,6 +108,12 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
     t0 = time.perf_counter()
     comp = compile_model(model, target, opts.compile)
     seconds["compile"] = time.perf_counter() - t0
+    # what the other layout selectors would have cost on the same rule tables
+    layout_costs = {comp.selection.selector: comp.selection.cost}
+    for selector in ("exact", "iterative", "disabled"):
+        if selector not in layout_costs:
+            layout_costs[selector] = select_layouts(comp.graph, selector,
+                                                    opts.compile.rules_dir)[0].cost
     t0 = time.perf_counter()
     build = build_compute_graph(comp.module.main(), target)
     seconds["graph"] = time.perf_counter() - t0
@@ -147,7 +155,7 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
             got = {v.name: o for v, o in zip(comp.graph.outputs, run.sim.outputs, strict=True)}
             run.numerics = compare(got, want, opts.rtol, opts.atol)
     return Solved(str(model), target, comp, build, bounds, runs, inputs, source, oracle,
-                  seconds)
+                  seconds, layout_costs)
 
 
 def report(s: Solved) -> dict[str, Any]:
@@ -196,6 +204,7 @@ def report(s: Solved) -> dict[str, Any]:
         "oracle": s.oracle,
         "layouts": dict(sel.counts),
         "layout_selector": sel.selector,
+        "layout_costs": s.layout_costs,
         "rules": {"dir": str(s.compiled.rules_dir), "fired": s.compiled.fired},
         "notes": s.compiled.notes,
         "seconds": {k: round(v, 4) for k, v in s.seconds.items()},

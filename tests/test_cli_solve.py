@@ -60,6 +60,10 @@ def test_solve_json_no_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert rep["schedules"]["peft"]["simulated_ns"] is None
     assert rep["layouts"]["NHWCRowStrip"] > 0
     assert rep["rules"]["fired"]
+    # LeNet's conv→relu→pool→conv chain: the spec's local search stays all dense, the exact
+    # selector finds the cheaper row-strip assignment
+    costs = rep["layout_costs"]
+    assert costs["iterative"] == costs["disabled"] == 0 > costs["exact"]
 
 
 def _model_with(node: onnx.NodeProto, shape: list[int | str]) -> onnx.ModelProto:
