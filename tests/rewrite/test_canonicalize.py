@@ -54,6 +54,18 @@ def _random_model(ops: list[str], channels: int, size: int, seed: int) -> onnx.M
         elif op == "add":
             other = next((v for v, vc in reversed(values[:-1]) if vc == c), cur)
             nodes.append(helper.make_node("Add", [cur, other], [out]))
+        elif op == "split":  # rows: Split along H, concat the halves back swapped
+            h = size // 2
+            inits.append(numpy_helper.from_array(np.array([h, size - h], np.int64), f"sp{i}"))
+            nodes += [helper.make_node("Split", [cur, f"sp{i}"], [f"a{i}", f"b{i}"], axis=2),
+                      helper.make_node("Concat", [f"b{i}", f"a{i}"], [out], axis=2)]
+        elif op == "slice":  # channels: rotate by one (slices through channel fragments)
+            inits += [numpy_helper.from_array(np.array([v], np.int64), f"{n}{i}")
+                      for n, v in (("s0", c - 1), ("e0", c), ("s1", 0), ("e1", c - 1),
+                                   ("ax", 1))]
+            nodes += [helper.make_node("Slice", [cur, f"s0{i}", f"e0{i}", f"ax{i}"], [f"a{i}"]),
+                      helper.make_node("Slice", [cur, f"s1{i}", f"e1{i}", f"ax{i}"], [f"b{i}"]),
+                      helper.make_node("Concat", [f"a{i}", f"b{i}"], [out], axis=1)]
         elif op == "concat":
             other, oc = values[len(values) // 2]
             nodes.append(helper.make_node("Concat", [cur, other], [out], axis=1))
@@ -70,7 +82,7 @@ def _random_model(ops: list[str], channels: int, size: int, seed: int) -> onnx.M
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(st.sampled_from(["conv", "relu", "silu", "maxpool", "add", "concat",
-                                     "sigmoid"]), min_size=1, max_size=8),
+                                     "sigmoid", "split", "slice"]), min_size=1, max_size=8),
        channels=st.sampled_from([2, 3]), size=st.sampled_from([4, 5]),
        selector=st.sampled_from(["exact", "iterative", "disabled"]))
 def test_rewrites_preserve_meaning(ops: list[str], channels: int, size: int,
