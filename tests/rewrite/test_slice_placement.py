@@ -209,3 +209,44 @@ def test_removing_slice_rules_keeps_slices_as_computes(tmp_path: Path) -> None:
         module, stats, _ = _run(model, rules)
         assert _slice_computes(module) == 1
         assert stats.placed_slices == 0
+
+
+def test_without_slice_rules_consumers_read_the_split_compute(tmp_path: Path) -> None:
+    """The dependency shrink above is the rules' doing: without them a consumer lane of one
+    half depends on the split compute, which reads every channel tile."""
+    module, _, _ = _run(_model("split", 1, (4, 4)), _without_slice_rules(tmp_path))
+    build = build_compute_graph(module.main(), TARGET)
+    insts = build.projection.instances
+    split = next(op for op in module.main().body.ops if type(op) is GraphComputeOp
+                 and any(isinstance(o, ExtractSliceOp) for o in op.body.ops))
+    consumer = next(op for op in module.main().body.ops
+                    if isinstance(op, GraphComputeBatchOp) and split.outs[0] in op.inputs)
+    lanes = {i.id for i in insts if i.op is consumer}
+    assert {id(insts[e.src].op) for e in build.graph.edges if e.dst in lanes} == {id(split)}
+
+
+def test_forwarding_compute_is_the_slice_of_everything() -> None:
+    """A compute that yields its argument (a layout conversion between equal dense forms) is
+    the whole-tensor slice: every slot is inside, so it composes into its consumer."""
+    inits = [_i64("sp", [2, 2])]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Split", ["r", "sp"], ["a", "b"], axis=2),
+             helper.make_node("Concat", ["b", "a"], ["y"], axis=2)]
+    g = helper.make_graph(
+        nodes, "fwd", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    graph = import_onnx(model)
+    _, layouts = select_layouts(graph, "disabled")
+    low = lower(graph, load_target("default"), layouts)
+    forwarding = [op for op in low.module.main().body.ops if type(op) is GraphComputeOp
+                  and len(op.body.ops) == 1]
+    x = np.random.default_rng(0).standard_normal((1, 2, 4, 4)).astype(np.float32)
+    before = Interpreter(low.module).run([x])
+    canonicalize(low.module)
+    assert verify_module(low.module) == []
+    after = Interpreter(low.module).run([x])
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_allclose(after[0], run_reference(model, {"x": x})["y"], rtol=1e-5)
+    assert forwarding, "the dense conversion is a forwarding compute before canonicalization"
+    assert not any(type(op) is GraphComputeOp for op in low.module.main().body.ops)
