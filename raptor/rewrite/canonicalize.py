@@ -94,8 +94,7 @@ def _concat_dim(op: GraphComputeOp) -> tuple[int, list[Value]] | None:
 
 def _slice_dims(op: GraphComputeOp) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
     """`spat.graph_compute` whose body only takes unit-stride, constant, rank-preserving
-    `tensor.extract_slice`s of its single argument (or the argument itself) and yields them,
-    one per result →
+    `tensor.extract_slice`s of its single argument and yields them, one per result →
     per result (offsets, sizes)."""
     ops = op.body.ops
     if len(op.inputs) != 1 or not ops or not isinstance(ops[-1], YieldOp):
@@ -110,9 +109,6 @@ def _slice_dims(op: GraphComputeOp) -> list[tuple[tuple[int, ...], tuple[int, ..
         if not isinstance(t, TensorType) or t.static_shape != tuple(s.sizes):
             return None
         slices[s.result] = (tuple(o.const for o in s.offsets), tuple(s.sizes))
-    st = arg.type
-    if isinstance(st, TensorType):  # forwarding the argument is the slice of everything
-        slices[arg] = ((0,) * st.rank, st.static_shape)
     got = [slices.get(v) for v in ops[-1].values]
     if len(got) != len(op.outs) or any(g is None for g in got):
         return None
