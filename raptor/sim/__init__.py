@@ -47,9 +47,14 @@ def simulate(module: Module, target: Target,
             engine.run()
         finally:
             engine.report.wall_time_s = time.perf_counter() - start
+        outputs = program.output_data()
+        names = [v.name or f"out{i}" for i, v in enumerate(program.outputs)]
+        report, trace = engine.report, engine.trace
+        # Free the compiled program (closures, instructions, every core's values) while the
+        # collector is still paused: what is left when it resumes is what its first
+        # collection scans, and the program is millions of objects on a large model.
+        del program, engine
     finally:
         if collecting:
             gc.enable()
-    outputs = program.output_data()
-    names = [v.name or f"out{i}" for i, v in enumerate(program.outputs)]
-    return SimResult(outputs, names, engine.report, engine.trace)
+    return SimResult(outputs, names, report, trace)

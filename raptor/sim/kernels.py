@@ -9,9 +9,10 @@ The closures keep `eval_op`'s semantics; ops without a fast form call `eval_op` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -40,9 +41,11 @@ Env = dict[Value, Any]
 """One core's values: numpy arrays, and ints for lane indices."""
 Kernel = Callable[[Env], None]
 Region = Callable[[Env], tuple[slice, ...]]
+Where = tuple[slice, ...] | Region
+"""A region known at compile time (the slice tuple) or depending on the lane."""
 
 GENERIC_OPS = (UnaryOp, ReduceOp, TransposeOp, ConcatOp, PadOp, MaterializeLayoutOp)
-"""Ops run through `eval_op` unchanged (rare in hot bodies, or already one numpy call)."""
+"""Ops `eval_op` can run when they have no dedicated closure below."""
 
 _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "vadd": np.add, "vsub": np.subtract, "vmul": np.multiply, "vdiv": np.divide,
@@ -67,19 +70,31 @@ class TypeInfo:
     nbytes: int
 
 
-@cache
-def _info(t: TensorType) -> TypeInfo | None:
-    return TypeInfo(t.static_shape, t.np_dtype, t.nbytes) if t.is_static else None
+_INFOS: dict[tuple[tuple[int | None, ...], str], TypeInfo | None] = {}
 
 
 def info(v: Value) -> TypeInfo:
     """Shape, dtype and size of a static tensor value (cached per type: programs repeat a
-    handful of types thousands of times)."""
+    handful of types thousands of times; keyed by the plain (shape, dtype) tuple, whose
+    hash and comparison are much cheaper than the dataclass's)."""
     t = v.type
-    found = _info(t) if isinstance(t, TensorType) else None
+    found = None
+    if isinstance(t, TensorType):
+        key = (t.shape, t.dtype)
+        try:
+            found = _INFOS[key]
+        except KeyError:
+            found = _INFOS[key] = (TypeInfo(t.static_shape, t.np_dtype, t.nbytes)
+                                   if t.is_static else None)
     if found is None:
         raise KernelError(f"%{v.name} has type {t}; the simulator needs static tensors")
     return found
+
+
+def type_key(v: Value) -> object:
+    """A cheap hashable stand-in for `v.type` (equal exactly when the types are equal)."""
+    t = v.type
+    return (t.shape, t.dtype) if isinstance(t, TensorType) else t
 
 
 def resolve(offsets: Sequence[Affine], fixed: Mapping[Value, int]) -> list[Affine]:
@@ -93,18 +108,28 @@ def resolve(offsets: Sequence[Affine], fixed: Mapping[Value, int]) -> list[Affin
     return out
 
 
-def region(offsets: Sequence[Affine], sizes: Sequence[int], strides: Sequence[int],
-           fixed: Mapping[Value, int], lanes: Mapping[Value, int]) -> Region:
-    """The slice tuple of a strided region as a function of the env.
+@lru_cache(maxsize=1 << 16)
+def _const_slices(offsets: tuple[int, ...], sizes: tuple[int, ...], strides: tuple[int, ...]
+                  ) -> tuple[slice, ...]:
+    """`slices` for constant offsets, shared between the many ops cutting the same box."""
+    return slices(offsets, sizes, strides)
 
-    Offsets depending only on one batch lane variable of known count become a table
-    indexed by the lane, so a lane costs one list lookup instead of affine arithmetic.
+
+def region(offsets: Sequence[Affine], sizes: Sequence[int], strides: Sequence[int],
+           fixed: Mapping[Value, int], lanes: Mapping[Value, int]) -> Where:
+    """The slice tuple of a strided region, or a function of the env giving it.
+
+    Constant offsets (after substituting the core-batch lane) give the tuple itself, which
+    kernels index with directly. Offsets depending only on one batch lane variable of
+    known count become a table indexed by the lane, so a lane costs one list lookup
+    instead of affine arithmetic.
     """
+    if not any(a.terms for a in offsets):
+        return _const_slices(tuple([a.const for a in offsets]), tuple(sizes), tuple(strides))
     offs = resolve(offsets, fixed)
     free = {v for a in offs for v in a.vars()}
     if not free:
-        const = slices([a.const for a in offs], sizes, strides)
-        return lambda env: const
+        return _const_slices(tuple([a.const for a in offs]), tuple(sizes), tuple(strides))
     if len(free) == 1:
         (var,) = free
         if var in lanes:
@@ -119,8 +144,14 @@ def region(offsets: Sequence[Affine], sizes: Sequence[int], strides: Sequence[in
     return dynamic
 
 
-def kernel(op: Operation, fixed: Mapping[Value, int], lanes: Mapping[Value, int]) -> Kernel:
-    """A closure executing one lane-body op on an env; raises KernelError if unsupported."""
+def kernel(op: Operation, fixed: Mapping[Value, int], lanes: Mapping[Value, int],
+           in_place: bool = False) -> Kernel:
+    """A closure executing one lane-body op on an env; raises KernelError if unsupported.
+
+    `in_place` lets an insert_slice write into its destination instead of a copy: the
+    caller guarantees the destination is a buffer nobody else can see (a fresh
+    tensor.empty or insert result whose only use is this op). Every other value is shared
+    freely (extract_slice and reshape return views): SSA values are never written."""
     if isinstance(op, MvmOp):
         return _mvm(op)
     if isinstance(op, BinaryOp):
@@ -130,7 +161,7 @@ def kernel(op: Operation, fixed: Mapping[Value, int], lanes: Mapping[Value, int]
     if isinstance(op, ExtractSliceOp):
         return _extract(op, region(op.offsets, op.sizes, op.strides, fixed, lanes))
     if isinstance(op, InsertSliceOp):
-        return _insert(op, region(op.offsets, op.sizes, op.strides, fixed, lanes))
+        return _insert(op, region(op.offsets, op.sizes, op.strides, fixed, lanes), in_place)
     if isinstance(op, ParallelInsertSliceOp):
         return _publish(op, region(op.offsets, op.sizes, op.strides, fixed, lanes))
     if isinstance(op, ReshapeOp):
@@ -148,6 +179,19 @@ def kernel(op: Operation, fixed: Mapping[Value, int], lanes: Mapping[Value, int]
             env[res] = np.zeros(shape, dtype)
 
         return empty
+    if isinstance(op, TransposeOp):
+        return _transpose(op)
+    if isinstance(op, ConcatOp):
+        return _concat(op)
+    if isinstance(op, PadOp):
+        return _pad(op)
+    if isinstance(op, MaterializeLayoutOp):
+        src, res = op.source, op.result
+
+        def alias(env: Env) -> None:
+            env[res] = env[src]
+
+        return alias
     if isinstance(op, GENERIC_OPS):
         return _generic(op)
     raise KernelError(f"{op.NAME} cannot execute here")
@@ -200,8 +244,15 @@ def _binary(op: BinaryOp) -> Kernel:
     return _generic(op)
 
 
-def _extract(op: ExtractSliceOp, where: Region) -> Kernel:
+def _extract(op: ExtractSliceOp, where: Where) -> Kernel:
     src, res, shape = op.source, op.result, info(op.result).shape
+    if isinstance(where, tuple):
+        sl = where
+
+        def const(env: Env) -> None:
+            env[res] = env[src][sl].reshape(shape)
+
+        return const
 
     def run(env: Env) -> None:
         env[res] = env[src][where(env)].reshape(shape)
@@ -209,8 +260,33 @@ def _extract(op: ExtractSliceOp, where: Region) -> Kernel:
     return run
 
 
-def _insert(op: InsertSliceOp, where: Region) -> Kernel:
+def _insert(op: InsertSliceOp, where: Where, in_place: bool) -> Kernel:
     src, dst, res, sizes = op.source, op.dest, op.result, tuple(op.sizes)
+    if isinstance(where, tuple):
+        sl = where
+        if in_place:
+
+            def write_const(env: Env) -> None:
+                out = env[dst]
+                out[sl] = env[src].reshape(sizes)
+                env[res] = out
+
+            return write_const
+
+        def copy_const(env: Env) -> None:
+            out = env[dst].copy()
+            out[sl] = env[src].reshape(sizes)
+            env[res] = out
+
+        return copy_const
+    if in_place:
+
+        def write(env: Env) -> None:
+            out = env[dst]
+            out[where(env)] = env[src].reshape(sizes)
+            env[res] = out
+
+        return write
 
     def run(env: Env) -> None:
         out = env[dst].copy()
@@ -220,11 +296,73 @@ def _insert(op: InsertSliceOp, where: Region) -> Kernel:
     return run
 
 
-def _publish(op: ParallelInsertSliceOp, where: Region) -> Kernel:
+def _publish(op: ParallelInsertSliceOp, where: Where) -> Kernel:
     """Writes in place: the destination is the batch's own zero-initialised result."""
     src, dst, sizes = op.source, op.dest, tuple(op.sizes)
+    if isinstance(where, tuple):
+        sl = where
+
+        def const(env: Env) -> None:
+            env[dst][sl] = env[src].reshape(sizes)
+
+        return const
 
     def run(env: Env) -> None:
         env[dst][where(env)] = env[src].reshape(sizes)
 
     return run
+
+
+def _transpose(op: TransposeOp) -> Kernel:
+    src, res, perm = op.source, op.result, tuple(op.perm)
+    transpose, contiguous = np.transpose, np.ascontiguousarray
+
+    def run(env: Env) -> None:
+        env[res] = contiguous(transpose(env[src], perm))
+
+    return run
+
+
+def _concat(op: ConcatOp) -> Kernel:
+    srcs, res, dim = tuple(op.sources), op.result, op.dim
+    concatenate = np.concatenate
+
+    def run(env: Env) -> None:
+        env[res] = concatenate([env[s] for s in srcs], axis=dim)
+
+    return run
+
+
+def _pad(op: PadOp) -> Kernel:
+    """`np.pad` with a constant, as `eval_op`: the border holds the value cast to the
+    element type, the interior the source."""
+    src, res = op.source, op.result
+    ts, tr = info(src), info(res)
+    low, high = tuple(op.low), tuple(op.high)
+    value = float(op.value)
+    if (ts.dtype != _F32 or tr.dtype != _F32 or len(low) != len(ts.shape)
+            or len(high) != len(ts.shape) or min((*low, *high), default=0) < 0
+            or tuple(n + a + b for n, a, b in zip(ts.shape, low, high, strict=True))
+            != tr.shape):
+        return _generic(op)
+    shape = tr.shape
+    inner = tuple(slice(a, a + n) for a, n in zip(low, ts.shape, strict=True))
+    if value == 0.0 and math.copysign(1.0, value) > 0:
+        zeros = np.zeros
+
+        def run(env: Env) -> None:
+            out = zeros(shape, _F32)
+            out[inner] = env[src]
+            env[res] = out
+
+        return run
+    fill = np.float32(value)
+    empty = np.empty
+
+    def fill_run(env: Env) -> None:
+        out = empty(shape, _F32)
+        out[...] = fill
+        out[inner] = env[src]
+        env[res] = out
+
+    return fill_run

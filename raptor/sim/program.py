@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,8 @@ from raptor.ir.ops import (
     ComputeOp,
     CoreBatchOp,
     CoreOp,
+    EmptyOp,
+    InsertSliceOp,
     LoadOp,
     MvmOp,
     ParallelInsertSliceOp,
@@ -36,7 +39,7 @@ from raptor.ir.ops import (
     YieldOp,
 )
 from raptor.sim.errors import SimError
-from raptor.sim.kernels import Env, Kernel, KernelError, info, kernel, resolve
+from raptor.sim.kernels import Env, Kernel, KernelError, info, kernel, resolve, type_key
 from raptor.solver.costs import block_cost_ns, op_cost_ns
 from raptor.target import Target
 
@@ -177,11 +180,23 @@ class _Compiler:
         self.inputs: set[Value] = set()
         self.input_reads = 0
         self.input_read_bytes = 0
-        self.costs: dict[int, int] = {}
+        self.op_costs: dict[tuple[object, ...], int] = {}
         self.store_boxes: list[tuple[int, int, Value, Box]] = []
         self.load_boxes: list[tuple[Instr, int, int, Value, Box]] = []
         self.stores: list[tuple[int, Instr]] = []
         self.routes: dict[tuple[int, int, int], Route] = {}
+
+    def op_cost(self, op: Operation) -> int:
+        """`op_cost_ns`, memoised by what it reads: the op class, its kind (`pim.relu`
+        vs `pim.tanh`) and its operand and result types. Programs repeat a few hundred
+        signatures hundreds of thousands of times; tests/sim checks the memo against
+        `op_cost_ns` for every op of the test programs."""
+        key = (type(op), getattr(op, "op", None), *map(type_key, op.operands()), None,
+               *map(type_key, op.results()))
+        cost = self.op_costs.get(key)
+        if cost is None:
+            cost = self.op_costs[key] = op_cost_ns(op, self.target)
+        return cost
 
     def route(self, src: int, dst: int, nbytes: int) -> Route:
         key = (src, dst, nbytes)
@@ -338,9 +353,14 @@ class _CoreCompiler:
                 out.append(ins)
         return out
 
-    def waits(self, op: Operation) -> tuple[Value, ...]:
-        uses = _free_uses(op)
-        inner_loads = {o.buffer for o in op.walk() if o is not op and isinstance(o, LoadOp)}
+    def waits(self, op: Operation, uses: list[Value] | None = None,
+              inner_loads: set[Value] | None = None) -> tuple[Value, ...]:
+        """The received values `op` reads (its free uses, computed here unless given)."""
+        if uses is None:
+            uses = _free_uses(op)
+        if inner_loads is None:
+            inner_loads = {o.buffer for o in op.walk()
+                           if o is not op and isinstance(o, LoadOp)}
         for v in uses:
             if v in inner_loads and v in self.ctx.inputs:
                 continue  # read-only function input, read by a pim.load inside the body
@@ -375,7 +395,7 @@ class _CoreCompiler:
             raise self.fail(op, f"{op.NAME} is not allowed in a core program")
         self.track_tiles(op)
         fn = kernel(op, self.fixed, {})
-        return Instr(COMPUTE, op, op_name(op), cost=op_cost_ns(op, tgt), fn=fn,
+        return Instr(COMPUTE, op, op_name(op), cost=self.ctx.op_cost(op), fn=fn,
                      waits=self.waits(op))
 
     def memory(self, op: LoadOp | StoreOp, pos: int) -> Instr:
@@ -455,14 +475,40 @@ class _CoreCompiler:
         args = op.body.args[1:] if batch else op.body.args
         for a, v in zip(args, op.inputs, strict=False):
             self.origin[a] = self.origin.get(v, v)
-        self.track_tiles(op)
-        waits = self.waits(op)
-        key = id(op.body)
-        if key not in self.ctx.costs:
-            self.ctx.costs[key] = block_cost_ns(op.body, self.ctx.target)
+        body = op.body
+        uses: dict[Value, int] = {}
+        if any(inner.regions() for inner in body.ops):  # not scheduled IR: kernel() rejects
+            self.track_tiles(op)
+            waits = self.waits(op)
+            for inner in op.walk():
+                for v in inner.operands():
+                    uses[v] = uses.get(v, 0) + 1
+            body_cost = block_cost_ns(body, self.ctx.target)
+        else:
+            # one pass for what track_tiles, _free_uses and block_cost_ns would find
+            defined = set(body.args)
+            used = list(op.operands())
+            inner_loads: set[Value] = set()
+            op_cost = self.ctx.op_cost
+            body_cost = 0
+            for inner in body.ops:
+                defined.update(inner.results())
+                operands = inner.operands()
+                used.extend(operands)
+                for v in operands:
+                    uses[v] = uses.get(v, 0) + 1
+                if isinstance(inner, MvmOp):
+                    w = self.origin.get(inner.weight, inner.weight)
+                    self.tiles.add(self.ctx.symbols.get(w, w))
+                elif isinstance(inner, LoadOp):
+                    inner_loads.add(inner.buffer)
+                body_cost += op_cost(inner)
+            free = list(dict.fromkeys(v for v in used if v not in defined))
+            waits = self.waits(op, free, inner_loads)
         lanes = op.lanes if isinstance(op, ScheduledComputeBatchOp) else 1
-        cost = lanes * self.ctx.costs[key]
-        lane_map = {op.body.args[0]: lanes} if batch else {}
+        cost = lanes * body_cost
+        lane_map = {body.args[0]: lanes} if batch else {}
+        fresh: set[Value] = set()  # buffers no other value can see: written in place
         kernels: list[Kernel] = []
         yields: list[Value] = []
         for inner in op.body.ops:
@@ -475,8 +521,14 @@ class _CoreCompiler:
             elif isinstance(inner, LoadOp):
                 kernels.append(self.input_load(inner))
             else:
+                in_place = False
+                if isinstance(inner, EmptyOp):
+                    fresh.add(inner.result)
+                elif isinstance(inner, InsertSliceOp):
+                    in_place = inner.dest in fresh and uses[inner.dest] == 1
+                    fresh.add(inner.result)
                 try:
-                    kernels.append(kernel(inner, self.fixed, lane_map))
+                    kernels.append(kernel(inner, self.fixed, lane_map, in_place))
                 except KernelError as e:
                     raise self.fail(inner, str(e)) from None
         label = f"{op.NAME} lanes({lanes})" if batch else op.NAME
@@ -494,17 +546,34 @@ class _CoreCompiler:
                      body_ops=lanes * len(kernels))
 
 
+class _Local(dict[Value, Any]):
+    """A compute body's own values; reads of values defined outside fall back to the
+    core's env. Intermediates die with the body instead of living in the core's env for
+    the whole run (which kept every array ever computed and made each allocation fresh,
+    page-faulting memory)."""
+
+    __slots__ = ("outer",)
+
+    def __init__(self, outer: Env) -> None:
+        super().__init__()
+        self.outer = outer
+
+    def __missing__(self, key: Value) -> Any:
+        return self.outer[key]
+
+
 def _single_fn(op: ScheduledComputeOp, kernels: list[Kernel], yields: list[Value]) -> Kernel:
     binds = list(zip(op.body.args, op.inputs, strict=True))
     outs = list(zip(op.outs, yields, strict=True))
 
     def run(env: Env) -> None:
+        local = _Local(env)
         for a, v in binds:
-            env[a] = env[v]
+            local[a] = env[v]
         for k in kernels:
-            k(env)
+            k(local)
         for r, y in outs:
-            env[r] = env[y]
+            env[r] = local[y]
 
     return run
 
@@ -521,16 +590,17 @@ def _batch_fn(op: ScheduledComputeBatchOp, kernels: list[Kernel]) -> Kernel:
     lanes = range(op.lanes)
 
     def run(env: Env) -> None:
+        local = _Local(env)
         for a, v in binds:
-            env[a] = env[v]
+            local[a] = env[v]
         for a, shape, dtype in specs:
-            env[a] = np.zeros(shape, dtype)
+            local[a] = np.zeros(shape, dtype)
         for lane in lanes:
-            env[lane_arg] = lane
+            local[lane_arg] = lane
             for k in kernels:
-                k(env)
+                k(local)
         for r, a in results:
-            env[r] = env[a]
+            env[r] = local[a]
 
     return run
 
