@@ -168,17 +168,25 @@ def cmd_interpret(args: argparse.Namespace) -> int:
     except IRError as e:
         raise CliError(str(e), EXIT_FAIL) from None
     named = {f"result{i}": r for i, r in enumerate(results)}
-    table = Table(title=f"{args.file}: @{module.main().sym_name}")
-    for col in ("result", "shape", "min", "max", "mean"):
+    _print_results(f"{args.file}: @{module.main().sym_name}", "result", named)
+    _save(args.out, named)
+    return EXIT_OK
+
+
+def _print_results(title: str, what: str, named: dict[str, np.ndarray]) -> None:
+    table = Table(title=title)
+    for col in (what, "shape", "min", "max", "mean"):
         table.add_column(col)
     for k, r in named.items():
         table.add_row(k, "x".join(map(str, r.shape)), f"{r.min():.6g}", f"{r.max():.6g}",
                       f"{r.mean():.6g}")
     out.print(table)
-    if args.out:
-        save_npz_atomic(args.out, named)
-        out.print(f"wrote {args.out}")
-    return EXIT_OK
+
+
+def _save(path: str | None, named: dict[str, np.ndarray]) -> None:
+    if path:
+        save_npz_atomic(path, named)
+        out.print(f"wrote {path}")
 
 
 def _interpret_onnx(args: argparse.Namespace) -> int:
@@ -198,13 +206,7 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
         raise CliError(_about(args.file, e)) from None
     results = Interpreter(comp.module).run(ir_inputs(comp.graph, inputs))
     named = {v.name: r for v, r in zip(comp.graph.outputs, results, strict=True)}
-    table = Table(title=f"{args.file} (inputs: {source})")
-    for col in ("output", "shape", "min", "max", "mean"):
-        table.add_column(col)
-    for k, r in named.items():
-        table.add_row(k, "x".join(map(str, r.shape)), f"{r.min():.6g}", f"{r.max():.6g}",
-                      f"{r.mean():.6g}")
-    out.print(table)
+    _print_results(f"{args.file} (inputs: {source})", "output", named)
     code = EXIT_OK
     if args.check:
         which = oracle_name()
@@ -219,9 +221,7 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
         out.print(check)
         if code:
             err.print(f"{args.file}: outputs differ from the {which} reference", markup=False)
-    if args.out:
-        save_npz_atomic(args.out, named)
-        out.print(f"wrote {args.out}")
+    _save(args.out, named)
     return code
 
 

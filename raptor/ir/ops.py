@@ -59,6 +59,15 @@ def _const_bounds(src: tuple[int, ...], offsets: Sequence[Affine], sizes: Sequen
                               f"0..{src[d]}")
 
 
+class OneResult(Operation):
+    """Ops with a single `result` field (most of them)."""
+
+    result: Value
+
+    def results(self) -> list[Value]:
+        return [self.result]
+
+
 # --------------------------------------------------------------------------- graph level
 @dataclass(eq=False)
 class FuncOp(Operation):
@@ -125,15 +134,13 @@ class YieldOp(Operation):
 
 
 @dataclass(eq=False)
-class WeightOp(Operation):
+class WeightOp(OneResult):
     """A constant weight (a crossbar tile or a small tensor), held by reference to a constant."""
 
     NAME: ClassVar[str] = "spat.weight"
     result: Value
     symbol: str
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = spat.weight @{self.symbol} : {self.result.type}")
@@ -172,7 +179,7 @@ LAYOUTS = ("DenseNCHW", "NHWCRowStrip", "Fragmented", "NCHWRowStrip")
 
 
 @dataclass(eq=False)
-class MaterializeLayoutOp(Operation):
+class MaterializeLayoutOp(OneResult):
     NAME: ClassVar[str] = "spat.materialize_layout"
     source: Value
     result: Value
@@ -182,8 +189,6 @@ class MaterializeLayoutOp(Operation):
     def operands(self) -> list[Value]:
         return [self.source]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = spat.materialize_layout {p.v(self.source)} "
@@ -327,7 +332,7 @@ BLUEPRINT_CONFLICT = ("disjoint", "overwrite")
 
 
 @dataclass(eq=False)
-class BlueprintOp(Operation):
+class BlueprintOp(OneResult):
     """Logical reconstruction of physical fragment batches (placement, never arithmetic)."""
 
     NAME: ClassVar[str] = "spat.blueprint"
@@ -340,8 +345,6 @@ class BlueprintOp(Operation):
     def operands(self) -> list[Value]:
         return list(self.sources)
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         srcs = p.vs(self.sources)
@@ -365,7 +368,7 @@ class BlueprintOp(Operation):
 
 # --------------------------------------------------------------------------- lane body
 @dataclass(eq=False)
-class ExtractSliceOp(Operation):
+class ExtractSliceOp(OneResult):
     """Strided slice; the result may drop unit dimensions (rank-reducing)."""
 
     NAME: ClassVar[str] = "tensor.extract_slice"
@@ -378,8 +381,6 @@ class ExtractSliceOp(Operation):
     def operands(self) -> list[Value]:
         return [self.source]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.extract_slice {p.v(self.source)}"
@@ -397,7 +398,7 @@ class ExtractSliceOp(Operation):
 
 
 @dataclass(eq=False)
-class InsertSliceOp(Operation):
+class InsertSliceOp(OneResult):
     """Functional insert: `dest` with `source` written into a strided region."""
 
     NAME: ClassVar[str] = "tensor.insert_slice"
@@ -411,8 +412,6 @@ class InsertSliceOp(Operation):
     def operands(self) -> list[Value]:
         return [self.source, self.dest]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.insert_slice {p.v(self.source)} into "
@@ -451,7 +450,7 @@ class ParallelInsertSliceOp(Operation):
 
 
 @dataclass(eq=False)
-class ReshapeOp(Operation):
+class ReshapeOp(OneResult):
     NAME: ClassVar[str] = "tensor.reshape"
     source: Value
     result: Value
@@ -459,8 +458,6 @@ class ReshapeOp(Operation):
     def operands(self) -> list[Value]:
         return [self.source]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.reshape {p.v(self.source)} : {self.source.type} to "
@@ -473,7 +470,7 @@ class ReshapeOp(Operation):
 
 
 @dataclass(eq=False)
-class TransposeOp(Operation):
+class TransposeOp(OneResult):
     NAME: ClassVar[str] = "tensor.transpose"
     source: Value
     result: Value
@@ -482,8 +479,6 @@ class TransposeOp(Operation):
     def operands(self) -> list[Value]:
         return [self.source]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.transpose {p.v(self.source)} {p.ints(self.perm)} : "
@@ -498,7 +493,7 @@ class TransposeOp(Operation):
 
 
 @dataclass(eq=False)
-class ConcatOp(Operation):
+class ConcatOp(OneResult):
     NAME: ClassVar[str] = "tensor.concat"
     sources: list[Value]
     result: Value
@@ -507,8 +502,6 @@ class ConcatOp(Operation):
     def operands(self) -> list[Value]:
         return list(self.sources)
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.concat dim({self.dim}) {p.vs(self.sources)} : "
@@ -528,7 +521,7 @@ class ConcatOp(Operation):
 
 
 @dataclass(eq=False)
-class PadOp(Operation):
+class PadOp(OneResult):
     NAME: ClassVar[str] = "tensor.pad"
     source: Value
     result: Value
@@ -539,8 +532,6 @@ class PadOp(Operation):
     def operands(self) -> list[Value]:
         return [self.source]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.pad {p.v(self.source)} low {p.ints(self.low)} high "
@@ -557,19 +548,17 @@ class PadOp(Operation):
 
 
 @dataclass(eq=False)
-class EmptyOp(Operation):
+class EmptyOp(OneResult):
     NAME: ClassVar[str] = "tensor.empty"
     result: Value
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.empty : {self.result.type}")
 
 
 @dataclass(eq=False)
-class MvmOp(Operation):
+class MvmOp(OneResult):
     """One crossbar tile `w` (K×M) times a vector or row of vectors `v` (...×K)."""
 
     NAME: ClassVar[str] = "pim.mvm"
@@ -580,8 +569,6 @@ class MvmOp(Operation):
     def operands(self) -> list[Value]:
         return [self.weight, self.vector]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = pim.mvm {p.v(self.weight)}, {p.v(self.vector)} : "
@@ -606,7 +593,7 @@ UNARY_OPS: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(eq=False)
-class BinaryOp(Operation):
+class BinaryOp(OneResult):
     """Elementwise `pim.v*`; `rhs` may broadcast (numpy rules) onto `lhs`."""
 
     NAME: ClassVar[str] = "pim.binary"
@@ -618,8 +605,6 @@ class BinaryOp(Operation):
     def operands(self) -> list[Value]:
         return [self.lhs, self.rhs]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         ts = [self.lhs.type, self.rhs.type, self.result.type]
@@ -642,7 +627,7 @@ class BinaryOp(Operation):
 
 
 @dataclass(eq=False)
-class UnaryOp(Operation):
+class UnaryOp(OneResult):
     """Elementwise activation or scaling `pim.<op> %a {attrs} : T`."""
 
     NAME: ClassVar[str] = "pim.unary"
@@ -654,8 +639,6 @@ class UnaryOp(Operation):
     def operands(self) -> list[Value]:
         return [self.source]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = pim.{self.op} {p.v(self.source)}{print_attrs(self.attrs)} : "
@@ -673,7 +656,7 @@ class UnaryOp(Operation):
 
 
 @dataclass(eq=False)
-class ReduceOp(Operation):
+class ReduceOp(OneResult):
     """`pim.vreduce_sum|max %a dims [..] : T to T2`: reduce, then reshape to the result type."""
 
     NAME: ClassVar[str] = "pim.reduce"
@@ -685,8 +668,6 @@ class ReduceOp(Operation):
     def operands(self) -> list[Value]:
         return [self.source]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = pim.{self.op} {p.v(self.source)} dims {p.ints(self.dims)} : "
@@ -748,14 +729,12 @@ class ChannelSendOp(Operation):
 
 
 @dataclass(eq=False)
-class ChannelReceiveOp(Operation):
+class ChannelReceiveOp(OneResult):
     NAME: ClassVar[str] = "spat.channel_receive"
     result: Value
     core: int
     channel: int
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = spat.channel_receive from core({self.core}) "
@@ -763,21 +742,19 @@ class ChannelReceiveOp(Operation):
 
 
 @dataclass(eq=False)
-class AllocSharedOp(Operation):
+class AllocSharedOp(OneResult):
     """A buffer in shared (host) memory, written by `pim.store`, read by `pim.load`."""
 
     NAME: ClassVar[str] = "pim.alloc_shared"
     result: Value
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = pim.alloc_shared : {self.result.type}")
 
 
 @dataclass(eq=False)
-class LoadOp(Operation):
+class LoadOp(OneResult):
     """Read a strided region of a shared-memory buffer into the core."""
 
     NAME: ClassVar[str] = "pim.load"
@@ -790,8 +767,6 @@ class LoadOp(Operation):
     def operands(self) -> list[Value]:
         return [self.buffer]
 
-    def results(self) -> list[Value]:
-        return [self.result]
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = pim.load {p.v(self.buffer)}{p.affs(self.offsets)} "
