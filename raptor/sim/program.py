@@ -170,6 +170,10 @@ def overlap(a: Box, b: Box) -> bool:
     return all(_dim_overlap(x, y) for x, y in zip(a, b, strict=True))
 
 
+_SPECIAL_BODY_OPS = frozenset({WeightOp, YieldOp, ParallelInsertSliceOp, LoadOp})
+"""Body ops compute() handles itself rather than through kernel()."""
+
+
 class _Compiler:
     def __init__(self, module: Module, target: Target) -> None:
         self.module = module
@@ -191,8 +195,13 @@ class _Compiler:
         vs `pim.tanh`) and its operand and result types. Programs repeat a few hundred
         signatures hundreds of thousands of times; tests/sim checks the memo against
         `op_cost_ns` for every op of the test programs."""
-        key = (type(op), getattr(op, "op", None), *map(type_key, op.operands()), None,
-               *map(type_key, op.results()))
+        try:
+            key = (type(op), getattr(op, "op", None),
+                   *[(v.type.shape, v.type.dtype) for v in op.operands()], None,  # type: ignore[union-attr]
+                   *[(v.type.shape, v.type.dtype) for v in op.results()])  # type: ignore[union-attr]
+        except AttributeError:  # an index-typed value
+            key = (type(op), getattr(op, "op", None), *map(type_key, op.operands()), None,
+                   *map(type_key, op.results()))
         cost = self.op_costs.get(key)
         if cost is None:
             cost = self.op_costs[key] = op_cost_ns(op, self.target)
@@ -476,13 +485,12 @@ class _CoreCompiler:
         for a, v in zip(args, op.inputs, strict=False):
             self.origin[a] = self.origin.get(v, v)
         body = op.body
-        uses: dict[Value, int] = {}
+        # Fresh buffers (tensor.empty and insert_slice results) with their use counts: an
+        # insert may write into its destination when that is fresh and used only by it.
+        fresh: dict[Value, int] = {}
         if any(inner.regions() for inner in body.ops):  # not scheduled IR: kernel() rejects
             self.track_tiles(op)
             waits = self.waits(op)
-            for inner in op.walk():
-                for v in inner.operands():
-                    uses[v] = uses.get(v, 0) + 1
             body_cost = block_cost_ns(body, self.ctx.target)
         else:
             # one pass for what track_tiles, _free_uses and block_cost_ns would find
@@ -492,15 +500,22 @@ class _CoreCompiler:
             op_cost = self.ctx.op_cost
             body_cost = 0
             for inner in body.ops:
-                defined.update(inner.results())
+                results = inner.results()
+                defined.update(results)
                 operands = inner.operands()
                 used.extend(operands)
                 for v in operands:
-                    uses[v] = uses.get(v, 0) + 1
-                if isinstance(inner, MvmOp):
+                    if v in fresh:
+                        fresh[v] += 1
+                cls = type(inner)
+                if cls is EmptyOp or cls is InsertSliceOp:
+                    fresh[results[0]] = 0
+                elif cls is MvmOp:
+                    assert isinstance(inner, MvmOp)
                     w = self.origin.get(inner.weight, inner.weight)
                     self.tiles.add(self.ctx.symbols.get(w, w))
-                elif isinstance(inner, LoadOp):
+                elif cls is LoadOp:
+                    assert isinstance(inner, LoadOp)
                     inner_loads.add(inner.buffer)
                 body_cost += op_cost(inner)
             free = list(dict.fromkeys(v for v in used if v not in defined))
@@ -508,29 +523,28 @@ class _CoreCompiler:
         lanes = op.lanes if isinstance(op, ScheduledComputeBatchOp) else 1
         cost = lanes * body_cost
         lane_map = {body.args[0]: lanes} if batch else {}
-        fresh: set[Value] = set()  # buffers no other value can see: written in place
         kernels: list[Kernel] = []
         yields: list[Value] = []
-        for inner in op.body.ops:
-            if isinstance(inner, WeightOp):
-                self.env[inner.result] = self.ctx.weight(inner)
-            elif isinstance(inner, YieldOp):
-                yields = list(inner.values)
-            elif isinstance(inner, ParallelInsertSliceOp) and not batch:
-                raise self.fail(inner, "spat.parallel_insert_slice outside a batch body")
-            elif isinstance(inner, LoadOp):
-                kernels.append(self.input_load(inner))
-            else:
-                in_place = False
-                if isinstance(inner, EmptyOp):
-                    fresh.add(inner.result)
-                elif isinstance(inner, InsertSliceOp):
-                    in_place = inner.dest in fresh and uses[inner.dest] == 1
-                    fresh.add(inner.result)
-                try:
-                    kernels.append(kernel(inner, self.fixed, lane_map, in_place))
-                except KernelError as e:
-                    raise self.fail(inner, str(e)) from None
+        fixed = self.fixed
+        for inner in body.ops:
+            cls = type(inner)
+            if cls in _SPECIAL_BODY_OPS:
+                if isinstance(inner, WeightOp):
+                    self.env[inner.result] = self.ctx.weight(inner)
+                    continue
+                if isinstance(inner, YieldOp):
+                    yields = list(inner.values)
+                    continue
+                if isinstance(inner, ParallelInsertSliceOp) and not batch:
+                    raise self.fail(inner, "spat.parallel_insert_slice outside a batch body")
+                if isinstance(inner, LoadOp):
+                    kernels.append(self.input_load(inner))
+                    continue
+            try:
+                kernels.append(kernel(inner, fixed, lane_map,
+                                      cls is InsertSliceOp and fresh.get(inner.dest) == 1))  # type: ignore[attr-defined]
+            except KernelError as e:
+                raise self.fail(inner, str(e)) from None
         label = f"{op.NAME} lanes({lanes})" if batch else op.NAME
         if isinstance(op, ScheduledComputeBatchOp):
             if yields:
