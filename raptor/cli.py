@@ -354,8 +354,7 @@ def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> Non
     for run in solved.runs:
         s = rep["schedules"][run.name]
         bound = s["bound_ns"] if s["bound_ns"] is not None else rep["lower_bound_ns"]
-        best = s["simulated_ns"] or s["estimate_ns"]
-        gap = f"{(best - bound) / bound:.1%}" if bound else "-"
+        gap = f"{(s['estimate_ns'] - bound) / bound:.1%}" if bound else "-"
         num = s["numerics"]
         check = "-" if num is None else ("ok" if num["ok"] else "MISMATCH") + \
             f" ({num['max_abs_error']:.1e})"

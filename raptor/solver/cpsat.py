@@ -58,6 +58,10 @@ class CpSatOptions:
     num_workers: int = 2
     seed: int = 0
     max_full_pairs: int = 4096
+    max_model_pairs: int = 40_000
+    """Above this many (task, candidate core) pairs the model is not built at all: building
+    it in Python takes longer than useful time limits (15k tasks: ~60 s), so the heuristic
+    schedule is returned with the reason."""
     nearest: int = 4
     lane_symmetry: bool = True
 
@@ -114,6 +118,14 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
         initial = peft_schedule(graph, target)
     n, P = graph.num_tasks, target.num_cores
     cands, model_name = candidate_cores(graph, target, initial, opts)
+    pairs = sum(len(c) for c in cands)
+    if pairs > opts.max_model_pairs:
+        return MergeScheduleResult.build(
+            graph, target, initial.core_of, initial.start_ns, solver="cpsat",
+            status=f"NOT RUN (the {model_name} model has {pairs} task-core pairs, more than "
+                   f"max_model_pairs={opts.max_model_pairs}; PEFT schedule returned)",
+            bound_ns=initial.bound_ns, solve_seconds=time.perf_counter() - t0,
+            model=model_name)
     classes = symmetric_lane_classes(graph, cands) if opts.lane_symmetry else []
 
     # Hint: the initial schedule, with interchangeable lanes relabelled into start order.
