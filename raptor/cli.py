@@ -378,8 +378,10 @@ def _write_outputs(out_dir: str, solved: Solved, rep: dict[str, Any]) -> None:
     except OSError as e:
         raise CliError(f"cannot create output directory {out_dir}: {e.strerror}") from None
     g = solved.build.graph
+    printed: dict[int, str] = {}  # a schedule that fell back shares the heuristic's program
     for run in solved.runs:
-        write_text_atomic(d / f"scheduled.{run.name}.spat", run.scheduled.print())
+        text = printed.setdefault(id(run.scheduled), run.scheduled.print())
+        write_text_atomic(d / f"scheduled.{run.name}.spat", text)
         write_text_atomic(d / f"gantt.{run.name}.svg", gantt_svg(g, run.result))
         if run.sim is not None:
             run.sim.write_trace(d / f"trace.{run.name}.json")

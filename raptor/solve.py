@@ -3,6 +3,7 @@ simulate, check the numbers, and assemble the report (ARCHITECTURE.md §9)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -132,7 +133,11 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
             time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed),
             initial=heuristic)
         seconds["cpsat"] = time.perf_counter() - t0
-        runs.append(_run_schedule("cpsat", cp, build, comp, target))
+        same = runs and cp.core_of == heuristic.core_of and cp.core_tasks == heuristic.core_tasks
+        if same:  # the heuristic schedule came back (time-out or not run): reuse its program
+            runs.append(dataclasses.replace(runs[0], name="cpsat", result=cp))
+        else:
+            runs.append(_run_schedule("cpsat", cp, build, comp, target))
     inputs, source = model_inputs(comp.graph, model, given_inputs)
     oracle = None
     if opts.simulate:
@@ -142,6 +147,11 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         feeds.update(ir_inputs(comp.graph, inputs))
         for run in runs:
             if run.violations or run.scheduled_errors:
+                continue
+            twin = next((r for r in runs if r is not run and r.scheduled is run.scheduled
+                         and r.sim is not None), None)
+            if twin is not None:  # same program already simulated
+                run.sim, run.numerics = twin.sim, twin.numerics
                 continue
             say(f"simulating the {run.name} schedule")
             t0 = time.perf_counter()
