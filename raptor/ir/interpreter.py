@@ -23,6 +23,7 @@ from raptor.ir.ops import (
     FuncOp,
     GraphComputeBatchOp,
     InsertSliceOp,
+    LaneResultOp,
     MaterializeLayoutOp,
     MvmOp,
     PadOp,
@@ -145,6 +146,8 @@ def eval_op(op: Operation, env: Env, idx: Mapping[Value, int]) -> bool:
         env[op.result] = np.zeros(t.static_shape, dtype=t.np_dtype)
     elif isinstance(op, MaterializeLayoutOp):
         env[op.result] = env[op.source]
+    elif isinstance(op, LaneResultOp):
+        env[op.result] = _arr(env[op.source])[op.lane]
     else:
         return False
     return True

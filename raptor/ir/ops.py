@@ -714,6 +714,34 @@ class ScheduledComputeBatchOp(ComputeOp):
 
 
 @dataclass(eq=False)
+class LaneResultOp(OneResult):
+    """`%f = spat.lane_result %b[i] : T -> F`: the fragment scheduled lane `i` of a
+    `spat.scheduled_compute_batch` published, as a view (no copy, no time): slot `i` of the
+    leading dimension of a result whose lanes published `[%lane, 0, ...]` blocks."""
+
+    NAME: ClassVar[str] = "spat.lane_result"
+    result: Value
+    source: Value
+    lane: int = 0
+
+    def operands(self) -> list[Value]:
+        return [self.source]
+
+    def print(self, p: Printer) -> None:
+        p.line(f"{p.v(self.result)} = spat.lane_result {p.v(self.source)}[{self.lane}] : "
+               f"{self.source.type} -> {self.result.type}")
+
+    def verify(self) -> None:
+        src = _static(ttype(self.source), "lane_result source")
+        res = ttype(self.result)
+        if res.shape != src[1:] or res.dtype != ttype(self.source).dtype:
+            raise VerifyError("SCH-5", f"lane_result of {self.source.type} must be "
+                              f"{TensorType(src[1:], res.dtype)}, got {res}")
+        if not 0 <= self.lane < src[0]:
+            raise VerifyError("SCH-5", f"lane {self.lane} outside 0..{src[0] - 1}")
+
+
+@dataclass(eq=False)
 class ChannelSendOp(Operation):
     NAME: ClassVar[str] = "spat.channel_send"
     value: Value

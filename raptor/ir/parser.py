@@ -37,6 +37,7 @@ from raptor.ir.ops import (
     GraphComputeBatchOp,
     GraphComputeOp,
     InsertSliceOp,
+    LaneResultOp,
     LoadOp,
     MaterializeLayoutOp,
     MvmOp,
@@ -419,6 +420,10 @@ class _Builder(Transformer[Token, Any]):
     def receive(self, c: list[Any]) -> Operation:
         op = ChannelReceiveOp(Value(c[3]), int(c[1]), int(c[2]))
         return self._pending(op, c[0], [c[3]])
+
+    def lane_result(self, c: list[Any]) -> Operation:
+        op = LaneResultOp(Value(c[4]), self.check(c[1], c[3]), int(c[2]))
+        return self._pending(op, c[0], [c[4]])
 
     def alloc(self, c: list[Any]) -> Operation:
         return self._pending(AllocSharedOp(Value(c[1])), c[0], [c[1]])

@@ -25,6 +25,7 @@ from raptor.ir.ops import (
     EmptyOp,
     ExtractSliceOp,
     InsertSliceOp,
+    LaneResultOp,
     MaterializeLayoutOp,
     MvmOp,
     PadOp,
@@ -192,6 +193,13 @@ def kernel(op: Operation, fixed: Mapping[Value, int], lanes: Mapping[Value, int]
             env[res] = env[src]
 
         return alias
+    if isinstance(op, LaneResultOp):
+        src, res, lane = op.source, op.result, op.lane
+
+        def lane_view(env: Env) -> None:
+            env[res] = env[src][lane]
+
+        return lane_view
     if isinstance(op, GENERIC_OPS):
         return _generic(op)
     raise KernelError(f"{op.NAME} cannot execute here")
