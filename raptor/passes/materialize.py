@@ -36,15 +36,17 @@ from raptor.ir.ops import (
     FuncOp,
     GraphComputeBatchOp,
     InsertSliceOp,
+    LaneResultOp,
     LoadOp,
     ParallelInsertSliceOp,
     ReturnOp,
+    ScheduledComputeBatchOp,
     ScheduledComputeOp,
     StoreOp,
     WeightOp,
     YieldOp,
 )
-from raptor.ir.types import TensorType
+from raptor.ir.types import INDEX, TensorType
 from raptor.passes.projection import Box, Instance, Piece, Projection
 
 
@@ -104,9 +106,41 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, lane_val
     return new
 
 
+def _clone_rebased(op: Operation, vmap: dict[Value, Value], lane: Value, new_lane: Affine,
+                   shift: dict[Value, tuple[int, ...]]) -> Operation:
+    """Like `_clone`, but the graph lane becomes `new_lane` (an affine function of the
+    scheduled lane) instead of a constant."""
+    for r in op.results():
+        vmap[r] = Value(r.type, r.name)
+    changes: dict[str, object] = {}
+    for name in _fields(op):
+        cur = getattr(op, name)
+        if isinstance(cur, Value):
+            changes[name] = vmap.get(cur, cur)
+        elif isinstance(cur, list) and cur and isinstance(cur[0], Value):
+            changes[name] = [vmap.get(x, x) for x in cur]
+        elif isinstance(cur, tuple) and cur and isinstance(cur[0], Affine):
+            offs = []
+            for a in cur:
+                k = a.coef(lane)
+                rest = tuple((c, v) for c, v in a.terms if v is not lane)
+                offs.append(Affine(a.const + k * new_lane.const,
+                                   rest + tuple((k * c, v) for c, v in new_lane.terms if k)))
+            src = vmap.get(getattr(op, "source", None))  # type: ignore[arg-type]
+            if isinstance(op, ExtractSliceOp) and src in shift:
+                offs = [Affine(a.const - lo, a.terms) for a, lo in zip(offs, shift[src],
+                                                                      strict=True)]
+            changes[name] = tuple(offs)
+    new = dataclasses.replace(op, **changes)  # type: ignore[type-var]
+    new.loc = op.loc
+    new.own_results()
+    return new
+
+
 class _Materializer:
     def __init__(self, module: Module, proj: Projection, outputs: list[list[Piece]],
-                 sched: ScheduleView) -> None:
+                 sched: ScheduleView, merge: bool) -> None:
+        self.merge = merge
         self.src = module
         self.func = module.main()
         self.proj = proj
@@ -126,6 +160,8 @@ class _Materializer:
             for p in pieces:
                 self.stores.setdefault(p.producer, []).append((k, p))
         self.channel = 0
+        self.events: dict[int, list[Operation]] = {}
+        self.merged_classes = 0
 
     def weight(self, v: Value) -> Value:
         got = self.weights.get(v)
@@ -242,6 +278,144 @@ class _Materializer:
             ops.append(StoreOp(outs[p.result], self.buffers[k], tuple(map(Affine, p.offsets)),
                                p.sizes, p.strides))
         self.emit(core, (self.s.start[inst.id], 1, inst.id), ops)
+        self.events[inst.id] = ops
+
+    # -------------------------------------------------------------- equivalence classes
+    def merge_runs(self, core: int, events: list[tuple[tuple[int, int, int], list[Operation]]],
+                   senders: set[int]) -> list[tuple[tuple[int, int, int], list[Operation]]]:
+        """Replace runs of compatible instances by one scheduled batch each. Compatible:
+        consecutive lanes of one graph batch, adjacent in the program (nothing in between),
+        back to back in the schedule (each starts when the previous ends), and only the last
+        one sends messages — so no consumer elsewhere waits longer than planned."""
+        inst_of = {key[2]: self.proj.instances[key[2]] for key, _ in events
+                   if key[1] == 1 and key[2] in self.events}
+        out: list[tuple[tuple[int, int, int], list[Operation]]] = []
+        run: list[Instance] = []
+        run_key: tuple[int, int, int] | None = None
+
+        def flush() -> None:
+            nonlocal run, run_key
+            if len(run) >= 2 and self.mergeable(run):
+                assert run_key is not None
+                out.append((run_key, self.merged(core, run)))
+                self.merged_classes += 1
+            else:
+                out.extend(((self.s.start[i.id], 1, i.id), self.events[i.id]) for i in run)
+            run, run_key = [], None
+
+        for key, ops in events:
+            inst = inst_of.get(key[2]) if key[1] == 1 else None
+            if inst is None or inst.lane is None:
+                flush()
+                out.append((key, ops))
+                continue
+            prev = run[-1] if run else None
+            if prev is not None and not (
+                    prev.op is inst.op and inst.lane == (prev.lane or 0) + 1
+                    and self.s.start[inst.id] == self.s.end[prev.id]
+                    and prev.id not in senders):
+                flush()
+            if not run:
+                run_key = key
+            run.append(inst)
+        flush()
+        return out
+
+    @staticmethod
+    def mergeable(run: list[Instance]) -> bool:
+        first = run[0]
+        kinds = [(u.index, u.kind, all(u.box.sizes)) for u in first.uses]
+        return all([(u.index, u.kind, all(u.box.sizes)) for u in i.uses] == kinds
+                   for i in run[1:])
+
+    def merged(self, core: int, run: list[Instance]) -> list[Operation]:
+        """Gather the union of the lanes' inputs once, run the lanes as one batch, expose
+        each lane's fragment as a view for its stores, sends and local consumers."""
+        op = run[0].op
+        assert isinstance(op, GraphComputeBatchOp)
+        l0 = run[0].lane or 0
+        gather: list[Operation] = []
+        ins: list[Value] = []
+        local: dict[int, Value] = {}
+        shift: dict[Value, tuple[int, ...]] = {}
+        in_args = op.body.args[1:1 + len(op.inputs)]
+        for k, use in enumerate(run[0].uses):
+            uses = [i.uses[k] for i in run]
+            vt = _t(use.value)
+            if use.kind == "weight":
+                w = self.weight(use.value)
+                ins.append(w)
+                local[use.index] = w
+                continue
+            if not all(use.box.sizes):
+                continue
+            box = uses[0].box
+            for u in uses[1:]:
+                box = box.union(u.box)
+            bt = _box_type(box, vt)
+            buf = Value(bt, "x" if use.kind == "arg" else "buf")
+            if use.kind == "arg":
+                gather.append(LoadOp(self.argmap[use.value], buf, tuple(map(Affine, box.lo)),
+                                     bt.static_shape, (1,) * bt.rank))
+            else:
+                gather.append(EmptyOp(buf))
+                seen: set[tuple[int, int, int]] = set()
+                for u in uses:
+                    for p in u.pieces:
+                        if (p.producer, p.result, p.slot) in seen:
+                            continue
+                        seen.add((p.producer, p.result, p.slot))
+                        nxt = Value(bt, "buf")
+                        offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, box.lo,
+                                                                      strict=True))
+                        gather.append(InsertSliceOp(self.local[(p.producer, p.result, core)],
+                                                    buf, nxt, offs, p.sizes, p.strides))
+                        nxt.owner = gather[-1]
+                        buf = nxt
+            ins.append(buf)
+            local[use.index] = buf
+            shift[in_args[use.index]] = box.lo
+        for g in gather:
+            g.own_results()
+        lane = Value(INDEX, "lane")
+        args = [Value(v.type, "in") for v in ins]
+        vmap: dict[Value, Value] = {in_args[i]: a for i, a in zip(
+            [u.index for u in run[0].uses if u.index in local], args, strict=True)}
+        frag_types = []
+        for out in op.out_args:
+            pub = next(p for p in op.body.ops
+                       if isinstance(p, ParallelInsertSliceOp) and p.dest is out)
+            frag_types.append(_t(pub.source))
+        outs_t = [TensorType((len(run), *f.static_shape), f.dtype) for f in frag_types]
+        out_args = [Value(t, "out") for t in outs_t]
+        body: list[Operation] = []
+        shift_args = {vmap[a]: lo for a, lo in shift.items()}
+        new_lane = Affine(l0, ((1, lane),))
+        for inner in op.body.ops:
+            if isinstance(inner, ParallelInsertSliceOp):
+                r = op.out_args.index(inner.dest)
+                f = frag_types[r]
+                src = vmap.get(inner.source, inner.source)
+                body.append(ParallelInsertSliceOp(
+                    src, out_args[r], (Affine(0, ((1, lane),)),) + (Affine(0),) * f.rank,
+                    (1, *f.static_shape), (1,) * (f.rank + 1)))
+                continue
+            body.append(_clone_rebased(inner, vmap, op.lane, new_lane, shift_args))
+        outs = [Value(t, f"b{run[0].id}") for t in outs_t]
+        batch = ScheduledComputeBatchOp(ins, outs, Block([lane, *args, *out_args], body),
+                                        lanes=len(run))
+        batch.loc = op.loc
+        batch.own_results()
+        ops: list[Operation] = [*gather, batch]
+        for i, inst in enumerate(run):
+            first = self.events[inst.id][0]
+            assert isinstance(first, ScheduledComputeOp)
+            for r, old in enumerate(first.outs):
+                view = LaneResultOp(old, outs[r], i)
+                old.owner = view
+                ops.append(view)
+            ops.extend(self.events[inst.id][1:])  # its stores
+        return ops
 
     def run(self) -> Module:
         for t in self.func.result_types:
@@ -274,6 +448,8 @@ class _Materializer:
         cores = []
         for core in sorted(self.programs):
             events = sorted(self.programs[core], key=lambda e: e[0])
+            if self.merge:
+                events = self.merge_runs(core, events, set(by_producer))
             body = Block([], [op for _, ops in events for op in ops])
             cores.append(CoreOp(core, body))
         ret = ReturnOp(list(self.buffers))
@@ -283,6 +459,7 @@ class _Materializer:
 
 
 def materialize(module: Module, proj: Projection, outputs: list[list[Piece]],
-                schedule: ScheduleView) -> Module:
-    """Scheduled IR for `schedule` (see the module docstring)."""
-    return _Materializer(module, proj, outputs, schedule).run()
+                schedule: ScheduleView, merge: bool = True) -> Module:
+    """Scheduled IR for `schedule` (see the module docstring). `merge` runs consecutive
+    compatible lanes of one graph batch as one `spat.scheduled_compute_batch`."""
+    return _Materializer(module, proj, outputs, schedule, merge).run()
