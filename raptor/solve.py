@@ -15,6 +15,7 @@ import numpy as np
 from raptor.driver import Compiled, CompileOptions, compile_model, ir_inputs, model_inputs
 from raptor.frontend.oracle import compare, oracle_name, run_reference
 from raptor.ir.module import Module
+from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
 from raptor.ir.verifier import verify_module
 from raptor.passes.layout import select_layouts
 from raptor.passes.materialize import ScheduleView, materialize
@@ -191,6 +192,10 @@ def report(s: Solved) -> dict[str, Any]:
             "bound_ns": res.bound_ns,
             "model": res.model,
             "cores_used": run.cores_used,
+            "scheduled_computes": sum(1 for op in run.scheduled.walk()
+                                      if isinstance(op, ScheduledComputeOp)),
+            "scheduled_batches": sum(1 for op in run.scheduled.walk()
+                                     if isinstance(op, ScheduledComputeBatchOp)),
             "numerics": numerics,
             "valid": not run.violations and not run.scheduled_errors,
             "violations": run.violations + run.scheduled_errors,

@@ -7,6 +7,15 @@ the graph lane body with the lane fixed. Fragments that feed function results ar
 `pim.alloc_shared` buffers. Cross-core fragments travel by `spat.channel_send/receive`, one
 message per (fragment, consumer core); same-core fragments are forwarded as SSA values.
 
+Equivalence classes: lanes of one graph batch that run back to back on a core (each starts
+when the previous ends, nothing in between, only the last one sends) become one
+`spat.scheduled_compute_batch`: their inputs are gathered once into a buffer covering all of
+them (shared halo rows are copied once, not per lane), the graph lane body runs per scheduled
+lane, and `spat.lane_result` exposes each lane's fragment as a view. Merging never delays a
+message or a consumer; it can only remove copies, so a merged program is never slower than
+the estimate in the ideal simulation (`merge=False` gives the one-instance-per-compute form
+whose ideal simulation equals the estimate exactly).
+
 Deadlock freedom under blocking (rendezvous) sends: every message gets one global key (the
 producer's estimated end, then a sequence number); each core's program lists its
 communication in key order, sends right after their producer and receives before their
