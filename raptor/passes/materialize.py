@@ -88,37 +88,11 @@ def _fields(op: Operation) -> tuple[str, ...]:
     return names
 
 
-def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, lane_value: int | None,
+def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane: Affine,
            shift: dict[Value, tuple[int, ...]]) -> Operation:
-    """Copy a lane-body op, remapping values, fixing the lane and re-basing slices of
-    gathered inputs on their local box."""
-    for r in op.results():
-        vmap[r] = Value(r.type, r.name)
-    changes: dict[str, object] = {}
-    for name in _fields(op):
-        cur = getattr(op, name)
-        if isinstance(cur, Value):
-            changes[name] = vmap.get(cur, cur)
-        elif isinstance(cur, list) and cur and isinstance(cur[0], Value):
-            changes[name] = [vmap.get(x, x) for x in cur]
-        elif isinstance(cur, tuple) and cur and isinstance(cur[0], Affine):
-            offs = [a.substitute(lane, lane_value) if lane is not None and lane_value is not None
-                    else a for a in cur]
-            src = getattr(op, "source", None)
-            if isinstance(op, ExtractSliceOp) and src in shift:
-                offs = [Affine(a.const - lo, a.terms) for a, lo in zip(offs, shift[src],
-                                                                      strict=True)]
-            changes[name] = tuple(offs)
-    new = dataclasses.replace(op, **changes)  # type: ignore[type-var]
-    new.loc = op.loc
-    new.own_results()
-    return new
-
-
-def _clone_rebased(op: Operation, vmap: dict[Value, Value], lane: Value, new_lane: Affine,
-                   shift: dict[Value, tuple[int, ...]]) -> Operation:
-    """Like `_clone`, but the graph lane becomes `new_lane` (an affine function of the
-    scheduled lane) instead of a constant."""
+    """Copy a lane-body op: remap values, replace the graph lane by `new_lane` (a constant for
+    one instance, an affine function of the scheduled lane in a merged batch) and re-base
+    slices of gathered inputs (`shift`, keyed by the new values) on their local box."""
     for r in op.results():
         vmap[r] = Value(r.type, r.name)
     changes: dict[str, object] = {}
@@ -131,7 +105,7 @@ def _clone_rebased(op: Operation, vmap: dict[Value, Value], lane: Value, new_lan
         elif isinstance(cur, tuple) and cur and isinstance(cur[0], Affine):
             offs = []
             for a in cur:
-                k = a.coef(lane)
+                k = a.coef(lane) if lane is not None else 0
                 rest = tuple((c, v) for c, v in a.terms if v is not lane)
                 offs.append(Affine(a.const + k * new_lane.const,
                                    rest + tuple((k * c, v) for c, v in new_lane.terms if k)))
@@ -268,7 +242,8 @@ class _Materializer:
             if isinstance(inner, YieldOp):
                 yields = [vmap.get(v, v) for v in inner.values]
                 continue
-            body_ops.append(_clone(inner, vmap, lane, inst.lane, shift))
+            body_ops.append(_clone(inner, vmap, lane, Affine(inst.lane or 0),
+                                   {vmap[a]: lo for a, lo in shift.items()}))
         if is_batch:
             assert isinstance(op, GraphComputeBatchOp)
             for out in op.out_args:
@@ -409,7 +384,7 @@ class _Materializer:
                     src, out_args[r], (Affine(0, ((1, lane),)),) + (Affine(0),) * f.rank,
                     (1, *f.static_shape), (1,) * (f.rank + 1)))
                 continue
-            body.append(_clone_rebased(inner, vmap, op.lane, new_lane, shift_args))
+            body.append(_clone(inner, vmap, op.lane, new_lane, shift_args))
         outs = [Value(t, f"b{run[0].id}") for t in outs_t]
         batch = ScheduledComputeBatchOp(ins, outs, Block([lane, *args, *out_args], body),
                                         lanes=len(run))
