@@ -189,17 +189,22 @@ def _save(path: str | None, named: dict[str, np.ndarray]) -> None:
         out.print(f"wrote {path}")
 
 
+def _given_inputs(path: str | None) -> dict[str, np.ndarray] | None:
+    """`--inputs X.npz` for a model, keyed by graph input name; None when not given."""
+    if path is None:
+        return None
+    try:
+        return load_npz(path)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+
+
 def _interpret_onnx(args: argparse.Namespace) -> int:
     target = _target(args)
     comp = _compile(args, target)
     for note in comp.notes:
         err.print(f"note: {note}", markup=False)
-    given = None
-    if args.inputs:
-        try:
-            given = load_npz(args.inputs)
-        except ValueError as e:
-            raise CliError(str(e)) from None
+    given = _given_inputs(args.inputs)
     try:
         inputs, source = model_inputs(comp.graph, args.file, given)
     except ValueError as e:
@@ -279,12 +284,7 @@ def _fmt_ns(v: int | None) -> str:
 
 def cmd_solve(args: argparse.Namespace) -> int:
     target = _target(args)
-    given = None
-    if args.inputs:
-        try:
-            given = load_npz(args.inputs)
-        except ValueError as e:
-            raise CliError(str(e)) from None
+    given = _given_inputs(args.inputs)
     selector = "disabled" if args.disable_spatial_planning else args.layout_selector
     sim = SimOptions(mode=args.send_mode, link_contention=not args.no_contention,
                      shared_queueing=not args.no_contention)
