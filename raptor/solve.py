@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from raptor.driver import Compiled, CompileOptions, compile_model, ir_inputs, model_inputs
+from raptor.driver import Compiled, CompileOptions, IRHook, compile_model, ir_inputs, model_inputs
 from raptor.frontend.oracle import compare, oracle_name, run_reference
 from raptor.ir.module import Module
 from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
@@ -91,7 +91,7 @@ Progress = Callable[[str], None]
 
 
 def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild, comp: Compiled,
-                  target: Target) -> ScheduleRun:
+                  target: Target, print_ir: IRHook | None = None) -> ScheduleRun:
     g = solved_build.graph
     start = retime(g, target, res.core_of, res.core_tasks)
     end = [start[t] + g.tasks[t].cost_ns for t in range(g.num_tasks)]
@@ -99,6 +99,8 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     scheduled = materialize(comp.module, solved_build.projection, solved_build.outputs,
                             ScheduleView(res.core_of, start, end))
     errors = [str(d) for d in verify_module(scheduled)]
+    if print_ir is not None:
+        print_ir("materialize", scheduled)
     return ScheduleRun(name, res, max(end, default=0), violations, scheduled, errors)
 
 
@@ -125,7 +127,8 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
     heuristic = peft_schedule(build.graph, target)
     seconds["peft"] = time.perf_counter() - t0
     if opts.solver in ("peft", "both"):
-        runs.append(_run_schedule("peft", heuristic, build, comp, target))
+        runs.append(_run_schedule("peft", heuristic, build, comp, target,
+                                  opts.compile.print_ir))
     if opts.solver in ("cpsat", "both"):
         say(f"CP-SAT: {build.graph.num_tasks} tasks on {target.num_cores} cores, time limit "
             f"{opts.time_limit:g} s, {opts.workers} workers")
@@ -138,7 +141,7 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         if same:  # the heuristic schedule came back (time-out or not run): reuse its program
             runs.append(dataclasses.replace(runs[0], name="cpsat", result=cp))
         else:
-            runs.append(_run_schedule("cpsat", cp, build, comp, target))
+            runs.append(_run_schedule("cpsat", cp, build, comp, target, opts.compile.print_ir))
     inputs, source = model_inputs(comp.graph, model, given_inputs)
     oracle = None
     if opts.simulate:
