@@ -743,17 +743,43 @@ class LaneResultOp(OneResult):
 
 @dataclass(eq=False)
 class ChannelSendOp(Operation):
+    """Send a value, or a strided region of it (a DMA descriptor: no copy on the sender),
+    to another core: `spat.channel_send %v[offs] [sizes] [strides] to core(c) channel(k) :
+    T -> M` where M is the message type (the region's sizes, unit dims dropped freely)."""
+
     NAME: ClassVar[str] = "spat.channel_send"
     value: Value
     core: int
     channel: int
+    offsets: tuple[Affine, ...] = ()
+    sizes: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    message: TensorType | None = None
 
     def operands(self) -> list[Value]:
         return [self.value]
 
+    @property
+    def message_type(self) -> Type:
+        return self.message if self.message is not None else self.value.type
+
     def print(self, p: Printer) -> None:
-        p.line(f"spat.channel_send {p.v(self.value)} to core({self.core}) "
-               f"channel({self.channel}) : {self.value.type}")
+        region = f"{p.affs(self.offsets)} {p.ints(self.sizes)} {p.ints(self.strides)}" \
+            if self.message is not None else ""
+        types = f"{self.value.type} -> {self.message}" if self.message is not None \
+            else str(self.value.type)
+        p.line(f"spat.channel_send {p.v(self.value)}{region} to core({self.core}) "
+               f"channel({self.channel}) : {types}")
+
+    def verify(self) -> None:
+        if self.message is None:
+            return
+        src = _static(ttype(self.value), "sent value")
+        _check_slice_geometry(len(src), self.offsets, self.sizes, self.strides, "SLICE-1")
+        if squeeze(self.message.shape) != squeeze(self.sizes):
+            raise VerifyError("SLICE-2", f"message {self.message} does not match the region "
+                              f"sizes {list(self.sizes)}")
+        _const_bounds(src, self.offsets, self.sizes, self.strides, "SLICE-3")
 
 
 @dataclass(eq=False)

@@ -55,7 +55,7 @@ from raptor.ir.ops import (
     WeightOp,
     YieldOp,
 )
-from raptor.ir.types import INDEX, Type, parse_type
+from raptor.ir.types import INDEX, TensorType, Type, parse_type
 
 
 class ParseError(Exception):
@@ -451,7 +451,17 @@ class _Builder(Transformer[Token, Any]):
         return [self.check(u, t) for u, t in zip(uses_, types, strict=True)]
 
     def send_op(self, c: list[Any]) -> Operation:
-        op = ChannelSendOp(self.check(c[1], c[4]), int(c[2]), int(c[3]))
+        if isinstance(c[2], tuple):  # a region: SEND use offs sizes strides core ch T -> M
+            msg = c[8] if len(c) == 9 else None
+            if not isinstance(msg, TensorType):
+                raise _Semantic(c[0], "TYPE-0", "a region send needs its message tensor type "
+                                "(`: T -> M`)")
+            op = ChannelSendOp(self.check(c[1], c[7]), int(c[5]), int(c[6]), c[2],
+                               _ints(c[3]), _ints(c[4]), msg)
+        else:
+            if len(c) != 5:
+                raise _Semantic(c[0], "TYPE-0", "`-> M` is only for a send of a region")
+            op = ChannelSendOp(self.check(c[1], c[4]), int(c[2]), int(c[3]))
         return self._located(op, c[0])
 
     def store_op(self, c: list[Any]) -> Operation:

@@ -371,8 +371,8 @@ def _check_channels(func: FuncOp, rep: _Report) -> None:
         if len(ss) != 1 or len(rr) != 1:
             rep.add(ss[0], "SCH-1", f"channel {ch} from core {src} to core {dst} has {len(ss)} "
                     f"sends and {len(rr)} receives; exactly one of each is required")
-        elif ss[0].value.type != rr[0].result.type:
-            rep.add(rr[0], "SCH-1", f"channel {ch} sends {ss[0].value.type} but receives "
+        elif ss[0].message_type != rr[0].result.type:
+            rep.add(rr[0], "SCH-1", f"channel {ch} sends {ss[0].message_type} but receives "
                     f"{rr[0].result.type}")
     for key, rr in sorted(recvs.items()):
         if key not in sends:

@@ -276,7 +276,8 @@ class Engine:
         rendezvous (the matching `post` completes it)."""
         v = ins.value
         assert v is not None
-        msg = _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, st.env[v], ins.route)
+        data = st.env[v] if ins.payload is None else ins.payload(st.env)
+        msg = _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, data, ins.route)
         chan = self.chans[ins.chan]
         posted = chan.posted.popleft() if chan.posted else None
         if posted is not None:

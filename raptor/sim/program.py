@@ -10,7 +10,7 @@ wait for (a load reads shared memory only after every overlapping store elsewher
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from raptor.ir.ops import (
     WeightOp,
     YieldOp,
 )
+from raptor.ir.types import TensorType
 from raptor.sim.errors import SimError
 from raptor.sim.kernels import Env, Kernel, KernelError, info, kernel, resolve, type_key
 from raptor.solver.costs import block_cost_ns, op_cost_ns
@@ -72,6 +73,8 @@ class Instr:
     store_id: int = -1
     deps: tuple[int, ...] = ()
     where: str = ""
+    payload: Callable[[Env], Any] | None = None
+    """For a send of a region: what the message carries (a view of the value)."""
 
     def __post_init__(self) -> None:
         self.where = self.op.where()
@@ -320,9 +323,10 @@ class _Compiler:
                              f"{len(rr)} receive(s) ({at})")
             for s, r in zip(ss, rr, strict=False):
                 assert s.value is not None and r.value is not None
-                if s.value.type != r.value.type:
+                sent = s.op.message_type if isinstance(s.op, ChannelSendOp) else s.value.type
+                if sent != r.value.type:
                     lines.append(f"channel {ch} from core {src} to core {dst}: {s.where} sends "
-                                 f"{s.value.type} but {r.where} receives {r.value.type}")
+                                 f"{sent} but {r.where} receives {r.value.type}")
         if lines:
             raise SimError("unmatched channels", lines)
         return len(keys)
@@ -389,11 +393,22 @@ class _CoreCompiler:
             return Instr(RECV, op, "spat.channel_receive", peer=op.core, channel=op.channel,
                          value=op.result, nbytes=info(op.result).nbytes)
         if isinstance(op, ChannelSendOp):
-            nbytes = info(op.value).nbytes
+            msg_t = op.message_type
+            assert isinstance(msg_t, TensorType)
+            nbytes = msg_t.nbytes
             if not 0 <= op.core < tgt.num_cores:
                 raise self.fail(op, f"send to core {op.core}, outside the mesh")
+            payload = None
+            if op.message is not None:  # a strided region of the value (DMA, no copy)
+                offs = resolve(op.offsets, self.fixed)
+                sl = slices([a.const for a in offs], op.sizes, op.strides)
+                src, shape = op.value, msg_t.static_shape
+
+                def payload(env: Env) -> Any:
+                    return env[src][sl].reshape(shape)
+
             return Instr(SEND, op, "spat.channel_send", waits=self.waits(op), peer=op.core,
-                         channel=op.channel, value=op.value, nbytes=nbytes,
+                         channel=op.channel, value=op.value, nbytes=nbytes, payload=payload,
                          route=self.ctx.route(self.core, op.core, nbytes))
         if isinstance(op, LoadOp | StoreOp):
             return self.memory(op, pos)
