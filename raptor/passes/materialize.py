@@ -58,6 +58,24 @@ from raptor.ir.ops import (
 from raptor.ir.types import INDEX, TensorType
 from raptor.passes.projection import Box, Instance, Piece, Projection
 
+CropKey = tuple[tuple[int, ...], tuple[int, ...]]
+"""(offsets inside the producer's whole fragment, sizes) of a cropped piece."""
+Message = tuple[int, int, int, CropKey | None]
+"""(producer instance, result, consumer core, crop): one channel."""
+
+
+def _crop_key(p: Piece) -> CropKey | None:
+    return None if p.crop is None else (p.crop, p.sizes)
+
+
+def _crop_op(whole: Value, p: Piece) -> ExtractSliceOp:
+    """The part of a whole local value that piece `p` reads (one copy)."""
+    assert p.crop is not None
+    part = Value(p.fragment, "part")
+    op = ExtractSliceOp(whole, part, tuple(map(Affine, p.crop)), p.sizes, (1,) * len(p.sizes))
+    part.owner = op
+    return op
+
 
 @dataclass
 class ScheduleView:
@@ -135,8 +153,8 @@ class _Materializer:
         self.top: list[Operation] = []
         self.weights: dict[Value, Value] = {}
         self.programs: dict[int, list[tuple[tuple[int, int, int], list[Operation]]]] = {}
-        # fragment (producer, result) as seen on a core
-        self.local: dict[tuple[int, int, int], Value] = {}
+        # fragment (producer, result) as seen on a core (whole, or the crop that was sent)
+        self.local: dict[tuple[int, int, int, CropKey | None], Value] = {}
         self.buffers: list[Value] = []
         self.stores: dict[int, list[tuple[int, Piece]]] = {}
         for k, pieces in enumerate(outputs):
@@ -163,14 +181,22 @@ class _Materializer:
     # -------------------------------------------------------------- messages
     def plan_messages(self) -> None:
         """One message per (producer fragment, consumer core); keys are global."""
-        needs: set[tuple[int, int, int]] = set()
+        needs: set[Message] = set()
         for inst in self.proj.instances:
             q = self.s.core_of[inst.id]
             for use in inst.uses:
                 for p in use.pieces:
                     if self.s.core_of[p.producer] != q:
-                        needs.add((p.producer, p.result, q))
-        self.messages = sorted(needs, key=lambda m: (self.s.end[m[0]], m[0], m[1], m[2]))
+                        needs.add((p.producer, p.result, q, _crop_key(p)))
+        self.messages = sorted(needs, key=lambda m: (self.s.end[m[0]], m[0], m[1], m[2],
+                                                     m[3] or ((), ())))
+
+    def piece_value(self, p: Piece, core: int) -> tuple[Value, Piece | None]:
+        """The value standing for piece `p` on `core`, and the piece again when only a crop
+        of that (whole, local) value is wanted."""
+        if self.s.core_of[p.producer] == core:
+            return self.local[(p.producer, p.result, core, None)], p if p.crop else None
+        return self.local[(p.producer, p.result, core, _crop_key(p))], None
 
     # -------------------------------------------------------------- instances
     def gather(self, inst: Instance, core: int) -> tuple[list[Value], list[Value],
@@ -202,14 +228,26 @@ class _Materializer:
                 if not all(use.box.sizes):
                     continue
                 bt = _box_type(use.box, vt)
+                p0 = use.pieces[0] if use.pieces else None
+                # a local crop that is the whole box becomes the buffer itself (one copy)
+                single = len(use.pieces) == 1 and p0 is not None and p0.box == use.box \
+                    and p0.crop is not None and self.s.core_of[p0.producer] == core
                 buf = Value(bt, "buf")
-                body.append(EmptyOp(buf))
-                buf.owner = body[-1]
+                if not single:
+                    body.append(EmptyOp(buf))
+                    buf.owner = body[-1]
                 for p in use.pieces:
-                    frag = self.local[(p.producer, p.result, core)]
+                    frag, crop = self.piece_value(p, core)
                     a = Value(frag.type, "frag")
                     ins.append(frag)
                     args.append(a)
+                    if crop is not None:  # part of a whole local value
+                        part = _crop_op(a, crop)
+                        body.append(part)
+                        if single:  # the part is the whole box: one copy
+                            buf = part.result
+                            continue
+                        a = part.result
                     nxt = Value(bt, "buf")
                     offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, use.box.lo,
                                                                   strict=True))
@@ -256,7 +294,7 @@ class _Materializer:
         sc.loc = op.loc
         sc.own_results()
         for r, v in enumerate(outs):
-            self.local[(inst.id, r, core)] = v
+            self.local[(inst.id, r, core, None)] = v
         ops: list[Operation] = [sc]
         for k, p in self.stores.get(inst.id, []):
             ops.append(StoreOp(outs[p.result], self.buffers[k], tuple(map(Affine, p.offsets)),
@@ -343,17 +381,22 @@ class _Materializer:
                                      bt.static_shape, (1,) * bt.rank))
             else:
                 gather.append(EmptyOp(buf))
-                seen: set[tuple[int, int, int]] = set()
+                seen: set[tuple[int, int, int, CropKey | None]] = set()
                 for u in uses:
                     for p in u.pieces:
-                        if (p.producer, p.result, p.slot) in seen:
+                        key = (p.producer, p.result, p.slot, _crop_key(p))
+                        if key in seen:
                             continue
-                        seen.add((p.producer, p.result, p.slot))
+                        seen.add(key)
                         nxt = Value(bt, "buf")
                         offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, box.lo,
                                                                       strict=True))
-                        gather.append(InsertSliceOp(self.local[(p.producer, p.result, core)],
-                                                    buf, nxt, offs, p.sizes, p.strides))
+                        src, crop = self.piece_value(p, core)
+                        if crop is not None:
+                            part = _crop_op(src, crop)
+                            gather.append(part)
+                            src = part.result
+                        gather.append(InsertSliceOp(src, buf, nxt, offs, p.sizes, p.strides))
                         nxt.owner = gather[-1]
                         buf = nxt
             ins.append(buf)
@@ -409,25 +452,33 @@ class _Materializer:
             buf.owner = self.top[-1]
             self.buffers.append(buf)
         self.plan_messages()
-        by_producer: dict[int, list[tuple[int, int, int]]] = {}
+        by_producer: dict[int, list[Message]] = {}
         for m in self.messages:
             by_producer.setdefault(m[0], []).append(m)
         order = sorted(self.proj.instances, key=lambda i: (self.s.start[i.id], i.id))
-        pending: dict[int, list[tuple[int, int, int, int]]] = {}
-        for seq, (u, r, q) in enumerate(self.messages):
-            pending.setdefault(u, []).append((seq, u, r, q))
+        pending: dict[int, list[tuple[int, Message]]] = {}
+        for seq, m in enumerate(self.messages):
+            pending.setdefault(m[0], []).append((seq, m))
         for inst in order:
             self.instance(inst)
-            for seq, u, r, q in pending.get(inst.id, []):
+            for seq, (u, r, q, crop) in pending.get(inst.id, []):
                 p = self.s.core_of[u]
-                frag = self.local[(u, r, p)]
+                frag = self.local[(u, r, p, None)]
                 phase = 0 if self.s.end[u] > self.s.start[u] else 2
                 key = (self.s.end[u], phase, seq)
-                self.emit(p, key, [ChannelSendOp(frag, q, seq)])
-                got = Value(frag.type, f"r{u}")
+                if crop is None:
+                    send = ChannelSendOp(frag, q, seq)
+                    got = Value(frag.type, f"r{u}")
+                else:  # a region of the value travels (DMA), not the whole of it
+                    offs, sizes = crop
+                    msg = TensorType(sizes, _t(frag).dtype)
+                    send = ChannelSendOp(frag, q, seq, tuple(map(Affine, offs)), sizes,
+                                         (1,) * len(sizes), msg)
+                    got = Value(msg, f"r{u}")
+                self.emit(p, key, [send])
                 recv = ChannelReceiveOp(got, p, seq)
                 got.owner = recv
-                self.local[(u, r, q)] = got
+                self.local[(u, r, q, crop)] = got
                 self.emit(q, key, [recv])
         cores = []
         for core in sorted(self.programs):

@@ -57,7 +57,9 @@ class Box:
 @dataclass(frozen=True)
 class Piece:
     """Fragment `slot` of result `result` of `producer` fills `offsets/sizes/strides` of the
-    consumer-visible logical tensor."""
+    consumer-visible logical tensor. `crop` is set when only part of a whole-value fragment
+    (a single graph compute's result) is read: the offsets of that part inside the fragment,
+    whose shape is then `fragment`."""
 
     producer: int
     result: int
@@ -66,6 +68,7 @@ class Piece:
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
     fragment: TensorType
+    crop: tuple[int, ...] | None = None
 
     @property
     def box(self) -> Box:
@@ -253,6 +256,17 @@ class Projection:
             if lo >= hi:
                 continue
             producer0, r, lanes, frag = self._source(e.source)
+            if lanes is None and e.var is None and all(st == 1 for st in e.strides):
+                # one whole value: receive only the part inside the box
+                c_lo = tuple(max(c, b) for (c, _), b in zip(ck, box.lo, strict=True))
+                c_hi = tuple(min(c + n, b) for (c, _), n, b in zip(ck, e.sizes, box.hi,
+                                                                   strict=True))
+                sizes = tuple(h - lo_ for lo_, h in zip(c_lo, c_hi, strict=True))
+                if sizes != tuple(e.sizes):
+                    crop = tuple(a - c for a, (c, _) in zip(c_lo, ck, strict=True))
+                    pieces.append(Piece(producer0, r, 0, c_lo, sizes, e.strides,
+                                        TensorType(sizes, frag.dtype), crop))
+                    continue
             for s in range(lo, hi):
                 offs = tuple(c + k * s for c, k in ck)
                 producer = producer0 + lanes[s] if lanes is not None else producer0
