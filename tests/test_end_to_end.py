@@ -110,3 +110,18 @@ def test_consecutive_lanes_merge_into_scheduled_batches(name: str) -> None:
     got = {v.name: o for v, o in zip(comp.graph.outputs, ideal_merged.outputs, strict=True)}
     checks = compare(got, run_reference(path, inputs), 1e-4, 1e-5)
     assert all(ok for _, _, ok in checks.values()), checks
+
+
+def test_dense_values_travel_as_regions() -> None:
+    """A consumer lane of a dense (reassembled) value receives only the rows it reads: the
+    producer sends a region of its value, never the whole tensor to every lane."""
+    from raptor.ir.ops import ChannelSendOp
+
+    solved = solve(EXAMPLES / "mobilenet_block.onnx", load_target("default"),
+                   SolveOptions(solver="peft", simulate=False))
+    run = solved.runs[0]
+    sends = [op for op in run.scheduled.walk() if isinstance(op, ChannelSendOp)]
+    regions = [op for op in sends if op.message is not None]
+    assert regions, "dense consumers should receive regions"
+    for op in regions:
+        assert op.message is not None and op.message.numel < op.value.type.numel  # type: ignore[union-attr]
