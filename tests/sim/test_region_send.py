@@ -10,11 +10,13 @@ from raptor.ir.verifier import verify_module
 from raptor.sim import SimOptions, simulate
 from raptor.target import load_target
 
+SEND = ("spat.channel_send %a[3, 0] [2, 16] [2, 1] to core(9) channel(0) : "
+        "tensor<8x16xf32> -> tensor<2x16xf32>")
 PROGRAM = """func.func @main(%x: tensor<8x16xf32>) -> tensor<2x16xf32> {
   %o = pim.alloc_shared : tensor<2x16xf32>
   pim.core 0 {
     %a = pim.load %x[0, 0] [8, 16] [1, 1] : tensor<8x16xf32> to tensor<8x16xf32>
-    spat.channel_send %a[3, 0] [2, 16] [2, 1] to core(9) channel(0) : tensor<8x16xf32> -> tensor<2x16xf32>
+    {send}
   }
   pim.core 9 {
     %b = spat.channel_receive from core(0) channel(0) : tensor<2x16xf32>
@@ -22,7 +24,7 @@ PROGRAM = """func.func @main(%x: tensor<8x16xf32>) -> tensor<2x16xf32> {
   }
   return %o : tensor<2x16xf32>
 }
-"""
+""".replace("{send}", SEND)
 
 
 def test_region_send_moves_only_the_region() -> None:
