@@ -415,10 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scheduling objective (latency: single-inference makespan)")
     s.add_argument("--solver", choices=SOLVERS, default="both",
                    help="peft (heuristic), cpsat (optimal or best found), or both (default)")
-    s.add_argument("--time-limit", type=float, default=10.0, metavar="S",
+    s.add_argument("--time-limit", type=_positive(float), default=10.0, metavar="S",
                    help="CP-SAT time limit in seconds (default 10); on time-out the best "
                    "schedule found is used, or the heuristic one if none")
-    s.add_argument("--workers", type=int, default=2, metavar="N",
+    s.add_argument("--workers", type=_positive(int), default=2, metavar="N",
                    help="CP-SAT worker threads (default 2)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
     s.add_argument("--inputs", metavar="X.npz", help="inputs keyed by graph input name "
@@ -497,6 +497,20 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("name", nargs="?", default="default", metavar="NAME|FILE.toml")
     ts.set_defaults(func=cmd_target_show)
     return p
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """argparse type: a number > 0 (a usage error otherwise)."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
 
 
 def _add_target(p: argparse.ArgumentParser) -> None:

@@ -144,3 +144,11 @@ def test_help_explains_every_command() -> None:
         proc = subprocess.run([sys.executable, "-m", "raptor.cli", *cmd, "--help"],
                               capture_output=True, text=True, check=False)
         assert proc.returncode == 0 and "usage: raptor" in proc.stdout
+
+
+@pytest.mark.parametrize("flag", [["--time-limit", "-1"], ["--workers", "0"],
+                                  ["--solver", "foo"]])
+def test_bad_options_are_usage_errors(flag: list[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["solve", str(EXAMPLES / "mlp.onnx"), *flag])
+    assert e.value.code == 2
