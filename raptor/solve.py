@@ -19,7 +19,7 @@ from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
 from raptor.ir.verifier import verify_module
 from raptor.passes.layout import select_layouts
 from raptor.passes.materialize import ScheduleView, materialize
-from raptor.sim import SimOptions, SimResult, simulate
+from raptor.sim import SimError, SimOptions, SimResult, simulate
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import LowerBounds, lower_bounds, retime, validate_schedule
 from raptor.solver.from_ir import GraphBuild, build_compute_graph
@@ -161,7 +161,7 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
             t0 = time.perf_counter()
             try:
                 run.sim = simulate(run.scheduled, target, feeds, opts.sim)
-            except Exception as e:
+            except SimError as e:  # deadlock, capacity, unmatched channels: per schedule
                 run.sim_error = str(e)
                 continue
             finally:
