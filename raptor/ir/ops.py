@@ -242,10 +242,8 @@ class ComputeOp(Operation):
 
 
 @dataclass(eq=False)
-class GraphComputeOp(ComputeOp):
-    """One graph instance: body ends with `spat.yield`."""
-
-    NAME: ClassVar[str] = "spat.graph_compute"
+class SingleComputeOp(ComputeOp):
+    """One instance (no lanes): block args are the ins; the body ends with `spat.yield`."""
 
     def print(self, p: Printer) -> None:
         p.region(self._header(p, ""), self.body, show_args=True)
@@ -253,6 +251,13 @@ class GraphComputeOp(ComputeOp):
     def verify(self) -> None:
         self.check_body_args(lane=False)
         check_yield(self.body, self.outs)
+
+
+@dataclass(eq=False)
+class GraphComputeOp(SingleComputeOp):
+    """One graph instance."""
+
+    NAME: ClassVar[str] = "spat.graph_compute"
 
 
 @dataclass(eq=False)
@@ -685,17 +690,10 @@ class ReduceOp(OneResult):
 
 # --------------------------------------------------------------------------- scheduled level
 @dataclass(eq=False)
-class ScheduledComputeOp(ComputeOp):
-    """A graph instance placed on the enclosing core; body ends with `spat.yield`."""
+class ScheduledComputeOp(SingleComputeOp):
+    """A graph instance placed on the enclosing core."""
 
     NAME: ClassVar[str] = "spat.scheduled_compute"
-
-    def print(self, p: Printer) -> None:
-        p.region(self._header(p, ""), self.body, show_args=True)
-
-    def verify(self) -> None:
-        self.check_body_args(lane=False)
-        check_yield(self.body, self.outs)
 
 
 @dataclass(eq=False)

@@ -428,15 +428,7 @@ class _CoreCompiler:
         if buf is None:
             raise self.fail(op, f"{value_name(buf_v)} is not a shared buffer (a function "
                             "argument or pim.alloc_shared)")
-        offs = resolve(op.offsets, self.fixed)
-        if any(not a.is_const for a in offs):
-            raise self.fail(op, f"{op.NAME} offsets must be constant on a core")
-        box = _box([a.const for a in offs], op.sizes, op.strides)
-        for d, (o, n, s) in enumerate(box):
-            if n and (o < 0 or o + (n - 1) * s >= buf.shape[d]):
-                raise self.fail(op, f"{op.NAME} dimension {d} [{o}, +{n}*{s}) is outside "
-                                f"0..{buf.shape[d]} of {value_name(buf_v)}")
-        sl = slices([b[0] for b in box], op.sizes, op.strides)
+        box, sl = self.buffer_region(op, buf)
         cost = op_cost_ns(op, self.ctx.target)
         if isinstance(op, LoadOp):
             res, shape = op.result, info(op.result).shape
@@ -460,6 +452,19 @@ class _CoreCompiler:
         self.ctx.stores.append((self.core, ins))
         return ins
 
+    def buffer_region(self, op: LoadOp | StoreOp, buf: np.ndarray
+                      ) -> tuple[Box, tuple[slice, ...]]:
+        """The constant, in-bounds region of a shared buffer a load or store touches."""
+        offs = resolve(op.offsets, self.fixed)
+        if any(not a.is_const for a in offs):
+            raise self.fail(op, f"{op.NAME} offsets must be constant on a core")
+        box = _box([a.const for a in offs], op.sizes, op.strides)
+        for d, (o, n, st) in enumerate(box):
+            if n and (o < 0 or o + (n - 1) * st >= buf.shape[d]):
+                raise self.fail(op, f"{op.NAME} dimension {d} [{o}, +{n}*{st}) is outside "
+                                f"0..{buf.shape[d]} of {value_name(op.buffer)}")
+        return box, slices([b[0] for b in box], op.sizes, op.strides)
+
     def input_load(self, op: LoadOp) -> Kernel:
         """A `pim.load` inside a compute body: the instance gathers its box of a function
         input as part of its own work (charged in the body's cost). Inputs are never
@@ -469,15 +474,7 @@ class _CoreCompiler:
             raise self.fail(op, "pim.load inside a compute body may only read a function "
                             f"input, not {value_name(op.buffer)}")
         buf = self.ctx.shared[op.buffer]
-        offs = resolve(op.offsets, self.fixed)
-        if any(not a.is_const for a in offs):
-            raise self.fail(op, f"{op.NAME} offsets must be constant on a core")
-        box = _box([a.const for a in offs], op.sizes, op.strides)
-        for d, (o, n, st) in enumerate(box):
-            if n and (o < 0 or o + (n - 1) * st >= buf.shape[d]):
-                raise self.fail(op, f"{op.NAME} dimension {d} [{o}, +{n}*{st}) is outside "
-                                f"0..{buf.shape[d]} of {value_name(op.buffer)}")
-        sl = slices([b[0] for b in box], op.sizes, op.strides)
+        _, sl = self.buffer_region(op, buf)
         res, shape = op.result, info(op.result).shape
         self.ctx.input_reads += 1
         self.ctx.input_read_bytes += info(res).nbytes
