@@ -141,7 +141,6 @@ class WeightOp(OneResult):
     result: Value
     symbol: str
 
-
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = spat.weight @{self.symbol} : {self.result.type}")
 
@@ -188,7 +187,6 @@ class MaterializeLayoutOp(OneResult):
 
     def operands(self) -> list[Value]:
         return [self.source]
-
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = spat.materialize_layout {p.v(self.source)} "
@@ -350,7 +348,6 @@ class BlueprintOp(OneResult):
     def operands(self) -> list[Value]:
         return list(self.sources)
 
-
     def print(self, p: Printer) -> None:
         srcs = p.vs(self.sources)
         types = p.types([s.type for s in self.sources])
@@ -386,7 +383,6 @@ class ExtractSliceOp(OneResult):
     def operands(self) -> list[Value]:
         return [self.source]
 
-
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.extract_slice {p.v(self.source)}"
                f"{p.affs(self.offsets)} {p.ints(self.sizes)} {p.ints(self.strides)} : "
@@ -416,7 +412,6 @@ class InsertSliceOp(OneResult):
 
     def operands(self) -> list[Value]:
         return [self.source, self.dest]
-
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.insert_slice {p.v(self.source)} into "
@@ -463,7 +458,6 @@ class ReshapeOp(OneResult):
     def operands(self) -> list[Value]:
         return [self.source]
 
-
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.reshape {p.v(self.source)} : {self.source.type} to "
                f"{self.result.type}")
@@ -483,7 +477,6 @@ class TransposeOp(OneResult):
 
     def operands(self) -> list[Value]:
         return [self.source]
-
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.transpose {p.v(self.source)} {p.ints(self.perm)} : "
@@ -506,7 +499,6 @@ class ConcatOp(OneResult):
 
     def operands(self) -> list[Value]:
         return list(self.sources)
-
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.concat dim({self.dim}) {p.vs(self.sources)} : "
@@ -537,7 +529,6 @@ class PadOp(OneResult):
     def operands(self) -> list[Value]:
         return [self.source]
 
-
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.pad {p.v(self.source)} low {p.ints(self.low)} high "
                f"{p.ints(self.high)} value {fmt_attr(float(self.value))} : {self.source.type} to "
@@ -557,7 +548,6 @@ class EmptyOp(OneResult):
     NAME: ClassVar[str] = "tensor.empty"
     result: Value
 
-
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.empty : {self.result.type}")
 
@@ -573,7 +563,6 @@ class MvmOp(OneResult):
 
     def operands(self) -> list[Value]:
         return [self.weight, self.vector]
-
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = pim.mvm {p.v(self.weight)}, {p.v(self.vector)} : "
@@ -610,7 +599,6 @@ class BinaryOp(OneResult):
     def operands(self) -> list[Value]:
         return [self.lhs, self.rhs]
 
-
     def print(self, p: Printer) -> None:
         ts = [self.lhs.type, self.rhs.type, self.result.type]
         sig = str(ts[0]) if ts[0] == ts[1] == ts[2] else f"{ts[0]}, {ts[1]} -> {ts[2]}"
@@ -644,7 +632,6 @@ class UnaryOp(OneResult):
     def operands(self) -> list[Value]:
         return [self.source]
 
-
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = pim.{self.op} {p.v(self.source)}{print_attrs(self.attrs)} : "
                f"{self.result.type}")
@@ -672,7 +659,6 @@ class ReduceOp(OneResult):
 
     def operands(self) -> list[Value]:
         return [self.source]
-
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = pim.{self.op} {p.v(self.source)} dims {p.ints(self.dims)} : "
@@ -787,7 +773,6 @@ class ChannelReceiveOp(OneResult):
     core: int
     channel: int
 
-
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = spat.channel_receive from core({self.core}) "
                f"channel({self.channel}) : {self.result.type}")
@@ -799,7 +784,6 @@ class AllocSharedOp(OneResult):
 
     NAME: ClassVar[str] = "pim.alloc_shared"
     result: Value
-
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = pim.alloc_shared : {self.result.type}")
@@ -818,7 +802,6 @@ class LoadOp(OneResult):
 
     def operands(self) -> list[Value]:
         return [self.buffer]
-
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = pim.load {p.v(self.buffer)}{p.affs(self.offsets)} "
