@@ -59,6 +59,19 @@ def _const_bounds(src: tuple[int, ...], offsets: Sequence[Affine], sizes: Sequen
                               f"0..{src[d]}")
 
 
+def _check_region(whole: Value, part: Type, offsets: Sequence[Affine], sizes: Sequence[int],
+                  strides: Sequence[int], what: str) -> None:
+    """A strided region of `whole` that `part` fills (or is read from): geometry (SLICE-1),
+    shape up to unit dims and element type (SLICE-2), constant bounds (SLICE-3)."""
+    shape = _static(ttype(whole), f"{what} operand")
+    _check_slice_geometry(len(shape), offsets, sizes, strides, "SLICE-1")
+    if not isinstance(part, TensorType) or squeeze(part.shape) != squeeze(sizes) \
+            or part.dtype != ttype(whole).dtype:
+        raise VerifyError("SLICE-2", f"{what} {part} does not match the region sizes "
+                          f"{list(sizes)} of {whole.type}")
+    _const_bounds(shape, offsets, sizes, strides, "SLICE-3")
+
+
 class OneResult(Operation):
     """Ops with a single `result` field (most of them)."""
 
@@ -389,13 +402,8 @@ class ExtractSliceOp(OneResult):
                f"{self.source.type} to {self.result.type}")
 
     def verify(self) -> None:
-        src = _static(ttype(self.source), "slice source")
-        _check_slice_geometry(len(src), self.offsets, self.sizes, self.strides, "SLICE-1")
-        res = ttype(self.result)
-        if squeeze(res.shape) != squeeze(self.sizes) or res.dtype != ttype(self.source).dtype:
-            raise VerifyError("SLICE-2", f"result {res} does not match slice sizes "
-                              f"{list(self.sizes)}")
-        _const_bounds(src, self.offsets, self.sizes, self.strides, "SLICE-3")
+        _check_region(self.source, self.result.type, self.offsets, self.sizes, self.strides,
+                      "slice result")
 
 
 @dataclass(eq=False)
@@ -419,14 +427,10 @@ class InsertSliceOp(OneResult):
                f"{p.ints(self.strides)} : {self.source.type} into {self.dest.type}")
 
     def verify(self) -> None:
-        dst = _static(ttype(self.dest), "insert destination")
-        _check_slice_geometry(len(dst), self.offsets, self.sizes, self.strides, "SLICE-1")
-        if squeeze(ttype(self.source).shape) != squeeze(self.sizes):
-            raise VerifyError("SLICE-2", f"source {self.source.type} does not match sizes "
-                              f"{list(self.sizes)}")
         if self.result.type != self.dest.type:
             raise VerifyError("SLICE-2", "insert_slice result type must equal the destination")
-        _const_bounds(dst, self.offsets, self.sizes, self.strides, "SLICE-3")
+        _check_region(self.dest, self.source.type, self.offsets, self.sizes, self.strides,
+                      "inserted")
 
 
 @dataclass(eq=False)
@@ -758,12 +762,8 @@ class ChannelSendOp(Operation):
     def verify(self) -> None:
         if self.message is None:
             return
-        src = _static(ttype(self.value), "sent value")
-        _check_slice_geometry(len(src), self.offsets, self.sizes, self.strides, "SLICE-1")
-        if squeeze(self.message.shape) != squeeze(self.sizes):
-            raise VerifyError("SLICE-2", f"message {self.message} does not match the region "
-                              f"sizes {list(self.sizes)}")
-        _const_bounds(src, self.offsets, self.sizes, self.strides, "SLICE-3")
+        _check_region(self.value, self.message, self.offsets, self.sizes, self.strides,
+                      "message")
 
 
 @dataclass(eq=False)
@@ -809,11 +809,8 @@ class LoadOp(OneResult):
                f"{self.result.type}")
 
     def verify(self) -> None:
-        src = _static(ttype(self.buffer), "load buffer")
-        _check_slice_geometry(len(src), self.offsets, self.sizes, self.strides, "SLICE-1")
-        if squeeze(ttype(self.result).shape) != squeeze(self.sizes):
-            raise VerifyError("SLICE-2", f"load result {self.result.type} does not match sizes")
-        _const_bounds(src, self.offsets, self.sizes, self.strides, "SLICE-3")
+        _check_region(self.buffer, self.result.type, self.offsets, self.sizes, self.strides,
+                      "load result")
 
 
 @dataclass(eq=False)
@@ -836,11 +833,8 @@ class StoreOp(Operation):
                f"{self.buffer.type}")
 
     def verify(self) -> None:
-        dst = _static(ttype(self.buffer), "store buffer")
-        _check_slice_geometry(len(dst), self.offsets, self.sizes, self.strides, "SLICE-1")
-        if squeeze(ttype(self.value).shape) != squeeze(self.sizes):
-            raise VerifyError("SLICE-2", f"stored {self.value.type} does not match sizes")
-        _const_bounds(dst, self.offsets, self.sizes, self.strides, "SLICE-3")
+        _check_region(self.buffer, self.value.type, self.offsets, self.sizes, self.strides,
+                      "stored")
 
 
 @dataclass(eq=False)
