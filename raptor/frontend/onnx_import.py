@@ -551,17 +551,25 @@ def _pads_tlbr(pads: Sequence[tuple[int, int]]) -> list[int]:
 # -- convolution and dense -------------------------------------------------------------------
 
 
-@_converts("Conv")
-def _conv(b: _Importer, node: _Node) -> None:
+def _conv_operands(
+    b: _Importer, node: _Node
+) -> tuple[PlanValue, int, np.ndarray, np.ndarray | None, int, list[int], list[int], list[int]]:
+    """What Conv and ConvTranspose share: input, spatial rank, weight W, optional bias B,
+    group, kernel size, strides and dilations (defaults filled in)."""
     x = b.act(node, 0)
     rank = _spatial_rank(node, x)
     w = b.weight(node, 1, "weight W")
     bias = b.weight(node, 2, "bias B")
     assert w is not None
-    group = node.attr_int("group", 1)
     kernel = list(w.shape[2:])
     strides = node.attr_ints("strides", [1] * rank)
     dilations = node.attr_ints("dilations", [1] * rank)
+    return x, rank, w, bias, node.attr_int("group", 1), kernel, strides, dilations
+
+
+@_converts("Conv")
+def _conv(b: _Importer, node: _Node) -> None:
+    x, rank, w, bias, group, kernel, strides, dilations = _conv_operands(b, node)
     if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
         raise FrontendError(
             f"Conv node {node.name!r}: weight {list(w.shape)} with group {group} does not fit "
@@ -572,29 +580,14 @@ def _conv(b: _Importer, node: _Node) -> None:
         conv_out(x.shape[2 + i], kernel[i], strides[i], sum(pads[i]), dilations[i])
         for i in range(rank)
     ]
-    if rank == 1:
-        w = w[:, :, None, :]
-    weights = {"weight": w} if bias is None else {"weight": w, "bias": bias}
-    attrs: dict[str, object] = {
-        "strides": _hw(strides, 1),
-        "pads": _pads_tlbr(pads),
-        "dilations": _hw(dilations, 1),
-        "group": group,
-    }
-    _emit_spatial(b, node, "conv", x, (x.shape[0], w.shape[0], *_hw(out, 1)), attrs, weights)
+    channels = w.shape[0]
+    _emit_conv(b, node, "conv", x, channels, out, w, bias,
+               _conv_attrs(strides, pads, dilations, group))
 
 
 @_converts("ConvTranspose")
 def _conv_transpose(b: _Importer, node: _Node) -> None:
-    x = b.act(node, 0)
-    rank = _spatial_rank(node, x)
-    w = b.weight(node, 1, "weight W")
-    bias = b.weight(node, 2, "bias B")
-    assert w is not None
-    group = node.attr_int("group", 1)
-    kernel = list(w.shape[2:])
-    strides = node.attr_ints("strides", [1] * rank)
-    dilations = node.attr_ints("dilations", [1] * rank)
+    x, rank, w, bias, group, kernel, strides, dilations = _conv_operands(b, node)
     extra = node.attr_ints("output_padding", [0] * rank)
     sizes = x.shape[2:]
     auto = node.attr_str("auto_pad", "NOTSET")
@@ -630,18 +623,25 @@ def _conv_transpose(b: _Importer, node: _Node) -> None:
         conv_transpose_out(sizes[i], kernel[i], strides[i], pads[i], dilations[i], extra[i])
         for i in range(rank)
     ]
-    if rank == 1:
+    attrs = _conv_attrs(strides, pads, dilations, group)
+    attrs["output_padding"] = _hw(extra, 0)
+    _emit_conv(b, node, "conv_transpose", x, w.shape[1] * group, out, w, bias, attrs)
+
+
+def _conv_attrs(strides: list[int], pads: Sequence[tuple[int, int]], dilations: list[int],
+                group: int) -> dict[str, object]:
+    return {"strides": _hw(strides, 1), "pads": _pads_tlbr(pads),
+            "dilations": _hw(dilations, 1), "group": group}
+
+
+def _emit_conv(b: _Importer, node: _Node, kind: str, x: PlanValue, channels: int,
+               out: list[int], w: np.ndarray, bias: np.ndarray | None,
+               attrs: dict[str, object]) -> None:
+    """Emit a (transposed) convolution plan; 1-D kernels become 2-D with height 1."""
+    if w.ndim == 3:
         w = w[:, :, None, :]
     weights = {"weight": w} if bias is None else {"weight": w, "bias": bias}
-    attrs: dict[str, object] = {
-        "strides": _hw(strides, 1),
-        "pads": _pads_tlbr(pads),
-        "dilations": _hw(dilations, 1),
-        "group": group,
-        "output_padding": _hw(extra, 0),
-    }
-    shape4 = (x.shape[0], w.shape[1] * group, *_hw(out, 1))
-    _emit_spatial(b, node, "conv_transpose", x, shape4, attrs, weights)
+    _emit_spatial(b, node, kind, x, (x.shape[0], channels, *_hw(out, 1)), attrs, weights)
 
 
 @_converts("Gemm")
