@@ -3,6 +3,8 @@
     python benchmarks/bench_sim.py [--cores 64] [--steps 64] [--repeat 3]
     python benchmarks/bench_sim.py --spat r18.sched.spat --weights r18.weights.npz \
         --inputs r18.inputs.npz [--repeat 3]     # a saved scheduled model instead
+    python benchmarks/bench_sim.py --model examples/yolo_neck.onnx [--repeat 3]
+                                                 # compile + PEFT-schedule a model first
 
 Every core loads one row of the input, then runs `steps` rounds of: post a receive from a
 hypercube partner (distance 1, 2, 4, ... cores, so routes share links), a scheduled compute
@@ -80,25 +82,42 @@ def build(cores: int, steps: int) -> Module:
     return module
 
 
-def run_saved(spat: str, weights: str | None, inputs: str | None, repeat: int) -> None:
-    """Time `simulate` (no trace) on a saved module: each run's wall and CPU time, the
-    first run of the process included (it pays for fresh memory)."""
+def saved_module(spat: str, weights: str | None, inputs: str | None
+                 ) -> tuple[Module, dict[str | int, np.ndarray]]:
+    """A scheduled module saved as text, with its constants and inputs from npz files."""
     from raptor.ir.parser import parse_file
-    from raptor.target import load_target
 
-    t0 = time.perf_counter()
     module = parse_file(spat)
     if weights:
         module.constants.update(dict(np.load(weights)))
-    feeds = dict(np.load(inputs)) if inputs else {}
-    print(f"{spat}: parsed in {time.perf_counter() - t0:.1f} s")
-    target = load_target("default")
+    feeds: dict[str | int, np.ndarray] = dict(np.load(inputs)) if inputs else {}
+    return module, feeds
+
+
+def model_module(model: str) -> tuple[Module, dict[str | int, np.ndarray]]:
+    """Compile an ONNX model and materialize its PEFT schedule (as `raptor solve` does)."""
+    from raptor.driver import ir_inputs, model_inputs
+    from raptor.solve import SolveOptions, solve
+
+    solved = solve(model, Target(), SolveOptions(solver="peft", simulate=False))
+    inputs, _ = model_inputs(solved.compiled.graph, model, None)
+    feeds: dict[str | int, np.ndarray] = dict(ir_inputs(solved.compiled.graph, inputs))
+    return solved.runs[0].scheduled, feeds
+
+
+def run_module(name: str, module: Module, feeds: dict[str | int, np.ndarray],
+               repeat: int) -> None:
+    """Time `simulate` (no trace) on one scheduled module: each run's wall and CPU time, the
+    first run of the process included (it pays for fresh memory)."""
+    target = Target()
     for i in range(repeat):
         t, c = time.perf_counter(), time.process_time()
         rep = simulate(module, target, feeds, SimOptions(trace=False)).report
-        print(f"run {i}: wall {time.perf_counter() - t:.2f} s, cpu {time.process_time() - c:.2f} s "
-              f"(compile {rep.compile_time_s:.2f} s), latency {rep.latency_ns} ns, "
-              f"{rep.ops_executed + rep.body_ops_executed} ops")
+        wall = time.perf_counter() - t
+        ops = rep.ops_executed + rep.body_ops_executed
+        print(f"{name} run {i}: wall {wall:.3f} s, cpu {time.process_time() - c:.3f} s "
+              f"(compile {rep.compile_time_s:.3f} s), latency {rep.latency_ns} ns, "
+              f"{ops} ops, {ops / wall:,.0f} ops/s")
 
 
 def main() -> None:
@@ -109,9 +128,15 @@ def main() -> None:
     ap.add_argument("--spat", help="a scheduled module to run instead of the synthetic one")
     ap.add_argument("--weights", help="npz of the module's constants by symbol (with --spat)")
     ap.add_argument("--inputs", help="npz of the inputs by argument name (with --spat)")
+    ap.add_argument("--model", help="an ONNX model to compile and PEFT-schedule, then simulate")
     args = ap.parse_args()
-    if args.spat:
-        run_saved(args.spat, args.weights, args.inputs, args.repeat)
+    if args.spat or args.model:
+        t0 = time.perf_counter()
+        module, feeds = (model_module(args.model) if args.model
+                         else saved_module(args.spat, args.weights, args.inputs))
+        name = args.model or args.spat
+        print(f"{name}: prepared in {time.perf_counter() - t0:.1f} s")
+        run_module(name, module, feeds, args.repeat)
         return
     t0 = time.perf_counter()
     module = build(args.cores, args.steps)

@@ -26,10 +26,7 @@ from raptor.ir.ops import (
     ComputeOp,
     CoreBatchOp,
     CoreOp,
-    EmptyOp,
-    InsertSliceOp,
     LoadOp,
-    MvmOp,
     ParallelInsertSliceOp,
     ReturnOp,
     ScheduledComputeBatchOp,
@@ -40,8 +37,8 @@ from raptor.ir.ops import (
 )
 from raptor.ir.types import TensorType
 from raptor.sim.errors import SimError
-from raptor.sim.kernels import Env, Kernel, KernelError, info, kernel, resolve, type_key
-from raptor.solver.costs import block_cost_ns, op_cost_ns
+from raptor.sim.kernels import Env, Kernel, KernelError, Templates, info, resolve
+from raptor.solver.costs import op_cost_ns
 from raptor.target import Target
 
 COMPUTE, SEND, RECV, LOAD, STORE = range(5)
@@ -116,24 +113,6 @@ def value_name(v: Value) -> str:
     return f"%{v.name}" if v.name else "%<value>"
 
 
-def _free_uses(op: Operation) -> list[Value]:
-    """Operands of `op` and of its nested ops that are defined outside it."""
-    regions = op.regions()
-    if not regions:
-        return op.operands()
-    defined: set[Value] = set()
-    used = op.operands()
-    stack = list(regions)
-    while stack:
-        block = stack.pop()
-        defined.update(block.args)
-        for inner in block.ops:
-            defined.update(inner.results())
-            used.extend(inner.operands())
-            stack.extend(inner.regions())
-    return list(dict.fromkeys(v for v in used if v not in defined))
-
-
 def xy_route(target: Target, src: int, dst: int, nbytes: int) -> Route:
     """Along the row to the destination column, then along the column; the link from core
     a to core b is keyed a * cores + b."""
@@ -173,10 +152,6 @@ def overlap(a: Box, b: Box) -> bool:
     return all(_dim_overlap(x, y) for x, y in zip(a, b, strict=True))
 
 
-_SPECIAL_BODY_OPS = frozenset({WeightOp, YieldOp, ParallelInsertSliceOp, LoadOp})
-"""Body ops compute() handles itself rather than through kernel()."""
-
-
 class _Compiler:
     def __init__(self, module: Module, target: Target) -> None:
         self.module = module
@@ -187,28 +162,11 @@ class _Compiler:
         self.inputs: set[Value] = set()
         self.input_reads = 0
         self.input_read_bytes = 0
-        self.op_costs: dict[tuple[object, ...], int] = {}
+        self.templates = Templates(lambda op: op_cost_ns(op, target), self.weight)
         self.store_boxes: list[tuple[int, int, Value, Box]] = []
         self.load_boxes: list[tuple[Instr, int, int, Value, Box]] = []
         self.stores: list[tuple[int, Instr]] = []
         self.routes: dict[tuple[int, int, int], Route] = {}
-
-    def op_cost(self, op: Operation) -> int:
-        """`op_cost_ns`, memoised by what it reads: the op class, its kind (`pim.relu`
-        vs `pim.tanh`) and its operand and result types. Programs repeat a few hundred
-        signatures hundreds of thousands of times; tests/sim checks the memo against
-        `op_cost_ns` for every op of the test programs."""
-        try:
-            key = (type(op), getattr(op, "op", None),
-                   *[(v.type.shape, v.type.dtype) for v in op.operands()], None,  # type: ignore[union-attr]
-                   *[(v.type.shape, v.type.dtype) for v in op.results()])  # type: ignore[union-attr]
-        except AttributeError:  # an index-typed value
-            key = (type(op), getattr(op, "op", None), *map(type_key, op.operands()), None,
-                   *map(type_key, op.results()))
-        cost = self.op_costs.get(key)
-        if cost is None:
-            cost = self.op_costs[key] = op_cost_ns(op, self.target)
-        return cost
 
     def route(self, src: int, dst: int, nbytes: int) -> Route:
         key = (src, dst, nbytes)
@@ -349,7 +307,6 @@ class _CoreCompiler:
         self.fixed = fixed
         self.env: Env = dict(ctx.weights)
         self.received: set[Value] = set()
-        self.origin: dict[Value, Value] = {}
         self.tiles: set[object] = set()
 
     def fail(self, op: Operation, msg: str) -> SimError:
@@ -366,21 +323,18 @@ class _CoreCompiler:
                 out.append(ins)
         return out
 
-    def waits(self, op: Operation, uses: list[Value] | None = None,
-              inner_loads: set[Value] | None = None) -> tuple[Value, ...]:
-        """The received values `op` reads (its free uses, computed here unless given)."""
-        if uses is None:
-            uses = _free_uses(op)
-        if inner_loads is None:
-            inner_loads = {o.buffer for o in op.walk()
-                           if o is not op and isinstance(o, LoadOp)}
+    def waits(self, op: Operation, uses: Sequence[Value],
+              load_bufs: Sequence[Value] = ()) -> tuple[Value, ...]:
+        """The received values among `uses` (what `op` reads); `load_bufs` are the
+        function inputs its body reads with `pim.load`, the only shared buffers a
+        compute may name."""
+        shared = self.ctx.shared
         for v in uses:
-            if v in inner_loads and v in self.ctx.inputs:
-                continue  # read-only function input, read by a pim.load inside the body
-            if v in self.ctx.shared and not isinstance(op, LoadOp | StoreOp):
+            if v in shared and v not in load_bufs and not isinstance(op, LoadOp | StoreOp):
                 raise self.fail(op, f"{op_name(op)} uses shared buffer {value_name(v)} "
                                 "directly; read it with pim.load")
-        return tuple(v for v in uses if v in self.received)
+        received = self.received
+        return tuple(v for v in uses if v in received)
 
     def op(self, op: Operation, pos: int) -> Instr | None:
         tgt = self.ctx.target
@@ -407,20 +361,16 @@ class _CoreCompiler:
                 def payload(env: Env) -> Any:
                     return env[src][sl].reshape(shape)
 
-            return Instr(SEND, op, "spat.channel_send", waits=self.waits(op), peer=op.core,
-                         channel=op.channel, value=op.value, nbytes=nbytes, payload=payload,
-                         route=self.ctx.route(self.core, op.core, nbytes))
+            return Instr(SEND, op, "spat.channel_send", waits=self.waits(op, [op.value]),
+                         peer=op.core, channel=op.channel, value=op.value, nbytes=nbytes,
+                         payload=payload, route=self.ctx.route(self.core, op.core, nbytes))
         if isinstance(op, LoadOp | StoreOp):
             return self.memory(op, pos)
-        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
-            return self.compute(op)
         if isinstance(op, ComputeOp | YieldOp | ReturnOp | ParallelInsertSliceOp
-                      | AllocSharedOp | CoreOp | CoreBatchOp):
+                      | AllocSharedOp | CoreOp | CoreBatchOp) \
+                and not isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
             raise self.fail(op, f"{op.NAME} is not allowed in a core program")
-        self.track_tiles(op)
-        fn = kernel(op, self.fixed, {})
-        return Instr(COMPUTE, op, op_name(op), cost=self.ctx.op_cost(op), fn=fn,
-                     waits=self.waits(op))
+        return self.compute(op)
 
     def memory(self, op: LoadOp | StoreOp, pos: int) -> Instr:
         buf_v = op.buffer
@@ -446,7 +396,7 @@ class _CoreCompiler:
             buf[sl] = env[val].reshape(sizes)
 
         ins = Instr(STORE, op, f"pim.store {value_name(buf_v)}", cost=cost, fn=store,
-                    waits=self.waits(op), nbytes=info(val).nbytes,
+                    waits=self.waits(op, [val]), nbytes=info(val).nbytes,
                     store_id=len(self.ctx.store_boxes))
         self.ctx.store_boxes.append((self.core, pos, buf_v, box))
         self.ctx.stores.append((self.core, ins))
@@ -465,170 +415,58 @@ class _CoreCompiler:
                                 f"0..{buf.shape[d]} of {value_name(op.buffer)}")
         return box, slices([b[0] for b in box], op.sizes, op.strides)
 
-    def input_load(self, op: LoadOp) -> Kernel:
+    def compute(self, op: Operation) -> Instr:
+        """A scheduled compute, or one bare op at core level, through its template."""
+        tpl, frees = self.ctx.templates.get(op, self.fixed, self.fail)
+        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
+            reads, defines = (*op.inputs, *frees), tuple(op.outs)
+        else:
+            reads, defines = tuple(frees), tuple(op.results())
+        n = len(reads) - len(frees)
+        load_bufs = [reads[i] for i in tpl.load_reads]
+        params: list[Any] = []
+        if tpl.loads:
+            assert isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp)
+            inputs = self.ctx.inputs
+            for pos in tpl.loads:
+                load = op.body.ops[pos]
+                assert isinstance(load, LoadOp)
+                params.extend(self.input_load(load, inputs))
+        for k, w in enumerate(tpl.weights):
+            if isinstance(w, str):
+                self.tiles.add(w)
+            elif w >= 0:
+                v = reads[w]
+                self.tiles.add(self.ctx.symbols.get(v, v))
+            else:  # a weight computed in the body: a tile of its own
+                self.tiles.add((op, k))
+        waits = self.waits(op, reads[:n] + tuple(v for v in frees if v not in load_bufs),
+                           load_bufs)
+        run, par = tpl.fn, tuple(params)
+        if tpl.load_reads:
+            reads = tuple(v for i, v in enumerate(reads) if i not in tpl.load_reads)
+
+        def fn(env: Env) -> None:
+            run(env, reads, defines, par)
+
+        label = f"{op.NAME} lanes({op.lanes})" if isinstance(op, ScheduledComputeBatchOp) \
+            else op_name(op)
+        return Instr(COMPUTE, op, label, cost=tpl.cost, fn=fn, waits=waits, body_ops=tpl.ops
+                     if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp) else 0)
+
+    def input_load(self, op: LoadOp, inputs: set[Value]) -> tuple[np.ndarray, tuple[slice, ...]]:
         """A `pim.load` inside a compute body: the instance gathers its box of a function
         input as part of its own work (charged in the body's cost). Inputs are never
         written, so no store can race with it; other buffers must be loaded at core level,
         where loads wait for the stores they overlap."""
-        if op.buffer not in self.ctx.inputs:
+        if op.buffer not in inputs:
             raise self.fail(op, "pim.load inside a compute body may only read a function "
                             f"input, not {value_name(op.buffer)}")
         buf = self.ctx.shared[op.buffer]
         _, sl = self.buffer_region(op, buf)
-        res, shape = op.result, info(op.result).shape
         self.ctx.input_reads += 1
-        self.ctx.input_read_bytes += info(res).nbytes
-
-        def load(env: Env) -> None:
-            env[res] = buf[sl].copy().reshape(shape)
-
-        return load
-
-    def track_tiles(self, op: Operation) -> None:
-        """A tile is the distinct weight reaching an MVM's weight operand on this core."""
-        for inner in op.walk():
-            if isinstance(inner, MvmOp):
-                w = self.origin.get(inner.weight, inner.weight)
-                self.tiles.add(self.ctx.symbols.get(w, w))
-
-    def compute(self, op: ScheduledComputeOp | ScheduledComputeBatchOp) -> Instr:
-        batch = isinstance(op, ScheduledComputeBatchOp)
-        args = op.body.args[1:] if batch else op.body.args
-        for a, v in zip(args, op.inputs, strict=False):
-            self.origin[a] = self.origin.get(v, v)
-        body = op.body
-        # Fresh buffers (tensor.empty and insert_slice results) with their use counts: an
-        # insert may write into its destination when that is fresh and used only by it.
-        fresh: dict[Value, int] = {}
-        if any(inner.regions() for inner in body.ops):  # not scheduled IR: kernel() rejects
-            self.track_tiles(op)
-            waits = self.waits(op)
-            body_cost = block_cost_ns(body, self.ctx.target)
-        else:
-            # one pass for what track_tiles, _free_uses and block_cost_ns would find
-            defined = set(body.args)
-            used = list(op.operands())
-            inner_loads: set[Value] = set()
-            op_cost = self.ctx.op_cost
-            body_cost = 0
-            for inner in body.ops:
-                results = inner.results()
-                defined.update(results)
-                operands = inner.operands()
-                used.extend(operands)
-                for v in operands:
-                    if v in fresh:
-                        fresh[v] += 1
-                cls = type(inner)
-                if cls is EmptyOp or cls is InsertSliceOp:
-                    fresh[results[0]] = 0
-                elif cls is MvmOp:
-                    assert isinstance(inner, MvmOp)
-                    w = self.origin.get(inner.weight, inner.weight)
-                    self.tiles.add(self.ctx.symbols.get(w, w))
-                elif cls is LoadOp:
-                    assert isinstance(inner, LoadOp)
-                    inner_loads.add(inner.buffer)
-                body_cost += op_cost(inner)
-            free = list(dict.fromkeys(v for v in used if v not in defined))
-            waits = self.waits(op, free, inner_loads)
-        lanes = op.lanes if isinstance(op, ScheduledComputeBatchOp) else 1
-        cost = lanes * body_cost
-        lane_map = {body.args[0]: lanes} if batch else {}
-        kernels: list[Kernel] = []
-        yields: list[Value] = []
-        fixed = self.fixed
-        for inner in body.ops:
-            cls = type(inner)
-            if cls in _SPECIAL_BODY_OPS:
-                if isinstance(inner, WeightOp):
-                    self.env[inner.result] = self.ctx.weight(inner)
-                    continue
-                if isinstance(inner, YieldOp):
-                    yields = list(inner.values)
-                    continue
-                if isinstance(inner, ParallelInsertSliceOp) and not batch:
-                    raise self.fail(inner, "spat.parallel_insert_slice outside a batch body")
-                if isinstance(inner, LoadOp):
-                    kernels.append(self.input_load(inner))
-                    continue
-            try:
-                kernels.append(kernel(inner, fixed, lane_map,
-                                      cls is InsertSliceOp and fresh.get(inner.dest) == 1))  # type: ignore[attr-defined]
-            except KernelError as e:
-                raise self.fail(inner, str(e)) from None
-        label = f"{op.NAME} lanes({lanes})" if batch else op.NAME
-        if isinstance(op, ScheduledComputeBatchOp):
-            if yields:
-                raise self.fail(op, "a scheduled batch body publishes with "
-                                "spat.parallel_insert_slice, not spat.yield")
-            fn = _batch_fn(op, kernels)
-        else:
-            if len(yields) != len(op.outs):
-                raise self.fail(op, f"body yields {len(yields)} values for {len(op.outs)} "
-                                "results")
-            fn = _single_fn(op, kernels, yields)
-        return Instr(COMPUTE, op, label, cost=cost, fn=fn, waits=waits,
-                     body_ops=lanes * len(kernels))
-
-
-class _Local(dict[Value, Any]):
-    """A compute body's own values; reads of values defined outside fall back to the
-    core's env. Intermediates die with the body instead of living in the core's env for
-    the whole run (which kept every array ever computed and made each allocation fresh,
-    page-faulting memory)."""
-
-    __slots__ = ("outer",)
-
-    def __init__(self, outer: Env) -> None:
-        super().__init__()
-        self.outer = outer
-
-    def __missing__(self, key: Value) -> Any:
-        return self.outer[key]
-
-
-def _single_fn(op: ScheduledComputeOp, kernels: list[Kernel], yields: list[Value]) -> Kernel:
-    binds = list(zip(op.body.args, op.inputs, strict=True))
-    outs = list(zip(op.outs, yields, strict=True))
-
-    def run(env: Env) -> None:
-        local = _Local(env)
-        for a, v in binds:
-            local[a] = env[v]
-        for k in kernels:
-            k(local)
-        for r, y in outs:
-            env[r] = local[y]
-
-    return run
-
-
-def _batch_fn(op: ScheduledComputeBatchOp, kernels: list[Kernel]) -> Kernel:
-    """Outs start as zeros; every lane publishes into them with parallel_insert_slice."""
-    n = len(op.inputs)
-    lane_arg = op.body.args[0]
-    binds = list(zip(op.body.args[1:1 + n], op.inputs, strict=True))
-    out_args = op.body.args[1 + n:]
-    specs = [(a, info(r).shape, info(r).dtype)
-             for a, r in zip(out_args, op.outs, strict=True)]
-    results = list(zip(op.outs, out_args, strict=True))
-    lanes = range(op.lanes)
-
-    def run(env: Env) -> None:
-        local = _Local(env)
-        for a, v in binds:
-            local[a] = env[v]
-        for a, shape, dtype in specs:
-            local[a] = np.zeros(shape, dtype)
-        for lane in lanes:
-            local[lane_arg] = lane
-            for k in kernels:
-                k(local)
-        for r, a in results:
-            env[r] = local[a]
-
-    return run
+        self.ctx.input_read_bytes += info(op.result).nbytes
+        return buf, sl
 
 
 def compile_program(module: Module, target: Target,
