@@ -16,6 +16,7 @@ import numpy as np
 from raptor.ir.module import Module
 from raptor.sim.engine import Engine, SimOptions
 from raptor.sim.errors import Deadlock, SimError
+from raptor.sim.numerics import execute
 from raptor.sim.program import compile_program
 from raptor.sim.report import CoreStats, SimReport, SimResult, Trace
 from raptor.target import Target
@@ -45,6 +46,7 @@ def simulate(module: Module, target: Target,
         engine.report.compile_time_s = time.perf_counter() - start
         try:
             engine.run()
+            execute(program, engine.order)
         finally:
             engine.report.wall_time_s = time.perf_counter() - start
         outputs = program.output_data()

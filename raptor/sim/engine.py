@@ -1,5 +1,9 @@
 """The discrete-event loop: cores, channels, the mesh and shared memory.
 
+It decides when things happen, not what they compute: values never depend on time, so
+the loop records the order in which it performed computes, sends and memory accesses, and
+`numerics.execute` computes the values afterwards.
+
 Each core runs its instruction list on its own clock. A core executes ahead of the global
 event time as long as it only touches its own state; anything shared (a link reservation,
 the shared-memory queue) becomes a heap event at its own time, so contended resources are
@@ -17,7 +21,6 @@ from typing import Any
 
 from raptor.ir.core import Value
 from raptor.sim.errors import Deadlock, SimError
-from raptor.sim.kernels import Env
 from raptor.sim.program import (
     COMPUTE,
     RECV,
@@ -71,13 +74,12 @@ class SimOptions:
 
 
 class _Core:
-    __slots__ = ("arrival", "blocked", "busy", "cid", "clock", "done", "env", "pc", "prog",
+    __slots__ = ("arrival", "blocked", "busy", "cid", "clock", "done", "pc", "prog",
                  "wait_store", "wait_value")
 
-    def __init__(self, cid: int, prog: list[Instr], env: Env) -> None:
+    def __init__(self, cid: int, prog: list[Instr]) -> None:
         self.cid = cid
         self.prog = prog
-        self.env = env
         self.pc = 0
         self.clock = 0
         self.busy = 0
@@ -89,12 +91,10 @@ class _Core:
 
 
 class _Msg:
-    __slots__ = ("arrival", "channel", "data", "dst", "inject", "nbytes", "route", "src",
-                 "target")
+    __slots__ = ("arrival", "channel", "dst", "inject", "nbytes", "route", "src", "target")
 
-    def __init__(self, src: int, dst: int, channel: int, nbytes: int, data: object,
-                 route: Route) -> None:
-        self.src, self.dst, self.channel, self.nbytes, self.data = src, dst, channel, nbytes, data
+    def __init__(self, src: int, dst: int, channel: int, nbytes: int, route: Route) -> None:
+        self.src, self.dst, self.channel, self.nbytes = src, dst, channel, nbytes
         self.route = route
         self.inject = 0
         self.arrival: int | None = None
@@ -115,7 +115,7 @@ class Engine:
         self.program = program
         self.target = target
         self.opts = options
-        self.cores = [_Core(c, prog, program.envs[c]) for c, prog in program.cores.items()]
+        self.cores = [_Core(c, prog) for c, prog in program.cores.items()]
         self.heap: list[tuple[int, int, int, Any]] = []
         self.seq = 0
         self.now = 0
@@ -129,6 +129,8 @@ class Engine:
         self.spans: list[tuple[int, int, int, str, str, str]] | None = \
             self.trace.spans if options.trace else None
         self.report = SimReport(0, [], options=options.to_dict())
+        self.order: list[Instr] = []
+        """Computes, sends and memory accesses in the order the loop performed them."""
 
     # ---- event loop ----------------------------------------------------------------
     def push(self, time: int, kind: int, payload: Any) -> None:
@@ -139,24 +141,15 @@ class Engine:
         for st in self.cores:
             self.push(0, _RUN, st)
         heap, pop = self.heap, heapq.heappop
-        running: _Core | None = None
-        try:
-            while heap:
-                time, _, kind, payload = pop(heap)
-                self.now = time
-                if kind == _RUN:
-                    running = payload
-                    self.run_core(payload)
-                elif kind == _INJECT:
-                    self.inject(payload)
-                else:
-                    running = payload
-                    self.serve(payload)
-        except (ValueError, IndexError) as e:
-            assert running is not None
-            ins = running.prog[running.pc]
-            raise SimError(f"core {running.cid} failed at {ins.where} {ins.name}: {e}") \
-                from None
+        while heap:
+            time, _, kind, payload = pop(heap)
+            self.now = time
+            if kind == _RUN:
+                self.run_core(payload)
+            elif kind == _INJECT:
+                self.inject(payload)
+            else:
+                self.serve(payload)
         self.finish()
         stuck = [st for st in self.cores if not st.done]
         if stuck:
@@ -194,61 +187,59 @@ class Engine:
     def run_core(self, st: _Core) -> None:
         """Run `st` until it finishes, parks, or hands a shared-memory request to the heap.
         Computes only touch the core's own state, so they run in a tight local loop."""
-        prog, env, arrival, spans, cid = st.prog, st.env, st.arrival, self.spans, st.cid
+        prog, arrival, spans, cid = st.prog, st.arrival, self.spans, st.cid
+        record = self.order.append
         n = len(prog)
         clock, pc, busy = st.clock, st.pc, 0
-        try:
-            while pc < n:
-                ins = prog[pc]
-                if ins.waits:
-                    ready = clock
-                    for v in ins.waits:
-                        a = arrival.get(v)
-                        if a is None:
-                            st.clock, st.pc, st.wait_value = clock, pc, v
-                            st.busy += busy
-                            return
-                        if a > ready:
-                            ready = a
-                    if ready > clock:
-                        if spans is not None:
-                            what = ", ".join(value_name(v) for v in ins.waits)
-                            spans.append((cid, clock, ready - clock, "blocked", BLOCKED,
-                                          f"waiting for {what}"))
-                        st.blocked += ready - clock
-                        clock = ready
-                kind = ins.kind
-                if kind == COMPUTE:
-                    ins.fn(env)  # type: ignore[misc]
+        while pc < n:
+            ins = prog[pc]
+            if ins.waits:
+                ready = clock
+                for v in ins.waits:
+                    a = arrival.get(v)
+                    if a is None:
+                        st.clock, st.pc, st.wait_value = clock, pc, v
+                        st.busy += busy
+                        return
+                    if a > ready:
+                        ready = a
+                if ready > clock:
                     if spans is not None:
-                        spans.append((cid, clock, ins.cost, ins.label, BUSY, ins.where))
-                    clock += ins.cost
-                    busy += ins.cost
-                    pc += 1
-                    continue
-                st.clock, st.pc = clock, pc
-                st.busy += busy
-                busy = 0
-                if kind == RECV:
-                    self.post(st, ins)
-                elif kind == SEND:
-                    if not self.send(st, ins):
-                        return
-                else:
-                    if not self.memory_ready(st, ins):
-                        return
-                    if self.opts.shared_queueing:
-                        self.push(st.clock, _MEM, st)
-                        return
-                    self.access(st, ins, st.clock)
-                clock = st.clock
+                        what = ", ".join(value_name(v) for v in ins.waits)
+                        spans.append((cid, clock, ready - clock, "blocked", BLOCKED,
+                                      f"waiting for {what}"))
+                    st.blocked += ready - clock
+                    clock = ready
+            kind = ins.kind
+            if kind == COMPUTE:
+                record(ins)
+                if spans is not None:
+                    spans.append((cid, clock, ins.cost, ins.label, BUSY, ins.where))
+                clock += ins.cost
+                busy += ins.cost
                 pc += 1
+                continue
             st.clock, st.pc = clock, pc
             st.busy += busy
-            st.done = True
-        except (ValueError, IndexError):
-            st.pc = pc  # name the failing op
-            raise
+            busy = 0
+            if kind == RECV:
+                self.post(st, ins)
+            elif kind == SEND:
+                record(ins)
+                if not self.send(st, ins):
+                    return
+            else:
+                if not self.memory_ready(st, ins):
+                    return
+                if self.opts.shared_queueing:
+                    self.push(st.clock, _MEM, st)
+                    return
+                self.access(st, ins, st.clock)
+            clock = st.clock
+            pc += 1
+        st.clock, st.pc = clock, pc
+        st.busy += busy
+        st.done = True
 
     # ---- channels ------------------------------------------------------------------
     def post(self, st: _Core, ins: Instr) -> None:
@@ -274,10 +265,7 @@ class Engine:
     def send(self, st: _Core, ins: Instr) -> bool:
         """Start a send at the core's clock; False when the sender must wait for the
         rendezvous (the matching `post` completes it)."""
-        v = ins.value
-        assert v is not None
-        data = st.env[v] if ins.payload is None else ins.payload(st.env)
-        msg = _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, data, ins.route)
+        msg = _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, ins.route)
         chan = self.chans[ins.chan]
         posted = chan.posted.popleft() if chan.posted else None
         if posted is not None:
@@ -344,7 +332,6 @@ class Engine:
     def deliver(self, msg: _Msg) -> None:
         assert msg.target is not None and msg.arrival is not None
         st, v = msg.target
-        st.env[v] = msg.data
         st.arrival[v] = msg.arrival
         if self.spans is not None:
             self.trace.messages.append((msg.src, msg.dst, msg.channel, msg.nbytes, msg.inject,
@@ -379,7 +366,7 @@ class Engine:
                 self.spans.append((st.cid, st.clock, start - st.clock, "blocked", BLOCKED,
                                    "shared memory queue"))
             st.blocked += start - st.clock
-        ins.fn(st.env)  # type: ignore[misc]
+        self.order.append(ins)
         end = start + ins.cost
         if self.spans is not None:
             self.spans.append((st.cid, start, ins.cost, ins.label, MEMORY, ins.where))

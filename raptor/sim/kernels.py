@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from raptor.ir.ops import (
     LoadOp,
     MaterializeLayoutOp,
     MvmOp,
+    OneResult,
     PadOp,
     ParallelInsertSliceOp,
     ReduceOp,
@@ -155,7 +156,20 @@ def _attr_getter(cls: type) -> Callable[[Operation], object]:
     return attrgetter(*names)
 
 
-_ATTRS: dict[type, Callable[[Operation], object]] = {}
+class _Spec(NamedTuple):
+    attrs: Callable[[Operation], object]
+    offsets: bool
+    """Offsets are part of the structure (all sliced ops but `pim.load`)."""
+    one_result: bool
+
+
+_SPECS: dict[type, _Spec] = {}
+
+
+def _spec(cls: type) -> _Spec:
+    spec = _SPECS[cls] = _Spec(_attr_getter(cls), cls is not LoadOp and any(
+        f.name == "offsets" for f in fields(cls)), issubclass(cls, OneResult))
+    return spec
 
 
 def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, ...],
@@ -165,7 +179,8 @@ def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, 
 
     Offsets enter with the core-batch lane substituted; a term on any other value keeps
     the value itself (such bodies share nothing, and `Templates.build` rejects all but the
-    batch lane). A load's offsets are left out: they are the instance's parameters."""
+    batch lane). A load's offsets are left out: they are the instance's parameters. This
+    runs for every instance, so it is written for speed."""
     if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
         args, ops = op.body.args, op.body.ops
         head: tuple[object, ...] = (type(op), getattr(op, "lanes", 1), len(op.inputs),
@@ -173,35 +188,46 @@ def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, 
     else:
         args, ops = [], [op]
         head = ("op",)
-    slot: dict[Value, int] = {a: i for i, a in enumerate(args)}
-    frees: dict[Value, int] = {}
+    # body values number 0, 1, ... in definition order; outside values -1, -2, ...
+    ids: dict[Value, int] = {a: i for i, a in enumerate(args)}
+    n = len(args)
+    frees: list[Value] = []
     parts: list[object] = [head]
+    specs = _SPECS
     for inner in ops:
-        cls = type(inner)
+        cls = inner.__class__
+        spec = specs.get(cls) or _spec(cls)
         refs = []
         for v in inner.operands():
-            s = slot.get(v)
-            if s is None:
-                s = frees.get(v)
-                if s is None:
-                    s = frees[v] = -1 - len(frees)
-            refs.append(s)
-        get = _ATTRS.get(cls)
-        if get is None:
-            get = _ATTRS[cls] = _attr_getter(cls)
-        offs = getattr(inner, "offsets", None)
-        if offs is None or cls is LoadOp:
-            where: object = None
-        elif not any(a.terms for a in offs):
+            i = ids.get(v)
+            if i is None:
+                i = ids[v] = -1 - len(frees)
+                frees.append(v)
+            refs.append(i)
+        where: object = None
+        if spec.offsets:
+            offs = inner.offsets  # type: ignore[attr-defined]
             where = tuple([a.const for a in offs])
+            for a in offs:
+                if a.terms:
+                    where = tuple([_offset_key(b, fixed, ids) for b in offs])
+                    break
+        if spec.one_result:
+            r = inner.result  # type: ignore[attr-defined]
+            ids[r] = n
+            n += 1
+            t = r.type
+            parts.append((cls, tuple(refs), spec.attrs(inner), where,
+                          (t.shape, t.dtype) if t.__class__ is TensorType else t))
         else:
-            where = tuple(_offset_key(a, fixed, slot) for a in offs)
-        results = inner.results()
-        for r in results:
-            slot[r] = len(slot)
-        parts.append((cls, tuple(refs), get(inner), where, *[type_key(r) for r in results]))
-    parts.append(tuple(type_key(v) for v in frees))
-    return tuple(parts), list(frees)
+            results = inner.results()
+            for r in results:
+                ids[r] = n
+                n += 1
+            parts.append((cls, tuple(refs), spec.attrs(inner), where,
+                          *[type_key(r) for r in results]))
+    parts.append(tuple([type_key(v) for v in frees]))
+    return tuple(parts), frees
 
 
 def _offset_key(a: Affine, fixed: Mapping[Value, int], slot: Mapping[Value, int]) -> object:
@@ -215,21 +241,33 @@ def _offset_key(a: Affine, fixed: Mapping[Value, int], slot: Mapping[Value, int]
 
 
 # ---- templates -----------------------------------------------------------------------
+GroupFn = Callable[[int, list[Any], list[Any]], list[Any]]
+"""`run(k, reads, params)`: execute k instances of one template at once. Each read is
+the k instances' values stacked on a new leading axis (or, for a read the body uses only
+as an MVM weight, the one array all k share); `params[j]` lists the k (input array, slice
+tuple) pairs of the body's j-th `pim.load`. Returns the results, stacked likewise."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Template:
     """One compiled body structure, shared by every instance with its signature."""
 
-    fn: BodyFn
+    run: GroupFn
     cost: int
     """ns of one instance: lanes x the body's cost."""
     ops: int
     """Executed ops of one instance (every lane counts)."""
     weights: tuple[int | str, ...]
-    """Per MVM: the index of its weight in the instance's reads, or a body weight's symbol."""
+    """Per MVM: the index of its weight in the instance's reads, or a body weight's symbol
+    (-1: a weight the body computes)."""
     loads: tuple[int, ...]
     """Body positions of the `pim.load`s (whose regions each instance supplies)."""
     load_reads: frozenset[int]
-    """Indices of the reads that are load buffers (read through `params`, not the env)."""
+    """Indices of the reads that are load buffers (given as `params`, not as reads)."""
+    shared: frozenset[int]
+    """Indices, among the reads that are not load buffers, of those passed unstacked."""
+    stacked: tuple[bool, ...]
+    """Per result: stacked over the instances (False: one array for all, a body weight)."""
 
 
 Fail = Callable[[Operation, str], SimError]
@@ -258,13 +296,15 @@ class Templates:
 
 
 Frame = list[Any]
-"""A body's values by slot: reads, load parameters, then what the body defines."""
+"""A group's values by slot: the instance count, the reads, the loads' parameters, then
+what the body defines. Arrays carry the instances on a leading axis."""
 Step = Callable[[Frame], None]
+_ALL = slice(None)
 
 
 class _Builder:
     """Turns a representative op into a template: one closure per body op over frame
-    slots (reads first, then the loads' parameters, then the body's own values)."""
+    slots, each executing the op for all instances of a group at once."""
 
     def __init__(self, templates: Templates, op: Operation, fixed: Mapping[Value, int],
                  frees: list[Value], fail: Fail) -> None:
@@ -281,7 +321,10 @@ class _Builder:
             self.args, self.ops, self.inputs = [], [op], 0
         self.frees = frees
         self.slot: dict[Value, int] = {}
-        self.size = 0
+        self.flat: set[int] = set()
+        """Slots holding one array for all instances (not stacked)."""
+        self.size = 1  # slot 0 holds the instance count
+        self.steps: list[Step] = []
 
     def define(self, v: Value) -> int:
         s = self.slot[v] = self.size
@@ -291,43 +334,67 @@ class _Builder:
     def build(self) -> Template:
         n = self.inputs
         ins = self.args[1:1 + n] if self.batch else self.args[:n]
+        reads = [*ins, *self.frees]
         load_bufs = {o.buffer for o in self.ops if isinstance(o, LoadOp)}
-        for a in ins:
-            self.define(a)
-        load_reads = frozenset(n + j for j, v in enumerate(self.frees) if v in load_bufs)
-        for v in self.frees:
-            if v not in load_bufs:
-                self.define(v)
-        reads = self.size  # the instance's env values fill these slots
+        load_reads = frozenset(i for i, v in enumerate(reads) if i >= n and v in load_bufs)
+        env_reads = [v for i, v in enumerate(reads) if i not in load_reads]
+        weight_only = self.weight_only()
+        shared = frozenset(i for i, v in enumerate(env_reads) if v in weight_only)
+        for i, v in enumerate(env_reads):
+            if i in shared:
+                self.flat.add(self.size)
+            self.define(v)
         loads = [pos for pos, o in enumerate(self.ops) if isinstance(o, LoadOp)]
-        self.size += 2 * len(loads)  # per load: the input array and its slice tuple
+        params = self.size
+        self.size += len(loads)
         lane = self.define(self.args[0]) if self.batch else -1
         accs: list[tuple[int, tuple[int, ...], np.dtype]] = []
         if isinstance(self.op, ScheduledComputeBatchOp):
             for a, r in zip(self.args[1 + n:], self.op.outs, strict=True):
                 t = info(r)
                 accs.append((self.define(a), t.shape, t.dtype))
-        steps, weights, outs, cost, count = self.body(reads)
+        weights, outs, cost, count = self.body(reads, params)
         if not self.batch:
             want = len(self.op.outs) if isinstance(self.op, ScheduledComputeOp) else \
                 len(self.op.results())
             if len(outs) != want:
                 raise self.fail(self.op, f"body yields {len(outs)} values for {want} results")
-        run = (_batch_run(self.size, reads, lane, self.lanes, accs, steps) if self.batch
-               else _single_run(self.size, reads, outs, steps))
+        run = (_batch_run(self.size, lane, self.lanes, accs, self.steps) if self.batch
+               else _single_run(self.size, outs, self.steps))
+        stacked = tuple(True for _ in accs) if self.batch else \
+            tuple(s not in self.flat for s in outs)
         return Template(run, self.lanes * cost, self.lanes * count, tuple(weights),
-                        tuple(loads), load_reads)
+                        tuple(loads), load_reads, shared, stacked)
 
-    def body(self, reads: int) -> tuple[list[Step], list[int | str], list[int], int, int]:
-        """The steps of the body, the MVMs' weights, the slots a single body yields, its
+    def weight_only(self) -> set[Value]:
+        """Values the body uses only as MVM weights: passed once for the whole group."""
+        weight, other = set(), set()
+        for inner in self.ops:
+            if isinstance(inner, MvmOp):
+                weight.add(inner.weight)
+                other.add(inner.vector)
+            else:
+                other.update(inner.operands())
+        return weight - other
+
+    def stacked(self, v: Value) -> int:
+        """A slot holding `v` stacked over the instances (a body weight is broadcast)."""
+        s = self.slot[v]
+        if s not in self.flat:
+            return s
+        shape = info(v).shape
+        b = self.define(v)  # later reads of v find the broadcast view
+        self.steps.append(_broadcast(s, b, shape))
+        return b
+
+    def body(self, reads: list[Value], params: int
+             ) -> tuple[list[int | str], list[int], int, int]:
+        """Builds the steps; returns the MVMs' weights, the slots a single body yields, its
         cost and its op count."""
-        steps: list[Step] = []
         weights: list[int | str] = []
         outs: list[int] = []
         cost = count = 0
-        read_index = {v: i for i, v in enumerate(
-            [*(self.args[1:1 + self.inputs] if self.batch else self.args[:self.inputs]),
-             *self.frees])}
+        read_index = {v: i for i, v in enumerate(reads)}
         # An insert may write into its destination when that is a fresh buffer
         # (tensor.empty or an insert result) whose only use is this insert.
         fresh: dict[Value, int] = {}
@@ -338,10 +405,11 @@ class _Builder:
             if isinstance(inner, EmptyOp | InsertSliceOp):
                 fresh[inner.result] = 0
         symbols: dict[Value, str] = {}
-        param = reads
         for inner in self.ops:
             if isinstance(inner, WeightOp):
-                steps.append(_const(self.define(inner.result), self.t.weight(inner)))
+                s = self.define(inner.result)
+                self.flat.add(s)
+                self.steps.append(_const(s, self.t.weight(inner)))
                 symbols[inner.result] = inner.symbol
                 continue
             if isinstance(inner, YieldOp):
@@ -357,76 +425,84 @@ class _Builder:
                 weights.append(symbols[w] if w in symbols else read_index.get(w, -1))
             try:
                 if isinstance(inner, LoadOp):
-                    steps.append(_load(param, self.define(inner.result),
-                                       info(inner.result).shape))
-                    param += 2
+                    self.steps.append(_load(params, self.define(inner.result),
+                                            info(inner.result).shape))
+                    params += 1
                 else:
-                    steps.append(self.step(inner, isinstance(inner, InsertSliceOp)
-                                           and fresh.get(inner.dest) == 1))
+                    self.steps.append(self.step(inner, isinstance(inner, InsertSliceOp)
+                                                and fresh.get(inner.dest) == 1))
                 cost += self.t.op_cost(inner)
             except KernelError as e:
                 raise self.fail(inner, str(e)) from None
             count += 1
         if not self.batch and not isinstance(self.op, ScheduledComputeOp):
             outs.extend(self.slot[r] for r in self.op.results())
-        return steps, weights, outs, cost, count
+        return weights, outs, cost, count
 
     def region(self, op: ExtractSliceOp | InsertSliceOp | ParallelInsertSliceOp
                ) -> tuple[slice, ...] | list[tuple[slice, ...]]:
-        """The slice tuple, or per lane of the batch a slice tuple."""
+        """The slice tuple (all instances, then the region), or one per lane."""
         offs = resolve(op.offsets, self.fixed)
         sizes, strides = tuple(op.sizes), tuple(op.strides)
         if all(a.is_const for a in offs):
-            return const_slices(tuple(a.const for a in offs), sizes, strides)
+            return (_ALL, *const_slices(tuple(a.const for a in offs), sizes, strides))
         lane = self.args[0] if self.batch else None
         stray = [v for a in offs for v in a.vars() if v is not lane]
         if stray:
             raise KernelError(f"offset depends on %{stray[0].name}, which is neither the "
                               "batch lane nor a core-batch lane")
         assert lane is not None
-        return [const_slices(tuple(a.evaluate({lane: i}) for a in offs), sizes, strides)
-                for i in range(self.lanes)]
+        return [(_ALL, *const_slices(tuple(a.evaluate({lane: i}) for a in offs), sizes,
+                                     strides)) for i in range(self.lanes)]
 
     def step(self, op: Operation, in_place: bool) -> Step:
-        """The closure executing `op` on a frame."""
-        s = self.slot
+        """The closure executing `op` for every instance of a group."""
         lane = self.slot[self.args[0]] if self.batch else -1
+        get = self.stacked
         if isinstance(op, ExtractSliceOp):
-            return _extract(s[op.source], self.region(op), lane, self.define(op.result),
+            return _extract(get(op.source), self.region(op), lane, self.define(op.result),
                             info(op.result).shape)
         if isinstance(op, InsertSliceOp):
-            return _insert(s[op.source], s[op.dest], self.region(op), lane,
+            return _insert(get(op.source), get(op.dest), self.region(op), lane,
                            self.define(op.result), tuple(op.sizes), in_place)
         if isinstance(op, ParallelInsertSliceOp):
-            return _publish(s[op.source], s[op.dest], self.region(op), lane, tuple(op.sizes))
+            return _publish(get(op.source), get(op.dest), self.region(op), lane,
+                            tuple(op.sizes))
         if isinstance(op, ReshapeOp):
-            return _reshape(s[op.source], self.define(op.result), info(op.result).shape)
+            return _reshape(get(op.source), self.define(op.result), info(op.result).shape)
         if isinstance(op, EmptyOp):
             t = info(op.result)
             return _empty(self.define(op.result), t.shape, t.dtype)
         if isinstance(op, MaterializeLayoutOp):
-            return _alias(s[op.source], self.define(op.result))
+            return _alias(get(op.source), self.define(op.result))
         if isinstance(op, LaneResultOp):
-            return _lane_result(s[op.source], self.define(op.result), op.lane)
+            return _lane_result(get(op.source), self.define(op.result), op.lane)
         if isinstance(op, TransposeOp):
-            return _transpose(s[op.source], self.define(op.result), tuple(op.perm))
+            return _transpose(get(op.source), self.define(op.result), tuple(op.perm))
         if isinstance(op, ConcatOp):
-            return _concat(tuple(s[v] for v in op.sources), self.define(op.result), op.dim)
+            rank = len(info(op.result).shape)
+            return _concat(tuple(get(v) for v in op.sources), self.define(op.result),
+                           op.dim % rank + 1 if rank else 1)
         if isinstance(op, MvmOp) and info(op.weight).dtype == _F32 \
-                and info(op.vector).dtype == _F32:
-            return _binary(np.matmul, s[op.vector], s[op.weight], self.define(op.result))
+                and info(op.vector).dtype == _F32 and len(info(op.weight).shape) == 2:
+            w = self.slot[op.weight]
+            return _mvm(get(op.vector), w, w not in self.flat, len(info(op.vector).shape),
+                        self.define(op.result))
         if isinstance(op, BinaryOp) and _fast_binary(op):
-            return _binary(_BINARY[op.op], s[op.lhs], s[op.rhs], self.define(op.result))
+            rank = len(info(op.result).shape)
+            return _binary(_BINARY[op.op], get(op.lhs), _expand(info(op.lhs).shape, rank),
+                           get(op.rhs), _expand(info(op.rhs).shape, rank),
+                           self.define(op.result))
         if isinstance(op, UnaryOp) and op.op in _UNARY and info(op.result).dtype == _F32 \
                 and info(op.source).dtype == _F32:
-            return _unary(_UNARY[op.op], s[op.source], self.define(op.result))
+            return _unary(_UNARY[op.op], get(op.source), self.define(op.result))
         if isinstance(op, PadOp) and _fast_pad(op):
-            inner = tuple(slice(a, a + d) for a, d
-                          in zip(op.low, info(op.source).shape, strict=True))
-            return _pad(s[op.source], self.define(op.result), info(op.result).shape, inner,
+            inner = (_ALL, *(slice(a, a + d) for a, d
+                             in zip(op.low, info(op.source).shape, strict=True)))
+            return _pad(get(op.source), self.define(op.result), info(op.result).shape, inner,
                         op.value)
         if isinstance(op, GENERIC_OPS):
-            srcs = tuple(s[v] for v in op.operands())
+            srcs = tuple(get(v) for v in op.operands())
             return _generic(op, srcs, self.define(op.results()[0]))
         raise KernelError(f"{op.NAME} cannot execute here")
 
@@ -442,6 +518,12 @@ def _fast_binary(op: BinaryOp) -> bool:
         return False
 
 
+def _expand(shape: tuple[int, ...], rank: int) -> tuple[int, ...] | None:
+    """The per-instance shape an operand of lower rank takes so that broadcasting against
+    the result lines up behind the instance axis (None: already the result's rank)."""
+    return None if len(shape) == rank else (1,) * (rank - len(shape)) + shape
+
+
 def _fast_pad(op: PadOp) -> bool:
     ts, tr = info(op.source), info(op.result)
     low, high = tuple(op.low), tuple(op.high)
@@ -452,40 +534,33 @@ def _fast_pad(op: PadOp) -> bool:
 
 
 # ---- runners and steps ---------------------------------------------------------------
-def _single_run(size: int, reads: int, outs: list[int], steps: list[Step]) -> BodyFn:
-    pad = [None] * (size - reads)
-    results = tuple(outs)
-
-    def run(env: Env, r: Reads, o: Reads, p: tuple[Any, ...]) -> None:
-        fr = [env[v] for v in r]
-        fr += p
-        fr += pad[len(p):]
+def _single_run(size: int, outs: list[int], steps: list[Step]) -> GroupFn:
+    def run(k: int, reads: list[Any], params: list[Any]) -> list[Any]:
+        fr: Frame = [k, *reads, *params]
+        fr += [None] * (size - len(fr))
         for step in steps:
             step(fr)
-        for v, slot in zip(o, results, strict=True):
-            env[v] = fr[slot]
+        return [fr[s] for s in outs]
 
     return run
 
 
-def _batch_run(size: int, reads: int, lane: int, lanes: int,
-               accs: list[tuple[int, tuple[int, ...], np.dtype]], steps: list[Step]) -> BodyFn:
+def _batch_run(size: int, lane: int, lanes: int,
+               accs: list[tuple[int, tuple[int, ...], np.dtype]], steps: list[Step]
+               ) -> GroupFn:
     """Results start as zeros; every lane publishes into them with parallel_insert_slice."""
-    pad = [None] * (size - reads)
     zeros = np.zeros
 
-    def run(env: Env, r: Reads, o: Reads, p: tuple[Any, ...]) -> None:
-        fr = [env[v] for v in r]
-        fr += p
-        fr += pad[len(p):]
+    def run(k: int, reads: list[Any], params: list[Any]) -> list[Any]:
+        fr: Frame = [k, *reads, *params]
+        fr += [None] * (size - len(fr))
         for slot, shape, dtype in accs:
-            fr[slot] = zeros(shape, dtype)
+            fr[slot] = zeros((k, *shape), dtype)
         for i in range(lanes):
             fr[lane] = i
             for step in steps:
                 step(fr)
-        for v, (slot, _, _) in zip(o, accs, strict=True):
-            env[v] = fr[slot]
+        return [fr[slot] for slot, _, _ in accs]
 
     return run
 
@@ -497,10 +572,21 @@ def _const(res: int, value: np.ndarray) -> Step:
     return run
 
 
-def _load(param: int, res: int, shape: tuple[int, ...]) -> Step:
-    """A load of a function input: the instance supplies the array and the slice tuple."""
+def _broadcast(src: int, res: int, shape: tuple[int, ...]) -> Step:
+    broadcast_to = np.broadcast_to
+
     def run(fr: Frame) -> None:
-        fr[res] = fr[param][fr[param + 1]].copy().reshape(shape)
+        fr[res] = broadcast_to(fr[src], (fr[0], *shape))
+
+    return run
+
+
+def _load(param: int, res: int, shape: tuple[int, ...]) -> Step:
+    """A load of a function input: each instance's (array, slice tuple) is a parameter."""
+    stack = np.stack
+
+    def run(fr: Frame) -> None:
+        fr[res] = stack([buf[sl] for buf, sl in fr[param]]).reshape((fr[0], *shape))
 
     return run
 
@@ -511,13 +597,13 @@ def _extract(src: int, where: tuple[slice, ...] | list[tuple[slice, ...]], lane:
         sl = where
 
         def const(fr: Frame) -> None:
-            fr[res] = fr[src][sl].reshape(shape)
+            fr[res] = fr[src][sl].reshape((fr[0], *shape))
 
         return const
     table = where
 
     def per_lane(fr: Frame) -> None:
-        fr[res] = fr[src][table[fr[lane]]].reshape(shape)
+        fr[res] = fr[src][table[fr[lane]]].reshape((fr[0], *shape))
 
     return per_lane
 
@@ -532,14 +618,14 @@ def _insert(src: int, dst: int, where: tuple[slice, ...] | list[tuple[slice, ...
 
             def write_const(fr: Frame) -> None:
                 out = fr[dst]
-                out[sl] = fr[src].reshape(sizes)
+                out[sl] = fr[src].reshape((fr[0], *sizes))
                 fr[res] = out
 
             return write_const
 
         def copy_const(fr: Frame) -> None:
             out = fr[dst].copy()
-            out[sl] = fr[src].reshape(sizes)
+            out[sl] = fr[src].reshape((fr[0], *sizes))
             fr[res] = out
 
         return copy_const
@@ -548,14 +634,14 @@ def _insert(src: int, dst: int, where: tuple[slice, ...] | list[tuple[slice, ...
 
         def write(fr: Frame) -> None:
             out = fr[dst]
-            out[table[fr[lane]]] = fr[src].reshape(sizes)
+            out[table[fr[lane]]] = fr[src].reshape((fr[0], *sizes))
             fr[res] = out
 
         return write
 
     def copy(fr: Frame) -> None:
         out = fr[dst].copy()
-        out[table[fr[lane]]] = fr[src].reshape(sizes)
+        out[table[fr[lane]]] = fr[src].reshape((fr[0], *sizes))
         fr[res] = out
 
     return copy
@@ -568,20 +654,20 @@ def _publish(src: int, dst: int, where: tuple[slice, ...] | list[tuple[slice, ..
         sl = where
 
         def const(fr: Frame) -> None:
-            fr[dst][sl] = fr[src].reshape(sizes)
+            fr[dst][sl] = fr[src].reshape((fr[0], *sizes))
 
         return const
     table = where
 
     def per_lane(fr: Frame) -> None:
-        fr[dst][table[fr[lane]]] = fr[src].reshape(sizes)
+        fr[dst][table[fr[lane]]] = fr[src].reshape((fr[0], *sizes))
 
     return per_lane
 
 
 def _reshape(src: int, res: int, shape: tuple[int, ...]) -> Step:
     def run(fr: Frame) -> None:
-        fr[res] = fr[src].reshape(shape)
+        fr[res] = fr[src].reshape((fr[0], *shape))
 
     return run
 
@@ -590,7 +676,7 @@ def _empty(res: int, shape: tuple[int, ...], dtype: np.dtype) -> Step:
     zeros = np.zeros
 
     def run(fr: Frame) -> None:
-        fr[res] = zeros(shape, dtype)
+        fr[res] = zeros((fr[0], *shape), dtype)
 
     return run
 
@@ -604,35 +690,74 @@ def _alias(src: int, res: int) -> Step:
 
 def _lane_result(src: int, res: int, lane: int) -> Step:
     def run(fr: Frame) -> None:
-        fr[res] = fr[src][lane]
+        fr[res] = fr[src][:, lane]
 
     return run
 
 
 def _transpose(src: int, res: int, perm: tuple[int, ...]) -> Step:
     transpose, contiguous = np.transpose, np.ascontiguousarray
+    axes = (0, *(p + 1 for p in perm))
 
     def run(fr: Frame) -> None:
-        fr[res] = contiguous(transpose(fr[src], perm))
+        fr[res] = contiguous(transpose(fr[src], axes))
 
     return run
 
 
-def _concat(srcs: tuple[int, ...], res: int, dim: int) -> Step:
+def _concat(srcs: tuple[int, ...], res: int, axis: int) -> Step:
     concatenate = np.concatenate
 
     def run(fr: Frame) -> None:
-        fr[res] = concatenate([fr[s] for s in srcs], axis=dim)
+        fr[res] = concatenate([fr[s] for s in srcs], axis=axis)
 
     return run
 
 
-def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: int, b: int, res: int
-            ) -> Step:
-    def run(fr: Frame) -> None:
-        fr[res] = fn(fr[a], fr[b])
+def _mvm(vec: int, weight: int, stacked: bool, rank: int, res: int) -> Step:
+    """`vector @ weight` per instance. A shared weight multiplies the stacked vectors
+    directly; stacked weights pair up with the vectors instance by instance."""
+    matmul = np.matmul
+    if not stacked:
 
-    return run
+        def shared(fr: Frame) -> None:
+            fr[res] = matmul(fr[vec], fr[weight])
+
+        return shared
+    if rank == 1:
+
+        def rows(fr: Frame) -> None:
+            fr[res] = matmul(fr[vec][:, None, :], fr[weight])[:, 0, :]
+
+        return rows
+    pad = (1,) * (rank - 2)
+
+    def paired(fr: Frame) -> None:
+        w = fr[weight]
+        fr[res] = matmul(fr[vec], w.reshape((w.shape[0], *pad, *w.shape[1:])))
+
+    return paired
+
+
+def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: int,
+            a_shape: tuple[int, ...] | None, b: int, b_shape: tuple[int, ...] | None,
+            res: int) -> Step:
+    if a_shape is None and b_shape is None:
+
+        def same(fr: Frame) -> None:
+            fr[res] = fn(fr[a], fr[b])
+
+        return same
+
+    def expanded(fr: Frame) -> None:
+        x, y = fr[a], fr[b]
+        if a_shape is not None:
+            x = x.reshape((fr[0], *a_shape))
+        if b_shape is not None:
+            y = y.reshape((fr[0], *b_shape))
+        fr[res] = fn(x, y)
+
+    return expanded
 
 
 def _unary(fn: Callable[[np.ndarray], np.ndarray], src: int, res: int) -> Step:
@@ -650,7 +775,7 @@ def _pad(src: int, res: int, shape: tuple[int, ...], inner: tuple[slice, ...], v
         zeros = np.zeros
 
         def run(fr: Frame) -> None:
-            out = zeros(shape, _F32)
+            out = zeros((fr[0], *shape), _F32)
             out[inner] = fr[src]
             fr[res] = out
 
@@ -658,7 +783,7 @@ def _pad(src: int, res: int, shape: tuple[int, ...], inner: tuple[slice, ...], v
     fill, empty = np.float32(value), np.empty
 
     def fill_run(fr: Frame) -> None:
-        out = empty(shape, _F32)
+        out = empty((fr[0], *shape), _F32)
         out[...] = fill
         out[inner] = fr[src]
         fr[res] = out
@@ -667,12 +792,17 @@ def _pad(src: int, res: int, shape: tuple[int, ...], inner: tuple[slice, ...], v
 
 
 def _generic(op: Operation, srcs: tuple[int, ...], res: int) -> Step:
-    """`eval_op` on a representative op, its operands bound to the frame's arrays."""
+    """`eval_op` on a representative op, instance by instance."""
     operands, result = op.operands(), op.results()[0]
+    stack = np.stack
 
     def run(fr: Frame) -> None:
-        env: dict[Value, object] = dict(zip(operands, [fr[s] for s in srcs], strict=True))
-        eval_op(op, env, {})
-        fr[res] = env[result]
+        outs: list[Any] = []
+        for i in range(fr[0]):
+            env: dict[Value, object] = dict(zip(operands, [fr[s][i] for s in srcs],
+                                                strict=True))
+            eval_op(op, env, {})
+            outs.append(env[result])
+        fr[res] = stack(outs)
 
     return run

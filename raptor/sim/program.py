@@ -37,7 +37,7 @@ from raptor.ir.ops import (
 )
 from raptor.ir.types import TensorType
 from raptor.sim.errors import SimError
-from raptor.sim.kernels import Env, Kernel, KernelError, Templates, info, resolve
+from raptor.sim.kernels import Env, Kernel, KernelError, Template, Templates, info, resolve
 from raptor.solver.costs import op_cost_ns
 from raptor.target import Target
 
@@ -52,13 +52,15 @@ Box = tuple[tuple[int, int, int], ...]
 @dataclass(eq=False, slots=True)
 class Instr:
     """One core-level op, ready to run. Channel fields are used by SEND/RECV, memory
-    fields by LOAD/STORE."""
+    fields by LOAD/STORE, template fields by COMPUTE."""
 
     kind: int
     op: Operation
     label: str
+    core: int = -1
     cost: int = 0
     fn: Kernel | None = None
+    """LOAD/STORE: the access on the core's env."""
     waits: tuple[Value, ...] = ()
     body_ops: int = 0
     peer: int = -1
@@ -69,12 +71,20 @@ class Instr:
     nbytes: int = 0
     store_id: int = -1
     deps: tuple[int, ...] = ()
-    where: str = ""
     payload: Callable[[Env], Any] | None = None
     """For a send of a region: what the message carries (a view of the value)."""
+    partner: Instr | None = None
+    """A send's matching receive."""
+    template: Template | None = None
+    reads: tuple[Value, ...] = ()
+    """The env values the compute reads (its inputs, then values from outside its body)."""
+    defines: tuple[Value, ...] = ()
+    params: tuple[tuple[np.ndarray, tuple[slice, ...]], ...] = ()
+    """Per body `pim.load`: the function input and the slice tuple this instance reads."""
 
-    def __post_init__(self) -> None:
-        self.where = self.op.where()
+    @property
+    def where(self) -> str:
+        return self.op.where()
 
     @property
     def name(self) -> str:
@@ -281,6 +291,7 @@ class _Compiler:
                              f"{len(rr)} receive(s) ({at})")
             for s, r in zip(ss, rr, strict=False):
                 assert s.value is not None and r.value is not None
+                s.partner = r
                 sent = s.op.message_type if isinstance(s.op, ChannelSendOp) else s.value.type
                 if sent != r.value.type:
                     lines.append(f"channel {ch} from core {src} to core {dst}: {s.where} sends "
@@ -344,8 +355,8 @@ class _CoreCompiler:
             return None
         if isinstance(op, ChannelReceiveOp):
             self.received.add(op.result)
-            return Instr(RECV, op, "spat.channel_receive", peer=op.core, channel=op.channel,
-                         value=op.result, nbytes=info(op.result).nbytes)
+            return Instr(RECV, op, "spat.channel_receive", self.core, peer=op.core,
+                         channel=op.channel, value=op.result, nbytes=info(op.result).nbytes)
         if isinstance(op, ChannelSendOp):
             msg_t = op.message_type
             assert isinstance(msg_t, TensorType)
@@ -361,7 +372,7 @@ class _CoreCompiler:
                 def payload(env: Env) -> Any:
                     return env[src][sl].reshape(shape)
 
-            return Instr(SEND, op, "spat.channel_send", waits=self.waits(op, [op.value]),
+            return Instr(SEND, op, "spat.channel_send", self.core, waits=self.waits(op, [op.value]),
                          peer=op.core, channel=op.channel, value=op.value, nbytes=nbytes,
                          payload=payload, route=self.ctx.route(self.core, op.core, nbytes))
         if isinstance(op, LoadOp | StoreOp):
@@ -386,7 +397,7 @@ class _CoreCompiler:
             def load(env: Env) -> None:
                 env[res] = buf[sl].copy().reshape(shape)
 
-            ins = Instr(LOAD, op, f"pim.load {value_name(buf_v)}", cost=cost, fn=load,
+            ins = Instr(LOAD, op, f"pim.load {value_name(buf_v)}", self.core, cost=cost, fn=load,
                         nbytes=info(res).nbytes)
             self.ctx.load_boxes.append((ins, self.core, pos, buf_v, box))
             return ins
@@ -395,7 +406,7 @@ class _CoreCompiler:
         def store(env: Env) -> None:
             buf[sl] = env[val].reshape(sizes)
 
-        ins = Instr(STORE, op, f"pim.store {value_name(buf_v)}", cost=cost, fn=store,
+        ins = Instr(STORE, op, f"pim.store {value_name(buf_v)}", self.core, cost=cost, fn=store,
                     waits=self.waits(op, [val]), nbytes=info(val).nbytes,
                     store_id=len(self.ctx.store_boxes))
         self.ctx.store_boxes.append((self.core, pos, buf_v, box))
@@ -420,18 +431,18 @@ class _CoreCompiler:
         tpl, frees = self.ctx.templates.get(op, self.fixed, self.fail)
         if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
             reads, defines = (*op.inputs, *frees), tuple(op.outs)
+            body_ops = tpl.ops
         else:
-            reads, defines = tuple(frees), tuple(op.results())
-        n = len(reads) - len(frees)
+            reads, defines, body_ops = tuple(frees), tuple(op.results()), 0
         load_bufs = [reads[i] for i in tpl.load_reads]
-        params: list[Any] = []
+        params = []
         if tpl.loads:
             assert isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp)
             inputs = self.ctx.inputs
             for pos in tpl.loads:
                 load = op.body.ops[pos]
                 assert isinstance(load, LoadOp)
-                params.extend(self.input_load(load, inputs))
+                params.append(self.input_load(load, inputs))
         for k, w in enumerate(tpl.weights):
             if isinstance(w, str):
                 self.tiles.add(w)
@@ -440,19 +451,14 @@ class _CoreCompiler:
                 self.tiles.add(self.ctx.symbols.get(v, v))
             else:  # a weight computed in the body: a tile of its own
                 self.tiles.add((op, k))
-        waits = self.waits(op, reads[:n] + tuple(v for v in frees if v not in load_bufs),
-                           load_bufs)
-        run, par = tpl.fn, tuple(params)
         if tpl.load_reads:
             reads = tuple(v for i, v in enumerate(reads) if i not in tpl.load_reads)
-
-        def fn(env: Env) -> None:
-            run(env, reads, defines, par)
-
+        waits = self.waits(op, reads, load_bufs)
         label = f"{op.NAME} lanes({op.lanes})" if isinstance(op, ScheduledComputeBatchOp) \
             else op_name(op)
-        return Instr(COMPUTE, op, label, cost=tpl.cost, fn=fn, waits=waits, body_ops=tpl.ops
-                     if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp) else 0)
+        return Instr(COMPUTE, op, label, self.core, cost=tpl.cost, waits=waits,
+                     body_ops=body_ops, template=tpl, reads=reads, defines=defines,
+                     params=tuple(params))
 
     def input_load(self, op: LoadOp, inputs: set[Value]) -> tuple[np.ndarray, tuple[slice, ...]]:
         """A `pim.load` inside a compute body: the instance gathers its box of a function

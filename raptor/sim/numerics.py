@@ -1,0 +1,124 @@
+"""The values of a simulated run, computed after its timing.
+
+Values never depend on time, so the event loop only decides when things happen and
+records the order in which it performed computes, sends and shared-memory accesses. This
+module then computes every value. An instruction's level is the first level at which all
+its operands exist (a value made at level L exists from L + 1; a message's value from one
+level after its send); shared-memory accesses also keep the event loop's order among
+themselves, which settles every race on a buffer exactly as the timed run did. The
+computes of one level are independent, so all instances of one template in a level run
+together: one numpy call per body op on arrays stacked over the instances, instead of one
+per instance. That is what makes the simulator's numerics cheap on real models, whose
+layers are hundreds of instances of a few dozen bodies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from raptor.ir.core import Value
+from raptor.sim.errors import SimError
+from raptor.sim.program import COMPUTE, LOAD, SEND, Instr, Program, value_name
+
+
+def levels(program: Program, order: Sequence[Instr]) -> list[list[Instr]]:
+    """The recorded instructions by level (see the module docstring)."""
+    ready: dict[int, dict[Value, int]] = {c: {} for c in program.cores}
+    store_done: dict[int, int] = {}
+    out: list[list[Instr]] = []
+    memory = 0  # level of the latest shared-memory access: accesses keep their order
+    for ins in order:
+        have = ready[ins.core]
+        kind = ins.kind
+        if kind == COMPUTE:
+            level = max([have.get(v, 0) for v in ins.reads], default=0)
+            for v in ins.defines:
+                have[v] = level + 1
+        elif kind == SEND:
+            assert ins.value is not None and ins.partner is not None
+            assert ins.partner.value is not None
+            level = have.get(ins.value, 0)
+            ready[ins.peer][ins.partner.value] = level + 1
+        elif kind == LOAD:
+            level = max([memory, *[store_done[s] for s in ins.deps]])
+            memory = level
+            have[ins.op.results()[0]] = level + 1
+        else:
+            level = max(memory, have.get(ins.op.operands()[0], 0))
+            memory = level
+            store_done[ins.store_id] = level + 1
+        while len(out) <= level:
+            out.append([])
+        out[level].append(ins)
+    return out
+
+
+def execute(program: Program, order: Sequence[Instr]) -> None:
+    """Compute every value of a run whose event loop performed `order`; fills the cores'
+    envs and the shared buffers. Raises SimError naming the core and op that fails."""
+    envs = program.envs
+    for level in levels(program, order):
+        groups: dict[object, list[Instr]] = {}
+        for ins in level:
+            if ins.kind == COMPUTE:
+                tpl = ins.template
+                assert tpl is not None
+                key: object = tpl
+                if tpl.shared:
+                    env = envs[ins.core]
+                    key = (tpl, *[id(env[ins.reads[i]]) for i in tpl.shared])
+                groups.setdefault(key, []).append(ins)
+        for group in groups.values():
+            _run_group(envs, group)
+        for ins in level:
+            if ins.kind == COMPUTE:
+                continue
+            env = envs[ins.core]
+            try:
+                if ins.kind == SEND:
+                    assert ins.value is not None and ins.partner is not None
+                    assert ins.partner.value is not None
+                    data = env[ins.value] if ins.payload is None else ins.payload(env)
+                    envs[ins.peer][ins.partner.value] = data
+                else:
+                    assert ins.fn is not None
+                    ins.fn(env)
+            except (ValueError, IndexError) as e:
+                raise _failed(ins, e) from None
+
+
+def _run_group(envs: dict[int, dict[Value, Any]], group: list[Instr]) -> None:
+    """Run k instances of one template at once and hand each its slice of the results."""
+    first = group[0]
+    tpl = first.template
+    assert tpl is not None
+    k = len(group)
+    try:
+        reads: list[Any] = []
+        for i, v in enumerate(first.reads):
+            if i in tpl.shared:
+                reads.append(envs[first.core][v])
+            elif k == 1:
+                reads.append(envs[first.core][v][None])
+            else:
+                reads.append(np.stack([envs[ins.core][ins.reads[i]] for ins in group]))
+        params = [[ins.params[j] for ins in group] for j in range(len(tpl.loads))]
+        outs = tpl.run(k, reads, params)
+    except (ValueError, IndexError) as e:
+        raise _failed(first, e) from None
+    except KeyError as e:
+        bad = next(ins for ins in group for v in ins.reads if v not in envs[ins.core])
+        missing = next(v for v in bad.reads if v not in envs[bad.core])
+        raise SimError(f"core {bad.core} failed at {bad.where} {bad.name}: "
+                       f"{value_name(missing)} is used before it is defined") from e
+    for j, ins in enumerate(group):
+        env = envs[ins.core]
+        for t, v in enumerate(ins.defines):
+            env[v] = outs[t][j] if tpl.stacked[t] else outs[t]
+
+
+def _failed(ins: Instr, e: Exception) -> SimError:
+    return SimError(f"core {ins.core} failed at {ins.where} {ins.name}: {e}")
