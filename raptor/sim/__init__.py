@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -21,42 +22,76 @@ from raptor.sim.program import compile_program
 from raptor.sim.report import CoreStats, SimReport, SimResult, Trace
 from raptor.target import Target
 
-__all__ = ["CoreStats", "Deadlock", "SimError", "SimOptions", "SimReport", "SimResult", "Trace",
-           "simulate"]
+__all__ = ["CoreStats", "Deadlock", "SimError", "SimOptions", "SimReport", "SimResult",
+           "Simulator", "Trace", "simulate"]
+
+Inputs = Mapping[str | int, np.ndarray] | Sequence[np.ndarray]
 
 
-def simulate(module: Module, target: Target,
-             inputs: Mapping[str | int, np.ndarray] | Sequence[np.ndarray],
-             options: SimOptions | None = None) -> SimResult:
-    """Run `module`'s main function. Inputs bind by argument name (`x` or `%x`) or position
-    (an int key or a sequence). Raises `SimError` for programs that cannot run (capacity,
-    unmatched channels, non-scheduled ops) and `Deadlock` when cores wait on each other."""
-    opts = options if options is not None else SimOptions()
-    start = time.perf_counter()
-    bound: Mapping[str, np.ndarray] | Sequence[np.ndarray] = (
-        {str(k): v for k, v in inputs.items()} if isinstance(inputs, Mapping) else inputs)
-    # The simulator allocates no reference cycles worth collecting, but every allocation
-    # counts towards a full collection that rescans the whole parsed IR: pausing the cyclic
-    # collector makes compilation several times faster on large programs.
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The simulator allocates no reference cycles worth collecting, but every allocation
+    counts towards a full collection that rescans the whole parsed IR: pausing the cyclic
+    collector makes compilation several times faster on large programs."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        program = compile_program(module, target, bound)
-        engine = Engine(program, target, opts)
-        engine.report.compile_time_s = time.perf_counter() - start
-        try:
-            engine.run()
-            execute(program, engine.order)
-        finally:
-            engine.report.wall_time_s = time.perf_counter() - start
-        outputs = program.output_data()
-        names = [v.name or f"out{i}" for i, v in enumerate(program.outputs)]
-        report, trace = engine.report, engine.trace
-        # Free the compiled program (closures, instructions, every core's values) while the
-        # collector is still paused: what is left when it resumes is what its first
-        # collection scans, and the program is millions of objects on a large model.
-        del program, engine
+        yield
     finally:
         if collecting:
             gc.enable()
-    return SimResult(outputs, names, report, trace)
+
+
+class Simulator:
+    """`module`'s main function compiled once for `target`; `run` simulates it on any
+    inputs with any options. Compiling (checks, costs, body templates, routes) is the
+    larger part of a single simulation, so repeated runs (several input samples, ideal
+    and contended timing) should share one Simulator."""
+
+    def __init__(self, module: Module, target: Target) -> None:
+        start = time.perf_counter()
+        with _collector_paused():
+            self.program = compile_program(module, target)
+        self.target = target
+        self.compile_time_s = time.perf_counter() - start
+
+    def run(self, inputs: Inputs, options: SimOptions | None = None) -> SimResult:
+        """Inputs bind by argument name (`x` or `%x`) or position (an int key or a
+        sequence). Raises `SimError` for programs that cannot run and `Deadlock` when
+        cores wait on each other."""
+        opts = options if options is not None else SimOptions()
+        start = time.perf_counter()
+        bound: Mapping[str, np.ndarray] | Sequence[np.ndarray] = (
+            {str(k): v for k, v in inputs.items()} if isinstance(inputs, Mapping) else inputs)
+        program = self.program
+        with _collector_paused():
+            program.bind(bound)
+            engine = Engine(program, self.target, opts)
+            try:
+                engine.run()
+                execute(program, engine.order)
+            finally:
+                engine.report.wall_time_s = time.perf_counter() - start
+            outputs = program.output_data()
+            report, trace = engine.report, engine.trace
+            # Drop this run's values while the collector is still paused: what is left
+            # when it resumes is what its first collection scans.
+            program.envs = {}
+            del engine
+        names = [v.name or f"out{i}" for i, v in enumerate(program.outputs)]
+        return SimResult(outputs, names, report, trace)
+
+
+def simulate(module: Module, target: Target, inputs: Inputs,
+             options: SimOptions | None = None) -> SimResult:
+    """Compile and run `module` once (see `Simulator`); the report's wall time includes
+    the compilation."""
+    with _collector_paused():
+        sim = Simulator(module, target)
+        result = sim.run(inputs, options)
+        result.report.compile_time_s = sim.compile_time_s
+        result.report.wall_time_s += sim.compile_time_s
+        # Free the compiled program (closures, instructions) before the collector
+        # resumes: it is millions of objects on a large model.
+        del sim
+    return result

@@ -26,6 +26,7 @@ from raptor.ir.ops import (
     ComputeOp,
     CoreBatchOp,
     CoreOp,
+    FuncOp,
     LoadOp,
     ParallelInsertSliceOp,
     ReturnOp,
@@ -99,12 +100,16 @@ def op_name(op: Operation) -> str:
 
 @dataclass(eq=False)
 class Program:
-    """A whole scheduled module compiled for one target and one set of inputs."""
+    """A whole scheduled module compiled for one target. `bind` sets the inputs of a run;
+    nothing else changes between runs, so one compilation serves any number of them."""
 
+    func: FuncOp
     cores: dict[int, list[Instr]]
-    envs: dict[int, Env]
+    initial: dict[int, Env]
+    """Each core's values before it runs: the weights it can read."""
     tiles: dict[int, int]
     shared: dict[Value, np.ndarray]
+    """Function inputs and `pim.alloc_shared` buffers (closures hold these arrays)."""
     outputs: list[Value]
     channels: int
     weights: dict[Value, np.ndarray] = field(default_factory=dict)
@@ -112,6 +117,23 @@ class Program:
     input_reads: int = 0
     """`pim.load`s of function inputs inside compute bodies (outside the memory queue)."""
     input_read_bytes: int = 0
+    envs: dict[int, Env] = field(default_factory=dict)
+    """Each core's values during a run."""
+
+    def bind(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
+        """Start a run: copy the inputs into their buffers, clear the others and the cores'
+        values."""
+        try:
+            args = bind_inputs(self.func, inputs)
+        except ValueError as e:
+            raise SimError(str(e)) from None
+        for a, x in zip(self.func.args, args, strict=True):
+            np.copyto(self.shared[a], x)
+        inputs_v = set(self.func.args)
+        for v, buf in self.shared.items():
+            if v not in inputs_v:
+                buf.fill(0)
+        self.envs = {c: dict(env) for c, env in self.initial.items()}
 
     def output_data(self) -> list[np.ndarray]:
         """The returned buffers' final contents (copies)."""
@@ -195,13 +217,14 @@ class _Compiler:
                            f"is typed {op.result.type}")
         return np.ascontiguousarray(data.reshape(t.shape), dtype=t.dtype)
 
-    def compile(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> Program:
+    def compile(self) -> Program:
         func = self.module.main()
-        try:
-            args = bind_inputs(func, inputs)
-        except ValueError as e:
-            raise SimError(str(e)) from None
-        self.shared.update(zip(func.args, args, strict=True))
+        for a in func.args:
+            try:
+                t = info(a)
+            except KernelError as e:
+                raise SimError(f"{func.where()}: argument {e}") from None
+            self.shared[a] = np.zeros(t.shape, t.dtype)
         self.inputs.update(func.args)
         jobs: list[tuple[int, Block, dict[Value, int], Operation]] = []
         outputs: list[Value] = []
@@ -248,8 +271,8 @@ class _Compiler:
         self.check_capacity(tiles)
         channels = self.check_channels(cores)
         self.link_loads()
-        program = Program(cores, envs, tiles, self.shared, outputs, channels, self.weights,
-                       self.stores)
+        program = Program(func, cores, envs, tiles, self.shared, outputs, channels,
+                          self.weights, self.stores)
         program.input_reads = self.input_reads
         program.input_read_bytes = self.input_read_bytes
         return program
@@ -475,7 +498,6 @@ class _CoreCompiler:
         return buf, sl
 
 
-def compile_program(module: Module, target: Target,
-                    inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> Program:
-    """Check and compile `module`'s main function for `target` with bound inputs."""
-    return _Compiler(module, target).compile(inputs)
+def compile_program(module: Module, target: Target) -> Program:
+    """Check and compile `module`'s main function for `target`."""
+    return _Compiler(module, target).compile()

@@ -1,0 +1,186 @@
+"""Numerics run after timing, instances of one body stacked: the values must be exactly
+those of running each instance alone, whatever the grouping (shared or per-instance
+weights, lower-rank operands, vectors), and shared memory keeps the timed run's order.
+A `Simulator` compiles once and runs any number of inputs and options."""
+
+# ruff: noqa: E501 - the scheduled IR programs keep one op per line
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from raptor.sim import SimOptions, Simulator, simulate
+from raptor.sim.engine import Engine
+from raptor.sim.numerics import levels
+from raptor.sim.program import COMPUTE, compile_program
+
+from .util import TARGET, program, rand, run
+
+
+def _instance(i: int, weight: str, extra: str = "") -> str:
+    """One instance of a body shared by every `i`: mvm, a bias of lower rank, silu."""
+    return f"""
+    %r{i} = spat.scheduled_compute ins(%a{i} : tensor<4x8xf32>, {weight} : tensor<8x6xf32>, %b : tensor<6xf32>) -> tensor<4x6xf32> {{
+    ^bb0(%in: tensor<4x8xf32>, %wt: tensor<8x6xf32>, %bias: tensor<6xf32>):
+      %m = pim.mvm %wt, %in : tensor<8x6xf32>, tensor<4x8xf32> -> tensor<4x6xf32>{extra}
+      %s = pim.vadd %m, %bias : tensor<4x6xf32>, tensor<6xf32> -> tensor<4x6xf32>
+      %y = pim.silu %s : tensor<4x6xf32>
+      spat.yield %y : tensor<4x6xf32>
+    }}
+    pim.store %r{i} into %o[{i}, 0, 0] [1, 4, 6] [1, 1, 1] : tensor<4x6xf32> into tensor<4x4x6xf32>"""
+
+
+def _grouped(extra: str = "") -> str:
+    """Four instances on two cores, two weights: groups split by the weight they share."""
+    loads = [f"    %a{i} = pim.load %x[{i}, 0, 0] [1, 4, 8] [1, 1, 1] : tensor<4x4x8xf32> to tensor<4x8xf32>"
+             for i in range(4)]
+    core0 = "\n".join([*loads[:2], _instance(0, "%w0", extra), _instance(1, "%w1", extra)])
+    core1 = "\n".join([*loads[2:], _instance(2, "%w0", extra), _instance(3, "%w1", extra)])
+    return f"""
+func.func @main(%x: tensor<4x4x8xf32>) -> tensor<4x4x6xf32> {{
+  %w0 = spat.weight @w0 : tensor<8x6xf32>
+  %w1 = spat.weight @w1 : tensor<8x6xf32>
+  %b = spat.weight @b : tensor<6xf32>
+  %o = pim.alloc_shared : tensor<4x4x6xf32>
+  pim.core 0 {{
+{core0}
+  }}
+  pim.core 5 {{
+{core1}
+  }}
+  return %o : tensor<4x4x6xf32>
+}}
+"""
+
+
+def _reference(x: np.ndarray, ws: list[np.ndarray], b: np.ndarray) -> np.ndarray:
+    out = []
+    for i in range(4):
+        s = x[i] @ ws[i % 2] + b
+        out.append(s * (1.0 / (1.0 + np.exp(-s))))
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("extra", [
+    "",  # the weight is used only by the MVM: one array shared by the group
+    # the weight is also read by another op: stacked per instance like any other value
+    "\n      %unused = tensor.extract_slice %wt[0, 0] [1, 6] [1, 1] : tensor<8x6xf32> to tensor<6xf32>",
+])
+def test_instances_with_different_weights_get_their_own(extra: str) -> None:
+    x = rand(4, 4, 8)
+    weights = {"w0": rand(8, 6, seed=1), "w1": rand(8, 6, seed=2), "b": rand(6, seed=3)}
+    res = run(_grouped(extra), weights, {"x": x})
+    want = _reference(x, [weights["w0"], weights["w1"]], weights["b"])
+    np.testing.assert_allclose(res.outputs[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_one_level_groups_by_template_and_weight() -> None:
+    module = program(_grouped(), {"w0": rand(8, 6), "w1": rand(8, 6), "b": rand(6)})
+    prog = compile_program(module, TARGET)
+    prog.bind({"x": rand(4, 4, 8)})
+    engine = Engine(prog, TARGET, SimOptions(trace=False))
+    engine.run()
+    computes = [[i for i in level if i.kind == COMPUTE] for level in levels(prog, engine.order)]
+    (level,) = [c for c in computes if c]
+    assert len(level) == 4 and len({id(i.template) for i in level}) == 1
+
+
+VECTORS = """
+func.func @main() -> tensor<2x6xf32> {
+  %v = spat.weight @v : tensor<8xf32>
+  %w0 = spat.weight @w0 : tensor<8x6xf32>
+  %w1 = spat.weight @w1 : tensor<8x6xf32>
+  %o = pim.alloc_shared : tensor<2x6xf32>
+  pim.core 0 {
+    %r0 = spat.scheduled_compute ins(%v : tensor<8xf32>, %w0 : tensor<8x6xf32>) -> tensor<6xf32> {
+    ^bb0(%in: tensor<8xf32>, %wt: tensor<8x6xf32>):
+      %first = tensor.extract_slice %wt[0, 0] [1, 6] [1, 1] : tensor<8x6xf32> to tensor<6xf32>
+      %m = pim.mvm %wt, %in : tensor<8x6xf32>, tensor<8xf32> -> tensor<6xf32>
+      %y = pim.vsub %m, %first : tensor<6xf32>
+      spat.yield %y : tensor<6xf32>
+    }
+    %r1 = spat.scheduled_compute ins(%v : tensor<8xf32>, %w1 : tensor<8x6xf32>) -> tensor<6xf32> {
+    ^bb0(%in: tensor<8xf32>, %wt: tensor<8x6xf32>):
+      %first = tensor.extract_slice %wt[0, 0] [1, 6] [1, 1] : tensor<8x6xf32> to tensor<6xf32>
+      %m = pim.mvm %wt, %in : tensor<8x6xf32>, tensor<8xf32> -> tensor<6xf32>
+      %y = pim.vsub %m, %first : tensor<6xf32>
+      spat.yield %y : tensor<6xf32>
+    }
+    %s = pim.vadd %r0, %r1 : tensor<6xf32>
+    pim.store %r0 into %o[0, 0] [1, 6] [1, 1] : tensor<6xf32> into tensor<2x6xf32>
+    pim.store %s into %o[1, 0] [1, 6] [1, 1] : tensor<6xf32> into tensor<2x6xf32>
+  }
+  return %o : tensor<2x6xf32>
+}
+"""
+
+
+def test_vectors_times_per_instance_weights() -> None:
+    v, w0, w1 = rand(8), rand(8, 6, seed=1), rand(8, 6, seed=2)
+    out = run(VECTORS, {"v": v, "w0": w0, "w1": w1}).outputs[0]
+    r0, r1 = v @ w0 - w0[0], v @ w1 - w1[0]
+    np.testing.assert_allclose(out, np.stack([r0, r0 + r1]), rtol=1e-5, atol=1e-6)
+
+
+# Core 0 loads what core 1 stores, then overwrites the same region with a value it can
+# compute at once. In dataflow terms that store is ready first; the load must still read
+# core 1's value, because the timed run performed the accesses in that order.
+WAR = """
+func.func @main() -> tensor<8xf32> {
+  %w = spat.weight @w : tensor<4xf32>
+  %o = pim.alloc_shared : tensor<8xf32>
+  pim.core 1 {
+    %e = pim.tanh %w : tensor<4xf32>
+    pim.store %e into %o[0] [4] [1] : tensor<4xf32> into tensor<8xf32>
+  }
+  pim.core 0 {
+    %z = pim.neg %w : tensor<4xf32>
+    %a = pim.load %o[0] [4] [1] : tensor<8xf32> to tensor<4xf32>
+    pim.store %z into %o[0] [4] [1] : tensor<4xf32> into tensor<8xf32>
+    %d = pim.exp %a : tensor<4xf32>
+    pim.store %d into %o[4] [4] [1] : tensor<4xf32> into tensor<8xf32>
+  }
+  return %o : tensor<8xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("options", [SimOptions(), SimOptions.ideal()])
+def test_shared_memory_keeps_the_timed_order(options: SimOptions) -> None:
+    w = rand(4)
+    out = run(WAR, {"w": w}, options=options).outputs[0]
+    np.testing.assert_allclose(out, np.concatenate([-w, np.exp(np.tanh(w))]), rtol=1e-6)
+
+
+def test_simulator_runs_many_inputs_and_options_on_one_compilation() -> None:
+    weights = {"w0": rand(8, 6, seed=1), "w1": rand(8, 6, seed=2), "b": rand(6, seed=3)}
+    module = program(_grouped(), weights)
+    sim = Simulator(module, TARGET)
+    assert sim.compile_time_s > 0
+    for seed, options in ((4, SimOptions()), (5, SimOptions.ideal()), (4, SimOptions.ideal())):
+        x = rand(4, 4, 8, seed=seed)
+        got = sim.run({"x": x}, options)
+        alone = simulate(module, TARGET, {"x": x}, options)
+        np.testing.assert_array_equal(got.outputs[0], alone.outputs[0])
+        assert got.report.latency_ns == alone.report.latency_ns
+        assert got.report.compile_time_s == 0 < alone.report.compile_time_s
+
+
+def test_buffers_start_empty_on_every_run() -> None:
+    text = """
+func.func @main(%x: tensor<4xf32>) -> tensor<8xf32> {
+  %o = pim.alloc_shared : tensor<8xf32>
+  pim.core 0 {
+    %a = pim.load %x[0] [4] [1] : tensor<4xf32> to tensor<4xf32>
+    %p = pim.relu %a : tensor<4xf32>
+    pim.store %p into %o[0] [4] [1] : tensor<4xf32> into tensor<8xf32>
+  }
+  return %o : tensor<8xf32>
+}
+"""
+    sim = Simulator(program(text), TARGET)
+    x = rand(4)
+    first = sim.run({"x": x}).outputs[0]
+    second = sim.run({"x": -x}).outputs[0]
+    np.testing.assert_array_equal(first, np.concatenate([np.maximum(x, 0), np.zeros(4)]))
+    np.testing.assert_array_equal(second, np.concatenate([np.maximum(-x, 0), np.zeros(4)]))
