@@ -243,8 +243,9 @@ def _offset_key(a: Affine, fixed: Mapping[Value, int], slot: Mapping[Value, int]
 # ---- templates -----------------------------------------------------------------------
 GroupFn = Callable[[int, list[Any], list[Any]], list[Any]]
 """`run(k, reads, params)`: execute k instances of one template at once. Each read is
-the k instances' values stacked on a new leading axis (or, for a read the body uses only
-as an MVM weight, the one array all k share); `params[j]` lists the k (input array, slice
+the k instances' values stacked on a new leading axis, except a read the body uses only
+as an MVM weight: the one array all k share, or the list of the k instances' arrays (then
+only the MVM runs instance by instance). `params[j]` lists the k (input array, slice
 tuple) pairs of the body's j-th `pim.load`. Returns the results, stacked likewise."""
 
 
@@ -265,7 +266,8 @@ class Template:
     load_reads: frozenset[int]
     """Indices of the reads that are load buffers (given as `params`, not as reads)."""
     shared: frozenset[int]
-    """Indices, among the reads that are not load buffers, of those passed unstacked."""
+    """Indices, among the reads that are not load buffers, of the MVM-only weights (passed
+    unstacked: one array, or a list when the instances' arrays differ)."""
     stacked: tuple[bool, ...]
     """Per result: stacked over the instances (False: one array for all, a body weight)."""
 
@@ -721,7 +723,12 @@ def _mvm(vec: int, weight: int, stacked: bool, rank: int, res: int) -> Step:
     if not stacked:
 
         def shared(fr: Frame) -> None:
-            fr[res] = matmul(fr[vec], fr[weight])
+            w = fr[weight]
+            if w.__class__ is list:  # one weight per instance (tiles differ)
+                v = fr[vec]
+                fr[res] = np.stack([matmul(v[i], w[i]) for i in range(len(w))])
+            else:
+                fr[res] = matmul(fr[vec], w)
 
         return shared
     if rank == 1:

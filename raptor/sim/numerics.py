@@ -21,6 +21,7 @@ import numpy as np
 
 from raptor.ir.core import Value
 from raptor.sim.errors import SimError
+from raptor.sim.kernels import Template
 from raptor.sim.program import COMPUTE, LOAD, SEND, Instr, Program, value_name
 
 
@@ -61,16 +62,11 @@ def execute(program: Program, order: Sequence[Instr]) -> None:
     envs and the shared buffers. Raises SimError naming the core and op that fails."""
     envs = program.envs
     for level in levels(program, order):
-        groups: dict[object, list[Instr]] = {}
+        groups: dict[Template, list[Instr]] = {}
         for ins in level:
             if ins.kind == COMPUTE:
-                tpl = ins.template
-                assert tpl is not None
-                key: object = tpl
-                if tpl.shared:
-                    env = envs[ins.core]
-                    key = (tpl, *[id(env[ins.reads[i]]) for i in tpl.shared])
-                groups.setdefault(key, []).append(ins)
+                assert ins.template is not None
+                groups.setdefault(ins.template, []).append(ins)
         for group in groups.values():
             _run_group(envs, group)
         for ins in level:
@@ -100,7 +96,9 @@ def _run_group(envs: dict[int, dict[Value, Any]], group: list[Instr]) -> None:
         reads: list[Any] = []
         for i, v in enumerate(first.reads):
             if i in tpl.shared:
-                reads.append(envs[first.core][v])
+                arrays = [envs[ins.core][ins.reads[i]] for ins in group]
+                same = all(a is arrays[0] for a in arrays)
+                reads.append(arrays[0] if same else arrays)
             elif k == 1:
                 reads.append(envs[first.core][v][None])
             else:

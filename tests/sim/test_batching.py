@@ -74,7 +74,7 @@ def test_instances_with_different_weights_get_their_own(extra: str) -> None:
     np.testing.assert_allclose(res.outputs[0], want, rtol=1e-5, atol=1e-6)
 
 
-def test_one_level_groups_by_template_and_weight() -> None:
+def test_one_level_runs_as_one_group_whatever_the_weights() -> None:
     module = program(_grouped(), {"w0": rand(8, 6), "w1": rand(8, 6), "b": rand(6)})
     prog = compile_program(module, TARGET)
     prog.bind({"x": rand(4, 4, 8)})
