@@ -698,11 +698,14 @@ def _lane_result(src: int, res: int, lane: int) -> Step:
 
 
 def _transpose(src: int, res: int, perm: tuple[int, ...]) -> Step:
-    transpose, contiguous = np.transpose, np.ascontiguousarray
+    """A view, not `eval_op`'s contiguous copy: no value is ever written after it is
+    made (in-place inserts only write fresh buffers), so the two cannot be told apart,
+    and the consumer reads the strides it would otherwise have copied."""
+    transpose = np.transpose
     axes = (0, *(p + 1 for p in perm))
 
     def run(fr: Frame) -> None:
-        fr[res] = contiguous(transpose(fr[src], axes))
+        fr[res] = transpose(fr[src], axes)
 
     return run
 
