@@ -3,6 +3,10 @@
 `simulate` runs every core's program with the target's costs (the same table the scheduler
 estimates with), moves messages over the XY mesh, serves shared memory, computes the real
 tensors with numpy, and reports latency, per-core time, traffic and a Chrome trace.
+
+Three stages: `program` compiles the module for the target (once per `Simulator`),
+`engine` runs the timed event loop, `numerics` computes the values in the order the loop
+performed the work, many instances of one body at a time.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Compile scheduled IR into per-core instruction lists for the event loop.
 
-Everything that does not depend on simulated time is done here, once: op costs (from
-`raptor.solver.costs`, the scheduler's own table), numpy closures for compute bodies,
-which operands are received values (the only ones a core may have to wait for), the
-crossbar tiles each core holds, channel pairing checks, and which stores each load must
-wait for (a load reads shared memory only after every overlapping store elsewhere is done).
+Everything that does not depend on simulated time or on the inputs is done here, once:
+op costs (from `raptor.solver.costs`, the scheduler's own table), one template per
+distinct compute body (`kernels.py`), which operands are received values (the only ones a
+core may have to wait for), the crossbar tiles each core holds, channel pairing checks,
+and which stores each load must wait for (a load reads shared memory only after every
+overlapping store elsewhere is done).
 """
 
 from __future__ import annotations

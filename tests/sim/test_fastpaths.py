@@ -1,6 +1,6 @@
 """The simulator's shortcuts keep the reference semantics: insert_slice writes in place
-only into buffers nobody else can see, pads and concats match `eval_op`, memoised op
-costs equal `op_cost_ns`, and a run leaves the module and its inputs untouched."""
+only into buffers nobody else can see, pads and concats match `eval_op`, a template's
+cost equals `block_cost_ns`, and a run leaves the module and its inputs untouched."""
 
 # ruff: noqa: E501 - the scheduled IR programs keep one op per line
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_run_leaves_inputs_and_module_untouched() -> None:
     np.testing.assert_array_equal(first, second)
 
 
-def test_memoised_costs_equal_the_cost_table() -> None:
+def test_template_costs_equal_the_cost_table() -> None:
     module = program(ALIASED)
     prog = compile_program(module, TARGET)
     (compute,) = [i for i in prog.cores[0] if isinstance(i.op, ScheduledComputeOp)]
