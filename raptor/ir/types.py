@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import cast
 
 import numpy as np
@@ -18,6 +19,13 @@ DTYPES: dict[str, np.dtype] = {
 """Element types the IR knows, with the numpy dtype that executes them."""
 
 
+@lru_cache(maxsize=1 << 14)
+def _tensor_spelling(shape: tuple[int | None, ...], dtype: str) -> str:
+    """`tensor<...>`, cached: a large module prints a few hundred types a million times."""
+    dims = "".join(("?" if d is None else str(d)) + "x" for d in shape)
+    return f"tensor<{dims}{dtype}>"
+
+
 @dataclass(frozen=True, slots=True)
 class TensorType:
     """`tensor<AxBx...xf32>`; a dimension of `None` is dynamic (`?`)."""
@@ -26,8 +34,7 @@ class TensorType:
     dtype: str = "f32"
 
     def __str__(self) -> str:
-        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
-        return f"tensor<{dims}{self.dtype}>"
+        return _tensor_spelling(self.shape, self.dtype)
 
     @property
     def rank(self) -> int:
