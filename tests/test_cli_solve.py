@@ -39,6 +39,9 @@ def test_solve_writes_report_and_files(tmp_path: Path, capsys: pytest.CaptureFix
         assert s["estimate_ns"] >= rep["lower_bound_ns"]
         assert s["valid"] and s["cores_used"] >= 1
         assert s["simulated_ns"] >= rep["lower_bounds"]["critical_path_ns"]
+        # without contention the shipped program never takes longer than the estimate
+        assert rep["lower_bounds"]["critical_path_ns"] <= s["ideal_simulated_ns"] \
+            <= s["estimate_ns"]
         assert s["numerics"]["ok"], s["numerics"]
         for f in (f"gantt.{name}.svg", f"scheduled.{name}.spat", f"trace.{name}.json",
                   f"outputs.{name}.npz"):
@@ -58,6 +61,7 @@ def test_solve_json_no_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[st
     rep = json.loads(stdout)
     assert list(rep["schedules"]) == ["peft"]
     assert rep["schedules"]["peft"]["simulated_ns"] is None
+    assert rep["schedules"]["peft"]["ideal_simulated_ns"] is None
     assert rep["layouts"]["NHWCRowStrip"] > 0
     assert rep["rules"]["fired"]
     # LeNet's conv→relu→pool→conv chain: the spec's local search stays all dense, the exact

@@ -63,6 +63,7 @@ def test_ideal_simulation_equals_the_estimate(solved: Solved) -> None:
         assert ideal.report.latency_ns == run.estimate_ns, run.name
         shipped = simulate(run.scheduled, target, dict(feeds), SimOptions.ideal(trace=False))
         assert shipped.report.latency_ns <= run.estimate_ns
+        assert run.ideal_ns == shipped.report.latency_ns  # solve's timing-only run agrees
         assert run.sim is not None and run.sim.report.latency_ns >= shipped.report.latency_ns
 
 

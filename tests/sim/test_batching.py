@@ -164,6 +164,7 @@ def test_simulator_runs_many_inputs_and_options_on_one_compilation() -> None:
         np.testing.assert_array_equal(got.outputs[0], alone.outputs[0])
         assert got.report.latency_ns == alone.report.latency_ns
         assert got.report.compile_time_s == 0 < alone.report.compile_time_s
+        assert sim.timing(options).latency_ns == got.report.latency_ns  # no values needed
 
 
 def test_buffers_start_empty_on_every_run() -> None:
