@@ -1,4 +1,4 @@
-"""Compute bodies compiled to Python functions, once per structure.
+"""Compute bodies compiled once per structure, executed for many instances at once.
 
 A scheduled program repeats a few dozen body structures hundreds of times: the lanes of a
 layer differ only in which fragments they read. `signature` reduces a body to what its
@@ -11,7 +11,9 @@ Compiling every instance cost more than the numpy work on small tiles; sharing m
 compilation proportional to the distinct bodies. (Generating Python source per template
 ran a little faster but `compile()` cost about 16 us a line, more than it saved.)
 
-The generated code keeps `eval_op`'s semantics; ops without a fast form call `eval_op`.
+Each closure runs its op for k instances at once, on arrays stacked over the instances
+along a new leading axis (`numerics.py` groups the instances). The results are those of
+`eval_op` on each instance; ops without a fast form call `eval_op` instance by instance.
 """
 
 from __future__ import annotations
