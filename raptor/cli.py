@@ -26,6 +26,7 @@ from raptor.driver import (
 from raptor.fileio import load_npz, save_npz_atomic, write_text_atomic
 from raptor.frontend.errors import FrontendError
 from raptor.frontend.oracle import compare, oracle_name, run_reference
+from raptor.gc_pause import collector_paused
 from raptor.ir.core import IRError
 from raptor.ir.interpreter import Interpreter
 from raptor.ir.module import Module
@@ -381,7 +382,9 @@ def _write_outputs(out_dir: str, solved: Solved, rep: dict[str, Any]) -> None:
     g = solved.build.graph
     printed: dict[int, str] = {}  # a schedule that fell back shares the heuristic's program
     for run in solved.runs:
-        text = printed.setdefault(id(run.scheduled), run.scheduled.print())
+        text = printed.get(id(run.scheduled))
+        if text is None:
+            text = printed[id(run.scheduled)] = run.scheduled.print()
         write_text_atomic(d / f"scheduled.{run.name}.spat", text)
         write_text_atomic(d / f"gantt.{run.name}.svg", gantt_svg(g, run.result))
         if run.sim is not None:
@@ -540,7 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return func(args)
+        with collector_paused():  # a command is one short run over one large IR
+            return func(args)
     except CliError as e:
         err.print(str(e), markup=False)
         return e.code

@@ -11,13 +11,12 @@ performed the work, many instances of one body at a time.
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from raptor.gc_pause import collector_paused
 from raptor.ir.module import Module
 from raptor.sim.engine import Engine, SimOptions
 from raptor.sim.errors import Deadlock, SimError
@@ -32,20 +31,6 @@ __all__ = ["CoreStats", "Deadlock", "SimError", "SimOptions", "SimReport", "SimR
 Inputs = Mapping[str | int, np.ndarray] | Sequence[np.ndarray]
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The simulator allocates no reference cycles worth collecting, but every allocation
-    counts towards a full collection that rescans the whole parsed IR: pausing the cyclic
-    collector makes compilation several times faster on large programs."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-
-
 class Simulator:
     """`module`'s main function compiled once for `target`; `run` simulates it on any
     inputs with any options. Compiling (checks, costs, body templates, routes) is the
@@ -54,7 +39,7 @@ class Simulator:
 
     def __init__(self, module: Module, target: Target) -> None:
         start = time.perf_counter()
-        with _collector_paused():
+        with collector_paused():
             self.program = compile_program(module, target)
         self.target = target
         self.compile_time_s = time.perf_counter() - start
@@ -68,7 +53,7 @@ class Simulator:
         bound: Mapping[str, np.ndarray] | Sequence[np.ndarray] = (
             {str(k): v for k, v in inputs.items()} if isinstance(inputs, Mapping) else inputs)
         program = self.program
-        with _collector_paused():
+        with collector_paused():
             program.bind(bound)
             engine = Engine(program, self.target, opts)
             try:
@@ -90,7 +75,7 @@ class Simulator:
         """The timed run alone, without computing values (they never change the timing):
         a what-if under other options costs only the event loop."""
         start = time.perf_counter()
-        with _collector_paused():
+        with collector_paused():
             engine = Engine(self.program, self.target,
                             options if options is not None else SimOptions())
             try:
@@ -104,7 +89,7 @@ def simulate(module: Module, target: Target, inputs: Inputs,
              options: SimOptions | None = None) -> SimResult:
     """Compile and run `module` once (see `Simulator`); the report's wall time includes
     the compilation."""
-    with _collector_paused():
+    with collector_paused():
         sim = Simulator(module, target)
         result = sim.run(inputs, options)
         result.report.compile_time_s = sim.compile_time_s
