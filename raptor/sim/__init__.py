@@ -48,19 +48,15 @@ class Simulator:
         """Inputs bind by argument name (`x` or `%x`) or position (an int key or a
         sequence). Raises `SimError` for programs that cannot run and `Deadlock` when
         cores wait on each other."""
-        opts = options if options is not None else SimOptions()
         start = time.perf_counter()
         bound: Mapping[str, np.ndarray] | Sequence[np.ndarray] = (
             {str(k): v for k, v in inputs.items()} if isinstance(inputs, Mapping) else inputs)
         program = self.program
         with collector_paused():
             program.bind(bound)
-            engine = Engine(program, self.target, opts)
-            try:
-                engine.run()
-                execute(program, engine.order)
-            finally:
-                engine.report.wall_time_s = time.perf_counter() - start
+            engine = self._timed(options, start)
+            execute(program, engine.order)
+            engine.report.wall_time_s = time.perf_counter() - start
             outputs = program.output_data()
             report, trace = engine.report, engine.trace
             # Drop this run's values while the collector is still paused: what is left
@@ -70,19 +66,20 @@ class Simulator:
         names = [v.name or f"out{i}" for i, v in enumerate(program.outputs)]
         return SimResult(outputs, names, report, trace)
 
-
     def timing(self, options: SimOptions | None = None) -> SimReport:
         """The timed run alone, without computing values (they never change the timing):
         a what-if under other options costs only the event loop."""
-        start = time.perf_counter()
         with collector_paused():
-            engine = Engine(self.program, self.target,
-                            options if options is not None else SimOptions())
-            try:
-                engine.run()
-            finally:
-                engine.report.wall_time_s = time.perf_counter() - start
-        return engine.report
+            return self._timed(options, time.perf_counter()).report
+
+    def _timed(self, options: SimOptions | None, start: float) -> Engine:
+        engine = Engine(self.program, self.target,
+                        options if options is not None else SimOptions())
+        try:
+            engine.run()
+        finally:
+            engine.report.wall_time_s = time.perf_counter() - start
+        return engine
 
 
 def simulate(module: Module, target: Target, inputs: Inputs,
