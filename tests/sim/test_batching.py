@@ -85,33 +85,32 @@ def test_one_level_runs_as_one_group_whatever_the_weights() -> None:
     assert len(level) == 4 and len({id(i.template) for i in level}) == 1
 
 
-VECTORS = """
-func.func @main() -> tensor<2x6xf32> {
+def _vector_instance(i: int) -> str:
+    """A rank-1 vector times the instance's own tile, minus the tile's first row (which
+    reads the weight outside the MVM too, so the weights are stacked per instance)."""
+    return f"""
+    %r{i} = spat.scheduled_compute ins(%v : tensor<8xf32>, %w{i} : tensor<8x6xf32>) -> tensor<6xf32> {{
+    ^bb0(%in: tensor<8xf32>, %wt: tensor<8x6xf32>):
+      %first = tensor.extract_slice %wt[0, 0] [1, 6] [1, 1] : tensor<8x6xf32> to tensor<6xf32>
+      %m = pim.mvm %wt, %in : tensor<8x6xf32>, tensor<8xf32> -> tensor<6xf32>
+      %y = pim.vsub %m, %first : tensor<6xf32>
+      spat.yield %y : tensor<6xf32>
+    }}"""
+
+
+VECTORS = f"""
+func.func @main() -> tensor<2x6xf32> {{
   %v = spat.weight @v : tensor<8xf32>
   %w0 = spat.weight @w0 : tensor<8x6xf32>
   %w1 = spat.weight @w1 : tensor<8x6xf32>
   %o = pim.alloc_shared : tensor<2x6xf32>
-  pim.core 0 {
-    %r0 = spat.scheduled_compute ins(%v : tensor<8xf32>, %w0 : tensor<8x6xf32>) -> tensor<6xf32> {
-    ^bb0(%in: tensor<8xf32>, %wt: tensor<8x6xf32>):
-      %first = tensor.extract_slice %wt[0, 0] [1, 6] [1, 1] : tensor<8x6xf32> to tensor<6xf32>
-      %m = pim.mvm %wt, %in : tensor<8x6xf32>, tensor<8xf32> -> tensor<6xf32>
-      %y = pim.vsub %m, %first : tensor<6xf32>
-      spat.yield %y : tensor<6xf32>
-    }
-    %r1 = spat.scheduled_compute ins(%v : tensor<8xf32>, %w1 : tensor<8x6xf32>) -> tensor<6xf32> {
-    ^bb0(%in: tensor<8xf32>, %wt: tensor<8x6xf32>):
-      %first = tensor.extract_slice %wt[0, 0] [1, 6] [1, 1] : tensor<8x6xf32> to tensor<6xf32>
-      %m = pim.mvm %wt, %in : tensor<8x6xf32>, tensor<8xf32> -> tensor<6xf32>
-      %y = pim.vsub %m, %first : tensor<6xf32>
-      spat.yield %y : tensor<6xf32>
-    }
+  pim.core 0 {{{_vector_instance(0)}{_vector_instance(1)}
     %s = pim.vadd %r0, %r1 : tensor<6xf32>
     pim.store %r0 into %o[0, 0] [1, 6] [1, 1] : tensor<6xf32> into tensor<2x6xf32>
     pim.store %s into %o[1, 0] [1, 6] [1, 1] : tensor<6xf32> into tensor<2x6xf32>
-  }
+  }}
   return %o : tensor<2x6xf32>
-}
+}}
 """
 
 
