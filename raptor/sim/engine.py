@@ -166,6 +166,10 @@ class Engine:
                 sum(i.body_ops for i in done), self.program.tiles[st.cid]))
             rep.ops_executed += st.pc
             rep.body_ops_executed += rep.cores[-1].body_ops
+            for i in done:
+                for buf, sl in i.params:  # loads of function inputs inside bodies
+                    rep.input_reads += 1
+                    rep.input_read_bytes += buf[sl].nbytes
 
     def why(self, st: _Core) -> str:
         """One line: where `st` is stuck and on what."""

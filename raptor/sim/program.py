@@ -115,9 +115,6 @@ class Program:
     channels: int
     weights: dict[Value, np.ndarray] = field(default_factory=dict)
     stores: list[tuple[int, Instr]] = field(default_factory=list)
-    input_reads: int = 0
-    """`pim.load`s of function inputs inside compute bodies (outside the memory queue)."""
-    input_read_bytes: int = 0
     envs: dict[int, Env] = field(default_factory=dict)
     """Each core's values during a run."""
 
@@ -193,8 +190,6 @@ class _Compiler:
         self.symbols: dict[Value, str] = {}
         self.shared: dict[Value, np.ndarray] = {}
         self.inputs: set[Value] = set()
-        self.input_reads = 0
-        self.input_read_bytes = 0
         self.templates = Templates(lambda op: op_cost_ns(op, target), self.weight)
         self.store_boxes: list[tuple[int, int, Value, Box]] = []
         self.load_boxes: list[tuple[Instr, int, int, Value, Box]] = []
@@ -274,8 +269,6 @@ class _Compiler:
         self.link_loads()
         program = Program(func, cores, envs, tiles, self.shared, outputs, channels,
                           self.weights, self.stores)
-        program.input_reads = self.input_reads
-        program.input_read_bytes = self.input_read_bytes
         return program
 
     def check_capacity(self, tiles: dict[int, int]) -> None:
@@ -494,8 +487,6 @@ class _CoreCompiler:
                             f"input, not {value_name(op.buffer)}")
         buf = self.ctx.shared[op.buffer]
         _, sl = self.buffer_region(op, buf)
-        self.ctx.input_reads += 1
-        self.ctx.input_read_bytes += info(op.result).nbytes
         return buf, sl
 
 

@@ -41,11 +41,15 @@ class SimReport:
     shared_read_bytes: int = 0
     shared_writes: int = 0
     shared_write_bytes: int = 0
+    input_reads: int = 0
+    """`pim.load`s of function inputs inside compute bodies: charged in the body's cost,
+    outside the shared-memory queue (inputs are never written, so nothing can race)."""
+    input_read_bytes: int = 0
     ops_executed: int = 0
     body_ops_executed: int = 0
     compile_time_s: float = 0.0
     wall_time_s: float = 0.0
-    """Compilation plus event loop; the event loop alone is wall - compile."""
+    """The run (event loop and numerics), plus the compilation for `simulate`."""
     options: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,7 +66,8 @@ class SimReport:
                  f"{self.ops_executed} ops ({self.body_ops_executed} body ops), "
                  f"{self.messages} messages ({self.message_bytes} B), "
                  f"shared memory {self.shared_read_bytes} B read / "
-                 f"{self.shared_write_bytes} B written"]
+                 f"{self.shared_write_bytes} B written, inputs {self.input_read_bytes} B "
+                 "read inside bodies"]
         if busy is not None and blocked is not None:
             lines.append(f"busiest core {busy.core}: {busy.busy_ns} ns busy; most blocked core "
                          f"{blocked.core}: {blocked.blocked_ns} ns blocked")

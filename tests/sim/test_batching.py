@@ -184,3 +184,29 @@ func.func @main(%x: tensor<4xf32>) -> tensor<8xf32> {
     second = sim.run({"x": -x}).outputs[0]
     np.testing.assert_array_equal(first, np.concatenate([np.maximum(x, 0), np.zeros(4)]))
     np.testing.assert_array_equal(second, np.concatenate([np.maximum(-x, 0), np.zeros(4)]))
+
+
+def test_loads_of_inputs_inside_bodies_are_counted_apart() -> None:
+    """Two instances each gather their row of the input inside the body: the report counts
+    those reads apart from the queued shared-memory traffic."""
+    body = """
+    %r{i} = spat.scheduled_compute ins() -> tensor<8xf32> {{
+      %a = pim.load %x[{i}, 0] [1, 8] [1, 1] : tensor<2x8xf32> to tensor<8xf32>
+      %t = pim.tanh %a : tensor<8xf32>
+      spat.yield %t : tensor<8xf32>
+    }}
+    pim.store %r{i} into %o[{i}, 0] [1, 8] [1, 1] : tensor<8xf32> into tensor<2x8xf32>"""
+    text = f"""
+func.func @main(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {{
+  %o = pim.alloc_shared : tensor<2x8xf32>
+  pim.core 0 {{{body.format(i=0)}{body.format(i=1)}
+  }}
+  return %o : tensor<2x8xf32>
+}}
+"""
+    x = rand(2, 8)
+    res = run(text, {}, {"x": x})
+    np.testing.assert_allclose(res.outputs[0], np.tanh(x), rtol=1e-6)
+    rep = res.report
+    assert (rep.input_reads, rep.input_read_bytes) == (2, 64)
+    assert (rep.shared_reads, rep.shared_writes) == (0, 2)
