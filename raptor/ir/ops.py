@@ -238,9 +238,6 @@ class ComputeOp(Operation):
         res = p.result_types([v.type for v in self.outs]) if self.outs else "()"
         return f"{p.results_eq(self)}{self.NAME}{middle} {self._ins(p)} -> {res}"
 
-    def body_inputs(self) -> list[Value]:
-        return self.body.args
-
     def check_body_args(self, lane: bool) -> None:
         args = self.body.args
         want = ([IndexType()] if lane else []) + [v.type for v in self.inputs]

@@ -67,9 +67,6 @@ class TensorType:
     def np_dtype(self) -> np.dtype:
         return DTYPES[self.dtype]
 
-    def with_shape(self, shape: tuple[int | None, ...]) -> TensorType:
-        return TensorType(tuple(shape), self.dtype)
-
 
 @dataclass(frozen=True, slots=True)
 class IndexType:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from raptor.ir.core import Affine, Operation, Value
+from raptor.ir.core import Affine, Value
 from raptor.ir.ops import (
     BlueprintOp,
     ComputeOp,
@@ -316,7 +316,3 @@ def _readers(op: ComputeOp, arg: Value) -> list[Reader] | str:
                                                                 strict=True))
         out.append((c, k, e))
     return out
-
-
-def is_compute(op: Operation) -> bool:
-    return isinstance(op, GraphComputeOp | GraphComputeBatchOp)

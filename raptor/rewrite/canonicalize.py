@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raptor.ir.core import Affine, Block, Operation, Value
+from raptor.ir.core import Affine, Operation, Value
 from raptor.ir.module import Module
 from raptor.ir.ops import (
     LAYOUTS,
@@ -357,7 +357,3 @@ def _blueprint(result: Value, ent: dict[object, _Ent],
     op = BlueprintOp(sources, result, entries)
     result.owner = op
     return op
-
-
-def block_ops(block: Block) -> int:
-    return sum(1 for _ in block.walk())

@@ -51,9 +51,6 @@ class Mesh:
         t = self.target
         return -(-nbytes // t.flit_bytes) * t.flit_cycles
 
-    def flit_ns(self, nbytes: int) -> int:
-        return self.target.ns(self.flit_cycles(nbytes))
-
     def comm_rows(self, src_core: int, flit_cycles: IntArray) -> IntArray:
         """Transfer ns from ``src_core`` to every core, one row per message (by its flit
         cycles, see :meth:`flit_cycles`)."""

@@ -116,13 +116,6 @@ class MergeScheduleResult:
         }
         return result
 
-    def slot_of(self, task: int) -> int:
-        """Position of ``task`` in its core's order."""
-        return self.core_tasks[self.core_of[task]].index(task)
-
-    def is_last(self, task: int) -> bool:
-        return self.last_task[self.core_of[task]] == task
-
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
