@@ -76,6 +76,18 @@ class Plan:
     attrs: dict[str, object] = field(default_factory=dict)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def ints(self, key: str) -> list[int]:
+        """A list-of-ints attribute (validated by `PlanGraph.validate` to be present)."""
+        value = self.attrs[key]
+        assert isinstance(value, list)
+        return [int(v) for v in value]
+
+    def num(self, key: str) -> float:
+        """A numeric attribute."""
+        value = self.attrs[key]
+        assert isinstance(value, int | float)
+        return float(value)
+
 
 @dataclass(frozen=True)
 class KindSpec:

@@ -19,18 +19,6 @@ Array = np.ndarray
 _Impl = Callable[[Plan, list[Array]], list[Array]]
 
 
-def _ints(plan: Plan, key: str) -> list[int]:
-    value = plan.attrs[key]
-    assert isinstance(value, list)
-    return [int(v) for v in value]
-
-
-def _num(plan: Plan, key: str) -> float:
-    value = plan.attrs[key]
-    assert isinstance(value, (int, float))
-    return float(value)
-
-
 def _f32(x: Array) -> Array:
     return np.asarray(x, dtype=np.float32)
 
@@ -45,10 +33,10 @@ def _pad_hw(x: Array, pads: list[int], fill: float) -> Array:
 def _conv(plan: Plan, xs: list[Array]) -> list[Array]:
     (x,) = xs
     w = plan.weights["weight"].astype(np.float64)
-    sh, sw = _ints(plan, "strides")
-    dh, dw = _ints(plan, "dilations")
-    pads = _ints(plan, "pads")
-    g = int(_num(plan, "group"))
+    sh, sw = plan.ints("strides")
+    dh, dw = plan.ints("dilations")
+    pads = plan.ints("pads")
+    g = int(plan.num("group"))
     n, c, _, _ = x.shape
     o, cg, kh, kw = w.shape
     xp = _pad_hw(x.astype(np.float64), pads, 0.0)
@@ -72,11 +60,11 @@ def _conv(plan: Plan, xs: list[Array]) -> list[Array]:
 def _conv_transpose(plan: Plan, xs: list[Array]) -> list[Array]:
     (x,) = xs
     w = plan.weights["weight"].astype(np.float64)
-    sh, sw = _ints(plan, "strides")
-    dh, dw = _ints(plan, "dilations")
-    top, left, bottom, right = _ints(plan, "pads")
-    oph, opw = _ints(plan, "output_padding")
-    g = int(_num(plan, "group"))
+    sh, sw = plan.ints("strides")
+    dh, dw = plan.ints("dilations")
+    top, left, bottom, right = plan.ints("pads")
+    oph, opw = plan.ints("output_padding")
+    g = int(plan.num("group"))
     n, c, h, wd = x.shape
     _, og, kh, kw = w.shape
     full_h = sh * (h - 1) + (kh - 1) * dh + 1 + oph
@@ -97,10 +85,10 @@ def _conv_transpose(plan: Plan, xs: list[Array]) -> list[Array]:
 
 def _windows(x: Array, plan: Plan, fill: float) -> tuple[list[Array], tuple[int, int]]:
     """Every kernel offset's strided view of x padded with fill (also past ceil_mode's edge)."""
-    kh, kw = _ints(plan, "kernel")
-    sh, sw = _ints(plan, "strides")
-    dh, dw = _ints(plan, "dilations")
-    top, left, bottom, right = _ints(plan, "pads")
+    kh, kw = plan.ints("kernel")
+    sh, sw = plan.ints("strides")
+    dh, dw = plan.ints("dilations")
+    top, left, bottom, right = plan.ints("pads")
     ceil = bool(plan.attrs["ceil_mode"])
     h, w = x.shape[2:]
     oh = pool_out(h, kh, sh, (top, bottom), dh, ceil)
@@ -131,10 +119,10 @@ def _window_counts(
 
 def _avgpool(plan: Plan, xs: list[Array]) -> list[Array]:
     views, (oh, ow) = _windows(xs[0].astype(np.float64), plan, 0.0)
-    kh, kw = _ints(plan, "kernel")
-    sh, sw = _ints(plan, "strides")
-    dh, dw = _ints(plan, "dilations")
-    top, left, bottom, right = _ints(plan, "pads")
+    kh, kw = plan.ints("kernel")
+    sh, sw = plan.ints("strides")
+    dh, dw = plan.ints("dilations")
+    top, left, bottom, right = plan.ints("pads")
     h, w = xs[0].shape[2:]
     # Explicit padding counts when count_include_pad; the cells ceil_mode adds never do.
     include = bool(plan.attrs["count_include_pad"])
@@ -151,7 +139,7 @@ def _global_avgpool(plan: Plan, xs: list[Array]) -> list[Array]:
 
 def _resize_nearest(plan: Plan, xs: list[Array]) -> list[Array]:
     (x,) = xs
-    oh, ow = _ints(plan, "sizes")
+    oh, ow = plan.ints("sizes")
     scales = plan.attrs["scales"]
     assert isinstance(scales, list)
     scale_h, scale_w = (float(s) for s in scales)
@@ -205,7 +193,7 @@ def _hard_sigmoid(x: Array, alpha: float, beta: float) -> Array:
 
 
 def _softmax(plan: Plan, x: Array) -> Array:
-    axis = int(_num(plan, "axis"))
+    axis = int(plan.num("axis"))
     z = x.astype(np.float64)
     z = np.exp(z - z.max(axis=axis, keepdims=True))
     return z / z.sum(axis=axis, keepdims=True)
@@ -215,19 +203,19 @@ def _slice(plan: Plan, x: Array) -> Array:
     index = tuple(
         slice(start, None if end < 0 else end, step)
         for start, end, step in zip(
-            _ints(plan, "starts"), _ints(plan, "ends"), _ints(plan, "steps"), strict=True
+            plan.ints("starts"), plan.ints("ends"), plan.ints("steps"), strict=True
         )
     )
     return x[index]
 
 
 def _split(plan: Plan, xs: list[Array]) -> list[Array]:
-    cuts = np.cumsum(_ints(plan, "sizes"))[:-1]
-    return list(np.split(xs[0], cuts, axis=int(_num(plan, "axis"))))
+    cuts = np.cumsum(plan.ints("sizes"))[:-1]
+    return list(np.split(xs[0], cuts, axis=int(plan.num("axis"))))
 
 
 def _concat(plan: Plan, xs: list[Array]) -> list[Array]:
-    return [np.concatenate(xs, axis=int(_num(plan, "axis")))]
+    return [np.concatenate(xs, axis=int(plan.num("axis")))]
 
 
 _IMPLS: dict[str, _Impl] = {
@@ -236,11 +224,11 @@ _IMPLS: dict[str, _Impl] = {
     "gemm": _gemm,
     "matmul": _matmul,
     "relu": _unary(lambda p, x: np.maximum(x, 0)),
-    "leaky_relu": _unary(lambda p, x: np.where(x >= 0, x, x * np.float32(_num(p, "alpha")))),
+    "leaky_relu": _unary(lambda p, x: np.where(x >= 0, x, x * np.float32(p.num("alpha")))),
     "prelu": _unary(lambda p, x: np.where(x >= 0, x, x * p.weights["slope"])),
-    "clip": _unary(lambda p, x: np.minimum(np.maximum(x, _num(p, "min")), _num(p, "max"))),
+    "clip": _unary(lambda p, x: np.minimum(np.maximum(x, p.num("min")), p.num("max"))),
     "sigmoid": _unary(lambda p, x: _sigmoid(x)),
-    "hard_sigmoid": _unary(lambda p, x: _hard_sigmoid(x, _num(p, "alpha"), _num(p, "beta"))),
+    "hard_sigmoid": _unary(lambda p, x: _hard_sigmoid(x, p.num("alpha"), p.num("beta"))),
     "hard_swish": _unary(lambda p, x: x * _hard_sigmoid(x, 1.0 / 6.0, 0.5)),
     "tanh": _unary(lambda p, x: np.tanh(x.astype(np.float64))),
     "silu": _unary(lambda p, x: x * _sigmoid(x)),
@@ -258,9 +246,9 @@ _IMPLS: dict[str, _Impl] = {
     "concat": _concat,
     "split": _split,
     "slice": _unary(_slice),
-    "flatten": _unary(lambda p, x: x.reshape(int(np.prod(x.shape[: int(_num(p, "axis"))])), -1)),
-    "reshape": _unary(lambda p, x: x.reshape(_ints(p, "shape"))),
-    "transpose": _unary(lambda p, x: np.transpose(x, _ints(p, "perm"))),
+    "flatten": _unary(lambda p, x: x.reshape(int(np.prod(x.shape[: int(p.num("axis"))])), -1)),
+    "reshape": _unary(lambda p, x: x.reshape(p.ints("shape"))),
+    "transpose": _unary(lambda p, x: np.transpose(x, p.ints("perm"))),
     "softmax": _unary(_softmax),
     "identity": _unary(lambda p, x: x.copy()),
 }

@@ -59,17 +59,29 @@ def _const_bounds(src: tuple[int, ...], offsets: Sequence[Affine], sizes: Sequen
                               f"0..{src[d]}")
 
 
-def _check_region(whole: Value, part: Type, offsets: Sequence[Affine], sizes: Sequence[int],
-                  strides: Sequence[int], what: str) -> None:
-    """A strided region of `whole` that `part` fills (or is read from): geometry (SLICE-1),
-    shape up to unit dims and element type (SLICE-2), constant bounds (SLICE-3)."""
-    shape = _static(ttype(whole), f"{what} operand")
-    _check_slice_geometry(len(shape), offsets, sizes, strides, "SLICE-1")
-    if not isinstance(part, TensorType) or squeeze(part.shape) != squeeze(sizes) \
-            or part.dtype != ttype(whole).dtype:
-        raise VerifyError("SLICE-2", f"{what} {part} does not match the region sizes "
-                          f"{list(sizes)} of {whole.type}")
-    _const_bounds(shape, offsets, sizes, strides, "SLICE-3")
+class Strided(Operation):
+    """Ops naming a strided region `%v[offsets] [sizes] [strides]` of a tensor (slices,
+    inserts, publications, loads, stores, region sends): how the region prints and what
+    it must satisfy. The three fields are each op's own dataclass fields."""
+
+    offsets: tuple[Affine, ...]
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def region(self, p: Printer) -> str:
+        return f"{p.affs(self.offsets)} {p.ints(self.sizes)} {p.ints(self.strides)}"
+
+    def check_region(self, whole: Value, part: Type, what: str) -> None:
+        """The region of `whole` that `part` fills (or is read from): geometry (SLICE-1),
+        shape up to unit dims and element type (SLICE-2), constant bounds (SLICE-3)."""
+        offsets, sizes, strides = self.offsets, self.sizes, self.strides
+        shape = _static(ttype(whole), f"{what} operand")
+        _check_slice_geometry(len(shape), offsets, sizes, strides, "SLICE-1")
+        if not isinstance(part, TensorType) or squeeze(part.shape) != squeeze(sizes) \
+                or part.dtype != ttype(whole).dtype:
+            raise VerifyError("SLICE-2", f"{what} {part} does not match the region sizes "
+                              f"{list(sizes)} of {whole.type}")
+        _const_bounds(shape, offsets, sizes, strides, "SLICE-3")
 
 
 class OneResult(Operation):
@@ -380,7 +392,7 @@ class BlueprintOp(OneResult):
 
 # --------------------------------------------------------------------------- lane body
 @dataclass(eq=False)
-class ExtractSliceOp(OneResult):
+class ExtractSliceOp(OneResult, Strided):
     """Strided slice; the result may drop unit dimensions (rank-reducing)."""
 
     NAME: ClassVar[str] = "tensor.extract_slice"
@@ -395,16 +407,14 @@ class ExtractSliceOp(OneResult):
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.extract_slice {p.v(self.source)}"
-               f"{p.affs(self.offsets)} {p.ints(self.sizes)} {p.ints(self.strides)} : "
-               f"{self.source.type} to {self.result.type}")
+               f"{self.region(p)} : {self.source.type} to {self.result.type}")
 
     def verify(self) -> None:
-        _check_region(self.source, self.result.type, self.offsets, self.sizes, self.strides,
-                      "slice result")
+        self.check_region(self.source, self.result.type, "slice result")
 
 
 @dataclass(eq=False)
-class InsertSliceOp(OneResult):
+class InsertSliceOp(OneResult, Strided):
     """Functional insert: `dest` with `source` written into a strided region."""
 
     NAME: ClassVar[str] = "tensor.insert_slice"
@@ -420,18 +430,16 @@ class InsertSliceOp(OneResult):
 
     def print(self, p: Printer) -> None:
         p.line(f"{p.v(self.result)} = tensor.insert_slice {p.v(self.source)} into "
-               f"{p.v(self.dest)}{p.affs(self.offsets)} {p.ints(self.sizes)} "
-               f"{p.ints(self.strides)} : {self.source.type} into {self.dest.type}")
+               f"{p.v(self.dest)}{self.region(p)} : {self.source.type} into {self.dest.type}")
 
     def verify(self) -> None:
         if self.result.type != self.dest.type:
             raise VerifyError("SLICE-2", "insert_slice result type must equal the destination")
-        _check_region(self.dest, self.source.type, self.offsets, self.sizes, self.strides,
-                      "inserted")
+        self.check_region(self.dest, self.source.type, "inserted")
 
 
 @dataclass(eq=False)
-class ParallelInsertSliceOp(Operation):
+class ParallelInsertSliceOp(Strided):
     """The one publication per result of a graph batch lane (or a scheduled batch lane)."""
 
     NAME: ClassVar[str] = "spat.parallel_insert_slice"
@@ -446,8 +454,7 @@ class ParallelInsertSliceOp(Operation):
 
     def print(self, p: Printer) -> None:
         p.line(f"spat.parallel_insert_slice {p.v(self.source)} into {p.v(self.dest)}"
-               f"{p.affs(self.offsets)} {p.ints(self.sizes)} {p.ints(self.strides)} : "
-               f"{self.source.type} into {self.dest.type}")
+               f"{self.region(p)} : {self.source.type} into {self.dest.type}")
 
 
 @dataclass(eq=False)
@@ -727,7 +734,7 @@ class LaneResultOp(OneResult):
 
 
 @dataclass(eq=False)
-class ChannelSendOp(Operation):
+class ChannelSendOp(Strided):
     """Send a value, or a strided region of it (a DMA descriptor: no copy on the sender),
     to another core: `spat.channel_send %v[offs] [sizes] [strides] to core(c) channel(k) :
     T -> M` where M is the message type (the region's sizes, unit dims dropped freely)."""
@@ -749,8 +756,7 @@ class ChannelSendOp(Operation):
         return self.message if self.message is not None else self.value.type
 
     def print(self, p: Printer) -> None:
-        region = f"{p.affs(self.offsets)} {p.ints(self.sizes)} {p.ints(self.strides)}" \
-            if self.message is not None else ""
+        region = self.region(p) if self.message is not None else ""
         types = f"{self.value.type} -> {self.message}" if self.message is not None \
             else str(self.value.type)
         p.line(f"spat.channel_send {p.v(self.value)}{region} to core({self.core}) "
@@ -759,8 +765,7 @@ class ChannelSendOp(Operation):
     def verify(self) -> None:
         if self.message is None:
             return
-        _check_region(self.value, self.message, self.offsets, self.sizes, self.strides,
-                      "message")
+        self.check_region(self.value, self.message, "message")
 
 
 @dataclass(eq=False)
@@ -787,7 +792,7 @@ class AllocSharedOp(OneResult):
 
 
 @dataclass(eq=False)
-class LoadOp(OneResult):
+class LoadOp(OneResult, Strided):
     """Read a strided region of a shared-memory buffer into the core."""
 
     NAME: ClassVar[str] = "pim.load"
@@ -801,17 +806,15 @@ class LoadOp(OneResult):
         return [self.buffer]
 
     def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = pim.load {p.v(self.buffer)}{p.affs(self.offsets)} "
-               f"{p.ints(self.sizes)} {p.ints(self.strides)} : {self.buffer.type} to "
-               f"{self.result.type}")
+        p.line(f"{p.v(self.result)} = pim.load {p.v(self.buffer)}{self.region(p)} : "
+               f"{self.buffer.type} to {self.result.type}")
 
     def verify(self) -> None:
-        _check_region(self.buffer, self.result.type, self.offsets, self.sizes, self.strides,
-                      "load result")
+        self.check_region(self.buffer, self.result.type, "load result")
 
 
 @dataclass(eq=False)
-class StoreOp(Operation):
+class StoreOp(Strided):
     """Write a value into a strided region of a shared-memory buffer."""
 
     NAME: ClassVar[str] = "pim.store"
@@ -825,13 +828,11 @@ class StoreOp(Operation):
         return [self.value, self.buffer]
 
     def print(self, p: Printer) -> None:
-        p.line(f"pim.store {p.v(self.value)} into {p.v(self.buffer)}{p.affs(self.offsets)} "
-               f"{p.ints(self.sizes)} {p.ints(self.strides)} : {self.value.type} into "
-               f"{self.buffer.type}")
+        p.line(f"pim.store {p.v(self.value)} into {p.v(self.buffer)}{self.region(p)} : "
+               f"{self.value.type} into {self.buffer.type}")
 
     def verify(self) -> None:
-        _check_region(self.buffer, self.value.type, self.offsets, self.sizes, self.strides,
-                      "stored")
+        self.check_region(self.buffer, self.value.type, "stored")
 
 
 @dataclass(eq=False)

@@ -99,18 +99,6 @@ def _shape(v: Value) -> tuple[int, ...]:
     return t.static_shape
 
 
-def _i(plan: Plan, key: str) -> list[int]:
-    v = plan.attrs[key]
-    assert isinstance(v, list)
-    return [int(x) for x in v]
-
-
-def _f(plan: Plan, key: str) -> float:
-    v = plan.attrs[key]
-    assert isinstance(v, int | float)
-    return float(v)
-
-
 def _lane_dim(shape: Sequence[int]) -> int | None:
     """The dimension row-band lanes run over: H for NCHW, else the first dim larger than 1."""
     if len(shape) == 4 and shape[2] > 1:
@@ -295,7 +283,7 @@ class _Lowerer:
         if act is None:
             return v
         op, keys = ACTIVATIONS[act.kind]
-        attrs: dict[str, Attr] = {k: float(_f(act, k)) for k in keys}
+        attrs: dict[str, Attr] = {k: float(act.num(k)) for k in keys}
         return b.unary(op, v, attrs)
 
     def rowwise(self, plan: Plan, operands: Sequence[Value], out_shape: Sequence[int],
@@ -369,8 +357,8 @@ class _Lowerer:
         x = self.input(plan, 0)
         w = plan.weights["weight"]
         bias = plan.weights.get("bias")
-        return [self.conv(plan.name, x, w, bias, _i(plan, "strides"), _i(plan, "pads"),
-                          _i(plan, "dilations"), int(plan.attrs["group"]),  # type: ignore[call-overload]
+        return [self.conv(plan.name, x, w, bias, plan.ints("strides"), plan.ints("pads"),
+                          plan.ints("dilations"), int(plan.attrs["group"]),  # type: ignore[call-overload]
                           self.out_shape(plan), act)]
 
     def conv(self, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
@@ -613,10 +601,10 @@ class _Lowerer:
     def _lower_conv_transpose(self, plan: Plan, act: Plan | None) -> list[Value]:
         x = self.input(plan, 0)
         w = plan.weights["weight"]
-        s = _i(plan, "strides")
-        dil = _i(plan, "dilations")
-        t, left, bot, right = _i(plan, "pads")
-        oph, opw = _i(plan, "output_padding")
+        s = plan.ints("strides")
+        dil = plan.ints("dilations")
+        t, left, bot, right = plan.ints("pads")
+        oph, opw = plan.ints("output_padding")
         group = int(plan.attrs["group"])  # type: ignore[call-overload]
         cin, cout_g, kh, kw = w.shape
         cin_g = cin // group
@@ -648,7 +636,7 @@ class _Lowerer:
     def _unary_kind(self, plan: Plan, act: Plan | None) -> list[Value]:
         x = self.input(plan, 0)
         op, keys = ACTIVATIONS[plan.kind]
-        attrs: dict[str, Attr] = {k: float(_f(plan, k)) for k in keys}
+        attrs: dict[str, Attr] = {k: float(plan.num(k)) for k in keys}
         return [self.rowwise(plan, [x], self.out_shape(plan),
                              lambda b, xs: b.unary(op, xs[0], attrs))]
 
@@ -713,10 +701,10 @@ class _Lowerer:
     def pool(self, plan: Plan, kind: str) -> Value:
         x = self.input(plan, 0)
         _, c, h, wd = _shape(x)
-        kh, kw = _i(plan, "kernel")
-        sh, sw = _i(plan, "strides")
-        dh, dw = _i(plan, "dilations")
-        t, left, bot, right = _i(plan, "pads")
+        kh, kw = plan.ints("kernel")
+        sh, sw = plan.ints("strides")
+        dh, dw = plan.ints("dilations")
+        t, left, bot, right = plan.ints("pads")
         out = self.out_shape(plan)
         _, _, oh, ow = out
         win = Window(h, wd, (kh, kw), (sh, sw), (dh, dw), (t, left), (oh, ow))
@@ -858,7 +846,7 @@ class _Lowerer:
     def _lower_split(self, plan: Plan, act: Plan | None) -> list[Value]:
         x = self.input(plan, 0)
         axis = int(plan.attrs["axis"])  # type: ignore[call-overload]
-        sizes = _i(plan, "sizes")
+        sizes = plan.ints("sizes")
         shape = _shape(x)
         outs = [self.out_shape(plan, k) for k in range(len(plan.outputs))]
 
@@ -877,7 +865,7 @@ class _Lowerer:
 
     def _lower_slice(self, plan: Plan, act: Plan | None) -> list[Value]:
         x = self.input(plan, 0)
-        starts, steps = _i(plan, "starts"), _i(plan, "steps")
+        starts, steps = plan.ints("starts"), plan.ints("steps")
         out = self.out_shape(plan)
         if any(s < 0 for s in steps):
             def rev(b: Builder, a: list[Value]) -> list[Value]:
@@ -918,7 +906,7 @@ class _Lowerer:
     _lower_reshape = _lower_flatten
 
     def _lower_transpose(self, plan: Plan, act: Plan | None) -> list[Value]:
-        perm = _i(plan, "perm")
+        perm = plan.ints("perm")
         return self.compute([self.input(plan, 0)], [self.out_shape(plan)],
                             lambda b, a: [b.transpose(a[0], perm)])
 
