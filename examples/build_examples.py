@@ -19,8 +19,11 @@ HERE = Path(__file__).resolve().parent
 OPSET = 17
 
 
-class _Builder:
-    """Accumulates nodes and initializers; every layer helper returns its output name."""
+class NetBuilder:
+    """Accumulates nodes and initializers; every layer helper returns its output name.
+
+    Also the builder of `benchmarks/models.py` (ResNet-18) and of the random networks in
+    `tests/test_random_networks.py`: one place that writes ONNX models by hand."""
 
     def __init__(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
@@ -36,8 +39,9 @@ class _Builder:
         self.weights.append(numpy_helper.from_array(array, name))
         return name
 
-    def node(self, op: str, inputs: list[str], **attrs: object) -> str:
-        name = self.fresh(op.lower())
+    def node(self, op: str, inputs: list[str], out: str | None = None, **attrs: object) -> str:
+        """A node named after its op (or `out`, for a graph output's name)."""
+        name = out or self.fresh(op.lower())
         self.nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
         return name
 
@@ -114,7 +118,7 @@ class _Builder:
 
 def mlp() -> onnx.ModelProto:
     """196-200-200-10 perceptron: Gemm (transB, as torch exports Linear) + Relu."""
-    b = _Builder(seed=1)
+    b = NetBuilder(seed=1)
     h = "x"
     sizes = [196, 200, 200, 10]
     for k, n in itertools.pairwise(sizes):
@@ -126,7 +130,7 @@ def mlp() -> onnx.ModelProto:
 
 def lenet() -> onnx.ModelProto:
     """LeNet-5 on a 32×32 image: conv/relu/maxpool twice, flatten, three Gemms."""
-    b = _Builder(seed=2)
+    b = NetBuilder(seed=2)
     h = "x"
     for cin, cout in ((1, 6), (6, 16)):
         w = b.rng.standard_normal((cout, cin, 5, 5)) * np.sqrt(2.0 / (cin * 25))
@@ -149,7 +153,7 @@ def lenet() -> onnx.ModelProto:
 
 def resnet_block() -> onnx.ModelProto:
     """ResNet basic block: conv-BN-relu-conv-BN, identity shortcut add, relu."""
-    b = _Builder(seed=3)
+    b = NetBuilder(seed=3)
     c = 16
     h = b.node("Relu", [b.batch_norm(b.conv("x", c, c, 3, bias=False), c)])
     h = b.batch_norm(b.conv(h, c, c, 3, bias=False), c)
@@ -158,7 +162,7 @@ def resnet_block() -> onnx.ModelProto:
 
 def mobilenet_block() -> onnx.ModelProto:
     """MobileNetV2 inverted residual: 1×1 expand, 3×3 depthwise, 1×1 project, residual add."""
-    b = _Builder(seed=4)
+    b = NetBuilder(seed=4)
     c, expanded = 16, 64
     zero, six = (
         b.const("zero", np.array(0.0, np.float32)),
@@ -174,7 +178,7 @@ def mobilenet_block() -> onnx.ModelProto:
 
 def yolo_neck() -> onnx.ModelProto:
     """YOLO-style neck: conv+SiLU, SPPF max pools, concat, nearest ×2 upsample, skip concat."""
-    b = _Builder(seed=5)
+    b = NetBuilder(seed=5)
     h = b.silu(b.batch_norm(b.conv("x", 32, 16, 1, bias=False), 16), gate_first=False)
     pools = [h]
     for _ in range(3):

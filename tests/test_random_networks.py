@@ -16,71 +16,49 @@ import numpy as np
 import onnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import helper
 
+from examples.build_examples import NetBuilder
 from raptor.driver import ir_inputs
 from raptor.passes.materialize import ScheduleView, materialize
 from raptor.sim import SimOptions, simulate
 from raptor.solve import SolveOptions, solve
 from raptor.solver.evaluate import retime
 from raptor.target import Target
-from tests.frontend.util import model
 
 
 class _Net:
-    """Nodes and weights of a model under construction; `x` is the current value."""
+    """A model under construction (`NetBuilder`) and the shape of its current value `x`."""
 
     def __init__(self, draw: st.DrawFn, channels: int, height: int, width: int) -> None:
         self.draw = draw
-        self.rng = np.random.default_rng(draw(st.integers(0, 2**16)))
-        self.nodes: list[onnx.NodeProto] = []
-        self.weights: dict[str, np.ndarray] = {}
+        self.b = NetBuilder(draw(st.integers(0, 2**16)))
         self.x, self.c, self.h, self.w = "x", channels, height, width
 
-    def name(self, kind: str) -> str:
-        return f"{kind}{len(self.nodes)}"
-
-    def const(self, kind: str, value: np.ndarray) -> str:
-        name = self.name(kind) + f"_{len(self.weights)}"
-        self.weights[name] = value.astype(np.float32)
-        return name
-
-    def node(self, op: str, inputs: list[str], **attrs: object) -> str:
-        out = self.name(op.lower())
-        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
-        return out
-
-    def conv(self, src: str, cin: int, cout: int, k: int, stride: int, group: int) -> str:
-        w = self.const("w", self.rng.standard_normal((cout, cin // group, k, k)) / k)
-        b = self.const("b", self.rng.standard_normal(cout) * 0.1)
-        pad = k // 2
-        return self.node("Conv", [src, w, b], kernel_shape=[k, k], strides=[stride, stride],
-                         pads=[pad] * 4, group=group)
-
     def layer(self, kind: str) -> None:
+        b, x = self.b, self.x
         if kind == "conv":
             k, cout = self.draw(st.sampled_from([1, 3])), self.draw(st.integers(2, 6))
             stride = self.draw(st.sampled_from([1, 2])) if min(self.h, self.w) >= 4 else 1
-            self.x = self.conv(self.x, self.c, cout, k, stride, 1)
+            self.x = b.conv(x, self.c, cout, k, stride)
             self.c, self.h, self.w = cout, -(-self.h // stride), -(-self.w // stride)
         elif kind == "depthwise":
-            self.x = self.conv(self.x, self.c, self.c, 3, 1, self.c)
+            self.x = b.conv(x, self.c, self.c, 3, group=self.c)
         elif kind == "relu":
-            self.x = self.node("Relu", [self.x])
+            self.x = b.node("Relu", [x])
         elif kind == "silu":
-            self.x = self.node("Mul", [self.x, self.node("Sigmoid", [self.x])])
+            self.x = b.silu(x, gate_first=False)
         elif kind == "maxpool" and min(self.h, self.w) >= 2:
-            self.x = self.node("MaxPool", [self.x], kernel_shape=[2, 2], strides=[2, 2])
+            self.x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
             self.h, self.w = self.h // 2, self.w // 2
         elif kind == "add":
-            self.x = self.node("Add", [self.x, self.conv(self.x, self.c, self.c, 1, 1, 1)])
+            self.x = b.node("Add", [x, b.conv(x, self.c, self.c, 1)])
         elif kind == "concat":
-            branch = self.node("Relu", [self.conv(self.x, self.c, 2, 3, 1, 1)])
-            self.x = self.node("Concat", [self.x, branch], axis=1)
+            branch = b.node("Relu", [b.conv(x, self.c, 2, 3)])
+            self.x = b.node("Concat", [x, branch], axis=1)
             self.c += 2
         elif kind == "resize" and max(self.h, self.w) <= 5:
-            scales = self.const("scales", np.array([1, 1, 2, 2]))
-            self.x = self.node("Resize", [self.x, "", scales], mode="nearest")
+            scales = b.const(b.fresh("scales"), np.array([1, 1, 2, 2], np.float32))
+            self.x = b.node("Resize", [x, "", scales], mode="nearest")
             self.h, self.w = 2 * self.h, 2 * self.w
 
 
@@ -92,8 +70,7 @@ def networks(draw: st.DrawFn) -> onnx.ModelProto:
     kinds = ["conv", "depthwise", "relu", "silu", "maxpool", "add", "concat", "resize"]
     for kind in draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=5)):
         net.layer(kind)
-    net.nodes.append(helper.make_node("Identity", [net.x], ["y"], name="out"))
-    return model(net.nodes, {"x": [1, c, h, w]}, {"y": None}, net.weights)
+    return net.b.model("net", {"x": [1, c, h, w]}, net.b.node("Identity", [net.x], out="y"))
 
 
 @settings(max_examples=12, deadline=None, derandomize=True)
