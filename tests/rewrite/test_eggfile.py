@@ -65,20 +65,17 @@ def test_syntax_error_reports_file_and_line(rules_copy: Path) -> None:
         load_program("layout", rules_copy)
 
 
-def test_unknown_sort_reports_file_line_col(rules_copy: Path) -> None:
+@pytest.mark.parametrize(("good", "bad", "named", "with_col"), [
+    ("(relation External (i64))", "(relation External (Nope))", "Nope", True),  # unknown sort
+    ('(Gate p "isSupportedBiasAddValue")', '(Gates p "x")', "Gates", False),  # unbound function
+])
+def test_broken_rule_reports_file_line(rules_copy: Path, good: str, bad: str, named: str,
+                                       with_col: bool) -> None:
     layout = rules_copy / "layout.egg"
-    line, col = _break(layout, "(relation External (i64))", "(relation External (Nope))")
+    line, col = _break(layout, good, bad)
     (error,) = check_rules(rules_copy)
-    assert error.startswith(f"{layout}:{line}:{col}: error:")
-    assert "Nope" in error
-
-
-def test_unbound_function_in_rule_reports_its_line(rules_copy: Path) -> None:
-    layout = rules_copy / "layout.egg"
-    line, _ = _break(layout, '(Gate p "isSupportedBiasAddValue")', '(Gates p "x")')
-    (error,) = check_rules(rules_copy)
-    assert error.startswith(f"{layout}:{line}:")
-    assert "Gates" in error
+    assert error.startswith(f"{layout}:{line}:{col}: error:" if with_col else f"{layout}:{line}:")
+    assert named in error
 
 
 def test_panic_becomes_rule_error(tmp_path: Path) -> None:
