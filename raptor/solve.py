@@ -244,7 +244,8 @@ def report(s: Solved) -> dict[str, Any]:
         "layouts": dict(sel.counts),
         "layout_selector": sel.selector,
         "layout_costs": s.layout_costs,
-        "rules": {"dir": str(s.compiled.rules_dir), "fired": s.compiled.fired},
+        "rules": {"dir": str(s.compiled.rules_dir),
+                  "fired": dict(sorted(s.compiled.fired.items()))},  # reruns print alike
         "notes": s.compiled.notes,
         "seconds": {k: round(v, 4) for k, v in s.seconds.items()},
         "schedules": schedules,

@@ -84,9 +84,9 @@ def nice_step(span: float, ticks: int = 8) -> int:
 
 def time_unit(span: int) -> tuple[str, float]:
     """The unit the axis of a `span`-ns chart reads best in, and ns per unit."""
-    if span >= 10_000_000:
+    if span >= 2_000_000:
         return "ms", 1e6
-    if span >= 10_000:
+    if span >= 2_000:
         return "µs", 1e3
     return "ns", 1.0
 
@@ -100,7 +100,7 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
                  colours: Mapping[str, str], max_arrows: int = 800) -> str:
     """The chart: `rows` are the cores shown (top to bottom), `legend` maps each colour key
     to its label in order, `span` is the time range in ns. At most `max_arrows` messages are
-    drawn (the largest; the subtitle says how many)."""
+    drawn (every k-th by send time; the subtitle says so)."""
     row_h = 16 if len(rows) <= 40 else 12
     row_of = {c: i for i, c in enumerate(rows)}
     span = max(span, 1)
@@ -114,14 +114,15 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
                                                (BLOCKED, "blocked (waiting)")) if k in kinds]
     entries = [(colours.get(k, "#999999"), legend[k]) for k in keys] + extra
     if arrows:
-        entries.append((_MESSAGE, "message (sent → received)"))
+        entries.append((_MESSAGE, "message"))
     per_col = max(1, plot_w // 190)
     legend_h = 18 * math.ceil(len(entries) / per_col)
     height = _TOP + plot_h + _AXIS + legend_h + 10
-    drawn = sorted(arrows, key=lambda a: (-a.nbytes, a.t0, a.src, a.dst))[:max_arrows]
+    every = max(1, -(-len(arrows) // max_arrows))  # spread over the run, not one burst
+    drawn = sorted(arrows, key=lambda a: (a.t0, a.src, a.dst, a.t1))[::every]
     note = subtitle
-    if len(drawn) < len(arrows):
-        note += f"; {len(drawn):,} of {len(arrows):,} messages drawn (the largest)"
+    if every > 1:
+        note += f"; 1 in {every} of {len(arrows):,} messages drawn"
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
            f'viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, Arial, sans-serif" '
            f'font-size="11">',

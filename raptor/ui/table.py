@@ -130,7 +130,7 @@ def _fitted(title: str, heads: Sequence[str], rows: Sequence[Sequence[str]],
     floor = [max(n, longest_word(h)) for n, h in zip(need, heads, strict=True)]
     prefer = [max(max((len(c) for c in cells), default=0), len(h))
               for cells, h in zip(cols, heads, strict=True)]
-    avail = width - (3 * len(heads) - 1)  # SIMPLE_HEAD: edges, dividers, inner padding
+    avail = width - (3 * len(heads) - 3)  # a divider and two spaces between columns
     if sum(floor) > avail:
         return None
     widths = list(floor)
@@ -139,7 +139,7 @@ def _fitted(title: str, heads: Sequence[str], rows: Sequence[Sequence[str]],
         give = min(spare, prefer[k] - widths[k])
         widths[k] += give
         spare -= give
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for head, w, r in zip(heads, widths, right, strict=True):
         table.add_column(head, justify="right" if r else "left", width=w)
     for row in rows:
@@ -194,6 +194,7 @@ def print_results(console: Console, rep: dict[str, Any], *, wide: bool = False,
         console.print(table, crop=False, soft_wrap=True)
     else:
         console.print(table)
+    console.print()
     for line in status_lines(rep):
         console.print(line, markup=False, highlight=False)
     if files:
