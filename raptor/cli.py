@@ -338,8 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "with the PEFT heuristic and an OR-Tools CP-SAT model side by side, "
                        "materialize each schedule into scheduled IR with explicit channels, "
                        "simulate it, and check its outputs against the ONNX reference. Prints "
-                       "one row per schedule and writes report.json, Gantt charts (SVG), "
-                       "scheduled IR (.spat), Chrome traces and outputs (.npz) to --out. "
+                       "one row per schedule and writes report.json, scheduled IR (.spat), "
+                       "Gantt charts of the estimate and the simulation and a NoC heatmap "
+                       "(SVG), Chrome traces and outputs (.npz) to --out. "
                        "Exit 0 when every schedule validates and its numbers match, 1 "
                        "otherwise.")
     s.add_argument("file", metavar="MODEL.onnx")
