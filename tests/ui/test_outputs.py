@@ -29,7 +29,11 @@ NODES = {n.name for n in onnx.load(str(MODEL)).graph.node}
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Solved, Path]:
     out = tmp_path_factory.mktemp("out")
     solved = solve(MODEL, load_target("default"), SolveOptions(solver="peft"))
-    write_outputs(out, solved, report(solved))
+    wrote = write_outputs(out, solved, report(solved))
+    # the `wrote` line names exactly the files that are there
+    listed = re.findall(r"[\w.]+<solver>[\w.]+|report\.json", wrote)
+    assert sorted(f.replace("<solver>", "peft") for f in listed) == \
+        sorted(p.name for p in out.iterdir())
     return solved, out
 
 
