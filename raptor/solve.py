@@ -89,9 +89,10 @@ class Solved:
 
 
 class Progress(Protocol):
-    """A live display's hook: each call starts a phase named `msg`. `limit_s` is the phase's
-    time limit; a solver that reports while it searches passes its incumbent and proven
-    bound (`incumbent_ns`, `bound_ns`), e.g. from a CP-SAT solution callback."""
+    """A live display's hook: a call with a new `msg` starts a phase, a call with the same
+    `msg` updates it (its timer and limit carry on). `limit_s` is the phase's time limit; a
+    solver that reports while it searches passes its incumbent and proven bound
+    (`incumbent_ns`, `bound_ns`), e.g. from a CP-SAT solution callback."""
 
     def __call__(self, msg: str, /, *, limit_s: float | None = None,
                  incumbent_ns: int | None = None, bound_ns: int | None = None) -> None: ...
