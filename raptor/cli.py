@@ -7,8 +7,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -23,7 +21,7 @@ from raptor.driver import (
     ir_inputs,
     model_inputs,
 )
-from raptor.fileio import load_npz, save_npz_atomic, write_text_atomic
+from raptor.fileio import load_npz, save_npz_atomic
 from raptor.frontend.errors import FrontendError
 from raptor.frontend.oracle import compare, oracle_name, run_reference
 from raptor.gc_pause import collector_paused
@@ -37,11 +35,13 @@ from raptor.passes.projection import ProjectionError
 from raptor.rewrite.eggfile import RuleError, check_rules, resolve_rules_dir
 from raptor.rewrite.layout import LayoutError
 from raptor.sim import SimOptions
-from raptor.solve import SOLVERS, Solved, SolveOptions, report, solve
-from raptor.solver.gantt import gantt_svg
+from raptor.solve import SOLVERS, SolveOptions, report, solve
 from raptor.solver.graph import GraphError
 from raptor.solver.peft import CapacityError
 from raptor.target import Target, TargetError, load_target, show_target
+from raptor.ui.outputs import write_outputs
+from raptor.ui.progress import LiveProgress
+from raptor.ui.table import print_results
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -279,10 +279,6 @@ def cmd_target_show(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ solve
-def _fmt_ns(v: int | None) -> str:
-    return "-" if v is None else f"{v:,}"
-
-
 def cmd_solve(args: argparse.Namespace) -> int:
     target = _target(args)
     given = _given_inputs(args.inputs)
@@ -294,35 +290,28 @@ def cmd_solve(args: argparse.Namespace) -> int:
                         rtol=args.rtol, atol=args.atol,
                         compile=CompileOptions(rules_dir=args.rules, layout_selector=selector,
                                                print_ir=_print_ir_hook(args)))
-    status = err.status("compiling", spinner="dots") if not args.json else None
-    try:
-        if status is not None:
-            status.start()
-
-        def progress(msg: str) -> None:
-            if status is not None:
-                status.update(msg)
-
-        solved = solve(args.file, target, opts, given, progress)
-    except (CapacityError, CapacityExceeded, GraphError, ProjectionError) as e:
-        raise CliError(_about(args.file, e), EXIT_FAIL) from None
-    except (FrontendError, LoweringError, LayoutError, ValueError) as e:
-        raise CliError(_about(args.file, e)) from None
-    except RuleError as e:
-        raise CliError(str(e)) from None
-    except VerificationFailed as e:
-        raise CliError(str(e), EXIT_FAIL) from None
-    finally:
-        if status is not None:
-            status.stop()
-    rep = report(solved)
-    _write_outputs(args.out, solved, rep)
+    with LiveProgress(Console(stderr=True), enabled=not args.json) as progress:
+        try:
+            solved = solve(args.file, target, opts, given, progress)
+        except (CapacityError, CapacityExceeded, GraphError, ProjectionError) as e:
+            raise CliError(_about(args.file, e), EXIT_FAIL) from None
+        except (FrontendError, LoweringError, LayoutError, ValueError) as e:
+            raise CliError(_about(args.file, e)) from None
+        except RuleError as e:
+            raise CliError(str(e)) from None
+        except VerificationFailed as e:
+            raise CliError(str(e), EXIT_FAIL) from None
+        rep = report(solved)
+        try:
+            wrote = write_outputs(args.out, solved, rep, progress)
+        except OSError as e:
+            raise CliError(f"cannot write to {args.out}: {e.strerror or e}") from None
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
         for note in solved.compiled.notes:
             err.print(f"note: {note}", markup=False)
-        _print_solve_table(solved, rep, args.out)
+        print_results(Console(highlight=False), rep, wide=args.wide, files=wrote)
     failed = [r.name for r in solved.runs if not r.ok]
     for r in solved.runs:
         for v in (r.violations + r.scheduled_errors)[:5]:
@@ -333,66 +322,6 @@ def cmd_solve(args: argparse.Namespace) -> int:
             err.print(f"{r.name}: simulated outputs differ from the {solved.oracle} reference",
                       markup=False)
     return EXIT_FAIL if failed else EXIT_OK
-
-
-def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> None:
-    lay = rep["layouts"]
-    out.print(f"{solved.model} on target {solved.target.name}: {rep['tasks']} tasks, "
-              f"{rep['edges']} edges, {rep['crossbars']} crossbars, layouts "
-              f"{lay.get('NHWCRowStrip', 0)} row-strip / {lay.get('DenseNCHW', 0)} dense "
-              f"({lay.get('materializations', 0)} materializations), inputs: "
-              f"{solved.input_source}")
-    costs = rep["layout_costs"]
-    out.print("layout cost by selector (rules/layout.egg): " + ", ".join(
-        f"{k} {v}" + (" (selected)" if k == rep["layout_selector"] else "")
-        for k, v in costs.items()))
-    table = Table(title=f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns)")
-    cols = ["solver", "estimate ns", "ideal sim ns", "simulated ns", "bound ns",
-            "gap to bound", "status", "solve s", "cores", "crossbars", "numerics"]
-    for c in cols:
-        table.add_column(c, justify="left" if c in ("solver", "status", "numerics")
-                         else "right")
-    for run in solved.runs:
-        s = rep["schedules"][run.name]
-        bound = s["bound_ns"] if s["bound_ns"] is not None else rep["lower_bound_ns"]
-        gap = f"{(s['estimate_ns'] - bound) / bound:.1%}" if bound else "-"
-        num = s["numerics"]
-        check = "-" if num is None else ("ok" if num["ok"] else "MISMATCH") + \
-            f" ({num['max_abs_error']:.1e})"
-        if s["simulation_error"]:
-            check = "sim failed"
-        if not s["valid"]:
-            check = "INVALID"
-        table.add_row(run.name, _fmt_ns(s["estimate_ns"]), _fmt_ns(s["ideal_simulated_ns"]),
-                      _fmt_ns(s["simulated_ns"]),
-                      _fmt_ns(s["bound_ns"]), gap, s["status"], f"{s['solve_seconds']:.2f}",
-                      str(s["cores_used"]), str(rep["crossbars"]), check)
-    out.print(table)
-    out.print(f"wrote {out_dir}/: report.json, gantt.<solver>.svg, scheduled.<solver>.spat"
-              + (", trace.<solver>.json, outputs.<solver>.npz" if any(r.sim for r in
-                                                                   solved.runs) else ""))
-
-
-def _write_outputs(out_dir: str, solved: Solved, rep: dict[str, Any]) -> None:
-    d = Path(out_dir)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CliError(f"cannot create output directory {out_dir}: {e.strerror}") from None
-    g = solved.build.graph
-    printed: dict[int, str] = {}  # a schedule that fell back shares the heuristic's program
-    for run in solved.runs:
-        text = printed.get(id(run.scheduled))
-        if text is None:
-            text = printed[id(run.scheduled)] = run.scheduled.print()
-        write_text_atomic(d / f"scheduled.{run.name}.spat", text)
-        write_text_atomic(d / f"gantt.{run.name}.svg", gantt_svg(g, run.result))
-        if run.sim is not None:
-            run.sim.write_trace(d / f"trace.{run.name}.json")
-            outs = {v.name: o for v, o in zip(solved.compiled.graph.outputs, run.sim.outputs,
-                                             strict=True)}
-            save_npz_atomic(d / f"outputs.{run.name}.npz", outs)
-    write_text_atomic(d / "report.json", json.dumps(rep, indent=2) + "\n")
 
 
 # ------------------------------------------------------------------ entry point
@@ -409,8 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "with the PEFT heuristic and an OR-Tools CP-SAT model side by side, "
                        "materialize each schedule into scheduled IR with explicit channels, "
                        "simulate it, and check its outputs against the ONNX reference. Prints "
-                       "one row per schedule and writes report.json, Gantt charts (SVG), "
-                       "scheduled IR (.spat), Chrome traces and outputs (.npz) to --out. "
+                       "one row per schedule and writes report.json, scheduled IR (.spat), "
+                       "Gantt charts of the estimate and the simulation and a NoC heatmap "
+                       "(SVG), Chrome traces and outputs (.npz) to --out. "
                        "Exit 0 when every schedule validates and its numbers match, 1 "
                        "otherwise.")
     s.add_argument("file", metavar="MODEL.onnx")
@@ -438,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="raptor-out", metavar="DIR",
                    help="output directory (default raptor-out/)")
     s.add_argument("--json", action="store_true", help="print report.json to stdout")
+    s.add_argument("--wide", action="store_true", help="every column (bound, status, solve "
+                   "time, crossbars, messages) in the table, transposed if the terminal is "
+                   "too narrow for them")
     _add_compile_options(s)
     s.set_defaults(func=cmd_solve)
 

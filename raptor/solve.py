@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -89,7 +88,19 @@ class Solved:
         return all(r.ok for r in self.runs)
 
 
-Progress = Callable[[str], None]
+class Progress(Protocol):
+    """A live display's hook: a call with a new `msg` starts a phase, a call with the same
+    `msg` updates it (its timer and limit carry on). `limit_s` is the phase's time limit; a
+    solver that reports while it searches passes its incumbent and proven bound
+    (`incumbent_ns`, `bound_ns`), e.g. from a CP-SAT solution callback."""
+
+    def __call__(self, msg: str, /, *, limit_s: float | None = None,
+                 incumbent_ns: int | None = None, bound_ns: int | None = None) -> None: ...
+
+
+def _quiet(msg: str, /, *, limit_s: float | None = None, incumbent_ns: int | None = None,
+           bound_ns: int | None = None) -> None:
+    """The default `Progress`: says nothing."""
 
 
 def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild, comp: Compiled,
@@ -109,8 +120,9 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
 def solve(model: str | Path, target: Target, opts: SolveOptions,
           given_inputs: dict[str, np.ndarray] | None = None,
           progress: Progress | None = None) -> Solved:
-    say = progress or (lambda _msg: None)
+    say = progress or _quiet
     seconds: dict[str, float] = {}
+    say("compiling")
     t0 = time.perf_counter()
     comp = compile_model(model, target, opts.compile)
     seconds["compile"] = time.perf_counter() - t0
@@ -120,20 +132,23 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         if selector not in layout_costs:
             layout_costs[selector] = select_layouts(comp.graph, selector,
                                                     opts.compile.rules_dir)[0].cost
+    say("building the task graph")
     t0 = time.perf_counter()
     build = build_compute_graph(comp.module.main(), target)
     seconds["graph"] = time.perf_counter() - t0
     bounds = lower_bounds(build.graph, target)
     runs = []
+    say(f"PEFT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores")
     t0 = time.perf_counter()
     heuristic = peft_schedule(build.graph, target)
     seconds["peft"] = time.perf_counter() - t0
     if opts.solver in ("peft", "both"):
+        say("materializing the peft schedule")
         runs.append(_run_schedule("peft", heuristic, build, comp, target,
                                   opts.compile.print_ir))
     if opts.solver in ("cpsat", "both"):
-        say(f"CP-SAT: {build.graph.num_tasks} tasks on {target.num_cores} cores, time limit "
-            f"{opts.time_limit:g} s, {opts.workers} workers")
+        say(f"CP-SAT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores, "
+            f"{opts.workers} workers", limit_s=opts.time_limit)
         t0 = time.perf_counter()
         cp = cpsat_schedule(build.graph, target, CpSatOptions(
             time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed),
@@ -143,11 +158,13 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         if same:  # the heuristic schedule came back (time-out or not run): reuse its program
             runs.append(dataclasses.replace(runs[0], name="cpsat", result=cp))
         else:
+            say("materializing the cpsat schedule")
             runs.append(_run_schedule("cpsat", cp, build, comp, target, opts.compile.print_ir))
     inputs, source = model_inputs(comp.graph, model, given_inputs)
     oracle = None
     if opts.simulate:
         oracle = oracle_name()
+        say(f"running the ONNX reference ({oracle})")
         want = run_reference(model, inputs, oracle)
         feeds: dict[str | int, np.ndarray] = {}
         feeds.update(ir_inputs(comp.graph, inputs))
@@ -228,7 +245,8 @@ def report(s: Solved) -> dict[str, Any]:
         "layouts": dict(sel.counts),
         "layout_selector": sel.selector,
         "layout_costs": s.layout_costs,
-        "rules": {"dir": str(s.compiled.rules_dir), "fired": s.compiled.fired},
+        "rules": {"dir": str(s.compiled.rules_dir),
+                  "fired": dict(sorted(s.compiled.fired.items()))},  # reruns print alike
         "notes": s.compiled.notes,
         "seconds": {k: round(v, 4) for k, v in s.seconds.items()},
         "schedules": schedules,

@@ -26,7 +26,7 @@ from raptor.frontend.shapes import nearest_indices
 from raptor.ir.builder import Builder, new_func
 from raptor.ir.core import Affine, AffineLike, Value
 from raptor.ir.module import Module
-from raptor.ir.ops import Attr, ConcatOp, GraphComputeBatchOp, GraphComputeOp
+from raptor.ir.ops import Attr, ComputeOp, ConcatOp, GraphComputeBatchOp, GraphComputeOp
 from raptor.ir.types import TensorType
 from raptor.passes.layout import LayoutChoice
 from raptor.target import Target
@@ -69,6 +69,9 @@ class Lowered:
     module: Module
     stats: list[PlanStats]
     tiles: dict[str, tuple[int, int]] = field(default_factory=dict)
+    layer_of: dict[ComputeOp, PlanStats] = field(default_factory=dict)
+    """The plan (ONNX node) each graph compute was lowered from: charts and traces name
+    their bars by it."""
 
     @property
     def crossbars(self) -> int:
@@ -155,6 +158,7 @@ class _Lowerer:
         self.tiles: dict[str, tuple[int, int]] = {}
         self.stats: list[PlanStats] = []
         self.cur: PlanStats | None = None
+        self.layer_of: dict[ComputeOp, PlanStats] = {}
         self.fused: dict[str, Plan] = {}
         self.skip: set[int] = set()
         args = [(sanitize(v.name), _t(v.shape)) for v in graph.inputs]
@@ -187,7 +191,7 @@ class _Lowerer:
             self.stats.append(self.cur)
         self.b.ret([self.values[v.name] for v in self.g.outputs])
         module = Module([self.func], self.constants, filename=self.g.name)
-        return Lowered(module, self.stats, self.tiles)
+        return Lowered(module, self.stats, self.tiles, self.layer_of)
 
     def _plan_fusion(self) -> None:
         """A matrix plan absorbs a following activation that is its output's only consumer."""
@@ -266,6 +270,7 @@ class _Lowerer:
             raise AssertionError(f"fragment {fs} does not match result rank {rank}")
         lb.publish(frag, op.out_args[0], offsets, sizes)
         assert self.cur is not None
+        self.layer_of[op] = self.cur
         self.cur.lanes += lanes
         self.cur.mvms += lanes * mvms_per_lane
         return op.outs[0]
@@ -276,6 +281,7 @@ class _Lowerer:
         op, cb = self.b.graph_compute(inputs, [_t(s) for s in out_shapes])
         cb.yield_(body(cb, op.body.args))
         assert self.cur is not None
+        self.layer_of[op] = self.cur
         self.cur.lanes += 1
         return op.outs
 

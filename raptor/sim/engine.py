@@ -31,7 +31,7 @@ from raptor.sim.program import (
     Route,
     value_name,
 )
-from raptor.sim.report import BLOCKED, BUSY, COMM, MEMORY, CoreStats, SimReport, Trace
+from raptor.sim.report import BLOCKED, BUSY, COMM, MEMORY, QUEUE, CoreStats, SimReport, Trace
 from raptor.target import Target
 
 MODES = ("rendezvous", "buffered")
@@ -321,6 +321,7 @@ class Engine:
         give exactly `Target.transfer_ns`; waiting for links adds the head's delay."""
         transfer, ser, links = msg.route
         free, hop = self.link_free, self.hop_ns
+        held = self.trace.links if self.spans is not None else None
         head = msg.inject - hop
         for link in links:
             head += hop
@@ -328,6 +329,8 @@ class Engine:
             if f > head:
                 head = f
             free[link] = head + ser
+            if held is not None:
+                held.append((link, head, head + ser))
         delay = head - (msg.inject + (len(links) - 1) * hop)
         msg.arrival = msg.inject + transfer + delay
         if msg.target is not None:
@@ -368,7 +371,7 @@ class Engine:
         if start > st.clock:
             if self.spans is not None:
                 self.spans.append((st.cid, st.clock, start - st.clock, "blocked", BLOCKED,
-                                   "shared memory queue"))
+                                   QUEUE))
             st.blocked += start - st.clock
         self.order.append(ins)
         end = start + ins.cost

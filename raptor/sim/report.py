@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from raptor.fileio import write_text_atomic
 from raptor.sim.errors import SimError
 
 BUSY, BLOCKED, MEMORY, COMM = "compute", "blocked", "memory", "comm"
@@ -74,15 +75,57 @@ class SimReport:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class SpanLabel:
+    """What a compute or memory span is in model terms: `name` is the slice name, `key`
+    the layer it is coloured by, `args` what the trace viewer shows on selection."""
+
+    name: str
+    key: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+Labels = Mapping[int, Sequence[SpanLabel]]
+"""Per core, one label per compute and memory span in program order (a core runs its
+program in order, so its k-th such span is its k-th labelled op)."""
+
+QUEUE = "shared memory queue"
+"""The detail of a span spent waiting for the shared memory (the engine's wording)."""
+
+COUNTER_BINS = 1000
+"""Counter tracks average over at most this many time bins (a bounded file on any model)."""
+
+
 @dataclass
 class Trace:
-    """Raw spans (core, start ns, duration ns, name, category, detail) and messages
-    (src, dst, channel, bytes, injected ns, arrived ns); converted to JSON on demand."""
+    """Raw spans (core, start ns, duration ns, name, category, detail), messages
+    (src, dst, channel, bytes, injected ns, arrived ns) and mesh link occupancy
+    (link `a * cores + b`, start ns, end ns); converted to JSON on demand."""
 
     spans: list[tuple[int, int, int, str, str, str]] = field(default_factory=list)
     messages: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
+    links: list[tuple[int, int, int]] = field(default_factory=list)
 
-    def to_chrome(self, cores: list[int]) -> dict[str, Any]:
+    def labelled(self, labels: Labels | None) -> list[SpanLabel | None]:
+        """The label of each span (None for waiting, rendezvous and unlabelled spans)."""
+        out: list[SpanLabel | None] = []
+        seen: dict[int, int] = {}
+        for core, _, _, _, cat, _ in self.spans:
+            mine = labels.get(core) if labels is not None and cat in (BUSY, MEMORY) else None
+            if mine is None:
+                out.append(None)
+                continue
+            k = seen.get(core, 0)
+            seen[core] = k + 1
+            out.append(mine[k] if k < len(mine) else None)
+        return out
+
+    def to_chrome(self, cores: list[int], labels: Labels | None = None,
+                  mesh_links: int = 0) -> dict[str, Any]:
+        """Chrome trace-event JSON: a track per core whose compute slices are named by layer
+        and op (lanes, tiles and bytes in their args), a flow arrow per message from the
+        compute that produced it to the first compute on the receiver after it arrived,
+        and counter tracks for mesh link utilization and the shared-memory queue."""
         events: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": 0, "tid": 0,
              "args": {"name": "raptor simulator"}}]
@@ -91,29 +134,89 @@ class Trace:
                            "args": {"name": f"core {c}"}})
             events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": c,
                            "args": {"sort_index": c}})
-        for core, start, dur, name, cat, detail in self.spans:
+        work: dict[int, list[tuple[int, int]]] = {}  # per core: compute spans (start, end)
+        for (core, start, dur, name, cat, detail), label in zip(
+                self.spans, self.labelled(labels), strict=True):
+            args: dict[str, Any] = {"detail": detail}
+            if label is not None:  # the detail is a source location, if the IR has one
+                name = label.name
+                args = label.args if detail.startswith("<") else {**label.args,
+                                                                  "detail": detail}
             events.append({"ph": "X", "name": name, "cat": cat, "pid": 0, "tid": core,
-                           "ts": start / 1000, "dur": dur / 1000, "args": {"detail": detail}})
-        for i, (src, dst, ch, nbytes, sent, arrived) in enumerate(self.messages):
-            common = {"name": f"channel {ch}", "cat": "message", "pid": 0, "id": i,
-                      "args": {"bytes": nbytes, "from": src, "to": dst}}
-            events.append({**common, "ph": "s", "tid": src, "ts": sent / 1000})
-            events.append({**common, "ph": "f", "bp": "e", "tid": dst, "ts": arrived / 1000})
+                           "ts": start / 1000, "dur": dur / 1000, "args": args})
+            if cat == BUSY and dur > 0:
+                work.setdefault(core, []).append((start, start + dur))
+        events.extend(self._flows(work))
+        events.extend(self._counters(mesh_links))
         return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+    def _flows(self, work: dict[int, list[tuple[int, int]]]) -> list[dict[str, Any]]:
+        """Flow events bind to the slice enclosing their timestamp: the start sits in the
+        middle of the last compute that ended by the send, the end in the middle of the
+        first compute that starts after the arrival (the one that waited for it)."""
+        starts = {c: [s for s, _ in spans] for c, spans in work.items()}
+        ends = {c: [e for _, e in spans] for c, spans in work.items()}
+        out: list[dict[str, Any]] = []
+        for i, (src, dst, ch, nbytes, sent, arrived) in enumerate(self.messages):
+            k = bisect_right(ends.get(src, []), sent) - 1
+            j = bisect_left(starts.get(dst, []), arrived)
+            if k < 0 or j >= len(starts.get(dst, [])):
+                continue  # nothing computed it (a forwarded weight) or nothing reads it
+            a, b = work[src][k]
+            c, d = work[dst][j]
+            common = {"name": "message", "cat": "message", "pid": 0, "id": i,
+                      "args": {"bytes": nbytes, "from": src, "to": dst, "channel": ch,
+                               "sent_ns": sent, "arrived_ns": arrived}}
+            out.append({**common, "ph": "s", "tid": src, "ts": (a + b) / 2000})
+            out.append({**common, "ph": "f", "bp": "e", "tid": dst, "ts": (c + d) / 2000})
+        return out
+
+    def _counters(self, mesh_links: int) -> list[dict[str, Any]]:
+        """Time-binned averages: busy mesh links (percent of `mesh_links`, else a count) and
+        shared-memory requests waiting or in service."""
+        end = max((s + d for _, s, d, _, _, _ in self.spans), default=0)
+        end = max(end, max((e for _, _, e in self.links), default=0))
+        if end <= 0:
+            return []
+        width = -(-end // COUNTER_BINS)
+        edges = np.arange(0, end + width, width, dtype=np.int64)
+        memory = [(s, s + d) for _, s, d, _, cat, detail in self.spans
+                  if cat == MEMORY or detail == QUEUE]
+        tracks = (("NoC links busy", "percent" if mesh_links else "links",
+                   [(s, e) for _, s, e in self.links],
+                   100.0 / mesh_links if mesh_links else 1.0),
+                  ("shared memory queue", "requests", memory, 1.0))
+        out: list[dict[str, Any]] = []
+        for name, unit, spans, scale in tracks:
+            if not spans:
+                continue
+            level = busy_per_bin(spans, edges) * (scale / width)
+            prev = None
+            for t, v in zip(edges[:-1].tolist(), np.round(level, 3).tolist(), strict=True):
+                if v != prev:
+                    out.append({"ph": "C", "name": name, "pid": 0, "tid": 0, "ts": t / 1000,
+                                "args": {unit: v}})
+                    prev = v
+        return out
+
+
+def busy_per_bin(spans: Sequence[tuple[int, int]], edges: np.ndarray) -> np.ndarray:
+    """Σ over spans of their overlap with each bin [edges[k], edges[k+1]), in ns: the integral
+    F(t) = Σ max(0, min(t, end) - start) at the edges, differenced (O((n + bins) log n))."""
+    arr = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    s, e = np.sort(arr[:, 0]), np.sort(arr[:, 1])
+    cs = np.concatenate(([0], np.cumsum(s)))
+    ce = np.concatenate(([0], np.cumsum(e)))
+    ns = np.searchsorted(s, edges, side="left")
+    ne = np.searchsorted(e, edges, side="left")
+    total = (ns * edges - cs[ns]) - (ne * edges - ce[ne])
+    out: np.ndarray = np.diff(total).astype(np.float64)
+    return out
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write through a temporary file in the same directory, then rename, so a reader never
-    sees a half-written trace."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Whole or not at all (`raptor.fileio`): a reader never sees a half-written trace."""
+    write_text_atomic(path, text)
 
 
 @dataclass
@@ -132,8 +235,10 @@ class SimResult:
                            f"{', '.join('%' + n for n in self.names)})")
         return self.outputs[self.names.index(key)]
 
-    def chrome_trace(self) -> dict[str, Any]:
-        return self.trace.to_chrome([c.core for c in self.report.cores])
+    def chrome_trace(self, labels: Labels | None = None, mesh_links: int = 0
+                     ) -> dict[str, Any]:
+        return self.trace.to_chrome([c.core for c in self.report.cores], labels, mesh_links)
 
-    def write_trace(self, path: str | Path) -> None:
-        write_atomic(path, json.dumps(self.chrome_trace()))
+    def write_trace(self, path: str | Path, labels: Labels | None = None,
+                    mesh_links: int = 0) -> None:
+        write_atomic(path, json.dumps(self.chrome_trace(labels, mesh_links)))

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from raptor.sim import SimOptions
+from raptor.sim.report import SpanLabel, busy_per_bin
 
 from .test_timing import CONTENTION
-from .util import rand, run
+from .util import TARGET, rand, run
 
 
 def test_chrome_trace_has_one_track_per_core_with_spans(tmp_path: Path) -> None:
@@ -28,9 +31,48 @@ def test_chrome_trace_has_one_track_per_core_with_spans(tmp_path: Path) -> None:
     assert [(e["tid"], e["ts"], e["dur"]) for e in blocked] == [(2, 0.0, 0.036)]
     store = next(e for e in spans if e["name"].startswith("pim.store"))
     assert (store["ts"], store["dur"], store["cat"]) == (0.04, 0.1, "memory")
+    # an arrow binds to the slice around its timestamp: from the middle of the relu that
+    # produced the message to the middle of the add that waited for it (core 0 forwards a
+    # weight it did not compute: no slice to start from, no arrow)
     flows = [e for e in events if e["ph"] in "sf"]
     assert sorted((e["ph"], e["tid"], e["ts"]) for e in flows) == [
-        ("f", 2, 0.02), ("f", 2, 0.036), ("s", 0, 0.0), ("s", 1, 0.004)]
+        ("f", 2, 0.038), ("s", 1, 0.002)]
+    assert {e["id"] for e in flows} == {1} and flows[0]["args"]["bytes"] == 64
+
+
+def test_link_occupancy_and_counter_tracks() -> None:
+    """0->2 holds link 0->1 over [0, 16) and 1->2 over [2, 18); 1->2, sent at 4, gets link
+    1->2 at 18 (test_timing's contention case). The counters average per bin."""
+    res = run(CONTENTION, {"w": rand(16)})
+    n = TARGET.num_cores
+    assert sorted(res.trace.links) == [(0 * n + 1, 0, 16), (1 * n + 2, 2, 18),
+                                       (1 * n + 2, 18, 34)]
+    events = res.chrome_trace(mesh_links=4)["traceEvents"]
+    counters = [e for e in events if e["ph"] == "C"]
+    links = [(e["ts"], e["args"]["percent"]) for e in counters if e["name"] == "NoC links busy"]
+    # 140 ns in 1-ns bins: two of four links busy over [2, 16), one otherwise until 34
+    assert links[:4] == [(0.0, 25.0), (0.002, 50.0), (0.016, 25.0), (0.034, 0.0)]
+    queue = [(e["ts"], e["args"]["requests"]) for e in counters
+             if e["name"] == "shared memory queue"]
+    assert queue == [(0.0, 0.0), (0.04, 1.0)]
+
+
+def test_labels_name_the_slices_in_program_order() -> None:
+    res = run(CONTENTION, {"w": rand(16)})
+    labels = {1: [SpanLabel("relu3 (relu)", "relu3", {"lanes": [0], "bytes": 64})],
+              2: [SpanLabel("add4 (add)", "add4", {"tiles": 0}),
+                  SpanLabel("pim.store add4", "shared memory", {"bytes": 64})]}
+    spans = [e for e in res.chrome_trace(labels)["traceEvents"] if e["ph"] == "X"]
+    named = [(e["tid"], e["name"], e["args"]) for e in spans if e["cat"] != "blocked"]
+    assert named == [(1, "relu3 (relu)", {"lanes": [0], "bytes": 64, "detail": "t.spat:9:10"}),
+                     (2, "add4 (add)", {"tiles": 0, "detail": "t.spat:15:10"}),
+                     (2, "pim.store add4", {"bytes": 64, "detail": "t.spat:16:5"})]
+
+
+def test_busy_per_bin_integrates_overlaps() -> None:
+    edges = np.array([0, 5, 10, 15, 20])
+    assert busy_per_bin([(0, 10), (5, 15)], edges).tolist() == [5, 10, 5, 0]
+    assert busy_per_bin([(3, 4)], edges).tolist() == [1, 0, 0, 0]
 
 
 def test_trace_off_records_nothing_and_report_is_json() -> None:

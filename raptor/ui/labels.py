@@ -1,0 +1,169 @@
+"""Model names for what the schedulers and the simulator place: the ONNX layer (the plan a
+graph instance was lowered from) and op of every task, and per core one label per compute
+and memory span of a scheduled program, for the charts and the trace.
+
+A scheduled compute names the instance it runs by its result (`%t<task>`, or `%b<first
+task>` for a batch of consecutive lanes); that, not the op's position, ties it to a task, so
+the labels follow any order materialization chooses. Anything that does not resolve is
+labelled by its op alone."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from raptor.ir.core import Operation, Value
+from raptor.ir.module import Module
+from raptor.ir.ops import (
+    ChannelReceiveOp,
+    ChannelSendOp,
+    ComputeOp,
+    CoreOp,
+    LoadOp,
+    MvmOp,
+    ScheduledComputeBatchOp,
+    ScheduledComputeOp,
+    StoreOp,
+    WeightOp,
+)
+from raptor.ir.types import TensorType
+from raptor.passes.lower import Lowered, PlanStats
+from raptor.sim.program import op_name
+from raptor.sim.report import SpanLabel
+from raptor.solver.from_ir import GraphBuild
+
+MEMORY_KEY = "shared memory"
+"""The colour key of loads and stores at core level."""
+
+
+@dataclass(frozen=True)
+class Layer:
+    """`name`: the ONNX node a plan starts at ("conv2"); `op`: its kind with a fused
+    activation ("conv+relu")."""
+
+    name: str
+    op: str
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} ({self.op})"
+
+
+UNKNOWN = Layer("?", "?")
+
+
+def _layer(plan: PlanStats) -> Layer:
+    return Layer(plan.name, plan.kind + (f"+{plan.fused}" if plan.fused else ""))
+
+
+def legend(lowered: Lowered) -> dict[str, str]:
+    """Layer name → its legend label, in lowering (topological) order."""
+    return {s.name: _layer(s).title for s in lowered.stats}
+
+
+def task_layers(lowered: Lowered, build: GraphBuild) -> list[Layer]:
+    """The layer of every task of `build.graph` (tasks are the projection's instances)."""
+    out = []
+    for inst in build.projection.instances:
+        plan = lowered.layer_of.get(inst.op)
+        out.append(UNKNOWN if plan is None else _layer(plan))
+    return out
+
+
+_TASK = re.compile(r"[tb](\d+)$")
+
+
+def _tasks_of(op: ComputeOp, ntasks: int) -> list[int]:
+    """The tasks a scheduled compute runs, from its result name; [] when it does not say."""
+    m = _TASK.match(op.outs[0].name or "") if op.outs else None
+    if m is None:
+        return []
+    first = int(m.group(1))
+    lanes = op.lanes if isinstance(op, ScheduledComputeBatchOp) else 1
+    ids = list(range(first, first + lanes))
+    return ids if ids[-1] < ntasks else []
+
+
+def _bytes(values: list[Value]) -> int:
+    return sum(v.type.nbytes for v in values
+               if isinstance(v.type, TensorType) and v.type.is_static)
+
+
+def _compute_label(op: ComputeOp, tasks: list[int], layers: list[Layer],
+                   lanes: list[int]) -> SpanLabel:
+    """Layer, op, tasks and lanes, crossbar tiles (distinct MVM weights) and the bytes it
+    produces. Runs once per compute of a large model: kept lean."""
+    layer = layers[tasks[0]] if tasks else UNKNOWN
+    return SpanLabel(layer.title, layer.name, {
+        "layer": layer.name, "op": layer.op, "tasks": tasks,
+        "lanes": [lanes[t] for t in tasks],
+        "tiles": len({o.weight for o in op.body.ops if type(o) is MvmOp}),
+        "bytes": _bytes(op.outs)})
+
+
+def span_labels(scheduled: Module, layers: list[Layer], lanes: list[int]
+                ) -> dict[int, list[SpanLabel]]:
+    """Per core, the label of each op that the simulator times as a compute or memory span
+    (everything at core level but weights, sends and receives), in program order.
+
+    `layers[t]` and `lanes[t]` describe task t. Gathers, views and copies at core level are
+    named by their op and coloured as the compute they serve (the next one, else the last);
+    loads and stores name the layer whose value they move."""
+    out: dict[int, list[SpanLabel]] = {}
+    for core_op in scheduled.main().body.ops:
+        if not isinstance(core_op, CoreOp):
+            continue
+        ops = [op for op in core_op.body.ops
+               if not isinstance(op, WeightOp | ChannelReceiveOp | ChannelSendOp)]
+        layer_at: list[Layer | None] = []
+        tasks_at: list[list[int]] = []
+        task_of: dict[Value, int] = {}
+        for op in ops:
+            tasks = []
+            if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
+                tasks = _tasks_of(op, len(layers))
+                layer_at.append(layers[tasks[0]] if tasks else UNKNOWN)
+                for v in op.outs:
+                    if tasks:
+                        task_of[v] = tasks[0]
+            else:
+                layer_at.append(None)
+            tasks_at.append(tasks)
+        # a bare op serves the next compute (a gather) or follows the last (a lane view)
+        serving: list[Layer] = []
+        nxt: Layer | None = None
+        for layer in reversed(layer_at):
+            nxt = layer or nxt
+            serving.append(nxt or UNKNOWN)
+        serving.reverse()
+        last = UNKNOWN
+        labels = []
+        for op, layer, serves, tasks in zip(ops, layer_at, serving, tasks_at, strict=True):
+            if layer is not None:
+                assert isinstance(op, ComputeOp)
+                labels.append(_compute_label(op, tasks, layers, lanes))
+                last = layer
+            elif isinstance(op, LoadOp | StoreOp):
+                labels.append(_memory_label(op, task_of, layers))
+            else:
+                owner = serves if serves is not UNKNOWN else last
+                labels.append(SpanLabel(f"{op_name(op)} ({owner.name})", owner.name, {
+                    "layer": owner.name, "op": op_name(op),
+                    "bytes": _bytes(op.results())}))
+        out[core_op.core] = labels
+    return out
+
+
+def _memory_label(op: LoadOp | StoreOp, task_of: dict[Value, int],
+                  layers: list[Layer]) -> SpanLabel:
+    moved = op.value if isinstance(op, StoreOp) else op.result
+    origin = op.value.owner if isinstance(op, StoreOp) else None
+    task = task_of.get(op.value) if isinstance(op, StoreOp) else None
+    if task is None and isinstance(origin, Operation):
+        task = next((task_of[v] for v in origin.operands() if v in task_of), None)
+    layer = layers[task] if task is not None else None
+    what = op_name(op) + (f" {layer.name}" if layer is not None else "")
+    args: dict[str, object] = {"op": op_name(op), "bytes": _bytes([moved])}
+    if layer is not None:
+        args["layer"] = layer.name
+    return SpanLabel(what, MEMORY_KEY, args)

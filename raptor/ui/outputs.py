@@ -1,0 +1,94 @@
+"""The files `raptor solve` writes to `--out`, each whole or not at all (`raptor.fileio`):
+
+    report.json                 every figure (the table is rendered from it)
+    scheduled.<solver>.spat     the scheduled IR (`raptor verify` / `raptor interpret` read it)
+    gantt.<solver>.svg          the schedule's estimate, bars named by ONNX layer
+    gantt.<solver>.simulated.svg  the simulated timeline, same layout
+    noc.<solver>.svg            bytes per mesh link, busy / blocked share per core
+    trace.<solver>.json         Chrome trace (Perfetto): layer slices, message arrows, counters
+    outputs.<solver>.npz        simulated outputs keyed by graph output name
+
+The last four exist for simulated schedules only. A CP-SAT run that fell back to the
+heuristic schedule shares its program, labels and simulation."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from raptor.fileio import save_npz_atomic, write_text_atomic
+from raptor.sim.charts import noc_svg, timeline_svg
+from raptor.sim.report import SpanLabel
+from raptor.solve import Progress, ScheduleRun, Solved
+from raptor.solver.evaluate import retime
+from raptor.solver.gantt import gantt_svg
+from raptor.target import Target
+from raptor.ui.labels import legend, span_labels, task_layers
+
+FILES = ("report.json, scheduled.<solver>.spat, gantt.<solver>.svg (estimate)",
+         "gantt.<solver>.simulated.svg, noc.<solver>.svg, trace.<solver>.json, "
+         "outputs.<solver>.npz")
+"""What the `wrote` line lists: always, and for simulated schedules."""
+
+
+def mesh_links(target: Target) -> int:
+    """Directed links of the mesh (both directions between every pair of neighbours)."""
+    r, c = target.mesh_rows, target.mesh_cols
+    return 2 * (r * (c - 1) + c * (r - 1))
+
+
+def _status(run: ScheduleRun) -> str:
+    return run.result.status.split(" (")[0]
+
+
+def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
+                  say: Progress | None = None) -> str:
+    """Write every file (report.json last, with the seconds this took as
+    `seconds.outputs`); returns the `wrote ...` line. Raises OSError."""
+    t0 = time.perf_counter()
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    g = solved.build.graph
+    target = solved.target
+    lowered = solved.compiled.lowered
+    layers = task_layers(lowered, solved.build)
+    keys = [layer.name for layer in layers]
+    names = legend(lowered)
+    lanes = [t.lane for t in g.tasks]
+    model = Path(solved.model).name
+    printed: dict[int, str] = {}
+    labelled: dict[int, dict[int, list[SpanLabel]]] = {}
+    for run in solved.runs:
+        if say is not None:
+            say(f"writing the {run.name} outputs")
+        text = printed.get(id(run.scheduled))
+        if text is None:
+            text = printed[id(run.scheduled)] = run.scheduled.print()
+        write_text_atomic(d / f"scheduled.{run.name}.spat", text)
+        start = retime(g, target, run.result.core_of, run.result.core_tasks)
+        title = (f"{model}: {run.name} schedule ({_status(run)}), estimate "
+                 f"{run.estimate_ns:,} ns")
+        write_text_atomic(d / f"gantt.{run.name}.svg", gantt_svg(
+            g, run.result, title=title, keys=keys, legend=names, start=start))
+        if run.sim is None:
+            continue
+        labels = labelled.get(id(run.scheduled))
+        if labels is None:
+            labels = labelled[id(run.scheduled)] = span_labels(run.scheduled, layers, lanes)
+        latency = run.sim.report.latency_ns
+        write_text_atomic(d / f"gantt.{run.name}.simulated.svg", timeline_svg(
+            run.sim, labels, legend=names,
+            title=f"{model}: {run.name} schedule, simulated {latency:,} ns"))
+        write_text_atomic(d / f"noc.{run.name}.svg", noc_svg(
+            run.sim, target, title=f"{model}: NoC traffic of the {run.name} schedule "
+            "(simulated)"))
+        run.sim.write_trace(d / f"trace.{run.name}.json", labels, mesh_links(target))
+        outs = {v.name: o for v, o in zip(solved.compiled.graph.outputs, run.sim.outputs,
+                                         strict=True)}
+        save_npz_atomic(d / f"outputs.{run.name}.npz", outs)
+    rep["seconds"]["outputs"] = round(time.perf_counter() - t0, 4)
+    write_text_atomic(d / "report.json", json.dumps(rep, indent=2) + "\n")
+    simulated = any(r.sim is not None for r in solved.runs)
+    return f"wrote {out_dir}/: " + ", ".join(FILES if simulated else FILES[:1])

@@ -1,0 +1,75 @@
+"""The live progress line of `raptor solve`: the current phase, its elapsed time (against
+its limit, for CP-SAT), the incumbent and bound when the solver reports them, and the total
+time. Drawn on stderr only when stderr is a terminal; otherwise (pipes, files, CI, `--json`)
+nothing is printed at all.
+
+It is the `raptor.solve.Progress` hook: `solve()` calls it at each phase. A solver that can
+report during its search (a CP-SAT solution callback) calls it again with `incumbent_ns`
+and `bound_ns`; until one does, the CP-SAT phase shows elapsed / limit."""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+
+from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.text import Text
+
+
+class LiveProgress:
+    """Use as a context manager around the work; call it to start a phase."""
+
+    def __init__(self, console: Console, enabled: bool = True) -> None:
+        self.enabled = enabled and console.is_terminal
+        self.console = console
+        self.start = time.perf_counter()
+        self.phase = "starting"
+        self.phase_start = self.start
+        self.limit_s: float | None = None
+        self.incumbent_ns: int | None = None
+        self.bound_ns: int | None = None
+        self.spinner = Spinner("dots")
+        self.live: Live | None = None
+
+    def __call__(self, msg: str, /, *, limit_s: float | None = None,
+                 incumbent_ns: int | None = None, bound_ns: int | None = None) -> None:
+        if msg != self.phase:
+            self.phase, self.phase_start = msg, time.perf_counter()
+            self.limit_s = self.incumbent_ns = self.bound_ns = None
+        if limit_s is not None:
+            self.limit_s = limit_s
+        if incumbent_ns is not None:
+            self.incumbent_ns = incumbent_ns
+        if bound_ns is not None:
+            self.bound_ns = bound_ns
+
+    def line(self) -> str:
+        """The text after the spinner (also what a test can read without a terminal)."""
+        now = time.perf_counter()
+        phase = now - self.phase_start
+        parts = [self.phase]
+        parts.append(f"{phase:.1f} s of {self.limit_s:g} s" if self.limit_s is not None
+                     else f"{phase:.1f} s")
+        if self.incumbent_ns is not None:
+            parts.append(f"best {self.incumbent_ns:,} ns")
+        if self.bound_ns is not None:
+            parts.append(f"bound {self.bound_ns:,} ns")
+        return " · ".join(parts) + f"   (total {now - self.start:.1f} s)"
+
+    def __rich__(self) -> RenderableType:
+        self.spinner.update(text=Text(self.line()))
+        return self.spinner
+
+    def __enter__(self) -> LiveProgress:
+        if self.enabled:
+            self.live = Live(self, console=self.console, refresh_per_second=8, transient=True)
+            self.live.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None

@@ -1,0 +1,201 @@
+"""The results of `raptor solve` on a terminal, rendered from report.json alone: a line
+about the model, the layout costs (naming the rules directory used), one row per schedule,
+and a status line per schedule under the table.
+
+The table never cuts a number: by default it has the columns a reader compares (estimate,
+ideal and contended simulation, gap to the bound, cores, numerics), which fit 80 columns;
+`wide` adds the bound, status, solve time, crossbars and traffic. When a table's narrowest
+rendering is still wider than the terminal it is printed transposed (one column per
+schedule), which fits any width a person uses."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+
+def ns(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def shown_rules(directory: str) -> str:
+    """The rules directory as a reader knows it: the shipped one by that name, any other
+    (`--rules`, `$RAPTOR_RULES`) by the path given."""
+    shipped = Path(str(files("raptor").joinpath("rules"))).resolve()
+    return "shipped rules" if Path(directory).resolve() == shipped else directory
+
+
+def summary_lines(rep: dict[str, Any]) -> list[str]:
+    lay = rep["layouts"]
+    first = (f"{rep['model']} on target {rep['target']}: {rep['tasks']:,} tasks, "
+             f"{rep['edges']:,} edges, {rep['crossbars']:,} crossbars, layouts "
+             f"{lay.get('NHWCRowStrip', 0)} row-strip / {lay.get('DenseNCHW', 0)} dense "
+             f"({lay.get('materializations', 0)} materializations), inputs: {rep['inputs']}")
+    costs = ", ".join(f"{k} {v}" + (" (selected)" if k == rep["layout_selector"] else "")
+                      for k, v in rep["layout_costs"].items())
+    rules = shown_rules(rep["rules"]["dir"])
+    return [first, f"layout cost by selector ({rules}/layout.egg): {costs}"]
+
+
+def _bound(rep: dict[str, Any], s: dict[str, Any]) -> int:
+    return s["bound_ns"] if s["bound_ns"] is not None else rep["lower_bound_ns"]
+
+
+def _gap(rep: dict[str, Any], s: dict[str, Any]) -> str:
+    bound = _bound(rep, s)
+    return f"{(s['estimate_ns'] - bound) / bound:.1%}" if bound else "-"
+
+
+def _numerics(s: dict[str, Any]) -> str:
+    if not s["valid"]:
+        return "INVALID"
+    if s["simulation_error"]:
+        return "sim failed"
+    num = s["numerics"]
+    if num is None:
+        return "-"
+    return ("ok" if num["ok"] else "MISMATCH") + f" {num['max_abs_error']:.1e}"
+
+
+def _messages(s: dict[str, Any]) -> str:
+    sim = s["simulation"]
+    return "-" if sim is None else f"{sim['messages']:,}"
+
+
+Column = tuple[str, bool, str]
+"""(header, right-aligned, report key picked by `_cell`)."""
+
+COMPACT: list[Column] = [
+    ("estimate ns", True, "estimate"), ("ideal sim ns", True, "ideal"),
+    ("simulated ns", True, "simulated"), ("gap to bound", True, "gap"),
+    ("cores", True, "cores"), ("numerics", False, "numerics")]
+WIDE: list[Column] = [
+    ("estimate ns", True, "estimate"), ("ideal sim ns", True, "ideal"),
+    ("simulated ns", True, "simulated"), ("bound ns", True, "bound"),
+    ("gap to bound", True, "gap"), ("status", False, "status"), ("solve s", True, "solve"),
+    ("cores", True, "cores"), ("crossbars", True, "crossbars"),
+    ("messages", True, "messages"), ("numerics", False, "numerics")]
+
+
+def _cell(rep: dict[str, Any], s: dict[str, Any], key: str) -> str:
+    match key:
+        case "estimate":
+            return ns(s["estimate_ns"])
+        case "ideal":
+            return ns(s["ideal_simulated_ns"])
+        case "simulated":
+            return ns(s["simulated_ns"])
+        case "bound":
+            return ns(_bound(rep, s))
+        case "gap":
+            return _gap(rep, s)
+        case "status":
+            return str(s["status"])
+        case "solve":
+            return f"{s['solve_seconds']:.2f}"
+        case "cores":
+            return str(s["cores_used"])
+        case "crossbars":
+            return f"{rep['crossbars']:,}"
+        case "messages":
+            return _messages(s)
+    return _numerics(s)
+
+
+def _title(rep: dict[str, Any]) -> str:
+    return f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns)"
+
+
+def _fitted(title: str, heads: Sequence[str], rows: Sequence[Sequence[str]],
+            right: Sequence[bool], wraps: Sequence[bool], width: int) -> Table | None:
+    """A table whose column widths keep every cell on one line (cells of `wraps` columns
+    may break between words; headers always may), or None when that needs more than
+    `width`.
+
+    Rich's own fitting shrinks the widest columns first and then all evenly, cutting
+    numbers with "…"; here each column gets at least its widest unbreakable text and the
+    spare width unfolds the headers, the ones closest to one line first."""
+    def longest_word(text: str) -> int:
+        return max((len(w) for w in text.split()), default=0)
+
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(heads)
+    need = [max((longest_word(c) if wrap else len(c) for c in cells), default=0)
+            for cells, wrap in zip(cols, wraps, strict=True)]
+    floor = [max(n, longest_word(h)) for n, h in zip(need, heads, strict=True)]
+    prefer = [max(max((len(c) for c in cells), default=0), len(h))
+              for cells, h in zip(cols, heads, strict=True)]
+    avail = width - (3 * len(heads) - 3)  # a divider and two spaces between columns
+    if sum(floor) > avail:
+        return None
+    widths = list(floor)
+    spare = avail - sum(widths)
+    for k in sorted(range(len(widths)), key=lambda k: prefer[k] - floor[k]):
+        give = min(spare, prefer[k] - widths[k])
+        widths[k] += give
+        spare -= give
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for head, w, r in zip(heads, widths, right, strict=True):
+        table.add_column(head, justify="right" if r else "left", width=w)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def results_table(rep: dict[str, Any], columns: Sequence[Column], width: int
+                  ) -> Table | None:
+    """One row per schedule; None when it cannot fit `width` without cutting a cell."""
+    heads = ["solver", *(h for h, _, _ in columns)]
+    rows = [[name, *(_cell(rep, s, key) for _, _, key in columns)]
+            for name, s in rep["schedules"].items()]
+    return _fitted(_title(rep), heads, rows, [False, *(r for _, r, _ in columns)],
+                   [False, *(key == "status" for _, _, key in columns)], width)
+
+
+def transposed_table(rep: dict[str, Any], columns: Sequence[Column], width: int
+                     ) -> Table | None:
+    """One column per schedule, one row per figure: as narrow as the figures themselves."""
+    names = list(rep["schedules"])
+    rows = [[head, *(_cell(rep, s, key) for s in rep["schedules"].values())]
+            for head, _, key in columns]
+    return _fitted(_title(rep), ["", *names], rows, [False, *(True for _ in names)],
+                   [False, *(True for _ in names)], width)
+
+
+def status_lines(rep: dict[str, Any]) -> list[str]:
+    """What each solver did, how long it took, and what its bound is."""
+    out = []
+    low = rep["lower_bound_ns"]
+    for name, s in rep["schedules"].items():
+        model = f", {s['model']} model" if s["model"] else ""
+        bound = _bound(rep, s)
+        said = (f"bound {bound:,} ns = max(critical path, work / cores)" if bound == low
+                else f"proven bound {bound:,} ns")
+        out.append(f"{name}: {s['status']} in {s['solve_seconds']:.2f} s{model}; {said}")
+    return out
+
+
+def print_results(console: Console, rep: dict[str, Any], *, wide: bool = False,
+                  files: str = "") -> None:
+    """Everything `raptor solve` prints on stdout, fitted to `console.width`."""
+    for line in summary_lines(rep):
+        console.print(line, markup=False, highlight=False)
+    columns = WIDE if wide else COMPACT
+    table = results_table(rep, columns, console.width) or \
+        transposed_table(rep, columns, console.width)
+    if table is None:  # narrower than any figure: let the terminal wrap the rows
+        table = results_table(rep, columns, 10_000)
+        assert table is not None
+        console.print(table, crop=False, soft_wrap=True)
+    else:
+        console.print(table)
+    console.print()
+    for line in status_lines(rep):
+        console.print(line, markup=False, highlight=False)
+    if files:
+        console.print(files, markup=False, highlight=False)
