@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from raptor.driver import Compiled, CompileOptions, IRHook, compile_model, ir_inputs, model_inputs
-from raptor.frontend.oracle import compare, oracle_name, run_reference
+from raptor.driver import Compiled, CompileOptions, IRHook, compile_model, ir_inputs
+from raptor.frontend.oracle import compare, reference_outputs
 from raptor.ir.module import Module
 from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
 from raptor.ir.verifier import verify_module
@@ -83,6 +83,9 @@ class Solved:
     oracle: str | None
     seconds: dict[str, float]
     layout_costs: dict[str, int] = field(default_factory=dict)
+    bound_inputs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Compile notes, then run notes (e.g. that no reference could check the numerics)."""
 
     @property
     def ok(self) -> bool:
@@ -107,7 +110,6 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
 
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,
-          given_inputs: dict[str, np.ndarray] | None = None,
           progress: Progress | None = None) -> Solved:
     say = progress or (lambda _msg: None)
     seconds: dict[str, float] = {}
@@ -144,11 +146,14 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
             runs.append(dataclasses.replace(runs[0], name="cpsat", result=cp))
         else:
             runs.append(_run_schedule("cpsat", cp, build, comp, target, opts.compile.print_ir))
-    inputs, source = model_inputs(comp.graph, model, given_inputs)
+    assert comp.feeds is not None
+    inputs, source = comp.feeds.data, comp.feeds.source
+    notes = list(comp.notes)
     oracle = None
     if opts.simulate:
-        oracle = oracle_name()
-        want = run_reference(model, inputs, oracle)
+        want, oracle, note = reference_outputs(model, comp.feeds.reference())
+        if note is not None:
+            notes.append(note)
         feeds: dict[str | int, np.ndarray] = {}
         feeds.update(ir_inputs(comp.graph, inputs))
         for run in runs:
@@ -171,9 +176,10 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
             finally:
                 seconds[f"sim.{run.name}"] = time.perf_counter() - t0
             got = {v.name: o for v, o in zip(comp.graph.outputs, run.sim.outputs, strict=True)}
-            run.numerics = compare(got, want, opts.rtol, opts.atol)
+            if want is not None:
+                run.numerics = compare(got, want, opts.rtol, opts.atol)
     return Solved(str(model), target, comp, build, bounds, runs, inputs, source, oracle,
-                  seconds, layout_costs)
+                  seconds, layout_costs, list(comp.feeds.bound), notes)
 
 
 def report(s: Solved) -> dict[str, Any]:
@@ -224,12 +230,13 @@ def report(s: Solved) -> dict[str, Any]:
                          "min_cores": s.bounds.min_cores},
         "mvms": s.build.mvms,
         "inputs": s.input_source,
+        "bound_inputs": s.bound_inputs,
         "oracle": s.oracle,
         "layouts": dict(sel.counts),
         "layout_selector": sel.selector,
         "layout_costs": s.layout_costs,
         "rules": {"dir": str(s.compiled.rules_dir), "fired": s.compiled.fired},
-        "notes": s.compiled.notes,
+        "notes": s.notes,
         "seconds": {k: round(v, 4) for k, v in s.seconds.items()},
         "schedules": schedules,
     }

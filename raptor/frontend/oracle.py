@@ -6,6 +6,7 @@ opsets 9-14, Softmax below 13), else `onnx.reference.ReferenceEvaluator`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -42,6 +43,29 @@ def run_reference(model: str | Path | onnx.ModelProto, inputs: Mapping[str, np.n
 
         outs = ReferenceEvaluator(proto).run(names, feeds)
     return {n: np.asarray(o) for n, o in zip(names, outs, strict=True)}
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    return lines[0][:200] if lines else type(error).__name__
+
+
+def reference_outputs(model: str | Path | onnx.ModelProto, inputs: Mapping[str, np.ndarray]
+                      ) -> tuple[dict[str, np.ndarray] | None, str | None, str | None]:
+    """(outputs, oracle used, note): onnxruntime first, `onnx.reference` for a model it
+    cannot run; when neither can, no outputs and a note saying why (not a failure: the
+    compiled program still runs, its numerics are just unchecked)."""
+    failures = []
+    for which in ("onnxruntime", "onnx.reference"):
+        if which == "onnxruntime" and oracle_name() != "onnxruntime":
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return run_reference(model, inputs, which), which, None
+        except Exception as e:  # any failure of a third-party runtime is reported, not raised
+            failures.append(f"{which}: {_first_line(e)}")
+    return None, None, "reference unavailable: " + "; ".join(failures)
 
 
 def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], rtol: float,
