@@ -212,13 +212,12 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
     _print_results(f"{args.file} (inputs: {feeds.source})", "output", named)
     code = EXIT_OK
     if args.check:
-        want, which, note = reference_outputs(args.file, feeds.reference())
+        want, oracle, note = reference_outputs(args.file, feeds.reference())
         if want is None:
             err.print(f"note: {note}", markup=False)
             _save(args.out, named)
             return code
-        check = Table(title=f"check against {which} (rtol {args.rtol:g}, atol {args.atol:g})")
-        assert which is not None
+        check = Table(title=f"check against {oracle} (rtol {args.rtol:g}, atol {args.atol:g})")
         for col in ("output", "max abs error", "max rel error", "ok"):
             check.add_column(col)
         for name, (ae, re_, ok) in compare(named, want, args.rtol, args.atol).items():
@@ -227,7 +226,7 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
                 code = EXIT_FAIL
         out.print(check)
         if code:
-            err.print(f"{args.file}: outputs differ from the {which} reference", markup=False)
+            err.print(f"{args.file}: outputs differ from the {oracle} reference", markup=False)
     _save(args.out, named)
     return code
 
