@@ -212,9 +212,9 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
     _print_results(f"{args.file} (inputs: {feeds.source})", "output", named)
     code = EXIT_OK
     if args.check:
-        want, oracle, note = reference_outputs(args.file, feeds.reference())
+        want, oracle, unavailable = reference_outputs(args.file, feeds.reference())
         if want is None:
-            err.print(f"note: {note}", markup=False)
+            err.print(f"note: {unavailable}", markup=False)
             _save(args.out, named)
             return code
         check = Table(title=f"check against {oracle} (rtol {args.rtol:g}, atol {args.atol:g})")
