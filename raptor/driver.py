@@ -301,11 +301,11 @@ def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph
                 f"{path}: array for input {name!r} has shape {list(array.shape)} but "
                 f"--input-shape gives {'x'.join(map(str, shapes[name]))}")
         shapes[name] = array.shape
-    graph = import_loaded(proto, label, bound, shapes)
-    missing = [v.name for v in graph.inputs if v.name not in data]
+    missing = [d.name for d in declared if d.name not in data and d.name not in bound]
     if missing and path is not None:
         raise InputFileError(f"{path}: no array for input {', '.join(map(repr, missing))} "
                              f"(has: {', '.join(given) or 'nothing'})")
+    graph = import_loaded(proto, label, bound, shapes)
     if source is None:
         rng = np.random.default_rng(opts.seed)
         data = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in graph.inputs}

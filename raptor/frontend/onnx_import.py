@@ -170,6 +170,14 @@ def _dynamic(dim: onnx.TensorShapeProto.Dimension) -> bool:
     return dim.WhichOneof("value") != "dim_value" or dim.dim_value == -1
 
 
+def _param(dim: onnx.TensorShapeProto.Dimension) -> str:
+    """The symbolic name that ties this dimension to others ('' when unnamed; some
+    exporters name every dynamic dimension '?', which ties nothing)."""
+    if dim.WhichOneof("value") != "dim_param" or dim.dim_param in ("", "?"):
+        return ""
+    return dim.dim_param
+
+
 def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
     parts = []
     for axis, dim in enumerate(dims):
@@ -178,7 +186,7 @@ def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> s
         elif axis == 0:
             parts.append("1")
         else:
-            param = dim.dim_param if dim.WhichOneof("value") == "dim_param" else ""
+            param = _param(dim)
             parts.append(param if param.isidentifier() and len(param) <= 8 else f"D{axis}")
     return f"--input-shape {name}={'x'.join(parts)}"
 
@@ -233,11 +241,11 @@ def _bind_shapes(
                 f"{'x'.join(map(str, shape))} has rank {len(shape)}"
             )
         for axis, dim in enumerate(dims):
-            if shape and dim.WhichOneof("value") == "dim_param" and dim.dim_param:
-                known = params.setdefault(dim.dim_param, shape[axis])
+            if shape and _param(dim):
+                known = params.setdefault(_param(dim), shape[axis])
                 if known != shape[axis]:
                     raise FrontendError(
-                        f"{label}: dimension {dim.dim_param!r} is given as both {known} and "
+                        f"{label}: dimension {_param(dim)!r} is given as both {known} and "
                         f"{shape[axis]} (input {value.name!r}, axis {axis})"
                     )
     notes = []
@@ -246,7 +254,7 @@ def _bind_shapes(
         spelled = f"[{', '.join(spell_dim(d) for d in dims)}]"
         shape = value.name in fixed and [int(d) for d in fixed[value.name]]
         for axis, dim in enumerate(dims):
-            param = dim.dim_param if dim.WhichOneof("value") == "dim_param" else ""
+            param = _param(dim)
             if shape:
                 size = shape[axis]
                 if not _dynamic(dim) and dim.dim_value != size:
@@ -284,8 +292,8 @@ def _bind_shapes(
             dim.dim_value = size
     for value in graph.output:
         for dim in value.type.tensor_type.shape.dim:
-            if dim.WhichOneof("value") == "dim_param" and dim.dim_param in params:
-                dim.dim_value = params[dim.dim_param]
+            if _param(dim) in params:
+                dim.dim_value = params[_param(dim)]
             elif _dynamic(dim):
                 dim.Clear()
     del graph.value_info[:]
