@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from raptor.fileio import ArrayHeader, InputFileError, read_arrays
+from raptor.frontend.errors import FrontendError
 from raptor.frontend.onnx_import import (
     import_loaded,
     load_model,
@@ -305,7 +306,13 @@ def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph
     if missing and path is not None:
         raise InputFileError(f"{path}: no array for input {', '.join(map(repr, missing))} "
                              f"(has: {', '.join(given) or 'nothing'})")
-    graph = import_loaded(proto, label, bound, shapes)
+    try:
+        graph = import_loaded(proto, label, bound, shapes)
+    except FrontendError as e:
+        if not data:
+            raise
+        given_shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in data.items())
+        raise FrontendError(f"{e} (with the input shapes of {path}: {given_shapes})") from None
     if source is None:
         rng = np.random.default_rng(opts.seed)
         data = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in graph.inputs}

@@ -168,7 +168,8 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
             t0 = time.perf_counter()
             try:
                 sim = Simulator(run.scheduled, target)
-                run.sim = sim.run(feeds, opts.sim)
+                with np.errstate(all="ignore"):  # NaN/Inf inputs propagate quietly
+                    run.sim = sim.run(feeds, opts.sim)
                 run.ideal_ns = sim.timing(SimOptions.ideal(trace=False)).latency_ns
             except SimError as e:  # deadlock, capacity, unmatched channels: per schedule
                 run.sim_error = str(e)

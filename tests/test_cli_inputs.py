@@ -217,14 +217,21 @@ def test_bad_input_file_one_line_exit_2_before_layout(
     assert not out_dir.exists()
 
 
-def test_nonfinite_allowed_with_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                     ) -> None:
+def test_nonfinite_allowed_with_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     recwarn: pytest.WarningsRecorder) -> None:
+    """NaN/Inf propagate like onnxruntime's (same places), without numpy warnings."""
     model = conv_model(tmp_path)
-    _bad_file("nan", tmp_path / "nan.npz")
-    code, out, err = run(capsys, "interpret", str(model), "--inputs", str(tmp_path / "nan.npz"),
-                         "--allow-nonfinite")
+    values = good_inputs()
+    values["x"][0, 0, :3, :3], values["x"][0, 1, :3, :3] = np.inf, -np.inf
+    np.savez(tmp_path / "inf.npz", **values)
+    args = ["--inputs", str(tmp_path / "inf.npz"), "--allow-nonfinite"]
+    code, out, err = run(capsys, "interpret", str(model), *args, "--check")
     assert code == 0, err
-    assert "RuntimeWarning" not in err and "nan" in out
+    assert "nan" in out
+    code, out, err = run(capsys, "solve", str(model), *args, "--solver", "peft", "--out",
+                         str(tmp_path / "o"))
+    assert code == 0, err
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
 
 
 def test_txt_and_missing_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -275,3 +282,15 @@ def test_batch_above_one_compiles(tmp_path: Path, capsys: pytest.CaptureFixture[
                          "--check")
     assert code == 0, err
     assert "2x64" in out
+
+
+def test_shape_from_file_that_the_network_cannot_take(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Dynamic dims accept any size, but the error names the file the sizes came from."""
+    model = conv_model(tmp_path)
+    bad = tmp_path / "in.npz"
+    np.savez(bad, **good_inputs(x=np.ones((1, 3, 1, 1), np.float32), s=np.array([3, -1])))
+    code, _, err = run(capsys, "solve", str(model), "--inputs", str(bad))
+    assert (code, one_line(err)) == (
+        2, f"{model}: Reshape node 'flat': cannot reshape [1, 4, 1, 1] to [3, 1] (with the "
+           f"input shapes of {bad}: x [1, 3, 1, 1])")
