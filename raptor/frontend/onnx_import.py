@@ -851,7 +851,12 @@ def _conv(b: _Importer, node: _Node) -> None:
 @_converts("ConvTranspose")
 def _conv_transpose(b: _Importer, node: _Node) -> None:
     x, rank, w, bias, group, kernel, strides, dilations = _conv_operands(b, node)
-    extra = node.attr_ints("output_padding", [0] * rank)
+    extra = _ranged(node, "output_padding", node.attr_ints("output_padding", [0] * rank), rank, 0)
+    if any(e >= max(s, d) for e, s, d in zip(extra, strides, dilations, strict=True)):
+        raise FrontendError(
+            f"ConvTranspose node {node.name!r}: output_padding {extra} must be smaller than the "
+            f"stride {strides} or the dilation {dilations}"
+        )
     sizes = x.shape[2:]
     auto = node.attr_str("auto_pad", "NOTSET")
     target = node.attr_ints("output_shape", [])[-rank:]
@@ -941,11 +946,24 @@ def _gemm(b: _Importer, node: _Node) -> None:
     n = w.shape[1]
     if c is not None:
         c = c * np.float32(beta)
+        if c.ndim > 2 or not all(d in (1, want) for d, want in zip(
+                c.shape[::-1], (n, rows), strict=False)):
+            raise FrontendError(
+                f"Gemm node {node.name!r}: C {list(c.shape)} does not broadcast to the result "
+                f"{[rows, n]}"
+            )
         if c.ndim < 2 or c.shape[0] == 1:
             weights["bias"] = np.broadcast_to(c.reshape(-1) if c.ndim else c, (n,)).copy()
         else:
             weights["bias"] = np.broadcast_to(c, (rows, n)).copy()
     b.emit("gemm", node, [source], [(rows, n)], {}, weights, outputs=node.outputs)
+
+
+def _matmul_shape(node: _Node, a: Sequence[int], w: Sequence[int]) -> tuple[int, ...]:
+    try:
+        return matmul_shape(a, w)
+    except ValueError as e:
+        raise FrontendError(f"MatMul node {node.name!r}: {e}") from None
 
 
 @_converts("MatMul")
@@ -954,11 +972,11 @@ def _matmul(b: _Importer, node: _Node) -> None:
     if b.is_const(node.inputs[1]):
         w = b.weight(node, 1, "B")
         assert w is not None
-        shape = matmul_shape(a.shape, w.shape)
+        shape = _matmul_shape(node, a.shape, w.shape)
         b.emit("matmul", node, [a.name], [shape], {}, {"weight": w}, outputs=node.outputs)
     else:
         other = b.act(node, 1)
-        shape = matmul_shape(a.shape, other.shape)
+        shape = _matmul_shape(node, a.shape, other.shape)
         b.emit("matmul", node, [a.name, other.name], [shape], outputs=node.outputs)
 
 
@@ -971,7 +989,20 @@ def _batch_norm(b: _Importer, node: _Node) -> None:
         np.asarray(b.const(node, index, role), dtype=np.float64)
         for index, role in enumerate(("scale", "B", "mean", "var"), start=1)
     )
-    factor = scale / np.sqrt(var + node.attr_float("epsilon", 1e-5))
+    channels = x.shape[1] if len(x.shape) > 1 else 0
+    for role, value in zip(("scale", "B", "mean", "var"), (scale, shift, mean, var),
+                           strict=True):
+        if value.shape != (channels,):
+            raise FrontendError(
+                f"BatchNormalization node {node.name!r}: {role} has shape {list(value.shape)}, "
+                f"expected [{channels}] (the channels of input {list(x.shape)})"
+            )
+    epsilon = node.attr_float("epsilon", 1e-5)
+    if not np.all(var + epsilon > 0):
+        raise FrontendError(
+            f"BatchNormalization node {node.name!r}: var + epsilon must be positive"
+        )
+    factor = scale / np.sqrt(var + epsilon)
     offset = shift - mean * factor
     producer = b.producer.get(x.name)
     if producer is not None and producer.kind in ("conv", "gemm") and b.uses[x.name] == 1:
@@ -1049,8 +1080,14 @@ def _clip(b: _Importer, node: _Node) -> None:
         low, high = node.attr_float("min", -math.inf), node.attr_float("max", math.inf)
     else:
         bounds = [b.const(node, i, role) for i, role in ((1, "min"), (2, "max"))]
-        low = -math.inf if bounds[0] is None else float(bounds[0])
-        high = math.inf if bounds[1] is None else float(bounds[1])
+        for role, bound in zip(("min", "max"), bounds, strict=True):
+            if bound is not None and bound.size != 1:
+                raise FrontendError(
+                    f"Clip node {node.name!r}: {role} has shape {list(bound.shape)}; a bound "
+                    "is one number"
+                )
+        low = -math.inf if bounds[0] is None else float(bounds[0].reshape(-1)[0])
+        high = math.inf if bounds[1] is None else float(bounds[1].reshape(-1)[0])
     attrs: dict[str, object] = {"min": low, "max": high}
     b.emit("clip", node, [x.name], [x.shape], attrs, outputs=node.outputs)
 

@@ -35,6 +35,17 @@ def gemm_model(**attrs: object) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def one_node(op: str, weights: dict[str, np.ndarray], x: list[int], y: list[int | str],
+             **attrs: object) -> onnx.ModelProto:
+    """``op(x, *weights)`` with the weights as initializers."""
+    node = helper.make_node(op, ["x", *weights], ["y"], name="n", **attrs)
+    graph = helper.make_graph(
+        [node], "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def relu_model(dims: list[int | str | None]) -> onnx.ModelProto:
     """A Relu over an input with the given dims (None: an unnamed dynamic dimension)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
@@ -105,6 +116,18 @@ MALFORMED = {
     "int8 output": (_edit(conv_model(), _int_output), CHECKER + "[ShapeInferenceError] "
                     "Inference error(s): (op_type:Conv, node name: c): [TypeInferenceError] "
                     "Inferred elem type differs from existing elem type: (1) vs (3)"),
+    "clip bound not a scalar": (
+        one_node("Clip", {"lo": np.zeros(2, np.float32)}, [1, 2], [1, 2]),
+        "Clip node 'n': min has shape [2]; a bound is one number"),
+    "negative variance": (
+        one_node("BatchNormalization", {k: np.ones(2, np.float32) for k in "sbm"}
+                 | {"v": -np.ones(2, np.float32)}, [1, 2, 3, 3], [1, 2, 3, 3]),
+        "BatchNormalization node 'n': var + epsilon must be positive"),
+    "output_padding": (
+        one_node("ConvTranspose", {"w": np.ones((2, 2, 3, 3), np.float32)}, [1, 2, 3, 3],
+                 ["a", "b", "c", "d"], output_padding=[2, 0]),
+        "ConvTranspose node 'n': output_padding [2, 0] must be smaller than the stride [1, 1] "
+        "or the dilation [1, 1]"),
     "transB 2": (gemm_model(transB=2), "Gemm node 'g': transA 0 and transB 2 must be 0 or 1"),
     "dynamic -1": (relu_model([1, -1, 4]), "<ModelProto>: input 'x' has a dynamic dimension -1 "
                    "(dynamic) at axis 1 (shape [1, -1, 4]); set it with --input-shape x=1xD1x4 "
