@@ -6,9 +6,11 @@ The IR verifies after every pass (`verify_each`); `print_ir` sees each pass's ou
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import warnings
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,7 +155,6 @@ _MAX_ELEMENTS = 1 << 28
 @dataclass
 class _Declared:
     name: str
-    elem: int
     dims: list[int | str]  # a size, or the spelling of a dynamic dimension
 
     def spelled(self) -> str:
@@ -167,70 +168,58 @@ def _declared(proto: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> 
     for value in proto.graph.input:
         if value.name in initialized:
             continue
-        tensor = value.type.tensor_type
         dims: list[int | str] = [
             d.dim_value if d.WhichOneof("value") == "dim_value" and d.dim_value > 0
-            else spell_dim(d) for d in tensor.shape.dim]
+            else spell_dim(d) for d in value.type.tensor_type.shape.dim]
         given = shapes.get(value.name)
         if given is not None and len(given) == len(dims):
             dims = list(given)
-        out.append(_Declared(value.name, tensor.elem_type, dims))
+        out.append(_Declared(value.name, dims))
     return out
 
 
-def _keyed(path: str, keys: list[str], declared: list[_Declared]) -> dict[str, str]:
-    """File key → graph input name: by name, else by position (input_K, arr_K)."""
+def _input_for(path: str, key: str, declared: list[_Declared], taken: Mapping[str, str]) -> str:
+    """The graph input a file key names: by name, else by position (input_K, arr_K)."""
     names = [d.name for d in declared]
-    mapping: dict[str, str] = {}
-    for key in keys:
-        match = _POSITIONAL.fullmatch(key)
-        if key in names:
-            name = key
-        elif match and int(match.group(1)) < len(names):
-            name = names[int(match.group(1))]
-        else:
-            raise InputFileError(
-                f"{path}: array {key!r} is not a graph input (inputs: "
-                f"{', '.join(names) or 'none'}; positional keys input_0, arr_0 ... also work)")
-        if name in mapping.values():
-            raise InputFileError(f"{path}: two arrays give graph input {name!r}")
-        mapping[key] = name
-    return mapping
+    match = _POSITIONAL.fullmatch(key)
+    if key in names:
+        name = key
+    elif match and int(match.group(1)) < len(names):
+        name = names[int(match.group(1))]
+    else:
+        raise InputFileError(
+            f"{path}: array {key!r} is not a graph input (inputs: "
+            f"{', '.join(names) or 'none'}; positional keys input_0, arr_0 ... also work)")
+    if name in taken.values():
+        raise InputFileError(f"{path}: two arrays give graph input {name!r}")
+    return name
 
 
-def _header_check(path: str, mapping: dict[str, str], declared: list[_Declared],
-                  model: str) -> Callable[[ArrayHeader], None]:
+def _check_header(path: str, header: ArrayHeader, decl: _Declared, model: str) -> None:
     """Refuse an array whose header does not fit its graph input, before it is loaded."""
-    by_name = {d.name: d for d in declared}
-
-    def check(header: ArrayHeader) -> None:
-        name = mapping[header.key]
-        decl = by_name[name]
-        fits = len(header.shape) == len(decl.dims) and all(
-            isinstance(want, str) or want == got for want, got in zip(decl.dims, header.shape,
-                                                                     strict=True))
-        if not fits:
-            raise InputFileError(
-                f"{path}: array {header.key!r} has shape {list(header.shape)} but input "
-                f"{name!r} of {model} is {decl.spelled()}")
-        if any(d <= 0 for d in header.shape) or np.prod(header.shape, dtype=np.float64) \
-                > _MAX_ELEMENTS:
-            raise InputFileError(
-                f"{path}: array {header.key!r} has shape {list(header.shape)}; inputs must be "
-                f"non-empty and at most {_MAX_ELEMENTS:,} elements")
-
-    return check
+    fits = len(header.shape) == len(decl.dims) and all(
+        isinstance(want, str) or want == got
+        for want, got in zip(decl.dims, header.shape, strict=True))
+    if not fits:
+        raise InputFileError(
+            f"{path}: array {header.key!r} has shape {list(header.shape)} but input "
+            f"{decl.name!r} of {model} is {decl.spelled()}")
+    if min(header.shape, default=1) <= 0 or math.prod(header.shape) > _MAX_ELEMENTS:
+        raise InputFileError(
+            f"{path}: array {header.key!r} has shape {list(header.shape)}; inputs must be "
+            f"non-empty and at most {_MAX_ELEMENTS:,} elements")
 
 
 def _read_inputs(path: str, declared: list[_Declared], model: str, allow_nonfinite: bool
                  ) -> dict[str, np.ndarray]:
-    """An input file's arrays keyed by graph input name, each checked (header first)."""
+    """An input file's arrays keyed by graph input name, each header checked before any
+    data is read, then the values (NaN/Inf refused unless allowed)."""
+    by_name = {d.name: d for d in declared}
     mapping: dict[str, str] = {}
 
     def check(header: ArrayHeader) -> None:
-        mapping.update(_keyed(path, [header.key], declared) if header.key not in mapping
-                       else {})
-        _header_check(path, mapping, declared, model)(header)
+        mapping[header.key] = _input_for(path, header.key, declared, mapping)
+        _check_header(path, header, by_name[mapping[header.key]], model)
 
     arrays = read_arrays(path, check)
     out = {}
@@ -252,8 +241,6 @@ def _sample_file(model: str | Path, declared: list[_Declared], notes: list[str])
     if not sample.is_file():
         return None
     try:
-        import zipfile
-
         with zipfile.ZipFile(sample) as archive:
             keys = [n[:-4] for n in archive.namelist() if n.endswith(".npy")]
     except (OSError, zipfile.BadZipFile):
@@ -330,41 +317,6 @@ def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph
                                  "overflow to Inf); pass --allow-nonfinite to use them")
         ordered[v.name] = array
     return graph, ModelFeeds(ordered, bound, source, notes)
-
-
-def model_inputs(graph: PlanGraph, model: str | Path, given: dict[str, np.ndarray] | None,
-                 seed: int = 0) -> tuple[dict[str, np.ndarray], str]:
-    """Inputs keyed by graph input name: given, else `<model>.npz` beside the model, else
-    seeded random normals. Returns them with a description of where they came from."""
-    if given is not None:
-        source = "--inputs"
-        data = given
-    else:
-        sample = Path(model).with_suffix(".npz")
-        if sample.exists():
-            with np.load(sample) as f:
-                data = {k: np.asarray(f[k]) for k in f.files}
-            source = str(sample)
-        else:
-            rng = np.random.default_rng(seed)
-            data = {v.name: rng.standard_normal(v.shape).astype(np.float32)
-                    for v in graph.inputs}
-            source = f"random normal (seed {seed})"
-    missing = [v.name for v in graph.inputs if v.name not in data]
-    if missing:
-        raise ValueError(f"inputs lack {', '.join(missing)} (have: "
-                         f"{', '.join(sorted(data)) or 'nothing'})")
-    out = {}
-    for v in graph.inputs:
-        arr = np.asarray(data[v.name], dtype=np.float32)
-        if arr.shape != tuple(v.shape):
-            if arr.size == int(np.prod(v.shape)):
-                arr = arr.reshape(v.shape)
-            else:
-                raise ValueError(f"input {v.name} has shape {list(arr.shape)}, the model "
-                                 f"expects {list(v.shape)}")
-        out[v.name] = arr
-    return out, source
 
 
 def ir_inputs(graph: PlanGraph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
