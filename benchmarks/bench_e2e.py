@@ -20,7 +20,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.models import resnet18
-from raptor.driver import compile_model, ir_inputs, model_inputs
+from raptor.driver import compile_model, ir_inputs
 from raptor.passes.materialize import ScheduleView, materialize
 from raptor.sim import SimOptions, simulate
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
@@ -61,8 +61,8 @@ def run(path: Path, time_limit: float, workers: int, cpsat: bool, sim: bool) -> 
         sm = materialize(comp.module, gb.projection, gb.outputs,
                          ScheduleView(peft.core_of, start, end))
         row["materialize_s"] = time.perf_counter() - t0
-        inputs, _ = model_inputs(comp.graph, path, None)
-        feeds = ir_inputs(comp.graph, inputs)
+        assert comp.feeds is not None
+        feeds = ir_inputs(comp.graph, comp.feeds.data)
         ideal = simulate(sm, target, dict(feeds), SimOptions.ideal(trace=False))
         t0 = time.perf_counter()
         full = simulate(sm, target, dict(feeds), SimOptions(trace=False))

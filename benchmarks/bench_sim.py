@@ -96,12 +96,11 @@ def saved_module(spat: str, weights: str | None, inputs: str | None
 
 def model_module(model: str) -> tuple[Module, dict[str | int, np.ndarray]]:
     """Compile an ONNX model and materialize its PEFT schedule (as `raptor solve` does)."""
-    from raptor.driver import ir_inputs, model_inputs
+    from raptor.driver import ir_inputs
     from raptor.solve import SolveOptions, solve
 
     solved = solve(model, Target(), SolveOptions(solver="peft", simulate=False))
-    inputs, _ = model_inputs(solved.compiled.graph, model, None)
-    feeds: dict[str | int, np.ndarray] = dict(ir_inputs(solved.compiled.graph, inputs))
+    feeds: dict[str | int, np.ndarray] = dict(ir_inputs(solved.compiled.graph, solved.inputs))
     return solved.runs[0].scheduled, feeds
 
 

@@ -16,14 +16,14 @@ from raptor.driver import (
     PASSES,
     Compiled,
     CompileOptions,
+    InputOptions,
     VerificationFailed,
     compile_model,
     ir_inputs,
-    model_inputs,
 )
-from raptor.fileio import load_npz, save_npz_atomic
+from raptor.fileio import InputFileError, load_npz, save_npz_atomic
 from raptor.frontend.errors import FrontendError
-from raptor.frontend.oracle import compare, oracle_name, run_reference
+from raptor.frontend.oracle import compare, reference_outputs
 from raptor.gc_pause import collector_paused
 from raptor.ir.core import IRError
 from raptor.ir.interpreter import Interpreter
@@ -133,12 +133,22 @@ def _print_ir_hook(args: argparse.Namespace) -> Callable[[str, Module], None] | 
     return hook
 
 
+def _input_options(args: argparse.Namespace) -> InputOptions:
+    """The input-related options of a command that compiles a model."""
+    return InputOptions(inputs=getattr(args, "inputs", None), constants=args.constants,
+                        shapes=dict(args.input_shape or []),
+                        sample_inputs=not args.no_sample_inputs,
+                        allow_nonfinite=args.allow_nonfinite, seed=getattr(args, "seed", 0))
+
+
 def _compile(args: argparse.Namespace, target: Target) -> Compiled:
     selector = "disabled" if args.disable_spatial_planning else args.layout_selector
     opts = CompileOptions(rules_dir=args.rules, layout_selector=selector,
-                          print_ir=_print_ir_hook(args))
+                          print_ir=_print_ir_hook(args), inputs=_input_options(args))
     try:
         return compile_model(args.file, target, opts)
+    except InputFileError as e:
+        raise CliError(str(e)) from None
     except (FrontendError, LoweringError, LayoutError) as e:
         raise CliError(_about(args.file, e)) from None
     except RuleError as e:
@@ -190,34 +200,25 @@ def _save(path: str | None, named: dict[str, np.ndarray]) -> None:
         out.print(f"wrote {path}")
 
 
-def _given_inputs(path: str | None) -> dict[str, np.ndarray] | None:
-    """`--inputs X.npz` for a model, keyed by graph input name; None when not given."""
-    if path is None:
-        return None
-    try:
-        return load_npz(path)
-    except ValueError as e:
-        raise CliError(str(e)) from None
-
-
 def _interpret_onnx(args: argparse.Namespace) -> int:
     target = _target(args)
     comp = _compile(args, target)
     for note in comp.notes:
         err.print(f"note: {note}", markup=False)
-    given = _given_inputs(args.inputs)
-    try:
-        inputs, source = model_inputs(comp.graph, args.file, given)
-    except ValueError as e:
-        raise CliError(_about(args.file, e)) from None
-    results = Interpreter(comp.module).run(ir_inputs(comp.graph, inputs))
+    feeds = comp.feeds
+    assert feeds is not None
+    with np.errstate(all="ignore"):  # NaN/Inf inputs (--allow-nonfinite) propagate quietly
+        results = Interpreter(comp.module).run(ir_inputs(comp.graph, feeds.data))
     named = {v.name: r for v, r in zip(comp.graph.outputs, results, strict=True)}
-    _print_results(f"{args.file} (inputs: {source})", "output", named)
+    _print_results(f"{args.file} (inputs: {feeds.source})", "output", named)
     code = EXIT_OK
     if args.check:
-        which = oracle_name()
-        want = run_reference(args.file, inputs, which)
-        check = Table(title=f"check against {which} (rtol {args.rtol:g}, atol {args.atol:g})")
+        want, oracle, unavailable = reference_outputs(args.file, feeds.reference())
+        if want is None:
+            err.print(f"note: {unavailable}", markup=False)
+            _save(args.out, named)
+            return code
+        check = Table(title=f"check against {oracle} (rtol {args.rtol:g}, atol {args.atol:g})")
         for col in ("output", "max abs error", "max rel error", "ok"):
             check.add_column(col)
         for name, (ae, re_, ok) in compare(named, want, args.rtol, args.atol).items():
@@ -226,7 +227,7 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
                 code = EXIT_FAIL
         out.print(check)
         if code:
-            err.print(f"{args.file}: outputs differ from the {which} reference", markup=False)
+            err.print(f"{args.file}: outputs differ from the {oracle} reference", markup=False)
     _save(args.out, named)
     return code
 
@@ -281,7 +282,6 @@ def cmd_target_show(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ solve
 def cmd_solve(args: argparse.Namespace) -> int:
     target = _target(args)
-    given = _given_inputs(args.inputs)
     selector = "disabled" if args.disable_spatial_planning else args.layout_selector
     sim = SimOptions(mode=args.send_mode, link_contention=not args.no_contention,
                      shared_queueing=not args.no_contention)
@@ -289,10 +289,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
                         seed=args.seed, simulate=not args.no_simulate, sim=sim,
                         rtol=args.rtol, atol=args.atol,
                         compile=CompileOptions(rules_dir=args.rules, layout_selector=selector,
-                                               print_ir=_print_ir_hook(args)))
+                                               print_ir=_print_ir_hook(args),
+                                               inputs=_input_options(args)))
     with LiveProgress(Console(stderr=True), enabled=not args.json) as progress:
         try:
-            solved = solve(args.file, target, opts, given, progress)
+            solved = solve(args.file, target, opts, progress)
+        except InputFileError as e:
+            raise CliError(str(e)) from None
         except (CapacityError, CapacityExceeded, GraphError, ProjectionError) as e:
             raise CliError(_about(args.file, e), EXIT_FAIL) from None
         except (FrontendError, LoweringError, LayoutError, ValueError) as e:
@@ -309,7 +312,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
-        for note in solved.compiled.notes:
+        for note in solved.notes:
             err.print(f"note: {note}", markup=False)
         print_results(Console(highlight=False), rep, wide=args.wide, files=wrote)
     failed = [r.name for r in solved.runs if not r.ok]
@@ -356,7 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CP-SAT worker threads (default 2)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
     s.add_argument("--inputs", metavar="X.npz", help="inputs keyed by graph input name "
-                   "(default: MODEL.npz beside the model, else seeded random inputs)")
+                   "or position (input_0, arr_0); those feeding weights, biases, bounds or "
+                   "shape operands are bound as constants (default: MODEL.npz beside the "
+                   "model when its keys are input names, else seeded random inputs)")
+    _add_input_options(s)
     s.add_argument("--no-simulate", action="store_true",
                    help="schedule and materialize only; simulated fields are null")
     s.add_argument("--send-mode", choices=["rendezvous", "buffered"], default="rendezvous",
@@ -394,11 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "model, else seeded random inputs).")
     i.add_argument("file", metavar="FILE.spat|MODEL.onnx")
     i.add_argument("--inputs", metavar="X.npz", help="input arrays")
+    _add_input_options(i)
     i.add_argument("--weights", metavar="W.npz", help="data for spat.weight @symbols (.spat)")
     i.add_argument("--out", metavar="Y.npz", help="write results (.spat: result0, ...; ONNX: "
                    "keyed by graph output name)")
     i.add_argument("--check", action="store_true", help="compare with the ONNX reference "
-                   "(onnxruntime if installed, else onnx.reference); exit 1 on mismatch")
+                   "(onnxruntime; onnx.reference for a model it cannot run); exit 1 on "
+                   "mismatch")
     i.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     i.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     _add_target(i)
@@ -410,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "plan, its op, shapes, crossbar tiles, lanes and MVMs, with totals: "
                        "whether a model fits a target.")
     n.add_argument("file", metavar="MODEL.onnx")
+    n.add_argument("--inputs", metavar="X.npz", help="input values (their shapes fix dynamic "
+                   "dimensions; weights and shape operands among them are bound)")
+    _add_input_options(n)
     _add_target(n)
     _add_compile_options(n)
     n.set_defaults(func=cmd_inspect)
@@ -448,6 +459,32 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """argparse type: NAME=1x3x48x192 (positive sizes)."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or min(shape) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=AxBx... with positive sizes (e.g. x=1x3x48x192), got {text!r}")
+    return name, shape
+
+
+def _add_input_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--constants", metavar="C.npz", help="values for graph inputs, bound as "
+                   "constants at compile time whatever they feed (weights of an "
+                   "export_params=False model, shape operands)")
+    p.add_argument("--input-shape", action="append", type=_input_shape, metavar="NAME=AxBx..",
+                   help="fix the dynamic dimensions of an input (repeatable), e.g. "
+                   "x=1x3x48x192; without it a dynamic batch dimension is 1")
+    p.add_argument("--no-sample-inputs", action="store_true",
+                   help="do not use MODEL.npz beside the model as its inputs")
+    p.add_argument("--allow-nonfinite", action="store_true",
+                   help="accept NaN and Inf in input files (refused by default)")
 
 
 def _add_target(p: argparse.ArgumentParser) -> None:

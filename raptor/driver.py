@@ -6,14 +6,26 @@ The IR verifies after every pass (`verify_each`); `print_ir` sees each pass's ou
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Callable
+import re
+import warnings
+import zipfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 
-from raptor.frontend.onnx_import import import_onnx
+from raptor.fileio import ArrayHeader, InputFileError, read_arrays
+from raptor.frontend.errors import FrontendError
+from raptor.frontend.onnx_import import (
+    import_loaded,
+    load_model,
+    parameter_inputs,
+    spell_dim,
+)
 from raptor.frontend.plan import PlanGraph
 from raptor.ir.core import Diagnostic
 from raptor.ir.module import Module
@@ -43,11 +55,46 @@ IRHook = Callable[[str, Module], None]
 
 
 @dataclass
+class InputOptions:
+    """Where a model's inputs come from and how they may shape the compilation."""
+
+    inputs: str | None = None
+    """`--inputs X.npz`: values by graph input name (or input_K / arr_K by position); those
+    feeding a weight, bias, bound or shape operand are bound as constants."""
+    constants: str | None = None
+    """`--constants C.npz`: values bound as constants whatever they feed."""
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """`--input-shape NAME=1x3x48x192`: sizes for dynamic dimensions."""
+    sample_inputs: bool = True
+    """Use `MODEL.npz` beside the model when its keys are graph input names."""
+    allow_nonfinite: bool = False
+    seed: int = 0
+
+
+@dataclass
 class CompileOptions:
     rules_dir: str | os.PathLike[str] | None = None
     layout_selector: str = "exact"  # exact | iterative | disabled
     verify_each: bool = True
     print_ir: IRHook | None = None
+    inputs: InputOptions = field(default_factory=InputOptions)
+
+
+@dataclass
+class ModelFeeds:
+    """A model's input values, validated against the imported graph."""
+
+    data: dict[str, np.ndarray]
+    """Inputs computed on the chip (float32, by graph input name, in graph order)."""
+    bound: dict[str, np.ndarray]
+    """Graph inputs bound as constants at compile time (their values)."""
+    source: str
+    """Where the data came from: the file read, or the random generator."""
+    notes: list[str] = field(default_factory=list)
+
+    def reference(self) -> dict[str, np.ndarray]:
+        """Every graph input of the original model, for the ONNX reference."""
+        return {**self.bound, **self.data}
 
 
 @dataclass
@@ -59,6 +106,7 @@ class Compiled:
     canon: CanonStats
     rules_dir: Path
     notes: list[str] = field(default_factory=list)
+    feeds: ModelFeeds | None = None
 
     @property
     def module(self) -> Module:
@@ -85,7 +133,7 @@ def compile_model(model: str | Path, target: Target, opts: CompileOptions | None
                   ) -> Compiled:
     """ONNX file → verified canonical graph IR (N x F batches + Blueprints)."""
     opts = opts or CompileOptions()
-    graph = import_onnx(str(model))
+    graph, feeds = import_with_inputs(model, opts.inputs)
     if opts.print_ir is not None or opts.verify_each:
         _check("import", plan_module(graph), opts)
     selection, layouts = select_layouts(graph, opts.layout_selector, opts.rules_dir)
@@ -96,42 +144,179 @@ def compile_model(model: str | Path, target: Target, opts: CompileOptions | None
     canon = canonicalize(lowered.module, opts.rules_dir)
     _check("canonicalize", lowered.module, opts)
     return Compiled(graph, selection, layouts, lowered, canon,
-                    resolve_rules_dir(opts.rules_dir), list(graph.notes))
+                    resolve_rules_dir(opts.rules_dir), [*feeds.notes, *graph.notes], feeds)
 
 
-def model_inputs(graph: PlanGraph, model: str | Path, given: dict[str, np.ndarray] | None,
-                 seed: int = 0) -> tuple[dict[str, np.ndarray], str]:
-    """Inputs keyed by graph input name: given, else `<model>.npz` beside the model, else
-    seeded random normals. Returns them with a description of where they came from."""
-    if given is not None:
-        source = "--inputs"
-        data = given
+_POSITIONAL = re.compile(r"(?:arr|input)_(\d+)")
+_MAX_ELEMENTS = 1 << 28
+"""Largest input accepted (elements): 1 GiB of float32."""
+
+
+@dataclass
+class _Declared:
+    name: str
+    dims: list[int | str]  # a size, or the spelling of a dynamic dimension
+
+    def spelled(self) -> str:
+        return f"[{', '.join(map(str, self.dims))}]"
+
+
+def _declared(proto: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> list[_Declared]:
+    """The graph inputs a caller may supply, with `--input-shape` sizes filled in."""
+    initialized = {init.name for init in proto.graph.initializer}
+    out = []
+    for value in proto.graph.input:
+        if value.name in initialized:
+            continue
+        dims: list[int | str] = [
+            d.dim_value if d.WhichOneof("value") == "dim_value" and d.dim_value > 0
+            else spell_dim(d) for d in value.type.tensor_type.shape.dim]
+        given = shapes.get(value.name)
+        if given is not None and len(given) == len(dims):
+            dims = list(given)
+        out.append(_Declared(value.name, dims))
+    return out
+
+
+def _input_for(path: str, key: str, declared: list[_Declared], taken: Mapping[str, str]) -> str:
+    """The graph input a file key names: by name, else by position (input_K, arr_K)."""
+    names = [d.name for d in declared]
+    match = _POSITIONAL.fullmatch(key)
+    if key in names:
+        name = key
+    elif match and int(match.group(1)) < len(names):
+        name = names[int(match.group(1))]
     else:
-        sample = Path(model).with_suffix(".npz")
-        if sample.exists():
-            with np.load(sample) as f:
-                data = {k: np.asarray(f[k]) for k in f.files}
-            source = str(sample)
-        else:
-            rng = np.random.default_rng(seed)
-            data = {v.name: rng.standard_normal(v.shape).astype(np.float32)
-                    for v in graph.inputs}
-            source = f"random normal (seed {seed})"
-    missing = [v.name for v in graph.inputs if v.name not in data]
-    if missing:
-        raise ValueError(f"inputs lack {', '.join(missing)} (have: "
-                         f"{', '.join(sorted(data)) or 'nothing'})")
+        raise InputFileError(
+            f"{path}: array {key!r} is not a graph input (inputs: "
+            f"{', '.join(names) or 'none'}; positional keys input_0, arr_0 ... also work)")
+    if name in taken.values():
+        raise InputFileError(f"{path}: two arrays give graph input {name!r}")
+    return name
+
+
+def _check_header(path: str, header: ArrayHeader, decl: _Declared, model: str) -> None:
+    """Refuse an array whose header does not fit its graph input, before it is loaded."""
+    fits = len(header.shape) == len(decl.dims) and all(
+        isinstance(want, str) or want == got
+        for want, got in zip(decl.dims, header.shape, strict=True))
+    if not fits:
+        raise InputFileError(
+            f"{path}: array {header.key!r} has shape {list(header.shape)} but input "
+            f"{decl.name!r} of {model} is {decl.spelled()}")
+    if min(header.shape, default=1) <= 0 or math.prod(header.shape) > _MAX_ELEMENTS:
+        raise InputFileError(
+            f"{path}: array {header.key!r} has shape {list(header.shape)}; inputs must be "
+            f"non-empty and at most {_MAX_ELEMENTS:,} elements")
+
+
+def _read_inputs(path: str, declared: list[_Declared], model: str, allow_nonfinite: bool
+                 ) -> dict[str, np.ndarray]:
+    """An input file's arrays keyed by graph input name, each header checked before any
+    data is read, then the values (NaN/Inf refused unless allowed)."""
+    by_name = {d.name: d for d in declared}
+    mapping: dict[str, str] = {}
+
+    def check(header: ArrayHeader) -> None:
+        mapping[header.key] = _input_for(path, header.key, declared, mapping)
+        _check_header(path, header, by_name[mapping[header.key]], model)
+
+    arrays = read_arrays(path, check)
     out = {}
+    for key, array in arrays.items():
+        name = mapping[key]
+        if array.dtype.kind == "f" and not allow_nonfinite:
+            bad = int(np.count_nonzero(~np.isfinite(array)))
+            if bad:
+                raise InputFileError(
+                    f"{path}: array {key!r} (input {name!r}) has {bad} non-finite values "
+                    "(NaN or Inf); pass --allow-nonfinite to use them")
+        out[name] = array
+    return out
+
+
+def _sample_file(model: str | Path, declared: list[_Declared], notes: list[str]) -> str | None:
+    """`MODEL.npz` beside the model, when its keys are exactly graph input names."""
+    sample = Path(model).with_suffix(".npz")
+    if not sample.is_file():
+        return None
+    try:
+        with zipfile.ZipFile(sample) as archive:
+            keys = [n[:-4] for n in archive.namelist() if n.endswith(".npy")]
+    except (OSError, zipfile.BadZipFile):
+        keys = []
+    names = {d.name for d in declared}
+    if not keys or not set(keys) <= names:
+        notes.append(f"{sample} beside the model was ignored: its arrays "
+                     f"({', '.join(keys) or 'none readable'}) are not graph inputs "
+                     f"({', '.join(sorted(names))})")
+        return None
+    return str(sample)
+
+
+def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph, ModelFeeds]:
+    """Load and check the model, read and validate its input files against the declared
+    inputs (headers before data), bind constants and shapes, import, and complete the inputs
+    (seeded random normals for data no file gives). Everything here runs before layout
+    planning, so a wrong input file costs no scheduling time."""
+    label = str(model)
+    proto, label = load_model(label)
+    declared = _declared(proto, opts.shapes)
+    notes: list[str] = []
+    bound: dict[str, np.ndarray] = {}
+    data: dict[str, np.ndarray] = {}
+    source = None
+    if opts.constants is not None:
+        bound.update(_read_inputs(opts.constants, declared, label, opts.allow_nonfinite))
+    path = opts.inputs
+    if path is None and opts.sample_inputs and len(declared) > len(bound):
+        path = _sample_file(model, declared, notes)
+    if path is not None:
+        given = _read_inputs(path, declared, label, opts.allow_nonfinite)
+        params = parameter_inputs(proto)
+        for name, array in given.items():
+            if name in bound:
+                raise InputFileError(f"{path}: input {name!r} is also given by --constants "
+                                     f"{opts.constants}")
+            (bound if name in params else data)[name] = array
+        source = path
+    if bound:
+        notes.append(f"bound as constants: {', '.join(bound)}")
+    shapes = dict(opts.shapes)
+    for name, array in data.items():
+        if name in shapes and tuple(shapes[name]) != array.shape:
+            raise InputFileError(
+                f"{path}: array for input {name!r} has shape {list(array.shape)} but "
+                f"--input-shape gives {'x'.join(map(str, shapes[name]))}")
+        shapes[name] = array.shape
+    missing = [d.name for d in declared if d.name not in data and d.name not in bound]
+    if missing and path is not None:
+        raise InputFileError(f"{path}: no array for input {', '.join(map(repr, missing))} "
+                             f"(has: {', '.join(given) or 'nothing'})")
+    try:
+        graph = import_loaded(proto, label, bound, shapes)
+    except FrontendError as e:
+        if not data:
+            raise
+        given_shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in data.items())
+        raise FrontendError(f"{e} (with the input shapes of {path}: {given_shapes})") from None
+    if source is None:
+        rng = np.random.default_rng(opts.seed)
+        data = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in graph.inputs}
+        source = f"random normal (seed {opts.seed})"
+    ordered = {}
     for v in graph.inputs:
-        arr = np.asarray(data[v.name], dtype=np.float32)
-        if arr.shape != tuple(v.shape):
-            if arr.size == int(np.prod(v.shape)):
-                arr = arr.reshape(v.shape)
-            else:
-                raise ValueError(f"input {v.name} has shape {list(arr.shape)}, the model "
-                                 f"expects {list(v.shape)}")
-        out[v.name] = arr
-    return out, source
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # overflow to inf: checked below
+            array = np.asarray(data[v.name], dtype=np.float32)
+        if array.shape != v.shape:
+            raise InputFileError(f"{source}: input {v.name!r} has shape {list(array.shape)}, "
+                                 f"the model computes it as {list(v.shape)}")
+        if not opts.allow_nonfinite and not np.all(np.isfinite(array)):
+            raise InputFileError(f"{source}: input {v.name!r} does not fit float32 (values "
+                                 "overflow to Inf); pass --allow-nonfinite to use them")
+        ordered[v.name] = array
+    return graph, ModelFeeds(ordered, bound, source, notes)
 
 
 def ir_inputs(graph: PlanGraph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import io
+import math
 import os
 import tempfile
-from collections.abc import Mapping
+import zipfile
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -43,10 +48,134 @@ def save_npz_atomic(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
     write_bytes_atomic(path, buf.getvalue())
 
 
-def load_npz(path: str | Path) -> dict[str, np.ndarray]:
-    """Load an `.npz` of named arrays; raises ValueError with the file name when unreadable."""
+class InputFileError(ValueError):
+    """An input file that cannot be used; the message is one line naming the file."""
+
+
+@dataclass(frozen=True)
+class ArrayHeader:
+    """What an .npy header claims, read before any data is: the check callback of
+    `read_arrays` sees it and may refuse the array before it is loaded."""
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+HeaderCheck = Callable[[ArrayHeader], None]
+_NUMERIC_KINDS = "biuf"
+_ZIP_MAGIC, _NPY_MAGIC = b"PK\x03\x04", b"\x93NUMPY"
+
+
+def _dtype_text(dtype: np.dtype) -> str:
+    return "object" if dtype.hasobject else str(dtype)
+
+
+def _header(fp: BinaryIO, key: str, available: int, path: str) -> tuple[ArrayHeader, int]:
+    """Read an .npy header at fp; returns it with the bytes of data that follow."""
+    start = fp.tell()
+    version = np.lib.format.read_magic(fp)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+    else:
+        raise InputFileError(f"{path}: array {key!r} uses .npy format {version}, which is "
+                             "not read (save it with numpy.save/savez)")
+    header = ArrayHeader(key, tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran))
+    if header.dtype.kind not in _NUMERIC_KINDS or header.dtype.hasobject:
+        raise InputFileError(f"{path}: array {key!r} has dtype {_dtype_text(header.dtype)}; "
+                             "inputs must be numeric (float32, or integers for shape operands)")
+    return header, available - (fp.tell() - start)
+
+
+def _checked(header: ArrayHeader, data_bytes: int, path: str, check: HeaderCheck | None
+             ) -> None:
+    if check is not None:
+        check(header)
+    if header.nbytes > data_bytes:
+        raise InputFileError(
+            f"{path}: array {header.key!r} claims shape {list(header.shape)} "
+            f"({header.nbytes:,} bytes) but the file holds {max(data_bytes, 0):,} bytes of it "
+            "(truncated or corrupt)")
+
+
+def read_arrays(path: str | Path, check: HeaderCheck | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an .npz (keyed by name) or .npy (key ``arr_0``) file.
+
+    Every header is read and checked first — numeric dtype, the data really present, then
+    ``check`` (e.g. against a model's shapes) — so that a header claiming a huge array or
+    Python objects fails before anything is allocated. Raises `InputFileError`.
+    """
+    label = str(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: np.asarray(data[k]) for k in data.files}
-    except (OSError, ValueError, EOFError) as e:
-        raise ValueError(f"{path}: cannot read inputs as .npz ({e})") from None
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(0)
+            if magic.startswith(_NPY_MAGIC):
+                header, data_bytes = _header(fh, "arr_0", size, label)
+                _checked(header, data_bytes, label, check)
+                return {"arr_0": _read_data(fh, header)}
+            if not magic.startswith(_ZIP_MAGIC):
+                what = "an empty file" if not magic else "not a NumPy .npz or .npy file"
+                raise InputFileError(f"{label}: cannot read inputs: {what} (write them with "
+                                     "numpy.savez, keyed by graph input name)")
+            return _read_npz(fh, label, check)
+    except InputFileError:
+        raise
+    except FileNotFoundError:
+        raise InputFileError(f"{label}: cannot read inputs: no such file") from None
+    except IsADirectoryError:
+        raise InputFileError(f"{label}: cannot read inputs: a directory, not an .npz file"
+                             ) from None
+    except zipfile.BadZipFile:
+        raise InputFileError(f"{label}: cannot read inputs: truncated or corrupt .npz (not a "
+                             "valid zip archive)") from None
+    except (OSError, ValueError, EOFError, zlib.error,
+            NotImplementedError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputFileError(f"{label}: cannot read inputs as .npz/.npy: {first}") from None
+
+
+def _read_npz(fh: BinaryIO, label: str, check: HeaderCheck | None) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(fh) as archive:
+        members = archive.infolist()
+        headers: list[tuple[ArrayHeader, zipfile.ZipInfo]] = []
+        for info in members:
+            if info.is_dir():
+                continue
+            if not info.filename.endswith(".npy"):
+                raise InputFileError(f"{label}: member {info.filename!r} is not an .npy array")
+            key = info.filename[:-4]
+            if key in out or any(h[0].key == key for h in headers):
+                raise InputFileError(f"{label}: array {key!r} is stored twice")
+            with archive.open(info) as member:
+                header, data_bytes = _header(member, key, info.file_size, label)  # type: ignore[arg-type]
+            _checked(header, data_bytes, label, check)
+            headers.append((header, info))
+        for header, info in headers:
+            with archive.open(info) as member:
+                _header(member, header.key, info.file_size, label)  # type: ignore[arg-type]
+                out[header.key] = _read_data(member, header)  # type: ignore[arg-type]
+    return out
+
+
+def _read_data(fp: BinaryIO, header: ArrayHeader) -> np.ndarray:
+    """The data after a header already read and checked (C order, never pickled)."""
+    data = fp.read(header.nbytes)
+    if len(data) != header.nbytes:
+        raise InputFileError(f"array {header.key!r}: data ends early")
+    flat = np.frombuffer(data, dtype=header.dtype)
+    return flat.reshape(header.shape, order="F" if header.fortran else "C").copy()
+
+
+def load_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Load an `.npz` (or `.npy`) of named arrays; raises InputFileError naming the file."""
+    return read_arrays(path)

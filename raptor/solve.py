@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from raptor.driver import Compiled, CompileOptions, IRHook, compile_model, ir_inputs, model_inputs
-from raptor.frontend.oracle import compare, oracle_name, run_reference
+from raptor.driver import Compiled, CompileOptions, IRHook, compile_model, ir_inputs
+from raptor.frontend.oracle import compare, reference_outputs
 from raptor.ir.module import Module
 from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
 from raptor.ir.verifier import verify_module
@@ -82,6 +82,9 @@ class Solved:
     oracle: str | None
     seconds: dict[str, float]
     layout_costs: dict[str, int] = field(default_factory=dict)
+    bound_inputs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Compile notes, then run notes (e.g. that no reference could check the numerics)."""
 
     @property
     def ok(self) -> bool:
@@ -118,7 +121,6 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
 
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,
-          given_inputs: dict[str, np.ndarray] | None = None,
           progress: Progress | None = None) -> Solved:
     say = progress or _quiet
     seconds: dict[str, float] = {}
@@ -160,12 +162,15 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         else:
             say("materializing the cpsat schedule")
             runs.append(_run_schedule("cpsat", cp, build, comp, target, opts.compile.print_ir))
-    inputs, source = model_inputs(comp.graph, model, given_inputs)
+    assert comp.feeds is not None
+    inputs, source = comp.feeds.data, comp.feeds.source
+    notes = list(comp.notes)
     oracle = None
     if opts.simulate:
-        oracle = oracle_name()
-        say(f"running the ONNX reference ({oracle})")
-        want = run_reference(model, inputs, oracle)
+        say("running the ONNX reference")
+        want, oracle, note = reference_outputs(model, comp.feeds.reference())
+        if note is not None:
+            notes.append(note)
         feeds: dict[str | int, np.ndarray] = {}
         feeds.update(ir_inputs(comp.graph, inputs))
         for run in runs:
@@ -180,7 +185,8 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
             t0 = time.perf_counter()
             try:
                 sim = Simulator(run.scheduled, target)
-                run.sim = sim.run(feeds, opts.sim)
+                with np.errstate(all="ignore"):  # NaN/Inf inputs propagate quietly
+                    run.sim = sim.run(feeds, opts.sim)
                 run.ideal_ns = sim.timing(SimOptions.ideal(trace=False)).latency_ns
             except SimError as e:  # deadlock, capacity, unmatched channels: per schedule
                 run.sim_error = str(e)
@@ -188,9 +194,10 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
             finally:
                 seconds[f"sim.{run.name}"] = time.perf_counter() - t0
             got = {v.name: o for v, o in zip(comp.graph.outputs, run.sim.outputs, strict=True)}
-            run.numerics = compare(got, want, opts.rtol, opts.atol)
+            if want is not None:
+                run.numerics = compare(got, want, opts.rtol, opts.atol)
     return Solved(str(model), target, comp, build, bounds, runs, inputs, source, oracle,
-                  seconds, layout_costs)
+                  seconds, layout_costs, list(comp.feeds.bound), notes)
 
 
 def report(s: Solved) -> dict[str, Any]:
@@ -241,13 +248,14 @@ def report(s: Solved) -> dict[str, Any]:
                          "min_cores": s.bounds.min_cores},
         "mvms": s.build.mvms,
         "inputs": s.input_source,
+        "bound_inputs": s.bound_inputs,
         "oracle": s.oracle,
         "layouts": dict(sel.counts),
         "layout_selector": sel.selector,
         "layout_costs": s.layout_costs,
         "rules": {"dir": str(s.compiled.rules_dir),
                   "fired": dict(sorted(s.compiled.fired.items()))},  # reruns print alike
-        "notes": s.compiled.notes,
+        "notes": s.notes,
         "seconds": {k: round(v, 4) for k, v in s.seconds.items()},
         "schedules": schedules,
     }

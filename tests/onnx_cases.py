@@ -23,6 +23,15 @@ __all__ = ["CASE_MODULES", "OPS", "OnnxCase", "node_cases"]
 
 #: modules of ``onnx.backend.test.case.node`` whose operators the frontend imports
 CASE_MODULES = (
+    "unsqueeze",
+    "squeeze",
+    "pad",
+    "globalmaxpool",
+    "elu",
+    "neg",
+    "min",
+    "max",
+    "div",
     "add",
     "averagepool",
     "batch_normalization",
@@ -60,6 +69,15 @@ CASE_MODULES = (
 #: the operators those modules test
 OPS = frozenset(
     {
+        "Unsqueeze",
+        "Squeeze",
+        "Pad",
+        "GlobalMaxPool",
+        "Elu",
+        "Neg",
+        "Min",
+        "Max",
+        "Div",
         "Add",
         "AveragePool",
         "BatchNormalization",
@@ -94,7 +112,7 @@ OPS = frozenset(
         "Upsample",
     }
 )
-_ACTIVATION_OPERANDS = {"Add", "Sub", "Mul", "Concat"}
+_ACTIVATION_OPERANDS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Concat"}
 
 
 @dataclass(frozen=True)

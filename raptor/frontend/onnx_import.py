@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +34,12 @@ from raptor.frontend.shapes import (
     same_pads,
 )
 
-__all__ = ["SUPPORTED_OPS", "import_onnx"]
+__all__ = ["SUPPORTED_OPS", "import_loaded", "import_onnx", "load_model"]
 
 ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
 _MIN_OPSET = 7
+_MAX_OPSET = onnx.defs.onnx_opset_version()
 _RANDOM_OPS = {
     "RandomNormal",
     "RandomUniform",
@@ -79,12 +80,71 @@ def _load(source: ModelSource) -> tuple[onnx.ModelProto, str]:
 
 
 def _check(model: onnx.ModelProto, label: str) -> None:
+    """onnx.checker's full check (with strict shape inference), then Raptor's own checks."""
     try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as error:
+        onnx.checker.check_model(model, full_check=True)
+    except (
+        onnx.checker.ValidationError,
+        onnx.shape_inference.InferenceError,
+        RuntimeError,
+        ValueError,
+        TypeError,
+    ) as error:
         raise FrontendError(
-            f"{label}: invalid ONNX model (corrupt or truncated?): {_first_line(error)}"
+            f"{label}: invalid ONNX model (onnx.checker): {_first_line(error)}"
         ) from error
+    _check_graph(model, label)
+
+
+def _check_graph(model: onnx.ModelProto, label: str) -> None:
+    """What the checker lets through but Raptor cannot run: opsets it does not know, empty
+    graphs, missing/duplicated/non-float outputs, nodes lacking required inputs."""
+    graph = model.graph
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx") and not _MIN_OPSET <= entry.version <= _MAX_OPSET:
+            raise FrontendError(
+                f"{label}: opset {entry.version} of the default domain is outside the "
+                f"supported range {_MIN_OPSET}-{_MAX_OPSET}"
+            )
+    if not graph.node:
+        raise FrontendError(f"{label}: the graph is empty (no nodes); nothing to compile")
+    if not graph.output:
+        raise FrontendError(f"{label}: the graph declares no outputs; nothing to compute")
+    seen: set[str] = set()
+    for value in graph.output:
+        if value.name in seen:
+            raise FrontendError(f"{label}: graph output {value.name!r} is listed twice")
+        seen.add(value.name)
+        if not value.type.HasField("tensor_type"):
+            raise FrontendError(f"{label}: graph output {value.name!r} is not a tensor")
+        elem = value.type.tensor_type.elem_type
+        if elem not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.FLOAT):
+            kind = onnx.TensorProto.DataType.Name(elem)
+            raise FrontendError(
+                f"{label}: graph output {value.name!r} has element type {kind}; "
+                "only float32 outputs are computed"
+            )
+    opset = {o.domain or "": o.version for o in model.opset_import}
+    for index, proto in enumerate(graph.node):
+        if proto.domain not in ("", "ai.onnx"):
+            continue
+        node = _Node(proto, index)
+        try:
+            schema = onnx.defs.get_schema(proto.op_type, opset.get("", _MAX_OPSET), "")
+        except onnx.defs.SchemaError:
+            continue  # reported as an unsupported operator by the importer
+        required = [
+            k for k, formal in enumerate(schema.inputs)
+            if formal.option == onnx.defs.OpSchema.FormalParameterOption.Single
+        ]
+        for k in required:
+            if not node.has_input(k):
+                raise FrontendError(
+                    f"{label}: {node.op} node {node.name!r} lacks its required input {k} "
+                    f"({schema.inputs[k].name}); it has {len(node.inputs)} inputs"
+                )
+        if len([o for o in node.outputs if o]) < min(schema.min_output, 1):
+            raise FrontendError(f"{label}: {node.op} node {node.name!r} has no outputs")
 
 
 def _default_opset(model: onnx.ModelProto, label: str) -> int:
@@ -98,56 +158,203 @@ def _default_opset(model: onnx.ModelProto, label: str) -> int:
     return versions[0]
 
 
-def _bind_batch(model: onnx.ModelProto, label: str) -> list[str]:
-    """Fix a symbolic leading dimension of every graph input to 1; reject other dynamic dims."""
+def spell_dim(dim: onnx.TensorShapeProto.Dimension) -> str:
+    """A dimension as the user reads it: its size, its symbolic name, or '?' when unnamed."""
+    if dim.WhichOneof("value") == "dim_value":
+        return str(dim.dim_value)
+    return dim.dim_param or "?"
+
+
+def _dynamic(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """Symbolic, unnamed, or -1 (how some exporters spell a dynamic size)."""
+    return dim.WhichOneof("value") != "dim_value" or dim.dim_value == -1
+
+
+def _param(dim: onnx.TensorShapeProto.Dimension) -> str:
+    """The symbolic name that ties this dimension to others ('' when unnamed; some
+    exporters name every dynamic dimension '?', which ties nothing)."""
+    if dim.WhichOneof("value") != "dim_param" or dim.dim_param in ("", "?"):
+        return ""
+    return dim.dim_param
+
+
+def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
+    parts = []
+    for axis, dim in enumerate(dims):
+        if not _dynamic(dim):
+            parts.append(str(dim.dim_value))
+        elif axis == 0:
+            parts.append("1")
+        else:
+            param = _param(dim)
+            parts.append(param if param.isidentifier() and len(param) <= 8 else f"D{axis}")
+    return f"--input-shape {name}={'x'.join(parts)}"
+
+
+def _bind_shapes(
+    model: onnx.ModelProto, label: str, fixed: Mapping[str, Sequence[int]]
+) -> list[str]:
+    """Give every dimension of every graph input a size, before any shape is computed.
+
+    Sizes come from ``fixed`` (``--input-shape`` or the shapes of supplied inputs); a
+    symbolic name fixed on one input fixes it everywhere. A dynamic leading (batch)
+    dimension left open is bound to 1 with a note; any other open dimension is an error
+    that says how to set it.
+    """
     graph = model.graph
     initialized = {init.name for init in graph.initializer}
-    bound: set[str] = set()
-    notes = []
-    for value in graph.input:
-        if value.name in initialized:
-            continue
+    declared = [value for value in graph.input if value.name not in initialized]
+    by_name = {value.name: value for value in declared}
+    for name in fixed:
+        if name not in by_name:
+            raise FrontendError(
+                f"{label}: a shape is given for {name!r}, which is not a graph input "
+                f"(inputs: {', '.join(by_name) or 'none'})"
+            )
+    params: dict[str, int] = {}
+    for value in declared:
         tensor = value.type.tensor_type
         if not value.type.HasField("tensor_type"):
             raise FrontendError(f"{label}: input {value.name!r} is not a tensor")
         if tensor.elem_type != onnx.TensorProto.FLOAT:
             kind = onnx.TensorProto.DataType.Name(tensor.elem_type)
             raise FrontendError(
-                f"{label}: input {value.name!r} has element type {kind}; "
-                "only float32 tensors are supported"
+                f"{label}: input {value.name!r} has element type {kind} and no value; only "
+                "float32 inputs are computed, other inputs are bound as constants: supply it "
+                "with --inputs X.npz or --constants C.npz"
             )
         if not tensor.HasField("shape"):
-            raise FrontendError(f"{label}: input {value.name!r} has no shape; export a fixed shape")
-        dims = tensor.shape.dim
-        spelled = [
-            str(d.dim_value) if d.WhichOneof("value") == "dim_value" else d.dim_param or "?"
-            for d in dims
-        ]
-        for axis, dim in enumerate(dims):
-            if dim.WhichOneof("value") == "dim_value":
-                if dim.dim_value <= 0:
-                    raise FrontendError(
-                        f"{label}: input {value.name!r} has a zero-size dimension at axis {axis} "
-                        f"(shape [{', '.join(spelled)}])"
-                    )
+            if value.name in fixed:
+                for size in fixed[value.name]:
+                    tensor.shape.dim.add().dim_value = int(size)
                 continue
-            if axis != 0:
-                raise FrontendError(
-                    f"{label}: input {value.name!r} has a dynamic dimension "
-                    f"{spelled[axis]!r} at axis {axis} (shape [{', '.join(spelled)}]); only the "
-                    "batch dimension (axis 0) may be symbolic: export with a fixed input size"
+            raise FrontendError(
+                f"{label}: input {value.name!r} has no declared shape; give it with "
+                f"--input-shape {value.name}=AxBx..."
+            )
+        dims = tensor.shape.dim
+        shape = value.name in fixed and [int(d) for d in fixed[value.name]]
+        if shape and len(shape) != len(dims):
+            raise FrontendError(
+                f"{label}: input {value.name!r} has rank {len(dims)} (shape "
+                f"[{', '.join(spell_dim(d) for d in dims)}]) but the given shape "
+                f"{'x'.join(map(str, shape))} has rank {len(shape)}"
+            )
+        for axis, dim in enumerate(dims):
+            if shape and _param(dim):
+                known = params.setdefault(_param(dim), shape[axis])
+                if known != shape[axis]:
+                    raise FrontendError(
+                        f"{label}: dimension {_param(dim)!r} is given as both {known} and "
+                        f"{shape[axis]} (input {value.name!r}, axis {axis})"
+                    )
+    notes = []
+    for value in declared:
+        dims = value.type.tensor_type.shape.dim
+        spelled = f"[{', '.join(spell_dim(d) for d in dims)}]"
+        shape = value.name in fixed and [int(d) for d in fixed[value.name]]
+        for axis, dim in enumerate(dims):
+            param = _param(dim)
+            if shape:
+                size = shape[axis]
+                if not _dynamic(dim) and dim.dim_value != size:
+                    raise FrontendError(
+                        f"{label}: input {value.name!r} has size {dim.dim_value} at axis "
+                        f"{axis} (shape {spelled}), but the given shape has {size}"
+                    )
+            elif not _dynamic(dim):
+                size = dim.dim_value
+            elif param in params:
+                size = params[param]
+            elif axis == 0:
+                size = 1
+                what = f"{param!r}" if param else spell_dim(dim)
+                notes.append(
+                    f"batch dimension {what} of input {value.name!r} bound to 1 "
+                    f"(--input-shape sets another size)"
                 )
-            name = dim.dim_param or "?"
-            bound.add(dim.dim_param)
-            dim.dim_value = 1
-            notes.append(f"batch dimension {name!r} of input {value.name!r} bound to 1")
-    bound.discard("")
+            else:
+                what = "-1 (dynamic)" if dim.WhichOneof("value") == "dim_value" else (
+                    f"{param!r}" if param else "'?' (unnamed)"
+                )
+                raise FrontendError(
+                    f"{label}: input {value.name!r} has a dynamic dimension {what} at axis "
+                    f"{axis} (shape {spelled}); set it with {_shape_hint(value.name, dims)}"
+                    " or supply the input with --inputs"
+                )
+            if size <= 0:
+                raise FrontendError(
+                    f"{label}: input {value.name!r} would have size {size} at axis {axis} "
+                    f"(shape {spelled}); zero-size tensors are not supported"
+                )
+            if param:
+                params[param] = size
+            dim.dim_value = size
     for value in graph.output:
         for dim in value.type.tensor_type.shape.dim:
-            if dim.WhichOneof("value") == "dim_param" and dim.dim_param in bound:
-                dim.dim_value = 1
+            if _param(dim) in params:
+                dim.dim_value = params[_param(dim)]
+            elif _dynamic(dim):
+                dim.Clear()
     del graph.value_info[:]
     return notes
+
+
+def _bind_constants(
+    model: onnx.ModelProto, label: str, constants: Mapping[str, np.ndarray]
+) -> None:
+    """Turn the graph inputs named in ``constants`` into initializers of their declared type."""
+    graph = model.graph
+    initialized = {init.name for init in graph.initializer}
+    declared = {v.name: v for v in graph.input if v.name not in initialized}
+    for name, array in constants.items():
+        value = declared.get(name)
+        if value is None:
+            raise FrontendError(
+                f"{label}: {name!r} is not a graph input (inputs: "
+                f"{', '.join(declared) or 'none'})"
+            )
+        elem = value.type.tensor_type.elem_type
+        dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else np.dtype(np.float32)
+        given = np.asarray(array)
+        if np.issubdtype(dtype, np.integer) and np.issubdtype(given.dtype, np.floating) and (
+            not np.all(np.isfinite(given)) or np.any(given != np.round(given))
+        ):
+            raise FrontendError(
+                f"{label}: input {name!r} is {onnx.TensorProto.DataType.Name(elem)} but its "
+                "value has fractions"
+            )
+        graph.initializer.append(numpy_helper.from_array(given.astype(dtype), name))
+    kept = [v for v in graph.input if v.name not in constants]
+    del graph.input[:]
+    graph.input.extend(kept)
+
+
+_PARAMETERS: dict[str, tuple[int, ...]] = {
+    "Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (1, 2),
+    "BatchNormalization": (1, 2, 3, 4), "InstanceNormalization": (1, 2), "Clip": (1, 2),
+    "PRelu": (1,), "Reshape": (1,), "Resize": (1, 2, 3), "Upsample": (1,),
+    "Slice": (1, 2, 3, 4), "Split": (1,), "Squeeze": (1,), "Unsqueeze": (1,),
+    "Pad": (1, 2, 3), "ReduceMean": (1,), "Dropout": (1, 2), "Expand": (1,), "Tile": (1,),
+}
+"""Input positions holding weights, normalization parameters, bounds or shape operands."""
+
+
+def parameter_inputs(model: onnx.ModelProto) -> set[str]:
+    """Graph inputs that a node reads as a parameter (see ``_PARAMETERS``) or that are not
+    float32: supplied values of these are bound as constants."""
+    graph = model.graph
+    initialized = {init.name for init in graph.initializer}
+    names = {v.name for v in graph.input if v.name not in initialized}
+    found = {
+        v.name for v in graph.input
+        if v.name in names and v.type.tensor_type.elem_type != onnx.TensorProto.FLOAT
+    }
+    for node in graph.node:
+        for k in _PARAMETERS.get(node.op_type, ()):
+            if k < len(node.input) and node.input[k] in names:
+                found.add(node.input[k])
+    return found
 
 
 def _inferred_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
@@ -215,6 +422,7 @@ class _Importer:
                 shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
                 self.inputs.append(PlanValue(value.name, shape))
                 self.values[value.name] = self.inputs[-1]
+        self.input_names = {value.name for value in self.inputs}
         self.alias: dict[str, str] = {}
         self.plans: list[Plan] = []
         self.producer: dict[str, Plan] = {}
@@ -249,6 +457,12 @@ class _Importer:
         if not node.has_input(index):
             return None
         name = self.resolve(node.inputs[index])
+        if name in self.input_names:
+            raise FrontendError(
+                f"{node.op} node {node.name!r}: {role} ({node.inputs[index]!r}) is a graph "
+                "input with no value; supply it with --inputs X.npz or --constants C.npz to "
+                "bind it as a constant"
+            )
         if name not in self.consts:
             raise FrontendError(
                 f"{node.op} node {node.name!r}: {role} ({node.inputs[index]!r}) must be a "
@@ -477,6 +691,26 @@ def _norm_axis(node: _Node, axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
+def _ranged(node: _Node, key: str, values: list[int], count: int, least: int) -> list[int]:
+    """An int-list attribute with ``count`` entries, each at least ``least`` (and sane)."""
+    if len(values) != count:
+        raise FrontendError(
+            f"{node.op} node {node.name!r}: attribute {key} has {len(values)} values "
+            f"({values}), expected {count}"
+        )
+    bad = [v for v in values if not least <= v <= _MAX_EXTENT]
+    if bad:
+        raise FrontendError(
+            f"{node.op} node {node.name!r}: attribute {key} = {values} is out of range "
+            f"(each value must be in {least}..{_MAX_EXTENT})"
+        )
+    return values
+
+
+_MAX_EXTENT = 1 << 16
+"""Largest kernel, stride, dilation or pad accepted (larger is a corrupt attribute)."""
+
+
 def _spatial_rank(node: _Node, x: PlanValue) -> int:
     rank = len(x.shape) - 2
     if rank not in (1, 2):
@@ -499,7 +733,7 @@ def _explicit_pads(
     rank = len(sizes)
     auto = node.attr_str("auto_pad", "NOTSET")
     if auto == "NOTSET":
-        pads = node.attr_ints("pads", [0] * 2 * rank)
+        pads = _ranged(node, "pads", node.attr_ints("pads", [0] * 2 * rank), 2 * rank, 0)
         return [(pads[i], pads[i + rank]) for i in range(rank)]
     if auto == "VALID":
         return [(0, 0)] * rank
@@ -561,10 +795,25 @@ def _conv_operands(
     w = b.weight(node, 1, "weight W")
     bias = b.weight(node, 2, "bias B")
     assert w is not None
+    if w.ndim != rank + 2:
+        raise FrontendError(
+            f"{node.op} node {node.name!r}: weight {list(w.shape)} has rank {w.ndim}, "
+            f"expected {rank + 2} for input {list(x.shape)}"
+        )
     kernel = list(w.shape[2:])
-    strides = node.attr_ints("strides", [1] * rank)
-    dilations = node.attr_ints("dilations", [1] * rank)
-    return x, rank, w, bias, node.attr_int("group", 1), kernel, strides, dilations
+    given = node.attr_ints("kernel_shape", kernel)
+    if given != kernel:
+        raise FrontendError(
+            f"{node.op} node {node.name!r}: kernel_shape {given} disagrees with the weight "
+            f"{list(w.shape)}"
+        )
+    _ranged(node, "kernel_shape", kernel, rank, 1)
+    strides = _ranged(node, "strides", node.attr_ints("strides", [1] * rank), rank, 1)
+    dilations = _ranged(node, "dilations", node.attr_ints("dilations", [1] * rank), rank, 1)
+    group = node.attr_int("group", 1)
+    if group < 1:
+        raise FrontendError(f"{node.op} node {node.name!r}: group {group} must be at least 1")
+    return x, rank, w, bias, group, kernel, strides, dilations
 
 
 @_converts("Conv")
@@ -576,11 +825,25 @@ def _conv(b: _Importer, node: _Node) -> None:
             f"input {list(x.shape)}"
         )
     pads = _explicit_pads(node, x.shape[2:], kernel, strides, dilations)
+    x, extra = _absorb_pad(b, node, x)
+    if any(extra):
+        pads = [(pads[0][0] + extra[0], pads[0][1] + extra[2]),
+                (pads[1][0] + extra[1], pads[1][1] + extra[3])]
     out = [
         conv_out(x.shape[2 + i], kernel[i], strides[i], sum(pads[i]), dilations[i])
         for i in range(rank)
     ]
+    if min(out) < 1:
+        raise FrontendError(
+            f"Conv node {node.name!r}: kernel {kernel} (dilations {dilations}) is larger than "
+            f"the padded input {list(x.shape)}"
+        )
     channels = w.shape[0]
+    if bias is not None and bias.shape != (channels,):
+        raise FrontendError(
+            f"Conv node {node.name!r}: bias {list(bias.shape)} does not match {channels} "
+            "output channels"
+        )
     _emit_conv(b, node, "conv", x, channels, out, w, bias,
                _conv_attrs(strides, pads, dilations, group))
 
@@ -588,7 +851,12 @@ def _conv(b: _Importer, node: _Node) -> None:
 @_converts("ConvTranspose")
 def _conv_transpose(b: _Importer, node: _Node) -> None:
     x, rank, w, bias, group, kernel, strides, dilations = _conv_operands(b, node)
-    extra = node.attr_ints("output_padding", [0] * rank)
+    extra = _ranged(node, "output_padding", node.attr_ints("output_padding", [0] * rank), rank, 0)
+    if any(e >= max(s, d) for e, s, d in zip(extra, strides, dilations, strict=True)):
+        raise FrontendError(
+            f"ConvTranspose node {node.name!r}: output_padding {extra} must be smaller than the "
+            f"stride {strides} or the dilation {dilations}"
+        )
     sizes = x.shape[2:]
     auto = node.attr_str("auto_pad", "NOTSET")
     target = node.attr_ints("output_shape", [])[-rank:]
@@ -650,23 +918,52 @@ def _gemm(b: _Importer, node: _Node) -> None:
     w = b.weight(node, 1, "B (the weight)")
     assert w is not None
     alpha, beta = node.attr_float("alpha", 1.0), node.attr_float("beta", 1.0)
-    if node.attr_int("transB", 0):
+    trans_a, trans_b = node.attr_int("transA", 0), node.attr_int("transB", 0)
+    if trans_a not in (0, 1) or trans_b not in (0, 1):
+        raise FrontendError(
+            f"Gemm node {node.name!r}: transA {trans_a} and transB {trans_b} must be 0 or 1"
+        )
+    if len(a.shape) != 2 or w.ndim != 2:
+        raise FrontendError(
+            f"Gemm node {node.name!r}: A {list(a.shape)} and B {list(w.shape)} must be "
+            "matrices"
+        )
+    if trans_b:
         w = w.T
     source = a.name
     rows = a.shape[0]
-    if node.attr_int("transA", 0):
+    if trans_a:
         rows = a.shape[1]
         source = b.emit("transpose", node, [a.name], [(rows, a.shape[0])], {"perm": [1, 0]})[0]
+    inner = a.shape[0] if trans_a else a.shape[1]
+    if inner != w.shape[0]:
+        raise FrontendError(
+            f"Gemm node {node.name!r}: A {list(a.shape)} (transA {trans_a}) and B "
+            f"{list(w.T.shape if trans_b else w.shape)} (transB {trans_b}) do not multiply"
+        )
     weights = {"weight": np.ascontiguousarray(w * np.float32(alpha), dtype=np.float32)}
     c = b.weight(node, 2, "C (the bias)")
     n = w.shape[1]
     if c is not None:
         c = c * np.float32(beta)
+        if c.ndim > 2 or not all(d in (1, want) for d, want in zip(
+                c.shape[::-1], (n, rows), strict=False)):
+            raise FrontendError(
+                f"Gemm node {node.name!r}: C {list(c.shape)} does not broadcast to the result "
+                f"{[rows, n]}"
+            )
         if c.ndim < 2 or c.shape[0] == 1:
             weights["bias"] = np.broadcast_to(c.reshape(-1) if c.ndim else c, (n,)).copy()
         else:
             weights["bias"] = np.broadcast_to(c, (rows, n)).copy()
     b.emit("gemm", node, [source], [(rows, n)], {}, weights, outputs=node.outputs)
+
+
+def _matmul_shape(node: _Node, a: Sequence[int], w: Sequence[int]) -> tuple[int, ...]:
+    try:
+        return matmul_shape(a, w)
+    except ValueError as e:
+        raise FrontendError(f"MatMul node {node.name!r}: {e}") from None
 
 
 @_converts("MatMul")
@@ -675,11 +972,11 @@ def _matmul(b: _Importer, node: _Node) -> None:
     if b.is_const(node.inputs[1]):
         w = b.weight(node, 1, "B")
         assert w is not None
-        shape = matmul_shape(a.shape, w.shape)
+        shape = _matmul_shape(node, a.shape, w.shape)
         b.emit("matmul", node, [a.name], [shape], {}, {"weight": w}, outputs=node.outputs)
     else:
         other = b.act(node, 1)
-        shape = matmul_shape(a.shape, other.shape)
+        shape = _matmul_shape(node, a.shape, other.shape)
         b.emit("matmul", node, [a.name, other.name], [shape], outputs=node.outputs)
 
 
@@ -692,7 +989,20 @@ def _batch_norm(b: _Importer, node: _Node) -> None:
         np.asarray(b.const(node, index, role), dtype=np.float64)
         for index, role in enumerate(("scale", "B", "mean", "var"), start=1)
     )
-    factor = scale / np.sqrt(var + node.attr_float("epsilon", 1e-5))
+    channels = x.shape[1] if len(x.shape) > 1 else 0
+    for role, value in zip(("scale", "B", "mean", "var"), (scale, shift, mean, var),
+                           strict=True):
+        if value.shape != (channels,):
+            raise FrontendError(
+                f"BatchNormalization node {node.name!r}: {role} has shape {list(value.shape)}, "
+                f"expected [{channels}] (the channels of input {list(x.shape)})"
+            )
+    epsilon = node.attr_float("epsilon", 1e-5)
+    if not np.all(var + epsilon > 0):
+        raise FrontendError(
+            f"BatchNormalization node {node.name!r}: var + epsilon must be positive"
+        )
+    factor = scale / np.sqrt(var + epsilon)
     offset = shift - mean * factor
     producer = b.producer.get(x.name)
     if producer is not None and producer.kind in ("conv", "gemm") and b.uses[x.name] == 1:
@@ -712,7 +1022,9 @@ def _batch_norm(b: _Importer, node: _Node) -> None:
 
 # -- elementwise -----------------------------------------------------------------------------
 
-_SIMPLE_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hard_swish"}
+_SIMPLE_UNARY = {
+    "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hard_swish", "Neg": "neg",
+}
 
 
 @_converts(*_SIMPLE_UNARY)
@@ -726,6 +1038,13 @@ def _leaky_relu(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     attrs: dict[str, object] = {"alpha": node.attr_float("alpha", 0.01)}
     b.emit("leaky_relu", node, [x.name], [x.shape], attrs, outputs=node.outputs)
+
+
+@_converts("Elu")
+def _elu(b: _Importer, node: _Node) -> None:
+    x = b.act(node, 0)
+    attrs: dict[str, object] = {"alpha": node.attr_float("alpha", 1.0)}
+    b.emit("elu", node, [x.name], [x.shape], attrs, outputs=node.outputs)
 
 
 @_converts("HardSigmoid")
@@ -761,8 +1080,14 @@ def _clip(b: _Importer, node: _Node) -> None:
         low, high = node.attr_float("min", -math.inf), node.attr_float("max", math.inf)
     else:
         bounds = [b.const(node, i, role) for i, role in ((1, "min"), (2, "max"))]
-        low = -math.inf if bounds[0] is None else float(bounds[0])
-        high = math.inf if bounds[1] is None else float(bounds[1])
+        for role, bound in zip(("min", "max"), bounds, strict=True):
+            if bound is not None and bound.size != 1:
+                raise FrontendError(
+                    f"Clip node {node.name!r}: {role} has shape {list(bound.shape)}; a bound "
+                    "is one number"
+                )
+        low = -math.inf if bounds[0] is None else float(bounds[0].reshape(-1)[0])
+        high = math.inf if bounds[1] is None else float(bounds[1].reshape(-1)[0])
     attrs: dict[str, object] = {"min": low, "max": high}
     b.emit("clip", node, [x.name], [x.shape], attrs, outputs=node.outputs)
 
@@ -793,7 +1118,17 @@ def _per_channel(c: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     return np.broadcast_to(c.reshape(-1), (shape[1],)).astype(np.float32)
 
 
-@_converts("Add", "Sub", "Mul")
+def _broadcast(node: _Node, *shapes: Sequence[int]) -> tuple[int, ...]:
+    try:
+        return broadcast_shape(*shapes)
+    except ValueError:
+        raise FrontendError(
+            f"{node.op} node {node.name!r}: operand shapes "
+            f"{' and '.join(str(list(s)) for s in shapes)} do not broadcast"
+        ) from None
+
+
+@_converts("Add", "Sub", "Mul", "Div")
 def _binary(b: _Importer, node: _Node) -> None:
     kind = node.op.lower()
     first, second = node.inputs[:2]
@@ -801,14 +1136,14 @@ def _binary(b: _Importer, node: _Node) -> None:
         x, y = b.act(node, 0), b.act(node, 1)
         if kind == "mul" and (_fuse_silu(b, node, x, y) or _fuse_silu(b, node, y, x)):
             return
-        shape = broadcast_shape(x.shape, y.shape)
+        shape = _broadcast(node, x.shape, y.shape)
         b.emit(kind, node, [x.name, y.name], [shape], outputs=node.outputs)
         return
     index = 0 if b.is_const(first) else 1
     x = b.act(node, 1 - index)
     c = b.weight(node, index, "operand")
     assert c is not None
-    shape = broadcast_shape(x.shape, c.shape)
+    shape = _broadcast(node, x.shape, c.shape)
     channel = _per_channel(c, x.shape) if shape == x.shape else None
     if channel is not None and (kind == "add" or (kind == "sub" and index == 1)):
         bias = channel if kind == "add" else -channel
@@ -816,6 +1151,39 @@ def _binary(b: _Importer, node: _Node) -> None:
         return
     attrs: dict[str, object] = {"operand_index": index}
     b.emit(kind, node, [x.name], [shape], attrs, {"operand": c}, outputs=node.outputs)
+
+
+@_converts("Max", "Min")
+def _extremum(b: _Importer, node: _Node) -> None:
+    """Variadic Max/Min as a chain of binary plans; constant operands fold first."""
+    kind = node.op.lower()
+    reduce = np.maximum if kind == "max" else np.minimum
+    names = [n for n in node.inputs if n]
+    consts = [b.consts[b.resolve(n)] for n in names if b.is_const(n)]
+    acts = [b.act(node, k) for k, n in enumerate(node.inputs) if n and not b.is_const(n)]
+    current = acts[0]
+    steps: list[tuple[PlanValue | None, np.ndarray | None]] = [(a, None) for a in acts[1:]]
+    if consts:
+        folded = consts[0]
+        for c in consts[1:]:
+            folded = reduce(folded, c)
+        steps.append((None, np.asarray(folded, dtype=np.float32)))
+    if not steps:
+        b.make_alias(node.outputs[0], current.name)
+        return
+    for k, (other, operand) in enumerate(steps):
+        last = k == len(steps) - 1
+        outputs = node.outputs if last else None
+        if other is not None:
+            shape = _broadcast(node, current.shape, other.shape)
+            (name,) = b.emit(kind, node, [current.name, other.name], [shape], outputs=outputs)
+        else:
+            assert operand is not None
+            shape = _broadcast(node, current.shape, operand.shape)
+            attrs: dict[str, object] = {"operand_index": 1}
+            (name,) = b.emit(kind, node, [current.name], [shape], attrs, {"operand": operand},
+                             outputs=outputs)
+        current = b.values[name]
 
 
 def _fuse_silu(b: _Importer, node: _Node, x: PlanValue, gate: PlanValue) -> bool:
@@ -840,11 +1208,17 @@ def _pool(b: _Importer, node: _Node) -> None:
     rank = _spatial_rank(node, x)
     if len(node.outputs) > 1 and node.outputs[1]:
         raise _variant(node, "the Indices output", "only pooled values are computed")
-    kernel = node.attr_ints("kernel_shape", [])
-    strides = node.attr_ints("strides", [1] * rank)
-    dilations = node.attr_ints("dilations", [1] * rank)
+    kernel = _ranged(node, "kernel_shape", node.attr_ints("kernel_shape", []), rank, 1)
+    strides = _ranged(node, "strides", node.attr_ints("strides", [1] * rank), rank, 1)
+    dilations = _ranged(node, "dilations", node.attr_ints("dilations", [1] * rank), rank, 1)
     ceil_mode = node.attr_int("ceil_mode", 0)
     pads = _explicit_pads(node, x.shape[2:], kernel, strides, dilations)
+    for i in range(rank):
+        if pads[i][0] >= kernel[i] or pads[i][1] >= kernel[i]:
+            raise FrontendError(
+                f"{node.op} node {node.name!r}: pads {_pads_tlbr(pads)} must be smaller than "
+                f"the kernel {kernel}"
+            )
     out = [
         pool_out(x.shape[2 + i], kernel[i], strides[i], pads[i], dilations[i], bool(ceil_mode))
         for i in range(rank)
@@ -869,6 +1243,21 @@ def _global_avgpool(b: _Importer, node: _Node) -> None:
     if len(x.shape) != 4:
         raise _variant(node, f"a rank-{len(x.shape)} input", "only NCHW inputs are")
     b.emit("global_avgpool", node, [x.name], [(*x.shape[:2], 1, 1)], outputs=node.outputs)
+
+
+@_converts("GlobalMaxPool")
+def _global_maxpool(b: _Importer, node: _Node) -> None:
+    """A max pool whose window is the whole (1-D or 2-D) image."""
+    x = b.act(node, 0)
+    rank = _spatial_rank(node, x)
+    attrs: dict[str, object] = {
+        "kernel": _hw(list(x.shape[2:]), 1),
+        "strides": [1, 1],
+        "pads": [0, 0, 0, 0],
+        "dilations": [1, 1],
+        "ceil_mode": 0,
+    }
+    _emit_spatial(b, node, "maxpool", x, (*x.shape[:2], *_hw([1] * rank, 1)), attrs)
 
 
 @_converts("ReduceMean")
@@ -1045,6 +1434,82 @@ def _slice(b: _Importer, node: _Node) -> None:
     b.emit("slice", node, [x.name], [shape], attrs, outputs=node.outputs)
 
 
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+@_converts("Pad")
+def _pad(b: _Importer, node: _Node) -> None:
+    """Pad as a data-movement plan; a zero padding of a convolution's input folds into the
+    convolution (see `_absorb_pad`)."""
+    x = b.act(node, 0)
+    rank = len(x.shape)
+    mode = node.attr_str("mode", "constant")
+    if mode not in _PAD_MODES:
+        raise _variant(node, f"mode={mode!r}", f"modes are {', '.join(_PAD_MODES)}")
+    if b.opset < 11:
+        given = node.attr_ints("pads", [])
+        value = node.attr_float("value", 0.0)
+        axes = list(range(rank))
+    else:
+        pads_in = b.const(node, 1, "pads")
+        given = [] if pads_in is None else [int(v) for v in pads_in.reshape(-1)]
+        fill = b.const(node, 2, "constant_value")
+        value = 0.0 if fill is None or fill.size == 0 else float(fill.reshape(-1)[0])
+        axes_in = b.const(node, 3, "axes")
+        axes = (
+            list(range(rank)) if axes_in is None
+            else [_norm_axis(node, int(a), rank) for a in axes_in.reshape(-1)]
+        )
+    if len(given) != 2 * len(axes):
+        raise FrontendError(
+            f"Pad node {node.name!r}: {len(given)} pads for {len(axes)} axes (expected "
+            f"{2 * len(axes)})"
+        )
+    begin, end = [0] * rank, [0] * rank
+    for k, axis in enumerate(axes):
+        begin[axis], end[axis] = given[k], given[k + len(axes)]
+    shape = tuple(d + lo + hi for d, lo, hi in zip(x.shape, begin, end, strict=True))
+    for axis, d in enumerate(x.shape):
+        kept = d - max(-begin[axis], 0) - max(-end[axis], 0)
+        if kept <= 0 or shape[axis] <= 0:
+            raise FrontendError(
+                f"Pad node {node.name!r}: pads {given} crop axis {axis} of length {d} to "
+                "nothing"
+            )
+        limit = {"reflect": kept - 1, "edge": _MAX_EXTENT, "wrap": kept}.get(mode, _MAX_EXTENT)
+        if max(begin[axis], end[axis]) > limit:
+            raise _variant(
+                node, f"{mode} padding by {max(begin[axis], end[axis])} of axis {axis} "
+                f"(length {kept})", f"{mode} padding reaches at most {limit} cells"
+            )
+    if not any(begin) and not any(end):
+        b.make_alias(node.outputs[0], x.name)
+        return
+    attrs: dict[str, object] = {"pads": begin + end, "mode": mode, "value": value}
+    b.emit("pad", node, [x.name], [shape], attrs, outputs=node.outputs)
+
+
+def _absorb_pad(b: _Importer, node: _Node, x: PlanValue) -> tuple[PlanValue, list[int]]:
+    """A zero, non-negative, spatial-only constant Pad used only by this convolution becomes
+    part of the convolution's own padding; returns the input to read and the extra
+    [top, left, bottom, right] pads."""
+    producer = b.producer.get(x.name)
+    if (
+        producer is None or producer.kind != "pad" or b.uses[x.name] != 1
+        or len(x.shape) != 4 or node.attr_str("auto_pad", "NOTSET") != "NOTSET"
+    ):
+        return x, [0, 0, 0, 0]
+    pads = producer.ints("pads")
+    if producer.attrs["mode"] != "constant" or producer.num("value") != 0.0 or min(pads) < 0:
+        return x, [0, 0, 0, 0]
+    if pads[0] or pads[1] or pads[4] or pads[5]:
+        return x, [0, 0, 0, 0]
+    b.plans.remove(producer)
+    del b.values[x.name], b.producer[x.name]
+    source = b.values[producer.inputs[0]]
+    return source, [pads[2], pads[3], pads[6], pads[7]]
+
+
 @_converts("Flatten")
 def _flatten(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
@@ -1149,16 +1614,42 @@ def _cast(b: _Importer, node: _Node) -> None:
 SUPPORTED_OPS: tuple[str, ...] = tuple(sorted(_CONVERTERS))
 
 
-def import_onnx(model: ModelSource) -> PlanGraph:
-    """Import an ONNX model (path, serialized bytes or ModelProto) into a plan graph.
-
-    A symbolic batch dimension is bound to 1 and recorded in ``PlanGraph.notes``; any other
-    dynamic dimension, unsupported operator or attribute variant raises ``FrontendError``.
-    """
+def load_model(model: ModelSource) -> tuple[onnx.ModelProto, str]:
+    """Parse and check a model (onnx.checker's full check and Raptor's own); inline local
+    functions. Returns the proto and the label errors name it by."""
     proto, label = _load(model)
     _check(proto, label)
     if proto.functions:
         proto = inliner.inline_local_functions(proto)
+    return proto, label
+
+
+def import_loaded(
+    proto: onnx.ModelProto,
+    label: str,
+    constants: Mapping[str, np.ndarray] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> PlanGraph:
+    """Import a model `load_model` returned (it is modified): bind ``constants`` (graph
+    inputs by name) as initializers, fix input ``shapes``, then convert."""
+    if constants:
+        _bind_constants(proto, label, constants)
     opset = _default_opset(proto, label)
-    notes = _bind_batch(proto, label)
+    notes = _bind_shapes(proto, label, shapes or {})
     return _Importer(proto, opset, notes).run()
+
+
+def import_onnx(
+    model: ModelSource,
+    constants: Mapping[str, np.ndarray] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> PlanGraph:
+    """Import an ONNX model (path, serialized bytes or ModelProto) into a plan graph.
+
+    ``constants`` bind graph inputs to values (folded like initializers); ``shapes`` fix
+    input dimensions. A dynamic batch dimension left open is bound to 1 and recorded in
+    ``PlanGraph.notes``; any other open dimension, unsupported operator or attribute
+    variant raises ``FrontendError``.
+    """
+    proto, label = load_model(model)
+    return import_loaded(proto, label, constants, shapes)

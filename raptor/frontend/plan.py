@@ -26,8 +26,12 @@ Kinds (inputs → outputs; attributes; weights):
                     1/2)): no attributes. ``leaky_relu``: alpha. ``hard_sigmoid``: alpha, beta
                     (max(0, min(1, alpha·x + beta))). ``clip``: min, max (±inf when absent).
 ``prelu``           weight slope, broadcastable to x (numpy rules).
-``add`` ``sub`` ``mul`` a, b → a ∘ b with numpy broadcasting; or x → with weight "operand" and
+``add`` ``sub`` ``mul`` ``div`` ``max`` ``min``
+                    a, b → a ∘ b with numpy broadcasting; or x → with weight "operand" and
                     attribute operand_index (0: operand ∘ x, 1: x ∘ operand).
+``neg``             -x. ``elu``: alpha (x if x > 0 else alpha·(exp(x) − 1)).
+``pad``             pads [begin per axis…, end per axis…] (negative: crop), mode (constant,
+                    reflect, edge, wrap), value (the constant mode's fill).
 ``bias_add``        x (N, C, ...) → x + bias on axis 1; weight bias (C,).
 ``affine_channel``  x (N, C, ...) → x·scale + shift on axis 1; weights scale (C,), shift (C,).
 ``maxpool``         kernel, strides, pads, dilations, ceil_mode (0/1). Windows that would start
@@ -141,6 +145,12 @@ KINDS: dict[str, KindSpec] = {
     "add": _BINARY,
     "sub": _BINARY,
     "mul": _BINARY,
+    "div": _BINARY,
+    "max": _BINARY,
+    "min": _BINARY,
+    "neg": _spec(),
+    "elu": _spec(attrs="alpha"),
+    "pad": _spec(attrs="pads mode value"),
     "bias_add": _spec(weights="bias"),
     "affine_channel": _spec(weights="scale shift"),
     "maxpool": _spec(attrs=_POOL),

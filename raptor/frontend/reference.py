@@ -209,6 +209,20 @@ def _slice(plan: Plan, x: Array) -> Array:
     return x[index]
 
 
+def _pad(plan: Plan, x: Array) -> Array:
+    """Negative pads crop first; the rest pads numpy's way (its modes are ONNX's)."""
+    pads = plan.ints("pads")
+    rank = x.ndim
+    begin, end = pads[:rank], pads[rank:]
+    x = x[tuple(slice(max(-lo, 0), d - max(-hi, 0)) for d, lo, hi in zip(x.shape, begin, end,
+                                                                         strict=True))]
+    widths = [(max(lo, 0), max(hi, 0)) for lo, hi in zip(begin, end, strict=True)]
+    mode = str(plan.attrs["mode"])
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=plan.num("value"))
+    return np.pad(x, widths, mode=mode)  # type: ignore[call-overload]
+
+
 def _split(plan: Plan, xs: list[Array]) -> list[Array]:
     cuts = np.cumsum(plan.ints("sizes"))[:-1]
     return list(np.split(xs[0], cuts, axis=int(plan.num("axis"))))
@@ -235,6 +249,13 @@ _IMPLS: dict[str, _Impl] = {
     "add": _binary(np.add),
     "sub": _binary(np.subtract),
     "mul": _binary(np.multiply),
+    "div": _binary(np.divide),
+    "max": _binary(np.maximum),
+    "min": _binary(np.minimum),
+    "neg": _unary(lambda p, x: np.negative(x)),
+    "elu": _unary(lambda p, x: np.where(x > 0, x, p.num("alpha") * np.expm1(
+        np.minimum(x, 0).astype(np.float64)))),
+    "pad": _unary(_pad),
     "bias_add": _unary(lambda p, x: x + _channel(x, p.weights["bias"])),
     "affine_channel": _unary(
         lambda p, x: x * _channel(x, p.weights["scale"]) + _channel(x, p.weights["shift"])

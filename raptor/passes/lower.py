@@ -36,6 +36,7 @@ ACTIVATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "silu": ("silu", ()), "hard_swish": ("hard_swish", ()),
     "leaky_relu": ("leaky_relu", ("alpha",)),
     "hard_sigmoid": ("hard_sigmoid", ("alpha", "beta")), "clip": ("clip", ("max", "min")),
+    "neg": ("neg", ()),
 }
 """Plan kinds that are one `pim.<op>` with the same attributes (fusable into a matrix plan)."""
 
@@ -648,9 +649,26 @@ class _Lowerer:
 
     _lower_relu = _lower_sigmoid = _lower_tanh = _lower_silu = _unary_kind
     _lower_hard_swish = _lower_leaky_relu = _lower_hard_sigmoid = _lower_clip = _unary_kind
+    _lower_neg = _unary_kind
+
+    def _lower_elu(self, plan: Plan, act: Plan | None) -> list[Value]:
+        """relu(x) + alpha·exp(min(x, 0)) − alpha, with min(x, 0) = −relu(−x)."""
+        x = self.input(plan, 0)
+        out = self.out_shape(plan)
+        alpha = plan.num("alpha")
+        shift = self.weight(f"{plan.name}.shift", np.full((1,) * len(out), -alpha, np.float32))
+
+        def body(b: Builder, xs: list[Value]) -> Value:
+            low = b.unary("neg", b.unary("relu", b.unary("neg", xs[0])))
+            scaled = b.unary("vscale", b.unary("exp", low), {"factor": alpha})
+            y = b.binary("vadd", b.unary("relu", xs[0]), scaled)
+            return b.binary("vadd", y, xs[1], _shape_t(y))
+
+        return [self.rowwise(plan, [x, shift], out, body)]
 
     def _binary_kind(self, plan: Plan, act: Plan | None) -> list[Value]:
-        op = {"add": "vadd", "sub": "vsub", "mul": "vmul"}[plan.kind]
+        op = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "max": "vmax",
+              "min": "vmin"}[plan.kind]
         operands = [self.input(plan, k) for k in range(len(plan.inputs))]
         if "operand" in plan.weights:
             c = self.weight(f"{plan.name}.operand", plan.weights["operand"])
@@ -661,6 +679,7 @@ class _Lowerer:
                              lambda b, xs: b.binary(op, xs[0], xs[1], _frag_t(xs)))]
 
     _lower_add = _lower_sub = _lower_mul = _binary_kind
+    _lower_div = _lower_max = _lower_min = _binary_kind
 
     def channel_const(self, name: str, data: np.ndarray, rank: int) -> Value:
         shape = (1, data.size) + (1,) * (rank - 2)
@@ -905,6 +924,53 @@ class _Lowerer:
             sz[d] = 1
             parts.append(b.extract(v, offs, sz))
         return b.concat(parts, d) if n > 1 else parts[0]
+
+    def _lower_pad(self, plan: Plan, act: Plan | None) -> list[Value]:
+        """Placement: crop negative pads, then `tensor.pad` (constant) or, per axis, a concat
+        of single-row slices (reflect, edge) or of the opposite end (wrap)."""
+        x = self.input(plan, 0)
+        pads = plan.ints("pads")
+        rank = len(_shape(x))
+        begin, end = pads[:rank], pads[rank:]
+        mode = str(plan.attrs["mode"])
+
+        def body(b: Builder, a: list[Value]) -> list[Value]:
+            v = a[0]
+            shape = list(_shape(v))
+            if min(pads) < 0:
+                offs = [max(-lo, 0) for lo in begin]
+                sizes = [d - max(-lo, 0) - max(-hi, 0)
+                         for d, lo, hi in zip(shape, begin, end, strict=True)]
+                v = b.extract(v, offs, sizes)
+                shape = sizes
+            lo_pads, hi_pads = [max(p, 0) for p in begin], [max(p, 0) for p in end]
+            if mode == "constant":
+                return [b.pad(v, lo_pads, hi_pads, plan.num("value"))]
+            for d, (lo, hi) in enumerate(zip(lo_pads, hi_pads, strict=True)):
+                if not lo and not hi:
+                    continue
+                n = shape[d]
+
+                def rows(first: int, count: int, src: Value = v, d: int = d) -> Value:
+                    offs = [0] * rank
+                    offs[d] = first
+                    sizes = list(_shape(src))
+                    sizes[d] = count
+                    return b.extract(src, offs, sizes)
+
+                if mode == "wrap":
+                    before = [rows(n - lo, lo)] if lo else []
+                    after = [rows(0, hi)] if hi else []
+                elif mode == "edge":
+                    before, after = [rows(0, 1)] * lo, [rows(n - 1, 1)] * hi
+                else:  # reflect: the rows next to the edge, mirrored, edge excluded
+                    before = [rows(i, 1) for i in range(lo, 0, -1)]
+                    after = [rows(n - 2 - i, 1) for i in range(hi)]
+                v = b.concat([*before, v, *after], d)
+                shape[d] = n + lo + hi
+            return [v]
+
+        return self.compute([x], [self.out_shape(plan)], body)
 
     def _lower_flatten(self, plan: Plan, act: Plan | None) -> list[Value]:
         return [self.view(self.input(plan, 0), self.out_shape(plan))]

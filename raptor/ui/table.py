@@ -37,6 +37,8 @@ def summary_lines(rep: dict[str, Any]) -> list[str]:
              f"{rep['edges']:,} edges, {rep['crossbars']:,} crossbars, layouts "
              f"{lay.get('NHWCRowStrip', 0)} row-strip / {lay.get('DenseNCHW', 0)} dense "
              f"({lay.get('materializations', 0)} materializations), inputs: {rep['inputs']}")
+    if rep.get("bound_inputs"):
+        first += f" (bound as constants: {', '.join(rep['bound_inputs'])})"
     costs = ", ".join(f"{k} {v}" + (" (selected)" if k == rep["layout_selector"] else "")
                       for k, v in rep["layout_costs"].items())
     rules = shown_rules(rep["rules"]["dir"])

@@ -84,4 +84,5 @@ def test_torch_exports_match_onnxruntime(name: str) -> None:
     proto = onnx.load(EXAMPLES / f"{name}.onnx")
     graph = check_against_ort(proto, dict(np.load(EXAMPLES / "torch_cnn.npz")))
     assert kinds(graph) == TORCH_KINDS[name]
-    assert graph.notes == ["batch dimension 'batch' of input 'x' bound to 1"]
+    assert graph.notes == ["batch dimension 'batch' of input 'x' bound to 1 (--input-shape sets "
+                           "another size)"]

@@ -74,8 +74,10 @@ def test_unsupported_operator_names_op_node_opset_and_list() -> None:
 
 def test_dynamic_spatial_dimension() -> None:
     proto = model([node("Relu", ["x"], ["y"])], {"x": ["N", 3, "H", "W"]}, {"y": None})
-    message = _error(proto)
-    assert "dynamic dimension 'H' at axis 2" in message and "fixed input size" in message
+    assert _error(proto) == (
+        "<ModelProto>: input 'x' has a dynamic dimension 'H' at axis 2 (shape [N, 3, H, W]); "
+        "set it with --input-shape x=1x3xHxW or supply the input with --inputs"
+    )
 
 
 def test_symbolic_batch_is_bound_to_one() -> None:
@@ -104,11 +106,23 @@ def test_resize_linear_says_which_attribute_and_why() -> None:
     assert "mode='linear'" in message and "nearest" in message
 
 
-def test_computed_weight_is_rejected() -> None:
+def test_weight_input_without_value_names_the_option() -> None:
     proto = model(
         [node("Conv", ["x", "w"], ["y"])], {"x": [1, 2, 5, 5], "w": [3, 2, 3, 3]}, {"y": None}
     )
-    assert "must be a constant" in _error(proto)
+    assert _error(proto) == (
+        "Conv node 'Conv_0': weight W ('w') is a graph input with no value; supply it with "
+        "--inputs X.npz or --constants C.npz to bind it as a constant"
+    )
+
+
+def test_computed_weight_is_rejected() -> None:
+    proto = model(
+        [node("Relu", ["w"], ["r"]), node("Conv", ["x", "r"], ["y"])],
+        {"x": [1, 2, 5, 5], "w": [3, 2, 3, 3]},
+        {"y": None},
+    )
+    assert "weight W ('r') must be a constant" in _error(proto)
 
 
 # -- folding and fusion ----------------------------------------------------------------------

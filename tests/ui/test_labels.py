@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from raptor.driver import compile_model, ir_inputs, model_inputs
+from raptor.driver import compile_model, ir_inputs
 from raptor.passes.materialize import ScheduleView, materialize
 from raptor.sim import simulate
 from raptor.sim.report import BUSY, MEMORY
@@ -51,7 +51,8 @@ def test_every_task_is_named_once_by_its_onnx_node(name: str) -> None:
         lanes = lab.args["lanes"]
         assert lanes == list(range(lanes[0], lanes[0] + len(lanes)))
         assert {layers[t].name for t in lab.args["tasks"]} == {lab.key}
-    inputs, _ = model_inputs(comp.graph, path, None)
+    assert comp.feeds is not None
+    inputs = comp.feeds.data
     sim = simulate(scheduled, target, ir_inputs(comp.graph, inputs))
     timed = [s for s in sim.trace.spans if s[4] in (BUSY, MEMORY)]
     assert len(timed) == len(labels[0])
