@@ -108,11 +108,14 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,
           given_inputs: dict[str, np.ndarray] | None = None,
-          progress: Progress | None = None) -> Solved:
+          progress: Progress | None = None, compiled: Compiled | None = None) -> Solved:
+    """`compiled`: this model's compilation for this target and `opts.compile`, made
+    earlier (a sweep shares it between points that differ in solver options only); it is
+    read, never changed."""
     say = progress or (lambda _msg: None)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    comp = compile_model(model, target, opts.compile)
+    comp = compiled if compiled is not None else compile_model(model, target, opts.compile)
     seconds["compile"] = time.perf_counter() - t0
     # what the other layout selectors would have cost on the same rule tables
     layout_costs = {comp.selection.selector: comp.selection.cost}
