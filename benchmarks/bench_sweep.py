@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from distributed import Client, LocalCluster
+from distributed import Client
 
-from raptor.sweep.runner import run_sweep
+from raptor.sweep.runner import local_cluster, run_sweep
 from raptor.sweep.spec import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,8 +59,7 @@ def kill_a_busy_worker(client: Client, timeout: float = 120.0) -> tuple[str, int
 def kill_run(sweep_path: Path, out: Path) -> dict[str, object]:
     """A sweep on 2 worker processes, one killed while it runs a point."""
     sweep = load_sweep(sweep_path)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with local_cluster(2, processes=True) as cluster, Client(cluster) as client:
         client.wait_for_workers(2)
         killed: list[tuple[str, int] | None] = []
         killer = threading.Thread(target=lambda: killed.append(kill_a_busy_worker(client)))

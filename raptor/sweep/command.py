@@ -70,7 +70,8 @@ def _results_table(sweep: Sweep, rows: list[dict[str, Any]]) -> Table:
 
 
 @contextlib.contextmanager
-def _client(scheduler: str | None, workers: int | None, needed: bool) -> Iterator[Any]:
+def _client(scheduler: str | None, workers: int | None, needed: bool, err: Console
+            ) -> Iterator[Any]:
     from raptor.sweep.runner import local_client
     if not needed:  # every point finished earlier: no cluster to start
         yield None
@@ -86,6 +87,13 @@ def _client(scheduler: str | None, workers: int | None, needed: bool) -> Iterato
         raise SweepError(f"cannot connect to the Dask scheduler at {scheduler}: "
                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     with client:
+        from raptor.sweep.runner import profiling_workers
+        profiling = profiling_workers(client)
+        if profiling:
+            err.print(f"note: {len(profiling)} worker(s) run Dask's profiler, which can free "
+                      "egglog e-graphs on the wrong thread (an error message and a leak); "
+                      "start workers with DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False",
+                      markup=False)
         yield client
 
 
@@ -124,7 +132,7 @@ def sweep_command(path: str, scheduler: str | None, workers: int | None, out_dir
     try:
         finished = read_finished(Path(out_dir)) if resume else {}
         needed = any(p.inputs_hash not in finished for p in sweep.points)
-        with _client(scheduler, workers, needed) as client:
+        with _client(scheduler, workers, needed, err) as client:
             run = run_sweep(sweep, client, out_dir, resume, None if terminal else on_row,
                             progress_bar=terminal)
     except SweepError as e:  # no scheduler there, an unreadable results.json to resume

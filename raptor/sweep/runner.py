@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dask
 from distributed import Client, Future, LocalCluster, as_completed
 from distributed.diagnostics.progressbar import TextProgressBar
 
@@ -46,14 +47,37 @@ class SweepRun:
         return all(r["status"] == "ok" for r in self.rows)
 
 
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+"""Dask's statistical profiler holds the task thread's frames from the worker's event-loop
+thread; when it drops the last reference to a finished frame, the egglog e-graphs in its
+locals are freed on the wrong thread, which egglog refuses ("EGraph is unsendable, but is
+being dropped on another thread", seen on the example sweep). Workers run without it."""
+
+
+def profiling_workers(client: Client) -> list[str]:
+    """Workers of an existing cluster that run Dask's profiler (see WORKER_CONFIG)."""
+    key = next(iter(WORKER_CONFIG))
+    enabled = client.run(lambda: bool(dask.config.get(key)))
+    return sorted(address for address, on in enabled.items() if on)
+
+
 @contextlib.contextmanager
-def local_client(workers: int | None = None) -> Iterator[Client]:
-    """A LocalCluster sized to the machine: one single-threaded worker process per core
-    (the pipeline is mostly Python, so threads would share one interpreter lock). Its HTTP
+def local_cluster(workers: int | None = None, processes: bool = True
+                  ) -> Iterator[LocalCluster]:
+    """A LocalCluster sized to the machine: one single-threaded worker per core, each its own
+    process (the pipeline is mostly Python: threads would share one interpreter lock), or
+    threads of this process with `processes=False` (fast to start: the tests). Its HTTP
     endpoint takes any free port: several sweeps may share a machine."""
     n = workers or os.cpu_count() or 1
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with dask.config.set(WORKER_CONFIG), LocalCluster(
+            n_workers=n, threads_per_worker=1, processes=processes,
+            dashboard_address=":0") as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def local_client(workers: int | None = None) -> Iterator[Client]:
+    with local_cluster(workers) as cluster, Client(cluster) as client:
         yield client
 
 

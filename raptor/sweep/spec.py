@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raptor.rewrite.eggfile import MANIFEST, resolve_rules_dir
+from raptor.rewrite.eggfile import MANIFEST, RULES_ENV, resolve_rules_dir
 from raptor.solve import SolveOptions
 from raptor.target import Target, TargetError, load_target, target_from_dict
 
@@ -243,6 +244,9 @@ def _expand(path: Path, data: dict[str, Any]) -> Sweep:
         for k in (list(options[0]) if isinstance(options[0], dict) else [key]):
             if k not in grid_keys:
                 grid_keys.append(k)
+    # workers get the directory the client hashed, unless it is the package's own
+    explicit = "rules" in shared or bool(os.environ.get(RULES_ENV))
+    rules_arg = str(rules_dir.absolute()) if explicit else None
     points: list[Point] = []
     seen: set[str] = set()
     combinations = 0
@@ -252,8 +256,8 @@ def _expand(path: Path, data: dict[str, Any]) -> Sweep:
             chosen: dict[str, Any] = {}
             for key, v in combo:
                 chosen.update(v if isinstance(v, dict) else {key: v})
-            point = _point(len(points), model, base, chosen, shared, grid_keys,
-                           str(rules_dir) if "rules" in shared else None, rules_hash)
+            point = _point(len(points), model, base, chosen, shared, grid_keys, rules_arg,
+                           rules_hash)
             if point.inputs_hash not in seen:
                 seen.add(point.inputs_hash)
                 points.append(point)

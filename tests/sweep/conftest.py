@@ -9,12 +9,12 @@ import pytest
 from distributed import Client, LocalCluster
 
 from raptor.sweep.point import CACHE
+from raptor.sweep.runner import local_cluster
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as c:
+    with local_cluster(2, processes=False) as c:
         yield c
 
 

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from raptor.cli import main
 from raptor.sweep.plots import pareto, write_plots
-from raptor.sweep.runner import run_sweep
+from raptor.sweep.runner import local_cluster, run_sweep
 from raptor.sweep.spec import load_sweep
 
 from .util import EXAMPLES, write_sweep
@@ -141,8 +141,7 @@ def test_worker_that_goes_away_mid_task_loses_no_point(tmp_path: Path) -> None:
     text = ('models = ["{examples}/lenet.onnx"]\n[grid]\n'
             'crossbars_per_core = [16, 24, 32, 64]\n')
     sweep = load_sweep(write_sweep(tmp_path, text))
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with local_cluster(2, processes=False) as cluster, Client(cluster) as client:
         closed: list[str] = []
 
         def close_a_busy_worker() -> None:

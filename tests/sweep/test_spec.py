@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from raptor.cli import main
-from raptor.sweep.spec import SweepError, load_sweep
+from raptor.sweep.spec import SweepError, load_sweep, supported_modes
 
 from .util import EXAMPLES, write_sweep
 
@@ -95,8 +95,6 @@ def test_hash_follows_inputs(tmp_path: Path) -> None:
      "takes a list of values"),
     ('models = ["{examples}/mlp.onnx"]\n[grid]\ncrossbars_per_core = []\n', "has no values"),
     ('models = ["{examples}/mlp.onnx"]\n[grid]\nsolver = ["peft", "peft"]\n', "twice"),
-    ('models = ["{examples}/mlp.onnx"]\n[grid]\nmode = ["latency", "pipeline"]\n',
-     "'pipeline' is not supported by this raptor's solve yet"),
     ('models = ["{examples}/mlp.onnx"]\n[grid]\nsolver = ["both"]\n', "must be one of"),
     ('models = ["{examples}/mlp.onnx"]\n[grid]\nsolver = ["pipeline"]\n',
      "does not schedule mode latency"),
@@ -139,3 +137,17 @@ def test_cli_usage_errors_and_dry_run(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "2 points" in out and out.count("mlp") >= 2
     assert not (tmp_path / "o").exists()
+
+
+def test_pipeline_mode_follows_what_solve_supports(tmp_path: Path) -> None:
+    """Refused with a clear line until `raptor.solve` has pipeline mode (issue 10), then a
+    grid over modes pairs each with its own solvers."""
+    path = write_sweep(tmp_path, 'models = ["{examples}/mlp.onnx"]\n[grid]\n'
+                       'mode = ["latency", "pipeline"]\nsolver = ["cpsat"]\n')
+    if "pipeline" not in supported_modes():
+        with pytest.raises(SweepError, match="mode = 'pipeline': 'pipeline' is not supported "
+                           "by this raptor's solve yet \\(supported: latency\\)"):
+            load_sweep(path)
+    else:
+        sweep = load_sweep(path)
+        assert [p.option("mode") for p in sweep.points] == ["latency", "pipeline"]
