@@ -33,26 +33,41 @@ def _fmt(v: Any) -> str:
 
 
 def _values(sweep: Sweep, row: dict[str, Any]) -> str:
-    return " ".join(f"{k}={_fmt(row.get(k))}" for k in sweep.grid_keys)
+    return " ".join(f"{name}={_group_value(keys, row)}" for name, keys in sweep.groups.items())
+
+
+def _group_value(keys: list[str], row: dict[str, Any]) -> str:
+    """A grid entry's value in a row: linked keys joined with '/'."""
+    return "/".join(_fmt(row.get(k)) for k in keys)
+
+
+def _linked(sweep: Sweep) -> str:
+    return "; ".join(f"{name} = {'/'.join(keys)}" for name, keys in sweep.groups.items()
+                     if keys != [name])
 
 
 def _points_table(sweep: Sweep) -> Table:
-    table = Table(title=f"{len(sweep.points)} points of {sweep.path}")
-    for c in ("point", "model", *sweep.grid_keys):
+    linked = _linked(sweep)
+    table = Table(title=f"{len(sweep.points)} points of {sweep.path}"
+                  + (f" ({linked})" if linked else ""))
+    for c in ("point", "model", *sweep.groups):
         table.add_column(c)
     for p in sweep.points:
-        table.add_row(p.id, p.model.label, *(_fmt(v) for _, v in p.values))
+        values = dict(p.values)
+        table.add_row(p.id, p.model.label,
+                      *(_group_value(keys, values) for keys in sweep.groups.values()))
     return table
 
 
 def _results_table(sweep: Sweep, rows: list[dict[str, Any]]) -> Table:
     """One line per point: the grid values that vary, then the figures."""
-    keys = list(sweep.grid_keys)
-    fixed = [f"{k} {rows[0][k]}" for k in ("mode", "solver") if k not in keys and rows]
+    fixed = [f"{k} {rows[0][k]}" for k in ("mode", "solver")
+             if k not in sweep.grid_keys and rows]
     period = any(r["period_ns"] is not None for r in rows)
-    table = Table(title=f"sweep results ({', '.join(fixed) or 'see the grid'}; simulated: "
-                  "with link contention; inferences/s in latency mode: one at a time)")
-    cols = ["model", *keys, "status", "estimate ns", "simulated ns",
+    notes = [*fixed, _linked(sweep), "simulated: with link contention",
+             "inferences/s in latency mode: one at a time"]
+    table = Table(title=f"sweep results ({'; '.join(n for n in notes if n)})")
+    cols = ["model", *sweep.groups, "status", "estimate ns", "simulated ns",
             *(["period ns"] if period else []), "inferences/s", "cores", "crossbars",
             "compile", "solve s", "wall s"]
     for c in cols:
@@ -60,7 +75,8 @@ def _results_table(sweep: Sweep, rows: list[dict[str, Any]]) -> Table:
             "cores", "crossbars") else "left")
     for r in rows:
         compile_ = {True: "shared", False: "ran", None: "-"}[r["compile_reused"]]
-        table.add_row(r["model"], *(_fmt(r.get(k)) for k in keys), r["status"],
+        table.add_row(r["model"], *(_group_value(keys, r) for keys in sweep.groups.values()),
+                      r["status"],
                       _fmt(r["estimate_ns"]), _fmt(r["simulated_ns"]),
                       *([_fmt(r["simulated_period_ns"] or r["period_ns"])] if period else []),
                       _fmt(r["throughput_per_s"]), _fmt(r["cores_used"]),

@@ -26,12 +26,14 @@ FINISHED = ("ok", "failed", "error")
 METRICS = (
     "status", "estimate_ns", "simulated_ns", "ideal_simulated_ns", "period_ns",
     "simulated_period_ns", "throughput_per_s", "lower_bound_ns", "bound_ns", "solver_status",
-    "crossbars", "cores_used", "cores", "bytes_moved", "messages", "tasks", "solve_seconds",
-    "wall_seconds", "compile_reused", "numerics_ok", "max_abs_error", "error", "worker",
+    "crossbars", "max_core_crossbars", "cores_used", "cores", "bytes_moved", "messages", "tasks",
+    "solve_seconds", "wall_seconds", "compile_reused", "numerics_ok", "max_abs_error", "error",
+    "worker",
 )
 """Per-point figures after the model and grid columns. `throughput_per_s` in latency mode is
 one inference at a time (1e9 / simulated_ns); `bytes_moved` counts NoC messages and
-shared-memory reads and writes (inputs read inside bodies included)."""
+shared-memory reads and writes (inputs read inside bodies included); `max_core_crossbars` is
+the most weight tiles one core holds (how close the schedule came to `crossbars_per_core`)."""
 
 
 def columns(grid_keys: Iterable[str]) -> list[str]:
@@ -88,6 +90,8 @@ def make_row(point: Point, outcome: Outcome | None, lost: str | None = None) -> 
         lower_bound_ns=rep["lower_bound_ns"], bound_ns=sched.get("bound_ns"),
         solver_status=sched["status"],
         crossbars=sum(s["crossbars"] for s in stages) if stages else rep["crossbars"],
+        max_core_crossbars=max((c["crossbars"] for c in sim["cores"]), default=0)
+        if sim else None,
         cores_used=sched["cores_used"],
         bytes_moved=(sim["message_bytes"] + sim["shared_read_bytes"] + sim["shared_write_bytes"]
                      + sim["input_read_bytes"]) if sim else None,

@@ -167,6 +167,8 @@ class Sweep:
     models: list[Model]
     grid_keys: list[str]
     """Every key the grid varies, in file order (columns of the results)."""
+    groups: dict[str, list[str]]
+    """Grid entries in file order: a key, or a linked group's name, and the keys it sets."""
     points: list[Point]
     combinations: int
     """Grid combinations before identical points (ignored CP-SAT options) were merged."""
@@ -239,11 +241,9 @@ def _expand(path: Path, data: dict[str, Any]) -> Sweep:
     rules_hash = rules_sha256(rules_dir)
 
     axes = [[(key, v) for v in options] for key, options in grid.items()]
-    grid_keys: list[str] = []
-    for key, options in grid.items():
-        for k in (list(options[0]) if isinstance(options[0], dict) else [key]):
-            if k not in grid_keys:
-                grid_keys.append(k)
+    groups = {key: list(options[0]) if isinstance(options[0], dict) else [key]
+              for key, options in grid.items()}
+    grid_keys = [k for keys in groups.values() for k in keys]
     # workers get the directory the client hashed, unless it is the package's own
     explicit = "rules" in shared or bool(os.environ.get(RULES_ENV))
     rules_arg = str(rules_dir.absolute()) if explicit else None
@@ -265,7 +265,7 @@ def _expand(path: Path, data: dict[str, Any]) -> Sweep:
     if len(points) < combinations:
         notes.append(f"{combinations} combinations give {len(points)} distinct points "
                      f"(heuristic schedules ignore {', '.join(CPSAT_OPTIONS)})")
-    return Sweep(path, models, grid_keys, points, combinations, notes)
+    return Sweep(path, models, grid_keys, groups, points, combinations, notes)
 
 
 def _models(spec: Any, base_dir: Path) -> list[Model]:

@@ -59,6 +59,7 @@ def test_two_by_two_rows_equal_raptor_solve(tmp_path: Path, client: Client,
         assert row["status"] == "ok" and row["numerics_ok"] is True
         assert row["throughput_per_s"] == pytest.approx(1e9 / row["simulated_ns"], rel=1e-6)
         assert row["cores"] == rows * cols and row["bytes_moved"] > 0
+        assert 1 <= row["max_core_crossbars"] <= 10
         # the point's whole report is kept beside the results
         kept = json.loads((out / "points" / f"mlp-{row['point']}" / "report.json").read_text())
         assert kept["schedules"][row["solver"]]["simulated_ns"] == row["simulated_ns"]
