@@ -64,10 +64,12 @@ def _results_table(sweep: Sweep, rows: list[dict[str, Any]]) -> Table:
     fixed = [f"{k} {rows[0][k]}" for k in ("mode", "solver")
              if k not in sweep.grid_keys and rows]
     period = any(r["period_ns"] is not None for r in rows)
+    searched = any(r["solver"] == "cpsat" for r in rows)
     notes = [*fixed, _linked(sweep), "simulated: with link contention",
              "inferences/s in latency mode: one at a time"]
     table = Table(title=f"sweep results ({'; '.join(n for n in notes if n)})")
-    cols = ["model", *sweep.groups, "status", "estimate ns", "simulated ns",
+    cols = ["model", *sweep.groups, "status", *(["solver status"] if searched else []),
+            "estimate ns", "simulated ns",
             *(["period ns"] if period else []), "inferences/s", "cores", "crossbars",
             "compile", "solve s", "wall s"]
     for c in cols:
@@ -76,7 +78,7 @@ def _results_table(sweep: Sweep, rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         compile_ = {True: "shared", False: "ran", None: "-"}[r["compile_reused"]]
         table.add_row(r["model"], *(_group_value(keys, r) for keys in sweep.groups.values()),
-                      r["status"],
+                      r["status"], *([_fmt(r["solver_status"]).split(" ")[0]] if searched else []),
                       _fmt(r["estimate_ns"]), _fmt(r["simulated_ns"]),
                       *([_fmt(r["simulated_period_ns"] or r["period_ns"])] if period else []),
                       _fmt(r["throughput_per_s"]), _fmt(r["cores_used"]),
