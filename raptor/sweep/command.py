@@ -160,8 +160,10 @@ def sweep_command(path: str, scheduler: str | None, workers: int | None, out_dir
         err.print(f"cannot write to {out_dir}: {e.strerror or e}", markup=False)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        err.print(f"interrupted: finished points are in {out_dir}/results.json; run again "
-                  "with --resume to finish the others", markup=False)
+        saved = Path(out_dir) / "results.json"
+        err.print("interrupted" + (f": finished points are in {saved}; run again with "
+                                   "--resume to finish the others" if saved.exists() else ""),
+                  markup=False)
         return EXIT_FAIL
     wall = time.perf_counter() - started
     out.print(_results_table(sweep, run.rows))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -67,12 +68,27 @@ def local_cluster(workers: int | None = None, processes: bool = True
     """A LocalCluster sized to the machine: one single-threaded worker per core, each its own
     process (the pipeline is mostly Python: threads would share one interpreter lock), or
     threads of this process with `processes=False` (fast to start: the tests). Its HTTP
-    endpoint takes any free port: several sweeps may share a machine."""
+    endpoint takes any free port: several sweeps may share a machine.
+
+    Ctrl-C is held back in this process while the cluster starts and acted on as soon as it
+    is up: interrupting Dask half-way leaves a cluster that its exit handler cannot close
+    (an assertion and pages of tracebacks)."""
     n = workers or os.cpu_count() or 1
-    with dask.config.set(WORKER_CONFIG), LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=processes,
-            dashboard_address=":0") as cluster:
+    hold = threading.current_thread() is threading.main_thread()
+    cluster: LocalCluster | None = None
+    try:
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hold else None
+        try:
+            with dask.config.set(WORKER_CONFIG):
+                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=processes,
+                                       dashboard_address=":0")
+        finally:
+            if held is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held Ctrl-C lands here
         yield cluster
+    finally:
+        if cluster is not None:
+            cluster.close()
 
 
 @contextlib.contextmanager
