@@ -86,14 +86,17 @@ def main() -> None:
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores, load average "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} before the runs")
-    print("\n| workers | points | ok | wall s | sum of point wall s |\n|---:|---:|---:|---:|---:|")
+    print("\n| workers | points | ok | wall s | sum of point wall s | sum of point CPU s |\n"
+          "|---:|---:|---:|---:|---:|---:|")
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(x) for x in args.workers.split(",")):
             wall, rows = timed_sweep(args.sweep, n, Path(tmp) / f"w{n}")
             ok = sum(1 for r in rows if r["status"] == "ok")
             busy = sum(float(r["wall_seconds"] or 0) for r in rows)  # type: ignore[arg-type]
-            print(f"| {n} | {len(rows)} | {ok} | {wall:.1f} | {busy:.1f} |", flush=True)
+            cpu = sum(float(r["cpu_seconds"] or 0) for r in rows)  # type: ignore[arg-type]
+            print(f"| {n} | {len(rows)} | {ok} | {wall:.1f} | {busy:.1f} | {cpu:.1f} |",
+                  flush=True)
         if args.kill:
             res = kill_run(args.sweep, Path(tmp) / "kill")
             print(f"\nkill: {res['points']} points, {res['rows']} rows, statuses "

@@ -36,6 +36,9 @@ class Outcome:
     traceback: str | None
     compile_reused: bool
     wall_seconds: float
+    cpu_seconds: float
+    """CPU time of the worker process during the point (CP-SAT threads included; other
+    tasks' too when a worker runs several threads)."""
     worker: str
 
 
@@ -116,7 +119,7 @@ def solve_options(point: Point) -> SolveOptions:
 def run_point(point: Point) -> Outcome:
     """Solve one point; every error of the pipeline is returned, not raised, so that one bad
     point is a row of the results and the sweep goes on."""
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     reused = False
     try:
         with collector_paused():
@@ -125,10 +128,11 @@ def run_point(point: Point) -> Outcome:
             compiled, reused = CACHE.get(point, opts.compile)
             solved = solve(point.model.path, point.target, opts, compiled=compiled)
             rep = report(solved)
-        return Outcome(rep, None, None, reused, time.perf_counter() - start, _worker_name())
+        return Outcome(rep, None, None, reused, time.perf_counter() - start,
+                       time.process_time() - cpu, _worker_name())
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # egglog panics are BaseExceptions; all are this point's
         message = f"{type(e).__name__}: {str(e).strip()}".strip().splitlines()[0][:500]
         return Outcome(None, message, traceback.format_exc(), reused,
-                       time.perf_counter() - start, _worker_name())
+                       time.perf_counter() - start, time.process_time() - cpu, _worker_name())

@@ -27,8 +27,8 @@ METRICS = (
     "status", "estimate_ns", "simulated_ns", "ideal_simulated_ns", "period_ns",
     "simulated_period_ns", "throughput_per_s", "lower_bound_ns", "bound_ns", "solver_status",
     "crossbars", "max_core_crossbars", "cores_used", "cores", "bytes_moved", "messages", "tasks",
-    "solve_seconds", "wall_seconds", "compile_reused", "numerics_ok", "max_abs_error", "error",
-    "worker",
+    "solve_seconds", "wall_seconds", "cpu_seconds", "compile_reused", "numerics_ok",
+    "max_abs_error", "error", "worker",
 )
 """Per-point figures after the model and grid columns. `throughput_per_s` in latency mode is
 one inference at a time (1e9 / simulated_ns); `bytes_moved` counts NoC messages and
@@ -67,7 +67,8 @@ def make_row(point: Point, outcome: Outcome | None, lost: str | None = None) -> 
     if outcome is None:
         row.update(status="lost", error=lost)
         return row
-    row.update(wall_seconds=round(outcome.wall_seconds, 3), worker=outcome.worker,
+    row.update(wall_seconds=round(outcome.wall_seconds, 3),
+               cpu_seconds=round(outcome.cpu_seconds, 3), worker=outcome.worker,
                compile_reused=outcome.compile_reused)
     rep = outcome.report
     if rep is None:
