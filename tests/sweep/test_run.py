@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from distributed import Client
 
 from raptor.cli import main
 from raptor.sweep.plots import pareto, write_plots
+from raptor.sweep.point import run_point
 from raptor.sweep.runner import local_cluster, run_sweep
 from raptor.sweep.spec import load_sweep
 
@@ -162,6 +164,18 @@ def test_worker_that_goes_away_mid_task_loses_no_point(tmp_path: Path) -> None:
     assert len(closed) == 1
     assert run.ok and len(run.rows) == 4
     assert all(r["worker"] != closed[0] for r in run.rows)
+
+
+def test_worker_refuses_files_that_differ_from_the_hashed_ones(tmp_path: Path) -> None:
+    model = tmp_path / "m.onnx"
+    shutil.copy(EXAMPLES / "mlp.onnx", model)
+    point = load_sweep(write_sweep(tmp_path, 'models = ["m.onnx"]\n')).points[0]
+    model.write_bytes(model.read_bytes() + b"\0")  # edited after the sweep hashed it
+    outcome = run_point(point)
+    assert outcome.report is None and outcome.error is not None
+    assert "differs from the one the sweep hashed" in outcome.error
+    model.unlink()
+    assert "does not exist on this worker" in str(run_point(point).error)
 
 
 def test_pareto_front() -> None:
