@@ -65,7 +65,8 @@ def _results_table(sweep: Sweep, rows: list[dict[str, Any]]) -> Table:
              if k not in sweep.grid_keys and rows]
     period = any(r["period_ns"] is not None for r in rows)
     searched = any(r["solver"] == "cpsat" for r in rows)
-    notes = [*fixed, _linked(sweep), "simulated: with link contention",
+    contended = all(p.option("contention") for p in sweep.points)
+    notes = [*fixed, _linked(sweep), "simulated: with link contention" if contended else "",
              "inferences/s in latency mode: one at a time"]
     table = Table(title=f"sweep results ({'; '.join(n for n in notes if n)})")
     cols = ["model", *sweep.groups, "status", *(["solver status"] if searched else []),

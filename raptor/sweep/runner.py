@@ -39,6 +39,7 @@ class SweepRun:
     ran: int
     """Points computed in this run (the others were finished rows of an earlier run)."""
     reused: int
+    """Finished rows of an earlier run kept for points of this sweep (`resume`)."""
     dropped: int
     """Rows of the earlier run that are not points of this sweep."""
     plots: list[Path]
@@ -97,12 +98,10 @@ def local_client(workers: int | None = None) -> Iterator[Client]:
         yield client
 
 
-def _progress_bar(futures: list[Future]) -> threading.Thread:
+def _progress_bar(futures: list[Future]) -> None:
     """Dask's text progress bar, drawn from its own thread while this one collects."""
-    thread = threading.Thread(target=TextProgressBar, args=(futures,), daemon=True,
-                              name="raptor-sweep-progress")
-    thread.start()
-    return thread
+    threading.Thread(target=TextProgressBar, args=(futures,), daemon=True,
+                     name="raptor-sweep-progress").start()
 
 
 def _write_point(out: Path, point: Point, outcome: Outcome | None) -> None:
