@@ -327,6 +327,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return EXIT_FAIL if failed else EXIT_OK
 
 
+# ------------------------------------------------------------------ sweep
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from raptor.sweep.command import sweep_command  # Dask and matplotlib load for sweeps only
+    return sweep_command(args.file, args.scheduler, args.workers, args.out, args.resume,
+                         args.dry_run, out, err)
+
+
 # ------------------------------------------------------------------ entry point
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -444,6 +451,26 @@ def build_parser() -> argparse.ArgumentParser:
     ts = tsub.add_parser("show", help="print every key of a target with derived figures")
     ts.add_argument("name", nargs="?", default="default", metavar="NAME|FILE.toml")
     ts.set_defaults(func=cmd_target_show)
+
+    w = sub.add_parser("sweep", help="solve a grid of models x targets x options on Dask",
+                       description="Run `raptor solve` on every point of the grid in SWEEP.toml "
+                       "(models, a base target, [grid] over target keys, mode, solver and "
+                       "solver options, [solve] for shared options; docs/sweep.md) as Dask "
+                       "tasks, and write results.csv, results.json, each point's report.json "
+                       "and Pareto plots (SVG, PNG) to --out. Each row is written as its point "
+                       "finishes. Exit 0 when every point is ok, 1 when one failed.")
+    w.add_argument("file", metavar="SWEEP.toml")
+    w.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask cluster "
+                   "(tcp://host:8786, started with `dask scheduler` and `dask worker`); "
+                   "default: a local cluster")
+    w.add_argument("--workers", type=_positive(int), metavar="N", help="worker processes of "
+                   "the local cluster (default: one per CPU core)")
+    w.add_argument("--out", default="raptor-sweep", metavar="DIR",
+                   help="output directory (default raptor-sweep/)")
+    w.add_argument("--resume", action="store_true", help="keep the finished rows in DIR whose "
+                   "inputs hash matches a point, run the others")
+    w.add_argument("--dry-run", action="store_true", help="validate and list the points only")
+    w.set_defaults(func=cmd_sweep)
     return p
 
 

@@ -121,12 +121,15 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
 
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,
-          progress: Progress | None = None) -> Solved:
+          progress: Progress | None = None, compiled: Compiled | None = None) -> Solved:
+    """`compiled`: this model's compilation for this target and `opts.compile`, made
+    earlier (a sweep shares it between points that differ in solver options only); it is
+    read, never changed."""
     say = progress or _quiet
     seconds: dict[str, float] = {}
     say("compiling")
     t0 = time.perf_counter()
-    comp = compile_model(model, target, opts.compile)
+    comp = compiled if compiled is not None else compile_model(model, target, opts.compile)
     seconds["compile"] = time.perf_counter() - t0
     # what the other layout selectors would have cost on the same rule tables
     layout_costs = {comp.selection.selector: comp.selection.cost}
