@@ -128,6 +128,16 @@ class PimsimChip:
         return (self.local(nbytes) + self.flits(nbytes) * self.flit_ns(core, GLOBAL_MEMORY)
                 + _ceil(nbytes, t.shared_access_bytes) * t.shared_write_cycles + 1)
 
+    def global_access(self, nbytes: int, core: int, load: bool) -> tuple[int, int]:
+        """(cycles from the start of an `ld`/`st` to its global-memory service, the service
+        cycles): the part pimsim-nn serializes chip-wide."""
+        t = self.target
+        accesses = _ceil(nbytes, t.shared_access_bytes)
+        if load:
+            return self.flit_ns(core, GLOBAL_MEMORY), accesses * t.shared_read_cycles
+        return (self.local(nbytes) + self.flits(nbytes) * self.flit_ns(core, GLOBAL_MEMORY),
+                accesses * t.shared_write_cycles)
+
     def send_read(self, nbytes: int) -> int:
         return max(self.local(nbytes), 2)
 

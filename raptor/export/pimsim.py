@@ -197,6 +197,9 @@ class _CoreLowering:
         """Block argument -> the value it stands for."""
         self.cycles = 0
         self.op: Operation | None = None
+        self.gm_first: int | None = None
+        """Cycle (since the core started) of the current op's first global-memory access."""
+        self.gm_cycles = 0
 
     # -- emission and time ------------------------------------------------------------
     def emit(self, ins: Instruction, cycles: int | None = None) -> None:
@@ -238,12 +241,14 @@ class _CoreLowering:
             self.op = op
             start = len(self.out)
             before = self.cycles
+            self.gm_first, self.gm_cycles = None, 0
             timing = self.top(op)
             if timing is None:
-                timing = OpTiming(busy=self.cycles - before)
+                lead = 0 if self.gm_first is None else self.gm_first - before
+                timing = OpTiming(lead, self.cycles - before - lead, memory=self.gm_cycles)
             if first and len(self.out) > start:
                 timing = OpTiming(timing.before + START_CYCLES, timing.busy, timing.after,
-                                  timing.nbytes)
+                                  timing.nbytes, timing.memory)
                 first = False
             self.ex.timings[(self.core, op)] = timing
         groups = [1] * len(self.groups)
@@ -405,6 +410,10 @@ class _CoreLowering:
                       f"{'ld' if isinstance(op, LoadOp) else 'st'} of its bytes")
         pair = self.regs.global_address(glob)
         r = self.regs.get(self.addr(local))
+        lead, service = self.chip.global_access(n, self.core, isinstance(op, LoadOp))
+        if self.gm_first is None:
+            self.gm_first = self.cycles + lead
+        self.gm_cycles += service
         if isinstance(op, LoadOp):
             self.unit({"op": "ld", "rd": r, "rs1": pair, "size": n}, self.chip.ld(n, self.core))
         else:

@@ -13,14 +13,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class OpTiming:
-    """Cycles of one top-level op: `before` it starts (register setup, packing), `busy`
-    (a compute's whole time; a send's local read; a receive's local write), and the
-    dispatch gap `after` it. `nbytes` is the message size of a send or receive."""
+    """Cycles of one top-level op: `before` it starts (register setup, packing; for an op
+    that uses the global memory, until its first access), `busy` (the rest of a compute;
+    a send's local read; a receive's local write), and the dispatch gap `after` it.
+    `nbytes` is the message size of a send or receive; `memory` the cycles the op holds
+    the chip's global memory (its `ld`/`st` services, taken as one block)."""
 
     before: int = 0
     busy: int = 0
     after: int = 0
     nbytes: int = 0
+    memory: int = 0
 
     @property
     def total(self) -> int:
