@@ -23,6 +23,7 @@ from raptor.driver import (
     ir_inputs,
     model_inputs,
 )
+from raptor.export import ExportError, export_pimsim, write_export
 from raptor.fileio import load_npz, save_npz_atomic, write_text_atomic
 from raptor.frontend.errors import FrontendError
 from raptor.frontend.oracle import compare, oracle_name, run_reference
@@ -33,10 +34,11 @@ from raptor.ir.module import Module
 from raptor.ir.parser import ParseError, parse_file
 from raptor.ir.verifier import verify_module
 from raptor.passes.lower import CapacityExceeded, LoweringError
+from raptor.passes.memory import plan_memory
 from raptor.passes.projection import ProjectionError
 from raptor.rewrite.eggfile import RuleError, check_rules, resolve_rules_dir
 from raptor.rewrite.layout import LayoutError
-from raptor.sim import SimOptions
+from raptor.sim import SimError, SimOptions, Simulator
 from raptor.solve import SOLVERS, Solved, SolveOptions, report, solve
 from raptor.solver.gantt import gantt_svg
 from raptor.solver.graph import GraphError
@@ -293,7 +295,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
                         seed=args.seed, simulate=not args.no_simulate, sim=sim,
                         rtol=args.rtol, atol=args.atol,
                         compile=CompileOptions(rules_dir=args.rules, layout_selector=selector,
-                                               print_ir=_print_ir_hook(args)))
+                                               print_ir=_print_ir_hook(args)),
+                        allow_memory_overflow=args.allow_memory_overflow)
     status = err.status("compiling", spinner="dots") if not args.json else None
     try:
         if status is not None:
@@ -316,6 +319,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         if status is not None:
             status.stop()
     rep = report(solved)
+    exported = _export_runs(args.export_pimsim, solved, rep, args.allow_memory_overflow) \
+        if args.export_pimsim else []
     _write_outputs(args.out, solved, rep)
     if args.json:
         print(json.dumps(rep, indent=2))
@@ -323,6 +328,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         for note in solved.compiled.notes:
             err.print(f"note: {note}", markup=False)
         _print_solve_table(solved, rep, args.out)
+        for line in exported:
+            out.print(line, markup=False)
     failed = [r.name for r in solved.runs if not r.ok]
     for r in solved.runs:
         for v in (r.violations + r.scheduled_errors)[:5]:
@@ -332,7 +339,84 @@ def cmd_solve(args: argparse.Namespace) -> int:
         if r.numerics and not all(ok for _, _, ok in r.numerics.values()):
             err.print(f"{r.name}: simulated outputs differ from the {solved.oracle} reference",
                       markup=False)
+        for line in r.memory_errors:
+            err.print(f"{r.name}: local memory: {line}", markup=False)
+        for line in r.memory_warnings:
+            err.print(f"{r.name}: warning: {line} (allowed by --allow-memory-overflow)",
+                      markup=False)
     return EXIT_FAIL if failed else EXIT_OK
+
+
+def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any], allow: bool
+                 ) -> list[str]:
+    """`--export-pimsim DIR`: every valid schedule's program (into DIR, or DIR/<solver>
+    when there are several), with Raptor's simulator under pimsim-nn's model beside it."""
+    runs = [r for r in solved.runs if not r.violations and not r.scheduled_errors]
+    lines = []
+    done: dict[int, str] = {}
+    for run in runs:
+        d = Path(out_dir) if len(solved.runs) == 1 else Path(out_dir) / run.name
+        if id(run.scheduled) in done:  # the same program (a schedule that fell back)
+            lines.append(f"{run.name}: same program as {done[id(run.scheduled)]}")
+            continue
+        try:
+            ex = export_pimsim(run.scheduled, solved.target, run.memory,
+                               allow_overflow=allow)
+        except ExportError as e:
+            raise CliError(f"{run.name}: cannot export to pimsim-nn: {e}", EXIT_FAIL) from None
+        model_ns = None
+        try:
+            sim = Simulator(run.scheduled, solved.target, timings=ex.timings)
+            model_ns = sim.timing(SimOptions.pimsim(trace=False)).latency_ns
+        except SimError as e:
+            lines.append(f"{run.name}: Raptor's simulator under pimsim-nn's model failed: {e}")
+        try:
+            write_export(ex, d)
+        except OSError as e:
+            raise CliError(f"cannot write {d}: {e.strerror or e}") from None
+        done[id(run.scheduled)] = run.name
+        entry = rep["schedules"][run.name]
+        entry["pimsim_export"] = {"dir": str(d), "instructions": ex.instructions,
+                                  "pimsim_model_ns": model_ns, "stand_ins": dict(ex.notes)}
+        lines.append(f"{run.name}: exported {ex.instructions:,} pimsim-nn instructions on "
+                     f"{sum(1 for p in ex.cores.values() if p.instructions)} cores to {d}/ "
+                     f"(Raptor's simulator under pimsim-nn's model: {_fmt_ns(model_ns)} ns); "
+                     f"run: ChipTest {d}/program {d}/chip.json")
+    return lines
+
+
+# ------------------------------------------------------------------ export
+def cmd_export(args: argparse.Namespace) -> int:
+    target = _target(args)
+    module = _parse_spat(args.file)
+    diags = verify_module(module)
+    if diags:
+        for diag in diags:
+            err.print(str(diag), markup=False)
+        return EXIT_FAIL
+    try:
+        plan = plan_memory(module, target)
+        ex = export_pimsim(module, target, plan, allow_overflow=args.allow_memory_overflow)
+    except ExportError as e:
+        raise CliError(f"{args.file}: cannot export to pimsim-nn: {e}", EXIT_FAIL) from None
+    try:
+        d = write_export(ex, args.pimsim, args.timeout_ms)
+    except OSError as e:
+        raise CliError(f"cannot write {args.pimsim}: {e.strerror or e}") from None
+    for line in ex.overflow:
+        err.print(f"warning: {line} (allowed by --allow-memory-overflow)", markup=False)
+    top = plan.peak
+    active = sum(1 for p in ex.cores.values() if p.instructions)
+    out.print(f"{args.file}: {ex.instructions:,} pimsim-nn instructions on {active} cores "
+              f"-> {d}/ (program/, chip.json, noc.json, export.json)")
+    if top is not None:
+        out.print(f"local memory: peak {top.peak_bytes:,} bytes on core {top.core} of "
+                  f"{target.local_memory_bytes:,}; shared {plan.shared_bytes:,} of "
+                  f"{target.shared_memory_bytes:,}")
+    if ex.notes:
+        out.print("stand-ins: " + ", ".join(f"{k} ({n})" for k, n in sorted(ex.notes.items())))
+    out.print(f"run: ChipTest {d}/program {d}/chip.json")
+    return EXIT_OK
 
 
 def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> None:
@@ -348,7 +432,7 @@ def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> Non
         for k, v in costs.items()))
     table = Table(title=f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns)")
     cols = ["solver", "estimate ns", "ideal sim ns", "simulated ns", "bound ns",
-            "gap to bound", "status", "solve s", "cores", "crossbars", "numerics"]
+            "gap to bound", "status", "solve s", "cores", "crossbars", "local mem", "numerics"]
     for c in cols:
         table.add_column(c, justify="left" if c in ("solver", "status", "numerics")
                          else "right")
@@ -366,11 +450,20 @@ def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> Non
         table.add_row(run.name, _fmt_ns(s["estimate_ns"]), _fmt_ns(s["ideal_simulated_ns"]),
                       _fmt_ns(s["simulated_ns"]),
                       _fmt_ns(s["bound_ns"]), gap, s["status"], f"{s['solve_seconds']:.2f}",
-                      str(s["cores_used"]), str(rep["crossbars"]), check)
+                      str(s["cores_used"]), str(rep["crossbars"]),
+                      _fmt_memory(s.get("local_memory")), check)
     out.print(table)
     out.print(f"wrote {out_dir}/: report.json, gantt.<solver>.svg, scheduled.<solver>.spat"
               + (", trace.<solver>.json, outputs.<solver>.npz" if any(r.sim for r in
                                                                    solved.runs) else ""))
+
+
+def _fmt_memory(mem: dict[str, Any] | None) -> str:
+    """Peak local memory over the capacity, in KiB ("over" when it does not fit)."""
+    if mem is None:
+        return "-"
+    text = f"{mem['peak_bytes'] / 1024:.1f}/{mem['capacity_bytes'] / 1024:g} KiB"
+    return text if mem["fits"] else text + " OVER"
 
 
 def _write_outputs(out_dir: str, solved: Solved, rep: dict[str, Any]) -> None:
@@ -438,8 +531,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="raptor-out", metavar="DIR",
                    help="output directory (default raptor-out/)")
     s.add_argument("--json", action="store_true", help="print report.json to stdout")
+    s.add_argument("--export-pimsim", metavar="DIR",
+                   help="also export each valid schedule to pimsim-nn (DIR, or DIR/<solver> "
+                   "for several): program/, chip.json, noc.json; see `raptor export`")
+    _add_memory_flag(s)
     _add_compile_options(s)
     s.set_defaults(func=cmd_solve)
+
+    e = sub.add_parser("export", help="export scheduled IR to the pimsim-nn simulator",
+                       description="Allocate local memory for every core of a scheduled "
+                       "program (`scheduled.<solver>.spat` from `raptor solve`), lower it to "
+                       "pimsim-nn instructions and write DIR/program/ (config.json and "
+                       "core_<id>.json), DIR/chip.json and DIR/noc.json derived from the "
+                       "target, and DIR/export.json (what was exported), so that `ChipTest "
+                       "DIR/program DIR/chip.json` runs it in latency mode. Checks what "
+                       "pimsim-nn does not (send/receive sizes and partners, array groups, "
+                       "addresses, deadlock) and refuses with exit 1.")
+    e.add_argument("file", metavar="FILE.spat")
+    e.add_argument("--pimsim", required=True, metavar="DIR", help="output directory")
+    e.add_argument("--timeout-ms", type=_positive(float), metavar="MS",
+                   help="pimsim-nn latency_timeout_ms (default: twice a serial bound on the "
+                   "program's latency)")
+    _add_target(e)
+    _add_memory_flag(e)
+    e.set_defaults(func=cmd_export)
 
     v = sub.add_parser("verify", help="parse and verify Spatial IR files (.spat)",
                        description="Parse each file and check SSA, types, the graph-batch "
@@ -515,6 +630,12 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def _add_memory_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-memory-overflow", action="store_true",
+                   help="let a program that needs more local (or shared) memory than the "
+                   "target has through with a warning instead of failing (exit 1)")
 
 
 def _add_target(p: argparse.ArgumentParser) -> None:

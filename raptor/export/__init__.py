@@ -37,16 +37,25 @@ NOC_FILE = "noc.json"
 
 
 def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None,
-                  check: bool = True) -> Export:
+                  check: bool = True, allow_overflow: bool = False) -> Export:
     """pimsim-nn programs for scheduled `module` on `target`; raises `ExportError` listing
-    every problem `validate` finds (unless `check` is False)."""
-    try:
-        chip = PimsimChip.of(target)
-    except ChipError as e:
-        raise ExportError(str(e)) from None
+    every problem `validate` finds (unless `check` is False). A program that needs more
+    local or shared memory than the target has is refused, unless `allow_overflow`: then
+    the chip is written with the local memory the program needs (pimsim-nn never checks
+    it) and `Export.overflow` says by how much."""
     if plan is None:
         plan = plan_memory(module, target)
+    over = plan.over_capacity()
+    if over and not allow_overflow:
+        raise ExportError("the program does not fit the target's memory", over)
+    top = plan.peak
+    need = top.peak_bytes if top is not None else 0
+    try:
+        chip = PimsimChip.of(target, need if need > target.local_memory_bytes else 0)
+    except ChipError as e:
+        raise ExportError(str(e)) from None
     export = lower_module(module, plan, chip)
+    export.overflow = over
     if check:
         problems = validate(export)
         if problems:
@@ -80,10 +89,13 @@ def manifest(export: Export, timeout_ms: float) -> dict[str, Any]:
         "cores_with_instructions": sum(1 for p in export.cores.values() if p.instructions),
         "instructions": export.instructions,
         "by_opcode": dict(sorted(counts.items())),
+        "cycles_by_opcode": dict(sorted(export.cycles.items())),
         "per_core": {str(c): len(p.instructions) for c, p in sorted(export.cores.items())},
         "stand_ins": dict(export.notes),
         "activation_bytes": export.chip.act,
         "local_memory": export.memory.to_dict(),
+        "local_memory_bytes_written": export.chip.local_bytes,
+        "over_capacity": export.overflow,
         "latency_timeout_ms": timeout_ms,
         "mvm": {"front_cycles": export.chip.front, "back_cycles": export.chip.back,
                 "compute_cycles": export.chip.mvm_compute(),

@@ -60,9 +60,15 @@ class PimsimChip:
     target: Target
     front: int
     back: int
+    local_memory_bytes: int = 0
+    """Local memory written to the chip (0: the target's)."""
+
+    @property
+    def local_bytes(self) -> int:
+        return self.local_memory_bytes or self.target.local_memory_bytes
 
     @classmethod
-    def of(cls, target: Target) -> PimsimChip:
+    def of(cls, target: Target, local_memory_bytes: int = 0) -> PimsimChip:
         passes = target.input_bits
         back = target.mvm_cycles // passes
         front = target.mvm_cycles - passes * back
@@ -70,7 +76,7 @@ class PimsimChip:
             raise ChipError(f"target {target.name}: mvm_cycles {target.mvm_cycles} cannot be "
                             f"expressed as pimsim-nn's pipelined MVM of {passes} input passes "
                             f"(needs at least {passes * passes} cycles)")
-        return cls(target, front, back)
+        return cls(target, front, back, local_memory_bytes)
 
     # -- figures -----------------------------------------------------------------------
     @property
@@ -175,7 +181,7 @@ class PimsimChip:
                     "vector_width": t.vector_lanes,
                     "vector_latency_cycle": t.vector_op_cycles,
                     "local_memory_config": {
-                        "memory_size": t.local_memory_bytes,
+                        "memory_size": self.local_bytes,
                         "data_width": t.local_bytes_per_cycle,
                         "period": period,
                         "read_latency_cycle": 1,

@@ -121,6 +121,11 @@ class Export:
     """Per (core, top-level op): its time under pimsim-nn's model (for Raptor's simulator)."""
     notes: Counter[str] = field(default_factory=Counter)
     """Stand-ins the exporter used, with counts."""
+    overflow: list[str] = field(default_factory=list)
+    """Cores (and shared memory) over the target's capacity, when allowed through."""
+    cycles: Counter[str] = field(default_factory=Counter)
+    """Cycles of the instructions by opcode, summed over the cores (with dispatch gaps;
+    without waiting for partners or the global memory)."""
 
     @property
     def instructions(self) -> int:
@@ -204,7 +209,9 @@ class _CoreLowering:
     # -- emission and time ------------------------------------------------------------
     def emit(self, ins: Instruction, cycles: int | None = None) -> None:
         self.out.append(ins)
-        self.cycles += SCALAR_CYCLES if cycles is None else cycles
+        c = SCALAR_CYCLES if cycles is None else cycles
+        self.cycles += c
+        self.ex.cycles[ins["op"]] += c
 
     def unit(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES) -> None:
         self.emit(ins, busy + gap)
@@ -507,6 +514,7 @@ class _Exporter:
         self.plan = plan
         self.timings: dict[tuple[int, Operation], OpTiming] = {}
         self.notes: Counter[str] = Counter()
+        self.cycles: Counter[str] = Counter()
 
     def run(self) -> Export:
         func = self.module.main()
@@ -527,7 +535,8 @@ class _Exporter:
                 raise ExportError(f"core {core} is outside the {n} cores of target "
                                   f"{self.chip.target.name}")
             cores[core] = _CoreLowering(self, core, body, fixed).run()
-        return Export(self.chip, cores, self.plan, self.timings, self.notes)
+        return Export(self.chip, cores, self.plan, self.timings, self.notes,
+                      cycles=self.cycles)
 
 
 def lower_module(module: Module, plan: MemoryPlan, chip: PimsimChip) -> Export:

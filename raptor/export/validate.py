@@ -72,6 +72,7 @@ def validate(export: Export) -> list[str]:
     """Every problem found, one line each (empty: pimsim-nn can run it as intended)."""
     t = export.chip.target
     act = export.chip.act
+    local = export.chip.local_bytes
     problems: list[str] = []
     comm: dict[int, list[tuple[str, int, int, int]]] = {}
     active = {c for c, p in export.cores.items() if p.instructions}
@@ -110,9 +111,9 @@ def validate(export: Export) -> list[str]:
             ranges, more = _ranges(ins, regs, act, len(prog.groups))
             problems.extend(f"{at}: {m}" for m in more)
             for lo, hi in ranges:
-                if lo < 0 or hi > t.local_memory_bytes:
+                if lo < 0 or hi > local:
                     problems.append(f"{at}: local bytes [{lo}, {hi}) outside the "
-                                    f"{t.local_memory_bytes}-byte local memory")
+                                    f"{local}-byte local memory")
             g = _global(ins, regs)
             if g is not None and (g[0] < 0 or g[1] > t.shared_memory_bytes):
                 problems.append(f"{at}: global bytes [{g[0]}, {g[1]}) outside the "
