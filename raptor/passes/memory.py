@@ -11,10 +11,11 @@ resident from the start), and a staging buffer for a region send that is not con
 function inputs and results in shared memory.
 
 What takes none (views): `tensor.reshape`, `spat.lane_result` (a lane's slot of its batch
-result), block arguments (the compute's inputs), yielded values (the compute's result *is*
-the yielded buffer), an insert into a buffer that dies there, and an elementwise op on an
-operand that dies there (in place: every element is read before it is written). Anything
-else gets a fresh buffer, so a multi-instruction op never overwrites what it still reads.
+result), a `tensor.extract_slice` of one contiguous range (read where it is), block
+arguments (the compute's inputs), yielded values (the compute's result *is* the yielded
+buffer), an insert into a buffer that dies there, and an elementwise op on an operand that
+dies there (in place: every element is read before it is written). Anything else gets a
+fresh buffer, so a multi-instruction op never overwrites what it still reads.
 
 Lifetimes are intervals of program steps (one per top-level op and per body op; a batch
 body is counted once, its lanes reuse the same intermediates, and what a batch body reads
@@ -38,6 +39,7 @@ from raptor.ir.ops import (
     ChannelSendOp,
     CoreBatchOp,
     CoreOp,
+    ExtractSliceOp,
     InsertSliceOp,
     LaneResultOp,
     MvmOp,
@@ -306,6 +308,17 @@ class _CoreAllocator:
                 extra = op.lane * self.nbytes(op.result) if isinstance(op, LaneResultOp) else 0
                 self.bind(op.result, got[0], got[1] + extra)
             return
+        if isinstance(op, ExtractSliceOp) and all(a.is_const for a in op.offsets):
+            src = op.source.type
+            got = self.place(op.source)
+            if got is not None and isinstance(src, TensorType) \
+                    and is_contiguous(src.static_shape, op.sizes, op.strides):
+                # one contiguous range of the source: read it where it is
+                first = sum(a.const * st for a, st in zip(op.offsets,
+                                                           _row_strides(src.static_shape),
+                                                           strict=True))
+                self.bind(op.result, got[0], got[1] + first * self.eb)
+                return
         if isinstance(op, ChannelSendOp):
             t = op.value.type
             if op.message is not None and isinstance(t, TensorType) \
@@ -359,6 +372,13 @@ class _CoreAllocator:
         return CoreMemory(self.core, peak, live, self.where[min(at, len(self.where) - 1)],
                           len(self.storages), slots,
                           {op: Slot(s.addr, s.size) for op, s in self.staging.items()})
+
+
+def _row_strides(shape: Sequence[int]) -> list[int]:
+    out = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        out[d] = out[d + 1] * shape[d + 1]
+    return out
 
 
 def _describe(op: Operation, parent: Operation | None) -> str:

@@ -29,24 +29,27 @@ def values(module_text: str) -> tuple[Module, dict[str, object]]:
 
 
 CHAIN = """
-func.func @main(%x: tensor<1x64xf32>) -> tensor<1x64xf32> {
-  %o = pim.alloc_shared : tensor<1x64xf32>
+func.func @main(%x: tensor<2x32xf32>) -> tensor<2x32xf32> {
+  %o = pim.alloc_shared : tensor<2x32xf32>
   pim.core 3 {
-    %r = spat.scheduled_compute ins() -> tensor<1x64xf32> {
+    %r = spat.scheduled_compute ins() -> tensor<2x32xf32> {
     ^bb0():
-      %a = pim.load %x[0, 0] [1, 64] [1, 1] : tensor<1x64xf32> to tensor<1x64xf32>
-      %b = tensor.extract_slice %a[0, 0] [1, 32] [1, 1] : tensor<1x64xf32> to tensor<1x32xf32>
-      %c = tensor.extract_slice %a[0, 32] [1, 32] [1, 1] : tensor<1x64xf32> to tensor<1x32xf32>
-      %d = pim.vadd %b, %c : tensor<1x32xf32>
-      %e = pim.relu %d : tensor<1x32xf32>
-      %f = tensor.reshape %e : tensor<1x32xf32> to tensor<32xf32>
-      %g = tensor.empty : tensor<1x64xf32>
-    %h = tensor.insert_slice %f into %g[0, 0] [1, 32] [1, 1] : tensor<32xf32> into tensor<1x64xf32>
-      spat.yield %h : tensor<1x64xf32>
+      %a = pim.load %x[0, 0] [2, 32] [1, 1] : tensor<2x32xf32> to tensor<2x32xf32>
+      %b = tensor.extract_slice %a[0, 0] [2, 16] [1, 1] : tensor<2x32xf32> to tensor<2x16xf32>
+      %c = tensor.extract_slice %a[0, 16] [2, 16] [1, 1] : tensor<2x32xf32> to tensor<2x16xf32>
+      %v = tensor.extract_slice %a[1, 0] [1, 32] [1, 1] : tensor<2x32xf32> to tensor<32xf32>
+      %d = pim.vadd %b, %c : tensor<2x16xf32>
+      %e = pim.relu %d : tensor<2x16xf32>
+      %f = tensor.reshape %e : tensor<2x16xf32> to tensor<32xf32>
+      %w = pim.vmax %f, %v : tensor<32xf32>
+      %g = tensor.empty : tensor<2x32xf32>
+      %h = tensor.insert_slice %w into %g[0, 0] [1, 32] [1, 1] : tensor<32xf32> into
+        tensor<2x32xf32>
+      spat.yield %h : tensor<2x32xf32>
     }
-    pim.store %r into %o[0, 0] [1, 64] [1, 1] : tensor<1x64xf32> into tensor<1x64xf32>
+    pim.store %r into %o[0, 0] [2, 32] [1, 1] : tensor<2x32xf32> into tensor<2x32xf32>
   }
-  return %o : tensor<1x64xf32>
+  return %o : tensor<2x32xf32>
 }
 """
 
@@ -55,18 +58,21 @@ def test_reuse_views_and_in_place_at_f32() -> None:
     m, v = values(CHAIN)
     mem = plan_memory(m, T, element_bytes=4).cores[3]
     slot = {k: mem.slots[x] for k, x in v.items() if x in mem.slots}  # type: ignore[index]
-    # %a (256 B) dies at %c; %b and %c are fresh 128-B copies; vadd writes over %b (dying),
-    # relu over %d, the reshape is a view, the insert writes into %g in place, the yield
-    # and the compute's result are the same buffer
+    # %b and %c are strided halves of %a: 128-B copies; %v is %a's second row, one range:
+    # a view; vadd writes over %b (dying), relu over %d; the reshape is a view; vmax makes
+    # a new buffer (%f is 128 B, the result 128 B, but %v still lives in %a); the insert
+    # writes into %g in place and the yield is the compute's result
     assert slot["a"].nbytes == 256 and slot["b"].nbytes == 128
+    assert slot["v"].addr == slot["a"].addr + 128 and slot["v"].nbytes == 128
     assert slot["d"] == slot["b"] and slot["e"] == slot["d"]
     assert slot["f"].addr == slot["e"].addr
+    assert slot["w"] == slot["f"]  # %f dies at the vmax: in place
     assert slot["h"] == slot["g"] and slot["r"] == slot["h"]
-    # %g starts after %a died (at %c): it may take %a's place, never %b's (still read)
-    assert slot["g"].addr + 256 <= slot["b"].addr or slot["g"].addr >= slot["b"].end
     assert mem.buffers == 4  # %a, %b, %c, %g
-    assert mem.live_peak_bytes == 256 + 128 + 128  # %a with %b and %c at the second slice
+    assert mem.live_peak_bytes == 256 + 128 + 128  # %a with %b and %c
     assert mem.peak_bytes >= mem.live_peak_bytes
+    for x, y in (("a", "b"), ("a", "c"), ("b", "c")):  # live together: disjoint
+        assert slot[x].end <= slot[y].addr or slot[y].end <= slot[x].addr
 
 
 def test_activation_bytes_default_and_shared_layout() -> None:
