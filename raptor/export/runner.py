@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import subprocess
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ class PimsimRun:
     """Per core with instructions, when its last instruction retired."""
     wall_s: float = 0.0
     max_rss_mb: float = 0.0
-    """Peak resident memory of ChipTest (this process's largest child so far)."""
+    """Peak resident memory of ChipTest."""
 
 
 def chiptest() -> str | None:
@@ -45,18 +46,29 @@ def run_chiptest(binary: str, folder: str | os.PathLike[str], config: str | None
     d = Path(folder)
     cfg = config or str(d / "chip.json")
     start = time.perf_counter()
-    try:
-        proc = subprocess.run([binary, str(d / "program"), cfg], capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        raise PimsimError(f"ChipTest did not finish within {timeout_s} s") from None
-    except OSError as e:
-        raise PimsimError(f"cannot run {binary}: {e.strerror or e}") from None
-    wall = time.perf_counter() - start
-    m = _LATENCY.search(proc.stdout)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        try:
+            proc = subprocess.Popen([binary, str(d / "program"), cfg], stdout=out,
+                                    stderr=err, text=True)
+        except OSError as e:
+            raise PimsimError(f"cannot run {binary}: {e.strerror or e}") from None
+        timer = threading.Timer(timeout_s, proc.kill) if timeout_s else None
+        if timer is not None:
+            timer.start()
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak memory
+        if timer is not None:
+            timer.cancel()
+        code = os.waitstatus_to_exitcode(status)
+        proc.returncode = code
+        wall = time.perf_counter() - start
+        if timeout_s and code < 0 and wall >= timeout_s:
+            raise PimsimError(f"ChipTest did not finish within {timeout_s} s")
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    m = _LATENCY.search(stdout)
     if proc.returncode or m is None:
-        tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-3:]
+        tail = (stderr.strip() or stdout.strip()).splitlines()[-3:]
         raise PimsimError(f"ChipTest exited {proc.returncode}: {' / '.join(tail)}")
-    finish = {int(c): float(t) * 1e6 for c, t in _FINISH.findall(proc.stdout)}
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return PimsimRun(float(m.group(1)) * 1e6, finish, wall, rss)
+    finish = {int(c): float(t) * 1e6 for c, t in _FINISH.findall(stdout)}
+    return PimsimRun(float(m.group(1)) * 1e6, finish, wall, usage.ru_maxrss / 1024)
