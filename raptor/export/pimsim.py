@@ -454,8 +454,8 @@ class _CoreLowering:
             self.vector("vvmul", res, x, n, rs2=res)
         elif op.op == "clip":
             lo, hi = (_number(op.attrs.get(k)) for k in ("min", "max"))
-            self.vector("vrsl", res, x, n, rs2=round(lo))
-            self.vector("vrsu", res, res, n, rs2=round(hi))
+            self.vector("vrsl", res, x, n, rs2=_imm(lo))
+            self.vector("vrsu", res, res, n, rs2=_imm(hi))
         elif op.op == "vscale":
             nbytes = n * self.chip.act
             factor = _byte(_number(op.attrs.get("factor")))
@@ -492,6 +492,12 @@ def _indices(shape: Sequence[int]) -> list[tuple[int, ...]]:
     for n in shape:
         out = [(*i, k) for i in out for k in range(n)]
     return out
+
+
+def _imm(x: float) -> int:
+    """A bound as `sldi`'s 32-bit immediate, saturated (an unbounded clip side, +-inf or
+    FLT_MAX, becomes the largest integer of its sign)."""
+    return int(max(-(2.0 ** 31), min(2.0 ** 31 - 1, round(x) if math.isfinite(x) else x)))
 
 
 def _byte(x: float) -> int:

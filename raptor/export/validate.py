@@ -101,6 +101,8 @@ def validate(export: Export) -> list[str]:
                                 f"0..{REGISTERS - 1}")
                 continue
             if ins["op"] == "sldi":
+                if not -(2 ** 31) <= ins["imm"] < 2 ** 31:
+                    problems.append(f"{at}: immediate {ins['imm']} does not fit 32 bits")
                 regs[ins["rd"]] = ins["imm"]
                 continue
             if ins["op"] in ("ld", "st"):

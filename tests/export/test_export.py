@@ -346,3 +346,17 @@ def test_cli_solve_exports_and_reports_memory(tmp_path: Path,
     cap = capsys.readouterr()
     assert code == 1 and "peft: local memory: core 0 needs 652 bytes" in cap.err
     assert "OVER" in cap.out
+
+
+@pytest.mark.parametrize("model,opcodes", [
+    ("mobilenet_block", {"vrsl", "vrsu", "vmv", "lldi"}),  # clip, transposes, pads
+    ("torch_cnn_dynamo", {"vsigm", "vvmul", "vavg", "vvmax"}),  # silu, vscale, GAP, pool
+])
+def test_example_activations_and_reductions(model: str, opcodes: set[str]) -> None:
+    s = solve(EXAMPLES / f"{model}.onnx", T, SolveOptions(solver="peft", simulate=False))
+    m = s.runs[0].scheduled
+    ex = export_pimsim(m, T)
+    used = {i["op"] for p in ex.cores.values() for i in p.instructions}
+    assert opcodes <= used
+    assert validate(ex) == []
+    assert all(tm.total >= 0 for tm in ex.timings.values())
