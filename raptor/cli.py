@@ -319,8 +319,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         if status is not None:
             status.stop()
     rep = report(solved)
-    exported = _export_runs(args.export_pimsim, solved, rep, args.allow_memory_overflow) \
-        if args.export_pimsim else []
+    exported, export_failed = _export_runs(args.export_pimsim, solved, rep) \
+        if args.export_pimsim else ([], [])
     _write_outputs(args.out, solved, rep)
     if args.json:
         print(json.dumps(rep, indent=2))
@@ -330,7 +330,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         _print_solve_table(solved, rep, args.out)
         for line in exported:
             out.print(line, markup=False)
-    failed = [r.name for r in solved.runs if not r.ok]
+    for line in export_failed:
+        err.print(line, markup=False)
+    failed = [r.name for r in solved.runs if not r.ok] + export_failed
     for r in solved.runs:
         for v in (r.violations + r.scheduled_errors)[:5]:
             err.print(f"{r.name}: invalid schedule: {v}", markup=False)
@@ -347,23 +349,30 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return EXIT_FAIL if failed else EXIT_OK
 
 
-def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any], allow: bool
-                 ) -> list[str]:
+def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any]
+                 ) -> tuple[list[str], list[str]]:
     """`--export-pimsim DIR`: every valid schedule's program (into DIR, or DIR/<solver>
-    when there are several), with Raptor's simulator under pimsim-nn's model beside it."""
-    runs = [r for r in solved.runs if not r.violations and not r.scheduled_errors]
-    lines = []
+    when there are several), with Raptor's simulator under pimsim-nn's model beside it.
+    Returns the lines to print and the failures (one line each)."""
+    lines: list[str] = []
+    failed: list[str] = []
     done: dict[int, str] = {}
-    for run in runs:
+    for run in solved.runs:
+        if run.violations or run.scheduled_errors or run.memory_errors:
+            failed.append(f"{run.name}: not exported to pimsim-nn: the schedule is invalid "
+                          "or does not fit local memory (see above)")
+            continue
         d = Path(out_dir) if len(solved.runs) == 1 else Path(out_dir) / run.name
         if id(run.scheduled) in done:  # the same program (a schedule that fell back)
             lines.append(f"{run.name}: same program as {done[id(run.scheduled)]}")
             continue
         try:
             ex = export_pimsim(run.scheduled, solved.target, run.memory,
-                               allow_overflow=allow)
+                               allow_overflow=bool(run.memory_warnings))
         except ExportError as e:
-            raise CliError(f"{run.name}: cannot export to pimsim-nn: {e}", EXIT_FAIL) from None
+            failed.append(f"{run.name}: cannot export to pimsim-nn: {e}")
+            rep["schedules"][run.name]["pimsim_export"] = {"error": str(e)}
+            continue
         model_ns = None
         try:
             sim = Simulator(run.scheduled, solved.target, timings=ex.timings)
@@ -375,14 +384,14 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any], allow: bool
         except OSError as e:
             raise CliError(f"cannot write {d}: {e.strerror or e}") from None
         done[id(run.scheduled)] = run.name
-        entry = rep["schedules"][run.name]
-        entry["pimsim_export"] = {"dir": str(d), "instructions": ex.instructions,
-                                  "pimsim_model_ns": model_ns, "stand_ins": dict(ex.notes)}
+        rep["schedules"][run.name]["pimsim_export"] = {
+            "dir": str(d), "instructions": ex.instructions, "pimsim_model_ns": model_ns,
+            "stand_ins": dict(ex.notes)}
         lines.append(f"{run.name}: exported {ex.instructions:,} pimsim-nn instructions on "
                      f"{sum(1 for p in ex.cores.values() if p.instructions)} cores to {d}/ "
                      f"(Raptor's simulator under pimsim-nn's model: {_fmt_ns(model_ns)} ns); "
                      f"run: ChipTest {d}/program {d}/chip.json")
-    return lines
+    return lines, failed
 
 
 # ------------------------------------------------------------------ export

@@ -341,11 +341,20 @@ def test_cli_solve_exports_and_reports_memory(tmp_path: Path,
     assert (exp / "program" / "config.json").exists()
     small = tmp_path / "small.toml"
     small.write_text("local_memory_bytes = 256\n")
+    (out / "report.json").unlink()
     code = main(["solve", str(EXAMPLES / "mlp.onnx"), "--solver", "peft", "--out", str(out),
-                 "--target", str(small), "--no-simulate"])
+                 "--target", str(small), "--no-simulate", "--export-pimsim", str(exp)])
     cap = capsys.readouterr()
     assert code == 1 and "peft: local memory: core 0 needs 652 bytes" in cap.err
-    assert "OVER" in cap.out
+    assert "peft: not exported to pimsim-nn" in cap.err
+    assert "OVER" in cap.out and (out / "report.json").exists()
+    code = main(["solve", str(EXAMPLES / "mlp.onnx"), "--solver", "peft", "--out", str(out),
+                 "--target", str(small), "--no-simulate", "--export-pimsim", str(exp),
+                 "--allow-memory-overflow"])
+    cap = capsys.readouterr()
+    assert code == 0 and "warning: core 0 needs 652 bytes" in cap.err
+    chip = json.loads((exp / "chip.json").read_text())
+    assert chip["chip_config"]["core_config"]["local_memory_config"]["memory_size"] == 652
 
 
 @pytest.mark.parametrize("model,opcodes", [
