@@ -15,11 +15,13 @@ lowers the core's ops in program order, with the addresses of the local-memory p
   `vrelu/vsigm/vtanh`; `pim.silu` -> `vsigm`, `vvmul`; `pim.clip` -> `vrsl`, `vrsu`;
   `pim.vscale` -> `lldi` of the factor, `vvmul`; `pim.vreduce_*` -> one `vavg` per result
   element over its (strided) inputs;
-- `tensor.extract_slice`, `insert_slice`, `concat`, `materialize_layout` and publications ->
-  one `lmv` of the moved bytes per copy; `tensor.pad` -> `lldi` of the pad value over the
-  result, `lmv` of the source; `tensor.transpose` -> one `vmv` (strided gather);
-- `tensor.reshape`, `tensor.empty`, `spat.lane_result`, `spat.yield` -> nothing (views and
-  fresh buffers).
+- `tensor.extract_slice` (strided), `insert_slice`, `concat`, `materialize_layout` and
+  publications -> one `lmv` of the moved bytes per copy; `tensor.pad` -> `lldi` of the pad
+  value over the result, `lmv` of the source; `tensor.transpose` -> one `vmv` (strided
+  gather);
+- a contiguous `tensor.extract_slice`, `tensor.reshape`, `tensor.empty`,
+  `spat.lane_result`, `spat.yield` -> nothing (views the memory plan placed in their
+  source, and fresh buffers).
 
 Stand-ins, counted in `Export.notes`: pimsim-nn has no 2-D copy, broadcast or vector sum,
 so a strided copy is one `lmv` of its bytes from the region's first element (pimsim-nn
