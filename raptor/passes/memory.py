@@ -141,8 +141,18 @@ def _align(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
+_NUMEL: dict[tuple[tuple[int | None, ...], str], int] = {}
+
+
 def _numel(t: object) -> int:
-    return t.numel if isinstance(t, TensorType) else 0
+    """Elements of a static tensor type (cached: programs repeat a few types many times)."""
+    if not isinstance(t, TensorType):
+        return 0
+    key = (t.shape, t.dtype)
+    n = _NUMEL.get(key)
+    if n is None:
+        n = _NUMEL[key] = t.numel
+    return n
 
 
 def activation_bytes(target: Target) -> int:
@@ -196,7 +206,8 @@ class _CoreAllocator:
         self.storages: list[_Storage] = []
         self.staging: dict[Operation, _Storage] = {}
         self.step = 0
-        self.where: list[str] = [""]
+        self.where: list[tuple[Operation, Operation | None] | None] = [None]
+        """Per step, the op (and its compute) for messages."""
 
     # -- storages ----------------------------------------------------------------------
     def nbytes(self, v: Value) -> int:
@@ -236,7 +247,7 @@ class _CoreAllocator:
 
     def tick(self, op: Operation, parent: Operation | None = None) -> None:
         self.step += 1
-        self.where.append(_describe(op, parent))
+        self.where.append((op, parent))
 
     # -- program ---------------------------------------------------------------------
     def run(self) -> None:
@@ -369,7 +380,8 @@ class _CoreAllocator:
         for a, w in self.weights.items():  # block arguments standing for data weights
             if w in slots:
                 slots[a] = slots[w]
-        return CoreMemory(self.core, peak, live, self.where[min(at, len(self.where) - 1)],
+        at_op = self.where[min(at, len(self.where) - 1)]
+        return CoreMemory(self.core, peak, live, _describe(*at_op) if at_op else "start",
                           len(self.storages), slots,
                           {op: Slot(s.addr, s.size) for op, s in self.staging.items()})
 
