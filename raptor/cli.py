@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -21,6 +23,7 @@ from raptor.driver import (
     compile_model,
     ir_inputs,
 )
+from raptor.export import ExportError, export_pimsim, write_export
 from raptor.fileio import InputFileError, load_npz, save_npz_atomic
 from raptor.frontend.errors import FrontendError
 from raptor.frontend.oracle import compare, reference_outputs
@@ -31,17 +34,18 @@ from raptor.ir.module import Module
 from raptor.ir.parser import ParseError, parse_file
 from raptor.ir.verifier import verify_module
 from raptor.passes.lower import CapacityExceeded, LoweringError
+from raptor.passes.memory import plan_memory
 from raptor.passes.projection import ProjectionError
 from raptor.rewrite.eggfile import RuleError, check_rules, resolve_rules_dir
 from raptor.rewrite.layout import LayoutError
-from raptor.sim import SimOptions
-from raptor.solve import SOLVERS, SolveOptions, report, solve
+from raptor.sim import SimError, SimOptions, Simulator
+from raptor.solve import SOLVERS, Solved, SolveOptions, report, solve
 from raptor.solver.graph import GraphError
 from raptor.solver.peft import CapacityError
 from raptor.target import Target, TargetError, load_target, show_target
 from raptor.ui.outputs import write_outputs
 from raptor.ui.progress import LiveProgress
-from raptor.ui.table import print_results
+from raptor.ui.table import ns, print_results
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -290,7 +294,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
                         rtol=args.rtol, atol=args.atol,
                         compile=CompileOptions(rules_dir=args.rules, layout_selector=selector,
                                                print_ir=_print_ir_hook(args),
-                                               inputs=_input_options(args)))
+                                               inputs=_input_options(args)),
+                        allow_memory_overflow=args.allow_memory_overflow)
     with LiveProgress(Console(stderr=True), enabled=not args.json) as progress:
         try:
             solved = solve(args.file, target, opts, progress)
@@ -305,6 +310,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         except VerificationFailed as e:
             raise CliError(str(e), EXIT_FAIL) from None
         rep = report(solved)
+        exported, export_failed = _export_runs(args.export_pimsim, solved, rep) \
+            if args.export_pimsim else ([], [])
         try:
             wrote = write_outputs(args.out, solved, rep, progress)
         except OSError as e:
@@ -315,7 +322,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
         for note in solved.notes:
             err.print(f"note: {note}", markup=False)
         print_results(Console(highlight=False), rep, wide=args.wide, files=wrote)
-    failed = [r.name for r in solved.runs if not r.ok]
+        for line in exported:
+            out.print(line, markup=False)
+    for line in export_failed:
+        err.print(line, markup=False)
+    failed = [r.name for r in solved.runs if not r.ok] + export_failed
     for r in solved.runs:
         for v in (r.violations + r.scheduled_errors)[:5]:
             err.print(f"{r.name}: invalid schedule: {v}", markup=False)
@@ -324,7 +335,91 @@ def cmd_solve(args: argparse.Namespace) -> int:
         if r.numerics and not all(ok for _, _, ok in r.numerics.values()):
             err.print(f"{r.name}: simulated outputs differ from the {solved.oracle} reference",
                       markup=False)
+        for line in r.memory_errors:
+            err.print(f"{r.name}: local memory: {line}", markup=False)
+        for line in r.memory_warnings:
+            err.print(f"{r.name}: warning: {line} (allowed by --allow-memory-overflow)",
+                      markup=False)
     return EXIT_FAIL if failed else EXIT_OK
+
+
+def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any]
+                 ) -> tuple[list[str], list[str]]:
+    """`--export-pimsim DIR`: every valid schedule's program (into DIR, or DIR/<solver>
+    when there are several), with Raptor's simulator under pimsim-nn's model beside it.
+    Returns the lines to print and the failures (one line each)."""
+    lines: list[str] = []
+    failed: list[str] = []
+    done: dict[int, str] = {}
+    for run in solved.runs:
+        if run.violations or run.scheduled_errors or run.memory_errors:
+            failed.append(f"{run.name}: not exported to pimsim-nn: the schedule is invalid "
+                          "or does not fit local memory (see above)")
+            continue
+        d = Path(out_dir) if len(solved.runs) == 1 else Path(out_dir) / run.name
+        if id(run.scheduled) in done:  # the same program (a schedule that fell back)
+            lines.append(f"{run.name}: same program as {done[id(run.scheduled)]}")
+            continue
+        try:
+            ex = export_pimsim(run.scheduled, solved.target, run.memory,
+                               allow_overflow=bool(run.memory_warnings))
+        except ExportError as e:
+            failed.append(f"{run.name}: cannot export to pimsim-nn: {e}")
+            rep["schedules"][run.name]["pimsim_export"] = {"error": str(e)}
+            continue
+        model_ns = None
+        try:
+            sim = Simulator(run.scheduled, solved.target, timings=ex.timings)
+            model_ns = sim.timing(SimOptions.pimsim(trace=False)).latency_ns
+        except SimError as e:
+            lines.append(f"{run.name}: Raptor's simulator under pimsim-nn's model failed: {e}")
+        try:
+            write_export(ex, d)
+        except OSError as e:
+            raise CliError(f"cannot write {d}: {e.strerror or e}") from None
+        done[id(run.scheduled)] = run.name
+        rep["schedules"][run.name]["pimsim_export"] = {
+            "dir": str(d), "instructions": ex.instructions, "pimsim_model_ns": model_ns,
+            "stand_ins": dict(ex.notes)}
+        lines.append(f"{run.name}: exported {ex.instructions:,} pimsim-nn instructions on "
+                     f"{sum(1 for p in ex.cores.values() if p.instructions)} cores to {d}/ "
+                     f"(Raptor's simulator under pimsim-nn's model: {ns(model_ns)} ns); "
+                     f"run: ChipTest {d}/program {d}/chip.json")
+    return lines, failed
+
+
+# ------------------------------------------------------------------ export
+def cmd_export(args: argparse.Namespace) -> int:
+    target = _target(args)
+    module = _parse_spat(args.file)
+    diags = verify_module(module)
+    if diags:
+        for diag in diags:
+            err.print(str(diag), markup=False)
+        return EXIT_FAIL
+    try:
+        plan = plan_memory(module, target)
+        ex = export_pimsim(module, target, plan, allow_overflow=args.allow_memory_overflow)
+    except ExportError as e:
+        raise CliError(f"{args.file}: cannot export to pimsim-nn: {e}", EXIT_FAIL) from None
+    try:
+        d = write_export(ex, args.pimsim, args.timeout_ms)
+    except OSError as e:
+        raise CliError(f"cannot write {args.pimsim}: {e.strerror or e}") from None
+    for line in ex.overflow:
+        err.print(f"warning: {line} (allowed by --allow-memory-overflow)", markup=False)
+    top = plan.peak
+    active = sum(1 for p in ex.cores.values() if p.instructions)
+    out.print(f"{args.file}: {ex.instructions:,} pimsim-nn instructions on {active} cores "
+              f"-> {d}/ (program/, chip.json, noc.json, export.json)")
+    if top is not None:
+        out.print(f"local memory: peak {top.peak_bytes:,} bytes on core {top.core} of "
+                  f"{target.local_memory_bytes:,}; shared {plan.shared_bytes:,} of "
+                  f"{target.shared_memory_bytes:,}")
+    if ex.notes:
+        out.print("stand-ins: " + ", ".join(f"{k} ({n})" for k, n in sorted(ex.notes.items())))
+    out.print(f"run: ChipTest {d}/program {d}/chip.json")
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------ sweep
@@ -384,8 +479,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wide", action="store_true", help="every column (bound, status, solve "
                    "time, crossbars, messages) in the table, transposed if the terminal is "
                    "too narrow for them")
+    s.add_argument("--export-pimsim", metavar="DIR",
+                   help="also export each valid schedule to pimsim-nn (DIR, or DIR/<solver> "
+                   "for several): program/, chip.json, noc.json; see `raptor export`")
+    _add_memory_flag(s)
     _add_compile_options(s)
     s.set_defaults(func=cmd_solve)
+
+    e = sub.add_parser("export", help="export scheduled IR to the pimsim-nn simulator",
+                       description="Allocate local memory for every core of a scheduled "
+                       "program (`scheduled.<solver>.spat` from `raptor solve`), lower it to "
+                       "pimsim-nn instructions and write DIR/program/ (config.json and "
+                       "core_<id>.json), DIR/chip.json and DIR/noc.json derived from the "
+                       "target, and DIR/export.json (what was exported), so that `ChipTest "
+                       "DIR/program DIR/chip.json` runs it in latency mode. Checks what "
+                       "pimsim-nn does not (send/receive sizes and partners, array groups, "
+                       "addresses, deadlock) and refuses with exit 1.")
+    e.add_argument("file", metavar="FILE.spat")
+    e.add_argument("--pimsim", required=True, metavar="DIR", help="output directory")
+    e.add_argument("--timeout-ms", type=_positive(float), metavar="MS",
+                   help="pimsim-nn latency_timeout_ms (default: twice a serial bound on the "
+                   "program's latency)")
+    _add_target(e)
+    _add_memory_flag(e)
+    e.set_defaults(func=cmd_export)
 
     v = sub.add_parser("verify", help="parse and verify Spatial IR files (.spat)",
                        description="Parse each file and check SSA, types, the graph-batch "
@@ -512,6 +629,12 @@ def _add_input_options(p: argparse.ArgumentParser) -> None:
                    help="do not use MODEL.npz beside the model as its inputs")
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="accept NaN and Inf in input files (refused by default)")
+
+
+def _add_memory_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-memory-overflow", action="store_true",
+                   help="let a program that needs more local (or shared) memory than the "
+                   "target has through with a warning instead of failing (exit 1)")
 
 
 def _add_target(p: argparse.ArgumentParser) -> None:

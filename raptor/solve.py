@@ -18,6 +18,7 @@ from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
 from raptor.ir.verifier import verify_module
 from raptor.passes.layout import select_layouts
 from raptor.passes.materialize import ScheduleView, materialize
+from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.sim import SimError, SimOptions, SimResult, Simulator
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import LowerBounds, lower_bounds, retime, validate_schedule
@@ -40,6 +41,9 @@ class SolveOptions:
     rtol: float = 1e-4
     atol: float = 1e-5
     compile: CompileOptions = field(default_factory=CompileOptions)
+    allow_memory_overflow: bool = False
+    """A program over the target's local or shared memory is a failure unless this is set
+    (then `ScheduleRun.memory_warnings` says so)."""
 
 
 @dataclass
@@ -57,12 +61,16 @@ class ScheduleRun:
     """The simulated latency with buffered sends and free links and shared memory."""
     sim_error: str | None = None
     numerics: dict[str, tuple[float, float, bool]] | None = None
+    memory: MemoryPlan | None = None
+    """Local-memory allocation of the scheduled program (None when it does not verify)."""
+    memory_errors: list[str] = field(default_factory=list)
+    memory_warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         numerics_ok = self.numerics is None or all(ok for _, _, ok in self.numerics.values())
         return not self.violations and not self.scheduled_errors and self.sim_error is None \
-            and numerics_ok
+            and numerics_ok and not self.memory_errors
 
     @property
     def cores_used(self) -> int:
@@ -117,7 +125,10 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     errors = [str(d) for d in verify_module(scheduled)]
     if print_ir is not None:
         print_ir("materialize", scheduled)
-    return ScheduleRun(name, res, max(end, default=0), violations, scheduled, errors)
+    run = ScheduleRun(name, res, max(end, default=0), violations, scheduled, errors)
+    if not errors:
+        run.memory = plan_memory(scheduled, target)
+    return run
 
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,
@@ -165,6 +176,13 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         else:
             say("materializing the cpsat schedule")
             runs.append(_run_schedule("cpsat", cp, build, comp, target, opts.compile.print_ir))
+    for run in runs:
+        if run.memory is not None:
+            over = run.memory.over_capacity()
+            if opts.allow_memory_overflow:
+                run.memory_warnings = over
+            else:
+                run.memory_errors = over
     assert comp.feeds is not None
     inputs, source = comp.feeds.data, comp.feeds.source
     notes = list(comp.notes)
@@ -236,6 +254,9 @@ def report(s: Solved) -> dict[str, Any]:
             "violations": run.violations + run.scheduled_errors,
             "simulation_error": run.sim_error,
             "notes": list(res.notes),
+            "local_memory": run.memory.to_dict() if run.memory else None,
+            "memory_errors": run.memory_errors,
+            "memory_warnings": run.memory_warnings,
             "simulation": run.sim.report.to_dict() if run.sim else None,
         }
     return {

@@ -151,6 +151,14 @@ class Target:
 
 _KEYS = tuple(f.name for f in dataclasses.fields(Target))
 BUILTIN_TARGETS: dict[str, Target] = {"default": Target()}
+BUILTIN_TARGETS["pimsim-nn"] = Target(
+    # pimsim-nn's own example configuration (example/config/latency_config.json at f7446df,
+    # unset keys at its Config.hpp defaults): its MVM pipeline gives 5,168 compute cycles
+    # (front 32, back 642, 8 input passes); 16-lane vector unit; 1 MiB local and global
+    # memories (memory_size default); global memory 16-byte accesses of one cycle.
+    name="pimsim-nn", mvm_cycles=5168, vector_lanes=16, local_memory_bytes=1 << 20,
+    shared_memory_bytes=1 << 20, shared_access_bytes=16, shared_read_cycles=1,
+    shared_write_cycles=1)
 
 
 def target_from_dict(values: dict[str, Any], name: str) -> Target:

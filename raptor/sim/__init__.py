@@ -17,16 +17,18 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from raptor.gc_pause import collector_paused
+from raptor.ir.core import Operation
 from raptor.ir.module import Module
 from raptor.sim.engine import Engine, SimOptions
 from raptor.sim.errors import Deadlock, SimError
 from raptor.sim.numerics import execute
 from raptor.sim.program import compile_program
 from raptor.sim.report import CoreStats, SimReport, SimResult, Trace
+from raptor.sim.timing import OpTiming
 from raptor.target import Target
 
-__all__ = ["CoreStats", "Deadlock", "SimError", "SimOptions", "SimReport", "SimResult",
-           "Simulator", "Trace", "simulate"]
+__all__ = ["CoreStats", "Deadlock", "OpTiming", "SimError", "SimOptions", "SimReport",
+           "SimResult", "Simulator", "Trace", "simulate"]
 
 Inputs = Mapping[str | int, np.ndarray] | Sequence[np.ndarray]
 
@@ -37,10 +39,20 @@ class Simulator:
     larger part of a single simulation, so repeated runs (several input samples, ideal
     and contended timing) should share one Simulator."""
 
-    def __init__(self, module: Module, target: Target) -> None:
+    def __init__(self, module: Module, target: Target,
+                 timings: Mapping[tuple[int, Operation], OpTiming] | None = None) -> None:
+        """`timings` replaces the cost of the top-level ops it names, per (core, op): an
+        exporter's figures for another machine (run them with `SimOptions.pimsim()`)."""
         start = time.perf_counter()
         with collector_paused():
             self.program = compile_program(module, target)
+        if timings:
+            for core, prog in self.program.cores.items():
+                for ins in prog:
+                    tm = timings.get((core, ins.op))
+                    if tm is not None:
+                        ins.timing = tm
+                        ins.cost = target.ns(tm.total)
         self.target = target
         self.compile_time_s = time.perf_counter() - start
 

@@ -23,6 +23,7 @@ from raptor.ir.core import Value
 from raptor.sim.errors import Deadlock, SimError
 from raptor.sim.program import (
     COMPUTE,
+    LOAD,
     RECV,
     SEND,
     STORE,
@@ -32,9 +33,11 @@ from raptor.sim.program import (
     value_name,
 )
 from raptor.sim.report import BLOCKED, BUSY, COMM, MEMORY, QUEUE, CoreStats, SimReport, Trace
+from raptor.sim.timing import OpTiming
 from raptor.target import Target
 
 MODES = ("rendezvous", "buffered")
+MODELS = ("raptor", "pimsim-nn")
 _RUN, _INJECT, _MEM = range(3)
 
 
@@ -45,6 +48,14 @@ class SimOptions:
     `rendezvous` sends wait for the matching receive to be posted (plus `rendezvous_ns`);
     `buffered` sends never wait. `link_contention` serialises messages sharing a mesh link
     (cut-through); `shared_queueing` serves one shared-memory request at a time chip-wide.
+
+    `model="pimsim-nn"` follows pimsim-nn's communication instead (see `SimOptions.pimsim`):
+    a send asks the receiver with a one-flit request and waits for its one-flit reply, reads
+    its data from local memory, hands the message to its core's switch and goes on; the
+    switch of each core carries one message at a time, a message of n bytes taking
+    ceil(n / flit_bytes) times the one-flit latency of the pair (no link contention); a
+    receive blocks its core until the data is written. Op costs come from the `timings`
+    given to `Simulator` (an exporter's pimsim-nn figures), else from the target.
     """
 
     mode: str = "rendezvous"
@@ -52,10 +63,15 @@ class SimOptions:
     shared_queueing: bool = True
     rendezvous_ns: int = 0
     trace: bool = True
+    model: str = "raptor"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise SimError(f"unknown send mode {self.mode!r} (known: {', '.join(MODES)})")
+        if self.model not in MODELS:
+            raise SimError(f"unknown timing model {self.model!r} (known: {', '.join(MODELS)})")
+        if self.model == "pimsim-nn" and (self.mode != "rendezvous" or self.link_contention):
+            raise SimError("the pimsim-nn model is rendezvous without link contention")
         if isinstance(self.rendezvous_ns, bool) or not isinstance(self.rendezvous_ns, int) \
                 or self.rendezvous_ns < 0:
             raise SimError(f"rendezvous_ns must be a non-negative integer, got "
@@ -68,14 +84,25 @@ class SimOptions:
         return cls(mode="buffered", link_contention=False, shared_queueing=False,
                    rendezvous_ns=0, trace=trace)
 
+    @classmethod
+    def pimsim(cls, trace: bool = True) -> SimOptions:
+        """pimsim-nn's model: its handshake and per-core switch, no link contention, a
+        serialized global memory, blocking receives (pair with an exporter's timings)."""
+        return cls(mode="rendezvous", link_contention=False, shared_queueing=True,
+                   rendezvous_ns=0, trace=trace, model="pimsim-nn")
+
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "link_contention": self.link_contention,
-                "shared_queueing": self.shared_queueing, "rendezvous_ns": self.rendezvous_ns}
+        out: dict[str, Any] = {"mode": self.mode, "link_contention": self.link_contention,
+                               "shared_queueing": self.shared_queueing,
+                               "rendezvous_ns": self.rendezvous_ns}
+        if self.model != "raptor":
+            out["model"] = self.model
+        return out
 
 
 class _Core:
     __slots__ = ("arrival", "blocked", "busy", "cid", "clock", "done", "pc", "prog",
-                 "wait_store", "wait_value")
+                 "switch_free", "sync", "wait_store", "wait_value")
 
     def __init__(self, cid: int, prog: list[Instr]) -> None:
         self.cid = cid
@@ -88,10 +115,15 @@ class _Core:
         self.arrival: dict[Value, int] = {}
         self.wait_value: Value | None = None
         self.wait_store = -1
+        self.sync: Value | None = None
+        """pimsim-nn model: the value a posted (blocking) receive waits for."""
+        self.switch_free = 0
+        """pimsim-nn model: when this core's switch has sent its last message."""
 
 
 class _Msg:
-    __slots__ = ("arrival", "channel", "dst", "inject", "nbytes", "route", "src", "target")
+    __slots__ = ("arrival", "channel", "dst", "inject", "nbytes", "request", "route", "src",
+                 "target")
 
     def __init__(self, src: int, dst: int, channel: int, nbytes: int, route: Route) -> None:
         self.src, self.dst, self.channel, self.nbytes = src, dst, channel, nbytes
@@ -99,6 +131,8 @@ class _Msg:
         self.inject = 0
         self.arrival: int | None = None
         self.target: tuple[_Core, Value] | None = None
+        self.request = 0
+        """pimsim-nn model: when the send's request reaches the receiver."""
 
 
 @dataclass
@@ -116,7 +150,7 @@ class Engine:
         self.target = target
         self.opts = options
         self.cores = [_Core(c, prog) for c, prog in program.cores.items()]
-        self.heap: list[tuple[int, int, int, Any]] = []
+        self.heap: list[tuple[int, int, int, int, Any]] = []
         self.seq = 0
         self.now = 0
         self.chans = [_Channel() for _ in range(program.channels)]
@@ -131,18 +165,26 @@ class Engine:
         self.report = SimReport(0, [], options=options.to_dict())
         self.order: list[Instr] = []
         """Computes, sends and memory accesses in the order the loop performed them."""
+        self.pim = options.model == "pimsim-nn"
+        self.by_id = {st.cid: st for st in self.cores}
+        self.recv_of: dict[Value, Instr] = {}
+        if self.pim:
+            self.recv_of = {i.value: i for prog in program.cores.values() for i in prog
+                            if i.kind == RECV and i.value is not None}
 
     # ---- event loop ----------------------------------------------------------------
-    def push(self, time: int, kind: int, payload: Any) -> None:
+    def push(self, time: int, kind: int, payload: Any, rank: int = 0) -> None:
+        """An event at `time`; among events at one time, lower `rank` first, then in the
+        order they were pushed."""
         self.seq += 1
-        heapq.heappush(self.heap, (time, self.seq, kind, payload))
+        heapq.heappush(self.heap, (time, rank, self.seq, kind, payload))
 
     def run(self) -> None:
         for st in self.cores:
             self.push(0, _RUN, st)
         heap, pop = self.heap, heapq.heappop
         while heap:
-            time, _, kind, payload = pop(heap)
+            time, _, _, kind, payload = pop(heap)
             self.now = time
             if kind == _RUN:
                 self.run_core(payload)
@@ -191,6 +233,10 @@ class Engine:
     def run_core(self, st: _Core) -> None:
         """Run `st` until it finishes, parks, or hands a shared-memory request to the heap.
         Computes only touch the core's own state, so they run in a tight local loop."""
+        if st.sync is not None:
+            if not self.resume_pim(st):
+                return
+            st.pc += 1
         prog, arrival, spans, cid = st.prog, st.arrival, self.spans, st.cid
         record = self.order.append
         n = len(prog)
@@ -215,7 +261,8 @@ class Engine:
                     st.blocked += ready - clock
                     clock = ready
             kind = ins.kind
-            if kind == COMPUTE:
+            if kind == COMPUTE and (not self.pim or ins.timing is None
+                                    or not ins.timing.memory):
                 record(ins)
                 if spans is not None:
                     spans.append((cid, clock, ins.cost, ins.label, BUSY, ins.where))
@@ -227,11 +274,25 @@ class Engine:
             st.busy += busy
             busy = 0
             if kind == RECV:
-                self.post(st, ins)
+                if self.pim:
+                    if not self.receive_pim(st, ins):
+                        return
+                else:
+                    self.post(st, ins)
             elif kind == SEND:
                 record(ins)
-                if not self.send(st, ins):
+                if not (self.send_pim(st, ins) if self.pim else self.send(st, ins)):
                     return
+            elif self.pim:
+                if not self.memory_ready(st, ins):
+                    return
+                tm = self.timing(ins)
+                request = st.clock + self.target.ns(tm.before)
+                if self.opts.shared_queueing:
+                    # pimsim-nn serves simultaneous requests from the highest core id down
+                    self.push(request, _MEM, st, rank=self.target.num_cores - st.cid)
+                    return
+                self.access_pim(st, ins, request)
             else:
                 if not self.memory_ready(st, ins):
                     return
@@ -347,6 +408,110 @@ class Engine:
             st.wait_value = None
             self.push(self.now, _RUN, st)
 
+    # ---- pimsim-nn communication ---------------------------------------------------
+    def timing(self, ins: Instr) -> OpTiming:
+        return ins.timing if ins.timing is not None else OpTiming(nbytes=ins.nbytes)
+
+    def flit_ns(self, src: int, dst: int) -> int:
+        t = self.target
+        return t.transfer_ns(t.flit_bytes, src, dst)
+
+    def send_pim(self, st: _Core, ins: Instr) -> bool:
+        """The request leaves through the sender's switch; the sender waits for the reply
+        (False parks it until the receive is posted)."""
+        tm = self.timing(ins)
+        ns = self.target.ns
+        start = st.clock + ns(tm.before)
+        st.busy += ns(tm.before)
+        msg = _Msg(st.cid, ins.peer, ins.channel, tm.nbytes, ins.route)
+        req = max(start, st.switch_free)
+        msg.request = req + self.flit_ns(st.cid, ins.peer)
+        st.switch_free = msg.request + 1  # the receiver's handler holds the switch 1 ns
+        st.clock = start
+        chan = self.chans[ins.chan]
+        if chan.posted:
+            rst, v, posted_at = chan.posted.popleft()
+            msg.target = (rst, v)
+            self.handshake_pim(st, ins, msg, rst, posted_at)
+            return True
+        chan.senders.append((st, msg))
+        return False
+
+    def receive_pim(self, st: _Core, ins: Instr) -> bool:
+        """Post the receive after its register setup; the core blocks until the data is
+        written (False parks it; `resume_pim` continues)."""
+        v = ins.value
+        assert v is not None
+        before = self.target.ns(self.timing(ins).before)
+        st.clock += before
+        st.busy += before
+        chan = self.chans[ins.chan]
+        if chan.senders:
+            sender, msg = chan.senders.popleft()
+            msg.target = (st, v)
+            send_ins = sender.prog[sender.pc]
+            self.handshake_pim(sender, send_ins, msg, st, st.clock)
+            sender.pc += 1
+            self.push(sender.clock, _RUN, sender)
+        else:
+            chan.posted.append((st, v, st.clock))
+        st.sync = v
+        if v not in st.arrival:
+            st.wait_value = v
+            return False
+        return self.resume_pim(st)
+
+    def resume_pim(self, st: _Core) -> bool:
+        """The blocking receive is done once its data is written: advance the clock."""
+        v = st.sync
+        assert v is not None
+        a = st.arrival.get(v)
+        if a is None:
+            return False
+        if a > st.clock:
+            if self.spans is not None:
+                self.spans.append((st.cid, st.clock, a - st.clock, "spat.channel_receive",
+                                   COMM, "receive (pimsim-nn: blocks until written)"))
+            st.blocked += a - st.clock
+            st.clock = a
+        st.sync = None
+        return True
+
+    def handshake_pim(self, sender: _Core, ins: Instr, msg: _Msg, receiver: _Core,
+                      posted_at: int) -> None:
+        """The receiver replies when both the request and the receive are there; the
+        sender reads its data and queues the message on its switch; the receiver's core
+        continues once the data is written."""
+        ns = self.target.ns
+        src, dst = sender.cid, receiver.cid
+        tm = self.timing(ins)
+        assert msg.target is not None
+        rtm = self.timing(self.recv_of[msg.target[1]])
+        reply = max(msg.request, posted_at, receiver.switch_free) + self.flit_ns(dst, src)
+        receiver.switch_free = reply
+        done = reply + ns(tm.busy)
+        if self.spans is not None:
+            self.spans.append((src, sender.clock, done - sender.clock, "spat.channel_send",
+                               COMM, f"to core {dst} channel {msg.channel} (pimsim-nn "
+                               "handshake)"))
+        sender.blocked += reply - sender.clock
+        sender.busy += ns(tm.busy) + ns(tm.after)
+        sender.clock = done + ns(tm.after)
+        start = max(done, sender.switch_free)
+        arrival = start + -(-msg.nbytes // self.target.flit_bytes) * self.flit_ns(src, dst)
+        sender.switch_free = arrival
+        msg.inject = start
+        msg.arrival = arrival + ns(rtm.busy) + ns(rtm.after)
+        self.report.messages += 1
+        self.report.message_bytes += msg.nbytes
+        if self.spans is not None:
+            self.trace.messages.append((src, dst, msg.channel, msg.nbytes, start, arrival))
+        st, v = msg.target
+        st.arrival[v] = msg.arrival
+        if st.wait_value is v:
+            st.wait_value = None
+            self.push(self.now, _RUN, st)
+
     # ---- shared memory -------------------------------------------------------------
     def memory_ready(self, st: _Core, ins: Instr) -> bool:
         """A load waits for every overlapping store it depends on; False parks the core."""
@@ -391,9 +556,45 @@ class Engine:
             rep.shared_reads += 1
             rep.shared_read_bytes += ins.nbytes
 
+    def access_pim(self, st: _Core, ins: Instr, start: int) -> None:
+        """pimsim-nn model: the op holds the global memory for its `memory` cycles from
+        `start` (>= its request); its local work runs around that."""
+        tm = self.timing(ins)
+        ns = self.target.ns
+        request = st.clock + ns(tm.before)
+        wait = start - request
+        self.order.append(ins)
+        if wait > 0:
+            if self.spans is not None:
+                self.spans.append((st.cid, request, wait, "blocked", BLOCKED,
+                                   "global memory queue"))
+            st.blocked += wait
+        cost = ns(tm.total) if ins.timing is not None else ins.cost
+        if self.spans is not None:
+            self.spans.append((st.cid, st.clock, cost + wait, ins.label, MEMORY, ins.where))
+        st.busy += cost
+        st.clock += cost + wait
+        self.mem_free = start + ns(tm.memory) if ins.timing is not None else start + cost
+        rep = self.report
+        if ins.kind == STORE:
+            rep.shared_writes += 1
+            rep.shared_write_bytes += ins.nbytes
+            self.store_done[ins.store_id] = st.clock
+            for waiter in self.store_waiters.pop(ins.store_id, []):
+                waiter.wait_store = -1
+                self.push(self.now, _RUN, waiter)
+        elif ins.kind == LOAD:
+            rep.shared_reads += 1
+            rep.shared_read_bytes += ins.nbytes
+
     def serve(self, st: _Core) -> None:
         """A queued request, taken in request-time order: served when memory is free."""
         ins = st.prog[st.pc]
+        if self.pim:
+            self.access_pim(st, ins, max(self.now, self.mem_free))
+            st.pc += 1
+            self.run_core(st)
+            return
         start = max(st.clock, self.mem_free)
         self.access(st, ins, start)
         self.mem_free = st.clock

@@ -40,6 +40,7 @@ from raptor.ir.ops import (
 from raptor.ir.types import TensorType
 from raptor.sim.errors import SimError
 from raptor.sim.kernels import Env, Kernel, KernelError, Template, Templates, info, resolve
+from raptor.sim.timing import OpTiming
 from raptor.solver.costs import op_cost_ns
 from raptor.target import Target
 
@@ -83,6 +84,8 @@ class Instr:
     defines: tuple[Value, ...] = ()
     params: tuple[tuple[np.ndarray, tuple[slice, ...]], ...] = ()
     """Per body `pim.load`: the function input and the slice tuple this instance reads."""
+    timing: OpTiming | None = None
+    """The op's time given from outside (`Simulator(timings=...)`), if any."""
 
     @property
     def where(self) -> str:

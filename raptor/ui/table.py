@@ -82,7 +82,18 @@ WIDE: list[Column] = [
     ("simulated ns", True, "simulated"), ("bound ns", True, "bound"),
     ("gap to bound", True, "gap"), ("status", False, "status"), ("solve s", True, "solve"),
     ("cores", True, "cores"), ("crossbars", True, "crossbars"),
-    ("messages", True, "messages"), ("numerics", False, "numerics")]
+    ("messages", True, "messages"), ("local mem", True, "memory"),
+    ("numerics", False, "numerics")]
+
+
+def memory(s: dict[str, Any]) -> str:
+    """Peak local memory of the fullest core over the capacity ("OVER" when it does not
+    fit)."""
+    mem = s.get("local_memory")
+    if mem is None:
+        return "-"
+    text = f"{mem['peak_bytes'] / 1024:.1f}/{mem['capacity_bytes'] / 1024:g} KiB"
+    return text if mem["fits"] else text + " OVER"
 
 
 def _cell(rep: dict[str, Any], s: dict[str, Any], key: str) -> str:
@@ -107,6 +118,8 @@ def _cell(rep: dict[str, Any], s: dict[str, Any], key: str) -> str:
             return f"{rep['crossbars']:,}"
         case "messages":
             return _messages(s)
+        case "memory":
+            return memory(s)
     return _numerics(s)
 
 
@@ -178,7 +191,8 @@ def status_lines(rep: dict[str, Any]) -> list[str]:
         bound = _bound(rep, s)
         said = (f"bound {bound:,} ns = max(critical path, work / cores)" if bound == low
                 else f"proven bound {bound:,} ns")
-        out.append(f"{name}: {s['status']} in {s['solve_seconds']:.2f} s{model}; {said}")
+        mem = f"; local memory {memory(s)}" if s.get("local_memory") else ""
+        out.append(f"{name}: {s['status']} in {s['solve_seconds']:.2f} s{model}; {said}{mem}")
     return out
 
 

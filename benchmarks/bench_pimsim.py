@@ -1,0 +1,168 @@
+"""Raptor's programs judged by pimsim-nn (DATE'24), beside Raptor's own simulator.
+
+For every example (and ResNet-18 at 224x224 with --resnet): schedule with PEFT, plan local
+memory, export to pimsim-nn, run ChipTest in latency mode, and compare its latency with
+Raptor's simulator three ways: default options (link contention, queued shared memory,
+rendezvous), ideal (the scheduler's model), and under pimsim-nn's model (the exporter's
+per-op times, pimsim-nn's handshake, per-core switch and blocking receives).
+
+    PIMSIM_NN=/path/to/ChipTest python benchmarks/bench_pimsim.py [--target default]
+        [--models mlp,lenet] [--resnet] [--pimsim-config latency_config.json] [--keep DIR]
+
+--pimsim-config also runs each exported program with another pimsim-nn configuration
+(e.g. pimsim-nn's own example/config/latency_config.json, the machine PIMCOMP-NN's
+ResNet-18 figure was measured on), switched to latency mode. Prints Markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.models import resnet18
+from raptor.export import export_pimsim, write_export
+from raptor.export.runner import PimsimError, chiptest, run_chiptest
+from raptor.gc_pause import collector_paused
+from raptor.sim import SimOptions, Simulator
+from raptor.solve import SolveOptions, solve
+from raptor.target import load_target
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+MODELS = ("mlp", "lenet", "resnet_block", "mobilenet_block", "torch_cnn_dynamo",
+          "torch_cnn_torchscript", "yolo_neck")
+
+
+def foreign_config(path: Path, into: Path, timeout_ms: float) -> Path:
+    """A copy of another pimsim-nn configuration in latency mode, with its NoC file."""
+    cfg = json.loads(path.read_text())
+    cfg.setdefault("sim_config", {}).update(sim_mode=1, latency_timeout_ms=timeout_ms,
+                                            report_verbose_level=1)
+    noc = cfg["chip_config"]["network_config"]["net_config_file_path"]
+    shutil.copy(path.parent / noc, into / Path(noc).name)
+    cfg["chip_config"]["network_config"]["net_config_file_path"] = Path(noc).name
+    out = into / "foreign.json"
+    out.write_text(json.dumps(cfg, indent=2))
+    return out
+
+
+def measure(model: Path, target_name: str, binary: str | None, keep: Path,
+            foreign: Path | None) -> dict[str, Any]:
+    target = load_target(target_name)
+    row: dict[str, Any] = {"model": model.stem, "target": target.name}
+    t0 = time.perf_counter()
+    solved = solve(model, target, SolveOptions(solver="peft", allow_memory_overflow=True))
+    row["solve_s"] = time.perf_counter() - t0
+    run = solved.runs[0]
+    assert run.sim is not None and run.memory is not None
+    row.update(raptor_ns=run.sim.report.latency_ns, ideal_ns=run.ideal_ns,
+               numerics_ok=all(ok for *_, ok in (run.numerics or {}).values()))
+    top = run.memory.peak
+    row.update(peak_bytes=top.peak_bytes if top else 0, peak_core=top.core if top else None,
+               fits=not run.memory.over_capacity())
+    t0 = time.perf_counter()
+    ex = export_pimsim(run.scheduled, target, run.memory, allow_overflow=True)
+    row["export_s"] = time.perf_counter() - t0
+    d = keep / f"{model.stem}.{target.name}"
+    t0 = time.perf_counter()
+    write_export(ex, d)
+    row["write_s"] = time.perf_counter() - t0
+    row.update(instructions=ex.instructions,
+               cores=sum(1 for p in ex.cores.values() if p.instructions),
+               stand_ins=dict(ex.notes))
+    t0 = time.perf_counter()
+    rep = Simulator(run.scheduled, target, timings=ex.timings).timing(
+        SimOptions.pimsim(trace=False))
+    row["model_s"] = time.perf_counter() - t0
+    row["model_ns"] = rep.latency_ns
+    row["model_blocked"] = sum(c.blocked_ns for c in rep.cores) / max(
+        1, sum(c.finish_ns for c in rep.cores))
+    if binary is not None:
+        got = run_chiptest(binary, d)
+        row.update(pimsim_ns=got.latency_ns, pimsim_wall_s=got.wall_s,
+                   pimsim_rss_mb=got.max_rss_mb)
+        if foreign is not None:
+            timeout = json.loads((d / "chip.json").read_text())["sim_config"][
+                "latency_timeout_ms"]
+            cfg = foreign_config(foreign, d, 10 * timeout)
+            try:
+                other = run_chiptest(binary, d, str(cfg))
+                row.update(foreign_ns=other.latency_ns, foreign_wall_s=other.wall_s)
+            except PimsimError as e:
+                row["foreign_error"] = str(e)
+    return row
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:,.2f}"
+    return f"{int(v):,}" if isinstance(v, int | float) else str(v)
+
+
+def table(rows: list[dict[str, Any]]) -> None:
+    print("| model | instructions | cores | peak local B | pimsim-nn ns | Raptor model of "
+          "pimsim-nn ns | diff | Raptor default ns | Raptor ideal ns | blocked (model) |"
+          " export s | pimsim wall s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        p = r.get("pimsim_ns")
+        diff = f"{(r['model_ns'] - p) / p:+.3%}" if p else "-"
+        print(f"| {r['model']} | {fmt(r['instructions'])} | {r['cores']} | "
+              f"{fmt(r['peak_bytes'])}{'' if r['fits'] else ' (over)'} | {fmt(p)} | "
+              f"{fmt(r['model_ns'])} | {diff} | {fmt(r['raptor_ns'])} | {fmt(r['ideal_ns'])} "
+              f"| {r['model_blocked']:.0%} | {r['export_s'] + r['write_s']:.2f} | "
+              f"{fmt(r.get('pimsim_wall_s'))} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--target", default="default")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--resnet", action="store_true", help="also ResNet-18 at 224x224")
+    ap.add_argument("--pimsim-config", type=Path, help="also run with this pimsim-nn config")
+    ap.add_argument("--keep", type=Path, help="keep the exported folders here")
+    ap.add_argument("--json", type=Path, help="write the rows as JSON")
+    args = ap.parse_args()
+    binary = chiptest()
+    if binary is None:
+        print("PIMSIM_NN is unset or not a file: pimsim-nn columns stay empty",
+              file=sys.stderr)
+    keep = args.keep or Path(tempfile.mkdtemp(prefix="bench_pimsim."))
+    keep.mkdir(parents=True, exist_ok=True)
+    paths = [EXAMPLES / f"{m}.onnx" for m in args.models.split(",") if m]
+    if args.resnet:
+        r18 = keep / "resnet18.onnx"
+        onnx.save(resnet18(), r18)
+        paths.append(r18)
+    rows = []
+    with collector_paused():
+        for p in paths:
+            row = measure(p, args.target, binary, keep, args.pimsim_config)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    table(rows)
+    for r in rows:
+        if "foreign_ns" in r or "foreign_error" in r:
+            print(f"{r['model']} under {args.pimsim_config}: "
+                  f"{fmt(r.get('foreign_ns'))} ns ({r.get('foreign_error', '')}"
+                  f"{fmt(r.get('foreign_wall_s'))} s wall)")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if args.keep is None:
+        shutil.rmtree(keep, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

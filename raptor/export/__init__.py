@@ -1,0 +1,141 @@
+"""Export scheduled IR to pimsim-nn (DATE'24), the field's cycle-level PIM simulator.
+
+`export_pimsim` plans local memory, lowers every core program to pimsim-nn instructions
+(`pimsim.py`), derives the chip configuration and NoC table from the target (`chip.py`)
+and checks what pimsim-nn does not (`validate.py`). `write_export` lays the files out so
+that `ChipTest DIR/program DIR/chip.json` runs them:
+
+    DIR/program/config.json      {"core_cnt": N, "array_group_map": {"core0": [...], ...}}
+    DIR/program/core_<id>.json   one instruction list per core (empty for idle cores)
+    DIR/chip.json                chip and simulation configuration (latency mode)
+    DIR/noc.json                 per-flit latency of every core pair (and the global memory)
+    DIR/export.json              what the exporter did: instructions, stand-ins, memory
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from raptor.export.chip import ChipError, PimsimChip
+from raptor.export.pimsim import Export, ExportError, lower_module
+from raptor.export.validate import validate
+from raptor.fileio import write_text_atomic
+from raptor.ir.module import Module
+from raptor.passes.memory import MemoryPlan, plan_memory
+from raptor.target import Target
+
+__all__ = ["ChipError", "Export", "ExportError", "PimsimChip", "export_pimsim",
+           "write_export"]
+
+NOC_FILE = "noc.json"
+
+
+def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None,
+                  check: bool = True, allow_overflow: bool = False) -> Export:
+    """pimsim-nn programs for scheduled `module` on `target`; raises `ExportError` listing
+    every problem `validate` finds (unless `check` is False). A program that needs more
+    local or shared memory than the target has is refused, unless `allow_overflow`: then
+    the chip is written with the local memory the program needs (pimsim-nn never checks
+    it) and `Export.overflow` says by how much."""
+    if plan is None:
+        plan = plan_memory(module, target)
+    over = plan.over_capacity()
+    if over and not allow_overflow:
+        raise ExportError("the program does not fit the target's memory", over)
+    top = plan.peak
+    need = top.peak_bytes if top is not None else 0
+    try:
+        chip = PimsimChip.of(target, need if need > target.local_memory_bytes else 0)
+    except ChipError as e:
+        raise ExportError(str(e)) from None
+    export = lower_module(module, plan, chip)
+    export.overflow = over
+    if check:
+        problems = validate(export)
+        if problems:
+            raise ExportError("the exported program would not run as intended on pimsim-nn",
+                              problems)
+    return export
+
+
+def serial_bound_ns(export: Export) -> int:
+    """An upper bound on the latency of a deadlock-free run: every op of every core one
+    after the other plus every message crossing the longest route alone. A timeout above it
+    only ever stops a program that hangs."""
+    chip = export.chip
+    t = chip.target
+    total = sum(tm.total for tm in export.timings.values())
+    longest = max((chip.flit_ns(a, b) for a in (0, t.num_cores - 1)
+                   for b in range(t.num_cores) if a != b), default=0)
+    total += sum(2 * longest + chip.flits(tm.nbytes) * longest
+                 for tm in export.timings.values() if tm.nbytes)
+    return t.ns(total)
+
+
+def manifest(export: Export, timeout_ms: float) -> dict[str, Any]:
+    t = export.chip.target
+    counts: dict[str, int] = {}
+    for prog in export.cores.values():
+        for ins in prog.instructions:
+            counts[ins["op"]] = counts.get(ins["op"], 0) + 1
+    return {
+        "target": t.name,
+        "cores_with_instructions": sum(1 for p in export.cores.values() if p.instructions),
+        "instructions": export.instructions,
+        "by_opcode": dict(sorted(counts.items())),
+        "cycles_by_opcode": dict(sorted(export.cycles.items())),
+        "per_core": {str(c): len(p.instructions) for c, p in sorted(export.cores.items())},
+        "stand_ins": dict(export.notes),
+        "activation_bytes": export.chip.act,
+        "local_memory": export.memory.to_dict(),
+        "local_memory_bytes_written": export.chip.local_bytes,
+        "over_capacity": export.overflow,
+        "latency_timeout_ms": timeout_ms,
+        "mvm": {"front_cycles": export.chip.front, "back_cycles": export.chip.back,
+                "compute_cycles": export.chip.mvm_compute(),
+                "mvmul_cycles": export.chip.mvmul()},
+    }
+
+
+def write_export(export: Export, out_dir: str | os.PathLike[str],
+                 timeout_ms: float | None = None) -> Path:
+    """Write the program folder, chip.json, noc.json and export.json into `out_dir`. The
+    program folder is built aside and renamed into place, so a reader never sees half of
+    it and no core file of an earlier export survives. Returns the folder."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    if timeout_ms is None:
+        timeout_ms = max(1.0, math.ceil(2 * serial_bound_ns(export) / 1e6))
+    tmp = Path(tempfile.mkdtemp(prefix=".program.", dir=d))
+    try:
+        (tmp / "config.json").write_text(json.dumps(export.program_config()) + "\n")
+        for c in range(export.chip.target.num_cores):
+            prog = export.cores.get(c)
+            body = prog.instructions if prog is not None else []
+            with open(tmp / f"core_{c}.json", "w", encoding="utf-8") as fh:
+                fh.write("[")
+                fh.write(",\n".join(json.dumps(i, separators=(",", ":")) for i in body))
+                fh.write("]\n")
+        final = d / "program"
+        old = None
+        if final.exists():
+            old = d / f".program.old.{os.getpid()}"
+            final.rename(old)
+        tmp.rename(final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    write_text_atomic(d / NOC_FILE, json.dumps(export.chip.noc(), separators=(",", ":")) + "\n")
+    write_text_atomic(d / "chip.json", json.dumps(export.chip.config(NOC_FILE, timeout_ms),
+                                                  indent=2) + "\n")
+    write_text_atomic(d / "export.json", json.dumps(manifest(export, timeout_ms), indent=2)
+                      + "\n")
+    return d

@@ -1,0 +1,223 @@
+"""pimsim-nn's chip configuration derived from a Raptor target, its NoC table, and the
+closed-form times of the instructions the exporter emits.
+
+The chip files say what the target says, so that pimsim-nn judges the program on the same
+machine Raptor scheduled it for:
+
+* clock, crossbars per core and their size, weight and activation precision;
+* the matrix unit's DAC/ADC pipeline chosen so that pimsim-nn's MVM compute time equals the
+  target's `mvm_cycles` (front stage F, back stage B, `input_bits` passes: F + B +
+  (input_bits - 1) * B = mvm_cycles with F <= B);
+* vector unit width and latency (`vector_lanes`, `vector_op_cycles`), local memory
+  (`local_memory_bytes`, `local_bytes_per_cycle`), global memory (`shared_memory_bytes`,
+  `shared_access_bytes`, read and write cycles);
+* NoC: `bus_width` = `flit_bytes` and, for every ordered pair of cores, the latency of one
+  flit under the target's mesh model (hops * hop_cycles + flit_cycles). pimsim-nn charges a
+  message of n bytes ceil(n / bus_width) times that (flits are not pipelined). Core <->
+  global-memory pairs are 0: the target prices shared memory by its access cycles alone.
+
+The closed forms below are pimsim-nn's own formulas (read from its source at commit f7446df)
+plus the pipeline constants of its in-order core with a one-entry reorder buffer, measured
+on micro-programs: the first instruction after `setbw` starts at cycle 3, every scalar
+instruction takes one cycle, a vector/transfer instruction is followed by a 2-cycle gap
+and an MVM by a 3-cycle gap; a transfer instruction whose last memory wait is a single
+cycle (a 1-cycle local read in `send`, a 1-cycle local write in `ld`/`lldi`) and every `st`
+take one cycle more (SystemC event ordering at the clock edge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from raptor.target import Target
+
+GLOBAL_MEMORY = -10
+"""pimsim-nn's switch id of the global memory."""
+START_CYCLES = 3
+SCALAR_CYCLES = 1
+GAP_CYCLES = 2
+MVM_GAP_CYCLES = 3
+
+
+class ChipError(ValueError):
+    """A target that pimsim-nn's configuration cannot express."""
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def activation_bytes(target: Target) -> int:
+    """Bytes of one activation element on the chip (pimsim-nn's ibiw/8)."""
+    return _ceil(target.input_bits, 8)
+
+
+@dataclass(frozen=True)
+class PimsimChip:
+    """The pimsim-nn machine of a target and the cycle counts of its instructions."""
+
+    target: Target
+    front: int
+    back: int
+    local_memory_bytes: int = 0
+    """Local memory written to the chip (0: the target's)."""
+
+    @property
+    def local_bytes(self) -> int:
+        return self.local_memory_bytes or self.target.local_memory_bytes
+
+    @classmethod
+    def of(cls, target: Target, local_memory_bytes: int = 0) -> PimsimChip:
+        passes = target.input_bits
+        back = target.mvm_cycles // passes
+        front = target.mvm_cycles - passes * back
+        if back < 1 or front > back:
+            raise ChipError(f"target {target.name}: mvm_cycles {target.mvm_cycles} cannot be "
+                            f"expressed as pimsim-nn's pipelined MVM of {passes} input passes "
+                            f"(needs at least {passes * passes} cycles)")
+        return cls(target, front, back, local_memory_bytes)
+
+    # -- figures -----------------------------------------------------------------------
+    @property
+    def act(self) -> int:
+        return activation_bytes(self.target)
+
+    @property
+    def period_ns(self) -> float:
+        return 1.0 / self.target.clock_ghz
+
+    def flit_ns(self, src: int, dst: int) -> int:
+        """pimsim-nn's NoC table entry: one flit from `src` to `dst` (0 for the memory)."""
+        if src == GLOBAL_MEMORY or dst == GLOBAL_MEMORY:
+            return 0
+        return self.target.transfer_ns(self.target.flit_bytes, src, dst)
+
+    def flits(self, nbytes: int) -> int:
+        return _ceil(nbytes, self.target.flit_bytes)
+
+    def local(self, nbytes: int) -> int:
+        """Cycles of one local-memory read or write of `nbytes`."""
+        return _ceil(nbytes, self.target.local_bytes_per_cycle)
+
+    # -- instruction times (cycles of the unit, without the dispatch gap) -------------
+    def mvm_compute(self) -> int:
+        return self.front + self.back + (self.target.input_bits - 1) * max(self.front,
+                                                                            self.back)
+
+    def mvmul(self, crossbars: int = 1) -> int:
+        """Read a crossbar row of inputs (pimsim-nn reads 8 times the bytes), compute,
+        write the group's outputs."""
+        t = self.target
+        return (self.local(t.crossbar_rows * self.act * 8) + self.mvm_compute()
+                + self.local(t.crossbar_cols * crossbars * self.act))
+
+    def vector(self, length: int, operands: int) -> int:
+        """A vector op over `length` elements reading `operands` vectors."""
+        nbytes = length * self.act
+        return (operands * self.local(nbytes) + _ceil(length, self.target.vector_lanes)
+                * self.target.vector_op_cycles + self.local(nbytes))
+
+    def lmv(self, nbytes: int) -> int:
+        return 2 * self.local(nbytes)
+
+    def lldi(self, nbytes: int) -> int:
+        return max(self.local(nbytes), 2)
+
+    def ld(self, nbytes: int, core: int) -> int:
+        t = self.target
+        return (self.flit_ns(core, GLOBAL_MEMORY) + _ceil(nbytes, t.shared_access_bytes)
+                * t.shared_read_cycles + max(self.local(nbytes), 2))
+
+    def st(self, nbytes: int, core: int) -> int:
+        t = self.target
+        return (self.local(nbytes) + self.flits(nbytes) * self.flit_ns(core, GLOBAL_MEMORY)
+                + _ceil(nbytes, t.shared_access_bytes) * t.shared_write_cycles + 1)
+
+    def global_access(self, nbytes: int, core: int, load: bool) -> tuple[int, int]:
+        """(cycles from the start of an `ld`/`st` to its global-memory service, the service
+        cycles): the part pimsim-nn serializes chip-wide."""
+        t = self.target
+        accesses = _ceil(nbytes, t.shared_access_bytes)
+        if load:
+            return self.flit_ns(core, GLOBAL_MEMORY), accesses * t.shared_read_cycles
+        return (self.local(nbytes) + self.flits(nbytes) * self.flit_ns(core, GLOBAL_MEMORY),
+                accesses * t.shared_write_cycles)
+
+    def send_read(self, nbytes: int) -> int:
+        return max(self.local(nbytes), 2)
+
+    def recv_write(self, nbytes: int) -> int:
+        return self.local(nbytes)
+
+    # -- files -------------------------------------------------------------------------
+    def config(self, noc_file: str, latency_timeout_ms: float) -> dict[str, Any]:
+        """chip.json for `ChipTest PROGRAM chip.json` in latency mode."""
+        t = self.target
+        period = self.period_ns
+        return {
+            "chip_config": {
+                "core_config": {
+                    "period": period,
+                    "rob_size": 1,
+                    "matrix_config": {
+                        "xbar_array_count": t.crossbars_per_core,
+                        "period": period,
+                        "pipeline_mode": True,
+                        "dac_resolution": 1,
+                        "dac_count": t.crossbar_rows,
+                        "dac_latency_cycle": self.front,
+                        "input_buffer_latency_cycle": 0,
+                        "xbar_size": [t.crossbar_rows, t.crossbar_cols],
+                        "cell_precision": t.weight_bits,
+                        "xbar_latency": 0,
+                        "sample_hold_latency_cycle": 0,
+                        "adc_resolution": t.weight_bits,
+                        "adc_latency_cycle": self.back,
+                        "adc_count": t.crossbar_cols,
+                        "shift_adder_latency_cycle": 0,
+                        "output_buffer_latency_cycle": 0,
+                    },
+                    "vector_width": t.vector_lanes,
+                    "vector_latency_cycle": t.vector_op_cycles,
+                    "local_memory_config": {
+                        "memory_size": self.local_bytes,
+                        "data_width": t.local_bytes_per_cycle,
+                        "period": period,
+                        "read_latency_cycle": 1,
+                        "write_latency_cycle": 1,
+                    },
+                    "global_memory_switch_id": GLOBAL_MEMORY,
+                },
+                "global_memory_config": {
+                    "memory_size": t.shared_memory_bytes,
+                    "data_width": t.shared_access_bytes,
+                    "period": period,
+                    "read_latency_cycle": t.shared_read_cycles,
+                    "write_latency_cycle": t.shared_write_cycles,
+                },
+                "network_config": {
+                    "bus_topology": "mesh",
+                    "bus_width": t.flit_bytes,
+                    "layout": [t.mesh_rows, t.mesh_cols],
+                    "net_config_file_path": noc_file,
+                },
+                "core_cnt": t.num_cores,
+                "global_memory_switch_id": GLOBAL_MEMORY,
+            },
+            "sim_config": {
+                "sim_mode": 1,
+                "sim_time": 1,
+                "latency_timeout_ms": latency_timeout_ms,
+                "report_verbose_level": 1,
+            },
+        }
+
+    def noc(self) -> dict[str, Any]:
+        """The complete NoC table: every ordered pair of cores and each core with the
+        global memory, per-flit latency in ns; energy 0 (not modelled)."""
+        n = self.target.num_cores
+        ids = [*range(n), GLOBAL_MEMORY]
+        latency = {str(a): {str(b): self.flit_ns(a, b) for b in ids if b != a} for a in ids}
+        energy = {a: dict.fromkeys(row, 0) for a, row in latency.items()}
+        return {"latency": latency, "energy": energy}

@@ -1,0 +1,552 @@
+"""Scheduled IR -> pimsim-nn programs: one instruction list per core, in pimsim-nn's JSON.
+
+Every core program starts with `setbw` (activations at the target's `input_bits`), sets
+each address with `sldi` into one of 28 general registers (an LRU cache, so an address
+already held is not set again; r28/r29 hold the 64-bit global address of `ld`/`st`), and
+lowers the core's ops in program order, with the addresses of the local-memory plan
+(`raptor.passes.memory`):
+
+- `spat.channel_send` / `receive` -> `send` / `recv` (`rd` and `rs1` both name the buffer);
+  a region that is not contiguous is packed into a staging buffer with `lmv` first;
+- `pim.load` / `pim.store` -> `ld` / `st` of the region's bytes;
+- `pim.mvm` -> one `mvmul` per input row, on the array group of its weight tile (one
+  crossbar per distinct tile on the core);
+- `pim.vadd/vsub/vmul/vmax` -> `vvadd/vvsub/vvmul/vvmax`; `pim.relu/sigmoid/tanh` ->
+  `vrelu/vsigm/vtanh`; `pim.silu` -> `vsigm`, `vvmul`; `pim.clip` -> `vrsl`, `vrsu`;
+  `pim.vscale` -> `lldi` of the factor, `vvmul`; `pim.vreduce_*` -> one `vavg` per result
+  element over its (strided) inputs;
+- `tensor.extract_slice` (strided), `insert_slice`, `concat`, `materialize_layout` and
+  publications -> one `lmv` of the moved bytes per copy; `tensor.pad` -> `lldi` of the pad
+  value over the result, `lmv` of the source; `tensor.transpose` -> one `vmv` (strided
+  gather);
+- a contiguous `tensor.extract_slice`, `tensor.reshape`, `tensor.empty`,
+  `spat.lane_result`, `spat.yield` -> nothing (views the memory plan placed in their
+  source, and fresh buffers).
+
+Stand-ins, counted in `Export.notes`: pimsim-nn has no 2-D copy, broadcast or vector sum,
+so a strided copy is one `lmv` of its bytes from the region's first element (pimsim-nn
+prices `lmv` by its size alone: the same time a strided DMA of those bytes takes), a
+transpose is one `vmv` of all elements, a broadcast operand is read in place, and a sum is a
+`vavg`. Emitting one instruction per contiguous run instead would make ResNet-18 55 M
+instructions. Values are never computed by pimsim-nn; the timing of every instruction is the
+one documented in `raptor.export.chip`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from raptor.export.chip import (
+    GAP_CYCLES,
+    MVM_GAP_CYCLES,
+    SCALAR_CYCLES,
+    START_CYCLES,
+    PimsimChip,
+)
+from raptor.ir.core import Affine, Block, Operation, Value
+from raptor.ir.module import Module
+from raptor.ir.ops import (
+    AllocSharedOp,
+    BinaryOp,
+    ChannelReceiveOp,
+    ChannelSendOp,
+    ConcatOp,
+    CoreBatchOp,
+    CoreOp,
+    EmptyOp,
+    ExtractSliceOp,
+    InsertSliceOp,
+    LaneResultOp,
+    LoadOp,
+    MaterializeLayoutOp,
+    MvmOp,
+    PadOp,
+    ParallelInsertSliceOp,
+    ReduceOp,
+    ReshapeOp,
+    ReturnOp,
+    ScheduledComputeBatchOp,
+    ScheduledComputeOp,
+    StoreOp,
+    TransposeOp,
+    UnaryOp,
+    WeightOp,
+    YieldOp,
+)
+from raptor.ir.types import TensorType
+from raptor.passes.memory import CoreMemory, MemoryPlan, is_contiguous
+from raptor.sim.timing import OpTiming
+
+Instruction = dict[str, Any]
+GENERAL_REGISTERS = 28
+PAIR = 28
+"""Even register of the (r28, r29) pair holding a global address (high word, low word)."""
+BINARY = {"vadd": "vvadd", "vsub": "vvsub", "vmul": "vvmul", "vmax": "vvmax"}
+UNARY = {"relu": "vrelu", "sigmoid": "vsigm", "tanh": "vtanh"}
+SCALAR_OPS = frozenset({"sldi", "sld", "sadd", "ssub", "smul", "saddi", "smuli"})
+VECTOR_OPERANDS = {"vvadd": 2, "vvsub": 2, "vvmul": 2, "vvmax": 2, "vvdmul": 2, "vrelu": 1,
+                   "vtanh": 1, "vsigm": 1, "vmv": 1, "vavg": 1, "vrsu": 1, "vrsl": 1}
+
+
+class ExportError(ValueError):
+    """A program pimsim-nn cannot run as exported (one line per problem)."""
+
+    def __init__(self, message: str, details: Sequence[str] = ()) -> None:
+        self.details = list(details)
+        text = message if not self.details else message + ":\n  " + "\n  ".join(
+            self.details[:20]) + (f"\n  ... and {len(self.details) - 20} more"
+                                  if len(self.details) > 20 else "")
+        super().__init__(text)
+
+
+@dataclass
+class CoreProgram:
+    core: int
+    instructions: list[Instruction]
+    groups: list[int]
+    """Crossbars of each array group (`array_group_map`)."""
+
+
+@dataclass
+class Export:
+    """The exported program, the chip it runs on, and what the exporter priced."""
+
+    chip: PimsimChip
+    cores: dict[int, CoreProgram]
+    memory: MemoryPlan
+    timings: dict[tuple[int, Operation], OpTiming]
+    """Per (core, top-level op): its time under pimsim-nn's model (for Raptor's simulator)."""
+    notes: Counter[str] = field(default_factory=Counter)
+    """Stand-ins the exporter used, with counts."""
+    overflow: list[str] = field(default_factory=list)
+    """Cores (and shared memory) over the target's capacity, when allowed through."""
+    cycles: Counter[str] = field(default_factory=Counter)
+    """Cycles of the instructions by opcode, summed over the cores (with dispatch gaps;
+    without waiting for partners or the global memory)."""
+
+    @property
+    def instructions(self) -> int:
+        return sum(len(p.instructions) for p in self.cores.values())
+
+    def program_config(self) -> dict[str, Any]:
+        n = self.chip.target.num_cores
+        return {"core_cnt": n,
+                "array_group_map": {f"core{c}": (self.cores[c].groups if c in self.cores
+                                                 else []) for c in range(n)}}
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    out = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        out[d] = out[d + 1] * shape[d + 1]
+    return out
+
+
+def _shape(v: Value) -> tuple[int, ...]:
+    t = v.type
+    if not isinstance(t, TensorType) or not t.is_static:
+        raise ExportError(f"%{v.name} has type {t}; the exporter needs static tensors")
+    return t.static_shape
+
+
+def _flat(shape: Sequence[int], offsets: Sequence[int]) -> int:
+    return sum(o * s for o, s in zip(offsets, _strides(shape), strict=True))
+
+
+class _Registers:
+    """Values held in the general registers, least recently used evicted first."""
+
+    def __init__(self, emit: Callable[[Instruction], None]) -> None:
+        self.emit = emit
+        self.held: OrderedDict[int, int] = OrderedDict()
+        self.free = list(range(GENERAL_REGISTERS - 1, -1, -1))
+        self.pair: int | None = None
+
+    def get(self, value: int) -> int:
+        reg = self.held.get(value)
+        if reg is not None:
+            self.held.move_to_end(value)
+            return reg
+        reg = self.free.pop() if self.free else self.held.popitem(last=False)[1]
+        self.held[value] = reg
+        self.emit({"op": "sldi", "rd": reg, "imm": value})
+        return reg
+
+    def global_address(self, addr: int) -> int:
+        if self.pair != addr:
+            self.emit({"op": "sldi", "rd": PAIR, "imm": addr >> 32})
+            self.emit({"op": "sldi", "rd": PAIR + 1, "imm": addr & 0xFFFFFFFF})
+            self.pair = addr
+        return PAIR
+
+
+class _CoreLowering:
+    """One core's instructions and the pimsim-nn time of each top-level op."""
+
+    def __init__(self, ex: _Exporter, core: int, body: Block, fixed: Mapping[Value, int]) -> None:
+        self.ex = ex
+        self.chip = ex.chip
+        self.core = core
+        self.body = body
+        self.mem: CoreMemory = ex.plan.cores[core]
+        self.env: dict[Value, int] = dict(fixed)
+        """Lane variables with their value (core-batch lane, scheduled-batch lane)."""
+        self.out: list[Instruction] = [{"op": "setbw", "ibiw": ex.chip.target.input_bits,
+                                        "obiw": ex.chip.target.input_bits}]
+        self.regs = _Registers(self.emit)
+        self.groups: dict[str, int] = {}
+        self.inputs: dict[Value, Value] = {}
+        """Block argument -> the value it stands for."""
+        self.cycles = 0
+        self.op: Operation | None = None
+        self.gm_first: int | None = None
+        """Cycle (since the core started) of the current op's first global-memory access."""
+        self.gm_cycles = 0
+
+    # -- emission and time ------------------------------------------------------------
+    def emit(self, ins: Instruction, cycles: int | None = None) -> None:
+        self.out.append(ins)
+        c = SCALAR_CYCLES if cycles is None else cycles
+        self.cycles += c
+        self.ex.cycles[ins["op"]] += c
+
+    def unit(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES) -> None:
+        self.emit(ins, busy + gap)
+
+    def note(self, text: str) -> None:
+        self.ex.notes[text] += 1
+
+    # -- values -----------------------------------------------------------------------
+    def resolve(self, v: Value) -> Value:
+        while v in self.inputs:
+            v = self.inputs[v]
+        return v
+
+    def addr(self, v: Value) -> int:
+        slot = self.mem.slots.get(v) or self.mem.slots.get(self.resolve(v))
+        if slot is None:
+            raise ExportError(f"core {self.core}: %{v.name} has no local-memory address "
+                              f"(used by {self.where()})")
+        return slot.addr
+
+    def nbytes(self, v: Value) -> int:
+        return math.prod(_shape(v)) * self.chip.act
+
+    def offsets(self, offs: Sequence[Affine]) -> list[int]:
+        return [a.const if a.is_const else a.evaluate(self.env) for a in offs]
+
+    def where(self) -> str:
+        return self.op.where() if self.op is not None else "<core>"
+
+    # -- program ----------------------------------------------------------------------
+    def run(self) -> CoreProgram:
+        first = True
+        for op in self.body.ops:
+            self.op = op
+            start = len(self.out)
+            before = self.cycles
+            self.gm_first, self.gm_cycles = None, 0
+            timing = self.top(op)
+            if timing is None:
+                lead = 0 if self.gm_first is None else self.gm_first - before
+                timing = OpTiming(lead, self.cycles - before - lead, memory=self.gm_cycles)
+            if first and len(self.out) > start:
+                timing = OpTiming(timing.before + START_CYCLES, timing.busy, timing.after,
+                                  timing.nbytes, timing.memory)
+                first = False
+            self.ex.timings[(self.core, op)] = timing
+        groups = [1] * len(self.groups)
+        return CoreProgram(self.core, self.out if len(self.out) > 1 else [], groups)
+
+    def top(self, op: Operation) -> OpTiming | None:
+        if isinstance(op, ChannelReceiveOp):
+            n = self.nbytes(op.result)
+            before = self.cycles
+            r = self.regs.get(self.addr(op.result))
+            pre = self.cycles - before
+            busy = self.chip.recv_write(n)
+            self.unit({"op": "recv", "rd": r, "rs1": r, "core": op.core, "size": n}, busy)
+            return OpTiming(pre, busy, GAP_CYCLES, n)
+        if isinstance(op, ChannelSendOp):
+            return self.send(op)
+        if isinstance(op, ScheduledComputeOp):
+            self.bind_inputs(op.body.args, op.inputs)
+            for inner in op.body.ops:
+                self.lower(inner)
+            return None
+        if isinstance(op, ScheduledComputeBatchOp):
+            n = len(op.inputs)
+            args = op.body.args
+            self.bind_inputs(args[1:1 + n], op.inputs)
+            for a, res in zip(args[1 + n:], op.outs, strict=True):
+                self.inputs[a] = res
+            for lane in range(op.lanes):
+                self.env[args[0]] = lane
+                for inner in op.body.ops:
+                    self.lower(inner)
+            return None
+        self.lower(op)
+        return None
+
+    def bind_inputs(self, args: Sequence[Value], inputs: Sequence[Value]) -> None:
+        for a, v in zip(args, inputs, strict=True):
+            self.inputs[a] = v
+
+    def send(self, op: ChannelSendOp) -> OpTiming:
+        before = self.cycles
+        src = self.addr(op.value)
+        if op.message is not None:
+            n = math.prod(op.message.static_shape) * self.chip.act
+            first = src + _flat(_shape(op.value), self.offsets(op.offsets)) * self.chip.act
+            stage = self.mem.staging.get(op)
+            if stage is not None:  # pack the region (pimsim-nn sends one range)
+                self.note("strided region packed with one lmv before its send")
+                self.lmv(stage.addr, first, n)
+                first = stage.addr
+            src = first
+        else:
+            n = self.nbytes(op.value)
+        r = self.regs.get(src)
+        pre = self.cycles - before
+        busy = self.chip.send_read(n)
+        self.unit({"op": "send", "rd": r, "rs1": r, "core": op.core, "size": n}, busy)
+        return OpTiming(pre, busy, GAP_CYCLES, n)
+
+    # -- one op -------------------------------------------------------------------------
+    def lmv(self, dst: int, src: int, n: int) -> None:
+        if n == 0 or dst == src:
+            return
+        rd, rs1 = self.regs.get(dst), self.regs.get(src)
+        self.unit({"op": "lmv", "rd": rd, "rs1": rs1, "len": n, "size": n}, self.chip.lmv(n))
+
+    def copy(self, dst: int, src: int, n: int, contiguous: bool) -> None:
+        if not contiguous:
+            self.note("strided copy as one lmv of its bytes")
+        self.lmv(dst, src, n)
+
+    def vector(self, name: str, rd: int, rs1: int, length: int, rs2: int | None = None
+               ) -> None:
+        ins: Instruction = {"op": name, "rd": self.regs.get(rd), "rs1": self.regs.get(rs1)}
+        if rs2 is not None:
+            ins["rs2"] = self.regs.get(rs2)
+        ins["len"] = length
+        self.unit(ins, self.chip.vector(length, VECTOR_OPERANDS[name]))
+
+    def lower(self, op: Operation) -> None:
+        act = self.chip.act
+        if isinstance(op, ReshapeOp | EmptyOp | LaneResultOp | YieldOp):
+            return
+        if isinstance(op, WeightOp):
+            return
+        if isinstance(op, LoadOp | StoreOp):
+            self.memory(op)
+        elif isinstance(op, ExtractSliceOp):
+            shape = _shape(op.source)
+            first = self.addr(op.source) + _flat(shape, self.offsets(op.offsets)) * act
+            self.copy(self.addr(op.result), first, self.nbytes(op.result),
+                      is_contiguous(shape, op.sizes, op.strides))
+        elif isinstance(op, InsertSliceOp | ParallelInsertSliceOp):
+            shape = _shape(op.dest)
+            dest = self.addr(op.dest)
+            if isinstance(op, InsertSliceOp) and self.addr(op.result) != dest:
+                self.lmv(self.addr(op.result), dest, self.nbytes(op.dest))
+                dest = self.addr(op.result)
+            first = dest + _flat(shape, self.offsets(op.offsets)) * act
+            self.copy(first, self.addr(op.source), self.nbytes(op.source),
+                      is_contiguous(shape, op.sizes, op.strides))
+        elif isinstance(op, ConcatOp):
+            shape = _shape(op.result)
+            d = op.dim % len(shape)
+            at = 0
+            for part in op.sources:
+                sizes = _shape(part)
+                offs = [0] * len(shape)
+                offs[d] = at
+                at += sizes[d]
+                self.copy(self.addr(op.result) + _flat(shape, offs) * act, self.addr(part),
+                          self.nbytes(part), is_contiguous(shape, sizes, [1] * len(shape)))
+        elif isinstance(op, PadOp):
+            n = self.nbytes(op.result)
+            fill = _byte(op.value)
+            rd = self.regs.get(self.addr(op.result))
+            self.unit({"op": "lldi", "rd": rd, "imm": fill, "len": n, "size": n},
+                      self.chip.lldi(n))
+            shape = _shape(op.result)
+            self.copy(self.addr(op.result) + _flat(shape, list(op.low)) * act,
+                      self.addr(op.source), self.nbytes(op.source),
+                      is_contiguous(shape, _shape(op.source), [1] * len(shape)))
+        elif isinstance(op, MaterializeLayoutOp):
+            self.lmv(self.addr(op.result), self.addr(op.source), self.nbytes(op.result))
+        elif isinstance(op, TransposeOp):
+            dims = _shape(op.source)
+            stride = math.prod(dims[op.perm[-1] + 1:]) if op.perm else 1
+            self.note("transpose as one vmv of all elements")
+            self.vector("vmv", self.addr(op.result), self.addr(op.source),
+                        math.prod(dims), rs2=stride)
+        elif isinstance(op, MvmOp):
+            self.mvm(op)
+        elif isinstance(op, BinaryOp):
+            name = BINARY.get(op.op)
+            if name is None:
+                raise ExportError(f"{op.where()}: pim.{op.op} has no pimsim-nn instruction "
+                                  f"(supported: {', '.join('pim.' + k for k in BINARY)})")
+            if _shape(op.lhs) != _shape(op.rhs):
+                self.note("broadcast operand read in place")
+            self.vector(name, self.addr(op.result), self.addr(op.lhs),
+                        math.prod(_shape(op.result)), rs2=self.addr(op.rhs))
+        elif isinstance(op, UnaryOp):
+            self.unary(op)
+        elif isinstance(op, ReduceOp):
+            self.reduce(op)
+        else:
+            raise ExportError(f"{op.where()}: {op.NAME} cannot be exported to pimsim-nn")
+
+    def memory(self, op: LoadOp | StoreOp) -> None:
+        buf = self.ex.plan.shared.get(op.buffer)
+        if buf is None:
+            raise ExportError(f"{op.where()}: %{op.buffer.name} is not a shared buffer")
+        shape = _shape(op.buffer)
+        glob = buf + _flat(shape, self.offsets(op.offsets)) * self.chip.act
+        local = op.result if isinstance(op, LoadOp) else op.value
+        n = self.nbytes(local)
+        if not is_contiguous(shape, op.sizes, op.strides):
+            self.note(f"strided {'load' if isinstance(op, LoadOp) else 'store'} as one "
+                      f"{'ld' if isinstance(op, LoadOp) else 'st'} of its bytes")
+        pair = self.regs.global_address(glob)
+        r = self.regs.get(self.addr(local))
+        lead, service = self.chip.global_access(n, self.core, isinstance(op, LoadOp))
+        if self.gm_first is None:
+            self.gm_first = self.cycles + lead
+        self.gm_cycles += service
+        if isinstance(op, LoadOp):
+            self.unit({"op": "ld", "rd": r, "rs1": pair, "size": n}, self.chip.ld(n, self.core))
+        else:
+            self.unit({"op": "st", "rd": pair, "rs1": r, "size": n}, self.chip.st(n, self.core))
+
+    def mvm(self, op: MvmOp) -> None:
+        w = self.resolve(op.weight)
+        if not isinstance(w.owner, WeightOp):
+            raise ExportError(f"{op.where()}: the MVM weight %{op.weight.name} is computed on "
+                              "the core; pimsim-nn's crossbars hold weights programmed ahead")
+        group = self.groups.setdefault(w.owner.symbol, len(self.groups))
+        shape = _shape(op.vector)
+        k, m = shape[-1], _shape(op.result)[-1]
+        rows = math.prod(shape[:-1])
+        src, dst = self.addr(op.vector), self.addr(op.result)
+        busy = self.chip.mvmul()
+        act = self.chip.act
+        for r in range(rows):
+            ins = {"op": "mvmul", "rd": self.regs.get(dst + r * m * act),
+                   "rs1": self.regs.get(src + r * k * act), "group": group,
+                   "mbiw": self.chip.target.weight_bits, "relu": 0}
+            self.unit(ins, busy, MVM_GAP_CYCLES)
+
+    def unary(self, op: UnaryOp) -> None:
+        n = math.prod(_shape(op.result))
+        res, x = self.addr(op.result), self.addr(op.source)
+        if op.op in UNARY:
+            self.vector(UNARY[op.op], res, x, n)
+        elif op.op == "silu":
+            self.vector("vsigm", res, x, n)
+            self.vector("vvmul", res, x, n, rs2=res)
+        elif op.op == "clip":
+            lo, hi = (_number(op.attrs.get(k)) for k in ("min", "max"))
+            self.vector("vrsl", res, x, n, rs2=_imm(lo))
+            self.vector("vrsu", res, res, n, rs2=_imm(hi))
+        elif op.op == "vscale":
+            nbytes = n * self.chip.act
+            factor = _byte(_number(op.attrs.get("factor")))
+            self.unit({"op": "lldi", "rd": self.regs.get(res), "imm": factor, "len": nbytes,
+                       "size": nbytes}, self.chip.lldi(nbytes))
+            self.vector("vvmul", res, x, n, rs2=res)
+        else:
+            raise ExportError(f"{op.where()}: pim.{op.op} has no pimsim-nn instruction "
+                              "sequence (supported: relu, sigmoid, tanh, silu, clip, vscale)")
+
+    def reduce(self, op: ReduceOp) -> None:
+        """One `vavg` per result element over the elements it reduces, when they are
+        evenly spaced (the reduced dimensions, in order, stride like one dimension)."""
+        shape = _shape(op.source)
+        strides = _strides(shape)
+        dims = sorted(op.dims)
+        count = math.prod(shape[d] for d in dims)
+        step = strides[dims[-1]] if dims else 1
+        for a, b in itertools.pairwise(dims):
+            if strides[a] != strides[b] * shape[b]:
+                raise ExportError(f"{op.where()}: pim.{op.op} over dims {dims} of "
+                                  f"{list(shape)} is not one strided run per result")
+        kept = [d for d in range(len(shape)) if d not in dims]
+        self.note(f"pim.{op.op} as vavg per result element")
+        act = self.chip.act
+        src, res = self.addr(op.source), self.addr(op.result)
+        for j, idx in enumerate(_indices([shape[d] for d in kept])):
+            base = sum(i * strides[d] for i, d in zip(idx, kept, strict=True))
+            self.vector("vavg", res + j * act, src + base * act, count, rs2=step)
+
+
+def _indices(shape: Sequence[int]) -> list[tuple[int, ...]]:
+    out: list[tuple[int, ...]] = [()]
+    for n in shape:
+        out = [(*i, k) for i in out for k in range(n)]
+    return out
+
+
+def _imm(x: float) -> int:
+    """A bound as `sldi`'s 32-bit immediate, saturated (an unbounded clip side, +-inf or
+    FLT_MAX, becomes the largest integer of its sign)."""
+    return int(max(-(2.0 ** 31), min(2.0 ** 31 - 1, round(x) if math.isfinite(x) else x)))
+
+
+def _byte(x: float) -> int:
+    """`lldi`'s one-byte fill: the value as a signed 8-bit integer, saturated (so -inf,
+    the max-pool padding, is the smallest byte)."""
+    return int(max(-128.0, min(127.0, round(x) if math.isfinite(x) else x))) & 0xFF
+
+
+def _number(a: object) -> float:
+    value = getattr(a, "value", a)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ExportError(f"expected a number attribute, got {a!r}")
+    return float(value)
+
+
+class _Exporter:
+    def __init__(self, module: Module, chip: PimsimChip, plan: MemoryPlan) -> None:
+        self.module = module
+        self.chip = chip
+        self.plan = plan
+        self.timings: dict[tuple[int, Operation], OpTiming] = {}
+        self.notes: Counter[str] = Counter()
+        self.cycles: Counter[str] = Counter()
+
+    def run(self) -> Export:
+        func = self.module.main()
+        cores: dict[int, CoreProgram] = {}
+        jobs: list[tuple[int, Block, dict[Value, int]]] = []
+        for op in func.body.ops:
+            if isinstance(op, CoreOp):
+                jobs.append((op.core, op.body, {}))
+            elif isinstance(op, CoreBatchOp):
+                lane = op.body.args[0]
+                jobs.extend((c, op.body, {lane: i}) for i, c in enumerate(op.cores))
+            elif not isinstance(op, WeightOp | AllocSharedOp | ReturnOp):
+                raise ExportError(f"{op.where()}: {op.NAME} at function level is not "
+                                  "scheduled IR")
+        n = self.chip.target.num_cores
+        for core, body, fixed in jobs:
+            if not 0 <= core < n:
+                raise ExportError(f"core {core} is outside the {n} cores of target "
+                                  f"{self.chip.target.name}")
+            cores[core] = _CoreLowering(self, core, body, fixed).run()
+        return Export(self.chip, cores, self.plan, self.timings, self.notes,
+                      cycles=self.cycles)
+
+
+def lower_module(module: Module, plan: MemoryPlan, chip: PimsimChip) -> Export:
+    """Instructions for every core of scheduled `module` (addresses from `plan`)."""
+    return _Exporter(module, chip, plan).run()

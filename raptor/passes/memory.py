@@ -1,0 +1,448 @@
+"""Local-memory allocation of scheduled IR: an address in its core's scratchpad for every
+value a core holds, buffers reused after their last use, and the peak per core checked
+against the target's `local_memory_bytes` (shared memory against `shared_memory_bytes`).
+
+What takes local memory: received fragments, compute results kept for later computes,
+sends or stores, every intermediate of a compute body (gathered input buffers, slices, MVM
+inputs and outputs, vector results, pads, concats, transposes, loaded input boxes), the
+batch results of `spat.scheduled_compute_batch`, constants read by vector ops (bias rows:
+resident from the start), and a staging buffer for a region send that is not contiguous
+(pimsim-nn's `send` reads one contiguous range). Crossbar weights live in the crossbars;
+function inputs and results in shared memory.
+
+What takes none (views): `tensor.reshape`, `spat.lane_result` (a lane's slot of its batch
+result), a `tensor.extract_slice` of one contiguous range (read where it is), block
+arguments (the compute's inputs), yielded values (the compute's result *is* the yielded
+buffer), an insert into a buffer that dies there, and an elementwise op on an operand that
+dies there (in place: every element is read before it is written). Anything else gets a
+fresh buffer, so a multi-instruction op never overwrites what it still reads.
+
+Lifetimes are intervals of program steps (one per top-level op and per body op; a batch
+body is counted once, its lanes reuse the same intermediates, and what a batch body reads
+from outside stays live for the whole batch). Addresses come from first-fit in order of
+definition; the footprint (highest address used) is what must fit, the live peak (largest
+sum of buffers live at one step) is the lower bound any allocator would need.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from raptor.ir.core import Block, Operation, Value
+from raptor.ir.module import Module
+from raptor.ir.ops import (
+    AllocSharedOp,
+    BinaryOp,
+    ChannelSendOp,
+    CoreBatchOp,
+    CoreOp,
+    ExtractSliceOp,
+    InsertSliceOp,
+    LaneResultOp,
+    MvmOp,
+    ReshapeOp,
+    ScheduledComputeBatchOp,
+    ScheduledComputeOp,
+    UnaryOp,
+    WeightOp,
+    YieldOp,
+)
+from raptor.ir.types import TensorType
+from raptor.target import Target
+
+ALIGN = 4
+"""Byte alignment of local buffers (one f32 element)."""
+SHARED_ALIGN = 32
+"""Byte alignment of shared-memory buffers (one access of the default target)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where a value lives: `nbytes` contiguous bytes at `addr`, row-major."""
+
+    addr: int
+    nbytes: int
+
+    @property
+    def end(self) -> int:
+        return self.addr + self.nbytes
+
+
+@dataclass
+class CoreMemory:
+    """One core's allocation."""
+
+    core: int
+    peak_bytes: int
+    """Footprint: the highest address any buffer reaches."""
+    live_peak_bytes: int
+    """The largest sum of bytes live at one step (what a perfect allocator would need)."""
+    peak_where: str
+    """The op at the step where the live peak is reached."""
+    buffers: int
+    slots: dict[Value, Slot] = field(default_factory=dict)
+    staging: dict[Operation, Slot] = field(default_factory=dict)
+    """Per region send that is not contiguous: the buffer it is packed into."""
+
+
+@dataclass
+class MemoryPlan:
+    """Local memory of every core and the shared-memory layout of a scheduled module."""
+
+    target: Target
+    cores: dict[int, CoreMemory]
+    shared: dict[Value, int]
+    """Shared-memory address of each function input and `pim.alloc_shared` buffer."""
+    shared_bytes: int
+    element_bytes: int
+
+    @property
+    def peak(self) -> CoreMemory | None:
+        """The core with the largest footprint."""
+        return max(self.cores.values(), key=lambda c: (c.peak_bytes, -c.core), default=None)
+
+    def over_capacity(self) -> list[str]:
+        """One line per core (and for shared memory) that does not fit the target."""
+        t = self.target
+        lines = [f"core {c.core} needs {c.peak_bytes:,} bytes of local memory (live peak "
+                 f"{c.live_peak_bytes:,} at {c.peak_where}) but target {t.name} has "
+                 f"{t.local_memory_bytes:,} (local_memory_bytes)"
+                 for c in sorted(self.cores.values(), key=lambda c: c.core)
+                 if c.peak_bytes > t.local_memory_bytes]
+        if self.shared_bytes > t.shared_memory_bytes:
+            lines.append(f"shared memory holds {self.shared_bytes:,} bytes of inputs and "
+                         f"results but target {t.name} has {t.shared_memory_bytes:,} "
+                         "(shared_memory_bytes)")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        top = self.peak
+        t = self.target
+        return {
+            "capacity_bytes": t.local_memory_bytes,
+            "element_bytes": self.element_bytes,
+            "peak_bytes": top.peak_bytes if top else 0,
+            "peak_core": top.core if top else None,
+            "live_peak_bytes": max((c.live_peak_bytes for c in self.cores.values()),
+                                   default=0),
+            "fits": not self.over_capacity(),
+            "per_core": {str(c.core): {"peak_bytes": c.peak_bytes,
+                                       "live_peak_bytes": c.live_peak_bytes,
+                                       "buffers": c.buffers}
+                         for c in sorted(self.cores.values(), key=lambda c: c.core)},
+            "shared": {"bytes": self.shared_bytes, "capacity_bytes": t.shared_memory_bytes},
+        }
+
+
+def _align(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+_NUMEL: dict[tuple[tuple[int | None, ...], str], int] = {}
+
+
+def _numel(t: object) -> int:
+    """Elements of a static tensor type (cached: programs repeat a few types many times)."""
+    if not isinstance(t, TensorType):
+        return 0
+    key = (t.shape, t.dtype)
+    n = _NUMEL.get(key)
+    if n is None:
+        n = _NUMEL[key] = t.numel
+    return n
+
+
+def activation_bytes(target: Target) -> int:
+    """Bytes of one stored activation: the target's `input_bits`, rounded up to bytes. The
+    IR computes in f32 to check numerics; the chip stores and moves activations at its own
+    precision (pimsim-nn's `setbw`), so that is what occupies local memory."""
+    return -(-target.input_bits // 8)
+
+
+def is_contiguous(shape: Sequence[int], sizes: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether a strided region of a row-major tensor is one contiguous range: every
+    dimension inside the outermost non-unit one is whole, and non-unit ones have stride 1."""
+    dims = [d for d, n in enumerate(sizes) if n > 1]
+    if not dims:
+        return True
+    return all(strides[d] == 1 for d in dims) and \
+        all(sizes[e] == shape[e] for e in range(dims[0] + 1, len(shape)))
+
+
+IN_PLACE_UNARY = frozenset({"relu", "sigmoid", "tanh"})
+"""Unary ops that may write over their dying operand: one elementwise pass each (the
+exporter emits them as one vector instruction). Binary ops always may."""
+
+
+class _Storage:
+    __slots__ = ("addr", "end", "pinned", "refs", "size", "start")
+
+    def __init__(self, size: int, start: int, pinned: bool = False) -> None:
+        self.size = size
+        self.start = start
+        self.end = start
+        self.refs = 0
+        self.pinned = pinned
+        self.addr = 0
+
+
+class _CoreAllocator:
+    """Lifetimes of one core's program, then first-fit addresses."""
+
+    def __init__(self, body: Block, core: int, element_bytes: int) -> None:
+        self.core = core
+        self.eb = element_bytes
+        self.body = body
+        self.uses: dict[Value, int] = {}
+        for op in body.walk():
+            for v in op.operands():
+                self.uses[v] = self.uses.get(v, 0) + 1
+        self.loc: dict[Value, tuple[_Storage, int]] = {}
+        self.weights: dict[Value, Value] = {}
+        """Block argument -> the function weight it stands for."""
+        self.storages: list[_Storage] = []
+        self.staging: dict[Operation, _Storage] = {}
+        self.step = 0
+        self.where: list[tuple[Operation, Operation | None] | None] = [None]
+        """Per step, the op (and its compute) for messages."""
+
+    # -- storages ----------------------------------------------------------------------
+    def nbytes(self, v: Value) -> int:
+        return _numel(v.type) * self.eb
+
+    def new(self, v: Value, start: int | None = None, pinned: bool = False) -> _Storage:
+        s = _Storage(self.nbytes(v), self.step if start is None else start, pinned)
+        self.storages.append(s)
+        self.bind(v, s, 0)
+        return s
+
+    def bind(self, v: Value, s: _Storage, offset: int) -> None:
+        self.loc[v] = (s, offset)
+        s.refs += self.uses.get(v, 0)
+
+    def resolve(self, v: Value) -> Value:
+        return self.weights.get(v, v)
+
+    def place(self, v: Value) -> tuple[_Storage, int] | None:
+        """Where `v` lives; a function weight read as data gets a buffer resident from the
+        start (a constant loaded with the program), never reused while the program runs."""
+        v = self.resolve(v)
+        got = self.loc.get(v)
+        if got is None and isinstance(v.owner, WeightOp) and isinstance(v.type, TensorType):
+            self.new(v, start=0, pinned=True)
+            got = self.loc[v]
+        return got
+
+    def use(self, v: Value) -> _Storage | None:
+        got = self.place(v)
+        if got is None:
+            return None
+        s = got[0]
+        s.end = max(s.end, self.step)
+        s.refs -= 1
+        return s
+
+    def tick(self, op: Operation, parent: Operation | None = None) -> None:
+        self.step += 1
+        self.where.append((op, parent))
+
+    # -- program ---------------------------------------------------------------------
+    def run(self) -> None:
+        for op in self.body.ops:
+            if isinstance(op, ScheduledComputeOp):
+                self.compute(op)
+            elif isinstance(op, ScheduledComputeBatchOp):
+                self.batch(op)
+            else:
+                self.tick(op)
+                self.op(op, local_from=0)
+
+    def enter(self, op: ScheduledComputeOp | ScheduledComputeBatchOp,
+              args: Sequence[Value]) -> None:
+        """Block arguments alias the inputs (weights stay weights until read as data)."""
+        self.tick(op)
+        for a, v in zip(args, op.inputs, strict=True):
+            if v in self.loc:
+                self.bind(a, *self.loc[v])
+            elif isinstance(v.owner, WeightOp):
+                self.weights[a] = v
+        for v in op.inputs:
+            if v in self.loc:
+                self.use(v)
+
+    def compute(self, op: ScheduledComputeOp) -> None:
+        self.enter(op, op.body.args)
+        for inner in op.body.ops:
+            self.tick(inner, op)
+            if isinstance(inner, YieldOp):
+                for out, v in zip(op.outs, inner.values, strict=True):
+                    self.use(v)
+                    got = self.place(v)
+                    if got is not None:
+                        self.bind(out, *got)
+            else:
+                self.op(inner, local_from=0)
+
+    def batch(self, op: ScheduledComputeBatchOp) -> None:
+        n = len(op.inputs)
+        args = op.body.args
+        self.enter(op, args[1:1 + n])
+        for a, r in zip(args[1 + n:], op.outs, strict=True):
+            self.bind(a, self.new(r, pinned=True), 0)
+        first = self.step + 1
+        outside: list[_Storage] = []
+        for inner in op.body.ops:
+            self.tick(inner, op)
+            for v in inner.operands():
+                got = self.loc.get(self.resolve(v))
+                if got is not None and got[0].start < first:
+                    outside.append(got[0])
+            self.op(inner, local_from=first)
+        for s in outside:  # read by every lane: live until the last one is done
+            s.end = max(s.end, self.step)
+
+    def op(self, op: Operation, local_from: int) -> None:
+        """One op that is not a compute: its reads, then where its result lives."""
+        if isinstance(op, MvmOp):
+            if not isinstance(self.resolve(op.weight).owner, WeightOp):
+                self.use(op.weight)  # a weight computed on the core: read as data
+            self.use(op.vector)
+            self.new(op.result)
+            return
+        read = [self.use(v) for v in op.operands()]
+        if isinstance(op, ReshapeOp | LaneResultOp):
+            got = self.place(op.source)
+            if got is not None:
+                extra = op.lane * self.nbytes(op.result) if isinstance(op, LaneResultOp) else 0
+                self.bind(op.result, got[0], got[1] + extra)
+            return
+        if isinstance(op, ExtractSliceOp) and all(a.is_const for a in op.offsets):
+            src = op.source.type
+            got = self.place(op.source)
+            if got is not None and isinstance(src, TensorType) \
+                    and is_contiguous(src.static_shape, op.sizes, op.strides):
+                # one contiguous range of the source: read it where it is
+                first = sum(a.const * st for a, st in zip(op.offsets,
+                                                           _row_strides(src.static_shape),
+                                                           strict=True))
+                self.bind(op.result, got[0], got[1] + first * self.eb)
+                return
+        if isinstance(op, ChannelSendOp):
+            t = op.value.type
+            if op.message is not None and isinstance(t, TensorType) \
+                    and not is_contiguous(t.static_shape, op.sizes, op.strides):
+                s = _Storage(_numel(op.message) * self.eb, self.step)
+                self.storages.append(s)
+                self.staging[op] = s
+            return
+        candidates: list[Value] = []
+        if isinstance(op, InsertSliceOp):
+            candidates = [op.dest]
+        elif isinstance(op, BinaryOp) or (isinstance(op, UnaryOp)
+                                          and op.op in IN_PLACE_UNARY):
+            candidates = [v for v in op.operands() if v.type == op.result.type]
+        for v in candidates:
+            got = self.loc.get(self.resolve(v))
+            if got is None:
+                continue
+            s, off = got
+            if s.refs or s.pinned or off or s.size != self.nbytes(v) or s.start < local_from:
+                continue
+            if isinstance(op, InsertSliceOp) and read[0] is s:
+                continue  # inserting a part of the buffer into itself
+            self.bind(op.results()[0], s, 0)
+            return
+        for r in op.results():
+            if isinstance(r.type, TensorType):
+                self.new(r)
+
+    # -- addresses -------------------------------------------------------------------
+    def allocate(self) -> CoreMemory:
+        order = sorted(self.storages, key=lambda s: (s.start, -s.size))
+        active: list[tuple[int, int, int]] = []  # (addr, aligned end address, end step)
+        peak = 0
+        for s in order:
+            active = [a for a in active if a[2] >= s.start]
+            size = _align(max(s.size, 1), ALIGN)
+            addr = 0
+            for a_addr, a_end, _ in active:
+                if a_addr - addr >= size:
+                    break
+                addr = max(addr, a_end)
+            s.addr = addr
+            bisect.insort(active, (addr, addr + size, s.end))
+            peak = max(peak, addr + s.size)
+        live, at = _live_peak(self.storages, self.step)
+        slots = {v: Slot(s.addr + off, self.nbytes(v)) for v, (s, off) in self.loc.items()}
+        for a, w in self.weights.items():  # block arguments standing for data weights
+            if w in slots:
+                slots[a] = slots[w]
+        at_op = self.where[min(at, len(self.where) - 1)]
+        return CoreMemory(self.core, peak, live, _describe(*at_op) if at_op else "start",
+                          len(self.storages), slots,
+                          {op: Slot(s.addr, s.size) for op, s in self.staging.items()})
+
+
+def _row_strides(shape: Sequence[int]) -> list[int]:
+    out = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        out[d] = out[d + 1] * shape[d + 1]
+    return out
+
+
+def _describe(op: Operation, parent: Operation | None) -> str:
+    """An op for a message: its location, else its name and the compute it belongs to."""
+    if op.loc is not None:
+        return str(op.loc)
+    name = getattr(op, "op", None)
+    text = f"pim.{name}" if isinstance(name, str) and op.NAME.startswith("pim.") else op.NAME
+    results = (parent or op).results()
+    if results and results[0].name:
+        text += f" of %{results[0].name}" if parent is not None else f" %{results[0].name}"
+    return text
+
+
+def _live_peak(storages: Iterable[_Storage], steps: int) -> tuple[int, int]:
+    """(largest sum of live bytes, the step where it is reached)."""
+    delta = [0] * (steps + 2)
+    for s in storages:
+        delta[s.start] += s.size
+        delta[s.end + 1] -= s.size
+    best, at, cur = 0, 0, 0
+    for i, d in enumerate(delta):
+        cur += d
+        if cur > best:
+            best, at = cur, i
+    return best, at
+
+
+def plan_memory(module: Module, target: Target, element_bytes: int | None = None
+                ) -> MemoryPlan:
+    """Allocate local memory for every core program of `module`'s main function and lay
+    out shared memory, `element_bytes` per tensor element (default: the target's
+    activation precision, see `activation_bytes`)."""
+    eb = activation_bytes(target) if element_bytes is None else element_bytes
+    func = module.main()
+    shared: dict[Value, int] = {}
+    top = 0
+    buffers = [*func.args, *(op.result for op in func.body.ops if isinstance(op, AllocSharedOp))]
+    for v in buffers:
+        shared[v] = top
+        top = _align(top + _numel(v.type) * eb, SHARED_ALIGN)
+    cores: dict[int, CoreMemory] = {}
+    for op in func.body.ops:
+        if isinstance(op, CoreOp):
+            alloc = _CoreAllocator(op.body, op.core, eb)
+            alloc.run()
+            cores[op.core] = alloc.allocate()
+        elif isinstance(op, CoreBatchOp):  # sizes do not depend on the lane: allocate once
+            alloc = _CoreAllocator(op.body, op.cores[0], eb)
+            alloc.run()
+            mem = alloc.allocate()
+            for c in op.cores:
+                cores[c] = CoreMemory(c, mem.peak_bytes, mem.live_peak_bytes, mem.peak_where,
+                                      mem.buffers, mem.slots, mem.staging)
+    return MemoryPlan(target, cores, shared, top, eb)

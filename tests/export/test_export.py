@@ -1,0 +1,371 @@
+"""The pimsim-nn exporter: instructions of micro-programs, pimsim-nn's closed forms (checked
+against pimsim-nn itself when PIMSIM_NN names its ChipTest), Raptor's simulator under
+pimsim-nn's model, the chip files, the checks pimsim-nn does not make, and the CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from raptor.cli import main
+from raptor.export import Export, ExportError, export_pimsim, write_export
+from raptor.export.chip import PimsimChip
+from raptor.export.runner import chiptest, run_chiptest
+from raptor.export.validate import validate
+from raptor.ir.module import Module
+from raptor.ir.parser import parse_module
+from raptor.sim import SimOptions, Simulator
+from raptor.solve import SolveOptions, solve
+from raptor.target import Target, load_target
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+T = Target()
+PIMSIM = chiptest()
+needs_pimsim = pytest.mark.skipif(PIMSIM is None, reason="set PIMSIM_NN=/path/to/ChipTest")
+
+# pimsim-nn on the default target, from its source (f7446df): an MVM reads a crossbar row of
+# 8-bit inputs times 8 and writes 128 outputs through the 64-byte local port; the core
+# starts its first instruction at cycle 3, an sldi takes 1 cycle, a vector or transfer
+# instruction is followed by 2 cycles and an MVM by 3.
+MVMUL = T.mvm_cycles + math.ceil(128 * 8 / 64) + math.ceil(128 / 64)  # 1323
+VVADD_128 = 2 * 2 + math.ceil(128 / T.vector_lanes) * T.vector_op_cycles + 2  # 22
+
+
+def module(text: str) -> Module:
+    m = parse_module(text, "t.spat")
+    rng = np.random.default_rng(0)
+    for op in m.walk():
+        sym = getattr(op, "symbol", None)
+        if isinstance(sym, str):
+            shape = op.results()[0].type.static_shape  # type: ignore[attr-defined]
+            m.constants[sym] = rng.standard_normal(shape).astype(np.float32)
+    return m
+
+
+def mirror(m: Module, ex: Export) -> int:
+    return Simulator(m, T, timings=ex.timings).timing(SimOptions.pimsim(trace=False)).latency_ns
+
+
+def mvm_program(rows: int) -> str:
+    return f"""
+func.func @main() -> tensor<1x128xf32> {{
+  %w = spat.weight @w : tensor<128x128xf32>
+  %o = pim.alloc_shared : tensor<1x128xf32>
+  pim.core 0 {{
+    %r = spat.scheduled_compute ins(%w : tensor<128x128xf32>) -> tensor<{rows}x128xf32> {{
+    ^bb0(%wt: tensor<128x128xf32>):
+      %v = tensor.empty : tensor<{rows}x128xf32>
+      %m = pim.mvm %wt, %v : tensor<128x128xf32>, tensor<{rows}x128xf32> -> tensor<{rows}x128xf32>
+      spat.yield %m : tensor<{rows}x128xf32>
+    }}
+  }}
+  return %o : tensor<1x128xf32>
+}}
+"""
+
+
+SEND = """
+func.func @main() -> tensor<1x128xf32> {
+  %o = pim.alloc_shared : tensor<1x128xf32>
+  pim.core 0 {
+    %r = spat.scheduled_compute ins() -> tensor<1x128xf32> {
+    ^bb0():
+      %e = tensor.empty : tensor<1x128xf32>
+      spat.yield %e : tensor<1x128xf32>
+    }
+    spat.channel_send %r to core(63) channel(0) : tensor<1x128xf32>
+  }
+  pim.core 63 {
+    %x = spat.channel_receive from core(0) channel(0) : tensor<1x128xf32>
+  }
+  return %o : tensor<1x128xf32>
+}
+"""
+
+VADD = """
+func.func @main() -> tensor<1x128xf32> {
+  %o = pim.alloc_shared : tensor<1x128xf32>
+  pim.core 5 {
+    %r = spat.scheduled_compute ins() -> tensor<1x128xf32> {
+    ^bb0():
+      %a = tensor.empty : tensor<1x128xf32>
+      %b = tensor.empty : tensor<1x128xf32>
+      %s = pim.vadd %a, %b : tensor<1x128xf32>
+      spat.yield %s : tensor<1x128xf32>
+    }
+  }
+  return %o : tensor<1x128xf32>
+}
+"""
+
+L_0_63 = 14 * T.hop_cycles + T.flit_cycles  # one flit from core 0 to core 63: 30 ns
+MICRO = {
+    # name: (program, instructions per core, closed-form latency)
+    "one mvm": (mvm_program(1), {0: ["setbw", "sldi", "sldi", "mvmul"]},
+                3 + 2 + MVMUL + 3),
+    "two mvms on one group": (mvm_program(2), {0: ["setbw", "sldi", "sldi", "mvmul", "sldi",
+                                                    "sldi", "mvmul"]},
+                              3 + 4 + 2 * (MVMUL + 3)),
+    # request and reply (one flit each way), the sender's local read (2 cycles), 16 flits,
+    # the receiver's local write (2 cycles)
+    "send/recv pair": (SEND, {0: ["setbw", "sldi", "send"], 63: ["setbw", "sldi", "recv"]},
+                       3 + 1 + 2 * L_0_63 + 2 + 16 * L_0_63 + 2 + 2),
+    # vadd writes over its dying operand: two addresses
+    "vector op": (VADD, {5: ["setbw", "sldi", "sldi", "vvadd"]}, 3 + 2 + VVADD_128 + 2),
+}
+
+
+@pytest.mark.parametrize("name", list(MICRO))
+def test_micro_program_closed_forms(name: str, tmp_path: Path) -> None:
+    text, ops, latency = MICRO[name]
+    m = module(text)
+    ex = export_pimsim(m, T)
+    assert {c: [i["op"] for i in p.instructions] for c, p in ex.cores.items()
+            if p.instructions} == ops
+    assert mirror(m, ex) == latency
+    if PIMSIM is not None:
+        got = run_chiptest(PIMSIM, write_export(ex, tmp_path), timeout_s=60)
+        assert got.latency_ns == latency
+
+
+def test_instruction_fields_and_groups() -> None:
+    ex = export_pimsim(module(mvm_program(2)), T)
+    prog = ex.cores[0]
+    assert prog.groups == [1]
+    setbw, *rest = prog.instructions
+    assert setbw == {"op": "setbw", "ibiw": 8, "obiw": 8}
+    regs: dict[int, int] = {}
+    mvms = []
+    for ins in rest:
+        if ins["op"] == "sldi":
+            regs[ins["rd"]] = ins["imm"]
+        else:
+            mvms.append((regs[ins["rs1"]], regs[ins["rd"]], ins["group"], ins["mbiw"]))
+    # rows of the 2x128 input at 0 and 128, outputs at 256 and 384 (one byte per element)
+    assert mvms == [(0, 256, 0, 8), (128, 384, 0, 8)]
+
+
+def test_send_recv_fields() -> None:
+    ex = export_pimsim(module(SEND), T)
+    send = ex.cores[0].instructions[-1]
+    recv = ex.cores[63].instructions[-1]
+    assert send["op"] == "send" and send["rd"] == send["rs1"] and send["core"] == 63
+    assert recv["op"] == "recv" and recv["core"] == 0 and send["size"] == recv["size"] == 128
+
+
+def test_chip_config_from_target() -> None:
+    chip = PimsimChip.of(T)
+    assert (chip.front, chip.back) == (1, 163)  # 1 + 163 + 7 * 163 = 1305
+    assert chip.mvm_compute() == T.mvm_cycles
+    cfg = chip.config("noc.json", 5.0)
+    core = cfg["chip_config"]["core_config"]
+    assert core["vector_width"] == 32 and core["vector_latency_cycle"] == 4
+    assert core["local_memory_config"]["memory_size"] == 65536
+    assert core["matrix_config"]["xbar_array_count"] == 64
+    assert cfg["chip_config"]["network_config"]["bus_width"] == 8
+    assert cfg["sim_config"] == {"sim_mode": 1, "sim_time": 1, "latency_timeout_ms": 5.0,
+                                 "report_verbose_level": 1}
+    noc = chip.noc()["latency"]
+    assert len(noc) == 65 and all(len(row) == 64 for row in noc.values())
+    assert noc["0"]["1"] == 4 and noc["0"]["63"] == 30 and noc["9"]["-10"] == 0
+    with pytest.raises(ValueError, match="mvm_cycles 10 cannot be expressed"):
+        PimsimChip.of(Target(mvm_cycles=10))
+
+
+def test_pimsim_nn_preset_mirrors_its_example_configuration() -> None:
+    """pimsim-nn's example chip (DAC 1 cycle, crossbar 30, S&H 1, ADC 10 cycles x 64 reads
+    by 2 ADCs, shift-add and output buffer 1): its MVM compute formula."""
+    front = 1 + 30 + 1
+    back = 10 + 1 + 1 + (128 // 2 - 1) * max(10, 1 + 1)
+    t = load_target("pimsim-nn")
+    assert t.mvm_cycles == front + back + 7 * max(front, back)
+    assert (t.vector_lanes, t.local_memory_bytes, t.shared_access_bytes) == (16, 1 << 20, 16)
+    assert PimsimChip.of(t).mvm_compute() == t.mvm_cycles
+
+
+def test_write_layout_replaces_an_older_program(tmp_path: Path) -> None:
+    ex = export_pimsim(module(SEND), T)
+    (tmp_path / "program").mkdir()
+    (tmp_path / "program" / "core_99.json").write_text("[]")
+    d = write_export(ex, tmp_path, timeout_ms=3)
+    files = sorted(p.name for p in (d / "program").iterdir())
+    assert files == ["config.json", *sorted(f"core_{c}.json" for c in range(64))]
+    cfg = json.loads((d / "program" / "config.json").read_text())
+    assert cfg["core_cnt"] == 64 and cfg["array_group_map"]["core0"] == []
+    assert json.loads((d / "program" / "core_1.json").read_text()) == []
+    chip = json.loads((d / "chip.json").read_text())
+    assert chip["chip_config"]["network_config"]["net_config_file_path"] == "noc.json"
+    assert chip["sim_config"]["latency_timeout_ms"] == 3
+    assert (d / "noc.json").exists()
+    man = json.loads((d / "export.json").read_text())
+    assert man["instructions"] == 6 and man["by_opcode"]["send"] == 1
+
+
+@pytest.fixture(scope="module")
+def mlp() -> tuple[Module, Export]:
+    s = solve(EXAMPLES / "mlp.onnx", T, SolveOptions(solver="peft", simulate=False))
+    m = s.runs[0].scheduled
+    return m, export_pimsim(m, T)
+
+
+def broken(ex: Export, core: int, edit: dict[str, object], op: str) -> Export:
+    bad = copy.deepcopy(ex)
+    ins = next(i for i in reversed(bad.cores[core].instructions) if i["op"] == op)
+    ins.update(edit)
+    return bad
+
+
+def test_validation_finds_what_pimsim_does_not_check(mlp: tuple[Module, Export]) -> None:
+    _, ex = mlp
+    assert validate(ex) == []
+    sends = {c: i for c, p in ex.cores.items() for i in p.instructions if i["op"] == "send"}
+    core, send = next(iter(sends.items()))
+    (size_bug,) = validate(broken(ex, core, {"size": send["size"] + 4}, "send"))
+    assert f"core {core} sends {send['size'] + 4} bytes" in size_bug
+    assert any("has no instructions" in p
+               for p in validate(broken(ex, core, {"core": 40}, "send")))
+    assert any("array group 7 outside" in p
+               for p in validate(broken(ex, 0, {"group": 7}, "mvmul")))
+    assert any("rd and rs1" in p for p in validate(broken(ex, core, {"rs1": 27}, "send")))
+    far = copy.deepcopy(ex)
+    far.cores[0].instructions.insert(1, {"op": "sldi", "rd": 0, "imm": 70000})
+    far.cores[0].instructions.insert(2, {"op": "lmv", "rd": 0, "rs1": 0, "len": 8, "size": 8})
+    assert any("outside the 65536-byte local memory" in p for p in validate(far))
+    tail = copy.deepcopy(ex)
+    tail.cores[0].instructions.append({"op": "sldi", "rd": 0, "imm": 0})
+    assert any("never finish" in p for p in validate(tail))
+
+
+PING_PONG = """
+func.func @main() -> tensor<4xf32> {
+  %o = pim.alloc_shared : tensor<4xf32>
+  pim.core 0 {
+    %r = spat.scheduled_compute ins() -> tensor<4xf32> {
+    ^bb0():
+      %e = tensor.empty : tensor<4xf32>
+      spat.yield %e : tensor<4xf32>
+    }
+    spat.channel_send %r to core(1) channel(0) : tensor<4xf32>
+    %b = spat.channel_receive from core(1) channel(1) : tensor<4xf32>
+  }
+  pim.core 1 {
+    %a = spat.channel_receive from core(0) channel(0) : tensor<4xf32>
+    spat.channel_send %a to core(0) channel(1) : tensor<4xf32>
+  }
+  return %o : tensor<4xf32>
+}
+"""
+
+
+def test_validation_finds_a_deadlock() -> None:
+    ex = export_pimsim(module(PING_PONG), T)
+    bad = copy.deepcopy(ex)
+    prog = bad.cores[1].instructions  # send back before receiving: both cores send first
+    k = next(i for i, x in enumerate(prog) if x["op"] == "recv")
+    prog[k]["op"], prog[-1]["op"] = "send", "recv"
+    (problem,) = validate(bad)
+    assert problem.startswith("deadlock: 2 cores wait forever") and "core 0 pc" in problem
+
+
+def test_unsupported_op_is_refused() -> None:
+    text = VADD.replace("pim.vadd %a, %b", "pim.vmin %a, %b")
+    with pytest.raises(ExportError, match=r"pim\.vmin has no pimsim-nn instruction"):
+        export_pimsim(module(text), T)
+
+
+def test_examples_export_and_mirror_on_raptors_simulator(mlp: tuple[Module, Export]) -> None:
+    """Raptor's simulator under pimsim-nn's model runs the exported timings to completion
+    and is never faster than its own ideal figure."""
+    m, ex = mlp
+    sim = Simulator(m, T, timings=ex.timings)
+    assert sim.timing(SimOptions.pimsim(trace=False)).latency_ns > \
+        sim.timing(SimOptions.ideal(trace=False)).latency_ns
+
+
+@needs_pimsim
+@pytest.mark.parametrize("model", ["mlp", "lenet", "resnet_block", "torch_cnn_dynamo"])
+def test_networks_on_pimsim_match_the_mirror(model: str, tmp_path: Path) -> None:
+    """Exported examples load and complete in pimsim-nn's latency mode; Raptor's simulator
+    under pimsim-nn's model is within 0.1 % (measured: within 2 ns)."""
+    assert PIMSIM is not None
+    s = solve(EXAMPLES / f"{model}.onnx", T, SolveOptions(solver="peft", simulate=False))
+    m = s.runs[0].scheduled
+    ex = export_pimsim(m, T)
+    got = run_chiptest(PIMSIM, write_export(ex, tmp_path), timeout_s=300)
+    assert set(got.finish_ns) >= {c for c, p in ex.cores.items() if p.instructions}
+    assert abs(mirror(m, ex) - got.latency_ns) <= 1e-3 * got.latency_ns
+
+
+def test_cli_export_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spat = tmp_path / "send.spat"
+    spat.write_text(SEND)
+    out = tmp_path / "x"
+    assert main(["export", "--pimsim", str(out), str(spat)]) == 0
+    text = capsys.readouterr().out
+    assert "6 pimsim-nn instructions on 2 cores" in text and "ChipTest" in text
+    assert (out / "program" / "core_63.json").exists()
+    small = tmp_path / "small.toml"
+    small.write_text("local_memory_bytes = 64\n")
+    assert main(["export", "--pimsim", str(out), str(spat), "--target", str(small)]) == 1
+    err = capsys.readouterr().err
+    assert "core 0 needs 128 bytes of local memory" in err and "has 64" in err
+    assert main(["export", "--pimsim", str(out), str(spat), "--target", str(small),
+                 "--allow-memory-overflow"]) == 0
+    assert "warning: core 0 needs 128 bytes" in capsys.readouterr().err
+    chip = json.loads((out / "chip.json").read_text())
+    assert chip["chip_config"]["core_config"]["local_memory_config"]["memory_size"] == 128
+    assert main(["export", "--pimsim", str(out), str(tmp_path / "missing.spat")]) == 2
+    capsys.readouterr()
+    bad = tmp_path / "bad.spat"
+    bad.write_text(VADD.replace("pim.vadd %a, %b", "pim.vmin %a, %b"))
+    assert main(["export", "--pimsim", str(out), str(bad)]) == 1
+    assert "pim.vmin has no pimsim-nn instruction" in capsys.readouterr().err
+
+
+def test_cli_solve_exports_and_reports_memory(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out, exp = tmp_path / "out", tmp_path / "pim"
+    code = main(["solve", str(EXAMPLES / "mlp.onnx"), "--solver", "peft", "--out", str(out),
+                 "--export-pimsim", str(exp)])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "0.6/64 KiB" in text and "exported 97 pimsim-nn instructions" in text
+    rep = json.loads((out / "report.json").read_text())["schedules"]["peft"]
+    assert rep["local_memory"]["peak_bytes"] == 652 and rep["local_memory"]["fits"]
+    assert rep["pimsim_export"]["pimsim_model_ns"] > rep["ideal_simulated_ns"]
+    assert (exp / "program" / "config.json").exists()
+    small = tmp_path / "small.toml"
+    small.write_text("local_memory_bytes = 256\n")
+    (out / "report.json").unlink()
+    code = main(["solve", str(EXAMPLES / "mlp.onnx"), "--solver", "peft", "--out", str(out),
+                 "--target", str(small), "--no-simulate", "--export-pimsim", str(exp)])
+    cap = capsys.readouterr()
+    assert code == 1 and "peft: local memory: core 0 needs 652 bytes" in cap.err
+    assert "peft: not exported to pimsim-nn" in cap.err
+    assert "OVER" in cap.out and (out / "report.json").exists()
+    code = main(["solve", str(EXAMPLES / "mlp.onnx"), "--solver", "peft", "--out", str(out),
+                 "--target", str(small), "--no-simulate", "--export-pimsim", str(exp),
+                 "--allow-memory-overflow"])
+    cap = capsys.readouterr()
+    assert code == 0 and "warning: core 0 needs 652 bytes" in cap.err
+    chip = json.loads((exp / "chip.json").read_text())
+    assert chip["chip_config"]["core_config"]["local_memory_config"]["memory_size"] == 652
+
+
+@pytest.mark.parametrize("model,opcodes", [
+    ("mobilenet_block", {"vrsl", "vrsu", "vmv", "lldi"}),  # clip, transposes, pads
+    ("torch_cnn_dynamo", {"vsigm", "vvmul", "vavg", "vvmax"}),  # silu, vscale, GAP, pool
+])
+def test_example_activations_and_reductions(model: str, opcodes: set[str]) -> None:
+    s = solve(EXAMPLES / f"{model}.onnx", T, SolveOptions(solver="peft", simulate=False))
+    m = s.runs[0].scheduled
+    ex = export_pimsim(m, T)
+    used = {i["op"] for p in ex.cores.values() for i in p.instructions}
+    assert opcodes <= used
+    assert validate(ex) == []
+    assert all(tm.total >= 0 for tm in ex.timings.values())

@@ -1,0 +1,191 @@
+"""Local-memory allocation of scheduled IR: what takes space, reuse after the last use,
+views and in-place ops, batches, staging buffers, the capacity check, and the peaks of
+the bundled examples on the default target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raptor.ir.module import Module
+from raptor.ir.parser import parse_module
+from raptor.passes.memory import MemoryPlan, is_contiguous, plan_memory
+from raptor.solve import SolveOptions, solve
+from raptor.target import Target
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+T = Target()
+
+
+def plan(text: str, target: Target = T, element_bytes: int | None = None) -> MemoryPlan:
+    return plan_memory(parse_module(text, "t.spat"), target, element_bytes)
+
+
+def values(module_text: str) -> tuple[Module, dict[str, object]]:
+    m = parse_module(module_text, "t.spat")
+    names = {v.name: v for op in m.walk() for v in op.results() if v.name}
+    return m, names
+
+
+CHAIN = """
+func.func @main(%x: tensor<2x32xf32>) -> tensor<2x32xf32> {
+  %o = pim.alloc_shared : tensor<2x32xf32>
+  pim.core 3 {
+    %r = spat.scheduled_compute ins() -> tensor<2x32xf32> {
+    ^bb0():
+      %a = pim.load %x[0, 0] [2, 32] [1, 1] : tensor<2x32xf32> to tensor<2x32xf32>
+      %b = tensor.extract_slice %a[0, 0] [2, 16] [1, 1] : tensor<2x32xf32> to tensor<2x16xf32>
+      %c = tensor.extract_slice %a[0, 16] [2, 16] [1, 1] : tensor<2x32xf32> to tensor<2x16xf32>
+      %v = tensor.extract_slice %a[1, 0] [1, 32] [1, 1] : tensor<2x32xf32> to tensor<32xf32>
+      %d = pim.vadd %b, %c : tensor<2x16xf32>
+      %e = pim.relu %d : tensor<2x16xf32>
+      %f = tensor.reshape %e : tensor<2x16xf32> to tensor<32xf32>
+      %w = pim.vmax %f, %v : tensor<32xf32>
+      %g = tensor.empty : tensor<2x32xf32>
+      %h = tensor.insert_slice %w into %g[0, 0] [1, 32] [1, 1] : tensor<32xf32> into
+        tensor<2x32xf32>
+      spat.yield %h : tensor<2x32xf32>
+    }
+    pim.store %r into %o[0, 0] [2, 32] [1, 1] : tensor<2x32xf32> into tensor<2x32xf32>
+  }
+  return %o : tensor<2x32xf32>
+}
+"""
+
+
+def test_reuse_views_and_in_place_at_f32() -> None:
+    m, v = values(CHAIN)
+    mem = plan_memory(m, T, element_bytes=4).cores[3]
+    slot = {k: mem.slots[x] for k, x in v.items() if x in mem.slots}  # type: ignore[index]
+    # %b and %c are strided halves of %a: 128-B copies; %v is %a's second row, one range:
+    # a view; vadd writes over %b (dying), relu over %d; the reshape is a view; vmax makes
+    # a new buffer (%f is 128 B, the result 128 B, but %v still lives in %a); the insert
+    # writes into %g in place and the yield is the compute's result
+    assert slot["a"].nbytes == 256 and slot["b"].nbytes == 128
+    assert slot["v"].addr == slot["a"].addr + 128 and slot["v"].nbytes == 128
+    assert slot["d"] == slot["b"] and slot["e"] == slot["d"]
+    assert slot["f"].addr == slot["e"].addr
+    assert slot["w"] == slot["f"]  # %f dies at the vmax: in place
+    assert slot["h"] == slot["g"] and slot["r"] == slot["h"]
+    assert mem.buffers == 4  # %a, %b, %c, %g
+    assert mem.live_peak_bytes == 256 + 128 + 128  # %a with %b and %c
+    assert mem.peak_bytes >= mem.live_peak_bytes
+    for x, y in (("a", "b"), ("a", "c"), ("b", "c")):  # live together: disjoint
+        assert slot[x].end <= slot[y].addr or slot[y].end <= slot[x].addr
+
+
+def test_activation_bytes_default_and_shared_layout() -> None:
+    m, _ = values(CHAIN)
+    p = plan_memory(m, T)  # the target's 8-bit activations: one byte per element
+    assert p.element_bytes == 1
+    assert p.cores[3].live_peak_bytes == 64 + 32 + 32
+    func = m.main()
+    out = func.body.ops[0].results()[0]
+    assert p.shared[func.args[0]] == 0 and p.shared[out] == 64  # 32-byte aligned
+    assert p.shared_bytes == 128 and not p.over_capacity()
+
+
+def test_capacity_error_names_core_peak_and_capacity() -> None:
+    small = Target(local_memory_bytes=100, shared_memory_bytes=64)
+    p = plan(CHAIN, small)
+    lines = p.over_capacity()
+    assert len(lines) == 2
+    assert lines[0].startswith("core 3 needs 128 bytes of local memory") and \
+        "target default has 100 (local_memory_bytes)" in lines[0]
+    assert "shared memory holds 128 bytes" in lines[1] and "has 64" in lines[1]
+    d = p.to_dict()
+    assert d["fits"] is False and d["peak_core"] == 3 and d["capacity_bytes"] == 100
+
+
+SEND_REGION = """
+func.func @main() -> tensor<4xf32> {
+  %o = pim.alloc_shared : tensor<4xf32>
+  pim.core 0 {
+    %r = spat.scheduled_compute ins() -> tensor<4x8xf32> {
+    ^bb0():
+      %e = tensor.empty : tensor<4x8xf32>
+      spat.yield %e : tensor<4x8xf32>
+    }
+  spat.channel_send %r[0, 2] [4, 1] [1, 1] to core(1) channel(0) : tensor<4x8xf32> -> tensor<4xf32>
+  spat.channel_send %r[1, 0] [2, 8] [1, 1] to core(1) channel(1) : tensor<4x8xf32> -> tensor<16xf32>
+  }
+  pim.core 1 {
+    %a = spat.channel_receive from core(0) channel(0) : tensor<4xf32>
+    %b = spat.channel_receive from core(0) channel(1) : tensor<16xf32>
+  }
+  return %o : tensor<4xf32>
+}
+"""
+
+
+def test_strided_region_send_gets_a_staging_buffer() -> None:
+    p = plan(SEND_REGION)
+    staging = p.cores[0].staging
+    assert len(staging) == 1  # the column is strided; the two whole rows are contiguous
+    (slot,) = staging.values()
+    assert slot.nbytes == 4 and slot.addr >= 32  # beside the live 32-byte %r
+
+
+def test_contiguity() -> None:
+    assert is_contiguous((4, 8), (2, 8), (1, 1))
+    assert is_contiguous((4, 8), (1, 3), (1, 1))
+    assert not is_contiguous((4, 8), (4, 1), (1, 1))
+    assert not is_contiguous((4, 8), (2, 3), (1, 1))
+    assert not is_contiguous((4, 8), (1, 3), (1, 2))
+
+
+BATCH = """
+func.func @main(%x: tensor<16x4xf32>) -> tensor<16x2xf32> {
+  %o = pim.alloc_shared : tensor<16x2xf32>
+  pim.core 0 {
+    %b = pim.load %x[0, 0] [16, 4] [1, 1] : tensor<16x4xf32> to tensor<16x4xf32>
+    %q = spat.scheduled_compute_batch lanes(2) ins(%b : tensor<16x4xf32>) -> tensor<2x16x1xf32> {
+    ^bb0(%lane: index, %in: tensor<16x4xf32>, %out: tensor<2x16x1xf32>):
+      %c = tensor.extract_slice %in[0, 2*%lane] [16, 1] [1, 1] : tensor<16x4xf32> to
+        tensor<16x1xf32>
+      %s = pim.relu %c : tensor<16x1xf32>
+      spat.parallel_insert_slice %s into %out[%lane, 0, 0] [1, 16, 1] [1, 1, 1] :
+        tensor<16x1xf32> into tensor<2x16x1xf32>
+    }
+    %l1 = spat.lane_result %q[1] : tensor<2x16x1xf32> -> tensor<16x1xf32>
+    pim.store %l1 into %o[0, 1] [16, 1] [1, 1] : tensor<16x1xf32> into tensor<16x2xf32>
+  }
+  return %o : tensor<16x2xf32>
+}
+"""
+
+
+def test_batch_keeps_its_inputs_and_lane_results_are_views() -> None:
+    m, v = values(BATCH)
+    mem = plan_memory(m, T).cores[0]
+    b, q, l1, c = (mem.slots[v[k]] for k in ("b", "q", "l1", "c"))  # type: ignore[index]
+    assert l1.addr == q.addr + 16 and l1.nbytes == 16
+    # %b is read by every lane: it must not overlap the lane intermediates or the result
+    for other in (q, c):
+        assert b.end <= other.addr or other.end <= b.addr
+    assert mem.slots[v["s"]] == c  # type: ignore[index]  # relu in place over the dying slice
+
+
+def test_examples_fit_the_default_target() -> None:
+    """Every example's PEFT program fits 64 KiB per core at the target's 8-bit activations
+    (the figures docs/pimsim.md reports come from the same plan)."""
+    peaks = {}
+    for model in ("mlp", "lenet", "yolo_neck"):
+        s = solve(EXAMPLES / f"{model}.onnx", T, SolveOptions(solver="peft", simulate=False))
+        run = s.runs[0]
+        assert run.memory is not None and not run.memory_errors
+        peaks[model] = run.memory.to_dict()["peak_bytes"]
+        assert peaks[model] <= T.local_memory_bytes
+    assert peaks["mlp"] < peaks["lenet"] < peaks["yolo_neck"]
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_solve_fails_or_warns_over_capacity(allow: bool) -> None:
+    small = Target(local_memory_bytes=256)
+    s = solve(EXAMPLES / "mlp.onnx", small, SolveOptions(
+        solver="peft", simulate=False, allow_memory_overflow=allow))
+    run = s.runs[0]
+    lines = run.memory_warnings if allow else run.memory_errors
+    assert lines and all("bytes of local memory" in x and "has 256" in x for x in lines)
+    assert run.ok is allow
