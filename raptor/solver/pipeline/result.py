@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.pipeline.model import Partition
 from raptor.solver.pipeline.problem import PipelineProblem
@@ -148,12 +149,13 @@ def build_result(problem: PipelineProblem, pl: Placement, *, solver: str, status
         objective_ns=objective_ns, solve_seconds=solve_seconds, notes=list(sched.notes))
 
 
-def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResult
-                      ) -> list[str]:
+def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResult,
+                      problem: PipelineProblem | None = None) -> list[str]:
     """Violations of a pipeline result (empty: valid), re-derived from graph and target:
     every task on a core of its stage, each core in one stage, stages ordered along every
     dependency, per-core order consistent with the dependencies, crossbar capacity per core,
-    at most P cores, and the reported loads, crossbars and period recomputed."""
+    at most P cores, and the reported loads, dependency paths, crossbars and period
+    recomputed; with ``problem``, also the shared-memory service from its publications."""
     graph.freeze()
     n, P, cap = graph.num_tasks, target.num_cores, target.crossbars_per_core
     sch = result.schedule
@@ -212,7 +214,17 @@ def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResul
         xbars += len(tiles)
         if len(tiles) > cap:
             errors.append(f"core {c}: {len(tiles)} distinct crossbar tiles > capacity {cap}")
+    path = [0] * n
+    for t in graph.topo_order:
+        st = result.stage_of_task[t]
+        path[t] = graph.tasks[t].cost_ns + max(
+            (path[u] for u, _ in graph.preds[t] if result.stage_of_task[u] == st), default=0)
     for s in result.stages:
+        longest = max((path[t] for t in range(n) if result.stage_of_task[t] == s.index),
+                      default=0)
+        if longest != s.path_ns:
+            errors.append(f"stage {s.index}: reported path {s.path_ns} ns, tasks chain "
+                          f"{longest} ns")
         load = max((loads[c] for c in s.cores), default=0)
         if load != s.load_ns:
             errors.append(f"stage {s.index}: reported load {s.load_ns} ns, cores carry {load}")
@@ -220,6 +232,17 @@ def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResul
             errors.append(f"stage {s.index}: span {s.span_ns} != max(load, path)")
     if xbars != result.crossbars_used:
         errors.append(f"reported {result.crossbars_used} crossbars, cores hold {xbars}")
+    if problem is not None:
+        mem = problem.baseline_ns
+        for p in problem.publications:
+            sp = result.stage_of_task[p.producer]
+            later = [nb for v, nb in p.consumers if result.stage_of_task[v] > sp]
+            if later:
+                mem += shared_write_ns(target, p.bytes) + sum(shared_read_ns(target, nb)
+                                                              for nb in later)
+        if mem != result.memory_service_ns:
+            errors.append(f"reported shared-memory service {result.memory_service_ns} ns, "
+                          f"publications need {mem}")
     want = max([*(s.span_ns for s in result.stages), result.memory_service_ns])
     if result.period_ns != want:
         errors.append(f"period {result.period_ns} != max(stage spans, memory) = {want}")
