@@ -37,6 +37,7 @@ def instances(draw: st.DrawFn) -> tuple[ComputeGraph, Target]:
         cost_range=(100, draw(st.integers(200, 5000))), bytes_range=(8, 1024),
         symmetric=draw(st.booleans()))
     t = Target(mesh_rows=draw(st.integers(1, 2)), mesh_cols=draw(st.integers(2, 4)),
+               clock_ghz=draw(st.sampled_from([1.0, 1.5])),
                crossbars_per_core=draw(st.sampled_from([3, 4, 8])),
                shared_access_bytes=draw(st.sampled_from([8, 32])),
                shared_read_cycles=draw(st.sampled_from([1, 5, 40])),

@@ -271,8 +271,10 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
     heapq.heapify(heap)
     stage_set = [set(ch) for ch in chunks]
     chunk_arr = [np.asarray(ch, dtype=np.int64) for ch in chunks]
-    free_a = np.zeros(P, dtype=np.int64)
-    load_a = np.zeros(P, dtype=np.int64)
+    # per stage, free time and load of its cores in chunk order (views, no fancy indexing)
+    free_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
+    load_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
+    local = {c: k for ch in chunks for k, c in enumerate(ch)}
     big = np.int64(1) << 50
     end = [0] * n
     core_of = [-1] * n
@@ -305,14 +307,14 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
     def earliest(s: int, t: int) -> int:
         """Earliest-free stage core (with room for t's tiles), within the model time if
         possible (-1: no core has room)."""
-        ch = chunk_arr[s]
-        keys = free_a[ch] + (load_a[ch] + costs[t] > limit[s]) * big
+        keys = free_s[s] + (load_s[s] > limit[s] - costs[t]) * big
         idx = task_tiles[t]
         if len(idx):
+            ch = chunk_arr[s]
             need = len(idx) - resident[ch[:, None], idx].sum(axis=1)
             keys = np.where(need <= cap - nres[ch], keys, 4 * big)
-        i = int(np.argmin(keys))
-        return int(ch[i]) if keys[i] < 4 * big else -1
+        i = int(keys.argmin())
+        return chunks[s][i] if keys[i] < 4 * big else -1
 
     while heap:
         _, t = heapq.heappop(heap)
@@ -336,16 +338,33 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
             cands.add(earliest(s, t))
         best: tuple[int, int, int, int] | None = None
         cost = costs[t]
+        if num == den:
+            # integer ns per cycle: per producer core, the latest end and latest end + flits
+            by_core: dict[int, list[int]] = {}
+            for u, fc in same_preds[t]:
+                e = end[u]
+                x = by_core.get(core_of[u])
+                if x is None:
+                    by_core[core_of[u]] = [e, e + fc]
+                else:
+                    if e > x[0]:
+                        x[0] = e
+                    if e + fc > x[1]:
+                        x[1] = e + fc
         for c in cands:
             est = free[c]
-            for u, fc in same_preds[t]:
-                cu = core_of[u]
-                if cu == c:
-                    arrive = end[u]
-                else:
-                    cyc = hop_c[cu][c] + fc
-                    arrive = end[u] + (cyc if num == den else -(-(cyc * den) // num))
-                est = max(est, arrive)
+            if num == den:
+                for cu, (e, efc) in by_core.items():
+                    arrive = e if cu == c else efc + hop_c[cu][c]
+                    if arrive > est:
+                        est = arrive
+            else:
+                for u, fc in same_preds[t]:
+                    cu = core_of[u]
+                    arrive = end[u] if cu == c else \
+                        end[u] + -(-((hop_c[cu][c] + fc) * den) // num)
+                    if arrive > est:
+                        est = arrive
             over = int(load[c] + cost > limit[s])
             k = (over, est + cost, int(c not in hold), c)
             if best is None or k < best:
@@ -364,8 +383,8 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
         end[t] = f
         free[c] = f
         load[c] += cost
-        free_a[c] = f
-        load_a[c] += cost
+        free_s[s][local[c]] = f
+        load_s[s][local[c]] += cost
         core_of[t] = c
         order[c].append(t)
         if f > completion[s]:
