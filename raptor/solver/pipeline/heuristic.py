@@ -134,13 +134,12 @@ class _Items:
         items: list[tuple[int, int, int]] = []  # (arrival, work, tiles)
         group = p.groups[g]
         for u in group.units:
-            shards = [(0, 0)] * min(r, len(u.tasks))
-            loads = [[INFEASIBLE, 0] for _ in shards]
+            shards = [[INFEASIBLE, 0] for _ in range(min(r, len(u.tasks)))]  # arrival, work
             for n, t in enumerate(u.tasks):  # largest first, dealt round-robin
-                s = n % len(shards)
-                loads[s][0] = min(loads[s][0], head[t])
-                loads[s][1] += graph.tasks[t].cost_ns
-            items.extend((a, w, len(u.tiles)) for a, w in loads)
+                shard = shards[n % len(shards)]
+                shard[0] = min(shard[0], head[t])
+                shard[1] += graph.tasks[t].cost_ns
+            items.extend((a, w, len(u.tiles)) for a, w in shards)
         items.extend((head[t], graph.tasks[t].cost_ns, 0) for t in group.tasks
                      if not graph.tasks[t].weights)
         items.sort()

@@ -1,16 +1,12 @@
-"""Constructive packing of one stage's instances onto its cores under crossbar capacity.
+"""Constructive packing of one stage's instances onto its cores under crossbar capacity:
+capacity verification, and the tile homes the stage's list schedule starts from.
 
 Distinct-tile union / capacity is only a lower bound; this constructor establishes
 feasibility. A unit (tasks sharing tiles) of a group replicated ``r`` times may open at most
-``r`` cores holding its tiles; every lane goes to the least-loaded core among the unit's
-holders, or opens a new holder when one with room is less loaded (the first lane always
-opens one). Tile-free tasks fill the least-loaded cores. Two candidate orders are compared
-by the caller:
-
-* ``load``: units by work, largest first, lanes largest first, then tile-free tasks largest
-  first (LPT: balances the busiest core);
-* ``arrival``: every task by its top level (earliest first), so that each core gets early
-  and late work and one inference crosses the stage sooner.
+``r`` cores holding its tiles. Units go largest work first (LPT), lanes largest first; every
+lane goes to the least-loaded core among the unit's holders, or opens a new holder when one
+with room is less loaded (the first lane always opens one). Tile-free tasks then fill the
+least-loaded cores.
 
 Recovery (spec "Capacity and recovery"): when a unit finds no core with room, the
 constructor retries with best-fit opening (least room left), then in reverse order, then with
@@ -29,7 +25,6 @@ from raptor.solver.pipeline.problem import PipelineProblem, Unit
 
 PACK_DEVIATIONS = 16
 PACK_CHECK_BUDGET = 65536
-ORDERS = ("load", "arrival")
 
 
 @dataclass(frozen=True)
@@ -51,12 +46,11 @@ class _Fail(Exception):
         self.decision = decision
 
 
-def pack_stage(problem: PipelineProblem, j: int, i: int, k: int, replication: Sequence[int],
-               order: str = "load") -> StagePacking | PackFailure:
+def pack_stage(problem: PipelineProblem, j: int, i: int, k: int, replication: Sequence[int]
+               ) -> StagePacking | PackFailure:
     """Pack groups j..i-1 onto k cores; ``replication[g - j]`` copies allowed per group."""
     graph = problem.graph
     cap = problem.target.crossbars_per_core
-    head = problem.top_level
     cost = [t.cost_ns for t in graph.tasks]
     units: list[tuple[Unit, int]] = []
     free: list[int] = []
@@ -69,11 +63,8 @@ def pack_stage(problem: PipelineProblem, j: int, i: int, k: int, replication: Se
     for n, (u, _) in enumerate(units):
         for t in u.tasks:
             unit_of[t] = n
-    if order == "load":
-        seq = [t for u, _ in units for t in u.tasks]
-        seq += sorted(free, key=lambda t: (-cost[t], t))
-    else:
-        seq = sorted([*unit_of, *free], key=lambda t: (head[t], -cost[t], t))
+    seq = [t for u, _ in units for t in u.tasks]
+    seq += sorted(free, key=lambda t: (-cost[t], t))
     checks = 0
 
     def attempt(tasks: list[int], best_fit: bool, deviate: int) -> StagePacking:

@@ -128,6 +128,13 @@ class PipelineProblem:
         return self.graph.bottom_levels()
 
     @cached_property
+    def preds_flit(self) -> list[list[tuple[int, int]]]:
+        """Per task, (producer, flit cycles of the transfer) for each dependency."""
+        t = self.target
+        return [[(u, (-(-b // t.flit_bytes)) * t.flit_cycles) for u, b in ps]
+                for ps in self.graph.preds]
+
+    @cached_property
     def tile_index(self) -> dict[int, int]:
         return {w: k for k, w in enumerate(sorted(self.graph.distinct_weights()))}
 

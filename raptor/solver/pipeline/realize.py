@@ -1,24 +1,26 @@
-"""From a partition to physical cores: packing, topology placement, evaluation, ranking.
+"""From a partition to physical cores: homes, topology placement, list schedule, ranking.
 
 Every solver's partition goes through the same steps, so heuristic, DP and CP-SAT periods
 are measured with one ruler:
 
-1. **capacity verification**: each stage's instances are packed onto its cores
-   (:mod:`raptor.solver.pipeline.pack`, both candidate orders). A stage that fails keeps its
-   cores and drops replication (its lower bound); if a stage still fails, budgets restart
-   from the crossbar lower bounds (ceil(crossbars / capacity) per stage, spare cores where the
-   crossbars are tightest) without replication.
+1. **capacity verification**: each stage's units get tile homes on its cores from the
+   constructive packer (:mod:`raptor.solver.pipeline.pack`). A stage that fails drops
+   replication (its lower bound); if a stage still fails, budgets restart from the crossbar
+   lower bounds (ceil(crossbars / capacity) per stage, spare cores where the crossbars are
+   tightest) without replication.
 2. **topology placement**: stages take consecutive runs of a serpentine walk over the mesh
-   (by rows, or by columns), so each stage is compact and consecutive stages are neighbours.
-3. **evaluation**: per stage the busiest core's load after packing (``load``), the
-   dependency path, the crossbars resident; shared-memory demand recomputed from the
-   task-level stage assignment (one store per publication read by a later stage, one load per
-   consumer transfer); per core the compute load plus the NoC time of its intra-stage
-   transfers in and out (``demand``). Stage completion (one inference crossing the stage on
-   its cores: a list schedule with NoC delays, inputs from earlier stages ready at its start)
-   is computed when a ranking needs it, and for the selected placement.
-4. **ranking** (spec): maximum per-core compute/incident-transfer demand; within 1 % demand
-   the maximum stage span breaks the tie, then stage completion, then compute load.
+   (by rows, and on non-square meshes also by columns), so each stage is compact and
+   consecutive stages are neighbours.
+3. **list schedule** of every stage on its cores, load-aware (highest bottom level first)
+   and arrival-aware (earliest top level first) candidates: this fixes each task's core and
+   the per-core order of one inference, and gives the stage's completion (one inference
+   across the stage, NoC delays included, inputs from earlier stages ready at its start).
+4. **evaluation**: per stage the busiest core's load (``load``), the dependency path, the
+   crossbars its tasks use; shared-memory demand from the task-level stage assignment (one
+   store per publication a later stage reads, one load per consumer transfer); per core the
+   compute load plus the NoC time of its intra-stage transfers in and out (``demand``).
+5. **ranking** (spec): maximum per-core compute/incident-transfer demand; within 1 % of
+   demand the maximum stage span breaks the tie, then stage completion, then compute load.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from raptor.solver.pipeline.problem import IntArray, PipelineProblem, service_ns
 from raptor.target import Target
 
 SEQUENCES = ("rows", "columns")
+PRIORITIES = ("load", "arrival")
 DEMAND_TIE = 0.01
 
 
@@ -157,10 +160,10 @@ def _home(problem: PipelineProblem, part: Partition, replication: bool, notes: l
     """Capacity verification: every stage's units get homes on its cores."""
     packs: list[StagePacking] = []
     for s, (j, i) in enumerate(part.ranges(problem.num_groups)):
-        res = pack_stage(problem, j, i, part.cores[s], part.replication[j:i], "load")
+        res = pack_stage(problem, j, i, part.cores[s], part.replication[j:i])
         if isinstance(res, PackFailure) and replication and max(part.replication[j:i]) > 1:
             notes.append(f"stage {s}: replication dropped after: {res.message}")
-            res = pack_stage(problem, j, i, part.cores[s], [1] * (i - j), "load")
+            res = pack_stage(problem, j, i, part.cores[s], [1] * (i - j))
         if isinstance(res, PackFailure):
             return res
         if res.attempt != "first":
@@ -230,9 +233,6 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool
     return best
 
 
-PRIORITIES = ("load", "arrival")
-
-
 def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StagePacking],
                    chunks: list[list[int]], stage_of_task: list[int], priority: str,
                    replication: bool) -> Placement:
@@ -261,8 +261,8 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
     limit = [max(t, 1) for t in evaluate_partition(problem, part).stage_times]
     sot = stage_of_task
     costs = [t.cost_ns for t in graph.tasks]
-    same_preds = [[(u, (-(-b // target.flit_bytes)) * target.flit_cycles)
-                   for u, b in graph.preds[t] if sot[u] == sot[t]] for t in range(n)]
+    same_preds = problem.preds_flit if len(chunks) == 1 else \
+        [[(u, fc) for u, fc in ps if sot[u] == sot[t]] for t, ps in enumerate(problem.preds_flit)]
     indeg = [len(x) for x in same_preds]
     tl, bl = problem.top_level, problem.bottom_level
     key = [(-bl[t], 0, t) for t in range(n)] if priority == "load" else \
@@ -325,15 +325,18 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
         if tiles:
             hold = set.intersection(*(holders.get(w, set()) for w in tiles)) & stage_set[s]
             u_id = unit_of[t]
+            # of many holders, those of its producers and the two that are free first
+            near = hold if len(hold) <= 2 else \
+                (hold & cands) | set(sorted(hold, key=lambda c: (free[c], c))[:2])
             if replication and (not hold or copies[u_id] < allowed[u_id]):
                 cands = {c for c in cands
                          if len(tiles - used_tiles[c]) <= cap - len(used_tiles[c])}
                 c = earliest(s, t)
                 if c >= 0:
                     cands.add(c)
-                cands |= hold
+                cands |= near
             else:
-                cands = hold
+                cands = near
         else:
             cands.add(earliest(s, t))
         best: tuple[int, int, int, int] | None = None
