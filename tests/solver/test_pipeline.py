@@ -40,24 +40,34 @@ def random_instance(seed: int, max_groups: int = 10) -> tuple[ComputeGraph, Targ
     return g, t
 
 
-def problems(count: int) -> list[PipelineProblem]:
+def problems(count: int, max_groups: int = 10) -> list[PipelineProblem]:
     out = []
     for seed in range(count):
         g, t = random_instance(seed)
-        out.append(build_problem(g, t, max_groups=10))
+        out.append(build_problem(g, t, max_groups=max_groups))
     return out
 
 
 def brute_force(problem: PipelineProblem, replication: bool) -> int:
-    """Least model period over every cut set (cores and replication allocated optimally)."""
-    G = problem.num_groups
+    """Least model period over every cut set: for each, the least T whose stages fit P cores
+    (``stage_kmin``) with the cut's shared-memory service ≤ T."""
+    G, P = problem.num_groups, problem.num_cores
     best = None
     for mask in range(1 << (G - 1)):
         cuts = (0, *(g for g in range(1, G) if mask >> (g - 1) & 1))
-        part = allocate(problem, cuts, replication)
-        if part is not None:
-            v = evaluate_partition(problem, part).period_ns
-            best = v if best is None else min(best, v)
+        ranges = list(zip(cuts, [*cuts[1:], G], strict=True))
+
+        def fits(T: int, ranges: list[tuple[int, int]] = ranges) -> bool:
+            return sum(stage_kmin(problem, j, i, T, replication)[0] for j, i in ranges) <= P
+
+        lo = max(problem.memory(cuts), 1)
+        hi = problem.total_work + lo
+        if not fits(hi):
+            continue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
+        best = lo if best is None else min(best, lo)
     assert best is not None
     return best
 
@@ -106,8 +116,14 @@ def test_unit_bound_is_a_lower_bound_and_exact_for_equal_lanes() -> None:
 
 @pytest.mark.parametrize("replication", [False, True])
 def test_exact_dp_equals_brute_force(replication: bool) -> None:
-    for pr in problems(16):
-        assert exact_dp(pr, replication).period_ns == brute_force(pr, replication)
+    for pr in problems(16, max_groups=8):
+        dp = exact_dp(pr, replication)
+        assert dp.period_ns == brute_force(pr, replication)
+        # core allocation of the DP's cuts reaches the same period, feasibly
+        part = allocate(pr, dp.cuts, replication)
+        assert part is not None
+        ev = evaluate_partition(pr, part)
+        assert ev.feasible and ev.period_ns == dp.period_ns
 
 
 def test_groups_keep_tile_users_together_and_follow_the_dependencies() -> None:
