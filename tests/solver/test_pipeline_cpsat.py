@@ -93,3 +93,48 @@ def test_examples_dp_cpsat_heuristic(model: Path) -> None:
         assert cp.status == "OPTIMAL"
         optimum[replication] = cp.objective_ns
     assert optimum[True] <= optimum[False]  # replication never hurts the model's optimum
+
+
+def test_the_heuristic_hint_is_complete_and_feasible() -> None:
+    """With every variable fixed to its hinted value CP-SAT still finds a solution: the hint
+    names every variable and satisfies every constraint (it would be INFEASIBLE otherwise)."""
+    from raptor.solver.pipeline.cpsat_model import solve_cpsat
+    from raptor.solver.pipeline.model import evaluate_partition
+
+    target = load_target("default")
+    cases = []
+    for name in ("lenet", "torch_cnn_dynamo", "yolo_neck"):
+        build = build_compute_graph(
+            compile_model(EXAMPLES[0].parent / f"{name}.onnx", target).module.main(), target)
+        cases.append(build_problem(build.graph, target, build=build))
+    for seed in range(6):
+        g = random_layered_dag(30, seed, width=4, max_lanes=4, tiles_per_batch=(0, 2))
+        cases.append(build_problem(g, Target(mesh_rows=2, mesh_cols=3), max_groups=10))
+    fixed = CpSatPipelineOptions(time_limit=10, num_workers=1, dp_bound=False, fix_hint=True)
+    for pr in cases:
+        for replication in (False, True):
+            hint = heuristic_pipeline(pr, replication).partition
+            out = solve_cpsat(pr, replication, hint, fixed)
+            assert out.status == "OPTIMAL", out.status
+            assert out.objective_ns == evaluate_partition(pr, hint).period_ns
+
+
+def test_cpsat_fallbacks_return_the_hint() -> None:
+    from dataclasses import replace
+
+    g = random_layered_dag(30, 1, width=4, max_lanes=4, tiles_per_batch=(0, 2))
+    t = Target(mesh_rows=2, mesh_cols=3)
+    pr = build_problem(g, t, max_groups=10)
+    heur = heuristic_pipeline(pr)
+    # no solution within the limit: the hint's realization, with the status
+    late = cpsat_pipeline(pr, True, CpSatPipelineOptions(time_limit=1e-9, num_workers=1,
+                                                         dp_bound=False), initial=heur)
+    assert late.status == "UNKNOWN" and late.partition == heur.partition
+    assert late.period_ns == heur.period_ns and validate_pipeline(g, t, late, pr) == []
+    assert any("hint returned" in n for n in late.notes)
+    # CP-SAT's partition realizing worse than the hint after packing keeps the hint's
+    flattering = replace(heur, period_ns=1)
+    kept = cpsat_pipeline(pr, True, CpSatPipelineOptions(time_limit=10, num_workers=1),
+                          initial=flattering)
+    assert kept.partition == heur.partition
+    assert any("the hint's realization is kept" in n for n in kept.notes)

@@ -51,6 +51,8 @@ class CpSatPipelineOptions:
     seed: int = 0
     deterministic_time: float | None = None
     dp_bound: bool = True
+    fix_hint: bool = False
+    """Fix every variable to the hint (checks that the hint is complete and feasible)."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,7 @@ def solve_cpsat(problem: PipelineProblem, replication: bool, hint: Partition,
     prm.random_seed = options.seed
     if options.deterministic_time is not None:
         prm.max_deterministic_time = options.deterministic_time
+    prm.fix_variables_to_their_hinted_value = options.fix_hint
     code = solver.solve(m)
     status = _STATUS.get(code, str(code))
     proto = m.proto
