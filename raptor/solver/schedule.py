@@ -44,6 +44,8 @@ class MergeScheduleResult:
     solve_seconds: float = 0.0
     model: str = ""
     notes: list[str] = field(default_factory=list)
+    stage_of_core: list[int] | None = None
+    """Pipeline results only: the stage each core runs (-1: unused); None in latency mode."""
 
     @classmethod
     def build(

@@ -1,0 +1,46 @@
+"""Pipeline mode: stage partitioning for a stream of inferences (docs/pipeline.md).
+
+Groups of the ComputeGraph form a chain; contiguous stages get core budgets; each stage's
+instances are packed onto its cores under crossbar capacity, optionally replicating a
+bottleneck group's tiles; stage boundaries go through serialized shared memory. Three
+solvers share one period model and one realization: the scheduling spec's heuristic
+(:func:`heuristic_pipeline`), an exact DP (:func:`dp_pipeline`) and CP-SAT
+(:func:`cpsat_pipeline`).
+"""
+
+from raptor.solver.pipeline.cpsat_model import CpSatPipelineOptions
+from raptor.solver.pipeline.model import Partition, evaluate_partition
+from raptor.solver.pipeline.problem import (
+    PipelineCapacityError,
+    PipelineProblem,
+    build_problem,
+)
+from raptor.solver.pipeline.result import (
+    PipelineResult,
+    StageInfo,
+    validate_pipeline,
+)
+from raptor.solver.pipeline.solve import (
+    SOLVERS,
+    cpsat_pipeline,
+    dp_pipeline,
+    heuristic_pipeline,
+    schedule_pipeline,
+)
+
+__all__ = [
+    "SOLVERS",
+    "CpSatPipelineOptions",
+    "Partition",
+    "PipelineCapacityError",
+    "PipelineProblem",
+    "PipelineResult",
+    "StageInfo",
+    "build_problem",
+    "cpsat_pipeline",
+    "dp_pipeline",
+    "evaluate_partition",
+    "heuristic_pipeline",
+    "schedule_pipeline",
+    "validate_pipeline",
+]

@@ -1,0 +1,610 @@
+"""The pipeline partitioning problem: groups in a topological chain, their bounds, and the
+per-range tables every pipeline solver reads (heuristic, exact DP, CP-SAT).
+
+Groups. An *atom* is the set of lanes of one graph batch (lanes are interchangeable and
+independent), or a single task when its batch has internal edges or lies on a cycle of the
+batch quotient graph. Atoms are ordered topologically (earliest top level first, so parallel
+branches of one depth stay together), and a stage may only cut between atoms. Atoms that
+share a crossbar tile are never cut apart: all users of a tile sit in one group, so a tile
+belongs to one stage unless it is replicated on purpose. Adjacent groups are then fused
+(smallest combined work first) until at most ``max_groups`` remain, which bounds the DP and
+the CP-SAT model; fused groups are contiguous runs of a topological order, so the group chain
+stays acyclic and every contiguous stage respects the dependencies.
+
+Units. Inside a group, tasks that share a tile form a *unit*: without replication all of a
+unit's tasks run on the core holding its tiles. Replicating a group ``r`` times lets each unit
+spread over ``r`` cores at ``r`` times its crossbars. ``bounds[g, r - 1]`` is a lower bound on
+the busiest core's load caused by group ``g`` alone at replication ``r`` (pigeonhole over the
+unit's sorted lanes; exact for equal lanes), never below the group's longest instance.
+
+Shared memory. Cross-stage data goes through shared memory: one store per physical publication
+that some later stage reads, one load per consumer transfer, each rounded to the target's
+access width (:func:`raptor.solver.costs.shared_read_ns` / ``shared_write_ns``). The service
+is serialized chip-wide, shared by all stages. Function inputs and outputs add a per-inference
+baseline. All range sums are O(1) lookups in (G+1)×(G+1) tables built with prefix sums.
+
+Dependency path. ``path[j, i]`` is the longest chain of task costs inside groups ``j..i-1``
+(transfers excluded), computed for every range at once by one sweep of the tasks.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+import numpy.typing as npt
+
+from raptor.gc_pause import collector_paused
+from raptor.solver.costs import shared_read_ns, shared_write_ns
+from raptor.solver.from_ir import GraphBuild
+from raptor.solver.graph import ComputeGraph
+from raptor.target import Target
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+INFEASIBLE = np.iinfo(np.int64).max // 4
+"""Stand-in for "no value" in int64 tables (sums of a few stay below overflow)."""
+
+DEFAULT_MAX_GROUPS = 64
+
+
+class PipelineCapacityError(ValueError):
+    """The target cannot hold the model's weights even with every stage on its own cores."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Tasks of one group that share crossbar tiles (one core without replication)."""
+
+    tasks: tuple[int, ...]  # by cost, largest first
+    tiles: frozenset[int]
+    work: int
+
+
+@dataclass(frozen=True)
+class Group:
+    id: int
+    tasks: tuple[int, ...]  # topological order
+    batches: tuple[int, ...]  # graph batch ids (-1 for a task without batch)
+    work: int
+    longest: int
+    tiles: frozenset[int]
+    crossbars: int  # crossbars at replication 1 (sum over units; > len(tiles) only when a
+    # unit's tiles exceed one core and the unit had to be split)
+    units: tuple[Unit, ...]
+    max_replication: int  # beyond this, replication no longer lowers the group's bound
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One physical fragment a task publishes, and who reads it (task, bytes loaded)."""
+
+    producer: int
+    result: int
+    slot: int
+    bytes: int
+    consumers: tuple[tuple[int, int], ...]
+
+
+@dataclass
+class PipelineProblem:
+    graph: ComputeGraph
+    target: Target
+    groups: list[Group]
+    group_of: list[int]
+    publications: list[Publication]
+    baseline_ns: int
+    """Shared-memory service per inference for function inputs and outputs."""
+    bounds: IntArray
+    """(G, P): lower bound on the busiest core's load from group g at replication r (col r-1)."""
+    path: IntArray
+    """(G+1, G+1): longest dependency path inside groups j..i-1 (0 where i <= j)."""
+    mem_shared: IntArray
+    """(G+1, G+1): shared-memory service of stage j..i-1, one store per shared publication."""
+    mem_transfer: IntArray
+    """Same with one store per consumer transfer (no sharing)."""
+    mem_nominal: FloatArray
+    """Unrounded per-transfer volumes at nominal per-byte service (phase 1)."""
+    pair_memory: IntArray = field(repr=False, default_factory=lambda: np.zeros((0, 0), np.int64))
+    """(G, G): service charged when groups a < b land in different stages: loads of b's
+    transfers from a, plus the stores of a's publications whose last reader group is b."""
+    top_level: list[int] = field(repr=False, default_factory=list)
+    """Earliest start of each task without communication (arrival order for packing)."""
+    work_prefix: IntArray = field(repr=False, default_factory=lambda: np.zeros(1, np.int64))
+    crossbar_prefix: IntArray = field(repr=False, default_factory=lambda: np.zeros(1, np.int64))
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    @cached_property
+    def bottom_level(self) -> list[int]:
+        return self.graph.bottom_levels()
+
+    @cached_property
+    def preds_flit(self) -> list[list[tuple[int, int]]]:
+        """Per task, (producer, flit cycles of the transfer) for each dependency."""
+        t = self.target
+        return [[(u, (-(-b // t.flit_bytes)) * t.flit_cycles) for u, b in ps]
+                for ps in self.graph.preds]
+
+    @cached_property
+    def tile_index(self) -> dict[int, int]:
+        return {w: k for k, w in enumerate(sorted(self.graph.distinct_weights()))}
+
+    @cached_property
+    def dense_tiles(self) -> tuple[int, list[IntArray]]:
+        """(number of distinct tiles, dense tile indices per task)."""
+        idx = self.tile_index
+        return len(idx), [np.array(sorted(idx[w] for w in t.weights), dtype=np.int64)
+                          for t in self.graph.tasks]
+
+    @cached_property
+    def hops(self) -> IntArray:
+        """(P, P) XY hops between cores."""
+        C = self.target.mesh_cols
+        c = np.arange(self.num_cores)
+        out: IntArray = np.abs(c[:, None] // C - c[None, :] // C) + \
+            np.abs(c[:, None] % C - c[None, :] % C)
+        return out
+
+    @cached_property
+    def edge_arrays(self) -> tuple[IntArray, IntArray, IntArray]:
+        """(src, dst, bytes) of every dependency edge, as arrays."""
+        e = self.graph.edges
+        return (np.array([x.src for x in e], dtype=np.int64),
+                np.array([x.dst for x in e], dtype=np.int64),
+                np.array([x.bytes for x in e], dtype=np.int64))
+
+    @property
+    def num_cores(self) -> int:
+        return self.target.num_cores
+
+    def work(self, j: int, i: int) -> int:
+        return int(self.work_prefix[i] - self.work_prefix[j])
+
+    def crossbars(self, j: int, i: int) -> int:
+        return int(self.crossbar_prefix[i] - self.crossbar_prefix[j])
+
+    @property
+    def total_work(self) -> int:
+        return int(self.work_prefix[-1])
+
+    @property
+    def total_crossbars(self) -> int:
+        return int(self.crossbar_prefix[-1])
+
+    def memory(self, cuts: Sequence[int], sharing: bool = True) -> int:
+        """Baseline plus the cross-stage service of the stages starting at ``cuts``."""
+        table = self.mem_shared if sharing else self.mem_transfer
+        ends = [*cuts[1:], self.num_groups]
+        return self.baseline_ns + sum(int(table[j, i]) for j, i in zip(cuts, ends, strict=True))
+
+    def lower_bound(self, replication: bool) -> int:
+        """Period lower bound that holds for every partition: work / cores, the heaviest group
+        at its best replication, the baseline shared-memory service."""
+        P = self.num_cores
+        r = P if replication else 1
+        heaviest = int(self.bounds[:, r - 1].max()) if self.groups else 0
+        return max(-(-self.total_work // P), heaviest, self.baseline_ns, 1)
+
+
+# -- construction -------------------------------------------------------------------------------
+
+
+def _atoms(graph: ComputeGraph) -> list[list[int]]:
+    """Batches as atoms, split where a batch has internal edges or sits on a quotient cycle."""
+    n = graph.num_tasks
+    split: set[int] = set()
+    for e in graph.edges:
+        b = graph.tasks[e.src].batch
+        if b >= 0 and b == graph.tasks[e.dst].batch:
+            split.add(b)
+    while True:
+        key = [t.batch if t.batch >= 0 and t.batch not in split else -1 - t.id
+               for t in graph.tasks]
+        pairs = {(key[e.src], key[e.dst]) for e in graph.edges}
+        if _acyclic(set(key), pairs):
+            break
+        quotient = nx.DiGraph(list(pairs))
+        split.update(k for c in nx.strongly_connected_components(quotient) if len(c) > 1
+                     for k in c if k >= 0)
+    members: dict[int, list[int]] = {}
+    for t in range(n):
+        members.setdefault(key[t], []).append(t)
+    return list(members.values())
+
+
+def _acyclic(nodes: set[int], pairs: set[tuple[int, int]]) -> bool:
+    succ: dict[int, list[int]] = {}
+    indeg = dict.fromkeys(nodes, 0)
+    for a, b in pairs:
+        succ.setdefault(a, []).append(b)
+        indeg[b] += 1
+    stack = [v for v, d in indeg.items() if d == 0]
+    seen = 0
+    while stack:
+        v = stack.pop()
+        seen += 1
+        for w in succ.get(v, ()):
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                stack.append(w)
+    return seen == len(nodes)
+
+
+def _order_atoms(graph: ComputeGraph, atoms: list[list[int]]) -> list[list[int]]:
+    """Topological order of the atom DAG, earliest top level first (ties: smallest tile, id)."""
+    head = graph.top_levels()
+    atom_of = [0] * graph.num_tasks
+    for a, ts in enumerate(atoms):
+        for t in ts:
+            atom_of[t] = a
+    succ: list[set[int]] = [set() for _ in atoms]
+    indeg = [0] * len(atoms)
+    for e in graph.edges:
+        a, b = atom_of[e.src], atom_of[e.dst]
+        if b not in succ[a]:
+            succ[a].add(b)
+            indeg[b] += 1
+
+    prio = [(min(head[t] for t in ts),
+             min((w for t in ts for w in graph.tasks[t].weights), default=-1), min(ts))
+            for ts in atoms]
+
+    heap = [(*prio[a], a) for a in range(len(atoms)) if indeg[a] == 0]
+    heapq.heapify(heap)
+    order: list[list[int]] = []
+    while heap:
+        *_, a = heapq.heappop(heap)
+        order.append(sorted(atoms[a]))
+        for b in succ[a]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                heapq.heappush(heap, (*prio[b], b))
+    return order
+
+
+def _segments(graph: ComputeGraph, atoms: list[list[int]], max_groups: int) -> list[list[int]]:
+    """Group boundaries over the ordered atoms: never inside a tile's users, at most
+    ``max_groups`` segments (adjacent segments with the smallest combined work fuse first)."""
+    m = len(atoms)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for pos, ts in enumerate(atoms):
+        for t in ts:
+            for w in graph.tasks[t].weights:
+                first.setdefault(w, pos)
+                last[w] = pos
+    cover = np.zeros(m + 1, dtype=np.int64)  # atoms p and p+1 glued where cover[p] > 0
+    for w, lo in first.items():
+        cover[lo] += 1
+        cover[last[w]] -= 1
+    glued = np.cumsum(cover)[:m] > 0
+    segs: list[list[int]] = []
+    cur: list[int] = []
+    for pos in range(m):
+        cur.append(pos)
+        if not glued[pos]:
+            segs.append(cur)
+            cur = []
+    if cur:
+        segs.append(cur)
+    if len(segs) <= max_groups:
+        return segs
+    work = [sum(graph.tasks[t].cost_ns for p in s for t in atoms[p]) for s in segs]
+    alive = [True] * len(segs)
+    nxt = list(range(1, len(segs) + 1))
+    prv = list(range(-1, len(segs) - 1))
+    heap = [(work[i] + work[i + 1], i, i + 1) for i in range(len(segs) - 1)]
+    heapq.heapify(heap)
+    count = len(segs)
+    while count > max_groups and heap:
+        w, a, b = heapq.heappop(heap)
+        if not (alive[a] and alive[b]) or nxt[a] != b or w != work[a] + work[b]:
+            continue
+        segs[a].extend(segs[b])
+        work[a] = w
+        alive[b] = False
+        nxt[a] = nxt[b]
+        if nxt[b] < len(segs):
+            prv[nxt[b]] = a
+            heapq.heappush(heap, (work[a] + work[nxt[b]], a, nxt[b]))
+        if prv[a] >= 0:
+            heapq.heappush(heap, (work[prv[a]] + work[a], prv[a], a))
+        count -= 1
+    return [s for s, ok in zip(segs, alive, strict=True) if ok]
+
+
+def _units(graph: ComputeGraph, tasks: Sequence[int], cap: int) -> list[Unit]:
+    """Tile-sharing components of ``tasks``; a component whose tiles exceed one core is split
+    first-fit into pieces that fit (their shared tiles are then held twice)."""
+    parent: dict[int, int] = {}
+
+    def find(w: int) -> int:
+        while parent[w] != w:
+            parent[w] = parent[parent[w]]
+            w = parent[w]
+        return w
+
+    for t in tasks:
+        sorted_ws = sorted(graph.tasks[t].weights)
+        for w in sorted_ws:
+            parent.setdefault(w, w)
+        for w in sorted_ws[1:]:
+            ra, rb = find(sorted_ws[0]), find(w)
+            if ra != rb:
+                parent[rb] = ra
+    comps: dict[int, list[int]] = {}
+    for t in tasks:
+        ws = graph.tasks[t].weights
+        if ws:
+            comps.setdefault(find(min(ws)), []).append(t)
+    units: list[Unit] = []
+    for members in comps.values():
+        pieces: list[tuple[set[int], list[int]]] = []
+        for t in members:
+            ws = graph.tasks[t].weights
+            for tiles, ts in pieces:
+                if len(tiles | ws) <= cap:
+                    tiles |= ws
+                    ts.append(t)
+                    break
+            else:
+                pieces.append((set(ws), [t]))
+        for tiles, ts in pieces:
+            ts.sort(key=lambda t: (-graph.tasks[t].cost_ns, t))
+            units.append(Unit(tuple(ts), frozenset(tiles),
+                              sum(graph.tasks[t].cost_ns for t in ts)))
+    units.sort(key=lambda u: (-u.work, u.tasks))
+    return units
+
+
+def unit_bound(costs: Sequence[int], r: int) -> int:
+    """Lower bound on the makespan of ``costs`` (largest first) on ``r`` cores: ceil(sum / r)
+    and, for every m, the m+1 smallest of the m·r+1 largest (two of them share a core)."""
+    c = np.asarray(costs, dtype=np.int64)
+    n = len(c)
+    if n == 0:
+        return 0
+    pre = np.concatenate([[0], np.cumsum(c)])
+    m = np.arange(0, (n - 1) // r + 1)
+    best = int((pre[m * r + 1] - pre[m * r - m]).max())
+    return max(best, -(-int(pre[-1]) // r))
+
+
+def _group_bounds(graph: ComputeGraph, group: Group, P: int) -> IntArray:
+    out = np.full(P, group.longest, dtype=np.int64)
+    cache: dict[tuple[int, ...], IntArray] = {}
+    for u in group.units:
+        costs = tuple(graph.tasks[t].cost_ns for t in u.tasks)
+        b = cache.get(costs)
+        if b is None:
+            rmax = min(P, len(costs))
+            vals = [unit_bound(costs, r) for r in range(1, rmax + 1)]
+            b = np.array(vals + [vals[-1]] * (P - rmax), dtype=np.int64)
+            cache[costs] = b
+        np.maximum(out, b, out=out)
+    return out
+
+
+def _publications_from_graph(graph: ComputeGraph) -> list[Publication]:
+    """Without IR: each task publishes one fragment (its largest outgoing transfer) that every
+    consumer loads with its edge's bytes."""
+    pubs = []
+    for t in range(graph.num_tasks):
+        succ = graph.succs[t]
+        if succ:
+            pubs.append(Publication(t, 0, 0, max(b for _, b in succ),
+                                    tuple((v, b) for v, b in succ)))
+    return pubs
+
+
+def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Publication], int]:
+    """Physical publications (producer, result, slot) with their consumer loads, and the
+    baseline service (function-input reads and output stores), from the publication map."""
+    readers: dict[tuple[int, int, int], list[int]] = {}
+    sizes: dict[tuple[int, int, int], int] = {}
+    nbytes: dict[object, int] = {}
+    baseline = 0
+    for inst in build.projection.instances:
+        mine: set[tuple[int, int, int]] = set()
+        for use in inst.uses:
+            if use.kind == "arg":
+                if all(use.box.sizes):
+                    n = 1
+                    for s in use.box.sizes:
+                        n *= s
+                    itemsize = getattr(use.value.type, "itemsize", 4)
+                    baseline += shared_read_ns(target, n * itemsize)
+                continue
+            for p in use.pieces:
+                key = (p.producer, p.result, p.slot)
+                if p.producer == inst.id or key in mine:
+                    continue
+                mine.add(key)
+                if key not in sizes:
+                    nb = nbytes.get(p.fragment)
+                    if nb is None:
+                        nb = nbytes[p.fragment] = p.fragment.nbytes
+                    sizes[key] = nb
+                    readers[key] = []
+                readers[key].append(inst.id)
+    for pieces in build.outputs:
+        for p in pieces:
+            baseline += shared_write_ns(target, p.fragment.nbytes)
+    pubs = [Publication(k[0], k[1], k[2], sizes[k], tuple((v, sizes[k]) for v in readers[k]))
+            for k in sorted(readers)]
+    return pubs, baseline
+
+
+def build_problem(graph: ComputeGraph, target: Target, *, build: GraphBuild | None = None,
+                  max_groups: int = DEFAULT_MAX_GROUPS) -> PipelineProblem:
+    """Groups, bounds and range tables of ``graph`` on ``target``.
+
+    With ``build`` (the IR's GraphBuild) the shared-memory demands use the physical
+    publications and the function inputs/outputs; without it every task publishes one fragment
+    and the baseline is zero. Raises :class:`PipelineCapacityError` when the weights cannot fit.
+    The cyclic collector is paused meanwhile (it rescans the IR on every allocation burst).
+    """
+    with collector_paused():
+        return _build_problem(graph, target, build, max_groups)
+
+
+def _build_problem(graph: ComputeGraph, target: Target, build: GraphBuild | None,
+                   max_groups: int) -> PipelineProblem:
+    graph.freeze()
+    P, cap = target.num_cores, target.crossbars_per_core
+    for task in graph.tasks:
+        if len(task.weights) > cap:
+            raise PipelineCapacityError(
+                f"task {task.id} ({task.name}) needs {len(task.weights)} crossbar tiles at once "
+                f"but a core has {cap} crossbars")
+    atoms = _order_atoms(graph, _atoms(graph))
+    segs = _segments(graph, atoms, max(1, max_groups))
+    group_of = [0] * graph.num_tasks
+    groups: list[Group] = []
+    for gid, seg in enumerate(segs):
+        tasks = tuple(t for p in seg for t in atoms[p])
+        for t in tasks:
+            group_of[t] = gid
+        units = _units(graph, tasks, cap)
+        costs = [graph.tasks[t].cost_ns for t in tasks]
+        tiles = frozenset().union(*(graph.tasks[t].weights for t in tasks))
+        groups.append(Group(
+            id=gid, tasks=tasks,
+            batches=tuple(sorted({graph.tasks[t].batch for t in tasks})),
+            work=sum(costs), longest=max(costs, default=0), tiles=tiles,
+            crossbars=sum(len(u.tiles) for u in units), units=tuple(units),
+            max_replication=min(P, max((len(u.tasks) for u in units), default=1)),
+        ))
+    crossbars = sum(g.crossbars for g in groups)
+    if crossbars > target.crossbar_capacity:
+        distinct = len(graph.distinct_weights())
+        extra = f" ({distinct} distinct tiles + {crossbars - distinct} split copies)" \
+            if crossbars > distinct else ""
+        raise PipelineCapacityError(
+            f"the pipeline needs {crossbars} crossbars{extra} but the target has "
+            f"{target.num_cores} cores x {cap} crossbars = {target.crossbar_capacity}, even "
+            f"with every stage on its own cores")
+    if build is not None:
+        pubs, baseline = publications_from_build(build, target)
+    else:
+        pubs, baseline = _publications_from_graph(graph), 0
+    G = len(groups)
+    bounds = np.stack([_group_bounds(graph, g, P) for g in groups]) if groups else \
+        np.zeros((0, P), dtype=np.int64)
+    problem = PipelineProblem(
+        graph=graph, target=target, groups=groups, group_of=group_of, publications=pubs,
+        baseline_ns=baseline, bounds=bounds,
+        path=_path_table(graph, groups, group_of),
+        mem_shared=np.zeros((G + 1, G + 1), np.int64),
+        mem_transfer=np.zeros((G + 1, G + 1), np.int64),
+        mem_nominal=np.zeros((G + 1, G + 1), np.float64),
+        top_level=graph.top_levels(),
+        work_prefix=np.concatenate([[0], np.cumsum([g.work for g in groups])]).astype(np.int64),
+        crossbar_prefix=np.concatenate(
+            [[0], np.cumsum([g.crossbars for g in groups])]).astype(np.int64),
+    )
+    _memory_tables(problem)
+    return problem
+
+
+def _path_table(graph: ComputeGraph, groups: list[Group], group_of: list[int]) -> IntArray:
+    """``path[j, i]``: longest task chain inside groups j..i-1, for all ranges in one sweep.
+
+    ``d[t, j]`` is the longest chain ending at t among tasks of groups ≥ j (zero for j beyond
+    t's group), so one pass in group order fills every range start at once."""
+    G = len(groups)
+    out = np.zeros((G + 1, G + 1), dtype=np.int64)
+    if G == 0:
+        return out
+    d = np.zeros((graph.num_tasks, G), dtype=np.int64)
+    pm = np.zeros((G, G), dtype=np.int64)  # pm[g, j]: longest chain ending in group g
+    for g in groups:
+        for t in g.tasks:
+            preds = [u for u, _ in graph.preds[t]]
+            row = d[preds].max(axis=0) if preds else np.zeros(G, dtype=np.int64)
+            row = row + graph.tasks[t].cost_ns
+            row[g.id + 1:] = 0
+            d[t] = row
+        if g.tasks:
+            pm[g.id] = d[list(g.tasks)].max(axis=0)
+    for j in range(G):
+        out[j, j + 1:] = np.maximum.accumulate(pm[j:, j])
+    return out
+
+
+def _range_sum_tables(pairs: FloatArray, G: int) -> tuple[FloatArray, FloatArray]:
+    """From pair demands ``pairs[a, b]`` (producer group a < consumer group b), the store
+    table S[j, i] = Σ_{j≤a<i≤b} and the load table L[j, i] = Σ_{a<j≤b<i}."""
+    # stores: C[a, i] = Σ_{b≥i} pairs[a, b]; S[j, i] = Σ_{a=j}^{i-1} C[a, i]
+    C = np.zeros((G + 1, G + 1))
+    C[:G, :G] = np.cumsum(pairs[:, ::-1], axis=1)[:, ::-1]
+    E = np.cumsum(C[::-1], axis=0)[::-1]  # E[x, i] = Σ_{a≥x} C[a, i]
+    idx = np.arange(G + 1)
+    S = E - E[idx, idx][None, :]  # S[j, i] = E[j, i] - E[i, i]
+    # loads: F[x, b] = Σ_{a<x} pairs[a, b]; L[j, i] = Σ_{b=j}^{i-1} F[j, b]
+    F = np.zeros((G + 1, G + 1))
+    F[1:, :G] = np.cumsum(pairs, axis=0)
+    H = np.zeros((G + 1, G + 1))
+    H[:, 1:] = np.cumsum(F[:, :G], axis=1)  # H[j, i] = Σ_{b<i} F[j, b]
+    L = H - H[idx, idx][:, None]
+    upper = np.triu(np.ones((G + 1, G + 1), dtype=bool), k=1)
+    return np.where(upper, S, 0.0), np.where(upper, L, 0.0)
+
+
+def service_ns(target: Target, nbytes: npt.NDArray[np.int64], cycles: int) -> IntArray:
+    """Vectorized :func:`raptor.solver.costs.shared_read_ns` / ``shared_write_ns``."""
+    clock = target.clock_fraction
+    accesses = -(-nbytes // target.shared_access_bytes)
+    out: IntArray = -(-(accesses * cycles) * clock.denominator // clock.numerator)
+    return out
+
+
+def _memory_tables(problem: PipelineProblem) -> None:
+    t = problem.target
+    G = problem.num_groups
+    gof = np.asarray(problem.group_of, dtype=np.int64)
+    st_a, st_mc, st_bytes = [], [], []
+    tr_a, tr_b, tr_bytes = [], [], []
+    for p in problem.publications:
+        a = int(gof[p.producer])
+        later = [(int(gof[v]), nb) for v, nb in p.consumers if gof[v] > a]
+        if not later:
+            continue
+        st_a.append(a)
+        st_mc.append(max(b for b, _ in later))
+        st_bytes.append(p.bytes)
+        for b, nb in later:
+            tr_a.append(a)
+            tr_b.append(b)
+            tr_bytes.append(nb)
+
+    def pairs(a: list[int], b: list[int], val: npt.NDArray[np.float64]) -> FloatArray:
+        out = np.zeros((G, G))
+        np.add.at(out, (np.asarray(a, np.int64), np.asarray(b, np.int64)), val)
+        return out
+
+    sb = np.asarray(st_bytes, dtype=np.int64)
+    tb = np.asarray(tr_bytes, dtype=np.int64)
+    w, r = t.shared_write_cycles, t.shared_read_cycles
+    clock = float(t.clock_fraction)
+    s_sh, _ = _range_sum_tables(pairs(st_a, st_mc, service_ns(t, sb, w).astype(float)), G)
+    s_tr, _ = _range_sum_tables(pairs(tr_a, tr_b, service_ns(t, tb, w).astype(float)), G)
+    _, ld = _range_sum_tables(pairs(tr_a, tr_b, service_ns(t, tb, r).astype(float)), G)
+    nominal = tb.astype(float) / clock / t.shared_access_bytes
+    s_nom, _ = _range_sum_tables(pairs(tr_a, tr_b, nominal * w), G)
+    _, l_nom = _range_sum_tables(pairs(tr_a, tr_b, nominal * r), G)
+    problem.pair_memory = np.rint(
+        pairs(st_a, st_mc, service_ns(t, sb, w).astype(float))
+        + pairs(tr_a, tr_b, service_ns(t, tb, r).astype(float))).astype(np.int64)
+    problem.mem_shared = np.rint(s_sh + ld).astype(np.int64)
+    problem.mem_transfer = np.rint(s_tr + ld).astype(np.int64)
+    problem.mem_nominal = s_nom + l_nom

@@ -1,0 +1,465 @@
+"""From a partition to physical cores: homes, topology placement, list schedule, ranking.
+
+Every solver's partition goes through the same steps, so heuristic, DP and CP-SAT periods
+are measured with one ruler:
+
+1. **capacity verification**: each stage's units get tile homes on its cores from the
+   constructive packer (:mod:`raptor.solver.pipeline.pack`). A stage that fails drops
+   replication (its lower bound); if a stage still fails, budgets restart from the crossbar
+   lower bounds (ceil(crossbars / capacity) per stage, spare cores where the crossbars are
+   tightest) without replication.
+2. **topology placement**: stages take consecutive runs of a serpentine walk over the mesh
+   (by rows, and on non-square meshes also by columns), so each stage is compact and
+   consecutive stages are neighbours.
+3. **list schedule** of every stage on its cores, load-aware (highest bottom level first)
+   and arrival-aware (earliest top level first) candidates: this fixes each task's core and
+   the per-core order of one inference, and gives the stage's completion (one inference
+   across the stage, NoC delays included, inputs from earlier stages ready at its start).
+4. **evaluation**: per stage the busiest core's load (``load``), the dependency path, the
+   crossbars its tasks use; shared-memory demand from the task-level stage assignment (one
+   store per publication a later stage reads, one load per consumer transfer); per core the
+   compute load plus the NoC time of its intra-stage transfers in and out (``demand``).
+5. **ranking** (spec): maximum per-core compute/incident-transfer demand; within 1 % of
+   demand the maximum stage span breaks the tie, then stage completion, then compute load.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from raptor.solver.pipeline.model import Partition, evaluate_partition
+from raptor.solver.pipeline.pack import PackFailure, StagePacking, pack_stage
+from raptor.solver.pipeline.problem import IntArray, PipelineProblem, service_ns
+from raptor.target import Target
+
+SEQUENCES = ("rows", "columns")
+PRIORITIES = ("load", "arrival")
+DEMAND_TIE = 0.01
+
+
+def core_sequence(target: Target, kind: str) -> list[int]:
+    """Serpentine walk over the mesh, by rows or by columns (consecutive cores adjacent)."""
+    R, C = target.mesh_rows, target.mesh_cols
+    out: list[int] = []
+    if kind == "rows":
+        for r in range(R):
+            cols = range(C) if r % 2 == 0 else range(C - 1, -1, -1)
+            out.extend(r * C + c for c in cols)
+    else:
+        for c in range(C):
+            rows = range(R) if c % 2 == 0 else range(R - 1, -1, -1)
+            out.extend(r * C + c for r in rows)
+    return out
+
+
+def transfer_ns(target: Target, src: IntArray, dst: IntArray, nbytes: IntArray) -> IntArray:
+    """Vectorized :meth:`Target.transfer_ns` (0 on the same core)."""
+    C = target.mesh_cols
+    hops = np.abs(src // C - dst // C) + np.abs(src % C - dst % C)
+    cycles = hops * target.hop_cycles + (-(-nbytes // target.flit_bytes)) * target.flit_cycles
+    clock = target.clock_fraction
+    ns = -(-(cycles * clock.denominator) // clock.numerator)
+    out: IntArray = np.where(src == dst, 0, ns)
+    return out
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One publication that a later stage reads through shared memory."""
+
+    producer: int
+    result: int
+    slot: int
+    bytes: int
+    producer_stage: int
+    consumers: tuple[tuple[int, int, int], ...]  # (task, stage, bytes loaded)
+    store_ns: int
+    load_ns: int
+
+
+@dataclass
+class Placement:
+    """A packed, placed and list-scheduled partition with its figures."""
+
+    problem: PipelineProblem
+    partition: Partition
+    priority: str
+    sequence: str
+    core_of: list[int]
+    order: list[list[int]]  # per physical core, the execution order of one inference
+    stage_of_task: list[int]
+    stage_cores: list[list[int]]
+    stage_load: list[int]
+    stage_path: list[int]
+    stage_completion: list[int]
+    stage_crossbars: list[int]
+    core_load: list[int]
+    demand: int
+    memory_ns: int
+    boundaries: list[Boundary]
+    recovery: list[str] = field(default_factory=list)
+
+    @property
+    def stage_span(self) -> list[int]:
+        return [max(a, b) for a, b in zip(self.stage_load, self.stage_path, strict=True)]
+
+    @property
+    def max_span(self) -> int:
+        return max(self.stage_span, default=0)
+
+    @property
+    def max_load(self) -> int:
+        return max(self.stage_load, default=0)
+
+    @property
+    def period_ns(self) -> int:
+        return max(self.max_span, self.memory_ns)
+
+    @property
+    def wave_period_ns(self) -> int:
+        """Period if each stage's cores finish one inference before starting the next."""
+        return max(max(self.stage_completion, default=0), self.memory_ns)
+
+
+def better(a: Placement, b: Placement) -> bool:
+    """The spec's placement ranking: is ``a`` preferred to ``b``?"""
+    if abs(a.demand - b.demand) > DEMAND_TIE * max(a.demand, b.demand):
+        return a.demand < b.demand
+    ka = (a.max_span, max(a.stage_completion, default=0), a.max_load)
+    kb = (b.max_span, max(b.stage_completion, default=0), b.max_load)
+    return ka < kb
+
+
+def boundaries(problem: PipelineProblem, stage_of_task: Sequence[int]) -> list[Boundary]:
+    t = problem.target
+    crossing = []
+    for p in problem.publications:
+        sp = stage_of_task[p.producer]
+        later = tuple((v, stage_of_task[v], nb) for v, nb in p.consumers
+                      if stage_of_task[v] > sp)
+        if later:
+            crossing.append((p, sp, later))
+    if not crossing:
+        return []
+    stores = service_ns(t, np.array([p.bytes for p, _, _ in crossing], dtype=np.int64),
+                        t.shared_write_cycles)
+    flat = np.array([nb for _, _, later in crossing for *_, nb in later], dtype=np.int64)
+    loads = service_ns(t, flat, t.shared_read_cycles)
+    per = np.add.reduceat(loads, np.cumsum([0] + [len(x) for _, _, x in crossing[:-1]]))
+    return [Boundary(p.producer, p.result, p.slot, p.bytes, sp, later, int(st), int(ld))
+            for (p, sp, later), st, ld in zip(crossing, stores, per, strict=True)]
+
+
+def _home(problem: PipelineProblem, part: Partition, replication: bool, notes: list[str]
+          ) -> list[StagePacking] | PackFailure:
+    """Capacity verification: every stage's units get homes on its cores."""
+    packs: list[StagePacking] = []
+    for s, (j, i) in enumerate(part.ranges(problem.num_groups)):
+        res = pack_stage(problem, j, i, part.cores[s], part.replication[j:i])
+        if isinstance(res, PackFailure) and replication and max(part.replication[j:i]) > 1:
+            notes.append(f"stage {s}: replication dropped after: {res.message}")
+            res = pack_stage(problem, j, i, part.cores[s], [1] * (i - j))
+        if isinstance(res, PackFailure):
+            return res
+        if res.attempt != "first":
+            notes.append(f"stage {s}: packed by the {res.attempt} attempt")
+        packs.append(res)
+    return packs
+
+
+def lower_bound_budgets(problem: PipelineProblem, cuts: Sequence[int]) -> Partition | None:
+    """Restart budgets: ceil(crossbars / capacity) cores per stage, no replication, spare
+    cores one by one to the stage whose crossbars fill its cores most."""
+    G, P, cap = problem.num_groups, problem.num_cores, problem.target.crossbars_per_core
+    ranges = list(zip(cuts, [*cuts[1:], G], strict=True))
+    x = [problem.crossbars(j, i) for j, i in ranges]
+    cores = [max(1, -(-xs // cap)) for xs in x]
+    if sum(cores) > P:
+        return None
+    for _ in range(P - sum(cores)):
+        s = max(range(len(ranges)),
+                key=lambda s: (x[s] / cores[s], problem.work(*ranges[s]) / cores[s], -s))
+        cores[s] += 1
+    return Partition(tuple(cuts), tuple(cores), (1,) * G)
+
+
+def realize(problem: PipelineProblem, part: Partition, replication: bool
+            ) -> Placement | PackFailure:
+    """Home, place, list-schedule and evaluate ``part``; the best by :func:`better`."""
+    G = problem.num_groups
+    ranges = part.ranges(G)
+    stage_of_group = np.zeros(G, dtype=np.int64)
+    for s, (j, i) in enumerate(ranges):
+        stage_of_group[j:i] = s
+    stage_of_task = stage_of_group[np.asarray(problem.group_of, dtype=np.int64)].tolist()
+    bounds_list = boundaries(problem, stage_of_task)
+    memory = problem.baseline_ns + sum(b.store_ns + b.load_ns for b in bounds_list)
+    notes: list[str] = []
+    homes = _home(problem, part, replication, notes)
+    if isinstance(homes, PackFailure):
+        notes.append(f"budgets restarted from lower bounds after: {homes.message}")
+        lb = lower_bound_budgets(problem, part.cuts)
+        if lb is None:
+            return homes
+        part = lb
+        homes = _home(problem, part, False, notes)
+        if isinstance(homes, PackFailure):
+            return homes
+    best: Placement | None = None
+    # On a square mesh the column walk is the row walk's transpose, which XY distances
+    # do not see: it would give the same figures.
+    kinds = SEQUENCES[:1] if problem.target.mesh_rows == problem.target.mesh_cols else SEQUENCES
+    for kind in kinds:
+        seq = core_sequence(problem.target, kind)
+        chunks, offset = [], 0
+        for k in part.cores:
+            chunks.append(seq[offset:offset + k])
+            offset += k
+        for priority in PRIORITIES:
+            cand = _list_schedule(problem, part, homes, chunks, stage_of_task, priority,
+                                  replication)
+            cand.sequence = kind
+            cand.memory_ns = memory
+            cand.boundaries = bounds_list
+            cand.recovery = list(notes)
+            if best is None or better(cand, best):
+                best = cand
+    assert best is not None
+    return best
+
+
+def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StagePacking],
+                   chunks: list[list[int]], stage_of_task: list[int], priority: str,
+                   replication: bool) -> Placement:
+    """EFT list schedule of every stage on its cores (the stage starts at 0; inputs from
+    earlier stages wait in shared memory). Candidate cores per task, as in capacity-aware
+    PEFT: the cores of its same-stage producers, the cores holding its tiles (its unit's home
+    or a replica) and the earliest-free core (with room for a replica when it has tiles and
+    replication is on). Cores whose load stays within the stage's model time are preferred
+    (so the busiest core keeps near the model's bound), then the earliest finish with NoC
+    delays, then cores that already hold the tiles. ``load`` priority: highest bottom level
+    first; ``arrival``: earliest top level first."""
+    graph, target = problem.graph, problem.target
+    n, P, cap = graph.num_tasks, problem.num_cores, target.crossbars_per_core
+    clock = target.clock_fraction
+    num, den = clock.numerator, clock.denominator
+    hop_c = (problem.hops * target.hop_cycles).tolist()
+    holders: dict[int, set[int]] = {}  # tile -> cores holding it
+    used_tiles: list[set[int]] = [set() for _ in range(P)]
+    for pk, chunk in zip(homes, chunks, strict=True):
+        for c, ts in enumerate(pk.tiles):
+            for w in ts:
+                holders.setdefault(w, set()).add(chunk[c])
+            used_tiles[chunk[c]] |= ts
+    free = [0] * P
+    load = [0] * P
+    limit = [max(t, 1) for t in evaluate_partition(problem, part).stage_times]
+    sot = stage_of_task
+    costs = [t.cost_ns for t in graph.tasks]
+    same_preds = problem.preds_flit if len(chunks) == 1 else \
+        [[(u, fc) for u, fc in ps if sot[u] == sot[t]] for t, ps in enumerate(problem.preds_flit)]
+    indeg = [len(x) for x in same_preds]
+    tl, bl = problem.top_level, problem.bottom_level
+    key = [(-bl[t], 0, t) for t in range(n)] if priority == "load" else \
+        [(tl[t], -bl[t], t) for t in range(n)]
+    heap = [(key[t], t) for t in range(n) if indeg[t] == 0]
+    heapq.heapify(heap)
+    stage_set = [set(ch) for ch in chunks]
+    chunk_arr = [np.asarray(ch, dtype=np.int64) for ch in chunks]
+    # per stage, free time and load of its cores in chunk order (views, no fancy indexing)
+    free_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
+    load_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
+    local = {c: k for ch in chunks for k, c in enumerate(ch)}
+    big = np.int64(1) << 50
+    end = [0] * n
+    core_of = [-1] * n
+    order: list[list[int]] = [[] for _ in range(P)]
+    completion = [0] * len(chunks)
+
+    # Replicas: each unit may add copies in proportion to its work, out of the crossbars its
+    # stage has spare after the homes, so early units cannot take the room of heavy later ones.
+    unit_of = [-1] * n
+    copies: list[int] = []
+    allowed: list[int] = []
+    for s_idx, (j, i) in enumerate(part.ranges(problem.num_groups)):
+        units = [u for g in problem.groups[j:i] for u in g.units]
+        spare = sum(cap - len(used_tiles[c]) for c in chunks[s_idx])
+        total = sum(x.work for x in units) or 1
+        for unit in units:
+            home = len(set.intersection(*(holders.get(w, set()) for w in unit.tiles)))
+            extra = spare * unit.work // total // max(len(unit.tiles), 1)
+            for t in unit.tasks:
+                unit_of[t] = len(copies)
+            copies.append(home)
+            allowed.append(min(len(chunks[s_idx]), len(unit.tasks), home + extra))
+    ntiles, task_tiles = problem.dense_tiles
+    resident = np.zeros((P, ntiles), dtype=np.bool_)
+    for c in range(P):
+        if used_tiles[c]:
+            resident[c, [problem.tile_index[w] for w in used_tiles[c]]] = True
+    nres = resident.sum(axis=1)
+
+    def earliest(s: int, t: int) -> int:
+        """Earliest-free stage core (with room for t's tiles), within the model time if
+        possible (-1: no core has room)."""
+        keys = free_s[s] + (load_s[s] > limit[s] - costs[t]) * big
+        idx = task_tiles[t]
+        if len(idx):
+            ch = chunk_arr[s]
+            need = len(idx) - resident[ch[:, None], idx].sum(axis=1)
+            keys = np.where(need <= cap - nres[ch], keys, 4 * big)
+        i = int(keys.argmin())
+        return chunks[s][i] if keys[i] < 4 * big else -1
+
+    while heap:
+        _, t = heapq.heappop(heap)
+        s = sot[t]
+        tiles = graph.tasks[t].weights
+        cands = {core_of[u] for u, _ in same_preds[t]}
+        hold: set[int] = set()
+        if tiles:
+            hold = set.intersection(*(holders.get(w, set()) for w in tiles)) & stage_set[s]
+            u_id = unit_of[t]
+            # of many holders, those of its producers and the two that are free first
+            near = hold if len(hold) <= 2 else \
+                (hold & cands) | set(sorted(hold, key=lambda c: (free[c], c))[:2])
+            if replication and (not hold or copies[u_id] < allowed[u_id]):
+                cands = {c for c in cands
+                         if len(tiles - used_tiles[c]) <= cap - len(used_tiles[c])}
+                c = earliest(s, t)
+                if c >= 0:
+                    cands.add(c)
+                cands |= near
+            else:
+                cands = near
+        else:
+            cands.add(earliest(s, t))
+        best: tuple[int, int, int, int] | None = None
+        cost = costs[t]
+        if num == den:
+            # integer ns per cycle: per producer core, the latest end and latest end + flits
+            by_core: dict[int, list[int]] = {}
+            for u, fc in same_preds[t]:
+                e = end[u]
+                x = by_core.get(core_of[u])
+                if x is None:
+                    by_core[core_of[u]] = [e, e + fc]
+                else:
+                    if e > x[0]:
+                        x[0] = e
+                    if e + fc > x[1]:
+                        x[1] = e + fc
+        for c in cands:
+            est = free[c]
+            if num == den:
+                for cu, (e, efc) in by_core.items():
+                    arrive = e if cu == c else efc + hop_c[cu][c]
+                    if arrive > est:
+                        est = arrive
+            else:
+                for u, fc in same_preds[t]:
+                    cu = core_of[u]
+                    arrive = end[u] if cu == c else \
+                        end[u] + -(-((hop_c[cu][c] + fc) * den) // num)
+                    if arrive > est:
+                        est = arrive
+            over = int(load[c] + cost > limit[s])
+            k = (over, est + cost, int(c not in hold), c)
+            if best is None or k < best:
+                best = k
+        assert best is not None
+        c = best[3]
+        f = best[1]
+        if tiles and not tiles <= used_tiles[c]:
+            if c not in hold:
+                copies[unit_of[t]] += 1
+            for w in tiles:
+                holders.setdefault(w, set()).add(c)
+            used_tiles[c] |= tiles
+            resident[c, task_tiles[t]] = True
+            nres[c] = len(used_tiles[c])
+        end[t] = f
+        free[c] = f
+        load[c] += cost
+        free_s[s][local[c]] = f
+        load_s[s][local[c]] += cost
+        core_of[t] = c
+        order[c].append(t)
+        if f > completion[s]:
+            completion[s] = f
+        for v, _ in graph.succs[t]:
+            if sot[v] == s:
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    heapq.heappush(heap, (key[v], v))
+    core_load = [0] * P
+    used: list[set[int]] = [set() for _ in range(P)]
+    for t in range(n):
+        core_load[core_of[t]] += costs[t]
+        used[core_of[t]] |= graph.tasks[t].weights
+    cores = np.asarray(core_of, dtype=np.int64)
+    src, dst, nbytes = problem.edge_arrays
+    sarr = np.asarray(sot, dtype=np.int64)
+    tr = np.where(sarr[src] == sarr[dst], transfer_ns(target, cores[src], cores[dst], nbytes), 0)
+    demand = np.asarray(core_load, dtype=np.int64) + \
+        np.bincount(cores[src], weights=tr, minlength=P).astype(np.int64) + \
+        np.bincount(cores[dst], weights=tr, minlength=P).astype(np.int64)
+    G = problem.num_groups
+    return Placement(
+        problem=problem, partition=part, priority=priority, sequence="", core_of=core_of,
+        order=order, stage_of_task=stage_of_task, stage_cores=chunks,
+        stage_load=[max(core_load[c] for c in ch) for ch in chunks],
+        stage_path=[int(problem.path[j, i]) for j, i in part.ranges(G)],
+        stage_completion=completion,
+        stage_crossbars=[sum(len(used[c]) for c in ch) for ch in chunks],
+        core_load=core_load, demand=int(demand.max()), memory_ns=0, boundaries=[],
+    )
+
+
+def asap_starts(problem: PipelineProblem, core_of: Sequence[int],
+                order: Sequence[Sequence[int]]) -> list[int]:
+    """One inference alone through the placed program: earliest starts under the per-core
+    order and NoC transfer delays on every edge (what the latency validator checks)."""
+    graph, target = problem.graph, problem.target
+    n = graph.num_tasks
+    src, dst, nbytes = problem.edge_arrays
+    cores = np.asarray(core_of, dtype=np.int64)
+    delay = transfer_ns(target, cores[src], cores[dst], nbytes).tolist()
+    out_edges: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for v, u, d in zip(dst.tolist(), src.tolist(), delay, strict=True):
+        out_edges[u].append((v, d))
+    nxt = [-1] * n
+    indeg = [len(graph.preds[t]) for t in range(n)]
+    for tasks in order:
+        for a, b in itertools.pairwise(tasks):
+            nxt[a] = b
+            indeg[b] += 1
+    costs = [t.cost_ns for t in graph.tasks]
+    start = [0] * n
+    stack = [t for t in range(n) if indeg[t] == 0]
+    done = 0
+    while stack:
+        t = stack.pop()
+        done += 1
+        end = start[t] + costs[t]
+        for v, d in out_edges[t]:
+            if end + d > start[v]:
+                start[v] = end + d
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                stack.append(v)
+        v = nxt[t]
+        if v >= 0:
+            if end > start[v]:
+                start[v] = end
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                stack.append(v)
+    if done != n:
+        raise AssertionError("per-core order contradicts the dependencies")
+    return start

@@ -1,0 +1,113 @@
+"""Entry points: the spec's heuristic, the exact DP and the CP-SAT model, each returning a
+:class:`PipelineResult` realized by the same packing and placement (one ruler for all)."""
+
+from __future__ import annotations
+
+import time
+
+from raptor.solver.from_ir import GraphBuild
+from raptor.solver.graph import ComputeGraph
+from raptor.solver.pipeline.cpsat_model import CpSatPipelineOptions, solve_cpsat
+from raptor.solver.pipeline.dp import exact_dp
+from raptor.solver.pipeline.heuristic import run_heuristic
+from raptor.solver.pipeline.model import Partition, allocate, evaluate_partition
+from raptor.solver.pipeline.pack import PackFailure
+from raptor.solver.pipeline.problem import (
+    DEFAULT_MAX_GROUPS,
+    PipelineCapacityError,
+    PipelineProblem,
+    build_problem,
+)
+from raptor.solver.pipeline.realize import Placement, realize
+from raptor.solver.pipeline.result import PipelineResult, build_result
+from raptor.target import Target
+
+SOLVERS = ("pipeline", "dp", "cpsat")
+
+
+def heuristic_pipeline(problem: PipelineProblem, replication: bool = True) -> PipelineResult:
+    """The spec's pipeline heuristic (phase 1, second search, guarded selection)."""
+    out = run_heuristic(problem, replication)
+    return build_result(problem, out.placement, solver="pipeline", status="HEURISTIC",
+                        model_period=out.model_period,
+                        bound_ns=problem.lower_bound(replication),
+                        objective_ns=out.model_period, solve_seconds=out.seconds,
+                        notes=out.notes)
+
+
+def _realize_cuts(problem: PipelineProblem, cuts: tuple[int, ...], replication: bool
+                  ) -> tuple[Partition, Placement]:
+    part = allocate(problem, cuts, replication)
+    if part is None:
+        raise PipelineCapacityError(f"cuts {cuts} fit no core allocation")
+    pl = realize(problem, part, replication)
+    if isinstance(pl, PackFailure):
+        raise PipelineCapacityError(pl.message)
+    return part, pl
+
+
+def dp_pipeline(problem: PipelineProblem, replication: bool = True) -> PipelineResult:
+    """The exact DP's optimum of the model, realized."""
+    t0 = time.perf_counter()
+    res = exact_dp(problem, replication)
+    part, pl = _realize_cuts(problem, res.cuts, replication)
+    model = evaluate_partition(problem, part).period_ns
+    return build_result(problem, pl, solver="dp", status="OPTIMAL", model_period=model,
+                        bound_ns=res.period_ns, objective_ns=res.period_ns,
+                        solve_seconds=time.perf_counter() - t0,
+                        notes=[f"exact over {problem.num_groups} groups ({res.rounds} rounds of "
+                               f"eight-level DP)"])
+
+
+def cpsat_pipeline(problem: PipelineProblem, replication: bool = True,
+                   options: CpSatPipelineOptions | None = None,
+                   initial: PipelineResult | None = None) -> PipelineResult:
+    """CP-SAT on the model, hinted with ``initial`` (default: the heuristic). When its
+    partition realizes worse than the hint's after packing, the hint's realization is kept
+    (said in the notes), so the CP-SAT period never exceeds the heuristic's."""
+    opts = options or CpSatPipelineOptions()
+    t0 = time.perf_counter()
+    if initial is None:
+        initial = heuristic_pipeline(problem, replication)
+    hint = initial.partition
+    notes: list[str] = []
+    dp_value = None
+    if opts.dp_bound:
+        dp_value = exact_dp(problem, replication).period_ns
+        notes.append(f"period bounded below by the exact DP's optimum {dp_value} ns")
+    out = solve_cpsat(problem, replication, hint, opts, dp_value)
+    notes.append(f"model: {out.variables} variables, {out.constraints} constraints")
+    hint_model = evaluate_partition(problem, hint).period_ns
+    if out.cuts is None:
+        pl = realize(problem, hint, replication)
+        assert not isinstance(pl, PackFailure)
+        notes.append(f"no CP-SAT solution within {opts.time_limit:g} s; hint returned")
+        return build_result(problem, pl, solver="cpsat", status=out.status,
+                            model_period=hint_model, solve_seconds=time.perf_counter() - t0,
+                            notes=notes)
+    part, pl = _realize_cuts(problem, out.cuts, replication)
+    model = evaluate_partition(problem, part).period_ns
+    if pl.period_ns > initial.period_ns:
+        notes.append(f"CP-SAT's partition realizes at {pl.period_ns} ns after packing, the "
+                     f"hint at {initial.period_ns} ns: the hint's realization is kept")
+        hp = realize(problem, hint, replication)
+        assert not isinstance(hp, PackFailure)
+        pl, model = hp, hint_model
+    return build_result(problem, pl, solver="cpsat", status=out.status, model_period=model,
+                        bound_ns=out.bound_ns, objective_ns=out.objective_ns,
+                        solve_seconds=time.perf_counter() - t0, notes=notes)
+
+
+def schedule_pipeline(graph: ComputeGraph, target: Target, *, solver: str = "pipeline",
+                      build: GraphBuild | None = None, replication: bool = True,
+                      max_groups: int = DEFAULT_MAX_GROUPS,
+                      options: CpSatPipelineOptions | None = None) -> PipelineResult:
+    """One call from a ComputeGraph (and optionally its GraphBuild) to a pipeline result."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown pipeline solver {solver!r}; valid: {', '.join(SOLVERS)}")
+    problem = build_problem(graph, target, build=build, max_groups=max_groups)
+    if solver == "pipeline":
+        return heuristic_pipeline(problem, replication)
+    if solver == "dp":
+        return dp_pipeline(problem, replication)
+    return cpsat_pipeline(problem, replication, options)
