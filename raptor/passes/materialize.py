@@ -16,11 +16,15 @@ message or a consumer; it can only remove copies, so a merged program is never s
 the estimate in the ideal simulation (`merge=False` gives the one-instance-per-compute form
 whose ideal simulation equals the estimate exactly).
 
-Deadlock freedom under blocking (rendezvous) sends: every message gets one global key (the
-producer's estimated end, then a sequence number); each core's program lists its
-communication in key order, sends right after their producer and receives before their
-consumer. The smallest-keyed pending message can then always complete, so no cycle of waits
-forms, whatever the actual timing.
+Communication order. Every receive is posted at the start of its core's program (posting
+costs nothing and never blocks; the consumer waits for the data), so a rendezvous send
+always finds its receive posted and never waits for its partner: blocking cannot cascade
+from core to core, and since nothing but a compute waits (for data whose producer comes
+earlier in the dependency order) no cycle of waits can form, whatever the actual timing.
+Each producer's sends follow it directly, the most urgent first (the earliest planned start
+of a reader on the destination core, then the destination) — the rule of
+`raptor.solver.comm.send_order`, so the scheduler's communication model predicts this
+program. Channel numbers follow the producers' planned ends.
 
 The graph invariant is not imposed on scheduled values (spec, "Scheduled IR exclusion"):
 fragments and Blueprint metadata are resolved here, from the projection, before the graph
@@ -180,16 +184,19 @@ class _Materializer:
 
     # -------------------------------------------------------------- messages
     def plan_messages(self) -> None:
-        """One message per (producer fragment, consumer core); keys are global."""
-        needs: set[Message] = set()
+        """One message per (producer fragment, consumer core), numbered by the producer's
+        planned end, then most urgent first (see the module docstring)."""
+        urgency: dict[Message, int] = {}
         for inst in self.proj.instances:
             q = self.s.core_of[inst.id]
+            start = self.s.start[inst.id]
             for use in inst.uses:
                 for p in use.pieces:
                     if self.s.core_of[p.producer] != q:
-                        needs.add((p.producer, p.result, q, _crop_key(p)))
-        self.messages = sorted(needs, key=lambda m: (self.s.end[m[0]], m[0], m[1], m[2],
-                                                     m[3] or ((), ())))
+                        m = (p.producer, p.result, q, _crop_key(p))
+                        urgency[m] = min(urgency.get(m, start), start)
+        self.messages = sorted(urgency, key=lambda m: (self.s.end[m[0]], m[0], urgency[m], m[2],
+                                                       m[1], m[3] or ((), ())))
 
     def piece_value(self, p: Piece, core: int) -> tuple[Value, Piece | None]:
         """The value standing for piece `p` on `core`, and the piece again when only a crop
@@ -479,7 +486,7 @@ class _Materializer:
                 recv = ChannelReceiveOp(got, p, seq)
                 got.owner = recv
                 self.local[(u, r, q, crop)] = got
-                self.emit(q, key, [recv])
+                self.emit(q, (-1, 0, seq), [recv])  # posted when the program starts
         cores = []
         for core in sorted(self.programs):
             events = sorted(self.programs[core], key=lambda e: e[0])
