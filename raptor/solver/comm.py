@@ -33,6 +33,7 @@ simulated latency.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class Network:
         self.hop_ns = target.ns(target.hop_cycles)
         self.num_links = 4 * self.P
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._messages: dict[tuple[int, int, int], tuple[tuple[int, ...], int, int]] = {}
 
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """Directed links (``core * 4 + direction``) from ``src`` to ``dst``: the row first,
@@ -79,6 +81,15 @@ class Network:
         step = (1, -1, self.cols, -self.cols)[d]
         return core, core + step
 
+    def message(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
+        """(route, serialisation ns, free-link transfer ns) of a message, cached."""
+        key = (src, dst, nbytes)
+        got = self._messages.get(key)
+        if got is None:
+            got = self._messages[key] = (self.route(src, dst), self.ser_ns(nbytes),
+                                         self.transfer_ns(nbytes, src, dst))
+        return got
+
     def ser_ns(self, nbytes: int) -> int:
         """How long one message occupies each link of its route."""
         t = self.target
@@ -87,6 +98,71 @@ class Network:
     def transfer_ns(self, nbytes: int, src: int, dst: int) -> int:
         """Free-link transfer time (0 on one core): ``Target.transfer_ns``."""
         return self.target.transfer_ns(nbytes, src, dst)
+
+
+class Timelines:
+    """Busy intervals of ``n`` exclusive resources (links, the shared memory), kept sorted
+    and disjoint, so that a list scheduler can reserve them out of time order (insertion,
+    as it reserves core time)."""
+
+    def __init__(self, n: int) -> None:
+        self.starts: list[list[int]] = [[] for _ in range(n)]
+        self.ends: list[list[int]] = [[] for _ in range(n)]
+
+    def fit(self, r: int, t: int, dur: int) -> int:
+        """Earliest start >= ``t`` of a free stretch of ``dur`` on resource ``r``."""
+        if dur <= 0:
+            return t
+        starts, ends = self.starts[r], self.ends[r]
+        i = bisect.bisect_right(ends, t)
+        while i < len(starts) and starts[i] < t + dur:
+            t = max(t, ends[i])
+            i += 1
+        return t
+
+    def reserve(self, r: int, s: int, dur: int) -> None:
+        """Mark [s, s + dur) busy (it must be free); touching intervals merge."""
+        if dur <= 0:
+            return
+        starts, ends = self.starts[r], self.ends[r]
+        e = s + dur
+        i = bisect.bisect_right(ends, s)
+        if i > 0 and ends[i - 1] == s:
+            i -= 1
+            s = starts[i]
+            del starts[i], ends[i]
+        if i < len(starts) and starts[i] == e:
+            e = ends[i]
+            del starts[i], ends[i]
+        starts.insert(i, s)
+        ends.insert(i, e)
+
+    def busy(self, r: int) -> int:
+        return sum(e - s for s, e in zip(self.starts[r], self.ends[r], strict=True))
+
+
+class LinkPlanner:
+    """Message reservations on the mesh links for a list scheduler: the same cut-through
+    rule as :func:`replay`, but with insertion into idle link time."""
+
+    def __init__(self, net: Network) -> None:
+        self.net = net
+        self.links = Timelines(net.num_links)
+
+    def arrival(self, src: int, dst: int, nbytes: int, inject: int, commit: bool) -> int:
+        """When a message of ``nbytes`` injected at ``inject`` arrives (``commit``: reserve
+        its links)."""
+        links, ser, transfer = self.net.message(src, dst, nbytes)
+        if not links:
+            return inject
+        hop = self.net.hop_ns
+        head = inject - hop
+        fit, reserve = self.links.fit, self.links.reserve
+        for link in links:
+            head = fit(link, head + hop, ser)
+            if commit:
+                reserve(link, head, ser)
+        return transfer + head - (len(links) - 1) * hop
 
 
 def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[int]
@@ -124,11 +200,15 @@ class Replay:
     arrival: dict[tuple[int, int], int] = field(default_factory=dict)
     """(fragment, core) -> when the fragment's message arrived there."""
 
+    links: int = 0
+    """How many directed links the mesh has (``link_busy_ns`` also numbers the missing
+    links of border cores, which stay idle)."""
+
     def link_utilization(self) -> tuple[float, float]:
         """(max, mean) over the mesh's links of busy time / makespan."""
         span = max(self.makespan_ns, 1)
-        used = [b / span for b in self.link_busy_ns]
-        return (max(used, default=0.0), sum(used) / max(len(used), 1))
+        busy = self.link_busy_ns
+        return (max(busy, default=0) / span, sum(busy) / max(self.links, 1) / span)
 
 
 _RUN, _INJECT, _MEM = range(3)
@@ -147,6 +227,7 @@ class _Replayer:
         self.start = [0] * n
         self.end = [0] * n
         self.sends = send_order(graph, core_of, priority)
+        self.dur = graph.durations(core_of)
         self.arrival: dict[tuple[int, int], int] = {}
         self.waiting: dict[tuple[int, int], int] = {}  # (fragment, core) -> parked core
         self.pc = [0] * len(self.progs)
@@ -178,8 +259,10 @@ class _Replayer:
         if stuck:
             raise ValueError(f"per-core order contradicts the dependencies: cores {stuck} "
                              "wait forever")
+        t = self.net.target
+        links = 2 * (t.mesh_rows * (t.mesh_cols - 1) + t.mesh_cols * (t.mesh_rows - 1))
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
-                      self.bytes, self.link_busy, self.arrival)
+                      self.bytes, self.link_busy, self.arrival, links)
 
     def run_core(self, p: int) -> None:
         """Run core ``p`` until it waits for a message not yet injected, queues a
@@ -201,7 +284,7 @@ class _Replayer:
                 ready = max(ready, a)
             task = g.tasks[t]
             self.start[t] = ready
-            clock = ready + task.cost_ns - task.shared_ns
+            clock = ready + self.dur[t] - task.shared_ns
             if task.shared_ns:
                 self.clock[p] = clock
                 self.push(clock, _MEM, p)
@@ -231,12 +314,10 @@ class _Replayer:
         f, q = divmod(key, len(self.progs))
         nbytes = self.g.fragments[f].bytes
         src = self.core_of[self.g.fragments[f].producer]
-        net = self.net
-        links = net.route(src, q)
-        ser = net.ser_ns(nbytes)
+        links, ser, transfer = self.net.message(src, q, nbytes)
         delay = 0
         if links:
-            hop = net.hop_ns
+            hop = self.net.hop_ns
             head = now - hop
             free, busy = self.link_free, self.link_busy
             for link in links:
@@ -246,7 +327,7 @@ class _Replayer:
                 free[link] = head + ser
                 busy[link] += ser
             delay = head - (now + (len(links) - 1) * hop)
-        arrived = now + net.transfer_ns(nbytes, src, q) + delay
+        arrived = now + transfer + delay
         self.arrival[(f, q)] = arrived
         if self.waiting.pop((f, q), None) is not None:
             self.push(arrived, _RUN, q)

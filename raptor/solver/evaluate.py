@@ -68,9 +68,12 @@ def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
 
 def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
            core_tasks: Sequence[Sequence[int]]) -> list[int]:
-    """Earliest starts that respect dependencies, transfer delays and the per-core order."""
+    """Earliest starts that respect dependencies, transfer delays and the per-core order,
+    without contention: every fragment a task reads from another core arrives
+    ``Target.transfer_ns`` after its producer ends (the simulator's ideal run)."""
     graph.freeze()
     n = graph.num_tasks
+    dur = graph.durations(core_of)
     prev = [-1] * n
     for tasks in core_tasks:
         for a, b in itertools.pairwise(tasks):
@@ -82,15 +85,16 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     for t in range(n):
         if prev[t] >= 0:
             nxt[prev[t]] = t
+    delay = _delays(graph, target, core_of)
     start = [0] * n
     stack = [t for t in range(n) if indeg[t] == 0]
     done = 0
     while stack:
         t = stack.pop()
         done += 1
-        end = start[t] + graph.tasks[t].cost_ns
-        for s, nbytes in graph.succs[t]:
-            start[s] = max(start[s], end + target.transfer_ns(nbytes, core_of[t], core_of[s]))
+        end = start[t] + dur[t]
+        for s, _ in graph.succs[t]:
+            start[s] = max(start[s], end + delay[(t, s)])
             indeg[s] -= 1
             if indeg[s] == 0:
                 stack.append(s)
@@ -105,6 +109,13 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     return start
 
 
+def _delays(graph: ComputeGraph, target: Target, core_of: Sequence[int]
+            ) -> dict[tuple[int, int], int]:
+    """Per edge, the contention-free delay from the producer's end to the consumer's start."""
+    return {(u, v): target.transfer_ns(b, core_of[u], core_of[v])
+            for (u, v), b in graph.largest_message().items()}
+
+
 def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
                       ) -> ScheduleEvaluation:
     graph.freeze()
@@ -115,7 +126,8 @@ def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
         for e in graph.edges
     )
     start = retime(graph, target, schedule.core_of, schedule.core_tasks)
-    completion = max((s + c for s, c in zip(start, costs, strict=True)), default=0)
+    dur = graph.durations(schedule.core_of)
+    completion = max((s + c for s, c in zip(start, dur, strict=True)), default=0)
     xbars = sum(
         len(frozenset().union(*(graph.tasks[t].weights for t in tasks)))
         for tasks in schedule.core_tasks
@@ -162,9 +174,11 @@ def validate_schedule(graph: ComputeGraph, target: Target, schedule: Placement) 
     if errors:
         return errors
     start = schedule.start_ns
-    end = [start[t] + graph.tasks[t].cost_ns for t in range(n)]
+    dur = graph.durations(schedule.core_of)
+    end = [start[t] + dur[t] for t in range(n)]
+    delays = _delays(graph, target, schedule.core_of)
     for e in graph.edges:
-        delay = target.transfer_ns(e.bytes, schedule.core_of[e.src], schedule.core_of[e.dst])
+        delay = delays[(e.src, e.dst)]
         if start[e.dst] < end[e.src] + delay:
             errors.append(
                 f"edge {e.src} -> {e.dst}: start {start[e.dst]} < end {end[e.src]} + "

@@ -109,16 +109,21 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
     frag_ids = {key: graph.add_fragment(key[0], frag_bytes[key])
                 for key in sorted(frag_bytes, key=lambda k: (*k[:3], k[3] or ((), ())))}
     for inst in proj.instances:
-        per_producer: dict[int, int] = {}
+        reads: dict[int, int] = {}
         for use in inst.uses:
             for p in use.pieces:
                 if p.producer == inst.id:
                     continue
                 fid = frag_ids[fragment_key(p)]
-                if fid not in graph.reads[inst.id]:
-                    graph.add_read(inst.id, fid)
-                    per_producer[p.producer] = per_producer.get(p.producer, 0) + \
-                        _bytes(p.fragment)
+                # a crop of a local value is copied out, then inserted (materialize.gather)
+                twice = p.crop is not None and not (len(use.pieces) == 1 and p.box == use.box)
+                reads[fid] = reads.get(fid, 0) + \
+                    (target.local_copy_ns(_bytes(p.fragment)) if twice else 0)
+        per_producer: dict[int, int] = {}
+        for fid, local_ns in reads.items():
+            graph.add_read(inst.id, fid, local_ns)
+            frag = graph.fragments[fid]
+            per_producer[frag.producer] = per_producer.get(frag.producer, 0) + frag.bytes
         for u, nbytes in sorted(per_producer.items()):
             graph.add_edge(u, inst.id, nbytes)
     graph.freeze()

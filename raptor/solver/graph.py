@@ -16,7 +16,7 @@ A graph without declared fragments gets one per edge (every edge its own message
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -69,6 +69,10 @@ class ComputeGraph:
     fragments: list[Fragment] = field(default_factory=list)
     reads: list[list[int]] = field(default_factory=list)
     """Fragment ids each task reads (filled per edge by freeze() when none were declared)."""
+    local_reads: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    """task -> (fragment, ns): extra work when the fragment's producer runs on the task's
+    own core (a local value cropped, then inserted: two copies where a received crop needs
+    one). See :meth:`durations`."""
     _frozen: bool = field(default=False, repr=False)
     # Filled by freeze(): adjacency as (neighbour, bytes) lists and a topological order.
     preds: list[list[tuple[int, int]]] = field(default_factory=list, repr=False)
@@ -109,15 +113,36 @@ class ComputeGraph:
         self.fragments.append(Fragment(producer, nbytes))
         return len(self.fragments) - 1
 
-    def add_read(self, task: int, fragment: int) -> None:
-        """``task`` reads ``fragment`` (an edge from its producer must exist by freeze())."""
+    def add_read(self, task: int, fragment: int, local_ns: int = 0) -> None:
+        """``task`` reads ``fragment`` (an edge from its producer must exist by freeze());
+        ``local_ns``: its extra work when the producer runs on the same core."""
         if self._frozen:
             raise GraphError("graph is frozen")
         if not 0 <= fragment < len(self.fragments) or not 0 <= task < len(self.tasks):
             raise GraphError(f"read of fragment {fragment} by task {task} names nothing")
         if self.fragments[fragment].producer == task:
             raise GraphError(f"task {task} reads its own fragment {fragment}")
+        if local_ns < 0:
+            raise GraphError(f"task {task}: negative local read cost {local_ns}")
         self.reads[task].append(fragment)
+        if local_ns:
+            self.local_reads.setdefault(task, []).append((fragment, local_ns))
+
+    def durations(self, core_of: Sequence[int]) -> list[int]:
+        """Each task's run time under a placement: its cost plus its local reads' extra."""
+        out = self.costs()
+        frags = self.fragments
+        for t, extra in self.local_reads.items():
+            p = core_of[t]
+            out[t] += sum(ns for f, ns in extra if core_of[frags[f].producer] == p)
+        return out
+
+    def max_durations(self) -> list[int]:
+        """Each task's longest run time under any placement (every local read local)."""
+        out = self.costs()
+        for t, extra in self.local_reads.items():
+            out[t] += sum(ns for _, ns in extra)
+        return out
 
     def add_edge(self, src: int, dst: int, nbytes: int = 0) -> None:
         if self._frozen:
@@ -177,6 +202,17 @@ class ComputeGraph:
                 u = self.fragments[f].producer
                 if (u, t) not in pairs:
                     raise GraphError(f"task {t} reads fragment {f} of task {u} without an edge")
+
+    def largest_message(self) -> dict[tuple[int, int], int]:
+        """Per edge (u, v), the bytes of the largest fragment of u that v reads: without
+        contention, v can start that long (plus hops) after u ends on another core."""
+        self.freeze()
+        out = {(e.src, e.dst): 0 for e in self.edges}
+        for t, frags in enumerate(self.reads):
+            for f in frags:
+                key = (self.fragments[f].producer, t)
+                out[key] = max(out[key], self.fragments[f].bytes)
+        return out
 
     def _find_cycle(self, remaining: list[int]) -> list[int]:
         # Every task left after Kahn's algorithm has a remaining predecessor: walk backwards
