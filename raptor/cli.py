@@ -347,15 +347,19 @@ def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> Non
         f"{k} {v}" + (" (selected)" if k == rep["layout_selector"] else "")
         for k, v in costs.items()))
     table = Table(title=f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns)")
-    cols = ["solver", "estimate ns", "ideal sim ns", "simulated ns", "bound ns",
-            "gap to bound", "status", "solve s", "cores", "crossbars", "numerics"]
+    cols = ["solver", "estimate ns", "simulated ns", "ideal sim ns", "solver bound ns",
+            "lower bound ns", "gap to lower bound", "status", "solve s", "cores", "crossbars",
+            "numerics"]
     for c in cols:
-        table.add_column(c, justify="left" if c in ("solver", "status", "numerics")
-                         else "right")
+        table.add_column(c, justify="left" if c in ("solver", "status", "numerics",
+                                                     "solver bound ns") else "right")
     for run in solved.runs:
         s = rep["schedules"][run.name]
-        bound = s["bound_ns"] if s["bound_ns"] is not None else rep["lower_bound_ns"]
+        bound = rep["lower_bound_ns"]
         gap = f"{(s['estimate_ns'] - bound) / bound:.1%}" if bound else "-"
+        own = "-" if s["bound_ns"] is None or run.name == "peft" else (
+            f"{s['bound_ns']:,}" + ("" if s["bound_of"] == "problem"
+                                    else f" ({run.result.model} only)"))
         num = s["numerics"]
         check = "-" if num is None else ("ok" if num["ok"] else "MISMATCH") + \
             f" ({num['max_abs_error']:.1e})"
@@ -363,11 +367,15 @@ def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> Non
             check = "sim failed"
         if not s["valid"]:
             check = "INVALID"
-        table.add_row(run.name, _fmt_ns(s["estimate_ns"]), _fmt_ns(s["ideal_simulated_ns"]),
-                      _fmt_ns(s["simulated_ns"]),
-                      _fmt_ns(s["bound_ns"]), gap, s["status"], f"{s['solve_seconds']:.2f}",
+        table.add_row(run.name, _fmt_ns(s["estimate_ns"]), _fmt_ns(s["simulated_ns"]),
+                      _fmt_ns(s["ideal_simulated_ns"]), own, _fmt_ns(bound), gap,
+                      s["status"].split()[0], f"{s['solve_seconds']:.2f}",
                       str(s["cores_used"]), str(rep["crossbars"]), check)
     out.print(table)
+    for run in solved.runs:
+        s = rep["schedules"][run.name]
+        if s["status"] != s["status"].split()[0]:
+            out.print(f"{run.name}: {s['status']}", markup=False)
     out.print(f"wrote {out_dir}/: report.json, gantt.<solver>.svg, scheduled.<solver>.spat"
               + (", trace.<solver>.json, outputs.<solver>.npz" if any(r.sim for r in
                                                                    solved.runs) else ""))

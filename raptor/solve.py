@@ -226,10 +226,19 @@ def _communication(run: ScheduleRun) -> dict[str, Any]:
     return out
 
 
+def _bound_of(res: MergeScheduleResult) -> str:
+    """What a schedule's ``bound_ns`` bounds: the problem (PEFT reports the problem's lower
+    bound; CP-SAT's full model relaxes the problem), or only a restricted CP-SAT model."""
+    if res.solver != "cpsat" or res.model in ("", "full"):
+        return "problem"
+    return f"{res.model} model only (not a bound of the problem)"
+
+
 def report(s: Solved) -> dict[str, Any]:
     """report.json (ARCHITECTURE.md §9 plus layouts, rules and per-schedule detail)."""
     g = s.build.graph
     sel = s.compiled.selection
+    lb = s.bounds.makespan_ns
     schedules: dict[str, Any] = {}
     for run in s.runs:
         res = run.result
@@ -251,6 +260,8 @@ def report(s: Solved) -> dict[str, Any]:
             "solve_seconds": round(res.solve_seconds, 4),
             "status": res.status,
             "bound_ns": res.bound_ns,
+            "bound_of": _bound_of(res),
+            "gap_to_lower_bound": round((run.estimate_ns - lb) / lb, 4) if lb else None,
             "model": res.model,
             "cores_used": run.cores_used,
             "scheduled_computes": sum(1 for op in run.scheduled.walk()
@@ -274,6 +285,8 @@ def report(s: Solved) -> dict[str, Any]:
         "lower_bound_ns": s.bounds.makespan_ns,
         "lower_bounds": {"critical_path_ns": s.bounds.critical_path_ns,
                          "work_per_core_ns": s.bounds.work_per_core_ns,
+                         "fan_in_ns": s.bounds.fan_in_ns,
+                         "shared_memory_ns": s.bounds.shared_memory_ns,
                          "min_cores": s.bounds.min_cores},
         "mvms": s.build.mvms,
         "inputs": s.input_source,

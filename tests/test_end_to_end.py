@@ -36,10 +36,8 @@ def test_both_schedules_validate_and_compute_the_reference(solved: Solved) -> No
         assert run.ideal_estimate_ns >= solved.bounds.makespan_ns
     peft, cp = solved.runs
     assert peft.result.status == "HEURISTIC"
-    # a short limit with one worker may end before CP-SAT reports any solution: it then
-    # says so and returns the heuristic schedule
-    assert cp.result.status in ("OPTIMAL", "FEASIBLE") or "PEFT schedule returned" in \
-        cp.result.status
+    # the verified complete hint is CP-SAT's first solution, so it always reports one
+    assert cp.result.status.split()[0] in ("OPTIMAL", "FEASIBLE"), cp.result.status
     assert cp.estimate_ns <= peft.estimate_ns
     assert cp.result.bound_ns is not None and cp.result.bound_ns <= cp.estimate_ns
 

@@ -21,7 +21,8 @@ from raptor.solver import (
 from raptor.solver.generate import random_layered_dag
 from raptor.target import Target
 
-FAST = CpSatOptions(time_limit=20.0, num_workers=2, seed=1)
+FAST = CpSatOptions(time_limit=20.0, num_workers=2, seed=1, injection=False)
+"""The free-link model the brute force below enumerates."""
 
 
 @st.composite
@@ -108,10 +109,10 @@ def test_heuristics_and_cpsat_valid_and_bounded(inst: tuple[ComputeGraph, Target
         assert r.makespan_ns >= lb.critical_path_ns
         assert r.makespan_ns >= lb.work_per_core_ns
         assert r.summary["cores_used"] >= lb.min_cores
-    assert cp.makespan_ns <= peft.makespan_ns
-    assert cp.status == "OPTIMAL"
-    assert cp.bound_ns is not None and cp.bound_ns <= cp.makespan_ns
-    assert cp.makespan_ns == brute_force(g, target)
+    assert cp.estimate_ns <= peft.estimate_ns  # never worse than its hint, as judged
+    assert cp.status.startswith("OPTIMAL")
+    assert cp.objective_ns == cp.bound_ns == brute_force(g, target)
+    assert cp.bound_ns <= cp.makespan_ns
 
 
 def test_lane_symmetry_keeps_the_optimum() -> None:
@@ -120,9 +121,9 @@ def test_lane_symmetry_keeps_the_optimum() -> None:
                            bytes_range=(8, 64), symmetric=True)
     with_sym = cpsat_schedule(g, target, FAST)
     without = cpsat_schedule(g, target, CpSatOptions(time_limit=20, num_workers=2,
-                                                     lane_symmetry=False))
-    assert with_sym.status == without.status == "OPTIMAL"
-    assert with_sym.makespan_ns == without.makespan_ns == brute_force(g, target)
+                                                     lane_symmetry=False, injection=False))
+    assert with_sym.status.startswith("OPTIMAL") and without.status.startswith("OPTIMAL")
+    assert with_sym.objective_ns == without.objective_ns == brute_force(g, target)
 
 
 def test_capacity_error_reports_numbers() -> None:
