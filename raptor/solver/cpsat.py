@@ -64,11 +64,12 @@ from raptor.solver.peft import check_capacity, peft_schedule
 from raptor.solver.schedule import MergeScheduleResult, core_order
 from raptor.target import Target
 
-DET_PER_SECOND = 0.1
+DET_PER_SECOND = 0.05
 """Units of CP-SAT's deterministic time per second of ``CpSatOptions.time_limit``. CP-SAT
-aims at one unit per second, but on these scheduling models its counter advances about
-0.13 units per CPU second (OR-Tools 9.15, this machine), so a unit per second would make
-``--time-limit 10`` a search of over a minute."""
+aims at one unit per second, but on these scheduling models its counter advanced 0.05-0.35
+units per CPU second (OR-Tools 9.15, this machine; the least on the full 64-core models of
+the smallest graphs, whose search is mostly the LP), so a unit per second would make
+``--time-limit 10`` a search of minutes."""
 
 _STATUS = {
     cp_model.OPTIMAL: "OPTIMAL",
@@ -83,8 +84,8 @@ _STATUS = {
 class CpSatOptions:
     time_limit: float = 10.0
     """Search limit in seconds. A deterministic search spends ``DET_PER_SECOND`` units of
-    CP-SAT's deterministic time per second, which is about that many seconds of a 2-core
-    machine on these models (measured: 0.13–0.14 units per CPU second)."""
+    CP-SAT's deterministic time per second of it, which takes roughly that long on an idle
+    2-core machine (see DET_PER_SECOND)."""
     num_workers: int = 2
     seed: int = 0
     max_full_pairs: int = 4096
