@@ -127,3 +127,31 @@ def test_dense_values_travel_as_regions() -> None:
     assert regions, "dense consumers should receive regions"
     for op in regions:
         assert op.message is not None and op.message.numel < op.value.type.numel  # type: ignore[union-attr]
+
+
+def _untimed(obj: object) -> object:
+    """A report without its wall-clock figures (fields and the seconds quoted in texts)."""
+    import re
+
+    timing = {"seconds", "solve_seconds", "wall_time_s", "compile_time_s"}
+    if isinstance(obj, dict):
+        return {k: _untimed(v) for k, v in obj.items() if k not in timing}
+    if isinstance(obj, list):
+        return [_untimed(v) for v in obj]
+    if isinstance(obj, str):
+        return re.sub(r"\d+(\.\d+)? s\b", "<t> s", obj)
+    return obj
+
+
+def test_identical_reruns() -> None:
+    """The same solve twice gives the same report apart from timing: PEFT is deterministic,
+    CP-SAT searches interleaved under a deterministic limit (also with another worker
+    count), materialization and the simulator are deterministic."""
+    from raptor.solve import report
+
+    target = load_target("default")
+    reps = [report(solve(EXAMPLES / "resnet_block.onnx", target,
+                         SolveOptions(solver="both", time_limit=2.0, workers=w, seed=0,
+                                      sim=SimOptions(trace=False))))
+            for w in (2, 2, 1)]
+    assert _untimed(reps[0]) == _untimed(reps[1]) == _untimed(reps[2])

@@ -71,6 +71,8 @@ units per CPU second (OR-Tools 9.15, this machine; the least on the full 64-core
 the smallest graphs, whose search is mostly the LP), so a unit per second would make
 ``--time-limit 10`` a search of minutes."""
 
+INTERLEAVE_BATCH = 2
+
 _STATUS = {
     cp_model.OPTIMAL: "OPTIMAL",
     cp_model.FEASIBLE: "FEASIBLE",
@@ -406,9 +408,10 @@ class _Model:
             prm.max_presolve_iterations = 1
         if opts.deterministic:
             prm.interleave_search = True
-            # one task per worker between synchronisations: with CP-SAT's default batch the
-            # search overshot its deterministic limit fourfold on the examples
-            prm.interleave_batch_size = opts.num_workers
+            # two tasks between synchronisations, whatever the worker count (so that it does
+            # not change the result): with CP-SAT's default batch the search overshot its
+            # deterministic limit fourfold on the examples
+            prm.interleave_batch_size = INTERLEAVE_BATCH
             prm.max_deterministic_time = limit * DET_PER_SECOND
             prm.max_time_in_seconds = limit * opts.wall_factor
         else:
