@@ -428,8 +428,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--solver", choices=SOLVERS, default="both",
                    help="peft (heuristic), cpsat (optimal or best found), or both (default)")
     s.add_argument("--time-limit", type=_positive(float), default=10.0, metavar="S",
-                   help="CP-SAT time limit in seconds (default 10); on time-out the best "
-                   "schedule found is used, or the heuristic one if none")
+                   help="CP-SAT search limit (default 10): a deterministic work budget "
+                   "of about S seconds on an idle 2-core machine, so reruns are identical; "
+                   "the best schedule found is used if it beats the heuristic one under the "
+                   "communication model, else the heuristic one")
     s.add_argument("--workers", type=_positive(int), default=2, metavar="N",
                    help="CP-SAT worker threads (default 2)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")

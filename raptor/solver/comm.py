@@ -54,7 +54,9 @@ class Network:
         self.hop_ns = target.ns(target.hop_cycles)
         self.num_links = 4 * self.P
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._messages: dict[tuple[int, int, int], tuple[tuple[int, ...], int, int]] = {}
+        self._flits: dict[int, tuple[int, int]] = {}
+        clock = target.clock_fraction
+        self._num, self._den = clock.numerator, clock.denominator
 
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """Directed links (``core * 4 + direction``) from ``src`` to ``dst``: the row first,
@@ -83,12 +85,18 @@ class Network:
 
     def message(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
         """(route, serialisation ns, free-link transfer ns) of a message, cached."""
-        key = (src, dst, nbytes)
-        got = self._messages.get(key)
-        if got is None:
-            got = self._messages[key] = (self.route(src, dst), self.ser_ns(nbytes),
-                                         self.transfer_ns(nbytes, src, dst))
-        return got
+        links = self._routes.get((src, dst))
+        if links is None:
+            links = self.route(src, dst)
+        flits = self._flits.get(nbytes)
+        if flits is None:
+            t = self.target
+            cycles = -(-nbytes // t.flit_bytes) * t.flit_cycles
+            flits = self._flits[nbytes] = (cycles, t.ns(cycles))
+        if not links:
+            return links, flits[1], 0
+        cycles = len(links) * self.target.hop_cycles + flits[0]
+        return links, flits[1], -(-cycles * self._den // self._num)  # Target.transfer_ns
 
     def ser_ns(self, nbytes: int) -> int:
         """How long one message occupies each link of its route."""
@@ -157,11 +165,15 @@ class LinkPlanner:
             return inject
         hop = self.net.hop_ns
         head = inject - hop
-        fit, reserve = self.links.fit, self.links.reserve
+        tl = self.links
+        ends_of = tl.ends
         for link in links:
-            head = fit(link, head + hop, ser)
+            head += hop
+            ends = ends_of[link]
+            if ends and ends[-1] > head:  # the link is busy at some point after head
+                head = tl.fit(link, head, ser)
             if commit:
-                reserve(link, head, ser)
+                tl.reserve(link, head, ser)
         return transfer + head - (len(links) - 1) * hop
 
 

@@ -353,6 +353,8 @@ class _ListScheduler:
         for f, frag in enumerate(graph.fragments):
             self.produces[frag.producer].append(f)
         self.frag_flits = [mesh.flit_cycles(frag.bytes) for frag in graph.fragments]
+        self.frag_producer = [frag.producer for frag in graph.fragments]
+        self.frag_bytes = [frag.bytes for frag in graph.fragments]
 
         self._rows: dict[tuple[int, int], IntArray] = {}
         self.all_cores = np.ones(P, dtype=np.bool_)
@@ -473,17 +475,17 @@ class _ListScheduler:
     def exact_ready(self, t: int, p: int, commit: bool) -> int:
         """Data-ready time of t on p with its new messages reserved on the links."""
         ready = 0
-        g = self.g
-        for f in g.reads[t]:
-            held = self.holders[f]
+        holders, producer, nbytes = self.holders, self.frag_producer, self.frag_bytes
+        for f in self.g.reads[t]:
+            held = holders[f]
             a = held.get(p)
             if a is None:
-                u = g.fragments[f].producer
-                a = self.links.arrival(self.core_of[u], p, g.fragments[f].bytes, self.end[u],
-                                       commit)
+                u = producer[f]
+                a = self.links.arrival(self.core_of[u], p, nbytes[f], self.end[u], commit)
                 if commit:
                     held[p] = a
-            ready = max(ready, a)
+            if a > ready:
+                ready = a
         return ready
 
     def slot(self, t: int, p: int, ready: int) -> int:
