@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -369,7 +370,8 @@ def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> Non
             check = "INVALID"
         table.add_row(run.name, _fmt_ns(s["estimate_ns"]), _fmt_ns(s["simulated_ns"]),
                       _fmt_ns(s["ideal_simulated_ns"]), own, _fmt_ns(bound), gap,
-                      s["status"].split()[0], f"{s['solve_seconds']:.2f}",
+                      re.split(r"[:(;]| after ", s["status"])[0].strip(),
+                      f"{s['solve_seconds']:.2f}",
                       str(s["cores_used"]), str(rep["crossbars"]), check)
     out.print(table)
     for run in solved.runs:

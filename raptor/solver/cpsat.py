@@ -436,10 +436,12 @@ class _Model:
 def _fallback(graph: ComputeGraph, target: Target, initial: MergeScheduleResult, status: str,
               seconds: float, model: str, notes: list[str], bound: int | None = None,
               objective: int | None = None) -> MergeScheduleResult:
-    """The initial schedule, with what CP-SAT found (its bound, its best objective)."""
+    """The initial schedule, with what CP-SAT found (its bound, its best objective; a bound
+    of -1: none, the search did not run)."""
     return MergeScheduleResult.build(
         graph, target, initial.core_of, initial.start_ns, solver="cpsat", status=status,
-        bound_ns=initial.bound_ns if bound is None else bound, objective_ns=objective,
+        bound_ns=None if bound == -1 else initial.bound_ns if bound is None else bound,
+        objective_ns=objective,
         solve_seconds=seconds, model=model, notes=notes)
 
 
@@ -464,7 +466,7 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
         return _fallback(graph, target, initial,
                          f"NOT RUN (the {model_name} model has {pairs} task-core pairs, more "
                          f"than max_model_pairs={opts.max_model_pairs}; PEFT schedule returned)",
-                         time.perf_counter() - t0, model_name, [])
+                         time.perf_counter() - t0, model_name, [], bound=-1)
     data = _Data.build(graph, target, initial, cands, model_name, opts)
     model = _Model(data, opts.injection)
     notes = []
