@@ -84,7 +84,8 @@ class Network:
         return core, core + step
 
     def message(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
-        """(route, serialisation ns, free-link transfer ns) of a message, cached."""
+        """(route, serialisation ns — how long it holds each link —, free-link transfer ns,
+        i.e. ``Target.transfer_ns``) of a message."""
         links = self._routes.get((src, dst))
         if links is None:
             links = self.route(src, dst)
@@ -97,15 +98,6 @@ class Network:
             return links, flits[1], 0
         cycles = len(links) * self.target.hop_cycles + flits[0]
         return links, flits[1], -(-cycles * self._den // self._num)  # Target.transfer_ns
-
-    def ser_ns(self, nbytes: int) -> int:
-        """How long one message occupies each link of its route."""
-        t = self.target
-        return t.ns(-(-nbytes // t.flit_bytes) * t.flit_cycles)
-
-    def transfer_ns(self, nbytes: int, src: int, dst: int) -> int:
-        """Free-link transfer time (0 on one core): ``Target.transfer_ns``."""
-        return self.target.transfer_ns(nbytes, src, dst)
 
 
 class Timelines:
@@ -144,9 +136,6 @@ class Timelines:
             del starts[i], ends[i]
         starts.insert(i, s)
         ends.insert(i, e)
-
-    def busy(self, r: int) -> int:
-        return sum(e - s for s, e in zip(self.starts[r], self.ends[r], strict=True))
 
 
 class LinkPlanner:
