@@ -418,8 +418,9 @@ class _Model:
             prm.max_time_in_seconds = limit
         return solver
 
-    def check_hint(self, opts: CpSatOptions) -> tuple[bool, str]:
-        """Solve with every hinted value fixed: is the hint a solution of this model?"""
+    def check_hint(self, opts: CpSatOptions) -> tuple[bool | None, str]:
+        """Solve with every hinted value fixed: is the hint a solution of this model?
+        (True / False, or None when the check ran out of time.)"""
         solver = self.solver(opts, opts.hint_check_limit)
         solver.parameters.fix_variables_to_their_hinted_value = True
         solver.parameters.stop_after_first_solution = True
@@ -430,7 +431,7 @@ class _Model:
             return True, f"hint verified in {took:.1f} s"
         if code == cp_model.INFEASIBLE:
             return False, f"the hint violates the model (checked in {took:.1f} s)"
-        return False, f"the hint could not be checked within {took:.1f} s"
+        return None, f"the hint could not be checked within {took:.1f} s"
 
 
 def _fallback(graph: ComputeGraph, target: Target, initial: MergeScheduleResult, status: str,
@@ -474,7 +475,7 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
         notes.append(f"bound holds for the {model_name} candidate-core model only")
     hint_ok, hint_note = model.check_hint(opts)
     notes.append(hint_note)
-    if not hint_ok:
+    if hint_ok is False:  # a hint that breaks the model only misleads the search
         model.m.clear_hints()
     solver = model.solver(opts, opts.time_limit)
     t1 = time.perf_counter()
