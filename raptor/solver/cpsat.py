@@ -16,22 +16,24 @@ The work is split data -> variables -> constraints -> objective -> solve -> extr
   ``num·(s_v − e_u) ≥ den·(flit_cycles·(1 − same) + hop_cycles·(dr + dc))`` with the clock
   num/den GHz — exactly ``s_v ≥ e_u + transfer_ns`` in O(candidates) per edge; the graph
   outputs' shared-memory stores one at a time chip-wide (exact: one NoOverlap over the
-  last ``shared_ns`` of those tasks); and, aggregated, the mesh's link time: the total
-  bytes × hops of the cross-core edges may not exceed the hint's, so that the solver does
-  not buy compute overlap with link contention it cannot see. Per-link cut-through
-  contention with one message per destination core is not in the model (it would need
-  variables per fragment, destination and link); :func:`raptor.solver.comm.replay` judges
-  every solution with it, and a solution that replays slower than the hint is not
-  returned. Crossbar capacity: tile-presence literals ``y[w,p] ≥ x[t,p]``,
-  Σ_w y[w,p] ≤ crossbars_per_core, only where the candidate tiles could overflow.
+  last ``shared_ns`` of those tasks); and, aggregated, the links: per core, the messages
+  leaving it fit its outgoing links within the makespan (``injection``; a relaxation, so
+  the full model's bound stays a bound of the problem). Per-link cut-through contention is
+  not in the model: with one message per fragment and destination core and a route per
+  pair of placements it needs an interval per (fragment, source, destination, link) —
+  about 290,000 for the 15-task MLP's full model on 64 cores — so it is never "small".
+  :func:`raptor.solver.comm.replay` judges every solution with it instead, and a solution
+  that replays slower than its hint is not returned. Crossbar capacity: tile-presence
+  literals ``y[w,p] ≥ x[t,p]``, Σ_w y[w,p] ≤ crossbars_per_core, only where the candidate
+  tiles could overflow.
 * **Objective**: the makespan; the hint is given complete.
 * **Solve**: the hint is first checked against the model (all its values fixed, a short
   search: NOTES measured 0.2 s on a 604-task CNN) so that a rejected hint is reported, not
   silently lost. Presolve probing is off (``cp_model_probing_level: 0``: on that CNN
   probing took 29 s before any search and the solver returned UNKNOWN although the hint
   was feasible). By default the search is deterministic: CP-SAT's interleaved search with a
-  limit in *deterministic* time (its work counter, close to seconds on an idle machine), so
-  the same command gives the same schedule whatever the load and the worker count; a
+  limit in *deterministic* time (its work counter; see ``DET_PER_SECOND``), so the same
+  command gives the same schedule whatever the load and the worker count; a
   wall-clock limit of ``wall_factor`` × the limit stops it on a very slow machine, and the
   status then says that the result may differ between runs.
 * **Extract**: placement and per-core order, ASAP retimed (never later, and canonical for
