@@ -54,6 +54,7 @@ holds for that restricted problem (the report prints the problem's lower bound b
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -436,16 +437,15 @@ class _Model:
         return None, f"the hint could not be checked within {took:.1f} s"
 
 
-def _fallback(graph: ComputeGraph, target: Target, initial: MergeScheduleResult, status: str,
-              seconds: float, model: str, notes: list[str], bound: int | None = None,
-              objective: int | None = None) -> MergeScheduleResult:
+def _fallback(initial: MergeScheduleResult, status: str, seconds: float, model: str,
+              notes: list[str], bound: int | None = None, objective: int | None = None
+              ) -> MergeScheduleResult:
     """The initial schedule, with what CP-SAT found (its bound, its best objective; a bound
     of -1: none, the search did not run)."""
-    return MergeScheduleResult.build(
-        graph, target, initial.core_of, initial.start_ns, solver="cpsat", status=status,
+    return dataclasses.replace(
+        initial, solver="cpsat", status=status,
         bound_ns=None if bound == -1 else initial.bound_ns if bound is None else bound,
-        objective_ns=objective,
-        solve_seconds=seconds, model=model, notes=notes)
+        objective_ns=objective, solve_seconds=seconds, model=model, notes=list(notes))
 
 
 def _limit_words(opts: CpSatOptions) -> str:
@@ -466,7 +466,7 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
     cands, model_name = candidate_cores(graph, target, initial, opts)
     pairs = sum(len(c) for c in cands)
     if pairs > opts.max_model_pairs:
-        return _fallback(graph, target, initial,
+        return _fallback(initial,
                          f"NOT RUN (the {model_name} model has {pairs} task-core pairs, more "
                          f"than max_model_pairs={opts.max_model_pairs}; PEFT schedule returned)",
                          time.perf_counter() - t0, model_name, [], bound=-1)
@@ -491,13 +491,13 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
             + ("; stopped by the wall-clock limit, so a rerun may differ" if stopped else ""))
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         why = "its hint was verified feasible" if hint_ok else hint_note
-        return _fallback(graph, target, initial,
+        return _fallback(initial,
                          f"{word}: no solution registered {when}, limit {_limit_words(opts)}; "
                          f"{why}; the PEFT schedule is returned", elapsed, model_name, notes,
                          int(solver.best_objective_bound))
     result = _extract(model, solver, f"{word} {when}", elapsed, notes)
     if result.estimate_ns > initial.estimate_ns:
-        return _fallback(graph, target, initial,
+        return _fallback(initial,
                          f"{word} {when}; its best plan ({result.makespan_ns:,} ns) replays at "
                          f"{result.estimate_ns:,} ns under the communication model, the PEFT "
                          f"schedule at {initial.estimate_ns:,} ns, which is returned",

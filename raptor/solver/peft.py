@@ -65,11 +65,11 @@ import time
 
 import numpy as np
 
-from raptor.solver.comm import LinkPlanner, Network, Timelines, replay
+from raptor.solver.comm import LinkPlanner, Network, Timelines
 from raptor.solver.evaluate import lower_bounds
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import INF, BoolArray, IntArray, Mesh
-from raptor.solver.schedule import MergeScheduleResult, core_order
+from raptor.solver.schedule import MergeScheduleResult
 from raptor.target import Target
 
 PACK_DEVIATIONS = 16
@@ -556,11 +556,13 @@ def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool) -> Merg
     mesh = Mesh(target)
     tiles = _Tiles(graph)
     notes: list[str] = []
-    runs: list[tuple[int, list[int], list[int]]] = []
+    runs: list[MergeScheduleResult] = []
+    name = "peft" if lookahead else "eft"
+    bound = lower_bounds(graph, target).makespan_ns
 
     def keep(core_of: list[int], start: list[int]) -> None:
-        order = core_order(graph, target, core_of, start)
-        runs.append((replay(graph, target, core_of, order, start).makespan_ns, core_of, start))
+        runs.append(MergeScheduleResult.build(graph, target, core_of, start, solver=name,
+                                              status="HEURISTIC", bound_ns=bound))
 
     try:
         keep(*_ListScheduler(graph, target, mesh, tiles, lookahead, None).run())
@@ -568,19 +570,16 @@ def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool) -> Merg
         notes.append(f"capacity fallback: greedy placement found no room for task {exc.task}")
     # Under crossbar pressure greedy replication strands later tasks on the few cores that
     # hold their tiles; a work-balanced packing decided up front often schedules better, so
-    # both are tried when the tiles fill at least half of the chip.
+    # both are tried when the tiles fill at least half of the chip (the better estimate wins).
     if not runs or 2 * tiles.count >= target.crossbar_capacity:
         keep(*_ListScheduler(graph, target, mesh, tiles, lookahead,
                              pack_tiles(graph, target)).run())
-        if len(runs) == 1 or runs[1][0] < runs[0][0]:
+        if len(runs) == 1 or runs[1].estimate_ns < runs[0].estimate_ns:
             notes.append("scheduled on a packed residency (largest-weight-first, reuse-first)")
-    _, core_of, start = min(runs, key=lambda r: r[0])
-    name = "peft" if lookahead else "eft"
-    return MergeScheduleResult.build(
-        graph, target, core_of, start, solver=name, status="HEURISTIC",
-        bound_ns=lower_bounds(graph, target).makespan_ns,
-        solve_seconds=time.perf_counter() - t0, notes=notes,
-    )
+    best = min(runs, key=lambda r: r.estimate_ns)
+    best.notes = notes
+    best.solve_seconds = time.perf_counter() - t0
+    return best
 
 
 def peft_schedule(graph: ComputeGraph, target: Target) -> MergeScheduleResult:
