@@ -490,11 +490,15 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
     when = (f"after {searched:.1f} s of search ({det:.2f} units of deterministic time)"
             + ("; stopped by the wall-clock limit, so a rerun may differ" if stopped else ""))
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        why = "its hint was verified feasible" if hint_ok else hint_note
+        # The check above is a CP-SAT solve that accepted the hint: a verified hint is a
+        # solution of the model even when the search (presolve first) ends before it
+        # registers one of its own.
+        head = "FEASIBLE (the verified hint)" if hint_ok else word
         return _fallback(initial,
-                         f"{word}: no solution registered {when}, limit {_limit_words(opts)}; "
-                         f"{why}; the PEFT schedule is returned", elapsed, model_name, notes,
-                         int(solver.best_objective_bound))
+                         f"{head}: the search registered no solution of its own {when}, "
+                         f"limit {_limit_words(opts)}; {hint_note}; the PEFT schedule is returned",
+                         elapsed, model_name, notes, int(solver.best_objective_bound),
+                         initial.makespan_ns if hint_ok else None)
     result = _extract(model, solver, f"{word} {when}", elapsed, notes)
     if result.estimate_ns > initial.estimate_ns:
         return _fallback(initial,

@@ -61,3 +61,13 @@ def test_status_says_when_the_hint_is_kept() -> None:
     assert word in ("OPTIMAL", "FEASIBLE") and "units of deterministic time" in r.status
     if r.core_of == peft.core_of:
         assert "which is returned" in r.status or r.estimate_ns == peft.estimate_ns
+
+
+def test_a_search_that_ends_before_any_solution_returns_the_verified_hint() -> None:
+    g = random_layered_dag(40, seed=2, width=6)
+    peft = peft_schedule(g, MESH)
+    r = cpsat_schedule(g, MESH, CpSatOptions(time_limit=1e-6), initial=peft)
+    assert r.status.startswith("FEASIBLE (the verified hint): the search registered no "
+                               "solution of its own")
+    assert r.core_of == peft.core_of and r.objective_ns == peft.makespan_ns
+    assert "hint verified" in r.status
