@@ -30,7 +30,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.models import resnet18
-from raptor.export import export_pimsim, write_export
+from raptor.export import export_pimsim, pimsim_order, write_export
 from raptor.export.runner import PimsimError, chiptest, run_chiptest
 from raptor.gc_pause import collector_paused
 from raptor.sim import SimOptions, Simulator
@@ -80,8 +80,9 @@ def measure(model: Path, target_name: str, binary: str | None, keep: Path,
                cores=sum(1 for p in ex.cores.values() if p.instructions),
                stand_ins=dict(ex.notes))
     t0 = time.perf_counter()
-    rep = Simulator(run.scheduled, target, timings=ex.timings).timing(
-        SimOptions.pimsim(trace=False))
+    with pimsim_order(run.scheduled):
+        mirror = Simulator(run.scheduled, target, timings=ex.timings)
+    rep = mirror.timing(SimOptions.pimsim(trace=False))
     row["model_s"] = time.perf_counter() - t0
     row["model_ns"] = rep.latency_ns
     row["model_blocked"] = sum(c.blocked_ns for c in rep.cores) / max(

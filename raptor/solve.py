@@ -20,8 +20,9 @@ from raptor.passes.layout import select_layouts
 from raptor.passes.materialize import ScheduleView, materialize
 from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.sim import SimError, SimOptions, SimResult, Simulator
+from raptor.sim.program import SEND
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
-from raptor.solver.evaluate import LowerBounds, lower_bounds, retime, validate_schedule
+from raptor.solver.evaluate import LowerBounds, lower_bounds, validate_schedule
 from raptor.solver.from_ir import GraphBuild, build_compute_graph
 from raptor.solver.peft import peft_schedule
 from raptor.solver.schedule import MergeScheduleResult
@@ -53,10 +54,17 @@ class ScheduleRun:
     name: str
     result: MergeScheduleResult
     estimate_ns: int
+    """The communication-aware estimate (`raptor.solver.comm`): what the default simulation
+    should show."""
     violations: list[str]
     scheduled: Module
     scheduled_errors: list[str]
+    ideal_estimate_ns: int = 0
+    """The same order with free links and memory: the ideal simulation of the unmerged
+    program equals it."""
     sim: SimResult | None = None
+    link_busy_ns: list[int] | None = None
+    """Per directed mesh link, the time the simulated messages occupied it."""
     ideal_ns: int | None = None
     """The simulated latency with buffered sends and free links and shared memory."""
     sim_error: str | None = None
@@ -116,16 +124,17 @@ def _quiet(msg: str, /, *, limit_s: float | None = None, incumbent_ns: int | Non
 
 def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild, comp: Compiled,
                   target: Target, print_ir: IRHook | None = None) -> ScheduleRun:
+    """Validate and materialize a schedule in its plan's order (the order and send priorities
+    its communication estimate assumed)."""
     g = solved_build.graph
-    start = retime(g, target, res.core_of, res.core_tasks)
-    end = [start[t] + g.tasks[t].cost_ns for t in range(g.num_tasks)]
     violations = validate_schedule(g, target, res)
     scheduled = materialize(comp.module, solved_build.projection, solved_build.outputs,
-                            ScheduleView(res.core_of, start, end))
+                            ScheduleView(res.core_of, res.start_ns, res.end_ns))
     errors = [str(d) for d in verify_module(scheduled)]
     if print_ir is not None:
         print_ir("materialize", scheduled)
-    run = ScheduleRun(name, res, max(end, default=0), violations, scheduled, errors)
+    run = ScheduleRun(name, res, res.estimate_ns, violations, scheduled, errors,
+                      ideal_estimate_ns=res.summary["completion_ns"])
     if not errors:
         run.memory = plan_memory(scheduled, target)
     return run
@@ -201,6 +210,7 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
                          and r.sim is not None), None)
             if twin is not None:  # same program already simulated
                 run.sim, run.numerics, run.ideal_ns = twin.sim, twin.numerics, twin.ideal_ns
+                run.link_busy_ns = twin.link_busy_ns
                 continue
             say(f"simulating the {run.name} schedule")
             t0 = time.perf_counter()
@@ -209,6 +219,7 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
                 with np.errstate(all="ignore"):  # NaN/Inf inputs propagate quietly
                     run.sim = sim.run(feeds, opts.sim)
                 run.ideal_ns = sim.timing(SimOptions.ideal(trace=False)).latency_ns
+                run.link_busy_ns = _link_busy(sim, target)
             except SimError as e:  # deadlock, capacity, unmatched channels: per schedule
                 run.sim_error = str(e)
                 continue
@@ -221,10 +232,58 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
                   seconds, layout_costs, list(comp.feeds.bound), notes)
 
 
+def _link_busy(sim: Simulator, target: Target) -> list[int]:
+    """Busy time of every directed mesh link in the simulated run: each message holds each
+    link of its route for its serialisation time."""
+    busy: dict[int, int] = {}
+    for prog in sim.program.cores.values():
+        for ins in prog:
+            if ins.kind == SEND:
+                _, ser, links = ins.route
+                for link in links:
+                    busy[link] = busy.get(link, 0) + ser
+    rows, cols, n = target.mesh_rows, target.mesh_cols, target.num_cores
+    out = []
+    for a in range(n):
+        r, c = divmod(a, cols)
+        for dr, dc in ((0, 1), (0, -1), (1, 0), (-1, 0)):
+            if 0 <= r + dr < rows and 0 <= c + dc < cols:
+                out.append(busy.get(a * n + (r + dr) * cols + c + dc, 0))
+    return out
+
+
+def _communication(run: ScheduleRun) -> dict[str, Any]:
+    """Bytes, messages and link utilization of a schedule: estimated (the communication
+    model) and, when simulated, what the simulator moved."""
+    summ = run.result.summary
+    out: dict[str, Any] = {
+        "estimated": {"bytes_moved": summ["bytes_moved"], "messages": summ["messages"],
+                      "link_utilization": {"max": summ["link_util_max_permille"] / 1000,
+                                           "mean": summ["link_util_mean_permille"] / 1000}},
+        "simulated": None}
+    if run.sim is not None and run.link_busy_ns is not None:
+        span = max(run.sim.report.latency_ns, 1)
+        busy = run.link_busy_ns
+        out["simulated"] = {
+            "bytes_moved": run.sim.report.message_bytes, "messages": run.sim.report.messages,
+            "link_utilization": {"max": round(max(busy, default=0) / span, 4),
+                                 "mean": round(sum(busy) / max(len(busy), 1) / span, 4)}}
+    return out
+
+
+def _bound_of(res: MergeScheduleResult) -> str:
+    """What a schedule's ``bound_ns`` bounds: the problem (PEFT reports the problem's lower
+    bound; CP-SAT's full model relaxes the problem), or only a restricted CP-SAT model."""
+    if res.solver != "cpsat" or res.model in ("", "full"):
+        return "problem"
+    return f"{res.model} model only (not a bound of the problem)"
+
+
 def report(s: Solved) -> dict[str, Any]:
     """report.json (ARCHITECTURE.md §9 plus layouts, rules and per-schedule detail)."""
     g = s.build.graph
     sel = s.compiled.selection
+    lb = s.bounds.makespan_ns
     schedules: dict[str, Any] = {}
     for run in s.runs:
         res = run.result
@@ -237,12 +296,17 @@ def report(s: Solved) -> dict[str, Any]:
                                     for k, (a, r, ok) in run.numerics.items()}}
         schedules[run.name] = {
             "estimate_ns": run.estimate_ns,
+            "ideal_estimate_ns": run.ideal_estimate_ns,
+            "plan_ns": res.makespan_ns,
             "simulated_ns": run.sim.report.latency_ns if run.sim else None,
             "ideal_simulated_ns": run.ideal_ns,
+            "communication": _communication(run),
             "period_ns": None,
             "solve_seconds": round(res.solve_seconds, 4),
             "status": res.status,
             "bound_ns": res.bound_ns,
+            "bound_of": _bound_of(res),
+            "gap_to_lower_bound": round((run.estimate_ns - lb) / lb, 4) if lb else None,
             "model": res.model,
             "cores_used": run.cores_used,
             "scheduled_computes": sum(1 for op in run.scheduled.walk()
@@ -269,6 +333,8 @@ def report(s: Solved) -> dict[str, Any]:
         "lower_bound_ns": s.bounds.makespan_ns,
         "lower_bounds": {"critical_path_ns": s.bounds.critical_path_ns,
                          "work_per_core_ns": s.bounds.work_per_core_ns,
+                         "fan_in_ns": s.bounds.fan_in_ns,
+                         "shared_memory_ns": s.bounds.shared_memory_ns,
                          "min_cores": s.bounds.min_cores},
         "mvms": s.build.mvms,
         "inputs": s.input_source,

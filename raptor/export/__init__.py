@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from raptor.export.chip import ChipError, PimsimChip
+from raptor.export.order import pimsim_order
 from raptor.export.pimsim import Export, ExportError, lower_module
 from raptor.export.validate import validate
 from raptor.fileio import write_text_atomic
@@ -31,7 +32,7 @@ from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.target import Target
 
 __all__ = ["ChipError", "Export", "ExportError", "PimsimChip", "export_pimsim",
-           "write_export"]
+           "pimsim_order", "write_export"]
 
 NOC_FILE = "noc.json"
 
@@ -42,7 +43,8 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     every problem `validate` finds (unless `check` is False). A program that needs more
     local or shared memory than the target has is refused, unless `allow_overflow`: then
     the chip is written with the local memory the program needs (pimsim-nn never checks
-    it) and `Export.overflow` says by how much."""
+    it) and `Export.overflow` says by how much. The programs follow `pimsim_order` (its
+    receives block); simulate the export's timings inside `pimsim_order(module)` too."""
     if plan is None:
         plan = plan_memory(module, target)
     over = plan.over_capacity()
@@ -54,7 +56,8 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
         chip = PimsimChip.of(target, need if need > target.local_memory_bytes else 0)
     except ChipError as e:
         raise ExportError(str(e)) from None
-    export = lower_module(module, plan, chip)
+    with pimsim_order(module):
+        export = lower_module(module, plan, chip)
     export.overflow = over
     if check:
         problems = validate(export)

@@ -16,11 +16,15 @@ message or a consumer; it can only remove copies, so a merged program is never s
 the estimate in the ideal simulation (`merge=False` gives the one-instance-per-compute form
 whose ideal simulation equals the estimate exactly).
 
-Deadlock freedom under blocking (rendezvous) sends: every message gets one global key (the
-producer's estimated end, then a sequence number); each core's program lists its
-communication in key order, sends right after their producer and receives before their
-consumer. The smallest-keyed pending message can then always complete, so no cycle of waits
-forms, whatever the actual timing.
+Communication order. Every receive is posted at the start of its core's program (posting
+costs nothing and never blocks; the consumer waits for the data), so a rendezvous send
+always finds its receive posted and never waits for its partner: blocking cannot cascade
+from core to core, and since nothing but a compute waits (for data whose producer comes
+earlier in the dependency order) no cycle of waits can form, whatever the actual timing.
+Each producer's sends follow it directly, the most urgent first (the earliest planned start
+of a reader on the destination core, then the destination) — the rule of
+`raptor.solver.comm.send_order`, so the scheduler's communication model predicts this
+program. Channel numbers follow the producers' planned ends.
 
 The graph invariant is not imposed on scheduled values (spec, "Scheduled IR exclusion"):
 fragments and Blueprint metadata are resolved here, from the projection, before the graph
@@ -30,6 +34,7 @@ owners are gone.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -180,16 +185,19 @@ class _Materializer:
 
     # -------------------------------------------------------------- messages
     def plan_messages(self) -> None:
-        """One message per (producer fragment, consumer core); keys are global."""
-        needs: set[Message] = set()
+        """One message per (producer fragment, consumer core), numbered by the producer's
+        planned end, then most urgent first (see the module docstring)."""
+        urgency: dict[Message, int] = {}
         for inst in self.proj.instances:
             q = self.s.core_of[inst.id]
+            start = self.s.start[inst.id]
             for use in inst.uses:
                 for p in use.pieces:
                     if self.s.core_of[p.producer] != q:
-                        needs.add((p.producer, p.result, q, _crop_key(p)))
-        self.messages = sorted(needs, key=lambda m: (self.s.end[m[0]], m[0], m[1], m[2],
-                                                     m[3] or ((), ())))
+                        m = (p.producer, p.result, q, _crop_key(p))
+                        urgency[m] = min(urgency.get(m, start), start)
+        self.messages = sorted(urgency, key=lambda m: (self.s.end[m[0]], m[0], urgency[m], m[2],
+                                                       m[1], m[3] or ((), ())))
 
     def piece_value(self, p: Piece, core: int) -> tuple[Value, Piece | None]:
         """The value standing for piece `p` on `core`, and the piece again when only a crop
@@ -343,6 +351,34 @@ class _Materializer:
         flush()
         return out
 
+    def one_local_crop(self, pieces: list[Piece], box: Box, core: int) -> ExtractSliceOp | None:
+        """When every piece is a crop of one value computed on this core, placed by one
+        translation, and the crops add up to at least the box, one slice of that value fills
+        the whole buffer: one copy where crop-then-insert takes two per piece (elements of the
+        box no piece covers are read by nothing, so whatever the slice puts there is fine)."""
+        if not pieces or any(p.crop is None or any(st != 1 for st in p.strides)
+                             for p in pieces):
+            return None
+        p0 = pieces[0]
+        assert p0.crop is not None
+        shift = tuple(o - c for o, c in zip(p0.offsets, p0.crop, strict=True))
+        if any((p.producer, p.result) != (p0.producer, p0.result) or p.crop is None
+               or tuple(o - c for o, c in zip(p.offsets, p.crop, strict=True)) != shift
+               for p in pieces) or self.s.core_of[p0.producer] != core:
+            return None
+        if sum(math.prod(p.sizes) for p in pieces) < math.prod(box.sizes):
+            return None
+        whole, _ = self.piece_value(p0, core)
+        offs = tuple(lo - d for lo, d in zip(box.lo, shift, strict=True))
+        shape = _t(whole).static_shape
+        if any(o < 0 or o + n > m for o, n, m in zip(offs, box.sizes, shape, strict=True)):
+            return None
+        part = Value(_box_type(box, _t(whole)), "buf")
+        op = ExtractSliceOp(whole, part, tuple(map(Affine, offs)), box.sizes,
+                            (1,) * len(box.sizes))
+        part.owner = op
+        return op
+
     @staticmethod
     def mergeable(run: list[Instance]) -> bool:
         first = run[0]
@@ -380,25 +416,29 @@ class _Materializer:
                 gather.append(LoadOp(self.argmap[use.value], buf, tuple(map(Affine, box.lo)),
                                      bt.static_shape, (1,) * bt.rank))
             else:
-                gather.append(EmptyOp(buf))
-                seen: set[tuple[int, int, int, CropKey | None]] = set()
+                pieces: dict[tuple[int, int, int, CropKey | None], Piece] = {}
                 for u in uses:
                     for p in u.pieces:
-                        key = (p.producer, p.result, p.slot, _crop_key(p))
-                        if key in seen:
-                            continue
-                        seen.add(key)
-                        nxt = Value(bt, "buf")
-                        offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, box.lo,
-                                                                      strict=True))
-                        src, crop = self.piece_value(p, core)
-                        if crop is not None:
-                            part = _crop_op(src, crop)
-                            gather.append(part)
-                            src = part.result
-                        gather.append(InsertSliceOp(src, buf, nxt, offs, p.sizes, p.strides))
-                        nxt.owner = gather[-1]
-                        buf = nxt
+                        pieces.setdefault((p.producer, p.result, p.slot, _crop_key(p)), p)
+                whole = self.one_local_crop(list(pieces.values()), box, core)
+                if whole is not None:  # one copy of the box out of a local value
+                    gather.append(whole)
+                    buf = whole.result
+                    pieces = {}
+                else:
+                    gather.append(EmptyOp(buf))
+                for p in pieces.values():
+                    nxt = Value(bt, "buf")
+                    offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, box.lo,
+                                                                  strict=True))
+                    src, crop = self.piece_value(p, core)
+                    if crop is not None:
+                        part = _crop_op(src, crop)
+                        gather.append(part)
+                        src = part.result
+                    gather.append(InsertSliceOp(src, buf, nxt, offs, p.sizes, p.strides))
+                    nxt.owner = gather[-1]
+                    buf = nxt
             ins.append(buf)
             local[use.index] = buf
             shift[in_args[use.index]] = box.lo
@@ -479,7 +519,7 @@ class _Materializer:
                 recv = ChannelReceiveOp(got, p, seq)
                 got.owner = recv
                 self.local[(u, r, q, crop)] = got
-                self.emit(q, key, [recv])
+                self.emit(q, (-1, 0, seq), [recv])  # posted when the program starts
         cores = []
         for core in sorted(self.programs):
             events = sorted(self.programs[core], key=lambda e: e[0])

@@ -29,6 +29,7 @@ from raptor.ir.ops import (
     WeightOp,
 )
 from raptor.ir.types import TensorType
+from raptor.passes.demand import Region, body_demand, extract_source_box
 
 
 class ProjectionError(Exception):
@@ -130,6 +131,7 @@ class Projection:
         self.producer_of: dict[Value, tuple[ComputeOp, int]] = {}
         self.func_args = set(func.args)
         self._readers: dict[tuple[int, Value], list[Reader] | str] = {}
+        self._demand: dict[int, dict[Value, Region]] = {}
         self._entry_affine: dict[int, list[tuple[int, int]]] = {}
         self._sources: dict[Value, tuple[int, int, dict[int, int] | None, TensorType]] = {}
         batch_ids = 0
@@ -206,7 +208,7 @@ class Projection:
             if isinstance(v.owner, WeightOp):
                 uses.append(InputUse(i, "weight", v, Box.whole(shape)))
                 continue
-            box = self._read_box(op, arg, shape, lane)
+            box, need = self._read_box(op, arg, shape, lane)
             if v in self.func_args:
                 uses.append(InputUse(i, "arg", v, box))
                 continue
@@ -214,26 +216,39 @@ class Projection:
             if entries is None:
                 raise ProjectionError(f"{op.where()}: input {i} (%{v.name}) has no producer "
                                       "the scheduler can map")
-            pieces = self.pieces(entries, box)
+            pieces = self.pieces(entries, need)
             for p in pieces:
                 box = box.union(p.box)
             uses.append(InputUse(i, "placed", v, box, pieces))
         return uses
 
-    def _read_box(self, op: ComputeOp, arg: Value, shape: tuple[int, ...], lane: int) -> Box:
-        """Union of the slices of `arg` in the body at this lane; the whole tensor for any
-        other use (the readers of each argument are analysed once per op)."""
+    def _read_box(self, op: ComputeOp, arg: Value, shape: tuple[int, ...], lane: int
+                  ) -> tuple[Box, Box]:
+        """The union of the slices of `arg` in the body at this lane (the whole tensor for
+        any other use), and the part of it the body's results depend on (`demand`). The
+        readers of each argument are analysed once per op."""
         key = (id(op), arg)
         readers = self._readers.get(key)
         if readers is None:
-            readers = self._readers[key] = _readers(op, arg)
+            demand = self._demand.get(id(op))
+            if demand is None:
+                demand = self._demand[id(op)] = body_demand(op.body)
+            readers = self._readers[key] = _readers(op, arg, demand)
         if isinstance(readers, str):
-            return Box.whole(shape)
+            return Box.whole(shape), Box.whole(shape)
+        empty = Box((0,) * len(shape), (0,) * len(shape))
         if not readers:
-            return Box((0,) * len(shape), (0,) * len(shape))
-        lo = [min(c[d] + k[d] * lane for c, k, _ in readers) for d in range(len(shape))]
-        hi = [max(c[d] + k[d] * lane + e[d] for c, k, e in readers) for d in range(len(shape))]
-        return Box(tuple(lo), tuple(hi))
+            return empty, empty
+        boxes = []
+        for used in ([r for r, _ in readers], [n for _, n in readers if n is not None]):
+            if not used:
+                boxes.append(empty)
+                continue
+            lo = [min(c[d] + k[d] * lane for c, k, _ in used) for d in range(len(shape))]
+            hi = [max(c[d] + k[d] * lane + e[d] for c, k, e in used)
+                  for d in range(len(shape))]
+            boxes.append(Box(tuple(lo), tuple(hi)))
+        return boxes[0], boxes[1]
 
     def pieces(self, entries: list[_Entry], box: Box) -> list[Piece]:
         pieces = []
@@ -267,9 +282,22 @@ class Projection:
                     pieces.append(Piece(producer0, r, 0, c_lo, sizes, e.strides,
                                         TensorType(sizes, frag.dtype), crop))
                     continue
+            # A slot is cropped to the box when its fragment is laid out as its region.
+            croppable = all(st == 1 for st in e.strides) and frag.static_shape == e.sizes
             for s in range(lo, hi):
                 offs = tuple(c + k * s for c, k in ck)
                 producer = producer0 + lanes[s] if lanes is not None else producer0
+                if croppable:
+                    c_lo = tuple(max(o, b) for o, b in zip(offs, box.lo, strict=True))
+                    c_hi = tuple(min(o + n, b) for o, n, b in zip(offs, e.sizes, box.hi,
+                                                                 strict=True))
+                    sizes = tuple(h - a for a, h in zip(c_lo, c_hi, strict=True))
+                    if sizes != tuple(e.sizes):
+                        pieces.append(Piece(producer, r, s, c_lo, sizes, e.strides,
+                                            TensorType(sizes, frag.dtype),
+                                            tuple(a - o for a, o in zip(c_lo, offs,
+                                                                        strict=True))))
+                        continue
                 pieces.append(Piece(producer, r, s, offs, e.sizes, e.strides, frag))
         return pieces
 
@@ -295,12 +323,15 @@ class Projection:
         return got
 
 
-Reader = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+Span = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+"""(offset constants, lane coefficients, extents) of a slice of an argument."""
+Reader = tuple[Span, Span | None]
+"""A slice of an argument and the part of it the body's results depend on (None: none)."""
 
 
-def _readers(op: ComputeOp, arg: Value) -> list[Reader] | str:
-    """The slices of `arg` in the body as (offset constants, lane coefficients, extents);
-    "whole" when any use is not a slice or an offset depends on something but the lane."""
+def _readers(op: ComputeOp, arg: Value, demand: dict[Value, Region]) -> list[Reader] | str:
+    """The slices of `arg` in the body, each with its demanded part; "whole" when any use
+    is not a slice or an offset depends on something but the lane."""
     lane = op.body.args[0] if isinstance(op, GraphComputeBatchOp) else None
     out: list[Reader] = []
     for inner in op.body.walk():
@@ -314,5 +345,9 @@ def _readers(op: ComputeOp, arg: Value) -> list[Reader] | str:
         k = tuple(o.coef(lane) if lane is not None else 0 for o in inner.offsets)
         e = tuple((n - 1) * st + 1 if n else 0 for n, st in zip(inner.sizes, inner.strides,
                                                                 strict=True))
-        out.append((c, k, e))
+        need: Span | None = None
+        if inner.result in demand:
+            box = extract_source_box(inner, demand[inner.result], c)
+            need = (tuple(a for a, _ in box), k, tuple(b - a for a, b in box))
+        out.append(((c, k, e), need))
     return out

@@ -1,5 +1,7 @@
-"""Scheduling: ComputeGraph, evaluation and validation, PEFT/EFT list scheduling, CP-SAT."""
+"""Scheduling: ComputeGraph, the communication model (``comm``), evaluation and validation,
+PEFT/EFT list scheduling, CP-SAT."""
 
+from raptor.solver.comm import Replay, replay
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import (
     LowerBounds,
@@ -22,6 +24,7 @@ __all__ = [
     "GraphError",
     "LowerBounds",
     "MergeScheduleResult",
+    "Replay",
     "ScheduleEvaluation",
     "Task",
     "cpsat_schedule",
@@ -31,5 +34,6 @@ __all__ = [
     "lower_bounds",
     "pack_tiles",
     "peft_schedule",
+    "replay",
     "validate_schedule",
 ]

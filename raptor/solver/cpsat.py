@@ -1,20 +1,43 @@
-"""Exact latency scheduling with OR-Tools CP-SAT (placement, order, mesh communication, capacity).
+"""Latency scheduling with OR-Tools CP-SAT: placement, order, mesh communication, the shared
+memory and crossbar capacity, judged like every schedule by the communication model.
 
-Model (shaped data → model → solve → extract), following the formulation measured to work
-(docs NOTES "Latency model that worked"):
+The work is split data -> variables -> constraints -> objective -> solve -> extract:
 
-* one start per task, windows [top level, UB − bottom level] with UB = the PEFT makespan;
-* a Boolean ``x[t,p]`` per candidate core, exactly one per task; optional intervals sharing the
-  task's start; one NoOverlap per core;
-* per edge u → v a ``same`` Boolean tied to the placements by clauses (NOTES: ~10× faster
-  than comparing core indices), and the delay
-  ``num·(s_v − e_u) ≥ den·(flit_cycles·(1 − same) + hop_cycles·(dr + dc))`` where ``dr``/``dc``
-  bound |row_u − row_v| and |col_u − col_v| of the linear row/column expressions of the
-  placements; with clock = num/den GHz this is exactly ``s_v ≥ e_u + transfer_ns`` (ceil
-  rounding included) in O(candidates) per edge instead of O(candidates²);
-* tile-presence literals ``y[w,p] ≥ x[t,p]`` and Σ_w y[w,p] ≤ crossbars_per_core, only on
-  cores whose candidate tiles could exceed the capacity;
-* objective: makespan; the PEFT schedule is given as a complete hint.
+* **Data** (:class:`_Data`): candidate cores, durations, per-edge delays, start windows, the
+  hint (the PEFT plan) and interchangeable lanes.
+* **Variables**: one start per task in [head, UB − tail] (UB: the hint's plan); a Boolean
+  ``x[t,p]`` per candidate core, exactly one per task; an optional interval per (t, p)
+  sharing the start; per edge a ``same`` Boolean (clauses, NOTES: ~10× faster than
+  comparing core indices) and row/column distances ``dr``/``dc``.
+* **Constraints** (the communication model's terms, :mod:`raptor.solver.comm`):
+  one task at a time per core (NoOverlap); a task that crops a value produced on its own
+  core copies it once more (its interval grows with ``same``); precedence with the
+  free-link transfer of the largest fragment the edge carries,
+  ``num·(s_v − e_u) ≥ den·(flit_cycles·(1 − same) + hop_cycles·(dr + dc))`` with the clock
+  num/den GHz — exactly ``s_v ≥ e_u + transfer_ns`` in O(candidates) per edge; the graph
+  outputs' shared-memory stores one at a time chip-wide (exact: one NoOverlap over the
+  last ``shared_ns`` of those tasks); and, aggregated, the links: per core, the messages
+  leaving it fit its outgoing links within the makespan (``injection``; a relaxation, so
+  the full model's bound stays a bound of the problem). Per-link cut-through contention is
+  not in the model: with one message per fragment and destination core and a route per
+  pair of placements it needs an interval per (fragment, source, destination, link) —
+  about 290,000 for the 15-task MLP's full model on 64 cores — so it is never "small".
+  :func:`raptor.solver.comm.replay` judges every solution with it instead, and a solution
+  that replays slower than its hint is not returned. Crossbar capacity: tile-presence
+  literals ``y[w,p] ≥ x[t,p]``, Σ_w y[w,p] ≤ crossbars_per_core, only where the candidate
+  tiles could overflow.
+* **Objective**: the makespan; the hint is given complete.
+* **Solve**: the hint is first checked against the model (all its values fixed, a short
+  search: NOTES measured 0.2 s on a 604-task CNN) so that a rejected hint is reported, not
+  silently lost. Presolve probing is off (``cp_model_probing_level: 0``: on that CNN
+  probing took 29 s before any search and the solver returned UNKNOWN although the hint
+  was feasible). By default the search is deterministic: CP-SAT's interleaved search with a
+  limit in *deterministic* time (its work counter; see ``DET_PER_SECOND``), so the same
+  command gives the same schedule whatever the load and the worker count; a
+  wall-clock limit of ``wall_factor`` × the limit stops it on a very slow machine, and the
+  status then says that the result may differ between runs.
+* **Extract**: placement and per-core order, ASAP retimed (never later, and canonical for
+  materialization); the result always holds at least the hint.
 
 Lane symmetry. Tasks of one batch with equal cost, tiles, candidate cores and identical
 predecessor and successor sets (same neighbours, same bytes) are interchangeable: swapping two
@@ -26,22 +49,32 @@ wrong here — cores differ by mesh position — and the NOTES measured it slowe
 Large graphs. When tasks × cores exceeds ``max_full_pairs``, each task only gets candidate
 cores: its PEFT core, the PEFT cores of its neighbours and of its tiles, and the ``nearest``
 closest cores to its PEFT core. The model name is then ``restricted-k`` and its bound only
-holds for that restricted problem.
+holds for that restricted problem (the report prints the problem's lower bound beside it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
 from raptor.solver.evaluate import lower_bounds, retime, validate_schedule
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.peft import check_capacity, peft_schedule
-from raptor.solver.schedule import MergeScheduleResult
+from raptor.solver.schedule import MergeScheduleResult, core_order
 from raptor.target import Target
+
+DET_PER_SECOND = 0.05
+"""Units of CP-SAT's deterministic time per second of ``CpSatOptions.time_limit``. CP-SAT
+aims at one unit per second, but on these scheduling models its counter advanced 0.05-0.35
+units per CPU second (OR-Tools 9.15, this machine; the least on the full 64-core models of
+the smallest graphs, whose search is mostly the LP), so a unit per second would make
+``--time-limit 10`` a search of minutes."""
+
+INTERLEAVE_BATCH = 2
 
 _STATUS = {
     cp_model.OPTIMAL: "OPTIMAL",
@@ -55,6 +88,9 @@ _STATUS = {
 @dataclass(frozen=True)
 class CpSatOptions:
     time_limit: float = 10.0
+    """Search limit in seconds. A deterministic search spends ``DET_PER_SECOND`` units of
+    CP-SAT's deterministic time per second of it, which takes roughly that long on an idle
+    2-core machine (see DET_PER_SECOND)."""
     num_workers: int = 2
     seed: int = 0
     max_full_pairs: int = 4096
@@ -64,6 +100,16 @@ class CpSatOptions:
     schedule is returned with the reason."""
     nearest: int = 4
     lane_symmetry: bool = True
+    deterministic: bool = True
+    """Interleaved search with a deterministic time limit: identical reruns, whatever the
+    load and the number of workers."""
+    wall_factor: float = 10.0
+    """Wall-clock safety limit of a deterministic search, as a multiple of ``time_limit``
+    (reached only on a heavily loaded machine; the status then says so)."""
+    injection: bool = True
+    """Model the per-core injection capacity (off: the plain free-link model)."""
+    hint_check_limit: float = 5.0
+    """Seconds for checking the hint against the model before the search."""
 
 
 def candidate_cores(graph: ComputeGraph, target: Target, initial: MergeScheduleResult,
@@ -97,176 +143,393 @@ def symmetric_lane_classes(graph: ComputeGraph, cands: list[list[int]]) -> list[
     """Groups (size ≥ 2, ascending ids) of interchangeable lanes, see the module docstring."""
     groups: dict[tuple[object, ...], list[int]] = {}
     for t, task in enumerate(graph.tasks):
-        if task.batch < 0:
+        if task.batch < 0 or t in graph.local_reads:
             continue
         key = (
-            task.batch, task.cost_ns, task.weights, tuple(cands[t]),
+            task.batch, task.cost_ns, task.shared_ns, task.weights, tuple(cands[t]),
             tuple(sorted(graph.preds[t])), tuple(sorted(graph.succs[t])),
         )
         groups.setdefault(key, []).append(t)
     return [g for g in groups.values() if len(g) > 1]
 
 
+@dataclass
+class _Data:
+    """Everything the model is built from, shaped once."""
+
+    graph: ComputeGraph
+    target: Target
+    initial: MergeScheduleResult
+    cands: list[list[int]]
+    model_name: str
+    classes: list[list[int]]
+    head: list[int]
+    tail: list[int]
+    ub: int
+    lb: int
+    edge_flit_cycles: dict[tuple[int, int], int]
+    hint_core: list[int] = field(default_factory=list)
+    hint_start: list[int] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, graph: ComputeGraph, target: Target, initial: MergeScheduleResult,
+              cands: list[list[int]], model_name: str, opts: CpSatOptions) -> _Data:
+        classes = symmetric_lane_classes(graph, cands) if opts.lane_symmetry else []
+        # Hint: the initial plan, with interchangeable lanes relabelled into start order.
+        hint_core = list(initial.core_of)
+        hint_start = list(initial.start_ns)
+        for members in classes:
+            slots = sorted((initial.start_ns[t], initial.core_of[t]) for t in members)
+            for t, (s, p) in zip(members, slots, strict=True):
+                hint_start[t], hint_core[t] = s, p
+        flits = {e: -(-b // target.flit_bytes) * target.flit_cycles
+                 for e, b in graph.largest_message().items()}
+        ub = max(initial.makespan_ns, max(
+            (s + d for s, d in zip(hint_start, graph.max_durations(), strict=True)), default=0))
+        return cls(graph, target, initial, cands, model_name, classes, graph.top_levels(),
+                   graph.bottom_levels(), ub, lower_bounds(graph, target).makespan_ns, flits,
+                   hint_core, hint_start)
+
+
+class _Model:
+    """The CP-SAT model of one :class:`_Data` (module docstring), with its hint."""
+
+    def __init__(self, data: _Data, injection: bool) -> None:
+        self.d = data
+        self.with_injection = injection
+        self.m = cp_model.CpModel()
+        self.hints: list[tuple[cp_model.IntVar, int]] = []
+        self.variables()
+        self.constraints()
+        self.objective()
+        self.add_hints()
+
+    # -- variables ----------------------------------------------------------------------------
+    def variables(self) -> None:
+        d, m = self.d, self.m
+        g, n = d.graph, d.graph.num_tasks
+        self.start = [m.new_int_var(d.head[t], max(d.head[t], d.ub - d.tail[t]), f"start_{t}")
+                      for t in range(n)]
+        self.x: list[dict[int, cp_model.IntVar]] = [
+            {p: m.new_bool_var(f"x_{t}_{p}") for p in d.cands[t]} for t in range(n)]
+        self.same: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.dist: dict[tuple[int, int], tuple[cp_model.IntVar, cp_model.IntVar]] = {}
+        rows, cols = d.target.mesh_rows, d.target.mesh_cols
+        for e in g.edges:
+            u, v = e.src, e.dst
+            self.same[(u, v)] = m.new_bool_var(f"same_{u}_{v}")
+            self.dist[(u, v)] = (m.new_int_var(0, rows - 1, f"dr_{u}_{v}"),
+                                 m.new_int_var(0, cols - 1, f"dc_{u}_{v}"))
+        # a task that crops values produced on its own core runs longer there
+        self.end: list[cp_model.LinearExpr] = []
+        self.size: list[cp_model.LinearExpr] = []
+        for t in range(n):
+            extra = g.local_reads.get(t, [])
+            cost = g.tasks[t].cost_ns
+            if not extra:
+                self.size.append(cp_model.LinearExpr.constant(cost))
+                self.end.append(self.start[t] + cost)
+                continue
+            size = m.new_int_var(cost, cost + sum(ns for _, ns in extra), f"size_{t}")
+            m.add(size == cost + sum(ns * self.same[(g.fragments[f].producer, t)]
+                                     for f, ns in extra))
+            end = m.new_int_var(d.head[t] + cost, d.ub, f"end_{t}")
+            m.add(end == self.start[t] + size)
+            self.size.append(size)
+            self.end.append(end)
+        self.makespan = m.new_int_var(d.lb, d.ub, "makespan")
+        self.readers: list[list[int]] = [[] for _ in g.fragments]
+        for v, frags in enumerate(g.reads):
+            for f in frags:
+                self.readers[f].append(v)
+
+    # -- constraints --------------------------------------------------------------------------
+    def constraints(self) -> None:
+        self.placement()
+        self.precedence()
+        self.shared_memory()
+        if self.with_injection:
+            self.injection()
+        self.capacity()
+        for members in self.d.classes:
+            for a, b in itertools.pairwise(members):
+                self.m.add(self.start[a] <= self.start[b])
+
+    def placement(self) -> None:
+        """Exactly one core per task; one task at a time per core."""
+        d, m, g = self.d, self.m, self.d.graph
+        per_core: list[list[cp_model.IntervalVar]] = [[] for _ in range(d.target.num_cores)]
+        for t in range(g.num_tasks):
+            m.add_exactly_one(self.x[t].values())
+            extra = g.local_reads.get(t, [])
+            for p, lit in self.x[t].items():
+                if extra:
+                    iv = m.new_optional_interval_var(self.start[t], self.size[t], self.end[t],
+                                                     lit, f"iv_{t}_{p}")
+                else:
+                    iv = m.new_optional_fixed_size_interval_var(
+                        self.start[t], g.tasks[t].cost_ns, lit, f"iv_{t}_{p}")
+                per_core[p].append(iv)
+        for ivs in per_core:
+            if len(ivs) > 1:
+                m.add_no_overlap(ivs)
+
+    def precedence(self) -> None:
+        """``same`` tied to the placements; the free-link transfer of the edge's largest
+        fragment between different cores (module docstring)."""
+        d, m = self.d, self.m
+        cols = d.target.mesh_cols
+        clock = d.target.clock_fraction
+        for e in d.graph.edges:
+            u, v = e.src, e.dst
+            xu, xv, same = self.x[u], self.x[v], self.same[(u, v)]
+            if not set(xu) & set(xv):
+                m.add(same == 0)
+            for p, lit in xu.items():
+                if p in xv:
+                    m.add_bool_or([same.Not(), lit.Not(), xv[p]])
+                    m.add_bool_or([lit.Not(), xv[p].Not(), same])
+                else:
+                    m.add_bool_or([same.Not(), lit.Not()])
+            for p, lit in xv.items():
+                if p not in xu:
+                    m.add_bool_or([same.Not(), lit.Not()])
+            dr, dc = self.dist[(u, v)]
+            row_u = sum((p // cols) * lit for p, lit in xu.items())
+            row_v = sum((p // cols) * lit for p, lit in xv.items())
+            col_u = sum((p % cols) * lit for p, lit in xu.items())
+            col_v = sum((p % cols) * lit for p, lit in xv.items())
+            m.add(dr >= row_u - row_v)
+            m.add(dr >= row_v - row_u)
+            m.add(dc >= col_u - col_v)
+            m.add(dc >= col_v - col_u)
+            m.add(clock.numerator * (self.start[v] - self.end[u])
+                  >= clock.denominator * (d.edge_flit_cycles[(u, v)] * (1 - same)
+                                          + d.target.hop_cycles * (dr + dc)))
+
+    def shared_memory(self) -> None:
+        """The stores of graph outputs, one at a time chip-wide, at the end of their task."""
+        g, m = self.d.graph, self.m
+        stores = [m.new_interval_var(self.end[t] - task.shared_ns, task.shared_ns, self.end[t],
+                                     f"store_{t}")
+                  for t, task in enumerate(g.tasks) if task.shared_ns]
+        if len(stores) > 1:
+            m.add_no_overlap(stores)
+
+    def injection(self) -> None:
+        """Aggregated link capacity, per core: every message leaving a core crosses one of
+        its outgoing links, so their serialisation times add up to at most (outgoing links
+        × makespan). A fragment read on another core leaves its producer's core at least
+        once (``remote``); counting it once is exact for one remote core and a relaxation
+        for more, so the model's bound stays a bound."""
+        d, m, g = self.d, self.m, self.d.graph
+        load: dict[int, list[cp_model.LinearExprT]] = {}
+        for f, frag in enumerate(g.fragments):
+            u = frag.producer
+            readers = [v for v in self.readers[f] if (u, v) in self.same]
+            ser = d.target.ns(-(-frag.bytes // d.target.flit_bytes) * d.target.flit_cycles)
+            if not readers or not ser:
+                continue
+            remote = m.new_bool_var(f"remote_{f}")
+            for v in readers:
+                m.add_implication(self.same[(u, v)].Not(), remote)
+            leaves = any(d.hint_core[v] != d.hint_core[u] for v in readers)
+            self.hints.append((remote, int(leaves)))
+            for p, lit in self.x[u].items():
+                out = m.new_bool_var(f"out_{f}_{p}")
+                m.add_bool_or([lit.Not(), remote.Not(), out])
+                self.hints.append((out, int(leaves and d.hint_core[u] == p)))
+                load.setdefault(p, []).append(ser * out)
+        rows, cols = d.target.mesh_rows, d.target.mesh_cols
+        for p, terms in load.items():
+            r, c = divmod(p, cols)
+            links = (r > 0) + (r < rows - 1) + (c > 0) + (c < cols - 1)
+            m.add(sum(terms) <= links * self.makespan)
+
+    def capacity(self) -> None:
+        """Tile-presence literals where a core's candidate tiles could exceed its crossbars."""
+        d, m, g = self.d, self.m, self.d.graph
+        cap = d.target.crossbars_per_core
+        for p in range(d.target.num_cores):
+            users: dict[int, list[int]] = {}
+            for t in range(g.num_tasks):
+                if p in self.x[t]:
+                    for w in g.tasks[t].weights:
+                        users.setdefault(w, []).append(t)
+            if len(users) <= cap:
+                continue
+            present = []
+            for w, ts in sorted(users.items()):
+                y = m.new_bool_var(f"tile_{w}_{p}")
+                for t in ts:
+                    m.add_implication(self.x[t][p], y)
+                present.append(y)
+                self.hints.append((y, int(any(d.hint_core[t] == p for t in ts))))
+            m.add(sum(present) <= cap)
+
+    # -- objective and hint ------------------------------------------------------------------
+    def objective(self) -> None:
+        g = self.d.graph
+        for t in range(g.num_tasks):
+            if not g.succs[t]:
+                self.m.add(self.makespan >= self.end[t])
+        self.m.minimize(self.makespan)
+
+    def add_hints(self) -> None:
+        d, m = self.d, self.m
+        cols = d.target.mesh_cols
+        for t in range(d.graph.num_tasks):
+            m.add_hint(self.start[t], d.hint_start[t])
+            for p, lit in self.x[t].items():
+                m.add_hint(lit, int(p == d.hint_core[t]))
+        for (u, v), same in self.same.items():
+            pu, pv = d.hint_core[u], d.hint_core[v]
+            dr, dc = self.dist[(u, v)]
+            self.hints += [(same, int(pu == pv)), (dr, abs(pu // cols - pv // cols)),
+                           (dc, abs(pu % cols - pv % cols))]
+        dur = d.graph.durations(d.hint_core)
+        for t, size in enumerate(self.size):
+            end = self.end[t]
+            if isinstance(size, cp_model.IntVar) and isinstance(end, cp_model.IntVar):
+                self.hints += [(size, dur[t]), (end, d.hint_start[t] + dur[t])]
+        for var, val in self.hints:
+            m.add_hint(var, val)
+        m.add_hint(self.makespan, max(d.lb, max(
+            (s + x for s, x in zip(d.hint_start, dur, strict=True)), default=0)))
+
+    # -- solve ---------------------------------------------------------------------------------
+    def solver(self, opts: CpSatOptions, limit: float) -> cp_model.CpSolver:
+        solver = cp_model.CpSolver()
+        prm = solver.parameters
+        prm.num_workers = opts.num_workers
+        prm.random_seed = opts.seed
+        prm.cp_model_probing_level = 0
+        if self.d.model_name != "full":
+            # candidate sets already break the cores' symmetry; finding what is left took
+            # most of the presolve on the examples
+            prm.symmetry_level = 0
+            prm.max_presolve_iterations = 1
+        if opts.deterministic:
+            prm.interleave_search = True
+            # two tasks between synchronisations, whatever the worker count (so that it does
+            # not change the result): with CP-SAT's default batch the search overshot its
+            # deterministic limit fourfold on the examples
+            prm.interleave_batch_size = INTERLEAVE_BATCH
+            prm.max_deterministic_time = limit * DET_PER_SECOND
+            prm.max_time_in_seconds = limit * opts.wall_factor
+        else:
+            prm.max_time_in_seconds = limit
+        return solver
+
+    def check_hint(self, opts: CpSatOptions) -> tuple[bool | None, str]:
+        """Solve with every hinted value fixed: is the hint a solution of this model?
+        (True / False, or None when the check ran out of time.)"""
+        solver = self.solver(opts, opts.hint_check_limit)
+        solver.parameters.fix_variables_to_their_hinted_value = True
+        solver.parameters.stop_after_first_solution = True
+        t0 = time.perf_counter()
+        code = solver.solve(self.m)
+        took = time.perf_counter() - t0
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return True, f"hint verified in {took:.1f} s"
+        if code == cp_model.INFEASIBLE:
+            return False, f"the hint violates the model (checked in {took:.1f} s)"
+        return None, f"the hint could not be checked within {took:.1f} s"
+
+
+def _fallback(initial: MergeScheduleResult, status: str, seconds: float, model: str,
+              notes: list[str], bound: int | None = None, objective: int | None = None
+              ) -> MergeScheduleResult:
+    """The initial schedule, with what CP-SAT found (its bound, its best objective; a bound
+    of -1: none, the search did not run)."""
+    return dataclasses.replace(
+        initial, solver="cpsat", status=status,
+        bound_ns=None if bound == -1 else initial.bound_ns if bound is None else bound,
+        objective_ns=objective, solve_seconds=seconds, model=model, notes=list(notes))
+
+
+def _limit_words(opts: CpSatOptions) -> str:
+    if opts.deterministic:
+        return f"{opts.time_limit * DET_PER_SECOND:g} units of deterministic time"
+    return f"{opts.time_limit:g} s"
+
+
 def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | None = None,
                    initial: MergeScheduleResult | None = None) -> MergeScheduleResult:
-    """Minimize single-inference latency; returns the PEFT schedule if no solution is found."""
+    """Minimize single-inference latency; returns at least the initial (PEFT) schedule."""
     opts = options or CpSatOptions()
     t0 = time.perf_counter()
     graph.freeze()
     check_capacity(graph, target)
     if initial is None:
         initial = peft_schedule(graph, target)
-    n, P = graph.num_tasks, target.num_cores
     cands, model_name = candidate_cores(graph, target, initial, opts)
     pairs = sum(len(c) for c in cands)
     if pairs > opts.max_model_pairs:
-        return MergeScheduleResult.build(
-            graph, target, initial.core_of, initial.start_ns, solver="cpsat",
-            status=f"NOT RUN (the {model_name} model has {pairs} task-core pairs, more than "
-                   f"max_model_pairs={opts.max_model_pairs}; PEFT schedule returned)",
-            bound_ns=initial.bound_ns, solve_seconds=time.perf_counter() - t0,
-            model=model_name)
-    classes = symmetric_lane_classes(graph, cands) if opts.lane_symmetry else []
-
-    # Hint: the initial schedule, with interchangeable lanes relabelled into start order.
-    hint_core = list(initial.core_of)
-    hint_start = list(initial.start_ns)
-    for members in classes:
-        slots = sorted((initial.start_ns[t], initial.core_of[t]) for t in members)
-        for t, (s, p) in zip(members, slots, strict=True):
-            hint_start[t], hint_core[t] = s, p
-
-    costs = graph.costs()
-    head = graph.top_levels()
-    tail = graph.bottom_levels()
-    ub = initial.makespan_ns
-    lb = lower_bounds(graph, target).makespan_ns
-    clock = target.clock_fraction
-    rows, cols = target.mesh_rows, target.mesh_cols
-
-    m = cp_model.CpModel()
-    start = [m.new_int_var(head[t], max(head[t], ub - tail[t]), f"start_{t}") for t in range(n)]
-    x: list[dict[int, cp_model.IntVar]] = []
-    per_core: list[list[cp_model.IntervalVar]] = [[] for _ in range(P)]
-    for t in range(n):
-        lits = {p: m.new_bool_var(f"x_{t}_{p}") for p in cands[t]}
-        m.add_exactly_one(lits.values())
-        for p, lit in lits.items():
-            per_core[p].append(
-                m.new_optional_fixed_size_interval_var(start[t], costs[t], lit, f"iv_{t}_{p}")
-            )
-        x.append(lits)
-    for ivs in per_core:
-        if len(ivs) > 1:
-            m.add_no_overlap(ivs)
-
-    hints: list[tuple[cp_model.IntVar, int]] = []
-    for e in graph.edges:
-        u, v = e.src, e.dst
-        xu, xv = x[u], x[v]
-        shared = set(xu) & set(xv)
-        same = m.new_bool_var(f"same_{u}_{v}")
-        if not shared:
-            m.add(same == 0)
-        for p, lit in xu.items():
-            if p in xv:
-                m.add_bool_or([same.Not(), lit.Not(), xv[p]])
-                m.add_bool_or([lit.Not(), xv[p].Not(), same])
-            else:
-                m.add_bool_or([same.Not(), lit.Not()])
-        for p, lit in xv.items():
-            if p not in xu:
-                m.add_bool_or([same.Not(), lit.Not()])
-        row_u = sum((p // cols) * lit for p, lit in xu.items())
-        row_v = sum((p // cols) * lit for p, lit in xv.items())
-        col_u = sum((p % cols) * lit for p, lit in xu.items())
-        col_v = sum((p % cols) * lit for p, lit in xv.items())
-        dr = m.new_int_var(0, rows - 1, f"dr_{u}_{v}")
-        dc = m.new_int_var(0, cols - 1, f"dc_{u}_{v}")
-        m.add(dr >= row_u - row_v)
-        m.add(dr >= row_v - row_u)
-        m.add(dc >= col_u - col_v)
-        m.add(dc >= col_v - col_u)
-        flit = -(-e.bytes // target.flit_bytes) * target.flit_cycles
-        m.add(
-            clock.numerator * (start[v] - start[u] - costs[u])
-            >= clock.denominator * (flit * (1 - same) + target.hop_cycles * (dr + dc))
-        )
-        pu, pv = hint_core[u], hint_core[v]
-        hints += [
-            (same, int(pu == pv)),
-            (dr, abs(pu // cols - pv // cols)),
-            (dc, abs(pu % cols - pv % cols)),
-        ]
-
-    cap = target.crossbars_per_core
-    for p in range(P):
-        users: dict[int, list[int]] = {}
-        for t in range(n):
-            if p in x[t]:
-                for w in graph.tasks[t].weights:
-                    users.setdefault(w, []).append(t)
-        if len(users) <= cap:
-            continue
-        present = []
-        for w, ts in sorted(users.items()):
-            y = m.new_bool_var(f"tile_{w}_{p}")
-            for t in ts:
-                m.add_implication(x[t][p], y)
-            present.append(y)
-            hints.append((y, int(any(hint_core[t] == p for t in ts))))
-        m.add(sum(present) <= cap)
-
-    for members in classes:
-        for a, b in itertools.pairwise(members):
-            m.add(start[a] <= start[b])
-
-    makespan = m.new_int_var(lb, ub, "makespan")
-    for t in range(n):
-        if not graph.succs[t]:
-            m.add(makespan >= start[t] + costs[t])
-    m.minimize(makespan)
-
-    for t in range(n):
-        m.add_hint(start[t], hint_start[t])
-        for p, lit in x[t].items():
-            m.add_hint(lit, int(p == hint_core[t]))
-    for var, val in hints:
-        m.add_hint(var, val)
-    m.add_hint(makespan, ub)
-
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = opts.time_limit
-    solver.parameters.num_workers = opts.num_workers
-    solver.parameters.random_seed = opts.seed
-    code = solver.solve(m)
-    status = _STATUS.get(code, str(code))
-    elapsed = time.perf_counter() - t0
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        fallback = MergeScheduleResult.build(
-            graph, target, initial.core_of, initial.start_ns, solver="cpsat",
-            status=f"{status} (no CP-SAT solution within {opts.time_limit:g} s; "
-                   f"PEFT schedule returned)",
-            bound_ns=initial.bound_ns, solve_seconds=elapsed, model=model_name,
-        )
-        return fallback
-    core_of = [next(p for p, lit in x[t].items() if solver.boolean_value(lit)) for t in range(n)]
-    raw_start = [solver.value(start[t]) for t in range(n)]
-    topo_pos = {t: i for i, t in enumerate(graph.topo_order)}
-    order: list[list[int]] = [[] for _ in range(P)]
-    for t in sorted(range(n), key=lambda t: (raw_start[t], raw_start[t] + costs[t], topo_pos[t])):
-        order[core_of[t]].append(t)
-    # ASAP retiming of the solver's order: never later, and canonical for materialization.
-    starts = retime(graph, target, core_of, order)
+        return _fallback(initial,
+                         f"NOT RUN (the {model_name} model has {pairs} task-core pairs, more "
+                         f"than max_model_pairs={opts.max_model_pairs}; PEFT schedule returned)",
+                         time.perf_counter() - t0, model_name, [], bound=-1)
+    data = _Data.build(graph, target, initial, cands, model_name, opts)
+    model = _Model(data, opts.injection)
     notes = []
     if model_name != "full":
         notes.append(f"bound holds for the {model_name} candidate-core model only")
+    hint_ok, hint_note = model.check_hint(opts)
+    notes.append(hint_note)
+    if hint_ok is False:  # a hint that breaks the model only misleads the search
+        model.m.clear_hints()
+    solver = model.solver(opts, opts.time_limit)
+    t1 = time.perf_counter()
+    code = solver.solve(model.m)
+    searched = time.perf_counter() - t1
+    elapsed = time.perf_counter() - t0
+    word = _STATUS.get(code, str(code))
+    det = solver.response_proto.deterministic_time
+    stopped = opts.deterministic and searched >= opts.time_limit * opts.wall_factor * 0.99
+    when = (f"after {searched:.1f} s of search ({det:.2f} units of deterministic time)"
+            + ("; stopped by the wall-clock limit, so a rerun may differ" if stopped else ""))
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        # The check above is a CP-SAT solve that accepted the hint: a verified hint is a
+        # solution of the model even when the search (presolve first) ends before it
+        # registers one of its own.
+        head = "FEASIBLE (the verified hint)" if hint_ok else word
+        return _fallback(initial,
+                         f"{head}: the search registered no solution of its own {when}, "
+                         f"limit {_limit_words(opts)}; {hint_note}; the PEFT schedule is returned",
+                         elapsed, model_name, notes, int(solver.best_objective_bound),
+                         initial.makespan_ns if hint_ok else None)
+    result = _extract(model, solver, f"{word} {when}", elapsed, notes)
+    if result.estimate_ns > initial.estimate_ns:
+        return _fallback(initial,
+                         f"{word} {when}; its best plan ({result.makespan_ns:,} ns) replays at "
+                         f"{result.estimate_ns:,} ns under the communication model, the PEFT "
+                         f"schedule at {initial.estimate_ns:,} ns, which is returned",
+                         elapsed, model_name, notes, result.bound_ns, result.objective_ns)
+    return result
+
+
+def _extract(model: _Model, solver: cp_model.CpSolver, status: str, elapsed: float,
+             notes: list[str]) -> MergeScheduleResult:
+    d = model.d
+    g, target = d.graph, d.target
+    n = g.num_tasks
+    core_of = [next(p for p, lit in model.x[t].items() if solver.boolean_value(lit))
+               for t in range(n)]
+    raw = [solver.value(model.start[t]) for t in range(n)]
+    # ASAP retiming of the solver's order: never later, and canonical for materialization.
+    # A store that the retiming moves onto another keeps the solver's (feasible) times.
+    starts = retime(g, target, core_of, core_order(g, target, core_of, raw))
+    dur = g.durations(core_of)
+    stores = sorted((s + dur[t] - g.tasks[t].shared_ns, s + dur[t])
+                    for t, s in enumerate(starts) if g.tasks[t].shared_ns)
+    if any(b[0] < a[1] for a, b in itertools.pairwise(stores)):
+        starts = raw
     result = MergeScheduleResult.build(
-        graph, target, core_of, starts, solver="cpsat", status=status,
+        g, target, core_of, starts, solver="cpsat", status=status,
         bound_ns=int(solver.best_objective_bound), objective_ns=int(solver.objective_value),
-        solve_seconds=elapsed, model=model_name, notes=notes,
-    )
-    errors = validate_schedule(graph, target, result)
+        solve_seconds=elapsed, model=d.model_name, notes=notes)
+    errors = validate_schedule(g, target, result)
     if errors:
         raise RuntimeError(f"CP-SAT schedule failed validation: {errors[0]}")
     return result

@@ -7,6 +7,7 @@ the same rules: placement, precedence with transfer delay, no overlap, crossbar 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,33 +45,92 @@ class ScheduleEvaluation:
 
 @dataclass(frozen=True)
 class LowerBounds:
+    """Bounds on the single-inference latency of any schedule (a schedule's contention-free
+    estimate included, so also its communication-aware estimate)."""
+
     critical_path_ns: int
+    """Longest path of pure work."""
     work_per_core_ns: int
+    """ceil(total work / cores)."""
     min_cores: int
+    """Cores the distinct weight tiles need."""
+    fan_in_ns: int = 0
+    """Critical path where each task waits for its predecessors: those on its own core run
+    one after another, the others' data arrives at least one hop after they end."""
+    shared_memory_ns: int = 0
+    """The graph outputs' shared-memory stores, served one at a time, each no earlier than
+    its task's compute can end."""
 
     @property
     def makespan_ns(self) -> int:
-        return max(self.critical_path_ns, self.work_per_core_ns)
+        return max(self.critical_path_ns, self.work_per_core_ns, self.fan_in_ns,
+                   self.shared_memory_ns)
 
 
 def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
-    """Critical path, ceil(total work / cores), and the cores the distinct weights need."""
+    """Every bound of :class:`LowerBounds`; O((T + E) log E)."""
     graph.freeze()
     total = sum(graph.costs())
-    cp = max(graph.bottom_levels(), default=0)
+    tail = graph.bottom_levels()
+    head = fan_in_heads(graph, target)
+    costs = graph.costs()
+    stores = sorted((head[t] + costs[t] - task.shared_ns, task.shared_ns)
+                    for t, task in enumerate(graph.tasks) if task.shared_ns)
+    memory, after = 0, 0
+    for release, service in reversed(stores):  # latest release first: suffix sums
+        after += service
+        memory = max(memory, release + after)
     n_w = len(graph.distinct_weights())
     return LowerBounds(
-        critical_path_ns=cp,
+        critical_path_ns=max(tail, default=0),
         work_per_core_ns=-(-total // target.num_cores),
         min_cores=-(-n_w // target.crossbars_per_core),
+        fan_in_ns=max((h + t for h, t in zip(head, tail, strict=True)), default=0),
+        shared_memory_ns=memory,
     )
+
+
+def fan_in_heads(graph: ComputeGraph, target: Target) -> list[int]:
+    """Earliest start of each task under the fan-in argument (NOTES, CP-SAT): whichever
+    predecessors share the task's core run one after another before it; the others' data
+    arrives one hop plus its flits after they end at the earliest. For a given set of
+    remote predecessors the latest arrival counts, so the best split keeps a prefix of the
+    predecessors sorted by arrival (latest first) local: O(k log k) per task."""
+    graph.freeze()
+    costs = graph.costs()
+    largest = graph.largest_message()
+    one_hop = target.num_cores > 1
+    head = [0] * graph.num_tasks
+    for v in graph.topo_order:
+        preds = []
+        for u, _ in graph.preds[v]:
+            end = head[u] + costs[u]
+            arrive = end + target.ns(target.hop_cycles + -(-largest[(u, v)] // target.flit_bytes)
+                                     * target.flit_cycles) if one_hop else 1 << 62
+            preds.append((arrive, head[u], costs[u]))
+        if not preds:
+            continue
+        preds.sort(reverse=True)
+        best = preds[0][0]  # everything remote
+        local: list[tuple[int, int]] = []
+        for k, (_, release, cost) in enumerate(preds):
+            bisect.insort(local, (release, cost))
+            done = 0
+            for r, c in local:
+                done = max(done, r) + c
+            best = min(best, max(done, preds[k + 1][0] if k + 1 < len(preds) else 0))
+        head[v] = best
+    return head
 
 
 def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
            core_tasks: Sequence[Sequence[int]]) -> list[int]:
-    """Earliest starts that respect dependencies, transfer delays and the per-core order."""
+    """Earliest starts that respect dependencies, transfer delays and the per-core order,
+    without contention: every fragment a task reads from another core arrives
+    ``Target.transfer_ns`` after its producer ends (the simulator's ideal run)."""
     graph.freeze()
     n = graph.num_tasks
+    dur = graph.durations(core_of)
     prev = [-1] * n
     for tasks in core_tasks:
         for a, b in itertools.pairwise(tasks):
@@ -82,15 +142,16 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     for t in range(n):
         if prev[t] >= 0:
             nxt[prev[t]] = t
+    delay = _delays(graph, target, core_of)
     start = [0] * n
     stack = [t for t in range(n) if indeg[t] == 0]
     done = 0
     while stack:
         t = stack.pop()
         done += 1
-        end = start[t] + graph.tasks[t].cost_ns
-        for s, nbytes in graph.succs[t]:
-            start[s] = max(start[s], end + target.transfer_ns(nbytes, core_of[t], core_of[s]))
+        end = start[t] + dur[t]
+        for s, _ in graph.succs[t]:
+            start[s] = max(start[s], end + delay[(t, s)])
             indeg[s] -= 1
             if indeg[s] == 0:
                 stack.append(s)
@@ -105,6 +166,13 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     return start
 
 
+def _delays(graph: ComputeGraph, target: Target, core_of: Sequence[int]
+            ) -> dict[tuple[int, int], int]:
+    """Per edge, the contention-free delay from the producer's end to the consumer's start."""
+    return {(u, v): target.transfer_ns(b, core_of[u], core_of[v])
+            for (u, v), b in graph.largest_message().items()}
+
+
 def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
                       ) -> ScheduleEvaluation:
     graph.freeze()
@@ -115,7 +183,8 @@ def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
         for e in graph.edges
     )
     start = retime(graph, target, schedule.core_of, schedule.core_tasks)
-    completion = max((s + c for s, c in zip(start, costs, strict=True)), default=0)
+    dur = graph.durations(schedule.core_of)
+    completion = max((s + c for s, c in zip(start, dur, strict=True)), default=0)
     xbars = sum(
         len(frozenset().union(*(graph.tasks[t].weights for t in tasks)))
         for tasks in schedule.core_tasks
@@ -162,9 +231,11 @@ def validate_schedule(graph: ComputeGraph, target: Target, schedule: Placement) 
     if errors:
         return errors
     start = schedule.start_ns
-    end = [start[t] + graph.tasks[t].cost_ns for t in range(n)]
+    dur = graph.durations(schedule.core_of)
+    end = [start[t] + dur[t] for t in range(n)]
+    delays = _delays(graph, target, schedule.core_of)
     for e in graph.edges:
-        delay = target.transfer_ns(e.bytes, schedule.core_of[e.src], schedule.core_of[e.dst])
+        delay = delays[(e.src, e.dst)]
         if start[e.dst] < end[e.src] + delay:
             errors.append(
                 f"edge {e.src} -> {e.dst}: start {start[e.dst]} < end {end[e.src]} + "

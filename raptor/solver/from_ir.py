@@ -38,6 +38,14 @@ def _box_bytes(box: Box, v: Value) -> int:
     return n * t.itemsize
 
 
+FragmentKey = tuple[int, int, int, tuple[tuple[int, ...], tuple[int, ...]] | None]
+
+
+def fragment_key(p: Piece) -> FragmentKey:
+    """What travels as one message: a producer's result slot, or one crop of a whole value."""
+    return (p.producer, p.result, p.slot, None if p.crop is None else (p.crop, p.sizes))
+
+
 def output_pieces(proj: Projection, func: FuncOp) -> list[list[Piece]]:
     """For each function result, the fragments that make it up (whole-tensor box)."""
     ret = func.body.ops[-1]
@@ -88,17 +96,34 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
                 assert isinstance(owner, WeightOp)
                 weights.add(tiles.setdefault(owner.symbol, len(tiles)))
         graph.add_task(inst.name, cost, weights=frozenset(weights), batch=inst.batch,
-                       lane=inst.lane or 0)
+                       lane=inst.lane or 0, shared_ns=store_ns.get(inst.id, 0))
+    # One fragment per (producer, result, slot, crop): what materialization sends once per
+    # destination core (raptor.passes.materialize keys its messages the same way).
+    # Ids follow the keys' order, as materialization orders a producer's equally urgent sends.
+    frag_bytes: dict[FragmentKey, int] = {}
     for inst in proj.instances:
-        seen: dict[tuple[int, int], int] = {}
         for use in inst.uses:
             for p in use.pieces:
-                key = (p.producer, p.result * 1_000_003 + p.slot)
-                if p.producer != inst.id and key not in seen:
-                    seen[key] = _bytes(p.fragment)
+                if p.producer != inst.id:
+                    frag_bytes[fragment_key(p)] = _bytes(p.fragment)
+    frag_ids = {key: graph.add_fragment(key[0], frag_bytes[key])
+                for key in sorted(frag_bytes, key=lambda k: (*k[:3], k[3] or ((), ())))}
+    for inst in proj.instances:
+        reads: dict[int, int] = {}
+        for use in inst.uses:
+            for p in use.pieces:
+                if p.producer == inst.id:
+                    continue
+                fid = frag_ids[fragment_key(p)]
+                # a crop of a local value is copied out, then inserted (materialize.gather)
+                twice = p.crop is not None and not (len(use.pieces) == 1 and p.box == use.box)
+                reads[fid] = reads.get(fid, 0) + \
+                    (target.local_copy_ns(_bytes(p.fragment)) if twice else 0)
         per_producer: dict[int, int] = {}
-        for (u, _), nbytes in seen.items():
-            per_producer[u] = per_producer.get(u, 0) + nbytes
+        for fid, local_ns in reads.items():
+            graph.add_read(inst.id, fid, local_ns)
+            frag = graph.fragments[fid]
+            per_producer[frag.producer] = per_producer.get(frag.producer, 0) + frag.bytes
         for u, nbytes in sorted(per_producer.items()):
             graph.add_edge(u, inst.id, nbytes)
     graph.freeze()

@@ -7,11 +7,16 @@ Build with :meth:`ComputeGraph.add_task` / :meth:`ComputeGraph.add_edge`, then c
 :meth:`ComputeGraph.freeze` (checks ids, acyclicity, and computes the topological order and
 adjacency arrays that the algorithms use). Parallel edges between the same pair are merged by
 summing their bytes, since one producer → consumer transfer carries all of them.
+
+Edges carry dependencies; *fragments* say what travels. A fragment is a piece of one
+producer's output that crosses the mesh as one message per destination core, however many
+tasks on that core read it (:meth:`ComputeGraph.add_fragment`, :meth:`ComputeGraph.add_read`).
+A graph without declared fragments gets one per edge (every edge its own message).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -35,6 +40,17 @@ class Task:
     weights: frozenset[int] = frozenset()
     batch: int = -1
     lane: int = 0
+    shared_ns: int = 0
+    """The part of ``cost_ns`` spent writing shared memory at the end of the task, which the
+    chip serves one request at a time (the rest is the core's own work)."""
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """``bytes`` of ``producer``'s output that travel as one message per destination core."""
+
+    producer: int
+    bytes: int
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,13 @@ class ComputeGraph:
 
     tasks: list[Task] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
+    fragments: list[Fragment] = field(default_factory=list)
+    reads: list[list[int]] = field(default_factory=list)
+    """Fragment ids each task reads (filled per edge by freeze() when none were declared)."""
+    local_reads: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    """task -> (fragment, ns): extra work when the fragment's producer runs on the task's
+    own core (a local value cropped, then inserted: two copies where a received crop needs
+    one). See :meth:`durations`."""
     _frozen: bool = field(default=False, repr=False)
     # Filled by freeze(): adjacency as (neighbour, bytes) lists and a topological order.
     preds: list[list[tuple[int, int]]] = field(default_factory=list, repr=False)
@@ -67,15 +90,59 @@ class ComputeGraph:
         weights: Iterable[int] = (),
         batch: int = -1,
         lane: int = 0,
+        shared_ns: int = 0,
     ) -> int:
         """Append a task and return its id."""
         if self._frozen:
             raise GraphError("graph is frozen")
         if isinstance(cost_ns, bool) or not isinstance(cost_ns, int) or cost_ns < 0:
             raise GraphError(f"task {name!r}: cost_ns must be a non-negative int, got {cost_ns!r}")
+        if not 0 <= shared_ns <= cost_ns:
+            raise GraphError(f"task {name!r}: shared_ns {shared_ns} outside 0..{cost_ns}")
         tid = len(self.tasks)
-        self.tasks.append(Task(tid, name, cost_ns, frozenset(weights), batch, lane))
+        self.tasks.append(Task(tid, name, cost_ns, frozenset(weights), batch, lane, shared_ns))
+        self.reads.append([])
         return tid
+
+    def add_fragment(self, producer: int, nbytes: int) -> int:
+        """Declare a fragment of ``producer``'s output; returns its id."""
+        if self._frozen:
+            raise GraphError("graph is frozen")
+        if not 0 <= producer < len(self.tasks) or nbytes < 0:
+            raise GraphError(f"fragment of task {producer} with {nbytes} bytes is invalid")
+        self.fragments.append(Fragment(producer, nbytes))
+        return len(self.fragments) - 1
+
+    def add_read(self, task: int, fragment: int, local_ns: int = 0) -> None:
+        """``task`` reads ``fragment`` (an edge from its producer must exist by freeze());
+        ``local_ns``: its extra work when the producer runs on the same core."""
+        if self._frozen:
+            raise GraphError("graph is frozen")
+        if not 0 <= fragment < len(self.fragments) or not 0 <= task < len(self.tasks):
+            raise GraphError(f"read of fragment {fragment} by task {task} names nothing")
+        if self.fragments[fragment].producer == task:
+            raise GraphError(f"task {task} reads its own fragment {fragment}")
+        if local_ns < 0:
+            raise GraphError(f"task {task}: negative local read cost {local_ns}")
+        self.reads[task].append(fragment)
+        if local_ns:
+            self.local_reads.setdefault(task, []).append((fragment, local_ns))
+
+    def durations(self, core_of: Sequence[int]) -> list[int]:
+        """Each task's run time under a placement: its cost plus its local reads' extra."""
+        out = self.costs()
+        frags = self.fragments
+        for t, extra in self.local_reads.items():
+            p = core_of[t]
+            out[t] += sum(ns for f, ns in extra if core_of[frags[f].producer] == p)
+        return out
+
+    def max_durations(self) -> list[int]:
+        """Each task's longest run time under any placement (every local read local)."""
+        out = self.costs()
+        for t, extra in self.local_reads.items():
+            out[t] += sum(ns for _, ns in extra)
+        return out
 
     def add_edge(self, src: int, dst: int, nbytes: int = 0) -> None:
         if self._frozen:
@@ -118,8 +185,34 @@ class ComputeGraph:
             names = " -> ".join(f"{t}:{self.tasks[t].name}" for t in cyc)
             raise GraphError(f"dependency cycle: {names}")
         self.topo_order = order
+        self._link_fragments()
         self._frozen = True
         return self
+
+    def _link_fragments(self) -> None:
+        if not self.fragments:
+            for e in self.edges:
+                self.reads[e.dst].append(len(self.fragments))
+                self.fragments.append(Fragment(e.src, e.bytes))
+            return
+        pairs = {(e.src, e.dst) for e in self.edges}
+        for t, frags in enumerate(self.reads):
+            frags[:] = sorted(set(frags))
+            for f in frags:
+                u = self.fragments[f].producer
+                if (u, t) not in pairs:
+                    raise GraphError(f"task {t} reads fragment {f} of task {u} without an edge")
+
+    def largest_message(self) -> dict[tuple[int, int], int]:
+        """Per edge (u, v), the bytes of the largest fragment of u that v reads: without
+        contention, v can start that long (plus hops) after u ends on another core."""
+        self.freeze()
+        out = {(e.src, e.dst): 0 for e in self.edges}
+        for t, frags in enumerate(self.reads):
+            for f in frags:
+                key = (self.fragments[f].producer, t)
+                out[key] = max(out[key], self.fragments[f].bytes)
+        return out
 
     def _find_cycle(self, remaining: list[int]) -> list[int]:
         # Every task left after Kahn's algorithm has a remaining predecessor: walk backwards

@@ -13,9 +13,26 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from raptor.solver.comm import replay
 from raptor.solver.evaluate import evaluate_schedule
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
+
+
+def core_order(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+               start_ns: Sequence[int]) -> list[list[int]]:
+    """Per-core execution order of a placement with start times. Ties (zero-cost tasks) are
+    broken by topological position to keep the order legal."""
+    graph.freeze()
+    costs = graph.costs()
+    topo_pos = [0] * graph.num_tasks
+    for i, t in enumerate(graph.topo_order):
+        topo_pos[t] = i
+    core_tasks: list[list[int]] = [[] for _ in range(target.num_cores)]
+    for t in sorted(range(graph.num_tasks), key=lambda t: (start_ns[t], start_ns[t] + costs[t],
+                                                           topo_pos[t])):
+        core_tasks[core_of[t]].append(t)
+    return core_tasks
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,11 @@ class MergeScheduleResult:
     notes: list[str] = field(default_factory=list)
     stage_of_core: list[int] | None = None
     """Pipeline results only: the stage each core runs (-1: unused); None in latency mode."""
+    estimate_ns: int = 0
+    """Single-inference latency of the materialized program under the communication model
+    (:func:`raptor.solver.comm.replay`: link contention, rendezvous, shared-memory queue):
+    the figure the simulator's default run should show. ``makespan_ns`` is the plan's own
+    (the scheduler's times, exact without contention)."""
 
     @classmethod
     def build(
@@ -66,15 +88,7 @@ class MergeScheduleResult:
         """Derive order, markers, classes and costs from a placement and start times."""
         graph.freeze()
         n = graph.num_tasks
-        costs = graph.costs()
-        core_tasks: list[list[int]] = [[] for _ in range(target.num_cores)]
-        # Ties (zero-cost tasks) are broken by topological position to keep order legal.
-        topo_pos = [0] * n
-        for i, t in enumerate(graph.topo_order):
-            topo_pos[t] = i
-        for t in sorted(range(n), key=lambda t: (start_ns[t], start_ns[t] + costs[t],
-                                                 topo_pos[t])):
-            core_tasks[core_of[t]].append(t)
+        core_tasks = core_order(graph, target, core_of, start_ns)
         last = [tasks[-1] if tasks else -1 for tasks in core_tasks]
         classes: list[EquivalenceClass] = []
         for core, tasks in enumerate(core_tasks):
@@ -87,7 +101,8 @@ class MergeScheduleResult:
                 run.append(t)
             if run:
                 classes.append(EquivalenceClass(core, graph.tasks[run[0]].batch, run))
-        end = [start_ns[t] + costs[t] for t in range(n)]
+        dur = graph.durations(core_of)
+        end = [start_ns[t] + dur[t] for t in range(n)]
         result = cls(
             solver=solver,
             status=status,
@@ -106,8 +121,17 @@ class MergeScheduleResult:
             notes=list(notes),
         )
         ev = evaluate_schedule(graph, target, result)
+        comm = replay(graph, target, result.core_of, result.core_tasks, result.start_ns)
+        result.estimate_ns = comm.makespan_ns
+        util_max, util_mean = comm.link_utilization()
         result.summary = {
             "makespan_ns": result.makespan_ns,
+            "estimate_ns": comm.makespan_ns,
+            "bytes_moved": comm.bytes_moved,
+            "messages": comm.messages,
+            "link_busy_max_ns": max(comm.link_busy_ns, default=0),
+            "link_util_max_permille": round(1000 * util_max),
+            "link_util_mean_permille": round(1000 * util_mean),
             "completion_ns": ev.completion_ns,
             "serial_work_ns": ev.serial_work_ns,
             "max_core_work_ns": ev.max_core_work_ns,

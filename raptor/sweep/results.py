@@ -89,7 +89,7 @@ def make_row(point: Point, outcome: Outcome | None, lost: str | None = None) -> 
         ideal_simulated_ns=sched.get("ideal_simulated_ns"), period_ns=sched.get("period_ns"),
         simulated_period_ns=sched.get("simulated_period_ns"), throughput_per_s=throughput,
         lower_bound_ns=rep["lower_bound_ns"], bound_ns=sched.get("bound_ns"),
-        solver_status=sched["status"],
+        solver_status=sched["status"].split()[0],  # the full text is in report.json
         crossbars=sum(s["crossbars"] for s in stages) if stages else rep["crossbars"],
         max_core_crossbars=max((c["crossbars"] for c in sim["cores"]), default=0)
         if sim else None,

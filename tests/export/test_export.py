@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from raptor.cli import main
-from raptor.export import Export, ExportError, export_pimsim, write_export
+from raptor.export import Export, ExportError, export_pimsim, pimsim_order, write_export
 from raptor.export.chip import PimsimChip
 from raptor.export.runner import chiptest, run_chiptest
 from raptor.export.validate import validate
@@ -48,7 +48,9 @@ def module(text: str) -> Module:
 
 
 def mirror(m: Module, ex: Export) -> int:
-    return Simulator(m, T, timings=ex.timings).timing(SimOptions.pimsim(trace=False)).latency_ns
+    with pimsim_order(m):
+        sim = Simulator(m, T, timings=ex.timings)
+    return sim.timing(SimOptions.pimsim(trace=False)).latency_ns
 
 
 def mvm_program(rows: int) -> str:
@@ -282,7 +284,8 @@ def test_examples_export_and_mirror_on_raptors_simulator(mlp: tuple[Module, Expo
     """Raptor's simulator under pimsim-nn's model runs the exported timings to completion
     and is never faster than its own ideal figure."""
     m, ex = mlp
-    sim = Simulator(m, T, timings=ex.timings)
+    with pimsim_order(m):
+        sim = Simulator(m, T, timings=ex.timings)
     assert sim.timing(SimOptions.pimsim(trace=False)).latency_ns > \
         sim.timing(SimOptions.ideal(trace=False)).latency_ns
 
@@ -334,9 +337,9 @@ def test_cli_solve_exports_and_reports_memory(tmp_path: Path,
                  "--export-pimsim", str(exp)])
     text = capsys.readouterr().out
     assert code == 0
-    assert "0.6/64 KiB" in text and "exported 97 pimsim-nn instructions" in text
+    assert "0.8/64 KiB" in text and "exported 97 pimsim-nn instructions" in text
     rep = json.loads((out / "report.json").read_text())["schedules"]["peft"]
-    assert rep["local_memory"]["peak_bytes"] == 652 and rep["local_memory"]["fits"]
+    assert rep["local_memory"]["peak_bytes"] == 792 and rep["local_memory"]["fits"]
     assert rep["pimsim_export"]["pimsim_model_ns"] > rep["ideal_simulated_ns"]
     assert (exp / "program" / "config.json").exists()
     small = tmp_path / "small.toml"
@@ -345,16 +348,16 @@ def test_cli_solve_exports_and_reports_memory(tmp_path: Path,
     code = main(["solve", str(EXAMPLES / "mlp.onnx"), "--solver", "peft", "--out", str(out),
                  "--target", str(small), "--no-simulate", "--export-pimsim", str(exp)])
     cap = capsys.readouterr()
-    assert code == 1 and "peft: local memory: core 0 needs 652 bytes" in cap.err
+    assert code == 1 and "peft: local memory: core 0 needs 792 bytes" in cap.err
     assert "peft: not exported to pimsim-nn" in cap.err
     assert "OVER" in cap.out and (out / "report.json").exists()
     code = main(["solve", str(EXAMPLES / "mlp.onnx"), "--solver", "peft", "--out", str(out),
                  "--target", str(small), "--no-simulate", "--export-pimsim", str(exp),
                  "--allow-memory-overflow"])
     cap = capsys.readouterr()
-    assert code == 0 and "warning: core 0 needs 652 bytes" in cap.err
+    assert code == 0 and "warning: core 0 needs 792 bytes" in cap.err
     chip = json.loads((exp / "chip.json").read_text())
-    assert chip["chip_config"]["core_config"]["local_memory_config"]["memory_size"] == 652
+    assert chip["chip_config"]["core_config"]["local_memory_config"]["memory_size"] == 792
 
 
 @pytest.mark.parametrize("model,opcodes", [

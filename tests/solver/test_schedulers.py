@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from statistics import mean
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +21,8 @@ from raptor.solver import (
 from raptor.solver.generate import random_layered_dag
 from raptor.target import Target
 
-FAST = CpSatOptions(time_limit=20.0, num_workers=2, seed=1)
+FAST = CpSatOptions(time_limit=20.0, num_workers=2, seed=1, injection=False)
+"""The free-link model the brute force below enumerates."""
 
 
 @st.composite
@@ -109,10 +109,10 @@ def test_heuristics_and_cpsat_valid_and_bounded(inst: tuple[ComputeGraph, Target
         assert r.makespan_ns >= lb.critical_path_ns
         assert r.makespan_ns >= lb.work_per_core_ns
         assert r.summary["cores_used"] >= lb.min_cores
-    assert cp.makespan_ns <= peft.makespan_ns
-    assert cp.status == "OPTIMAL"
-    assert cp.bound_ns is not None and cp.bound_ns <= cp.makespan_ns
-    assert cp.makespan_ns == brute_force(g, target)
+    assert cp.estimate_ns <= peft.estimate_ns  # never worse than its hint, as judged
+    assert cp.status.startswith("OPTIMAL")
+    assert cp.objective_ns == cp.bound_ns == brute_force(g, target)
+    assert cp.bound_ns <= cp.makespan_ns
 
 
 def test_lane_symmetry_keeps_the_optimum() -> None:
@@ -121,9 +121,9 @@ def test_lane_symmetry_keeps_the_optimum() -> None:
                            bytes_range=(8, 64), symmetric=True)
     with_sym = cpsat_schedule(g, target, FAST)
     without = cpsat_schedule(g, target, CpSatOptions(time_limit=20, num_workers=2,
-                                                     lane_symmetry=False))
-    assert with_sym.status == without.status == "OPTIMAL"
-    assert with_sym.makespan_ns == without.makespan_ns == brute_force(g, target)
+                                                     lane_symmetry=False, injection=False))
+    assert with_sym.status.startswith("OPTIMAL") and without.status.startswith("OPTIMAL")
+    assert with_sym.objective_ns == without.objective_ns == brute_force(g, target)
 
 
 def test_capacity_error_reports_numbers() -> None:
@@ -162,16 +162,18 @@ def test_capacity_fallback_schedules_tight_graphs() -> None:
     assert validate_schedule(g, target, eft_schedule(g, target)) == []
 
 
-def test_peft_lookahead_beats_eft_under_crossbar_pressure() -> None:
-    """The state-dependent OCT sees which cores still hold or have room for a child's tiles
-    and where its other producers ran; plain EFT with the same priorities cannot."""
-    target = Target(mesh_rows=4, mesh_cols=4, crossbars_per_core=16)
-    ratios = []
-    for seed in range(6):
-        g = random_layered_dag(200, seed, width=16, tiles_per_batch=(1, 3), max_lanes=8)
-        ratios.append(peft_schedule(g, target).makespan_ns / eft_schedule(g, target).makespan_ns)
-    assert mean(ratios) < 0.99
-    assert sum(r < 1 for r in ratios) >= 4
+def test_peft_lookahead_keeps_a_child_near_its_other_producer() -> None:
+    """x (long) and y (short) both feed c, hops are slow. EFT starts y at once on a free
+    core and c then waits for one of the two messages; the lookahead sees that c can only
+    start early where x ran, so y follows x there and c needs no message at all."""
+    target = Target(mesh_rows=1, mesh_cols=3, hop_cycles=200)
+    g = ComputeGraph()
+    x, y, c = g.add_task("x", 100), g.add_task("y", 10), g.add_task("c", 10)
+    g.add_edge(x, c, 64)
+    g.add_edge(y, c, 64)
+    peft, eft = peft_schedule(g.freeze(), target), eft_schedule(g, target)
+    assert peft.core_of == [0, 0, 0] and peft.estimate_ns == 120
+    assert eft.core_of[y] != eft.core_of[x] and eft.estimate_ns > 200
 
 
 def test_restricted_model_for_large_graphs() -> None:

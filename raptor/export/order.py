@@ -1,0 +1,68 @@
+"""pimsim-nn's blocking order of a core's sends and receives.
+
+Raptor's materialization posts every receive when its core's program starts: in Raptor's
+simulator posting never blocks (the consumer waits for the data), so rendezvous sends
+always find their receive posted. pimsim-nn's `recv` blocks the core until the data is
+written, so the same order would leave two cores each waiting in a receive for the other.
+
+The blocking order performs every core's sends and receives in increasing channel number,
+each receive as late as that allows (just before the first op that reads it, or before a
+send or receive of a higher channel). Channels follow the producers' planned ends, so a
+compute never needs a receive whose channel is above a send that follows it. With every
+core walking the channels in one global order, the lowest unfinished message always has
+its sender and its receiver on their way to it, and the program cannot deadlock; the
+exporter's validator replays it to check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from raptor.ir.core import Operation
+from raptor.ir.module import Module
+from raptor.ir.ops import ChannelReceiveOp, ChannelSendOp, CoreOp
+
+
+def blocking_order(ops: list[Operation]) -> list[Operation]:
+    """`ops` of one core program with each receive moved to its place in channel order."""
+    receives = sorted((op for op in ops if isinstance(op, ChannelReceiveOp)),
+                      key=lambda op: op.channel)
+    channel_of = {op.result: op.channel for op in receives}
+    out: list[Operation] = []
+    next_recv = 0
+
+    def receive_upto(channel: int) -> None:
+        nonlocal next_recv
+        while next_recv < len(receives) and receives[next_recv].channel <= channel:
+            out.append(receives[next_recv])
+            next_recv += 1
+
+    for op in ops:
+        if isinstance(op, ChannelReceiveOp):
+            continue
+        needed = [channel_of[v] for v in op.operands() if v in channel_of]
+        if isinstance(op, ChannelSendOp):
+            needed.append(op.channel - 1)
+        if needed:
+            receive_upto(max(needed))
+        out.append(op)
+    out.extend(receives[next_recv:])
+    return out
+
+
+@contextmanager
+def pimsim_order(module: Module) -> Iterator[Module]:
+    """Within the block, every core program of `module` runs in the blocking order (the
+    same op objects, so timings keyed by op stay valid); the original order returns after.
+    Export and the pimsim-nn-model simulation must see the same order."""
+    saved: list[tuple[CoreOp, list[Operation]]] = []
+    for op in module.main().body.ops:
+        if isinstance(op, CoreOp):
+            saved.append((op, op.body.ops))
+            op.body.ops = blocking_order(op.body.ops)
+    try:
+        yield module
+    finally:
+        for op, ops in saved:
+            op.body.ops = ops
