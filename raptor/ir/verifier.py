@@ -1,5 +1,6 @@
-"""Verifier: SSA/type checks everywhere, the graph-batch invariant (GCB-1..10), Blueprint
-rules (BP-1..5) and scheduled-IR communication rules (SCH-*).
+"""Verifier: structure (SSA dominance, one definition per value, ownership, terminators)
+and each op's own checks everywhere, the graph-batch invariant (GCB-1..10), Blueprint rules
+(BP-1..5) and scheduled-IR communication rules (SCH-*), for a module however it was built.
 
 Rule ids are stable; see invariants/GRAPH_COMPUTE_BATCH_INVARIANT.md. Each op's rules are
 checked in id order and every violated id is reported.
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from raptor.ir.core import Affine, Diagnostic, Operation, Value, VerifyError
+from raptor.ir.core import Affine, Block, Diagnostic, Operation, Value, VerifyError
 from raptor.ir.module import Module
 from raptor.ir.ops import (
     BLUEPRINT_CONFLICT,
@@ -29,6 +30,9 @@ from raptor.ir.ops import (
     GraphComputeOp,
     ParallelInsertSliceOp,
     ReturnOp,
+    SingleComputeOp,
+    Strided,
+    YieldOp,
     squeeze,
 )
 from raptor.ir.types import TensorType
@@ -42,6 +46,8 @@ class _Report:
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
     def add(self, op: Operation, rule: str, message: str) -> None:
+        if op.loc is None:  # built through the API: name the op instead of a place
+            message = f"{op.name}: {message}"
         self.diagnostics.append(Diagnostic(op.loc, rule, message))
 
 
@@ -50,6 +56,7 @@ def verify_module(module: Module, *, allow_assembly: bool = False) -> list[Diagn
     logical-assembly batches that lowering emits before canonicalization."""
     rep = _Report()
     for func in module.funcs:
+        _check_structure(func, rep)
         _verify_region_ops(func, rep, allow_assembly)
         _check_physical_uses(func, rep)
         _check_channels(func, rep)
@@ -75,6 +82,65 @@ def _verify_region_ops(func: FuncOp, rep: _Report, allow_assembly: bool) -> None
                 _check_lane_slices(op, rep)
         elif isinstance(op, BlueprintOp):
             _check_blueprint(op, rep)
+
+
+# ------------------------------------------------------------------ structure
+def _name(v: Value) -> str:
+    if v.name:
+        return f"%{v.name}"
+    return f"the result of {v.owner.name}" if isinstance(v.owner, Operation) else "a value"
+
+
+def _check_structure(func: FuncOp, rep: _Report) -> None:
+    """SSA-1: every use (operands and affine offset variables) is dominated by its
+    definition: defined earlier in the same block or in an enclosing one (regions are
+    single blocks). SSA-2: every value is defined once. REGION-3: every op sits in one block
+    and every value's `owner` is its definer. REGION-4: `return` ends a function body and
+    `spat.yield` a single-compute body, nowhere else."""
+    defined: set[Value] = set()
+    visible: set[Value] = set()
+    placed: set[int] = {id(func)}
+    every = {r for op in func.walk() for r in op.results()}
+
+    def define(v: Value, owner: object, at: Operation) -> None:
+        if v in defined:
+            rep.add(at, "SSA-2", f"{_name(v)} is defined twice")
+        elif v.owner is not owner:
+            rep.add(at, "REGION-3", f"{_name(v)} is defined here but owned by another "
+                    "op or block")
+        defined.add(v)
+        visible.add(v)
+
+    def block(b: Block, owner: Operation, terminator: type[Operation] | None) -> None:
+        scope = list(b.args)
+        for a in b.args:
+            define(a, b, owner)
+        last = len(b.ops) - 1
+        for i, op in enumerate(b.ops):
+            if id(op) in placed:
+                rep.add(op, "REGION-3", "this op appears in more than one place")
+                continue
+            placed.add(id(op))
+            uses = op.operands()
+            if isinstance(op, Strided):
+                uses += [v for a in op.offsets for v in a.vars()]
+            for v in uses:
+                if v not in visible:
+                    why = "before its definition" if v in every and v not in defined else \
+                        "but it is not defined in this function or an enclosing region"
+                    rep.add(op, "SSA-1", f"uses {_name(v)} {why}")
+            if isinstance(op, ReturnOp | YieldOp) and (i != last or type(op) is not terminator):
+                where = f"inside {owner.name}" if type(op) is not terminator else \
+                    "before the end of its block"
+                rep.add(op, "REGION-4", f"{op.name} {where}")
+            for r in op.regions():
+                block(r, op, YieldOp if isinstance(op, SingleComputeOp) else None)
+            for v in op.results():
+                define(v, op, op)
+                scope.append(v)
+        visible.difference_update(scope)
+
+    block(func.body, func, ReturnOp)
 
 
 # ------------------------------------------------------------------ graph batch invariant
