@@ -145,13 +145,16 @@ class Builder:
         return v
 
     def concat(self, srcs: Sequence[Value], dim: int) -> Value:
+        """Raises ValueError unless the sources are tensors of one rank that has `dim`."""
         ts = [s.type for s in srcs]
-        assert all(isinstance(t, TensorType) for t in ts)
-        first = ts[0]
-        assert isinstance(first, TensorType)
-        shape = list(first.shape)
-        shape[dim] = sum(t.shape[dim] or 0 for t in ts if isinstance(t, TensorType))
-        v = Value(TensorType(tuple(shape), first.dtype))
+        tensors = [t for t in ts if isinstance(t, TensorType)]
+        if not ts or len(tensors) != len(ts) or len({t.rank for t in tensors}) != 1 \
+                or not 0 <= dim < tensors[0].rank:
+            raise ValueError(f"cannot concatenate ({', '.join(map(str, ts))}) along "
+                             f"dimension {dim}")
+        shape = list(tensors[0].shape)
+        shape[dim] = sum(t.shape[dim] or 0 for t in tensors)
+        v = Value(TensorType(tuple(shape), tensors[0].dtype))
         self.add(ConcatOp(list(srcs), v, dim))
         return v
 
