@@ -156,9 +156,13 @@ def cmd_interpret(args: argparse.Namespace) -> int:
         for d in diags:
             err.print(str(d), markup=False)
         return EXIT_FAIL
-    if args.weights:
+    weights = args.weights
+    beside = Path(args.file).with_name("weights.npz")  # what `raptor solve` writes
+    if weights is None and beside.is_file():
+        weights = str(beside)
+    if weights:
         try:
-            module.constants.update(load_npz(args.weights))
+            module.constants.update(load_npz(weights))
         except ValueError as e:
             raise CliError(str(e)) from None
     inputs = _inputs_for(args.inputs)
@@ -368,7 +372,8 @@ def _print_solve_table(solved: Solved, rep: dict[str, Any], out_dir: str) -> Non
                       _fmt_ns(s["bound_ns"]), gap, s["status"], f"{s['solve_seconds']:.2f}",
                       str(s["cores_used"]), str(rep["crossbars"]), check)
     out.print(table)
-    out.print(f"wrote {out_dir}/: report.json, gantt.<solver>.svg, scheduled.<solver>.spat"
+    out.print(f"wrote {out_dir}/: report.json, gantt.<solver>.svg, scheduled.<solver>.spat, "
+              "weights.npz"
               + (", trace.<solver>.json, outputs.<solver>.npz" if any(r.sim for r in
                                                                    solved.runs) else ""))
 
@@ -392,6 +397,8 @@ def _write_outputs(out_dir: str, solved: Solved, rep: dict[str, Any]) -> None:
             outs = {v.name: o for v, o in zip(solved.compiled.graph.outputs, run.sim.outputs,
                                              strict=True)}
             save_npz_atomic(d / f"outputs.{run.name}.npz", outs)
+    if solved.runs:  # the weights the scheduled IR names, for `raptor interpret`
+        save_npz_atomic(d / "weights.npz", solved.runs[0].scheduled.constants)
     write_text_atomic(d / "report.json", json.dumps(rep, indent=2) + "\n")
 
 
@@ -461,7 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "model, else seeded random inputs).")
     i.add_argument("file", metavar="FILE.spat|MODEL.onnx")
     i.add_argument("--inputs", metavar="X.npz", help="input arrays")
-    i.add_argument("--weights", metavar="W.npz", help="data for spat.weight @symbols (.spat)")
+    i.add_argument("--weights", metavar="W.npz",
+                   help="data for spat.weight @symbols (.spat; default: weights.npz beside "
+                   "the file, as raptor solve writes it)")
     i.add_argument("--out", metavar="Y.npz", help="write results (.spat: result0, ...; ONNX: "
                    "keyed by graph output name)")
     i.add_argument("--check", action="store_true", help="compare with the ONNX reference "

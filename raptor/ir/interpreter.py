@@ -151,7 +151,7 @@ def _reshape(op: ReshapeOp, env: Env, idx: Index) -> None:
 
 @semantics(TransposeOp)
 def _transpose(op: TransposeOp, env: Env, idx: Index) -> None:
-    env[op.result] = np.ascontiguousarray(np.transpose(env[op.source], op.perm))
+    env[op.result] = np.transpose(env[op.source], op.perm)
 
 
 @semantics(ConcatOp)
