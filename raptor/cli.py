@@ -34,7 +34,8 @@ from raptor.ir.parser import ParseError, parse_file
 from raptor.ir.verifier import verify_module
 from raptor.passes.lower import CapacityExceeded, LoweringError
 from raptor.passes.projection import ProjectionError
-from raptor.rewrite.eggfile import RuleError, check_rules, resolve_rules_dir
+from raptor.passes.rulecheck import check_rules
+from raptor.rewrite.eggfile import RuleError, resolve_rules_dir
 from raptor.rewrite.layout import LayoutError
 from raptor.sim import SimOptions
 from raptor.solve import SOLVERS, Solved, SolveOptions, report, solve

@@ -45,18 +45,35 @@ PHYSICAL_CONSUMERS = (BlueprintOp, GraphComputeOp, GraphComputeBatchOp, Deferred
 
 @dataclass
 class _Report:
+    module: Module
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    paths: dict[int, str] = field(default_factory=dict)
 
     def add(self, op: Operation, rule: str, message: str) -> None:
-        if op.loc is None:  # built through the API: name the op instead of a place
-            message = f"{op.name}: {message}"
+        if op.loc is None:  # built through the API: say which op, by position
+            message = f"{op.name}{self.path(op)}: {message}"
         self.diagnostics.append(Diagnostic(op.loc, rule, message))
+
+    def path(self, op: Operation) -> str:
+        """` (@main op 12.3)`: the op's 1-based position in its function, nested regions
+        after dots (computed once, on the first diagnostic without a location)."""
+        if not self.paths:
+            def visit(ops: list[Operation], prefix: str) -> None:
+                for i, o in enumerate(ops, 1):
+                    self.paths.setdefault(id(o), f"{prefix}{i}")
+                    for r in o.regions():
+                        visit(r.ops, f"{prefix}{i}.")
+
+            for f in self.module.funcs:
+                visit(f.body.ops, f"@{f.sym_name} op ")
+        got = self.paths.get(id(op))
+        return f" ({got})" if got else ""
 
 
 def verify_module(module: Module, *, allow_assembly: bool = False) -> list[Diagnostic]:
     """All diagnostics of `module`, in op order. `allow_assembly` accepts the temporary
     logical-assembly batches that lowering emits before canonicalization."""
-    rep = _Report()
+    rep = _Report(module)
     for func in module.funcs:
         _check_structure(func, rep)
         _verify_region_ops(func, rep, allow_assembly)

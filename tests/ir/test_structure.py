@@ -33,7 +33,8 @@ def test_use_before_definition_is_ssa1() -> None:
     ops[0], ops[1] = ops[1], ops[0]  # neg now reads relu's result before relu runs
     diags = verify_module(m)
     assert rules_of(diags)[0] == "SSA-1"
-    assert diags[0].message == "pim.neg: uses the result of pim.relu before its definition"
+    assert diags[0].message == "pim.neg (@main op 1): uses the result of pim.relu before its " \
+        "definition"
 
 
 def test_use_before_definition_names_the_place_when_parsed() -> None:
@@ -128,4 +129,4 @@ def test_binary_op_reading_a_later_value() -> None:
     b.ret([z])
     diags = verify_module(Module([f]))
     assert rules_of(diags) == ["SSA-1"]
-    assert diags[0].message == "pim.vadd: uses %y before its definition"
+    assert diags[0].message == "pim.vadd (@main op 1): uses %y before its definition"
