@@ -1,31 +1,26 @@
 """Op declarations: one class per op holds its fields, textual format and checks.
 
-An op is a dataclass decorated with `op_def`. Its fields say what it holds, by the kind in
-their annotation (`core.Operand`, `Operands`, `Result`, `Results`, `Region`, `BareRegion`;
-any other annotation is an attribute: `int`, `float`, `str`, `bool`, `tuple[int, ...]`,
-`tuple[Affine, ...]`, `dict[str, Attr]`, `TensorType | None`, or a type the op prints with
-its own `custom<...>`/`lines<...>` directive). `NAME` is the printed name, `FORMAT` the
-spelling after `results = NAME`, `verify` the op's own checks. From that `op_def` derives,
-once per class: the generic views `operands()`/`results()`/`regions()`, the printer (Python
-generated from the format, as fast as a hand-written one) and the parse program the parser
-interprets. Families (`pim.<kind>`, `spat.plan.<kind>`) print `PREFIX + kind` and register
-each kind in `KINDS` (or, for `spat.plan`, any kind).
+An op is a dataclass decorated with `op_def`. The annotation of each field says what it is
+(`core.Operand`, `Operands`, `Result`, `Results`, `Region`, `BareRegion`, or an attribute:
+`int`, `float`, `str`, `bool`, `tuple[int, ...]`, `tuple[Affine, ...]`, `dict[str, Attr]`,
+`TensorType | None`, or anything its own `custom<>`/`lines<>` directive handles); `NAME`
+is the printed name, `FORMAT` the spelling after `results = NAME`, `verify` its checks.
+`op_def` derives once per class the generic views (`operands()`, `results()`, `regions()`),
+a printer (Python generated from the format, as fast as a hand-written one) and the parse
+program the parser interprets. Families print `FAMILY[0] + <kind field>` and register
+every kind of `KINDS` (all kinds when there is no `KINDS`, as for `spat.plan.<kind>`).
 
-The format language follows MLIR's declarative assembly format, reduced to what the
-Spatial IR spells. Elements are separated by one space where the format has whitespace
-and by none where they touch (`$source$offsets` prints `%in[0, 2*%lane]`):
-
-- `$f` a field: `%v` for an operand, `%a, %b` for a list, the value for an attribute (an
-  int list `[1, 2]`, an affine list, a bare word for `str`, a float as `fmt_attr`), the
-  field name when a `bool` is true (nothing when false), ` {k = v}` for an attribute dict
-  (nothing when empty); `@$f` a symbol; a region (`$body`) must come last.
-- `type($a)` the type of an operand or result (`type($a, $b)`: one type for both, checked
-  equal when parsing); of a list of operands `T0, T1`; of a list of results `T`, `(T0, T1)`
-  or `()`. `typed($ins)` prints `%x : T, %y : T2`.
-- `( ... )?` an optional group, printed when its anchor (the element marked `^`) is present
-  and parsed when its first element is next; any other word or punctuation is a literal.
-- `custom<x>`: the op's `print_x(p) -> str` and `parse_x(parser, state)`; `lines<x>` (last
-  element): `print_x(p, header)` writes the header line and the lines under it.
+The format language is MLIR's declarative assembly format reduced to what Spatial IR
+spells. Elements separated by whitespace print with one space, touching ones with none
+(`$source$offsets` prints `%in[0, 2*%lane]`). `$f` prints a field by its kind: `%v`,
+`%a, %b`, `[1, 2]`, an affine list, a bare word (`str`), a float as `fmt_attr`, a `bool`'s
+own name when true (else nothing), ` {k = v}` for a non-empty attribute dict; `@$f` a symbol;
+a region (last). `type($a)` is the type of an operand or result (`type($a, $b)`: one type,
+equal for both), of an operand list `T0, T1`, of a result list `T`, `(T0, T1)` or `()`;
+`typed($ins)` prints `%x : T, %y : T2`. `( ... )?` is an optional group, printed when its
+anchor (`$f^`) is present and parsed when its first element is next. `custom<x>` calls the
+op's `print_x(p) -> str` / `parse_x(parser, state)`; `lines<x>` (last) `print_x(p, header)`,
+which writes the header line and the lines under it. Anything else is a literal.
 """
 
 from __future__ import annotations
@@ -36,388 +31,160 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, dataclass_transform
 
-from raptor.ir.core import Operation, Value
+from raptor.ir.core import Operation
 from raptor.ir.printer import Printer, fmt_attr
 from raptor.ir.types import Type
 
 if TYPE_CHECKING:
     from raptor.ir.parser import Parser
 
-_VALUE_KINDS = {"Operand": "operand", "Operands": "operands", "Result": "result",
-                "Results": "results", "Region": "region", "BareRegion": "bare_region"}
-_ATTR_KINDS = {"int": "int", "float": "float", "str": "str", "bool": "bool",
-               "tuple[int, ...]": "ints", "tuple[Affine, ...]": "affines",
-               "dict[str, Attr]": "attrs", "TensorType | None": "type"}
+_KINDS = {"Operand": "operand", "Operands": "operands", "Result": "result",
+          "Results": "results", "Region": "region", "BareRegion": "bare_region",
+          "int": "int", "float": "float", "str": "str", "bool": "bool",
+          "tuple[int, ...]": "ints", "tuple[Affine, ...]": "affines",
+          "dict[str, Attr]": "attrs", "TensorType | None": "type"}
+"""Field annotation → kind; any other annotation is kind `other` (custom directives)."""
+
+
+@dataclass
+class Item:
+    """A compiled format element: `lit` (text), `var` (fields[0]), `type` (fields), `typed`,
+    `custom`/`lines` (text: the directive's name), `region`, or `group` (items, anchor)."""
+
+    kind: str
+    space: bool = False
+    text: str = ""
+    fields: tuple[str, ...] = ()
+    items: list[Item] = field(default_factory=list)
+    anchor: str = ""
 
 
 @dataclass
 class OpDef:
-    """What `op_def` read from a class: its fields by kind and its compiled format."""
+    """What `op_def` read from a class: fields by kind and the compiled format."""
 
     operands: list[tuple[str, bool]] = field(default_factory=list)
-    """(field, variadic) in declaration order."""
+    """(field, variadic) in declaration order, as `results`."""
     results: list[tuple[str, bool]] = field(default_factory=list)
     regions: list[str] = field(default_factory=list)
     attributes: list[str] = field(default_factory=list)
     kinds: dict[str, str] = field(default_factory=dict)
-    """Field name → kind (`operand`, `results`, `ints`, ...; `other` for custom ones)."""
-    format: list[tuple[bool, Element]] = field(default_factory=list)
-    """The compiled format: (space before, element)."""
+    format: list[Item] = field(default_factory=list)
 
     @property
     def single_result(self) -> str | None:
-        """The field of the op's one non-variadic result, if that is all it returns."""
-        if len(self.results) == 1 and not self.results[0][1]:
-            return self.results[0][0]
-        return None
+        """The field of the op's one result when it has exactly one, not variadic."""
+        return self.results[0][0] if len(self.results) == 1 and not self.results[0][1] else None
 
 
 @dataclass
 class ParseState:
-    """What the parse program of one op has read so far."""
+    """What the parse program of one op has read: field values, operand uses still to be
+    type-checked (value or values, token index or indices) and result types."""
 
     cls: type[Operation]
     tok: int
-    """Token index of the op name (semantic errors without a better place point here)."""
     values: dict[str, Any] = field(default_factory=dict)
     uses: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    """Operand field → (value or values, token index or indices), type-checked later."""
     result_types: dict[str, list[Type]] = field(default_factory=dict)
 
 
 OPS: dict[str, tuple[type[Operation], dict[str, str]]] = {}
 """Printed op name → class and the family field it fixes (`pim.vadd` → BinaryOp, op=vadd)."""
 OPEN_FAMILIES: dict[str, tuple[type[Operation], str]] = {}
-"""Name prefix → class and field for families of any kind (`spat.plan.` → PlanOp.kind)."""
-_KIND_WORD = re.compile(r"[a-z_0-9]+")
+"""Name prefix → class and kind field of families of any kind (`spat.plan.` → PlanOp)."""
 
 
 def lookup(name: str) -> tuple[type[Operation], dict[str, str]] | None:
     """The class (and fixed family field) printed as `name`, if any."""
     got = OPS.get(name)
-    if got is not None:
-        return got
-    for prefix, (cls, fld) in OPEN_FAMILIES.items():
-        kind = name[len(prefix):]
-        if name.startswith(prefix) and _KIND_WORD.fullmatch(kind):
-            return cls, {fld: kind}
-    return None
+    if got is None:
+        for prefix, (cls, fld) in OPEN_FAMILIES.items():
+            if name.startswith(prefix) and re.fullmatch(r"[a-z_0-9]+", name[len(prefix):]):
+                return cls, {fld: name[len(prefix):]}
+    return got
 
 
-# ---------------------------------------------------------------------- format elements
-class Element:
-    """One element of a format: how it prints (a Python expression over `self` and `p`,
-    or literal text) and how it parses."""
-
-    optional = False
-    """It may print nothing (its leading space goes with it)."""
-
-    def text(self) -> str | None:
-        """Literal output, if the element is literal."""
-        return None
-
-    def expr(self) -> str:
-        raise NotImplementedError
-
-    def cond(self) -> str:
-        """For optional elements: when they print."""
-        raise NotImplementedError
-
-    def starts(self, ps: Parser) -> bool:
-        """Whether the next token can begin this element."""
-        raise NotImplementedError
-
-    def parse(self, ps: Parser, st: ParseState) -> None:
-        raise NotImplementedError
-
-    def absent(self, st: ParseState) -> None:
-        """Fill in what an optional group that is not there leaves (empty lists)."""
-
-
-@dataclass
-class Literal(Element):
-    word: str
-
-    def text(self) -> str:
-        return self.word
-
-    def starts(self, ps: Parser) -> bool:
-        return ps.peek() == self.word
-
-    def parse(self, ps: Parser, st: ParseState) -> None:
-        ps.expect(self.word)
-
-
-_PRINT = {
-    "operand": "p.v({})", "operands": "p.vs({})", "int": "{}", "str": "{}", "type": "{}",
-    "float": "_float({})", "ints": "_ints({})", "affines": "p.affs({})",
-    "attrs": "_attr_dict({})", "symbol": "_at({})",
-}
-"""Field kind → the expression printing `self.<field>`."""
-_READ: dict[str, Callable[[Parser], Any]] = {
-    "int": lambda ps: ps.sint(), "float": lambda ps: ps.fnum(), "str": lambda ps: ps.word(),
-    "ints": lambda ps: tuple(ps.int_list()), "affines": lambda ps: ps.affine_list(),
-    "attrs": lambda ps: ps.attr_dict() if ps.peek() == "{" else {},
-    "type": lambda ps: ps.type_(), "symbol": lambda ps: ps.symbol(),
-}
-"""Attribute kind → its reader."""
-_FIRST = {"ints": "[", "affines": "[", "attrs": "{"}
-
-
-@dataclass
-class Var(Element):
-    """`$f` (and `@$f`): a field printed and parsed according to its kind; a `bool`
-    prints its own name when true, an attribute dict ` {k = v}` when not empty."""
-
-    name: str
-    kind: str
-    anchor: bool = False
-
-    def __post_init__(self) -> None:
-        self.optional = self.kind in ("bool", "attrs")
-
-    def expr(self) -> str:
-        if self.kind == "bool":
-            return f'"{self.name}"'
-        return _PRINT[self.kind].format(f"self.{self.name}")
-
-    def cond(self) -> str:
-        return f"self.{self.name}" + (" is not None" if self.kind == "type" else "")
-
-    def starts(self, ps: Parser) -> bool:
-        k = self.kind
-        if k in ("operand", "operands"):
-            return ps.at_value()
-        if k == "type":
-            return ps.at_type()
-        return ps.peek() == (self.name if k == "bool" else _FIRST.get(k))
-
-    def parse(self, ps: Parser, st: ParseState) -> None:
-        k, n = self.kind, self.name
-        if k == "operand":
-            st.uses[n] = ps.use()
-        elif k == "operands":
-            st.uses[n] = ps.uses()
-        elif k == "bool":
-            st.values[n] = ps.accept(n)
-        else:
-            st.values[n] = _READ[k](ps)
-
-    def absent(self, st: ParseState) -> None:
-        if self.kind == "operands":
-            st.values[self.name] = []
-
-
-@dataclass
-class TypeOf(Element):
-    """`type($a)` / `type($a, $b)`: one type (or list) for the named operands/results."""
-
-    names: list[str]
-    kinds: list[str]
-
-    def expr(self) -> str:
-        f, k = f"self.{self.names[0]}", self.kinds[0]
-        if k == "operands":
-            return f"_types({f})"
-        if k == "results":
-            return f"_result_types({f})"
-        return f"{f}.type"
-
-    def parse(self, ps: Parser, st: ParseState) -> None:
-        k = self.kinds[0]
-        if k == "operands":
-            ts = ps.types_list()
-            vals, toks = st.uses[self.names[0]]
-            if len(ts) != len(vals):
-                ps.fail(st.tok, "TYPE-0", f"{len(vals)} operands but {len(ts)} types")
-            st.values[self.names[0]] = [ps.check(v, t, tok)
-                                        for v, t, tok in zip(vals, ts, toks, strict=True)]
-            return
-        if k == "results":
-            st.result_types[self.names[0]] = ps.result_types()
-            return
-        t = ps.type_()
-        for name, kind in zip(self.names, self.kinds, strict=True):
-            if kind == "operand":
-                v, tok = st.uses[name]
-                st.values[name] = ps.check(v, t, tok)
-            else:
-                st.result_types[name] = [t]
-
-
-@dataclass
-class Typed(Element):
-    """`typed($ins)`: `%x : T, %y : T2`."""
-
-    name: str
-
-    def expr(self) -> str:
-        return f"_typed(p, self.{self.name})"
-
-    def parse(self, ps: Parser, st: ParseState) -> None:
-        vals = []
-        while ps.at_value():
-            v, tok = ps.use()
-            ps.expect(":")
-            vals.append(ps.check(v, ps.type_(), tok))
-            if not ps.accept(","):
-                break
-        st.values[self.name] = vals
-
-
-@dataclass
-class Custom(Element):
-    """`custom<x>` (inline) or `lines<x>` (last: the header line and lines under it)."""
-
-    name: str
-    cls: type[Operation]
-    lines: bool = False
-
-    def expr(self) -> str:
-        return f"self.print_{self.name}(p)"
-
-    def parse(self, ps: Parser, st: ParseState) -> None:
-        getattr(self.cls, f"parse_{self.name}")(ps, st)
-
-
-@dataclass
-class RegionVar(Element):
-    name: str
-    show_args: bool
-
-    def parse(self, ps: Parser, st: ParseState) -> None:
-        st.values[self.name] = ps.region(self.show_args)
-
-
-@dataclass
-class Group(Element):
-    """`( ... )?`: present when its anchor is (printing) or its first element is next."""
-
-    items: list[tuple[bool, Element]]
-    """(space before, element)."""
-    anchor: Var
-
-    def __post_init__(self) -> None:
-        self.optional = True
-
-    def cond(self) -> str:
-        return self.anchor.cond()
-
-    def expr(self) -> str:
-        return _concat(self.items)
-
-    def starts(self, ps: Parser) -> bool:
-        return self.items[0][1].starts(ps)
-
-    def parse(self, ps: Parser, st: ParseState) -> None:
-        if not self.starts(ps):
-            for _, e in self.items:
-                e.absent(st)
-            return
-        for _, e in self.items:
-            e.parse(ps, st)
-
-
-# ---------------------------------------------------------------------- format compiler
-_FORMAT_TOKEN = re.compile(
-    r"\s+|\)\?|->|@\$\w+|\$\w+\^?|type\(|typed\(|custom<\w+>|lines<\w+>|[()\[\],:=]"
-    r"|[A-Za-z_][\w.]*")
-
-
+# ---------------------------------------------------------------------- compiling formats
 class FormatError(Exception):
     """A malformed op declaration (a programming error, raised at import)."""
 
 
-def _tokens(fmt: str) -> list[tuple[bool, str]]:
-    """(space before, token) pairs of a format string."""
-    out: list[tuple[bool, str]] = []
+_TOKEN = re.compile(r"\s+|\)\?|->|@?\$\w+\^?|typed?\(|(?:custom|lines)<\w+>|[()\[\],:=]"
+                    r"|[A-Za-z_][\w.]*")
+
+
+def _compile(cls: type[Operation], d: OpDef) -> list[Item]:
+    toks: list[tuple[bool, str]] = []
     pos, space = 0, False
-    while pos < len(fmt):
-        m = _FORMAT_TOKEN.match(fmt, pos)
+    while pos < len(cls.FORMAT):
+        m = _TOKEN.match(cls.FORMAT, pos)
         if m is None:
-            raise FormatError(f"bad format text at {fmt[pos:]!r}")
-        tok = m.group(0)
+            raise FormatError(f"{cls.__name__}: bad format text at {cls.FORMAT[pos:]!r}")
         pos = m.end()
-        if tok.isspace():
+        if m.group().isspace():
             space = True
-            continue
-        out.append((space, tok))
-        space = False
-    return out
-
-
-def _trailer(e: Element) -> bool:
-    """A region or `lines<>`: printed after (and around) the header line."""
-    return isinstance(e, RegionVar) or (isinstance(e, Custom) and e.lines)
-
-
-def _compile(cls: type[Operation], d: OpDef) -> None:
-    toks = _tokens(cls.FORMAT)
-    items, rest = _elements(cls, d, toks, 0)
-    if rest != len(toks):
-        raise FormatError(f"{cls.__name__}: unbalanced ')' in format")
-    if any(_trailer(e) for _, e in items[:-1]):
+        else:
+            toks.append((space, m.group()))
+            space = False
+    items = _items(cls, d, toks)
+    if any(i.kind in ("region", "lines") for i in items[:-1]):
         raise FormatError(f"{cls.__name__}: a region or lines<> must come last")
-    if items:  # one space between the op name and its format
-        items[0] = (True, items[0][1])
-    d.format = items
+    if items:
+        items[0].space = True  # one space after the op name
+    return items
+
+
+def _items(cls: type[Operation], d: OpDef, toks: list[tuple[bool, str]]) -> list[Item]:
+    items: list[Item] = []
+    i = 0
+    while i < len(toks):
+        space, t = toks[i]
+        j = _group_end(toks, i) if t == "(" else None
+        if j is not None:
+            inner = _items(cls, d, toks[i + 1:j])
+            anchors = [x.fields[0] for x in inner if x.anchor]
+            if len(anchors) != 1:
+                raise FormatError(f"{cls.__name__}: an optional group needs one anchor (^)")
+            inner[0].space = False
+            items.append(Item("group", space, items=inner, anchor=anchors[0]))
+            i = j + 1
+        elif t in ("type(", "typed("):
+            j = next(k for k in range(i, len(toks)) if toks[k][1] == ")")
+            names = tuple(_field(cls, d, x) for _, x in toks[i + 1:j] if x != ",")
+            items.append(Item(t[:-1], space, fields=names))
+            i = j + 1
+        else:
+            items.append(_item(cls, d, space, t))
+            i += 1
+    return items
+
+
+def _item(cls: type[Operation], d: OpDef, space: bool, t: str) -> Item:
+    if t.startswith(("custom<", "lines<")):
+        return Item(t[:t.index("<")], space, t[t.index("<") + 1:-1])
+    if not t.startswith(("$", "@$")):
+        return Item("lit", space, t)
+    name = _field(cls, d, t)
+    kind = d.kinds[name]
+    if kind in ("region", "bare_region"):
+        return Item("region", space, kind, (name,))
+    if kind in ("result", "results", "other"):
+        raise FormatError(f"{cls.__name__}: ${name} ({kind}) cannot be printed alone")
+    return Item("var", space, "symbol" if t[0] == "@" else kind, (name,),
+                anchor=name if t.endswith("^") else "")
 
 
 def _group_end(toks: list[tuple[bool, str]], i: int) -> int | None:
-    """Index of the `)?` closing the `(` at i, or None if that `(` is literal."""
+    """Index of the `)?` closing the `(` at i, or None if that `(` is a literal."""
     depth = 0
     for j in range(i, len(toks)):
         t = toks[j][1]
-        if t in ("(", "type(", "typed("):
-            depth += 1
-        elif t in (")", ")?"):
-            depth -= 1
-            if depth == 0:
-                return j if t == ")?" else None
+        depth += t in ("(", "type(", "typed(")
+        depth -= t in (")", ")?")
+        if depth == 0:
+            return j if t == ")?" else None
     return None
-
-
-def _elements(cls: type[Operation], d: OpDef, toks: list[tuple[bool, str]], i: int,
-              stop: int | None = None) -> tuple[list[tuple[bool, Element]], int]:
-    items: list[tuple[bool, Element]] = []
-    end = len(toks) if stop is None else stop
-    while i < end:
-        space, t = toks[i]
-        if t == "(" and (j := _group_end(toks, i)) is not None:
-            inner, _ = _elements(cls, d, toks, i + 1, j)
-            anchors = [e for _, e in inner if isinstance(e, Var) and e.anchor]
-            if len(anchors) != 1:
-                raise FormatError(f"{cls.__name__}: an optional group needs one anchor (^)")
-            inner[0] = (False, inner[0][1])
-            items.append((space, Group(inner, anchors[0])))
-            i = j + 1
-            continue
-        if t in ("type(", "typed("):
-            j = i + 1
-            names = []
-            while toks[j][1] != ")":
-                if toks[j][1] != ",":
-                    names.append(_field(cls, d, toks[j][1]))
-                j += 1
-            kinds = [d.kinds[n] for n in names]
-            items.append((space, TypeOf(names, kinds) if t == "type(" else Typed(names[0])))
-            i = j + 1
-            continue
-        if t.startswith(("custom<", "lines<")):
-            items.append((space, Custom(t[t.index("<") + 1:-1], cls, t.startswith("lines<"))))
-        elif t.startswith(("$", "@$")):
-            name = _field(cls, d, t)
-            kind = "symbol" if t.startswith("@") else d.kinds[name]
-            if kind in ("region", "bare_region"):
-                items.append((space, RegionVar(name, kind == "region")))
-            elif kind in ("result", "results", "other"):
-                raise FormatError(f"{cls.__name__}: ${name} ({kind}) cannot be printed alone")
-            else:
-                items.append((space, Var(name, kind, t.endswith("^"))))
-        else:
-            items.append((space, Literal(t)))
-        i += 1
-    return items, i
 
 
 def _field(cls: type[Operation], d: OpDef, tok: str) -> str:
@@ -428,101 +195,76 @@ def _field(cls: type[Operation], d: OpDef, tok: str) -> str:
 
 
 # ---------------------------------------------------------------------- printer generation
-def _ints(xs: Any) -> str:
-    return "[" + ", ".join([str(x) for x in xs]) + "]"
-
-
-def _types(vs: list[Value]) -> str:
-    return ", ".join([str(v.type) for v in vs])
-
-
-def _result_types(vs: list[Value]) -> str:
-    return str(vs[0].type) if len(vs) == 1 else "(" + _types(vs) + ")"
-
-
-def _typed(p: Printer, vs: list[Value]) -> str:
-    return ", ".join([f"{p.v(v)} : {v.type}" for v in vs])
-
-
-def _attr_dict(attrs: dict[str, Any]) -> str:
-    return "{" + ", ".join(f"{k} = {fmt_attr(v)}" for k, v in attrs.items()) + "}"
-
-
-def _float(x: float) -> str:
-    return fmt_attr(float(x))
-
-
-def _at(symbol: str) -> str:
-    return "@" + symbol
-
-
-def _results_eq(p: Printer, vs: list[Value]) -> str:
-    return p.vs(vs) + " = " if vs else ""
-
+_PRINT = {"operand": "p.v({})", "operands": "p.vs({})", "int": "{}", "str": "{}", "type": "{}",
+          "float": "_float({})", "ints": "_ints({})", "affines": "p.affs({})",
+          "attrs": "_attr_dict({})", "symbol": '"@" + {}'}
+"""Field kind → the expression printing `self.<field>`."""
 
 _NAMESPACE: dict[str, Any] = {
-    "_ints": _ints, "_types": _types, "_result_types": _result_types, "_typed": _typed,
-    "_attr_dict": _attr_dict, "_float": _float, "_at": _at, "_results_eq": _results_eq,
+    "_ints": Printer.ints, "_types": lambda vs: Printer.types([v.type for v in vs]),
+    "_result_types": lambda vs: Printer.result_types([v.type for v in vs]),
+    "_typed": lambda p, vs: ", ".join([f"{p.v(v)} : {v.type}" for v in vs]),
+    "_attr_dict": lambda a: "{" + ", ".join(f"{k} = {fmt_attr(v)}" for k, v in a.items()) + "}",
+    "_float": lambda x: fmt_attr(float(x)),
+    "_results_eq": lambda p, vs: (p.vs(vs) + " = ") if vs else "",
 }
 
 
-def _fstring(items: list[tuple[bool, Element]]) -> str:
-    """The body of a single-quoted f-string printing `items` (optional ones only when
-    present)."""
-    out = []
-    for space, e in items:
-        sep = " " if space else ""
-        lit = e.text()
-        if lit is not None:
-            out.append((sep + lit).replace("{", "{{").replace("}", "}}"))
-        elif e.optional:
-            inner = e.items if isinstance(e, Group) else [(False, e)]
-            out.append(f'{{("{sep}" + {_concat(inner)}) if {e.cond()} else ""}}')
-        else:
-            out.append(sep + "{" + e.expr() + "}")
-    return "".join(out)
+def _expr(item: Item, d: OpDef) -> str:
+    f = f"self.{item.fields[0]}" if item.fields else ""
+    if item.kind == "var":
+        return f'"{item.fields[0]}"' if item.text == "bool" else _PRINT[item.text].format(f)
+    if item.kind == "typed":
+        return f"_typed(p, {f})"
+    if item.kind == "custom":
+        return f"self.print_{item.text}(p)"
+    if item.kind == "group":
+        return _concat(item.items, d)
+    wrap = {"operands": "_types({})", "results": "_result_types({})"}  # type(...)
+    return wrap.get(d.kinds[item.fields[0]], "{}.type").format(f)
 
 
-def _concat(items: list[tuple[bool, Element]]) -> str:
+def _optional(item: Item, d: OpDef) -> str | None:
+    """When an element may print nothing: the condition under which it prints."""
+    name = item.anchor if item.kind == "group" else item.fields[0] if item.fields else ""
+    if item.kind == "group" or (item.kind == "var" and item.text in ("bool", "attrs")):
+        return f"self.{name}" + (" is not None" if d.kinds[name] == "type" else "")
+    return None
+
+
+def _concat(items: list[Item], d: OpDef) -> str:
     """A string expression (double-quoted literals) printing `items` unconditionally."""
-    parts: list[str] = []
-    lit = ""
-    for space, e in items:
-        lit += " " if space else ""
-        text = e.text()
-        if text is not None:
-            lit += text
-            continue
-        if lit:
-            parts.append(f'"{lit}"')
-            lit = ""
-        parts.append(f"str({e.expr()})")
-    if lit:
-        parts.append(f'"{lit}"')
-    return " + ".join(parts) if parts else '""'
+    parts = [f'"{" " if i.space else ""}{i.text}"' if i.kind == "lit" else
+             (' " " + ' if i.space else "") + f"str({_expr(i, d)})" for i in items]
+    return " + ".join(parts) or '""'
 
 
 def _printer_source(cls: type[Operation], d: OpDef) -> str:
     single = d.single_result
-    if single is not None:
-        head = f"{{p.v(self.{single})}} = "
-    elif d.results:
-        head = f"{{_results_eq(p, self.{d.results[0][0]})}}"
-    else:
-        head = ""
+    head = f"{{p.v(self.{single})}} = " if single else \
+        f"{{_results_eq(p, self.{d.results[0][0]})}}" if d.results else ""
     family = getattr(cls, "FAMILY", None)
-    name = f"{family[0]}{{self.{family[1]}}}" if family else cls.NAME
+    body = head + (f"{family[0]}{{self.{family[1]}}}" if family else cls.NAME)
     items = list(d.format)
-    trailer = items.pop() if items and _trailer(items[-1][1]) else None
-    header = "f'" + head + name + _fstring(items) + "'"
-    if trailer is None:
-        return f"def print(self, p):\n    p.line({header})\n"
-    e = trailer[1]
-    if isinstance(e, RegionVar):
-        return (f"def print(self, p):\n    p.region({header}, self.{e.name}, "
-                f"{e.show_args})\n")
-    assert isinstance(e, Custom)
-    return f"def print(self, p):\n    self.print_{e.name}(p, {header})\n"
+    last = items.pop() if items and items[-1].kind in ("region", "lines") else None
+    for i in items:
+        sep = " " if i.space else ""
+        cond = _optional(i, d)
+        if i.kind == "lit":
+            body += (sep + i.text).replace("{", "{{").replace("}", "}}")
+        elif cond:
+            inner = i.items if i.kind == "group" else [dataclasses.replace(i, space=False)]
+            body += f'{{("{sep}" + {_concat(inner, d)}) if {cond} else ""}}'
+        else:
+            body += sep + "{" + _expr(i, d) + "}"
+    header = f"f'{body}'"
+    if last is None:
+        call = f"p.line({header})"
+    elif last.kind == "region":
+        call = f"p.region({header}, self.{last.fields[0]}, {last.text == 'region'})"
+    else:
+        call = f"self.print_{last.text}(p, {header})"
+    return f"def print(self, p):\n    {call}\n"
 
 
 def _method(source: str, name: str) -> Callable[..., Any]:
@@ -531,9 +273,89 @@ def _method(source: str, name: str) -> Callable[..., Any]:
     return next(iter(scope.values()))
 
 
-def _list_source(method: str, items: list[tuple[str, bool]]) -> str:
-    body = ", ".join(f"*self.{f}" if var else f"self.{f}" for f, var in items)
-    return f"def {method}(self):\n    return [{body}]\n"
+# ---------------------------------------------------------------------- parsing
+_READ: dict[str, Callable[[Parser], Any]] = {
+    "int": lambda ps: ps.sint(), "float": lambda ps: ps.fnum(), "str": lambda ps: ps.word(),
+    "ints": lambda ps: tuple(ps.int_list()), "affines": lambda ps: ps.affine_list(),
+    "attrs": lambda ps: ps.attr_dict() if ps.peek() == "{" else {},
+    "type": lambda ps: ps.type_(), "symbol": lambda ps: ps.symbol(),
+}
+_FIRST = {"ints": "[", "affines": "[", "attrs": "{"}
+
+
+def _starts(item: Item, ps: Parser) -> bool:
+    """Whether the next token can begin `item` (the first element of an optional group)."""
+    if item.kind == "lit":
+        return ps.peek() == item.text
+    if item.text in ("operand", "operands"):
+        return ps.at_value()
+    if item.text == "type":
+        return ps.at_type()
+    return ps.peek() == (item.fields[0] if item.text == "bool" else _FIRST.get(item.text))
+
+
+def _parse(item: Item, ps: Parser, st: ParseState) -> None:
+    k, names = item.kind, item.fields
+    if k == "lit":
+        ps.expect(item.text)
+    elif k == "var":
+        n = names[0]
+        if item.text in ("operand", "operands"):
+            st.uses[n] = ps.use() if item.text == "operand" else ps.uses()
+        else:
+            st.values[n] = ps.accept(n) if item.text == "bool" else _READ[item.text](ps)
+    elif k == "type":
+        _parse_type(names, ps, st)
+    elif k == "typed":
+        vals = []
+        while ps.at_value():
+            v, tok = ps.use()
+            ps.expect(":")
+            vals.append(ps.check(v, ps.type_(), tok))
+            if not ps.accept(","):
+                break
+        st.values[names[0]] = vals
+    elif k in ("custom", "lines"):
+        getattr(st.cls, f"parse_{item.text}")(ps, st)
+    elif k == "region":
+        st.values[names[0]] = ps.region(item.text == "region")
+    elif _starts(item.items[0], ps):  # a group that is there
+        for i in item.items:
+            _parse(i, ps, st)
+    else:  # a group that is not: its operand lists are empty
+        for i in item.items:
+            if i.kind == "var" and i.text == "operands":
+                st.values[i.fields[0]] = []
+
+
+def _parse_type(names: tuple[str, ...], ps: Parser, st: ParseState) -> None:
+    kinds = [st.cls.DEF.kinds[n] for n in names]
+    if kinds[0] == "operands":
+        ts = ps.types_list()
+        vals, toks = st.uses[names[0]]
+        if len(ts) != len(vals):
+            ps.fail(st.tok, "TYPE-0", f"{len(vals)} operands but {len(ts)} types")
+        st.values[names[0]] = [ps.check(v, t, tok) for v, t, tok in zip(vals, ts, toks,
+                                                                        strict=True)]
+    elif kinds[0] == "results":
+        st.result_types[names[0]] = ps.result_types()
+    else:
+        t = ps.type_()
+        for name, kind in zip(names, kinds, strict=True):
+            if kind == "operand":
+                v, tok = st.uses[name]
+                st.values[name] = ps.check(v, t, tok)
+            else:
+                st.result_types[name] = [t]
+
+
+def parse_op(ps: Parser, cls: type[Operation], fixed: dict[str, str], tok: int
+             ) -> ParseState:
+    """Run `cls`'s parse program after its name; the caller builds the op from the state."""
+    st = ParseState(cls, tok, dict(fixed))
+    for item in cls.DEF.format:
+        _parse(item, ps, st)
+    return st
 
 
 # ---------------------------------------------------------------------- the decorator
@@ -546,54 +368,35 @@ def op_def(cls: OpT) -> OpT:
     cls = dataclass(eq=False)(cls)  # type: ignore[assignment]
     d = OpDef()
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        ann = str(f.type)
-        kind = _VALUE_KINDS.get(ann)
-        if kind in ("operand", "operands"):
-            d.operands.append((f.name, kind == "operands"))
-        elif kind in ("result", "results"):
-            d.results.append((f.name, kind == "results"))
+        kind = d.kinds[f.name] = _KINDS.get(str(f.type), "other")
+        group = {"operand": d.operands, "operands": d.operands, "result": d.results,
+                 "results": d.results}.get(kind)
+        if group is not None:
+            group.append((f.name, kind.endswith("s")))
         elif kind in ("region", "bare_region"):
             d.regions.append(f.name)
         else:
             d.attributes.append(f.name)
-        d.kinds[f.name] = kind or _ATTR_KINDS.get(ann, "other")
     cls.DEF = d
     for method, items in (("operands", d.operands), ("results", d.results),
                           ("regions", [(r, False) for r in d.regions])):
         if method not in cls.__dict__:
-            setattr(cls, method, _method(_list_source(method, items), cls.__name__))
+            body = ", ".join(f"*self.{f}" if var else f"self.{f}" for f, var in items)
+            setattr(cls, method, _method(f"def {method}(self):\n    return [{body}]\n",
+                                         cls.__name__))
     family = getattr(cls, "FAMILY", None)
     if family is not None:
         cls.name = property(_method(  # type: ignore[assignment]
             f"def name(self):\n    return {family[0]!r} + self.{family[1]}\n", cls.__name__))
     if cls.FORMAT:
-        _compile(cls, d)
+        d.format = _compile(cls, d)
         if "print" not in cls.__dict__:
             cls.print = _method(_printer_source(cls, d), cls.__name__)  # type: ignore
-    _register(cls)
+        if family is None:
+            OPS[cls.NAME] = (cls, {})
+        elif getattr(cls, "KINDS", None) is None:
+            OPEN_FAMILIES[family[0]] = (cls, family[1])
+        else:
+            kinds: dict[str, Any] = cls.KINDS  # type: ignore[attr-defined]
+            OPS.update({family[0] + k: (cls, {family[1]: k}) for k in kinds})
     return cls
-
-
-def _register(cls: type[Operation]) -> None:
-    if not cls.NAME or not cls.FORMAT:
-        return
-    family = getattr(cls, "FAMILY", None)
-    if family is None:
-        OPS[cls.NAME] = (cls, {})
-        return
-    prefix, fld = family
-    kinds = getattr(cls, "KINDS", None)
-    if kinds is None:
-        OPEN_FAMILIES[prefix] = (cls, fld)
-    else:
-        for kind in kinds:
-            OPS[prefix + kind] = (cls, {fld: kind})
-
-
-def parse_op(ps: Parser, cls: type[Operation], fixed: dict[str, str], tok: int
-             ) -> ParseState:
-    """Run `cls`'s parse program after its name; the caller builds the op from the state."""
-    st = ParseState(cls, tok, dict(fixed))
-    for _, e in cls.DEF.format:
-        e.parse(ps, st)
-    return st
