@@ -126,9 +126,17 @@ class Operation:
     def verify(self) -> None:
         """Local structural checks; raise `VerifyError` naming the violated rule."""
 
+    WORK: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """(kind, field) pairs: `vector` over the field's elements, `copy`/`shared_*` of its
+    bytes (none: a view, a constant or a terminator)."""
+
     def work(self) -> tuple[Work, ...]:
-        """The op's cost, target-independent (none: a view, a constant or a terminator)."""
-        return ()
+        """The op's cost, target-independent, from `WORK` unless the op says otherwise."""
+        out = []
+        for kind, name in self.WORK:
+            t = getattr(self, name).type
+            out.append(Work(kind, t.numel if kind == "vector" else t.nbytes))
+        return tuple(out)
 
     def print(self, p: Printer) -> None:  # pragma: no cover - op_def generates it
         raise NotImplementedError(self.NAME)

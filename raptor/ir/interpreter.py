@@ -4,7 +4,7 @@ Runs graph IR (graph computes, every lane of a graph batch in canonical or logic
 form, publications, Blueprint reconstruction), so each pass can be checked numerically
 before any scheduling, and scheduled IR (core programs, channels, shared memory), so a
 written `scheduled.*.spat` reproduces the simulator's outputs. The semantics of each
-lane-body op are registered below with `@semantics` and shared with the simulator
+lane-body op are registered in `SEMANTICS` and shared with the simulator
 (`eval_op`); the elementwise families take theirs from `ops.UNARY/BINARY/REDUCE`.
 """
 
@@ -55,19 +55,8 @@ from raptor.ir.types import TensorType
 
 Env = MutableMapping[Value, Any]
 Index = Mapping[Value, int]
-Semantics = Callable[[Any, Env, Index], None]
-
-SEMANTICS: dict[type[Operation], Semantics] = {}
-"""Lane-body op class → `fn(op, env, idx)` computing its results into `env`."""
-
-
-def semantics(*classes: type[Operation]) -> Callable[[Semantics], Semantics]:
-    def register(fn: Semantics) -> Semantics:
-        for cls in classes:
-            SEMANTICS[cls] = fn
-        return fn
-
-    return register
+Semantics = Callable[[Any, Env, Index], Any]
+"""`fn(op, env, idx)`: the value of the op's result (None for a store, which writes)."""
 
 
 def slices(offsets: Sequence[int], sizes: Sequence[int], strides: Sequence[int]
@@ -80,10 +69,59 @@ def _ev(offsets: Sequence[Affine], idx: Index) -> list[int]:
     return [a.const if not a.terms else a.evaluate(dict(idx)) for a in offsets]
 
 
+def _region(op: Any, idx: Index) -> tuple[slice, ...]:
+    return slices(_ev(op.offsets, idx), op.sizes, op.strides)
+
+
 def _shape(v: Value) -> tuple[int, ...]:
     t = v.type
     assert isinstance(t, TensorType)
     return t.static_shape
+
+
+def _insert(op: InsertSliceOp, env: Env, idx: Index) -> np.ndarray:
+    dst = env[op.dest].copy()
+    dst[_region(op, idx)] = env[op.source].reshape(op.sizes)
+    return dst
+
+
+def _store(op: StoreOp, env: Env, idx: Index) -> None:
+    env[op.buffer][_region(op, idx)] = env[op.value].reshape(op.sizes)
+
+
+def _zeros(op: EmptyOp | AllocSharedOp, env: Env, idx: Index) -> np.ndarray:
+    t = op.result.type
+    assert isinstance(t, TensorType)
+    return np.zeros(t.static_shape, dtype=t.np_dtype)
+
+
+SEMANTICS: dict[type[Operation], Semantics] = {
+    ExtractSliceOp: lambda op, env, idx: env[op.source][_region(op, idx)].reshape(
+        _shape(op.result)),
+    InsertSliceOp: _insert,
+    LoadOp: lambda op, env, idx: env[op.buffer][_region(op, idx)].copy().reshape(
+        _shape(op.result)),
+    StoreOp: _store,
+    MvmOp: lambda op, env, idx: np.asarray(env[op.vector] @ env[op.weight], dtype=np.float32),
+    BinaryOp: lambda op, env, idx: np.asarray(BINARY[op.op](env[op.lhs], env[op.rhs]),
+                                              dtype=np.float32).reshape(_shape(op.result)),
+    UnaryOp: lambda op, env, idx: np.asarray(op.spec.fn(env[op.source], **op.numbers()),
+                                             dtype=env[op.source].dtype),
+    ReduceOp: lambda op, env, idx: np.asarray(REDUCE[op.op](env[op.source], op.dims),
+                                              dtype=env[op.source].dtype).reshape(
+        _shape(op.result)),
+    ReshapeOp: lambda op, env, idx: env[op.source].reshape(_shape(op.result)),
+    TransposeOp: lambda op, env, idx: np.transpose(env[op.source], op.perm),
+    ConcatOp: lambda op, env, idx: np.concatenate([env[s] for s in op.sources], axis=op.dim),
+    PadOp: lambda op, env, idx: np.pad(env[op.source], list(zip(op.low, op.high, strict=True)),
+                                       constant_values=op.value).astype(env[op.source].dtype),
+    EmptyOp: _zeros,
+    AllocSharedOp: _zeros,
+    MaterializeLayoutOp: lambda op, env, idx: env[op.source],
+    LaneResultOp: lambda op, env, idx: env[op.source][op.lane],
+}
+"""Lane-body op class → its numpy semantics (a transpose is a view, as in the simulator,
+so that matrix products see the same memory layout and round the same way)."""
 
 
 def eval_op(op: Operation, env: Env, idx: Index) -> bool:
@@ -91,96 +129,10 @@ def eval_op(op: Operation, env: Env, idx: Index) -> bool:
     fn = SEMANTICS.get(op.__class__)
     if fn is None:
         return False
-    fn(op, env, idx)
+    value = fn(op, env, idx)
+    if value is not None:
+        env[op.results()[0]] = value
     return True
-
-
-@semantics(ExtractSliceOp)
-def _extract(op: ExtractSliceOp, env: Env, idx: Index) -> None:
-    part = env[op.source][slices(_ev(op.offsets, idx), op.sizes, op.strides)]
-    env[op.result] = part.reshape(_shape(op.result))
-
-
-@semantics(InsertSliceOp)
-def _insert(op: InsertSliceOp, env: Env, idx: Index) -> None:
-    dst = env[op.dest].copy()
-    dst[slices(_ev(op.offsets, idx), op.sizes, op.strides)] = env[op.source].reshape(op.sizes)
-    env[op.result] = dst
-
-
-@semantics(LoadOp)
-def _load(op: LoadOp, env: Env, idx: Index) -> None:
-    part = env[op.buffer][slices(_ev(op.offsets, idx), op.sizes, op.strides)]
-    env[op.result] = part.copy().reshape(_shape(op.result))
-
-
-@semantics(StoreOp)
-def _store(op: StoreOp, env: Env, idx: Index) -> None:
-    env[op.buffer][slices(_ev(op.offsets, idx), op.sizes, op.strides)] = \
-        env[op.value].reshape(op.sizes)
-
-
-@semantics(MvmOp)
-def _mvm(op: MvmOp, env: Env, idx: Index) -> None:
-    env[op.result] = np.asarray(env[op.vector] @ env[op.weight], dtype=np.float32)
-
-
-@semantics(BinaryOp)
-def _binary(op: BinaryOp, env: Env, idx: Index) -> None:
-    r = BINARY[op.op](env[op.lhs], env[op.rhs])
-    env[op.result] = np.asarray(r, dtype=np.float32).reshape(_shape(op.result))
-
-
-@semantics(UnaryOp)
-def _unary(op: UnaryOp, env: Env, idx: Index) -> None:
-    x = env[op.source]
-    env[op.result] = np.asarray(op.spec.fn(x, **op.numbers()), dtype=x.dtype)
-
-
-@semantics(ReduceOp)
-def _reduce(op: ReduceOp, env: Env, idx: Index) -> None:
-    x = env[op.source]
-    red = REDUCE[op.op](x, op.dims)
-    env[op.result] = np.asarray(red, dtype=x.dtype).reshape(_shape(op.result))
-
-
-@semantics(ReshapeOp)
-def _reshape(op: ReshapeOp, env: Env, idx: Index) -> None:
-    env[op.result] = env[op.source].reshape(_shape(op.result))
-
-
-@semantics(TransposeOp)
-def _transpose(op: TransposeOp, env: Env, idx: Index) -> None:
-    env[op.result] = np.transpose(env[op.source], op.perm)
-
-
-@semantics(ConcatOp)
-def _concat(op: ConcatOp, env: Env, idx: Index) -> None:
-    env[op.result] = np.concatenate([env[s] for s in op.sources], axis=op.dim)
-
-
-@semantics(PadOp)
-def _pad(op: PadOp, env: Env, idx: Index) -> None:
-    x = env[op.source]
-    env[op.result] = np.pad(x, list(zip(op.low, op.high, strict=True)),
-                            constant_values=op.value).astype(x.dtype)
-
-
-@semantics(EmptyOp, AllocSharedOp)
-def _zeros(op: EmptyOp | AllocSharedOp, env: Env, idx: Index) -> None:
-    t = op.result.type
-    assert isinstance(t, TensorType)
-    env[op.result] = np.zeros(t.static_shape, dtype=t.np_dtype)
-
-
-@semantics(MaterializeLayoutOp)
-def _alias(op: MaterializeLayoutOp, env: Env, idx: Index) -> None:
-    env[op.result] = env[op.source]
-
-
-@semantics(LaneResultOp)
-def _lane_result(op: LaneResultOp, env: Env, idx: Index) -> None:
-    env[op.result] = env[op.source][op.lane]
 
 
 Box = tuple[tuple[int, int, int], ...]

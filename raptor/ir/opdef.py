@@ -307,14 +307,12 @@ def _parse(item: Item, ps: Parser, st: ParseState) -> None:
     elif k == "type":
         _parse_type(names, ps, st)
     elif k == "typed":
-        vals = []
-        while ps.at_value():
+        def typed_use() -> Any:
             v, tok = ps.use()
             ps.expect(":")
-            vals.append(ps.check(v, ps.type_(), tok))
-            if not ps.accept(","):
-                break
-        st.values[names[0]] = vals
+            return ps.check(v, ps.type_(), tok)
+
+        st.values[names[0]] = ps.commas(ps.at_value, typed_use)
     elif k in ("custom", "lines"):
         getattr(st.cls, f"parse_{item.text}")(ps, st)
     elif k == "region":

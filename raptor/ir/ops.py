@@ -57,14 +57,6 @@ def _static(t: TensorType, what: str) -> tuple[int, ...]:
     return t.static_shape
 
 
-def _numel(v: Value) -> int:
-    return ttype(v).numel
-
-
-def _nbytes(v: Value) -> int:
-    return ttype(v).nbytes
-
-
 def _check_slice_geometry(
     rank: int, offsets: Sequence[Affine], sizes: Sequence[int], strides: Sequence[int], rule: str
 ) -> None:
@@ -190,13 +182,11 @@ LAYOUTS = ("DenseNCHW", "NHWCRowStrip", "Fragmented", "NCHWRowStrip")
 class MaterializeLayoutOp(Operation):
     NAME: ClassVar[str] = "spat.materialize_layout"
     FORMAT: ClassVar[str] = "$source from($from_layout) to($to_layout) : type($source, $result)"
+    WORK = (("copy", "result"),)
     source: Operand
     result: Result
     from_layout: str
     to_layout: str
-
-    def work(self) -> tuple[Work, ...]:
-        return (Work("copy", _nbytes(self.result)),)
 
     def verify(self) -> None:
         for lay in (self.from_layout, self.to_layout):
@@ -395,14 +385,12 @@ class ExtractSliceOp(Strided):
 
     NAME: ClassVar[str] = "tensor.extract_slice"
     FORMAT: ClassVar[str] = "$source$offsets $sizes $strides : type($source) to type($result)"
+    WORK = (("copy", "result"),)
     source: Operand
     result: Result
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def work(self) -> tuple[Work, ...]:
-        return (Work("copy", _nbytes(self.result)),)
 
     def verify(self) -> None:
         self.check_region(self.source, self.result.type, "slice result")
@@ -415,15 +403,13 @@ class InsertSliceOp(Strided):
     NAME: ClassVar[str] = "tensor.insert_slice"
     FORMAT: ClassVar[str] = ("$source into $dest$offsets $sizes $strides : type($source) into "
                              "type($dest, $result)")
+    WORK = (("copy", "source"),)
     source: Operand
     dest: Operand
     result: Result
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def work(self) -> tuple[Work, ...]:
-        return (Work("copy", _nbytes(self.source)),)
 
     def verify(self) -> None:
         if self.result.type != self.dest.type:
@@ -462,13 +448,10 @@ class ReshapeOp(Operation):
 class TransposeOp(Operation):
     NAME: ClassVar[str] = "tensor.transpose"
     FORMAT: ClassVar[str] = "$source $perm : type($source) to type($result)"
+    WORK = (("copy", "result"), ("vector", "result"))
     source: Operand
     result: Result
     perm: tuple[int, ...]
-
-    def work(self) -> tuple[Work, ...]:
-        """Memory traffic plus strided vector work."""
-        return (Work("copy", _nbytes(self.result)), Work("vector", _numel(self.result)))
 
     def verify(self) -> None:
         a, b = ttype(self.source), ttype(self.result)
@@ -482,12 +465,10 @@ class TransposeOp(Operation):
 class ConcatOp(Operation):
     NAME: ClassVar[str] = "tensor.concat"
     FORMAT: ClassVar[str] = "dim($dim) $sources : type($sources) to type($result)"
+    WORK = (("copy", "result"),)
     sources: Operands
     result: Result
     dim: int
-
-    def work(self) -> tuple[Work, ...]:
-        return (Work("copy", _nbytes(self.result)),)
 
     def verify(self) -> None:
         shapes = [_static(ttype(s), "concat operand") for s in self.sources]
@@ -507,14 +488,12 @@ class PadOp(Operation):
     NAME: ClassVar[str] = "tensor.pad"
     FORMAT: ClassVar[str] = ("$source low $low high $high value $value : type($source) to "
                              "type($result)")
+    WORK = (("copy", "result"),)
     source: Operand
     result: Result
     low: tuple[int, ...]
     high: tuple[int, ...]
     value: float = 0.0
-
-    def work(self) -> tuple[Work, ...]:
-        return (Work("copy", _nbytes(self.result)),)
 
     def verify(self) -> None:
         a = _static(ttype(self.source), "pad source")
@@ -623,6 +602,7 @@ class BinaryOp(Operation):
     FAMILY: ClassVar[tuple[str, str]] = ("pim.", "op")
     KINDS: ClassVar[dict[str, Any]] = BINARY
     FORMAT: ClassVar[str] = "$lhs, $rhs : custom<signature>"
+    WORK = (("vector", "result"),)
     op: str
     lhs: Operand
     rhs: Operand
@@ -644,9 +624,6 @@ class BinaryOp(Operation):
             v, tok = st.uses[name]
             st.values[name] = ps.check(v, t, tok)
         st.result_types["result"] = [tr]
-
-    def work(self) -> tuple[Work, ...]:
-        return (Work("vector", _numel(self.result)),)
 
     def verify(self) -> None:
         a = _static(ttype(self.lhs), "operand")
@@ -683,7 +660,7 @@ class UnaryOp(Operation):
         return {k: float(v) for k, v in self.attrs.items()}  # type: ignore[arg-type]
 
     def work(self) -> tuple[Work, ...]:
-        return (Work("vector", _numel(self.result), self.spec.passes),)
+        return (Work("vector", ttype(self.result).numel, self.spec.passes),)
 
     def verify(self) -> None:
         spec = UNARY.get(self.op)
@@ -707,13 +684,11 @@ class ReduceOp(Operation):
     FAMILY: ClassVar[tuple[str, str]] = ("pim.", "op")
     KINDS: ClassVar[dict[str, Any]] = REDUCE
     FORMAT: ClassVar[str] = "$source dims $dims : type($source) to type($result)"
+    WORK = (("vector", "source"),)
     op: str
     source: Operand
     result: Result
     dims: tuple[int, ...]
-
-    def work(self) -> tuple[Work, ...]:
-        return (Work("vector", _numel(self.source)),)
 
     def verify(self) -> None:
         a = _static(ttype(self.source), "reduce source")
@@ -822,14 +797,12 @@ class LoadOp(Strided):
 
     NAME: ClassVar[str] = "pim.load"
     FORMAT: ClassVar[str] = "$buffer$offsets $sizes $strides : type($buffer) to type($result)"
+    WORK = (("shared_read", "result"),)
     buffer: Operand
     result: Result
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def work(self) -> tuple[Work, ...]:
-        return (Work("shared_read", _nbytes(self.result)),)
 
     def verify(self) -> None:
         self.check_region(self.buffer, self.result.type, "load result")
@@ -842,14 +815,12 @@ class StoreOp(Strided):
     NAME: ClassVar[str] = "pim.store"
     FORMAT: ClassVar[str] = ("$value into $buffer$offsets $sizes $strides : type($value) into "
                              "type($buffer)")
+    WORK = (("shared_write", "value"),)
     value: Operand
     buffer: Operand
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def work(self) -> tuple[Work, ...]:
-        return (Work("shared_write", _nbytes(self.value)),)
 
     def verify(self) -> None:
         self.check_region(self.buffer, self.value.type, "stored")

@@ -2,22 +2,21 @@
 
 A regular-expression lexer cuts the text into tokens; the parser reads functions, blocks
 and the `%r, %s = name` head of each op, and hands the rest of the op to the parse program
-of its declaration (`opdef.parse_op`), which calls back into the readers below (values,
-types, affine offsets, attributes, regions). Names resolve in nested scopes while
-parsing, so a use names its definition or fails at once.
+of its declaration (`opdef.parse_op`), which calls back into the readers below. Names
+resolve in nested scopes while parsing, so a use names its definition or fails at once.
 
 Syntax errors become `ParseError` (file:line:col, the line and a caret); semantic errors
-found while resolving names and annotated types carry a rule id (SSA-1 undefined value,
-SSA-2 redefinition, TYPE-0 annotation mismatch or a type too large, SCH-3 cross-core use,
-BP-1 a Blueprint entry naming a non-operand).
+carry a rule id (SSA-1 undefined value, SSA-2 redefinition, TYPE-0 annotation mismatch or
+a type too large, SCH-3 cross-core use, BP-1 a Blueprint entry naming a non-operand).
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Callable
 from itertools import accumulate
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from raptor.ir.core import Affine, Block, Location, Operation, Value
 from raptor.ir.module import Module
@@ -25,14 +24,15 @@ from raptor.ir.opdef import lookup, parse_op
 from raptor.ir.ops import CoreBatchOp, CoreOp, FuncOp
 from raptor.ir.types import INDEX, Type, parse_type
 
+T = TypeVar("T")
+
 
 class ParseError(Exception):
     """Input that is not a Spatial IR program. `rule` is set for semantic errors."""
 
     def __init__(self, loc: Location, message: str, source_line: str = "", rule: str = "") -> None:
         self.loc, self.rule, self.message = loc, rule, message
-        tag = f"[{rule}] " if rule else ""
-        text = f"{loc}: error: {tag}{message}"
+        text = f"{loc}: error: " + (f"[{rule}] " if rule else "") + message
         if source_line:
             text += f"\n  {source_line}\n  {' ' * (loc.col - 1)}^"
         super().__init__(text)
@@ -46,7 +46,6 @@ _TOKEN = re.compile(r"""((?:\s|//[^\n]*)*)(
 `%` value, `@` symbol, `^` block label, `tensor<` type, a digit a number (a float when it
 has `.` or an exponent), a letter a word (op names, keywords, `index`, `inf`), `"` a
 string, else punctuation or a stray character."""
-_PUNCT = frozenset(["->", "..", "(", ")", "[", "]", "{", "}", ",", ":", "=", "*", "+", "-"])
 
 
 class Parser:
@@ -56,7 +55,7 @@ class Parser:
         self.text, self.filename = text, filename
         pairs = _TOKEN.findall(text)
         self.toks = [t for _, t in pairs] + [""]
-        ends = list(accumulate([len(w) + len(t) for w, t in pairs]))
+        ends = accumulate([len(w) + len(t) for w, t in pairs])
         self.starts = [e - len(t) for e, (_, t) in zip(ends, pairs, strict=True)] + [len(text)]
         self.lines = [m.end() for m in re.finditer("\n", text)]
         self.i = 0
@@ -71,32 +70,27 @@ class Parser:
         line = bisect_right(self.lines, p)
         return Location(self.filename, line + 1, p - (self.lines[line - 1] if line else 0) + 1)
 
-    def source_line(self, line: int) -> str:
-        lines = self.text.splitlines()
-        return lines[line - 1] if 0 < line <= len(lines) else ""
-
     def fail(self, tok: int, rule: str, message: str) -> NoReturn:
         """A semantic error at token `tok`."""
         loc = self.loc(tok)
-        raise ParseError(loc, message, self.source_line(loc.line), rule)
+        lines = self.text.splitlines()
+        raise ParseError(loc, message, lines[loc.line - 1] if loc.line <= len(lines) else "",
+                         rule)
 
     def error(self, message: str) -> NoReturn:
-        """A syntax error at the next token; at the end of the input, at the end of its last
-        non-blank line."""
-        if not self.toks[self.i]:
-            lines = self.text.splitlines() or [""]
-            line = len(lines)
-            while line > 1 and not lines[line - 1].strip():
-                line -= 1
-            loc = Location(self.filename, line, len(lines[line - 1]) + 1)
-            raise ParseError(loc, "unexpected end of input (truncated program?)",
-                             lines[line - 1])
-        loc = self.loc(self.i)
-        raise ParseError(loc, message, self.source_line(loc.line))
+        """A syntax error at the next token (at the end of the input: after its last
+        non-blank line)."""
+        if self.toks[self.i]:
+            self.fail(self.i, "", message)
+        lines = self.text.splitlines() or [""]
+        while len(lines) > 1 and not lines[-1].strip():
+            lines.pop()
+        raise ParseError(Location(self.filename, len(lines), len(lines[-1]) + 1),
+                         "unexpected end of input (truncated program?)", lines[-1])
 
     def unexpected(self, what: str) -> NoReturn:
         tok = self.toks[self.i]
-        if len(tok) == 1 and not tok.isalnum() and tok not in _PUNCT and tok not in "%@^\"_":
+        if len(tok) == 1 and not tok.isalnum() and tok not in "()[]{},:=*+-%@^\"_":
             self.error(f"unexpected character {tok!r}")
         self.error(f"unexpected {tok!r}; expected {what}")
 
@@ -122,6 +116,11 @@ class Parser:
             self.unexpected(repr(word))
         self.i += 1
 
+    def skip(self) -> int:
+        """Pass the next token; its index."""
+        self.i += 1
+        return self.i - 1
+
     def take(self, first: str, what: str) -> str:
         """The next token, which must start with `first`."""
         tok = self.toks[self.i]
@@ -129,6 +128,26 @@ class Parser:
             self.unexpected(what)
         self.i += 1
         return tok
+
+    def delimited(self, open_: str, close: str, item: Callable[[], T]) -> list[T]:
+        """`open item, item, ... close` (possibly empty)."""
+        self.expect(open_)
+        out = []
+        while not self.accept(close):
+            out.append(item())
+            if not self.accept(","):
+                self.expect(close)
+                break
+        return out
+
+    def commas(self, starts: Callable[[], bool], item: Callable[[], T]) -> list[T]:
+        """`item, item, ...` while the next token `starts` one (possibly none)."""
+        out = []
+        while starts():
+            out.append(item())
+            if not self.accept(","):
+                break
+        return out
 
     # ---- names and scopes -----------------------------------------------------------
     def push_scope(self) -> None:
@@ -143,11 +162,9 @@ class Parser:
             tok = self.i
             self.take("%", "a %value")
         name = self.toks[tok][1:]
-        for scope in self.scopes:
-            if name in scope:
-                self.fail(tok, "SSA-2", f"value %{name} is defined twice")
-        v = Value(type, name)
-        self.scopes[-1][name] = v
+        if any(name in scope for scope in self.scopes):
+            self.fail(tok, "SSA-2", f"value %{name} is defined twice")
+        v = self.scopes[-1][name] = Value(type, name)
         return v
 
     def use(self) -> tuple[Value, int]:
@@ -163,15 +180,8 @@ class Parser:
         self.fail(tok, "SSA-1", f"use of undefined value %{name}")
 
     def uses(self) -> tuple[list[Value], list[int]]:
-        vals: list[Value] = []
-        toks: list[int] = []
-        while self.at_value():
-            v, t = self.use()
-            vals.append(v)
-            toks.append(t)
-            if not self.accept(","):
-                break
-        return vals, toks
+        pairs = self.commas(self.at_value, self.use)
+        return [v for v, _ in pairs], [t for _, t in pairs]
 
     def check(self, v: Value, t: Type, tok: int) -> Value:
         if v.type is not t and v.type != t:
@@ -193,25 +203,11 @@ class Parser:
         return t
 
     def types_list(self) -> list[Type]:
-        out = []
-        while self.at_type():
-            out.append(self.type_())
-            if not self.accept(","):
-                break
-        return out
+        return self.commas(self.at_type, self.type_)
 
     def result_types(self) -> list[Type]:
         """`T`, `(T0, T1)` or `()`."""
-        if self.accept("("):
-            ts = self.types_list()
-            self.expect(")")
-            return ts
-        return [self.type_()]
-
-    def sint(self) -> int:
-        neg = self.accept("-")
-        n = self.int_()
-        return -n if neg else n
+        return self.delimited("(", ")", self.type_) if self.peek() == "(" else [self.type_()]
 
     def int_(self) -> int:
         tok = self.toks[self.i]
@@ -222,13 +218,16 @@ class Parser:
         self.i += 1
         return int(tok)
 
+    def sint(self) -> int:
+        return -self.int_() if self.accept("-") else self.int_()
+
     def fnum(self) -> float:
-        neg = self.accept("-")
+        sign = -1.0 if self.accept("-") else 1.0
         tok = self.toks[self.i]
-        if tok[:1].isdecimal() or tok in ("inf", "nan"):
-            self.i += 1
-            return -float(tok) if neg else float(tok)
-        self.unexpected("a number")
+        if not (tok[:1].isdecimal() or tok in ("inf", "nan")):
+            self.unexpected("a number")
+        self.i += 1
+        return sign * float(tok)
 
     def word(self) -> str:
         tok = self.toks[self.i]
@@ -241,26 +240,13 @@ class Parser:
         return self.take("@", "an @symbol")[1:]
 
     def int_list(self) -> list[int]:
-        self.expect("[")
-        out = []
-        while not self.accept("]"):
-            out.append(self.sint())
-            if not self.accept(","):
-                self.expect("]")
-                break
-        return out
+        return self.delimited("[", "]", self.sint)
 
     def affine_list(self) -> tuple[Affine, ...]:
-        self.expect("[")
-        out = []
-        while not self.accept("]"):
-            out.append(self.affine())
-            if not self.accept(","):
-                self.expect("]")
-                break
-        return tuple(out)
+        return tuple(self.delimited("[", "]", self.affine))
 
     def affine(self) -> Affine:
+        """`aterm (+|- aterm)*` with aterm `INT`, `INT*%v`, `%v` or `-aterm`."""
         const, terms = self._aterm()
         while self.toks[self.i] in ("+", "-"):
             sign = 1 if self.toks[self.i] == "+" else -1
@@ -276,9 +262,7 @@ class Parser:
             return -c, [(-k, v) for k, v in ts]
         if self.toks[self.i].isdecimal():
             n = self.int_()
-            if self.accept("*"):
-                return 0, [(n, self._index_use())]
-            return n, []
+            return (0, [(n, self._index_use())]) if self.accept("*") else (n, [])
         if self.at_value():
             return 0, [(1, self._index_use())]
         self.unexpected("an offset (integer, %value or k*%value)")
@@ -291,16 +275,12 @@ class Parser:
         return v
 
     def attr_dict(self) -> dict[str, Any]:
-        self.expect("{")
-        out: dict[str, Any] = {}
-        while not self.accept("}"):
+        def attr() -> tuple[str, Any]:
             key = self.word()
             self.expect("=")
-            out[key] = self.attr_value()
-            if not self.accept(","):
-                self.expect("}")
-                break
-        return out
+            return key, self.attr_value()
+
+        return dict(self.delimited("{", "}", attr))
 
     def attr_value(self) -> Any:
         tok = self.toks[self.i]
@@ -311,14 +291,7 @@ class Parser:
             self.i += 1
             return tok == "true"
         if tok == "[":
-            self.i += 1
-            items = []
-            while not self.accept("]"):
-                items.append(self.attr_value())
-                if not self.accept(","):
-                    self.expect("]")
-                    break
-            return items
+            return self.delimited("[", "]", self.attr_value)
         nxt = self.toks[self.i + (tok == "-")]
         if nxt.isdecimal():
             return self.sint()
@@ -342,17 +315,13 @@ class Parser:
 
     def arguments(self) -> list[Value]:
         """`(%a: T, %b: T2)`."""
-        self.expect("(")
-        args = []
-        while not self.accept(")"):
+        def arg() -> Value:
             tok = self.i
             self.take("%", "a %value")
             self.expect(":")
-            args.append(self.define(self.type_(), tok))
-            if not self.accept(","):
-                self.expect(")")
-                break
-        return args
+            return self.define(self.type_(), tok)
+
+        return self.delimited("(", ")", arg)
 
     def ops(self) -> list[Operation]:
         ops = []
@@ -361,13 +330,9 @@ class Parser:
         return ops
 
     def op(self) -> Operation:
-        names: list[int] = []
-        while self.at_value():
-            names.append(self.i)
-            self.i += 1
-            if not self.accept(","):
-                self.expect("=")
-                break
+        names = self.commas(self.at_value, self.skip)
+        if names:
+            self.expect("=")
         tok = self.i
         found = lookup(self.toks[tok])
         if found is None:
@@ -378,20 +343,14 @@ class Parser:
         cls, fixed = found
         loc = self.loc(tok)
         st = parse_op(self, cls, fixed, tok)
-        d = cls.DEF
-        kwargs = st.values
-        count = sum(len(st.result_types.get(f, ())) for f, _ in d.results)
+        count = sum(len(st.result_types.get(f, ())) for f, _ in cls.DEF.results)
         if len(names) != count:
             self.fail(names[0] if names else tok, "TYPE-0",
                       f"{len(names)} results named but the op has {count}")
-        k = 0
-        for f, variadic in d.results:
-            vals = []
-            for t in st.result_types.get(f, ()):
-                vals.append(self.define(t, names[k]))
-                k += 1
-            kwargs[f] = vals if variadic else vals[0]
-        op = cls(**kwargs)
+        for f, variadic in cls.DEF.results:
+            vals = [self.define(t, names.pop(0)) for t in st.result_types.get(f, ())]
+            st.values[f] = vals if variadic else vals[0]
+        op = cls(**st.values)
         op.loc = loc
         op.own_results()
         if isinstance(op, CoreOp | CoreBatchOp):
@@ -411,24 +370,20 @@ class Parser:
         self.expect("{")
         self.push_scope()
         ops = self.ops()
-        self.pop_scope()
-        self.pop_scope()
+        self.scopes[-2:] = []
         op = FuncOp(name, Block(args, ops), results)
         op.loc = loc
         return op
-
-    def module(self) -> list[FuncOp]:
-        funcs = []
-        while self.toks[self.i]:
-            funcs.append(self.func())
-        return funcs
 
 
 def parse_module(text: str, filename: str = "<string>") -> Module:
     """Parse a whole program. Raises `ParseError` with file:line:col."""
     if "\x00" in text:
         raise ParseError(Location(filename, 1, 1), "input is binary, not Spatial IR text")
-    funcs = Parser(text, filename).module()
+    ps = Parser(text, filename)
+    funcs = []
+    while ps.peek():
+        funcs.append(ps.func())
     if not funcs:
         raise ParseError(Location(filename, 1, 1), "no func.func in input (empty program)")
     return Module(funcs, filename=filename)

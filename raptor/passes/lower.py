@@ -836,6 +836,8 @@ def _softmax(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 
 # ---------------------------------------------------------------------- pooling and resize
 def _pool(em: Emit, plan: Plan, kind: str) -> Value:
+    """`kind` max or avg: a row batch per window run, every tap an extract and a vmax or
+    vadd (avg then scales by 1 / taps counted)."""
     x = em.input(plan, 0)
     _, c, h, wd = _shape(x)
     kh, kw = plan.ints("kernel")
@@ -890,14 +892,9 @@ def _avg_reciprocals(win: Window, tail: tuple[int, int], include_pad: bool) -> n
     return (1.0 / np.maximum(counts, 1)).reshape(1, 1, oh, ow)
 
 
-@lowers("maxpool")
-def _maxpool(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    return [_pool(em, plan, "max")]
-
-
-@lowers("avgpool")
-def _avgpool(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    return [_pool(em, plan, "avg")]
+@lowers("maxpool", "avgpool")
+def _pool_plan(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
+    return [_pool(em, plan, plan.kind[:3])]
 
 
 @lowers("global_avgpool")
@@ -1076,7 +1073,3 @@ def lower(graph: PlanGraph, target: Target, layouts: LayoutChoice | None = None)
             f"{target.crossbar_cols} but target '{target.name}' has {target.num_cores} cores x "
             f"{target.crossbars_per_core} crossbars = {capacity}")
     return lowered
-
-
-def batches(module: Module) -> list[GraphComputeBatchOp]:
-    return [op for op in module.walk() if isinstance(op, GraphComputeBatchOp)]

@@ -194,20 +194,19 @@ def _canonicalize_func(
     program.load_facts(CANONICALIZE, facts.rows)
     for rule, n in program.run_schedule().items():
         stats.fired[rule] = stats.fired.get(rule, 0) + n
-    tables = program.tables()
     read = {rel.name: rel for rel in CANONICALIZE.reads}
 
     phys: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
-    for b, r, d, e in tables.rows(read["PhysDim"]):
+    for b, r, d, e in program.rows(read["PhysDim"]):
         phys[(b, r)][d] = e
     entries: dict[int, dict[object, _Ent]] = defaultdict(dict)
-    for val, eid, bi, ri, di, ci, ki, size, stride in tables.rows(read["Entry"]):
+    for val, eid, bi, ri, di, ci, ki, size, stride in program.rows(read["Entry"]):
         ent = entries[val].setdefault(eid, ((bi, ri), {}, (0, 0)))
         ent[1][di] = (ci, ki, size, stride)
-    for val, eid, lo, hi in tables.rows(read["EntrySlots"]):
+    for val, eid, lo, hi in program.rows(read["EntrySlots"]):
         key, dims, _ = entries[val][eid]
         entries[val][eid] = (key, dims, (lo, hi))
-    blocked = {x for (x,) in tables.rows(read["Blocked"])}
+    blocked = {x for (x,) in program.rows(read["Blocked"])}
     physical: dict[tuple[int, int], Value] = {}
     new_ops: list[Operation] = []
     for op in func.body.ops:
@@ -234,7 +233,7 @@ def _canonicalize_func(
             continue
         new_ops.append(op)
     func.body.ops = new_ops
-    for m, src in tables.rows(read["Identity"]):
+    for m, src in program.rows(read["Identity"]):
         mat = facts.materializations[m]
         replace_uses(func.body, mat.result, facts.values[src])
         stats.identities += 1

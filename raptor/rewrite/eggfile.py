@@ -19,17 +19,19 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from egglog import bindings
 
 from raptor.rewrite.schema import SCHEMAS, Relation, Schema
 
+T = TypeVar("T")
 RULES_ENV = "RAPTOR_RULES"
 
 MANIFEST: dict[str, tuple[str, ...]] = {
@@ -131,27 +133,28 @@ def _check_command(command: object, source: str, text: str) -> None:
                         f"runs them and reads the facts (remove this `{word}`)")
 
 
+def _egglog(call: Callable[[], T], source: str, text: str = "", offset: int | None = None
+            ) -> T:
+    """Run one egglog call with its errors (and panics: a BaseException) as `RuleError`."""
+    with _rust_stderr_silenced():
+        try:
+            return call()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            raise _format_error(exc, source, text, offset) from None
+
+
 def run_text(egraph: bindings.EGraph, text: str, source: str, user: bool = False
              ) -> list[object]:
     """Parse `text` (named `source` in spans) and run it command by command; `user` text
     (a rule file) is also checked by `_check_command`."""
-    with _rust_stderr_silenced():
-        try:
-            commands = egraph.parse_program(text, filename=source)
-        except BaseException as exc:  # PanicException is a BaseException
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                raise
-            raise _format_error(exc, source, text, None) from None
-        outputs: list[object] = []
-        for command in commands:
-            if user:
-                _check_command(command, source, text)
-            try:
-                outputs.extend(egraph.run_program(command))
-            except BaseException as exc:
-                if isinstance(exc, KeyboardInterrupt | SystemExit):
-                    raise
-                raise _format_error(exc, source, text, _span_start(command)) from None
+    outputs: list[object] = []
+    for command in _egglog(lambda: egraph.parse_program(text, filename=source), source, text):
+        if user:
+            _check_command(command, source, text)
+        outputs += _egglog(partial(egraph.run_program, command), source, text,
+                           _span_start(command))
     return outputs
 
 
@@ -162,6 +165,8 @@ class RuleProgram:
     egraph: bindings.EGraph
     files: tuple[Path, ...]
     fired: dict[str, int] = field(default_factory=dict)
+    frozen: dict[str, Any] | None = None
+    constants: dict[str, dict[object, str]] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
@@ -184,14 +189,7 @@ class RuleProgram:
         last: dict[str, int] = {}
         for _ in range(max_iterations):
             updated = False
-            with _rust_stderr_silenced():
-                try:
-                    outputs = self.egraph.run_program(*step)
-                except BaseException as exc:
-                    if isinstance(exc, KeyboardInterrupt | SystemExit):
-                        raise
-                    raise _format_error(exc, self.where, "", None) from None
-            for out in outputs:
+            for out in _egglog(lambda: self.egraph.run_program(*step), self.where):
                 if isinstance(out, bindings.RunScheduleOutput) and out.report.updated:
                     updated = True
                     last = dict(out.report.num_matches_per_rule)
@@ -218,70 +216,46 @@ class RuleProgram:
                    ) -> None:
         """Bulk-load the facts of `schema` (`(input rel "file.tsv")`, one row per line in
         the declared column order); relations without rows load empty."""
-        unknown = set(rows) - {r.name for r in schema.facts}
-        if unknown:
-            raise ValueError(f"{schema.program} facts name undeclared relations {sorted(unknown)}")
         with tempfile.TemporaryDirectory(prefix=f"raptor-{schema.program}-") as tmp:
             commands = []
             for rel in schema.facts:
                 path = Path(tmp) / f"{rel.name}.tsv"
-                path.write_text("".join(_tsv(rel, row) for row in rows.get(rel.name, ())),
-                                encoding="utf-8")
+                lines = ["\t".join(map(str, row)) + "\n" for row in rows.get(rel.name, ())]
+                if any(line.count("\t") != len(rel.columns) - 1 for line in lines):
+                    raise ValueError(f"a {rel.name} fact does not have the columns "
+                                     f"{rel.columns} (or holds a tab)")
+                path.write_text("".join(lines), encoding="utf-8")
                 commands.append(f'(input {rel.name} "{path.as_posix()}")')
             self.run("\n".join(commands), f"<{schema.program} facts>")
 
-    def tables(self) -> Tables:
-        return Tables(self.egraph)
-
-
-def _tsv(rel: Relation, row: tuple[Any, ...]) -> str:
-    if len(row) != rel.arity:
-        raise ValueError(f"a {rel.name} fact has {len(row)} cells for {rel.arity} columns")
-    cells = [str(c) for c in row]
-    if any("\t" in c or "\n" in c for c in cells):
-        raise ValueError(f"a {rel.name} fact holds a tab or newline: {row!r}")
-    return "\t".join(cells) + "\n"
-
-
-class Tables:
-    """The rows of a saturated e-graph, decoded by the schema's sorts: `i64` to int,
-    `String` to str, a nullary constructor (`Layout`'s `DenseNCHW`, ...) to its name, any
-    other datatype value kept as an opaque key."""
-
-    def __init__(self, egraph: bindings.EGraph) -> None:
-        self.egraph = egraph
-        self.frozen = egraph.freeze().functions
-        self.constants: dict[str, dict[object, str]] = {}
-        for name, fn in self.frozen.items():
-            if not fn.input_sorts and fn.rows and not fn.is_let_binding \
-                    and fn.output_sort not in ("i64", "String"):
-                self.constants.setdefault(fn.output_sort, {})[fn.rows[0].output] = name
-
     def rows(self, rel: Relation) -> list[tuple[Any, ...]]:
-        fn = self.frozen.get(rel.name)
-        if fn is None:
-            return []
-        decode = [self._decoder(s) for s in rel.sorts]
+        """The rows of `rel` (after `run_schedule`), decoded by its sorts: `i64` to int,
+        `String` to str, a nullary constructor (`Layout`'s `DenseNCHW`, ...) to its name,
+        any other datatype value kept as an opaque key."""
+        if self.frozen is None:
+            self.frozen = self.egraph.freeze().functions
+            for name, f in self.frozen.items():
+                if not f.input_sorts and f.rows and not f.is_let_binding \
+                        and f.output_sort not in ("i64", "String"):
+                    self.constants.setdefault(f.output_sort, {})[f.rows[0].output] = name
+        decode = {"i64": self.egraph.value_to_i64, "String": self.egraph.value_to_string}
+        fns = [decode.get(s) or partial(_named, self.constants.get(s, {})) for s in rel.sorts]
+        table = self.frozen.get(rel.name)
         out = []
-        for row in fn.rows:
+        for row in table.rows if table is not None else ():
             cells = row.inputs if rel.output is None else [*row.inputs, row.output]
-            out.append(tuple(d(c) for d, c in zip(decode, cells, strict=True)))
+            out.append(tuple(f(c) for f, c in zip(fns, cells, strict=True)))
         return out
 
-    def _decoder(self, sort: str) -> Any:
-        if sort == "i64":
-            return self.egraph.value_to_i64
-        if sort == "String":
-            return self.egraph.value_to_string
-        names = self.constants.get(sort, {})
-        return lambda v: names.get(v, v)
+
+def _named(names: dict[object, str], value: object) -> object:
+    return names.get(value, value)
 
 
 def check_schema(program: RuleProgram, schema: Schema) -> None:
     """Every relation the schema writes or reads is declared by the rule files with the
     same sorts (and, for a function, the same output sort)."""
-    with _rust_stderr_silenced():
-        frozen = program.egraph.freeze().functions
+    frozen = _egglog(lambda: program.egraph.freeze().functions, program.where)
     for role, rels in (("writes", schema.facts), ("reads", schema.reads)):
         for rel in rels:
             fn = frozen.get(rel.name)

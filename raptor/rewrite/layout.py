@@ -141,17 +141,16 @@ def derive_layout_tables(
     rows, operand_values, externals = _facts(by_id)
     program.load_facts(LAYOUT, rows)
     program.run_schedule()
-    tables = program.tables()
     read = {rel.name: rel for rel in LAYOUT.reads}
 
     alt_rows: dict[tuple[int, int], tuple[str, int]] = {}
-    for p, a, result, cost in tables.rows(read["Alt"]):
+    for p, a, result, cost in program.rows(read["Alt"]):
         alt = (int(p), int(a))
         if alt in alt_rows and alt_rows[alt] != (result, cost):
             raise RuleError(f"layout rules define plan {p} alternative {a} twice")
         alt_rows[alt] = (str(result), int(cost))
     operand_layouts: dict[tuple[int, int, int], str] = {}
-    for p, a, i, layout in tables.rows(read["AltOperand"]):
+    for p, a, i, layout in program.rows(read["AltOperand"]):
         slot = (int(p), int(a), int(i))
         if slot in operand_layouts:
             raise RuleError(f"layout rules give plan {p} alternative {a} operand {i} two layouts")
@@ -169,16 +168,16 @@ def derive_layout_tables(
         if not alts:
             raise RuleError(f"layout rules give plan {p} ({by_id[p].kind}) no alternative")
 
-    fixed = {int(v): str(layout) for v, layout in tables.rows(read["FixedLayout"])}
+    fixed = {int(v): str(layout) for v, layout in program.rows(read["FixedLayout"])}
     missing = sorted(set(externals) - set(fixed))
     if missing:
         raise RuleError(f"layout rules give external value {missing[0]} no FixedLayout")
     returns: dict[int, set[str]] = {}
-    for v, layout in tables.rows(read["ReturnLayout"]):
+    for v, layout in program.rows(read["ReturnLayout"]):
         returns.setdefault(int(v), set()).add(str(layout))
     mat = {
         (int(v), str(src), str(dst)): int(cost)
-        for v, src, dst, cost in tables.rows(read["MatCost"])
+        for v, src, dst, cost in program.rows(read["MatCost"])
     }
     return LayoutTables(
         plans=by_id,

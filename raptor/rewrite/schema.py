@@ -14,35 +14,26 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Relation:
-    """A relation (or, with `output`, a function whose value is its last column)."""
+    """A relation, or with `output` a function whose value is the last column; `spec` is
+    `name` (i64) or `name:Sort` per column."""
 
     name: str
-    columns: tuple[str, ...]
-    sorts: tuple[str, ...]
+    spec: str
     output: str | None = None
 
     @property
-    def arity(self) -> int:
-        return len(self.columns)
+    def columns(self) -> list[str]:
+        return [c.partition(":")[0] for c in self.spec.split()]
+
+    @property
+    def sorts(self) -> list[str]:
+        return [c.partition(":")[2] or "i64" for c in self.spec.split()]
 
     def spelling(self) -> str:
         """How the rule file declares it."""
         if self.output is None:
             return f"(relation {self.name} ({' '.join(self.sorts)}))"
         return f"(function {self.name} ({' '.join(self.sorts[:-1])}) {self.output} ...)"
-
-
-def relation(name: str, spec: str) -> Relation:
-    """`relation("PubDim", "b r d c k size stride")`; a column is `name` (i64) or
-    `name:Sort`."""
-    cols = [c.partition(":") for c in spec.split()]
-    return Relation(name, tuple(n for n, _, _ in cols), tuple(s or "i64" for _, _, s in cols))
-
-
-def function(name: str, spec: str, output: str) -> Relation:
-    """A function of the inputs in `spec` whose value (sort `output`) is the last column."""
-    r = relation(name, spec)
-    return Relation(name, (*r.columns, "value"), (*r.sorts, output), output)
 
 
 @dataclass(frozen=True)
@@ -54,48 +45,40 @@ class Schema:
     reads: tuple[Relation, ...]
 
 
-LAYOUT = Schema(
-    "layout",
-    facts=(
-        relation("PlanKind", "plan kind:String"),
-        relation("Operand", "plan index value"),
-        relation("Gate", "plan gate:String"),
-        relation("External", "value"),
-        relation("FunctionResult", "plan"),
-    ),
-    reads=(
-        relation("Alt", "plan alt result:Layout cost"),
-        relation("AltOperand", "plan alt index layout:Layout"),
-        relation("FixedLayout", "value layout:Layout"),
-        relation("ReturnLayout", "value layout:Layout"),
-        function("MatCost", "value from:Layout to:Layout", "i64"),
-    ),
-)
+LAYOUT = Schema("layout", facts=(
+    Relation("PlanKind", "plan kind:String"),
+    Relation("Operand", "plan index value"),
+    Relation("Gate", "plan gate:String"),
+    Relation("External", "value"),
+    Relation("FunctionResult", "plan"),
+), reads=(
+    Relation("Alt", "plan alt result:Layout cost"),
+    Relation("AltOperand", "plan alt index layout:Layout"),
+    Relation("FixedLayout", "value layout:Layout"),
+    Relation("ReturnLayout", "value layout:Layout"),
+    Relation("MatCost", "value from:Layout to:Layout cost", output="i64"),
+))
 """`rules/layout.egg`: the plan graph in, the capability matrix and costs out."""
 
-CANONICALIZE = Schema(
-    "canonicalize",
-    facts=(
-        relation("Batch", "batch lanes"),
-        relation("PubDim", "batch result dim const coef size stride"),
-        relation("FragDim", "batch result dim extent"),
-        relation("BatchValue", "value batch result"),
-        relation("Concat", "value dim"),
-        relation("ConcatIn", "value position input"),
-        relation("ConcatAt", "value position start"),
-        relation("Opaque", "value"),
-        relation("Materialize", "value source from to"),
-        relation("Slice", "value source rank"),
-        relation("SliceDim", "value dim start size"),
-    ),
-    reads=(
-        relation("PhysDim", "batch result dim extent"),
-        relation("Entry", "value entry:EntryId batch result dim const coef size stride"),
-        relation("EntrySlots", "value entry:EntryId lo hi"),
-        relation("Blocked", "value"),
-        relation("Identity", "value source"),
-    ),
-)
+CANONICALIZE = Schema("canonicalize", facts=(
+    Relation("Batch", "batch lanes"),
+    Relation("PubDim", "batch result dim const coef size stride"),
+    Relation("FragDim", "batch result dim extent"),
+    Relation("BatchValue", "value batch result"),
+    Relation("Concat", "value dim"),
+    Relation("ConcatIn", "value position input"),
+    Relation("ConcatAt", "value position start"),
+    Relation("Opaque", "value"),
+    Relation("Materialize", "value source from to"),
+    Relation("Slice", "value source rank"),
+    Relation("SliceDim", "value dim start size"),
+), reads=(
+    Relation("PhysDim", "batch result dim extent"),
+    Relation("Entry", "value entry:EntryId batch result dim const coef size stride"),
+    Relation("EntrySlots", "value entry:EntryId lo hi"),
+    Relation("Blocked", "value"),
+    Relation("Identity", "value source"),
+))
 """`rules/canonicalize.egg`: publication geometry and placement values in, the physical
 shapes, Blueprint entries and identities out."""
 

@@ -6,7 +6,7 @@ execution depends on (op classes, attributes, types, and operands as positions: 
 arguments and results numbered in order, values from outside numbered by first use), and
 `Templates` compiles each signature once into closures over the slots of a list (slice
 tuples, shapes and numpy functions resolved ahead), one per body op, made by the maker
-registered for its op class with `@kernel`. An instance only binds the values it
+registered for its op class in `KERNELS`. An instance only binds the values it
 reads and defines and, for a `pim.load` of a function input, the region it reads.
 Compiling every instance cost more than the numpy work on small tiles; sharing makes
 compilation proportional to the distinct bodies. (Generating Python source per template
@@ -57,11 +57,6 @@ from raptor.sim.errors import SimError
 Env = dict[Value, Any]
 """One core's values: numpy arrays."""
 Kernel = Callable[[Env], None]
-Reads = tuple[Value, ...]
-BodyFn = Callable[[Env, Reads, Reads, tuple[Any, ...]], None]
-"""`fn(env, reads, defines, params)`: read the instance's inputs and outside values from
-the core's env (load buffers excepted), run the body, write the instance's results.
-`params` holds, per body `pim.load`, the input array and the slice tuple it reads."""
 
 _F32 = np.dtype(np.float32)
 
@@ -464,70 +459,8 @@ class _Builder:
 Maker = Callable[[_Builder, Any, bool], Step | None]
 """`make(builder, op, in_place)`: the step running `op` on stacked instances, or None for
 `eval_op` instance by instance (`in_place`: an insert may write into its destination)."""
-KERNELS: dict[type[Operation], Maker] = {}
 
 
-def kernel(*classes: type[Operation]) -> Callable[[Maker], Maker]:
-    def register(make: Maker) -> Maker:
-        for cls in classes:
-            KERNELS[cls] = make
-        return make
-
-    return register
-
-
-@kernel(ExtractSliceOp)
-def _k_extract(b: _Builder, op: ExtractSliceOp, _: bool) -> Step:
-    return _extract(b.stacked(op.source), b.region(op), b.lane, b.define(op.result),
-                    info(op.result).shape)
-
-
-@kernel(InsertSliceOp)
-def _k_insert(b: _Builder, op: InsertSliceOp, in_place: bool) -> Step:
-    return _insert(b.stacked(op.source), b.stacked(op.dest), b.region(op), b.lane,
-                   b.define(op.result), tuple(op.sizes), in_place)
-
-
-@kernel(ParallelInsertSliceOp)
-def _k_publish(b: _Builder, op: ParallelInsertSliceOp, _: bool) -> Step:
-    return _publish(b.stacked(op.source), b.stacked(op.dest), b.region(op), b.lane,
-                    tuple(op.sizes))
-
-
-@kernel(ReshapeOp)
-def _k_reshape(b: _Builder, op: ReshapeOp, _: bool) -> Step:
-    return _reshape(b.stacked(op.source), b.define(op.result), info(op.result).shape)
-
-
-@kernel(EmptyOp)
-def _k_empty(b: _Builder, op: EmptyOp, _: bool) -> Step:
-    t = info(op.result)
-    return _empty(b.define(op.result), t.shape, t.dtype)
-
-
-@kernel(MaterializeLayoutOp)
-def _k_alias(b: _Builder, op: MaterializeLayoutOp, _: bool) -> Step:
-    return _alias(b.stacked(op.source), b.define(op.result))
-
-
-@kernel(LaneResultOp)
-def _k_lane_result(b: _Builder, op: LaneResultOp, _: bool) -> Step:
-    return _lane_result(b.stacked(op.source), b.define(op.result), op.lane)
-
-
-@kernel(TransposeOp)
-def _k_transpose(b: _Builder, op: TransposeOp, _: bool) -> Step:
-    return _transpose(b.stacked(op.source), b.define(op.result), tuple(op.perm))
-
-
-@kernel(ConcatOp)
-def _k_concat(b: _Builder, op: ConcatOp, _: bool) -> Step:
-    rank = len(info(op.result).shape)
-    return _concat(tuple(b.stacked(v) for v in op.sources), b.define(op.result),
-                   op.dim % rank + 1 if rank else 1)
-
-
-@kernel(MvmOp)
 def _k_mvm(b: _Builder, op: MvmOp, _: bool) -> Step | None:
     if not (info(op.weight).dtype == _F32 and info(op.vector).dtype == _F32
             and len(info(op.weight).shape) == 2):
@@ -537,7 +470,6 @@ def _k_mvm(b: _Builder, op: MvmOp, _: bool) -> Step | None:
                 b.define(op.result))
 
 
-@kernel(BinaryOp)
 def _k_binary(b: _Builder, op: BinaryOp, _: bool) -> Step | None:
     if not _fast_binary(op):
         return None
@@ -546,7 +478,6 @@ def _k_binary(b: _Builder, op: BinaryOp, _: bool) -> Step | None:
                    b.stacked(op.rhs), _expand(info(op.rhs).shape, rank), b.define(op.result))
 
 
-@kernel(UnaryOp)
 def _k_unary(b: _Builder, op: UnaryOp, _: bool) -> Step | None:
     """Elementwise kinds on float32 run on the stacked instances (`Elementwise.stacked`)."""
     spec = op.spec
@@ -557,13 +488,40 @@ def _k_unary(b: _Builder, op: UnaryOp, _: bool) -> Step | None:
                   b.define(op.result))
 
 
-@kernel(PadOp)
 def _k_pad(b: _Builder, op: PadOp, _: bool) -> Step | None:
     if not _fast_pad(op):
         return None
     inner = (_ALL, *(slice(a, a + d) for a, d in zip(op.low, info(op.source).shape, strict=True)))
     return _pad(b.stacked(op.source), b.define(op.result), info(op.result).shape, inner,
                 op.value)
+
+
+def _k_concat(b: _Builder, op: ConcatOp, _: bool) -> Step:
+    rank = len(info(op.result).shape)
+    return _concat(tuple(b.stacked(v) for v in op.sources), b.define(op.result),
+                   op.dim % rank + 1 if rank else 1)
+
+
+KERNELS: dict[type[Operation], Maker] = {
+    ExtractSliceOp: lambda b, op, _: _extract(b.stacked(op.source), b.region(op), b.lane,
+                                              b.define(op.result), info(op.result).shape),
+    InsertSliceOp: lambda b, op, in_place: _insert(b.stacked(op.source), b.stacked(op.dest),
+                                                   b.region(op), b.lane, b.define(op.result),
+                                                   tuple(op.sizes), in_place),
+    ParallelInsertSliceOp: lambda b, op, _: _publish(b.stacked(op.source), b.stacked(op.dest),
+                                                     b.region(op), b.lane, tuple(op.sizes)),
+    ReshapeOp: lambda b, op, _: _reshape(b.stacked(op.source), b.define(op.result),
+                                         info(op.result).shape),
+    EmptyOp: lambda b, op, _: _empty(b.define(op.result), info(op.result).shape,
+                                     info(op.result).dtype),
+    MaterializeLayoutOp: lambda b, op, _: _alias(b.stacked(op.source), b.define(op.result)),
+    LaneResultOp: lambda b, op, _: _lane_result(b.stacked(op.source), b.define(op.result),
+                                                op.lane),
+    TransposeOp: lambda b, op, _: _transpose(b.stacked(op.source), b.define(op.result),
+                                             tuple(op.perm)),
+    ConcatOp: _k_concat, MvmOp: _k_mvm, BinaryOp: _k_binary, UnaryOp: _k_unary, PadOp: _k_pad,
+}
+"""Op class → the maker of its step (ops absent here run through `eval_op`)."""
 
 
 def _fast_binary(op: BinaryOp) -> bool:
