@@ -75,51 +75,48 @@ def verify_module(module: Module, *, allow_assembly: bool = False) -> list[Diagn
     logical-assembly batches that lowering emits before canonicalization."""
     rep = _Report(module)
     for func in module.funcs:
-        _check_structure(func, rep)
-        _verify_region_ops(func, rep, allow_assembly)
+        _verify_func(func, rep, allow_assembly)
         _check_physical_uses(func, rep)
         _check_channels(func, rep)
     return rep.diagnostics
 
 
-def _verify_region_ops(func: FuncOp, rep: _Report, allow_assembly: bool) -> None:
-    for op in func.walk():
-        try:
-            op.verify()
-        except VerifyError as e:
-            rep.add(op, e.rule, e.message)
-        if isinstance(op, GraphComputeBatchOp):
-            if op.assembly:
-                if not allow_assembly:
-                    rep.add(op, "ASM-1", "logical-assembly batch must be canonicalized into "
-                            "N x F fragments plus spat.blueprint before graph verification")
-                else:
-                    _check_assembly(op, rep)
-            else:
-                _check_batch(op, rep)
-            if op.lanes >= 1:
-                _check_lane_slices(op, rep)
-        elif isinstance(op, BlueprintOp):
-            _check_blueprint(op, rep)
+def _verify_op(op: Operation, rep: _Report, allow_assembly: bool) -> None:
+    """The op's own checks, then the graph-batch invariant or the Blueprint rules."""
+    try:
+        op.verify()
+    except VerifyError as e:
+        rep.add(op, e.rule, e.message)
+    if isinstance(op, GraphComputeBatchOp):
+        if op.assembly and not allow_assembly:
+            rep.add(op, "ASM-1", "logical-assembly batch must be canonicalized into N x F "
+                    "fragments plus spat.blueprint before graph verification")
+        elif op.assembly:
+            _check_assembly(op, rep)
+        else:
+            _check_batch(op, rep)
+        if op.lanes >= 1:
+            _check_lane_slices(op, rep)
+    elif isinstance(op, BlueprintOp):
+        _check_blueprint(op, rep)
 
 
-# ------------------------------------------------------------------ structure
 def _name(v: Value) -> str:
     if v.name:
         return f"%{v.name}"
     return f"the result of {v.owner.name}" if isinstance(v.owner, Operation) else "a value"
 
 
-def _check_structure(func: FuncOp, rep: _Report) -> None:
-    """SSA-1: every use (operands and affine offset variables) is dominated by its
-    definition: defined earlier in the same block or in an enclosing one (regions are
-    single blocks). SSA-2: every value is defined once. REGION-3: every op sits in one block
-    and every value's `owner` is its definer. REGION-4: `return` ends a function body and
-    `spat.yield` a single-compute body, nowhere else."""
+def _verify_func(func: FuncOp, rep: _Report, allow_assembly: bool) -> None:
+    """Every op of `func` in order (`_verify_op`) and the structure: SSA-1, every use
+    (operands and affine offset variables) is dominated by its definition, i.e. defined
+    earlier in the same block or in an enclosing one (regions are single blocks); SSA-2,
+    every value is defined once; REGION-3, every op sits in one block and every value's
+    `owner` is its definer; REGION-4, `return` ends a function body and `spat.yield` a
+    single-compute body, nowhere else."""
     defined: set[Value] = set()
     visible: set[Value] = set()
     placed: set[int] = {id(func)}
-    every = {r for op in func.walk() for r in op.results()}
 
     def define(v: Value, owner: object, at: Operation) -> None:
         if v in defined:
@@ -145,13 +142,15 @@ def _check_structure(func: FuncOp, rep: _Report) -> None:
                 uses += [v for a in op.offsets for v in a.vars()]
             for v in uses:
                 if v not in visible:
-                    why = "before its definition" if v in every and v not in defined else \
-                        "but it is not defined in this function or an enclosing region"
-                    rep.add(op, "SSA-1", f"uses {_name(v)} {why}")
+                    later = any(v in o.results() for o in func.walk()) and v not in defined
+                    rep.add(op, "SSA-1", f"uses {_name(v)} " + (
+                        "before its definition" if later else
+                        "but it is not defined in this function or an enclosing region"))
             if isinstance(op, ReturnOp | YieldOp) and (i != last or type(op) is not terminator):
                 where = f"inside {owner.name}" if type(op) is not terminator else \
                     "before the end of its block"
                 rep.add(op, "REGION-4", f"{op.name} {where}")
+            _verify_op(op, rep, allow_assembly)
             for r in op.regions():
                 block(r, op, YieldOp if isinstance(op, SingleComputeOp) else None)
             for v in op.results():
