@@ -577,6 +577,8 @@ UNARY: dict[str, Elementwise] = {
     "hard_sigmoid": Elementwise(lambda x, alpha, beta: np.clip(alpha * x + beta, 0.0, 1.0),
                                 ("alpha", "beta")),
     "vscale": Elementwise(lambda x, factor: x * factor, ("factor",)),
+    "elu": Elementwise(lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(x)), ("alpha",),
+                       passes=2),  # ONNX Elu: x > 0 ? x : alpha * (exp(x) - 1)
     "softmax": Elementwise(_softmax, ("axis",), passes=4, stacked=False),
 }
 """The `pim.<kind>` unary ops."""
