@@ -388,9 +388,15 @@ def _bp_policy(op: BlueprintOp) -> str | None:
     if writes > MAX_WRITES:
         return f"the entries write {writes} elements, more than the {MAX_WRITES} the verifier " \
                "checks"
-    flat = [_written(e, shape) for e in op.entries]
-    count = np.bincount(np.concatenate(flat) if flat else np.zeros(0, np.int64),
-                        minlength=math.prod(shape))
+    count = np.zeros(math.prod(shape), dtype=np.int64)
+    grid = count.reshape(shape)
+    for e in op.entries:
+        if len(e.slots()) > 64:  # many slots: all at once (a batch may have 10^6 lanes)
+            count += np.bincount(_written(e, shape), minlength=count.size)
+            continue
+        for s in e.slots():
+            grid[tuple(slice(o, o + (sz - 1) * st + 1, st) if sz else slice(0, 0) for o, sz, st
+                       in zip(e.offsets_at(s), e.sizes, e.strides, strict=True))] += 1
     if op.conflict == "disjoint" and (count > 1).any():
         where = np.unravel_index(int(np.flatnonzero(count > 1)[0]), shape)
         return f"conflict(disjoint) but logical element {[int(i) for i in where]} is written " \
