@@ -3,10 +3,10 @@ per value (SSA-2), ownership (REGION-3) and terminators (REGION-4)."""
 
 from __future__ import annotations
 
-from raptor.ir.builder import new_func
-from raptor.ir.core import Affine, Value
+from raptor.ir.builder import Builder, new_func
+from raptor.ir.core import Affine, Block, Value, affines
 from raptor.ir.module import Module
-from raptor.ir.ops import BinaryOp, ReturnOp, UnaryOp, YieldOp
+from raptor.ir.ops import AllocSharedOp, BinaryOp, CoreOp, ReturnOp, StoreOp, UnaryOp, YieldOp
 from raptor.ir.parser import parse_file
 from raptor.ir.types import tensor
 from raptor.ir.verifier import verify_module
@@ -130,3 +130,21 @@ def test_binary_op_reading_a_later_value() -> None:
     diags = verify_module(Module([f]))
     assert rules_of(diags) == ["SSA-1"]
     assert diags[0].message == "pim.vadd (@main op 1): uses %y before its definition"
+
+
+def test_a_value_of_another_core_is_sch3() -> None:
+    f, b = new_func("main", [("x", tensor(4))], [tensor(4)])
+    buf = Value(tensor(4), "buf")
+    b.add(AllocSharedOp(buf))
+    core0 = b.add(CoreOp(0, Block()))
+    assert isinstance(core0, CoreOp)
+    made = Builder(core0.body).empty(tensor(4))
+    made.name = "made"
+    core1 = b.add(CoreOp(1, Block()))
+    assert isinstance(core1, CoreOp)
+    Builder(core1.body).add(StoreOp(made, buf, affines([0]), (4,), (1,)))
+    b.ret([buf])
+    diags = verify_module(Module([f]))
+    assert rules_of(diags) == ["SCH-3"]
+    assert diags[0].message == "pim.store (@main op 3.1): %made is defined on core 0 but used " \
+        "on core 1; cross-core values need spat.channel_send/receive"
