@@ -133,6 +133,12 @@ class Program:
                 for v in self.outputs]
 
 
+def op_name(op: Operation) -> str:
+    """The printed spelling (`pim.relu`, not the family's `pim.unary`): `Operation.name`,
+    under the name the trace labels import."""
+    return op.name
+
+
 def value_name(v: Value) -> str:
     return f"%{v.name}" if v.name else "%<value>"
 
