@@ -1,6 +1,7 @@
 """Spatial IR throughput: build a large module, then time print, parse, verify (and interpret).
 
-    python benchmarks/bench_ir.py [--stages 1430] [--lanes 4] [--repeat 3]
+    python benchmarks/bench_ir.py [--stages 1430] [--lanes 4] [--repeat 3] [--cpu]
+    python benchmarks/bench_ir.py --spat scheduled.peft.spat [--cpu]   # an existing module
 
 Each stage is one `spat.graph_compute_batch` (extract, relu, vscale, vsub, publication) plus a
 reversing `spat.blueprint` family: 7 ops, so the default is ~10,000 ops. Times are the best of
@@ -10,6 +11,7 @@ reversing `spat.blueprint` family: 7 ops, so the default is ~10,000 ops. Times a
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -48,12 +50,15 @@ def build(stages: int, lanes: int, rows: int = 16) -> Module:
     return Module([f])
 
 
+CLOCK = time.perf_counter
+
+
 def best(fn: Callable[[], T], repeat: int) -> tuple[float, T]:
     times, result = [], None
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         result = fn()
-        times.append(time.perf_counter() - t0)
+        times.append(CLOCK() - t0)
     assert result is not None
     return min(times), result
 
@@ -63,22 +68,40 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=1430)
     ap.add_argument("--lanes", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--spat", metavar="FILE", help="time print/parse/verify of this module "
+                    "instead of the generated chain (no build, no interpretation)")
+    ap.add_argument("--cpu", action="store_true", help="CPU seconds (time.process_time) "
+                    "instead of wall seconds: steadier on a shared machine")
     args = ap.parse_args()
+    global CLOCK
+    if args.cpu:
+        CLOCK = time.process_time
+    gc.disable()  # as `raptor` does for a command
 
-    t_build, module = best(lambda: build(args.stages, args.lanes), 1)
-    ops = sum(1 for _ in module.walk())
-    t_print, text = best(module.print, args.repeat)
-    t_parse, parsed = best(lambda: parse_module(text, "bench.spat"), args.repeat)
-    assert parsed.print() == text, "print∘parse must be the identity"
-    t_verify, diags = best(lambda: verify_module(parsed), args.repeat)
+    rows: list[tuple[str, float]] = []
+    if args.spat:
+        with open(args.spat) as fh:
+            text = fh.read()
+        t_parse, module = best(lambda: parse_module(text, args.spat), args.repeat)
+        t_print, printed = best(module.print, args.repeat)
+        assert printed == text, "print∘parse must be the identity"
+    else:
+        t_build, module = best(lambda: build(args.stages, args.lanes), 1)
+        t_print, text = best(module.print, args.repeat)
+        t_parse, module = best(lambda: parse_module(text, "bench.spat"), args.repeat)
+        assert module.print() == text, "print∘parse must be the identity"
+        rows.append(("build", t_build))
+    t_verify, diags = best(lambda: verify_module(module), args.repeat)
     assert diags == [], diags[:3]
-    x = np.random.default_rng(0).standard_normal((16, args.lanes)).astype(np.float32)
-    t_interp, _ = best(lambda: Interpreter(parsed).run([x]), 1)
-
-    print(f"module: {args.stages} graph batches x {args.lanes} lanes, {ops} ops, "
-          f"{len(text.splitlines())} lines, {len(text) / 1e6:.2f} MB")
-    for name, t in [("build", t_build), ("print", t_print), ("parse", t_parse),
-                    ("verify", t_verify), ("interpret", t_interp)]:
+    rows += [("print", t_print), ("parse", t_parse), ("verify", t_verify)]
+    if not args.spat:
+        x = np.random.default_rng(0).standard_normal((16, args.lanes)).astype(np.float32)
+        rows.append(("interpret", best(lambda: Interpreter(module).run([x]), 1)[0]))
+    ops = sum(1 for _ in module.walk())
+    print(f"module: {args.spat or f'{args.stages} graph batches x {args.lanes} lanes'}, "
+          f"{ops} ops, {len(text.splitlines())} lines, {len(text) / 1e6:.2f} MB "
+          f"({'CPU' if args.cpu else 'wall'} seconds, best of {args.repeat})")
+    for name, t in rows:
         print(f"{name:<10}{t:8.3f} s   {ops / t:10.0f} ops/s")
 
 

@@ -36,7 +36,8 @@ from raptor.ir.verifier import verify_module
 from raptor.passes.lower import CapacityExceeded, LoweringError
 from raptor.passes.memory import plan_memory
 from raptor.passes.projection import ProjectionError
-from raptor.rewrite.eggfile import RuleError, check_rules, resolve_rules_dir
+from raptor.passes.rulecheck import check_rules
+from raptor.rewrite.eggfile import RuleError, resolve_rules_dir
 from raptor.rewrite.layout import LayoutError
 from raptor.sim import SimError, SimOptions, Simulator
 from raptor.solve import SOLVERS, Solved, SolveOptions, report, solve
@@ -170,9 +171,13 @@ def cmd_interpret(args: argparse.Namespace) -> int:
         for d in diags:
             err.print(str(d), markup=False)
         return EXIT_FAIL
-    if args.weights:
+    weights = args.weights
+    beside = Path(args.file).with_name("weights.npz")  # what `raptor solve` writes
+    if weights is None and beside.is_file():
+        weights = str(beside)
+    if weights:
         try:
-            module.constants.update(load_npz(args.weights))
+            module.constants.update(load_npz(weights))
         except ValueError as e:
             raise CliError(str(e)) from None
     inputs = _inputs_for(args.inputs)
@@ -528,7 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("file", metavar="FILE.spat|MODEL.onnx")
     i.add_argument("--inputs", metavar="X.npz", help="input arrays")
     _add_input_options(i)
-    i.add_argument("--weights", metavar="W.npz", help="data for spat.weight @symbols (.spat)")
+    i.add_argument("--weights", metavar="W.npz",
+                   help="data for spat.weight @symbols (.spat; default: weights.npz beside "
+                   "the file, as raptor solve writes it)")
     i.add_argument("--out", metavar="Y.npz", help="write results (.spat: result0, ...; ONNX: "
                    "keyed by graph output name)")
     i.add_argument("--check", action="store_true", help="compare with the ONNX reference "

@@ -33,8 +33,9 @@ from raptor.ir.verifier import verify_module
 from raptor.passes.layout import LayoutChoice, select_layouts
 from raptor.passes.lower import Lowered, lower, sanitize
 from raptor.passes.plan_ir import plan_module
+from raptor.passes.rulecheck import invalid_ir
 from raptor.rewrite.canonicalize import CanonStats, canonicalize
-from raptor.rewrite.eggfile import resolve_rules_dir
+from raptor.rewrite.eggfile import resolve_rules_dir, shipped_rules_dir
 from raptor.rewrite.select import LayoutSelection
 from raptor.target import Target
 
@@ -48,6 +49,16 @@ class VerificationFailed(Exception):
     def __init__(self, after: str, diagnostics: list[Diagnostic]) -> None:
         head = f"IR does not verify after pass '{after}':"
         super().__init__("\n".join([head, *(str(d) for d in diagnostics[:20])]))
+        self.diagnostics = diagnostics
+
+
+class RulesProducedInvalidIR(VerificationFailed):
+    """Canonicalization with a user's rules produced IR that does not verify: one line
+    naming the rule file, the first failing rule id and the op."""
+
+    def __init__(self, rules_dir: str | os.PathLike[str] | None,
+                 diagnostics: list[Diagnostic]) -> None:
+        Exception.__init__(self, invalid_ir(rules_dir, diagnostics))
         self.diagnostics = diagnostics
 
 
@@ -142,7 +153,12 @@ def compile_model(model: str | Path, target: Target, opts: CompileOptions | None
     lowered = lower(graph, target, layouts)
     _check("lower", lowered.module, opts, assembly=True)
     canon = canonicalize(lowered.module, opts.rules_dir)
-    _check("canonicalize", lowered.module, opts)
+    try:
+        _check("canonicalize", lowered.module, opts)
+    except VerificationFailed as e:
+        if resolve_rules_dir(opts.rules_dir).resolve() == shipped_rules_dir().resolve():
+            raise  # the shipped rules: a compiler bug, with every diagnostic
+        raise RulesProducedInvalidIR(opts.rules_dir, e.diagnostics) from None
     return Compiled(graph, selection, layouts, lowered, canon,
                     resolve_rules_dir(opts.rules_dir), [*feeds.notes, *graph.notes], feeds)
 

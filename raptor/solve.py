@@ -1,5 +1,5 @@
 """`raptor solve`: compile, schedule with the heuristic and CP-SAT side by side, materialize,
-simulate, check the numbers, and assemble the report (ARCHITECTURE.md §9)."""
+simulate, check the numbers, and assemble the report (docs/spec/ARCHITECTURE.md §9)."""
 
 from __future__ import annotations
 
@@ -280,7 +280,7 @@ def _bound_of(res: MergeScheduleResult) -> str:
 
 
 def report(s: Solved) -> dict[str, Any]:
-    """report.json (ARCHITECTURE.md §9 plus layouts, rules and per-schedule detail)."""
+    """report.json (docs/spec/ARCHITECTURE.md §9 plus layouts, rules and per-schedule detail)."""
     g = s.build.graph
     sel = s.compiled.selection
     lb = s.bounds.makespan_ns

@@ -1,7 +1,7 @@
 """PIM target description: the single source of every time and capacity the compiler uses.
 
 A target is a built-in name (``default``) or a TOML file that overrides any key of the default
-(PIMCOMP-NN / pimsim-nn configuration, ARCHITECTURE.md §3). All times are converted from
+(PIMCOMP-NN / pimsim-nn configuration, docs/spec/ARCHITECTURE.md §3). All times are converted from
 cycles to integer nanoseconds with :meth:`Target.ns`, rounding up, so schedules never promise
 more than the hardware delivers.
 """

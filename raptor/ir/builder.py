@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from raptor.ir.core import AffineLike, Block, Operation, Value, affines
 from raptor.ir.ops import (
@@ -32,10 +33,6 @@ from raptor.ir.ops import (
 from raptor.ir.types import INDEX, TensorType, Type
 
 
-def _sizes_type(sizes: Sequence[int], dtype: str) -> TensorType:
-    return TensorType(tuple(sizes), dtype)
-
-
 class Builder:
     """Appends ops to `block`; every helper returns the new op's (first) result."""
 
@@ -47,11 +44,16 @@ class Builder:
         self.block.ops.append(op)
         return op
 
+    def _new(self, cls: type[Operation], type: Type, name: str | None = None, **fields: Any
+             ) -> Value:
+        """A `cls` op whose one result, named `name`, has `type`."""
+        v = Value(type, name)
+        self.add(cls(result=v, **fields))  # type: ignore[call-arg]
+        return v
+
     # ---- graph level --------------------------------------------------------
     def weight(self, symbol: str, type: TensorType, name: str | None = None) -> Value:
-        v = Value(type, name)
-        self.add(WeightOp(v, symbol))
-        return v
+        return self._new(WeightOp, type, name, symbol=symbol)
 
     def graph_batch(self, lanes: int, inputs: Sequence[Value], result_types: Sequence[Type],
                     assembly: bool = False, names: Sequence[str | None] | None = None
@@ -67,18 +69,16 @@ class Builder:
 
     def graph_compute(self, inputs: Sequence[Value], result_types: Sequence[Type],
                       cls: type[ComputeOp] = GraphComputeOp) -> tuple[ComputeOp, Builder]:
-        args = [Value(v.type, "in") for v in inputs]
-        outs = [Value(t) for t in result_types]
-        op = cls(inputs=list(inputs), outs=outs, body=Block(args))
+        op = cls(inputs=list(inputs), outs=[Value(t) for t in result_types],
+                 body=Block([Value(v.type, "in") for v in inputs]))
         self.add(op)
         return op, Builder(op.body)
 
     def blueprint(self, sources: Sequence[Value], result_type: TensorType,
                   entries: Sequence[BlueprintEntry], coverage: str = "complete",
                   conflict: str = "disjoint", name: str | None = None) -> Value:
-        v = Value(result_type, name)
-        self.add(BlueprintOp(list(sources), v, list(entries), coverage, conflict))
-        return v
+        return self._new(BlueprintOp, result_type, name, sources=list(sources),
+                         entries=list(entries), coverage=coverage, conflict=conflict)
 
     def ret(self, values: Sequence[Value]) -> None:
         self.add(ReturnOp(list(values)))
@@ -91,83 +91,73 @@ class Builder:
                 strides: Sequence[int] | None = None, type: TensorType | None = None) -> Value:
         st = src.type
         assert isinstance(st, TensorType)
-        v = Value(type or _sizes_type(sizes, st.dtype))
-        self.add(ExtractSliceOp(src, v, affines(offsets), tuple(sizes),
-                                tuple(strides or [1] * len(sizes))))
-        return v
+        return self._new(ExtractSliceOp, type or TensorType(tuple(sizes), st.dtype), source=src,
+                         **_region(offsets, sizes, strides))
 
     def insert(self, src: Value, dest: Value, offsets: Sequence[AffineLike], sizes: Sequence[int],
                strides: Sequence[int] | None = None) -> Value:
-        v = Value(dest.type)
-        self.add(InsertSliceOp(src, dest, v, affines(offsets), tuple(sizes),
-                               tuple(strides or [1] * len(sizes))))
-        return v
+        return self._new(InsertSliceOp, dest.type, source=src, dest=dest,
+                         **_region(offsets, sizes, strides))
 
     def publish(self, src: Value, dest: Value, offsets: Sequence[AffineLike],
                 sizes: Sequence[int], strides: Sequence[int] | None = None) -> None:
-        self.add(ParallelInsertSliceOp(src, dest, affines(offsets), tuple(sizes),
-                                       tuple(strides or [1] * len(sizes))))
+        self.add(ParallelInsertSliceOp(src, dest, **_region(offsets, sizes, strides)))
 
     def mvm(self, weight: Value, vector: Value) -> Value:
         wt, vt = weight.type, vector.type
         assert isinstance(wt, TensorType) and isinstance(vt, TensorType)
-        v = Value(TensorType((*vt.shape[:-1], wt.shape[1]), vt.dtype))
-        self.add(MvmOp(weight, vector, v))
-        return v
+        return self._new(MvmOp, TensorType((*vt.shape[:-1], wt.shape[1]), vt.dtype),
+                         weight=weight, vector=vector)
 
     def binary(self, op: str, lhs: Value, rhs: Value, type: TensorType | None = None) -> Value:
-        v = Value(type or lhs.type)
-        self.add(BinaryOp(op, lhs, rhs, v))
-        return v
+        return self._new(BinaryOp, type or lhs.type, op=op, lhs=lhs, rhs=rhs)
 
     def unary(self, op: str, src: Value, attrs: dict[str, Attr] | None = None) -> Value:
-        v = Value(src.type)
-        self.add(UnaryOp(op, src, v, dict(sorted((attrs or {}).items()))))
-        return v
+        return self._new(UnaryOp, src.type, op=op, source=src,
+                         attrs=dict(sorted((attrs or {}).items())))
 
     def reduce(self, op: str, src: Value, dims: Sequence[int], type: TensorType) -> Value:
-        v = Value(type)
-        self.add(ReduceOp(op, src, v, tuple(dims)))
-        return v
+        return self._new(ReduceOp, type, op=op, source=src, dims=tuple(dims))
 
     def reshape(self, src: Value, type: TensorType) -> Value:
-        if src.type == type:
-            return src
-        v = Value(type)
-        self.add(ReshapeOp(src, v))
-        return v
+        return src if src.type == type else self._new(ReshapeOp, type, source=src)
 
     def transpose(self, src: Value, perm: Sequence[int]) -> Value:
         st = src.type
         assert isinstance(st, TensorType)
-        v = Value(TensorType(tuple(st.shape[i] for i in perm), st.dtype))
-        self.add(TransposeOp(src, v, tuple(perm)))
-        return v
+        return self._new(TransposeOp, TensorType(tuple(st.shape[i] for i in perm), st.dtype),
+                         source=src, perm=tuple(perm))
 
     def concat(self, srcs: Sequence[Value], dim: int) -> Value:
+        """Raises ValueError unless the sources are tensors of one rank that has `dim`."""
         ts = [s.type for s in srcs]
-        assert all(isinstance(t, TensorType) for t in ts)
-        first = ts[0]
-        assert isinstance(first, TensorType)
-        shape = list(first.shape)
-        shape[dim] = sum(t.shape[dim] or 0 for t in ts if isinstance(t, TensorType))
-        v = Value(TensorType(tuple(shape), first.dtype))
-        self.add(ConcatOp(list(srcs), v, dim))
-        return v
+        tensors = [t for t in ts if isinstance(t, TensorType)]
+        if not ts or len(tensors) != len(ts) or len({t.rank for t in tensors}) != 1 \
+                or not 0 <= dim < tensors[0].rank:
+            raise ValueError(f"cannot concatenate ({', '.join(map(str, ts))}) along "
+                             f"dimension {dim}")
+        shape = list(tensors[0].shape)
+        shape[dim] = sum(t.shape[dim] or 0 for t in tensors)
+        return self._new(ConcatOp, TensorType(tuple(shape), tensors[0].dtype),
+                         sources=list(srcs), dim=dim)
 
     def pad(self, src: Value, low: Sequence[int], high: Sequence[int], value: float = 0.0
             ) -> Value:
         st = src.type
         assert isinstance(st, TensorType)
         shape = tuple((d or 0) + lo + hi for d, lo, hi in zip(st.shape, low, high, strict=True))
-        v = Value(TensorType(shape, st.dtype))
-        self.add(PadOp(src, v, tuple(low), tuple(high), value))
-        return v
+        return self._new(PadOp, TensorType(shape, st.dtype), source=src, low=tuple(low),
+                         high=tuple(high), value=value)
 
     def empty(self, type: TensorType) -> Value:
-        v = Value(type)
-        self.add(EmptyOp(v))
-        return v
+        return self._new(EmptyOp, type)
+
+
+def _region(offsets: Sequence[AffineLike], sizes: Sequence[int],
+            strides: Sequence[int] | None) -> dict[str, Any]:
+    """The offsets, sizes and strides fields of a strided op (unit strides by default)."""
+    return {"offsets": affines(offsets), "sizes": tuple(sizes),
+            "strides": tuple(strides or [1] * len(sizes))}
 
 
 def new_func(name: str, arg_types: Sequence[tuple[str, Type]], result_types: Sequence[Type]

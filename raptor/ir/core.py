@@ -1,17 +1,19 @@
 """SSA values, blocks, operations, locations and affine lane expressions.
 
-Ops are small typed dataclasses (see `ops.py`); this module holds what they share.
+Ops are small typed dataclasses declared with `opdef.op_def` (see `ops.py`); this module
+holds what they share, including the field kinds an op declaration is written with.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from raptor.ir.types import Type
 
 if TYPE_CHECKING:
+    from raptor.ir.opdef import OpDef
     from raptor.ir.printer import Printer
 
 
@@ -71,14 +73,40 @@ class Block:
                 stack.pop()
 
 
-class Operation:
-    """Base of every op. Subclasses are dataclasses with typed fields.
+Operand = Value
+"""Field kinds of an op declaration (`opdef.op_def` reads them from the annotations): an
+operand, a variadic operand list, a result, a variadic result list, a region whose entry
+block prints its arguments (`^bb0(...)`), and a region that has none."""
+Operands = list[Value]
+Result = Value
+Results = list[Value]
+Region = Block
+BareRegion = Block
 
-    `operands()`, `results()` and `regions()` give the generic view that the
-    verifier, the printer's name table and analyses use.
+
+class Work(NamedTuple):
+    """What one execution of an op asks of the machine, independent of any target: `kind`
+    is `mvm` (amount: crossbar MVMs), `vector` (elements through the vector unit, `times`
+    passes), `copy` (bytes moved in local memory), `shared_read` or `shared_write` (bytes
+    to or from shared memory). The solver's cost table turns it into ns."""
+
+    kind: str
+    amount: int
+    times: int = 1
+
+
+class Operation:
+    """Base of every op. Subclasses are dataclasses declared with `opdef.op_def`.
+
+    `operands()`, `results()` and `regions()` give the generic view that the verifier, the
+    printer's name table and analyses use; `op_def` generates them from the declaration.
     """
 
     NAME: ClassVar[str] = ""
+    FORMAT: ClassVar[str] = ""
+    """The textual format after `results = name` (see `opdef`)."""
+    DEF: ClassVar[OpDef]
+    """The declaration as `op_def` read it."""
     loc: Location | None = None
 
     def operands(self) -> list[Value]:
@@ -90,10 +118,27 @@ class Operation:
     def regions(self) -> list[Block]:
         return []
 
+    @property
+    def name(self) -> str:
+        """The printed op name (`pim.relu` for the unary family whose NAME is `pim.unary`)."""
+        return self.NAME
+
     def verify(self) -> None:
         """Local structural checks; raise `VerifyError` naming the violated rule."""
 
-    def print(self, p: Printer) -> None:  # pragma: no cover - every op overrides
+    WORK: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """(kind, field) pairs: `vector` over the field's elements, `copy`/`shared_*` of its
+    bytes (none: a view, a constant or a terminator)."""
+
+    def work(self) -> tuple[Work, ...]:
+        """The op's cost, target-independent, from `WORK` unless the op says otherwise."""
+        out = []
+        for kind, name in self.WORK:
+            t = getattr(self, name).type
+            out.append(Work(kind, t.numel if kind == "vector" else t.nbytes))
+        return tuple(out)
+
+    def print(self, p: Printer) -> None:  # pragma: no cover - op_def generates it
         raise NotImplementedError(self.NAME)
 
     def walk(self) -> Iterator[Operation]:
@@ -106,7 +151,7 @@ class Operation:
             r.owner = self
 
     def where(self) -> str:
-        return str(self.loc) if self.loc else f"<{self.NAME}>"
+        return str(self.loc) if self.loc else f"<{self.name}>"
 
 
 @dataclass(frozen=True, slots=True)

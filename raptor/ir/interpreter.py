@@ -1,38 +1,51 @@
-"""Reference interpreter of graph-level Spatial IR on numpy arrays.
+"""Reference interpreter of Spatial IR on numpy arrays.
 
-Runs graph computes, every lane of a graph batch (canonical or logical-assembly form),
-publications and Blueprint reconstruction, so each pass can be checked numerically
-before any scheduling. Lane-body op semantics (`eval_op`) are shared with the simulator.
+Runs graph IR (graph computes, every lane of a graph batch in canonical or logical-assembly
+form, publications, Blueprint reconstruction), so each pass can be checked numerically
+before any scheduling, and scheduled IR (core programs, channels, shared memory), so a
+written `scheduled.*.spat` reproduces the simulator's outputs. The semantics of each
+lane-body op are registered in `SEMANTICS` and shared with the simulator
+(`eval_op`); the elementwise families take theirs from `ops.UNARY/BINARY/REDUCE`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections import ChainMap, deque
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from raptor.ir.core import Affine, Block, Diagnostic, IRError, Operation, Value
 from raptor.ir.module import Module
 from raptor.ir.ops import (
+    BINARY,
+    REDUCE,
+    AllocSharedOp,
     BinaryOp,
     BlueprintOp,
+    ChannelReceiveOp,
+    ChannelSendOp,
     ComputeOp,
     ConcatOp,
+    CoreBatchOp,
+    CoreOp,
     EmptyOp,
     ExtractSliceOp,
     FuncOp,
     GraphComputeBatchOp,
     InsertSliceOp,
     LaneResultOp,
+    LoadOp,
     MaterializeLayoutOp,
     MvmOp,
     PadOp,
     ParallelInsertSliceOp,
-    PlanOp,
     ReduceOp,
     ReshapeOp,
     ReturnOp,
     ScheduledComputeBatchOp,
+    StoreOp,
     TransposeOp,
     UnaryOp,
     WeightOp,
@@ -40,50 +53,10 @@ from raptor.ir.ops import (
 )
 from raptor.ir.types import TensorType
 
-Env = dict[Value, object]
-PlanSemantics = Callable[[PlanOp, list[np.ndarray]], list[np.ndarray]]
-
-PLAN_SEMANTICS: dict[str, PlanSemantics] = {}
-"""Executors for `spat.plan.<kind>`, registered by the frontend (the IR does not know ONNX)."""
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return np.asarray(1.0 / (1.0 + np.exp(-x)), dtype=x.dtype)
-
-
-def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return np.asarray(e / e.sum(axis=axis, keepdims=True), dtype=x.dtype)
-
-
-def _num(op: UnaryOp, key: str) -> float:
-    v = op.attrs[key]
-    assert isinstance(v, int | float)
-    return float(v)
-
-
-def _unary(op: UnaryOp, x: np.ndarray) -> np.ndarray:
-    f: dict[str, Callable[[], np.ndarray]] = {
-        "relu": lambda: np.maximum(x, 0),
-        "sigmoid": lambda: _sigmoid(x),
-        "silu": lambda: x * _sigmoid(x),
-        "tanh": lambda: np.tanh(x),
-        "exp": lambda: np.exp(x),
-        "neg": lambda: -x,
-        "hard_swish": lambda: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0),
-        "leaky_relu": lambda: np.where(x >= 0, x, x * _num(op, "alpha")),
-        "clip": lambda: np.clip(x, _num(op, "min"), _num(op, "max")),
-        "hard_sigmoid": lambda: np.clip(_num(op, "alpha") * x + _num(op, "beta"), 0.0, 1.0),
-        "vscale": lambda: x * _num(op, "factor"),
-        "softmax": lambda: _softmax(x, int(_num(op, "axis"))),
-    }
-    return np.asarray(f[op.op](), dtype=x.dtype)
-
-
-_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "vadd": np.add, "vsub": np.subtract, "vmul": np.multiply, "vdiv": np.divide,
-    "vmax": np.maximum, "vmin": np.minimum,
-}
+Env = MutableMapping[Value, Any]
+Index = Mapping[Value, int]
+Semantics = Callable[[Any, Env, Index], Any]
+"""`fn(op, env, idx)`: the value of the op's result (None for a store, which writes)."""
 
 
 def slices(offsets: Sequence[int], sizes: Sequence[int], strides: Sequence[int]
@@ -92,8 +65,12 @@ def slices(offsets: Sequence[int], sizes: Sequence[int], strides: Sequence[int]
                  for o, n, s in zip(offsets, sizes, strides, strict=True))
 
 
-def _ev(offsets: Sequence[Affine], idx: Mapping[Value, int]) -> list[int]:
+def _ev(offsets: Sequence[Affine], idx: Index) -> list[int]:
     return [a.const if not a.terms else a.evaluate(dict(idx)) for a in offsets]
+
+
+def _region(op: Any, idx: Index) -> tuple[slice, ...]:
+    return slices(_ev(op.offsets, idx), op.sizes, op.strides)
 
 
 def _shape(v: Value) -> tuple[int, ...]:
@@ -102,55 +79,69 @@ def _shape(v: Value) -> tuple[int, ...]:
     return t.static_shape
 
 
-def _arr(x: object) -> np.ndarray:
-    assert isinstance(x, np.ndarray)
-    return x
+def _insert(op: InsertSliceOp, env: Env, idx: Index) -> np.ndarray:
+    dst = env[op.dest].copy()
+    dst[_region(op, idx)] = env[op.source].reshape(op.sizes)
+    return dst
 
 
-def eval_op(op: Operation, env: Env, idx: Mapping[Value, int]) -> bool:
-    """Execute one value-producing lane-body op in `env`; False if the op is not one."""
-    if isinstance(op, ExtractSliceOp):
-        src = _arr(env[op.source])
-        part = src[slices(_ev(op.offsets, idx), op.sizes, op.strides)]
-        env[op.result] = part.reshape(_shape(op.result))
-    elif isinstance(op, InsertSliceOp):
-        dst = _arr(env[op.dest]).copy()
-        dst[slices(_ev(op.offsets, idx), op.sizes, op.strides)] = \
-            _arr(env[op.source]).reshape(op.sizes)
-        env[op.result] = dst
-    elif isinstance(op, MvmOp):
-        w, v = _arr(env[op.weight]), _arr(env[op.vector])
-        env[op.result] = np.asarray(v @ w, dtype=np.float32)
-    elif isinstance(op, BinaryOp):
-        r = _BINARY[op.op](_arr(env[op.lhs]), _arr(env[op.rhs]))
-        env[op.result] = np.asarray(r, dtype=np.float32).reshape(_shape(op.result))
-    elif isinstance(op, UnaryOp):
-        env[op.result] = _unary(op, _arr(env[op.source]))
-    elif isinstance(op, ReduceOp):
-        x = _arr(env[op.source])
-        red = x.sum(axis=op.dims) if op.op == "vreduce_sum" else x.max(axis=op.dims)
-        env[op.result] = np.asarray(red, dtype=x.dtype).reshape(_shape(op.result))
-    elif isinstance(op, ReshapeOp):
-        env[op.result] = _arr(env[op.source]).reshape(_shape(op.result))
-    elif isinstance(op, TransposeOp):
-        env[op.result] = np.ascontiguousarray(np.transpose(_arr(env[op.source]), op.perm))
-    elif isinstance(op, ConcatOp):
-        env[op.result] = np.concatenate([_arr(env[s]) for s in op.sources], axis=op.dim)
-    elif isinstance(op, PadOp):
-        x = _arr(env[op.source])
-        env[op.result] = np.pad(x, list(zip(op.low, op.high, strict=True)),
-                                constant_values=op.value).astype(x.dtype)
-    elif isinstance(op, EmptyOp):
-        t = op.result.type
-        assert isinstance(t, TensorType)
-        env[op.result] = np.zeros(t.static_shape, dtype=t.np_dtype)
-    elif isinstance(op, MaterializeLayoutOp):
-        env[op.result] = env[op.source]
-    elif isinstance(op, LaneResultOp):
-        env[op.result] = _arr(env[op.source])[op.lane]
-    else:
+def _store(op: StoreOp, env: Env, idx: Index) -> None:
+    env[op.buffer][_region(op, idx)] = env[op.value].reshape(op.sizes)
+
+
+def _zeros(op: EmptyOp | AllocSharedOp, env: Env, idx: Index) -> np.ndarray:
+    t = op.result.type
+    assert isinstance(t, TensorType)
+    return np.zeros(t.static_shape, dtype=t.np_dtype)
+
+
+SEMANTICS: dict[type[Operation], Semantics] = {
+    ExtractSliceOp: lambda op, env, idx: env[op.source][_region(op, idx)].reshape(
+        _shape(op.result)),
+    InsertSliceOp: _insert,
+    LoadOp: lambda op, env, idx: env[op.buffer][_region(op, idx)].copy().reshape(
+        _shape(op.result)),
+    StoreOp: _store,
+    MvmOp: lambda op, env, idx: np.asarray(env[op.vector] @ env[op.weight], dtype=np.float32),
+    BinaryOp: lambda op, env, idx: np.asarray(BINARY[op.op](env[op.lhs], env[op.rhs]),
+                                              dtype=np.float32).reshape(_shape(op.result)),
+    UnaryOp: lambda op, env, idx: np.asarray(op.spec.fn(env[op.source], **op.numbers()),
+                                             dtype=env[op.source].dtype),
+    ReduceOp: lambda op, env, idx: np.asarray(REDUCE[op.op](env[op.source], op.dims),
+                                              dtype=env[op.source].dtype).reshape(
+        _shape(op.result)),
+    ReshapeOp: lambda op, env, idx: env[op.source].reshape(_shape(op.result)),
+    TransposeOp: lambda op, env, idx: np.transpose(env[op.source], op.perm),
+    ConcatOp: lambda op, env, idx: np.concatenate([env[s] for s in op.sources], axis=op.dim),
+    PadOp: lambda op, env, idx: np.pad(env[op.source], list(zip(op.low, op.high, strict=True)),
+                                       constant_values=op.value).astype(env[op.source].dtype),
+    EmptyOp: _zeros,
+    AllocSharedOp: _zeros,
+    MaterializeLayoutOp: lambda op, env, idx: env[op.source],
+    LaneResultOp: lambda op, env, idx: env[op.source][op.lane],
+}
+"""Lane-body op class → its numpy semantics (a transpose is a view, as in the simulator,
+so that matrix products see the same memory layout and round the same way)."""
+
+
+def eval_op(op: Operation, env: Env, idx: Index) -> bool:
+    """Execute one lane-body op in `env`; False if it has no registered semantics."""
+    fn = SEMANTICS.get(op.__class__)
+    if fn is None:
         return False
+    value = fn(op, env, idx)
+    if value is not None:
+        env[op.results()[0]] = value
     return True
+
+
+Box = tuple[tuple[int, int, int], ...]
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    """Whether two strided boxes (first, count, step per dimension) share an element."""
+    return all(set(range(o1, o1 + n1 * s1, s1)) & set(range(o2, o2 + n2 * s2, s2))
+               for (o1, n1, s1), (o2, n2, s2) in zip(a, b, strict=True))
 
 
 class Interpreter:
@@ -169,38 +160,44 @@ class Interpreter:
         env: Env = dict(zip(f.args, args, strict=True))
         return self.run_block(f.body, env, {})
 
-    def run_block(self, block: Block, env: Env, idx: Mapping[Value, int]) -> list[np.ndarray]:
-        for op in block.ops:
+    def run_block(self, block: Block, env: Env, idx: Index) -> list[np.ndarray]:
+        ops = block.ops
+        i = 0
+        while i < len(ops):
+            op = ops[i]
             if isinstance(op, ReturnOp | YieldOp):
-                return [_arr(env[v]) for v in op.values]
+                return [np.asarray(env[v]) for v in op.values]
+            if isinstance(op, CoreOp | CoreBatchOp):  # the core programs run together
+                j = i
+                while j < len(ops) and isinstance(ops[j], CoreOp | CoreBatchOp):
+                    j += 1
+                self.run_cores(ops[i:j], env)  # type: ignore[arg-type]
+                i = j
+                continue
             self.step(op, env, idx)
+            i += 1
         return []
 
-    def step(self, op: Operation, env: Env, idx: Mapping[Value, int]) -> None:
+    def step(self, op: Operation, env: Env, idx: Index) -> None:
         if eval_op(op, env, idx):
             return
         if isinstance(op, WeightOp):
             env[op.result] = self.weight(op)
         elif isinstance(op, GraphComputeBatchOp | ScheduledComputeBatchOp):
-            for r, v in zip(op.outs, self.run_batch(op, [_arr(env[i]) for i in op.inputs]),
+            for r, v in zip(op.outs, self.run_batch(op, [env[i] for i in op.inputs], env, idx),
                             strict=True):
                 env[r] = v
         elif isinstance(op, ComputeOp):
-            inner: Env = dict(zip(op.body.args, [env[i] for i in op.inputs], strict=True))
+            inner = ChainMap(dict(zip(op.body.args, [env[i] for i in op.inputs], strict=True)),
+                             env)
             for r, v in zip(op.outs, self.run_block(op.body, inner, idx), strict=True):
                 env[r] = v
         elif isinstance(op, BlueprintOp):
-            env[op.result] = reconstruct(op, [_arr(env[s]) for s in op.sources])
-        elif isinstance(op, PlanOp):
-            sem = PLAN_SEMANTICS.get(op.kind)
-            if sem is None:
-                raise self.error(op, "INTERP-1", f"spat.plan.{op.kind} has no executable "
-                                 "semantics here; lower the plans first")
-            for r, v in zip(op.outs, sem(op, [_arr(env[i]) for i in op.inputs]), strict=True):
-                env[r] = v
+            env[op.result] = reconstruct(op, [env[s] for s in op.sources])
         else:
-            raise self.error(op, "INTERP-1", f"{op.NAME} is not executable by the graph "
-                             "interpreter (scheduled IR runs in the simulator)")
+            what = "lower the plans first" if op.NAME == "spat.plan" else \
+                "it runs only inside pim.core programs"
+            raise self.error(op, "INTERP-1", f"{op.name} is not executable here ({what})")
 
     def weight(self, op: WeightOp) -> np.ndarray:
         data = self.module.constants.get(op.symbol)
@@ -214,8 +211,9 @@ class Interpreter:
                              f"but is typed {t}")
         return data.reshape(t.static_shape).astype(t.np_dtype)
 
-    def run_batch(self, op: ComputeOp, ins: list[np.ndarray]) -> list[np.ndarray]:
-        lanes = op.lanes  # type: ignore[attr-defined]
+    def run_batch(self, op: GraphComputeBatchOp | ScheduledComputeBatchOp, ins: list[Any],
+                  env: Env, idx: Index) -> list[np.ndarray]:
+        """Every lane in order; each publishes into the zero-initialised results."""
         outs = []
         for r in op.outs:
             t = r.type
@@ -223,17 +221,101 @@ class Interpreter:
             outs.append(np.zeros(t.static_shape, dtype=t.np_dtype))
         lane_arg = op.body.args[0]
         out_args = op.body.args[1 + len(ins):]
-        for lane in range(lanes):
-            env: Env = dict(zip(op.body.args[1:], ins + outs, strict=True))
-            idx = {lane_arg: lane}
-            for inner in op.body.ops:
-                if isinstance(inner, ParallelInsertSliceOp):
-                    k = out_args.index(inner.dest)
-                    region = slices(_ev(inner.offsets, idx), inner.sizes, inner.strides)
-                    outs[k][region] = _arr(env[inner.source]).reshape(outs[k][region].shape)
+        for lane in range(op.lanes):
+            inner = ChainMap(dict(zip(op.body.args[1:], ins + outs, strict=True)), env)
+            at = {**idx, lane_arg: lane}
+            for o in op.body.ops:
+                if isinstance(o, ParallelInsertSliceOp):
+                    k = out_args.index(o.dest)
+                    region = slices(_ev(o.offsets, at), o.sizes, o.strides)
+                    outs[k][region] = inner[o.source].reshape(outs[k][region].shape)
                 else:
-                    self.step(inner, env, idx)
+                    self.step(o, inner, at)
         return outs
+
+    # ---- scheduled IR -------------------------------------------------------------
+    def run_cores(self, programs: list[CoreOp | CoreBatchOp], env: Env) -> None:
+        """Run core programs as the machine does, in any order the data allows. A receive
+        is posted where it stands and never blocks; the first op that reads its value waits
+        for the matching send (channels are FIFO per source, destination and channel). A
+        core-level `pim.load` waits for every overlapping `pim.store` of another core."""
+        runs: list[tuple[int, list[Operation], Env, dict[Value, int]]] = []
+        for prog in programs:
+            lanes = [{}] if isinstance(prog, CoreOp) else \
+                [{prog.body.args[0]: i} for i in range(len(prog.cores))]
+            for core, at in zip(prog.cores, lanes, strict=True):
+                runs.append((core, prog.body.ops, ChainMap({}, env), at))
+        env_of = {core: cenv for core, _, cenv, _ in runs}
+        stores: dict[Value, list[tuple[int, int, Box]]] = {}
+        for r, (_, ops, _, at) in enumerate(runs):
+            for pos, op in enumerate(ops):
+                if isinstance(op, StoreOp):
+                    stores.setdefault(op.buffer, []).append((r, pos, _box(op, at)))
+        done: set[tuple[int, int]] = set()
+        Key = tuple[int, int, int]
+        queues: dict[Key, deque[np.ndarray]] = {}
+        posted: dict[Key, deque[ChannelReceiveOp]] = {}
+        unfilled: dict[Value, ChannelReceiveOp] = {}
+        """Received values whose send has not come yet, with their receive."""
+
+        def deliver(key: Key) -> None:
+            q, waiting = queues.get(key), posted.get(key)
+            while q and waiting:
+                recv = waiting.popleft()
+                env_of[key[1]][recv.result] = q.popleft().reshape(_shape(recv.result))
+                unfilled.pop(recv.result, None)
+
+        pcs = [0] * len(runs)
+        while True:
+            moved = False
+            for r, (core, ops, cenv, at) in enumerate(runs):
+                while pcs[r] < len(ops):
+                    op = ops[pcs[r]]
+                    if isinstance(op, ChannelReceiveOp):
+                        key = (op.core, core, op.channel)
+                        posted.setdefault(key, deque()).append(op)
+                        unfilled[op.result] = op
+                        deliver(key)
+                    elif any(v in unfilled for v in op.operands()) or (
+                            isinstance(op, LoadOp) and any(
+                                s != r and (s, p) not in done and _overlap(_box(op, at), b)
+                                for s, p, b in stores.get(op.buffer, ()))):
+                        break  # data not received yet, or a store it reads still to come
+                    elif isinstance(op, ChannelSendOp):
+                        value = cenv[op.value]
+                        if op.message is not None:
+                            value = value[slices(_ev(op.offsets, at), op.sizes, op.strides)]
+                        key = (core, op.core, op.channel)
+                        queues.setdefault(key, deque()).append(np.array(value))
+                        deliver(key)
+                    else:
+                        self.step(op, cenv, at)
+                        if isinstance(op, StoreOp):
+                            done.add((r, pcs[r]))
+                    pcs[r] += 1
+                    moved = True
+            if all(pc == len(ops) for pc, (_, ops, _, _) in zip(pcs, runs, strict=True)) \
+                    and not unfilled:
+                return
+            if not moved:
+                stuck = []
+                for r, (core, ops, _, _) in enumerate(runs):
+                    if pcs[r] < len(ops):
+                        op = ops[pcs[r]]
+                        why = next((f" waits for %{v.name} from core {unfilled[v].core} "
+                                    f"channel {unfilled[v].channel}"
+                                    for v in op.operands() if v in unfilled), "")
+                        stuck.append(f"core {core} at {op.where()} ({op.name}){why}")
+                stuck += [f"the receive at {recv.where()} is never sent"
+                          for waiting in posted.values() for recv in waiting
+                          if all(pc == len(ops) for pc, (_, ops, _, _)
+                                 in zip(pcs, runs, strict=True))][:8]
+                raise IRError([Diagnostic(programs[0].loc, "INTERP-3", "the core programs "
+                                          f"deadlock: {'; '.join(stuck)}")])
+
+
+def _box(op: LoadOp | StoreOp, at: Index) -> Box:
+    return tuple(zip(_ev(op.offsets, at), op.sizes, op.strides, strict=True))
 
 
 def reconstruct(op: BlueprintOp, sources: list[np.ndarray]) -> np.ndarray:

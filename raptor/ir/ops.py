@@ -1,20 +1,41 @@
 """The ops of the Spatial IR: graph level, lane body and scheduled level.
 
-Each op is a small dataclass; `print` writes the spelling contract of
-ARCHITECTURE.md §4 and `verify` checks what the op can check alone (the
-graph-batch invariant, which needs the body, lives in `verifier.py`).
+Each op is declared once (`opdef.op_def`): its fields by kind, its `FORMAT` (the spelling
+contract of docs/spec/ARCHITECTURE.md §4), what it asks of the machine (`work`) and what
+it can check alone (`verify`; the graph-batch invariant, which needs the body, lives in
+`verifier.py`). The elementwise families carry their numpy semantics in `UNARY`,
+`BINARY` and `REDUCE`, which the interpreter, the simulator and the cost table read.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from raptor.ir.core import Affine, Block, Operation, Value, VerifyError
-from raptor.ir.printer import Printer, fmt_attr
+import numpy as np
+
+from raptor.ir.core import (
+    Affine,
+    BareRegion,
+    Block,
+    Operand,
+    Operands,
+    Operation,
+    Region,
+    Result,
+    Results,
+    Value,
+    VerifyError,
+    Work,
+)
+from raptor.ir.opdef import ParseState, op_def
+from raptor.ir.printer import Printer
 from raptor.ir.types import IndexType, TensorType, Type
+
+if TYPE_CHECKING:
+    from raptor.ir.parser import Parser
 
 Attr = int | float | str | bool | list[int] | list[float] | list[str]
 
@@ -61,15 +82,12 @@ def _const_bounds(src: tuple[int, ...], offsets: Sequence[Affine], sizes: Sequen
 
 class Strided(Operation):
     """Ops naming a strided region `%v[offsets] [sizes] [strides]` of a tensor (slices,
-    inserts, publications, loads, stores, region sends): how the region prints and what
-    it must satisfy. The three fields are each op's own dataclass fields."""
+    inserts, publications, loads, stores, region sends): what the region must satisfy. The
+    three fields are each op's own dataclass fields."""
 
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def region(self, p: Printer) -> str:
-        return f"{p.affs(self.offsets)} {p.ints(self.sizes)} {p.ints(self.strides)}"
 
     def check_region(self, whole: Value, part: Type, what: str) -> None:
         """The region of `whole` that `part` fills (or is read from): geometry (SLICE-1),
@@ -84,23 +102,15 @@ class Strided(Operation):
         _const_bounds(shape, offsets, sizes, strides, "SLICE-3")
 
 
-class OneResult(Operation):
-    """Ops with a single `result` field (most of them)."""
-
-    result: Value
-
-    def results(self) -> list[Value]:
-        return [self.result]
-
-
 # --------------------------------------------------------------------------- graph level
-@dataclass(eq=False)
+@op_def
 class FuncOp(Operation):
-    """`func.func @name(args) -> results { ... return }`."""
+    """`func.func @name(args) -> results { ... return }` (the parser reads it as the
+    module's top-level construct)."""
 
     NAME: ClassVar[str] = "func.func"
     sym_name: str
-    body: Block
+    body: BareRegion
     result_types: list[Type]
 
     def __post_init__(self) -> None:
@@ -110,9 +120,6 @@ class FuncOp(Operation):
     @property
     def args(self) -> list[Value]:
         return self.body.args
-
-    def regions(self) -> list[Block]:
-        return [self.body]
 
     def print(self, p: Printer) -> None:
         args = ", ".join(f"{p.v(a)}: {a.type}" for a in self.body.args)
@@ -129,93 +136,57 @@ class FuncOp(Operation):
                               f"declares ({Printer.types(self.result_types)})")
 
 
-@dataclass(eq=False)
+@op_def
 class ReturnOp(Operation):
     NAME: ClassVar[str] = "return"
-    values: list[Value]
-
-    def operands(self) -> list[Value]:
-        return list(self.values)
-
-    def print(self, p: Printer) -> None:
-        if self.values:
-            p.line(f"return {p.vs(self.values)} : {p.types([v.type for v in self.values])}")
-        else:
-            p.line("return")
+    FORMAT: ClassVar[str] = "($values^ : type($values))?"
+    values: Operands
 
 
-@dataclass(eq=False)
+@op_def
 class YieldOp(Operation):
     """Terminator of graph/scheduled compute bodies: the values the instance produces."""
 
     NAME: ClassVar[str] = "spat.yield"
-    values: list[Value]
-
-    def operands(self) -> list[Value]:
-        return list(self.values)
-
-    def print(self, p: Printer) -> None:
-        p.line(f"spat.yield {p.vs(self.values)} : {p.types([v.type for v in self.values])}")
+    FORMAT: ClassVar[str] = "($values^ : type($values))?"
+    values: Operands
 
 
-@dataclass(eq=False)
-class WeightOp(OneResult):
+@op_def
+class WeightOp(Operation):
     """A constant weight (a crossbar tile or a small tensor), held by reference to a constant."""
 
     NAME: ClassVar[str] = "spat.weight"
-    result: Value
+    FORMAT: ClassVar[str] = "@$symbol : type($result)"
+    result: Result
     symbol: str
 
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = spat.weight @{self.symbol} : {self.result.type}")
 
-
-def print_attrs(attrs: dict[str, Attr]) -> str:
-    if not attrs:
-        return ""
-    return " {" + ", ".join(f"{k} = {fmt_attr(v)}" for k, v in attrs.items()) + "}"
-
-
-@dataclass(eq=False)
+@op_def
 class PlanOp(Operation):
     """`spat.plan.<kind>`: one imported ONNX operation before lowering."""
 
     NAME: ClassVar[str] = "spat.plan"
+    FAMILY: ClassVar[tuple[str, str]] = ("spat.plan.", "kind")
+    FORMAT: ClassVar[str] = "$inputs $attrs : (type($inputs)) -> type($outs)"
     kind: str
-    inputs: list[Value]
-    outs: list[Value]
+    inputs: Operands
+    outs: Results
     attrs: dict[str, Attr] = field(default_factory=dict)
-
-    def operands(self) -> list[Value]:
-        return list(self.inputs)
-
-    def results(self) -> list[Value]:
-        return list(self.outs)
-
-    def print(self, p: Printer) -> None:
-        ins = p.types([v.type for v in self.inputs])
-        outs = p.result_types([v.type for v in self.outs])
-        p.line(f"{p.results_eq(self)}spat.plan.{self.kind} {p.vs(self.inputs)}"
-               f"{print_attrs(self.attrs)} : ({ins}) -> {outs}")
 
 
 LAYOUTS = ("DenseNCHW", "NHWCRowStrip", "Fragmented", "NCHWRowStrip")
 
 
-@dataclass(eq=False)
-class MaterializeLayoutOp(OneResult):
+@op_def
+class MaterializeLayoutOp(Operation):
     NAME: ClassVar[str] = "spat.materialize_layout"
-    source: Value
-    result: Value
+    FORMAT: ClassVar[str] = "$source from($from_layout) to($to_layout) : type($source, $result)"
+    WORK = (("copy", "result"),)
+    source: Operand
+    result: Result
     from_layout: str
     to_layout: str
-
-    def operands(self) -> list[Value]:
-        return [self.source]
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = spat.materialize_layout {p.v(self.source)} "
-               f"from({self.from_layout}) to({self.to_layout}) : {self.result.type}")
 
     def verify(self) -> None:
         for lay in (self.from_layout, self.to_layout):
@@ -230,25 +201,10 @@ class MaterializeLayoutOp(OneResult):
 class ComputeOp(Operation):
     """Shared shape of the region ops: operands `ins`, results, one body block."""
 
-    inputs: list[Value]
-    outs: list[Value]
-    body: Block
-
-    def operands(self) -> list[Value]:
-        return list(self.inputs)
-
-    def results(self) -> list[Value]:
-        return list(self.outs)
-
-    def regions(self) -> list[Block]:
-        return [self.body]
-
-    def _ins(self, p: Printer) -> str:
-        return "ins(" + ", ".join(f"{p.v(v)} : {v.type}" for v in self.inputs) + ")"
-
-    def _header(self, p: Printer, middle: str) -> str:
-        res = p.result_types([v.type for v in self.outs]) if self.outs else "()"
-        return f"{p.results_eq(self)}{self.NAME}{middle} {self._ins(p)} -> {res}"
+    FORMAT: ClassVar[str] = "ins(typed($inputs)) -> type($outs) $body"
+    inputs: Operands
+    outs: Results
+    body: Region
 
     def check_body_args(self, lane: bool) -> None:
         args = self.body.args
@@ -265,22 +221,19 @@ class ComputeOp(Operation):
 class SingleComputeOp(ComputeOp):
     """One instance (no lanes): block args are the ins; the body ends with `spat.yield`."""
 
-    def print(self, p: Printer) -> None:
-        p.region(self._header(p, ""), self.body, show_args=True)
-
     def verify(self) -> None:
         self.check_body_args(lane=False)
         check_yield(self.body, self.outs)
 
 
-@dataclass(eq=False)
+@op_def
 class GraphComputeOp(SingleComputeOp):
     """One graph instance."""
 
     NAME: ClassVar[str] = "spat.graph_compute"
 
 
-@dataclass(eq=False)
+@op_def
 class DeferredCommunicationOp(GraphComputeOp):
     """Consumer-side constant shaping of graph values (slot selection, slicing, reshape)."""
 
@@ -297,12 +250,13 @@ def check_yield(body: Block, outs: Sequence[Value]) -> None:
                           f"declares ({Printer.types([v.type for v in outs])})")
 
 
-@dataclass(eq=False)
+@op_def
 class GraphComputeBatchOp(ComputeOp):
     """N graph lanes; block args are (lane, ins..., outs...). `assembly` marks the temporary
     logical-assembly form that lowering emits before canonicalization."""
 
     NAME: ClassVar[str] = "spat.graph_compute_batch"
+    FORMAT: ClassVar[str] = "lanes($lanes) $assembly ins(typed($inputs)) -> type($outs) $body"
     lanes: int = 1
     assembly: bool = False
 
@@ -317,10 +271,6 @@ class GraphComputeBatchOp(ComputeOp):
     @property
     def in_args(self) -> list[Value]:
         return self.body.args[1: 1 + len(self.inputs)]
-
-    def print(self, p: Printer) -> None:
-        mid = f" lanes({self.lanes})" + (" assembly" if self.assembly else "")
-        p.region(self._header(p, mid), self.body, show_args=True)
 
     def verify(self) -> None:
         if self.lanes < 1:
@@ -356,25 +306,21 @@ BLUEPRINT_COVERAGE = ("complete", "partial")
 BLUEPRINT_CONFLICT = ("disjoint", "overwrite")
 
 
-@dataclass(eq=False)
-class BlueprintOp(OneResult):
+@op_def
+class BlueprintOp(Operation):
     """Logical reconstruction of physical fragment batches (placement, never arithmetic)."""
 
     NAME: ClassVar[str] = "spat.blueprint"
-    sources: list[Value]
-    result: Value
+    FORMAT: ClassVar[str] = ("$sources : type($sources) -> type($result) coverage($coverage) "
+                             "conflict($conflict) lines<entries>")
+    sources: Operands
+    result: Result
     entries: list[BlueprintEntry]
     coverage: str = "complete"
     conflict: str = "disjoint"
 
-    def operands(self) -> list[Value]:
-        return list(self.sources)
-
-    def print(self, p: Printer) -> None:
-        srcs = p.vs(self.sources)
-        types = p.types([s.type for s in self.sources])
-        p.line(f"{p.v(self.result)} = spat.blueprint {srcs} : {types} -> {self.result.type} "
-               f"coverage({self.coverage}) conflict({self.conflict}) {{")
+    def print_entries(self, p: Printer, header: str) -> None:
+        p.line(header + " {")
         p.depth += 1
         many = len(self.sources) > 1
         for e in self.entries:
@@ -389,48 +335,81 @@ class BlueprintOp(OneResult):
         p.depth -= 1
         p.line("}")
 
+    @staticmethod
+    def parse_entries(ps: Parser, st: ParseState) -> None:
+        """`{ slot N [of %v] -> ... }` or `slot %s in LO..HI [of %v] -> ...` per line; the
+        family variable is scoped to its line. An entry without `of` names the only operand
+        (with several, an invalid index the verifier reports as BP-1)."""
+        sources: list[Value] = st.values["sources"]
+        entries = []
+        ps.expect("{")
+        while ps.accept("slot"):
+            var = None
+            hi = 0
+            if ps.at_value():
+                ps.push_scope()
+                var = ps.define(INDEX_TYPE)
+                ps.expect("in")
+                slot = ps.sint()
+                ps.expect("..")
+                hi = ps.sint()
+            else:
+                slot = ps.sint()
+            source = 0 if len(sources) == 1 else len(sources)
+            if ps.accept("of"):
+                v, tok = ps.use()
+                source = next((i for i, s in enumerate(sources) if s is v), -1)
+                if source < 0:
+                    ps.fail(tok, "BP-1", f"slot {slot} names %{v.name}, which is not an "
+                            "operand of this blueprint")
+            ps.expect("->")
+            offsets = ps.affine_list()
+            ps.expect("sizes")
+            sizes = tuple(ps.int_list())
+            ps.expect("strides")
+            strides = tuple(ps.int_list())
+            if var is not None:
+                ps.pop_scope()
+            entries.append(BlueprintEntry(source, slot, offsets, sizes, strides, var, hi))
+        ps.expect("}")
+        st.values["entries"] = entries
+
+
+INDEX_TYPE = IndexType()
+
 
 # --------------------------------------------------------------------------- lane body
-@dataclass(eq=False)
-class ExtractSliceOp(OneResult, Strided):
+@op_def
+class ExtractSliceOp(Strided):
     """Strided slice; the result may drop unit dimensions (rank-reducing)."""
 
     NAME: ClassVar[str] = "tensor.extract_slice"
-    source: Value
-    result: Value
+    FORMAT: ClassVar[str] = "$source$offsets $sizes $strides : type($source) to type($result)"
+    WORK = (("copy", "result"),)
+    source: Operand
+    result: Result
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def operands(self) -> list[Value]:
-        return [self.source]
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = tensor.extract_slice {p.v(self.source)}"
-               f"{self.region(p)} : {self.source.type} to {self.result.type}")
 
     def verify(self) -> None:
         self.check_region(self.source, self.result.type, "slice result")
 
 
-@dataclass(eq=False)
-class InsertSliceOp(OneResult, Strided):
+@op_def
+class InsertSliceOp(Strided):
     """Functional insert: `dest` with `source` written into a strided region."""
 
     NAME: ClassVar[str] = "tensor.insert_slice"
-    source: Value
-    dest: Value
-    result: Value
+    FORMAT: ClassVar[str] = ("$source into $dest$offsets $sizes $strides : type($source) into "
+                             "type($dest, $result)")
+    WORK = (("copy", "source"),)
+    source: Operand
+    dest: Operand
+    result: Result
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def operands(self) -> list[Value]:
-        return [self.source, self.dest]
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = tensor.insert_slice {p.v(self.source)} into "
-               f"{p.v(self.dest)}{self.region(p)} : {self.source.type} into {self.dest.type}")
 
     def verify(self) -> None:
         if self.result.type != self.dest.type:
@@ -438,37 +417,26 @@ class InsertSliceOp(OneResult, Strided):
         self.check_region(self.dest, self.source.type, "inserted")
 
 
-@dataclass(eq=False)
+@op_def
 class ParallelInsertSliceOp(Strided):
     """The one publication per result of a graph batch lane (or a scheduled batch lane)."""
 
     NAME: ClassVar[str] = "spat.parallel_insert_slice"
-    source: Value
-    dest: Value
+    FORMAT: ClassVar[str] = ("$source into $dest$offsets $sizes $strides : type($source) into "
+                             "type($dest)")
+    source: Operand
+    dest: Operand
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
 
-    def operands(self) -> list[Value]:
-        return [self.source, self.dest]
 
-    def print(self, p: Printer) -> None:
-        p.line(f"spat.parallel_insert_slice {p.v(self.source)} into {p.v(self.dest)}"
-               f"{self.region(p)} : {self.source.type} into {self.dest.type}")
-
-
-@dataclass(eq=False)
-class ReshapeOp(OneResult):
+@op_def
+class ReshapeOp(Operation):
     NAME: ClassVar[str] = "tensor.reshape"
-    source: Value
-    result: Value
-
-    def operands(self) -> list[Value]:
-        return [self.source]
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = tensor.reshape {p.v(self.source)} : {self.source.type} to "
-               f"{self.result.type}")
+    FORMAT: ClassVar[str] = "$source : type($source) to type($result)"
+    source: Operand
+    result: Result
 
     def verify(self) -> None:
         a, b = ttype(self.source), ttype(self.result)
@@ -476,19 +444,14 @@ class ReshapeOp(OneResult):
             raise VerifyError("SHAPE-1", f"reshape {a} to {b} changes the element count")
 
 
-@dataclass(eq=False)
-class TransposeOp(OneResult):
+@op_def
+class TransposeOp(Operation):
     NAME: ClassVar[str] = "tensor.transpose"
-    source: Value
-    result: Value
+    FORMAT: ClassVar[str] = "$source $perm : type($source) to type($result)"
+    WORK = (("copy", "result"), ("vector", "result"))
+    source: Operand
+    result: Result
     perm: tuple[int, ...]
-
-    def operands(self) -> list[Value]:
-        return [self.source]
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = tensor.transpose {p.v(self.source)} {p.ints(self.perm)} : "
-               f"{self.source.type} to {self.result.type}")
 
     def verify(self) -> None:
         a, b = ttype(self.source), ttype(self.result)
@@ -498,26 +461,21 @@ class TransposeOp(OneResult):
             raise VerifyError("SHAPE-2", f"transpose of {a} by {list(self.perm)} is not {b}")
 
 
-@dataclass(eq=False)
-class ConcatOp(OneResult):
+@op_def
+class ConcatOp(Operation):
     NAME: ClassVar[str] = "tensor.concat"
-    sources: list[Value]
-    result: Value
+    FORMAT: ClassVar[str] = "dim($dim) $sources : type($sources) to type($result)"
+    WORK = (("copy", "result"),)
+    sources: Operands
+    result: Result
     dim: int
-
-    def operands(self) -> list[Value]:
-        return list(self.sources)
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = tensor.concat dim({self.dim}) {p.vs(self.sources)} : "
-               f"{p.types([s.type for s in self.sources])} to {self.result.type}")
 
     def verify(self) -> None:
         shapes = [_static(ttype(s), "concat operand") for s in self.sources]
         res = _static(ttype(self.result), "concat result")
         if not 0 <= self.dim < len(res):
             raise VerifyError("SHAPE-3", f"concat dimension {self.dim} out of range")
-        total = sum(s[self.dim] for s in shapes)
+        total = sum(s[self.dim] if self.dim < len(s) else 0 for s in shapes)
         ok = all(len(s) == len(res) and all(s[d] == res[d] for d in range(len(res))
                                                if d != self.dim) for s in shapes)
         if not ok or total != res[self.dim]:
@@ -525,22 +483,17 @@ class ConcatOp(OneResult):
                               f"{self.dim} is not {list(res)}")
 
 
-@dataclass(eq=False)
-class PadOp(OneResult):
+@op_def
+class PadOp(Operation):
     NAME: ClassVar[str] = "tensor.pad"
-    source: Value
-    result: Value
+    FORMAT: ClassVar[str] = ("$source low $low high $high value $value : type($source) to "
+                             "type($result)")
+    WORK = (("copy", "result"),)
+    source: Operand
+    result: Result
     low: tuple[int, ...]
     high: tuple[int, ...]
     value: float = 0.0
-
-    def operands(self) -> list[Value]:
-        return [self.source]
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = tensor.pad {p.v(self.source)} low {p.ints(self.low)} high "
-               f"{p.ints(self.high)} value {fmt_attr(float(self.value))} : {self.source.type} to "
-               f"{self.result.type}")
 
     def verify(self) -> None:
         a = _static(ttype(self.source), "pad source")
@@ -551,30 +504,30 @@ class PadOp(OneResult):
                               f"{list(self.high)} is not {list(b)}")
 
 
-@dataclass(eq=False)
-class EmptyOp(OneResult):
+@op_def
+class EmptyOp(Operation):
     NAME: ClassVar[str] = "tensor.empty"
-    result: Value
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = tensor.empty : {self.result.type}")
+    FORMAT: ClassVar[str] = ": type($result)"
+    result: Result
 
 
-@dataclass(eq=False)
-class MvmOp(OneResult):
+@op_def
+class MvmOp(Operation):
     """One crossbar tile `w` (K×M) times a vector or row of vectors `v` (...×K)."""
 
     NAME: ClassVar[str] = "pim.mvm"
-    weight: Value
-    vector: Value
-    result: Value
+    FORMAT: ClassVar[str] = "$weight, $vector : type($weight), type($vector) -> type($result)"
+    weight: Operand
+    vector: Operand
+    result: Result
 
-    def operands(self) -> list[Value]:
-        return [self.weight, self.vector]
+    @property
+    def count(self) -> int:
+        """One crossbar MVM per input vector (row) of the operand."""
+        return math.prod(ttype(self.vector).static_shape[:-1])
 
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = pim.mvm {p.v(self.weight)}, {p.v(self.vector)} : "
-               f"{self.weight.type}, {self.vector.type} -> {self.result.type}")
+    def work(self) -> tuple[Work, ...]:
+        return (Work("mvm", self.count),)
 
     def verify(self) -> None:
         w = _static(ttype(self.weight), "mvm weight")
@@ -585,40 +538,100 @@ class MvmOp(OneResult):
                               f"{list(r)}")
 
 
-BINARY_OPS = ("vadd", "vsub", "vmul", "vdiv", "vmax", "vmin")
-UNARY_OPS: dict[str, tuple[str, ...]] = {
-    "relu": (), "sigmoid": (), "silu": (), "tanh": (), "exp": (), "neg": (),
-    "hard_swish": (), "leaky_relu": ("alpha",), "clip": ("max", "min"),
-    "hard_sigmoid": ("alpha", "beta"), "vscale": ("factor",), "softmax": ("axis",),
+# --------------------------------------------------------------------------- elementwise
+Array = np.ndarray
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """One `pim.<kind>` unary op: its attributes (sorted; passed to `fn` as floats), numpy
+    semantics and vector passes per element. `fn` gives the same bits on one instance and
+    on instances stacked along a new leading axis (how the simulator runs it), unless
+    `stacked` is False."""
+
+    fn: Callable[..., Array]
+    attrs: tuple[str, ...] = ()
+    passes: int = 1
+    stacked: bool = True
+
+
+def _sigmoid(x: Array) -> Array:
+    return np.asarray(1.0 / (1.0 + np.exp(-x)), dtype=x.dtype)
+
+
+def _softmax(x: Array, axis: float) -> Array:
+    e = np.exp(x - x.max(axis=int(axis), keepdims=True))
+    return np.asarray(e / e.sum(axis=int(axis), keepdims=True), dtype=x.dtype)
+
+
+UNARY: dict[str, Elementwise] = {
+    "relu": Elementwise(lambda x: np.maximum(x, 0)),
+    "sigmoid": Elementwise(_sigmoid),
+    "silu": Elementwise(lambda x: x * _sigmoid(x), passes=2),
+    "tanh": Elementwise(np.tanh),
+    "exp": Elementwise(np.exp),
+    "neg": Elementwise(np.negative),
+    "hard_swish": Elementwise(lambda x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0), passes=2),
+    "leaky_relu": Elementwise(lambda x, alpha: np.where(x >= 0, x, x * alpha), ("alpha",)),
+    "clip": Elementwise(lambda x, max, min: np.clip(x, min, max), ("max", "min")),
+    "hard_sigmoid": Elementwise(lambda x, alpha, beta: np.clip(alpha * x + beta, 0.0, 1.0),
+                                ("alpha", "beta")),
+    "vscale": Elementwise(lambda x, factor: x * factor, ("factor",)),
+    "elu": Elementwise(lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(x)), ("alpha",),
+                       passes=2),  # ONNX Elu: x > 0 ? x : alpha * (exp(x) - 1)
+    "softmax": Elementwise(_softmax, ("axis",), passes=4, stacked=False),
 }
-"""Unary pim ops and their required attributes (the names under which they print)."""
+"""The `pim.<kind>` unary ops."""
+
+BINARY: dict[str, Callable[[Array, Array], Array]] = {
+    "vadd": np.add, "vsub": np.subtract, "vmul": np.multiply, "vdiv": np.divide,
+    "vmax": np.maximum, "vmin": np.minimum,
+}
+"""The `pim.<kind>` binary ops (numpy broadcasting)."""
+
+REDUCE: dict[str, Callable[[Array, tuple[int, ...]], Array]] = {
+    "vreduce_sum": lambda x, dims: x.sum(axis=dims),
+    "vreduce_max": lambda x, dims: x.max(axis=dims),
+}
+"""The `pim.<kind>` reductions over `dims`."""
 
 
-@dataclass(eq=False)
-class BinaryOp(OneResult):
+@op_def
+class BinaryOp(Operation):
     """Elementwise `pim.v*`; `rhs` may broadcast (numpy rules) onto `lhs`."""
 
     NAME: ClassVar[str] = "pim.binary"
+    FAMILY: ClassVar[tuple[str, str]] = ("pim.", "op")
+    KINDS: ClassVar[dict[str, Any]] = BINARY
+    FORMAT: ClassVar[str] = "$lhs, $rhs : custom<signature>"
+    WORK = (("vector", "result"),)
     op: str
-    lhs: Value
-    rhs: Value
-    result: Value
+    lhs: Operand
+    rhs: Operand
+    result: Result
 
-    def operands(self) -> list[Value]:
-        return [self.lhs, self.rhs]
-
-    def print(self, p: Printer) -> None:
+    def print_signature(self, p: Printer) -> str:
+        """`T` when the three types agree, else `T0, T1 -> T2`."""
         ts = [self.lhs.type, self.rhs.type, self.result.type]
-        sig = str(ts[0]) if ts[0] == ts[1] == ts[2] else f"{ts[0]}, {ts[1]} -> {ts[2]}"
-        p.line(f"{p.v(self.result)} = pim.{self.op} {p.v(self.lhs)}, {p.v(self.rhs)} : {sig}")
+        return str(ts[0]) if ts[0] == ts[1] == ts[2] else f"{ts[0]}, {ts[1]} -> {ts[2]}"
+
+    @staticmethod
+    def parse_signature(ps: Parser, st: ParseState) -> None:
+        ta = tb = tr = ps.type_()
+        if ps.accept(","):
+            tb = ps.type_()
+            ps.expect("->")
+            tr = ps.type_()
+        for name, t in (("lhs", ta), ("rhs", tb)):
+            v, tok = st.uses[name]
+            st.values[name] = ps.check(v, t, tok)
+        st.result_types["result"] = [tr]
 
     def verify(self) -> None:
         a = _static(ttype(self.lhs), "operand")
         b = _static(ttype(self.rhs), "operand")
         r = _static(ttype(self.result), "result")
         try:
-            import numpy as np
-
             out = np.broadcast_shapes(a, b)
         except ValueError:
             raise VerifyError("VEC-1", f"{list(a)} and {list(b)} do not broadcast") from None
@@ -627,50 +640,57 @@ class BinaryOp(OneResult):
                               f"{list(out)}, not {list(r)}")
 
 
-@dataclass(eq=False)
-class UnaryOp(OneResult):
-    """Elementwise activation or scaling `pim.<op> %a {attrs} : T`."""
+@op_def
+class UnaryOp(Operation):
+    """Elementwise activation or scaling `pim.<op> %a {attrs} : T` (kinds: `UNARY`)."""
 
     NAME: ClassVar[str] = "pim.unary"
+    FAMILY: ClassVar[tuple[str, str]] = ("pim.", "op")
+    KINDS: ClassVar[dict[str, Any]] = UNARY
+    FORMAT: ClassVar[str] = "$source $attrs : type($source, $result)"
     op: str
-    source: Value
-    result: Value
+    source: Operand
+    result: Result
     attrs: dict[str, Attr] = field(default_factory=dict)
 
-    def operands(self) -> list[Value]:
-        return [self.source]
+    @property
+    def spec(self) -> Elementwise:
+        return UNARY[self.op]
 
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = pim.{self.op} {p.v(self.source)}{print_attrs(self.attrs)} : "
-               f"{self.result.type}")
+    def numbers(self) -> dict[str, float]:
+        """The attributes as the semantics take them."""
+        return {k: float(v) for k, v in self.attrs.items()}  # type: ignore[arg-type]
+
+    def work(self) -> tuple[Work, ...]:
+        return (Work("vector", ttype(self.result).numel, self.spec.passes),)
 
     def verify(self) -> None:
-        need = UNARY_OPS.get(self.op)
-        if need is None:
+        spec = UNARY.get(self.op)
+        if spec is None:
             raise VerifyError("VEC-2", f"unknown elementwise op pim.{self.op}")
-        if tuple(sorted(self.attrs)) != need:
-            raise VerifyError("VEC-2", f"pim.{self.op} needs attributes {list(need)}, got "
+        if tuple(sorted(self.attrs)) != spec.attrs:
+            raise VerifyError("VEC-2", f"pim.{self.op} needs attributes {list(spec.attrs)}, got "
                               f"{sorted(self.attrs)}")
+        if any(not isinstance(v, int | float) or isinstance(v, bool)
+               for v in self.attrs.values()):
+            raise VerifyError("VEC-2", f"pim.{self.op} attributes must be numbers")
         if self.source.type != self.result.type:
             raise VerifyError("VEC-1", f"pim.{self.op} must keep the type {self.source.type}")
 
 
-@dataclass(eq=False)
-class ReduceOp(OneResult):
+@op_def
+class ReduceOp(Operation):
     """`pim.vreduce_sum|max %a dims [..] : T to T2`: reduce, then reshape to the result type."""
 
     NAME: ClassVar[str] = "pim.reduce"
+    FAMILY: ClassVar[tuple[str, str]] = ("pim.", "op")
+    KINDS: ClassVar[dict[str, Any]] = REDUCE
+    FORMAT: ClassVar[str] = "$source dims $dims : type($source) to type($result)"
+    WORK = (("vector", "source"),)
     op: str
-    source: Value
-    result: Value
+    source: Operand
+    result: Result
     dims: tuple[int, ...]
-
-    def operands(self) -> list[Value]:
-        return [self.source]
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = pim.{self.op} {p.v(self.source)} dims {p.ints(self.dims)} : "
-               f"{self.source.type} to {self.result.type}")
 
     def verify(self) -> None:
         a = _static(ttype(self.source), "reduce source")
@@ -683,45 +703,37 @@ class ReduceOp(OneResult):
 
 
 # --------------------------------------------------------------------------- scheduled level
-@dataclass(eq=False)
+@op_def
 class ScheduledComputeOp(SingleComputeOp):
     """A graph instance placed on the enclosing core."""
 
     NAME: ClassVar[str] = "spat.scheduled_compute"
 
 
-@dataclass(eq=False)
+@op_def
 class ScheduledComputeBatchOp(ComputeOp):
     """Consecutive compatible instances on one core run as scheduled lanes. The graph
     invariant does not apply: results follow the scheduled contract."""
 
     NAME: ClassVar[str] = "spat.scheduled_compute_batch"
+    FORMAT: ClassVar[str] = "lanes($lanes) ins(typed($inputs)) -> type($outs) $body"
     lanes: int = 1
-
-    def print(self, p: Printer) -> None:
-        p.region(self._header(p, f" lanes({self.lanes})"), self.body, show_args=True)
 
     def verify(self) -> None:
         self.check_body_args(lane=True)
 
 
-@dataclass(eq=False)
-class LaneResultOp(OneResult):
+@op_def
+class LaneResultOp(Operation):
     """`%f = spat.lane_result %b[i] : T -> F`: the fragment scheduled lane `i` of a
     `spat.scheduled_compute_batch` published, as a view (no copy, no time): slot `i` of the
     leading dimension of a result whose lanes published `[%lane, 0, ...]` blocks."""
 
     NAME: ClassVar[str] = "spat.lane_result"
-    result: Value
-    source: Value
+    FORMAT: ClassVar[str] = "$source[$lane] : type($source) -> type($result)"
+    result: Result
+    source: Operand
     lane: int = 0
-
-    def operands(self) -> list[Value]:
-        return [self.source]
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = spat.lane_result {p.v(self.source)}[{self.lane}] : "
-               f"{self.source.type} -> {self.result.type}")
 
     def verify(self) -> None:
         src = _static(ttype(self.source), "lane_result source")
@@ -733,14 +745,16 @@ class LaneResultOp(OneResult):
             raise VerifyError("SCH-5", f"lane {self.lane} outside 0..{src[0] - 1}")
 
 
-@dataclass(eq=False)
+@op_def
 class ChannelSendOp(Strided):
     """Send a value, or a strided region of it (a DMA descriptor: no copy on the sender),
     to another core: `spat.channel_send %v[offs] [sizes] [strides] to core(c) channel(k) :
     T -> M` where M is the message type (the region's sizes, unit dims dropped freely)."""
 
     NAME: ClassVar[str] = "spat.channel_send"
-    value: Value
+    FORMAT: ClassVar[str] = ("$value($offsets^ $sizes $strides)? to core($core) "
+                             "channel($channel) : type($value) (-> $message^)?")
+    value: Operand
     core: int
     channel: int
     offsets: tuple[Affine, ...] = ()
@@ -748,122 +762,95 @@ class ChannelSendOp(Strided):
     strides: tuple[int, ...] = ()
     message: TensorType | None = None
 
-    def operands(self) -> list[Value]:
-        return [self.value]
-
     @property
     def message_type(self) -> Type:
         return self.message if self.message is not None else self.value.type
 
-    def print(self, p: Printer) -> None:
-        region = self.region(p) if self.message is not None else ""
-        types = f"{self.value.type} -> {self.message}" if self.message is not None \
-            else str(self.value.type)
-        p.line(f"spat.channel_send {p.v(self.value)}{region} to core({self.core}) "
-               f"channel({self.channel}) : {types}")
-
     def verify(self) -> None:
         if self.message is None:
+            if self.offsets or self.sizes or self.strides:
+                raise VerifyError("TYPE-0", "a region send needs its message tensor type "
+                                  "(`: T -> M`)")
             return
         self.check_region(self.value, self.message, "message")
 
 
-@dataclass(eq=False)
-class ChannelReceiveOp(OneResult):
+@op_def
+class ChannelReceiveOp(Operation):
     NAME: ClassVar[str] = "spat.channel_receive"
-    result: Value
+    FORMAT: ClassVar[str] = "from core($core) channel($channel) : type($result)"
+    result: Result
     core: int
     channel: int
 
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = spat.channel_receive from core({self.core}) "
-               f"channel({self.channel}) : {self.result.type}")
 
-
-@dataclass(eq=False)
-class AllocSharedOp(OneResult):
+@op_def
+class AllocSharedOp(Operation):
     """A buffer in shared (host) memory, written by `pim.store`, read by `pim.load`."""
 
     NAME: ClassVar[str] = "pim.alloc_shared"
-    result: Value
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = pim.alloc_shared : {self.result.type}")
+    FORMAT: ClassVar[str] = ": type($result)"
+    result: Result
 
 
-@dataclass(eq=False)
-class LoadOp(OneResult, Strided):
+@op_def
+class LoadOp(Strided):
     """Read a strided region of a shared-memory buffer into the core."""
 
     NAME: ClassVar[str] = "pim.load"
-    buffer: Value
-    result: Value
+    FORMAT: ClassVar[str] = "$buffer$offsets $sizes $strides : type($buffer) to type($result)"
+    WORK = (("shared_read", "result"),)
+    buffer: Operand
+    result: Result
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def operands(self) -> list[Value]:
-        return [self.buffer]
-
-    def print(self, p: Printer) -> None:
-        p.line(f"{p.v(self.result)} = pim.load {p.v(self.buffer)}{self.region(p)} : "
-               f"{self.buffer.type} to {self.result.type}")
 
     def verify(self) -> None:
         self.check_region(self.buffer, self.result.type, "load result")
 
 
-@dataclass(eq=False)
+@op_def
 class StoreOp(Strided):
     """Write a value into a strided region of a shared-memory buffer."""
 
     NAME: ClassVar[str] = "pim.store"
-    value: Value
-    buffer: Value
+    FORMAT: ClassVar[str] = ("$value into $buffer$offsets $sizes $strides : type($value) into "
+                             "type($buffer)")
+    WORK = (("shared_write", "value"),)
+    value: Operand
+    buffer: Operand
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def operands(self) -> list[Value]:
-        return [self.value, self.buffer]
-
-    def print(self, p: Printer) -> None:
-        p.line(f"pim.store {p.v(self.value)} into {p.v(self.buffer)}{self.region(p)} : "
-               f"{self.value.type} into {self.buffer.type}")
 
     def verify(self) -> None:
         self.check_region(self.buffer, self.value.type, "stored")
 
 
-@dataclass(eq=False)
+@op_def
 class CoreOp(Operation):
     """`pim.core N { ... }`: the ordered program of one physical core."""
 
     NAME: ClassVar[str] = "pim.core"
+    FORMAT: ClassVar[str] = "$core $body"
     core: int
-    body: Block
+    body: BareRegion
 
-    def regions(self) -> list[Block]:
-        return [self.body]
-
-    def print(self, p: Printer) -> None:
-        p.region(f"pim.core {self.core}", self.body, show_args=False)
+    @property
+    def cores(self) -> tuple[int, ...]:
+        return (self.core,)
 
 
-@dataclass(eq=False)
+@op_def
 class CoreBatchOp(Operation):
     """`pim.core_batch cores [..] { ^bb0(%lane: index): ... }`: one program on several cores,
     lane i running on cores[i]."""
 
     NAME: ClassVar[str] = "pim.core_batch"
+    FORMAT: ClassVar[str] = "cores $cores $body"
     cores: tuple[int, ...]
-    body: Block
-
-    def regions(self) -> list[Block]:
-        return [self.body]
-
-    def print(self, p: Printer) -> None:
-        p.region(f"pim.core_batch cores {p.ints(self.cores)}", self.body, show_args=True)
+    body: Region
 
     def verify(self) -> None:
         if [a.type for a in self.body.args] != [IndexType()]:

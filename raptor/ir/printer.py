@@ -85,10 +85,6 @@ class Printer:
     def result_types(ts: Sequence[Type]) -> str:
         return str(ts[0]) if len(ts) == 1 else "(" + ", ".join(str(t) for t in ts) + ")"
 
-    def results_eq(self, op: Operation) -> str:
-        rs = op.results()
-        return (self.vs(rs) + " = ") if rs else ""
-
     # ---- layout ----------------------------------------------------------
     def line(self, text: str) -> None:
         self.lines.append("  " * self.depth + text)

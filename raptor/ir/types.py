@@ -82,6 +82,12 @@ INDEX = IndexType()
 _TENSOR_RE = re.compile(r"tensor<((?:(?:\d+|\?)x)*)(f32|f16|i8|i32)>")
 
 
+MAX_ELEMENTS = 1 << 27
+"""The most elements a tensor type may hold (512 MiB of f32): a bound checked before
+anything is allocated, so a small file cannot ask for gigabytes."""
+MAX_RANK = 16
+
+
 def parse_type(text: str) -> Type:
     """Parse the spelling of a type; raises ValueError with the offending text."""
     if text == "index":
@@ -90,7 +96,13 @@ def parse_type(text: str) -> Type:
     if m is None:
         raise ValueError(f"malformed type '{text}' (expected tensor<AxBx...xf32|f16|i8|i32>)")
     dims = [d for d in m.group(1).split("x") if d]
-    return TensorType(tuple(None if d == "?" else int(d) for d in dims), m.group(2))
+    if len(dims) > MAX_RANK or any(len(d) > 12 for d in dims):
+        raise ValueError(f"type '{text[:60]}' is too large (at most rank {MAX_RANK} and "
+                         f"{MAX_ELEMENTS} elements)")
+    shape = tuple(None if d == "?" else int(d) for d in dims)
+    if math.prod(d for d in shape if d is not None) > MAX_ELEMENTS:
+        raise ValueError(f"type '{text}' has more than {MAX_ELEMENTS} elements")
+    return TensorType(shape, m.group(2))
 
 
 def tensor(*shape: int, dtype: str = "f32") -> TensorType:

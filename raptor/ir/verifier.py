@@ -1,5 +1,6 @@
-"""Verifier: SSA/type checks everywhere, the graph-batch invariant (GCB-1..10), Blueprint
-rules (BP-1..5) and scheduled-IR communication rules (SCH-*).
+"""Verifier: structure (SSA dominance, one definition per value, ownership, terminators)
+and each op's own checks everywhere, the graph-batch invariant (GCB-1..10), Blueprint rules
+(BP-1..5) and scheduled-IR communication rules (SCH-*), for a module however it was built.
 
 Rule ids are stable; see invariants/GRAPH_COMPUTE_BATCH_INVARIANT.md. Each op's rules are
 checked in id order and every violated id is reported.
@@ -7,16 +8,19 @@ checked in id order and every violated id is reported.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from raptor.ir.core import Affine, Diagnostic, Operation, Value, VerifyError
+from raptor.ir.core import Affine, Block, Diagnostic, Operation, Value, VerifyError
 from raptor.ir.module import Module
 from raptor.ir.ops import (
     BLUEPRINT_CONFLICT,
     BLUEPRINT_COVERAGE,
+    BlueprintEntry,
     BlueprintOp,
     ChannelReceiveOp,
     ChannelSendOp,
@@ -29,6 +33,9 @@ from raptor.ir.ops import (
     GraphComputeOp,
     ParallelInsertSliceOp,
     ReturnOp,
+    SingleComputeOp,
+    Strided,
+    YieldOp,
     squeeze,
 )
 from raptor.ir.types import TensorType
@@ -39,50 +46,158 @@ PHYSICAL_CONSUMERS = (BlueprintOp, GraphComputeOp, GraphComputeBatchOp, Deferred
 
 @dataclass
 class _Report:
+    module: Module
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    paths: dict[int, str] = field(default_factory=dict)
 
     def add(self, op: Operation, rule: str, message: str) -> None:
+        if op.loc is None:  # built through the API: say which op, by position
+            message = f"{op.name}{self.path(op)}: {message}"
         self.diagnostics.append(Diagnostic(op.loc, rule, message))
+
+    def path(self, op: Operation) -> str:
+        """` (@main op 12.3)`: the op's 1-based position in its function, nested regions
+        after dots (computed once, on the first diagnostic without a location)."""
+        if not self.paths:
+            def visit(ops: list[Operation], prefix: str) -> None:
+                for i, o in enumerate(ops, 1):
+                    self.paths.setdefault(id(o), f"{prefix}{i}")
+                    for r in o.regions():
+                        visit(r.ops, f"{prefix}{i}.")
+
+            for f in self.module.funcs:
+                visit(f.body.ops, f"@{f.sym_name} op ")
+        got = self.paths.get(id(op))
+        return f" ({got})" if got else ""
 
 
 def verify_module(module: Module, *, allow_assembly: bool = False) -> list[Diagnostic]:
     """All diagnostics of `module`, in op order. `allow_assembly` accepts the temporary
     logical-assembly batches that lowering emits before canonicalization."""
-    rep = _Report()
+    rep = _Report(module)
     for func in module.funcs:
-        _verify_region_ops(func, rep, allow_assembly)
+        sends, recvs = _verify_func(func, rep, allow_assembly)
         _check_physical_uses(func, rep)
-        _check_channels(func, rep)
+        _check_channels(func, rep, sends, recvs)
     return rep.diagnostics
 
 
-def _verify_region_ops(func: FuncOp, rep: _Report, allow_assembly: bool) -> None:
-    for op in func.walk():
-        try:
-            op.verify()
-        except VerifyError as e:
-            rep.add(op, e.rule, e.message)
-        if isinstance(op, GraphComputeBatchOp):
-            if op.assembly:
-                if not allow_assembly:
-                    rep.add(op, "ASM-1", "logical-assembly batch must be canonicalized into "
-                            "N x F fragments plus spat.blueprint before graph verification")
-                else:
-                    _check_assembly(op, rep)
-            else:
-                _check_batch(op, rep)
-            if op.lanes >= 1:
-                _check_lane_slices(op, rep)
-        elif isinstance(op, BlueprintOp):
-            _check_blueprint(op, rep)
+def _verify_op(op: Operation, rep: _Report, allow_assembly: bool) -> None:
+    """The op's own checks, then the graph-batch invariant or the Blueprint rules."""
+    try:
+        op.verify()
+    except VerifyError as e:
+        rep.add(op, e.rule, e.message)
+    if isinstance(op, GraphComputeBatchOp):
+        if op.assembly and not allow_assembly:
+            rep.add(op, "ASM-1", "logical-assembly batch must be canonicalized into N x F "
+                    "fragments plus spat.blueprint before graph verification")
+        elif op.assembly:
+            _check_assembly(op, rep)
+        else:
+            _check_batch(op, rep)
+        if op.lanes >= 1:
+            _check_lane_slices(op, rep)
+    elif isinstance(op, BlueprintOp):
+        _check_blueprint(op, rep)
+
+
+def _name(v: Value) -> str:
+    if v.name:
+        return f"%{v.name}"
+    return f"the result of {v.owner.name}" if isinstance(v.owner, Operation) else "a value"
+
+
+Channels = dict[tuple[int, int, int], list[Any]]
+"""(source core, destination core, channel) → its sends (or receives) in program order."""
+
+
+def _verify_func(func: FuncOp, rep: _Report, allow_assembly: bool) -> tuple[Channels, Channels]:
+    """Every op of `func` in order (`_verify_op`) and the structure: SSA-1, every use
+    (operands and affine offset variables) is dominated by its definition, i.e. defined
+    earlier in the same block or in an enclosing one (regions are single blocks), and SCH-3
+    when the definition is another core's; SSA-2, every value is defined once; REGION-3,
+    every op sits in one block and every value's `owner` is its definer; REGION-4, `return`
+    ends a function body and `spat.yield` a single-compute body, nowhere else. Returns the
+    channel ends of the `pim.core` programs."""
+    defined: set[Value] = set()
+    visible: set[Value] = set()
+    placed: set[int] = {id(func)}
+    sends: Channels = {}
+    recvs: Channels = {}
+
+    def define(v: Value, owner: object, at: Operation) -> None:
+        if v in defined:
+            rep.add(at, "SSA-2", f"{_name(v)} is defined twice")
+        elif v.owner is not owner:
+            rep.add(at, "REGION-3", f"{_name(v)} is defined here but owned by another "
+                    "op or block")
+        defined.add(v)
+        visible.add(v)
+
+    def undefined(op: Operation, v: Value, core: int | None) -> None:
+        home = next((c.core for c in func.body.ops if isinstance(c, CoreOp) and any(
+            v in o.results() for o in c.body.walk())), None)
+        if core is not None and home is not None and home != core:
+            rep.add(op, "SCH-3", f"%{v.name} is defined on core {home} but used on core "
+                    f"{core}; cross-core values need spat.channel_send/receive")
+            return
+        later = any(v in o.results() for o in func.walk()) and v not in defined
+        rep.add(op, "SSA-1", f"uses {_name(v)} " + ("before its definition" if later else
+                "but it is not defined in this function or an enclosing region"))
+
+    def block(b: Block, owner: Operation, terminator: type[Operation] | None,
+              core: int | None) -> None:
+        scope = list(b.args)
+        for a in b.args:
+            define(a, b, owner)
+        last = len(b.ops) - 1
+        for i, op in enumerate(b.ops):  # hot: a scheduled ResNet-18 has 300,000 ops
+            if id(op) in placed:
+                rep.add(op, "REGION-3", "this op appears in more than one place")
+                continue
+            placed.add(id(op))
+            for v in op.operands():
+                if v not in visible:
+                    undefined(op, v, core)
+            if isinstance(op, Strided):
+                for off in op.offsets:
+                    for _, v in off.terms:
+                        if v not in visible:
+                            undefined(op, v, core)
+                if core is not None and isinstance(op, ChannelSendOp):
+                    sends.setdefault((core, op.core, op.channel), []).append(op)
+            elif core is not None and isinstance(op, ChannelReceiveOp):
+                recvs.setdefault((op.core, core, op.channel), []).append(op)
+            if isinstance(op, ReturnOp | YieldOp) and (i != last or type(op) is not terminator):
+                where = f"inside {owner.name}" if type(op) is not terminator else \
+                    "before the end of its block"
+                rep.add(op, "REGION-4", f"{op.name} {where}")
+            _verify_op(op, rep, allow_assembly)
+            for r in op.regions():
+                block(r, op, YieldOp if isinstance(op, SingleComputeOp) else None,
+                      op.core if isinstance(op, CoreOp) else core)
+            for v in op.results():
+                if v in defined or v.owner is not op:
+                    define(v, op, op)
+                defined.add(v)
+                visible.add(v)
+                scope.append(v)
+        visible.difference_update(scope)
+
+    block(func.body, func, ReturnOp, None)
+    return sends, recvs
 
 
 # ------------------------------------------------------------------ graph batch invariant
 def _is_lane_bijection(a: Affine, lane: Value, n: int) -> bool:
+    """`c + k*lane` maps 0..n-1 onto 0..n-1: the identity or the reversal (n distinct
+    values in an arithmetic progression fill 0..n-1 only with step ±1), or any map for
+    one lane. Constant time: a batch may claim 10^8 lanes."""
     if any(v is not lane for v in a.vars()):
         return False
-    k = a.coef(lane)
-    return sorted(a.const + k * i for i in range(n)) == list(range(n))
+    k, c = a.coef(lane), a.const
+    return (n == 1 and c == 0) or (k == 1 and c == 0) or (k == -1 and c == n - 1)
 
 
 def _check_batch(op: GraphComputeBatchOp, rep: _Report) -> None:
@@ -157,7 +272,10 @@ def _lane_extremes(a: Affine, lane: Value, n: int) -> tuple[int, int] | None:
 
 def _slice_in_bounds(offsets: Iterable[Affine], sizes: Iterable[int], strides: Iterable[int],
                      shape: tuple[int, ...], lane: Value, n: int) -> str | None:
-    for d, (o, sz, st) in enumerate(zip(offsets, sizes, strides, strict=False)):
+    offsets, sizes, strides = list(offsets), list(sizes), list(strides)
+    if not len(offsets) == len(sizes) == len(strides) == len(shape):
+        return None  # a geometry error, reported as SLICE-1 by the op itself
+    for d, (o, sz, st) in enumerate(zip(offsets, sizes, strides, strict=True)):
         ext = _lane_extremes(o, lane, n)
         if ext is None or sz == 0:
             continue
@@ -293,21 +411,50 @@ def _bp_policy(op: BlueprintOp) -> str | None:
                f"{', '.join(BLUEPRINT_COVERAGE)})"
     res = op.result.type
     assert isinstance(res, TensorType)
-    count = np.zeros(res.static_shape, dtype=np.int32)
+    shape = res.static_shape
+    writes = sum(len(e.slots()) * math.prod(e.sizes) for e in op.entries)
+    if writes > MAX_WRITES:
+        return f"the entries write {writes} elements, more than the {MAX_WRITES} the verifier " \
+               "checks"
+    count = np.zeros(math.prod(shape), dtype=np.int64)
+    grid = count.reshape(shape)
     for e in op.entries:
+        if len(e.slots()) > 64:  # many slots: all at once (a batch may have 10^6 lanes)
+            count += np.bincount(_written(e, shape), minlength=count.size)
+            continue
         for s in e.slots():
-            idx = tuple(slice(o, o + (sz - 1) * st + 1, st) if sz else slice(0, 0)
-                        for o, sz, st in zip(e.offsets_at(s), e.sizes, e.strides, strict=True))
-            count[idx] += 1
+            grid[tuple(slice(o, o + (sz - 1) * st + 1, st) if sz else slice(0, 0) for o, sz, st
+                       in zip(e.offsets_at(s), e.sizes, e.strides, strict=True))] += 1
     if op.conflict == "disjoint" and (count > 1).any():
-        where = tuple(int(i) for i in np.argwhere(count > 1)[0])
-        return f"conflict(disjoint) but logical element {list(where)} is written " \
-               f"{int(count[where])} times"
+        where = np.unravel_index(int(np.flatnonzero(count > 1)[0]), shape)
+        return f"conflict(disjoint) but logical element {[int(i) for i in where]} is written " \
+               f"{int(count[np.ravel_multi_index(where, shape)])} times"
     if op.coverage == "complete" and (count == 0).any():
-        where = tuple(int(i) for i in np.argwhere(count == 0)[0])
-        return f"coverage(complete) but logical element {list(where)} is not covered " \
-               f"({int((count == 0).sum())} uncovered)"
+        where = np.unravel_index(int(np.flatnonzero(count == 0)[0]), shape)
+        return f"coverage(complete) but logical element {[int(i) for i in where]} is not " \
+               f"covered ({int((count == 0).sum())} uncovered)"
     return None
+
+
+MAX_WRITES = 1 << 28
+"""The most element writes BP-5 enumerates (a bound so a small file cannot take minutes)."""
+
+
+def _written(e: BlueprintEntry, shape: tuple[int, ...]) -> np.ndarray:
+    """Flat indices of the logical elements an entry writes, over all its slots at once
+    (its offsets are affine in the slot, checked in bounds at both ends by BP-4)."""
+    slots = np.arange(e.slot, e.hi) if e.var is not None else np.array([e.slot])
+    rank = len(shape)
+    flat = np.zeros((len(slots),) + (1,) * rank, dtype=np.int64)
+    step = 1
+    for d in reversed(range(rank)):
+        o = e.offsets[d]
+        first = o.const + (o.coef(e.var) * slots if e.var is not None else 0 * slots)
+        idx = first[:, None] + np.arange(e.sizes[d]) * e.strides[d]
+        flat = flat + (idx * step).reshape((len(slots),) + (1,) * d + (e.sizes[d],)
+                                           + (1,) * (rank - d - 1))
+        step *= shape[d]
+    return flat.ravel()
 
 
 # ------------------------------------------------------------------ uses of physical batches
@@ -326,7 +473,9 @@ def _check_physical_uses(func: FuncOp, rep: _Report) -> None:
 
 
 # ------------------------------------------------------------------ scheduled communication
-def _check_channels(func: FuncOp, rep: _Report) -> None:
+def _check_channels(func: FuncOp, rep: _Report, sends: Channels, recvs: Channels) -> None:
+    """SCH-4 (one program per core), then SCH-1/2 (each channel one send, one receive, of
+    one type, between cores that have programs)."""
     cores: dict[int, CoreOp | CoreBatchOp] = {}
     for op in func.body.ops:
         if isinstance(op, CoreOp):
@@ -336,33 +485,6 @@ def _check_channels(func: FuncOp, rep: _Report) -> None:
         elif isinstance(op, CoreBatchOp):
             for c in op.cores:
                 cores.setdefault(c, op)
-    if not cores:
-        return
-    defined_on: dict[Value, int] = {}
-    sends: dict[tuple[int, int, int], list[ChannelSendOp]] = {}
-    recvs: dict[tuple[int, int, int], list[ChannelReceiveOp]] = {}
-    for cid, core in cores.items():
-        if not isinstance(core, CoreOp):
-            continue
-        for op in core.body.walk():
-            for r in op.results():
-                defined_on[r] = cid
-            for reg in op.regions():
-                for a in reg.args:
-                    defined_on[a] = cid
-            if isinstance(op, ChannelSendOp):
-                sends.setdefault((cid, op.core, op.channel), []).append(op)
-            elif isinstance(op, ChannelReceiveOp):
-                recvs.setdefault((op.core, cid, op.channel), []).append(op)
-    for cid, core in cores.items():
-        if not isinstance(core, CoreOp):
-            continue
-        for op in core.body.walk():
-            for v in op.operands():
-                src = defined_on.get(v)
-                if src is not None and src != cid:
-                    rep.add(op, "SCH-3", f"%{v.name} is defined on core {src} but used on core "
-                            f"{cid}; cross-core values need spat.channel_send/receive")
     for key, ss in sorted(sends.items()):
         src, dst, ch = key
         if dst not in cores:

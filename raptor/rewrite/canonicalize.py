@@ -10,10 +10,8 @@ physical slots a slice selects — are the rules'.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from raptor.ir.core import Affine, Operation, Value
 from raptor.ir.module import Module
@@ -33,6 +31,7 @@ from raptor.ir.ops import (
 from raptor.ir.rewriting import drop_dead, replace_uses
 from raptor.ir.types import INDEX, TensorType
 from raptor.rewrite.eggfile import load_program
+from raptor.rewrite.schema import CANONICALIZE
 
 _Ent = tuple[tuple[int, int], dict[int, tuple[int, int, int, int]], tuple[int, int]]
 """A derived Blueprint entry: its source batch result (b, r), per dimension
@@ -185,21 +184,6 @@ def canonicalize(module: Module, rules_dir: str | os.PathLike[str] | None = None
     return stats
 
 
-_TABLES = (
-    "Batch",
-    "PubDim",
-    "FragDim",
-    "BatchValue",
-    "Concat",
-    "ConcatIn",
-    "ConcatAt",
-    "Opaque",
-    "Materialize",
-    "Slice",
-    "SliceDim",
-)
-
-
 def _canonicalize_func(
     func: FuncOp, rules_dir: str | os.PathLike[str] | None, stats: CanonStats
 ) -> None:
@@ -207,42 +191,22 @@ def _canonicalize_func(
     if not facts.batches and not facts.materializations:
         return
     program = load_program("canonicalize", rules_dir)
-    with tempfile.TemporaryDirectory(prefix="raptor-canon-") as tmp:
-        commands = []
-        for name in _TABLES:
-            path = Path(tmp) / f"{name}.tsv"
-            path.write_text(
-                "".join("\t".join(map(str, row)) + "\n" for row in facts.rows.get(name, [])),
-                encoding="utf-8",
-            )
-            commands.append(f'(input {name} "{path.as_posix()}")')
-        program.run("\n".join(commands), "<canonicalize facts>")
+    program.load_facts(CANONICALIZE, facts.rows)
     for rule, n in program.run_schedule().items():
         stats.fired[rule] = stats.fired.get(rule, 0) + n
-    frozen = program.egraph.freeze().functions
-    i64 = program.egraph.value_to_i64
-
-    def rows(table: str) -> list[tuple[int, ...]]:
-        fn = frozen.get(table)
-        return [tuple(i64(c) for c in row.inputs) for row in fn.rows] if fn else []
+    read = {rel.name: rel for rel in CANONICALIZE.reads}
 
     phys: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
-    for b, r, d, e in rows("PhysDim"):
+    for b, r, d, e in program.rows(read["PhysDim"]):
         phys[(b, r)][d] = e
     entries: dict[int, dict[object, _Ent]] = defaultdict(dict)
-    fn = frozen.get("Entry")
-    for row in fn.rows if fn else []:
-        eid = row.inputs[1]
-        val, bi, ri, di, ci, ki, size, stride = (i64(c) for i, c in enumerate(row.inputs)
-                                                 if i != 1)
+    for val, eid, bi, ri, di, ci, ki, size, stride in program.rows(read["Entry"]):
         ent = entries[val].setdefault(eid, ((bi, ri), {}, (0, 0)))
         ent[1][di] = (ci, ki, size, stride)
-    fn = frozen.get("EntrySlots")
-    for row in fn.rows if fn else []:
-        val, lo, hi = (i64(c) for i, c in enumerate(row.inputs) if i != 1)
-        key, dims, _ = entries[val][row.inputs[1]]
-        entries[val][row.inputs[1]] = (key, dims, (lo, hi))
-    blocked = {x for (x,) in rows("Blocked")}
+    for val, eid, lo, hi in program.rows(read["EntrySlots"]):
+        key, dims, _ = entries[val][eid]
+        entries[val][eid] = (key, dims, (lo, hi))
+    blocked = {x for (x,) in program.rows(read["Blocked"])}
     physical: dict[tuple[int, int], Value] = {}
     new_ops: list[Operation] = []
     for op in func.body.ops:
@@ -269,7 +233,7 @@ def _canonicalize_func(
             continue
         new_ops.append(op)
     func.body.ops = new_ops
-    for m, src in rows("Identity"):
+    for m, src in program.rows(read["Identity"]):
         mat = facts.materializations[m]
         replace_uses(func.body, mat.result, facts.values[src])
         stats.identities += 1

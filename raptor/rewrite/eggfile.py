@@ -1,22 +1,37 @@
-"""Load and check egglog rule files (`rules/*.egg`) through the low-level bindings.
+"""Load egglog rule files (`rules/*.egg`) through the low-level bindings, state facts, run
+them to saturation and read the derived tables, all against the declared `schema`.
 
 Rule files are loaded in a fixed order from `MANIFEST` (egglog's `include` resolves paths
 against the working directory and panics on missing files, so it is not used). The rules
 directory is, in order of precedence: an explicit argument (`--rules DIR`), the
 `RAPTOR_RULES` environment variable, the directory shipped inside the package.
+
+Everything a user's rule file can do wrong becomes one `RuleError` line naming the file: a
+missing or non-UTF-8 file, a parse or type error (with line and column), an egglog panic
+(whose Rust report is kept off the terminal), a relation the decoder needs that the file
+does not declare as Raptor expects, a command that would run or do I/O at load time, and
+a saturation that does not end within `MAX_ITERATIONS` / `MAX_SECONDS`.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.resources import files
 from pathlib import Path
+from typing import Any, TypeVar
 
 from egglog import bindings
 
+from raptor.rewrite.schema import SCHEMAS, Relation, Schema
+
+T = TypeVar("T")
 RULES_ENV = "RAPTOR_RULES"
 
 MANIFEST: dict[str, tuple[str, ...]] = {
@@ -25,11 +40,22 @@ MANIFEST: dict[str, tuple[str, ...]] = {
 }
 """Each rule program (one e-graph) and the rule files it loads, in load order."""
 
+MAX_ITERATIONS = 10_000
+MAX_SECONDS = 60.0
+"""Bounds of one saturation: rules that derive without end stop here with an error."""
+
 _SPAN = re.compile(r"In (\d+):(\d+)-[\d:]* of .+?: ")
+_FORBIDDEN = {"RunSchedule": "run", "Include": "include", "Input": "input", "Output": "output"}
+"""Commands a rule file may not hold: Raptor runs the rules and does the I/O."""
 
 
 class RuleError(Exception):
-    """A rule file is missing, does not parse or type-check, or made egglog panic."""
+    """A rule file is missing, does not parse or type-check, does not match the schema,
+    made egglog panic, or does not saturate."""
+
+
+def shipped_rules_dir() -> Path:
+    return Path(str(files("raptor").joinpath("rules")))
 
 
 def resolve_rules_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -39,7 +65,7 @@ def resolve_rules_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     env = os.environ.get(RULES_ENV)
     if env:
         return Path(env)
-    return Path(str(files("raptor").joinpath("rules")))
+    return shipped_rules_dir()
 
 
 def _location(text: str, offset: int) -> tuple[int, int]:
@@ -48,12 +74,12 @@ def _location(text: str, offset: int) -> tuple[int, int]:
 
 
 def _format_error(exc: BaseException, path: str, text: str, offset: int | None) -> RuleError:
-    """Turn an egglog error or panic into `file:line:col: error: message`."""
+    """Turn an egglog error or panic into one line `file:line:col: error: message`."""
     message = str(exc).strip()
     match = _SPAN.search(message)
     if match:
         where = f"{path}:{match.group(1)}:{match.group(2)}"
-        detail = message[match.end() :].split("\n", 1)
+        detail = message[match.end():].split("\n", 1)
         message = detail[1].strip() if len(detail) == 2 else detail[0].strip()
     elif offset is not None:
         line, col = _location(text, offset)
@@ -61,54 +87,28 @@ def _format_error(exc: BaseException, path: str, text: str, offset: int | None) 
     else:
         where = path
     if message.startswith("Panic: "):
-        message = message[len("Panic: ") :]
+        message = message[len("Panic: "):]
+    message = " ".join(message.split()) or "no message"
     kind = "egglog panic" if type(exc).__name__ == "PanicException" else "error"
     return RuleError(f"{where}: {kind}: {message}")
 
 
-@dataclass
-class RuleProgram:
-    """An e-graph with rule files loaded; facts and schedules run on top of it."""
-
-    egraph: bindings.EGraph
-    files: tuple[Path, ...]
-    fired: dict[str, int] = field(default_factory=dict)
-
-    def run(self, text: str, source: str = "<raptor>") -> list[object]:
-        """Parse and run egglog commands; errors become `RuleError`."""
-        return run_text(self.egraph, text, source)
-
-    def run_schedule(self, schedule: str = "(saturate (run))") -> dict[str, int]:
-        """Run a schedule; return and accumulate the matches per rule `:name`."""
-        outputs = self.run(f"(run-schedule {schedule})", "<schedule>")
-        counts: dict[str, int] = {}
-        for out in outputs:
-            if isinstance(out, bindings.RunScheduleOutput):
-                for name, n in out.report.num_matches_per_rule.items():
-                    counts[name] = counts.get(name, 0) + n
-        for name, n in counts.items():
-            self.fired[name] = self.fired.get(name, 0) + n
-        return counts
-
-
-def run_text(egraph: bindings.EGraph, text: str, source: str) -> list[object]:
-    """Parse `text` (named `source` in spans) and run it command by command."""
+@contextmanager
+def _rust_stderr_silenced() -> Iterator[None]:
+    """egglog's panic hook writes `thread ... panicked at` (and a backtrace) to file
+    descriptor 2 before Python sees the exception; keep it off the user's terminal."""
     try:
-        commands = egraph.parse_program(text, filename=source)
-    except BaseException as exc:  # PanicException is a BaseException
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            raise
-        raise _format_error(exc, source, text, None) from None
-    outputs: list[object] = []
-    for command in commands:
-        _check_named(command, source, text)
+        saved = os.dup(2)
+    except OSError:  # no stderr to protect
+        yield
+        return
+    with open(os.devnull, "wb") as null:
+        os.dup2(null.fileno(), 2)
         try:
-            outputs.extend(egraph.run_program(command))
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                raise
-            raise _format_error(exc, source, text, _span_start(command)) from None
-    return outputs
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _span_start(command: object) -> int | None:
@@ -118,10 +118,158 @@ def _span_start(command: object) -> int | None:
     return getattr(span, "i", None)
 
 
-def _check_named(command: object, source: str, text: str) -> None:
+def _check_command(command: object, source: str, text: str) -> None:
+    """Rules must be named (the report counts them by name); a rule file must not run
+    schedules or touch files."""
+    name = type(command).__name__
+    word = _FORBIDDEN.get(name) or ("run-schedule" if name == "UserDefined" and
+                                    getattr(command, "name", "") == "run-schedule" else None)
+    start = _span_start(command)
+    where = source if start is None else "{}:{}:{}".format(source, *_location(text, start))
     if isinstance(command, bindings.RuleCommand) and not command.rule.name:
-        line, col = _location(text, _span_start(command) or 0)
-        raise RuleError(f"{source}:{line}:{col}: error: rule has no :name")
+        raise RuleError(f"{where}: error: rule has no :name")
+    if word is not None:
+        raise RuleError(f"{where}: error: a rule file declares relations and rules; Raptor "
+                        f"runs them and reads the facts (remove this `{word}`)")
+
+
+def _egglog(call: Callable[[], T], source: str, text: str = "", offset: int | None = None
+            ) -> T:
+    """Run one egglog call with its errors (and panics: a BaseException) as `RuleError`."""
+    with _rust_stderr_silenced():
+        try:
+            return call()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:
+            raise _format_error(exc, source, text, offset) from None
+
+
+def run_text(egraph: bindings.EGraph, text: str, source: str, user: bool = False
+             ) -> list[object]:
+    """Parse `text` (named `source` in spans) and run it command by command; `user` text
+    (a rule file) is also checked by `_check_command`."""
+    outputs: list[object] = []
+    for command in _egglog(lambda: egraph.parse_program(text, filename=source), source, text):
+        if user:
+            _check_command(command, source, text)
+        outputs += _egglog(partial(egraph.run_program, command), source, text,
+                           _span_start(command))
+    return outputs
+
+
+@dataclass
+class RuleProgram:
+    """An e-graph with rule files loaded; facts and schedules run on top of it."""
+
+    egraph: bindings.EGraph
+    files: tuple[Path, ...]
+    fired: dict[str, int] = field(default_factory=dict)
+    frozen: dict[str, Any] | None = None
+    constants: dict[str, dict[object, str]] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        return ", ".join(map(str, self.files)) or "<rules>"
+
+    def run(self, text: str, source: str = "<raptor>") -> list[object]:
+        """Parse and run egglog commands; errors become `RuleError`."""
+        return run_text(self.egraph, text, source)
+
+    def run_schedule(self, max_iterations: int | None = None,
+                     max_seconds: float | None = None) -> dict[str, int]:
+        """Run the default ruleset to saturation, one iteration at a time so that rules
+        deriving without end stop at the bounds (default `MAX_ITERATIONS`, `MAX_SECONDS`);
+        return and accumulate the matches per rule `:name`."""
+        max_iterations = MAX_ITERATIONS if max_iterations is None else max_iterations
+        max_seconds = MAX_SECONDS if max_seconds is None else max_seconds
+        step = self.egraph.parse_program("(run-schedule (run))", filename="<schedule>")
+        counts: dict[str, int] = {}
+        start = time.perf_counter()
+        last: dict[str, int] = {}
+        for _ in range(max_iterations):
+            updated = False
+            for out in _egglog(lambda: self.egraph.run_program(*step), self.where):
+                if isinstance(out, bindings.RunScheduleOutput) and out.report.updated:
+                    updated = True
+                    last = dict(out.report.num_matches_per_rule)
+                    for name, n in last.items():
+                        counts[name] = counts.get(name, 0) + n
+            if not updated:  # like egglog's saturate, the last (idle) iteration is not counted
+                break
+            if time.perf_counter() - start > max_seconds:
+                raise self._unsaturated(f"{max_seconds:g} s", last)
+        else:
+            raise self._unsaturated(f"{max_iterations} iterations", last)
+        for name, n in counts.items():
+            self.fired[name] = self.fired.get(name, 0) + n
+        return counts
+
+    def _unsaturated(self, bound: str, last: dict[str, int]) -> RuleError:
+        busy = sorted((n, r) for r, n in last.items() if n)[-3:]
+        rules = ", ".join(f"'{r}' ({n} matches)" for n, r in reversed(busy)) or "?"
+        return RuleError(f"{self.where}: error: the rules did not saturate within {bound}; "
+                         f"still firing in the last iteration: {rules} (a rule that derives "
+                         "new facts without end?)")
+
+    def load_facts(self, schema: Schema, rows: Mapping[str, Sequence[tuple[Any, ...]]]
+                   ) -> None:
+        """Bulk-load the facts of `schema` (`(input rel "file.tsv")`, one row per line in
+        the declared column order); relations without rows load empty."""
+        with tempfile.TemporaryDirectory(prefix=f"raptor-{schema.program}-") as tmp:
+            commands = []
+            for rel in schema.facts:
+                path = Path(tmp) / f"{rel.name}.tsv"
+                lines = ["\t".join(map(str, row)) + "\n" for row in rows.get(rel.name, ())]
+                if any(line.count("\t") != len(rel.columns) - 1 for line in lines):
+                    raise ValueError(f"a {rel.name} fact does not have the columns "
+                                     f"{rel.columns} (or holds a tab)")
+                path.write_text("".join(lines), encoding="utf-8")
+                commands.append(f'(input {rel.name} "{path.as_posix()}")')
+            self.run("\n".join(commands), f"<{schema.program} facts>")
+
+    def rows(self, rel: Relation) -> list[tuple[Any, ...]]:
+        """The rows of `rel` (after `run_schedule`), decoded by its sorts: `i64` to int,
+        `String` to str, a nullary constructor (`Layout`'s `DenseNCHW`, ...) to its name,
+        any other datatype value kept as an opaque key."""
+        if self.frozen is None:
+            self.frozen = self.egraph.freeze().functions
+            for name, f in self.frozen.items():
+                if not f.input_sorts and f.rows and not f.is_let_binding \
+                        and f.output_sort not in ("i64", "String"):
+                    self.constants.setdefault(f.output_sort, {})[f.rows[0].output] = name
+        decode = {"i64": self.egraph.value_to_i64, "String": self.egraph.value_to_string}
+        fns = [decode.get(s) or partial(_named, self.constants.get(s, {})) for s in rel.sorts]
+        table = self.frozen.get(rel.name)
+        out = []
+        for row in table.rows if table is not None else ():
+            cells = row.inputs if rel.output is None else [*row.inputs, row.output]
+            out.append(tuple(f(c) for f, c in zip(fns, cells, strict=True)))
+        return out
+
+
+def _named(names: dict[object, str], value: object) -> object:
+    return names.get(value, value)
+
+
+def check_schema(program: RuleProgram, schema: Schema) -> None:
+    """Every relation the schema writes or reads is declared by the rule files with the
+    same sorts (and, for a function, the same output sort)."""
+    frozen = _egglog(lambda: program.egraph.freeze().functions, program.where)
+    for role, rels in (("writes", schema.facts), ("reads", schema.reads)):
+        for rel in rels:
+            fn = frozen.get(rel.name)
+            inputs = rel.sorts if rel.output is None else rel.sorts[:-1]
+            relation = fn is not None and fn.output_sort.startswith("@")
+            if fn is None or list(fn.input_sorts) != list(inputs) or \
+                    (rel.output is None) != relation or \
+                    (rel.output is not None and fn.output_sort != rel.output):
+                got = "is not declared" if fn is None else \
+                    f"is declared with sorts ({' '.join(fn.input_sorts)})" + \
+                    ("" if relation else f" -> {fn.output_sort}")
+                raise RuleError(f"{program.where}: error: {rel.name}, which Raptor {role}, "
+                                f"{got}; expected {rel.spelling()} (columns: "
+                                f"{', '.join(rel.columns)})")
 
 
 def load_files(paths: Iterable[Path]) -> RuleProgram:
@@ -130,41 +278,22 @@ def load_files(paths: Iterable[Path]) -> RuleProgram:
     loaded = tuple(paths)
     for path in loaded:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_bytes().decode("utf-8")
         except OSError as exc:
             raise RuleError(f"{path}: error: cannot read rule file: {exc.strerror}") from None
-        run_text(egraph, text, str(path))
+        except UnicodeDecodeError as exc:
+            line, col = _location(exc.object.decode("utf-8", "replace"), exc.start)
+            raise RuleError(f"{path}:{line}:{col}: error: not UTF-8 text") from None
+        run_text(egraph, text, str(path), user=True)
     return RuleProgram(egraph, loaded)
 
 
 def load_program(name: str, rules_dir: str | os.PathLike[str] | None = None) -> RuleProgram:
-    """Load the rule program `name` of `MANIFEST` from the resolved rules directory."""
+    """Load the rule program `name` of `MANIFEST` from the resolved rules directory and
+    check it against its schema."""
     directory = resolve_rules_dir(rules_dir)
     if name not in MANIFEST:
         raise RuleError(f"unknown rule program {name!r} (known: {', '.join(MANIFEST)})")
-    return load_files(directory / f for f in MANIFEST[name])
-
-
-def check_rules(rules_dir: str | os.PathLike[str] | None = None) -> list[str]:
-    """Parse and type-check every `.egg` file of a rules directory; return the errors.
-
-    Files of one `MANIFEST` program are loaded together in order (absent ones are skipped);
-    any other `.egg` file is checked on its own. Each failing program reports its first error
-    as `file:line:col: error: message`.
-    """
-    directory = resolve_rules_dir(rules_dir)
-    if not directory.is_dir():
-        return [f"{directory}: error: not a rules directory"]
-    present = {p.name for p in directory.glob("*.egg")}
-    groups = [[f for f in names if f in present] for names in MANIFEST.values()]
-    listed = {f for names in MANIFEST.values() for f in names}
-    groups += [[f] for f in sorted(present - listed)]
-    errors: list[str] = []
-    for group in groups:
-        if not group:
-            continue
-        try:
-            load_files(directory / f for f in group)
-        except RuleError as exc:
-            errors.append(str(exc))
-    return errors
+    program = load_files(directory / f for f in MANIFEST[name])
+    check_schema(program, SCHEMAS[name])
+    return program

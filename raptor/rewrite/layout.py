@@ -1,23 +1,20 @@
 """Layout planning bridge: plan graph → egglog facts → `rules/layout.egg` → derived tables.
 
-The plan graph is IR-independent (`LayoutPlan`). Facts are bulk-loaded with egglog's
-`(input relation "file.tsv")`; the rule file decides which alternatives exist, what they
-cost and what a materialization costs. This module only encodes and decodes.
+The plan graph is IR-independent (`LayoutPlan`). Facts and tables follow `schema.LAYOUT`;
+the rule file decides which alternatives exist, what they cost and what a materialization
+costs. This module only encodes and decodes.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from egglog import bindings
-
-from raptor.rewrite.eggfile import RuleError, RuleProgram, load_program
+from raptor.rewrite.eggfile import RuleError, load_program
+from raptor.rewrite.schema import LAYOUT
 
 DENSE = "DenseNCHW"
 ROW_STRIP = "NHWCRowStrip"
@@ -108,14 +105,11 @@ def _validate(plans: Sequence[LayoutPlan]) -> dict[int, LayoutPlan]:
     return by_id
 
 
-def _write_tsv(path: Path, rows: Iterable[tuple[object, ...]]) -> None:
-    path.write_text("".join("\t".join(map(str, row)) + "\n" for row in rows), encoding="utf-8")
-
-
-def _load_facts(
-    program: RuleProgram, plans: dict[int, LayoutPlan]
-) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[int, int]]]:
-    """Bulk-load the plan graph; return operand value ids and external values."""
+def _facts(plans: dict[int, LayoutPlan]
+           ) -> tuple[dict[str, list[tuple[object, ...]]], dict[int, tuple[int, ...]],
+                      dict[int, tuple[int, int]]]:
+    """The plan graph as `schema.LAYOUT` facts, the operand value ids per plan and the
+    external values (a `None` operand gets a value id above every plan id)."""
     next_id = max(plans, default=-1) + 1
     operand_values: dict[int, tuple[int, ...]] = {}
     externals: dict[int, tuple[int, int]] = {}
@@ -127,46 +121,14 @@ def _load_facts(
                 producer, next_id = next_id, next_id + 1
             values.append(producer)
         operand_values[plan.id] = tuple(values)
-    tables: dict[str, list[tuple[object, ...]]] = {
+    rows: dict[str, list[tuple[object, ...]]] = {
         "PlanKind": [(p.id, p.kind) for p in plans.values()],
         "Operand": [(c, i, v) for c, vals in operand_values.items() for i, v in enumerate(vals)],
         "Gate": [(p.id, g) for p in plans.values() for g, ok in sorted(p.gates.items()) if ok],
         "External": [(v,) for v in externals],
         "FunctionResult": [(p.id,) for p in plans.values() if p.is_output],
     }
-    with tempfile.TemporaryDirectory(prefix="raptor-layout-") as tmp:
-        commands = []
-        for name, rows in tables.items():
-            path = Path(tmp) / f"{name}.tsv"
-            _write_tsv(path, rows)
-            commands.append(f'(input {name} "{path.as_posix()}")')
-        program.run("\n".join(commands), "<layout facts>")
-    return operand_values, externals
-
-
-class _Decoder:
-    """Reads rows of a frozen e-graph as Python values."""
-
-    def __init__(self, egraph: bindings.EGraph) -> None:
-        self.egraph = egraph
-        self.frozen = egraph.freeze().functions
-        self.layouts = {
-            fn.rows[0].output: name
-            for name, fn in self.frozen.items()
-            if fn.output_sort == "Layout" and not fn.input_sorts and fn.rows
-        }
-
-    def rows(self, table: str, sorts: str) -> list[tuple[int | str, ...]]:
-        """Rows of `table` (inputs, then output), decoded per letter: `i` i64, `L` Layout."""
-        out: list[tuple[int | str, ...]] = []
-        for row in self.frozen[table].rows:
-            cells = [*row.inputs, row.output]
-            decoded: list[int | str] = []
-            for sort, cell in zip(sorts, cells, strict=False):
-                value = self.egraph.value_to_i64(cell) if sort == "i" else self.layouts[cell]
-                decoded.append(value)
-            out.append(tuple(decoded))
-        return out
+    return rows, operand_values, externals
 
 
 def derive_layout_tables(
@@ -176,18 +138,19 @@ def derive_layout_tables(
     by_id = _validate(plans)
     start = time.perf_counter()
     program = load_program("layout", rules_dir)
-    operand_values, externals = _load_facts(program, by_id)
+    rows, operand_values, externals = _facts(by_id)
+    program.load_facts(LAYOUT, rows)
     program.run_schedule()
-    decoder = _Decoder(program.egraph)
+    read = {rel.name: rel for rel in LAYOUT.reads}
 
     alt_rows: dict[tuple[int, int], tuple[str, int]] = {}
-    for p, a, result, cost in decoder.rows("Alt", "iiLi"):
+    for p, a, result, cost in program.rows(read["Alt"]):
         alt = (int(p), int(a))
         if alt in alt_rows and alt_rows[alt] != (result, cost):
             raise RuleError(f"layout rules define plan {p} alternative {a} twice")
         alt_rows[alt] = (str(result), int(cost))
     operand_layouts: dict[tuple[int, int, int], str] = {}
-    for p, a, i, layout in decoder.rows("AltOperand", "iiiL"):
+    for p, a, i, layout in program.rows(read["AltOperand"]):
         slot = (int(p), int(a), int(i))
         if slot in operand_layouts:
             raise RuleError(f"layout rules give plan {p} alternative {a} operand {i} two layouts")
@@ -205,16 +168,16 @@ def derive_layout_tables(
         if not alts:
             raise RuleError(f"layout rules give plan {p} ({by_id[p].kind}) no alternative")
 
-    fixed = {int(v): str(layout) for v, layout in decoder.rows("FixedLayout", "iL")}
+    fixed = {int(v): str(layout) for v, layout in program.rows(read["FixedLayout"])}
     missing = sorted(set(externals) - set(fixed))
     if missing:
         raise RuleError(f"layout rules give external value {missing[0]} no FixedLayout")
     returns: dict[int, set[str]] = {}
-    for v, layout in decoder.rows("ReturnLayout", "iL"):
+    for v, layout in program.rows(read["ReturnLayout"]):
         returns.setdefault(int(v), set()).add(str(layout))
     mat = {
         (int(v), str(src), str(dst)): int(cost)
-        for v, src, dst, cost in decoder.rows("MatCost", "iLLi")
+        for v, src, dst, cost in program.rows(read["MatCost"])
     }
     return LayoutTables(
         plans=by_id,

@@ -5,9 +5,10 @@ Three selectors choose one alternative per plan:
 * `exact`: CP-SAT, minimal intrinsic + materialization cost. A materialization is one
   `spat.materialize_layout` per (value, target layout), shared by every consumer that needs
   the value in that layout; function results must have their `ReturnLayout`.
-* `iterative`: the spec's local search (start at alternative 0, strictly cheaper replaces,
-  ties keep, alternating forward/reverse rounds, at most 2 × plans + 1 rounds). A candidate
-  is scored by its intrinsic cost plus the materializations of its operands and its result.
+* `iterative`: the local search of docs/spec/004_0e4acb9797449932.txt (start at
+  alternative 0, strictly cheaper replaces, ties keep, alternating forward/reverse rounds, at
+  most 2 × plans + 1 rounds). A candidate is scored by its intrinsic cost plus the
+  materializations of its operands and its result.
 * `disabled`: alternative 0 everywhere (`--disable-spatial-planning`); materializations
   are still computed.
 """
@@ -273,7 +274,7 @@ class _LocalSearch:
 
 
 def select_iterative(tables: LayoutTables) -> LayoutSelection:
-    """The spec's local search; LayoutError if it does not converge."""
+    """The local search of docs/spec/004; LayoutError if it does not converge."""
     start = time.perf_counter()
     search = _LocalSearch(tables)
     order = list(tables.plans)

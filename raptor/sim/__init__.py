@@ -1,4 +1,5 @@
-"""Discrete-event simulator of scheduled IR on a crossbar PIM many-core chip (ARCHITECTURE §8).
+"""Discrete-event simulator of scheduled IR on a crossbar PIM many-core chip
+(docs/spec/ARCHITECTURE.md §8).
 
 `simulate` runs every core's program with the target's costs (the same table the scheduler
 estimates with), moves messages over the XY mesh, serves shared memory, computes the real

@@ -5,7 +5,8 @@ layer differ only in which fragments they read. `signature` reduces a body to wh
 execution depends on (op classes, attributes, types, and operands as positions: body
 arguments and results numbered in order, values from outside numbered by first use), and
 `Templates` compiles each signature once into closures over the slots of a list (slice
-tuples, shapes and numpy functions resolved ahead). An instance only binds the values it
+tuples, shapes and numpy functions resolved ahead), one per body op, made by the maker
+registered for its op class in `KERNELS`. An instance only binds the values it
 reads and defines and, for a `pim.load` of a function input, the region it reads.
 Compiling every instance cost more than the numpy work on small tiles; sharing makes
 compilation proportional to the distinct bodies. (Generating Python source per template
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -28,8 +29,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from raptor.ir.core import Affine, Operation, Value
-from raptor.ir.interpreter import eval_op, slices
+from raptor.ir.interpreter import SEMANTICS, eval_op, slices
 from raptor.ir.ops import (
+    BINARY,
     BinaryOp,
     ConcatOp,
     EmptyOp,
@@ -39,10 +41,8 @@ from raptor.ir.ops import (
     LoadOp,
     MaterializeLayoutOp,
     MvmOp,
-    OneResult,
     PadOp,
     ParallelInsertSliceOp,
-    ReduceOp,
     ReshapeOp,
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
@@ -57,27 +57,7 @@ from raptor.sim.errors import SimError
 Env = dict[Value, Any]
 """One core's values: numpy arrays."""
 Kernel = Callable[[Env], None]
-Reads = tuple[Value, ...]
-BodyFn = Callable[[Env, Reads, Reads, tuple[Any, ...]], None]
-"""`fn(env, reads, defines, params)`: read the instance's inputs and outside values from
-the core's env (load buffers excepted), run the body, write the instance's results.
-`params` holds, per body `pim.load`, the input array and the slice tuple it reads."""
 
-GENERIC_OPS = (UnaryOp, ReduceOp, TransposeOp, ConcatOp, PadOp, MaterializeLayoutOp, BinaryOp,
-               MvmOp)
-"""Ops `eval_op` runs when they have no fast form below."""
-
-_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    "vadd": np.add, "vsub": np.subtract, "vmul": np.multiply, "vdiv": np.divide,
-    "vmax": np.maximum, "vmin": np.minimum,
-}
-_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "relu": lambda x: np.maximum(x, np.float32(0)), "tanh": np.tanh, "exp": np.exp,
-    "neg": np.negative,
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "silu": lambda x: x * (1.0 / (1.0 + np.exp(-x))),
-}
-"""float32 unary ops computed exactly as `eval_op` computes them."""
 _F32 = np.dtype(np.float32)
 
 
@@ -138,12 +118,10 @@ def const_slices(offsets: tuple[int, ...], sizes: tuple[int, ...], strides: tupl
 
 
 # ---- signatures ----------------------------------------------------------------------
-def _attr_getter(cls: type) -> Callable[[Operation], object]:
+def _attr_getter(cls: type[Operation]) -> Callable[[Operation], object]:
     """What distinguishes two ops of `cls` beyond operands, results and offsets (which
-    `signature` encodes itself): every other dataclass field, made hashable."""
-    names = [f.name for f in fields(cls)
-             if "Value" not in str(f.type) and "Block" not in str(f.type)
-             and f.name != "offsets"]
+    `signature` encodes itself): every declared attribute, made hashable."""
+    names = [n for n in cls.DEF.attributes if n != "offsets"]
     if "attrs" in names:  # UnaryOp's attribute dict
         rest = [n for n in names if n != "attrs"]
 
@@ -168,9 +146,10 @@ class _Spec(NamedTuple):
 _SPECS: dict[type, _Spec] = {}
 
 
-def _spec(cls: type) -> _Spec:
-    spec = _SPECS[cls] = _Spec(_attr_getter(cls), cls is not LoadOp and any(
-        f.name == "offsets" for f in fields(cls)), issubclass(cls, OneResult))
+def _spec(cls: type[Operation]) -> _Spec:
+    d = cls.DEF
+    spec = _SPECS[cls] = _Spec(_attr_getter(cls), cls is not LoadOp and "offsets" in d.kinds,
+                               d.single_result == "result")
     return spec
 
 
@@ -459,56 +438,90 @@ class _Builder:
         return [(_ALL, *const_slices(tuple(a.evaluate({lane: i}) for a in offs), sizes,
                                      strides)) for i in range(self.lanes)]
 
+    @property
+    def lane(self) -> int:
+        """The slot of the batch lane (-1 outside a scheduled batch)."""
+        return self.slot[self.args[0]] if self.batch else -1
+
     def step(self, op: Operation, in_place: bool) -> Step:
-        """The closure executing `op` for every instance of a group."""
-        lane = self.slot[self.args[0]] if self.batch else -1
-        get = self.stacked
-        if isinstance(op, ExtractSliceOp):
-            return _extract(get(op.source), self.region(op), lane, self.define(op.result),
-                            info(op.result).shape)
-        if isinstance(op, InsertSliceOp):
-            return _insert(get(op.source), get(op.dest), self.region(op), lane,
-                           self.define(op.result), tuple(op.sizes), in_place)
-        if isinstance(op, ParallelInsertSliceOp):
-            return _publish(get(op.source), get(op.dest), self.region(op), lane,
-                            tuple(op.sizes))
-        if isinstance(op, ReshapeOp):
-            return _reshape(get(op.source), self.define(op.result), info(op.result).shape)
-        if isinstance(op, EmptyOp):
-            t = info(op.result)
-            return _empty(self.define(op.result), t.shape, t.dtype)
-        if isinstance(op, MaterializeLayoutOp):
-            return _alias(get(op.source), self.define(op.result))
-        if isinstance(op, LaneResultOp):
-            return _lane_result(get(op.source), self.define(op.result), op.lane)
-        if isinstance(op, TransposeOp):
-            return _transpose(get(op.source), self.define(op.result), tuple(op.perm))
-        if isinstance(op, ConcatOp):
-            rank = len(info(op.result).shape)
-            return _concat(tuple(get(v) for v in op.sources), self.define(op.result),
-                           op.dim % rank + 1 if rank else 1)
-        if isinstance(op, MvmOp) and info(op.weight).dtype == _F32 \
-                and info(op.vector).dtype == _F32 and len(info(op.weight).shape) == 2:
-            w = self.slot[op.weight]
-            return _mvm(get(op.vector), w, w not in self.flat, len(info(op.vector).shape),
-                        self.define(op.result))
-        if isinstance(op, BinaryOp) and _fast_binary(op):
-            rank = len(info(op.result).shape)
-            return _binary(_BINARY[op.op], get(op.lhs), _expand(info(op.lhs).shape, rank),
-                           get(op.rhs), _expand(info(op.rhs).shape, rank),
-                           self.define(op.result))
-        if isinstance(op, UnaryOp) and op.op in _UNARY and info(op.result).dtype == _F32 \
-                and info(op.source).dtype == _F32:
-            return _unary(_UNARY[op.op], get(op.source), self.define(op.result))
-        if isinstance(op, PadOp) and _fast_pad(op):
-            inner = (_ALL, *(slice(a, a + d) for a, d
-                             in zip(op.low, info(op.source).shape, strict=True)))
-            return _pad(get(op.source), self.define(op.result), info(op.result).shape, inner,
-                        op.value)
-        if isinstance(op, GENERIC_OPS):
-            srcs = tuple(get(v) for v in op.operands())
+        """The closure executing `op` for every instance of a group: the op's registered
+        maker, else `eval_op` instance by instance."""
+        make = KERNELS.get(op.__class__)
+        made = make(self, op, in_place) if make is not None else None
+        if made is not None:
+            return made
+        if op.__class__ in SEMANTICS and len(op.results()) == 1:
+            srcs = tuple(self.stacked(v) for v in op.operands())
             return _generic(op, srcs, self.define(op.results()[0]))
-        raise KernelError(f"{op.NAME} cannot execute here")
+        raise KernelError(f"{op.name} cannot execute here")
+
+
+Maker = Callable[[_Builder, Any, bool], Step | None]
+"""`make(builder, op, in_place)`: the step running `op` on stacked instances, or None for
+`eval_op` instance by instance (`in_place`: an insert may write into its destination)."""
+
+
+def _k_mvm(b: _Builder, op: MvmOp, _: bool) -> Step | None:
+    if not (info(op.weight).dtype == _F32 and info(op.vector).dtype == _F32
+            and len(info(op.weight).shape) == 2):
+        return None
+    w = b.slot[op.weight]
+    return _mvm(b.stacked(op.vector), w, w not in b.flat, len(info(op.vector).shape),
+                b.define(op.result))
+
+
+def _k_binary(b: _Builder, op: BinaryOp, _: bool) -> Step | None:
+    if not _fast_binary(op):
+        return None
+    rank = len(info(op.result).shape)
+    return _binary(BINARY[op.op], b.stacked(op.lhs), _expand(info(op.lhs).shape, rank),
+                   b.stacked(op.rhs), _expand(info(op.rhs).shape, rank), b.define(op.result))
+
+
+def _k_unary(b: _Builder, op: UnaryOp, _: bool) -> Step | None:
+    """Elementwise kinds on float32 run on the stacked instances (`Elementwise.stacked`)."""
+    spec = op.spec
+    if not (spec.stacked and info(op.result).dtype == _F32 and info(op.source).dtype == _F32):
+        return None
+    nums, fn = op.numbers(), spec.fn
+    return _unary((lambda x: fn(x, **nums)) if nums else fn, b.stacked(op.source),
+                  b.define(op.result))
+
+
+def _k_pad(b: _Builder, op: PadOp, _: bool) -> Step | None:
+    if not _fast_pad(op):
+        return None
+    inner = (_ALL, *(slice(a, a + d) for a, d in zip(op.low, info(op.source).shape, strict=True)))
+    return _pad(b.stacked(op.source), b.define(op.result), info(op.result).shape, inner,
+                op.value)
+
+
+def _k_concat(b: _Builder, op: ConcatOp, _: bool) -> Step:
+    rank = len(info(op.result).shape)
+    return _concat(tuple(b.stacked(v) for v in op.sources), b.define(op.result),
+                   op.dim % rank + 1 if rank else 1)
+
+
+KERNELS: dict[type[Operation], Maker] = {
+    ExtractSliceOp: lambda b, op, _: _extract(b.stacked(op.source), b.region(op), b.lane,
+                                              b.define(op.result), info(op.result).shape),
+    InsertSliceOp: lambda b, op, in_place: _insert(b.stacked(op.source), b.stacked(op.dest),
+                                                   b.region(op), b.lane, b.define(op.result),
+                                                   tuple(op.sizes), in_place),
+    ParallelInsertSliceOp: lambda b, op, _: _publish(b.stacked(op.source), b.stacked(op.dest),
+                                                     b.region(op), b.lane, tuple(op.sizes)),
+    ReshapeOp: lambda b, op, _: _reshape(b.stacked(op.source), b.define(op.result),
+                                         info(op.result).shape),
+    EmptyOp: lambda b, op, _: _empty(b.define(op.result), info(op.result).shape,
+                                     info(op.result).dtype),
+    MaterializeLayoutOp: lambda b, op, _: _alias(b.stacked(op.source), b.define(op.result)),
+    LaneResultOp: lambda b, op, _: _lane_result(b.stacked(op.source), b.define(op.result),
+                                                op.lane),
+    TransposeOp: lambda b, op, _: _transpose(b.stacked(op.source), b.define(op.result),
+                                             tuple(op.perm)),
+    ConcatOp: _k_concat, MvmOp: _k_mvm, BinaryOp: _k_binary, UnaryOp: _k_unary, PadOp: _k_pad,
+}
+"""Op class → the maker of its step (ops absent here run through `eval_op`)."""
 
 
 def _fast_binary(op: BinaryOp) -> bool:

@@ -93,13 +93,7 @@ class Instr:
 
     @property
     def name(self) -> str:
-        return op_name(self.op)
-
-
-def op_name(op: Operation) -> str:
-    """The printed spelling (`pim.relu`, not the class-level `pim.unary`)."""
-    kind = getattr(op, "op", None)
-    return f"pim.{kind}" if isinstance(kind, str) and op.NAME.startswith("pim.") else op.NAME
+        return self.op.name
 
 
 @dataclass(eq=False)
@@ -140,6 +134,12 @@ class Program:
         """The returned buffers' final contents (copies)."""
         return [np.array(self.shared[v] if v in self.shared else self.weights[v])
                 for v in self.outputs]
+
+
+def op_name(op: Operation) -> str:
+    """The printed spelling (`pim.relu`, not the family's `pim.unary`): `Operation.name`,
+    under the name the trace labels import."""
+    return op.name
 
 
 def value_name(v: Value) -> str:
@@ -362,7 +362,7 @@ class _CoreCompiler:
         shared = self.ctx.shared
         for v in uses:
             if v in shared and v not in load_bufs and not isinstance(op, LoadOp | StoreOp):
-                raise self.fail(op, f"{op_name(op)} uses shared buffer {value_name(v)} "
+                raise self.fail(op, f"{op.name} uses shared buffer {value_name(v)} "
                                 "directly; read it with pim.load")
         received = self.received
         return tuple(v for v in uses if v in received)
@@ -475,7 +475,7 @@ class _CoreCompiler:
             reads = tuple(v for i, v in enumerate(reads) if i not in tpl.load_reads)
         waits = self.waits(op, reads, load_bufs)
         label = f"{op.NAME} lanes({op.lanes})" if isinstance(op, ScheduledComputeBatchOp) \
-            else op_name(op)
+            else op.name
         return Instr(COMPUTE, op, label, self.core, cost=tpl.cost, waits=waits,
                      body_ops=body_ops, template=tpl, reads=reads, defines=defines,
                      params=tuple(params))

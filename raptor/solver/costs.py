@@ -4,41 +4,11 @@ with contention off the simulated latency equals the estimate."""
 
 from __future__ import annotations
 
-from raptor.ir.core import Block, Operation, Value
-from raptor.ir.ops import (
-    BinaryOp,
-    ConcatOp,
-    ExtractSliceOp,
-    InsertSliceOp,
-    LoadOp,
-    MaterializeLayoutOp,
-    MvmOp,
-    PadOp,
-    ReduceOp,
-    StoreOp,
-    TransposeOp,
-    UnaryOp,
-)
-from raptor.ir.types import TensorType
+from collections.abc import Callable
+
+from raptor.ir.core import Block, Operation
+from raptor.ir.ops import MvmOp
 from raptor.target import Target
-
-UNARY_PASSES = {"softmax": 4, "silu": 2, "hard_swish": 2, "prelu": 3}
-"""Vector passes of the composite activations (others take one pass per element)."""
-
-
-def _t(v: Value) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t
-
-
-def mvm_count(op: MvmOp) -> int:
-    """One crossbar MVM per input vector (row) of the operand."""
-    shape = _t(op.vector).static_shape
-    n = 1
-    for d in shape[:-1]:
-        n *= d
-    return n
 
 
 def shared_read_ns(target: Target, nbytes: int) -> int:
@@ -52,29 +22,20 @@ def shared_write_ns(target: Target, nbytes: int) -> int:
     return target.ns(accesses * target.shared_write_cycles)
 
 
+_NS: dict[str, Callable[[Target, int], int]] = {
+    "mvm": lambda t, n: n * t.mvm_ns(),
+    "vector": lambda t, n: t.vector_ns(n),
+    "copy": lambda t, n: t.local_copy_ns(n),
+    "shared_read": shared_read_ns,
+    "shared_write": shared_write_ns,
+}
+"""`Work` kind → ns for its amount on a target."""
+
+
 def op_cost_ns(op: Operation, target: Target) -> int:
-    """Cost of one execution of a lane-body op (nested regions are not included)."""
-    if isinstance(op, MvmOp):
-        return mvm_count(op) * target.mvm_ns()
-    if isinstance(op, BinaryOp):
-        return target.vector_ns(_t(op.result).numel)
-    if isinstance(op, UnaryOp):
-        return UNARY_PASSES.get(op.op, 1) * target.vector_ns(_t(op.result).numel)
-    if isinstance(op, ReduceOp):
-        return target.vector_ns(_t(op.source).numel)
-    if isinstance(op, ExtractSliceOp | ConcatOp | PadOp | MaterializeLayoutOp):
-        return target.local_copy_ns(_t(op.results()[0]).nbytes)
-    if isinstance(op, InsertSliceOp):
-        return target.local_copy_ns(_t(op.source).nbytes)
-    if isinstance(op, TransposeOp):
-        # memory traffic plus strided vector work
-        t = _t(op.result)
-        return target.local_copy_ns(t.nbytes) + target.vector_ns(t.numel)
-    if isinstance(op, LoadOp):
-        return shared_read_ns(target, _t(op.result).nbytes)
-    if isinstance(op, StoreOp):
-        return shared_write_ns(target, _t(op.value).nbytes)
-    return 0  # reshape, empty, weights, yields, publications: runtime-free
+    """Cost of one execution of a lane-body op (nested regions are not included): what the
+    op declares it asks of the machine (`Operation.work`), priced for `target`."""
+    return sum(w.times * _NS[w.kind](target, w.amount) for w in op.work())
 
 
 def block_cost_ns(block: Block, target: Target) -> int:
@@ -83,4 +44,4 @@ def block_cost_ns(block: Block, target: Target) -> int:
 
 
 def block_mvms(block: Block) -> int:
-    return sum(mvm_count(op) for op in block.ops if isinstance(op, MvmOp))
+    return sum(op.count for op in block.ops if isinstance(op, MvmOp))

@@ -2,6 +2,7 @@
 
     report.json                 every figure (the table is rendered from it)
     scheduled.<solver>.spat     the scheduled IR (`raptor verify` / `raptor interpret` read it)
+    weights.npz                 the weights the scheduled IR names (`raptor interpret` finds it)
     gantt.<solver>.svg          the schedule's estimate, bars named by ONNX layer
     gantt.<solver>.simulated.svg  the simulated timeline, same layout
     noc.<solver>.svg            bytes per mesh link, busy / blocked share per core
@@ -27,7 +28,7 @@ from raptor.solver.gantt import gantt_svg
 from raptor.target import Target
 from raptor.ui.labels import legend, span_labels, task_layers
 
-FILES = ("report.json, scheduled.<solver>.spat, gantt.<solver>.svg (estimate)",
+FILES = ("report.json, scheduled.<solver>.spat, weights.npz, gantt.<solver>.svg (estimate)",
          "gantt.<solver>.simulated.svg, noc.<solver>.svg, trace.<solver>.json, "
          "outputs.<solver>.npz")
 """What the `wrote` line lists: always, and for simulated schedules."""
@@ -88,6 +89,8 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
         outs = {v.name: o for v, o in zip(solved.compiled.graph.outputs, run.sim.outputs,
                                          strict=True)}
         save_npz_atomic(d / f"outputs.{run.name}.npz", outs)
+    if solved.runs:  # the weights the scheduled IR names, for `raptor interpret`
+        save_npz_atomic(d / "weights.npz", solved.runs[0].scheduled.constants)
     rep["seconds"]["outputs"] = round(time.perf_counter() - t0, 4)
     write_text_atomic(d / "report.json", json.dumps(rep, indent=2) + "\n")
     simulated = any(r.sim is not None for r in solved.runs)

@@ -117,7 +117,7 @@ def test_golden_set_covers_every_textual_op() -> None:
         "pim.vadd", "pim.vsub", "pim.vmul", "pim.vdiv", "pim.vmax", "pim.vmin", "pim.relu",
         "pim.sigmoid", "pim.silu", "pim.tanh", "pim.exp", "pim.neg", "pim.hard_swish",
         "pim.leaky_relu", "pim.clip", "pim.hard_sigmoid", "pim.vscale", "pim.softmax",
-        "pim.vreduce_sum", "pim.vreduce_max", "spat.scheduled_compute",
+        "pim.vreduce_sum", "pim.vreduce_max", "pim.elu", "spat.scheduled_compute",
         "spat.scheduled_compute_batch", "spat.channel_send", "spat.channel_receive",
         "pim.alloc_shared", "pim.load", "pim.store", "pim.core", "pim.core_batch",
     }

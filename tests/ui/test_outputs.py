@@ -31,7 +31,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Solved, Path]:
     solved = solve(MODEL, load_target("default"), SolveOptions(solver="peft"))
     wrote = write_outputs(out, solved, report(solved))
     # the `wrote` line names exactly the files that are there
-    listed = re.findall(r"[\w.]+<solver>[\w.]+|report\.json", wrote)
+    listed = re.findall(r"[\w.]+<solver>[\w.]+|report\.json|weights\.npz", wrote)
     assert sorted(f.replace("<solver>", "peft") for f in listed) == \
         sorted(p.name for p in out.iterdir())
     return solved, out

@@ -1,0 +1,82 @@
+"""Lowering is a registry of one lowerer per plan kind; windows and malformed plans fail
+cleanly and in bounded time."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raptor.frontend.plan import KINDS, Plan, PlanGraph, PlanValue
+from raptor.passes.lower import LOWERERS, LoweringError, RowRun, Window, lower
+from raptor.target import Target
+
+
+def test_every_plan_kind_has_a_lowerer() -> None:
+    assert set(KINDS) <= set(LOWERERS)
+
+
+def brute_segments(w: Window) -> list[RowRun]:
+    """The definition: per output row, the kernel rows whose input row is inside."""
+    kh, sh, dh, top = w.kernel[0], w.stride[0], w.dilation[0], w.pads[0]
+    runs: list[RowRun] = []
+    for r in range(w.out[0]):
+        inside = [i for i in range(kh) if 0 <= r * sh - top + i * dh < w.h]
+        span = (inside[0], inside[-1] + 1) if inside else (0, 0)
+        if runs and runs[-1].hi == r and (runs[-1].first, runs[-1].end) == span:
+            runs[-1] = RowRun(runs[-1].lo, r + 1, *span)
+        else:
+            runs.append(RowRun(r, r + 1, *span))
+    return runs
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(h=st.integers(1, 12), kh=st.integers(1, 7), sh=st.integers(1, 4), dh=st.integers(1, 3),
+       top=st.integers(0, 6), out=st.integers(1, 12))
+def test_segments_match_the_definition(h: int, kh: int, sh: int, dh: int, top: int,
+                                       out: int) -> None:
+    w = Window(h, 4, (kh, 1), (sh, 1), (dh, 1), (top, 0), (out, 4))
+    assert w.segments() == brute_segments(w)
+
+
+def test_segments_of_a_huge_kernel_take_no_time() -> None:
+    t0 = time.perf_counter()
+    w = Window(8, 8, (10**9, 1), (10**9, 1), (1, 1), (10**9 - 4, 0), (3, 8))
+    assert w.segments() == [RowRun(0, 1, 10**9 - 4, 10**9), RowRun(1, 2, 0, 4),
+                            RowRun(2, 3, 0, 0)]
+    assert time.perf_counter() - t0 < 0.1
+
+
+@pytest.mark.parametrize("field", ["kernel", "stride", "dilation"])
+def test_a_window_without_taps_is_refused(field: str) -> None:
+    dims = {"kernel": (3, 3), "stride": (1, 1), "dilation": (1, 1)}
+    dims[field] = (0, 1)
+    with pytest.raises(ValueError, match="must be positive"):
+        Window(8, 8, dims["kernel"], dims["stride"], dims["dilation"], (0, 0), (6, 6))
+
+
+def graph(plan: Plan, shape_in: tuple[int, ...], shape_out: tuple[int, ...]) -> PlanGraph:
+    x, y = PlanValue("x", shape_in), PlanValue("y", shape_out)
+    return PlanGraph("g", [x], [y], {"x": x, "y": y}, [plan], 17)
+
+
+def test_a_pool_with_a_zero_kernel_is_a_lowering_error(target: Target) -> None:
+    pool = Plan("maxpool", "pool0", ["x"], ["y"], {
+        "kernel": [0, 2], "strides": [1, 1], "dilations": [1, 1], "pads": [0, 0, 0, 0],
+        "ceil_mode": 0})
+    with pytest.raises(LoweringError, match=r"plan 'pool0' \(maxpool\): window kernel \[0, 2\]"):
+        lower(graph(pool, (1, 2, 4, 4), (1, 2, 4, 3)), target)
+
+
+def test_a_concat_of_mismatched_ranks_names_the_plan(target: Target) -> None:
+    cat = Plan("concat", "cat0", ["x", "x"], ["y"], {"axis": 3})
+    with pytest.raises(LoweringError, match=r"plan 'cat0' \(concat\): cannot concatenate"):
+        lower(graph(cat, (2, 3), (2, 6)), target)
+
+
+def test_a_huge_output_is_refused_before_anything_is_built(target: Target) -> None:
+    relu = Plan("relu", "r0", ["x"], ["y"])
+    with pytest.raises(LoweringError, match=r"'r0': output y of shape .* is too large"):
+        lower(graph(relu, (1, 4), (1 << 20, 1 << 20)), target)
