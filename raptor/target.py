@@ -71,7 +71,13 @@ def _shown(value: object) -> str:
 
 
 def _num(x: float) -> str:
-    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+    """A number for a message; integers beyond 15 digits in scientific notation."""
+    if not isinstance(x, int):
+        return f"{x:g}"
+    digits = str(abs(x))
+    if len(digits) <= 15:
+        return f"{x:,}"
+    return f"{'-' if x < 0 else ''}{digits[0]}.{digits[1:3]}e{len(digits) - 1}"
 
 
 @dataclass(frozen=True)
@@ -101,15 +107,14 @@ class Target:
     shared_write_cycles: int = 50
 
     def __post_init__(self) -> None:
+        """Types first, then the core count, then each key's range (`LIMITS`)."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "name":
                 if not isinstance(value, str) or not _NAME.fullmatch(value):
                     raise TargetError("target key 'name' must be 1 to 64 printable characters, "
                                       f"got {_shown(value)}")
-                continue
-            low, high = LIMITS[f.name]
-            if f.type == "float" or f.type is float:
+            elif f.type == "float" or f.type is float:
                 if isinstance(value, bool) or not isinstance(value, int | float):
                     raise TargetError(f"target key '{f.name}' must be a number, got "
                                       f"{_shown(value)}")
@@ -123,12 +128,15 @@ class Target:
                 if value <= 0:
                     raise TargetError(f"target key '{f.name}' must be positive, got "
                                       f"{_shown(value)}")
-            if not low <= value <= high:
-                raise TargetError(f"target key '{f.name}' must be between {_num(low)} and "
-                                  f"{_num(high)}, got {_shown(value)}")
         if self.num_cores > MAX_CORES:
-            raise TargetError(f"target mesh {self.mesh_rows}x{self.mesh_cols} has "
-                              f"{self.num_cores} cores; at most {MAX_CORES} are supported")
+            raise TargetError(f"target mesh {_num(self.mesh_rows)}x{_num(self.mesh_cols)} has "
+                              f"{_num(self.num_cores)} cores; at most {MAX_CORES:,} are "
+                              "supported")
+        for key, (low, high) in LIMITS.items():
+            value = getattr(self, key)
+            if not low <= value <= high:
+                raise TargetError(f"target key '{key}' must be between {_num(low)} and "
+                                  f"{_num(high)}, got {_shown(value)}")
 
     # -- time -------------------------------------------------------------------------------
 

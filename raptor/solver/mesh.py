@@ -100,6 +100,15 @@ class Mesh:
         return np.minimum(g.reshape(*lead, self.P), INF)
 
 
+def nearest_cores(target: Target, p: int, k: int) -> list[int]:
+    """The ``k`` cores closest to ``p`` by hops (``p`` first), ties by index: O(P log P)
+    in numpy, where sorting all cores per core in Python took minutes on 4,096 cores."""
+    cols = target.mesh_cols
+    idx = np.arange(target.num_cores, dtype=np.int64)
+    hops = np.abs(idx // cols - p // cols) + np.abs(idx % cols - p % cols)
+    return [int(q) for q in np.argsort(hops, kind="stable")[:k]]
+
+
 def _dt1(f: IntArray, idx: IntArray, axis: int) -> IntArray:
     """1-D L1 transform along ``axis``; ``idx`` is position × weight, shaped to broadcast."""
     flip = (Ellipsis, slice(None, None, -1)) if axis == -1 else (
