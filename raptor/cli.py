@@ -555,9 +555,10 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
 
 
 class _Warnings:
-    """Python warnings raised while a command runs (numpy overflow, library deprecations):
-    kept as one line each, counted, for report.json and for stderr at the end, instead of
-    Python's raw `file:line: Category: message` text with a source line."""
+    """Python warnings a command raises (numpy overflow, a library's notice) that the
+    warning filters let through: one line per distinct message, with a count when several
+    places raised it, for report.json and for stderr at the end, instead of Python's raw
+    `file:line: Category: message` text and source line."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
@@ -590,8 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = args.debug or os.environ.get("RAPTOR_DEBUG", "") not in ("", "0")
     args.warnings = caught = _Warnings()
     try:
-        with collector_paused(), warnings.catch_warnings():
-            warnings.simplefilter("default")
+        with collector_paused(), warnings.catch_warnings():  # the filters stay as they are
             warnings.showwarning = caught.show
             return func(args)
     except CliError as e:

@@ -1,7 +1,7 @@
 """Run fuzz cases through `raptor.cli.main` in forked worker processes and classify them.
 
-A worker is forked once (Raptor, numpy, egglog and OR-Tools already imported), caps its
-address space with `resource.setrlimit`, and runs one case after another in-process with
+A worker is forked from a fork server (numpy, onnx and OR-Tools preloaded), imports Raptor,
+caps its address space with `resource.setrlimit`, and runs one case after another in-process with
 file descriptors 1 and 2 redirected to files, so that text printed by native code (a Rust
 panic, an onnxruntime log line) is judged too. The parent enforces the per-case timeout:
 it asks the worker for a Python stack dump (faulthandler on SIGUSR1), kills it, and starts
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib
 import multiprocessing
 import os
 import re
@@ -194,7 +195,9 @@ def classify(case: Case, code: int | None, stderr: str, escaped: str | None, dum
     if status == "crash":
         return "crash", f"crash at {_frame_signature(dump)}"
     if escaped is not None:
-        return "traceback", f"{_exception_name(escaped)} at {_frame_signature(escaped)}"
+        name = _exception_name(escaped)
+        return ("oom" if name == "MemoryError" else "traceback",
+                f"{name} at {_frame_signature(escaped)}")
     if OUT_OF_MEMORY in stderr:
         return "oom", f"MemoryError at {_frame_signature(stderr)}"
     if INTERNAL_ERROR in stderr:
@@ -211,15 +214,17 @@ def classify(case: Case, code: int | None, stderr: str, escaped: str | None, dum
         return "ok", ""
     first = next((ln for ln in _messages(stderr) if not ln.startswith(("note: ", "warning: "))),
                  "")
-    return "error", _message_signature(re.sub(r"^\S*?:(\d+:)*\s*", "", first))[:60]
+    return "error", _message_signature(re.sub(r"^\S*?:(\d+:)*\s*(error: )?", "", first))[:60]
 
 
 # ------------------------------------------------------------------ the worker
-def _run_in_worker(argv: list[str], cwd: str, out_path: str, err_path: str
-                   ) -> tuple[int | None, str | None]:
-    """Run `raptor.cli.main(argv)` with fds 1 and 2 in files; (exit code, escaped traceback)."""
-    from raptor.cli import main
-
+PRELOAD = ["numpy", "onnx", "onnx.checker", "lark", "rich.console", "rich.table",
+           "ortools.sat.python.cp_model", "onnxruntime"]
+"""Imported once by the fork server, so each worker starts with them. Not egglog: importing
+it starts native threads, and a process forked after that hangs in its first e-graph."""
+def _run_in_worker(main: Callable[[list[str]], int], argv: list[str], cwd: str,
+                   out_path: str, err_path: str) -> tuple[int | None, str | None]:
+    """Run `main(argv)` with fds 1 and 2 in files; (exit code, escaped traceback)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -246,7 +251,7 @@ def _run_in_worker(argv: list[str], cwd: str, out_path: str, err_path: str
     return code, escaped
 
 
-def _worker_main(conn: Connection, mem_bytes: int, dump_path: str) -> None:
+def _worker_main(conn: Connection, entry: str, mem_bytes: int, dump_path: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     if mem_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
@@ -254,26 +259,46 @@ def _worker_main(conn: Connection, mem_bytes: int, dump_path: str) -> None:
     dump = open(dump_path, "a")  # noqa: SIM115 - open for the worker's lifetime
     faulthandler.enable(dump, all_threads=True)
     faulthandler.register(signal.SIGUSR1, dump, all_threads=True)
+    # print() and rich write to sys.stdout / sys.stderr: make them the real fds 1 and 2
+    # (under pytest they are capture objects), which each case points at its own files
+    sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
     os.environ.pop("RAPTOR_RULES", None)
     os.environ.pop("RAPTOR_DEBUG", None)
+    module, name = entry.split(":")  # imported before the first case's clock starts
+    main = getattr(importlib.import_module(module), name)
+    conn.send("ready")
     while True:
         job = conn.recv()
         if job is None:
             return
-        conn.send(_run_in_worker(*job))
+        conn.send(_run_in_worker(main, *job))
 
 
 class _Worker:
-    def __init__(self, ctx: multiprocessing.context.BaseContext, mem_bytes: int,
+    def __init__(self, ctx: multiprocessing.context.BaseContext, entry: str, mem_bytes: int,
                  scratch: Path, slot: int) -> None:
         self.dump_path = scratch / f"worker{slot}.dump"
         self.dump_path.write_text("")
         self.conn, child = ctx.Pipe()  # type: ignore[attr-defined]
         self.proc = ctx.Process(  # type: ignore[attr-defined]
-            target=_worker_main, args=(child, mem_bytes, str(self.dump_path)), daemon=True)
+            target=_worker_main, args=(child, entry, mem_bytes, str(self.dump_path)),
+            daemon=True)
         self.proc.start()
         child.close()
         self.done = 0
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        """Block until the worker has imported Raptor (a few seconds)."""
+        if not self.ready:
+            try:
+                ok = self.conn.poll(300) and self.conn.recv() == "ready"
+            except (EOFError, OSError):
+                ok = False
+            if not ok:
+                raise RuntimeError("a fuzz worker did not start (see its stderr)")
+            self.ready = True
 
     def kill(self) -> str:
         """Stack dump of the running case, then the worker is killed."""
@@ -309,17 +334,25 @@ class FuzzRun:
     jobs: int = 1
     timeout: float = 30.0
     mem_mb: int = 2048
-    recycle: int = 150
+    recycle: int = 300
     """Cases per worker before it is replaced (leaks in one case must not fail later ones)."""
     known: Callable[[Result], str | None] = field(default=lambda r: None)
+    entry: str = "raptor.cli:main"
+    """`module:function` the workers call with each case's argv (the harness's own test
+    points it elsewhere)."""
 
     def run(self, cases: Iterable[Case], progress: Callable[[Result], None] | None = None
             ) -> list[Result]:
-        ctx = multiprocessing.get_context("fork")
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
         results: list[Result] = []
         with tempfile.TemporaryDirectory(prefix="raptor-fuzz-") as tmp:
             scratch = Path(tmp)
-            workers = [_Worker(ctx, self.mem_mb << 20, scratch, i) for i in range(self.jobs)]
+
+            def worker(slot: int) -> _Worker:
+                return _Worker(ctx, self.entry, self.mem_mb << 20, scratch, slot)
+
+            workers = [worker(i) for i in range(self.jobs)]
             running: dict[int, _Running] = {}
             todo: Iterator[Case] = iter(cases)
             exhausted = False
@@ -356,7 +389,7 @@ class FuzzRun:
                                 or w.done >= self.recycle):
                             if w.proc.is_alive():
                                 w.stop()
-                            workers[slot] = _Worker(ctx, self.mem_mb << 20, scratch, slot)
+                            workers[slot] = worker(slot)
             finally:
                 for w in workers:
                     w.stop()
@@ -374,6 +407,7 @@ class FuzzRun:
         out_dir = case_dir / "out"
         argv = [a.replace("{dir}", str(case_dir)).replace("{out}", str(out_dir))
                 for a in case.argv]
+        w.wait_ready()
         w.dump_path.write_text("")
         w.conn.send((["--debug", *argv], str(case_dir), str(case_dir / ".stdout"),
                      str(case_dir / ".stderr")))
@@ -392,6 +426,7 @@ class FuzzRun:
                 status: str) -> Result:
         err_file = job.case_dir / ".stderr"
         stderr = err_file.read_text(errors="replace") if err_file.exists() else ""
+        stderr = stderr.replace(str(job.case_dir), "{dir}")
         if status == "crash" and "memory allocation of" in stderr:
             status = "oom"
         outcome, signature = (("oom", "allocation failure in native code") if status == "oom"

@@ -16,16 +16,55 @@ from .harness import Result
 
 @dataclass(frozen=True)
 class Known:
+    klass: str
+    """Input class (regular expression)."""
     outcome: str
+    """Outcome (regular expression)."""
     signature: str
+    """Regular expression searched in the result signature."""
     owner: str
     what: str
+    mutator: str = ".*"
+    """Mutator (regular expression over `Case.mutator`)."""
 
     def matches(self, r: Result) -> bool:
-        return r.outcome == self.outcome and re.search(self.signature, r.signature) is not None
+        return (re.fullmatch(self.klass, r.case.klass) is not None
+                and re.fullmatch(self.mutator, r.case.mutator) is not None
+                and re.fullmatch(self.outcome, r.outcome) is not None
+                and re.search(self.signature, r.signature) is not None)
 
 
-KNOWN: list[Known] = []
+FRONTEND = "frontend (onnx_import, oracle, driver, fileio)"
+IR = "IR and rules (ir, rewrite, passes/lower.py)"
+
+KNOWN: list[Known] = [
+    Known("inputs", "traceback|oom", r"at raptor/(fileio|driver)\.py", FRONTEND,
+          "input files: BadZipFile, TypeError (an .npy given, structured dtypes), "
+          "IsADirectoryError, MemoryError (an .npy header or zip member far larger than the "
+          "model's inputs) escape load_npz / model_inputs"),
+    Known("onnx", "traceback", r"at raptor/frontend/oracle\.py", FRONTEND,
+          "onnxruntime Fail / InvalidArgument escape run_reference"),
+    Known("onnx", "traceback", r"at raptor/frontend/", FRONTEND,
+          "IndexError / ValueError / TypeError in onnx_import (a node with fewer inputs or "
+          "attributes than its op needs, an initializer whose data disagrees with its dims)"),
+    Known("onnx", "traceback", r"ValueError at raptor/passes/lower\.py:conv", FRONTEND,
+          "conv attributes out of range reach lowering (kernel vs weight, zero stride)"),
+    Known("rules", "hang", r"at raptor/rewrite/", IR,
+          "a rule that derives without end: saturation has no iteration or time limit"),
+    Known("rules", "oom", r"allocation failure in native code", IR,
+          "a rule that derives without end fills the memory cap inside egglog"),
+    Known("rules", "traceback", r"at raptor/rewrite/", IR,
+          "KeyError in the decoders (a relation or row the rules no longer derive), "
+          "UnicodeDecodeError for a rule file that is not UTF-8"),
+    Known("ir", "hang|traceback|oom", r"at raptor/ir/", IR,
+          "IR text with huge lane counts or sizes: the verifier loops over every lane; "
+          "OverflowError in verifier._bp_slots for 2**63-sized offsets"),
+    Known("target", "hang", r"at raptor/(passes/lower|ir/|cli)", IR,
+          "crossbars of 1x1 (or a few cells): lowering builds one weight tile per cell for "
+          "minutes before the capacity check says the model does not fit; lower() needs a "
+          "lower bound (weight values / cells per crossbar) checked first",
+          mutator="min-all"),
+]
 
 
 def known(r: Result) -> str | None:
