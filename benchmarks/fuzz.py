@@ -17,7 +17,7 @@ import json
 import sys
 import time
 
-from tests.fuzz.harness import FAILURES, FuzzRun, Result, signatures, table
+from tests.fuzz.harness import FAILURES, Case, FuzzRun, Result, signatures, table
 from tests.fuzz.known import known
 from tests.fuzz.mutators import CLASSES, cases, make_case
 
@@ -33,8 +33,15 @@ def main() -> int:
     p.add_argument("--profile", choices=["bench", "ci"], default="bench")
     p.add_argument("--only", metavar="CLASS#INDEX", help="run one case and print its output")
     p.add_argument("--json", metavar="FILE", help="write every result (without file contents)")
+    p.add_argument("--report", metavar="FILE", help="print the tables of an earlier --json "
+                   "file again (with today's known classes) instead of running")
     args = p.parse_args()
 
+    if args.report:
+        results = load(args.report)
+        print(f"{len(results)} cases from {args.report}\n")
+        print_tables(results)
+        return 0
     if args.only:
         klass, index = args.only.split("#")
         batch = [make_case(klass, args.seed, int(index), args.profile)]
@@ -65,24 +72,51 @@ def main() -> int:
         return 0
     print(f"{len(results)} cases, seed {args.seed}, profile {args.profile}, {args.jobs} jobs, "
           f"timeout {args.timeout:g} s, cap {args.mem_mb} MiB, {wall:.0f} s wall\n")
-    print(table(results))
-    for title, outcomes in (("Failures", FAILURES), ("Unclean messages", ("unclean",)),
-                            ("Invalid models accepted", ("accepted",))):
-        rows = signatures(results, outcomes)
-        if not rows:
-            continue
-        print(f"\n{title}:\n\n| outcome | class | signature | cases | example |\n"
-              "|---|---|---|---:|---|")
-        for outcome, klass, sig, n, example in rows:
-            print(f"| {outcome} | {klass} | `{sig}` | {n} | {example} |")
+    print_tables(results)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump([{"case": r.case.name, "argv": list(r.case.argv), "outcome": r.outcome,
                         "code": r.code, "signature": r.signature, "seconds": round(r.seconds, 3),
                         "left_files": r.left_files, "known": r.known, "invalid": r.case.invalid,
-                        "stderr": r.stderr[-1000:]} for r in results], fh, indent=1)
+                        "stderr": r.stderr[-4000:]} for r in results], fh, indent=1)
     bad = [r for r in results if r.outcome in FAILURES or r.left_files]
     return 1 if bad else 0
+
+
+def print_tables(results: list[Result]) -> None:
+    """The class x outcome table, then every failure, unclean and accepted signature."""
+    print(table(results))
+    failed = [r for r in results if r.outcome in FAILURES]
+    print(f"\n{len(failed)} failures ({sum(r.known is None for r in failed)} outside the "
+          f"known classes of tests/fuzz/known.py), "
+          f"{sum(r.left_files for r in results)} runs left files in --out")
+    for title, outcomes in (("Failures", FAILURES), ("Unclean messages", ("unclean",)),
+                            ("Invalid models accepted", ("accepted",))):
+        rows = signatures(results, outcomes)
+        if not rows:
+            continue
+        print(f"\n{title}:\n\n| outcome | class | signature | cases | example | known |\n"
+              "|---|---|---|---:|---|---|")
+        known_of = {(r.outcome, r.case.klass, r.signature): r.known for r in results}
+        for outcome, klass, sig, n, example in rows:
+            owner = (known_of[(outcome, klass, sig)] or "").split(":")[0]
+            print(f"| {outcome} | {klass} | `{sig}` | {n} | {example} | {owner} |")
+
+
+def load(path: str) -> list[Result]:
+    """Results of an earlier `--json` run, classified again against `known.py`."""
+    with open(path) as fh:
+        rows = json.load(fh)
+    out = []
+    for row in rows:
+        klass, rest = row["case"].split("#", 1)
+        index, mutator = rest.split(":", 1)
+        case = Case(klass, mutator, int(index), {}, tuple(row["argv"]), row["invalid"])
+        r = Result(case, row["outcome"], row["code"], row["stderr"], row["signature"],
+                   row["seconds"], row["left_files"])
+        r.known = known(r)
+        out.append(r)
+    return out
 
 
 if __name__ == "__main__":

@@ -205,7 +205,8 @@ class Target:
         """TOML text that :func:`load_target` reads back to an equal target."""
         lines = []
         for key, value in self.to_dict().items():
-            lines.append(f"{key} = {json.dumps(value) if isinstance(value, str) else value}")
+            text = json.dumps(value, ensure_ascii=False) if isinstance(value, str) else value
+            lines.append(f"{key} = {text}")
         return "\n".join(lines) + "\n"
 
     def describe(self) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import gc
 import importlib
 import multiprocessing
 import os
@@ -116,19 +117,28 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
 _DIGITS = re.compile(r"\d+")
 
 
+def _short(path: str) -> str:
+    return path[path.rindex("/raptor/") + 1:] if "/raptor/" in path else Path(path).name
+
+
 def _frame_signature(text: str) -> str:
-    """`path:function` of the innermost Raptor frame in a traceback or stack dump (the
-    innermost frame when none is Raptor's); faulthandler lists the innermost first."""
+    """`path:function` of the innermost Raptor frame in a traceback or in the worker's main
+    thread of a stack dump, followed by `(in file:function)` when the innermost frame is
+    outside Raptor; faulthandler lists the innermost frame first, a traceback last."""
+    blocks = re.split(r"(?m)^(?=(?:Current thread|Thread) 0x)", text)
+    text = next((b for b in blocks if "_worker_main" in b), text)
     frames = _FRAME.findall(text)
     if "Traceback (most recent call last)" in text:
         frames = frames[::-1]
-    ours = [f for f in frames if "/raptor/" in f[0] and "/tests/fuzz/" not in f[0]]
-    pick = ours[0] if ours else (frames[0] if frames else None)
-    if pick is None:
+    frames = [f for f in frames if not f[0].endswith("/tests/fuzz/harness.py")]
+    if not frames:
         return "?"
-    path = pick[0]
-    path = path[path.rindex("/raptor/") + 1:] if "/raptor/" in path else Path(path).name
-    return f"{path}:{pick[2]}"
+    ours = [f for f in frames if "/raptor/" in f[0]]
+    pick = ours[0] if ours else frames[0]
+    where = f"{_short(pick[0])}:{pick[2]}"
+    if frames[0] is not pick:
+        where += f" (in {_short(frames[0][0])}:{frames[0][2]})"
+    return where
 
 
 def _exception_name(text: str) -> str:
@@ -241,6 +251,8 @@ def _run_in_worker(main: Callable[[list[str]], int], argv: list[str], cwd: str,
         except BaseException:
             escaped = traceback.format_exc()
         finally:
+            # the case's own garbage is collected on its clock, not on the next case's
+            gc.collect()
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -264,9 +276,10 @@ def _worker_main(conn: Connection, entry: str, mem_bytes: int, dump_path: str) -
     sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
     os.environ.pop("RAPTOR_RULES", None)
-    os.environ.pop("RAPTOR_DEBUG", None)
+    os.environ["RAPTOR_DEBUG"] = "1"  # an internal error comes with its traceback
     module, name = entry.split(":")  # imported before the first case's clock starts
     main = getattr(importlib.import_module(module), name)
+    gc.freeze()  # the imports stay out of every later collection
     conn.send("ready")
     while True:
         job = conn.recv()
@@ -409,7 +422,7 @@ class FuzzRun:
                 for a in case.argv]
         w.wait_ready()
         w.dump_path.write_text("")
-        w.conn.send((["--debug", *argv], str(case_dir), str(case_dir / ".stdout"),
+        w.conn.send((argv, str(case_dir), str(case_dir / ".stdout"),
                      str(case_dir / ".stderr")))
         return _Running(case, case_dir, out_dir, time.monotonic())
 
@@ -433,7 +446,9 @@ class FuzzRun:
                               else classify(job.case, code, stderr, escaped, dump, status))
         left = job.out_dir.exists() and any(job.out_dir.iterdir())
         failed_early = outcome in FAILURES or code == 2
-        res = Result(job.case, outcome, code, stderr[-4000:], signature,
+        if dump:
+            stderr += "\n--- stack dump of the worker ---\n" + dump[-3000:]
+        res = Result(job.case, outcome, code, stderr[-6000:], signature,
                      time.monotonic() - job.started, left_files=left and failed_early)
         res.known = self.known(res)
         shutil.rmtree(job.case_dir, ignore_errors=True)

@@ -42,13 +42,17 @@ KNOWN: list[Known] = [
           "input files: BadZipFile, TypeError (an .npy given, structured dtypes), "
           "IsADirectoryError, MemoryError (an .npy header or zip member far larger than the "
           "model's inputs) escape load_npz / model_inputs"),
+    Known("inputs", "traceback", r"at raptor/ir/interpreter\.py:bind_inputs", FRONTEND,
+          "non-numeric (structured) input arrays reach the interpreter: TypeError"),
     Known("onnx", "traceback", r"at raptor/frontend/oracle\.py", FRONTEND,
           "onnxruntime Fail / InvalidArgument escape run_reference"),
     Known("onnx", "traceback", r"at raptor/frontend/", FRONTEND,
           "IndexError / ValueError / TypeError in onnx_import (a node with fewer inputs or "
           "attributes than its op needs, an initializer whose data disagrees with its dims)"),
-    Known("onnx", "traceback", r"ValueError at raptor/passes/lower\.py:conv", FRONTEND,
-          "conv attributes out of range reach lowering (kernel vs weight, zero stride)"),
+    Known("onnx", "traceback|oom|hang", r"at raptor/(passes/lower|ir/builder)\.py", FRONTEND,
+          "attributes and shapes that ONNX shape inference rejects reach lowering: "
+          "AssertionError in lower.body, ValueError in lower.conv/gemm/pool, IndexError in "
+          "builder.concat, MemoryError in builder.add, a loop over a 10^9-row input"),
     Known("rules", "hang", r"at raptor/rewrite/", IR,
           "a rule that derives without end: saturation has no iteration or time limit"),
     Known("rules", "oom", r"allocation failure in native code", IR,

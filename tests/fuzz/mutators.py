@@ -674,6 +674,18 @@ TARGET_KEYS = ["clock_ghz", "mesh_rows", "mesh_cols", "crossbars_per_core", "cro
                "vector_op_cycles", "local_memory_bytes", "local_bytes_per_cycle", "flit_bytes",
                "flit_cycles", "hop_cycles", "shared_memory_bytes", "shared_access_bytes",
                "shared_read_cycles", "shared_write_cycles"]
+TARGET_LIMITS: dict[str, tuple[float, float]] = {
+    "clock_ghz": (0.01, 100.0), "mesh_rows": (1, 4096), "mesh_cols": (1, 4096),
+    "crossbars_per_core": (1, 65536), "crossbar_rows": (1, 65536),
+    "crossbar_cols": (1, 65536), "weight_bits": (1, 64), "input_bits": (1, 64),
+    "mvm_cycles": (1, 10**6), "vector_lanes": (1, 65536), "vector_op_cycles": (1, 10**6),
+    "local_memory_bytes": (1, 1 << 40), "local_bytes_per_cycle": (1, 1 << 20),
+    "flit_bytes": (1, 1 << 20), "flit_cycles": (1, 10**6), "hop_cycles": (1, 10**6),
+    "shared_memory_bytes": (1, 1 << 40), "shared_access_bytes": (1, 1 << 20),
+    "shared_read_cycles": (1, 10**6), "shared_write_cycles": (1, 10**6),
+}
+"""The documented ranges of `raptor.target.LIMITS` (a test keeps them equal), written out so
+that the mutators also run against a Raptor without them (a before/after campaign)."""
 TOML_EXTREMES = ["0", "-1", "1", "2", "3", str(2**31), str(2**53), str(2**63 - 1),
                  str(-(2**63)), str(10**30), "inf", "nan", "-inf", "1e308", "1e-300", "0.5",
                  "1e-9", "4097", "65537", "1000001", "0.01", "100.0"]
@@ -741,18 +753,14 @@ def _target_text(rng: Rng, mutator: str) -> bytes:
                  ("clock_ghz", str(rng.choice([0.1, 0.5, 1.0, 1.3, 4.0]))),
                  ("vector_lanes", str(rng.choice([1, 8, 32, 128])))]
     elif mutator == "slow-all":  # every cost at its largest, every width at its smallest
-        from raptor.target import LIMITS
-
         pairs = [(k, "1" if k.endswith(("_bytes", "lanes", "per_cycle")) and
-                  not k.endswith("memory_bytes") else str(int(LIMITS[k][1])))
+                  not k.endswith("memory_bytes") else str(int(TARGET_LIMITS[k][1])))
                  for k in TARGET_KEYS if k.endswith(("cycles", "_bytes", "lanes", "per_cycle"))]
         pairs += [("clock_ghz", "0.01"), ("mesh", rng.choice(["[64, 64]", "[1, 4096]", "[2, 2]"]))]
     elif mutator in ("max-all", "min-all"):
-        from raptor.target import LIMITS
-
         i = 1 if mutator == "max-all" else 0
-        pairs = [(k, repr(LIMITS[k][i]) if isinstance(LIMITS[k][i], float)
-                  else str(int(LIMITS[k][i]))) for k in TARGET_KEYS]
+        pairs = [(k, repr(TARGET_LIMITS[k][i]) if isinstance(TARGET_LIMITS[k][i], float)
+                  else str(int(TARGET_LIMITS[k][i]))) for k in TARGET_KEYS]
         cores = [("mesh_rows", "64"), ("mesh_cols", "64")] if i else []
         pairs = [p for p in pairs if p[0] not in ("mesh_rows", "mesh_cols")] + cores
     else:
@@ -889,7 +897,8 @@ def _inputs_bytes(base: dict[str, np.ndarray], rng: Rng, mutator: str) -> tuple[
         special = rng.choice([np.nan, np.inf, -np.inf, 3.4e38, 1e300, 1e-45])
         flat = arr.reshape(-1)
         idx = rng.sample(range(flat.size), min(flat.size, rng.choice([1, 3, flat.size])))
-        flat[idx] = special
+        with np.errstate(over="ignore"):  # 1e300 into float32 is the point
+            flat[idx] = special
         return f"values {special}", _npz({key: arr})
     if mutator == "npy-header":
         headers = [

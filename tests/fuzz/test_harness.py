@@ -10,7 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from raptor.target import LIMITS
+
 from .harness import Case, FuzzRun, classify, unclean_reason
+from .mutators import TARGET_LIMITS
 
 
 def stand_in(argv: list[str]) -> int:
@@ -79,3 +82,7 @@ def test_texts() -> None:
     invalid = Case("onnx", "x", 0, {}, ("solve", "m.onnx"), invalid="Graph output 'y' ...")
     assert classify(invalid, 0, "", None, "", "done")[0] == "accepted"
     assert classify(invalid, 2, "m.onnx: no outputs\n", None, "", "done")[0] == "error"
+
+
+def test_mutators_know_the_target_limits() -> None:
+    assert TARGET_LIMITS == LIMITS
