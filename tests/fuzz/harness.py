@@ -206,7 +206,7 @@ def classify(case: Case, code: int | None, stderr: str, escaped: str | None, dum
         return "crash", f"crash at {_frame_signature(dump)}"
     if escaped is not None:
         name = _exception_name(escaped)
-        return ("oom" if name == "MemoryError" else "traceback",
+        return ("oom" if name.endswith("MemoryError") else "traceback",
                 f"{name} at {_frame_signature(escaped)}")
     if OUT_OF_MEMORY in stderr:
         return "oom", f"MemoryError at {_frame_signature(stderr)}"
@@ -232,6 +232,8 @@ PRELOAD = ["numpy", "onnx", "onnx.checker", "lark", "rich.console", "rich.table"
            "ortools.sat.python.cp_model", "onnxruntime"]
 """Imported once by the fork server, so each worker starts with them. Not egglog: importing
 it starts native threads, and a process forked after that hangs in its first e-graph."""
+
+
 def _run_in_worker(main: Callable[[list[str]], int], argv: list[str], cwd: str,
                    out_path: str, err_path: str) -> tuple[int | None, str | None]:
     """Run `main(argv)` with fds 1 and 2 in files; (exit code, escaped traceback)."""
@@ -247,7 +249,7 @@ def _run_in_worker(main: Callable[[list[str]], int], argv: list[str], cwd: str,
             os.chdir(cwd)
             code = main(argv)
         except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
+            code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
         except BaseException:
             escaped = traceback.format_exc()
         finally:

@@ -15,7 +15,7 @@ import raptor.cli as cli
 from raptor.ir.parser import parse_module
 from raptor.sim import SimError, Simulator
 from raptor.solver.mesh import Mesh, nearest_cores
-from raptor.target import Target
+from raptor.target import Target, load_target
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MLP = str(EXAMPLES / "mlp.onnx")
@@ -195,3 +195,10 @@ def test_simulator_refuses_huge_buffers_before_allocating() -> None:
         Simulator(module, Target())
     assert str(info.value) == ("huge.spat:1:11: the program's inputs and shared buffers need "
                                "more than 1,024 MiB of host memory (the simulator's limit)")
+
+
+def test_target_toml_round_trip_quotes_names(tmp_path: Path) -> None:
+    t = Target(name='a "quoted" \\ name é', mesh_rows=2)
+    path = tmp_path / "t.toml"
+    path.write_text(t.to_toml(), encoding="utf-8")
+    assert load_target(str(path)) == t
