@@ -17,7 +17,16 @@ import json
 import sys
 import time
 
-from tests.fuzz.harness import FAILURES, Case, FuzzRun, Result, signatures, table
+from tests.fuzz.harness import (
+    DUMP,
+    FAILURES,
+    Case,
+    FuzzRun,
+    Result,
+    classify,
+    signatures,
+    table,
+)
 from tests.fuzz.known import known
 from tests.fuzz.mutators import CLASSES, cases, make_case
 
@@ -34,7 +43,8 @@ def main() -> int:
     p.add_argument("--only", metavar="CLASS#INDEX", help="run one case and print its output")
     p.add_argument("--json", metavar="FILE", help="write every result (without file contents)")
     p.add_argument("--report", metavar="FILE", help="print the tables of an earlier --json "
-                   "file again (with today's known classes) instead of running")
+                   "file again (messages judged again, today's known classes) instead of "
+                   "running")
     args = p.parse_args()
 
     if args.report:
@@ -112,8 +122,14 @@ def load(path: str) -> list[Result]:
         klass, rest = row["case"].split("#", 1)
         index, mutator = rest.split(":", 1)
         case = Case(klass, mutator, int(index), {}, tuple(row["argv"]), row["invalid"])
-        r = Result(case, row["outcome"], row["code"], row["stderr"], row["signature"],
-                   row["seconds"], row["left_files"])
+        outcome, signature = row["outcome"], row["signature"]
+        if outcome not in FAILURES:  # judged again from the exit code and the text
+            outcome, signature = classify(case, row["code"], row["stderr"], None, "", "done")
+        elif outcome in ("hang", "crash") and DUMP in row["stderr"]:
+            dump = row["stderr"].split(DUMP, 1)[1]
+            signature = classify(case, None, "", None, dump, outcome)[1]
+        r = Result(case, outcome, row["code"], row["stderr"], signature, row["seconds"],
+                   row["left_files"])
         r.known = known(r)
         out.append(r)
     return out

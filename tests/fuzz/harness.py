@@ -112,6 +112,8 @@ INTERNALS = [re.compile(p) for p in (
 written for a person."""
 
 INTERNAL_ERROR = "raptor: internal error"
+DUMP = "\n--- stack dump of the worker ---\n"
+"""Separates a hung or crashed case's output from the worker's stack dump in `stderr`."""
 OUT_OF_MEMORY = "raptor: out of memory"
 _FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
 _DIGITS = re.compile(r"\d+")
@@ -130,6 +132,9 @@ def _frame_signature(text: str) -> str:
     frames = _FRAME.findall(text)
     if "Traceback (most recent call last)" in text:
         frames = frames[::-1]
+    if frames and frames[0][0].endswith("/tests/fuzz/harness.py") and \
+            frames[0][2] == "_run_in_worker":
+        return "gc.collect() after the case (its garbage)"
     frames = [f for f in frames if not f[0].endswith("/tests/fuzz/harness.py")]
     if not frames:
         return "?"
@@ -156,6 +161,8 @@ def _message_signature(line: str) -> str:
 
 
 _CARET = re.compile(r"\s*\^[\^~]*\s*")
+_DIAGNOSTIC = re.compile(r"\S+:\d+:\d+: (error|warning): \S")
+"""`file:line:col: error: ...`: several such lines are one message per problem."""
 
 
 def _messages(stderr: str) -> list[str]:
@@ -189,10 +196,9 @@ def unclean_reason(case: Case, code: int, stderr: str) -> str | None:
         if ln[:1].isspace() or ln.rstrip().endswith(":"):
             return ln  # a heading with continuation lines: a multi-line message
     per_file = case.argv[:1] == ("verify",) or case.argv[:2] == ("rules", "check")
-    solver_lines = all(re.match(r"(peft|cpsat): ", ln) for ln in errors)
-    if code == 2 and len(errors) > 1 and not per_file:
-        return f"{len(errors)} lines: {errors[0]}"
-    if code == 1 and len(errors) > 1 and not (per_file or solver_lines):
+    one_per_problem = all(_DIAGNOSTIC.match(ln) for ln in errors) or all(
+        re.match(r"(peft|cpsat): ", ln) for ln in errors)
+    if len(errors) > 1 and not (per_file or (code == 1 and one_per_problem)):
         return f"{len(errors)} lines: {errors[0]}"
     return None
 
@@ -449,7 +455,7 @@ class FuzzRun:
         left = job.out_dir.exists() and any(job.out_dir.iterdir())
         failed_early = outcome in FAILURES or code == 2
         if dump:
-            stderr += "\n--- stack dump of the worker ---\n" + dump[-3000:]
+            stderr += DUMP + dump[-3000:]
         res = Result(job.case, outcome, code, stderr[-6000:], signature,
                      time.monotonic() - job.started, left_files=left and failed_early)
         res.known = self.known(res)

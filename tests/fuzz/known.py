@@ -49,10 +49,11 @@ KNOWN: list[Known] = [
     Known("onnx", "traceback", r"at raptor/frontend/", FRONTEND,
           "IndexError / ValueError / TypeError in onnx_import (a node with fewer inputs or "
           "attributes than its op needs, an initializer whose data disagrees with its dims)"),
-    Known("onnx", "traceback|oom|hang", r"at raptor/(passes/lower|ir/builder)\.py", FRONTEND,
+    Known("onnx", "traceback|oom|hang", r"at raptor/(passes/lower\.py|ir/)", FRONTEND,
           "attributes and shapes that ONNX shape inference rejects reach lowering: "
           "AssertionError in lower.body, ValueError in lower.conv/gemm/pool, IndexError in "
-          "builder.concat, MemoryError in builder.add, a loop over a 10^9-row input"),
+          "builder.concat, MemoryError in builder.add or minutes in ir/core.affines for "
+          "attributes at 2^31, a loop over a 10^9-row input"),
     Known("rules", "hang", r"at raptor/rewrite/", IR,
           "a rule that derives without end: saturation has no iteration or time limit"),
     Known("rules", "oom", r"allocation failure in native code", IR,
@@ -63,10 +64,11 @@ KNOWN: list[Known] = [
     Known("ir", "hang|traceback|oom", r"at raptor/ir/", IR,
           "IR text with huge lane counts or sizes: the verifier loops over every lane; "
           "OverflowError in verifier._bp_slots for 2**63-sized offsets"),
-    Known("target", "hang", r"at raptor/(passes/lower|ir/|cli)", IR,
-          "crossbars of 1x1 (or a few cells): lowering builds one weight tile per cell for "
-          "minutes before the capacity check says the model does not fit; lower() needs a "
-          "lower bound (weight values / cells per crossbar) checked first",
+    Known("target", "hang", r"", IR,
+          "crossbars of 1x1 (or a few cells): lowering builds one weight tile per cell "
+          "(12-27 s and millions of IR objects for LeNet, 6 s more to collect them) before "
+          "the capacity check says the model does not fit; lower() needs a lower bound "
+          "(weight values / cells per crossbar) checked first",
           mutator="min-all"),
 ]
 

@@ -66,6 +66,10 @@ def test_texts() -> None:
     assert classify(case, 1, diag, None, "", "done") == (
         "error", "[SSA-N] use of undefined value %b")
     assert unclean_reason(case, 1, diag + diag) is None  # one diagnostic per problem
+    interpret = Case("ir", "x", 0, {}, ("interpret", "f.spat"))
+    assert unclean_reason(interpret, 1, diag + diag) is None
+    assert unclean_reason(interpret, 1, diag + "(rule ((x)))\n") == "2 lines: " + \
+        diag.splitlines()[0]
     head = "IR does not verify after pass 'lower':\nf.spat:1:1: error: [GCB-1] x\n"
     assert unclean_reason(solve, 1, head) == "IR does not verify after pass 'lower':"
     assert unclean_reason(solve, 2, "m.onnx: bad\nm.onnx: worse\n") == "2 lines: m.onnx: bad"
