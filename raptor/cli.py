@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -205,7 +208,10 @@ def _print_results(title: str, what: str, named: dict[str, np.ndarray]) -> None:
 
 def _save(path: str | None, named: dict[str, np.ndarray]) -> None:
     if path:
-        save_npz_atomic(path, named)
+        try:
+            save_npz_atomic(path, named)
+        except OSError as e:
+            raise CliError(f"cannot write {path}: {e.strerror or e}", EXIT_FAIL) from None
         out.print(f"wrote {path}")
 
 
@@ -315,6 +321,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         except VerificationFailed as e:
             raise CliError(str(e), EXIT_FAIL) from None
         rep = report(solved)
+        caught: _Warnings | None = getattr(args, "warnings", None)
+        rep["warnings"] = caught.lines if caught is not None else []
         exported, export_failed = _export_runs(args.export_pimsim, solved, rep) \
             if args.export_pimsim else ([], [])
         try:
@@ -442,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Raptor compiles ONNX networks into validated programs for crossbar "
                     "processing-in-memory many-core chips.",
         epilog="Exit codes: 0 ok, 1 verification or compile failure, 2 usage or input error.")
+    p.add_argument("--debug", action="store_true",
+                   help="on an internal error, print the Python traceback (also "
+                   "RAPTOR_DEBUG=1)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     s = sub.add_parser("solve", help="compile an ONNX model, schedule it, simulate it",
@@ -665,6 +676,33 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
                    help=f"print the IR to stderr after a pass ({', '.join(PASSES)}) or all")
 
 
+class _Warnings:
+    """Python warnings a command raises (numpy overflow, a library's notice) that the
+    warning filters let through: one line per distinct message, with a count when several
+    places raised it, for report.json and for stderr at the end, instead of Python's raw
+    `file:line: Category: message` text and source line."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def show(self, message: Warning | str, category: type[Warning], filename: str,
+             lineno: int, file: Any = None, line: str | None = None) -> None:
+        text = " ".join(str(message).split())[:200] or category.__name__
+        self.counts[text] = self.counts.get(text, 0) + 1
+
+    @property
+    def lines(self) -> list[str]:
+        return [text if n == 1 else f"{text} ({n} times)" for text, n in self.counts.items()]
+
+
+def internal_error(e: BaseException) -> str:
+    """The last line of defence: an exception no check anticipated, in one line."""
+    text = " ".join(str(e).split())
+    detail = f"{type(e).__name__}: {text[:160]}" if text else type(e).__name__
+    return (f"raptor: internal error ({detail}); this is a bug in Raptor, please report it "
+            "with the command and its input files (--debug shows the traceback)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -672,8 +710,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return EXIT_USAGE
+    debug = args.debug or os.environ.get("RAPTOR_DEBUG", "") not in ("", "0")
+    args.warnings = caught = _Warnings()
     try:
-        with collector_paused():  # a command is one short run over one large IR
+        with collector_paused(), warnings.catch_warnings():  # the filters stay as they are
+            warnings.showwarning = caught.show
             return func(args)
     except CliError as e:
         err.print(str(e), markup=False)
@@ -681,6 +722,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return EXIT_FAIL
+    except MemoryError:
+        if debug:
+            traceback.print_exc()
+        err.print("raptor: out of memory; the input needs more memory than this machine "
+                  "gives the process (try a smaller model or target)", markup=False)
+        return EXIT_FAIL
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # egglog's PanicException derives from BaseException
+        if debug:
+            traceback.print_exc()
+        err.print(internal_error(e), markup=False)
+        return EXIT_FAIL
+    finally:
+        for line in caught.lines:
+            err.print(f"warning: {line}", markup=False)
 
 
 if __name__ == "__main__":

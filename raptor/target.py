@@ -9,7 +9,9 @@ more than the hardware delivers.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import re
 import tomllib
 from dataclasses import dataclass
 from fractions import Fraction
@@ -22,6 +24,60 @@ from rich.table import Table
 
 class TargetError(ValueError):
     """An invalid target name, file or value (one-line message)."""
+
+
+MAX_CORES = 4096
+"""Cores per target: the schedulers keep tables of tasks × cores (PEFT's OCT, CP-SAT's
+placement literals), so the mesh is bounded before anything is allocated for it."""
+
+_CYCLES = (1, 1_000_000)
+_BYTES = (1, 1 << 20)
+LIMITS: dict[str, tuple[float, float]] = {
+    "clock_ghz": (0.01, 100.0),
+    "mesh_rows": (1, MAX_CORES),
+    "mesh_cols": (1, MAX_CORES),
+    "crossbars_per_core": (1, 65536),
+    "crossbar_rows": (1, 65536),
+    "crossbar_cols": (1, 65536),
+    "weight_bits": (1, 64),
+    "input_bits": (1, 64),
+    "mvm_cycles": _CYCLES,
+    "vector_lanes": (1, 65536),
+    "vector_op_cycles": _CYCLES,
+    "local_memory_bytes": (1, 1 << 40),
+    "local_bytes_per_cycle": _BYTES,
+    "flit_bytes": _BYTES,
+    "flit_cycles": _CYCLES,
+    "hop_cycles": _CYCLES,
+    "shared_memory_bytes": (1, 1 << 40),
+    "shared_access_bytes": _BYTES,
+    "shared_read_cycles": _CYCLES,
+    "shared_write_cycles": _CYCLES,
+}
+"""Accepted range of every numeric key (inclusive). A cycle lasts at most 100 ns and an
+operation at most a million cycles, so task costs and schedule lengths stay far inside the
+schedulers' int64 arithmetic."""
+
+MAX_FILE_BYTES = 1 << 20
+"""A target description is a few hundred bytes; larger files are refused unread."""
+
+_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,64}")
+
+
+def _shown(value: object) -> str:
+    """A value for a one-line message: its repr, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _num(x: float) -> str:
+    """A number for a message; integers beyond 15 digits in scientific notation."""
+    if not isinstance(x, int):
+        return f"{x:g}"
+    digits = str(abs(x))
+    if len(digits) <= 15:
+        return f"{x:,}"
+    return f"{'-' if x < 0 else ''}{digits[0]}.{digits[1:3]}e{len(digits) - 1}"
 
 
 @dataclass(frozen=True)
@@ -51,21 +107,36 @@ class Target:
     shared_write_cycles: int = 50
 
     def __post_init__(self) -> None:
+        """Types first, then the core count, then each key's range (`LIMITS`)."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "name":
-                if not isinstance(value, str) or not value:
-                    raise TargetError("target key 'name' must be a non-empty string")
+                if not isinstance(value, str) or not _NAME.fullmatch(value):
+                    raise TargetError("target key 'name' must be 1 to 64 printable characters, "
+                                      f"got {_shown(value)}")
             elif f.type == "float" or f.type is float:
                 if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise TargetError(f"target key '{f.name}' must be a number, got {value!r}")
+                    raise TargetError(f"target key '{f.name}' must be a number, got "
+                                      f"{_shown(value)}")
                 if not math.isfinite(value) or value <= 0:
-                    raise TargetError(f"target key '{f.name}' must be positive, got {value!r}")
+                    raise TargetError(f"target key '{f.name}' must be positive, got "
+                                      f"{_shown(value)}")
             else:
                 if isinstance(value, bool) or not isinstance(value, int):
-                    raise TargetError(f"target key '{f.name}' must be an integer, got {value!r}")
+                    raise TargetError(f"target key '{f.name}' must be an integer, got "
+                                      f"{_shown(value)}")
                 if value <= 0:
-                    raise TargetError(f"target key '{f.name}' must be positive, got {value}")
+                    raise TargetError(f"target key '{f.name}' must be positive, got "
+                                      f"{_shown(value)}")
+        if self.num_cores > MAX_CORES:
+            raise TargetError(f"target mesh {_num(self.mesh_rows)}x{_num(self.mesh_cols)} has "
+                              f"{_num(self.num_cores)} cores; at most {MAX_CORES:,} are "
+                              "supported")
+        for key, (low, high) in LIMITS.items():
+            value = getattr(self, key)
+            if not low <= value <= high:
+                raise TargetError(f"target key '{key}' must be between {_num(low)} and "
+                                  f"{_num(high)}, got {_shown(value)}")
 
     # -- time -------------------------------------------------------------------------------
 
@@ -134,7 +205,8 @@ class Target:
         """TOML text that :func:`load_target` reads back to an equal target."""
         lines = []
         for key, value in self.to_dict().items():
-            lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
+            text = json.dumps(value, ensure_ascii=False) if isinstance(value, str) else value
+            lines.append(f"{key} = {text}")
         return "\n".join(lines) + "\n"
 
     def describe(self) -> str:
@@ -162,7 +234,8 @@ BUILTIN_TARGETS["pimsim-nn"] = Target(
 
 
 def target_from_dict(values: dict[str, Any], name: str) -> Target:
-    """Build a target from overrides of the default; ``mesh = [rows, cols]`` is accepted."""
+    """Build a target from overrides of the default; ``mesh = [rows, cols]`` is accepted.
+    ``name`` (a file's stem) is used unless the values name the target."""
     values = dict(values)
     if "mesh" in values:
         mesh = values.pop("mesh")
@@ -171,16 +244,21 @@ def target_from_dict(values: dict[str, Any], name: str) -> Target:
             or len(mesh) != 2
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in mesh)
         ):
-            raise TargetError(f"target key 'mesh' must be [rows, cols] integers, got {mesh!r}")
+            raise TargetError(f"target key 'mesh' must be [rows, cols] integers, got "
+                              f"{_shown(mesh)}")
         if "mesh_rows" in values or "mesh_cols" in values:
             raise TargetError("give either 'mesh' or 'mesh_rows'/'mesh_cols', not both")
         values["mesh_rows"], values["mesh_cols"] = mesh
     unknown = sorted(set(values) - set(_KEYS))
     if unknown:
+        shown = [k if re.fullmatch(r"[\w-]{1,40}", k) else _shown(k) for k in unknown[:5]]
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise TargetError(
-            f"unknown target key(s) {', '.join(unknown)}; known keys: mesh, {', '.join(_KEYS)}"
+            f"unknown target key(s) {', '.join(shown)}{more}; known keys: mesh, "
+            f"{', '.join(_KEYS)}"
         )
-    values.setdefault("name", name)
+    if "name" not in values:
+        values["name"] = name if _NAME.fullmatch(name) else "unnamed"
     return dataclasses.replace(BUILTIN_TARGETS["default"], **values)
 
 
@@ -189,24 +267,37 @@ def load_target(name_or_path: str) -> Target:
     if name_or_path in BUILTIN_TARGETS:
         return BUILTIN_TARGETS[name_or_path]
     path = Path(name_or_path)
+    known = ", ".join(BUILTIN_TARGETS)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        known = ", ".join(BUILTIN_TARGETS)
         raise TargetError(
             f"cannot read target file {name_or_path}: {exc.strerror or exc} "
             f"(built-in targets: {known})"
         ) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise TargetError(f"target file {name_or_path} is larger than {MAX_FILE_BYTES:,} bytes; "
+                          "a target is a short TOML file")
     try:
-        data = tomllib.loads(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, col = _line_col(data, exc.start)
+        raise TargetError(f"{name_or_path}:{line}:{col}: target file is not UTF-8 text "
+                          f"(byte 0x{data[exc.start]:02x})") from None
+    try:
+        values = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TargetError(f"cannot parse target file {name_or_path}: {exc}") from None
     try:
-        return target_from_dict(data, path.stem)
+        return target_from_dict(values, path.stem)
     except TargetError as exc:
         raise TargetError(f"{name_or_path}: {exc}") from None
-    except TypeError as exc:  # dataclasses.replace with a bad value shape
-        raise TargetError(f"{name_or_path}: {exc}") from None
+
+
+def _line_col(data: bytes, offset: int) -> tuple[int, int]:
+    """1-based line and column (in bytes) of ``offset``."""
+    return data.count(b"\n", 0, offset) + 1, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
 
 
 def show_target(target: Target) -> Table:

@@ -39,12 +39,25 @@ from raptor.ir.ops import (
 )
 from raptor.ir.types import TensorType
 from raptor.sim.errors import SimError
-from raptor.sim.kernels import Env, Kernel, KernelError, Template, Templates, info, resolve
+from raptor.sim.kernels import (
+    Env,
+    Kernel,
+    KernelError,
+    Template,
+    Templates,
+    TypeInfo,
+    info,
+    resolve,
+)
 from raptor.sim.timing import OpTiming
 from raptor.solver.costs import op_cost_ns
 from raptor.target import Target
 
 COMPUTE, SEND, RECV, LOAD, STORE = range(5)
+
+MAX_SHARED_BYTES = 1 << 30
+"""Host memory the simulated shared buffers (function inputs and `pim.alloc_shared`) may
+take together: a larger program is refused before anything is allocated."""
 
 Route = tuple[int, int, tuple[int, ...]]
 """A message's free-link transfer ns, per-link serialisation ns, and directed XY links."""
@@ -198,6 +211,7 @@ class _Compiler:
         self.load_boxes: list[tuple[Instr, int, int, Value, Box]] = []
         self.stores: list[tuple[int, Instr]] = []
         self.routes: dict[tuple[int, int, int], Route] = {}
+        self.shared_bytes = 0
 
     def route(self, src: int, dst: int, nbytes: int) -> Route:
         key = (src, dst, nbytes)
@@ -216,6 +230,15 @@ class _Compiler:
                            f"is typed {op.result.type}")
         return np.ascontiguousarray(data.reshape(t.shape), dtype=t.dtype)
 
+    def buffer(self, t: TypeInfo, op: Operation) -> np.ndarray:
+        """A zeroed shared buffer, refused once all of them would pass `MAX_SHARED_BYTES`."""
+        self.shared_bytes += t.nbytes
+        if self.shared_bytes > MAX_SHARED_BYTES:
+            raise SimError(f"{op.where()}: the program's inputs and shared buffers need more "
+                           f"than {MAX_SHARED_BYTES >> 20:,} MiB of host memory (the "
+                           "simulator's limit)")
+        return np.zeros(t.shape, t.dtype)
+
     def compile(self) -> Program:
         func = self.module.main()
         for a in func.args:
@@ -223,7 +246,7 @@ class _Compiler:
                 t = info(a)
             except KernelError as e:
                 raise SimError(f"{func.where()}: argument {e}") from None
-            self.shared[a] = np.zeros(t.shape, t.dtype)
+            self.shared[a] = self.buffer(t, func)
         self.inputs.update(func.args)
         jobs: list[tuple[int, Block, dict[Value, int], Operation]] = []
         outputs: list[Value] = []
@@ -232,8 +255,7 @@ class _Compiler:
                 self.weights[op.result] = self.weight(op)
                 self.symbols[op.result] = op.symbol
             elif isinstance(op, AllocSharedOp):
-                t = info(op.result)
-                self.shared[op.result] = np.zeros(t.shape, t.dtype)
+                self.shared[op.result] = self.buffer(info(op.result), op)
             elif isinstance(op, CoreOp):
                 jobs.append((op.core, op.body, {}, op))
             elif isinstance(op, CoreBatchOp):

@@ -63,6 +63,7 @@ from ortools.sat.python import cp_model
 
 from raptor.solver.evaluate import lower_bounds, retime, validate_schedule
 from raptor.solver.graph import ComputeGraph
+from raptor.solver.mesh import nearest_cores
 from raptor.solver.peft import check_capacity, peft_schedule
 from raptor.solver.schedule import MergeScheduleResult, core_order
 from raptor.target import Target
@@ -123,10 +124,7 @@ def candidate_cores(graph: ComputeGraph, target: Target, initial: MergeScheduleR
     for t in range(n):
         for w in graph.tasks[t].weights:
             tile_cores.setdefault(w, set()).add(initial.core_of[t])
-    nearest = [
-        sorted(range(P), key=lambda q: (target.hops(p, q), q))[: options.nearest + 1]
-        for p in range(P)
-    ]
+    nearest = {p: nearest_cores(target, p, options.nearest + 1) for p in set(initial.core_of)}
     cands: list[list[int]] = []
     for t in range(n):
         home = initial.core_of[t]

@@ -229,7 +229,7 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
 def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
     """HEFT upward rank: cost plus the longest path below with mean cross-core transfers."""
     P = mesh.P
-    mean_hop_cycles = int(mesh.hop_cycles.sum()) // max(P * (P - 1), 1)
+    mean_hop_cycles = mesh.mean_hop_cycles()
     rank = np.zeros(graph.num_tasks, dtype=np.int64)
     costs = graph.costs()
     for t in reversed(graph.topo_order):

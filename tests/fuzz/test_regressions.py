@@ -1,0 +1,205 @@
+"""One minimal input per failure class the fuzz suite found in the target, the command
+line's last line of defence, warnings, the mesh tables and the simulator's buffers: the exact
+one-line message and exit code, and nothing left in --out."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import raptor.cli as cli
+from raptor.ir.parser import parse_module
+from raptor.sim import SimError, Simulator
+from raptor.solver.mesh import Mesh, nearest_cores
+from raptor.target import Target, load_target
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MLP = str(EXAMPLES / "mlp.onnx")
+HINT = ("this is a bug in Raptor, please report it with the command and its input files "
+        "(--debug shows the traceback)")
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def _target(tmp_path: Path, data: bytes | str) -> str:
+    path = tmp_path / "t.toml"
+    if isinstance(data, str):
+        data = data.encode()
+    path.write_bytes(data)
+    return str(path)
+
+
+# ------------------------------------------------------------------ target files
+@pytest.mark.parametrize(("data", "message"), [
+    # binary bytes (was UnicodeDecodeError)
+    (b"mesh = [4, 4]\n\xff\xfe\n", "{t}:2:1: target file is not UTF-8 text (byte 0xff)"),
+    # a mesh of 10^12 cores (was MemoryError in solver/mesh.py)
+    ("mesh = [1000000, 1000000]\n",
+     "{t}: target mesh 1,000,000x1,000,000 has 1,000,000,000,000 cores; at most 4,096 are "
+     "supported"),
+    ("mesh = [4611686018427387904, 3]\n",
+     "{t}: target mesh 4.61e18x3 has 1.38e19 cores; at most 4,096 are supported"),
+    # costs that overflowed int64 in solver/peft.py and solver/mesh.py
+    ("mvm_cycles = 9223372036854775807\n",
+     "{t}: target key 'mvm_cycles' must be between 1 and 1,000,000, got 9223372036854775807"),
+    ("hop_cycles = 100000000000000000000\n",
+     "{t}: target key 'hop_cycles' must be between 1 and 1,000,000, got 100000000000000000000"),
+    ("clock_ghz = 1e-300\n", "{t}: target key 'clock_ghz' must be between 0.01 and 100, got "
+     "1e-300"),
+    ("clock_ghz = nan\n", "{t}: target key 'clock_ghz' must be positive, got nan"),
+    ("crossbar_rows = 1979-05-27\n",
+     "{t}: target key 'crossbar_rows' must be an integer, got datetime.date(1979, 5, 27)"),
+    ('name = "a\\nb"\n', "{t}: target key 'name' must be 1 to 64 printable characters, got "
+     "'a\\nb'"),
+    ('"a\\nb" = 1\n', "{t}: unknown target key(s) 'a\\nb'; known keys: mesh, name, clock_ghz, "
+     "mesh_rows, mesh_cols, crossbars_per_core, crossbar_rows, crossbar_cols, weight_bits, "
+     "input_bits, mvm_cycles, vector_lanes, vector_op_cycles, local_memory_bytes, "
+     "local_bytes_per_cycle, flit_bytes, flit_cycles, hop_cycles, shared_memory_bytes, "
+     "shared_access_bytes, shared_read_cycles, shared_write_cycles"),
+    ("# pad\n" * 200_000, "target file {t} is larger than 1,048,576 bytes; a target is a short "
+     "TOML file"),
+])
+def test_bad_target_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    data: bytes | str, message: str) -> None:
+    t = _target(tmp_path, data)
+    out = tmp_path / "out"
+    code, _, err = run(["solve", MLP, "--target", t, "--out", str(out)], capsys)
+    assert (code, err) == (2, message.format(t=t) + "\n")
+    assert not out.exists()
+
+
+def test_extreme_but_valid_targets_run_without_overflow(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every cost at its limit, every width at its smallest, the slowest clock and the
+    largest mesh: schedules of about 10^11 ns, no int64 overflow, no P x P table."""
+    slow = ("clock_ghz = 0.01\nmesh = [64, 64]\nmvm_cycles = 1000000\nvector_lanes = 1\n"
+            "vector_op_cycles = 1000000\nflit_bytes = 1\nflit_cycles = 1000000\n"
+            "hop_cycles = 1000000\nshared_access_bytes = 1\nshared_read_cycles = 1000000\n"
+            "shared_write_cycles = 1000000\nlocal_bytes_per_cycle = 1\n")
+    out = tmp_path / "out"
+    code, _, err = run(["solve", MLP, "--target", _target(tmp_path, slow), "--time-limit", "1",
+                        "--workers", "1", "--out", str(out), "--json"], capsys)
+    assert code == 0, err
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["schedules"]["peft"]["estimate_ns"] > 10**11
+    assert all(s["numerics"]["ok"] for s in rep["schedules"].values())
+
+
+def test_mesh_tables_are_linear_in_cores() -> None:
+    """No P x P matrix for large meshes; closed forms agree with the dense ones."""
+    big = Mesh(Target(mesh_rows=64, mesh_cols=64))
+    assert big.hops_from(4095).shape == (4096,) and int(big.hops_from(4095)[0]) == 126
+    assert "hops" not in vars(big)  # the dense matrix is built only when asked for
+    for rows, cols, hop in ((1, 1, 2), (3, 5, 3), (8, 8, 2), (1, 7, 1)):
+        t = Target(mesh_rows=rows, mesh_cols=cols, hop_cycles=hop)
+        m = Mesh(t)
+        P = rows * cols
+        assert m.mean_hop_cycles() == int((m.hops * hop).sum()) // max(P * (P - 1), 1)
+        for p in range(P):
+            assert nearest_cores(t, p, 5) == sorted(
+                range(P), key=lambda q, p=p, t=t: (t.hops(p, q), q))[:5]
+
+
+# ------------------------------------------------------------------ last line of defence
+def _boom(exc: BaseException) -> object:
+    def command(args: object) -> int:
+        raise exc
+    return command
+
+
+class FakePanic(BaseException):
+    """Like pyo3's PanicException: not an Exception."""
+
+
+@pytest.mark.parametrize(("exc", "line"), [
+    (IndexError("list index out of range"),
+     f"raptor: internal error (IndexError: list index out of range); {HINT}"),
+    (FakePanic("called `Option::unwrap()` on a `None` value\nnote: more"),
+     f"raptor: internal error (FakePanic: called `Option::unwrap()` on a `None` value note: "
+     f"more); {HINT}"),
+    (MemoryError(), "raptor: out of memory; the input needs more memory than this machine "
+     "gives the process (try a smaller model or target)"),
+])
+def test_unexpected_exception_is_one_line_exit_1(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 exc: BaseException, line: str) -> None:
+    monkeypatch.setattr(cli, "cmd_target_show", _boom(exc))
+    code, out, err = run(["target", "show"], capsys)
+    assert (code, out, err) == (1, "", line + "\n")
+    code, _, err = run(["--debug", "target", "show"], capsys)
+    assert code == 1
+    assert err.startswith("Traceback (most recent call last)") and err.endswith(line + "\n")
+
+
+def test_internal_error_in_solve_leaves_no_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(cli, "report", _boom(KeyError("schedules")))
+    out = tmp_path / "out"
+    code, _, err = run(["solve", MLP, "--solver", "peft", "--no-simulate", "--out", str(out)],
+                       capsys)
+    assert (code, err) == (1, f"raptor: internal error (KeyError: 'schedules'); {HINT}\n")
+    assert not out.exists()
+
+
+def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    out = tmp_path / "out"
+    (out / "report.json").mkdir(parents=True)  # a directory where the report goes
+    code, _, err = run(["solve", MLP, "--solver", "peft", "--no-simulate", "--out", str(out)],
+                       capsys)
+    assert (code, err) == (2, f"cannot write to {out}: Is a directory\n")
+
+
+# ------------------------------------------------------------------ warnings
+def test_numpy_warnings_become_one_line_each(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    x = tmp_path / "x.npz"
+    np.savez(x, x=np.full((16, 4), 3e38, dtype=np.float32))  # finite, but sums overflow
+    code, _, err = run(["interpret", str(EXAMPLES / "column_pairs.spat"), "--inputs", str(x)],
+                       capsys)
+    assert code == 0
+    assert err == "warning: overflow encountered in add\n"
+
+
+def test_solve_records_warnings_in_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    real = cli.solve
+
+    def noisy(*args: object, **kwargs: object) -> object:
+        warnings.warn("weights\n  rounded", RuntimeWarning, stacklevel=1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cli, "solve", noisy)
+    out = tmp_path / "out"
+    code, _, err = run(["solve", MLP, "--solver", "peft", "--out", str(out)], capsys)
+    assert code == 0
+    assert json.loads((out / "report.json").read_text())["warnings"] == ["weights rounded"]
+    assert err.endswith("warning: weights rounded\n")
+    assert "RuntimeWarning" not in err
+
+
+# ------------------------------------------------------------------ simulator resources
+def test_simulator_refuses_huge_buffers_before_allocating() -> None:
+    big = "tensor<10000x10000xf32>"  # 400 MB each: under the parser's per-type bound
+    module = parse_module(
+        f"func.func @main(%x: {big}, %y: {big}, %z: {big}) -> {big} {{\n"
+        f"  return %x : {big}\n}}\n", "huge.spat")
+    with pytest.raises(SimError) as info:
+        Simulator(module, Target())
+    assert str(info.value) == ("huge.spat:1:11: the program's inputs and shared buffers need "
+                               "more than 1,024 MiB of host memory (the simulator's limit)")
+
+
+def test_target_toml_round_trip_quotes_names(tmp_path: Path) -> None:
+    t = Target(name='a "quoted" \\ name é', mesh_rows=2)
+    path = tmp_path / "t.toml"
+    path.write_text(t.to_toml(), encoding="utf-8")
+    assert load_target(str(path)) == t
