@@ -53,9 +53,12 @@ result_types: TYPE -> result_type
             | "(" types? ")" -> result_tuple
 affine_list: INTS -> affine_consts
            | "[" (affine ("," affine)*)? "]"
-?affine: aterm
-       | affine "+" aterm -> affine_add
-       | affine "-" aterm -> affine_sub
+affine: INT -> aterm_const
+      | INT "*" USE -> aterm_scaled
+      | USE -> aterm_use
+      | "-" aterm -> aterm_neg
+      | affine "+" aterm -> affine_add
+      | affine "-" aterm -> affine_sub
 aterm: INT -> aterm_const
      | INT "*" USE -> aterm_scaled
      | USE -> aterm_use
@@ -89,7 +92,8 @@ WS: /\s+/
 %ignore COMMENT
 """
 """The fixed structure; `[x]` leaves a None child when x is absent, `x?` leaves nothing. A
-`%name` is a USE (resolved as it is shifted) wherever a use can stand, else a DEF."""
+`%name` is a USE (resolved as it is shifted) wherever a use can stand, else a DEF. An affine
+offset repeats its one-term forms so that a simple offset is one reduction, not two."""
 _KEYWORDS = ("func.func", "slot", "of", "in", "sizes", "strides")
 
 _WHAT = {"USE": "a %value", "DEF": "a %value", "SYMBOL": "an @symbol", "TYPE": "a type",
