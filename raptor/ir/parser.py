@@ -119,14 +119,15 @@ def _syntaxes(ops: Sequence[type[Operation]]) -> list[tuple[type[Operation], Syn
 
 
 def grammar(ops: Sequence[type[Operation]] = REGISTRY) -> str:
-    """The whole grammar: the fixed structure, then each op's rule and terminals."""
+    """The whole grammar: the fixed structure, then each op's rule and terminals (op names,
+    keywords and flags, all bounded words, win over a WORD where both could stand)."""
     terminals = dict(keyword(word) for word in _KEYWORDS)
     for _, syntax in _syntaxes(ops):
         terminals.update(syntax.terminals)
     alternatives = "(" + " | ".join(syntax.rule for _, syntax in _syntaxes(ops)) + ")"
     return (_FIXED.replace("OPS", alternatives)
             + "".join(syntax.grammar for _, syntax in _syntaxes(ops))
-            + "".join(f"{name}: {pattern}\n" for name, pattern in terminals.items()))
+            + "".join(f"{name}.2: {pattern}\n" for name, pattern in terminals.items()))
 
 
 class Parser:

@@ -51,13 +51,13 @@ def test_a_new_op_parses_from_its_format_alone(
         private_registry: list[type[Operation]], monkeypatch: pytest.MonkeyPatch) -> None:
     """An op declared in the FORMAT style (operand lists, an optional group, ints, a word,
     an integer list, affine offsets, attributes, a flag, result types) needs no grammar or
-    parse code of its own."""
+    parse code of its own. The flag's keyword wins over the word field after it."""
 
     @op_def
     class WaitOp(Operation):
         NAME: ClassVar[str] = "spat.test_wait"
         FORMAT: ClassVar[str] = ("$token ins(typed($deps)) (after $after^ : type($after))? "
-                                 "stage($stage) $mode $slots$offsets $attrs $urgent : "
+                                 "stage($stage) $urgent $mode $slots$offsets $attrs : "
                                  "type($token) -> type($outs)")
         token: Operand
         deps: Operands
@@ -76,7 +76,7 @@ def test_a_new_op_parses_from_its_format_alone(
     lines = TEXT.splitlines()
     t = "tensor<16x4xf32>"
     wait = [f"    %t0, %t1 = spat.test_wait %in ins(%in : {t}) after %in, %x : {t}, {t} stage(3) "
-            f"ring [1, -2][%lane, 2*%lane+1] {{x = 1.5}} urgent : {t} -> (index, tensor<1xf32>)",
+            f"urgent ring [1, -2][%lane, 2*%lane+1] {{x = 1.5}} : {t} -> (index, tensor<1xf32>)",
             f"    spat.test_wait %in ins() stage(-1) ring [][] : {t} -> ()"]
     text = "\n".join([*lines[:3], *wait, *lines[3:]]) + "\n"
     module = parse_module(text, "wait.spat")
