@@ -1,12 +1,13 @@
 """Parser of the textual Spatial IR: a lark LALR grammar generated from the op declarations.
 
-The grammar is the fixed structure below (functions, regions, statements, types, lists,
-affine offsets, attribute values, Blueprint entries) plus one rule per declared op, which
-`opdef` derives from the op's `FORMAT` (`Syntax`), joined into the `op` alternatives. Lark
-parses with a contextual lexer and calls the callbacks of `Parser` as it reduces (no tree is
-built): fixed rules by their names, each op's rule `op_<name>` by `opdef.read_op`, terminals
-(numbers, types, strings) as they are shifted. Names resolve in nested scopes while parsing,
-so a use names its definition or fails at once.
+The grammar is the fixed structure below (functions, regions, block arguments, types,
+lists, affine offsets, attribute values, Blueprint entries) plus one rule per declared op,
+which `opdef` derives from the op's `FORMAT` (`Syntax`); the op rules are the alternatives
+of a block's statements (`OPS`). Lark parses it LALR(1) with a contextual lexer and calls the
+callbacks of `Parser` as it goes, building no tree: fixed rules by their names, the rule
+`op_<name>` of each op by `Parser.op` (fields read by `opdef.read_op`, results named, the op
+built), terminals (numbers, integer lists, types, strings, uses) as they are shifted. Names
+resolve in nested scopes while parsing, so a use names its definition or fails at once.
 
 Syntax errors become `ParseError` (file:line:col, the line and a caret); semantic errors
 carry a rule id (SSA-1 undefined value, SSA-2 redefinition, TYPE-0 annotation mismatch or
@@ -91,9 +92,11 @@ WS: /\s+/
 %ignore WS
 %ignore COMMENT
 """
-"""The fixed structure; `[x]` leaves a None child when x is absent, `x?` leaves nothing. A
-`%name` is a USE (resolved as it is shifted) wherever a use can stand, else a DEF. An affine
-offset repeats its one-term forms so that a simple offset is one reduction, not two."""
+"""The fixed structure; `OPS` stands for the op rules, `[x]` leaves a None child when x is
+absent, `x?` leaves nothing. A `%name` is a USE (resolved as it is shifted) wherever a use can
+stand, else a DEF. An integer list is one token (INTS, a literal like a type: half the tokens
+of a scheduled module); an affine list of constants lexes as one too. An affine offset repeats
+its one-term forms so that a simple offset is one reduction, not two."""
 _KEYWORDS = ("func.func", "slot", "of", "in", "sizes", "strides")
 
 _WHAT = {"USE": "a %value", "DEF": "a %value", "SYMBOL": "an @symbol", "TYPE": "a type",
