@@ -8,8 +8,9 @@ is the printed name, `FORMAT` the spelling after `results = NAME`, `verify` its 
 `op_def` derives once per class the generic views (`operands()`, `results()`, `regions()`),
 a printer (Python generated from the format, as fast as a hand-written one) and the op's
 rule of the parser's lark grammar (`Syntax`: the rule, its name terminal, what each child
-fills, read by `read_op`). Families print `FAMILY[0] + <kind field>` and register
-every kind of `KINDS` (all kinds when there is no `KINDS`, as for `spat.plan.<kind>`).
+fills, and the rule's callback, also generated Python: `Syntax.read`). Families print
+`FAMILY[0] + <kind field>` and register every kind of `KINDS` (all kinds when there is no
+`KINDS`, as for `spat.plan.<kind>`).
 
 The format language is MLIR's declarative assembly format reduced to what Spatial IR
 spells. Elements separated by whitespace print with one space, touching ones with none
@@ -33,14 +34,11 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, dataclass_transform
+from typing import Any, TypeVar, dataclass_transform
 
 from raptor.ir.core import Operation
 from raptor.ir.printer import Printer, fmt_attr
 from raptor.ir.types import Type
-
-if TYPE_CHECKING:
-    from raptor.ir.parser import Parser
 
 _KINDS = {"Operand": "operand", "Operands": "operands", "Result": "result",
           "Results": "results", "Region": "region", "BareRegion": "bare_region",
@@ -277,12 +275,13 @@ class Syntax:
     terminals: dict[str, str]
     """Name → lark definition: the name terminal and one per `bool` flag keyword."""
     directives: list[str]
-    slots: list[tuple[str, tuple[str, ...]]]
-    """(what the child is, fields) per child after the name, in format order: `use`, `uses`,
-    `value`, `flag`, `symbol`, `typed`, `types` (an operand list's), `results` (a result
-    list's), `type` (fields: `operand:f` or `result:f`) or `custom` (fields: the name)."""
-    family: tuple[str, int] | None = None
-    """A family's kind field and the length of the name prefix before the kind."""
+    slots: list[tuple[str, tuple[str, ...], bool]]
+    """(what the child is, fields, whether it may be None) per child after the name, in
+    format order: `use`, `uses`, `value`, `flag`, `symbol`, `typed`, `types` (an operand
+    list's), `results` (a result list's), `type` (fields: `operand:f` or `result:f`) or
+    `custom` (fields: the directive's name)."""
+    read: Callable[..., Any] | None = None
+    """`read(parser, children) -> op`, the rule's callback, generated from the slots."""
 
 
 BOUNDARY = r"(?![\w.])"
@@ -317,7 +316,7 @@ def _lit(text: str, syntax: Syntax) -> str:
 
 
 def _symbols(items: list[Item], cls: type[Operation], d: OpDef, rule: str,
-             syntax: Syntax) -> list[str]:
+             syntax: Syntax, in_group: bool = False) -> list[str]:
     """The grammar symbols of `items`; appends one slot per child they produce."""
     out = []
     for i in items:
@@ -326,7 +325,7 @@ def _symbols(items: list[Item], cls: type[Operation], d: OpDef, rule: str,
             out.append(_lit(i.text, syntax))
             continue
         if kind == "group":  # `[...]`: a placeholder per child when absent
-            out.append("[" + " ".join(_symbols(i.items, cls, d, rule, syntax)) + "]")
+            out.append("[" + " ".join(_symbols(i.items, cls, d, rule, syntax, True)) + "]")
             continue
         if kind == "var" and i.text == "bool":
             term = f"FLAG_{names[0].upper()}"
@@ -362,7 +361,7 @@ def _symbols(items: list[Item], cls: type[Operation], d: OpDef, rule: str,
             syntax.directives.append(f"{rule}_{i.text}")
             out.append(f"{rule}_{i.text}")
             slot, names = "custom", (i.text,)
-        syntax.slots.append((slot, names))
+        syntax.slots.append((slot, names, in_group or out[-1].startswith("[")))
     return out
 
 
@@ -370,11 +369,11 @@ def _syntax(cls: type[Operation], d: OpDef) -> Syntax:
     rule = "op_" + re.sub(r"[^a-z0-9]+", "_", cls.NAME.lower())
     terminal = rule.upper()
     syntax = Syntax(rule, terminal, "", {terminal: f"/{_name_pattern(cls)}/"}, [], [])
-    family = getattr(cls, "FAMILY", None)
-    if family is not None:
-        syntax.family = family[1], len(family[0])
     body = " ".join(['[defs "="]', terminal, *_symbols(d.format, cls, d, rule, syntax)])
     syntax.grammar = f"{rule}: {body}\n" + syntax.grammar
+    scope: dict[str, Any] = {"cls": cls, "ParseState": ParseState}
+    exec(compile(_reader_source(cls, syntax), f"<op_def {cls.__name__} reader>", "exec"), scope)
+    syntax.read = scope["read"]
     return syntax
 
 
@@ -391,50 +390,41 @@ class ParseState:
     result_types: dict[str, list[Type]] = field(default_factory=dict)
 
 
-def read_op(ps: Parser, cls: type[Operation], syntax: Syntax, children: list[Any]
-            ) -> ParseState:
-    """Fill a `ParseState` from the children of an op's rule (the name token, then one child
-    per slot; None for what an absent optional group holds): operands checked against their
-    annotations, results' types recorded. The caller names the results and builds the op."""
-    tok = children[0]
-    st = ParseState(cls, tok, {})
-    values, uses = st.values, st.uses
-    if syntax.family is not None:
-        values[syntax.family[0]] = tok.value[syntax.family[1]:]
-    for (slot, names), child in zip(syntax.slots, children[1:], strict=True):
-        if slot == "use":
-            uses[names[0]] = child
-        elif slot == "type":  # one type for operands and results
-            if child is None:
-                continue
-            for name in names:
-                kind, _, f = name.partition(":")
-                if kind == "operand":
-                    v, at = uses[f]
-                    values[f] = ps.check(v, child, at)
-                else:
-                    st.result_types[f] = [child]
-        elif slot == "value":
-            if child is not None:  # absent: the field's default
-                values[names[0]] = child
-        elif slot == "uses":
-            uses[names[0]] = child or []
+def _reader_source(cls: type[Operation], syntax: Syntax) -> str:
+    """Python for the callback of the op's rule: unpack the children (the result names, the
+    name token, one child per slot), check operands against their annotations as the format
+    orders them, collect field values `v` and result types `r`, and let the parser name the
+    results and build the op (`Parser.make`)."""
+    xs = [f"x{k}" for k, _ in enumerate(syntax.slots)]
+    body = [f"names, tok, {''.join(x + ', ' for x in xs)}= c", "v, r = {}, {}"]
+    family = getattr(cls, "FAMILY", None)
+    if family is not None:
+        body.append(f"v[{family[1]!r}] = tok.value[{len(family[0])}:]")
+    uses: list[str] = []
+    for x, (slot, names, optional) in zip(xs, syntax.slots, strict=True):
+        f = names[0]
+        if slot in ("use", "uses"):
+            uses.append(f)
+            body.append(f"u_{f} = {x} or []" if slot == "uses" and optional else f"u_{f} = {x}")
+        elif slot in ("typed", "flag"):
+            body.append(f"v[{f!r}] = {x} is not None" if slot == "flag" else
+                        f"v[{f!r}] = {x} or []" if optional else f"v[{f!r}] = {x}")
         elif slot == "types":
-            ts, used = child or [], uses[names[0]]
-            if len(ts) != len(used):
-                ps.fail(tok, "TYPE-0", f"{len(used)} operands but {len(ts)} types")
-            values[names[0]] = [ps.check(v, t, at) for (v, at), t in zip(used, ts, strict=True)]
-        elif slot == "results":
-            st.result_types[names[0]] = child
-        elif slot == "typed":
-            values[names[0]] = child or []
-        elif slot == "flag":
-            values[names[0]] = child is not None
-        elif slot == "symbol":
-            values[names[0]] = child.value[1:]
-        else:  # custom<x> / lines<x>
-            getattr(cls, "parse_" + names[0])(ps, st, child)
-    return st
+            body.append(f"v[{f!r}] = ps.check_all(u_{f}, {x} or [], tok)")
+        elif slot == "custom":
+            known = ", ".join(f"{u!r}: u_{u}" for u in uses)
+            body.append(f"cls.parse_{f}(ps, ParseState(cls, tok, v, {{{known}}}, r), {x})")
+        else:
+            lines = {"value": [f"v[{f!r}] = {x}"], "symbol": [f"v[{f!r}] = {x}.value[1:]"],
+                     "results": [f"r[{f!r}] = {x}"]}.get(slot) or [
+                f"v[{n[8:]!r}] = u_{n[8:]}[0] if u_{n[8:]}[0].type is {x} else "
+                f"ps.check(u_{n[8:]}[0], {x}, u_{n[8:]}[1])" if n.startswith("operand:")
+                else f"r[{n[7:]!r}] = [{x}]" for n in names]
+            if optional:
+                lines = [f"if {x} is not None:", *("    " + line for line in lines)]
+            body += lines
+    body.append("return ps.make(cls, tok, names, v, r)")
+    return "def read(ps, c):\n" + "".join(f"    {line}\n" for line in body)
 
 
 # ---------------------------------------------------------------------- the decorator

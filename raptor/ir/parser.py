@@ -5,9 +5,10 @@ lists, affine offsets, attribute values, Blueprint entries) plus one rule per de
 which `opdef` derives from the op's `FORMAT` (`Syntax`); the op rules are the alternatives
 of a block's statements (`OPS`). Lark parses it LALR(1) with a contextual lexer and calls the
 callbacks of `Parser` as it goes, building no tree: fixed rules by their names, the rule
-`op_<name>` of each op by `Parser.op` (fields read by `opdef.read_op`, results named, the op
-built), terminals (numbers, integer lists, types, strings, uses) as they are shifted. Names
-resolve in nested scopes while parsing, so a use names its definition or fails at once.
+`op_<name>` of each op by the reader `opdef` generated from its format (`Syntax.read`: the
+fields, then `Parser.make` names the results and builds the op), and terminals (numbers,
+integer lists, types, strings, uses) as they are shifted. Names resolve in nested scopes
+while parsing, so a use names its definition or fails at once.
 
 Syntax errors become `ParseError` (file:line:col, the line and a caret); semantic errors
 carry a rule id (SSA-1 undefined value, SSA-2 redefinition, TYPE-0 annotation mismatch or
@@ -32,7 +33,7 @@ except ImportError:  # pragma: no cover - pure-Python lark, same results
 
 from raptor.ir.core import Affine, Block, Location, Operation, Value
 from raptor.ir.module import Module
-from raptor.ir.opdef import BOUNDARY, REGISTRY, Syntax, keyword, read_op
+from raptor.ir.opdef import BOUNDARY, REGISTRY, Syntax, keyword
 from raptor.ir.ops import CoreBatchOp, CoreOp, FuncOp
 from raptor.ir.types import INDEX, Type, parse_type
 
@@ -117,19 +118,19 @@ class ParseError(Exception):
         super().__init__(text)
 
 
-def _syntaxes(ops: Sequence[type[Operation]]) -> list[tuple[type[Operation], Syntax]]:
-    return [(cls, cls.DEF.syntax) for cls in ops if cls.DEF.syntax is not None]
+def _syntaxes(ops: Sequence[type[Operation]]) -> list[Syntax]:
+    return [cls.DEF.syntax for cls in ops if cls.DEF.syntax is not None]
 
 
 def grammar(ops: Sequence[type[Operation]] = REGISTRY) -> str:
     """The whole grammar: the fixed structure, then each op's rule and terminals (op names,
     keywords and flags, all bounded words, win over a WORD where both could stand)."""
     terminals = dict(keyword(word) for word in _KEYWORDS)
-    for _, syntax in _syntaxes(ops):
+    for syntax in _syntaxes(ops):
         terminals.update(syntax.terminals)
-    alternatives = "(" + " | ".join(syntax.rule for _, syntax in _syntaxes(ops)) + ")"
+    alternatives = "(" + " | ".join(syntax.rule for syntax in _syntaxes(ops)) + ")"
     return (_FIXED.replace("OPS", alternatives)
-            + "".join(syntax.grammar for _, syntax in _syntaxes(ops))
+            + "".join(syntax.grammar for syntax in _syntaxes(ops))
             + "".join(f"{name}.2: {pattern}\n" for name, pattern in terminals.items()))
 
 
@@ -138,8 +139,9 @@ class Parser:
     scopes of names. One instance serves every parse, under a lock."""
 
     def __init__(self, ops: Sequence[type[Operation]] = REGISTRY) -> None:
-        for cls, syntax in _syntaxes(ops):
-            setattr(self, syntax.rule, partial(self.op, cls, syntax))
+        for syntax in _syntaxes(ops):
+            assert syntax.read is not None
+            setattr(self, syntax.rule, partial(syntax.read, self))
             for rule in syntax.directives:
                 setattr(self, rule, _children)
         self.reset("", "<string>")
@@ -192,6 +194,13 @@ class Parser:
         if v.type is not t and v.type != t:
             self.fail(tok, "TYPE-0", f"%{v.name} has type {v.type} but is annotated {t}")
         return v
+
+    def check_all(self, uses: list[tuple[Value, Token]], types: list[Type], op: Token
+                  ) -> list[Value]:
+        """An operand list, annotated with a list of types."""
+        if len(types) != len(uses):
+            self.fail(op, "TYPE-0", f"{len(uses)} operands but {len(types)} types")
+        return [self.check(v, t, tok) for (v, tok), t in zip(uses, types, strict=True)]
 
     def index_use(self, use: tuple[Value, Token]) -> Value:
         v, tok = use
@@ -263,24 +272,23 @@ class Parser:
     def arg(self, c: list[Any]) -> Value:
         return self.define(c[1], c[0])
 
-    def op(self, cls: type[Operation], syntax: Syntax, c: list[Any]) -> Operation:
-        """The callback of an op's rule `[defs "="] NAME ...`: read the fields (`read_op`),
-        name the results, build the op."""
-        names: list[Token] = c[0] or []
-        st = read_op(self, cls, syntax, c[1:])
-        results, types = cls.DEF.results, st.result_types
+    def make(self, cls: type[Operation], tok: Token, names: list[Token] | None,
+             values: dict[str, Any], types: dict[str, list[Type]]) -> Operation:
+        """Name the results of the op an op rule's reader (`Syntax.read`) read, build it."""
+        names = names or []
+        results = cls.DEF.results
         count = sum(len(types.get(f, ())) for f, _ in results)
         if len(names) != count:
-            self.fail(names[0] if names else st.tok, "TYPE-0",
+            self.fail(names[0] if names else tok, "TYPE-0",
                       f"{len(names)} results named but the op has {count}")
         at = 0
         for f, variadic in results:
             ts = types.get(f, ())
-            vals = [self.define(t, tok) for t, tok in zip(ts, names[at:], strict=False)]
+            vals = [self.define(t, name) for t, name in zip(ts, names[at:], strict=False)]
             at += len(ts)
-            st.values[f] = vals if variadic else vals[0]
-        op = cls(**st.values)
-        op.loc = Location(self.filename, st.tok.line, st.tok.column)
+            values[f] = vals if variadic else vals[0]
+        op = cls(**values)
+        op.loc = Location(self.filename, tok.line or 1, tok.column or 1)
         op.own_results()
         if isinstance(op, CoreOp | CoreBatchOp):
             for name in self.closed:  # name cross-core uses as SCH-3, not SSA-1
