@@ -273,8 +273,9 @@ class Syntax:
     grammar: str
     """The op's rule, then one rule per `custom<>`/`lines<>` directive (`<rule>_<name>`)."""
     terminals: dict[str, str]
-    """Name → lark definition: the name terminal and one per `bool` flag keyword."""
+    """Name → lark definition: the name terminal, one per keyword, one per `bool` flag."""
     directives: list[str]
+    """The rules of its `custom<>`/`lines<>` directives (their children go to `parse_x`)."""
     slots: list[tuple[str, tuple[str, ...], bool]]
     """(what the child is, fields, whether it may be None) per child after the name, in
     format order: `use`, `uses`, `value`, `flag`, `symbol`, `typed`, `types` (an operand

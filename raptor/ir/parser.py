@@ -239,6 +239,9 @@ class Parser:
     def FLOAT(self, tok: Token) -> float:
         return float(tok.value)
 
+    def WORD(self, tok: Token) -> str:
+        return tok.value
+
     def STRING(self, tok: Token) -> str:
         return tok.value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
 
@@ -344,7 +347,7 @@ class Parser:
         return dict(c)
 
     def attr(self, c: list[Any]) -> tuple[str, Any]:
-        return c[0].value, c[1]
+        return c[0], c[1]
 
     def bp_var(self, c: list[Token]) -> Value:
         """A slot family's variable: an index value scoped to its entry line."""

@@ -3,6 +3,7 @@ writes, and its syntax errors point at the offending text."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import field
@@ -96,6 +97,28 @@ def test_a_custom_directive_needs_its_grammar(
             NAME: ClassVar[str] = "spat.test_nosyntax"
             FORMAT: ClassVar[str] = "$a : custom<sig>"
             a: Operand
+
+
+def _leaves(x: object) -> Iterator[object]:
+    if isinstance(x, dict):
+        yield from x.keys()
+        x = list(x.values())
+    if isinstance(x, list | tuple):
+        for y in x:
+            yield from _leaves(y)
+    else:
+        yield x
+
+
+def test_parsed_fields_hold_plain_values() -> None:
+    """No lexer token ends up in an op (lark-cython's tokens are not even `str`)."""
+    for path in sorted(GOLDEN.glob("*.spat")):
+        for op in parse_module(path.read_text()).walk():
+            for f in dataclasses.fields(op):  # type: ignore[arg-type]
+                for leaf in _leaves(getattr(op, f.name)):
+                    assert not type(leaf).__module__.startswith("lark"), (op.name, f.name)
+                    if f.type == "str":
+                        assert type(leaf) is str, (op.name, f.name)
 
 
 def _outcome(text: str) -> str:
