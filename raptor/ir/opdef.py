@@ -22,10 +22,11 @@ equal for both), of an operand list `T0, T1`, of a result list `T`, `(T0, T1)` o
 `typed($ins)` prints `%x : T, %y : T2`. `( ... )?` is an optional group, printed when its
 anchor (`$f^`) is present and parsed when its first element is next. `custom<x>` calls the
 op's `print_x(p) -> str`; `lines<x>` (last) `print_x(p, header)`, which writes the header
-line and the lines under it; both parse with the lark grammar fragment `SYNTAX[x]` (over the
-parser's nonterminals: `use`, `TYPE`, `SINT`, `int_list`, `affine_list`, `bp_entry`...),
-whose children `parse_x(parser, state, children)` turns into fields. Anything else is a
-literal.
+line and the lines under it; both parse with the lark grammar fragment `SYNTAX[x]`, written
+over the symbols of the parser's fixed grammar (`USE`, `uses`, `TYPE`, `types`, `SINT`,
+`INTS`, `affine_list`, `bp_entry`...), whose children `parse_x(parser, state, children)`
+turns into fields. Anything else is a literal; a word-like literal is a keyword that never
+matches the start of a longer word.
 """
 
 from __future__ import annotations
