@@ -134,6 +134,12 @@ def grammar(ops: Sequence[type[Operation]] = REGISTRY) -> str:
             + "".join(f"{name}.2: {pattern}\n" for name, pattern in terminals.items()))
 
 
+def _children(c: list[Any]) -> list[Any]:
+    """The callback of list rules and of `custom<>`/`lines<>` directives' rules (whose
+    children go to the op's `parse_x`): the children, a list of lark's own making."""
+    return c
+
+
 class Parser:
     """The callbacks of one parse (lark calls them by rule and terminal name) and its
     scopes of names. One instance serves every parse, under a lock."""
@@ -302,8 +308,10 @@ class Parser:
         (v, tok), t = c
         return self.check(v, t, tok)
 
-    args = defs = uses = typed_uses = types = attr_list = staticmethod(list[Any])
-    affine_list = staticmethod(tuple[Affine, ...])
+    args = defs = uses = typed_uses = types = attr_list = staticmethod(_children)
+
+    def affine_list(self, c: list[Affine]) -> tuple[Affine, ...]:
+        return tuple(c)
 
     def attr_ints(self, c: list[tuple[int, ...]]) -> list[int]:
         return list(c[0])
@@ -369,9 +377,6 @@ class Parser:
         return slot, var, hi, of, offsets, sizes, strides
 
 
-def _children(c: list[Any]) -> list[Any]:
-    """A `custom<>`/`lines<>` directive's rule: its children go to the op's `parse_x`."""
-    return c
 
 
 def build(plugins: dict[str, Any], ops: Sequence[type[Operation]] = REGISTRY
