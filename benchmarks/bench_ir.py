@@ -2,6 +2,7 @@
 
     python benchmarks/bench_ir.py [--stages 1430] [--lanes 4] [--repeat 3] [--cpu]
     python benchmarks/bench_ir.py --spat scheduled.peft.spat [--cpu]   # an existing module
+    python benchmarks/bench_ir.py --pure-lark ...    # parse with lark alone, not lark-cython
 
 Each stage is one `spat.graph_compute_batch` (extract, relu, vscale, vsub, publication) plus a
 reversing `spat.blueprint` family: 7 ops, so the default is ~10,000 ops. Times are the best of
@@ -18,6 +19,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from raptor.ir import parser
 from raptor.ir.builder import new_func
 from raptor.ir.core import Affine, Value
 from raptor.ir.interpreter import Interpreter
@@ -72,7 +74,12 @@ def main() -> None:
                     "instead of the generated chain (no build, no interpretation)")
     ap.add_argument("--cpu", action="store_true", help="CPU seconds (time.process_time) "
                     "instead of wall seconds: steadier on a shared machine")
+    ap.add_argument("--pure-lark", action="store_true", help="parse with lark's Python "
+                    "lexer and LALR loop even when lark-cython is installed")
     args = ap.parse_args()
+    if args.pure_lark:
+        pure = parser.build({})
+        parser._lark = lambda: pure  # type: ignore[assignment]  # the process's parser
     global CLOCK
     if args.cpu:
         CLOCK = time.process_time
@@ -100,7 +107,8 @@ def main() -> None:
     ops = sum(1 for _ in module.walk())
     print(f"module: {args.spat or f'{args.stages} graph batches x {args.lanes} lanes'}, "
           f"{ops} ops, {len(text.splitlines())} lines, {len(text) / 1e6:.2f} MB "
-          f"({'CPU' if args.cpu else 'wall'} seconds, best of {args.repeat})")
+          f"({'CPU' if args.cpu else 'wall'} seconds, best of {args.repeat}; parser: "
+          f"{'lark' if args.pure_lark or not parser.PLUGINS else 'lark + lark-cython'})")
     for name, t in rows:
         print(f"{name:<10}{t:8.3f} s   {ops / t:10.0f} ops/s")
 

@@ -6,9 +6,11 @@ An op is a dataclass decorated with `op_def`. The annotation of each field says 
 `TensorType | None`, or anything its own `custom<>`/`lines<>` directive handles); `NAME`
 is the printed name, `FORMAT` the spelling after `results = NAME`, `verify` its checks.
 `op_def` derives once per class the generic views (`operands()`, `results()`, `regions()`),
-a printer (Python generated from the format, as fast as a hand-written one) and the parse
-program the parser interprets. Families print `FAMILY[0] + <kind field>` and register
-every kind of `KINDS` (all kinds when there is no `KINDS`, as for `spat.plan.<kind>`).
+a printer (Python generated from the format, as fast as a hand-written one) and the op's
+rule of the parser's lark grammar (`Syntax`: the rule, its name terminal, what each child
+fills, and the rule's callback, also generated Python: `Syntax.read`). Families print
+`FAMILY[0] + <kind field>` and register every kind of `KINDS` (all kinds when there is no
+`KINDS`, as for `spat.plan.<kind>`).
 
 The format language is MLIR's declarative assembly format reduced to what Spatial IR
 spells. Elements separated by whitespace print with one space, touching ones with none
@@ -19,8 +21,12 @@ a region (last). `type($a)` is the type of an operand or result (`type($a, $b)`:
 equal for both), of an operand list `T0, T1`, of a result list `T`, `(T0, T1)` or `()`;
 `typed($ins)` prints `%x : T, %y : T2`. `( ... )?` is an optional group, printed when its
 anchor (`$f^`) is present and parsed when its first element is next. `custom<x>` calls the
-op's `print_x(p) -> str` / `parse_x(parser, state)`; `lines<x>` (last) `print_x(p, header)`,
-which writes the header line and the lines under it. Anything else is a literal.
+op's `print_x(p) -> str`; `lines<x>` (last) `print_x(p, header)`, which writes the header
+line and the lines under it; both parse with the lark grammar fragment `SYNTAX[x]`, written
+over the symbols of the parser's fixed grammar (`USE`, `uses`, `TYPE`, `types`, `SINT`,
+`INTS`, `affine_list`, `bp_entry`...), whose children `parse_x(parser, state, children)`
+turns into fields. Anything else is a literal; a word-like literal is a keyword that never
+matches the start of a longer word.
 """
 
 from __future__ import annotations
@@ -29,14 +35,11 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, dataclass_transform
+from typing import Any, TypeVar, dataclass_transform
 
 from raptor.ir.core import Operation
 from raptor.ir.printer import Printer, fmt_attr
 from raptor.ir.types import Type
-
-if TYPE_CHECKING:
-    from raptor.ir.parser import Parser
 
 _KINDS = {"Operand": "operand", "Operands": "operands", "Result": "result",
           "Results": "results", "Region": "region", "BareRegion": "bare_region",
@@ -70,6 +73,8 @@ class OpDef:
     attributes: list[str] = field(default_factory=list)
     kinds: dict[str, str] = field(default_factory=dict)
     format: list[Item] = field(default_factory=list)
+    syntax: Syntax | None = None
+    """The parse side of the format (ops with a `FORMAT`)."""
 
     @property
     def single_result(self) -> str | None:
@@ -77,32 +82,8 @@ class OpDef:
         return self.results[0][0] if len(self.results) == 1 and not self.results[0][1] else None
 
 
-@dataclass
-class ParseState:
-    """What the parse program of one op has read: field values, operand uses still to be
-    type-checked (value or values, token index or indices) and result types."""
-
-    cls: type[Operation]
-    tok: int
-    values: dict[str, Any] = field(default_factory=dict)
-    uses: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    result_types: dict[str, list[Type]] = field(default_factory=dict)
-
-
-OPS: dict[str, tuple[type[Operation], dict[str, str]]] = {}
-"""Printed op name → class and the family field it fixes (`pim.vadd` → BinaryOp, op=vadd)."""
-OPEN_FAMILIES: dict[str, tuple[type[Operation], str]] = {}
-"""Name prefix → class and kind field of families of any kind (`spat.plan.` → PlanOp)."""
-
-
-def lookup(name: str) -> tuple[type[Operation], dict[str, str]] | None:
-    """The class (and fixed family field) printed as `name`, if any."""
-    got = OPS.get(name)
-    if got is None:
-        for prefix, (cls, fld) in OPEN_FAMILIES.items():
-            if name.startswith(prefix) and re.fullmatch(r"[a-z_0-9]+", name[len(prefix):]):
-                return cls, {fld: name[len(prefix):]}
-    return got
+REGISTRY: list[type[Operation]] = []
+"""Every op with a `FORMAT`, in declaration order: the parser's grammar has one rule each."""
 
 
 # ---------------------------------------------------------------------- compiling formats
@@ -273,87 +254,179 @@ def _method(source: str, name: str) -> Callable[..., Any]:
     return next(iter(scope.values()))
 
 
-# ---------------------------------------------------------------------- parsing
-_READ: dict[str, Callable[[Parser], Any]] = {
-    "int": lambda ps: ps.sint(), "float": lambda ps: ps.fnum(), "str": lambda ps: ps.word(),
-    "ints": lambda ps: tuple(ps.int_list()), "affines": lambda ps: ps.affine_list(),
-    "attrs": lambda ps: ps.attr_dict() if ps.peek() == "{" else {},
-    "type": lambda ps: ps.type_(), "symbol": lambda ps: ps.symbol(),
-}
-_FIRST = {"ints": "[", "affines": "[", "attrs": "{"}
+# ---------------------------------------------------------------------- grammar generation
+_SYMBOL = {"operand": "USE", "operands": "[uses]", "int": "SINT", "float": "fnum", "str": "WORD",
+           "ints": "INTS", "affines": "affine_list", "attrs": "[attr_dict]", "type": "TYPE",
+           "symbol": "SYMBOL"}
+"""Field kind → the grammar symbol (a nonterminal or terminal of the parser's fixed grammar)
+that reads it; `[x]` is an optional `x` (None when absent)."""
 
 
-def _starts(item: Item, ps: Parser) -> bool:
-    """Whether the next token can begin `item` (the first element of an optional group)."""
-    if item.kind == "lit":
-        return ps.peek() == item.text
-    if item.text in ("operand", "operands"):
-        return ps.at_value()
-    if item.text == "type":
-        return ps.at_type()
-    return ps.peek() == (item.fields[0] if item.text == "bool" else _FIRST.get(item.text))
+@dataclass
+class Syntax:
+    """The parse side of one op: its lark rule and name terminal, and what each child of the
+    rule after the name fills (`slots`, in format order)."""
+
+    rule: str
+    """Rule name and callback name, from `NAME`: `op_spat_graph_compute_batch`."""
+    terminal: str
+    """The name terminal: `OP_SPAT_GRAPH_COMPUTE_BATCH`; a family's matches every kind."""
+    grammar: str
+    """The op's rule, then one rule per `custom<>`/`lines<>` directive (`<rule>_<name>`)."""
+    terminals: dict[str, str]
+    """Name → lark definition: the name terminal, one per keyword, one per `bool` flag."""
+    directives: list[str]
+    """The rules of its `custom<>`/`lines<>` directives (their children go to `parse_x`)."""
+    slots: list[tuple[str, tuple[str, ...], bool]]
+    """(what the child is, fields, whether it may be None) per child after the name, in
+    format order: `use`, `uses`, `value`, `flag`, `symbol`, `typed`, `types` (an operand
+    list's), `results` (a result list's), `type` (fields: `operand:f` or `result:f`) or
+    `custom` (fields: the directive's name)."""
+    read: Callable[..., Any] | None = None
+    """`read(parser, children) -> op`, the rule's callback, generated from the slots."""
 
 
-def _parse(item: Item, ps: Parser, st: ParseState) -> None:
-    k, names = item.kind, item.fields
-    if k == "lit":
-        ps.expect(item.text)
-    elif k == "var":
-        n = names[0]
-        if item.text in ("operand", "operands"):
-            st.uses[n] = ps.use() if item.text == "operand" else ps.uses()
-        else:
-            st.values[n] = ps.accept(n) if item.text == "bool" else _READ[item.text](ps)
-    elif k == "type":
-        _parse_type(names, ps, st)
-    elif k == "typed":
-        def typed_use() -> Any:
-            v, tok = ps.use()
-            ps.expect(":")
-            return ps.check(v, ps.type_(), tok)
-
-        st.values[names[0]] = ps.commas(ps.at_value, typed_use)
-    elif k in ("custom", "lines"):
-        getattr(st.cls, f"parse_{item.text}")(ps, st)
-    elif k == "region":
-        st.values[names[0]] = ps.region(item.text == "region")
-    elif _starts(item.items[0], ps):  # a group that is there
-        for i in item.items:
-            _parse(i, ps, st)
-    else:  # a group that is not: its operand lists are empty
-        for i in item.items:
-            if i.kind == "var" and i.text == "operands":
-                st.values[i.fields[0]] = []
+BOUNDARY = r"(?![\w.])"
+"""Ends every word-like terminal: a name or keyword is never a prefix of a longer word."""
 
 
-def _parse_type(names: tuple[str, ...], ps: Parser, st: ParseState) -> None:
-    kinds = [st.cls.DEF.kinds[n] for n in names]
-    if kinds[0] == "operands":
-        ts = ps.types_list()
-        vals, toks = st.uses[names[0]]
-        if len(ts) != len(vals):
-            ps.fail(st.tok, "TYPE-0", f"{len(vals)} operands but {len(ts)} types")
-        st.values[names[0]] = [ps.check(v, t, tok) for v, t, tok in zip(vals, ts, toks,
-                                                                        strict=True)]
-    elif kinds[0] == "results":
-        st.result_types[names[0]] = ps.result_types()
+def _name_pattern(cls: type[Operation]) -> str:
+    """A regular expression for the printed name(s), never a prefix of a longer word."""
+    family = getattr(cls, "FAMILY", None)
+    if family is None:
+        body = re.escape(cls.NAME)
     else:
-        t = ps.type_()
-        for name, kind in zip(names, kinds, strict=True):
-            if kind == "operand":
-                v, tok = st.uses[name]
-                st.values[name] = ps.check(v, t, tok)
-            else:
-                st.result_types[name] = [t]
+        kinds = getattr(cls, "KINDS", None)
+        tail = "[a-z_0-9]+" if kinds is None else \
+            "(?:" + "|".join(re.escape(k) for k in sorted(kinds, key=len, reverse=True)) + ")"
+        body = re.escape(family[0]) + tail
+    return f"(?:{body}){BOUNDARY}"
 
 
-def parse_op(ps: Parser, cls: type[Operation], fixed: dict[str, str], tok: int
-             ) -> ParseState:
-    """Run `cls`'s parse program after its name; the caller builds the op from the state."""
-    st = ParseState(cls, tok, dict(fixed))
-    for item in cls.DEF.format:
-        _parse(item, ps, st)
-    return st
+def keyword(word: str) -> tuple[str, str]:
+    """A filtered terminal (its name starts with `_`) for a keyword: name and definition."""
+    return "_KW_" + re.sub(r"\W", "_", word.upper()), f"/{re.escape(word)}{BOUNDARY}/"
+
+
+def _lit(text: str, syntax: Syntax) -> str:
+    """A literal's grammar symbol: keywords as bounded terminals, punctuation as strings."""
+    if re.fullmatch(r"[A-Za-z_][\w.]*", text):
+        name, definition = keyword(text)
+        syntax.terminals[name] = definition
+        return name
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _symbols(items: list[Item], cls: type[Operation], d: OpDef, rule: str,
+             syntax: Syntax, in_group: bool = False) -> list[str]:
+    """The grammar symbols of `items`; appends one slot per child they produce."""
+    out = []
+    for i in items:
+        kind, names = i.kind, i.fields
+        if kind == "lit":
+            out.append(_lit(i.text, syntax))
+            continue
+        if kind == "group":  # `[...]`: a placeholder per child when absent
+            out.append("[" + " ".join(_symbols(i.items, cls, d, rule, syntax, True)) + "]")
+            continue
+        if kind == "var" and i.text == "bool":
+            term = f"FLAG_{names[0].upper()}"
+            syntax.terminals[term] = f"/{re.escape(names[0])}{BOUNDARY}/"
+            out.append(f"[{term}]")
+            slot = "flag"
+        elif kind == "var" and i.anchor and i.text == "operands":
+            out.append("uses")  # a group is there when its anchor list is not empty
+            slot = "uses"
+        elif kind == "var":
+            out.append(_SYMBOL[i.text])
+            slot = {"operand": "use", "operands": "uses", "symbol": "symbol"}.get(i.text, "value")
+        elif kind == "type" and d.kinds[names[0]] in ("operands", "results"):
+            slot = "types" if d.kinds[names[0]] == "operands" else "results"
+            out.append("[types]" if slot == "types" else "result_types")
+        elif kind == "type":
+            out.append("TYPE")
+            slot = "type"
+            names = tuple(("operand:" if d.kinds[n] == "operand" else "result:") + n
+                          for n in names)
+        elif kind == "typed":
+            out.append("[typed_uses]")
+            slot = "typed"
+        elif kind == "region":
+            out.append("region")
+            slot = "value"
+        else:  # custom<x> / lines<x>: the op's own SYNTAX[x] as a rule of its own
+            fragment = getattr(cls, "SYNTAX", {}).get(i.text)
+            if fragment is None:
+                raise FormatError(f"{cls.__name__}: {kind}<{i.text}> needs SYNTAX[{i.text!r}], "
+                                  "its grammar")
+            syntax.grammar += f"{rule}_{i.text}: {fragment}\n"
+            syntax.directives.append(f"{rule}_{i.text}")
+            out.append(f"{rule}_{i.text}")
+            slot, names = "custom", (i.text,)
+        syntax.slots.append((slot, names, in_group or out[-1].startswith("[")))
+    return out
+
+
+def _syntax(cls: type[Operation], d: OpDef) -> Syntax:
+    rule = "op_" + re.sub(r"[^a-z0-9]+", "_", cls.NAME.lower())
+    terminal = rule.upper()
+    syntax = Syntax(rule, terminal, "", {terminal: f"/{_name_pattern(cls)}/"}, [], [])
+    body = " ".join(['[defs "="]', terminal, *_symbols(d.format, cls, d, rule, syntax)])
+    syntax.grammar = f"{rule}: {body}\n" + syntax.grammar
+    scope: dict[str, Any] = {"cls": cls, "ParseState": ParseState}
+    exec(compile(_reader_source(cls, syntax), f"<op_def {cls.__name__} reader>", "exec"), scope)
+    syntax.read = scope["read"]
+    return syntax
+
+
+# ---------------------------------------------------------------------- reading an op
+@dataclass(slots=True)
+class ParseState:
+    """What the rule of one op read: field values, operand uses still to be type-checked
+    (value and token, or a list of them), result types, and the op's name token."""
+
+    cls: type[Operation]
+    tok: Any
+    values: dict[str, Any]
+    uses: dict[str, Any] = field(default_factory=dict)
+    result_types: dict[str, list[Type]] = field(default_factory=dict)
+
+
+def _reader_source(cls: type[Operation], syntax: Syntax) -> str:
+    """Python for the callback of the op's rule: unpack the children (the result names, the
+    name token, one child per slot), check operands against their annotations as the format
+    orders them, collect field values `v` and result types `r`, and let the parser name the
+    results and build the op (`Parser.make`)."""
+    xs = [f"x{k}" for k, _ in enumerate(syntax.slots)]
+    body = [f"names, tok, {''.join(x + ', ' for x in xs)}= c", "v, r = {}, {}"]
+    family = getattr(cls, "FAMILY", None)
+    if family is not None:
+        body.append(f"v[{family[1]!r}] = tok.value[{len(family[0])}:]")
+    uses: list[str] = []
+    for x, (slot, names, optional) in zip(xs, syntax.slots, strict=True):
+        f = names[0]
+        if slot in ("use", "uses"):
+            uses.append(f)
+            body.append(f"u_{f} = {x} or []" if slot == "uses" and optional else f"u_{f} = {x}")
+        elif slot in ("typed", "flag"):
+            body.append(f"v[{f!r}] = {x} is not None" if slot == "flag" else
+                        f"v[{f!r}] = {x} or []" if optional else f"v[{f!r}] = {x}")
+        elif slot == "types":
+            body.append(f"v[{f!r}] = ps.check_all(u_{f}, {x} or [], tok)")
+        elif slot == "custom":
+            known = ", ".join(f"{u!r}: u_{u}" for u in uses)
+            body.append(f"cls.parse_{f}(ps, ParseState(cls, tok, v, {{{known}}}, r), {x})")
+        else:
+            lines = {"value": [f"v[{f!r}] = {x}"], "symbol": [f"v[{f!r}] = {x}.value[1:]"],
+                     "results": [f"r[{f!r}] = {x}"]}.get(slot) or [
+                f"v[{n[8:]!r}] = u_{n[8:]}[0] if u_{n[8:]}[0].type is {x} else "
+                f"ps.check(u_{n[8:]}[0], {x}, u_{n[8:]}[1])" if n.startswith("operand:")
+                else f"r[{n[7:]!r}] = [{x}]" for n in names]
+            if optional:
+                lines = [f"if {x} is not None:", *("    " + line for line in lines)]
+            body += lines
+    body.append("return ps.make(cls, tok, names, v, r)")
+    return "def read(ps, c):\n" + "".join(f"    {line}\n" for line in body)
 
 
 # ---------------------------------------------------------------------- the decorator
@@ -362,7 +435,7 @@ OpT = TypeVar("OpT", bound=type[Operation])
 
 @dataclass_transform(eq_default=False, field_specifiers=(dataclasses.field,))
 def op_def(cls: OpT) -> OpT:
-    """Make `cls` a dataclass and derive its generic views, printer and parse program."""
+    """Make `cls` a dataclass and derive its generic views, printer and grammar rule."""
     cls = dataclass(eq=False)(cls)  # type: ignore[assignment]
     d = OpDef()
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -390,11 +463,6 @@ def op_def(cls: OpT) -> OpT:
         d.format = _compile(cls, d)
         if "print" not in cls.__dict__:
             cls.print = _method(_printer_source(cls, d), cls.__name__)  # type: ignore
-        if family is None:
-            OPS[cls.NAME] = (cls, {})
-        elif getattr(cls, "KINDS", None) is None:
-            OPEN_FAMILIES[family[0]] = (cls, family[1])
-        else:
-            kinds: dict[str, Any] = cls.KINDS  # type: ignore[attr-defined]
-            OPS.update({family[0] + k: (cls, {family[1]: k}) for k in kinds})
+        d.syntax = _syntax(cls, d)
+        REGISTRY.append(cls)
     return cls

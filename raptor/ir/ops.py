@@ -313,6 +313,7 @@ class BlueprintOp(Operation):
     NAME: ClassVar[str] = "spat.blueprint"
     FORMAT: ClassVar[str] = ("$sources : type($sources) -> type($result) coverage($coverage) "
                              "conflict($conflict) lines<entries>")
+    SYNTAX: ClassVar[dict[str, str]] = {"entries": '"{" bp_entry* "}"'}
     sources: Operands
     result: Result
     entries: list[BlueprintEntry]
@@ -336,46 +337,22 @@ class BlueprintOp(Operation):
         p.line("}")
 
     @staticmethod
-    def parse_entries(ps: Parser, st: ParseState) -> None:
-        """`{ slot N [of %v] -> ... }` or `slot %s in LO..HI [of %v] -> ...` per line; the
-        family variable is scoped to its line. An entry without `of` names the only operand
-        (with several, an invalid index the verifier reports as BP-1)."""
+    def parse_entries(ps: Parser, st: ParseState, entries: list[tuple[Any, ...]]) -> None:
+        """`{ slot N [of %v] -> ... }` or `slot %s in LO..HI [of %v] -> ...` per line (the
+        parser scopes the family variable to its line). An entry without `of` names the only
+        operand (with several, an invalid index the verifier reports as BP-1)."""
         sources: list[Value] = st.values["sources"]
-        entries = []
-        ps.expect("{")
-        while ps.accept("slot"):
-            var = None
-            hi = 0
-            if ps.at_value():
-                ps.push_scope()
-                var = ps.define(INDEX_TYPE)
-                ps.expect("in")
-                slot = ps.sint()
-                ps.expect("..")
-                hi = ps.sint()
-            else:
-                slot = ps.sint()
+        out = []
+        for slot, var, hi, of, offsets, sizes, strides in entries:
             source = 0 if len(sources) == 1 else len(sources)
-            if ps.accept("of"):
-                v, tok = ps.use()
+            if of is not None:
+                v, tok = of
                 source = next((i for i, s in enumerate(sources) if s is v), -1)
                 if source < 0:
                     ps.fail(tok, "BP-1", f"slot {slot} names %{v.name}, which is not an "
                             "operand of this blueprint")
-            ps.expect("->")
-            offsets = ps.affine_list()
-            ps.expect("sizes")
-            sizes = tuple(ps.int_list())
-            ps.expect("strides")
-            strides = tuple(ps.int_list())
-            if var is not None:
-                ps.pop_scope()
-            entries.append(BlueprintEntry(source, slot, offsets, sizes, strides, var, hi))
-        ps.expect("}")
-        st.values["entries"] = entries
-
-
-INDEX_TYPE = IndexType()
+            out.append(BlueprintEntry(source, slot, offsets, sizes, strides, var, hi))
+        st.values["entries"] = out
 
 
 # --------------------------------------------------------------------------- lane body
@@ -604,6 +581,7 @@ class BinaryOp(Operation):
     FAMILY: ClassVar[tuple[str, str]] = ("pim.", "op")
     KINDS: ClassVar[dict[str, Any]] = BINARY
     FORMAT: ClassVar[str] = "$lhs, $rhs : custom<signature>"
+    SYNTAX: ClassVar[dict[str, str]] = {"signature": 'TYPE ["," TYPE "->" TYPE]'}
     WORK = (("vector", "result"),)
     op: str
     lhs: Operand
@@ -616,12 +594,9 @@ class BinaryOp(Operation):
         return str(ts[0]) if ts[0] == ts[1] == ts[2] else f"{ts[0]}, {ts[1]} -> {ts[2]}"
 
     @staticmethod
-    def parse_signature(ps: Parser, st: ParseState) -> None:
-        ta = tb = tr = ps.type_()
-        if ps.accept(","):
-            tb = ps.type_()
-            ps.expect("->")
-            tr = ps.type_()
+    def parse_signature(ps: Parser, st: ParseState, types: list[Type]) -> None:
+        """`T` or `T0, T1 -> T2` (lark leaves None for the absent `, T1 -> T2`)."""
+        ta, tb, tr = types if types[1] is not None else types[:1] * 3
         for name, t in (("lhs", ta), ("rhs", tb)):
             v, tok = st.uses[name]
             st.values[name] = ps.check(v, t, tok)
