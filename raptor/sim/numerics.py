@@ -46,9 +46,11 @@ def levels(program: Program, order: Sequence[Instr]) -> list[list[Instr]]:
         elif kind == LOAD:
             level = max([memory, *[store_done[s] for s in ins.deps]])
             memory = level
-            have[ins.op.results()[0]] = level + 1
+            assert ins.value is not None
+            have[ins.value] = level + 1
         else:
-            level = max(memory, have.get(ins.op.operands()[0], 0))
+            assert ins.value is not None
+            level = max(memory, have.get(ins.value, 0))
             memory = level
             store_done[ins.store_id] = level + 1
         while len(out) <= level:

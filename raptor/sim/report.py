@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
@@ -46,15 +47,40 @@ class SimReport:
     """`pim.load`s of function inputs inside compute bodies: charged in the body's cost,
     outside the shared-memory queue (inputs are never written, so nothing can race)."""
     input_read_bytes: int = 0
+    signals: int = 0
+    """`pim.signal`s (READY/FREE counts of a stream), each one shared-memory write."""
+    waits: int = 0
+    """`pim.wait`s, each one shared-memory read once its count is reached."""
     ops_executed: int = 0
     body_ops_executed: int = 0
     compile_time_s: float = 0.0
     wall_time_s: float = 0.0
     """The run (event loop and numerics), plus the compilation for `simulate`."""
     options: dict[str, Any] = field(default_factory=dict)
+    inference_start_ns: list[int] = field(default_factory=list)
+    """Stream programs: when the first core began each inference's iteration."""
+    inference_end_ns: list[int] = field(default_factory=list)
+    """Stream programs: when the last core finished each inference's iteration."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def period_ns(self, fill: int = 1) -> int | None:
+        """Steady-state period of a stream: the median interval between consecutive
+        completions once the pipeline is full (from inference `fill` on, `fill` being its
+        number of stages; all intervals when the stream is shorter). None for a latency
+        program or a single inference."""
+        ends = self.inference_end_ns
+        if len(ends) < 2:
+            return None
+        steps = [b - a for a, b in itertools.pairwise(ends)]
+        tail = steps[max(0, fill - 1):] or steps
+        return int(np.median(tail))
+
+    def inference_latency_ns(self) -> list[int]:
+        """Per inference of a stream: its end minus its start (its latency in the pipeline)."""
+        return [e - s for s, e in zip(self.inference_start_ns, self.inference_end_ns,
+                                      strict=True)]
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
