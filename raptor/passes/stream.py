@@ -79,12 +79,13 @@ class StreamView:
 class LoadGroup:
     """On `consumer` core: wait READY from `producer` core (counter pair `pair`), load
     `loads` ((producer task, result, bytes) each), signal FREE; placed before the
-    consumer's first task that needs them, whose planned start is `at`."""
+    consumer's first task that needs them. `key` orders it among the core's events as
+    materialization did (a task's key is (planned start, 1, task))."""
 
     consumer: int
     producer: int
     pair: int
-    at: int
+    key: tuple[int, int, int]
     loads: list[tuple[int, int, int]]
 
 
@@ -215,8 +216,9 @@ class _StreamMaterializer(Materializer):
         for seq, ((q, pc), ms) in enumerate(sorted(groups.items(), key=lambda kv: (
                 first[kv[1][0]], kv[0]))):
             ops = self._load_group(q, pc, ms)
-            self.emit(q, (first[ms[0]], 0, -1 - seq), ops)
-            plan.groups.append(LoadGroup(q, pc, self.pair_of[(pc, q)], first[ms[0]], [
+            place = (first[ms[0]], 0, -1 - seq)
+            self.emit(q, place, ops)
+            plan.groups.append(LoadGroup(q, pc, self.pair_of[(pc, q)], place, [
                 (u, r, _nbytes(op)) for (u, r, _, _), op in zip(ms, ops[1:-1], strict=True)]))
 
     def _alloc(self, t: TensorType, name: str) -> Value:

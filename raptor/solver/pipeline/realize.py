@@ -439,7 +439,7 @@ def asap_starts(problem: PipelineProblem, core_of: Sequence[int],
         for a, b in itertools.pairwise(tasks):
             nxt[a] = b
             indeg[b] += 1
-    costs = [t.cost_ns for t in graph.tasks]
+    costs = graph.durations(core_of)  # local reads included, as MergeScheduleResult's ends
     start = [0] * n
     stack = [t for t in range(n) if indeg[t] == 0]
     done = 0

@@ -59,7 +59,7 @@ class PipelineResult:
     wave_period_ns: int  # max(max stage completion, memory): each stage one inference at a time
     model_period_ns: int  # the solvers' common model value of this partition (pre-packing)
     memory_service_ns: int  # serialized shared-memory service per inference, baseline incl.
-    baseline_memory_ns: int  # function inputs and outputs
+    baseline_memory_ns: int  # the function outputs (inputs are read inside task bodies)
     boundaries: list[Boundary]
     replicated: list[Replication]
     replication: list[int]  # the model's factor per group (the realization may copy more)
