@@ -25,9 +25,15 @@ def oracle_name() -> str:
 def run_reference(model: str | Path | onnx.ModelProto, inputs: Mapping[str, np.ndarray],
                   oracle: str | None = None) -> dict[str, np.ndarray]:
     """Outputs of the ONNX model keyed by graph output name."""
+    return run_references(model, [inputs], oracle)[0]
+
+
+def run_references(model: str | Path | onnx.ModelProto,
+                   inputs: list[Mapping[str, np.ndarray]], oracle: str | None = None
+                   ) -> list[dict[str, np.ndarray]]:
+    """Outputs of the ONNX model for each set of inputs (one session for all of them)."""
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
     which = oracle or oracle_name()
-    feeds = {k: np.asarray(v) for k, v in inputs.items()}
     names = [o.name for o in proto.graph.output]
     if which == "onnxruntime":
         import onnxruntime as ort
@@ -37,12 +43,16 @@ def run_reference(model: str | Path | onnx.ModelProto, inputs: Mapping[str, np.n
         opts.log_severity_level = 3
         sess = ort.InferenceSession(proto.SerializeToString(), opts,
                                     providers=["CPUExecutionProvider"])
-        outs = sess.run(names, feeds)
+        run = sess.run
     else:
         from onnx.reference import ReferenceEvaluator
 
-        outs = ReferenceEvaluator(proto).run(names, feeds)
-    return {n: np.asarray(o) for n, o in zip(names, outs, strict=True)}
+        run = ReferenceEvaluator(proto).run
+    out = []
+    for feeds in inputs:
+        outs = run(names, {k: np.asarray(v) for k, v in feeds.items()})
+        out.append({n: np.asarray(o) for n, o in zip(names, outs, strict=True)})
+    return out
 
 
 def _first_line(error: BaseException) -> str:
@@ -55,6 +65,14 @@ def reference_outputs(model: str | Path | onnx.ModelProto, inputs: Mapping[str, 
     """(outputs, oracle used, note): onnxruntime first, `onnx.reference` for a model it
     cannot run; when neither can, no outputs and a note saying why (not a failure: the
     compiled program still runs, its numerics are just unchecked)."""
+    many, which, note = reference_stream(model, [inputs])
+    return (many[0] if many is not None else None), which, note
+
+
+def reference_stream(model: str | Path | onnx.ModelProto,
+                     inputs: list[Mapping[str, np.ndarray]]
+                     ) -> tuple[list[dict[str, np.ndarray]] | None, str | None, str | None]:
+    """`reference_outputs` for a stream of inferences, one oracle session for all."""
     failures = []
     for which in ("onnxruntime", "onnx.reference"):
         if which == "onnxruntime" and oracle_name() != "onnxruntime":
@@ -62,7 +80,7 @@ def reference_outputs(model: str | Path | onnx.ModelProto, inputs: Mapping[str, 
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return run_reference(model, inputs, which), which, None
+                return run_references(model, inputs, which), which, None
         except Exception as e:  # any failure of a third-party runtime is reported, not raised
             failures.append(f"{which}: {_first_line(e)}")
     return None, None, "reference unavailable: " + "; ".join(failures)
