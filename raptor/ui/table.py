@@ -110,7 +110,7 @@ WIDE: list[Column] = [
 
 PIPELINE: list[Column] = [
     ("estimated period ns", True, "period"), ("simulated period ns", True, "sim_period"),
-    ("throughput /s", True, "throughput"), ("latency in pipeline ns", True, "latency"),
+    ("inf/s", True, "throughput"), ("latency in pipeline ns", True, "latency"),
     ("stages / cores", True, "stages"), ("crossbars +copies", True, "pipe_crossbars"),
     ("status", False, "status"), ("numerics", False, "numerics")]
 PIPELINE_WIDE: list[Column] = [
@@ -118,7 +118,7 @@ PIPELINE_WIDE: list[Column] = [
     ("ideal est. period ns", True, "ideal_period"),
     ("ideal sim period ns", True, "ideal_sim_period"),
     ("solver period ns", True, "solver_period"), ("solver bound ns", True, "bound"),
-    ("throughput /s", True, "throughput"), ("latency in pipeline ns", True, "latency"),
+    ("inf/s", True, "throughput"), ("latency in pipeline ns", True, "latency"),
     ("stages / cores", True, "stages"), ("crossbars +copies", True, "pipe_crossbars"),
     ("status", False, "status"), ("solve s", True, "solve"), ("messages", True, "messages"),
     ("local mem", True, "memory"), ("numerics", False, "numerics")]
@@ -181,9 +181,9 @@ def _cell(rep: dict[str, Any], s: dict[str, Any], key: str) -> str:
 
 def _title(rep: dict[str, Any]) -> str:
     if rep.get("mode") == "pipeline":
-        return (f"pipeline schedules, {rep['inferences']} inferences simulated (period "
-                f"lower bound {rep['period_lower_bound_ns']:,} ns: work / cores, heaviest "
-                "group, output stores)")
+        return (f"pipeline schedules, {rep['inferences']} inferences simulated; inf/s: "
+                f"throughput (period lower bound {rep['period_lower_bound_ns']:,} ns: work / "
+                "cores, heaviest group, output stores)")
     return (f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns: critical path, "
             "work / cores, fan-in, shared memory)")
 
