@@ -182,7 +182,8 @@ class _StreamMaterializer(Materializer):
                         continue
                     key = (p.producer, p.result, q, crop_key(p))
                     first[key] = min(first.get(key, start[inst.id]), start[inst.id])
-                    frag_type[(p.producer, p.result)] = p.fragment
+                    frag_type[(p.producer, p.result)] = \
+                        self.proj.instances[p.producer].fragment_type(p.result)
         if not first:
             return
         loads = sorted(first, key=lambda m: (first[m], m[2], m[0], m[1], m[3] or ((), ())))

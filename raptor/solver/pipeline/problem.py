@@ -411,31 +411,31 @@ def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Pub
     baseline service (the output stores), from the publication map. Function inputs are read
     inside each task's body, as part of its own cost, outside the shared-memory queue (as
     the simulator runs them), so they add nothing to the serialized service."""
-    readers: dict[tuple[int, int, int], list[int]] = {}
+    readers: dict[tuple[int, int, int], dict[int, int]] = {}
     sizes: dict[tuple[int, int, int], int] = {}
-    nbytes: dict[object, int] = {}
+    insts = build.projection.instances
     baseline = 0
-    for inst in build.projection.instances:
-        mine: set[tuple[int, int, int]] = set()
+    for inst in insts:
+        mine: set[tuple[int, int, int, object]] = set()
         for use in inst.uses:
             if use.kind == "arg":  # read inside the task's body, in its cost: not queued
                 continue
             for p in use.pieces:
                 key = (p.producer, p.result, p.slot)
-                if p.producer == inst.id or key in mine:
+                # a crop of a whole value is loaded alone (the bytes it reads), once
+                part = (*key, None if p.crop is None else (p.crop, p.sizes))
+                if p.producer == inst.id or part in mine:
                     continue
-                mine.add(key)
-                if key not in sizes:
-                    nb = nbytes.get(p.fragment)
-                    if nb is None:
-                        nb = nbytes[p.fragment] = p.fragment.nbytes
-                    sizes[key] = nb
-                    readers[key] = []
-                readers[key].append(inst.id)
+                mine.add(part)
+                if key not in sizes:  # the store publishes the whole fragment
+                    sizes[key] = insts[p.producer].fragment_type(p.result).nbytes
+                    readers[key] = {}
+                got = readers[key]
+                got[inst.id] = got.get(inst.id, 0) + p.fragment.nbytes
     for pieces in build.outputs:
         for p in pieces:
             baseline += shared_write_ns(target, p.fragment.nbytes)
-    pubs = [Publication(k[0], k[1], k[2], sizes[k], tuple((v, sizes[k]) for v in readers[k]))
+    pubs = [Publication(k[0], k[1], k[2], sizes[k], tuple(sorted(readers[k].items())))
             for k in sorted(readers)]
     return pubs, baseline
 
