@@ -300,6 +300,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise CliError(f"--stream must be at least 1 inference, got {args.stream}")
     if args.no_replication and args.mode != "pipeline":
         raise CliError("--no-replication applies to --mode pipeline")
+    if args.export_pimsim and args.mode == "pipeline":
+        raise CliError("--export-pimsim exports latency programs only (pimsim-nn runs one "
+                       "inference); drop it or use --mode latency")
     target = _target(args)
     selector = "disabled" if args.disable_spatial_planning else args.layout_selector
     sim = SimOptions(mode=args.send_mode, link_contention=not args.no_contention,

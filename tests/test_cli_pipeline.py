@@ -69,6 +69,11 @@ def test_pipeline_solve_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
                  str(tmp_path / "y.npz")]) == 0
     with np.load(tmp_path / "y.npz") as y, np.load(out / "outputs.pipeline.npz") as o:
         np.testing.assert_array_equal(y["result0"][0], o["gemm11"])
+    # pimsim-nn runs one inference: the stream is not exported (exit 1, one line)
+    code, _, err = run(["export", "--pimsim", str(tmp_path / "px"), spat], capsys)
+    assert code == 1 and err.strip() == (f"{spat}: cannot export to pimsim-nn: pimsim-nn "
+                                         "export handles latency programs; this is a pipeline "
+                                         "stream (pim.stream), which it does not export")
 
 
 @pytest.mark.parametrize(("args", "line"), [
@@ -76,6 +81,8 @@ def test_pipeline_solve_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
      "--mode pipeline has no solver 'peft'; valid solvers: pipeline, cpsat, both"),
     (["--stream", "0"], "--stream must be at least 1 inference, got 0"),
     (["--stream", "-3"], "--stream must be at least 1 inference, got -3"),
+    (["--export-pimsim", "px"], "--export-pimsim exports latency programs only (pimsim-nn "
+     "runs one inference); drop it or use --mode latency"),
 ])
 def test_bad_pipeline_options_one_line_exit_2(args: list[str], line: str, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
