@@ -410,6 +410,7 @@ class _CoreCompiler:
                             f"{self.ctx.inferences}")
         self.ctx.inferences = loop.count
         outer = self.fixed
+        first: dict[Operation, Instr] = {}
         for n in range(loop.count):
             self.fixed = {**outer, loop.inference: n, loop.slot: n % loop.ring}
             self.inference, self.rn = n, {}
@@ -417,13 +418,18 @@ class _CoreCompiler:
             for op in loop.body.ops:
                 if isinstance(op, StreamOp):
                     raise self.fail(op, "pim.stream inside pim.stream")
+                proto = first.get(op) if n else None
                 try:
-                    ins = self.op(op, len(out))
+                    ins = self.again(op, proto) if proto is not None else self.op(op, len(out))
                 except KernelError as e:
                     raise self.fail(op, str(e)) from None
                 if ins is not None:
                     ins.inference = n
                     out.append(ins)
+                    if not n and (ins.kind == RECV or (
+                            ins.kind == SEND and not _uses_any(op, set(self.fixed))) or (
+                            ins.kind == COMPUTE and op in self.cached)):
+                        first[op] = ins
             if len(out) > begin:
                 out[begin].first = n
         self.fixed, self.inference, self.rn = outer, -1, {}
@@ -480,10 +486,7 @@ class _CoreCompiler:
             if op.message is not None:  # a strided region of the value (DMA, no copy)
                 offs = resolve(op.offsets, self.fixed)
                 sl = slices([a.const for a in offs], op.sizes, op.strides)
-                src, shape = value, msg_t.static_shape
-
-                def payload(env: Env) -> Any:
-                    return env[src][sl].reshape(shape)
+                payload = _Region(value, sl, msg_t.static_shape)
 
             return Instr(SEND, op, "spat.channel_send", self.core, waits=self.waits(op, [value]),
                          peer=op.core, channel=op.channel, value=value, nbytes=nbytes,
@@ -556,6 +559,41 @@ class _CoreCompiler:
                 self.cached[op] = got
         return got
 
+    def again(self, op: Operation, proto: Instr) -> Instr:
+        """A receive, send or compute of a later inference, from its first inference's
+        instruction: the same work on this inference's values (what `op` would compile
+        to, without redoing what does not change)."""
+        if proto.kind == RECV:
+            assert isinstance(op, ChannelReceiveOp)
+            got = self.fresh(op.result)
+            self.received.add(got)
+            return Instr(RECV, op, proto.label, self.core, peer=proto.peer,
+                         channel=proto.channel, value=got, nbytes=proto.nbytes)
+        if proto.kind == SEND:
+            assert isinstance(op, ChannelSendOp)
+            value = self.r(op.value)
+            payload = None
+            if isinstance(proto.payload, _Region):  # the same region of this inference's
+                payload = _Region(value, proto.payload.sl, proto.payload.shape)  # value
+            return Instr(
+                SEND, op, proto.label, self.core, waits=self.waits(op, [value]),
+                peer=proto.peer, channel=proto.channel, value=value, nbytes=proto.nbytes,
+                payload=payload, route=proto.route)
+        tpl = proto.template
+        assert tpl is not None
+        if tpl.loads:
+            return self.compute(op)
+        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
+            reads = tuple([self.r(v) for v in (*op.inputs, *self.cached[op][1])])
+            defines = tuple([self.fresh(v) for v in op.outs])
+        else:
+            reads = tuple([self.r(v) for v in self.cached[op][1]])
+            defines = tuple([self.fresh(v) for v in op.results()])
+        received = self.received
+        return Instr(COMPUTE, op, proto.label, self.core, cost=proto.cost,
+                     waits=tuple([v for v in reads if v in received]),
+                     body_ops=proto.body_ops, template=tpl, reads=reads, defines=defines)
+
     def compute(self, op: Operation) -> Instr:
         """A scheduled compute, or one bare op at core level, through its template."""
         tpl, frees = self.template(op)
@@ -603,6 +641,18 @@ class _CoreCompiler:
         buf = self.ctx.shared[op.buffer]
         _, sl = self.buffer_region(op, buf)
         return buf, sl
+
+
+@dataclass(frozen=True, slots=True)
+class _Region:
+    """What a region send carries: a view of `src`'s region `sl` (DMA, no copy)."""
+
+    src: Value
+    sl: tuple[slice, ...]
+    shape: tuple[int, ...]
+
+    def __call__(self, env: Env) -> Any:
+        return env[self.src][self.sl].reshape(self.shape)
 
 
 def _uses_any(op: Operation, names: set[Value]) -> bool:
