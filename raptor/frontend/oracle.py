@@ -7,8 +7,9 @@ opsets 9-14, Softmax below 13), else `onnx.reference.ReferenceEvaluator`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import onnx
@@ -65,14 +66,22 @@ def reference_outputs(model: str | Path | onnx.ModelProto, inputs: Mapping[str, 
     """(outputs, oracle used, note): onnxruntime first, `onnx.reference` for a model it
     cannot run; when neither can, no outputs and a note saying why (not a failure: the
     compiled program still runs, its numerics are just unchecked)."""
-    many, which, note = reference_stream(model, [inputs])
-    return (many[0] if many is not None else None), which, note
+    return _first_working(lambda which: run_reference(model, inputs, which))
 
 
 def reference_stream(model: str | Path | onnx.ModelProto,
                      inputs: list[Mapping[str, np.ndarray]]
                      ) -> tuple[list[dict[str, np.ndarray]] | None, str | None, str | None]:
     """`reference_outputs` for a stream of inferences, one oracle session for all."""
+    return _first_working(lambda which: run_references(model, inputs, which))
+
+
+T = TypeVar("T")
+
+
+def _first_working(run: Callable[[str], T]) -> tuple[T | None, str | None, str | None]:
+    """(result, oracle used, note) of the first oracle that runs: onnxruntime, then
+    `onnx.reference`; the note says why neither could."""
     failures = []
     for which in ("onnxruntime", "onnx.reference"):
         if which == "onnxruntime" and oracle_name() != "onnxruntime":
@@ -80,7 +89,7 @@ def reference_stream(model: str | Path | onnx.ModelProto,
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return run_references(model, inputs, which), which, None
+                return run(which), which, None
         except Exception as e:  # any failure of a third-party runtime is reported, not raised
             failures.append(f"{which}: {_first_line(e)}")
     return None, None, "reference unavailable: " + "; ".join(failures)
