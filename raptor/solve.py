@@ -334,7 +334,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     oracle = None
     if opts.simulate:
         say(f"running the ONNX reference on {opts.stream} inferences")
-        data = stream_inputs(comp.feeds.data, opts.stream, comp_seed(opts))
+        data = stream_inputs(comp.feeds.data, opts.stream, _input_seed(opts))
         wants, oracle, note = reference_stream(model, [{**comp.feeds.bound, **d} for d in data])
         if note is not None:
             notes.append(note)
@@ -380,7 +380,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                   notes, mode="pipeline", problem=problem, stream=opts.stream)
 
 
-def comp_seed(opts: SolveOptions) -> int:
+def _input_seed(opts: SolveOptions) -> int:
     """The seed of the inputs (the variations of a stream follow it)."""
     return opts.compile.inputs.seed
 

@@ -181,7 +181,8 @@ def _cell(rep: dict[str, Any], s: dict[str, Any], key: str) -> str:
 
 def _title(rep: dict[str, Any]) -> str:
     if rep.get("mode") == "pipeline":
-        return (f"pipeline schedules, {rep['inferences']} inferences simulated; inf/s: "
+        n = rep["inferences"]
+        return (f"pipeline schedules, {n} inference{'s' if n != 1 else ''} simulated; inf/s: "
                 f"throughput (period lower bound {rep['period_lower_bound_ns']:,} ns: work / "
                 "cores, heaviest group, output stores)")
     return (f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns: critical path, "
