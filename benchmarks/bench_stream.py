@@ -27,8 +27,9 @@ from pathlib import Path
 import onnx
 
 from raptor.gc_pause import collector_paused
+from raptor.sim import SimOptions, Simulator
 from raptor.solve import ScheduleRun, SolveOptions, solve
-from raptor.target import load_target
+from raptor.target import Target, load_target
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,8 +48,8 @@ def fmt(n: int | float | None) -> str:
 HEAD = ("| model | replication | solver | stages / cores | crossbars (+copies) | solver period "
         "model ns | status | est. ideal period ns | sim. ideal period ns | Δ | est. period ns "
         "| sim. period ns | Δ | shared-memory service ns | latency in pipeline ns | "
-        "throughput /s | numerics (inferences) | solve s |\n"
-        "|---|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+        "throughput /s | numerics (inferences) | local memory peak | solve s |\n"
+        "|---|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
 
 
 def row(model: str, replication: bool, run: ScheduleRun, stream: int) -> str:
@@ -66,14 +67,33 @@ def row(model: str, replication: bool, run: ScheduleRun, stream: int) -> str:
     ok = all(all(x[2] for x in p.values()) for p in nums) and len(nums) == stream
     err = max((x[0] for p in nums for x in p.values()), default=0.0)
     numerics = f"{'ok' if ok else 'FAIL'} {err:.1e} ({len(nums)})"
+    top = run.memory.peak if run.memory is not None else None
+    mem = f"{top.peak_bytes / 1024:.1f} KiB" if top is not None else "—"
     return (f"| {model} | {'on' if replication else 'off'} | {run.name} | "
             f"{len(pr.stages)} / {used} | {pr.crossbars_used - extra:,} (+{extra:,}) | "
             f"{pr.period_ns:,} | {pr.status.split()[0]} | {est.ideal_period_ns:,} | "
             f"{fmt(ideal_p)} | {pct(ideal_p, est.ideal_period_ns)} | {est.period_ns:,} | "
             f"{fmt(period)} | {pct(period, est.period_ns)} | {est.memory_ns:,} | "
             f"{fmt(lat[len(lat) // 2] if lat else None)} | "
-            f"{1e9 / period:,.1f} | {numerics} | {pr.solve_seconds:.2f} |"
+            f"{1e9 / period:,.1f} | {numerics} | {mem} | {pr.solve_seconds:.2f} |"
             if period else f"| {model} | {run.name} | not simulated: {run.sim_error} |")
+
+
+CAUSES = (("default", SimOptions(trace=False)),
+          ("no shared-memory queue", SimOptions(shared_queueing=False, trace=False)),
+          ("no link contention", SimOptions(link_contention=False, trace=False)),
+          ("buffered sends", SimOptions(mode="buffered", trace=False)),
+          ("ideal", SimOptions.ideal(trace=False)))
+
+
+def causes(model: str, run: ScheduleRun, target: Target) -> str:
+    """The simulated period with one contention effect off at a time: which one makes the
+    default run differ from the ideal one."""
+    assert run.pipeline is not None
+    sim = Simulator(run.scheduled, target)
+    fill = len(run.pipeline.stages)
+    cells = [fmt(sim.timing(o).period_ns(fill)) for _, o in CAUSES]
+    return f"| {model} | {run.name} | " + " | ".join(cells) + " |"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resnet", action="store_true", help="ResNet-18 224x224 too")
     ap.add_argument("--cli", action="store_true",
                     help="time `raptor solve --mode pipeline` on ResNet-18")
+    ap.add_argument("--causes", action="store_true", help="also the simulated period with "
+                    "each contention effect off (shared-memory queue, links, rendezvous)")
     args = ap.parse_args(argv)
     target = load_target("default")
     models = [(p.stem, p) for p in sorted((ROOT / "examples").glob("*.onnx"))
@@ -97,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resnet:
         models.append(("resnet18", r18))
     print(HEAD)
+    cause_rows = []
     for name, path in models:
         for replication in ((True, False) if name == "resnet18" else (True,)):
             opts = SolveOptions(solver="both", mode="pipeline", stream=args.stream,
@@ -108,8 +131,14 @@ def main(argv: list[str] | None = None) -> int:
             wall = time.perf_counter() - t0
             for run in solved.runs:
                 print(row(name, replication, run, args.stream))
+                if args.causes and run.sim is not None:
+                    cause_rows.append(causes(name, run, target))
             print(f"<!-- {name} replication={replication}: solve() {wall:.1f} s wall; "
                   f"{solved.seconds} -->", flush=True)
+    if cause_rows:
+        print("\n| model | solver | " + " | ".join(f"{n} period ns" for n, _ in CAUSES)
+              + " |\n|---|---|" + "---:|" * len(CAUSES))
+        print("\n".join(cause_rows))
     if args.cli:
         out = tmp / "out"
         t0 = time.perf_counter()
