@@ -75,9 +75,9 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
         title = (f"{model}: {run.name} schedule ({_status(run)}), estimate "
                  f"{run.estimate_ns:,} ns")
         if run.pipeline is not None and run.stream_estimate is not None:
-            title = (f"{model}: {run.name} pipeline ({_status(run)}), {len(run.pipeline.stages)}"
-                     f" stages, one inference {run.estimate_ns:,} ns, estimated period "
-                     f"{run.stream_estimate.period_ns:,} ns")
+            title = (f"{model}: {run.name} schedule ({_status(run)}), "
+                     f"{len(run.pipeline.stages)} stages, one inference {run.estimate_ns:,} ns, "
+                     f"estimated period {run.stream_estimate.period_ns:,} ns")
         write_text_atomic(d / f"gantt.{run.name}.svg", gantt_svg(
             g, run.result, title=title, keys=keys, legend=names, start=start))
         if run.sim is None:
@@ -91,7 +91,7 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
             sim_title = f"{model}: {run.name} schedule, simulated {latency:,} ns"
             if run.pipeline is not None:
                 period = run.sim.report.period_ns(len(run.pipeline.stages))
-                sim_title = (f"{model}: {run.name} pipeline, {solved.stream} inferences "
+                sim_title = (f"{model}: {run.name} schedule, {solved.stream} inferences "
                              f"simulated in {latency:,} ns, period {period or 0:,} ns")
             texts = drawn[id(run.sim)] = (
                 timeline_svg(run.sim, labels, legend=names, title=sim_title,
