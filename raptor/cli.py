@@ -43,9 +43,10 @@ from raptor.passes.rulecheck import check_rules
 from raptor.rewrite.eggfile import RuleError, resolve_rules_dir
 from raptor.rewrite.layout import LayoutError
 from raptor.sim import SimError, SimOptions, Simulator
-from raptor.solve import SOLVERS, Solved, SolveOptions, report, solve
+from raptor.solve import MODES, Solved, SolveOptions, report, solve
 from raptor.solver.graph import GraphError
 from raptor.solver.peft import CapacityError
+from raptor.solver.pipeline import PipelineCapacityError
 from raptor.target import Target, TargetError, load_target, show_target
 from raptor.ui.outputs import write_outputs
 from raptor.ui.progress import LiveProgress
@@ -296,6 +297,18 @@ def cmd_target_show(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ solve
 def cmd_solve(args: argparse.Namespace) -> int:
+    if args.solver not in MODES[args.mode]:
+        raise CliError(f"--mode {args.mode} has no solver {args.solver!r}; valid solvers: "
+                       f"{', '.join(MODES[args.mode])}")
+    if args.stream is not None and args.mode != "pipeline":
+        raise CliError("--stream applies to --mode pipeline (a stream of inferences)")
+    if args.stream is not None and args.stream < 1:
+        raise CliError(f"--stream must be at least 1 inference, got {args.stream}")
+    if args.no_replication and args.mode != "pipeline":
+        raise CliError("--no-replication applies to --mode pipeline")
+    if args.export_pimsim and args.mode == "pipeline":
+        raise CliError("--export-pimsim exports latency programs only (pimsim-nn runs one "
+                       "inference); drop it or use --mode latency")
     target = _target(args)
     selector = "disabled" if args.disable_spatial_planning else args.layout_selector
     sim = SimOptions(mode=args.send_mode, link_contention=not args.no_contention,
@@ -306,13 +319,15 @@ def cmd_solve(args: argparse.Namespace) -> int:
                         compile=CompileOptions(rules_dir=args.rules, layout_selector=selector,
                                                print_ir=_print_ir_hook(args),
                                                inputs=_input_options(args)),
-                        allow_memory_overflow=args.allow_memory_overflow)
+                        allow_memory_overflow=args.allow_memory_overflow, mode=args.mode,
+                        stream=args.stream or 8, replication=not args.no_replication)
     with LiveProgress(Console(stderr=True), enabled=not args.json) as progress:
         try:
             solved = solve(args.file, target, opts, progress)
         except InputFileError as e:
             raise CliError(str(e)) from None
-        except (CapacityError, CapacityExceeded, GraphError, ProjectionError) as e:
+        except (CapacityError, CapacityExceeded, GraphError, ProjectionError,
+                PipelineCapacityError) as e:
             raise CliError(_about(args.file, e), EXIT_FAIL) from None
         except (FrontendError, LoweringError, LayoutError, ValueError) as e:
             raise CliError(_about(args.file, e)) from None
@@ -467,10 +482,21 @@ def build_parser() -> argparse.ArgumentParser:
                        "otherwise.")
     s.add_argument("file", metavar="MODEL.onnx")
     _add_target(s)
-    s.add_argument("--mode", choices=["latency"], default="latency",
-                   help="scheduling objective (latency: single-inference makespan)")
-    s.add_argument("--solver", choices=SOLVERS, default="both",
-                   help="peft (heuristic), cpsat (optimal or best found), or both (default)")
+    s.add_argument("--mode", choices=list(MODES), default="latency",
+                   help="scheduling objective: latency (single-inference makespan, default) "
+                   "or pipeline (period of a stream of inferences: stages through shared "
+                   "memory, docs/pipeline.md)")
+    s.add_argument("--solver", choices=sorted({x for v in MODES.values() for x in v}),
+                   default="both",
+                   help="latency: peft (heuristic), cpsat (optimal or best found), or both "
+                   "(default); pipeline: pipeline (the spec's heuristic), cpsat (the CP-SAT "
+                   "pipeline model), or both (default)")
+    s.add_argument("--stream", type=int, metavar="M",
+                   help="pipeline mode: inferences to simulate (default 8): inference 0 on "
+                   "the given inputs, the others on seeded variations")
+    s.add_argument("--no-replication", action="store_true",
+                   help="pipeline mode: keep every crossbar tile on one core (no copies of "
+                   "bottleneck weights on spare crossbars)")
     s.add_argument("--time-limit", type=_positive(float), default=10.0, metavar="S",
                    help="CP-SAT search limit (default 10): a deterministic work budget "
                    "of about S seconds on an idle 2-core machine, so reruns are identical; "

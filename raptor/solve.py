@@ -1,5 +1,11 @@
 """`raptor solve`: compile, schedule with the heuristic and CP-SAT side by side, materialize,
-simulate, check the numbers, and assemble the report (docs/spec/ARCHITECTURE.md §9)."""
+simulate, check the numbers, and assemble the report (docs/spec/ARCHITECTURE.md §9).
+
+Two modes. `latency` schedules one inference (PEFT and CP-SAT). `pipeline` partitions the
+graph into stages for a stream of inferences (the spec's heuristic and the CP-SAT pipeline
+model, `raptor.solver.pipeline`), materializes a stream program (`raptor.passes.stream`),
+estimates its period (`raptor.solver.pipeline.stream`), simulates `stream` inferences with
+distinct inputs and checks every one of them against the reference."""
 
 from __future__ import annotations
 
@@ -12,23 +18,37 @@ from typing import Any, Protocol
 import numpy as np
 
 from raptor.driver import Compiled, CompileOptions, IRHook, compile_model, ir_inputs
-from raptor.frontend.oracle import compare, reference_outputs
+from raptor.frontend.oracle import compare, reference_outputs, reference_stream
 from raptor.ir.module import Module
 from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
 from raptor.ir.verifier import verify_module
 from raptor.passes.layout import select_layouts
 from raptor.passes.materialize import ScheduleView, materialize
 from raptor.passes.memory import MemoryPlan, plan_memory
-from raptor.sim import SimError, SimOptions, SimResult, Simulator
+from raptor.passes.stream import RING, StreamInfo, StreamView, materialize_stream
+from raptor.sim import SimError, SimOptions, SimReport, SimResult, Simulator
 from raptor.sim.program import SEND
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import LowerBounds, lower_bounds, validate_schedule
 from raptor.solver.from_ir import GraphBuild, build_compute_graph
 from raptor.solver.peft import peft_schedule
+from raptor.solver.pipeline import (
+    CpSatPipelineOptions,
+    PipelineProblem,
+    PipelineResult,
+    build_problem,
+    cpsat_pipeline,
+    heuristic_pipeline,
+    validate_pipeline,
+)
+from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.target import Target
 
 SOLVERS = ("peft", "cpsat", "both")
+PIPELINE_SOLVERS = ("pipeline", "cpsat", "both")
+MODES = {"latency": SOLVERS, "pipeline": PIPELINE_SOLVERS}
+"""Each mode's `--solver` choices."""
 
 
 @dataclass
@@ -45,6 +65,21 @@ class SolveOptions:
     allow_memory_overflow: bool = False
     """A program over the target's local or shared memory is a failure unless this is set
     (then `ScheduleRun.memory_warnings` says so)."""
+    mode: str = "latency"
+    stream: int = 8
+    """Pipeline mode: inferences simulated (inference 0 the given inputs, then seeded
+    variations)."""
+    replication: bool = True
+    """Pipeline mode: let bottleneck groups copy their crossbar tiles onto spare crossbars."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
+        if self.solver not in MODES[self.mode]:
+            raise ValueError(f"--mode {self.mode} has no solver {self.solver!r}; valid: "
+                             f"{', '.join(MODES[self.mode])}")
+        if self.stream < 1:
+            raise ValueError(f"--stream must be at least 1, got {self.stream}")
 
 
 @dataclass
@@ -73,6 +108,15 @@ class ScheduleRun:
     """Local-memory allocation of the scheduled program (None when it does not verify)."""
     memory_errors: list[str] = field(default_factory=list)
     memory_warnings: list[str] = field(default_factory=list)
+    pipeline: PipelineResult | None = None
+    """Pipeline mode: the solver's stages, period model, bound and replication."""
+    stream: StreamInfo | None = None
+    """Pipeline mode: the boundary plan of the stream program."""
+    stream_estimate: StreamEstimate | None = None
+    ideal: SimReport | None = None
+    """Pipeline mode: the ideal simulation's timing (period, per-inference ends)."""
+    inference_numerics: list[dict[str, tuple[float, float, bool]]] | None = None
+    """Pipeline mode: the numerics of every inference of the stream."""
 
     @property
     def ok(self) -> bool:
@@ -101,6 +145,11 @@ class Solved:
     bound_inputs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """Compile notes, then run notes (e.g. that no reference could check the numerics)."""
+    mode: str = "latency"
+    problem: PipelineProblem | None = None
+    """Pipeline mode: the partitioning problem (groups, period lower bound)."""
+    stream: int = 0
+    """Pipeline mode: inferences simulated."""
 
     @property
     def ok(self) -> bool:
@@ -162,6 +211,9 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
     build = build_compute_graph(comp.module.main(), target)
     seconds["graph"] = time.perf_counter() - t0
     bounds = lower_bounds(build.graph, target)
+    if opts.mode == "pipeline":
+        return _solve_pipeline(model, target, opts, say, comp, build, bounds, seconds,
+                               layout_costs)
     runs = []
     say(f"PEFT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores")
     t0 = time.perf_counter()
@@ -185,13 +237,7 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         else:
             say("materializing the cpsat schedule")
             runs.append(_run_schedule("cpsat", cp, build, comp, target, opts.compile.print_ir))
-    for run in runs:
-        if run.memory is not None:
-            over = run.memory.over_capacity()
-            if opts.allow_memory_overflow:
-                run.memory_warnings = over
-            else:
-                run.memory_errors = over
+    _memory_verdict(runs, opts)
     assert comp.feeds is not None
     inputs, source = comp.feeds.data, comp.feeds.source
     notes = list(comp.notes)
@@ -230,6 +276,146 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
                 run.numerics = compare(got, want, opts.rtol, opts.atol)
     return Solved(str(model), target, comp, build, bounds, runs, inputs, source, oracle,
                   seconds, layout_costs, list(comp.feeds.bound), notes)
+
+
+def stream_inputs(data: dict[str, np.ndarray], count: int, seed: int = 0
+                  ) -> list[dict[str, np.ndarray]]:
+    """A stream's inputs: inference 0 is `data`; inference n > 0 adds seeded noise (half the
+    input's standard deviation, generator seed `seed + n`) so that every inference differs."""
+    out = [dict(data)]
+    for n in range(1, count):
+        rng = np.random.default_rng(seed + n)
+        varied = {}
+        for name, x in data.items():
+            scale = float(np.std(x)) if x.size and np.all(np.isfinite(x)) else 0.0
+            noise = rng.standard_normal(x.shape) * (0.5 * (scale or 1.0))
+            varied[name] = (x + noise).astype(x.dtype)
+        out.append(varied)
+    return out
+
+
+def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: Progress,
+                    comp: Compiled, build: GraphBuild, bounds: LowerBounds,
+                    seconds: dict[str, float], layout_costs: dict[str, int]) -> Solved:
+    """Pipeline mode (see the module docstring). Raises `PipelineCapacityError` when the
+    target cannot hold the model's weights even with every stage on its own cores."""
+    g = build.graph
+    say(f"pipeline groups: {g.num_tasks:,} tasks on {target.num_cores} cores")
+    t0 = time.perf_counter()
+    problem = build_problem(g, target, build=build)
+    seconds["pipeline_problem"] = time.perf_counter() - t0
+    say(f"pipeline heuristic: {problem.num_groups} groups on {target.num_cores} cores")
+    t0 = time.perf_counter()
+    heuristic = heuristic_pipeline(problem, opts.replication)
+    seconds["pipeline"] = time.perf_counter() - t0
+    runs: list[ScheduleRun] = []
+    if opts.solver in ("pipeline", "both"):
+        say("materializing the pipeline stream")
+        runs.append(_run_stream("pipeline", heuristic, problem, build, comp, target, opts))
+    if opts.solver in ("cpsat", "both"):
+        say(f"CP-SAT pipeline model: {problem.num_groups} groups, {opts.workers} workers",
+            limit_s=opts.time_limit)
+        t0 = time.perf_counter()
+        cp = cpsat_pipeline(problem, opts.replication, CpSatPipelineOptions(
+            time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed),
+            initial=heuristic)
+        seconds["cpsat"] = time.perf_counter() - t0
+        same = runs and cp.schedule.core_of == heuristic.schedule.core_of and \
+            cp.schedule.core_tasks == heuristic.schedule.core_tasks
+        if same:  # the same placement: reuse its program (and its simulation)
+            runs.append(dataclasses.replace(runs[0], name="cpsat", pipeline=cp,
+                                            result=cp.schedule))
+        else:
+            say("materializing the cpsat stream")
+            runs.append(_run_stream("cpsat", cp, problem, build, comp, target, opts))
+    _memory_verdict(runs, opts)
+    assert comp.feeds is not None
+    notes = list(comp.notes)
+    oracle = None
+    if opts.simulate:
+        say(f"running the ONNX reference on {opts.stream} inferences")
+        data = stream_inputs(comp.feeds.data, opts.stream, _input_seed(opts))
+        wants, oracle, note = reference_stream(model, [{**comp.feeds.bound, **d} for d in data])
+        if note is not None:
+            notes.append(note)
+        names = [v.name for v in comp.graph.inputs]
+        stacked = {k: np.stack([d[k] for d in data]) for k in names}
+        feeds: dict[str | int, np.ndarray] = {}
+        feeds.update(ir_inputs(comp.graph, stacked))
+        for run in runs:
+            if run.violations or run.scheduled_errors:
+                continue
+            twin = next((r for r in runs if r is not run and r.scheduled is run.scheduled
+                         and r.sim is not None), None)
+            if twin is not None:
+                run.sim, run.ideal, run.ideal_ns = twin.sim, twin.ideal, twin.ideal_ns
+                run.numerics, run.inference_numerics = twin.numerics, twin.inference_numerics
+                run.link_busy_ns = twin.link_busy_ns
+                continue
+            say(f"simulating {opts.stream} inferences of the {run.name} stream")
+            t0 = time.perf_counter()
+            try:
+                sim = Simulator(run.scheduled, target)
+                with np.errstate(all="ignore"):
+                    run.sim = sim.run(feeds, opts.sim)
+                run.ideal = sim.timing(SimOptions.ideal(trace=False))
+                run.ideal_ns = run.ideal.inference_end_ns[0]
+                run.link_busy_ns = _link_busy(sim, target)
+            except SimError as e:
+                run.sim_error = str(e)
+                continue
+            finally:
+                seconds[f"sim.{run.name}"] = time.perf_counter() - t0
+            if wants is not None:
+                per = []
+                for n, want in enumerate(wants):
+                    got = {v.name: o[n] for v, o in zip(comp.graph.outputs, run.sim.outputs,
+                                                         strict=True)}
+                    per.append(compare(got, want, opts.rtol, opts.atol))
+                run.inference_numerics = per
+                run.numerics = {k: (max(p[k][0] for p in per), max(p[k][1] for p in per),
+                                    all(p[k][2] for p in per)) for k in per[0]}
+    return Solved(str(model), target, comp, build, bounds, runs, comp.feeds.data,
+                  comp.feeds.source, oracle, seconds, layout_costs, list(comp.feeds.bound),
+                  notes, mode="pipeline", problem=problem, stream=opts.stream)
+
+
+def _input_seed(opts: SolveOptions) -> int:
+    """The seed of the inputs (the variations of a stream follow it)."""
+    return opts.compile.inputs.seed
+
+
+def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: GraphBuild,
+                comp: Compiled, target: Target, opts: SolveOptions) -> ScheduleRun:
+    """Validate a pipeline result, materialize its stream program, verify it, plan its
+    local memory and estimate its period."""
+    g = build.graph
+    sch = pr.schedule
+    violations = validate_pipeline(g, target, pr, problem)
+    view = StreamView(sch.core_of, sch.start_ns, sch.end_ns, pr.stage_of_task)
+    scheduled, info = materialize_stream(comp.module, build.projection, build.outputs, view,
+                                         opts.stream)
+    errors = [str(d) for d in verify_module(scheduled)]
+    if opts.compile.print_ir is not None:
+        opts.compile.print_ir("materialize", scheduled)
+    est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, info,
+                          opts.stream, RING, len(pr.stages))
+    run = ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, scheduled, errors,
+                      ideal_estimate_ns=est.ends[0] - est.starts[0], pipeline=pr, stream=info,
+                      stream_estimate=est)
+    if not errors:
+        run.memory = plan_memory(scheduled, target)
+    return run
+
+
+def _memory_verdict(runs: list[ScheduleRun], opts: SolveOptions) -> None:
+    for run in runs:
+        if run.memory is not None:
+            over = run.memory.over_capacity()
+            if opts.allow_memory_overflow:
+                run.memory_warnings = over
+            else:
+                run.memory_errors = over
 
 
 def _link_busy(sim: Simulator, target: Target) -> list[int]:
@@ -271,6 +457,68 @@ def _communication(run: ScheduleRun) -> dict[str, Any]:
     return out
 
 
+def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
+    """A pipeline schedule's report fields (docs/spec/ARCHITECTURE.md §9; docs/pipeline.md):
+    the period estimate beside the simulated period, throughput, stages, replication and the
+    numerics of every inference. `estimate_ns` / `simulated_ns` are inference 0's latency."""
+    pr, est = run.pipeline, run.stream_estimate
+    assert pr is not None and est is not None
+    fill = len(pr.stages)
+    rep = run.sim.report if run.sim is not None else None
+    period = rep.period_ns(fill) if rep is not None else None
+    ideal = run.ideal.period_ns(fill) if run.ideal is not None else None
+    lat = rep.inference_latency_ns() if rep is not None else []
+    out: dict[str, Any] = {
+        "period_ns": est.period_ns,
+        "ideal_period_ns": est.ideal_period_ns,
+        "memory_service_ns": est.memory_ns,
+        "simulated_period_ns": period,
+        "ideal_simulated_period_ns": ideal,
+        "throughput_per_s": round(1e9 / period, 3) if period else None,
+        "estimated_throughput_per_s": round(1e9 / est.period_ns, 3) if est.period_ns else None,
+        "latency_in_pipeline_ns": int(np.median(lat)) if lat else None,
+        "simulated_ns": rep.inference_end_ns[0] if rep is not None else None,
+        "ideal_simulated_ns": run.ideal.inference_end_ns[0] if run.ideal else None,
+        "solver_period_ns": pr.period_ns,
+        "model_period_ns": pr.model_period_ns,
+        "wave_period_ns": pr.wave_period_ns,
+        "solver_memory_service_ns": pr.memory_service_ns,
+        "objective_ns": pr.objective_ns,
+        "bound_ns": pr.bound_ns,
+        "bound_of": "the period model (docs/pipeline.md §2)",
+        "gap_to_lower_bound": None,
+        "stages": [{"groups": st.groups,
+                    "cores": [c for c in st.cores if pr.schedule.core_tasks[c]],
+                    "span_ns": st.span_ns, "crossbars": st.crossbars, "load_ns": st.load_ns,
+                    "path_ns": st.path_ns, "completion_ns": st.completion_ns,
+                    "cores_allocated": len(st.cores)} for st in pr.stages],
+        "replicated": [dataclasses.asdict(r) for r in pr.replicated],
+        "crossbars_used": pr.crossbars_used,
+        "crossbars_available": pr.crossbars_available,
+        "inferences": s.stream,
+        "inference_end_ns": rep.inference_end_ns if rep is not None else None,
+        "inference_latency_ns": lat or None,
+        "estimated_inference_end_ns": est.ends,
+        "boundaries": {"counter_pairs": len(run.stream.pairs) if run.stream else 0,
+                       "load_groups": len(run.stream.groups) if run.stream else 0,
+                       "buffers": sum(len(v) for v in run.stream.stores.values())
+                       if run.stream else 0},
+        "notes": list(pr.notes),
+    }
+    if run.inference_numerics is not None and run.numerics is not None:
+        out["numerics"] = {
+            "max_abs_error": max((a for a, _, _ in run.numerics.values()), default=0.0),
+            "ok": all(ok for _, _, ok in run.numerics.values()),
+            "inferences": len(run.inference_numerics),
+            "outputs": {k: {"max_abs_error": a, "max_rel_error": r, "ok": ok}
+                        for k, (a, r, ok) in run.numerics.items()},
+            "per_inference": [{"max_abs_error": max((a for a, _, _ in p.values()),
+                                                    default=0.0),
+                               "ok": all(ok for _, _, ok in p.values())}
+                              for p in run.inference_numerics]}
+    return out
+
+
 def _bound_of(res: MergeScheduleResult) -> str:
     """What a schedule's ``bound_ns`` bounds: the problem (PEFT reports the problem's lower
     bound; CP-SAT's full model relaxes the problem), or only a restricted CP-SAT model."""
@@ -294,7 +542,7 @@ def report(s: Solved) -> dict[str, Any]:
                         "ok": all(ok for _, _, ok in run.numerics.values()),
                         "outputs": {k: {"max_abs_error": a, "max_rel_error": r, "ok": ok}
                                     for k, (a, r, ok) in run.numerics.items()}}
-        schedules[run.name] = {
+        entry: dict[str, Any] = {
             "estimate_ns": run.estimate_ns,
             "ideal_estimate_ns": run.ideal_estimate_ns,
             "plan_ns": res.makespan_ns,
@@ -323,14 +571,19 @@ def report(s: Solved) -> dict[str, Any]:
             "memory_warnings": run.memory_warnings,
             "simulation": run.sim.report.to_dict() if run.sim else None,
         }
+        if run.pipeline is not None:
+            entry.update(_pipeline_fields(s, run))
+        schedules[run.name] = entry
     return {
         "model": s.model,
         "target": s.target.name,
-        "mode": "latency",
+        "mode": s.mode,
         "tasks": g.num_tasks,
         "edges": len(g.edges),
         "crossbars": len(g.distinct_weights()),
         "lower_bound_ns": s.bounds.makespan_ns,
+        **({"period_lower_bound_ns": s.problem.lower_bound(True), "inferences": s.stream,
+            "pipeline_groups": s.problem.num_groups} if s.problem is not None else {}),
         "lower_bounds": {"critical_path_ns": s.bounds.critical_path_ns,
                          "work_per_core_ns": s.bounds.work_per_core_ns,
                          "fan_in_ns": s.bounds.fan_in_ns,

@@ -28,6 +28,7 @@ from raptor.export.pimsim import Export, ExportError, lower_module
 from raptor.export.validate import validate
 from raptor.fileio import write_text_atomic
 from raptor.ir.module import Module
+from raptor.ir.ops import StreamOp
 from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.target import Target
 
@@ -45,6 +46,9 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     the chip is written with the local memory the program needs (pimsim-nn never checks
     it) and `Export.overflow` says by how much. The programs follow `pimsim_order` (its
     receives block); simulate the export's timings inside `pimsim_order(module)` too."""
+    if any(isinstance(op, StreamOp) for op in module.walk()):
+        raise ExportError("pimsim-nn export handles latency programs; this is a pipeline "
+                          "stream (pim.stream), which it does not export")
     if plan is None:
         plan = plan_memory(module, target)
     over = plan.over_capacity()

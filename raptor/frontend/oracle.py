@@ -7,8 +7,9 @@ opsets 9-14, Softmax below 13), else `onnx.reference.ReferenceEvaluator`.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import onnx
@@ -25,9 +26,15 @@ def oracle_name() -> str:
 def run_reference(model: str | Path | onnx.ModelProto, inputs: Mapping[str, np.ndarray],
                   oracle: str | None = None) -> dict[str, np.ndarray]:
     """Outputs of the ONNX model keyed by graph output name."""
+    return run_references(model, [inputs], oracle)[0]
+
+
+def run_references(model: str | Path | onnx.ModelProto,
+                   inputs: list[Mapping[str, np.ndarray]], oracle: str | None = None
+                   ) -> list[dict[str, np.ndarray]]:
+    """Outputs of the ONNX model for each set of inputs (one session for all of them)."""
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
     which = oracle or oracle_name()
-    feeds = {k: np.asarray(v) for k, v in inputs.items()}
     names = [o.name for o in proto.graph.output]
     if which == "onnxruntime":
         import onnxruntime as ort
@@ -37,12 +44,16 @@ def run_reference(model: str | Path | onnx.ModelProto, inputs: Mapping[str, np.n
         opts.log_severity_level = 3
         sess = ort.InferenceSession(proto.SerializeToString(), opts,
                                     providers=["CPUExecutionProvider"])
-        outs = sess.run(names, feeds)
+        run = sess.run
     else:
         from onnx.reference import ReferenceEvaluator
 
-        outs = ReferenceEvaluator(proto).run(names, feeds)
-    return {n: np.asarray(o) for n, o in zip(names, outs, strict=True)}
+        run = ReferenceEvaluator(proto).run
+    out = []
+    for feeds in inputs:
+        outs = run(names, {k: np.asarray(v) for k, v in feeds.items()})
+        out.append({n: np.asarray(o) for n, o in zip(names, outs, strict=True)})
+    return out
 
 
 def _first_line(error: BaseException) -> str:
@@ -55,6 +66,22 @@ def reference_outputs(model: str | Path | onnx.ModelProto, inputs: Mapping[str, 
     """(outputs, oracle used, note): onnxruntime first, `onnx.reference` for a model it
     cannot run; when neither can, no outputs and a note saying why (not a failure: the
     compiled program still runs, its numerics are just unchecked)."""
+    return _first_working(lambda which: run_reference(model, inputs, which))
+
+
+def reference_stream(model: str | Path | onnx.ModelProto,
+                     inputs: list[Mapping[str, np.ndarray]]
+                     ) -> tuple[list[dict[str, np.ndarray]] | None, str | None, str | None]:
+    """`reference_outputs` for a stream of inferences, one oracle session for all."""
+    return _first_working(lambda which: run_references(model, inputs, which))
+
+
+T = TypeVar("T")
+
+
+def _first_working(run: Callable[[str], T]) -> tuple[T | None, str | None, str | None]:
+    """(result, oracle used, note) of the first oracle that runs: onnxruntime, then
+    `onnx.reference`; the note says why neither could."""
     failures = []
     for which in ("onnxruntime", "onnx.reference"):
         if which == "onnxruntime" and oracle_name() != "onnxruntime":
@@ -62,7 +89,7 @@ def reference_outputs(model: str | Path | onnx.ModelProto, inputs: Mapping[str, 
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return run_reference(model, inputs, which), which, None
+                return run(which), which, None
         except Exception as e:  # any failure of a third-party runtime is reported, not raised
             failures.append(f"{which}: {_first_line(e)}")
     return None, None, "reference unavailable: " + "; ".join(failures)

@@ -45,9 +45,12 @@ from raptor.ir.ops import (
     ReshapeOp,
     ReturnOp,
     ScheduledComputeBatchOp,
+    SignalOp,
     StoreOp,
+    StreamOp,
     TransposeOp,
     UnaryOp,
+    WaitOp,
     WeightOp,
     YieldOp,
 )
@@ -238,18 +241,21 @@ class Interpreter:
         """Run core programs as the machine does, in any order the data allows. A receive
         is posted where it stands and never blocks; the first op that reads its value waits
         for the matching send (channels are FIFO per source, destination and channel). A
-        core-level `pim.load` waits for every overlapping `pim.store` of another core."""
-        runs: list[tuple[int, list[Operation], Env, dict[Value, int]]] = []
+        core-level `pim.load` waits for every overlapping `pim.store` of another core,
+        except inside a `pim.stream` loop, whose iterations (unrolled here, `%n` and `%s`
+        bound) synchronize through counters: `pim.wait` blocks until its counter reaches
+        the threshold, `pim.signal` adds one."""
+        runs: list[tuple[int, list[tuple[Operation, dict[Value, int], bool]], Env]] = []
         for prog in programs:
             lanes = [{}] if isinstance(prog, CoreOp) else \
                 [{prog.body.args[0]: i} for i in range(len(prog.cores))]
             for core, at in zip(prog.cores, lanes, strict=True):
-                runs.append((core, prog.body.ops, ChainMap({}, env), at))
-        env_of = {core: cenv for core, _, cenv, _ in runs}
+                runs.append((core, _unrolled(prog.body.ops, at), ChainMap({}, env)))
+        env_of = {core: cenv for core, _, cenv in runs}
         stores: dict[Value, list[tuple[int, int, Box]]] = {}
-        for r, (_, ops, _, at) in enumerate(runs):
-            for pos, op in enumerate(ops):
-                if isinstance(op, StoreOp):
+        for r, (_, ops, _) in enumerate(runs):
+            for pos, (op, at, looped) in enumerate(ops):
+                if isinstance(op, StoreOp) and not looped:
                     stores.setdefault(op.buffer, []).append((r, pos, _box(op, at)))
         done: set[tuple[int, int]] = set()
         Key = tuple[int, int, int]
@@ -265,22 +271,27 @@ class Interpreter:
                 env_of[key[1]][recv.result] = q.popleft().reshape(_shape(recv.result))
                 unfilled.pop(recv.result, None)
 
+        def below(op: WaitOp, cenv: Env, at: dict[Value, int]) -> bool:
+            return int(cenv[op.counters][op.index]) < _ev(op.threshold, at)[0]
+
         pcs = [0] * len(runs)
         while True:
             moved = False
-            for r, (core, ops, cenv, at) in enumerate(runs):
+            for r, (core, ops, cenv) in enumerate(runs):
                 while pcs[r] < len(ops):
-                    op = ops[pcs[r]]
+                    op, at, looped = ops[pcs[r]]
                     if isinstance(op, ChannelReceiveOp):
                         key = (op.core, core, op.channel)
                         posted.setdefault(key, deque()).append(op)
                         unfilled[op.result] = op
                         deliver(key)
                     elif any(v in unfilled for v in op.operands()) or (
-                            isinstance(op, LoadOp) and any(
+                            isinstance(op, LoadOp) and not looped and any(
                                 s != r and (s, p) not in done and _overlap(_box(op, at), b)
-                                for s, p, b in stores.get(op.buffer, ()))):
-                        break  # data not received yet, or a store it reads still to come
+                                for s, p, b in stores.get(op.buffer, ()))) or (
+                            isinstance(op, WaitOp) and below(op, cenv, at)):
+                        break  # data not received yet, a store it reads still to come, or
+                        # a counter short of its threshold
                     elif isinstance(op, ChannelSendOp):
                         value = cenv[op.value]
                         if op.message is not None:
@@ -288,30 +299,51 @@ class Interpreter:
                         key = (core, op.core, op.channel)
                         queues.setdefault(key, deque()).append(np.array(value))
                         deliver(key)
-                    else:
+                    elif isinstance(op, SignalOp):
+                        cenv[op.counters][op.index] += 1
+                    elif not isinstance(op, WaitOp):
                         self.step(op, cenv, at)
                         if isinstance(op, StoreOp):
                             done.add((r, pcs[r]))
                     pcs[r] += 1
                     moved = True
-            if all(pc == len(ops) for pc, (_, ops, _, _) in zip(pcs, runs, strict=True)) \
+            if all(pc == len(ops) for pc, (_, ops, _) in zip(pcs, runs, strict=True)) \
                     and not unfilled:
                 return
             if not moved:
                 stuck = []
-                for r, (core, ops, _, _) in enumerate(runs):
+                for r, (core, ops, cenv) in enumerate(runs):
                     if pcs[r] < len(ops):
-                        op = ops[pcs[r]]
+                        op, at, _ = ops[pcs[r]]
                         why = next((f" waits for %{v.name} from core {unfilled[v].core} "
                                     f"channel {unfilled[v].channel}"
                                     for v in op.operands() if v in unfilled), "")
+                        if isinstance(op, WaitOp):
+                            why = (f" waits for %{op.counters.name}[{op.index}] to reach "
+                                   f"{_ev(op.threshold, at)[0]} (it is "
+                                   f"{int(cenv[op.counters][op.index])})")
                         stuck.append(f"core {core} at {op.where()} ({op.name}){why}")
                 stuck += [f"the receive at {recv.where()} is never sent"
                           for waiting in posted.values() for recv in waiting
-                          if all(pc == len(ops) for pc, (_, ops, _, _)
+                          if all(pc == len(ops) for pc, (_, ops, _)
                                  in zip(pcs, runs, strict=True))][:8]
                 raise IRError([Diagnostic(programs[0].loc, "INTERP-3", "the core programs "
                                           f"deadlock: {'; '.join(stuck)}")])
+
+
+def _unrolled(ops: list[Operation], at: dict[Value, int]
+              ) -> list[tuple[Operation, dict[Value, int], bool]]:
+    """A core program as the sequence it executes: (op, variable values, inside a stream
+    loop), each `pim.stream` body repeated per inference with `%n` and `%s` bound."""
+    out: list[tuple[Operation, dict[Value, int], bool]] = []
+    for op in ops:
+        if isinstance(op, StreamOp):
+            for n in range(op.count):
+                inner = {**at, op.inference: n, op.slot: n % op.ring}
+                out.extend((o, inner, True) for o in op.body.ops)
+        else:
+            out.append((op, at, False))
+    return out
 
 
 def _box(op: LoadOp | StoreOp, at: Index) -> Box:

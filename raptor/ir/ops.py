@@ -803,6 +803,97 @@ class StoreOp(Strided):
         self.check_region(self.buffer, self.value.type, "stored")
 
 
+# --------------------------------------------------------------------------- streams
+@op_def
+class StreamOp(Operation):
+    """`pim.stream inferences(M) ring(B) { ^bb0(%n: index, %s: index): ... }`: a core's
+    program for a stream of M inferences. The body runs once per inference, n = 0..M-1 in
+    order, with `%s` = n mod B, the slot of B-deep ring buffers in shared memory (double
+    buffering: B = 2). Nothing the body defines outlives its iteration; inferences meet only
+    through channels (paired in order, one message per iteration) and shared memory."""
+
+    NAME: ClassVar[str] = "pim.stream"
+    FORMAT: ClassVar[str] = "inferences($count) ring($ring) $body"
+    count: int
+    ring: int
+    body: Region
+
+    @property
+    def inference(self) -> Value:
+        """`%n`, the inference index."""
+        return self.body.args[0]
+
+    @property
+    def slot(self) -> Value:
+        """`%s` = n mod ring."""
+        return self.body.args[1]
+
+    def verify(self) -> None:
+        if [a.type for a in self.body.args] != [IndexType(), IndexType()]:
+            raise VerifyError("REGION-1", "pim.stream takes two block arguments (%n: index, "
+                              "%s: index)")
+        if self.count < 1 or self.ring < 1:
+            raise VerifyError("STREAM-1", f"pim.stream needs inferences >= 1 and ring >= 1, "
+                              f"got inferences({self.count}) ring({self.ring})")
+
+
+class _Counter(Operation):
+    """What `pim.signal` and `pim.wait` share: element `index` of a counter array, a rank-1
+    i32 `pim.alloc_shared` buffer in shared memory (one word per counter)."""
+
+    counters: Value
+    index: int
+
+    def check_counter(self) -> None:
+        t = self.counters.type
+        if not isinstance(t, TensorType) or t.rank != 1 or t.dtype != "i32" \
+                or not t.is_static or not isinstance(self.counters.owner, AllocSharedOp):
+            raise VerifyError("SYNC-1", f"counters must be a rank-1 i32 pim.alloc_shared "
+                              f"buffer, got {t}")
+        if not 0 <= self.index < t.static_shape[0]:
+            raise VerifyError("SYNC-2", f"counter {self.index} outside 0..{t.static_shape[0] - 1}")
+
+    def work(self) -> tuple[Work, ...]:
+        """One shared-memory access of one counter word."""
+        t = self.counters.type
+        item = t.itemsize if isinstance(t, TensorType) else 4
+        return (Work("shared_write" if isinstance(self, SignalOp) else "shared_read", item),)
+
+
+@op_def
+class SignalOp(_Counter):
+    """`pim.signal %c[k] : tensor<Kxi32>`: add one to counter k (an atomic increment at the
+    shared memory, one write access). A producer signals READY after its stores for an
+    inference, a consumer signals FREE after its loads."""
+
+    NAME: ClassVar[str] = "pim.signal"
+    FORMAT: ClassVar[str] = "$counters[$index] : type($counters)"
+    counters: Operand
+    index: int
+
+    def verify(self) -> None:
+        self.check_counter()
+
+
+@op_def
+class WaitOp(_Counter):
+    """`pim.wait %c[k] until [%n+1] : tensor<Kxi32>`: block until counter k is at least the
+    threshold (affine in the stream's `%n`; a threshold <= 0 holds at once), then read it
+    (one read access). Counters only grow, so a wait for a count that was reached stays
+    satisfied."""
+
+    NAME: ClassVar[str] = "pim.wait"
+    FORMAT: ClassVar[str] = "$counters[$index] until $threshold : type($counters)"
+    counters: Operand
+    index: int
+    threshold: tuple[Affine, ...]
+
+    def verify(self) -> None:
+        self.check_counter()
+        if len(self.threshold) != 1:
+            raise VerifyError("SYNC-3", f"a wait has one threshold, got {len(self.threshold)}")
+
+
 @op_def
 class CoreOp(Operation):
     """`pim.core N { ... }`: the ordered program of one physical core."""

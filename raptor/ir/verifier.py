@@ -31,10 +31,14 @@ from raptor.ir.ops import (
     FuncOp,
     GraphComputeBatchOp,
     GraphComputeOp,
+    LoadOp,
     ParallelInsertSliceOp,
     ReturnOp,
     SingleComputeOp,
+    StoreOp,
+    StreamOp,
     Strided,
+    WaitOp,
     YieldOp,
     squeeze,
 )
@@ -100,6 +104,8 @@ def _verify_op(op: Operation, rep: _Report, allow_assembly: bool) -> None:
             _check_lane_slices(op, rep)
     elif isinstance(op, BlueprintOp):
         _check_blueprint(op, rep)
+    elif isinstance(op, StreamOp):
+        _check_stream_slices(op, rep)
 
 
 def _name(v: Value) -> str:
@@ -169,6 +175,14 @@ def _verify_func(func: FuncOp, rep: _Report, allow_assembly: bool) -> tuple[Chan
                     sends.setdefault((core, op.core, op.channel), []).append(op)
             elif core is not None and isinstance(op, ChannelReceiveOp):
                 recvs.setdefault((op.core, core, op.channel), []).append(op)
+            elif isinstance(op, WaitOp):
+                for off in op.threshold:
+                    for _, v in off.terms:
+                        if v not in visible:
+                            undefined(op, v, core)
+            elif isinstance(op, StreamOp) and not isinstance(owner, CoreOp | CoreBatchOp):
+                rep.add(op, "STREAM-2", "pim.stream must stand directly in a pim.core or "
+                        "pim.core_batch program")
             if isinstance(op, ReturnOp | YieldOp) and (i != last or type(op) is not terminator):
                 where = f"inside {owner.name}" if type(op) is not terminator else \
                     "before the end of its block"
@@ -294,6 +308,44 @@ def _check_lane_slices(op: GraphComputeBatchOp, rep: _Report) -> None:
                                    inner.source.type.static_shape, op.lane, op.lanes)
             if bad:
                 rep.add(inner, "SLICE-3", f"slice out of bounds for some lane: {bad}")
+
+
+def _stream_extremes(a: Affine, ranges: dict[Value, int]) -> tuple[int, int] | None:
+    """Least and largest value of `a` over the stream variables (each in 0..range-1);
+    None when it uses any other variable (a lane, checked where the lane is known)."""
+    lo = hi = a.const
+    for c, v in a.terms:
+        n = ranges.get(v)
+        if n is None:
+            return None
+        lo += min(0, c * (n - 1))
+        hi += max(0, c * (n - 1))
+    return lo, hi
+
+
+def _check_stream_slices(op: StreamOp, rep: _Report) -> None:
+    """SLICE-3 for every shared-memory access of the stream body whose offsets use `%n` or
+    `%s`: in bounds for every inference (affine: the extremes are at the ends)."""
+    if len(op.body.args) != 2:
+        return  # REGION-1, reported by the op
+    ranges = {op.inference: op.count, op.slot: op.ring}
+    for inner in op.body.walk():
+        if not isinstance(inner, LoadOp | StoreOp) or not isinstance(inner.buffer.type,
+                                                                     TensorType):
+            continue
+        t = inner.buffer.type
+        if not t.is_static or len(inner.offsets) != t.rank or len(inner.sizes) != t.rank:
+            continue
+        for d, (o, sz, st) in enumerate(zip(inner.offsets, inner.sizes, inner.strides,
+                                            strict=False)):
+            ext = _stream_extremes(o, ranges) if o.terms else None
+            if ext is None or sz == 0:
+                continue
+            lo, hi = ext[0], ext[1] + (sz - 1) * st
+            if lo < 0 or hi >= t.static_shape[d]:
+                rep.add(inner, "SLICE-3", f"access out of bounds for some inference: dimension "
+                        f"{d} reaches [{lo}, {hi}] outside 0..{t.static_shape[d] - 1}")
+                break
 
 
 def _check_assembly(op: GraphComputeBatchOp, rep: _Report) -> None:

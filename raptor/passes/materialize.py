@@ -60,7 +60,7 @@ from raptor.ir.ops import (
     WeightOp,
     YieldOp,
 )
-from raptor.ir.types import INDEX, TensorType
+from raptor.ir.types import INDEX, TensorType, Type
 from raptor.passes.projection import Box, Instance, Piece, Projection
 
 CropKey = tuple[tuple[int, ...], tuple[int, ...]]
@@ -69,7 +69,7 @@ Message = tuple[int, int, int, CropKey | None]
 """(producer instance, result, consumer core, crop): one channel."""
 
 
-def _crop_key(p: Piece) -> CropKey | None:
+def crop_key(p: Piece) -> CropKey | None:
     return None if p.crop is None else (p.crop, p.sizes)
 
 
@@ -143,7 +143,7 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane
     return new
 
 
-class _Materializer:
+class Materializer:
     def __init__(self, module: Module, proj: Projection, outputs: list[list[Piece]],
                  sched: ScheduleView, merge: bool) -> None:
         self.merge = merge
@@ -152,9 +152,10 @@ class _Materializer:
         self.proj = proj
         self.outputs = outputs
         self.s = sched
-        args = [Value(a.type, a.name) for a in self.func.args]
+        args = [Value(self.io_type(a.type), a.name) for a in self.func.args]
         self.argmap = dict(zip(self.func.args, args, strict=True))
-        self.new_func = FuncOp(self.func.sym_name, Block(args), list(self.func.result_types))
+        self.new_func = FuncOp(self.func.sym_name, Block(args),
+                               [self.io_type(t) for t in self.func.result_types])
         self.top: list[Operation] = []
         self.weights: dict[Value, Value] = {}
         self.programs: dict[int, list[tuple[tuple[int, int, int], list[Operation]]]] = {}
@@ -193,18 +194,43 @@ class _Materializer:
             start = self.s.start[inst.id]
             for use in inst.uses:
                 for p in use.pieces:
-                    if self.s.core_of[p.producer] != q:
-                        m = (p.producer, p.result, q, _crop_key(p))
+                    if self.s.core_of[p.producer] != q and self.by_channel(p, inst.id):
+                        m = (p.producer, p.result, q, crop_key(p))
                         urgency[m] = min(urgency.get(m, start), start)
         self.messages = sorted(urgency, key=lambda m: (self.s.end[m[0]], m[0], urgency[m], m[2],
                                                        m[1], m[3] or ((), ())))
+
+    def by_channel(self, p: Piece, consumer: int) -> bool:
+        """Whether piece `p`, read by instance `consumer` on another core, travels by
+        channel (always here; a stream's stage boundaries go through shared memory)."""
+        return True
+
+    def arg_load(self, core: int, arg: Value, result: Value, lo: Sequence[int]) -> LoadOp:
+        """Read the box at `lo` of function argument `arg` (its new value) into `result`."""
+        t = _t(result)
+        return LoadOp(arg, result, tuple(map(Affine, lo)), t.static_shape, (1,) * t.rank)
+
+    def output_stores(self, core: int, inst: Instance, outs: list[Value]) -> list[Operation]:
+        """What follows instance `inst` on `core`: the stores of its fragments of the
+        function results."""
+        return [StoreOp(outs[p.result], self.buffers[k], tuple(map(Affine, p.offsets)), p.sizes,
+                        p.strides) for k, p in self.stores.get(inst.id, [])]
+
+    def io_type(self, t: Type) -> Type:
+        """The type of the program's input or result buffer for a function input or result
+        of type `t`."""
+        return t
+
+    def program(self, core: int, ops: list[Operation]) -> list[Operation]:
+        """The body of `core`'s `pim.core` from its ordered ops."""
+        return ops
 
     def piece_value(self, p: Piece, core: int) -> tuple[Value, Piece | None]:
         """The value standing for piece `p` on `core`, and the piece again when only a crop
         of that (whole, local) value is wanted."""
         if self.s.core_of[p.producer] == core:
             return self.local[(p.producer, p.result, core, None)], p if p.crop else None
-        return self.local[(p.producer, p.result, core, _crop_key(p))], None
+        return self.local[(p.producer, p.result, core, crop_key(p))], None
 
     # -------------------------------------------------------------- instances
     def gather(self, inst: Instance, core: int) -> tuple[list[Value], list[Value],
@@ -228,8 +254,7 @@ class _Materializer:
                     continue
                 bt = _box_type(use.box, vt)
                 loaded = Value(bt, "x")
-                body.append(LoadOp(self.argmap[use.value], loaded, tuple(map(Affine, use.box.lo)),
-                                   bt.static_shape, (1,) * bt.rank))
+                body.append(self.arg_load(core, self.argmap[use.value], loaded, use.box.lo))
                 loaded.owner = body[-1]
                 local[use.index] = loaded
             else:
@@ -303,10 +328,7 @@ class _Materializer:
         sc.own_results()
         for r, v in enumerate(outs):
             self.local[(inst.id, r, core, None)] = v
-        ops: list[Operation] = [sc]
-        for k, p in self.stores.get(inst.id, []):
-            ops.append(StoreOp(outs[p.result], self.buffers[k], tuple(map(Affine, p.offsets)),
-                               p.sizes, p.strides))
+        ops: list[Operation] = [sc, *self.output_stores(core, inst, outs)]
         self.emit(core, (self.s.start[inst.id], 1, inst.id), ops)
         self.events[inst.id] = ops
 
@@ -413,13 +435,12 @@ class _Materializer:
             bt = _box_type(box, vt)
             buf = Value(bt, "x" if use.kind == "arg" else "buf")
             if use.kind == "arg":
-                gather.append(LoadOp(self.argmap[use.value], buf, tuple(map(Affine, box.lo)),
-                                     bt.static_shape, (1,) * bt.rank))
+                gather.append(self.arg_load(core, self.argmap[use.value], buf, box.lo))
             else:
                 pieces: dict[tuple[int, int, int, CropKey | None], Piece] = {}
                 for u in uses:
                     for p in u.pieces:
-                        pieces.setdefault((p.producer, p.result, p.slot, _crop_key(p)), p)
+                        pieces.setdefault((p.producer, p.result, p.slot, crop_key(p)), p)
                 whole = self.one_local_crop(list(pieces.values()), box, core)
                 if whole is not None:  # one copy of the box out of a local value
                     gather.append(whole)
@@ -486,8 +507,7 @@ class _Materializer:
 
     def run(self) -> Module:
         for t in self.func.result_types:
-            assert isinstance(t, TensorType)
-            buf = Value(t, "out")
+            buf = Value(self.io_type(t), "out")
             self.top.append(AllocSharedOp(buf))
             buf.owner = self.top[-1]
             self.buffers.append(buf)
@@ -525,7 +545,7 @@ class _Materializer:
             events = sorted(self.programs[core], key=lambda e: e[0])
             if self.merge:
                 events = self.merge_runs(core, events, set(by_producer))
-            body = Block([], [op for _, ops in events for op in ops])
+            body = Block([], self.program(core, [op for _, ops in events for op in ops]))
             cores.append(CoreOp(core, body))
         ret = ReturnOp(list(self.buffers))
         self.new_func.body.ops = [*self.top, *cores, ret]
@@ -537,4 +557,4 @@ def materialize(module: Module, proj: Projection, outputs: list[list[Piece]],
                 schedule: ScheduleView, merge: bool = True) -> Module:
     """Scheduled IR for `schedule` (see the module docstring). `merge` runs consecutive
     compatible lanes of one graph batch as one `spat.scheduled_compute_batch`."""
-    return _Materializer(module, proj, outputs, schedule, merge).run()
+    return Materializer(module, proj, outputs, schedule, merge).run()

@@ -46,6 +46,7 @@ from raptor.ir.ops import (
     ReshapeOp,
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
+    StreamOp,
     UnaryOp,
     WeightOp,
     YieldOp,
@@ -419,6 +420,14 @@ def _live_peak(storages: Iterable[_Storage], steps: int) -> tuple[int, int]:
     return best, at
 
 
+def _iteration(body: Block) -> Block:
+    """What a core holds at once: its program, or for a stream program (`pim.stream`, one
+    loop) one iteration's body, since nothing an iteration defines outlives it."""
+    if len(body.ops) == 1 and isinstance(body.ops[0], StreamOp):
+        return body.ops[0].body
+    return body
+
+
 def plan_memory(module: Module, target: Target, element_bytes: int | None = None
                 ) -> MemoryPlan:
     """Allocate local memory for every core program of `module`'s main function and lay
@@ -435,7 +444,7 @@ def plan_memory(module: Module, target: Target, element_bytes: int | None = None
     cores: dict[int, CoreMemory] = {}
     for op in func.body.ops:
         if isinstance(op, CoreOp):
-            alloc = _CoreAllocator(op.body, op.core, eb)
+            alloc = _CoreAllocator(_iteration(op.body), op.core, eb)
             alloc.run()
             cores[op.core] = alloc.allocate()
         elif isinstance(op, CoreBatchOp):  # sizes do not depend on the lane: allocate once

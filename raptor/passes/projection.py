@@ -98,6 +98,12 @@ class Instance:
     batch: int
     uses: list[InputUse] = field(default_factory=list)
 
+    def fragment_type(self, result: int) -> TensorType:
+        """The whole fragment this instance publishes for `result`: a lane's slot of its
+        batch's N x F result, or a single compute's result (a piece may crop it)."""
+        t = _t(self.op.outs[result])
+        return TensorType(t.static_shape[1:], t.dtype) if self.lane is not None else t
+
 
 @dataclass
 class _Entry:

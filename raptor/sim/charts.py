@@ -25,10 +25,15 @@ def describe(options: Mapping[str, object]) -> str:
     return f"{sends}, {links}, {memory}"
 
 
+MAX_ARROWS = 800
+"""Message lines a simulated chart draws at most (as `render_gantt`)."""
+
+
 def timeline_svg(sim: SimResult, labels: Mapping[int, Sequence[SpanLabel]], *, title: str,
-                 legend: Mapping[str, str]) -> str:
+                 legend: Mapping[str, str], stage_of_core: Sequence[int] | None = None) -> str:
     """The simulated timeline: computes coloured by layer, shared-memory accesses dark,
-    waiting light and thin, a line per message from injection to arrival."""
+    waiting light and thin, a line per message from injection to arrival; a pipeline's
+    cores grouped by stage (`stage_of_core`)."""
     bars = []
     for (core, start, dur, name, cat, detail), label in zip(
             sim.trace.spans, sim.trace.labelled(labels), strict=True):
@@ -44,13 +49,19 @@ def timeline_svg(sim: SimResult, labels: Mapping[int, Sequence[SpanLabel]], *, t
             where = [] if detail.startswith("<") else [detail]  # a location, if known
             bars.append(Bar(core, start, start + dur, label.key, label.name,
                             ", ".join([*facts, *where]), kind))
-    arrows = [Arrow(src, dst, sent, arrived, nbytes)
-              for src, dst, _, nbytes, sent, arrived in sim.trace.messages]
-    rows = sorted({b.row for b in bars} | {c.core for c in sim.report.cores if c.ops})
+    msgs = sim.trace.messages
+    every = max(1, -(-len(msgs) // MAX_ARROWS))  # sampled here: a stream sends 10^5 and more
+    arrows = [Arrow(src, dst, sent, arrived, nbytes) for src, dst, _, nbytes, sent, arrived
+              in sorted(msgs, key=lambda m: (m[4], m[0], m[1], m[5]))[::every]]
+    rows, names = gantt.stage_rows(
+        sorted({b.row for b in bars} | {c.core for c in sim.report.cores if c.ops}),
+        stage_of_core)
     note = f"simulated: {describe(sim.report.options)}; lines: message injected → arrived"
+    if every > 1:
+        note += f"; 1 in {every} of {len(msgs):,} messages drawn"
     return render_gantt(rows, bars, arrows, title=title, subtitle=note,
                         span=sim.report.latency_ns, legend=legend,
-                        colours=layer_colours(list(legend)))
+                        colours=layer_colours(list(legend)), names=names)
 
 
 _HEAT = ("#fff5d6", "#fed976", "#fd8d3c", "#e31a1c", "#800026")

@@ -7,29 +7,41 @@ the loop records the order in which it performed computes, sends and memory acce
 Each core runs its instruction list on its own clock. A core executes ahead of the global
 event time as long as it only touches its own state; anything shared (a link reservation,
 the shared-memory queue) becomes a heap event at its own time, so contended resources are
-granted in time order. A core that needs data not yet sent, a rendezvous partner or a
-store done elsewhere parks and is woken by the event that resolves it; an empty heap with
-parked cores is a deadlock, which is therefore detected instead of hanging.
+granted in time order. A core that needs data not yet sent, a rendezvous partner, a
+store done elsewhere or a counter short of its threshold parks and is woken by the event
+that resolves it; an empty heap with parked cores is a deadlock, which is therefore
+detected instead of hanging.
+
+Stream programs (`pim.stream`, pipeline mode): `pim.signal` and `pim.wait` are one
+shared-memory access each (queued like loads and stores); a wait first parks until the
+counter reaches its threshold. Every load inside a stream must read data its own inference
+stored, else the run stops with `Race`. The report records when each inference's iteration
+starts and ends (`inference_start_ns`, `inference_end_ns`).
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from raptor.ir.core import Value
-from raptor.sim.errors import Deadlock, SimError
+from raptor.sim.errors import Deadlock, Race, SimError
 from raptor.sim.program import (
     COMPUTE,
     LOAD,
     RECV,
     SEND,
+    SIGNAL,
     STORE,
+    WAIT,
+    Box,
     Instr,
     Program,
     Route,
+    overlap,
     value_name,
 )
 from raptor.sim.report import BLOCKED, BUSY, COMM, MEMORY, QUEUE, CoreStats, SimReport, Trace
@@ -102,7 +114,8 @@ class SimOptions:
 
 class _Core:
     __slots__ = ("arrival", "blocked", "busy", "cid", "clock", "done", "pc", "prog",
-                 "switch_free", "sync", "wait_store", "wait_value")
+                 "starts", "switch_free", "sync", "wait_count", "wait_store", "wait_value",
+                 "wake")
 
     def __init__(self, cid: int, prog: list[Instr]) -> None:
         self.cid = cid
@@ -119,6 +132,12 @@ class _Core:
         """pimsim-nn model: the value a posted (blocking) receive waits for."""
         self.switch_free = 0
         """pimsim-nn model: when this core's switch has sent its last message."""
+        self.wait_count: Instr | None = None
+        """The `pim.wait` this core is parked on."""
+        self.wake = 0
+        """When the signal that woke a parked wait completed."""
+        self.starts: dict[int, int] = {}
+        """Stream programs: when this core began each inference's iteration."""
 
 
 class _Msg:
@@ -169,8 +188,16 @@ class Engine:
         self.by_id = {st.cid: st for st in self.cores}
         self.recv_of: dict[Value, Instr] = {}
         if self.pim:
+            if program.inferences:
+                raise SimError("the pimsim-nn model runs latency programs only, not a "
+                               "pim.stream")
             self.recv_of = {i.value: i for prog in program.cores.values() for i in prog
                             if i.kind == RECV and i.value is not None}
+        self.counts: dict[tuple[Value, int], list[int]] = {}
+        """Per counter, the sorted times its signals completed (count at t: how many <= t)."""
+        self.count_waiters: dict[tuple[Value, int], list[_Core]] = {}
+        self.tags: dict[Value, dict[Box, int]] = {}
+        """Per shared buffer a stream stores into: the inference each stored box holds."""
 
     # ---- event loop ----------------------------------------------------------------
     def push(self, time: int, kind: int, payload: Any, rank: int = 0) -> None:
@@ -201,6 +228,14 @@ class Engine:
         rep = self.report
         latency = max((st.clock for st in self.cores), default=0)
         rep.latency_ns = latency
+        m = self.program.inferences
+        if m:
+            active = [st for st in self.cores if st.starts]
+            rep.inference_start_ns = [min((st.starts[n] for st in active if n in st.starts),
+                                          default=latency) for n in range(m)]
+            rep.inference_end_ns = [max((st.starts.get(n + 1, st.clock) for st in active
+                                         if n in st.starts), default=latency)
+                                    for n in range(m)]
         for st in self.cores:
             done = st.prog[:st.pc]
             rep.cores.append(CoreStats(
@@ -225,6 +260,12 @@ class Engine:
         if st.wait_store >= 0:
             sc, sins = self.program.stores[st.wait_store]
             return f"{head} waiting for the pim.store at {sins.where} on core {sc}"
+        if st.wait_count is not None:
+            buf, k = ins.counter or (None, 0)
+            have = len(self.counts.get(ins.counter, [])) if ins.counter else 0
+            return (f"{head} (inference {ins.inference}) waiting for "
+                    f"{value_name(buf) if buf else '?'}[{k}] to reach {ins.threshold} (it is "
+                    f"{have})")
         assert ins.kind == SEND and ins.value is not None  # the only other way to park
         return (f"{head} {value_name(ins.value)} to core {ins.peer} channel {ins.channel}: "
                 f"core {ins.peer} has not posted the matching receive")
@@ -243,6 +284,8 @@ class Engine:
         clock, pc, busy = st.clock, st.pc, 0
         while pc < n:
             ins = prog[pc]
+            if ins.first >= 0 and ins.first not in st.starts:
+                st.starts[ins.first] = clock
             if ins.waits:
                 ready = clock
                 for v in ins.waits:
@@ -283,6 +326,8 @@ class Engine:
                 record(ins)
                 if not (self.send_pim(st, ins) if self.pim else self.send(st, ins)):
                     return
+            elif kind == WAIT and not self.counter_ready(st, ins):
+                return
             elif self.pim:
                 if not self.memory_ready(st, ins):
                     return
@@ -513,6 +558,72 @@ class Engine:
             self.push(self.now, _RUN, st)
 
     # ---- shared memory -------------------------------------------------------------
+    def counter_ready(self, st: _Core, ins: Instr) -> bool:
+        """A wait whose counter has reached its threshold (by the core's clock, or later:
+        then the core blocks until the signal completes); False parks the core until a
+        signal on the counter."""
+        assert ins.counter is not None
+        if st.wait_count is ins and st.wake > st.clock:  # woken: blocked until the signal
+            if self.spans is not None:
+                self.spans.append((st.cid, st.clock, st.wake - st.clock, "blocked", BLOCKED,
+                                   f"waiting for {ins.label} >= {ins.threshold}"))
+            st.blocked += st.wake - st.clock
+            st.clock = st.wake
+        st.wait_count = None
+        need = ins.threshold
+        if need <= 0:
+            return True
+        times = self.counts.get(ins.counter)
+        if times is not None and len(times) >= need:
+            t = times[need - 1]
+            if t > st.clock:
+                if self.spans is not None:
+                    self.spans.append((st.cid, st.clock, t - st.clock, "blocked", BLOCKED,
+                                       f"waiting for {ins.label} >= {need}"))
+                st.blocked += t - st.clock
+                st.clock = t
+            return True
+        st.wait_count = ins
+        self.count_waiters.setdefault(ins.counter, []).append(st)
+        return False
+
+    def signalled(self, ins: Instr, end: int) -> None:
+        """A signal completed at `end`: count it and wake the cores it may satisfy."""
+        assert ins.counter is not None
+        times = self.counts.setdefault(ins.counter, [])
+        bisect.insort(times, end)
+        waiters = self.count_waiters.get(ins.counter)
+        if not waiters:
+            return
+        keep = []
+        for w in waiters:
+            wi = w.wait_count
+            if wi is not None and len(times) >= wi.threshold:
+                w.wake = times[wi.threshold - 1]
+                self.push(max(self.now, w.clock), _RUN, w)
+            else:
+                keep.append(w)
+        self.count_waiters[ins.counter] = keep
+
+    def check_race(self, ins: Instr) -> None:
+        """Inside a stream a store tags its box with its inference, and a load must read
+        only boxes tagged with its own."""
+        assert ins.region is not None
+        buf, box = ins.region
+        if buf not in self.program.written:
+            return
+        tags = self.tags.setdefault(buf, {})
+        if ins.kind == STORE:
+            tags[box] = ins.inference
+            return
+        seen = [(b, t) for b, t in tags.items() if overlap(box, b)]
+        bad = next((t for _, t in seen if t != ins.inference), None)
+        if bad is not None or not seen:
+            held = f"inference {bad}'s data" if bad is not None else "nothing stored yet"
+            raise Race(f"race on {value_name(buf)}: core {ins.core} at {ins.where} loads for "
+                       f"inference {ins.inference} at {self.now} ns but the buffer holds "
+                       f"{held} (a pim.wait missing or misplaced?)")
+
     def memory_ready(self, st: _Core, ins: Instr) -> bool:
         """A load waits for every overlapping store it depends on; False parks the core."""
         ready = st.clock
@@ -538,13 +649,22 @@ class Engine:
                 self.spans.append((st.cid, st.clock, start - st.clock, "blocked", BLOCKED,
                                    QUEUE))
             st.blocked += start - st.clock
-        self.order.append(ins)
         end = start + ins.cost
         if self.spans is not None:
             self.spans.append((st.cid, start, ins.cost, ins.label, MEMORY, ins.where))
         st.busy += ins.cost
         st.clock = end
         rep = self.report
+        if ins.kind >= SIGNAL:  # counters carry no data: not part of the numerics
+            if ins.kind == SIGNAL:
+                rep.signals += 1
+                self.signalled(ins, end)
+            else:
+                rep.waits += 1
+            return
+        if ins.region is not None:
+            self.check_race(ins)
+        self.order.append(ins)
         if ins.kind == STORE:
             rep.shared_writes += 1
             rep.shared_write_bytes += ins.nbytes

@@ -25,3 +25,8 @@ class Deadlock(SimError):
         super().__init__(f"deadlock at {time_ns} ns: {len(lines)} core(s) blocked", lines)
         self.time_ns = time_ns
         self.report = report
+
+
+class Race(SimError):
+    """A load inside a stream read shared memory that no store of its own inference wrote
+    (a missing or misplaced `pim.wait`): the data would belong to another inference."""

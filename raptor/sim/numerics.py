@@ -4,8 +4,10 @@ Values never depend on time, so the event loop only decides when things happen a
 records the order in which it performed computes, sends and shared-memory accesses. This
 module then computes every value. An instruction's level is the first level at which all
 its operands exist (a value made at level L exists from L + 1; a message's value from one
-level after its send); shared-memory accesses also keep the event loop's order among
-themselves, which settles every race on a buffer exactly as the timed run did. The
+level after its send); the accesses to one shared buffer also keep the event loop's order
+among themselves, which settles every race on a buffer exactly as the timed run did
+(accesses to different buffers cannot race, so they keep no order: the inferences of a
+stream then share levels, and their computes stack). The
 computes of one level are independent, so all instances of one template in a level run
 together: one numpy call per body op on arrays stacked over the instances, instead of one
 per instance. That is what makes the simulator's numerics cheap on real models, whose
@@ -30,7 +32,7 @@ def levels(program: Program, order: Sequence[Instr]) -> list[list[Instr]]:
     ready: dict[int, dict[Value, int]] = {c: {} for c in program.cores}
     store_done: dict[int, int] = {}
     out: list[list[Instr]] = []
-    memory = 0  # level of the latest shared-memory access: accesses keep their order
+    memory: dict[Value, int] = {}  # per buffer, the level of its latest access
     for ins in order:
         have = ready[ins.core]
         kind = ins.kind
@@ -44,12 +46,16 @@ def levels(program: Program, order: Sequence[Instr]) -> list[list[Instr]]:
             level = have.get(ins.value, 0)
             ready[ins.peer][ins.partner.value] = level + 1
         elif kind == LOAD:
-            level = max([memory, *[store_done[s] for s in ins.deps]])
-            memory = level
-            have[ins.op.results()[0]] = level + 1
+            buf = ins.op.buffer  # type: ignore[attr-defined]
+            level = max([memory.get(buf, 0), *[store_done[s] for s in ins.deps]])
+            memory[buf] = level
+            assert ins.value is not None
+            have[ins.value] = level + 1
         else:
-            level = max(memory, have.get(ins.op.operands()[0], 0))
-            memory = level
+            assert ins.value is not None
+            buf = ins.op.buffer  # type: ignore[attr-defined]
+            level = max(memory.get(buf, 0), have.get(ins.value, 0))
+            memory[buf] = level
             store_done[ins.store_id] = level + 1
         while len(out) <= level:
             out.append([])

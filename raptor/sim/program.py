@@ -6,6 +6,12 @@ distinct compute body (`kernels.py`), which operands are received values (the on
 core may have to wait for), the crossbar tiles each core holds, channel pairing checks,
 and which stores each load must wait for (a load reads shared memory only after every
 overlapping store elsewhere is done).
+
+A `pim.stream` loop is unrolled here, one copy of its body per inference with `%n` and `%s`
+bound, and every value the body defines renamed per inference (the event loop and the
+numerics key values by identity, so each inference's values stay apart). Inside a stream,
+loads are ordered by `pim.wait` / `pim.signal` counters alone, not by the stores they
+overlap: the engine checks that each load reads data stored for its own inference.
 """
 
 from __future__ import annotations
@@ -33,7 +39,11 @@ from raptor.ir.ops import (
     ReturnOp,
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
+    SignalOp,
     StoreOp,
+    StreamOp,
+    Strided,
+    WaitOp,
     WeightOp,
     YieldOp,
 )
@@ -53,7 +63,7 @@ from raptor.sim.timing import OpTiming
 from raptor.solver.costs import op_cost_ns
 from raptor.target import Target
 
-COMPUTE, SEND, RECV, LOAD, STORE = range(5)
+COMPUTE, SEND, RECV, LOAD, STORE, SIGNAL, WAIT = range(7)
 
 MAX_SHARED_BYTES = 1 << 30
 """Host memory the simulated shared buffers (function inputs and `pim.alloc_shared`) may
@@ -84,6 +94,7 @@ class Instr:
     chan: int = -1
     route: Route = (0, 0, ())
     value: Value | None = None
+    """SEND: what is sent; RECV: what arrives; LOAD: what is loaded; STORE: what is stored."""
     nbytes: int = 0
     store_id: int = -1
     deps: tuple[int, ...] = ()
@@ -99,6 +110,16 @@ class Instr:
     """Per body `pim.load`: the function input and the slice tuple this instance reads."""
     timing: OpTiming | None = None
     """The op's time given from outside (`Simulator(timings=...)`), if any."""
+    inference: int = -1
+    """Inside a `pim.stream` loop: the inference this copy of the op works on."""
+    first: int = -1
+    """The inference whose iteration starts with this instruction (-1: none)."""
+    region: tuple[Value, Box] | None = None
+    """A load or store inside a stream: the buffer and box it touches (race checks)."""
+    counter: tuple[Value, int] | None = None
+    """SIGNAL/WAIT: the counter array and index."""
+    threshold: int = 0
+    """WAIT: the count to reach."""
 
     @property
     def where(self) -> str:
@@ -127,6 +148,11 @@ class Program:
     stores: list[tuple[int, Instr]] = field(default_factory=list)
     envs: dict[int, Env] = field(default_factory=dict)
     """Each core's values during a run."""
+    inferences: int = 0
+    """The stream length of a pipeline program (0: a latency program)."""
+    written: set[Value] = field(default_factory=set)
+    """Shared buffers the program stores into (loads from them inside a stream are checked
+    against races)."""
 
     def bind(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
         """Start a run: copy the inputs into their buffers, clear the others and the cores'
@@ -212,6 +238,7 @@ class _Compiler:
         self.stores: list[tuple[int, Instr]] = []
         self.routes: dict[tuple[int, int, int], Route] = {}
         self.shared_bytes = 0
+        self.inferences = 0
 
     def route(self, src: int, dst: int, nbytes: int) -> Route:
         key = (src, dst, nbytes)
@@ -293,7 +320,8 @@ class _Compiler:
         channels = self.check_channels(cores)
         self.link_loads()
         program = Program(func, cores, envs, tiles, self.shared, outputs, channels,
-                          self.weights, self.stores)
+                          self.weights, self.stores, inferences=self.inferences,
+                          written={b for _, _, b, _ in self.store_boxes})
         return program
 
     def check_capacity(self, tiles: dict[int, int]) -> None:
@@ -361,6 +389,24 @@ class _CoreCompiler:
         self.env: Env = dict(ctx.weights)
         self.received: set[Value] = set()
         self.tiles: set[object] = set()
+        self.rn: dict[Value, Value] = {}
+        """Inside a stream: this inference's copy of each value the body defined."""
+        self.inference = -1
+        self.cached: dict[Operation, tuple[Template, list[Value]]] = {}
+        """Inside a stream: the template of a compute whose structure does not depend on
+        the inference (found once, reused by every inference)."""
+
+    def r(self, v: Value) -> Value:
+        """`v` as this inference knows it."""
+        return self.rn.get(v, v)
+
+    def fresh(self, v: Value) -> Value:
+        """This inference's own copy of a value the stream body defines (the value itself
+        outside a stream)."""
+        if self.inference < 0:
+            return v
+        got = self.rn[v] = Value(v.type, v.name)
+        return got
 
     def fail(self, op: Operation, msg: str) -> SimError:
         return SimError(f"{op.where()}: core {self.core}: {msg}")
@@ -368,6 +414,9 @@ class _CoreCompiler:
     def block(self, body: Block) -> list[Instr]:
         out: list[Instr] = []
         for op in body.ops:
+            if isinstance(op, StreamOp):
+                self.stream(op, out)
+                continue
             try:
                 ins = self.op(op, len(out))
             except KernelError as e:
@@ -375,6 +424,37 @@ class _CoreCompiler:
             if ins is not None:
                 out.append(ins)
         return out
+
+    def stream(self, loop: StreamOp, out: list[Instr]) -> None:
+        """One copy of the body per inference, `%n` and `%s` bound, values renamed."""
+        if self.ctx.inferences not in (0, loop.count):
+            raise self.fail(loop, f"pim.stream of {loop.count} inferences in a program of "
+                            f"{self.ctx.inferences}")
+        self.ctx.inferences = loop.count
+        outer = self.fixed
+        first: dict[Operation, Instr] = {}
+        for n in range(loop.count):
+            self.fixed = {**outer, loop.inference: n, loop.slot: n % loop.ring}
+            self.inference, self.rn = n, {}
+            begin = len(out)
+            for op in loop.body.ops:
+                if isinstance(op, StreamOp):
+                    raise self.fail(op, "pim.stream inside pim.stream")
+                proto = first.get(op) if n else None
+                try:
+                    ins = self.again(op, proto) if proto is not None else self.op(op, len(out))
+                except KernelError as e:
+                    raise self.fail(op, str(e)) from None
+                if ins is not None:
+                    ins.inference = n
+                    out.append(ins)
+                    if not n and (ins.kind == RECV or (
+                            ins.kind == SEND and not _uses_any(op, set(self.fixed))) or (
+                            ins.kind == COMPUTE and op in self.cached)):
+                        first[op] = ins
+            if len(out) > begin:
+                out[begin].first = n
+        self.fixed, self.inference, self.rn = outer, -1, {}
 
     def waits(self, op: Operation, uses: Sequence[Value],
               load_bufs: Sequence[Value] = ()) -> tuple[Value, ...]:
@@ -389,6 +469,23 @@ class _CoreCompiler:
         received = self.received
         return tuple(v for v in uses if v in received)
 
+    def counter(self, op: SignalOp | WaitOp) -> Instr:
+        buf = self.ctx.shared.get(op.counters)
+        t = op.counters.type
+        if buf is None or not isinstance(t, TensorType) or t.rank != 1 \
+                or not 0 <= op.index < t.static_shape[0]:
+            raise self.fail(op, f"{op.name} needs counter {op.index} of a rank-1 shared "
+                            f"buffer, got {value_name(op.counters)}: {t}")
+        cost = op_cost_ns(op, self.ctx.target)
+        label = f"{op.name} {value_name(op.counters)}[{op.index}]"
+        if isinstance(op, SignalOp):
+            return Instr(SIGNAL, op, label, self.core, cost=cost, counter=(op.counters, op.index))
+        (th,) = resolve(op.threshold, self.fixed)
+        if not th.is_const:
+            raise self.fail(op, "pim.wait threshold must be constant on a core (affine in %n)")
+        return Instr(WAIT, op, label, self.core, cost=cost, counter=(op.counters, op.index),
+                     threshold=th.const)
+
     def op(self, op: Operation, pos: int) -> Instr | None:
         tgt = self.ctx.target
         if isinstance(op, WeightOp):
@@ -396,9 +493,10 @@ class _CoreCompiler:
             self.ctx.symbols[op.result] = op.symbol
             return None
         if isinstance(op, ChannelReceiveOp):
-            self.received.add(op.result)
+            got = self.fresh(op.result)
+            self.received.add(got)
             return Instr(RECV, op, "spat.channel_receive", self.core, peer=op.core,
-                         channel=op.channel, value=op.result, nbytes=info(op.result).nbytes)
+                         channel=op.channel, value=got, nbytes=info(op.result).nbytes)
         if isinstance(op, ChannelSendOp):
             msg_t = op.message_type
             assert isinstance(msg_t, TensorType)
@@ -406,21 +504,21 @@ class _CoreCompiler:
             if not 0 <= op.core < tgt.num_cores:
                 raise self.fail(op, f"send to core {op.core}, outside the mesh")
             payload = None
+            value = self.r(op.value)
             if op.message is not None:  # a strided region of the value (DMA, no copy)
                 offs = resolve(op.offsets, self.fixed)
                 sl = slices([a.const for a in offs], op.sizes, op.strides)
-                src, shape = op.value, msg_t.static_shape
+                payload = _Region(value, sl, msg_t.static_shape)
 
-                def payload(env: Env) -> Any:
-                    return env[src][sl].reshape(shape)
-
-            return Instr(SEND, op, "spat.channel_send", self.core, waits=self.waits(op, [op.value]),
-                         peer=op.core, channel=op.channel, value=op.value, nbytes=nbytes,
+            return Instr(SEND, op, "spat.channel_send", self.core, waits=self.waits(op, [value]),
+                         peer=op.core, channel=op.channel, value=value, nbytes=nbytes,
                          payload=payload, route=self.ctx.route(self.core, op.core, nbytes))
+        if isinstance(op, SignalOp | WaitOp):
+            return self.counter(op)
         if isinstance(op, LoadOp | StoreOp):
             return self.memory(op, pos)
         if isinstance(op, ComputeOp | YieldOp | ReturnOp | ParallelInsertSliceOp
-                      | AllocSharedOp | CoreOp | CoreBatchOp) \
+                      | AllocSharedOp | CoreOp | CoreBatchOp | StreamOp) \
                 and not isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
             raise self.fail(op, f"{op.NAME} is not allowed in a core program")
         return self.compute(op)
@@ -433,24 +531,27 @@ class _CoreCompiler:
                             "argument or pim.alloc_shared)")
         box, sl = self.buffer_region(op, buf)
         cost = op_cost_ns(op, self.ctx.target)
+        looped = self.inference >= 0
+        region = (buf_v, box) if looped else None
         if isinstance(op, LoadOp):
-            res, shape = op.result, info(op.result).shape
+            res, shape = self.fresh(op.result), info(op.result).shape
 
             def load(env: Env) -> None:
                 env[res] = buf[sl].copy().reshape(shape)
 
             ins = Instr(LOAD, op, f"pim.load {value_name(buf_v)}", self.core, cost=cost, fn=load,
-                        nbytes=info(res).nbytes)
-            self.ctx.load_boxes.append((ins, self.core, pos, buf_v, box))
+                        value=res, nbytes=info(res).nbytes, region=region)
+            if not looped:  # inside a stream, counters order loads and stores
+                self.ctx.load_boxes.append((ins, self.core, pos, buf_v, box))
             return ins
-        val, sizes = op.value, tuple(op.sizes)
+        val, sizes = self.r(op.value), tuple(op.sizes)
 
         def store(env: Env) -> None:
             buf[sl] = env[val].reshape(sizes)
 
         ins = Instr(STORE, op, f"pim.store {value_name(buf_v)}", self.core, cost=cost, fn=store,
-                    waits=self.waits(op, [val]), nbytes=info(val).nbytes,
-                    store_id=len(self.ctx.store_boxes))
+                    waits=self.waits(op, [val]), value=val, nbytes=info(val).nbytes,
+                    store_id=len(self.ctx.store_boxes), region=region)
         self.ctx.store_boxes.append((self.core, pos, buf_v, box))
         self.ctx.stores.append((self.core, ins))
         return ins
@@ -468,14 +569,63 @@ class _CoreCompiler:
                                 f"0..{buf.shape[d]} of {value_name(op.buffer)}")
         return box, slices([b[0] for b in box], op.sizes, op.strides)
 
+    def template(self, op: Operation) -> tuple[Template, list[Value]]:
+        """`op`'s template and outside reads; inside a stream found once per op when its
+        structure does not depend on the inference."""
+        if self.inference < 0:
+            return self.ctx.templates.get(op, self.fixed, self.fail)
+        got = self.cached.get(op)
+        if got is None:
+            got = self.ctx.templates.get(op, self.fixed, self.fail)
+            if not _uses_any(op, set(self.fixed)):
+                self.cached[op] = got
+        return got
+
+    def again(self, op: Operation, proto: Instr) -> Instr:
+        """A receive, send or compute of a later inference, from its first inference's
+        instruction: the same work on this inference's values (what `op` would compile
+        to, without redoing what does not change)."""
+        if proto.kind == RECV:
+            assert isinstance(op, ChannelReceiveOp)
+            got = self.fresh(op.result)
+            self.received.add(got)
+            return Instr(RECV, op, proto.label, self.core, peer=proto.peer,
+                         channel=proto.channel, value=got, nbytes=proto.nbytes)
+        if proto.kind == SEND:
+            assert isinstance(op, ChannelSendOp)
+            value = self.r(op.value)
+            payload = None
+            if isinstance(proto.payload, _Region):  # the same region of this inference's
+                payload = _Region(value, proto.payload.sl, proto.payload.shape)  # value
+            return Instr(
+                SEND, op, proto.label, self.core, waits=self.waits(op, [value]),
+                peer=proto.peer, channel=proto.channel, value=value, nbytes=proto.nbytes,
+                payload=payload, route=proto.route)
+        tpl = proto.template
+        assert tpl is not None
+        if tpl.loads:
+            return self.compute(op)
+        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
+            reads = tuple([self.r(v) for v in (*op.inputs, *self.cached[op][1])])
+            defines = tuple([self.fresh(v) for v in op.outs])
+        else:
+            reads = tuple([self.r(v) for v in self.cached[op][1]])
+            defines = tuple([self.fresh(v) for v in op.results()])
+        received = self.received
+        return Instr(COMPUTE, op, proto.label, self.core, cost=proto.cost,
+                     waits=tuple([v for v in reads if v in received]),
+                     body_ops=proto.body_ops, template=tpl, reads=reads, defines=defines)
+
     def compute(self, op: Operation) -> Instr:
         """A scheduled compute, or one bare op at core level, through its template."""
-        tpl, frees = self.ctx.templates.get(op, self.fixed, self.fail)
+        tpl, frees = self.template(op)
         if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
-            reads, defines = (*op.inputs, *frees), tuple(op.outs)
+            reads = tuple([self.r(v) for v in (*op.inputs, *frees)])
+            defines = tuple([self.fresh(v) for v in op.outs])
             body_ops = tpl.ops
         else:
-            reads, defines, body_ops = tuple(frees), tuple(op.results()), 0
+            reads = tuple([self.r(v) for v in frees])
+            defines, body_ops = tuple([self.fresh(v) for v in op.results()]), 0
         load_bufs = [reads[i] for i in tpl.load_reads]
         params = []
         if tpl.loads:
@@ -513,6 +663,28 @@ class _CoreCompiler:
         buf = self.ctx.shared[op.buffer]
         _, sl = self.buffer_region(op, buf)
         return buf, sl
+
+
+@dataclass(frozen=True, slots=True)
+class _Region:
+    """What a region send carries: a view of `src`'s region `sl` (DMA, no copy)."""
+
+    src: Value
+    sl: tuple[slice, ...]
+    shape: tuple[int, ...]
+
+    def __call__(self, env: Env) -> Any:
+        return env[self.src][self.sl].reshape(self.shape)
+
+
+def _uses_any(op: Operation, names: set[Value]) -> bool:
+    """Whether an offset of `op` or of an op in its body, other than a `pim.load`'s (a
+    load's region is a parameter of the instance, not of the template), uses `names`."""
+    for inner in op.walk():
+        if isinstance(inner, Strided) and not isinstance(inner, LoadOp) and any(
+                v in names for a in inner.offsets for v in a.vars()):
+            return True
+    return False
 
 
 def compile_program(module: Module, target: Target) -> Program:

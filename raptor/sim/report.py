@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
@@ -46,15 +47,40 @@ class SimReport:
     """`pim.load`s of function inputs inside compute bodies: charged in the body's cost,
     outside the shared-memory queue (inputs are never written, so nothing can race)."""
     input_read_bytes: int = 0
+    signals: int = 0
+    """`pim.signal`s (READY/FREE counts of a stream), each one shared-memory write."""
+    waits: int = 0
+    """`pim.wait`s, each one shared-memory read once its count is reached."""
     ops_executed: int = 0
     body_ops_executed: int = 0
     compile_time_s: float = 0.0
     wall_time_s: float = 0.0
     """The run (event loop and numerics), plus the compilation for `simulate`."""
     options: dict[str, Any] = field(default_factory=dict)
+    inference_start_ns: list[int] = field(default_factory=list)
+    """Stream programs: when the first core began each inference's iteration."""
+    inference_end_ns: list[int] = field(default_factory=list)
+    """Stream programs: when the last core finished each inference's iteration."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def period_ns(self, fill: int = 1) -> int | None:
+        """Steady-state period of a stream: the median interval between consecutive
+        completions once the pipeline is full (from inference `fill` on, `fill` being its
+        number of stages; all intervals when the stream is shorter). None for a latency
+        program or a single inference."""
+        ends = self.inference_end_ns
+        if len(ends) < 2:
+            return None
+        steps = [b - a for a, b in itertools.pairwise(ends)]
+        tail = steps[max(0, fill - 1):] or steps
+        return int(np.median(tail))
+
+    def inference_latency_ns(self) -> list[int]:
+        """Per inference of a stream: its end minus its start (its latency in the pipeline)."""
+        return [e - s for s, e in zip(self.inference_start_ns, self.inference_end_ns,
+                                      strict=True)]
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -121,11 +147,14 @@ class Trace:
         return out
 
     def to_chrome(self, cores: list[int], labels: Labels | None = None,
-                  mesh_links: int = 0) -> dict[str, Any]:
+                  mesh_links: int = 0, flows_until: int | None = None) -> dict[str, Any]:
         """Chrome trace-event JSON: a track per core whose compute slices are named by layer
         and op (lanes, tiles and bytes in their args), a flow arrow per message from the
         compute that produced it to the first compute on the receiver after it arrived,
-        and counter tracks for mesh link utilization and the shared-memory queue."""
+        and counter tracks for mesh link utilization and the shared-memory queue.
+        `flows_until` keeps the arrows of messages sent by then only (a stream's first
+        inference: the others repeat its pattern, and a long stream would carry hundreds of
+        thousands of them)."""
         events: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": 0, "tid": 0,
              "args": {"name": "raptor simulator"}}]
@@ -146,11 +175,12 @@ class Trace:
                            "ts": start / 1000, "dur": dur / 1000, "args": args})
             if cat == BUSY and dur > 0:
                 work.setdefault(core, []).append((start, start + dur))
-        events.extend(self._flows(work))
+        events.extend(self._flows(work, flows_until))
         events.extend(self._counters(mesh_links))
         return {"traceEvents": events, "displayTimeUnit": "ns"}
 
-    def _flows(self, work: dict[int, list[tuple[int, int]]]) -> list[dict[str, Any]]:
+    def _flows(self, work: dict[int, list[tuple[int, int]]], until: int | None = None
+               ) -> list[dict[str, Any]]:
         """Flow events bind to the slice enclosing their timestamp: the start sits in the
         middle of the last compute that ended by the send, the end in the middle of the
         first compute that starts after the arrival (the one that waited for it)."""
@@ -158,6 +188,8 @@ class Trace:
         ends = {c: [e for _, e in spans] for c, spans in work.items()}
         out: list[dict[str, Any]] = []
         for i, (src, dst, ch, nbytes, sent, arrived) in enumerate(self.messages):
+            if until is not None and sent > until:
+                continue
             k = bisect_right(ends.get(src, []), sent) - 1
             j = bisect_left(starts.get(dst, []), arrived)
             if k < 0 or j >= len(starts.get(dst, [])):
@@ -237,7 +269,10 @@ class SimResult:
 
     def chrome_trace(self, labels: Labels | None = None, mesh_links: int = 0
                      ) -> dict[str, Any]:
-        return self.trace.to_chrome([c.core for c in self.report.cores], labels, mesh_links)
+        """A stream's trace draws the message arrows of its first inference only."""
+        ends = self.report.inference_end_ns
+        return self.trace.to_chrome([c.core for c in self.report.cores], labels, mesh_links,
+                                    flows_until=ends[0] if ends else None)
 
     def write_trace(self, path: str | Path, labels: Labels | None = None,
                     mesh_links: int = 0) -> None:

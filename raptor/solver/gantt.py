@@ -95,12 +95,25 @@ def _num(v: float) -> str:
     return f"{v:,.0f}" if v == int(v) else f"{v:,.1f}"
 
 
+def stage_rows(rows: Sequence[int], stage_of_core: Sequence[int] | None
+               ) -> tuple[list[int], dict[int, str]]:
+    """Pipeline charts: the cores ordered by stage, each named with its stage."""
+    if stage_of_core is None:
+        return list(rows), {}
+    ordered = sorted(rows, key=lambda c: (stage_of_core[c], c))
+    return ordered, {c: f"S{stage_of_core[c]} core {c}" for c in ordered}
+
+
 def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arrow], *,
                  title: str, subtitle: str, span: int, legend: Mapping[str, str],
-                 colours: Mapping[str, str], max_arrows: int = 800) -> str:
+                 colours: Mapping[str, str], max_arrows: int = 800,
+                 names: Mapping[int, str] | None = None) -> str:
     """The chart: `rows` are the cores shown (top to bottom), `legend` maps each colour key
     to its label in order, `span` is the time range in ns. At most `max_arrows` messages are
-    drawn (every k-th by send time; the subtitle says so)."""
+    drawn (every k-th by send time; the subtitle says so). `names` labels rows other than
+    `core N` (a pipeline's `S1 core 5`); a line separates rows whose names start with
+    different words (the stages)."""
+    names = names or {}
     row_h = 16 if len(rows) <= 40 else 12
     row_of = {c: i for i, c in enumerate(rows)}
     span = max(span, 1)
@@ -151,10 +164,18 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
                'stroke="#666666"/>')
     out.append(f'<text x="{_LEFT + plot_w}" y="{axis_y + 30}" text-anchor="end" '
                f'fill="#333333">time ({unit})</text>')
+    prev = None
     for c, i in row_of.items():
         y = _TOP + i * row_h
+        name = names.get(c, f"core {c}")
+        group = name.split()[0]
+        if names and prev is not None and group != prev:
+            out.append(f'<line x1="0" y1="{y}" x2="{_LEFT + plot_w}" y2="{y}" '
+                       'stroke="#555555" stroke-width="1"/>')
+        prev = group
         out.append(f'<text x="{_LEFT - 6}" y="{y + row_h - 4}" text-anchor="end" '
-                   f'font-size="{min(11, row_h - 2)}">core {c}</text>')
+                   f'font-size="{min(11 if not names else 9, row_h - 2)}">{escape(name)}'
+                   "</text>")
     for bar, n in _merged(bars, row_of, 2.0 / scale):
         i = row_of[bar.row]
         x = _LEFT + bar.start * scale
@@ -226,7 +247,8 @@ def gantt_svg(graph: ComputeGraph, schedule: MergeScheduleResult, *,
     """The schedule's estimate: one bar per task on its core from `start` (default the
     solver's start times) for its cost, coloured by `keys[t]` (default its graph batch) and
     labelled by `legend[key]`; with `transfers`, a line per cross-core producer → consumer
-    pair from the producer's end to the consumer's start."""
+    pair from the producer's end to the consumer's start. A pipeline schedule's rows are
+    grouped by stage (`schedule.stage_of_core`)."""
     n = graph.num_tasks
     begin = list(start) if start is not None else schedule.start_ns
     end = [begin[t] + graph.tasks[t].cost_ns for t in range(n)]
@@ -245,10 +267,11 @@ def gantt_svg(graph: ComputeGraph, schedule: MergeScheduleResult, *,
             first = begin[e.dst] if prev is None else min(prev.t1, begin[e.dst])
             nbytes = max(e.bytes, prev.nbytes if prev is not None else 0)
             sent[(e.src, b)] = Arrow(a, b, end[e.src], first, nbytes)
-    used = [c for c, tasks in enumerate(schedule.core_tasks) if tasks]
+    used, names = stage_rows([c for c, tasks in enumerate(schedule.core_tasks) if tasks],
+                             schedule.stage_of_core)
     span = max(end, default=0)
     heading = title or f"{schedule.solver} schedule ({schedule.status}): estimate {span:,} ns"
     note = subtitle or ("estimate: the scheduler's cost model (no link contention, free "
                         "shared memory); lines: producer end → consumer start")
     return render_gantt(used, bars, list(sent.values()), title=heading, subtitle=note, span=span,
-                        legend=legend, colours=layer_colours(list(legend)))
+                        legend=legend, colours=layer_colours(list(legend)), names=names)

@@ -24,6 +24,7 @@ from raptor.ir.ops import (
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
     StoreOp,
+    StreamOp,
     WeightOp,
 )
 from raptor.ir.types import TensorType
@@ -108,50 +109,68 @@ def span_labels(scheduled: Module, layers: list[Layer], lanes: list[int]
 
     `layers[t]` and `lanes[t]` describe task t. Gathers, views and copies at core level are
     named by their op and coloured as the compute they serve (the next one, else the last);
-    loads and stores name the layer whose value they move."""
+    loads and stores name the layer whose value they move.
+
+    A stream program (`pim.stream`, pipeline mode) runs its body once per inference: its
+    labels repeat per inference, named `... #n` with the inference in their args, so the
+    trace tells inferences apart."""
     out: dict[int, list[SpanLabel]] = {}
     for core_op in scheduled.main().body.ops:
         if not isinstance(core_op, CoreOp):
             continue
-        ops = [op for op in core_op.body.ops
-               if not isinstance(op, WeightOp | ChannelReceiveOp | ChannelSendOp)]
-        layer_at: list[Layer | None] = []
-        tasks_at: list[list[int]] = []
-        task_of: dict[Value, int] = {}
-        for op in ops:
-            tasks = []
-            if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
-                tasks = _tasks_of(op, len(layers))
-                layer_at.append(layers[tasks[0]] if tasks else UNKNOWN)
-                for v in op.outs:
-                    if tasks:
-                        task_of[v] = tasks[0]
-            else:
-                layer_at.append(None)
-            tasks_at.append(tasks)
-        # a bare op serves the next compute (a gather) or follows the last (a lane view)
-        serving: list[Layer] = []
-        nxt: Layer | None = None
-        for layer in reversed(layer_at):
-            nxt = layer or nxt
-            serving.append(nxt or UNKNOWN)
-        serving.reverse()
-        last = UNKNOWN
-        labels = []
-        for op, layer, serves, tasks in zip(ops, layer_at, serving, tasks_at, strict=True):
-            if layer is not None:
-                assert isinstance(op, ComputeOp)
-                labels.append(_compute_label(op, tasks, layers, lanes))
-                last = layer
-            elif isinstance(op, LoadOp | StoreOp):
-                labels.append(_memory_label(op, task_of, layers))
-            else:
-                owner = serves if serves is not UNKNOWN else last
-                labels.append(SpanLabel(f"{op_name(op)} ({owner.name})", owner.name, {
-                    "layer": owner.name, "op": op_name(op),
-                    "bytes": _bytes(op.results())}))
-        out[core_op.core] = labels
+        body = core_op.body.ops
+        loop = body[0] if len(body) == 1 and isinstance(body[0], StreamOp) else None
+        if loop is not None:
+            once = _core_labels(loop.body.ops, layers, lanes)
+            out[core_op.core] = [
+                SpanLabel(f"{lb.name} #{n}", lb.key, {**lb.args, "inference": n})
+                for n in range(loop.count) for lb in once]
+        else:
+            out[core_op.core] = _core_labels(body, layers, lanes)
     return out
+
+
+def _core_labels(body: list[Operation], layers: list[Layer], lanes: list[int]
+                 ) -> list[SpanLabel]:
+    """The labels of one core's ops (see `span_labels`)."""
+    ops = [op for op in body
+           if not isinstance(op, WeightOp | ChannelReceiveOp | ChannelSendOp)]
+    layer_at: list[Layer | None] = []
+    tasks_at: list[list[int]] = []
+    task_of: dict[Value, int] = {}
+    for op in ops:
+        tasks = []
+        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
+            tasks = _tasks_of(op, len(layers))
+            layer_at.append(layers[tasks[0]] if tasks else UNKNOWN)
+            for v in op.outs:
+                if tasks:
+                    task_of[v] = tasks[0]
+        else:
+            layer_at.append(None)
+        tasks_at.append(tasks)
+    # a bare op serves the next compute (a gather) or follows the last (a lane view)
+    serving: list[Layer] = []
+    nxt: Layer | None = None
+    for layer in reversed(layer_at):
+        nxt = layer or nxt
+        serving.append(nxt or UNKNOWN)
+    serving.reverse()
+    last = UNKNOWN
+    labels = []
+    for op, layer, serves, tasks in zip(ops, layer_at, serving, tasks_at, strict=True):
+        if layer is not None:
+            assert isinstance(op, ComputeOp)
+            labels.append(_compute_label(op, tasks, layers, lanes))
+            last = layer
+        elif isinstance(op, LoadOp | StoreOp):
+            labels.append(_memory_label(op, task_of, layers))
+        else:
+            owner = serves if serves is not UNKNOWN else last
+            labels.append(SpanLabel(f"{op_name(op)} ({owner.name})", owner.name, {
+                "layer": owner.name, "op": op_name(op),
+                "bytes": _bytes(op.results())}))
+    return labels
 
 
 def _memory_label(op: LoadOp | StoreOp, task_of: dict[Value, int],

@@ -10,7 +10,9 @@
     outputs.<solver>.npz        simulated outputs keyed by graph output name
 
 The last four exist for simulated schedules only. A CP-SAT run that fell back to the
-heuristic schedule shares its program, labels and simulation."""
+heuristic schedule shares its program, labels and simulation. In pipeline mode the charts
+group cores by stage, the simulated chart and the trace show every inference of the stream
+(slices named `... #n`), and outputs.<solver>.npz holds inference 0."""
 
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
     model = Path(solved.model).name
     printed: dict[int, str] = {}
     labelled: dict[int, dict[int, list[SpanLabel]]] = {}
+    drawn: dict[int, tuple[str, str, str]] = {}
     for run in solved.runs:
         if say is not None:
             say(f"writing the {run.name} outputs")
@@ -71,6 +74,10 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
         start = retime(g, target, run.result.core_of, run.result.core_tasks)
         title = (f"{model}: {run.name} schedule ({_status(run)}), estimate "
                  f"{run.estimate_ns:,} ns")
+        if run.pipeline is not None and run.stream_estimate is not None:
+            title = (f"{model}: {run.name} schedule ({_status(run)}), "
+                     f"{len(run.pipeline.stages)} stages, one inference {run.estimate_ns:,} ns, "
+                     f"estimated period {run.stream_estimate.period_ns:,} ns")
         write_text_atomic(d / f"gantt.{run.name}.svg", gantt_svg(
             g, run.result, title=title, keys=keys, legend=names, start=start))
         if run.sim is None:
@@ -78,16 +85,26 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
         labels = labelled.get(id(run.scheduled))
         if labels is None:
             labels = labelled[id(run.scheduled)] = span_labels(run.scheduled, layers, lanes)
-        latency = run.sim.report.latency_ns
-        write_text_atomic(d / f"gantt.{run.name}.simulated.svg", timeline_svg(
-            run.sim, labels, legend=names,
-            title=f"{model}: {run.name} schedule, simulated {latency:,} ns"))
-        write_text_atomic(d / f"noc.{run.name}.svg", noc_svg(
-            run.sim, target, title=f"{model}: NoC traffic of the {run.name} schedule "
-            "(simulated)"))
-        run.sim.write_trace(d / f"trace.{run.name}.json", labels, mesh_links(target))
-        outs = {v.name: o for v, o in zip(solved.compiled.graph.outputs, run.sim.outputs,
-                                         strict=True)}
+        texts = drawn.get(id(run.sim))
+        if texts is None:  # a schedule that shares another's program reuses its drawings
+            latency = run.sim.report.latency_ns
+            sim_title = f"{model}: {run.name} schedule, simulated {latency:,} ns"
+            if run.pipeline is not None:
+                period = run.sim.report.period_ns(len(run.pipeline.stages))
+                sim_title = (f"{model}: {run.name} schedule, {solved.stream} inferences "
+                             f"simulated in {latency:,} ns, period {period or 0:,} ns")
+            texts = drawn[id(run.sim)] = (
+                timeline_svg(run.sim, labels, legend=names, title=sim_title,
+                             stage_of_core=run.result.stage_of_core),
+                noc_svg(run.sim, target, title=f"{model}: NoC traffic of the {run.name} "
+                        "schedule (simulated)"),
+                json.dumps(run.sim.chrome_trace(labels, mesh_links(target))))
+        for name, text in zip(("gantt.{}.simulated.svg", "noc.{}.svg", "trace.{}.json"),
+                              texts, strict=True):
+            write_text_atomic(d / name.format(run.name), text)
+        first = run.pipeline is not None  # a stream: inference 0's outputs
+        outs = {v.name: o[0] if first else o for v, o in zip(
+            solved.compiled.graph.outputs, run.sim.outputs, strict=True)}
         save_npz_atomic(d / f"outputs.{run.name}.npz", outs)
     if solved.runs:  # the weights the scheduled IR names, for `raptor interpret`
         save_npz_atomic(d / "weights.npz", solved.runs[0].scheduled.constants)

@@ -6,7 +6,12 @@ The table never cuts a number: by default it has the columns a reader compares (
 ideal and contended simulation, gap to the bound, cores, numerics), which fit 80 columns;
 `wide` adds the bound, status, solve time, crossbars and traffic. When a table's narrowest
 rendering is still wider than the terminal it is printed transposed (one column per
-schedule), which fits any width a person uses."""
+schedule), which fits any width a person uses.
+
+In pipeline mode the row is a stream's: estimated and simulated period, throughput, the
+latency of one inference in the pipeline, stages / cores, crossbars (+ copies made by
+replication), status and numerics over every inference; `wide` adds the ideal figures, the
+solver's own period model and bound, solve time, local memory and messages."""
 
 from __future__ import annotations
 
@@ -70,6 +75,17 @@ def _numerics(s: dict[str, Any]) -> str:
     return ("ok" if num["ok"] else "MISMATCH") + f" {num['max_abs_error']:.1e}"
 
 
+def _crossbars(s: dict[str, Any]) -> str:
+    """Crossbars a pipeline occupies, copies made by replication after a `+`."""
+    extra = sum(r["extra_crossbars"] for r in s.get("replicated") or [])
+    used = s["crossbars_used"]
+    return f"{used - extra:,}+{extra:,}" if extra else f"{used:,}"
+
+
+def _throughput(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}" if v < 1e5 else f"{v:,.0f}"
+
+
 def _messages(s: dict[str, Any]) -> str:
     sim = s["simulation"]
     return "-" if sim is None else f"{sim['messages']:,}"
@@ -90,6 +106,22 @@ WIDE: list[Column] = [
     ("cores", True, "cores"), ("crossbars", True, "crossbars"),
     ("messages", True, "messages"), ("local mem", True, "memory"),
     ("numerics", False, "numerics")]
+
+
+PIPELINE: list[Column] = [
+    ("estimated period ns", True, "period"), ("simulated period ns", True, "sim_period"),
+    ("inf/s", True, "throughput"), ("latency in pipeline ns", True, "latency"),
+    ("stages / cores", True, "stages"), ("crossbars +copies", True, "pipe_crossbars"),
+    ("status", False, "status"), ("numerics", False, "numerics")]
+PIPELINE_WIDE: list[Column] = [
+    ("estimated period ns", True, "period"), ("simulated period ns", True, "sim_period"),
+    ("ideal est. period ns", True, "ideal_period"),
+    ("ideal sim period ns", True, "ideal_sim_period"),
+    ("solver period ns", True, "solver_period"), ("solver bound ns", True, "bound"),
+    ("inf/s", True, "throughput"), ("latency in pipeline ns", True, "latency"),
+    ("stages / cores", True, "stages"), ("crossbars +copies", True, "pipe_crossbars"),
+    ("status", False, "status"), ("solve s", True, "solve"), ("messages", True, "messages"),
+    ("local mem", True, "memory"), ("numerics", False, "numerics")]
 
 
 def memory(s: dict[str, Any]) -> str:
@@ -126,10 +158,33 @@ def _cell(rep: dict[str, Any], s: dict[str, Any], key: str) -> str:
             return _messages(s)
         case "memory":
             return memory(s)
+        case "period":
+            return ns(s["period_ns"])
+        case "sim_period":
+            return ns(s["simulated_period_ns"])
+        case "ideal_period":
+            return ns(s["ideal_period_ns"])
+        case "ideal_sim_period":
+            return ns(s["ideal_simulated_period_ns"])
+        case "solver_period":
+            return ns(s["solver_period_ns"])
+        case "throughput":
+            return _throughput(s["throughput_per_s"])
+        case "latency":
+            return ns(s["latency_in_pipeline_ns"])
+        case "stages":
+            return f"{len(s['stages'])}/{s['cores_used']}"
+        case "pipe_crossbars":
+            return _crossbars(s)
     return _numerics(s)
 
 
 def _title(rep: dict[str, Any]) -> str:
+    if rep.get("mode") == "pipeline":
+        n = rep["inferences"]
+        return (f"pipeline schedules, {n} inference{'s' if n != 1 else ''} simulated; inf/s: "
+                f"throughput (period lower bound {rep['period_lower_bound_ns']:,} ns: work / "
+                "cores, heaviest group, output stores)")
     return (f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns: critical path, "
             "work / cores, fan-in, shared memory)")
 
@@ -175,8 +230,9 @@ def results_table(rep: dict[str, Any], columns: Sequence[Column], width: int
     heads = ["solver", *(h for h, _, _ in columns)]
     rows = [[name, *(_cell(rep, s, key) for _, _, key in columns)]
             for name, s in rep["schedules"].items()]
+    wraps = ("status", "numerics") if rep.get("mode") == "pipeline" else ("status",)
     return _fitted(_title(rep), heads, rows, [False, *(r for _, r, _ in columns)],
-                   [False, *(key == "status" for _, _, key in columns)], width)
+                   [False, *(key in wraps for _, _, key in columns)], width)
 
 
 def transposed_table(rep: dict[str, Any], columns: Sequence[Column], width: int
@@ -194,10 +250,15 @@ def status_lines(rep: dict[str, Any]) -> list[str]:
     table's gap is against the problem's lower bound (the title); a solver's own bound is
     named here, labelled when it bounds only a restricted model."""
     out = []
+    pipeline = rep.get("mode") == "pipeline"
     for name, s in rep["schedules"].items():
         model = f", {s['model']} model" if s["model"] else ""
         bound = _solver_bound(s)
         said = f"; solver bound {bound} ns" if bound != "-" else ""
+        if pipeline:
+            said = (f"; period model {s['solver_period_ns']:,} ns"
+                    + (f", proven bound {s['bound_ns']:,} ns" if s["bound_ns"] is not None
+                       and not s["status"].startswith("HEURISTIC") else ""))
         mem = f"; local memory {memory(s)}" if s.get("local_memory") else ""
         out.append(f"{name}: {s['status']} ({s['solve_seconds']:.2f} s{model}){said}{mem}")
     return out
@@ -208,7 +269,10 @@ def print_results(console: Console, rep: dict[str, Any], *, wide: bool = False,
     """Everything `raptor solve` prints on stdout, fitted to `console.width`."""
     for line in summary_lines(rep):
         console.print(line, markup=False, highlight=False)
-    columns = WIDE if wide else COMPACT
+    if rep.get("mode") == "pipeline":
+        columns = PIPELINE_WIDE if wide else PIPELINE
+    else:
+        columns = WIDE if wide else COMPACT
     table = results_table(rep, columns, console.width) or \
         transposed_table(rep, columns, console.width)
     if table is None:  # narrower than any figure: let the terminal wrap the rows

@@ -189,8 +189,11 @@ def test_result_fields_and_validator_catch_corruption() -> None:
     assert res.schedule.stage_of_core is not None
     back = MergeScheduleResult.from_json(res.schedule.to_json())
     assert back.stage_of_core == res.schedule.stage_of_core
-    assert sum(b.store_ns + b.load_ns for b in res.boundaries) + res.baseline_memory_ns == \
-        res.memory_service_ns
+    core = res.schedule.core_of
+    pairs = {(core[b.producer], core[v]) for b in res.boundaries for v, _, _ in b.consumers}
+    sync = len(pairs) * 2 * (shared_read_ns(t, 4) + shared_write_ns(t, 4))  # READY/FREE
+    assert sum(b.store_ns + b.load_ns for b in res.boundaries) + res.baseline_memory_ns + \
+        sync == res.memory_service_ns
     # a task moved onto a core of another stage
     t0 = next(t for t in range(g.num_tasks) if res.stage_of_task[t] == 0)
     if len(res.stages) > 1:

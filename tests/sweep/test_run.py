@@ -183,3 +183,23 @@ def test_pareto_front() -> None:
     assert pareto(pts) == [(2, 9.0), (5, 6.0), (10, 4.0)]
     assert pareto(pts, maximize_y=True) == [(2, 9.0), (3, 9.5)]
     assert pareto([]) == []
+
+
+def test_pipeline_point_row_reads_period_and_throughput(tmp_path: Path) -> None:
+    """A pipeline point runs `raptor solve --mode pipeline` and its row carries the period
+    estimate, the simulated period and the throughput of the report."""
+    from raptor.sweep.results import make_row
+
+    sweep = load_sweep(write_sweep(tmp_path, 'models = ["{examples}/mlp.onnx"]\n[grid]\n'
+                                   'mode = ["pipeline"]\nsolver = ["pipeline"]\n'))
+    (point,) = sweep.points
+    outcome = run_point(point)
+    assert outcome.error is None, outcome.traceback
+    assert outcome.report is not None and outcome.report["mode"] == "pipeline"
+    sched = outcome.report["schedules"]["pipeline"]
+    row = make_row(point, outcome)
+    assert row["status"] == "ok" and row["mode"] == "pipeline"
+    assert (row["period_ns"], row["simulated_period_ns"], row["throughput_per_s"]) == (
+        sched["period_ns"], sched["simulated_period_ns"], sched["throughput_per_s"])
+    assert row["throughput_per_s"] == round(1e9 / row["simulated_period_ns"], 3)
+    assert row["crossbars"] == sched["crossbars_used"]

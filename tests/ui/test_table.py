@@ -124,3 +124,59 @@ def test_rules_named_in_the_header_follow_rules_and_env(
     monkeypatch.setenv("RAPTOR_RULES", str(rules))
     out, rep = _solve([*base, "--out", str(tmp_path / "b")], 100, monkeypatch, capsys)
     assert f"({rules}/layout.egg)" in out and rep["rules"]["dir"] == str(rules)
+
+
+def _pipeline_figures(rep: dict[str, Any]) -> list[str]:
+    out = []
+    for s in rep["schedules"].values():
+        out += [f"{s['period_ns']:,}", f"{s['simulated_period_ns']:,}",
+                f"{s['latency_in_pipeline_ns']:,}", f"{s['numerics']['max_abs_error']:.1e}",
+                f"{len(s['stages'])}/{s['cores_used']}"]
+    return out
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_pipeline_table_fits_the_terminal(width: int, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    text, rep = _solve([str(EXAMPLES / "mlp.onnx"), "--mode", "pipeline", "--stream", "3",
+                        "--time-limit", "2", "--workers", "1", "--out", str(tmp_path)],
+                       width, monkeypatch, capsys)
+    _check_fits(text, width, _pipeline_figures(rep))
+    rows = [line for line in text.splitlines()
+            if line.split()[:1] in (["pipeline"], ["cpsat"]) and line.split()[1][0].isdigit()]
+    assert len(rows) == (2 if width >= 100 else 0)  # one row per schedule from 100 columns
+    assert "3 inferences simulated" in " ".join(text.split())
+    assert any(line.startswith("cpsat: OPTIMAL") for line in text.splitlines())
+
+
+BIG_PIPELINE = {
+    **{k: v for k, v in BIG.items() if k != "schedules"}, "mode": "pipeline",
+    "inferences": 8, "period_lower_bound_ns": 4922604,
+    "schedules": {name: {
+        "period_ns": 5304109, "simulated_period_ns": 5961492, "ideal_period_ns": 5304109,
+        "ideal_simulated_period_ns": 5304109, "solver_period_ns": 4937090,
+        "bound_ns": 4922604, "throughput_per_s": 167.743, "latency_in_pipeline_ns": 10932788,
+        "stages": [{"groups": list(range(64)), "cores": list(range(64)), "span_ns": 4937090,
+                    "crossbars": 3299}], "cores_used": 64, "crossbars_used": 3299,
+        "replicated": [{"group": 0, "factor": 8, "tiles": 2, "extra_crossbars": 2572}],
+        "status": status, "solve_seconds": 4.2, "model": "pipeline", "valid": True,
+        "simulation_error": None, "simulation": {"messages": 223864},
+        "numerics": {"ok": True, "max_abs_error": 4.1e-05}}
+        for name, status in (("pipeline", "HEURISTIC"), ("cpsat", "OPTIMAL"))}}
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 200])
+def test_pipeline_table_of_a_large_model_stays_whole(width: int) -> None:
+    buf = io.StringIO()
+    print_results(Console(file=buf, width=width), copy.deepcopy(BIG_PIPELINE))
+    text = buf.getvalue()
+    _check_fits(text, width, ["5,304,109", "5,961,492", "167.7", "10,932,788", "1/64",
+                              "727+2,572", "4.1e-05", "HEURISTIC", "OPTIMAL"])
+    rows = [line for line in text.splitlines()
+            if line.split()[:1] in (["pipeline"], ["cpsat"]) and line.split()[1][0].isdigit()]
+    assert len(rows) == (2 if width >= 100 else 0)
+    assert "period model 4,937,090 ns, proven bound 4,922,604 ns" in " ".join(text.split())
+    wide = io.StringIO()
+    print_results(Console(file=wide, width=width), copy.deepcopy(BIG_PIPELINE), wide=True)
+    _check_fits(wide.getvalue(), width, ["4,937,090", "223,864", "4.20"])

@@ -20,7 +20,7 @@ unit's sorted lanes; exact for equal lanes), never below the group's longest ins
 Shared memory. Cross-stage data goes through shared memory: one store per physical publication
 that some later stage reads, one load per consumer transfer, each rounded to the target's
 access width (:func:`raptor.solver.costs.shared_read_ns` / ``shared_write_ns``). The service
-is serialized chip-wide, shared by all stages. Function inputs and outputs add a per-inference
+is serialized chip-wide, shared by all stages. The function outputs add a per-inference
 baseline. All range sums are O(1) lookups in (G+1)×(G+1) tables built with prefix sums.
 
 Dependency path. ``path[j, i]`` is the longest chain of task costs inside groups ``j..i-1``
@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from raptor.gc_pause import collector_paused
-from raptor.solver.costs import shared_read_ns, shared_write_ns
+from raptor.solver.costs import shared_write_ns
 from raptor.solver.from_ir import GraphBuild
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
@@ -99,7 +99,7 @@ class PipelineProblem:
     group_of: list[int]
     publications: list[Publication]
     baseline_ns: int
-    """Shared-memory service per inference for function inputs and outputs."""
+    """Shared-memory service per inference for the function's outputs."""
     bounds: IntArray
     """(G, P): lower bound on the busiest core's load from group g at replication r (col r-1)."""
     path: IntArray
@@ -408,38 +408,34 @@ def _publications_from_graph(graph: ComputeGraph) -> list[Publication]:
 
 def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Publication], int]:
     """Physical publications (producer, result, slot) with their consumer loads, and the
-    baseline service (function-input reads and output stores), from the publication map."""
-    readers: dict[tuple[int, int, int], list[int]] = {}
+    baseline service (the output stores), from the publication map. Function inputs are read
+    inside each task's body, as part of its own cost, outside the shared-memory queue (as
+    the simulator runs them), so they add nothing to the serialized service."""
+    readers: dict[tuple[int, int, int], dict[int, int]] = {}
     sizes: dict[tuple[int, int, int], int] = {}
-    nbytes: dict[object, int] = {}
+    insts = build.projection.instances
     baseline = 0
-    for inst in build.projection.instances:
-        mine: set[tuple[int, int, int]] = set()
+    for inst in insts:
+        mine: set[tuple[int, int, int, object]] = set()
         for use in inst.uses:
-            if use.kind == "arg":
-                if all(use.box.sizes):
-                    n = 1
-                    for s in use.box.sizes:
-                        n *= s
-                    itemsize = getattr(use.value.type, "itemsize", 4)
-                    baseline += shared_read_ns(target, n * itemsize)
+            if use.kind == "arg":  # read inside the task's body, in its cost: not queued
                 continue
             for p in use.pieces:
                 key = (p.producer, p.result, p.slot)
-                if p.producer == inst.id or key in mine:
+                # a crop of a whole value is loaded alone (the bytes it reads), once
+                part = (*key, None if p.crop is None else (p.crop, p.sizes))
+                if p.producer == inst.id or part in mine:
                     continue
-                mine.add(key)
-                if key not in sizes:
-                    nb = nbytes.get(p.fragment)
-                    if nb is None:
-                        nb = nbytes[p.fragment] = p.fragment.nbytes
-                    sizes[key] = nb
-                    readers[key] = []
-                readers[key].append(inst.id)
+                mine.add(part)
+                if key not in sizes:  # the store publishes the whole fragment
+                    sizes[key] = insts[p.producer].fragment_type(p.result).nbytes
+                    readers[key] = {}
+                got = readers[key]
+                got[inst.id] = got.get(inst.id, 0) + p.fragment.nbytes
     for pieces in build.outputs:
         for p in pieces:
             baseline += shared_write_ns(target, p.fragment.nbytes)
-    pubs = [Publication(k[0], k[1], k[2], sizes[k], tuple((v, sizes[k]) for v in readers[k]))
+    pubs = [Publication(k[0], k[1], k[2], sizes[k], tuple(sorted(readers[k].items())))
             for k in sorted(readers)]
     return pubs, baseline
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.pack import PackFailure, StagePacking, pack_stage
 from raptor.solver.pipeline.problem import IntArray, PipelineProblem, service_ns
@@ -155,6 +156,14 @@ def boundaries(problem: PipelineProblem, stage_of_task: Sequence[int]) -> list[B
             for (p, sp, later), st, ld in zip(crossing, stores, per, strict=True)]
 
 
+def sync_ns(target: Target, bounds: Sequence[Boundary], core_of: Sequence[int]) -> int:
+    """READY/FREE counting of the placed boundaries (`raptor.passes.stream`): per (producer
+    core, consumer core) pair, each side waits on one counter word and signals another, four
+    shared-memory accesses per inference."""
+    pairs = {(core_of[b.producer], core_of[v]) for b in bounds for v, _, _ in b.consumers}
+    return len(pairs) * 2 * (shared_read_ns(target, 4) + shared_write_ns(target, 4))
+
+
 def _home(problem: PipelineProblem, part: Partition, replication: bool, notes: list[str]
           ) -> list[StagePacking] | PackFailure:
     """Capacity verification: every stage's units get homes on its cores."""
@@ -224,7 +233,7 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool
             cand = _list_schedule(problem, part, homes, chunks, stage_of_task, priority,
                                   replication)
             cand.sequence = kind
-            cand.memory_ns = memory
+            cand.memory_ns = memory + sync_ns(problem.target, bounds_list, cand.core_of)
             cand.boundaries = bounds_list
             cand.recovery = list(notes)
             if best is None or better(cand, best):
@@ -439,7 +448,7 @@ def asap_starts(problem: PipelineProblem, core_of: Sequence[int],
         for a, b in itertools.pairwise(tasks):
             nxt[a] = b
             indeg[b] += 1
-    costs = [t.cost_ns for t in graph.tasks]
+    costs = graph.durations(core_of)  # local reads included, as MergeScheduleResult's ends
     start = [0] * n
     stack = [t for t in range(n) if indeg[t] == 0]
     done = 0

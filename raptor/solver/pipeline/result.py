@@ -59,7 +59,7 @@ class PipelineResult:
     wave_period_ns: int  # max(max stage completion, memory): each stage one inference at a time
     model_period_ns: int  # the solvers' common model value of this partition (pre-packing)
     memory_service_ns: int  # serialized shared-memory service per inference, baseline incl.
-    baseline_memory_ns: int  # function inputs and outputs
+    baseline_memory_ns: int  # the function outputs (inputs are read inside task bodies)
     boundaries: list[Boundary]
     replicated: list[Replication]
     replication: list[int]  # the model's factor per group (the realization may copy more)
@@ -234,12 +234,16 @@ def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResul
         errors.append(f"reported {result.crossbars_used} crossbars, cores hold {xbars}")
     if problem is not None:
         mem = problem.baseline_ns
+        pairs: set[tuple[int, int]] = set()
         for p in problem.publications:
             sp = result.stage_of_task[p.producer]
-            later = [nb for v, nb in p.consumers if result.stage_of_task[v] > sp]
+            later = [(v, nb) for v, nb in p.consumers if result.stage_of_task[v] > sp]
             if later:
                 mem += shared_write_ns(target, p.bytes) + sum(shared_read_ns(target, nb)
-                                                              for nb in later)
+                                                              for _, nb in later)
+                pairs |= {(sch.core_of[p.producer], sch.core_of[v]) for v, _ in later}
+        # READY/FREE: a wait and a signal on each side of every (producer, consumer) pair
+        mem += len(pairs) * 2 * (shared_read_ns(target, 4) + shared_write_ns(target, 4))
         if mem != result.memory_service_ns:
             errors.append(f"reported shared-memory service {result.memory_service_ns} ns, "
                           f"publications need {mem}")

@@ -1,0 +1,173 @@
+"""The stream estimate: what the simulator should show for a materialized pipeline program.
+
+The solvers optimize the period *model* (docs/pipeline.md §2): per stage max(busiest core,
+dependency path), and the serialized shared-memory service. The materialized stream program
+(`raptor.passes.stream`) is more specific: each core runs its per-inference program in a
+loop, so a core starts inference n + 1 only when it has finished inference n, and inside a
+stage a core waits for other cores' fragments of the same inference. Its steady-state
+period is therefore the longest cycle of that program per inference, which can lie
+between the busiest core and the stage's one-inference completion (`wave_period_ns`).
+
+:func:`stream_estimate` plays the program's steps task by task, inference after inference,
+as the simulator's ideal options run it (`SimOptions.ideal()`: buffered sends, free links
+and shared memory): per core its events in the materialized order (boundary load groups and
+tasks), a task starting when its core is free and every stage-internal fragment it reads
+has crossed the mesh (`Target.transfer_ns`, after its producer's whole step: the sends
+follow the stores), a load group when READY of its inference was signalled, a producer's
+boundary stores when FREE of inference n − B was signalled; shared-memory accesses cost
+their time on their core. Steady period = the median interval between inference
+completions once the pipeline is full, as the simulator measures it.
+
+With contention on, the simulator also serializes shared memory: `memory_ns` is the
+service one inference asks of it (output stores, boundary loads and stores, READY/FREE
+accesses), and `period_ns` = max(ideal period, memory_ns) is the estimate beside the
+default simulation. What it leaves out: link contention, the rendezvous protocol (a send
+waits until its receiver has started the same inference), how queued accesses interleave
+with compute, and the gathers of merged lanes (as the latency estimate does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from raptor.passes.stream import StreamInfo
+from raptor.solver.costs import shared_read_ns, shared_write_ns
+from raptor.solver.graph import ComputeGraph
+from raptor.target import Target
+
+COUNTER_BYTES = 4
+"""One i32 counter word."""
+
+
+@dataclass
+class StreamEstimate:
+    ideal_period_ns: int
+    """Steady period under the simulator's ideal options."""
+    memory_ns: int
+    """Serialized shared-memory service per inference."""
+    period_ns: int
+    """max(ideal period, memory service): the estimate beside the default simulation."""
+    latency_ns: int
+    """Median time one inference spends in the pipeline (ideal)."""
+    ends: list[int] = field(default_factory=list)
+    """When each inference's iteration ended on its last core (ideal)."""
+    starts: list[int] = field(default_factory=list)
+
+
+def steady_period(ends: Sequence[int], fill: int) -> int | None:
+    """Median interval between consecutive completions from inference `fill` on (all of
+    them when the stream is shorter); the simulator's `SimReport.period_ns` is the same."""
+    if len(ends) < 2:
+        return None
+    steps = [b - a for a, b in itertools.pairwise(ends)]
+    tail = steps[max(0, fill - 1):] or steps
+    return int(statistics.median(tail))
+
+
+def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+                    start: Sequence[int], stage_of: Sequence[int], info: StreamInfo,
+                    inferences: int, ring: int, stages: int) -> StreamEstimate:
+    """Play the stream program of a pipeline placement (see the module docstring).
+    `start` are the planned starts that ordered each core's events, `info` the boundary
+    plan materialization returned."""
+    graph.freeze()
+    n_tasks = graph.num_tasks
+    dur = graph.durations(core_of)
+    wait_ns = shared_read_ns(target, COUNTER_BYTES)
+    signal_ns = shared_write_ns(target, COUNTER_BYTES)
+    # one iteration's steps: tasks 0..n-1, then load groups n..n+G-1
+    groups = info.groups
+    G = len(groups)
+    keys: list[tuple[tuple[int, int, int], int]] = [((start[t], 1, t), t) for t in range(n_tasks)]
+    keys += [(g.key, n_tasks + i) for i, g in enumerate(groups)]
+    core_step = [core_of[t] for t in range(n_tasks)] + [g.consumer for g in groups]
+    per_core: dict[int, list[int]] = {}
+    for _, step in sorted(keys, key=lambda k: (core_step[k[1]], k[0])):
+        per_core.setdefault(core_step[step], []).append(step)
+    # stage-internal messages a task waits for: (producer, delay after its step ends)
+    waits: list[list[tuple[int, int]]] = [[] for _ in range(n_tasks)]
+    for t, frags in enumerate(graph.reads):
+        q = core_of[t]
+        for f in frags:
+            frag = graph.fragments[f]
+            u = frag.producer
+            if core_of[u] != q and stage_of[u] == stage_of[t]:
+                waits[t].append((u, target.transfer_ns(frag.bytes, core_of[u], q)))
+    signaller = {k: u for u, ks in info.ready_signals.items() for k in ks}
+    # a topological order of one iteration: core order, messages, READY
+    succ: list[list[int]] = [[] for _ in range(n_tasks + G)]
+    indeg = [0] * (n_tasks + G)
+
+    def edge(a: int, b: int) -> None:
+        succ[a].append(b)
+        indeg[b] += 1
+
+    for steps in per_core.values():
+        for a, b in itertools.pairwise(steps):
+            edge(a, b)
+    for t in range(n_tasks):
+        for u, _ in waits[t]:
+            edge(u, t)
+    for i, g in enumerate(groups):
+        edge(signaller[g.pair], n_tasks + i)
+    order: list[int] = []
+    stack = [s for s in range(n_tasks + G) if indeg[s] == 0]
+    while stack:
+        s = stack.pop()
+        order.append(s)
+        for b in succ[s]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                stack.append(b)
+    if len(order) != n_tasks + G:
+        raise ValueError("the stream program's per-core order contradicts its dependencies")
+    prev_on_core: dict[int, int] = {}
+    for steps in per_core.values():
+        for a, b in itertools.pairwise(steps):
+            prev_on_core[b] = a
+    first_on_core = {steps[0]: c for c, steps in per_core.items()}
+    last_on_core = {c: steps[-1] for c, steps in per_core.items()}
+    store_ns = {u: sum(shared_write_ns(target, nb) for _, nb in st)
+                for u, st in info.stores.items()}
+    group_ns = [wait_ns + sum(shared_read_ns(target, nb) for *_, nb in g.loads)
+                + signal_ns for g in groups]
+    ready_at: list[list[int]] = [[0] * inferences for _ in info.pairs]
+    free_at: list[list[int]] = [[0] * inferences for _ in info.pairs]
+    core_free = dict.fromkeys(per_core, 0)
+    end = [0] * (n_tasks + G)
+    starts, ends = [], []
+    for n in range(inferences):
+        starts.append(min(core_free.values(), default=0))
+        for s in order:
+            p = prev_on_core.get(s)
+            clock = end[p] if p is not None else core_free[first_on_core[s]]
+            if s >= n_tasks:
+                g = groups[s - n_tasks]
+                clock = max(clock, ready_at[g.pair][n]) + group_ns[s - n_tasks]
+                free_at[g.pair][n] = clock
+                end[s] = clock
+                continue
+            for u, delay in waits[s]:
+                clock = max(clock, end[u] + delay)
+            clock += dur[s]
+            for k in info.free_waits.get(s, ()):
+                if n - ring >= 0:
+                    clock = max(clock, free_at[k][n - ring])
+                clock += wait_ns
+            clock += store_ns.get(s, 0)
+            for k in info.ready_signals.get(s, ()):
+                clock += signal_ns
+                ready_at[k][n] = clock
+            end[s] = clock
+        for c, last in last_on_core.items():
+            core_free[c] = end[last]
+        ends.append(max(core_free.values(), default=0))
+    memory = sum(t.shared_ns for t in graph.tasks) + sum(store_ns.values()) + \
+        sum(group_ns) + sum(len(ks) for ks in info.free_waits.values()) * wait_ns + \
+        sum(len(ks) for ks in info.ready_signals.values()) * signal_ns
+    ideal = steady_period(ends, stages) or (ends[-1] if ends else 0)
+    latency = int(statistics.median([e - s for s, e in zip(starts, ends, strict=True)]))
+    return StreamEstimate(ideal, memory, max(ideal, memory), latency, ends, starts)

@@ -1,0 +1,177 @@
+"""Stream materialization (pipeline mode): the program verifies, the interpreter and the
+simulator agree on every inference, inference 0 equals the graph IR, the ideal simulation
+equals the stream estimate, no option deadlocks it; READY/FREE counting is what keeps it
+correct (take a wait away and the simulator reports the race), and the deadlock detector
+names a wait that can never be satisfied."""
+
+# ruff: noqa: E501 - the scheduled IR programs keep one op per line
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from raptor.driver import Compiled, compile_model, ir_inputs
+from raptor.ir.core import IRError
+from raptor.ir.interpreter import Interpreter
+from raptor.ir.module import Module
+from raptor.ir.ops import CoreOp, SignalOp, StreamOp, WaitOp
+from raptor.ir.parser import parse_module
+from raptor.ir.verifier import verify_module
+from raptor.passes.stream import StreamInfo, StreamView, materialize_stream
+from raptor.sim import Deadlock, SimOptions, Simulator
+from raptor.sim.errors import Race
+from raptor.solve import stream_inputs
+from raptor.solver.from_ir import GraphBuild, build_compute_graph
+from raptor.solver.pipeline import PipelineResult, build_problem, heuristic_pipeline
+from raptor.solver.pipeline.stream import stream_estimate
+from raptor.target import load_target
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TARGET = load_target("default")
+M = 4
+
+
+@cache
+def _stream(model: str) -> tuple[Compiled, GraphBuild, PipelineResult, Module, StreamInfo]:
+    comp = compile_model(EXAMPLES / model, TARGET)
+    build = build_compute_graph(comp.module.main(), TARGET)
+    res = heuristic_pipeline(build_problem(build.graph, TARGET, build=build))
+    sch = res.schedule
+    mod, info = materialize_stream(comp.module, build.projection, build.outputs, StreamView(
+        sch.core_of, sch.start_ns, sch.end_ns, res.stage_of_task), M)
+    return comp, build, res, mod, info
+
+
+def _feeds(comp: Compiled) -> tuple[dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+    assert comp.feeds is not None
+    data = stream_inputs(comp.feeds.data, M)
+    names = [v.name for v in comp.graph.inputs]
+    stacked = ir_inputs(comp.graph, {k: np.stack([d[k] for d in data]) for k in names})
+    return stacked, [ir_inputs(comp.graph, d) for d in data]
+
+
+@pytest.mark.parametrize("model", ["mlp.onnx", "lenet.onnx"])
+def test_stream_program_runs_every_inference_right(model: str) -> None:
+    comp, build, res, mod, info = _stream(model)
+    assert len(res.stages) == 2 and info.pairs, "the examples cross a stage boundary"
+    assert verify_module(mod) == []
+    assert all(isinstance(op.body.ops[0], StreamOp) for op in mod.main().body.ops
+               if isinstance(op, CoreOp))
+    stacked, each = _feeds(comp)
+    interp = Interpreter(mod).run(stacked)
+    sim = Simulator(mod, TARGET)
+    for opts in (SimOptions(), SimOptions.ideal(), SimOptions(mode="buffered")):
+        got = sim.run(stacked, opts)  # never a deadlock nor a race
+        for a, b in zip(got.outputs, interp, strict=True):
+            np.testing.assert_array_equal(a, b)
+    for n, feed in enumerate(each):  # every inference is the graph IR's on its own inputs
+        want = Interpreter(comp.module).run(feed)
+        for a, b in zip(interp, want, strict=True):
+            np.testing.assert_allclose(a[n], b, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(interp[0][0], interp[0][1])  # the inferences differ
+    sch = res.schedule
+    est = stream_estimate(build.graph, TARGET, sch.core_of, sch.start_ns, res.stage_of_task,
+                          info, M, 2, len(res.stages))
+    ideal = sim.timing(SimOptions.ideal(trace=False))
+    assert ideal.inference_end_ns == est.ends  # the estimate predicts the ideal run exactly
+    assert ideal.period_ns(len(res.stages)) == est.ideal_period_ns
+
+
+def _without(mod: Module, which: type[WaitOp] | type[SignalOp], counters: str) -> Module:
+    """A copy of `mod` (reparsed) with every `which` op on the `counters` array removed."""
+    copy = parse_module(mod.print())
+    copy.constants.update(mod.constants)
+    for op in copy.main().body.ops:
+        if isinstance(op, CoreOp):
+            loop = op.body.ops[0]
+            assert isinstance(loop, StreamOp)
+            loop.body.ops = [o for o in loop.body.ops if not (
+                isinstance(o, which) and o.counters.name == counters)]
+    return copy
+
+
+def test_removing_ready_waits_is_a_race() -> None:
+    comp, _, _, mod, _ = _stream("lenet.onnx")
+    stacked, _ = _feeds(comp)
+    broken = _without(mod, WaitOp, "ready")
+    assert verify_module(broken) == []
+    with pytest.raises(Race, match=r"race on %p\d+: core \d+ .* loads for inference 0 .* "
+                                   "nothing stored yet"):
+        Simulator(broken, TARGET).run(stacked)
+
+
+# A fast producer (core 0) and a slow consumer (core 1) of one double-buffered boundary: the
+# producer may run one inference ahead, and only FREE keeps it from a third.
+PAIR = """
+func.func @main(%x: tensor<6x16x8xf32>) -> tensor<6x16x8xf32> {
+  %ready = pim.alloc_shared : tensor<1xi32>
+  %free = pim.alloc_shared : tensor<1xi32>
+  %mid = pim.alloc_shared : tensor<2x16x8xf32>
+  %out = pim.alloc_shared : tensor<6x16x8xf32>
+  pim.core 0 {
+    pim.stream inferences(6) ring(2) {
+    ^bb0(%n: index, %s: index):
+      %a = pim.load %x[%n, 0, 0] [1, 16, 8] [1, 1, 1] : tensor<6x16x8xf32> to tensor<16x8xf32>
+      %r = spat.scheduled_compute ins(%a : tensor<16x8xf32>) -> tensor<16x8xf32> {
+      ^bb0(%in: tensor<16x8xf32>):
+        %v = pim.relu %in : tensor<16x8xf32>
+        spat.yield %v : tensor<16x8xf32>
+      }
+      pim.wait %free[0] until [%n-1] : tensor<1xi32>
+      pim.store %r into %mid[%s, 0, 0] [1, 16, 8] [1, 1, 1] : tensor<16x8xf32> into tensor<2x16x8xf32>
+      pim.signal %ready[0] : tensor<1xi32>
+    }
+  }
+  pim.core 1 {
+    pim.stream inferences(6) ring(2) {
+    ^bb0(%n: index, %s: index):
+      pim.wait %ready[0] until [%n+1] : tensor<1xi32>
+      %b = pim.load %mid[%s, 0, 0] [1, 16, 8] [1, 1, 1] : tensor<2x16x8xf32> to tensor<16x8xf32>
+      %c = spat.scheduled_compute ins(%b : tensor<16x8xf32>) -> tensor<16x8xf32> {
+      ^bb0(%in: tensor<16x8xf32>):
+        %w0 = pim.sigmoid %in : tensor<16x8xf32>
+        %w1 = pim.sigmoid %w0 : tensor<16x8xf32>
+        %w2 = pim.sigmoid %w1 : tensor<16x8xf32>
+        %w3 = pim.sigmoid %w2 : tensor<16x8xf32>
+        %w4 = pim.vadd %w3, %in : tensor<16x8xf32>
+        spat.yield %w4 : tensor<16x8xf32>
+      }
+      pim.signal %free[0] : tensor<1xi32>
+      pim.store %c into %out[%n, 0, 0] [1, 16, 8] [1, 1, 1] : tensor<16x8xf32> into tensor<6x16x8xf32>
+    }
+  }
+  return %out : tensor<6x16x8xf32>
+}
+"""
+
+
+def test_free_keeps_a_fast_producer_from_overwriting_unread_data() -> None:
+    mod = parse_module(PAIR)
+    assert verify_module(mod) == []
+    x = np.random.default_rng(0).standard_normal((6, 16, 8)).astype(np.float32)
+    good = Simulator(mod, TARGET).run([x])
+    relu = np.maximum(x, 0)
+    s = relu
+    for _ in range(4):
+        s = 1 / (1 + np.exp(-s))
+    np.testing.assert_allclose(good.outputs[0], s + relu, rtol=1e-6, atol=1e-6)
+    assert good.report.signals == 12 and good.report.waits == 12
+    assert np.allclose(Interpreter(mod).run([x])[0], good.outputs[0])
+    with pytest.raises(Race, match=r"race on %mid: core 1 .* loads for inference 2 .* holds "
+                                   r"inference 4's data"):
+        Simulator(_without(mod, WaitOp, "free"), TARGET).run([x])
+
+
+def test_a_wait_that_can_never_be_met_is_a_deadlock() -> None:
+    mod = parse_module(PAIR.replace("until [%n+1]", "until [%n+2]"))
+    x = np.zeros((6, 16, 8), np.float32)
+    with pytest.raises(Deadlock) as e:
+        Simulator(mod, TARGET).run([x])
+    text = str(e.value)
+    assert "core 1 blocked at" in text and "(inference 5) waiting for %ready[0] to reach 7 " \
+        "(it is 6)" in text
+    with pytest.raises(IRError, match=r"INTERP-3.*waits for %ready\[0\] to reach 7 \(it is 6\)"):
+        Interpreter(mod).run([x])

@@ -1,0 +1,128 @@
+"""`raptor solve --mode pipeline` end to end on a small example: report fields, files, the
+numerics of every inference, the scheduled stream program verified and interpreted from the
+command line; bad input gets one line and the right exit code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from raptor.cli import main
+from raptor.solver.pipeline import PipelineCapacityError
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(args)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_pipeline_solve_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    code, stdout, err = run(["solve", str(EXAMPLES / "mlp.onnx"), "--mode", "pipeline",
+                             "--stream", "5", "--workers", "1", "--time-limit", "5",
+                             "--out", str(out)], capsys)
+    assert code == 0, err
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["mode"] == "pipeline" and rep["inferences"] == 5
+    assert set(rep["schedules"]) == {"pipeline", "cpsat"}
+    for name, s in rep["schedules"].items():
+        assert s["valid"] and s["simulation_error"] is None
+        assert s["numerics"]["ok"] and s["numerics"]["inferences"] == 5
+        assert len(s["numerics"]["per_inference"]) == 5
+        assert all(p["ok"] for p in s["numerics"]["per_inference"])
+        assert s["ideal_simulated_period_ns"] == s["ideal_period_ns"]  # estimate = ideal run
+        assert s["period_ns"] == max(s["ideal_period_ns"], s["memory_service_ns"])
+        assert s["simulated_period_ns"] >= s["ideal_simulated_period_ns"] > 0
+        assert s["throughput_per_s"] == round(1e9 / s["simulated_period_ns"], 3)
+        assert len(s["inference_end_ns"]) == 5 and s["latency_in_pipeline_ns"] > 0
+        assert s["simulated_ns"] == s["inference_end_ns"][0]
+        assert [set(st) >= {"groups", "cores", "span_ns", "crossbars"} for st in s["stages"]]
+        assert sum(len(st["cores"]) for st in s["stages"]) == s["cores_used"]
+        assert s["crossbars_used"] == sum(st["crossbars"] for st in s["stages"])
+        assert isinstance(s["replicated"], list) and s["bound_ns"] is not None
+        assert s["solver_period_ns"] >= s["bound_ns"]
+        with np.load(out / f"outputs.{name}.npz") as o:  # inference 0, by output name
+            assert list(o.files) == ["gemm11"] and o["gemm11"].shape == (1, 10)
+    assert rep["schedules"]["cpsat"]["status"].split()[0] == "OPTIMAL"
+    assert rep["schedules"]["cpsat"]["solver_period_ns"] <= \
+        rep["schedules"]["pipeline"]["solver_period_ns"]
+    assert "estimated period" in " ".join(stdout.split()) and "pipeline" in stdout
+    trace = json.loads((out / "trace.pipeline.json").read_text())
+    named = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+    assert any(n.endswith(" #0") for n in named) and any(n.endswith(" #4") for n in named)
+    assert "S1 core" in (out / "gantt.pipeline.svg").read_text()
+    spat = str(out / "scheduled.pipeline.spat")
+    assert main(["verify", spat, "-q"]) == 0
+    assert "pim.stream inferences(5) ring(2)" in Path(spat).read_text()
+    # the written stream program interprets to the simulated outputs of every inference
+    x = np.load(EXAMPLES / "mlp.npz")
+    xs = np.stack([x[k] for k in x.files][:1] * 5)
+    np.savez(tmp_path / "x.npz", xs)
+    assert main(["interpret", spat, "--inputs", str(tmp_path / "x.npz"), "--out",
+                 str(tmp_path / "y.npz")]) == 0
+    with np.load(tmp_path / "y.npz") as y, np.load(out / "outputs.pipeline.npz") as o:
+        np.testing.assert_array_equal(y["result0"][0], o["gemm11"])
+    # pimsim-nn runs one inference: the stream is not exported (exit 1, one line)
+    code, _, err = run(["export", "--pimsim", str(tmp_path / "px"), spat], capsys)
+    assert code == 1 and err.strip() == (f"{spat}: cannot export to pimsim-nn: pimsim-nn "
+                                         "export handles latency programs; this is a pipeline "
+                                         "stream (pim.stream), which it does not export")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--solver", "peft"],
+     "--mode pipeline has no solver 'peft'; valid solvers: pipeline, cpsat, both"),
+    (["--stream", "0"], "--stream must be at least 1 inference, got 0"),
+    (["--stream", "-3"], "--stream must be at least 1 inference, got -3"),
+    (["--export-pimsim", "px"], "--export-pimsim exports latency programs only (pimsim-nn "
+     "runs one inference); drop it or use --mode latency"),
+])
+def test_bad_pipeline_options_one_line_exit_2(args: list[str], line: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["solve", str(EXAMPLES / "mlp.onnx"), "--mode", "pipeline", *args,
+                        "--out", str(tmp_path)], capsys)
+    assert code == 2 and err.strip() == line
+
+
+def test_latency_mode_refuses_pipeline_options(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    for args, line in ((["--solver", "pipeline"], "--mode latency has no solver 'pipeline'; "
+                        "valid solvers: peft, cpsat, both"),
+                       (["--stream", "4"], "--stream applies to --mode pipeline (a stream of "
+                        "inferences)")):
+        code, _, err = run(["solve", str(EXAMPLES / "mlp.onnx"), *args, "--out",
+                            str(tmp_path)], capsys)
+        assert code == 2 and err.strip() == line
+
+
+def test_target_too_small_for_the_pipeline_exit_1(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    small = tmp_path / "tiny.toml"
+    small.write_text("mesh = [1, 2]\ncrossbars_per_core = 2\n")
+    code, _, err = run(["solve", str(EXAMPLES / "mlp.onnx"), "--mode", "pipeline",
+                        "--target", str(small), "--out", str(tmp_path / "o")], capsys)
+    assert code == 1
+    assert err.strip().endswith("model needs 10 crossbars of 128x128 but target 'tiny' has "
+                                "2 cores x 2 crossbars = 4")
+
+
+def test_pipeline_capacity_error_is_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """What the pipeline solvers find unplaceable (e.g. split units holding shared tiles
+    twice) is a compile failure with the numbers, not a usage error."""
+    message = ("the pipeline needs 12 crossbars but the target has 2 cores x 4 crossbars = 8, "
+               "even with every stage on its own cores")
+
+    def refuse(*_: object, **__: object) -> None:
+        raise PipelineCapacityError(message)
+
+    monkeypatch.setattr("raptor.solve.build_problem", refuse)
+    code, _, err = run(["solve", str(EXAMPLES / "mlp.onnx"), "--mode", "pipeline",
+                        "--out", str(tmp_path)], capsys)
+    assert code == 1 and err.strip() == f"{EXAMPLES / 'mlp.onnx'}: {message}"
