@@ -17,10 +17,11 @@ from raptor.ir.module import Module
 from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
 from raptor.ir.verifier import verify_module
 from raptor.passes.layout import select_layouts
-from raptor.passes.materialize import ScheduleView, materialize
+from raptor.passes.materialize import Flow, ScheduleView, materialize
 from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.sim import SimError, SimOptions, SimResult, Simulator
 from raptor.sim.program import SEND
+from raptor.solver.comm import replay
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import LowerBounds, lower_bounds, validate_schedule
 from raptor.solver.from_ir import GraphBuild, build_compute_graph
@@ -129,7 +130,8 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     g = solved_build.graph
     violations = validate_schedule(g, target, res)
     scheduled = materialize(comp.module, solved_build.projection, solved_build.outputs,
-                            ScheduleView(res.core_of, res.start_ns, res.end_ns))
+                            ScheduleView(res.core_of, res.start_ns, res.end_ns),
+                            flow=message_flow(solved_build, target, res))
     errors = [str(d) for d in verify_module(scheduled)]
     if print_ir is not None:
         print_ir("materialize", scheduled)
@@ -138,6 +140,16 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     if not errors:
         run.memory = plan_memory(scheduled, target)
     return run
+
+
+def message_flow(build: GraphBuild, target: Target, res: MergeScheduleResult) -> Flow:
+    """Where materialization posts each receive and makes each send: where the
+    communication model that gave the schedule's estimate did (within the local-memory
+    budget, see `raptor.solver.comm.replay`), keyed as materialization keys messages."""
+    rep = replay(build.graph, target, res.core_of, res.core_tasks, res.start_ns)
+    keys = build.fragment_keys
+    return Flow({(keys[f][0], keys[f][1], q, keys[f][3]): at for (f, q), at in rep.posts.items()},
+                {(keys[f][0], keys[f][1], q, keys[f][3]): at for (f, q), at in rep.sends.items()})
 
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,

@@ -875,18 +875,29 @@ def _pool(em: Emit, plan: Plan, kind: str) -> Value:
                           [1, 1, 1, ow], type=_t((1, 1, 1, ow)))
             return b.binary("vmul", frag, r, _shape_t(frag))
 
+    # channels per lane: the most (dividing c) whose input window stays within an eighth of
+    # a core's local memory, so that a wide map's pooling lane does not fill the core
+    cap = em.target.local_memory_bytes // 8 // max(1, -(-em.target.input_bits // 8))
+    cg = max((d for d in range(1, c + 1) if c % d == 0 and d * kh * (wd + left + right) <= cap),
+             default=1)
+
     def body(b: Builder, rows: Value, args: list[Value]) -> Value:
         acc: Value | None = None
         for i in range(kh):
             for j in range(kw):
-                e = b.extract(rows, [0, i, j * dw], [c, 1, ow], [1, 1, sw], type=_t((c, ow)))
+                e = b.extract(rows, [0, i, j * dw], [cg, 1, ow], [1, 1, sw], type=_t((cg, ow)))
                 acc = e if acc is None else b.binary("vmax" if kind == "max" else "vadd", acc, e)
         assert acc is not None  # the window has at least one tap (Window checks)
-        return b.reshape(acc, _t((1, c, 1, ow)))
+        return b.reshape(acc, _t((1, cg, 1, ow)))
 
     fill = -np.inf if kind == "max" else 0.0
-    return em.per_image(out, lambda n: _window_rows(em, ins, Slab(n, 0, c), win, fill,
-                                                    (1, *out[1:]), body, extra=extra))
+
+    def image(n: int) -> Value:
+        groups = [_window_rows(em, ins, Slab(n, c0, cg), win, fill, (1, cg, oh, ow), body,
+                               extra=extra) for c0 in range(0, c, cg)]
+        return em.concat(groups, (1, *out[1:]), 1)
+
+    return em.per_image(out, image)
 
 
 def _avg_reciprocals(win: Window, tail: tuple[int, int], include_pad: bool) -> np.ndarray:

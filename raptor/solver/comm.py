@@ -35,8 +35,11 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
@@ -187,6 +190,12 @@ def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[i
     return out
 
 
+START = -1
+"""The point at a core program's start. Every other *point* of a program is named by the
+task whose compute (with its shared-memory stores) it follows; the next task's compute
+follows it. At a point the core posts receives, then does sends, in that order."""
+
+
 @dataclass
 class Replay:
     """A schedule played through the communication model (see :func:`replay`)."""
@@ -204,6 +213,22 @@ class Replay:
     links: int = 0
     """How many directed links the mesh has (``link_busy_ns`` also numbers the missing
     links of border cores, which stay idle)."""
+    posts: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(fragment, core) -> the point (see :data:`START`) where its receive is posted."""
+    sends: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    """(fragment, core) -> (point, rank): where its sender sends it, and the rank of the
+    send among all sends in the order they were made (a core makes its sends in rank
+    order)."""
+    memory_peak_bytes: list[int] = field(default_factory=list)
+    """Per core, the most local memory the model expects it to hold (empty without a
+    :class:`raptor.solver.graph.MemoryDemand`)."""
+    forced_posts: int = 0
+    """Receives posted beyond the memory budget because the program could not go on
+    otherwise (every core involved was waiting on another)."""
+    send_wait_ns: int = 0
+    """Time senders spent waiting for their receive to be posted."""
+    held_sends: int = 0
+    """Sends a sender postponed to a later point, keeping the data meanwhile."""
 
     def link_utilization(self) -> tuple[float, float]:
         """(max, mean) over the mesh's links of busy time / makespan."""
@@ -213,9 +238,38 @@ class Replay:
 
 
 _RUN, _INJECT, _MEM = range(3)
+MEMORY_MARGIN = 0.92
+"""Share of a core's local memory the posting policy plans to fill: the allocator's
+addresses need some room beyond the bytes live at once."""
+SKIPS = 8
+"""Receives a decision point passes over (they do not fit yet) before it stops looking."""
+HORIZON_NS = int(os.environ.get("RAPTOR_HORIZON", "0"))
+EARLY_NS = int(os.environ.get("RAPTOR_EARLY", "0"))
+HOLD_NS = int(os.environ.get("RAPTOR_HOLD", "100000"))
+"""Receives a decision point passes over (they do not fit yet) before it stops looking."""
+
+Message = tuple[int, int]
+"""(fragment, destination core)."""
 
 
 class _Replayer:
+    """The event loop, with the flow control of a core's local memory.
+
+    Each core runs its tasks in order. At the point after a task's compute the core
+    posts receives: those of its next task (they must be), then those whose senders
+    already wait for them, then others in the order their senders are planned to send,
+    each only if it fits the memory budget from that point until its first reader (the
+    bytes every later task needs are counted in advance, so a post never takes what a
+    later task must have). Then it sends: the task's messages (:func:`send_order`) after
+    any it held back. A send whose receive is posted goes now (rendezvous: at the post
+    if that is later). One whose receive is not yet posted is held to the next point when
+    the sender can keep the data that long and its reader is not planned to run before
+    that point; otherwise the sender waits for the post. A core waiting (for data or a
+    post) posts at once what waits for it and fits; if the waiting closes a cycle of cores,
+    one of its receives is posted anyway (forced), so the program always completes.
+    Without a :class:`raptor.solver.graph.MemoryDemand`, every receive is posted at the
+    start and no send ever waits."""
+
     def __init__(self, graph: ComputeGraph, target: Target, core_of: Sequence[int],
                  core_tasks: Sequence[Sequence[int]], priority: Sequence[int],
                  contention: bool) -> None:
@@ -224,15 +278,18 @@ class _Replayer:
         self.core_of = core_of
         self.progs = [list(ts) for ts in core_tasks]
         self.contention = contention
+        self.priority = priority
         n = graph.num_tasks
+        P = len(self.progs)
+        self.P = P
         self.start = [0] * n
         self.end = [0] * n
         self.sends = send_order(graph, core_of, priority)
         self.dur = graph.durations(core_of)
-        self.arrival: dict[tuple[int, int], int] = {}
-        self.waiting: dict[tuple[int, int], int] = {}  # (fragment, core) -> parked core
-        self.pc = [0] * len(self.progs)
-        self.clock = [0] * len(self.progs)
+        self.arrival: dict[Message, int] = {}
+        self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
+        self.pc = [0] * P
+        self.clock = [0] * P
         self.heap: list[tuple[int, int, int, int]] = []
         self.seq = 0
         self.link_free = [0] * self.net.num_links
@@ -240,13 +297,113 @@ class _Replayer:
         self.mem_free = 0
         self.messages = 0
         self.bytes = 0
+        # flow control
+        self.outbox: list[list[Message]] = [[] for _ in range(P)]
+        """Per core, the sends still to do at its current point."""
+        self.held: list[list[Message]] = [[] for _ in range(P)]
+        """Per core, sends postponed to its next point."""
+        self.holder: dict[Message, int] = {}
+        self.kept_at: list[tuple[int, set[int]]] = [(-1, set()) for _ in range(P)]
+        """Per core, (position, producers whose results its held sends keep there)."""
+        self.posted: dict[Message, int] = {}
+        self.posts: dict[Message, int] = {}
+        self.send_at: dict[Message, tuple[int, int]] = {}
+        self.sent: set[Message] = set()
+        self.blocked_send: list[Message | None] = [None] * P
+        self.sender_of: dict[Message, int] = {}  # unposted message -> its parked sender
+        self.blocked_on: list[list[Message]] = [[] for _ in range(P)]
+        self.wait_data: list[int] = [-1] * P
+        self.forced = 0
+        self.send_wait = 0
+        self.held_sends = 0
+        # what each core receives: first and last reader position, in planned send order
+        pos = [0] * n
+        for prog in self.progs:
+            for i, t in enumerate(prog):
+                pos[t] = i
+        self.remote: list[list[int]] = [[] for _ in range(n)]
+        first: dict[Message, int] = {}
+        last: dict[Message, int] = {}
+        self.reader_plan: dict[Message, int] = {}
+        frags = graph.fragments
+        for t, fs in enumerate(graph.reads):
+            q = core_of[t]
+            for f in fs:
+                if core_of[frags[f].producer] == q:
+                    continue
+                self.remote[t].append(f)
+                key = (f, q)
+                if key not in first or pos[t] < first[key]:
+                    first[key] = pos[t]
+                    self.reader_plan[key] = priority[t]
+                last[key] = max(last.get(key, 0), pos[t])
+        self.first = first
+        dur = self.dur
+        self.send_plan = {m: priority[frags[m[0]].producer] + dur[frags[m[0]].producer]
+                          for m in first}
+        self.pending: list[list[int]] = [[] for _ in range(P)]
+        """Per core, the receives not yet posted in the order of their readers."""
+        self.early: list[list[int]] = [[] for _ in range(P)]
+        """Per core, the receives not yet posted in the order of their planned sends."""
+        for (f, q) in sorted(first, key=lambda m: (self.reader_plan[m], self.send_plan[m],
+                                                   m[0], m[1])):
+            self.pending[q].append(f)
+        for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m],
+                                                   m[0], m[1])):
+            self.early[q].append(f)
+        self.lead = {m: dur[frags[m[0]].producer] + self.net.message(
+            core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes)[2] for m in first}
+        """How long before its reader a receive must be posted so that a sender holding the
+        message can still deliver it: its task's time and the transfer's."""
+        self.mem = graph.memory
+        self.cap = int(target.local_memory_bytes * MEMORY_MARGIN)
+        self.usage: list[np.ndarray] = []
+        self.kept_until = [-1] * n
+        self.roomy = [True] * P
+        """Cores where every receive fits when posted at the start."""
+        if self.mem is not None:
+            self.usage = self.static_usage(pos, first, last)
+            for q, use in enumerate(self.usage):
+                early = np.zeros(len(use) + 1, dtype=np.int64)
+                for f in self.pending[q]:
+                    early[0] += self.mem.fragment[f]
+                    early[first[(f, q)]] -= self.mem.fragment[f]
+                self.roomy[q] = not len(use) or \
+                    int((use + np.cumsum(early)[:-1]).max()) <= self.cap
+
+    def static_usage(self, pos: list[int], first: dict[Message, int],
+                     last: dict[Message, int]) -> list[np.ndarray]:
+        """Per core and task position, the bytes held while that task runs when every
+        receive is posted just before its first reader and every send is made at once:
+        the task's own buffers, the results of earlier tasks still to be read there, and
+        received fragments between their first and last reader."""
+        mem = self.mem
+        assert mem is not None
+        g, core_of = self.g, self.core_of
+        usage = [np.zeros(len(prog), dtype=np.int64) for prog in self.progs]
+        for q, prog in enumerate(self.progs):
+            for i, t in enumerate(prog):
+                usage[q][i] += mem.scratch[t]
+        kept = self.kept_until
+        for t, fs in enumerate(g.reads):
+            for f in fs:
+                u = g.fragments[f].producer
+                if core_of[u] == core_of[t]:
+                    kept[u] = max(kept[u], pos[t])
+        for u, upto in enumerate(kept):
+            if upto > pos[u]:
+                usage[core_of[u]][pos[u] + 1:upto + 1] += mem.output[u]
+        for (f, q), lo in first.items():
+            usage[q][lo:last[(f, q)] + 1] += mem.fragment[f]
+        return usage
 
     def push(self, time: int, kind: int, payload: int) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (time, self.seq, kind, payload))
 
     def run(self) -> Replay:
-        for p in range(len(self.progs)):
+        for p in range(self.P):
+            self.decide(p, 0, START)
             self.push(0, _RUN, p)
         while self.heap:
             time, _, kind, payload = heapq.heappop(self.heap)
@@ -262,45 +419,291 @@ class _Replayer:
                              "wait forever")
         t = self.net.target
         links = 2 * (t.mesh_rows * (t.mesh_cols - 1) + t.mesh_cols * (t.mesh_rows - 1))
+        peaks = [int(u.max(initial=0)) for u in self.usage]
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
-                      self.bytes, self.link_busy, self.arrival, links)
+                      self.bytes, self.link_busy, self.arrival, links, self.posts,
+                      self.send_at, peaks, self.forced, self.send_wait, self.held_sends)
 
+    # -- where a core stands -----------------------------------------------------------
+    def point(self, p: int) -> int:
+        """The point core p is at (it has done the compute of the task before it)."""
+        pc = self.pc[p]
+        return self.progs[p][pc - 1] if pc else START
+
+    def parked(self, q: int) -> bool:
+        """Whether q waits with nothing scheduled to wake it."""
+        if self.blocked_send[q] is not None:
+            return True
+        f = self.wait_data[q]
+        return f >= 0 and (f, q) not in self.sent
+
+    def waits_for(self, q: int) -> int:
+        blocked = self.blocked_send[q]
+        if blocked is not None:
+            return blocked[1]
+        return self.core_of[self.g.fragments[self.wait_data[q]].producer]
+
+    # -- receives --------------------------------------------------------------------------
+    def fits(self, q: int, k: int, f: int) -> bool:
+        """Whether posting (f, q) at position ``k`` keeps core q within its budget until
+        the fragment's first reader."""
+        if self.mem is None:
+            return True
+        lo = self.first[(f, q)]
+        if lo <= k:
+            return True
+        return int(self.usage[q][k:lo].max()) + self.mem.fragment[f] <= self.cap
+
+    def post(self, key: Message, time: int) -> None:
+        """Core key[1] posts the receive of ``key`` at its current point, at ``time``."""
+        f, q = key
+        k = self.pc[q]
+        self.posted[key] = time
+        self.posts[key] = self.point(q)
+        if self.mem is not None:
+            lo = self.first[key]
+            if k < lo:
+                self.usage[q][k:lo] += self.mem.fragment[f]
+        sender = self.sender_of.pop(key, None)
+        if sender is not None:  # the rendezvous completes: the sender goes on
+            self.blocked_on[q].remove(key)
+            self.blocked_send[sender] = None
+            self.outbox[sender].pop(0)
+            self.send(sender, key, time)
+            self.push(self.clock[sender], _RUN, sender)
+
+    def decide(self, q: int, k: int, time: int) -> None:
+        """Core q's receives at the point before its task at position ``k``."""
+        prog = self.progs[q]
+        if k < len(prog):
+            for f in self.remote[prog[k]]:
+                if (f, q) not in self.posted:
+                    self.post((f, q), time)
+        for key in list(self.blocked_on[q]):  # senders already waiting first
+            if self.fits(q, k, key[0]):
+                self.post(key, time)
+        pending = self.pending[q]
+        if self.roomy[q]:
+            for f in pending:
+                if (f, q) not in self.posted:
+                    self.post((f, q), time)
+            pending.clear()
+            return
+        # the next point's planned time: a receive whose sender holds the message must be
+        # posted here if posting it there would leave too little time to deliver it
+        nxt = self.priority[prog[k]] + self.dur[prog[k]] if k < len(prog) else 1 << 62
+        i = skips = 0
+        while i < len(pending) and skips < SKIPS:
+            f = pending[i]
+            key = (f, q)
+            if key in self.posted:
+                del pending[i]
+            elif self.reader_plan[key] - nxt >= self.lead[key] + HORIZON_NS:
+                break
+            elif self.fits(q, k, f):
+                self.post(key, time)
+                del pending[i]
+            else:
+                skips += 1
+                i += 1
+        early = self.early[q]
+        i = skips = 0
+        while i < len(early) and skips < SKIPS:
+            f = early[i]
+            key = (f, q)
+            if key in self.posted:
+                del early[i]
+            elif self.send_plan[key] >= nxt + EARLY_NS:
+                break
+            elif self.reader_plan[key] - nxt < self.lead[key] + HOLD_NS and self.fits(q, k, f):
+                self.post(key, time)
+                del early[i]
+            else:
+                skips += 1
+                i += 1
+
+    def post_time(self, q: int) -> int:
+        """When a receive added now to parked core q's current point is posted: the
+        receives of a point come before its sends, i.e. when its compute ended."""
+        if self.blocked_send[q] is not None:
+            return self.end[self.progs[q][self.pc[q] - 1]]
+        return self.clock[q]
+
+    def parked_now(self, p: int) -> None:
+        """Core p has just parked. It posts what waits for it and fits; a sender it waits
+        for that is itself parked and holds its data sends it; a send it waits in is taken
+        by its receiver if that one is parked and has room; a cycle of waiting cores is
+        broken by forcing a post."""
+        k = self.pc[p]
+        for key in list(self.blocked_on[p]):
+            if self.fits(p, k, key[0]):
+                self.post(key, self.post_time(p))
+        blocked = self.blocked_send[p]
+        if blocked is None:
+            self.send_held(p)
+            wanted = (self.wait_data[p], p)
+            holder = self.holder.get(wanted)
+            if holder is not None and self.parked(holder) \
+                    and self.blocked_send[holder] is None:
+                self.release(holder, wanted)
+                return
+        else:
+            q = blocked[1]
+            if self.parked(q) and self.fits(q, self.pc[q], blocked[0]):
+                self.post(blocked, self.post_time(q))
+                return
+        chain = [p]
+        x = self.waits_for(p)
+        while self.parked(x) and x not in chain:
+            chain.append(x)
+            x = self.waits_for(x)
+        if x != p:
+            return
+        # a cycle: one of its waits is a send unless the order itself contradicts the
+        # dependencies (`run` says so). A sender that can keep its message goes on;
+        # otherwise the receiver with the most room takes one over its budget.
+        sends = [(c, b) for c in chain if (b := self.blocked_send[c]) is not None]
+        for c, key in sends:
+            if self.can_hold(c, key, soon=True):
+                self.sender_of.pop(key)
+                self.blocked_on[key[1]].remove(key)
+                self.blocked_send[c] = None
+                self.outbox[c].pop(0)
+                self.hold(c, key)
+                self.push(self.clock[c], _RUN, c)
+                return
+        if sends:
+            _, key = min(sends, key=lambda s: self.room(s[1]))
+            self.forced += 1
+            self.post(key, self.post_time(key[1]))
+
+    def room(self, key: Message) -> int:
+        """How far over its budget core key[1] would go taking ``key`` now."""
+        if self.mem is None:
+            return 0
+        f, q = key
+        k, lo = self.pc[q], self.first[key]
+        if lo <= k:
+            return 0
+        return int(self.usage[q][k:lo].max()) + self.mem.fragment[f] - self.cap
+
+    # -- sends -------------------------------------------------------------------------
+    def send(self, p: int, key: Message, posted: int) -> None:
+        meet = max(self.clock[p], posted)
+        self.send_wait += meet - self.clock[p]
+        self.clock[p] = meet
+        self.send_at[key] = (self.point(p), len(self.send_at))
+        self.holder.pop(key, None)
+        self.sent.add(key)
+        self.messages += 1
+        self.bytes += self.g.fragments[key[0]].bytes
+        self.push(meet, _INJECT, key[0] * self.P + key[1])
+
+    def release(self, p: int, key: Message) -> None:
+        """Parked core p sends a message it holds at its current point (its receive is
+        posted)."""
+        self.held[p].remove(key)
+        self.send(p, key, self.posted[key])
+
+    def send_held(self, p: int) -> None:
+        """Core p, about to wait for data, sends what it holds whose receives are posted
+        by now, or whose receivers wait for it."""
+        for key in list(self.held[p]):
+            got = self.posted.get(key)
+            if got is not None and (got <= self.clock[p] or self.wait_data[key[1]] == key[0]):
+                self.release(p, key)
+
+    def hold(self, p: int, key: Message) -> None:
+        self.held[p].append(key)
+        self.holder[key] = p
+        self.held_sends += 1
+
+    def can_hold(self, p: int, key: Message, soon: bool = False) -> bool:
+        """Whether p may postpone ``key`` to its next point: it has a next task that ends
+        before the reader is planned to start (unless ``soon``), and room to keep the data
+        until then."""
+        pc, prog = self.pc[p], self.progs[p]
+        if self.mem is None or pc >= len(prog):
+            return False
+        nxt = prog[pc]
+        if not soon and self.reader_plan[key] < self.priority[nxt] + self.dur[nxt]:
+            return False
+        u = self.g.fragments[key[0]].producer
+        at, kept = self.kept_at[p]
+        if at != pc:
+            at, kept = pc, set()
+            self.kept_at[p] = (at, kept)
+        if u in kept or self.kept_until[u] >= pc:
+            return True
+        need = self.mem.output[u]
+        if int(self.usage[p][pc]) + need > self.cap:
+            return False
+        self.usage[p][pc] += need
+        kept.add(u)
+        return True
+
+    def flush(self, p: int) -> bool:
+        """Do core p's sends at its point; False when one waits for its receive."""
+        box = self.outbox[p]
+        while box:
+            key = box[0]
+            got = self.posted.get(key)
+            q = key[1]
+            if got is None and self.parked(q) and self.fits(q, self.pc[q], key[0]):
+                self.post(key, self.post_time(q))  # q is idle and has room: it takes it
+                continue
+            if got is not None:
+                box.pop(0)
+                self.send(p, key, got)
+                continue
+            if self.can_hold(p, key, soon=not self.fits(q, self.pc[q], key[0])):
+                box.pop(0)  # (a receiver without room now will not post it soon)
+                self.hold(p, key)
+                continue
+            self.blocked_send[p] = key
+            self.sender_of[key] = p
+            self.blocked_on[q].append(key)
+            self.parked_now(p)  # a post that resolves it wakes p up
+            return False
+        return True
+
+    # -- cores ---------------------------------------------------------------------------
     def run_core(self, p: int) -> None:
-        """Run core ``p`` until it waits for a message not yet injected, queues a
-        shared-memory request, or finishes."""
+        """Run core ``p`` until it waits for a message, a rendezvous or the shared memory,
+        or finishes."""
         g, prog = self.g, self.progs[p]
-        core_of, clock = self.core_of, self.clock[p]
-        while self.pc[p] < len(prog):
+        while True:
+            if not self.flush(p):
+                return
+            if self.pc[p] >= len(prog):
+                return
             t = prog[self.pc[p]]
-            ready = clock
-            for f in g.reads[t]:
-                u = g.fragments[f].producer
-                if core_of[u] == p:
-                    continue
+            ready = self.clock[p]
+            for f in self.remote[t]:
                 a = self.arrival.get((f, p))
                 if a is None:
-                    self.clock[p] = clock
                     self.waiting[(f, p)] = p
+                    self.wait_data[p] = f
+                    self.parked_now(p)
                     return
                 ready = max(ready, a)
+            self.wait_data[p] = -1
             task = g.tasks[t]
             self.start[t] = ready
             clock = ready + self.dur[t] - task.shared_ns
+            self.clock[p] = clock
             if task.shared_ns:
-                self.clock[p] = clock
                 self.push(clock, _MEM, p)
                 return
-            self.finish(t, p, clock)
-        self.clock[p] = clock
+            self.finish(t, p)
 
-    def finish(self, t: int, p: int, clock: int) -> None:
-        self.end[t] = clock
-        self.clock[p] = clock
+    def finish(self, t: int, p: int) -> None:
+        """Task t's compute is done: the point after it (`run_core` then sends)."""
+        self.end[t] = self.clock[p]
         self.pc[p] += 1
-        for f, q in self.sends[t]:
-            self.messages += 1
-            self.bytes += self.g.fragments[f].bytes
-            self.push(clock, _INJECT, f * len(self.progs) + q)
+        self.decide(p, self.pc[p], self.clock[p])
+        self.outbox[p] = [*self.held[p], *self.sends[t]]
+        self.held[p] = []
 
     def serve(self, p: int) -> None:
         t = self.progs[p][self.pc[p]]
@@ -308,11 +711,12 @@ class _Replayer:
         begin = max(self.clock[p], self.mem_free) if self.contention else self.clock[p]
         done = begin + task.shared_ns
         self.mem_free = done
-        self.finish(t, p, done)
+        self.clock[p] = done
+        self.finish(t, p)
         self.run_core(p)
 
     def inject(self, key: int, now: int) -> None:
-        f, q = divmod(key, len(self.progs))
+        f, q = divmod(key, self.P)
         nbytes = self.g.fragments[f].bytes
         src = self.core_of[self.g.fragments[f].producer]
         links, ser, transfer = self.net.message(src, q, nbytes)
@@ -340,9 +744,16 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     """Play a placement and per-core order through the model, as the simulator would run
     the materialized program: each core runs its tasks in order, a task starts when its
     core is free and every fragment it reads has arrived, its messages leave when it ends
-    (in :func:`send_order`, by ``priority``, default the per-core position), links and
-    shared memory are granted in time order. ``contention=False`` frees links and memory
-    (then a task starts exactly at its :func:`raptor.solver.evaluate.retime` time)."""
+    (in :func:`send_order`, by ``priority``, default the per-core position) once their
+    receives are posted, links and shared memory are granted in time order.
+    ``contention=False`` frees links and memory (then, with every receive posted at the
+    start, a task starts exactly at its :func:`raptor.solver.evaluate.retime` time).
+
+    Receives: without a ``graph.memory``, every receive is posted when its core starts
+    (no send ever waits). With one, a core posts receives while they fit
+    ``MEMORY_MARGIN`` of its local memory and a sender may hold a message to a later
+    point (see :class:`_Replayer`); ``Replay.posts`` and ``Replay.sends`` say where, and
+    materialization places them there."""
     graph.freeze()
     if priority is None:
         priority = [0] * graph.num_tasks
