@@ -21,7 +21,7 @@ from raptor.passes.materialize import Flow, ScheduleView, materialize
 from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.sim import SimError, SimOptions, SimResult, Simulator
 from raptor.sim.program import SEND
-from raptor.solver.comm import replay
+from raptor.solver.comm import Replay, replay
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import LowerBounds, lower_bounds, validate_schedule
 from raptor.solver.from_ir import GraphBuild, build_compute_graph
@@ -123,33 +123,50 @@ def _quiet(msg: str, /, *, limit_s: float | None = None, incumbent_ns: int | Non
     """The default `Progress`: says nothing."""
 
 
+MEMORY_ROUNDS = 3
+"""Materializations tried per schedule: when a core's allocated footprint exceeds its
+local memory, the communication model is replayed with that core's budget cut by the
+overshoot, and the program is built again."""
+
+
 def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild, comp: Compiled,
                   target: Target, print_ir: IRHook | None = None) -> ScheduleRun:
     """Validate and materialize a schedule in its plan's order (the order and send priorities
-    its communication estimate assumed)."""
+    its communication estimate assumed), with receives and sends where the communication
+    model placed them to stay within local memory (`MEMORY_ROUNDS`)."""
     g = solved_build.graph
     violations = validate_schedule(g, target, res)
-    scheduled = materialize(comp.module, solved_build.projection, solved_build.outputs,
-                            ScheduleView(res.core_of, res.start_ns, res.end_ns),
-                            flow=message_flow(solved_build, target, res))
-    errors = [str(d) for d in verify_module(scheduled)]
+    budget: list[int] | None = None
+    for _ in range(MEMORY_ROUNDS):
+        rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns, budget=budget)
+        scheduled = materialize(comp.module, solved_build.projection, solved_build.outputs,
+                                ScheduleView(res.core_of, res.start_ns, res.end_ns),
+                                flow=message_flow(solved_build, rep))
+        errors = [str(d) for d in verify_module(scheduled)]
+        memory = plan_memory(scheduled, target) if not errors else None
+        over = {c.core: c.peak_bytes for c in memory.cores.values()
+                if c.peak_bytes > target.local_memory_bytes} if memory is not None else {}
+        if not over or g.memory is None:
+            break
+        budget = list(rep.budget)
+        for core, peak in over.items():
+            budget[core] = budget[core] * target.local_memory_bytes // peak
     if print_ir is not None:
         print_ir("materialize", scheduled)
-    run = ScheduleRun(name, res, res.estimate_ns, violations, scheduled, errors,
+    run = ScheduleRun(name, res, rep.makespan_ns, violations, scheduled, errors,
                       ideal_estimate_ns=res.summary["completion_ns"])
-    if not errors:
-        run.memory = plan_memory(scheduled, target)
+    run.memory = memory
     return run
 
 
-def message_flow(build: GraphBuild, target: Target, res: MergeScheduleResult) -> Flow:
+def message_flow(build: GraphBuild, rep: Replay) -> Flow:
     """Where materialization posts each receive and makes each send: where the
-    communication model that gave the schedule's estimate did (within the local-memory
-    budget, see `raptor.solver.comm.replay`), keyed as materialization keys messages."""
-    rep = replay(build.graph, target, res.core_of, res.core_tasks, res.start_ns)
+    communication model did (within the local-memory budget, see
+    `raptor.solver.comm.replay`), keyed as materialization keys messages."""
     keys = build.fragment_keys
     return Flow({(keys[f][0], keys[f][1], q, keys[f][3]): at for (f, q), at in rep.posts.items()},
-                {(keys[f][0], keys[f][1], q, keys[f][3]): at for (f, q), at in rep.sends.items()})
+                {(keys[f][0], keys[f][1], q, keys[f][3]): at for (f, q), at in rep.sends.items()},
+                frozenset(rep.tight))
 
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,

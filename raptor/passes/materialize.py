@@ -95,6 +95,10 @@ class Flow:
     sends: Mapping[Message, tuple[int, int]]
     """Message -> (instance after whose compute it is sent, rank): a core sends in rank
     order, and the rank is the message's channel number."""
+    tight: frozenset[int] = frozenset()
+    """Cores whose memory was planned instance by instance: their lanes are not merged
+    into scheduled batches (a batch gathers every lane's inputs at once and keeps every
+    lane's result until the last is read)."""
 
 
 @dataclass
@@ -573,7 +577,7 @@ class _Materializer:
         cores = []
         for core in sorted(self.programs):
             events = self.place_messages(sorted(self.programs[core], key=lambda e: e[0]))
-            if self.merge:
+            if self.merge and (flow is None or core not in flow.tight):
                 events = self.merge_runs(core, events, set(by_producer))
             body = Block([], [op for _, ops in events for op in ops])
             cores.append(CoreOp(core, body))

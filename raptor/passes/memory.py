@@ -482,14 +482,19 @@ def _live_peak(storages: Iterable[_Storage], steps: int) -> tuple[int, int]:
     return best, at
 
 
-def compute_peak_bytes(op: ScheduledComputeOp | ScheduledComputeBatchOp,
-                       element_bytes: int) -> int:
-    """The most bytes one compute holds at once by itself, by the rules above: its
-    gathered inputs, intermediates, results and the constants it reads, not the values
-    defined outside it that it reads (a scheduler adds those, where they live)."""
+def compute_memory(op: ScheduledComputeOp | ScheduledComputeBatchOp, element_bytes: int
+                   ) -> tuple[int, dict[str, int]]:
+    """What one compute needs of local memory by itself, by the rules above: the most
+    bytes its gathered inputs, intermediates and results hold at once (not the values
+    defined outside it that it reads: a scheduler adds those, where they live), and the
+    constants it reads as data by symbol (resident on its core for the whole program)."""
     alloc = _CoreAllocator(Block([], [op]), -1, element_bytes)
     alloc.run()
-    return _live_peak(alloc.storages, alloc.step)[0]
+    consts = {v.owner.symbol: alloc.loc[v][0] for v in alloc.loc
+              if isinstance(v.owner, WeightOp)}
+    held = {id(s) for s in consts.values()}
+    peak = _live_peak([s for s in alloc.storages if id(s) not in held], alloc.step)[0]
+    return peak, {k: s.size for k, s in consts.items()}
 
 
 def plan_memory(module: Module, target: Target, element_bytes: int | None = None

@@ -229,6 +229,11 @@ class Replay:
     """Time senders spent waiting for their receive to be posted."""
     held_sends: int = 0
     """Sends a sender postponed to a later point, keeping the data meanwhile."""
+    budget: list[int] = field(default_factory=list)
+    """Per core, the bytes the posting policy planned to fill."""
+    tight: set[int] = field(default_factory=set)
+    """Cores where not every receive fits when posted at the start: their memory is
+    planned task by task."""
 
     def link_utilization(self) -> tuple[float, float]:
         """(max, mean) over the mesh's links of busy time / makespan."""
@@ -272,7 +277,7 @@ class _Replayer:
 
     def __init__(self, graph: ComputeGraph, target: Target, core_of: Sequence[int],
                  core_tasks: Sequence[Sequence[int]], priority: Sequence[int],
-                 contention: bool) -> None:
+                 contention: bool, budget: Sequence[int] | None = None) -> None:
         self.g = graph
         self.net = Network(target)
         self.core_of = core_of
@@ -356,46 +361,66 @@ class _Replayer:
         """How long before its reader a receive must be posted so that a sender holding the
         message can still deliver it: its task's time and the transfer's."""
         self.mem = graph.memory
-        self.cap = int(target.local_memory_bytes * MEMORY_MARGIN)
+        self.cap = [int(target.local_memory_bytes * MEMORY_MARGIN)] * P if budget is None \
+            else list(budget)
+        """Per core, the bytes the policy plans to fill."""
         self.usage: list[np.ndarray] = []
+        """Per core and task position, the bytes held while that task runs."""
+        self.at_point: list[np.ndarray] = []
+        """Per core and task position, the bytes held at the point before that task (the
+        last entry: the point after the last task)."""
         self.kept_until = [-1] * n
         self.roomy = [True] * P
         """Cores where every receive fits when posted at the start."""
         if self.mem is not None:
-            self.usage = self.static_usage(pos, first, last)
+            self.usage, self.at_point = self.static_usage(pos, first, last)
             for q, use in enumerate(self.usage):
                 early = np.zeros(len(use) + 1, dtype=np.int64)
                 for f in self.pending[q]:
                     early[0] += self.mem.fragment[f]
                     early[first[(f, q)]] -= self.mem.fragment[f]
-                self.roomy[q] = not len(use) or \
-                    int((use + np.cumsum(early)[:-1]).max()) <= self.cap
+                ahead = np.cumsum(early)
+                self.roomy[q] = not len(use) or max(int((use + ahead[:-1]).max()),
+                                                    int((self.at_point[q] + ahead).max())
+                                                    ) <= self.cap[q]
 
-    def static_usage(self, pos: list[int], first: dict[Message, int],
-                     last: dict[Message, int]) -> list[np.ndarray]:
-        """Per core and task position, the bytes held while that task runs when every
-        receive is posted just before its first reader and every send is made at once:
-        the task's own buffers, the results of earlier tasks still to be read there, and
-        received fragments between their first and last reader."""
+    def static_usage(self, pos: list[int], first: dict[Message, int], last: dict[Message, int]
+                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per core and task position, the bytes held while that task runs and at the point
+        before it when every receive is posted just before its first reader and every send
+        is made at once: the task's own buffers (while it runs), the results of earlier
+        tasks still to be read there or sent (at the point after them), received fragments
+        between their first and last reader, and the constants the core reads."""
         mem = self.mem
         assert mem is not None
         g, core_of = self.g, self.core_of
         usage = [np.zeros(len(prog), dtype=np.int64) for prog in self.progs]
-        for q, prog in enumerate(self.progs):
-            for i, t in enumerate(prog):
-                usage[q][i] += mem.scratch[t]
+        point = [np.zeros(len(prog) + 1, dtype=np.int64) for prog in self.progs]
         kept = self.kept_until
         for t, fs in enumerate(g.reads):
             for f in fs:
                 u = g.fragments[f].producer
                 if core_of[u] == core_of[t]:
                     kept[u] = max(kept[u], pos[t])
+        for q, prog in enumerate(self.progs):
+            resident: set[int] = set()
+            for i, t in enumerate(prog):
+                usage[q][i] += mem.scratch[t]
+                if kept[t] <= i:  # sent at the point after it, then freed
+                    point[q][i + 1] += mem.output[t]
+                if mem.constants:
+                    resident.update(mem.constants[t])
+            const = sum(mem.constant[c] for c in resident)
+            usage[q] += const
+            point[q] += const
         for u, upto in enumerate(kept):
             if upto > pos[u]:
                 usage[core_of[u]][pos[u] + 1:upto + 1] += mem.output[u]
+                point[core_of[u]][pos[u] + 1:upto + 1] += mem.output[u]
         for (f, q), lo in first.items():
             usage[q][lo:last[(f, q)] + 1] += mem.fragment[f]
-        return usage
+            point[q][lo:last[(f, q)] + 1] += mem.fragment[f]
+        return usage, point
 
     def push(self, time: int, kind: int, payload: int) -> None:
         self.seq += 1
@@ -419,10 +444,12 @@ class _Replayer:
                              "wait forever")
         t = self.net.target
         links = 2 * (t.mesh_rows * (t.mesh_cols - 1) + t.mesh_cols * (t.mesh_rows - 1))
-        peaks = [int(u.max(initial=0)) for u in self.usage]
+        peaks = [max(int(u.max(initial=0)), int(a.max(initial=0)))
+                 for u, a in zip(self.usage, self.at_point, strict=True)]
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
                       self.bytes, self.link_busy, self.arrival, links, self.posts,
-                      self.send_at, peaks, self.forced, self.send_wait, self.held_sends)
+                      self.send_at, peaks, self.forced, self.send_wait, self.held_sends,
+                      self.cap, {q for q, ok in enumerate(self.roomy) if not ok})
 
     # -- where a core stands -----------------------------------------------------------
     def point(self, p: int) -> int:
@@ -449,10 +476,7 @@ class _Replayer:
         the fragment's first reader."""
         if self.mem is None:
             return True
-        lo = self.first[(f, q)]
-        if lo <= k:
-            return True
-        return int(self.usage[q][k:lo].max()) + self.mem.fragment[f] <= self.cap
+        return self.room((f, q), k) <= 0
 
     def post(self, key: Message, time: int) -> None:
         """Core key[1] posts the receive of ``key`` at its current point, at ``time``."""
@@ -464,6 +488,7 @@ class _Replayer:
             lo = self.first[key]
             if k < lo:
                 self.usage[q][k:lo] += self.mem.fragment[f]
+                self.at_point[q][k:lo] += self.mem.fragment[f]
         sender = self.sender_of.pop(key, None)
         if sender is not None:  # the rendezvous completes: the sender goes on
             self.blocked_on[q].remove(key)
@@ -577,15 +602,18 @@ class _Replayer:
             self.forced += 1
             self.post(key, self.post_time(key[1]))
 
-    def room(self, key: Message) -> int:
-        """How far over its budget core key[1] would go taking ``key`` now."""
+    def room(self, key: Message, k: int | None = None) -> int:
+        """How far over its budget core key[1] would go posting ``key`` at position ``k``
+        (default: where it stands) until the fragment's first reader."""
         if self.mem is None:
             return 0
         f, q = key
-        k, lo = self.pc[q], self.first[key]
+        k = self.pc[q] if k is None else k
+        lo = self.first[key]
         if lo <= k:
             return 0
-        return int(self.usage[q][k:lo].max()) + self.mem.fragment[f] - self.cap
+        return max(int(self.usage[q][k:lo].max()), int(self.at_point[q][k:lo].max())) \
+            + self.mem.fragment[f] - self.cap[q]
 
     # -- sends -------------------------------------------------------------------------
     def send(self, p: int, key: Message, posted: int) -> None:
@@ -633,12 +661,16 @@ class _Replayer:
         if at != pc:
             at, kept = pc, set()
             self.kept_at[p] = (at, kept)
-        if u in kept or self.kept_until[u] >= pc:
+        if u in kept or self.kept_until[u] > pc:
             return True
+        # kept through the next task and the point after it, where it may go
         need = self.mem.output[u]
-        if int(self.usage[p][pc]) + need > self.cap:
+        during = 0 if self.kept_until[u] == pc else need
+        if int(self.usage[p][pc]) + during > self.cap[p] or \
+                int(self.at_point[p][pc + 1]) + need > self.cap[p]:
             return False
-        self.usage[p][pc] += need
+        self.usage[p][pc] += during
+        self.at_point[p][pc + 1] += need
         kept.add(u)
         return True
 
@@ -652,9 +684,13 @@ class _Replayer:
             if got is None and self.parked(q) and self.fits(q, self.pc[q], key[0]):
                 self.post(key, self.post_time(q))  # q is idle and has room: it takes it
                 continue
+            if got is not None and (got <= self.clock[p] or not self.can_hold(p, key)):
+                box.pop(0)  # (a receive posted later than now: hold it if p may)
+                self.send(p, key, got)
+                continue
             if got is not None:
                 box.pop(0)
-                self.send(p, key, got)
+                self.hold(p, key)
                 continue
             if self.can_hold(p, key, soon=not self.fits(q, self.pc[q], key[0])):
                 box.pop(0)  # (a receiver without room now will not post it soon)
@@ -740,7 +776,7 @@ class _Replayer:
 
 def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
            core_tasks: Sequence[Sequence[int]], priority: Sequence[int] | None = None,
-           contention: bool = True) -> Replay:
+           contention: bool = True, budget: Sequence[int] | None = None) -> Replay:
     """Play a placement and per-core order through the model, as the simulator would run
     the materialized program: each core runs its tasks in order, a task starts when its
     core is free and every fragment it reads has arrived, its messages leave when it ends
@@ -750,14 +786,14 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     start, a task starts exactly at its :func:`raptor.solver.evaluate.retime` time).
 
     Receives: without a ``graph.memory``, every receive is posted when its core starts
-    (no send ever waits). With one, a core posts receives while they fit
-    ``MEMORY_MARGIN`` of its local memory and a sender may hold a message to a later
-    point (see :class:`_Replayer`); ``Replay.posts`` and ``Replay.sends`` say where, and
-    materialization places them there."""
+    (no send ever waits). With one, a core posts receives while they fit its budget
+    (``budget``, per core, default ``MEMORY_MARGIN`` of its local memory) and a sender may
+    hold a message to a later point (see :class:`_Replayer`); ``Replay.posts`` and
+    ``Replay.sends`` say where, and materialization places them there."""
     graph.freeze()
     if priority is None:
         priority = [0] * graph.num_tasks
         for ts in core_tasks:
             for i, t in enumerate(ts):
                 priority[t] = i
-    return _Replayer(graph, target, core_of, core_tasks, priority, contention).run()
+    return _Replayer(graph, target, core_of, core_tasks, priority, contention, budget).run()

@@ -11,7 +11,7 @@ from raptor.ir.module import Module
 from raptor.ir.ops import FuncOp, MvmOp, ReturnOp, WeightOp
 from raptor.ir.types import TensorType
 from raptor.passes.materialize import received_compute
-from raptor.passes.memory import activation_bytes, compute_peak_bytes
+from raptor.passes.memory import activation_bytes, compute_memory
 from raptor.passes.projection import Box, Piece, Projection
 from raptor.solver.costs import block_cost_ns, block_mvms, shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph, MemoryDemand
@@ -150,15 +150,24 @@ def memory_demand(func: FuncOp, proj: Projection, fragment_numel: list[int],
     module = Module([func])
     scratch: list[int] = []
     output: list[int] = []
-    seen: dict[tuple[object, ...], tuple[int, int]] = {}
+    constants: list[list[int]] = []
+    ids: dict[str, int] = {}
+    sizes: list[int] = []
+    seen: dict[tuple[object, ...], tuple[int, int, list[int]]] = {}
     for inst in proj.instances:
         key = (id(inst.op), *((u.kind, u.box.sizes, len(u.pieces)) for u in inst.uses))
         got = seen.get(key)
         if got is None:
             sc = received_compute(module, proj, inst)
-            got = seen[key] = (compute_peak_bytes(sc, eb),
-                               sum(r.type.numel for r in sc.outs
-                                   if isinstance(r.type, TensorType)) * eb)
+            peak, consts = compute_memory(sc, eb)
+            for name, nbytes in consts.items():
+                if name not in ids:
+                    ids[name] = len(sizes)
+                    sizes.append(nbytes)
+            got = seen[key] = (peak, sum(r.type.numel for r in sc.outs
+                                         if isinstance(r.type, TensorType)) * eb,
+                               sorted(ids[name] for name in consts))
         scratch.append(got[0])
         output.append(got[1])
-    return MemoryDemand(scratch, output, [n * eb for n in fragment_numel])
+        constants.append(got[2])
+    return MemoryDemand(scratch, output, [n * eb for n in fragment_numel], constants, sizes)

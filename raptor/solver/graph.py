@@ -66,6 +66,11 @@ class MemoryDemand:
     """Per task: its results, kept after it ends until its last reader on its core."""
     fragment: list[int]
     """Per fragment: the buffer a received copy occupies."""
+    constants: list[list[int]] = field(default_factory=list)
+    """Per task: the constants it reads as data (ids into ``constant``), resident on its
+    core for the whole program."""
+    constant: list[int] = field(default_factory=list)
+    """Per constant id: its bytes."""
 
 
 @dataclass(frozen=True)

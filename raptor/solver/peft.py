@@ -66,10 +66,10 @@ import time
 import numpy as np
 
 from raptor.solver.comm import LinkPlanner, Network, Timelines
-from raptor.solver.evaluate import lower_bounds
+from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import INF, BoolArray, IntArray, Mesh
-from raptor.solver.schedule import MergeScheduleResult
+from raptor.solver.schedule import MergeScheduleResult, core_order
 from raptor.target import Target
 
 PACK_DEVIATIONS = 16
@@ -577,9 +577,52 @@ def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool) -> Merg
         if len(runs) == 1 or runs[1].estimate_ns < runs[0].estimate_ns:
             notes.append("scheduled on a packed residency (largest-weight-first, reuse-first)")
     best = min(runs, key=lambda r: r.estimate_ns)
+    if graph.memory is not None:
+        for most in FOLLOW_PREDS:
+            moved = follow_producers(graph, target, best, most)
+            if moved.estimate_ns < best.estimate_ns:
+                best = moved
+                notes.append(f"tasks without crossbars (of at most {most} inputs) follow their "
+                             "last producer on its core")
     best.notes = notes
     best.solve_seconds = time.perf_counter() - t0
     return best
+
+
+FOLLOW_PREDS = (2, 1 << 30)
+"""The refinements `_list_schedule` tries when local memory is modelled: tasks without
+crossbars of at most this many predecessors follow their last producer."""
+
+
+def follow_producers(graph: ComputeGraph, target: Target, res: MergeScheduleResult,
+                     most: int) -> MergeScheduleResult:
+    """`res` with every task that has no crossbar tiles and at most ``most`` predecessors
+    moved onto the core of its predecessor that ends last, right after it, then retimed.
+
+    Why: list scheduling puts such a task (a partial-sum addition, an activation, a
+    residual add) wherever it can start first, which on a busy chip is after some other
+    core's long crossbar lane; meanwhile every fragment it reads waits in that core's
+    local memory. Right after its last producer, that producer's result needs no message
+    and the others wait only for the producers' skew. On ResNet-18 at 64 KiB per core
+    this took the memory-constrained estimate from about 6.5-7 ms to about 5 ms, while the
+    unconstrained one rose by about 8 % (the caller keeps whichever replays faster)."""
+    graph.freeze()
+    core = list(res.core_of)
+    start = list(res.start_ns)
+    end = list(res.end_ns)
+    dur = graph.costs()
+    for t in graph.topo_order:
+        preds = graph.preds[t]
+        if graph.tasks[t].weights or not preds or len(preds) > most:
+            continue
+        u = max((u for u, _ in preds), key=lambda u: (end[u], u))
+        core[t] = core[u]
+        start[t] = end[u]
+        end[t] = end[u] + dur[t]
+    order = core_order(graph, target, core, start)
+    times = retime(graph, target, core, order)
+    return MergeScheduleResult.build(graph, target, core, times, solver=res.solver,
+                                     status=res.status, bound_ns=res.bound_ns)
 
 
 def peft_schedule(graph: ComputeGraph, target: Target) -> MergeScheduleResult:
