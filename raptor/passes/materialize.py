@@ -16,15 +16,25 @@ message or a consumer; it can only remove copies, so a merged program is never s
 the estimate in the ideal simulation (`merge=False` gives the one-instance-per-compute form
 whose ideal simulation equals the estimate exactly).
 
-Communication order. Every receive is posted at the start of its core's program (posting
-costs nothing and never blocks; the consumer waits for the data), so a rendezvous send
-always finds its receive posted and never waits for its partner: blocking cannot cascade
-from core to core, and since nothing but a compute waits (for data whose producer comes
-earlier in the dependency order) no cycle of waits can form, whatever the actual timing.
-Each producer's sends follow it directly, the most urgent first (the earliest planned start
-of a reader on the destination core, then the destination) — the rule of
-`raptor.solver.comm.send_order`, so the scheduler's communication model predicts this
-program. Channel numbers follow the producers' planned ends.
+Communication order. Without a `Flow`, every receive is posted at the start of its core's
+program (posting costs nothing and never blocks; the consumer waits for the data), so a
+rendezvous send always finds its receive posted and never waits for its partner: blocking
+cannot cascade from core to core, and since nothing but a compute waits (for data whose
+producer comes earlier in the dependency order) no cycle of waits can form, whatever the
+actual timing. Each producer's sends follow it directly, the most urgent first (the
+earliest planned start of a reader on the destination core, then the destination) — the
+rule of `raptor.solver.comm.send_order`, so the scheduler's communication model predicts
+this program. Channel numbers follow the producers' planned ends.
+
+But a posted receive's buffer occupies local memory until its last reader, and a program
+that posts everything at the start can need many times a core's memory (ResNet-18: up to
+850 KB per core). With a `Flow` (from `raptor.solver.comm.replay` over a graph with a
+memory model), each receive is posted, and each send made, at the point between two
+computes where the flow-controlled model placed it: receives while they fit, sends held
+while the receiver has no room. That model ran the same program to completion, and a
+program of blocking sends, non-blocking posts and waiting computes either completes
+whatever the timing or never does (each wait is on one partner reaching one place in its
+program), so this one cannot deadlock; channel numbers then follow the model's send order.
 
 The graph invariant is not imposed on scheduled values (spec, "Scheduled IR exclusion"):
 fragments and Blueprint metadata are resolved here, from the projection, before the graph

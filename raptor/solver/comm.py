@@ -7,17 +7,23 @@ reported as the schedule's estimate). It models the simulator's default options
 
 * **Messages.** A graph fragment (:class:`raptor.solver.graph.Fragment`) crosses the mesh
   once per destination core, however many tasks there read it; same-core reads are free.
-  Materialization sends exactly these messages, each right after its producer (and its
-  shared-memory stores), ordered by :func:`send_order`.
+  Materialization sends exactly these messages, each after its producer (and its
+  shared-memory stores) in :func:`send_order`, or later where the flow control below
+  holds it.
 * **Links.** XY routing (along the row, then the column); every directed link carries one
   message at a time. Cut-through: the head advances one hop per ``hop_ns`` and waits at a
   busy link; the link is then busy for the message's serialisation time
   ``ceil(bytes / flit_bytes) * flit_cycles``. Without waiting a message takes exactly
   ``Target.transfer_ns``. Links are granted in injection-time order, as in the simulator.
 * **Rendezvous.** A send completes when its receive is posted; the sender then continues
-  and the data crosses on its own. Materialization posts every receive at the start of its
-  core's program (a posted receive costs nothing and never blocks), so no send ever waits
-  for its partner and the protocol adds no time. The receiving task waits for the data.
+  and the data crosses on its own. A posted receive costs nothing and never blocks, but its
+  buffer occupies the receiver's local memory from the post on. Without a memory model
+  (:class:`raptor.solver.graph.MemoryDemand`) every receive is posted at the start of its
+  core's program, so no send ever waits. With one, each core posts receives while they fit
+  its local memory and senders may hold messages to a later point (:class:`_Replayer`);
+  a send then waits for a post that comes later, and the replay charges that wait. The
+  receiving task waits for the data. Materialization posts and sends exactly where the
+  replay did (:attr:`Replay.posts`, :attr:`Replay.sends`).
 * **Shared memory.** The chip serves one shared-memory request at a time: the part of a
   task that stores graph outputs (``Task.shared_ns``) queues, in request order. Loads of
   function inputs inside compute bodies are part of the task's own cost (no queue).
@@ -27,16 +33,15 @@ reported as the schedule's estimate). It models the simulator's default options
 
 What it leaves out: lanes that materialization merges into one scheduled batch gather their
 inputs once (a little cheaper) and start when all of them have arrived (possibly a little
-later). Everything else is what the simulator does, so the replayed makespan predicts the
-simulated latency.
+later); on cores whose memory is planned task by task nothing is merged. Everything else is
+what the simulator does, so the replayed makespan predicts the simulated latency.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -248,10 +253,6 @@ MEMORY_MARGIN = 0.92
 addresses need some room beyond the bytes live at once."""
 SKIPS = 8
 """Receives a decision point passes over (they do not fit yet) before it stops looking."""
-HORIZON_NS = int(os.environ.get("RAPTOR_HORIZON", "0"))
-EARLY_NS = int(os.environ.get("RAPTOR_EARLY", "0"))
-HOLD_NS = int(os.environ.get("RAPTOR_HOLD", "100000"))
-"""Receives a decision point passes over (they do not fit yet) before it stops looking."""
 
 Message = tuple[int, int]
 """(fragment, destination core)."""
@@ -262,18 +263,23 @@ class _Replayer:
 
     Each core runs its tasks in order. At the point after a task's compute the core
     posts receives: those of its next task (they must be), then those whose senders
-    already wait for them, then others in the order their senders are planned to send,
-    each only if it fits the memory budget from that point until its first reader (the
-    bytes every later task needs are counted in advance, so a post never takes what a
-    later task must have). Then it sends: the task's messages (:func:`send_order`) after
-    any it held back. A send whose receive is posted goes now (rendezvous: at the post
-    if that is later). One whose receive is not yet posted is held to the next point when
-    the sender can keep the data that long and its reader is not planned to run before
-    that point; otherwise the sender waits for the post. A core waiting (for data or a
-    post) posts at once what waits for it and fits; if the waiting closes a cycle of cores,
-    one of its receives is posted anyway (forced), so the program always completes.
-    Without a :class:`raptor.solver.graph.MemoryDemand`, every receive is posted at the
-    start and no send ever waits."""
+    already wait for them, then those whose readers come so soon after its next point
+    that a sender holding them could not deliver in time, then those whose senders plan
+    to send before that point — each only if it fits the memory budget from here until
+    its first reader. The bytes every later task needs (its own buffers, kept results,
+    received fragments between first and last reader, resident constants) are counted in
+    advance, both while tasks run and at the points between them, so a post never takes
+    what a later task must have. A core whose receives all fit at the start posts them
+    there. Then the core sends: what it held back, then the task's messages
+    (:func:`send_order`). A send whose receive is posted goes now (rendezvous: at the post
+    if that is later). Otherwise it is held to the next point when the sender can keep
+    the data that long and the reader is not planned to run before then (or the receiver
+    has no room anyway); else the sender waits for the post. A waiting core (for data or
+    a post) posts at once what waits for it and fits, and sends what it holds that is
+    wanted; if the waiting closes a cycle of cores, a sender in it holds its message if it
+    can, else the receiver with the most room posts it over budget (forced), so the
+    program always completes. Without a :class:`raptor.solver.graph.MemoryDemand`, every
+    receive is posted at the start and no send ever waits."""
 
     def __init__(self, graph: ComputeGraph, target: Target, core_of: Sequence[int],
                  core_tasks: Sequence[Sequence[int]], priority: Sequence[int],
@@ -514,35 +520,28 @@ class _Replayer:
                     self.post((f, q), time)
             pending.clear()
             return
-        # the next point's planned time: a receive whose sender holds the message must be
-        # posted here if posting it there would leave too little time to deliver it
+        # By the next point's planned time: receives whose readers come too soon after it
+        # for a sender holding them to deliver in time (in reader order), then those whose
+        # senders plan to send before it (in send order), each while it fits.
         nxt = self.priority[prog[k]] + self.dur[prog[k]] if k < len(prog) else 1 << 62
+        self.scan(q, k, time, self.pending[q],
+                  lambda key: self.reader_plan[key] - nxt < self.lead[key])
+        self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key] < nxt)
+
+    def scan(self, q: int, k: int, time: int, queue: list[int],
+             due: Callable[[Message], bool]) -> None:
+        """Post, from the head of ``queue`` (fragments to core q in some order) while they
+        are ``due``, those that fit; stop after ``SKIPS`` that do not."""
         i = skips = 0
-        while i < len(pending) and skips < SKIPS:
-            f = pending[i]
-            key = (f, q)
+        while i < len(queue) and skips < SKIPS:
+            key = (queue[i], q)
             if key in self.posted:
-                del pending[i]
-            elif self.reader_plan[key] - nxt >= self.lead[key] + HORIZON_NS:
+                del queue[i]
+            elif not due(key):
                 break
-            elif self.fits(q, k, f):
+            elif self.fits(q, k, key[0]):
                 self.post(key, time)
-                del pending[i]
-            else:
-                skips += 1
-                i += 1
-        early = self.early[q]
-        i = skips = 0
-        while i < len(early) and skips < SKIPS:
-            f = early[i]
-            key = (f, q)
-            if key in self.posted:
-                del early[i]
-            elif self.send_plan[key] >= nxt + EARLY_NS:
-                break
-            elif self.reader_plan[key] - nxt < self.lead[key] + HOLD_NS and self.fits(q, k, f):
-                self.post(key, time)
-                del early[i]
+                del queue[i]
             else:
                 skips += 1
                 i += 1
