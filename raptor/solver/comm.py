@@ -326,6 +326,7 @@ class _Replayer:
         self.wait_data: list[int] = [-1] * P
         self.forced = 0
         self.send_wait = 0
+        self.now = 0
         self.held_sends = 0
         # what each core receives: first and last reader position, in planned send order
         pos = [0] * n
@@ -381,6 +382,10 @@ class _Replayer:
         if self.mem is not None:
             self.usage, self.at_point = self.static_usage(pos, first, last)
             for q, use in enumerate(self.usage):
+                # what the tasks need anyway may exceed the budget (a task larger than the
+                # memory): posting may then fill up to that, no peak grows by it
+                self.cap[q] = max(self.cap[q], int(use.max(initial=0)),
+                                  int(self.at_point[q].max(initial=0)))
                 early = np.zeros(len(use) + 1, dtype=np.int64)
                 for f in self.pending[q]:
                     early[0] += self.mem.fragment[f]
@@ -438,6 +443,7 @@ class _Replayer:
             self.push(0, _RUN, p)
         while self.heap:
             time, _, kind, payload = heapq.heappop(self.heap)
+            self.now = time
             if kind == _RUN:
                 self.run_core(payload)
             elif kind == _INJECT:
@@ -495,6 +501,10 @@ class _Replayer:
             if k < lo:
                 self.usage[q][k:lo] += self.mem.fragment[f]
                 self.at_point[q][k:lo] += self.mem.fragment[f]
+        holder = self.holder.get(key)
+        if holder is not None and self.blocked_send[holder] is None and self.parked(holder) \
+                and time <= max(self.clock[holder], self.now):
+            self.release(holder, key)  # it waits for data anyway: it sends now
         sender = self.sender_of.pop(key, None)
         if sender is not None:  # the rendezvous completes: the sender goes on
             self.blocked_on[q].remove(key)

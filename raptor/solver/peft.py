@@ -65,7 +65,7 @@ import time
 
 import numpy as np
 
-from raptor.solver.comm import LinkPlanner, Network, Timelines
+from raptor.solver.comm import LinkPlanner, Network, Timelines, replay
 from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import INF, BoolArray, IntArray, Mesh
@@ -620,7 +620,11 @@ def follow_producers(graph: ComputeGraph, target: Target, res: MergeScheduleResu
         start[t] = end[u]
         end[t] = end[u] + dur[t]
     order = core_order(graph, target, core, start)
-    times = retime(graph, target, core, order)
+    # the plan: the order as the communication model runs it (links, the shared-memory
+    # queue and local memory included), each task ending when it ends there, so that it is
+    # as attainable as a list scheduler's plan (whose reservations include the same)
+    run = replay(graph, target, core, order, retime(graph, target, core, order))
+    times = [e - d for e, d in zip(run.end, graph.durations(core), strict=True)]
     return MergeScheduleResult.build(graph, target, core, times, solver=res.solver,
                                      status=res.status, bound_ns=res.bound_ns)
 
