@@ -21,7 +21,7 @@ from raptor.passes.materialize import Flow, ScheduleView, materialize
 from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.sim import SimError, SimOptions, SimResult, Simulator
 from raptor.sim.program import SEND
-from raptor.solver.comm import Replay, replay
+from raptor.solver.comm import START, Replay, replay
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import LowerBounds, lower_bounds, validate_schedule
 from raptor.solver.from_ir import GraphBuild, build_compute_graph
@@ -74,6 +74,11 @@ class ScheduleRun:
     """Local-memory allocation of the scheduled program (None when it does not verify)."""
     memory_errors: list[str] = field(default_factory=list)
     memory_warnings: list[str] = field(default_factory=list)
+    flow: Replay | None = None
+    """The communication model's run that placed the receives and sends (its makespan is
+    `estimate_ns`)."""
+    materializations: int = 1
+    """How many times the program was built to fit local memory (`MEMORY_ROUNDS`)."""
 
     @property
     def ok(self) -> bool:
@@ -137,7 +142,9 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     g = solved_build.graph
     violations = validate_schedule(g, target, res)
     budget: list[int] | None = None
-    for _ in range(MEMORY_ROUNDS):
+    rounds = 0
+    while True:
+        rounds += 1
         rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns, budget=budget)
         scheduled = materialize(comp.module, solved_build.projection, solved_build.outputs,
                                 ScheduleView(res.core_of, res.start_ns, res.end_ns),
@@ -146,16 +153,16 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
         memory = plan_memory(scheduled, target) if not errors else None
         over = {c.core: c.peak_bytes for c in memory.cores.values()
                 if c.peak_bytes > target.local_memory_bytes} if memory is not None else {}
-        if not over or g.memory is None:
+        if not over or g.memory is None or rounds == MEMORY_ROUNDS:
             break
         budget = list(rep.budget)
-        for core, peak in over.items():
-            budget[core] = budget[core] * target.local_memory_bytes // peak
+        for core, peak in over.items():  # cut by the overshoot and 3 % more
+            budget[core] = budget[core] * target.local_memory_bytes * 97 // (peak * 100)
     if print_ir is not None:
         print_ir("materialize", scheduled)
     run = ScheduleRun(name, res, rep.makespan_ns, violations, scheduled, errors,
-                      ideal_estimate_ns=res.summary["completion_ns"])
-    run.memory = memory
+                      ideal_estimate_ns=res.summary["completion_ns"], memory=memory,
+                      flow=rep, materializations=rounds)
     return run
 
 
@@ -300,6 +307,20 @@ def _communication(run: ScheduleRun) -> dict[str, Any]:
     return out
 
 
+def _flow_control(run: ScheduleRun) -> dict[str, Any] | None:
+    """How the program keeps within local memory: receives posted after the start,
+    sends held to a later point, the time senders waited for a post, receives posted over
+    budget to go on, and how many times the program was built (`MEMORY_ROUNDS`)."""
+    rep = run.flow
+    if rep is None:
+        return None
+    return {"receives": len(rep.posts),
+            "receives_posted_late": sum(1 for p in rep.posts.values() if p != START),
+            "held_sends": rep.held_sends, "send_wait_ns": rep.send_wait_ns,
+            "forced_posts": rep.forced_posts, "tight_cores": len(rep.tight),
+            "materializations": run.materializations}
+
+
 def _bound_of(res: MergeScheduleResult) -> str:
     """What a schedule's ``bound_ns`` bounds: the problem (PEFT reports the problem's lower
     bound; CP-SAT's full model relaxes the problem), or only a restricted CP-SAT model."""
@@ -348,6 +369,7 @@ def report(s: Solved) -> dict[str, Any]:
             "simulation_error": run.sim_error,
             "notes": list(res.notes),
             "local_memory": run.memory.to_dict() if run.memory else None,
+            "flow_control": _flow_control(run),
             "memory_errors": run.memory_errors,
             "memory_warnings": run.memory_warnings,
             "simulation": run.sim.report.to_dict() if run.sim else None,
