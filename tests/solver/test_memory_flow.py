@@ -14,7 +14,9 @@ from raptor.solver.peft import follow_producers, peft_schedule
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.target import Target
 
-LINE = Target(mesh_rows=1, mesh_cols=4, local_memory_bytes=1100)  # a budget of 1,012 bytes
+LINE = Target(mesh_rows=1, mesh_cols=4, local_memory_bytes=1100)
+BUDGET = [1012] * 4
+"""Bytes per core the posting policy may fill."""
 
 
 def _late_reader(scratch_x: int) -> ComputeGraph:
@@ -39,7 +41,7 @@ def test_without_a_memory_model_every_receive_is_posted_at_the_start() -> None:
 def test_a_receive_that_does_not_fit_is_posted_when_its_reader_comes() -> None:
     """x's 900 bytes and the 200-byte buffer do not fit 1,012 together: core 1 posts the
     receive after x, and a (with nothing after it to do) waits for that post."""
-    r = replay(_late_reader(900), LINE, [0, 1, 1], [[0], [1, 2], [], []])
+    r = replay(_late_reader(900), LINE, [0, 1, 1], [[0], [1, 2], [], []], budget=BUDGET)
     assert r.posts == {(0, 1): 1}  # the point after x
     assert r.sends == {(0, 1): (0, 0)}  # a sends at the point after it, first of all
     assert r.send_wait_ns == 100 - 10 and r.arrival[(0, 1)] == 100 + 18
@@ -48,7 +50,7 @@ def test_a_receive_that_does_not_fit_is_posted_when_its_reader_comes() -> None:
 
 
 def test_a_receive_that_fits_is_posted_at_the_start() -> None:
-    r = replay(_late_reader(800), LINE, [0, 1, 1], [[0], [1, 2], [], []])
+    r = replay(_late_reader(800), LINE, [0, 1, 1], [[0], [1, 2], [], []], budget=BUDGET)
     assert r.posts == {(0, 1): START} and r.send_wait_ns == 0 and r.makespan_ns == 110
     assert r.tight == set()
 
@@ -66,7 +68,7 @@ def test_a_sender_with_more_work_holds_its_message_instead_of_waiting() -> None:
                             fragment=[200])
     g.freeze()
     r = replay(g, LINE, [0, 0, 1, 1], [[a, b], [x, y], [], []],
-               priority=[0, 10, 0, 200])
+               priority=[0, 10, 0, 200], budget=BUDGET)
     assert r.held_sends >= 1 and r.sends[(f, 1)] == (b, 0)  # sent after b
     assert r.send_wait_ns == 0 and r.start[b] == 10  # a did not wait
     assert r.arrival[(f, 1)] == 160 + 18 and r.makespan_ns == 178 + 10
@@ -88,7 +90,7 @@ def test_cores_waiting_on_each_other_still_finish() -> None:
     g.memory = MemoryDemand(scratch=[1000, 1000, 100, 100], output=[64, 64, 0, 0],
                             fragment=[200, 200])
     g.freeze()
-    r = replay(g, LINE, [0, 1, 0, 1], [[a, x], [b, y], [], []])
+    r = replay(g, LINE, [0, 1, 0, 1], [[a, x], [b, y], [], []], budget=BUDGET)
     assert set(r.posts.values()) == {a, b}  # each posted after its core's first task
     assert r.makespan_ns == 10 + 18 + 10 and r.forced_posts == 0
 
