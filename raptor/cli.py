@@ -341,7 +341,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             err.print(f"{r.name}: simulated outputs differ from the {solved.oracle} reference",
                       markup=False)
         # one line for the worst core (every core's peak is in report.json)
-        over = r.memory.over_summary() if r.memory is not None else []
+        over = r.memory_summary
         for line in over if r.memory_errors else []:
             err.print(f"{r.name}: local memory: {line} (every core in report.json; "
                       "--allow-memory-overflow lets it through)", markup=False)

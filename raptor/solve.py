@@ -79,6 +79,9 @@ class ScheduleRun:
     `estimate_ns`)."""
     materializations: int = 1
     """How many times the program was built to fit local memory (`MEMORY_ROUNDS`)."""
+    memory_summary: list[str] = field(default_factory=list)
+    """`memory_errors` (or warnings) in one line for local memory, with what stands in the
+    way, and one for shared memory."""
 
     @property
     def ok(self) -> bool:
@@ -151,9 +154,13 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
                                 flow=message_flow(solved_build, rep))
         errors = [str(d) for d in verify_module(scheduled)]
         memory = plan_memory(scheduled, target) if not errors else None
+        # cores over their memory that a tighter budget can help (not those whose tasks
+        # alone need more)
         over = {c.core: c.peak_bytes for c in memory.cores.values()
-                if c.peak_bytes > target.local_memory_bytes} if memory is not None else {}
-        if not over or g.memory is None or rounds == MEMORY_ROUNDS:
+                if c.peak_bytes > target.local_memory_bytes
+                and rep.needed_bytes[c.core] < target.local_memory_bytes} \
+            if memory is not None and g.memory is not None else {}
+        if not over or rounds == MEMORY_ROUNDS:
             break
         budget = list(rep.budget)
         for core, peak in over.items():  # cut by the overshoot and 3 % more
@@ -228,6 +235,7 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
                 run.memory_warnings = over
             else:
                 run.memory_errors = over
+            run.memory_summary = _memory_summary(run, target)
     assert comp.feeds is not None
     inputs, source = comp.feeds.data, comp.feeds.source
     notes = list(comp.notes)
@@ -305,6 +313,25 @@ def _communication(run: ScheduleRun) -> dict[str, Any]:
             "link_utilization": {"max": round(max(busy, default=0) / span, 4),
                                  "mean": round(sum(busy) / max(len(busy), 1) / span, 4)}}
     return out
+
+
+def _memory_summary(run: ScheduleRun, target: Target) -> list[str]:
+    """The worst core over local memory in one line (`MemoryPlan.over_summary`) and why:
+    its computes alone need more than the memory whatever the order of its receives (the
+    communication model's `needed_bytes`), or the receives could not be placed to fit."""
+    assert run.memory is not None
+    lines = run.memory.over_summary()
+    top = run.memory.peak
+    if not lines or top is None or top.peak_bytes <= target.local_memory_bytes:
+        return lines
+    need = run.flow.needed_bytes[top.core] if run.flow and run.flow.needed_bytes else 0
+    if need > target.local_memory_bytes:
+        why = (f"; its computes alone hold about {need:,} bytes at once there, whatever the "
+               "order of its receives (a --target file with more local_memory_bytes fits it)")
+    else:
+        why = (f"; its receives could not be placed to fit in {run.materializations} builds "
+               "of the program (a --target file with more local_memory_bytes fits it)")
+    return [lines[0] + why, *lines[1:]]
 
 
 def _flow_control(run: ScheduleRun) -> dict[str, Any] | None:

@@ -239,6 +239,9 @@ class Replay:
     tight: set[int] = field(default_factory=set)
     """Cores where not every receive fits when posted at the start: their memory is
     planned task by task."""
+    needed_bytes: list[int] = field(default_factory=list)
+    """Per core, the most bytes its tasks hold at once with every receive posted just
+    before its first reader and every send made at once: no posting can do with less."""
 
     def link_utilization(self) -> tuple[float, float]:
         """(max, mean) over the mesh's links of busy time / makespan."""
@@ -379,6 +382,7 @@ class _Replayer:
         """Per core and task position, the bytes held at the point before that task (the
         last entry: the point after the last task)."""
         self.kept_until = [-1] * n
+        self.needed = [0] * P
         self.roomy = [True] * P
         """Cores where every receive fits when posted at the start."""
         if self.mem is not None:
@@ -386,8 +390,9 @@ class _Replayer:
             for q, use in enumerate(self.usage):
                 # what the tasks need anyway may exceed the budget (a task larger than the
                 # memory): posting may then fill up to that, no peak grows by it
-                self.cap[q] = max(self.cap[q], int(use.max(initial=0)),
-                                  int(self.at_point[q].max(initial=0)))
+                self.needed[q] = max(int(use.max(initial=0)),
+                                     int(self.at_point[q].max(initial=0)))
+                self.cap[q] = max(self.cap[q], self.needed[q])
                 early = np.zeros(len(use) + 1, dtype=np.int64)
                 for f in self.pending[q]:
                     early[0] += self.mem.fragment[f]
@@ -463,7 +468,8 @@ class _Replayer:
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
                       self.bytes, self.link_busy, self.arrival, links, self.posts,
                       self.send_at, peaks, self.forced, self.send_wait, self.held_sends,
-                      self.cap, {q for q, ok in enumerate(self.roomy) if not ok})
+                      self.cap, {q for q, ok in enumerate(self.roomy) if not ok},
+                      self.needed)
 
     # -- where a core stands -----------------------------------------------------------
     def point(self, p: int) -> int:
