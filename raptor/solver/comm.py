@@ -333,7 +333,7 @@ class _Replayer:
         self.send_wait = 0
         self.now = 0
         self.held_sends = 0
-        # what each core receives: first and last reader position, in planned send order
+        # what each core receives: first and last reader position, planned reader and send
         pos = [0] * n
         for prog in self.progs:
             for i, t in enumerate(prog):

@@ -47,6 +47,15 @@ scheduler reserved; :func:`raptor.solver.comm.replay` judges it as the simulator
 (``MergeScheduleResult.estimate_ns``), and the better of the greedy and packed runs by that
 judgement is returned.
 
+Local memory. When the graph carries a memory model (:class:`raptor.solver.graph.MemoryDemand`,
+which `raptor.solver.from_ir` attaches), the replay that judges the runs posts receives only
+as they fit each core's memory (:mod:`raptor.solver.comm`), and the best run is also tried
+with every task that has no crossbar tiles (and at most 2, or any number of, predecessors)
+moved right after its last-ending producer on that producer's core
+(:func:`follow_producers`), each kept only if it replays faster. List scheduling puts such
+cheap tasks wherever they can start first, which leaves the fragments they read waiting in
+a busy core's memory; next to their producer they wait far less.
+
 Capacity. Reusing a resident tile takes no new crossbar slot. If greedy placement ever finds no
 core with room (and, as an alternative kept when better, whenever the tiles fill at least half
 of the chip), the scheduler restarts from a constructive packing of all tile sets
