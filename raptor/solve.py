@@ -23,11 +23,12 @@ from raptor.ir.module import Module
 from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
 from raptor.ir.verifier import verify_module
 from raptor.passes.layout import select_layouts
-from raptor.passes.materialize import ScheduleView, materialize
+from raptor.passes.materialize import Flow, ScheduleView, materialize
 from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.passes.stream import RING, StreamInfo, StreamView, materialize_stream
 from raptor.sim import SimError, SimOptions, SimReport, SimResult, Simulator
 from raptor.sim.program import SEND
+from raptor.solver.comm import START, Replay, replay
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import LowerBounds, lower_bounds, validate_schedule
 from raptor.solver.from_ir import GraphBuild, build_compute_graph
@@ -117,6 +118,14 @@ class ScheduleRun:
     """Pipeline mode: the ideal simulation's timing (period, per-inference ends)."""
     inference_numerics: list[dict[str, tuple[float, float, bool]]] | None = None
     """Pipeline mode: the numerics of every inference of the stream."""
+    flow: Replay | None = None
+    """The communication model's run that placed the receives and sends (its makespan is
+    `estimate_ns`)."""
+    materializations: int = 1
+    """How many times the program was built to fit local memory (`MEMORY_ROUNDS`)."""
+    memory_summary: list[str] = field(default_factory=list)
+    """`memory_errors` (or warnings) in one line for local memory, with what stands in the
+    way, and one for shared memory."""
 
     @property
     def ok(self) -> bool:
@@ -171,22 +180,56 @@ def _quiet(msg: str, /, *, limit_s: float | None = None, incumbent_ns: int | Non
     """The default `Progress`: says nothing."""
 
 
+MEMORY_ROUNDS = 3
+"""Materializations tried per schedule: when a core's allocated footprint exceeds its
+local memory, the communication model is replayed with that core's budget cut by the
+overshoot, and the program is built again."""
+
+
 def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild, comp: Compiled,
                   target: Target, print_ir: IRHook | None = None) -> ScheduleRun:
     """Validate and materialize a schedule in its plan's order (the order and send priorities
-    its communication estimate assumed)."""
+    its communication estimate assumed), with receives and sends where the communication
+    model placed them to stay within local memory (`MEMORY_ROUNDS`)."""
     g = solved_build.graph
     violations = validate_schedule(g, target, res)
-    scheduled = materialize(comp.module, solved_build.projection, solved_build.outputs,
-                            ScheduleView(res.core_of, res.start_ns, res.end_ns))
-    errors = [str(d) for d in verify_module(scheduled)]
+    budget: list[int] | None = None
+    rounds = 0
+    while True:
+        rounds += 1
+        rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns, budget=budget)
+        scheduled = materialize(comp.module, solved_build.projection, solved_build.outputs,
+                                ScheduleView(res.core_of, res.start_ns, res.end_ns),
+                                flow=message_flow(solved_build, rep))
+        errors = [str(d) for d in verify_module(scheduled)]
+        memory = plan_memory(scheduled, target) if not errors else None
+        # cores over their memory that a tighter budget can help (not those whose tasks
+        # alone need more)
+        over = {c.core: c.peak_bytes for c in memory.cores.values()
+                if c.peak_bytes > target.local_memory_bytes
+                and rep.needed_bytes[c.core] < target.local_memory_bytes} \
+            if memory is not None and g.memory is not None else {}
+        if not over or rounds == MEMORY_ROUNDS:
+            break
+        budget = list(rep.budget)
+        for core, peak in over.items():  # cut by the overshoot and 3 % more
+            budget[core] = budget[core] * target.local_memory_bytes * 97 // (peak * 100)
     if print_ir is not None:
         print_ir("materialize", scheduled)
-    run = ScheduleRun(name, res, res.estimate_ns, violations, scheduled, errors,
-                      ideal_estimate_ns=res.summary["completion_ns"])
-    if not errors:
-        run.memory = plan_memory(scheduled, target)
+    run = ScheduleRun(name, res, rep.makespan_ns, violations, scheduled, errors,
+                      ideal_estimate_ns=res.summary["completion_ns"], memory=memory,
+                      flow=rep, materializations=rounds)
     return run
+
+
+def message_flow(build: GraphBuild, rep: Replay) -> Flow:
+    """Where materialization posts each receive and makes each send: where the
+    communication model did (within the local-memory budget, see
+    `raptor.solver.comm.replay`), keyed as materialization keys messages."""
+    keys = build.fragment_keys
+    return Flow({(keys[f][0], keys[f][1], q, keys[f][3]): at for (f, q), at in rep.posts.items()},
+                {(keys[f][0], keys[f][1], q, keys[f][3]): at for (f, q), at in rep.sends.items()},
+                frozenset(rep.tight))
 
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,
@@ -237,7 +280,7 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         else:
             say("materializing the cpsat schedule")
             runs.append(_run_schedule("cpsat", cp, build, comp, target, opts.compile.print_ir))
-    _memory_verdict(runs, opts)
+    _memory_verdict(runs, opts, target)
     assert comp.feeds is not None
     inputs, source = comp.feeds.data, comp.feeds.source
     notes = list(comp.notes)
@@ -328,7 +371,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         else:
             say("materializing the cpsat stream")
             runs.append(_run_stream("cpsat", cp, problem, build, comp, target, opts))
-    _memory_verdict(runs, opts)
+    _memory_verdict(runs, opts, target)
     assert comp.feeds is not None
     notes = list(comp.notes)
     oracle = None
@@ -408,7 +451,8 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
     return run
 
 
-def _memory_verdict(runs: list[ScheduleRun], opts: SolveOptions) -> None:
+def _memory_verdict(runs: list[ScheduleRun], opts: SolveOptions, target: Target) -> None:
+    """Over local or shared memory: an error, or a warning with --allow-memory-overflow."""
     for run in runs:
         if run.memory is not None:
             over = run.memory.over_capacity()
@@ -416,6 +460,7 @@ def _memory_verdict(runs: list[ScheduleRun], opts: SolveOptions) -> None:
                 run.memory_warnings = over
             else:
                 run.memory_errors = over
+            run.memory_summary = _memory_summary(run, target)
 
 
 def _link_busy(sim: Simulator, target: Target) -> list[int]:
@@ -519,6 +564,39 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
     return out
 
 
+def _memory_summary(run: ScheduleRun, target: Target) -> list[str]:
+    """The worst core over local memory in one line (`MemoryPlan.over_summary`) and why:
+    its computes alone need more than the memory whatever the order of its receives (the
+    communication model's `needed_bytes`), or the receives could not be placed to fit."""
+    assert run.memory is not None
+    lines = run.memory.over_summary()
+    top = run.memory.peak
+    if not lines or top is None or top.peak_bytes <= target.local_memory_bytes:
+        return lines
+    need = run.flow.needed_bytes[top.core] if run.flow and run.flow.needed_bytes else 0
+    if need > target.local_memory_bytes:
+        why = (f"; its computes alone hold about {need:,} bytes at once there, whatever the "
+               "order of its receives (a --target file with more local_memory_bytes fits it)")
+    else:
+        why = (f"; its receives could not be placed to fit in {run.materializations} builds "
+               "of the program (a --target file with more local_memory_bytes fits it)")
+    return [lines[0] + why, *lines[1:]]
+
+
+def _flow_control(run: ScheduleRun) -> dict[str, Any] | None:
+    """How the program keeps within local memory: receives posted after the start,
+    sends held to a later point, the time senders waited for a post, receives posted over
+    budget to go on, and how many times the program was built (`MEMORY_ROUNDS`)."""
+    rep = run.flow
+    if rep is None:
+        return None
+    return {"receives": len(rep.posts),
+            "receives_posted_late": sum(1 for p in rep.posts.values() if p != START),
+            "held_sends": rep.held_sends, "send_wait_ns": rep.send_wait_ns,
+            "forced_posts": rep.forced_posts, "tight_cores": len(rep.tight),
+            "materializations": run.materializations}
+
+
 def _bound_of(res: MergeScheduleResult) -> str:
     """What a schedule's ``bound_ns`` bounds: the problem (PEFT reports the problem's lower
     bound; CP-SAT's full model relaxes the problem), or only a restricted CP-SAT model."""
@@ -567,6 +645,7 @@ def report(s: Solved) -> dict[str, Any]:
             "simulation_error": run.sim_error,
             "notes": list(res.notes),
             "local_memory": run.memory.to_dict() if run.memory else None,
+            "flow_control": _flow_control(run),
             "memory_errors": run.memory_errors,
             "memory_warnings": run.memory_warnings,
             "simulation": run.sim.report.to_dict() if run.sim else None,

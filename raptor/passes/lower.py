@@ -546,7 +546,10 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
             partials = []
             for tile in col.tiles:
                 ins = [x, tile.weight] + ([col.bias] if single and col.bias is not None else [])
-                partials.append(_conv_batch(em, ins, Slab(n, col.first_in, col.channels_in),
+                # the input channels whose im2col rows the tile multiplies: (c, kh, kw) order
+                c0 = tile.row // (kh * kw)
+                c1 = -(-(tile.row + tile.shape[0]) // (kh * kw))
+                partials.append(_conv_batch(em, ins, Slab(n, col.first_in + c0, c1 - c0),
                                             window, tile, single, act, not single))
             results.append(_reduce_partials(em, partials, col.bias, act))
         images.append(em.concat(results, (1, *out_shape[1:]), 1))
@@ -556,11 +559,15 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
 def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile, tail: bool,
                 act: Plan | None, sliced: bool) -> Value:
     """Lanes = output rows. Each lane reads only the input rows its window covers (padding
-    is added inside the lane), builds the im2col row and does one MVM per pixel."""
+    is added inside the lane) of only the channels its tile multiplies (`slab`), builds
+    those channels' im2col rows, keeps the tile's rows and does one MVM per pixel. Building
+    the whole im2col window per tile would cost every row tile a copy of all channels, and
+    local memory for two of them (the window and its transpose)."""
     kh, kw = win.kernel
     oh, ow = win.out
     kt, mt = tile.shape
     cn = slab.count
+    first = tile.row % (kh * kw)  # the slab starts at the channel of the tile's first row
 
     def body(b: Builder, rows: Value, args: list[Value]) -> Value:
         cols = []
@@ -568,9 +575,10 @@ def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile,
             e = b.extract(rows, [0, 0, j * win.dilation[1]], [cn, kh, ow], [1, 1, win.stride[1]])
             cols.append(b.reshape(e, _t((cn, kh, 1, ow))) if kw > 1 else e)
         patch = b.concat(cols, 2) if kw > 1 else cols[0]
-        mat = b.transpose(b.reshape(patch, _t((cn * kh * kw, ow))), [1, 0])
-        if sliced:
-            mat = b.extract(mat, [0, tile.row], [ow, kt])
+        mat = b.reshape(patch, _t((cn * kh * kw, ow)))
+        if sliced:  # the tile's rows: contiguous in the (K, ow) matrix
+            mat = b.extract(mat, [first, 0], [kt, ow])
+        mat = b.transpose(mat, [1, 0])
         y = b.mvm(args[1], mat)
         if tail:
             if len(args) > 2:
@@ -867,18 +875,29 @@ def _pool(em: Emit, plan: Plan, kind: str) -> Value:
                           [1, 1, 1, ow], type=_t((1, 1, 1, ow)))
             return b.binary("vmul", frag, r, _shape_t(frag))
 
+    # channels per lane: the most (dividing c) whose input window stays within an eighth of
+    # a core's local memory, so that a wide map's pooling lane does not fill the core
+    cap = em.target.local_memory_bytes // 8 // max(1, -(-em.target.input_bits // 8))
+    cg = max((d for d in range(1, c + 1) if c % d == 0 and d * kh * (wd + left + right) <= cap),
+             default=1)
+
     def body(b: Builder, rows: Value, args: list[Value]) -> Value:
         acc: Value | None = None
         for i in range(kh):
             for j in range(kw):
-                e = b.extract(rows, [0, i, j * dw], [c, 1, ow], [1, 1, sw], type=_t((c, ow)))
+                e = b.extract(rows, [0, i, j * dw], [cg, 1, ow], [1, 1, sw], type=_t((cg, ow)))
                 acc = e if acc is None else b.binary("vmax" if kind == "max" else "vadd", acc, e)
         assert acc is not None  # the window has at least one tap (Window checks)
-        return b.reshape(acc, _t((1, c, 1, ow)))
+        return b.reshape(acc, _t((1, cg, 1, ow)))
 
     fill = -np.inf if kind == "max" else 0.0
-    return em.per_image(out, lambda n: _window_rows(em, ins, Slab(n, 0, c), win, fill,
-                                                    (1, *out[1:]), body, extra=extra))
+
+    def image(n: int) -> Value:
+        groups = [_window_rows(em, ins, Slab(n, c0, cg), win, fill, (1, cg, oh, ow), body,
+                               extra=extra) for c0 in range(0, c, cg)]
+        return em.concat(groups, (1, *out[1:]), 1)
+
+    return em.per_image(out, image)
 
 
 def _avg_reciprocals(win: Window, tail: tuple[int, int], include_pad: bool) -> np.ndarray:

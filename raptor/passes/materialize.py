@@ -16,15 +16,25 @@ message or a consumer; it can only remove copies, so a merged program is never s
 the estimate in the ideal simulation (`merge=False` gives the one-instance-per-compute form
 whose ideal simulation equals the estimate exactly).
 
-Communication order. Every receive is posted at the start of its core's program (posting
-costs nothing and never blocks; the consumer waits for the data), so a rendezvous send
-always finds its receive posted and never waits for its partner: blocking cannot cascade
-from core to core, and since nothing but a compute waits (for data whose producer comes
-earlier in the dependency order) no cycle of waits can form, whatever the actual timing.
-Each producer's sends follow it directly, the most urgent first (the earliest planned start
-of a reader on the destination core, then the destination) — the rule of
-`raptor.solver.comm.send_order`, so the scheduler's communication model predicts this
-program. Channel numbers follow the producers' planned ends.
+Communication order. Without a `Flow`, every receive is posted at the start of its core's
+program (posting costs nothing and never blocks; the consumer waits for the data), so a
+rendezvous send always finds its receive posted and never waits for its partner: blocking
+cannot cascade from core to core, and since nothing but a compute waits (for data whose
+producer comes earlier in the dependency order) no cycle of waits can form, whatever the
+actual timing. Each producer's sends follow it directly, the most urgent first (the
+earliest planned start of a reader on the destination core, then the destination) — the
+rule of `raptor.solver.comm.send_order`, so the scheduler's communication model predicts
+this program. Channel numbers follow the producers' planned ends.
+
+But a posted receive's buffer occupies local memory until its last reader, and a program
+that posts everything at the start can need many times a core's memory (ResNet-18: up to
+850 KB per core). With a `Flow` (from `raptor.solver.comm.replay` over a graph with a
+memory model), each receive is posted, and each send made, at the point between two
+computes where the flow-controlled model placed it: receives while they fit, sends held
+while the receiver has no room. That model ran the same program to completion, and a
+program of blocking sends, non-blocking posts and waiting computes either completes
+whatever the timing or never does (each wait is on one partner reaching one place in its
+program), so this one cannot deadlock; channel numbers then follow the model's send order.
 
 The graph invariant is not imposed on scheduled values (spec, "Scheduled IR exclusion"):
 fragments and Blueprint metadata are resolved here, from the projection, before the graph
@@ -35,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from raptor.ir.core import Affine, Block, Operation, Value
@@ -80,6 +90,25 @@ def _crop_op(whole: Value, p: Piece) -> ExtractSliceOp:
     op = ExtractSliceOp(whole, part, tuple(map(Affine, p.crop)), p.sizes, (1,) * len(p.sizes))
     part.owner = op
     return op
+
+
+@dataclass
+class Flow:
+    """Where each message's receive and send go, as a flow-controlled communication model
+    decided (`raptor.solver.comm.replay`). A *point* of a core program follows the compute
+    (and stores) of an instance and precedes the next compute; the receives of a point
+    come before its sends."""
+
+    posts: Mapping[Message, int]
+    """Message -> the instance after whose compute its receive is posted (-1: at the
+    program's start)."""
+    sends: Mapping[Message, tuple[int, int]]
+    """Message -> (instance after whose compute it is sent, rank): a core sends in rank
+    order, and the rank is the message's channel number."""
+    tight: frozenset[int] = frozenset()
+    """Cores whose memory was planned instance by instance: their lanes are not merged
+    into scheduled batches (a batch gathers every lane's inputs at once and keeps every
+    lane's result until the last is read)."""
 
 
 @dataclass
@@ -145,8 +174,14 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane
 
 class Materializer:
     def __init__(self, module: Module, proj: Projection, outputs: list[list[Piece]],
-                 sched: ScheduleView, merge: bool) -> None:
+                 sched: ScheduleView, merge: bool,
+                 flow: Flow | None = None) -> None:
         self.merge = merge
+        self.flow = flow
+        self.anchored: dict[int, tuple[list[ChannelReceiveOp],
+                                       list[tuple[int, ChannelSendOp]]]] = {}
+        """Instance -> the receives posted and the (ranked) sends made at the point after
+        its compute."""
         self.src = module
         self.func = module.main()
         self.proj = proj
@@ -331,6 +366,23 @@ class Materializer:
         ops: list[Operation] = [sc, *self.output_stores(core, inst, outs)]
         self.emit(core, (self.s.start[inst.id], 1, inst.id), ops)
         self.events[inst.id] = ops
+
+    def place_messages(self, events: list[tuple[tuple[int, int, int], list[Operation]]]
+                       ) -> list[tuple[tuple[int, int, int], list[Operation]]]:
+        """The receives and sends of the point after an instance's compute (and stores):
+        receives first, then sends in rank order."""
+        if not self.anchored:
+            return events
+        out: list[tuple[tuple[int, int, int], list[Operation]]] = []
+        for key, ops in events:
+            out.append((key, ops))
+            got = self.anchored.get(key[2]) if key[1] == 1 else None
+            if got is not None:
+                recvs, sends = got
+                point: list[Operation] = [*recvs, *(op for _, op in sorted(
+                    sends, key=lambda s: s[0]))]
+                out.append(((key[0], 0, -1), point))
+        return out
 
     # -------------------------------------------------------------- equivalence classes
     def merge_runs(self, core: int, events: list[tuple[tuple[int, int, int], list[Operation]]],
@@ -519,9 +571,13 @@ class Materializer:
         pending: dict[int, list[tuple[int, Message]]] = {}
         for seq, m in enumerate(self.messages):
             pending.setdefault(m[0], []).append((seq, m))
+        flow = self.flow
         for inst in order:
             self.instance(inst)
             for seq, (u, r, q, crop) in pending.get(inst.id, []):
+                m = (u, r, q, crop)
+                if flow is not None:  # channels follow the flow's sends
+                    seq = flow.sends[m][1] if m in flow.sends else len(flow.sends) + seq
                 p = self.s.core_of[u]
                 frag = self.local[(u, r, p, None)]
                 phase = 0 if self.s.end[u] > self.s.start[u] else 2
@@ -535,15 +591,23 @@ class Materializer:
                     send = ChannelSendOp(frag, q, seq, tuple(map(Affine, offs)), sizes,
                                          (1,) * len(sizes), msg)
                     got = Value(msg, f"r{u}")
-                self.emit(p, key, [send])
                 recv = ChannelReceiveOp(got, p, seq)
                 got.owner = recv
                 self.local[(u, r, q, crop)] = got
-                self.emit(q, (-1, 0, seq), [recv])  # posted when the program starts
+                at = flow.sends.get(m) if flow is not None else None
+                if at is None:
+                    self.emit(p, key, [send])
+                else:
+                    self.anchored.setdefault(at[0], ([], []))[1].append((at[1], send))
+                post = flow.posts.get(m, -1) if flow is not None else -1
+                if post < 0:
+                    self.emit(q, (-1, 0, seq), [recv])  # posted when the program starts
+                else:
+                    self.anchored.setdefault(post, ([], []))[0].append(recv)
         cores = []
         for core in sorted(self.programs):
-            events = sorted(self.programs[core], key=lambda e: e[0])
-            if self.merge:
+            events = self.place_messages(sorted(self.programs[core], key=lambda e: e[0]))
+            if self.merge and (flow is None or core not in flow.tight):
                 events = self.merge_runs(core, events, set(by_producer))
             body = Block([], self.program(core, [op for _, ops in events for op in ops]))
             cores.append(CoreOp(core, body))
@@ -553,8 +617,29 @@ class Materializer:
                       filename=self.src.filename)
 
 
+def received_compute(module: Module, proj: Projection, inst: Instance) -> ScheduledComputeOp:
+    """The `spat.scheduled_compute` materialization builds for `inst` when every fragment
+    it reads arrives from another core (its ins are then receives defined outside it):
+    what the instance itself needs of local memory, wherever it runs."""
+    n = len(proj.instances)
+    core_of = [1] * n
+    core_of[inst.id] = 0
+    m = Materializer(module, proj, [], ScheduleView(core_of, [0] * n, [0] * n), merge=False)
+    for use in inst.uses:
+        for p in use.pieces:
+            t = p.fragment if p.crop is None else TensorType(p.sizes, p.fragment.dtype)
+            m.local[(p.producer, p.result, 0, crop_key(p))] = Value(t, "r")
+    m.instance(inst)
+    sc = m.events[inst.id][0]
+    assert isinstance(sc, ScheduledComputeOp)
+    return sc
+
+
 def materialize(module: Module, proj: Projection, outputs: list[list[Piece]],
-                schedule: ScheduleView, merge: bool = True) -> Module:
+                schedule: ScheduleView, merge: bool = True, flow: Flow | None = None
+                ) -> Module:
     """Scheduled IR for `schedule` (see the module docstring). `merge` runs consecutive
-    compatible lanes of one graph batch as one `spat.scheduled_compute_batch`."""
-    return Materializer(module, proj, outputs, schedule, merge).run()
+    compatible lanes of one graph batch as one `spat.scheduled_compute_batch`. `flow`
+    places receives and sends where a memory-aware communication model decided (see
+    `Flow`); without it every receive is posted at the start."""
+    return Materializer(module, proj, outputs, schedule, merge, flow).run()

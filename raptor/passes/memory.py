@@ -19,17 +19,18 @@ fresh buffer, so a multi-instruction op never overwrites what it still reads.
 
 Lifetimes are intervals of program steps (one per top-level op and per body op; a batch
 body is counted once, its lanes reuse the same intermediates, and what a batch body reads
-from outside stays live for the whole batch). Addresses come from first-fit in order of
-definition; the footprint (highest address used) is what must fit, the live peak (largest
-sum of buffers live at one step) is the lower bound any allocator would need.
+from outside stays live for the whole batch). Addresses are placed offline (`_addresses`);
+the footprint (highest address used) is what must fit, the live peak (largest sum of
+buffers live at one step) is the lower bound any allocator would need.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from raptor.ir.core import Block, Operation, Value
 from raptor.ir.module import Module
@@ -119,6 +120,22 @@ class MemoryPlan:
                          "(shared_memory_bytes)")
         return lines
 
+    def over_summary(self) -> list[str]:
+        """What `over_capacity` says, in one line for local memory (the worst core, its
+        peak and where it is reached, how many cores are over) and one for shared memory."""
+        t = self.target
+        over = sorted((c for c in self.cores.values() if c.peak_bytes > t.local_memory_bytes),
+                      key=lambda c: (-c.peak_bytes, c.core))
+        lines = []
+        if over:
+            c = over[0]
+            others = f"; {len(over)} of {len(self.cores)} cores are over" if len(over) > 1 \
+                else ""
+            lines.append(f"core {c.core} needs {c.peak_bytes:,} bytes of local memory (live "
+                         f"peak {c.live_peak_bytes:,} at {c.peak_where}) but target {t.name} "
+                         f"has {t.local_memory_bytes:,} (local_memory_bytes){others}")
+        return lines + [x for x in self.over_capacity() if x.startswith("shared memory")]
+
     def to_dict(self) -> dict[str, Any]:
         top = self.peak
         t = self.target
@@ -191,7 +208,7 @@ class _Storage:
 
 
 class _CoreAllocator:
-    """Lifetimes of one core's program, then first-fit addresses."""
+    """Lifetimes of one core's program, then addresses."""
 
     def __init__(self, body: Block, core: int, element_bytes: int) -> None:
         self.core = core
@@ -362,20 +379,7 @@ class _CoreAllocator:
 
     # -- addresses -------------------------------------------------------------------
     def allocate(self) -> CoreMemory:
-        order = sorted(self.storages, key=lambda s: (s.start, -s.size))
-        active: list[tuple[int, int, int]] = []  # (addr, aligned end address, end step)
-        peak = 0
-        for s in order:
-            active = [a for a in active if a[2] >= s.start]
-            size = _align(max(s.size, 1), ALIGN)
-            addr = 0
-            for a_addr, a_end, _ in active:
-                if a_addr - addr >= size:
-                    break
-                addr = max(addr, a_end)
-            s.addr = addr
-            bisect.insort(active, (addr, addr + size, s.end))
-            peak = max(peak, addr + s.size)
+        peak = _addresses(self.storages, self.step)
         live, at = _live_peak(self.storages, self.step)
         slots = {v: Slot(s.addr + off, self.nbytes(v)) for v, (s, off) in self.loc.items()}
         for a, w in self.weights.items():  # block arguments standing for data weights
@@ -385,6 +389,65 @@ class _CoreAllocator:
         return CoreMemory(self.core, peak, live, _describe(*at_op) if at_op else "start",
                           len(self.storages), slots,
                           {op: Slot(s.addr, s.size) for op, s in self.staging.items()})
+
+
+def _place(storages: Sequence[_Storage], order: Sequence[int]) -> int:
+    """Give each buffer, in `order`, the lowest address free of every placed buffer whose
+    lifetime meets its own; returns the footprint."""
+    n = len(storages)
+    starts = np.empty(n, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    lo = np.empty(n, dtype=np.int64)
+    hi = np.empty(n, dtype=np.int64)
+    peak = 0
+    for k, i in enumerate(order):
+        s = storages[i]
+        size = _align(max(s.size, 1), ALIGN)
+        meet = (starts[:k] <= s.end) & (ends[:k] >= s.start)
+        addr = 0
+        if meet.any():
+            a, e = lo[:k][meet], hi[:k][meet]
+            at = np.argsort(a, kind="stable")
+            for x, y in zip(a[at].tolist(), e[at].tolist(), strict=True):
+                if x - addr >= size:
+                    break
+                addr = max(addr, y)
+        s.addr = addr
+        starts[k], ends[k], lo[k], hi[k] = s.start, s.end, addr, addr + size
+        peak = max(peak, addr + s.size)
+    return peak
+
+
+def _addresses(storages: Sequence[_Storage], steps: int) -> int:
+    """Addresses for one core's buffers; returns the footprint. Two offline orders, the
+    better kept: greedy by breadth (the steps with the most bytes live first, each one's
+    buffers largest first) and greedy by size. Placing what is live at the fullest steps
+    first keeps smaller, shorter-lived buffers from splitting the space there; on ResNet-18's
+    cores the footprint stays within about a tenth of the live peak (first-fit in order of
+    definition needed up to a fifth more)."""
+    if not storages:
+        return 0
+    n = len(storages)
+    start = np.fromiter((s.start for s in storages), np.int64, n)
+    end = np.fromiter((s.end for s in storages), np.int64, n)
+    size = np.fromiter((s.size for s in storages), np.int64, n)
+    delta = np.zeros(steps + 2, dtype=np.int64)
+    np.add.at(delta, start, size)
+    np.add.at(delta, end + 1, -size)
+    breadth = np.cumsum(delta)
+    rank = np.empty(len(breadth), dtype=np.int64)
+    rank[np.argsort(-breadth, kind="stable")] = np.arange(len(breadth))
+    first = [int(rank[a:b + 1].min()) for a, b in zip(start.tolist(), end.tolist(), strict=True)]
+    by_breadth = sorted(range(n), key=lambda i: (first[i], -storages[i].size, i))
+    by_size = sorted(range(n), key=lambda i: (-storages[i].size, storages[i].start, i))
+    best = _place(storages, by_breadth)
+    kept = [s.addr for s in storages]
+    other = _place(storages, by_size)
+    if other <= best:
+        return other
+    for s, a in zip(storages, kept, strict=True):
+        s.addr = a
+    return best
 
 
 def _row_strides(shape: Sequence[int]) -> list[int]:
@@ -426,6 +489,21 @@ def _iteration(body: Block) -> Block:
     if len(body.ops) == 1 and isinstance(body.ops[0], StreamOp):
         return body.ops[0].body
     return body
+
+
+def compute_memory(op: ScheduledComputeOp | ScheduledComputeBatchOp, element_bytes: int
+                   ) -> tuple[int, dict[str, int]]:
+    """What one compute needs of local memory by itself, by the rules above: the most
+    bytes its gathered inputs, intermediates and results hold at once (not the values
+    defined outside it that it reads: a scheduler adds those, where they live), and the
+    constants it reads as data by symbol (resident on its core for the whole program)."""
+    alloc = _CoreAllocator(Block([], [op]), -1, element_bytes)
+    alloc.run()
+    consts = {v.owner.symbol: alloc.loc[v][0] for v in alloc.loc
+              if isinstance(v.owner, WeightOp)}
+    held = {id(s) for s in consts.values()}
+    peak = _live_peak([s for s in alloc.storages if id(s) not in held], alloc.step)[0]
+    return peak, {k: s.size for k, s in consts.items()}
 
 
 def plan_memory(module: Module, target: Target, element_bytes: int | None = None

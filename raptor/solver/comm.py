@@ -7,17 +7,23 @@ reported as the schedule's estimate). It models the simulator's default options
 
 * **Messages.** A graph fragment (:class:`raptor.solver.graph.Fragment`) crosses the mesh
   once per destination core, however many tasks there read it; same-core reads are free.
-  Materialization sends exactly these messages, each right after its producer (and its
-  shared-memory stores), ordered by :func:`send_order`.
+  Materialization sends exactly these messages, each after its producer (and its
+  shared-memory stores) in :func:`send_order`, or later where the flow control below
+  holds it.
 * **Links.** XY routing (along the row, then the column); every directed link carries one
   message at a time. Cut-through: the head advances one hop per ``hop_ns`` and waits at a
   busy link; the link is then busy for the message's serialisation time
   ``ceil(bytes / flit_bytes) * flit_cycles``. Without waiting a message takes exactly
   ``Target.transfer_ns``. Links are granted in injection-time order, as in the simulator.
 * **Rendezvous.** A send completes when its receive is posted; the sender then continues
-  and the data crosses on its own. Materialization posts every receive at the start of its
-  core's program (a posted receive costs nothing and never blocks), so no send ever waits
-  for its partner and the protocol adds no time. The receiving task waits for the data.
+  and the data crosses on its own. A posted receive costs nothing and never blocks, but its
+  buffer occupies the receiver's local memory from the post on. Without a memory model
+  (:class:`raptor.solver.graph.MemoryDemand`) every receive is posted at the start of its
+  core's program, so no send ever waits. With one, each core posts receives while they fit
+  its local memory and senders may hold messages to a later point (:class:`_Replayer`);
+  a send then waits for a post that comes later, and the replay charges that wait. The
+  receiving task waits for the data. Materialization posts and sends exactly where the
+  replay did (:attr:`Replay.posts`, :attr:`Replay.sends`).
 * **Shared memory.** The chip serves one shared-memory request at a time: the part of a
   task that stores graph outputs (``Task.shared_ns``) queues, in request order. Loads of
   function inputs inside compute bodies are part of the task's own cost (no queue).
@@ -27,16 +33,18 @@ reported as the schedule's estimate). It models the simulator's default options
 
 What it leaves out: lanes that materialization merges into one scheduled batch gather their
 inputs once (a little cheaper) and start when all of them have arrived (possibly a little
-later). Everything else is what the simulator does, so the replayed makespan predicts the
-simulated latency.
+later); on cores whose memory is planned task by task nothing is merged. Everything else is
+what the simulator does, so the replayed makespan predicts the simulated latency.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
@@ -187,6 +195,12 @@ def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[i
     return out
 
 
+START = -1
+"""The point at a core program's start. Every other *point* of a program is named by the
+task whose compute (with its shared-memory stores) it follows; the next task's compute
+follows it. At a point the core posts receives, then does sends, in that order."""
+
+
 @dataclass
 class Replay:
     """A schedule played through the communication model (see :func:`replay`)."""
@@ -204,6 +218,30 @@ class Replay:
     links: int = 0
     """How many directed links the mesh has (``link_busy_ns`` also numbers the missing
     links of border cores, which stay idle)."""
+    posts: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(fragment, core) -> the point (see :data:`START`) where its receive is posted."""
+    sends: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    """(fragment, core) -> (point, rank): where its sender sends it, and the rank of the
+    send among all sends in the order they were made (a core makes its sends in rank
+    order)."""
+    memory_peak_bytes: list[int] = field(default_factory=list)
+    """Per core, the most local memory the model expects it to hold (empty without a
+    :class:`raptor.solver.graph.MemoryDemand`)."""
+    forced_posts: int = 0
+    """Receives posted beyond the memory budget because the program could not go on
+    otherwise (every core involved was waiting on another)."""
+    send_wait_ns: int = 0
+    """Time senders spent waiting for their receive to be posted."""
+    held_sends: int = 0
+    """Sends a sender postponed to a later point, keeping the data meanwhile."""
+    budget: list[int] = field(default_factory=list)
+    """Per core, the bytes the posting policy planned to fill."""
+    tight: set[int] = field(default_factory=set)
+    """Cores where not every receive fits when posted at the start: their memory is
+    planned task by task."""
+    needed_bytes: list[int] = field(default_factory=list)
+    """Per core, the most bytes its tasks hold at once with every receive posted just
+    before its first reader and every send made at once: no posting can do with less."""
 
     def link_utilization(self) -> tuple[float, float]:
         """(max, mean) over the mesh's links of busy time / makespan."""
@@ -213,26 +251,61 @@ class Replay:
 
 
 _RUN, _INJECT, _MEM = range(3)
+MEMORY_MARGIN = 0.88
+"""Share of a core's local memory the posting policy plans to fill: the allocator's
+addresses need some room beyond the bytes live at once (on ResNet-18 the footprint is up
+to a tenth above the live peak; at 0.92 one core of 64 came out 128 bytes over, at 0.88
+none, for an estimate 2 % longer)."""
+SKIPS = 8
+"""Receives a decision point passes over (they do not fit yet) before it stops looking."""
+
+Message = tuple[int, int]
+"""(fragment, destination core)."""
 
 
 class _Replayer:
+    """The event loop, with the flow control of a core's local memory.
+
+    Each core runs its tasks in order. At the point after a task's compute the core
+    posts receives: those of its next task (they must be), then those whose senders
+    already wait for them, then those whose readers come so soon after its next point
+    that a sender holding them could not deliver in time, then those whose senders plan
+    to send before that point — each only if it fits the memory budget from here until
+    its first reader. The bytes every later task needs (its own buffers, kept results,
+    received fragments between first and last reader, resident constants) are counted in
+    advance, both while tasks run and at the points between them, so a post never takes
+    what a later task must have. A core whose receives all fit at the start posts them
+    there. Then the core sends: what it held back, then the task's messages
+    (:func:`send_order`). A send whose receive is posted goes now (rendezvous: at the post
+    if that is later). Otherwise it is held to the next point when the sender can keep
+    the data that long and the reader is not planned to run before then (or the receiver
+    has no room anyway); else the sender waits for the post. A waiting core (for data or
+    a post) posts at once what waits for it and fits, and sends what it holds that is
+    wanted; if the waiting closes a cycle of cores, a sender in it holds its message if it
+    can, else the receiver with the most room posts it over budget (forced), so the
+    program always completes. Without a :class:`raptor.solver.graph.MemoryDemand`, every
+    receive is posted at the start and no send ever waits."""
+
     def __init__(self, graph: ComputeGraph, target: Target, core_of: Sequence[int],
                  core_tasks: Sequence[Sequence[int]], priority: Sequence[int],
-                 contention: bool) -> None:
+                 contention: bool, budget: Sequence[int] | None = None) -> None:
         self.g = graph
         self.net = Network(target)
         self.core_of = core_of
         self.progs = [list(ts) for ts in core_tasks]
         self.contention = contention
+        self.priority = priority
         n = graph.num_tasks
+        P = len(self.progs)
+        self.P = P
         self.start = [0] * n
         self.end = [0] * n
         self.sends = send_order(graph, core_of, priority)
         self.dur = graph.durations(core_of)
-        self.arrival: dict[tuple[int, int], int] = {}
-        self.waiting: dict[tuple[int, int], int] = {}  # (fragment, core) -> parked core
-        self.pc = [0] * len(self.progs)
-        self.clock = [0] * len(self.progs)
+        self.arrival: dict[Message, int] = {}
+        self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
+        self.pc = [0] * P
+        self.clock = [0] * P
         self.heap: list[tuple[int, int, int, int]] = []
         self.seq = 0
         self.link_free = [0] * self.net.num_links
@@ -240,16 +313,144 @@ class _Replayer:
         self.mem_free = 0
         self.messages = 0
         self.bytes = 0
+        # flow control
+        self.outbox: list[list[Message]] = [[] for _ in range(P)]
+        """Per core, the sends still to do at its current point."""
+        self.held: list[list[Message]] = [[] for _ in range(P)]
+        """Per core, sends postponed to its next point."""
+        self.holder: dict[Message, int] = {}
+        self.kept_at: list[tuple[int, set[int]]] = [(-1, set()) for _ in range(P)]
+        """Per core, (position, producers whose results its held sends keep there)."""
+        self.posted: dict[Message, int] = {}
+        self.posts: dict[Message, int] = {}
+        self.send_at: dict[Message, tuple[int, int]] = {}
+        self.sent: set[Message] = set()
+        self.blocked_send: list[Message | None] = [None] * P
+        self.sender_of: dict[Message, int] = {}  # unposted message -> its parked sender
+        self.blocked_on: list[list[Message]] = [[] for _ in range(P)]
+        self.wait_data: list[int] = [-1] * P
+        self.forced = 0
+        self.send_wait = 0
+        self.now = 0
+        self.held_sends = 0
+        # what each core receives: first and last reader position, planned reader and send
+        pos = [0] * n
+        for prog in self.progs:
+            for i, t in enumerate(prog):
+                pos[t] = i
+        self.remote: list[list[int]] = [[] for _ in range(n)]
+        first: dict[Message, int] = {}
+        last: dict[Message, int] = {}
+        self.reader_plan: dict[Message, int] = {}
+        frags = graph.fragments
+        for t, fs in enumerate(graph.reads):
+            q = core_of[t]
+            for f in fs:
+                if core_of[frags[f].producer] == q:
+                    continue
+                self.remote[t].append(f)
+                key = (f, q)
+                if key not in first or pos[t] < first[key]:
+                    first[key] = pos[t]
+                    self.reader_plan[key] = priority[t]
+                last[key] = max(last.get(key, 0), pos[t])
+        self.first = first
+        dur = self.dur
+        self.send_plan = {m: priority[frags[m[0]].producer] + dur[frags[m[0]].producer]
+                          for m in first}
+        self.pending: list[list[int]] = [[] for _ in range(P)]
+        """Per core, the receives not yet posted in the order of their readers."""
+        self.early: list[list[int]] = [[] for _ in range(P)]
+        """Per core, the receives not yet posted in the order of their planned sends."""
+        for (f, q) in sorted(first, key=lambda m: (self.reader_plan[m], self.send_plan[m],
+                                                   m[0], m[1])):
+            self.pending[q].append(f)
+        for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m],
+                                                   m[0], m[1])):
+            self.early[q].append(f)
+        self.lead = {m: dur[frags[m[0]].producer] + self.net.message(
+            core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes)[2] for m in first}
+        """How long before its reader a receive must be posted so that a sender holding the
+        message can still deliver it: its task's time and the transfer's."""
+        self.mem = graph.memory
+        self.cap = [int(target.local_memory_bytes * MEMORY_MARGIN)] * P if budget is None \
+            else list(budget)
+        """Per core, the bytes the policy plans to fill."""
+        self.usage: list[np.ndarray] = []
+        """Per core and task position, the bytes held while that task runs."""
+        self.at_point: list[np.ndarray] = []
+        """Per core and task position, the bytes held at the point before that task (the
+        last entry: the point after the last task)."""
+        self.kept_until = [-1] * n
+        self.needed = [0] * P
+        self.roomy = [True] * P
+        """Cores where every receive fits when posted at the start."""
+        if self.mem is not None:
+            self.usage, self.at_point = self.static_usage(pos, first, last)
+            for q, use in enumerate(self.usage):
+                # what the tasks need anyway may exceed the budget (a task larger than the
+                # memory): posting may then fill up to that, no peak grows by it
+                self.needed[q] = max(int(use.max(initial=0)),
+                                     int(self.at_point[q].max(initial=0)))
+                self.cap[q] = max(self.cap[q], self.needed[q])
+                early = np.zeros(len(use) + 1, dtype=np.int64)
+                for f in self.pending[q]:
+                    early[0] += self.mem.fragment[f]
+                    early[first[(f, q)]] -= self.mem.fragment[f]
+                ahead = np.cumsum(early)
+                self.roomy[q] = not len(use) or max(int((use + ahead[:-1]).max()),
+                                                    int((self.at_point[q] + ahead).max())
+                                                    ) <= self.cap[q]
+
+    def static_usage(self, pos: list[int], first: dict[Message, int], last: dict[Message, int]
+                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per core and task position, the bytes held while that task runs and at the point
+        before it when every receive is posted just before its first reader and every send
+        is made at once: the task's own buffers (while it runs), the results of earlier
+        tasks still to be read there or sent (at the point after them), received fragments
+        between their first and last reader, and the constants the core reads."""
+        mem = self.mem
+        assert mem is not None
+        g, core_of = self.g, self.core_of
+        usage = [np.zeros(len(prog), dtype=np.int64) for prog in self.progs]
+        point = [np.zeros(len(prog) + 1, dtype=np.int64) for prog in self.progs]
+        kept = self.kept_until
+        for t, fs in enumerate(g.reads):
+            for f in fs:
+                u = g.fragments[f].producer
+                if core_of[u] == core_of[t]:
+                    kept[u] = max(kept[u], pos[t])
+        for q, prog in enumerate(self.progs):
+            resident: set[int] = set()
+            for i, t in enumerate(prog):
+                usage[q][i] += mem.scratch[t]
+                if kept[t] <= i:  # sent at the point after it, then freed
+                    point[q][i + 1] += mem.output[t]
+                if mem.constants:
+                    resident.update(mem.constants[t])
+            const = sum(mem.constant[c] for c in resident)
+            usage[q] += const
+            point[q] += const
+        for u, upto in enumerate(kept):
+            if upto > pos[u]:
+                usage[core_of[u]][pos[u] + 1:upto + 1] += mem.output[u]
+                point[core_of[u]][pos[u] + 1:upto + 1] += mem.output[u]
+        for (f, q), lo in first.items():
+            usage[q][lo:last[(f, q)] + 1] += mem.fragment[f]
+            point[q][lo:last[(f, q)] + 1] += mem.fragment[f]
+        return usage, point
 
     def push(self, time: int, kind: int, payload: int) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (time, self.seq, kind, payload))
 
     def run(self) -> Replay:
-        for p in range(len(self.progs)):
+        for p in range(self.P):
+            self.decide(p, 0, START)
             self.push(0, _RUN, p)
         while self.heap:
             time, _, kind, payload = heapq.heappop(self.heap)
+            self.now = time
             if kind == _RUN:
                 self.run_core(payload)
             elif kind == _INJECT:
@@ -262,45 +463,300 @@ class _Replayer:
                              "wait forever")
         t = self.net.target
         links = 2 * (t.mesh_rows * (t.mesh_cols - 1) + t.mesh_cols * (t.mesh_rows - 1))
+        peaks = [max(int(u.max(initial=0)), int(a.max(initial=0)))
+                 for u, a in zip(self.usage, self.at_point, strict=True)]
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
-                      self.bytes, self.link_busy, self.arrival, links)
+                      self.bytes, self.link_busy, self.arrival, links, self.posts,
+                      self.send_at, peaks, self.forced, self.send_wait, self.held_sends,
+                      self.cap, {q for q, ok in enumerate(self.roomy) if not ok},
+                      self.needed)
 
+    # -- where a core stands -----------------------------------------------------------
+    def point(self, p: int) -> int:
+        """The point core p is at (it has done the compute of the task before it)."""
+        pc = self.pc[p]
+        return self.progs[p][pc - 1] if pc else START
+
+    def parked(self, q: int) -> bool:
+        """Whether q waits with nothing scheduled to wake it."""
+        if self.blocked_send[q] is not None:
+            return True
+        f = self.wait_data[q]
+        return f >= 0 and (f, q) not in self.sent
+
+    def waits_for(self, q: int) -> int:
+        blocked = self.blocked_send[q]
+        if blocked is not None:
+            return blocked[1]
+        return self.core_of[self.g.fragments[self.wait_data[q]].producer]
+
+    # -- receives --------------------------------------------------------------------------
+    def fits(self, q: int, k: int, f: int) -> bool:
+        """Whether posting (f, q) at position ``k`` keeps core q within its budget until
+        the fragment's first reader."""
+        if self.mem is None:
+            return True
+        return self.room((f, q), k) <= 0
+
+    def post(self, key: Message, time: int) -> None:
+        """Core key[1] posts the receive of ``key`` at its current point, at ``time``."""
+        f, q = key
+        k = self.pc[q]
+        self.posted[key] = time
+        self.posts[key] = self.point(q)
+        if self.mem is not None:
+            lo = self.first[key]
+            if k < lo:
+                self.usage[q][k:lo] += self.mem.fragment[f]
+                self.at_point[q][k:lo] += self.mem.fragment[f]
+        holder = self.holder.get(key)
+        if holder is not None and self.blocked_send[holder] is None and self.parked(holder) \
+                and time <= max(self.clock[holder], self.now):
+            self.release(holder, key)  # it waits for data anyway: it sends now
+        sender = self.sender_of.pop(key, None)
+        if sender is not None:  # the rendezvous completes: the sender goes on
+            self.blocked_on[q].remove(key)
+            self.blocked_send[sender] = None
+            self.outbox[sender].pop(0)
+            self.send(sender, key, time)
+            self.push(self.clock[sender], _RUN, sender)
+
+    def decide(self, q: int, k: int, time: int) -> None:
+        """Core q's receives at the point before its task at position ``k``."""
+        prog = self.progs[q]
+        if k < len(prog):
+            for f in self.remote[prog[k]]:
+                if (f, q) not in self.posted:
+                    self.post((f, q), time)
+        for key in list(self.blocked_on[q]):  # senders already waiting first
+            if self.fits(q, k, key[0]):
+                self.post(key, time)
+        pending = self.pending[q]
+        if self.roomy[q]:
+            for f in pending:
+                if (f, q) not in self.posted:
+                    self.post((f, q), time)
+            pending.clear()
+            return
+        # By the next point's planned time: receives whose readers come too soon after it
+        # for a sender holding them to deliver in time (in reader order), then those whose
+        # senders plan to send before it (in send order), each while it fits.
+        nxt = self.priority[prog[k]] + self.dur[prog[k]] if k < len(prog) else 1 << 62
+        self.scan(q, k, time, self.pending[q],
+                  lambda key: self.reader_plan[key] - nxt < self.lead[key])
+        self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key] < nxt)
+
+    def scan(self, q: int, k: int, time: int, queue: list[int],
+             due: Callable[[Message], bool]) -> None:
+        """Post, from the head of ``queue`` (fragments to core q in some order) while they
+        are ``due``, those that fit; stop after ``SKIPS`` that do not."""
+        i = skips = 0
+        while i < len(queue) and skips < SKIPS:
+            key = (queue[i], q)
+            if key in self.posted:
+                del queue[i]
+            elif not due(key):
+                break
+            elif self.fits(q, k, key[0]):
+                self.post(key, time)
+                del queue[i]
+            else:
+                skips += 1
+                i += 1
+
+    def post_time(self, q: int) -> int:
+        """When a receive added now to parked core q's current point is posted: the
+        receives of a point come before its sends, i.e. when its compute ended."""
+        if self.blocked_send[q] is not None:
+            return self.end[self.progs[q][self.pc[q] - 1]]
+        return self.clock[q]
+
+    def parked_now(self, p: int) -> None:
+        """Core p has just parked. It posts what waits for it and fits; a sender it waits
+        for that is itself parked and holds its data sends it; a send it waits in is taken
+        by its receiver if that one is parked and has room; a cycle of waiting cores is
+        broken by forcing a post."""
+        k = self.pc[p]
+        for key in list(self.blocked_on[p]):
+            if self.fits(p, k, key[0]):
+                self.post(key, self.post_time(p))
+        blocked = self.blocked_send[p]
+        if blocked is None:
+            self.send_held(p)
+            wanted = (self.wait_data[p], p)
+            holder = self.holder.get(wanted)
+            if holder is not None and self.parked(holder) \
+                    and self.blocked_send[holder] is None:
+                self.release(holder, wanted)
+                return
+        else:
+            q = blocked[1]
+            if self.parked(q) and self.fits(q, self.pc[q], blocked[0]):
+                self.post(blocked, self.post_time(q))
+                return
+        chain = [p]
+        x = self.waits_for(p)
+        while self.parked(x) and x not in chain:
+            chain.append(x)
+            x = self.waits_for(x)
+        if x != p:
+            return
+        # a cycle: one of its waits is a send unless the order itself contradicts the
+        # dependencies (`run` says so). A sender that can keep its message goes on;
+        # otherwise the receiver with the most room takes one over its budget.
+        sends = [(c, b) for c in chain if (b := self.blocked_send[c]) is not None]
+        for c, key in sends:
+            if self.can_hold(c, key, soon=True):
+                self.sender_of.pop(key)
+                self.blocked_on[key[1]].remove(key)
+                self.blocked_send[c] = None
+                self.outbox[c].pop(0)
+                self.hold(c, key)
+                self.push(self.clock[c], _RUN, c)
+                return
+        if sends:
+            _, key = min(sends, key=lambda s: self.room(s[1]))
+            self.forced += 1
+            self.post(key, self.post_time(key[1]))
+
+    def room(self, key: Message, k: int | None = None) -> int:
+        """How far over its budget core key[1] would go posting ``key`` at position ``k``
+        (default: where it stands) until the fragment's first reader."""
+        if self.mem is None:
+            return 0
+        f, q = key
+        k = self.pc[q] if k is None else k
+        lo = self.first[key]
+        if lo <= k:
+            return 0
+        return max(int(self.usage[q][k:lo].max()), int(self.at_point[q][k:lo].max())) \
+            + self.mem.fragment[f] - self.cap[q]
+
+    # -- sends -------------------------------------------------------------------------
+    def send(self, p: int, key: Message, posted: int) -> None:
+        meet = max(self.clock[p], posted)
+        self.send_wait += meet - self.clock[p]
+        self.clock[p] = meet
+        self.send_at[key] = (self.point(p), len(self.send_at))
+        self.holder.pop(key, None)
+        self.sent.add(key)
+        self.messages += 1
+        self.bytes += self.g.fragments[key[0]].bytes
+        self.push(meet, _INJECT, key[0] * self.P + key[1])
+
+    def release(self, p: int, key: Message) -> None:
+        """Parked core p sends a message it holds at its current point (its receive is
+        posted)."""
+        self.held[p].remove(key)
+        self.send(p, key, self.posted[key])
+
+    def send_held(self, p: int) -> None:
+        """Core p, about to wait for data, sends what it holds whose receives are posted
+        by now, or whose receivers wait for it."""
+        for key in list(self.held[p]):
+            got = self.posted.get(key)
+            if got is not None and (got <= self.clock[p] or self.wait_data[key[1]] == key[0]):
+                self.release(p, key)
+
+    def hold(self, p: int, key: Message) -> None:
+        self.held[p].append(key)
+        self.holder[key] = p
+        self.held_sends += 1
+
+    def can_hold(self, p: int, key: Message, soon: bool = False) -> bool:
+        """Whether p may postpone ``key`` to its next point: it has a next task that ends
+        before the reader is planned to start (unless ``soon``), and room to keep the data
+        until then."""
+        pc, prog = self.pc[p], self.progs[p]
+        if self.mem is None or pc >= len(prog):
+            return False
+        nxt = prog[pc]
+        if not soon and self.reader_plan[key] < self.priority[nxt] + self.dur[nxt]:
+            return False
+        u = self.g.fragments[key[0]].producer
+        at, kept = self.kept_at[p]
+        if at != pc:
+            at, kept = pc, set()
+            self.kept_at[p] = (at, kept)
+        if u in kept or self.kept_until[u] > pc:
+            return True
+        # kept through the next task and the point after it, where it may go
+        need = self.mem.output[u]
+        during = 0 if self.kept_until[u] == pc else need
+        if int(self.usage[p][pc]) + during > self.cap[p] or \
+                int(self.at_point[p][pc + 1]) + need > self.cap[p]:
+            return False
+        self.usage[p][pc] += during
+        self.at_point[p][pc + 1] += need
+        kept.add(u)
+        return True
+
+    def flush(self, p: int) -> bool:
+        """Do core p's sends at its point; False when one waits for its receive."""
+        box = self.outbox[p]
+        while box:
+            key = box[0]
+            got = self.posted.get(key)
+            q = key[1]
+            if got is None and self.parked(q) and self.fits(q, self.pc[q], key[0]):
+                self.post(key, self.post_time(q))  # q is idle and has room: it takes it
+                continue
+            if got is not None and (got <= self.clock[p] or not self.can_hold(p, key)):
+                box.pop(0)  # (a receive posted later than now: hold it if p may)
+                self.send(p, key, got)
+                continue
+            if got is not None:
+                box.pop(0)
+                self.hold(p, key)
+                continue
+            if self.can_hold(p, key, soon=not self.fits(q, self.pc[q], key[0])):
+                box.pop(0)  # (a receiver without room now will not post it soon)
+                self.hold(p, key)
+                continue
+            self.blocked_send[p] = key
+            self.sender_of[key] = p
+            self.blocked_on[q].append(key)
+            self.parked_now(p)  # a post that resolves it wakes p up
+            return False
+        return True
+
+    # -- cores ---------------------------------------------------------------------------
     def run_core(self, p: int) -> None:
-        """Run core ``p`` until it waits for a message not yet injected, queues a
-        shared-memory request, or finishes."""
+        """Run core ``p`` until it waits for a message, a rendezvous or the shared memory,
+        or finishes."""
         g, prog = self.g, self.progs[p]
-        core_of, clock = self.core_of, self.clock[p]
-        while self.pc[p] < len(prog):
+        while True:
+            if not self.flush(p):
+                return
+            if self.pc[p] >= len(prog):
+                return
             t = prog[self.pc[p]]
-            ready = clock
-            for f in g.reads[t]:
-                u = g.fragments[f].producer
-                if core_of[u] == p:
-                    continue
+            ready = self.clock[p]
+            for f in self.remote[t]:
                 a = self.arrival.get((f, p))
                 if a is None:
-                    self.clock[p] = clock
                     self.waiting[(f, p)] = p
+                    self.wait_data[p] = f
+                    self.parked_now(p)
                     return
                 ready = max(ready, a)
+            self.wait_data[p] = -1
             task = g.tasks[t]
             self.start[t] = ready
             clock = ready + self.dur[t] - task.shared_ns
+            self.clock[p] = clock
             if task.shared_ns:
-                self.clock[p] = clock
                 self.push(clock, _MEM, p)
                 return
-            self.finish(t, p, clock)
-        self.clock[p] = clock
+            self.finish(t, p)
 
-    def finish(self, t: int, p: int, clock: int) -> None:
-        self.end[t] = clock
-        self.clock[p] = clock
+    def finish(self, t: int, p: int) -> None:
+        """Task t's compute is done: the point after it (`run_core` then sends)."""
+        self.end[t] = self.clock[p]
         self.pc[p] += 1
-        for f, q in self.sends[t]:
-            self.messages += 1
-            self.bytes += self.g.fragments[f].bytes
-            self.push(clock, _INJECT, f * len(self.progs) + q)
+        self.decide(p, self.pc[p], self.clock[p])
+        self.outbox[p] = [*self.held[p], *self.sends[t]]
+        self.held[p] = []
 
     def serve(self, p: int) -> None:
         t = self.progs[p][self.pc[p]]
@@ -308,11 +764,12 @@ class _Replayer:
         begin = max(self.clock[p], self.mem_free) if self.contention else self.clock[p]
         done = begin + task.shared_ns
         self.mem_free = done
-        self.finish(t, p, done)
+        self.clock[p] = done
+        self.finish(t, p)
         self.run_core(p)
 
     def inject(self, key: int, now: int) -> None:
-        f, q = divmod(key, len(self.progs))
+        f, q = divmod(key, self.P)
         nbytes = self.g.fragments[f].bytes
         src = self.core_of[self.g.fragments[f].producer]
         links, ser, transfer = self.net.message(src, q, nbytes)
@@ -336,17 +793,24 @@ class _Replayer:
 
 def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
            core_tasks: Sequence[Sequence[int]], priority: Sequence[int] | None = None,
-           contention: bool = True) -> Replay:
+           contention: bool = True, budget: Sequence[int] | None = None) -> Replay:
     """Play a placement and per-core order through the model, as the simulator would run
     the materialized program: each core runs its tasks in order, a task starts when its
     core is free and every fragment it reads has arrived, its messages leave when it ends
-    (in :func:`send_order`, by ``priority``, default the per-core position), links and
-    shared memory are granted in time order. ``contention=False`` frees links and memory
-    (then a task starts exactly at its :func:`raptor.solver.evaluate.retime` time)."""
+    (in :func:`send_order`, by ``priority``, default the per-core position) once their
+    receives are posted, links and shared memory are granted in time order.
+    ``contention=False`` frees links and memory (then, with every receive posted at the
+    start, a task starts exactly at its :func:`raptor.solver.evaluate.retime` time).
+
+    Receives: without a ``graph.memory``, every receive is posted when its core starts
+    (no send ever waits). With one, a core posts receives while they fit its budget
+    (``budget``, per core, default ``MEMORY_MARGIN`` of its local memory) and a sender may
+    hold a message to a later point (see :class:`_Replayer`); ``Replay.posts`` and
+    ``Replay.sends`` say where, and materialization places them there."""
     graph.freeze()
     if priority is None:
         priority = [0] * graph.num_tasks
         for ts in core_tasks:
             for i, t in enumerate(ts):
                 priority[t] = i
-    return _Replayer(graph, target, core_of, core_tasks, priority, contention).run()
+    return _Replayer(graph, target, core_of, core_tasks, priority, contention, budget).run()

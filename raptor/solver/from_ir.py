@@ -3,14 +3,18 @@ publication map (`raptor.passes.projection`), costs from `raptor.solver.costs`."
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from raptor.ir.core import Value
+from raptor.ir.module import Module
 from raptor.ir.ops import FuncOp, MvmOp, ReturnOp, WeightOp
 from raptor.ir.types import TensorType
+from raptor.passes.materialize import received_compute
+from raptor.passes.memory import activation_bytes, compute_memory
 from raptor.passes.projection import Box, Piece, Projection
 from raptor.solver.costs import block_cost_ns, block_mvms, shared_read_ns, shared_write_ns
-from raptor.solver.graph import ComputeGraph
+from raptor.solver.graph import ComputeGraph, MemoryDemand
 from raptor.target import Target
 
 
@@ -23,6 +27,8 @@ class GraphBuild:
     tiles: dict[str, int]
     outputs: list[list[Piece]] = field(default_factory=list)
     mvms: int = 0
+    fragment_keys: list[FragmentKey] = field(default_factory=list)
+    """Per fragment id of the graph, what travels (see `fragment_key`)."""
 
 
 def _bytes(t: TensorType) -> int:
@@ -101,13 +107,16 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
     # destination core (raptor.passes.materialize keys its messages the same way).
     # Ids follow the keys' order, as materialization orders a producer's equally urgent sends.
     frag_bytes: dict[FragmentKey, int] = {}
+    frag_numel: dict[FragmentKey, int] = {}
     for inst in proj.instances:
         for use in inst.uses:
             for p in use.pieces:
                 if p.producer != inst.id:
                     frag_bytes[fragment_key(p)] = _bytes(p.fragment)
-    frag_ids = {key: graph.add_fragment(key[0], frag_bytes[key])
-                for key in sorted(frag_bytes, key=lambda k: (*k[:3], k[3] or ((), ())))}
+                    frag_numel[fragment_key(p)] = math.prod(p.sizes) if p.crop else \
+                        p.fragment.numel
+    keys = sorted(frag_bytes, key=lambda k: (*k[:3], k[3] or ((), ())))
+    frag_ids = {key: graph.add_fragment(key[0], frag_bytes[key]) for key in keys}
     for inst in proj.instances:
         reads: dict[int, int] = {}
         for use in inst.uses:
@@ -126,5 +135,39 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
             per_producer[frag.producer] = per_producer.get(frag.producer, 0) + frag.bytes
         for u, nbytes in sorted(per_producer.items()):
             graph.add_edge(u, inst.id, nbytes)
+    graph.memory = memory_demand(func, proj, [frag_numel[k] for k in keys], target)
     graph.freeze()
-    return GraphBuild(graph, proj, tiles, outputs, mvms)
+    return GraphBuild(graph, proj, tiles, outputs, mvms, keys)
+
+
+def memory_demand(func: FuncOp, proj: Projection, fragment_numel: list[int],
+                  target: Target) -> MemoryDemand:
+    """Local memory of every instance as materialization builds it
+    (`raptor.passes.materialize.received_compute`, measured by the allocator's rules in
+    `raptor.passes.memory`), at the target's activation precision. Lanes of one op whose
+    input boxes have the same shapes need the same: measured once."""
+    eb = activation_bytes(target)
+    module = Module([func])
+    scratch: list[int] = []
+    output: list[int] = []
+    constants: list[list[int]] = []
+    ids: dict[str, int] = {}
+    sizes: list[int] = []
+    seen: dict[tuple[object, ...], tuple[int, int, list[int]]] = {}
+    for inst in proj.instances:
+        key = (id(inst.op), *((u.kind, u.box.sizes, len(u.pieces)) for u in inst.uses))
+        got = seen.get(key)
+        if got is None:
+            sc = received_compute(module, proj, inst)
+            peak, consts = compute_memory(sc, eb)
+            for name, nbytes in consts.items():
+                if name not in ids:
+                    ids[name] = len(sizes)
+                    sizes.append(nbytes)
+            got = seen[key] = (peak, sum(r.type.numel for r in sc.outs
+                                         if isinstance(r.type, TensorType)) * eb,
+                               sorted(ids[name] for name in consts))
+        scratch.append(got[0])
+        output.append(got[1])
+        constants.append(got[2])
+    return MemoryDemand(scratch, output, [n * eb for n in fragment_numel], constants, sizes)

@@ -53,6 +53,26 @@ class Fragment:
     bytes: int
 
 
+@dataclass
+class MemoryDemand:
+    """What the tasks of a graph need of their core's local memory, in bytes as the target
+    stores activations. With it, the communication model posts receives only while they
+    fit (:func:`raptor.solver.comm.replay`); without it, receives cost no memory."""
+
+    scratch: list[int]
+    """Per task: the buffers it builds while it runs (gathered inputs, intermediates, its
+    results), not counting the received or local values it reads."""
+    output: list[int]
+    """Per task: its results, kept after it ends until its last reader on its core."""
+    fragment: list[int]
+    """Per fragment: the buffer a received copy occupies."""
+    constants: list[list[int]] = field(default_factory=list)
+    """Per task: the constants it reads as data (ids into ``constant``), resident on its
+    core for the whole program."""
+    constant: list[int] = field(default_factory=list)
+    """Per constant id: its bytes."""
+
+
 @dataclass(frozen=True)
 class Edge:
     src: int
@@ -73,6 +93,8 @@ class ComputeGraph:
     """task -> (fragment, ns): extra work when the fragment's producer runs on the task's
     own core (a local value cropped, then inserted: two copies where a received crop needs
     one). See :meth:`durations`."""
+    memory: MemoryDemand | None = None
+    """Local memory the tasks need (None: not modelled)."""
     _frozen: bool = field(default=False, repr=False)
     # Filled by freeze(): adjacency as (neighbour, bytes) lists and a topological order.
     preds: list[list[tuple[int, int]]] = field(default_factory=list, repr=False)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raptor.frontend import run_plan_graph
 from raptor.frontend.plan import KINDS, Plan, PlanGraph, PlanValue
+from raptor.ir.interpreter import Interpreter
+from raptor.ir.ops import GraphComputeBatchOp
 from raptor.passes.lower import LOWERERS, LoweringError, RowRun, Window, lower
 from raptor.target import Target
 
@@ -80,3 +84,21 @@ def test_a_huge_output_is_refused_before_anything_is_built(target: Target) -> No
     relu = Plan("relu", "r0", ["x"], ["y"])
     with pytest.raises(LoweringError, match=r"'r0': output y of shape .* is too large"):
         lower(graph(relu, (1, 4), (1 << 20, 1 << 20)), target)
+
+
+@pytest.mark.parametrize("kind", ["maxpool", "avgpool"])
+def test_a_wide_pool_runs_channel_groups_per_lane(kind: str) -> None:
+    """A pooling lane's input window stays within an eighth of a core's memory: on a
+    4 KiB target (512 one-byte activations per lane) an 8-channel, 20-wide map pools 4
+    channels per lane (3 rows x 22 padded columns each) and still computes the pool."""
+    small = Target(local_memory_bytes=4096)
+    pool = Plan(kind, "p0", ["x"], ["y"], {
+        "kernel": [3, 3], "strides": [2, 2], "dilations": [1, 1], "pads": [1, 1, 1, 1],
+        "ceil_mode": 0, "count_include_pad": 0})
+    g = graph(pool, (1, 8, 6, 20), (1, 8, 3, 10))
+    low = lower(g, small)
+    batches = [op for op in low.module.walk() if isinstance(op, GraphComputeBatchOp)]
+    assert batches and {b.outs[0].type.static_shape[1] for b in batches} == {4}  # type: ignore[attr-defined]
+    x = np.random.default_rng(0).standard_normal((1, 8, 6, 20)).astype(np.float32)
+    ours = Interpreter(low.module).run([x])[0]
+    np.testing.assert_allclose(ours, run_plan_graph(g, {"x": x})["y"], rtol=1e-5, atol=1e-6)

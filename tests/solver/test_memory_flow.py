@@ -1,0 +1,129 @@
+"""The communication model's flow control of local memory (figures by hand at 1 GHz on a
+1 x 4 mesh: a hop 2 ns, an 8-byte flit 2 ns, so 64 bytes to a neighbour take 18 ns), and
+the memory-aware refinement of PEFT."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from raptor.solver import ComputeGraph
+from raptor.solver.comm import START, replay
+from raptor.solver.evaluate import validate_schedule
+from raptor.solver.graph import MemoryDemand
+from raptor.solver.peft import follow_producers, peft_schedule
+from raptor.solver.schedule import MergeScheduleResult
+from raptor.target import Target
+
+LINE = Target(mesh_rows=1, mesh_cols=4, local_memory_bytes=1100)
+BUDGET = [1012] * 4
+"""Bytes per core the posting policy may fill."""
+
+
+def _late_reader(scratch_x: int) -> ComputeGraph:
+    """a (core 0) sends 64 bytes to y (core 1), which runs after the long x."""
+    g = ComputeGraph()
+    a, _, y = g.add_task("a", 10), g.add_task("x", 100), g.add_task("y", 10)
+    f = g.add_fragment(a, 64)
+    g.add_edge(a, y, 64)
+    g.add_read(y, f)
+    g.memory = MemoryDemand(scratch=[64, scratch_x, 100], output=[64, 0, 0], fragment=[200])
+    return g.freeze()
+
+
+def test_without_a_memory_model_every_receive_is_posted_at_the_start() -> None:
+    g = _late_reader(900)
+    g.memory = None
+    r = replay(g, LINE, [0, 1, 1], [[0], [1, 2], [], []])
+    assert r.posts == {(0, 1): START} and r.send_wait_ns == 0
+    assert r.arrival[(0, 1)] == 10 + 18 and r.makespan_ns == 110
+
+
+def test_a_receive_that_does_not_fit_is_posted_when_its_reader_comes() -> None:
+    """x's 900 bytes and the 200-byte buffer do not fit 1,012 together: core 1 posts the
+    receive after x, and a (with nothing after it to do) waits for that post."""
+    r = replay(_late_reader(900), LINE, [0, 1, 1], [[0], [1, 2], [], []], budget=BUDGET)
+    assert r.posts == {(0, 1): 1}  # the point after x
+    assert r.sends == {(0, 1): (0, 0)}  # a sends at the point after it, first of all
+    assert r.send_wait_ns == 100 - 10 and r.arrival[(0, 1)] == 100 + 18
+    assert r.makespan_ns == 118 + 10
+    assert r.memory_peak_bytes[1] <= r.budget[1] == 1012
+
+
+def test_a_receive_that_fits_is_posted_at_the_start() -> None:
+    r = replay(_late_reader(800), LINE, [0, 1, 1], [[0], [1, 2], [], []], budget=BUDGET)
+    assert r.posts == {(0, 1): START} and r.send_wait_ns == 0 and r.makespan_ns == 110
+    assert r.tight == set()
+
+
+def test_a_sender_with_more_work_holds_its_message_instead_of_waiting() -> None:
+    """a is followed by b (50 ns) on core 0 and y is planned after x: a keeps the data and
+    sends it at the point after b, where x is done and core 1 has room again."""
+    g = ComputeGraph()
+    a, b, x, y = (g.add_task(n, c) for n, c in (("a", 10), ("b", 150), ("x", 100),
+                                                 ("y", 10)))
+    f = g.add_fragment(a, 64)
+    g.add_edge(a, y, 64)
+    g.add_read(y, f)
+    g.memory = MemoryDemand(scratch=[64, 64, 900, 100], output=[64, 64, 0, 0],
+                            fragment=[200])
+    g.freeze()
+    r = replay(g, LINE, [0, 0, 1, 1], [[a, b], [x, y], [], []],
+               priority=[0, 10, 0, 200], budget=BUDGET)
+    assert r.held_sends >= 1 and r.sends[(f, 1)] == (b, 0)  # sent after b
+    assert r.send_wait_ns == 0 and r.start[b] == 10  # a did not wait
+    assert r.arrival[(f, 1)] == 160 + 18 and r.makespan_ns == 178 + 10
+
+
+def test_cores_waiting_on_each_other_still_finish() -> None:
+    """Each core sends to the other a fragment it must post late (no room), then waits for
+    the other's data: the model breaks the cycle instead of stalling."""
+    g = ComputeGraph()
+    a, b = g.add_task("a", 10), g.add_task("b", 10)
+    x, y = g.add_task("x", 10), g.add_task("y", 10)
+    fa, fb = g.add_fragment(a, 64), g.add_fragment(b, 64)
+    g.add_edge(a, y, 64)
+    g.add_read(y, fa)
+    g.add_edge(b, x, 64)
+    g.add_read(x, fb)
+    # core 0 runs a then x (reads b's), core 1 runs b then y (reads a's); a's and b's own
+    # buffers leave no room for a receive until they are done
+    g.memory = MemoryDemand(scratch=[1000, 1000, 100, 100], output=[64, 64, 0, 0],
+                            fragment=[200, 200])
+    g.freeze()
+    r = replay(g, LINE, [0, 1, 0, 1], [[a, x], [b, y], [], []], budget=BUDGET)
+    assert set(r.posts.values()) == {a, b}  # each posted after its core's first task
+    assert r.makespan_ns == 10 + 18 + 10 and r.forced_posts == 0
+
+
+def test_follow_producers_moves_additions_next_to_their_last_producer() -> None:
+    """Two crossbar tasks on cores 0 and 1 feed an addition the plan put on core 2: the
+    refinement puts it on the core of the producer that ends last, right after it."""
+    g = ComputeGraph()
+    p = g.add_task("p", 100, weights=[0])
+    q = g.add_task("q", 120, weights=[1])
+    s = g.add_task("s", 5)
+    for u in (p, q):
+        f = g.add_fragment(u, 64)
+        g.add_edge(u, s, 64)
+        g.add_read(s, f)
+    g.memory = MemoryDemand(scratch=[100, 100, 50], output=[64, 64, 64],
+                            fragment=[64, 64])
+    g.freeze()
+    plan = MergeScheduleResult.build(g, LINE, [0, 1, 2], [0, 0, 140], solver="peft",
+                                     status="HEURISTIC")
+    moved = follow_producers(g, LINE, plan, 2)
+    assert moved.core_of[s] == 1 and moved.core_tasks[1] == [q, s]
+    assert moved.start_ns[s] == 120  # after q; p's data arrived at 100 + 18
+    assert not validate_schedule(g, LINE, moved)
+    # on core 2 it waited for q's data (120 + 2 hops = 140 - 2); now it needs no message
+    assert (plan.estimate_ns, moved.estimate_ns) == (138 + 5, 120 + 5)
+
+
+def test_peft_keeps_a_refinement_only_when_it_replays_faster() -> None:
+    g = _late_reader(100)
+    base = dataclasses.replace(g, memory=None)
+    base.freeze()
+    plain = peft_schedule(base, LINE)
+    refined = peft_schedule(g, LINE)
+    assert refined.estimate_ns <= replay(g, LINE, plain.core_of, plain.core_tasks,
+                                         plain.start_ns).makespan_ns
