@@ -11,46 +11,40 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from raptor.driver import (
+    MODES,
     PASSES,
     Compiled,
     CompileOptions,
     InputOptions,
     VerificationFailed,
     compile_model,
+    import_with_inputs,
     ir_inputs,
 )
-from raptor.export import ExportError, export_pimsim, pimsim_order, write_export
 from raptor.fileio import InputFileError, load_npz, save_npz_atomic
 from raptor.frontend.errors import FrontendError
-from raptor.frontend.oracle import compare, reference_outputs
 from raptor.gc_pause import collector_paused
 from raptor.ir.core import IRError
-from raptor.ir.interpreter import Interpreter
 from raptor.ir.module import Module
 from raptor.ir.parser import ParseError, parse_file
 from raptor.ir.verifier import verify_module
-from raptor.passes.lower import CapacityExceeded, LoweringError
-from raptor.passes.memory import plan_memory
-from raptor.passes.projection import ProjectionError
-from raptor.passes.rulecheck import check_rules
-from raptor.rewrite.eggfile import RuleError, resolve_rules_dir
-from raptor.rewrite.layout import LayoutError
-from raptor.sim import SimError, SimOptions, Simulator
-from raptor.solve import MODES, Solved, SolveOptions, report, solve
-from raptor.solver.graph import GraphError
-from raptor.solver.peft import CapacityError
-from raptor.solver.pipeline import PipelineCapacityError
 from raptor.target import Target, TargetError, load_target, show_target
-from raptor.ui.outputs import write_outputs
 from raptor.ui.progress import LiveProgress
 from raptor.ui.table import ns, print_results
+
+if TYPE_CHECKING:
+    from raptor.solve import Solved
+
+# The compiler's passes, solvers and simulator (egglog, OR-Tools, onnxruntime: about 2 s of
+# imports) load inside the commands that use them, after the inputs were checked: a bad
+# input file is refused at once.
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -67,6 +61,37 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.code = code
+
+
+def _loaded(*names: str) -> tuple[type[Exception], ...]:
+    """The exception classes `module.Class` among `names` whose module is loaded (an
+    exception cannot come from a module that never loaded, and importing one costs time)."""
+    found = []
+    for name in names:
+        module, _, cls = name.rpartition(".")
+        if module in sys.modules:
+            found.append(getattr(sys.modules[module], cls))
+    return tuple(found)
+
+
+def _failure(path: str, e: Exception) -> CliError | None:
+    """The one-line error for an expected failure of compiling or scheduling `path` (exit 1
+    for a model the target cannot run or IR that does not verify, 2 for bad input), or None
+    for anything else."""
+    if isinstance(e, (InputFileError, *_loaded("raptor.rewrite.eggfile.RuleError"))):
+        return CliError(str(e))
+    if isinstance(e, VerificationFailed):
+        return CliError(str(e), EXIT_FAIL)
+    if isinstance(e, _loaded("raptor.solver.peft.CapacityError",
+                             "raptor.passes.lower.CapacityExceeded",
+                             "raptor.solver.graph.GraphError",
+                             "raptor.passes.projection.ProjectionError",
+                             "raptor.solver.pipeline.problem.PipelineCapacityError")):
+        return CliError(_about(path, e), EXIT_FAIL)
+    if isinstance(e, (FrontendError, ValueError, *_loaded(
+            "raptor.passes.lower.LoweringError", "raptor.rewrite.layout.LayoutError"))):
+        return CliError(_about(path, e))
+    return None
 
 
 def _console(stderr: bool) -> Console:
@@ -156,14 +181,11 @@ def _compile(args: argparse.Namespace, target: Target) -> Compiled:
                           print_ir=_print_ir_hook(args), inputs=_input_options(args))
     try:
         return compile_model(args.file, target, opts)
-    except InputFileError as e:
-        raise CliError(str(e)) from None
-    except (FrontendError, LoweringError, LayoutError) as e:
-        raise CliError(_about(args.file, e)) from None
-    except RuleError as e:
-        raise CliError(str(e)) from None
-    except VerificationFailed as e:
-        raise CliError(str(e), EXIT_FAIL) from None
+    except Exception as e:
+        failure = _failure(args.file, e)
+        if failure is None:
+            raise
+        raise failure from None
 
 
 def cmd_interpret(args: argparse.Namespace) -> int:
@@ -184,6 +206,8 @@ def cmd_interpret(args: argparse.Namespace) -> int:
             module.constants.update(load_npz(weights))
         except ValueError as e:
             raise CliError(str(e)) from None
+    from raptor.ir.interpreter import Interpreter
+
     inputs = _inputs_for(args.inputs)
     try:
         results = Interpreter(module).run(inputs)
@@ -217,6 +241,9 @@ def _save(path: str | None, named: dict[str, np.ndarray]) -> None:
 
 
 def _interpret_onnx(args: argparse.Namespace) -> int:
+    from raptor.frontend.oracle import compare, reference_outputs
+    from raptor.ir.interpreter import Interpreter
+
     target = _target(args)
     comp = _compile(args, target)
     for note in comp.notes:
@@ -275,6 +302,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
+    from raptor.passes.rulecheck import check_rules
+    from raptor.rewrite.eggfile import resolve_rules_dir
+
     directory = resolve_rules_dir(args.dir)
     errors = check_rules(args.dir)
     for e in errors:
@@ -311,30 +341,30 @@ def cmd_solve(args: argparse.Namespace) -> int:
                        "inference); drop it or use --mode latency")
     target = _target(args)
     selector = "disabled" if args.disable_spatial_planning else args.layout_selector
-    sim = SimOptions(mode=args.send_mode, link_contention=not args.no_contention,
-                     shared_queueing=not args.no_contention)
-    opts = SolveOptions(solver=args.solver, time_limit=args.time_limit, workers=args.workers,
-                        seed=args.seed, simulate=not args.no_simulate, sim=sim,
-                        rtol=args.rtol, atol=args.atol,
-                        compile=CompileOptions(rules_dir=args.rules, layout_selector=selector,
-                                               print_ir=_print_ir_hook(args),
-                                               inputs=_input_options(args)),
-                        allow_memory_overflow=args.allow_memory_overflow, mode=args.mode,
-                        stream=args.stream or 8, replication=not args.no_replication)
+    compile_opts = CompileOptions(rules_dir=args.rules, layout_selector=selector,
+                                  print_ir=_print_ir_hook(args), inputs=_input_options(args))
     with LiveProgress(Console(stderr=True), enabled=not args.json) as progress:
         try:
-            solved = solve(args.file, target, opts, progress)
-        except InputFileError as e:
-            raise CliError(str(e)) from None
-        except (CapacityError, CapacityExceeded, GraphError, ProjectionError,
-                PipelineCapacityError) as e:
-            raise CliError(_about(args.file, e), EXIT_FAIL) from None
-        except (FrontendError, LoweringError, LayoutError, ValueError) as e:
-            raise CliError(_about(args.file, e)) from None
-        except RuleError as e:
-            raise CliError(str(e)) from None
-        except VerificationFailed as e:
-            raise CliError(str(e), EXIT_FAIL) from None
+            progress("checking the model and its inputs")
+            imported = import_with_inputs(args.file, compile_opts.inputs)
+            from raptor.sim import SimOptions
+            from raptor.solve import SolveOptions, report, solve
+            from raptor.ui.outputs import write_outputs
+
+            sim = SimOptions(mode=args.send_mode, link_contention=not args.no_contention,
+                             shared_queueing=not args.no_contention)
+            opts = SolveOptions(
+                solver=args.solver, time_limit=args.time_limit, workers=args.workers,
+                seed=args.seed, simulate=not args.no_simulate, sim=sim, rtol=args.rtol,
+                atol=args.atol, compile=compile_opts,
+                allow_memory_overflow=args.allow_memory_overflow, mode=args.mode,
+                stream=args.stream or 8, replication=not args.no_replication)
+            solved = solve(args.file, target, opts, progress, imported=imported)
+        except Exception as e:
+            failure = _failure(args.file, e)
+            if failure is None:
+                raise
+            raise failure from None
         rep = report(solved)
         caught: _Warnings | None = getattr(args, "warnings", None)
         rep["warnings"] = caught.lines if caught is not None else []
@@ -379,6 +409,9 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any]
     """`--export-pimsim DIR`: every valid schedule's program (into DIR, or DIR/<solver>
     when there are several), with Raptor's simulator under pimsim-nn's model beside it.
     Returns the lines to print and the failures (one line each)."""
+    from raptor.export import ExportError, export_pimsim, pimsim_order, write_export
+    from raptor.sim import SimError, SimOptions, Simulator
+
     lines: list[str] = []
     failed: list[str] = []
     done: dict[int, str] = {}
@@ -422,6 +455,9 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any]
 
 # ------------------------------------------------------------------ export
 def cmd_export(args: argparse.Namespace) -> int:
+    from raptor.export import ExportError, export_pimsim, write_export
+    from raptor.passes.memory import plan_memory
+
     target = _target(args)
     module = _parse_spat(args.file)
     diags = verify_module(module)

@@ -14,6 +14,7 @@ import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -30,17 +31,19 @@ from raptor.frontend.plan import PlanGraph
 from raptor.ir.core import Diagnostic
 from raptor.ir.module import Module
 from raptor.ir.verifier import verify_module
-from raptor.passes.layout import LayoutChoice, select_layouts
-from raptor.passes.lower import Lowered, lower, sanitize
-from raptor.passes.plan_ir import plan_module
-from raptor.passes.rulecheck import invalid_ir
-from raptor.rewrite.canonicalize import CanonStats, canonicalize
-from raptor.rewrite.eggfile import resolve_rules_dir, shipped_rules_dir
-from raptor.rewrite.select import LayoutSelection
 from raptor.target import Target
+
+if TYPE_CHECKING:  # the passes load egglog and OR-Tools: imported when compiling, so that
+    # a bad input file is refused before they load (about 1.5 s)
+    from raptor.passes.layout import LayoutChoice
+    from raptor.passes.lower import Lowered
+    from raptor.rewrite.canonicalize import CanonStats
+    from raptor.rewrite.select import LayoutSelection
 
 PASSES = ("import", "layout", "lower", "canonicalize", "materialize")
 """Pass names accepted by `--print-ir-after` (plus `all`)."""
+MODES = {"latency": ("peft", "cpsat", "both"), "pipeline": ("pipeline", "cpsat", "both")}
+"""Each scheduling mode's solvers (`raptor solve --mode M --solver S`)."""
 
 
 class VerificationFailed(Exception):
@@ -58,6 +61,8 @@ class RulesProducedInvalidIR(VerificationFailed):
 
     def __init__(self, rules_dir: str | os.PathLike[str] | None,
                  diagnostics: list[Diagnostic]) -> None:
+        from raptor.passes.rulecheck import invalid_ir
+
         Exception.__init__(self, invalid_ir(rules_dir, diagnostics))
         self.diagnostics = diagnostics
 
@@ -140,11 +145,18 @@ def _check(name: str, module: Module, opts: CompileOptions, assembly: bool = Fal
         opts.print_ir(name, module)
 
 
-def compile_model(model: str | Path, target: Target, opts: CompileOptions | None = None
-                  ) -> Compiled:
-    """ONNX file → verified canonical graph IR (N x F batches + Blueprints)."""
+def compile_model(model: str | Path, target: Target, opts: CompileOptions | None = None,
+                  imported: tuple[PlanGraph, ModelFeeds] | None = None) -> Compiled:
+    """ONNX file → verified canonical graph IR (N x F batches + Blueprints). `imported`:
+    this model's `import_with_inputs(model, opts.inputs)`, when the caller has it already."""
+    from raptor.passes.layout import select_layouts
+    from raptor.passes.lower import lower
+    from raptor.passes.plan_ir import plan_module
+    from raptor.rewrite.canonicalize import canonicalize
+    from raptor.rewrite.eggfile import resolve_rules_dir, shipped_rules_dir
+
     opts = opts or CompileOptions()
-    graph, feeds = import_with_inputs(model, opts.inputs)
+    graph, feeds = imported or import_with_inputs(model, opts.inputs)
     if opts.print_ir is not None or opts.verify_each:
         _check("import", plan_module(graph), opts)
     selection, layouts = select_layouts(graph, opts.layout_selector, opts.rules_dir)
@@ -337,4 +349,6 @@ def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph
 
 def ir_inputs(graph: PlanGraph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Graph input names → IR argument names."""
+    from raptor.passes.lower import sanitize
+
     return {sanitize(v.name): inputs[v.name] for v in graph.inputs}

@@ -17,8 +17,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from raptor.driver import Compiled, CompileOptions, IRHook, compile_model, ir_inputs
+from raptor.driver import (
+    MODES,
+    Compiled,
+    CompileOptions,
+    IRHook,
+    ModelFeeds,
+    compile_model,
+    ir_inputs,
+)
 from raptor.frontend.oracle import compare, reference_outputs, reference_stream
+from raptor.frontend.plan import PlanGraph
 from raptor.ir.module import Module
 from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
 from raptor.ir.verifier import verify_module
@@ -45,11 +54,6 @@ from raptor.solver.pipeline import (
 from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.target import Target
-
-SOLVERS = ("peft", "cpsat", "both")
-PIPELINE_SOLVERS = ("pipeline", "cpsat", "both")
-MODES = {"latency": SOLVERS, "pipeline": PIPELINE_SOLVERS}
-"""Each mode's `--solver` choices."""
 
 
 @dataclass
@@ -233,15 +237,18 @@ def message_flow(build: GraphBuild, rep: Replay) -> Flow:
 
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,
-          progress: Progress | None = None, compiled: Compiled | None = None) -> Solved:
+          progress: Progress | None = None, compiled: Compiled | None = None,
+          imported: tuple[PlanGraph, ModelFeeds] | None = None) -> Solved:
     """`compiled`: this model's compilation for this target and `opts.compile`, made
     earlier (a sweep shares it between points that differ in solver options only); it is
-    read, never changed."""
+    read, never changed. `imported`: the model and its checked inputs
+    (`import_with_inputs`), when the caller validated them first."""
     say = progress or _quiet
     seconds: dict[str, float] = {}
     say("compiling")
     t0 = time.perf_counter()
-    comp = compiled if compiled is not None else compile_model(model, target, opts.compile)
+    comp = compiled if compiled is not None else compile_model(model, target, opts.compile,
+                                                               imported)
     seconds["compile"] = time.perf_counter() - t0
     # what the other layout selectors would have cost on the same rule tables
     layout_costs = {comp.selection.selector: comp.selection.cost}

@@ -14,7 +14,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import raptor.driver
 from raptor.cli import main
 
 
@@ -208,7 +207,7 @@ def test_bad_input_file_one_line_exit_2_before_layout(
     def no_layout(*args: object, **kwargs: object) -> None:
         raise AssertionError("layout planning ran before the input file was checked")
 
-    monkeypatch.setattr(raptor.driver, "select_layouts", no_layout)
+    monkeypatch.setattr("raptor.passes.layout.select_layouts", no_layout)
     out_dir = tmp_path / "out"
     extra = ["--out", str(out_dir)] if command == "solve" else []
     code, out, err = run(capsys, command, str(model), "--inputs", str(bad), *extra)

@@ -141,7 +141,7 @@ def test_unexpected_exception_is_one_line_exit_1(monkeypatch: pytest.MonkeyPatch
 
 def test_internal_error_in_solve_leaves_no_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli, "report", _boom(KeyError("schedules")))
+    monkeypatch.setattr("raptor.solve.report", _boom(KeyError("schedules")))
     out = tmp_path / "out"
     code, _, err = run(["solve", MLP, "--solver", "peft", "--no-simulate", "--out", str(out)],
                        capsys)
@@ -171,13 +171,15 @@ def test_numpy_warnings_become_one_line_each(tmp_path: Path,
 
 def test_solve_records_warnings_in_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    real = cli.solve
+    import raptor.solve
+
+    real = raptor.solve.solve
 
     def noisy(*args: object, **kwargs: object) -> object:
         warnings.warn("weights\n  rounded", RuntimeWarning, stacklevel=1)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cli, "solve", noisy)
+    monkeypatch.setattr(raptor.solve, "solve", noisy)
     out = tmp_path / "out"
     code, _, err = run(["solve", MLP, "--solver", "peft", "--out", str(out)], capsys)
     assert code == 0
