@@ -53,6 +53,7 @@ from raptor.solver.pipeline import (
 )
 from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
+from raptor.solver.watch import SearchReport
 from raptor.target import Target
 
 
@@ -179,6 +180,11 @@ class Progress(Protocol):
                  incumbent_ns: int | None = None, bound_ns: int | None = None) -> None: ...
 
 
+def _searching(say: Progress, phase: str) -> SearchReport:
+    """A CP-SAT search's incumbent and bound, shown in its progress phase."""
+    return lambda incumbent, bound: say(phase, incumbent_ns=incumbent, bound_ns=bound)
+
+
 def _quiet(msg: str, /, *, limit_s: float | None = None, incumbent_ns: int | None = None,
            bound_ns: int | None = None) -> None:
     """The default `Progress`: says nothing."""
@@ -274,12 +280,13 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         runs.append(_run_schedule("peft", heuristic, build, comp, target,
                                   opts.compile.print_ir))
     if opts.solver in ("cpsat", "both"):
-        say(f"CP-SAT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores, "
-            f"{opts.workers} workers", limit_s=opts.time_limit)
+        phase = (f"CP-SAT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores, "
+                 f"{opts.workers} workers")
+        say(phase, limit_s=opts.time_limit)
         t0 = time.perf_counter()
         cp = cpsat_schedule(build.graph, target, CpSatOptions(
-            time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed),
-            initial=heuristic)
+            time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed,
+            on_progress=_searching(say, phase)), initial=heuristic)
         seconds["cpsat"] = time.perf_counter() - t0
         same = runs and cp.core_of == heuristic.core_of and cp.core_tasks == heuristic.core_tasks
         if same:  # the heuristic schedule came back (time-out or not run): reuse its program
@@ -363,12 +370,12 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         say("materializing the pipeline stream")
         runs.append(_run_stream("pipeline", heuristic, problem, build, comp, target, opts))
     if opts.solver in ("cpsat", "both"):
-        say(f"CP-SAT pipeline model: {problem.num_groups} groups, {opts.workers} workers",
-            limit_s=opts.time_limit)
+        phase = f"CP-SAT pipeline model: {problem.num_groups} groups, {opts.workers} workers"
+        say(phase, limit_s=opts.time_limit)
         t0 = time.perf_counter()
         cp = cpsat_pipeline(problem, opts.replication, CpSatPipelineOptions(
-            time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed),
-            initial=heuristic)
+            time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed,
+            on_progress=_searching(say, phase)), initial=heuristic)
         seconds["cpsat"] = time.perf_counter() - t0
         same = runs and cp.schedule.core_of == heuristic.schedule.core_of and \
             cp.schedule.core_tasks == heuristic.schedule.core_tasks

@@ -66,6 +66,7 @@ from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import nearest_cores
 from raptor.solver.peft import check_capacity, peft_schedule
 from raptor.solver.schedule import MergeScheduleResult, core_order
+from raptor.solver.watch import SearchReport, watch
 from raptor.target import Target
 
 DET_PER_SECOND = 0.05
@@ -111,6 +112,8 @@ class CpSatOptions:
     """Model the per-core injection capacity (off: the plain free-link model)."""
     hint_check_limit: float = 5.0
     """Seconds for checking the hint against the model before the search."""
+    on_progress: SearchReport | None = field(default=None, compare=False)
+    """Told each incumbent and proven bound during the search (the live progress line)."""
 
 
 def candidate_cores(graph: ComputeGraph, target: Target, initial: MergeScheduleResult,
@@ -479,7 +482,7 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
         model.m.clear_hints()
     solver = model.solver(opts, opts.time_limit)
     t1 = time.perf_counter()
-    code = solver.solve(model.m)
+    code = solver.solve(model.m, watch(solver, opts.on_progress))
     searched = time.perf_counter() - t1
     elapsed = time.perf_counter() - t0
     word = _STATUS.get(code, str(code))

@@ -52,3 +52,28 @@ def test_solve_json_prints_the_report_and_nothing_else(
     rep = json.loads(cap.out)
     assert rep == json.loads((tmp_path / "report.json").read_text())
     assert rep["seconds"]["outputs"] > 0
+
+
+@pytest.mark.parametrize("mode", ["latency", "pipeline"])
+def test_cpsat_reports_incumbent_and_bound_while_it_searches(mode: str) -> None:
+    from raptor.solve import SolveOptions, solve
+    from raptor.target import load_target
+
+    calls: list[tuple[str, int | None, int | None]] = []
+
+    def progress(msg: str, /, *, limit_s: float | None = None, incumbent_ns: int | None = None,
+                 bound_ns: int | None = None) -> None:
+        calls.append((msg, incumbent_ns, bound_ns))
+
+    target = load_target("default")
+    opts = SolveOptions(solver="cpsat", mode=mode, time_limit=2.0, simulate=False)
+    watched = solve(EXAMPLES / "lenet.onnx", target, opts, progress).runs[0].result
+    reports = [c for c in calls if c[0].startswith("CP-SAT") and (c[1] or c[2]) is not None]
+    assert reports, calls
+    incumbents = [inc for _, inc, _ in reports if inc is not None]
+    bounds = [b for _, _, b in reports if b is not None]
+    assert incumbents and incumbents == sorted(incumbents, reverse=True)  # improving
+    assert max(bounds) <= min(incumbents)
+    # observing the search does not change it
+    quiet = solve(EXAMPLES / "lenet.onnx", target, opts).runs[0].result
+    assert (watched.core_of, watched.core_tasks) == (quiet.core_of, quiet.core_tasks)

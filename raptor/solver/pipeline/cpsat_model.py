@@ -28,12 +28,13 @@ The hint is complete (every variable) from a feasible partition, normally the he
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.problem import PipelineProblem
+from raptor.solver.watch import SearchReport, watch
 
 _STATUS = {
     cp_model.OPTIMAL: "OPTIMAL",
@@ -53,6 +54,8 @@ class CpSatPipelineOptions:
     dp_bound: bool = True
     fix_hint: bool = False
     """Fix every variable to the hint (checks that the hint is complete and feasible)."""
+    on_progress: SearchReport | None = field(default=None, compare=False)
+    """Told each incumbent and proven bound during the search (the live progress line)."""
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,7 @@ def solve_cpsat(problem: PipelineProblem, replication: bool, hint: Partition,
     if options.deterministic_time is not None:
         prm.max_deterministic_time = options.deterministic_time
     prm.fix_variables_to_their_hinted_value = options.fix_hint
-    code = solver.solve(m)
+    code = solver.solve(m, watch(solver, options.on_progress))
     status = _STATUS.get(code, str(code))
     proto = m.proto
     n_vars, n_cons = len(proto.variables), len(proto.constraints)
