@@ -124,16 +124,6 @@ def _box_type(box: Box, like: TensorType) -> TensorType:
     return TensorType(box.sizes, like.dtype)
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _fields(op: Operation) -> tuple[str, ...]:
-    names = _FIELDS.get(type(op))
-    if names is None:
-        names = _FIELDS[type(op)] = tuple(f.name for f in dataclasses.fields(op))  # type: ignore[arg-type]
-    return names
-
-
 def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane: Affine,
            shift: dict[Value, tuple[int, ...]]) -> Operation:
     """Copy a lane-body op: remap values, replace the graph lane by `new_lane` (a constant for
@@ -142,7 +132,7 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane
     for r in op.results():
         vmap[r] = Value(r.type, r.name)
     changes: dict[str, object] = {}
-    for name in _fields(op):
+    for name in op.DEF.kinds:  # every field, in declaration order
         cur = getattr(op, name)
         if isinstance(cur, Value):
             changes[name] = vmap.get(cur, cur)
