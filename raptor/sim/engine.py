@@ -398,10 +398,7 @@ class Engine:
         rz = self.opts.rendezvous_ns
         spans = self.spans
         if meet > st.clock:
-            if spans is not None:
-                spans.append((st.cid, st.clock, meet - st.clock, "blocked", BLOCKED,
-                              f"waiting for core {msg.dst} to post channel {msg.channel}"))
-            st.blocked += meet - st.clock
+            self.block(st, meet, f"waiting for core {msg.dst} to post channel {msg.channel}")
         if rz:
             if spans is not None:
                 spans.append((st.cid, meet, rz, "rendezvous", COMM,
@@ -454,6 +451,13 @@ class Engine:
             self.push(self.now, _RUN, st)
 
     # ---- pimsim-nn communication ---------------------------------------------------
+    def block(self, st: _Core, until: int, why: str) -> None:
+        """Core `st` waits from its clock until `until` (blocked time, and a trace span)."""
+        if self.spans is not None:
+            self.spans.append((st.cid, st.clock, until - st.clock, "blocked", BLOCKED, why))
+        st.blocked += until - st.clock
+        st.clock = until
+
     def timing(self, ins: Instr) -> OpTiming:
         return ins.timing if ins.timing is not None else OpTiming(nbytes=ins.nbytes)
 
@@ -564,11 +568,7 @@ class Engine:
         signal on the counter."""
         assert ins.counter is not None
         if st.wait_count is ins and st.wake > st.clock:  # woken: blocked until the signal
-            if self.spans is not None:
-                self.spans.append((st.cid, st.clock, st.wake - st.clock, "blocked", BLOCKED,
-                                   f"waiting for {ins.label} >= {ins.threshold}"))
-            st.blocked += st.wake - st.clock
-            st.clock = st.wake
+            self.block(st, st.wake, f"waiting for {ins.label} >= {ins.threshold}")
         st.wait_count = None
         need = ins.threshold
         if need <= 0:
@@ -577,11 +577,7 @@ class Engine:
         if times is not None and len(times) >= need:
             t = times[need - 1]
             if t > st.clock:
-                if self.spans is not None:
-                    self.spans.append((st.cid, st.clock, t - st.clock, "blocked", BLOCKED,
-                                       f"waiting for {ins.label} >= {need}"))
-                st.blocked += t - st.clock
-                st.clock = t
+                self.block(st, t, f"waiting for {ins.label} >= {need}")
             return True
         st.wait_count = ins
         self.count_waiters.setdefault(ins.counter, []).append(st)
@@ -635,20 +631,13 @@ class Engine:
                 return False
             ready = max(ready, done)
         if ready > st.clock:
-            if self.spans is not None:
-                self.spans.append((st.cid, st.clock, ready - st.clock, "blocked", BLOCKED,
-                                   "waiting for stores to shared memory"))
-            st.blocked += ready - st.clock
-            st.clock = ready
+            self.block(st, ready, "waiting for stores to shared memory")
         return True
 
     def access(self, st: _Core, ins: Instr, start: int) -> None:
         """Perform a load/store starting at `start` (>= the core's clock) and advance it."""
         if start > st.clock:
-            if self.spans is not None:
-                self.spans.append((st.cid, st.clock, start - st.clock, "blocked", BLOCKED,
-                                   QUEUE))
-            st.blocked += start - st.clock
+            self.block(st, start, QUEUE)
         end = start + ins.cost
         if self.spans is not None:
             self.spans.append((st.cid, start, ins.cost, ins.label, MEMORY, ins.where))
