@@ -166,20 +166,16 @@ def _verify_func(func: FuncOp, rep: _Report, allow_assembly: bool) -> tuple[Chan
             for v in op.operands():
                 if v not in visible:
                     undefined(op, v, core)
-            if isinstance(op, Strided):
-                for off in op.offsets:
-                    for _, v in off.terms:
-                        if v not in visible:
-                            undefined(op, v, core)
-                if core is not None and isinstance(op, ChannelSendOp):
-                    sends.setdefault((core, op.core, op.channel), []).append(op)
+            affines = op.offsets if isinstance(op, Strided) else \
+                op.threshold if isinstance(op, WaitOp) else ()
+            for off in affines:  # offset and threshold variables are uses too
+                for _, v in off.terms:
+                    if v not in visible:
+                        undefined(op, v, core)
+            if core is not None and isinstance(op, ChannelSendOp):
+                sends.setdefault((core, op.core, op.channel), []).append(op)
             elif core is not None and isinstance(op, ChannelReceiveOp):
                 recvs.setdefault((op.core, core, op.channel), []).append(op)
-            elif isinstance(op, WaitOp):
-                for off in op.threshold:
-                    for _, v in off.terms:
-                        if v not in visible:
-                            undefined(op, v, core)
             elif isinstance(op, StreamOp) and not isinstance(owner, CoreOp | CoreBatchOp):
                 rep.add(op, "STREAM-2", "pim.stream must stand directly in a pim.core or "
                         "pim.core_batch program")
