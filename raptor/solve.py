@@ -555,16 +555,21 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
         "notes": list(pr.notes),
     }
     if run.inference_numerics is not None and run.numerics is not None:
-        out["numerics"] = {
-            "max_abs_error": max((a for a, _, _ in run.numerics.values()), default=0.0),
-            "ok": all(ok for _, _, ok in run.numerics.values()),
-            "inferences": len(run.inference_numerics),
-            "outputs": {k: {"max_abs_error": a, "max_rel_error": r, "ok": ok}
-                        for k, (a, r, ok) in run.numerics.items()},
-            "per_inference": [{"max_abs_error": max((a for a, _, _ in p.values()),
-                                                    default=0.0),
-                               "ok": all(ok for _, _, ok in p.values())}
-                              for p in run.inference_numerics]}
+        out["numerics"] = _numerics(run.numerics, inferences=len(run.inference_numerics))
+        out["numerics"]["per_inference"] = [_numerics(p, outputs=False)
+                                            for p in run.inference_numerics]
+    return out
+
+
+def _numerics(errors: dict[str, tuple[float, float, bool]], outputs: bool = True,
+              **more: Any) -> dict[str, Any]:
+    """A report's numerics: the worst absolute error and the verdict, `more`, then (with
+    `outputs`) each output's errors."""
+    out = {"max_abs_error": max((a for a, _, _ in errors.values()), default=0.0),
+           "ok": all(ok for _, _, ok in errors.values()), **more}
+    if outputs:
+        out["outputs"] = {k: {"max_abs_error": a, "max_rel_error": r, "ok": ok}
+                          for k, (a, r, ok) in errors.items()}
     return out
 
 
@@ -617,13 +622,7 @@ def report(s: Solved) -> dict[str, Any]:
     schedules: dict[str, Any] = {}
     for run in s.runs:
         res = run.result
-        numerics = None
-        if run.numerics is not None:
-            numerics = {"max_abs_error": max((a for a, _, _ in run.numerics.values()),
-                                             default=0.0),
-                        "ok": all(ok for _, _, ok in run.numerics.values()),
-                        "outputs": {k: {"max_abs_error": a, "max_rel_error": r, "ok": ok}
-                                    for k, (a, r, ok) in run.numerics.items()}}
+        numerics = _numerics(run.numerics) if run.numerics is not None else None
         entry: dict[str, Any] = {
             "estimate_ns": run.estimate_ns,
             "ideal_estimate_ns": run.ideal_estimate_ns,
