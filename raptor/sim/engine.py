@@ -643,17 +643,21 @@ class Engine:
             self.spans.append((st.cid, start, ins.cost, ins.label, MEMORY, ins.where))
         st.busy += ins.cost
         st.clock = end
-        rep = self.report
         if ins.kind >= SIGNAL:  # counters carry no data: not part of the numerics
             if ins.kind == SIGNAL:
-                rep.signals += 1
+                self.report.signals += 1
                 self.signalled(ins, end)
             else:
-                rep.waits += 1
+                self.report.waits += 1
             return
         if ins.region is not None:
             self.check_race(ins)
         self.order.append(ins)
+        self.accessed(ins, end)
+
+    def accessed(self, ins: Instr, end: int) -> None:
+        """Count a load or store done at `end`; a store wakes the loads waiting for it."""
+        rep = self.report
         if ins.kind == STORE:
             rep.shared_writes += 1
             rep.shared_write_bytes += ins.nbytes
@@ -661,7 +665,7 @@ class Engine:
             for waiter in self.store_waiters.pop(ins.store_id, []):
                 waiter.wait_store = -1
                 self.push(self.now, _RUN, waiter)
-        else:
+        elif ins.kind == LOAD:
             rep.shared_reads += 1
             rep.shared_read_bytes += ins.nbytes
 
@@ -684,17 +688,7 @@ class Engine:
         st.busy += cost
         st.clock += cost + wait
         self.mem_free = start + ns(tm.memory) if ins.timing is not None else start + cost
-        rep = self.report
-        if ins.kind == STORE:
-            rep.shared_writes += 1
-            rep.shared_write_bytes += ins.nbytes
-            self.store_done[ins.store_id] = st.clock
-            for waiter in self.store_waiters.pop(ins.store_id, []):
-                waiter.wait_store = -1
-                self.push(self.now, _RUN, waiter)
-        elif ins.kind == LOAD:
-            rep.shared_reads += 1
-            rep.shared_read_bytes += ins.nbytes
+        self.accessed(ins, st.clock)
 
     def serve(self, st: _Core) -> None:
         """A queued request, taken in request-time order: served when memory is free."""
