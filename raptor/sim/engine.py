@@ -206,6 +206,14 @@ class Engine:
         self.seq += 1
         heapq.heappush(self.heap, (time, rank, self.seq, kind, payload))
 
+    def block(self, st: _Core, until: int, why: str, label: str = "blocked",
+              kind: str = BLOCKED) -> None:
+        """Core `st` waits from its clock until `until` (blocked time, and a trace span)."""
+        if self.spans is not None:
+            self.spans.append((st.cid, st.clock, until - st.clock, label, kind, why))
+        st.blocked += until - st.clock
+        st.clock = until
+
     def run(self) -> None:
         for st in self.cores:
             self.push(0, _RUN, st)
@@ -451,13 +459,6 @@ class Engine:
             self.push(self.now, _RUN, st)
 
     # ---- pimsim-nn communication ---------------------------------------------------
-    def block(self, st: _Core, until: int, why: str) -> None:
-        """Core `st` waits from its clock until `until` (blocked time, and a trace span)."""
-        if self.spans is not None:
-            self.spans.append((st.cid, st.clock, until - st.clock, "blocked", BLOCKED, why))
-        st.blocked += until - st.clock
-        st.clock = until
-
     def timing(self, ins: Instr) -> OpTiming:
         return ins.timing if ins.timing is not None else OpTiming(nbytes=ins.nbytes)
 
@@ -518,11 +519,8 @@ class Engine:
         if a is None:
             return False
         if a > st.clock:
-            if self.spans is not None:
-                self.spans.append((st.cid, st.clock, a - st.clock, "spat.channel_receive",
-                                   COMM, "receive (pimsim-nn: blocks until written)"))
-            st.blocked += a - st.clock
-            st.clock = a
+            self.block(st, a, "receive (pimsim-nn: blocks until written)",
+                       "spat.channel_receive", COMM)
         st.sync = None
         return True
 
