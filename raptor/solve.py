@@ -221,10 +221,9 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
             budget[core] = budget[core] * target.local_memory_bytes * 97 // (peak * 100)
     if print_ir is not None:
         print_ir("materialize", scheduled)
-    run = ScheduleRun(name, res, rep.makespan_ns, violations, scheduled, errors,
-                      ideal_estimate_ns=res.summary["completion_ns"], memory=memory,
-                      flow=rep, materializations=rounds)
-    return run
+    return ScheduleRun(name, res, rep.makespan_ns, violations, scheduled, errors,
+                       ideal_estimate_ns=res.summary["completion_ns"], memory=memory,
+                       flow=rep, materializations=rounds)
 
 
 def message_flow(build: GraphBuild, rep: Replay) -> Flow:
@@ -401,7 +400,8 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     oracle = None
     if opts.simulate:
         say(f"running the ONNX reference on {opts.stream} inferences")
-        data = stream_inputs(comp.feeds.data, opts.stream, _input_seed(opts))
+        # the variations of a stream follow the seed of its inputs
+        data = stream_inputs(comp.feeds.data, opts.stream, opts.compile.inputs.seed)
         wants, oracle, note = reference_stream(model, [{**comp.feeds.bound, **d} for d in data])
         if note is not None:
             notes.append(note)
@@ -425,11 +425,6 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     return Solved(str(model), target, comp, build, bounds, runs, comp.feeds.data,
                   comp.feeds.source, oracle, seconds, layout_costs, list(comp.feeds.bound),
                   notes, mode="pipeline", problem=problem, stream=opts.stream)
-
-
-def _input_seed(opts: SolveOptions) -> int:
-    """The seed of the inputs (the variations of a stream follow it)."""
-    return opts.compile.inputs.seed
 
 
 def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: GraphBuild,
