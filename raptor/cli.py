@@ -147,9 +147,9 @@ def _inputs_for(path: str | None) -> dict[str, np.ndarray]:
     return {(k[4:] if k.startswith("arr_") and k[4:].isdigit() else k): v for k, v in data.items()}
 
 
-def _target(args: argparse.Namespace) -> Target:
+def _target(name: str) -> Target:
     try:
-        return load_target(args.target)
+        return load_target(name)
     except TargetError as e:
         raise CliError(str(e)) from None
 
@@ -167,20 +167,20 @@ def _print_ir_hook(args: argparse.Namespace) -> Callable[[str, Module], None] | 
     return hook
 
 
-def _input_options(args: argparse.Namespace) -> InputOptions:
-    """The input-related options of a command that compiles a model."""
-    return InputOptions(inputs=getattr(args, "inputs", None), constants=args.constants,
-                        shapes=dict(args.input_shape or []),
-                        sample_inputs=not args.no_sample_inputs,
-                        allow_nonfinite=args.allow_nonfinite, seed=getattr(args, "seed", 0))
+def _compile_options(args: argparse.Namespace) -> CompileOptions:
+    """The options of a command that compiles a model."""
+    inputs = InputOptions(inputs=getattr(args, "inputs", None), constants=args.constants,
+                          shapes=dict(args.input_shape or []),
+                          sample_inputs=not args.no_sample_inputs,
+                          allow_nonfinite=args.allow_nonfinite, seed=getattr(args, "seed", 0))
+    selector = "disabled" if args.disable_spatial_planning else args.layout_selector
+    return CompileOptions(rules_dir=args.rules, layout_selector=selector,
+                          print_ir=_print_ir_hook(args), inputs=inputs)
 
 
 def _compile(args: argparse.Namespace, target: Target) -> Compiled:
-    selector = "disabled" if args.disable_spatial_planning else args.layout_selector
-    opts = CompileOptions(rules_dir=args.rules, layout_selector=selector,
-                          print_ir=_print_ir_hook(args), inputs=_input_options(args))
     try:
-        return compile_model(args.file, target, opts)
+        return compile_model(args.file, target, _compile_options(args))
     except Exception as e:
         failure = _failure(args.file, e)
         if failure is None:
@@ -244,7 +244,7 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
     from raptor.frontend.oracle import compare, reference_outputs
     from raptor.ir.interpreter import Interpreter
 
-    target = _target(args)
+    target = _target(args.target)
     comp = _compile(args, target)
     for note in comp.notes:
         err.print(f"note: {note}", markup=False)
@@ -277,7 +277,7 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ inspect, target
 def cmd_inspect(args: argparse.Namespace) -> int:
-    target = _target(args)
+    target = _target(args.target)
     comp = _compile(args, target)
     for note in comp.notes:
         err.print(f"note: {note}", markup=False)
@@ -317,11 +317,7 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_target_show(args: argparse.Namespace) -> int:
-    try:
-        target = load_target(args.name)
-    except TargetError as e:
-        raise CliError(str(e)) from None
-    out.print(show_target(target))
+    out.print(show_target(_target(args.name)))
     return EXIT_OK
 
 
@@ -339,10 +335,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.export_pimsim and args.mode == "pipeline":
         raise CliError("--export-pimsim exports latency programs only (pimsim-nn runs one "
                        "inference); drop it or use --mode latency")
-    target = _target(args)
-    selector = "disabled" if args.disable_spatial_planning else args.layout_selector
-    compile_opts = CompileOptions(rules_dir=args.rules, layout_selector=selector,
-                                  print_ir=_print_ir_hook(args), inputs=_input_options(args))
+    target = _target(args.target)
+    compile_opts = _compile_options(args)
     with LiveProgress(Console(stderr=True), enabled=not args.json) as progress:
         try:
             progress("checking the model and its inputs")
@@ -458,7 +452,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from raptor.export import ExportError, export_pimsim, write_export
     from raptor.passes.memory import plan_memory
 
-    target = _target(args)
+    target = _target(args.target)
     module = _parse_spat(args.file)
     diags = verify_module(module)
     if diags:

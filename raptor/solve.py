@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -226,10 +227,9 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
             budget[core] = budget[core] * target.local_memory_bytes * 97 // (peak * 100)
     if print_ir is not None:
         print_ir("materialize", scheduled)
-    run = ScheduleRun(name, res, rep.makespan_ns, violations, scheduled, errors,
-                      ideal_estimate_ns=res.summary["completion_ns"], memory=memory,
-                      flow=rep, materializations=rounds)
-    return run
+    return ScheduleRun(name, res, rep.makespan_ns, violations, scheduled, errors,
+                       ideal_estimate_ns=res.summary["completion_ns"], memory=memory,
+                       flow=rep, materializations=rounds)
 
 
 def message_flow(build: GraphBuild, rep: Replay) -> Flow:
@@ -304,35 +304,51 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         want, oracle, note = reference_outputs(model, comp.feeds.reference())
         if note is not None:
             notes.append(note)
-        feeds: dict[str | int, np.ndarray] = {}
-        feeds.update(ir_inputs(comp.graph, inputs))
-        for run in runs:
-            if run.violations or run.scheduled_errors:
-                continue
-            twin = next((r for r in runs if r is not run and r.scheduled is run.scheduled
-                         and r.sim is not None), None)
-            if twin is not None:  # same program already simulated
-                run.sim, run.numerics, run.ideal_ns = twin.sim, twin.numerics, twin.ideal_ns
-                run.link_busy_ns = twin.link_busy_ns
-                continue
-            say(f"simulating the {run.name} schedule")
-            t0 = time.perf_counter()
-            try:
-                sim = Simulator(run.scheduled, target)
-                with np.errstate(all="ignore"):  # NaN/Inf inputs propagate quietly
-                    run.sim = sim.run(feeds, opts.sim)
-                run.ideal_ns = sim.timing(SimOptions.ideal(trace=False)).latency_ns
-                run.link_busy_ns = _link_busy(sim, target)
-            except SimError as e:  # deadlock, capacity, unmatched channels: per schedule
-                run.sim_error = str(e)
-                continue
-            finally:
-                seconds[f"sim.{run.name}"] = time.perf_counter() - t0
+
+        def check(run: ScheduleRun, ideal: SimReport) -> None:
+            assert run.sim is not None
+            run.ideal_ns = ideal.latency_ns
             got = {v.name: o for v, o in zip(comp.graph.outputs, run.sim.outputs, strict=True)}
             if want is not None:
                 run.numerics = compare(got, want, opts.rtol, opts.atol)
+
+        _simulate(runs, ir_inputs(comp.graph, inputs), target, opts, say, seconds,
+                  "simulating the {} schedule", check)
     return Solved(str(model), target, comp, build, bounds, runs, inputs, source, oracle,
                   seconds, layout_costs, list(comp.feeds.bound), notes)
+
+
+def _simulate(runs: list[ScheduleRun], inputs: dict[str, np.ndarray], target: Target,
+              opts: SolveOptions, say: Progress, seconds: dict[str, float], what: str,
+              check: Callable[[ScheduleRun, SimReport], None]) -> None:
+    """Simulate every valid run and time its ideal run; `check` records the ideal timing
+    and the numerics. A simulation error (deadlock, capacity...) is that run's alone."""
+    feeds: dict[str | int, np.ndarray] = {}
+    feeds.update(inputs)
+    for run in runs:
+        if run.violations or run.scheduled_errors:
+            continue
+        twin = next((r for r in runs if r is not run and r.scheduled is run.scheduled
+                     and r.sim is not None), None)
+        if twin is not None:  # same program already simulated
+            for name in ("sim", "ideal", "ideal_ns", "link_busy_ns", "numerics",
+                         "inference_numerics"):
+                setattr(run, name, getattr(twin, name))
+            continue
+        say(what.format(run.name))
+        t0 = time.perf_counter()
+        try:
+            sim = Simulator(run.scheduled, target)
+            with np.errstate(all="ignore"):  # NaN/Inf inputs propagate quietly
+                run.sim = sim.run(feeds, opts.sim)
+            ideal = sim.timing(SimOptions.ideal(trace=False))
+            run.link_busy_ns = _link_busy(sim, target)
+        except SimError as e:
+            run.sim_error = str(e)
+            continue
+        finally:
+            seconds[f"sim.{run.name}"] = time.perf_counter() - t0
+        check(run, ideal)
 
 
 def stream_inputs(data: dict[str, np.ndarray], count: int, seed: int = 0
@@ -391,38 +407,16 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     oracle = None
     if opts.simulate:
         say(f"running the ONNX reference on {opts.stream} inferences")
-        data = stream_inputs(comp.feeds.data, opts.stream, _input_seed(opts))
+        # the variations of a stream follow the seed of its inputs
+        data = stream_inputs(comp.feeds.data, opts.stream, opts.compile.inputs.seed)
         wants, oracle, note = reference_stream(model, [{**comp.feeds.bound, **d} for d in data])
         if note is not None:
             notes.append(note)
         names = [v.name for v in comp.graph.inputs]
         stacked = {k: np.stack([d[k] for d in data]) for k in names}
-        feeds: dict[str | int, np.ndarray] = {}
-        feeds.update(ir_inputs(comp.graph, stacked))
-        for run in runs:
-            if run.violations or run.scheduled_errors:
-                continue
-            twin = next((r for r in runs if r is not run and r.scheduled is run.scheduled
-                         and r.sim is not None), None)
-            if twin is not None:
-                run.sim, run.ideal, run.ideal_ns = twin.sim, twin.ideal, twin.ideal_ns
-                run.numerics, run.inference_numerics = twin.numerics, twin.inference_numerics
-                run.link_busy_ns = twin.link_busy_ns
-                continue
-            say(f"simulating {opts.stream} inferences of the {run.name} stream")
-            t0 = time.perf_counter()
-            try:
-                sim = Simulator(run.scheduled, target)
-                with np.errstate(all="ignore"):
-                    run.sim = sim.run(feeds, opts.sim)
-                run.ideal = sim.timing(SimOptions.ideal(trace=False))
-                run.ideal_ns = run.ideal.inference_end_ns[0]
-                run.link_busy_ns = _link_busy(sim, target)
-            except SimError as e:
-                run.sim_error = str(e)
-                continue
-            finally:
-                seconds[f"sim.{run.name}"] = time.perf_counter() - t0
+        def check(run: ScheduleRun, ideal: SimReport) -> None:
+            assert run.sim is not None
+            run.ideal, run.ideal_ns = ideal, ideal.inference_end_ns[0]
             if wants is not None:
                 per = []
                 for n, want in enumerate(wants):
@@ -432,14 +426,12 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                 run.inference_numerics = per
                 run.numerics = {k: (max(p[k][0] for p in per), max(p[k][1] for p in per),
                                     all(p[k][2] for p in per)) for k in per[0]}
+
+        _simulate(runs, ir_inputs(comp.graph, stacked), target, opts, say, seconds,
+                  f"simulating {opts.stream} inferences of the {{}} stream", check)
     return Solved(str(model), target, comp, build, bounds, runs, comp.feeds.data,
                   comp.feeds.source, oracle, seconds, layout_costs, list(comp.feeds.bound),
                   notes, mode="pipeline", problem=problem, stream=opts.stream)
-
-
-def _input_seed(opts: SolveOptions) -> int:
-    """The seed of the inputs (the variations of a stream follow it)."""
-    return opts.compile.inputs.seed
 
 
 def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: GraphBuild,
@@ -565,16 +557,21 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
         "notes": list(pr.notes),
     }
     if run.inference_numerics is not None and run.numerics is not None:
-        out["numerics"] = {
-            "max_abs_error": max((a for a, _, _ in run.numerics.values()), default=0.0),
-            "ok": all(ok for _, _, ok in run.numerics.values()),
-            "inferences": len(run.inference_numerics),
-            "outputs": {k: {"max_abs_error": a, "max_rel_error": r, "ok": ok}
-                        for k, (a, r, ok) in run.numerics.items()},
-            "per_inference": [{"max_abs_error": max((a for a, _, _ in p.values()),
-                                                    default=0.0),
-                               "ok": all(ok for _, _, ok in p.values())}
-                              for p in run.inference_numerics]}
+        out["numerics"] = _numerics(run.numerics, inferences=len(run.inference_numerics))
+        out["numerics"]["per_inference"] = [_numerics(p, outputs=False)
+                                            for p in run.inference_numerics]
+    return out
+
+
+def _numerics(errors: dict[str, tuple[float, float, bool]], outputs: bool = True,
+              **more: Any) -> dict[str, Any]:
+    """A report's numerics: the worst absolute error and the verdict, `more`, then (with
+    `outputs`) each output's errors."""
+    out = {"max_abs_error": max((a for a, _, _ in errors.values()), default=0.0),
+           "ok": all(ok for _, _, ok in errors.values()), **more}
+    if outputs:
+        out["outputs"] = {k: {"max_abs_error": a, "max_rel_error": r, "ok": ok}
+                          for k, (a, r, ok) in errors.items()}
     return out
 
 
@@ -627,13 +624,7 @@ def report(s: Solved) -> dict[str, Any]:
     schedules: dict[str, Any] = {}
     for run in s.runs:
         res = run.result
-        numerics = None
-        if run.numerics is not None:
-            numerics = {"max_abs_error": max((a for a, _, _ in run.numerics.values()),
-                                             default=0.0),
-                        "ok": all(ok for _, _, ok in run.numerics.values()),
-                        "outputs": {k: {"max_abs_error": a, "max_rel_error": r, "ok": ok}
-                                    for k, (a, r, ok) in run.numerics.items()}}
+        numerics = _numerics(run.numerics) if run.numerics is not None else None
         entry: dict[str, Any] = {
             "estimate_ns": run.estimate_ns,
             "ideal_estimate_ns": run.ideal_estimate_ns,

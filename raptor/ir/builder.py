@@ -89,9 +89,8 @@ class Builder:
     # ---- lane body ------------------------------------------------------------
     def extract(self, src: Value, offsets: Sequence[AffineLike], sizes: Sequence[int],
                 strides: Sequence[int] | None = None, type: TensorType | None = None) -> Value:
-        st = src.type
-        assert isinstance(st, TensorType)
-        return self._new(ExtractSliceOp, type or TensorType(tuple(sizes), st.dtype), source=src,
+        return self._new(ExtractSliceOp, type or TensorType(tuple(sizes), src.tensor.dtype),
+                         source=src,
                          **_region(offsets, sizes, strides))
 
     def insert(self, src: Value, dest: Value, offsets: Sequence[AffineLike], sizes: Sequence[int],
@@ -104,8 +103,7 @@ class Builder:
         self.add(ParallelInsertSliceOp(src, dest, **_region(offsets, sizes, strides)))
 
     def mvm(self, weight: Value, vector: Value) -> Value:
-        wt, vt = weight.type, vector.type
-        assert isinstance(wt, TensorType) and isinstance(vt, TensorType)
+        wt, vt = weight.tensor, vector.tensor
         return self._new(MvmOp, TensorType((*vt.shape[:-1], wt.shape[1]), vt.dtype),
                          weight=weight, vector=vector)
 
@@ -123,8 +121,7 @@ class Builder:
         return src if src.type == type else self._new(ReshapeOp, type, source=src)
 
     def transpose(self, src: Value, perm: Sequence[int]) -> Value:
-        st = src.type
-        assert isinstance(st, TensorType)
+        st = src.tensor
         return self._new(TransposeOp, TensorType(tuple(st.shape[i] for i in perm), st.dtype),
                          source=src, perm=tuple(perm))
 
@@ -143,8 +140,7 @@ class Builder:
 
     def pad(self, src: Value, low: Sequence[int], high: Sequence[int], value: float = 0.0
             ) -> Value:
-        st = src.type
-        assert isinstance(st, TensorType)
+        st = src.tensor
         shape = tuple((d or 0) + lo + hi for d, lo, hi in zip(st.shape, low, high, strict=True))
         return self._new(PadOp, TensorType(shape, st.dtype), source=src, low=tuple(low),
                          high=tuple(high), value=value)

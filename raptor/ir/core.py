@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-from raptor.ir.types import Type
+from raptor.ir.types import TensorType, Type
 
 if TYPE_CHECKING:
     from raptor.ir.opdef import OpDef
@@ -41,6 +41,18 @@ class Value:
 
     def __repr__(self) -> str:
         return f"Value(%{self.name}: {self.type})"
+
+    @property
+    def tensor(self) -> TensorType:
+        """The type of a value known to be a tensor (built or verified IR)."""
+        t = self.type
+        assert isinstance(t, TensorType)
+        return t
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The static shape of a value known to be a static tensor."""
+        return self.tensor.static_shape
 
 
 @dataclass(eq=False)

@@ -54,7 +54,6 @@ from raptor.ir.ops import (
     WeightOp,
     YieldOp,
 )
-from raptor.ir.types import TensorType
 
 Env = MutableMapping[Value, Any]
 Index = Mapping[Value, int]
@@ -76,12 +75,6 @@ def _region(op: Any, idx: Index) -> tuple[slice, ...]:
     return slices(_ev(op.offsets, idx), op.sizes, op.strides)
 
 
-def _shape(v: Value) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t.static_shape
-
-
 def _insert(op: InsertSliceOp, env: Env, idx: Index) -> np.ndarray:
     dst = env[op.dest].copy()
     dst[_region(op, idx)] = env[op.source].reshape(op.sizes)
@@ -92,34 +85,31 @@ def _store(op: StoreOp, env: Env, idx: Index) -> None:
     env[op.buffer][_region(op, idx)] = env[op.value].reshape(op.sizes)
 
 
-def _zeros(op: EmptyOp | AllocSharedOp, env: Env, idx: Index) -> np.ndarray:
-    t = op.result.type
-    assert isinstance(t, TensorType)
-    return np.zeros(t.static_shape, dtype=t.np_dtype)
+def zeros(v: Value) -> np.ndarray:
+    """A zero array of `v`'s static tensor type."""
+    return np.zeros(v.shape, dtype=v.tensor.np_dtype)
 
 
 SEMANTICS: dict[type[Operation], Semantics] = {
-    ExtractSliceOp: lambda op, env, idx: env[op.source][_region(op, idx)].reshape(
-        _shape(op.result)),
+    ExtractSliceOp: lambda op, env, idx: env[op.source][_region(op, idx)].reshape(op.result.shape),
     InsertSliceOp: _insert,
     LoadOp: lambda op, env, idx: env[op.buffer][_region(op, idx)].copy().reshape(
-        _shape(op.result)),
+        op.result.shape),
     StoreOp: _store,
     MvmOp: lambda op, env, idx: np.asarray(env[op.vector] @ env[op.weight], dtype=np.float32),
     BinaryOp: lambda op, env, idx: np.asarray(BINARY[op.op](env[op.lhs], env[op.rhs]),
-                                              dtype=np.float32).reshape(_shape(op.result)),
+                                              dtype=np.float32).reshape(op.result.shape),
     UnaryOp: lambda op, env, idx: np.asarray(op.spec.fn(env[op.source], **op.numbers()),
                                              dtype=env[op.source].dtype),
     ReduceOp: lambda op, env, idx: np.asarray(REDUCE[op.op](env[op.source], op.dims),
-                                              dtype=env[op.source].dtype).reshape(
-        _shape(op.result)),
-    ReshapeOp: lambda op, env, idx: env[op.source].reshape(_shape(op.result)),
+                                              dtype=env[op.source].dtype).reshape(op.result.shape),
+    ReshapeOp: lambda op, env, idx: env[op.source].reshape(op.result.shape),
     TransposeOp: lambda op, env, idx: np.transpose(env[op.source], op.perm),
     ConcatOp: lambda op, env, idx: np.concatenate([env[s] for s in op.sources], axis=op.dim),
     PadOp: lambda op, env, idx: np.pad(env[op.source], list(zip(op.low, op.high, strict=True)),
                                        constant_values=op.value).astype(env[op.source].dtype),
-    EmptyOp: _zeros,
-    AllocSharedOp: _zeros,
+    EmptyOp: lambda op, env, idx: zeros(op.result),
+    AllocSharedOp: lambda op, env, idx: zeros(op.result),
     MaterializeLayoutOp: lambda op, env, idx: env[op.source],
     LaneResultOp: lambda op, env, idx: env[op.source][op.lane],
 }
@@ -204,8 +194,7 @@ class Interpreter:
 
     def weight(self, op: WeightOp) -> np.ndarray:
         data = self.module.constants.get(op.symbol)
-        t = op.result.type
-        assert isinstance(t, TensorType)
+        t = op.result.tensor
         if data is None:
             raise self.error(op, "INTERP-2", f"weight @{op.symbol} has no data (pass --weights "
                              "FILE.npz or compile from ONNX)")
@@ -217,11 +206,7 @@ class Interpreter:
     def run_batch(self, op: GraphComputeBatchOp | ScheduledComputeBatchOp, ins: list[Any],
                   env: Env, idx: Index) -> list[np.ndarray]:
         """Every lane in order; each publishes into the zero-initialised results."""
-        outs = []
-        for r in op.outs:
-            t = r.type
-            assert isinstance(t, TensorType)
-            outs.append(np.zeros(t.static_shape, dtype=t.np_dtype))
+        outs = [zeros(r) for r in op.outs]
         lane_arg = op.body.args[0]
         out_args = op.body.args[1 + len(ins):]
         for lane in range(op.lanes):
@@ -268,7 +253,7 @@ class Interpreter:
             q, waiting = queues.get(key), posted.get(key)
             while q and waiting:
                 recv = waiting.popleft()
-                env_of[key[1]][recv.result] = q.popleft().reshape(_shape(recv.result))
+                env_of[key[1]][recv.result] = q.popleft().reshape(recv.result.shape)
                 unfilled.pop(recv.result, None)
 
         def below(op: WaitOp, cenv: Env, at: dict[Value, int]) -> bool:
@@ -352,9 +337,7 @@ def _box(op: LoadOp | StoreOp, at: Index) -> Box:
 
 def reconstruct(op: BlueprintOp, sources: list[np.ndarray]) -> np.ndarray:
     """Place every mapped fragment into the logical tensor (no arithmetic)."""
-    t = op.result.type
-    assert isinstance(t, TensorType)
-    out = np.zeros(t.static_shape, dtype=t.np_dtype)
+    out = zeros(op.result)
     for e in op.entries:
         src = sources[e.source]
         for s in e.slots():
@@ -385,8 +368,7 @@ def bind_inputs(f: FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarra
             raise ValueError(f"@{f.sym_name} takes {len(f.args)} inputs, got {len(args)}")
     out = []
     for a, x in zip(f.args, args, strict=True):
-        t = a.type
-        assert isinstance(t, TensorType)
+        t = a.tensor
         arr = np.asarray(x)
         if t.is_static and arr.shape != t.static_shape:
             raise ValueError(f"input %{a.name} has shape {list(arr.shape)} but @{f.sym_name} "

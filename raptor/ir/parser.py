@@ -377,8 +377,6 @@ class Parser:
         return slot, var, hi, of, offsets, sizes, strides
 
 
-
-
 def build(plugins: dict[str, Any], ops: Sequence[type[Operation]] = REGISTRY
           ) -> tuple[Lark, Parser]:
     """A lark LALR parser of the grammar of `ops` with the callbacks of a new `Parser` bound.

@@ -166,20 +166,16 @@ def _verify_func(func: FuncOp, rep: _Report, allow_assembly: bool) -> tuple[Chan
             for v in op.operands():
                 if v not in visible:
                     undefined(op, v, core)
-            if isinstance(op, Strided):
-                for off in op.offsets:
-                    for _, v in off.terms:
-                        if v not in visible:
-                            undefined(op, v, core)
-                if core is not None and isinstance(op, ChannelSendOp):
-                    sends.setdefault((core, op.core, op.channel), []).append(op)
+            affines = op.offsets if isinstance(op, Strided) else \
+                op.threshold if isinstance(op, WaitOp) else ()
+            for off in affines:  # offset and threshold variables are uses too
+                for _, v in off.terms:
+                    if v not in visible:
+                        undefined(op, v, core)
+            if core is not None and isinstance(op, ChannelSendOp):
+                sends.setdefault((core, op.core, op.channel), []).append(op)
             elif core is not None and isinstance(op, ChannelReceiveOp):
                 recvs.setdefault((op.core, core, op.channel), []).append(op)
-            elif isinstance(op, WaitOp):
-                for off in op.threshold:
-                    for _, v in off.terms:
-                        if v not in visible:
-                            undefined(op, v, core)
             elif isinstance(op, StreamOp) and not isinstance(owner, CoreOp | CoreBatchOp):
                 rep.add(op, "STREAM-2", "pim.stream must stand directly in a pim.core or "
                         "pim.core_batch program")
@@ -385,12 +381,6 @@ def _check_blueprint(op: BlueprintOp, rep: _Report) -> None:
             return
 
 
-def _src_type(op: BlueprintOp, i: int) -> TensorType:
-    t = op.sources[i].type
-    assert isinstance(t, TensorType)
-    return t
-
-
 def _bp_operands(op: BlueprintOp) -> str | None:
     for i, s in enumerate(op.sources):
         t = s.type
@@ -404,7 +394,7 @@ def _bp_operands(op: BlueprintOp) -> str | None:
 
 def _bp_slots(op: BlueprintOp) -> str | None:
     for e in op.entries:
-        n = _src_type(op, e.source).static_shape[0]
+        n = op.sources[e.source].tensor.static_shape[0]
         slots = e.slots()
         if len(slots) == 0 or slots.start < 0 or slots.stop > n:
             return f"slot {_slot_text(e.slot, e.hi, e.var is not None)} is not a valid slot " \
@@ -417,10 +407,9 @@ def _slot_text(lo: int, hi: int, family: bool) -> str:
 
 
 def _bp_fragments(op: BlueprintOp) -> str | None:
-    res = op.result.type
-    assert isinstance(res, TensorType)
+    res = op.result.tensor
     for e in op.entries:
-        st = _src_type(op, e.source)
+        st = op.sources[e.source].tensor
         frag = st.static_shape[1:]
         if not len(e.offsets) == len(e.sizes) == len(e.strides) == res.rank:
             return f"entry for slot {e.slot} has {len(e.offsets)} offsets, {len(e.sizes)} sizes " \
@@ -434,9 +423,7 @@ def _bp_fragments(op: BlueprintOp) -> str | None:
 
 
 def _bp_bounds(op: BlueprintOp) -> str | None:
-    res = op.result.type
-    assert isinstance(res, TensorType)
-    shape = res.static_shape
+    shape = op.result.shape
     for e in op.entries:
         for off in e.offsets:
             free = [v for v in off.vars() if v is not e.var]
@@ -449,7 +436,7 @@ def _bp_bounds(op: BlueprintOp) -> str | None:
             for d, (o, sz, st) in enumerate(zip(offs, e.sizes, e.strides, strict=True)):
                 if sz and (o < 0 or o + (sz - 1) * st >= shape[d]):
                     return f"slot {s} maps to dimension {d} [{o}, {o + (sz - 1) * st}] outside " \
-                           f"the logical {res} (0..{shape[d] - 1})"
+                           f"the logical {op.result.type} (0..{shape[d] - 1})"
     return None
 
 
@@ -461,9 +448,7 @@ def _bp_policy(op: BlueprintOp) -> str | None:
     if op.coverage not in BLUEPRINT_COVERAGE:
         return f"coverage policy '{op.coverage}' is unknown (allowed: " \
                f"{', '.join(BLUEPRINT_COVERAGE)})"
-    res = op.result.type
-    assert isinstance(res, TensorType)
-    shape = res.static_shape
+    shape = op.result.shape
     writes = sum(len(e.slots()) * math.prod(e.sizes) for e in op.entries)
     if writes > MAX_WRITES:
         return f"the entries write {writes} elements, more than the {MAX_WRITES} the verifier " \

@@ -101,20 +101,8 @@ def _t(shape: Sequence[int]) -> TensorType:
     return TensorType(tuple(int(d) for d in shape))
 
 
-def _shape(v: Value) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t.static_shape
-
-
-def _shape_t(v: Value) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t
-
-
 def _frag_t(xs: list[Value]) -> TensorType:
-    return _t(np.broadcast_shapes(_shape(xs[0]), _shape(xs[1])))
+    return _t(np.broadcast_shapes(xs[0].shape, xs[1].shape))
 
 
 def _lane_dim(shape: Sequence[int]) -> int | None:
@@ -253,7 +241,7 @@ class Lowering:
                 if math.prod(self.g.values[o].shape) > MAX_ELEMENTS:
                     raise LoweringError(f"plan {plan.name!r}: output {o} of shape "
                                         f"{list(self.g.values[o].shape)} is too large")
-            stats = PlanStats(plan.name, plan.kind, [_shape(self.values[n]) for n in plan.inputs],
+            stats = PlanStats(plan.name, plan.kind, [self.values[n].shape for n in plan.inputs],
                               self.out_shape(plan))
             act = fused.get(plan.outputs[0])
             if act is not None:
@@ -323,8 +311,8 @@ class Lowering:
         if not isinstance(v.owner, GraphComputeBatchOp):  # a single instance is already dense
             self.dense[name] = v
             return v
-        stats = PlanStats(f"{name}.dense", "dense_assembly", [_shape(v)], _shape(v))
-        out = Emit(self, stats).compute([v], [_shape(v)], lambda b, xs: [xs[0]])[0]
+        stats = PlanStats(f"{name}.dense", "dense_assembly", [v.shape], v.shape)
+        out = Emit(self, stats).compute([v], [v.shape], lambda b, xs: [xs[0]])[0]
         out.name = f"{v.name}_dense"
         self.stats.append(stats)
         self.dense[name] = out
@@ -370,7 +358,7 @@ class Emit:
         logical offsets; the fragment's shape (padded to the result rank) is the size."""
         op, lb = self.b.graph_batch(lanes, inputs, [_t(out_shape)], assembly=True)
         frag, offsets = body(lb, op.lane, op.in_args)
-        sizes = list(_shape(frag))
+        sizes = list(frag.shape)
         if len(sizes) != len(out_shape):
             raise LoweringError(f"plan {self.stats.name!r}: a lane fragment {sizes} does not "
                                 f"match the rank of {list(out_shape)}")
@@ -399,7 +387,7 @@ class Emit:
         def lane_body(b: Builder, lane: Value, ins: list[Value]) -> tuple[Value, list[AffineLike]]:
             parts = []
             for x in ins:
-                xs = _shape(x)
+                xs = x.shape
                 lead = rank - len(xs)
                 offs: list[AffineLike] = [0] * len(xs)
                 sizes = list(xs)
@@ -416,7 +404,7 @@ class Emit:
         return self.batch(lanes, operands, out_shape, lane_body)
 
     def view(self, x: Value, shape: Sequence[int]) -> Value:
-        if _shape(x) == tuple(shape):
+        if x.shape == tuple(shape):
             return x
         return self.compute([x], [shape], lambda b, xs: [b.reshape(xs[0], _t(shape))])[0]
 
@@ -476,11 +464,11 @@ def _reduce_partials(em: Emit, partials: list[Value], bias: Value | None,
                 s = b.binary("vadd", xs[0], xs[1])
                 if tail:
                     if len(xs) > 2:
-                        s = b.binary("vadd", s, xs[2], _shape_t(s))
+                        s = b.binary("vadd", s, xs[2], s.tensor)
                     s = _activation(b, s, act)
                 return s
 
-            nxt.append(em.rowwise(ops, _shape(a), body))
+            nxt.append(em.rowwise(ops, a.shape, body))
         if len(partials) % 2:
             nxt.append(partials[-1])
         partials = nxt
@@ -515,7 +503,7 @@ def _group_blocks(target: Target, w: np.ndarray, group: int) -> list[GroupBlock]
 def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
           strides: list[int], pads: list[int], dil: list[int], group: int,
           out_shape: tuple[int, ...], act: Plan | None) -> Value:
-    h, wd = _shape(x)[2:]
+    h, wd = x.shape[2:]
     _, _, kh, kw = w.shape
     window = Window(h, wd, (kh, kw), (strides[0], strides[1]), (dil[0], dil[1]),
                     (pads[0], pads[1]), (out_shape[2], out_shape[3]))
@@ -539,7 +527,7 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
                      for ri, row in enumerate(grid)]
             columns.append(ColumnBlock(blk.first_in, blk.channels_in, mt, bvec, tiles))
     images = []
-    for n in range(_shape(x)[0]):
+    for n in range(x.shape[0]):
         results = []
         for col in columns:
             single = len(col.tiles) == 1
@@ -582,7 +570,7 @@ def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile,
         y = b.mvm(args[1], mat)
         if tail:
             if len(args) > 2:
-                y = b.binary("vadd", y, args[2], _shape_t(y))
+                y = b.binary("vadd", y, args[2], y.tensor)
             y = _activation(b, y, act)
         return b.reshape(b.transpose(y, [1, 0]), _t((1, mt, 1, ow)))
 
@@ -633,7 +621,7 @@ def _gemm_plan(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 
 def _gemm(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
           act: Plan | None, out_shape: tuple[int, ...]) -> Value:
-    m, _ = _shape(x)
+    m, _ = x.shape
     n = w.shape[1]
     grid = _tiles(em.target, w)
     full_bias = None
@@ -667,9 +655,9 @@ def _gemm_batch(em: Emit, ins: list[Value], m: int, tile: Tile, tail: bool,
         if tail:
             if len(args) > 2:
                 bias = args[2]
-                if _shape(bias)[0] > 1:
+                if bias.shape[0] > 1:
                     bias = b.extract(bias, [lane, 0], [1, mt])
-                y = b.binary("vadd", y, bias, _shape_t(y))
+                y = b.binary("vadd", y, bias, y.tensor)
             y = _activation(b, y, act)
         return y, [lane, 0]
 
@@ -690,8 +678,8 @@ def _matmul(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     a = em.input(plan, 0)
     w = plan.weights.get("weight")
     b = None if w is not None else em.input(plan, 1)
-    ash = _shape(a)
-    bsh = tuple(w.shape) if w is not None else _shape(b)  # type: ignore[arg-type]
+    ash = a.shape
+    bsh = tuple(w.shape) if w is not None else b.shape  # type: ignore[union-attr]
     out_shape = em.out(plan)
     a2 = ash if len(ash) > 1 else (1, *ash)
     b2 = bsh if len(bsh) > 1 else (*bsh, 1)
@@ -724,7 +712,7 @@ def _slice_matrix(em: Emit, x: Value, idx: tuple[int, ...], shape: tuple[int, in
     """The (rows, cols) matrix at batch index `idx` of x (a view when there is none)."""
     if not idx:
         return em.view(x, shape)
-    rank = len(_shape(x))
+    rank = len(x.shape)
     offs = [*idx, 0, 0]
     sizes = [1] * (rank - 2) + list(shape)
     return em.compute([x], [shape], lambda b, xs: [
@@ -732,8 +720,8 @@ def _slice_matrix(em: Emit, x: Value, idx: tuple[int, ...], shape: tuple[int, in
 
 
 def _vector_matmul(em: Emit, a: Value, bm: Value, act: Plan | None) -> Value:
-    m, k = _shape(a)
-    n = _shape(bm)[1]
+    m, k = a.shape
+    n = bm.shape[1]
 
     def body(b: Builder, lane: Value, args: list[Value]) -> tuple[Value, list[AffineLike]]:
         row = b.extract(args[0], [lane, 0], [1, k])
@@ -766,7 +754,7 @@ def _conv_transpose(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     if min(lo_h, lo_w, hi_h, hi_w) < 0:
         raise LoweringError(f"plan {plan.name!r}: ConvTranspose pads larger than "
                             "dilation*(kernel-1) are not supported")
-    nimg, _, h, wd = _shape(x)
+    nimg, _, h, wd = x.shape
     zh, zw = (h - 1) * s[0] + 1 + lo_h + hi_h, (wd - 1) * s[1] + 1 + lo_w + hi_w
     zshape = (nimg, cin, zh, zw)
 
@@ -812,7 +800,7 @@ def _bias_add(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     out = em.out(plan)
     c = _channel_const(em, f"{plan.name}.bias", plan.weights["bias"], len(out))
     return [em.rowwise([x, c], out,
-                       lambda b, xs: b.binary("vadd", xs[0], xs[1], _shape_t(xs[0])))]
+                       lambda b, xs: b.binary("vadd", xs[0], xs[1], xs[0].tensor))]
 
 
 @lowers("affine_channel")
@@ -823,8 +811,8 @@ def _affine_channel(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     sh = _channel_const(em, f"{plan.name}.shift", plan.weights["shift"], len(out))
 
     def body(b: Builder, xs: list[Value]) -> Value:
-        y = b.binary("vmul", xs[0], xs[1], _shape_t(xs[0]))
-        return b.binary("vadd", y, xs[2], _shape_t(xs[0]))
+        y = b.binary("vmul", xs[0], xs[1], xs[0].tensor)
+        return b.binary("vadd", y, xs[2], xs[0].tensor)
 
     return [em.rowwise([x, sc, sh], out, body)]
 
@@ -838,7 +826,7 @@ def _prelu(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     def body(b: Builder, xs: list[Value]) -> Value:
         pos = b.unary("relu", xs[0])
         neg = b.unary("neg", b.unary("relu", b.unary("neg", xs[0])))
-        return b.binary("vadd", pos, b.binary("vmul", neg, xs[1], _shape_t(xs[0])))
+        return b.binary("vadd", pos, b.binary("vmul", neg, xs[1], xs[0].tensor))
 
     return [em.rowwise([x, slope], out, body)]
 
@@ -855,7 +843,7 @@ def _pool(em: Emit, plan: Plan, kind: str) -> Value:
     """`kind` max or avg: a row batch per window run, every tap an extract and a vmax or
     vadd (avg then scales by 1 / taps counted)."""
     x = em.input(plan, 0)
-    _, c, h, wd = _shape(x)
+    _, c, h, wd = x.shape
     kh, kw = plan.ints("kernel")
     sh, sw = plan.ints("strides")
     dh, dw = plan.ints("dilations")
@@ -873,7 +861,7 @@ def _pool(em: Emit, plan: Plan, kind: str) -> Value:
             lane = b.block.args[0]
             r = b.extract(b.block.args[2], [0, 0, Affine(lo, ((1, lane),)), 0],
                           [1, 1, 1, ow], type=_t((1, 1, 1, ow)))
-            return b.binary("vmul", frag, r, _shape_t(frag))
+            return b.binary("vmul", frag, r, frag.tensor)
 
     # channels per lane: the most (dividing c) whose input window stays within an eighth of
     # a core's local memory, so that a wide map's pooling lane does not fill the core
@@ -927,7 +915,7 @@ def _pool_plan(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 @lowers("global_avgpool")
 def _global_avgpool(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     x = em.input(plan, 0)
-    _, c, h, wd = _shape(x)
+    _, c, h, wd = x.shape
     chunk = max(d for d in range(1, min(c, em.target.vector_lanes) + 1) if c % d == 0)
 
     def body(b: Builder, lane: Value, args: list[Value], n: int
@@ -944,7 +932,7 @@ def _global_avgpool(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 @lowers("resize_nearest")
 def _resize_nearest(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     x = em.input(plan, 0)
-    _, c, h, wd = _shape(x)
+    _, c, h, wd = x.shape
     out = em.out(plan)
     _, _, oh, ow = out
     scales = plan.attrs["scales"]
@@ -1007,9 +995,9 @@ def _staged(em: Emit, x: Value) -> Value:
             isinstance(owner, GraphComputeOp) and len(owner.body.ops) == 2
             and isinstance(owner.body.ops[0], ConcatOp)):
         return x
-    if _lane_dim(_shape(x)) is None:
+    if _lane_dim(x.shape) is None:
         return x
-    return em.rowwise([x], _shape(x), lambda b, xs: xs[0])
+    return em.rowwise([x], x.shape, lambda b, xs: xs[0])
 
 
 @lowers("split")
@@ -1017,7 +1005,7 @@ def _split(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     x = em.input(plan, 0)
     axis = int(plan.num("axis"))
     sizes = plan.ints("sizes")
-    shape = _shape(x)
+    shape = x.shape
     outs = [em.out(plan, k) for k in range(len(plan.outputs))]
 
     def body(b: Builder, a: list[Value]) -> list[Value]:
@@ -1050,7 +1038,7 @@ def _slice(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
             else:
                 offs = [0] * len(out)
                 offs[d] = st
-                sz = list(_shape(v))
+                sz = list(v.shape)
                 sz[d] = out[d]
                 stv = [1] * len(out)
                 stv[d] = sp
@@ -1062,7 +1050,7 @@ def _slice(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 
 def _reverse_dim(b: Builder, v: Value, d: int, start: int, step: int, n: int) -> Value:
     """Negative steps gather single slices in order (placement, no arithmetic)."""
-    shape = list(_shape(v))
+    shape = list(v.shape)
     parts = []
     for i in range(n):
         offs = [0] * len(shape)
@@ -1079,13 +1067,13 @@ def _pad(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     of single-row slices (reflect, edge) or of the opposite end (wrap)."""
     x = em.input(plan, 0)
     pads = plan.ints("pads")
-    rank = len(_shape(x))
+    rank = len(x.shape)
     begin, end = pads[:rank], pads[rank:]
     mode = str(plan.attrs["mode"])
 
     def body(b: Builder, a: list[Value]) -> list[Value]:
         v = a[0]
-        shape = list(_shape(v))
+        shape = list(v.shape)
         if min(pads) < 0:
             offs = [max(-lo, 0) for lo in begin]
             sizes = [d - max(-lo, 0) - max(-hi, 0)
@@ -1103,7 +1091,7 @@ def _pad(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
             def rows(first: int, count: int, src: Value = v, d: int = d) -> Value:
                 offs = [0] * rank
                 offs[d] = first
-                sizes = list(_shape(src))
+                sizes = list(src.shape)
                 sizes[d] = count
                 return b.extract(src, offs, sizes)
 

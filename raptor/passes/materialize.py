@@ -120,24 +120,8 @@ class ScheduleView:
     end: Sequence[int]
 
 
-def _t(v: Value) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t
-
-
 def _box_type(box: Box, like: TensorType) -> TensorType:
     return TensorType(box.sizes, like.dtype)
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _fields(op: Operation) -> tuple[str, ...]:
-    names = _FIELDS.get(type(op))
-    if names is None:
-        names = _FIELDS[type(op)] = tuple(f.name for f in dataclasses.fields(op))  # type: ignore[arg-type]
-    return names
 
 
 def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane: Affine,
@@ -148,7 +132,7 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane
     for r in op.results():
         vmap[r] = Value(r.type, r.name)
     changes: dict[str, object] = {}
-    for name in _fields(op):
+    for name in op.DEF.kinds:  # every field, in declaration order
         cur = getattr(op, name)
         if isinstance(cur, Value):
             changes[name] = vmap.get(cur, cur)
@@ -242,7 +226,7 @@ class Materializer:
 
     def arg_load(self, core: int, arg: Value, result: Value, lo: Sequence[int]) -> LoadOp:
         """Read the box at `lo` of function argument `arg` (its new value) into `result`."""
-        t = _t(result)
+        t = result.tensor
         return LoadOp(arg, result, tuple(map(Affine, lo)), t.static_shape, (1,) * t.rank)
 
     def output_stores(self, core: int, inst: Instance, outs: list[Value]) -> list[Operation]:
@@ -277,7 +261,7 @@ class Materializer:
         body: list[Operation] = []
         local: dict[int, Value] = {}
         for use in inst.uses:
-            vt = _t(use.value)
+            vt = use.value.tensor
             if use.kind == "weight":
                 w = self.weight(use.value)
                 a = Value(w.type, "w")
@@ -444,10 +428,10 @@ class Materializer:
             return None
         whole, _ = self.piece_value(p0, core)
         offs = tuple(lo - d for lo, d in zip(box.lo, shift, strict=True))
-        shape = _t(whole).static_shape
+        shape = whole.shape
         if any(o < 0 or o + n > m for o, n, m in zip(offs, box.sizes, shape, strict=True)):
             return None
-        part = Value(_box_type(box, _t(whole)), "buf")
+        part = Value(_box_type(box, whole.tensor), "buf")
         op = ExtractSliceOp(whole, part, tuple(map(Affine, offs)), box.sizes,
                             (1,) * len(box.sizes))
         part.owner = op
@@ -473,7 +457,7 @@ class Materializer:
         in_args = op.body.args[1:1 + len(op.inputs)]
         for k, use in enumerate(run[0].uses):
             uses = [i.uses[k] for i in run]
-            vt = _t(use.value)
+            vt = use.value.tensor
             if use.kind == "weight":
                 w = self.weight(use.value)
                 ins.append(w)
@@ -525,7 +509,7 @@ class Materializer:
         for out in op.out_args:
             pub = next(p for p in op.body.ops
                        if isinstance(p, ParallelInsertSliceOp) and p.dest is out)
-            frag_types.append(_t(pub.source))
+            frag_types.append(pub.source.tensor)
         outs_t = [TensorType((len(run), *f.static_shape), f.dtype) for f in frag_types]
         out_args = [Value(t, "out") for t in outs_t]
         body: list[Operation] = []
@@ -587,7 +571,7 @@ class Materializer:
                     got = Value(frag.type, f"r{u}")
                 else:  # a region of the value travels (DMA), not the whole of it
                     offs, sizes = crop
-                    msg = TensorType(sizes, _t(frag).dtype)
+                    msg = TensorType(sizes, frag.tensor.dtype)
                     send = ChannelSendOp(frag, q, seq, tuple(map(Affine, offs)), sizes,
                                          (1,) * len(sizes), msg)
                     got = Value(msg, f"r{u}")

@@ -126,9 +126,7 @@ def _collect(func: FuncOp) -> _Facts:
             f.rows["Batch"].append((b, op.lanes))
             for r, res in enumerate(op.outs):
                 pub = _publication(op, r)
-                src = pub.source.type
-                assert isinstance(src, TensorType)
-                for d, e in enumerate(src.static_shape):
+                for d, e in enumerate(pub.source.shape):
                     f.rows["FragDim"].append((b, r, d, e))
                 for d, (o, size, stride) in enumerate(
                     zip(pub.offsets, pub.sizes, pub.strides, strict=True)
@@ -151,9 +149,7 @@ def _collect(func: FuncOp) -> _Facts:
                 for i, v in enumerate(ins):
                     f.rows["ConcatIn"].append((x, i, f.vid(v)))
                     f.rows["ConcatAt"].append((x, i, start))
-                    t = v.type
-                    assert isinstance(t, TensorType)
-                    start += t.static_shape[dim]
+                    start += v.shape[dim]
                 continue
             cuts = _slice_dims(op)
             if cuts is not None:
@@ -253,9 +249,7 @@ def _make_physical(
     new_outs, new_args, bps = [], [], []
     for r, logical in enumerate(op.outs):
         dims = phys[(b, r)]
-        t = logical.type
-        assert isinstance(t, TensorType)
-        ptype = TensorType(tuple(dims[d] for d in range(len(dims))), t.dtype)
+        ptype = TensorType(tuple(dims[d] for d in range(len(dims))), logical.tensor.dtype)
         pval = Value(ptype, (logical.name or "p") + "_frags" if logical.name else None)
         parg = Value(ptype, "out")
         pub = _publication(op, r)

@@ -206,6 +206,14 @@ class Engine:
         self.seq += 1
         heapq.heappush(self.heap, (time, rank, self.seq, kind, payload))
 
+    def block(self, st: _Core, until: int, why: str, label: str = "blocked",
+              kind: str = BLOCKED) -> None:
+        """Core `st` waits from its clock until `until` (blocked time, and a trace span)."""
+        if self.spans is not None:
+            self.spans.append((st.cid, st.clock, until - st.clock, label, kind, why))
+        st.blocked += until - st.clock
+        st.clock = until
+
     def run(self) -> None:
         for st in self.cores:
             self.push(0, _RUN, st)
@@ -398,10 +406,7 @@ class Engine:
         rz = self.opts.rendezvous_ns
         spans = self.spans
         if meet > st.clock:
-            if spans is not None:
-                spans.append((st.cid, st.clock, meet - st.clock, "blocked", BLOCKED,
-                              f"waiting for core {msg.dst} to post channel {msg.channel}"))
-            st.blocked += meet - st.clock
+            self.block(st, meet, f"waiting for core {msg.dst} to post channel {msg.channel}")
         if rz:
             if spans is not None:
                 spans.append((st.cid, meet, rz, "rendezvous", COMM,
@@ -514,11 +519,8 @@ class Engine:
         if a is None:
             return False
         if a > st.clock:
-            if self.spans is not None:
-                self.spans.append((st.cid, st.clock, a - st.clock, "spat.channel_receive",
-                                   COMM, "receive (pimsim-nn: blocks until written)"))
-            st.blocked += a - st.clock
-            st.clock = a
+            self.block(st, a, "receive (pimsim-nn: blocks until written)",
+                       "spat.channel_receive", COMM)
         st.sync = None
         return True
 
@@ -564,11 +566,7 @@ class Engine:
         signal on the counter."""
         assert ins.counter is not None
         if st.wait_count is ins and st.wake > st.clock:  # woken: blocked until the signal
-            if self.spans is not None:
-                self.spans.append((st.cid, st.clock, st.wake - st.clock, "blocked", BLOCKED,
-                                   f"waiting for {ins.label} >= {ins.threshold}"))
-            st.blocked += st.wake - st.clock
-            st.clock = st.wake
+            self.block(st, st.wake, f"waiting for {ins.label} >= {ins.threshold}")
         st.wait_count = None
         need = ins.threshold
         if need <= 0:
@@ -577,11 +575,7 @@ class Engine:
         if times is not None and len(times) >= need:
             t = times[need - 1]
             if t > st.clock:
-                if self.spans is not None:
-                    self.spans.append((st.cid, st.clock, t - st.clock, "blocked", BLOCKED,
-                                       f"waiting for {ins.label} >= {need}"))
-                st.blocked += t - st.clock
-                st.clock = t
+                self.block(st, t, f"waiting for {ins.label} >= {need}")
             return True
         st.wait_count = ins
         self.count_waiters.setdefault(ins.counter, []).append(st)
@@ -635,36 +629,33 @@ class Engine:
                 return False
             ready = max(ready, done)
         if ready > st.clock:
-            if self.spans is not None:
-                self.spans.append((st.cid, st.clock, ready - st.clock, "blocked", BLOCKED,
-                                   "waiting for stores to shared memory"))
-            st.blocked += ready - st.clock
-            st.clock = ready
+            self.block(st, ready, "waiting for stores to shared memory")
         return True
 
     def access(self, st: _Core, ins: Instr, start: int) -> None:
         """Perform a load/store starting at `start` (>= the core's clock) and advance it."""
         if start > st.clock:
-            if self.spans is not None:
-                self.spans.append((st.cid, st.clock, start - st.clock, "blocked", BLOCKED,
-                                   QUEUE))
-            st.blocked += start - st.clock
+            self.block(st, start, QUEUE)
         end = start + ins.cost
         if self.spans is not None:
             self.spans.append((st.cid, start, ins.cost, ins.label, MEMORY, ins.where))
         st.busy += ins.cost
         st.clock = end
-        rep = self.report
         if ins.kind >= SIGNAL:  # counters carry no data: not part of the numerics
             if ins.kind == SIGNAL:
-                rep.signals += 1
+                self.report.signals += 1
                 self.signalled(ins, end)
             else:
-                rep.waits += 1
+                self.report.waits += 1
             return
         if ins.region is not None:
             self.check_race(ins)
         self.order.append(ins)
+        self.accessed(ins, end)
+
+    def accessed(self, ins: Instr, end: int) -> None:
+        """Count a load or store done at `end`; a store wakes the loads waiting for it."""
+        rep = self.report
         if ins.kind == STORE:
             rep.shared_writes += 1
             rep.shared_write_bytes += ins.nbytes
@@ -672,7 +663,7 @@ class Engine:
             for waiter in self.store_waiters.pop(ins.store_id, []):
                 waiter.wait_store = -1
                 self.push(self.now, _RUN, waiter)
-        else:
+        elif ins.kind == LOAD:
             rep.shared_reads += 1
             rep.shared_read_bytes += ins.nbytes
 
@@ -695,17 +686,7 @@ class Engine:
         st.busy += cost
         st.clock += cost + wait
         self.mem_free = start + ns(tm.memory) if ins.timing is not None else start + cost
-        rep = self.report
-        if ins.kind == STORE:
-            rep.shared_writes += 1
-            rep.shared_write_bytes += ins.nbytes
-            self.store_done[ins.store_id] = st.clock
-            for waiter in self.store_waiters.pop(ins.store_id, []):
-                waiter.wait_store = -1
-                self.push(self.now, _RUN, waiter)
-        elif ins.kind == LOAD:
-            rep.shared_reads += 1
-            rep.shared_read_bytes += ins.nbytes
+        self.accessed(ins, st.clock)
 
     def serve(self, st: _Core) -> None:
         """A queued request, taken in request-time order: served when memory is free."""

@@ -631,37 +631,21 @@ def _insert(src: int, dst: int, where: tuple[slice, ...] | list[tuple[slice, ...
     values are otherwise never written (extract_slice and reshape share views)."""
     if isinstance(where, tuple):
         sl = where
-        if in_place:
 
-            def write_const(fr: Frame) -> None:
-                out = fr[dst]
-                out[sl] = fr[src].reshape((fr[0], *sizes))
-                fr[res] = out
-
-            return write_const
-
-        def copy_const(fr: Frame) -> None:
-            out = fr[dst].copy()
+        def const(fr: Frame) -> None:
+            out = fr[dst] if in_place else fr[dst].copy()
             out[sl] = fr[src].reshape((fr[0], *sizes))
             fr[res] = out
 
-        return copy_const
+        return const
     table = where
-    if in_place:
 
-        def write(fr: Frame) -> None:
-            out = fr[dst]
-            out[table[fr[lane]]] = fr[src].reshape((fr[0], *sizes))
-            fr[res] = out
-
-        return write
-
-    def copy(fr: Frame) -> None:
-        out = fr[dst].copy()
+    def per_lane(fr: Frame) -> None:
+        out = fr[dst] if in_place else fr[dst].copy()
         out[table[fr[lane]]] = fr[src].reshape((fr[0], *sizes))
         fr[res] = out
 
-    return copy
+    return per_lane
 
 
 def _publish(src: int, dst: int, where: tuple[slice, ...] | list[tuple[slice, ...]],

@@ -319,10 +319,9 @@ class _Compiler:
         self.check_capacity(tiles)
         channels = self.check_channels(cores)
         self.link_loads()
-        program = Program(func, cores, envs, tiles, self.shared, outputs, channels,
-                          self.weights, self.stores, inferences=self.inferences,
-                          written={b for _, _, b, _ in self.store_boxes})
-        return program
+        return Program(func, cores, envs, tiles, self.shared, outputs, channels, self.weights,
+                       self.stores, inferences=self.inferences,
+                       written={b for _, _, b, _ in self.store_boxes})
 
     def check_capacity(self, tiles: dict[int, int]) -> None:
         cap = self.target.crossbars_per_core

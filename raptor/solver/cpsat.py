@@ -78,14 +78,6 @@ the smallest graphs, whose search is mostly the LP), so a unit per second would 
 
 INTERLEAVE_BATCH = 2
 
-_STATUS = {
-    cp_model.OPTIMAL: "OPTIMAL",
-    cp_model.FEASIBLE: "FEASIBLE",
-    cp_model.INFEASIBLE: "INFEASIBLE",
-    cp_model.MODEL_INVALID: "MODEL_INVALID",
-    cp_model.UNKNOWN: "UNKNOWN",
-}
-
 
 @dataclass(frozen=True)
 class CpSatOptions:
@@ -485,7 +477,7 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
     code = solver.solve(model.m, watch(solver, opts.on_progress))
     searched = time.perf_counter() - t1
     elapsed = time.perf_counter() - t0
-    word = _STATUS.get(code, str(code))
+    word = solver.status_name(code)
     det = solver.response_proto.deterministic_time
     stopped = opts.deterministic and searched >= opts.time_limit * opts.wall_factor * 0.99
     when = (f"after {searched:.1f} s of search ({det:.2f} units of deterministic time)"

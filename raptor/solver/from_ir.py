@@ -36,8 +36,7 @@ def _bytes(t: TensorType) -> int:
 
 
 def _box_bytes(box: Box, v: Value) -> int:
-    t = v.type
-    assert isinstance(t, TensorType)
+    t = v.tensor
     n = 1
     for s in box.sizes:
         n *= s
@@ -59,11 +58,9 @@ def output_pieces(proj: Projection, func: FuncOp) -> list[list[Piece]]:
     outs = []
     for v in ret.values:
         entries = proj.entries(v)
-        t = v.type
-        assert isinstance(t, TensorType)
         if entries is None:
             raise ValueError(f"function result %{v.name} is not produced by a graph instance")
-        outs.append(proj.pieces(entries, Box.whole(t.static_shape)))
+        outs.append(proj.pieces(entries, Box.whole(v.shape)))
     return outs
 
 

@@ -292,7 +292,6 @@ class _Cores:
                 (b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0
             )
 
-
     def earliest_on(self, p: int, ready: int, d: int) -> int:
         """Earliest start >= ``ready`` of ``d`` idle ns on core ``p``."""
         if ready >= self.last_end[p] or self.gap_max[p] < d:

@@ -15,7 +15,7 @@ solver's own period model and bound, solve time, local memory and messages."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -82,48 +82,6 @@ def _crossbars(s: dict[str, Any]) -> str:
     return f"{used - extra:,}+{extra:,}" if extra else f"{used:,}"
 
 
-def _throughput(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.1f}" if v < 1e5 else f"{v:,.0f}"
-
-
-def _messages(s: dict[str, Any]) -> str:
-    sim = s["simulation"]
-    return "-" if sim is None else f"{sim['messages']:,}"
-
-
-Column = tuple[str, bool, str]
-"""(header, right-aligned, report key picked by `_cell`)."""
-
-COMPACT: list[Column] = [
-    ("estimate ns", True, "estimate"), ("simulated ns", True, "simulated"),
-    ("ideal sim ns", True, "ideal"), ("gap to lower bound", True, "gap"),
-    ("cores", True, "cores"), ("numerics", False, "numerics")]
-WIDE: list[Column] = [
-    ("estimate ns", True, "estimate"), ("simulated ns", True, "simulated"),
-    ("ideal sim ns", True, "ideal"), ("solver bound ns", True, "bound"),
-    ("gap to lower bound", True, "gap"), ("status", False, "status"),
-    ("solve s", True, "solve"),
-    ("cores", True, "cores"), ("crossbars", True, "crossbars"),
-    ("messages", True, "messages"), ("local mem", True, "memory"),
-    ("numerics", False, "numerics")]
-
-
-PIPELINE: list[Column] = [
-    ("estimated period ns", True, "period"), ("simulated period ns", True, "sim_period"),
-    ("inf/s", True, "throughput"), ("latency in pipeline ns", True, "latency"),
-    ("stages / cores", True, "stages"), ("crossbars +copies", True, "pipe_crossbars"),
-    ("status", False, "status"), ("numerics", False, "numerics")]
-PIPELINE_WIDE: list[Column] = [
-    ("estimated period ns", True, "period"), ("simulated period ns", True, "sim_period"),
-    ("ideal est. period ns", True, "ideal_period"),
-    ("ideal sim period ns", True, "ideal_sim_period"),
-    ("solver period ns", True, "solver_period"), ("solver bound ns", True, "bound"),
-    ("inf/s", True, "throughput"), ("latency in pipeline ns", True, "latency"),
-    ("stages / cores", True, "stages"), ("crossbars +copies", True, "pipe_crossbars"),
-    ("status", False, "status"), ("solve s", True, "solve"), ("messages", True, "messages"),
-    ("local mem", True, "memory"), ("numerics", False, "numerics")]
-
-
 def memory(s: dict[str, Any]) -> str:
     """Peak local memory of the fullest core over the capacity ("OVER" when it does not
     fit)."""
@@ -134,49 +92,51 @@ def memory(s: dict[str, Any]) -> str:
     return text if mem["fits"] else text + " OVER"
 
 
-def _cell(rep: dict[str, Any], s: dict[str, Any], key: str) -> str:
-    match key:
-        case "estimate":
-            return ns(s["estimate_ns"])
-        case "ideal":
-            return ns(s["ideal_simulated_ns"])
-        case "simulated":
-            return ns(s["simulated_ns"])
-        case "bound":
-            return _solver_bound(s)
-        case "gap":
-            return _gap(rep, s)
-        case "status":
-            return str(s["status"]).split()[0]
-        case "solve":
-            return f"{s['solve_seconds']:.2f}"
-        case "cores":
-            return str(s["cores_used"])
-        case "crossbars":
-            return f"{rep['crossbars']:,}"
-        case "messages":
-            return _messages(s)
-        case "memory":
-            return memory(s)
-        case "period":
-            return ns(s["period_ns"])
-        case "sim_period":
-            return ns(s["simulated_period_ns"])
-        case "ideal_period":
-            return ns(s["ideal_period_ns"])
-        case "ideal_sim_period":
-            return ns(s["ideal_simulated_period_ns"])
-        case "solver_period":
-            return ns(s["solver_period_ns"])
-        case "throughput":
-            return _throughput(s["throughput_per_s"])
-        case "latency":
-            return ns(s["latency_in_pipeline_ns"])
-        case "stages":
-            return f"{len(s['stages'])}/{s['cores_used']}"
-        case "pipe_crossbars":
-            return _crossbars(s)
-    return _numerics(s)
+Report = dict[str, Any]
+Cell = tuple[str, bool, Callable[[Report, Report], str]]
+"""(header, right-aligned, the text from the report and one schedule's entry)."""
+
+
+def _ns(key: str) -> Callable[[Report, Report], str]:
+    return lambda rep, s: ns(s[key])
+
+
+CELLS: dict[str, Cell] = {
+    "estimate": ("estimate ns", True, _ns("estimate_ns")),
+    "simulated": ("simulated ns", True, _ns("simulated_ns")),
+    "ideal": ("ideal sim ns", True, _ns("ideal_simulated_ns")),
+    "bound": ("solver bound ns", True, lambda rep, s: _solver_bound(s)),
+    "gap": ("gap to lower bound", True, _gap),
+    "status": ("status", False, lambda rep, s: str(s["status"]).split()[0]),
+    "solve": ("solve s", True, lambda rep, s: f"{s['solve_seconds']:.2f}"),
+    "cores": ("cores", True, lambda rep, s: str(s["cores_used"])),
+    "crossbars": ("crossbars", True, lambda rep, s: f"{rep['crossbars']:,}"),
+    "messages": ("messages", True, lambda rep, s: "-" if s["simulation"] is None
+                 else f"{s['simulation']['messages']:,}"),
+    "memory": ("local mem", True, lambda rep, s: memory(s)),
+    "period": ("estimated period ns", True, _ns("period_ns")),
+    "sim_period": ("simulated period ns", True, _ns("simulated_period_ns")),
+    "ideal_period": ("ideal est. period ns", True, _ns("ideal_period_ns")),
+    "ideal_sim_period": ("ideal sim period ns", True, _ns("ideal_simulated_period_ns")),
+    "solver_period": ("solver period ns", True, _ns("solver_period_ns")),
+    "throughput": ("inf/s", True, lambda rep, s: "-" if (v := s["throughput_per_s"]) is None
+                   else f"{v:,.1f}" if v < 1e5 else f"{v:,.0f}"),
+    "latency": ("latency in pipeline ns", True, _ns("latency_in_pipeline_ns")),
+    "stages": ("stages / cores", True, lambda rep, s: f"{len(s['stages'])}/{s['cores_used']}"),
+    "pipe_crossbars": ("crossbars +copies", True, lambda rep, s: _crossbars(s)),
+    "numerics": ("numerics", False, lambda rep, s: _numerics(s)),
+}
+"""Every column a results table can show, by key."""
+
+COMPACT: tuple[str, ...] = ("estimate", "simulated", "ideal", "gap", "cores", "numerics")
+WIDE: tuple[str, ...] = ("estimate", "simulated", "ideal", "bound", "gap", "status", "solve",
+                         "cores", "crossbars", "messages", "memory", "numerics")
+PIPELINE: tuple[str, ...] = ("period", "sim_period", "throughput", "latency", "stages",
+                             "pipe_crossbars", "status", "numerics")
+PIPELINE_WIDE: tuple[str, ...] = (
+    "period", "sim_period", "ideal_period", "ideal_sim_period", "solver_period", "bound",
+    "throughput", "latency", "stages", "pipe_crossbars", "status", "solve", "messages",
+    "memory", "numerics")
 
 
 def _title(rep: dict[str, Any]) -> str:
@@ -224,23 +184,23 @@ def _fitted(title: str, heads: Sequence[str], rows: Sequence[Sequence[str]],
     return table
 
 
-def results_table(rep: dict[str, Any], columns: Sequence[Column], width: int
-                  ) -> Table | None:
+def results_table(rep: dict[str, Any], columns: Sequence[str], width: int) -> Table | None:
     """One row per schedule; None when it cannot fit `width` without cutting a cell."""
-    heads = ["solver", *(h for h, _, _ in columns)]
-    rows = [[name, *(_cell(rep, s, key) for _, _, key in columns)]
+    cells = [CELLS[key] for key in columns]
+    heads = ["solver", *(h for h, _, _ in cells)]
+    rows = [[name, *(text(rep, s) for _, _, text in cells)]
             for name, s in rep["schedules"].items()]
     wraps = ("status", "numerics") if rep.get("mode") == "pipeline" else ("status",)
-    return _fitted(_title(rep), heads, rows, [False, *(r for _, r, _ in columns)],
-                   [False, *(key in wraps for _, _, key in columns)], width)
+    return _fitted(_title(rep), heads, rows, [False, *(r for _, r, _ in cells)],
+                   [False, *(key in wraps for key in columns)], width)
 
 
-def transposed_table(rep: dict[str, Any], columns: Sequence[Column], width: int
+def transposed_table(rep: dict[str, Any], columns: Sequence[str], width: int
                      ) -> Table | None:
     """One column per schedule, one row per figure: as narrow as the figures themselves."""
     names = list(rep["schedules"])
-    rows = [[head, *(_cell(rep, s, key) for s in rep["schedules"].values())]
-            for head, _, key in columns]
+    rows = [[head, *(text(rep, s) for s in rep["schedules"].values())]
+            for head, _, text in (CELLS[key] for key in columns)]
     return _fitted(_title(rep), ["", *names], rows, [False, *(True for _ in names)],
                    [False, *(True for _ in names)], width)
 
