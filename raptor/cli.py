@@ -11,7 +11,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 from rich.console import Console
@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 # input file is refused at once.
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""`raptor`'s subcommands: each command's parser builder (`_solve_parser`, ...) adds itself
+here, beside the `cmd_*` function it configures."""
 
 
 def _about(path: str, e: Exception) -> str:
@@ -115,6 +119,20 @@ def _parse_spat(path: str) -> Module:
 
 
 # ------------------------------------------------------------------ verify
+def _verify_parser(sub: _Commands) -> None:
+    v = sub.add_parser("verify", help="parse and verify Spatial IR files (.spat)",
+                       description="Parse each file and check SSA, types, the graph-batch "
+                       "invariant (GCB-1..10), Blueprint rules (BP-1..5) and scheduled "
+                       "communication (SCH-*). Diagnostics go to stderr as "
+                       "file:line:col: error: [RULE] message.")
+    v.add_argument("files", nargs="+", metavar="FILE.spat")
+    v.add_argument("--allow-assembly", action="store_true",
+                   help="accept the temporary logical-assembly batches emitted before "
+                   "canonicalization")
+    v.add_argument("-q", "--quiet", action="store_true", help="print nothing for valid files")
+    v.set_defaults(func=cmd_verify)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     code = EXIT_OK
     for path in args.files:
@@ -186,6 +204,31 @@ def _compile(args: argparse.Namespace, target: Target) -> Compiled:
         if failure is None:
             raise
         raise failure from None
+
+
+def _interpret_parser(sub: _Commands) -> None:
+    i = sub.add_parser("interpret", help="run a .spat program or a lowered ONNX model",
+                       description="Run @main of a .spat file, or compile MODEL.onnx to graph "
+                       "IR and run that, with the reference interpreter. For .spat, inputs are "
+                       "an .npz keyed by argument name (x or %%x) or position (0, arg0, arr_0); "
+                       "for ONNX, keyed by graph input name (default: MODEL.npz beside the "
+                       "model, else seeded random inputs).")
+    i.add_argument("file", metavar="FILE.spat|MODEL.onnx")
+    i.add_argument("--inputs", metavar="X.npz", help="input arrays")
+    _add_input_options(i)
+    i.add_argument("--weights", metavar="W.npz",
+                   help="data for spat.weight @symbols (.spat; default: weights.npz beside "
+                   "the file, as raptor solve writes it)")
+    i.add_argument("--out", metavar="Y.npz", help="write results (.spat: result0, ...; ONNX: "
+                   "keyed by graph output name)")
+    i.add_argument("--check", action="store_true", help="compare with the ONNX reference "
+                   "(onnxruntime; onnx.reference for a model it cannot run); exit 1 on "
+                   "mismatch")
+    i.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
+    i.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    _add_target(i)
+    _add_compile_options(i)
+    i.set_defaults(func=cmd_interpret)
 
 
 def cmd_interpret(args: argparse.Namespace) -> int:
@@ -276,6 +319,20 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ inspect, target
+def _inspect_parser(sub: _Commands) -> None:
+    n = sub.add_parser("inspect", help="per-plan crossbars, lanes and MVMs of an ONNX model",
+                       description="Import and lower MODEL.onnx for the target and show, per "
+                       "plan, its op, shapes, crossbar tiles, lanes and MVMs, with totals: "
+                       "whether a model fits a target.")
+    n.add_argument("file", metavar="MODEL.onnx")
+    n.add_argument("--inputs", metavar="X.npz", help="input values (their shapes fix dynamic "
+                   "dimensions; weights and shape operands among them are bound)")
+    _add_input_options(n)
+    _add_target(n)
+    _add_compile_options(n)
+    n.set_defaults(func=cmd_inspect)
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     target = _target(args.target)
     comp = _compile(args, target)
@@ -301,6 +358,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _rules_parser(sub: _Commands) -> None:
+    r = sub.add_parser("rules", help="egglog rule files (rules/*.egg)",
+                       description="The canonicalization and layout rules are plain egglog "
+                       "files; edit them and the compiler follows.")
+    rsub = r.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", required=True)
+    rc = rsub.add_parser("check", help="parse and type-check every rule file",
+                         description="Load each rule program's files in manifest order and "
+                         "report file:line:col of the first error of each (exit 1).")
+    rc.add_argument("dir", nargs="?", metavar="DIR",
+                    help="rules directory (default: $RAPTOR_RULES, else the shipped rules/)")
+    rc.set_defaults(func=cmd_rules_check)
+
+
 def cmd_rules_check(args: argparse.Namespace) -> int:
     from raptor.passes.rulecheck import check_rules
     from raptor.rewrite.eggfile import resolve_rules_dir
@@ -316,12 +386,86 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _target_parser(sub: _Commands) -> None:
+    t = sub.add_parser("target", help="PIM target descriptions",
+                       description="Targets are TOML files overriding keys of the built-in "
+                       "'default' (PIMCOMP-NN / pimsim-nn: 8x8 mesh, 64 crossbars of 128x128 "
+                       "per core, 1 GHz).")
+    tsub = t.add_subparsers(dest="target_command", metavar="SUBCOMMAND", required=True)
+    ts = tsub.add_parser("show", help="print every key of a target with derived figures")
+    ts.add_argument("name", nargs="?", default="default", metavar="NAME|FILE.toml")
+    ts.set_defaults(func=cmd_target_show)
+
+
 def cmd_target_show(args: argparse.Namespace) -> int:
     out.print(show_target(_target(args.name)))
     return EXIT_OK
 
 
 # ------------------------------------------------------------------ solve
+def _solve_parser(sub: _Commands) -> None:
+    s = sub.add_parser("solve", help="compile an ONNX model, schedule it, simulate it",
+                       description="Compile MODEL.onnx for the target, schedule it for latency "
+                       "with the PEFT heuristic and an OR-Tools CP-SAT model side by side, "
+                       "materialize each schedule into scheduled IR with explicit channels, "
+                       "simulate it, and check its outputs against the ONNX reference. Prints "
+                       "one row per schedule and writes report.json, scheduled IR (.spat), "
+                       "Gantt charts of the estimate and the simulation and a NoC heatmap "
+                       "(SVG), Chrome traces and outputs (.npz) to --out. "
+                       "Exit 0 when every schedule validates and its numbers match, 1 "
+                       "otherwise.")
+    s.add_argument("file", metavar="MODEL.onnx")
+    _add_target(s)
+    s.add_argument("--mode", choices=list(MODES), default="latency",
+                   help="scheduling objective: latency (single-inference makespan, default) "
+                   "or pipeline (period of a stream of inferences: stages through shared "
+                   "memory, docs/pipeline.md)")
+    s.add_argument("--solver", choices=sorted({x for v in MODES.values() for x in v}),
+                   default="both",
+                   help="latency: peft (heuristic), cpsat (optimal or best found), or both "
+                   "(default); pipeline: pipeline (the spec's heuristic), cpsat (the CP-SAT "
+                   "pipeline model), or both (default)")
+    s.add_argument("--stream", type=int, metavar="M",
+                   help="pipeline mode: inferences to simulate (default 8): inference 0 on "
+                   "the given inputs, the others on seeded variations")
+    s.add_argument("--no-replication", action="store_true",
+                   help="pipeline mode: keep every crossbar tile on one core (no copies of "
+                   "bottleneck weights on spare crossbars)")
+    s.add_argument("--time-limit", type=_positive(float), default=10.0, metavar="S",
+                   help="CP-SAT search limit (default 10): a deterministic work budget "
+                   "of about S seconds on an idle 2-core machine, so reruns are identical; "
+                   "the best schedule found is used if it beats the heuristic one under the "
+                   "communication model, else the heuristic one")
+    s.add_argument("--workers", type=_positive(int), default=2, metavar="N",
+                   help="CP-SAT worker threads (default 2)")
+    s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
+    s.add_argument("--inputs", metavar="X.npz", help="inputs keyed by graph input name "
+                   "or position (input_0, arr_0); those feeding weights, biases, bounds or "
+                   "shape operands are bound as constants (default: MODEL.npz beside the "
+                   "model when its keys are input names, else seeded random inputs)")
+    _add_input_options(s)
+    s.add_argument("--no-simulate", action="store_true",
+                   help="schedule and materialize only; simulated fields are null")
+    s.add_argument("--send-mode", choices=["rendezvous", "buffered"], default="rendezvous",
+                   help="simulated channel semantics (default rendezvous)")
+    s.add_argument("--no-contention", action="store_true",
+                   help="simulate without link contention and shared-memory queueing")
+    s.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (1e-4)")
+    s.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (1e-5)")
+    s.add_argument("--out", default="raptor-out", metavar="DIR",
+                   help="output directory (default raptor-out/)")
+    s.add_argument("--json", action="store_true", help="print report.json to stdout")
+    s.add_argument("--wide", action="store_true", help="every column (bound, status, solve "
+                   "time, crossbars, messages) in the table, transposed if the terminal is "
+                   "too narrow for them")
+    s.add_argument("--export-pimsim", metavar="DIR",
+                   help="also export each valid schedule to pimsim-nn (DIR, or DIR/<solver> "
+                   "for several): program/, chip.json, noc.json; see `raptor export`")
+    _add_memory_flag(s)
+    _add_compile_options(s)
+    s.set_defaults(func=cmd_solve)
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
     if args.solver not in MODES[args.mode]:
         raise CliError(f"--mode {args.mode} has no solver {args.solver!r}; valid solvers: "
@@ -448,6 +592,26 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any]
 
 
 # ------------------------------------------------------------------ export
+def _export_parser(sub: _Commands) -> None:
+    e = sub.add_parser("export", help="export scheduled IR to the pimsim-nn simulator",
+                       description="Allocate local memory for every core of a scheduled "
+                       "program (`scheduled.<solver>.spat` from `raptor solve`), lower it to "
+                       "pimsim-nn instructions and write DIR/program/ (config.json and "
+                       "core_<id>.json), DIR/chip.json and DIR/noc.json derived from the "
+                       "target, and DIR/export.json (what was exported), so that `ChipTest "
+                       "DIR/program DIR/chip.json` runs it in latency mode. Checks what "
+                       "pimsim-nn does not (send/receive sizes and partners, array groups, "
+                       "addresses, deadlock) and refuses with exit 1.")
+    e.add_argument("file", metavar="FILE.spat")
+    e.add_argument("--pimsim", required=True, metavar="DIR", help="output directory")
+    e.add_argument("--timeout-ms", type=_positive(float), metavar="MS",
+                   help="pimsim-nn latency_timeout_ms (default: twice a serial bound on the "
+                   "program's latency)")
+    _add_target(e)
+    _add_memory_flag(e)
+    e.set_defaults(func=cmd_export)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from raptor.export import ExportError, export_pimsim, write_export
     from raptor.passes.memory import plan_memory
@@ -485,170 +649,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ sweep
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from raptor.sweep.command import sweep_command  # Dask and matplotlib load for sweeps only
-    return sweep_command(args.file, args.scheduler, args.workers, args.out, args.resume,
-                         args.dry_run, out, err)
-
-
-# ------------------------------------------------------------------ entry point
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="raptor",
-        description="Raptor compiles ONNX networks into validated programs for crossbar "
-                    "processing-in-memory many-core chips.",
-        epilog="Exit codes: 0 ok, 1 verification or compile failure, 2 usage or input error.")
-    p.add_argument("--debug", action="store_true",
-                   help="on an internal error, print the Python traceback (also "
-                   "RAPTOR_DEBUG=1)")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-
-    s = sub.add_parser("solve", help="compile an ONNX model, schedule it, simulate it",
-                       description="Compile MODEL.onnx for the target, schedule it for latency "
-                       "with the PEFT heuristic and an OR-Tools CP-SAT model side by side, "
-                       "materialize each schedule into scheduled IR with explicit channels, "
-                       "simulate it, and check its outputs against the ONNX reference. Prints "
-                       "one row per schedule and writes report.json, scheduled IR (.spat), "
-                       "Gantt charts of the estimate and the simulation and a NoC heatmap "
-                       "(SVG), Chrome traces and outputs (.npz) to --out. "
-                       "Exit 0 when every schedule validates and its numbers match, 1 "
-                       "otherwise.")
-    s.add_argument("file", metavar="MODEL.onnx")
-    _add_target(s)
-    s.add_argument("--mode", choices=list(MODES), default="latency",
-                   help="scheduling objective: latency (single-inference makespan, default) "
-                   "or pipeline (period of a stream of inferences: stages through shared "
-                   "memory, docs/pipeline.md)")
-    s.add_argument("--solver", choices=sorted({x for v in MODES.values() for x in v}),
-                   default="both",
-                   help="latency: peft (heuristic), cpsat (optimal or best found), or both "
-                   "(default); pipeline: pipeline (the spec's heuristic), cpsat (the CP-SAT "
-                   "pipeline model), or both (default)")
-    s.add_argument("--stream", type=int, metavar="M",
-                   help="pipeline mode: inferences to simulate (default 8): inference 0 on "
-                   "the given inputs, the others on seeded variations")
-    s.add_argument("--no-replication", action="store_true",
-                   help="pipeline mode: keep every crossbar tile on one core (no copies of "
-                   "bottleneck weights on spare crossbars)")
-    s.add_argument("--time-limit", type=_positive(float), default=10.0, metavar="S",
-                   help="CP-SAT search limit (default 10): a deterministic work budget "
-                   "of about S seconds on an idle 2-core machine, so reruns are identical; "
-                   "the best schedule found is used if it beats the heuristic one under the "
-                   "communication model, else the heuristic one")
-    s.add_argument("--workers", type=_positive(int), default=2, metavar="N",
-                   help="CP-SAT worker threads (default 2)")
-    s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
-    s.add_argument("--inputs", metavar="X.npz", help="inputs keyed by graph input name "
-                   "or position (input_0, arr_0); those feeding weights, biases, bounds or "
-                   "shape operands are bound as constants (default: MODEL.npz beside the "
-                   "model when its keys are input names, else seeded random inputs)")
-    _add_input_options(s)
-    s.add_argument("--no-simulate", action="store_true",
-                   help="schedule and materialize only; simulated fields are null")
-    s.add_argument("--send-mode", choices=["rendezvous", "buffered"], default="rendezvous",
-                   help="simulated channel semantics (default rendezvous)")
-    s.add_argument("--no-contention", action="store_true",
-                   help="simulate without link contention and shared-memory queueing")
-    s.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (1e-4)")
-    s.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (1e-5)")
-    s.add_argument("--out", default="raptor-out", metavar="DIR",
-                   help="output directory (default raptor-out/)")
-    s.add_argument("--json", action="store_true", help="print report.json to stdout")
-    s.add_argument("--wide", action="store_true", help="every column (bound, status, solve "
-                   "time, crossbars, messages) in the table, transposed if the terminal is "
-                   "too narrow for them")
-    s.add_argument("--export-pimsim", metavar="DIR",
-                   help="also export each valid schedule to pimsim-nn (DIR, or DIR/<solver> "
-                   "for several): program/, chip.json, noc.json; see `raptor export`")
-    _add_memory_flag(s)
-    _add_compile_options(s)
-    s.set_defaults(func=cmd_solve)
-
-    e = sub.add_parser("export", help="export scheduled IR to the pimsim-nn simulator",
-                       description="Allocate local memory for every core of a scheduled "
-                       "program (`scheduled.<solver>.spat` from `raptor solve`), lower it to "
-                       "pimsim-nn instructions and write DIR/program/ (config.json and "
-                       "core_<id>.json), DIR/chip.json and DIR/noc.json derived from the "
-                       "target, and DIR/export.json (what was exported), so that `ChipTest "
-                       "DIR/program DIR/chip.json` runs it in latency mode. Checks what "
-                       "pimsim-nn does not (send/receive sizes and partners, array groups, "
-                       "addresses, deadlock) and refuses with exit 1.")
-    e.add_argument("file", metavar="FILE.spat")
-    e.add_argument("--pimsim", required=True, metavar="DIR", help="output directory")
-    e.add_argument("--timeout-ms", type=_positive(float), metavar="MS",
-                   help="pimsim-nn latency_timeout_ms (default: twice a serial bound on the "
-                   "program's latency)")
-    _add_target(e)
-    _add_memory_flag(e)
-    e.set_defaults(func=cmd_export)
-
-    v = sub.add_parser("verify", help="parse and verify Spatial IR files (.spat)",
-                       description="Parse each file and check SSA, types, the graph-batch "
-                       "invariant (GCB-1..10), Blueprint rules (BP-1..5) and scheduled "
-                       "communication (SCH-*). Diagnostics go to stderr as "
-                       "file:line:col: error: [RULE] message.")
-    v.add_argument("files", nargs="+", metavar="FILE.spat")
-    v.add_argument("--allow-assembly", action="store_true",
-                   help="accept the temporary logical-assembly batches emitted before "
-                   "canonicalization")
-    v.add_argument("-q", "--quiet", action="store_true", help="print nothing for valid files")
-    v.set_defaults(func=cmd_verify)
-
-    i = sub.add_parser("interpret", help="run a .spat program or a lowered ONNX model",
-                       description="Run @main of a .spat file, or compile MODEL.onnx to graph "
-                       "IR and run that, with the reference interpreter. For .spat, inputs are "
-                       "an .npz keyed by argument name (x or %%x) or position (0, arg0, arr_0); "
-                       "for ONNX, keyed by graph input name (default: MODEL.npz beside the "
-                       "model, else seeded random inputs).")
-    i.add_argument("file", metavar="FILE.spat|MODEL.onnx")
-    i.add_argument("--inputs", metavar="X.npz", help="input arrays")
-    _add_input_options(i)
-    i.add_argument("--weights", metavar="W.npz",
-                   help="data for spat.weight @symbols (.spat; default: weights.npz beside "
-                   "the file, as raptor solve writes it)")
-    i.add_argument("--out", metavar="Y.npz", help="write results (.spat: result0, ...; ONNX: "
-                   "keyed by graph output name)")
-    i.add_argument("--check", action="store_true", help="compare with the ONNX reference "
-                   "(onnxruntime; onnx.reference for a model it cannot run); exit 1 on "
-                   "mismatch")
-    i.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
-    i.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
-    _add_target(i)
-    _add_compile_options(i)
-    i.set_defaults(func=cmd_interpret)
-
-    n = sub.add_parser("inspect", help="per-plan crossbars, lanes and MVMs of an ONNX model",
-                       description="Import and lower MODEL.onnx for the target and show, per "
-                       "plan, its op, shapes, crossbar tiles, lanes and MVMs, with totals: "
-                       "whether a model fits a target.")
-    n.add_argument("file", metavar="MODEL.onnx")
-    n.add_argument("--inputs", metavar="X.npz", help="input values (their shapes fix dynamic "
-                   "dimensions; weights and shape operands among them are bound)")
-    _add_input_options(n)
-    _add_target(n)
-    _add_compile_options(n)
-    n.set_defaults(func=cmd_inspect)
-
-    r = sub.add_parser("rules", help="egglog rule files (rules/*.egg)",
-                       description="The canonicalization and layout rules are plain egglog "
-                       "files; edit them and the compiler follows.")
-    rsub = r.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", required=True)
-    rc = rsub.add_parser("check", help="parse and type-check every rule file",
-                         description="Load each rule program's files in manifest order and "
-                         "report file:line:col of the first error of each (exit 1).")
-    rc.add_argument("dir", nargs="?", metavar="DIR",
-                    help="rules directory (default: $RAPTOR_RULES, else the shipped rules/)")
-    rc.set_defaults(func=cmd_rules_check)
-
-    t = sub.add_parser("target", help="PIM target descriptions",
-                       description="Targets are TOML files overriding keys of the built-in "
-                       "'default' (PIMCOMP-NN / pimsim-nn: 8x8 mesh, 64 crossbars of 128x128 "
-                       "per core, 1 GHz).")
-    tsub = t.add_subparsers(dest="target_command", metavar="SUBCOMMAND", required=True)
-    ts = tsub.add_parser("show", help="print every key of a target with derived figures")
-    ts.add_argument("name", nargs="?", default="default", metavar="NAME|FILE.toml")
-    ts.set_defaults(func=cmd_target_show)
-
+def _sweep_parser(sub: _Commands) -> None:
     w = sub.add_parser("sweep", help="solve a grid of models x targets x options on Dask",
                        description="Run `raptor solve` on every point of the grid in SWEEP.toml "
                        "(models, a base target, [grid] over target keys, mode, solver and "
@@ -668,6 +669,34 @@ def build_parser() -> argparse.ArgumentParser:
                    "inputs hash matches a point, run the others")
     w.add_argument("--dry-run", action="store_true", help="validate and list the points only")
     w.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from raptor.sweep.command import sweep_command  # Dask and matplotlib load for sweeps only
+    return sweep_command(args.file, args.scheduler, args.workers, args.out, args.resume,
+                         args.dry_run, out, err)
+
+
+# ------------------------------------------------------------------ entry point
+def build_parser() -> argparse.ArgumentParser:
+    """The commands are added in the order `raptor --help` lists them."""
+    p = argparse.ArgumentParser(
+        prog="raptor",
+        description="Raptor compiles ONNX networks into validated programs for crossbar "
+                    "processing-in-memory many-core chips.",
+        epilog="Exit codes: 0 ok, 1 verification or compile failure, 2 usage or input error.")
+    p.add_argument("--debug", action="store_true",
+                   help="on an internal error, print the Python traceback (also "
+                   "RAPTOR_DEBUG=1)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    _solve_parser(sub)
+    _export_parser(sub)
+    _verify_parser(sub)
+    _interpret_parser(sub)
+    _inspect_parser(sub)
+    _rules_parser(sub)
+    _target_parser(sub)
+    _sweep_parser(sub)
     return p
 
 
