@@ -295,13 +295,19 @@ class _Replayer:
         self.progs = [list(ts) for ts in core_tasks]
         self.contention = contention
         self.priority = priority
-        n = graph.num_tasks
-        P = len(self.progs)
-        self.P = P
+        self.P = len(self.progs)
+        self._init_events()
+        self._init_flow_control()
+        pos, last = self._plan_receives()
+        self._plan_memory(target, budget, pos, last)
+
+    def _init_events(self) -> None:
+        """The event loop's state: task times, the event heap, cores, links, counters."""
+        n, P = self.g.num_tasks, self.P
         self.start = [0] * n
         self.end = [0] * n
-        self.sends = send_order(graph, core_of, priority)
-        self.dur = graph.durations(core_of)
+        self.sends = send_order(self.g, self.core_of, self.priority)
+        self.dur = self.g.durations(self.core_of)
         self.arrival: dict[Message, int] = {}
         self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
         self.pc = [0] * P
@@ -313,7 +319,10 @@ class _Replayer:
         self.mem_free = 0
         self.messages = 0
         self.bytes = 0
-        # flow control
+
+    def _init_flow_control(self) -> None:
+        """What each core has to send, holds back, has posted and waits for."""
+        P = self.P
         self.outbox: list[list[Message]] = [[] for _ in range(P)]
         """Per core, the sends still to do at its current point."""
         self.held: list[list[Message]] = [[] for _ in range(P)]
@@ -333,7 +342,13 @@ class _Replayer:
         self.send_wait = 0
         self.now = 0
         self.held_sends = 0
-        # what each core receives: first and last reader position, planned reader and send
+
+    def _plan_receives(self) -> tuple[list[int], dict[Message, int]]:
+        """What each core receives: its first and last reader's position, the planned times
+        of its reader and its send, the orders to post in, and how early a post must be.
+        Returns each task's position on its core and each receive's last reader position."""
+        graph, core_of, priority, dur = self.g, self.core_of, self.priority, self.dur
+        n, P = graph.num_tasks, self.P
         pos = [0] * n
         for prog in self.progs:
             for i, t in enumerate(prog):
@@ -355,7 +370,6 @@ class _Replayer:
                     self.reader_plan[key] = priority[t]
                 last[key] = max(last.get(key, 0), pos[t])
         self.first = first
-        dur = self.dur
         self.send_plan = {m: priority[frags[m[0]].producer] + dur[frags[m[0]].producer]
                           for m in first}
         self.pending: list[list[int]] = [[] for _ in range(P)]
@@ -372,7 +386,14 @@ class _Replayer:
             core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes)[2] for m in first}
         """How long before its reader a receive must be posted so that a sender holding the
         message can still deliver it: its task's time and the transfer's."""
-        self.mem = graph.memory
+        return pos, last
+
+    def _plan_memory(self, target: Target, budget: Sequence[int] | None, pos: list[int],
+                     last: dict[Message, int]) -> None:
+        """Each core's budget and the bytes its tasks need anyway, task by task; which cores
+        can post every receive at the start."""
+        n, P = self.g.num_tasks, self.P
+        self.mem = self.g.memory
         self.cap = [int(target.local_memory_bytes * MEMORY_MARGIN)] * P if budget is None \
             else list(budget)
         """Per core, the bytes the policy plans to fill."""
@@ -385,22 +406,27 @@ class _Replayer:
         self.needed = [0] * P
         self.roomy = [True] * P
         """Cores where every receive fits when posted at the start."""
-        if self.mem is not None:
-            self.usage, self.at_point = self.static_usage(pos, first, last)
-            for q, use in enumerate(self.usage):
-                # what the tasks need anyway may exceed the budget (a task larger than the
-                # memory): posting may then fill up to that, no peak grows by it
-                self.needed[q] = max(int(use.max(initial=0)),
-                                     int(self.at_point[q].max(initial=0)))
-                self.cap[q] = max(self.cap[q], self.needed[q])
-                early = np.zeros(len(use) + 1, dtype=np.int64)
-                for f in self.pending[q]:
-                    early[0] += self.mem.fragment[f]
-                    early[first[(f, q)]] -= self.mem.fragment[f]
-                ahead = np.cumsum(early)
-                self.roomy[q] = not len(use) or max(int((use + ahead[:-1]).max()),
-                                                    int((self.at_point[q] + ahead).max())
-                                                    ) <= self.cap[q]
+        if self.mem is None:
+            return
+        self.usage, self.at_point = self.static_usage(pos, self.first, last)
+        for q, use in enumerate(self.usage):
+            # what the tasks need anyway may exceed the budget (a task larger than the
+            # memory): posting may then fill up to that, no peak grows by it
+            self.needed[q] = max(int(use.max(initial=0)), int(self.at_point[q].max(initial=0)))
+            self.cap[q] = max(self.cap[q], self.needed[q])
+            self.roomy[q] = self._fits_at_start(q)
+
+    def _fits_at_start(self, q: int) -> bool:
+        """Whether core `q` stays within its budget with every receive posted at the start."""
+        assert self.mem is not None
+        use = self.usage[q]
+        early = np.zeros(len(use) + 1, dtype=np.int64)
+        for f in self.pending[q]:
+            early[0] += self.mem.fragment[f]
+            early[self.first[(f, q)]] -= self.mem.fragment[f]
+        ahead = np.cumsum(early)
+        return not len(use) or max(int((use + ahead[:-1]).max()),
+                                   int((self.at_point[q] + ahead).max())) <= self.cap[q]
 
     def static_usage(self, pos: list[int], first: dict[Message, int], last: dict[Message, int]
                      ) -> tuple[list[np.ndarray], list[np.ndarray]]:
