@@ -104,6 +104,26 @@ def stage_rows(rows: Sequence[int], stage_of_core: Sequence[int] | None
     return ordered, {c: f"S{stage_of_core[c]} core {c}" for c in ordered}
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """Where a chart's parts go: `row_of` maps a core to its row (top to bottom) of the
+    `rows` shown, `scale` is pixels per ns."""
+
+    row_of: Mapping[int, int]
+    rows: int
+    row_h: int
+    plot_w: int
+    scale: float
+
+    @property
+    def plot_h(self) -> int:
+        return self.row_h * self.rows
+
+    @property
+    def axis_y(self) -> int:
+        return _TOP + self.plot_h
+
+
 def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arrow], *,
                  title: str, subtitle: str, span: int, legend: Mapping[str, str],
                  colours: Mapping[str, str], max_arrows: int = 800,
@@ -115,11 +135,28 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
     different words (the stages)."""
     names = names or {}
     row_h = 16 if len(rows) <= 40 else 12
-    row_of = {c: i for i, c in enumerate(rows)}
     span = max(span, 1)
     plot_w = WIDTH - _LEFT - _RIGHT
-    scale = plot_w / span
-    plot_h = row_h * len(rows)
+    frame = _Frame({c: i for i, c in enumerate(rows)}, len(rows), row_h, plot_w, plot_w / span)
+    entries = _legend_entries(bars, arrows, legend, colours)
+    per_col = max(1, plot_w // 190)
+    legend_h = 18 * math.ceil(len(entries) / per_col)
+    height = _TOP + frame.plot_h + _AXIS + legend_h + 10
+    every = max(1, -(-len(arrows) // max_arrows))  # spread over the run, not one burst
+    drawn = sorted(arrows, key=lambda a: (a.t0, a.src, a.dst, a.t1))[::every]
+    note = subtitle
+    if every > 1:
+        note += f"; 1 in {every} of {len(arrows):,} messages drawn"
+    return "\n".join([*_header(frame, height, title, note), *_axis(frame, span),
+                      *_row_labels(frame, names), *_bars(frame, bars, colours),
+                      *_arrows(frame, drawn),
+                      *_legend(entries, frame.axis_y + _AXIS + 4, per_col), "</svg>"]) + "\n"
+
+
+def _legend_entries(bars: Sequence[Bar], arrows: Sequence[Arrow], legend: Mapping[str, str],
+                    colours: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(colour, label) of what the chart shows: the legend's keys that have work bars, the
+    fixed kinds present, messages."""
     used = {b.key for b in bars if b.kind == WORK}
     kinds = {b.kind for b in bars}
     keys = [k for k in legend if k in used]
@@ -128,14 +165,11 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
     entries = [(colours.get(k, "#999999"), legend[k]) for k in keys] + extra
     if arrows:
         entries.append((_MESSAGE, "message"))
-    per_col = max(1, plot_w // 190)
-    legend_h = 18 * math.ceil(len(entries) / per_col)
-    height = _TOP + plot_h + _AXIS + legend_h + 10
-    every = max(1, -(-len(arrows) // max_arrows))  # spread over the run, not one burst
-    drawn = sorted(arrows, key=lambda a: (a.t0, a.src, a.dst, a.t1))[::every]
-    note = subtitle
-    if every > 1:
-        note += f"; 1 in {every} of {len(arrows):,} messages drawn"
+    return entries
+
+
+def _header(frame: _Frame, height: int, title: str, note: str) -> list[str]:
+    """The canvas, the title lines, the message arrowhead and the rows' alternate shading."""
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
            f'viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, Arial, sans-serif" '
            f'font-size="11">',
@@ -145,39 +179,58 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
            '<defs><marker id="head" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="5" '
            f'markerHeight="5" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="{_MESSAGE}"/>'
            "</marker></defs>"]
-    for i in range(1, len(rows), 2):
-        out.append(f'<rect x="{_LEFT}" y="{_TOP + i * row_h}" width="{plot_w}" '
-                   f'height="{row_h}" fill="#f5f5f5"/>')
-    # axis: grid lines and tick labels in the unit the span reads best in
+    for i in range(1, frame.rows, 2):
+        out.append(f'<rect x="{_LEFT}" y="{_TOP + i * frame.row_h}" width="{frame.plot_w}" '
+                   f'height="{frame.row_h}" fill="#f5f5f5"/>')
+    return out
+
+
+def _axis(frame: _Frame, span: int) -> list[str]:
+    """Grid lines and tick labels in the unit the span reads best in."""
     unit, per = time_unit(span)
     step = nice_step(span / per) * per
-    axis_y = _TOP + plot_h
+    axis_y = frame.axis_y
+    out = []
     t = 0.0
     while t <= span + 1e-9:
-        x = _LEFT + t * scale
+        x = _LEFT + t * frame.scale
         out.append(f'<line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{axis_y + 4}" '
                    'stroke="#e3e3e3" stroke-width="1"/>')
         out.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle" '
                    f'fill="#333333">{_num(t / per)}</text>')
         t += step
-    out.append(f'<line x1="{_LEFT}" y1="{axis_y}" x2="{_LEFT + plot_w}" y2="{axis_y}" '
+    out.append(f'<line x1="{_LEFT}" y1="{axis_y}" x2="{_LEFT + frame.plot_w}" y2="{axis_y}" '
                'stroke="#666666"/>')
-    out.append(f'<text x="{_LEFT + plot_w}" y="{axis_y + 30}" text-anchor="end" '
+    out.append(f'<text x="{_LEFT + frame.plot_w}" y="{axis_y + 30}" text-anchor="end" '
                f'fill="#333333">time ({unit})</text>')
+    return out
+
+
+def _row_labels(frame: _Frame, names: Mapping[int, str]) -> list[str]:
+    """Each row's name, and a line where the first word of the names changes (a stage)."""
+    out = []
+    row_h = frame.row_h
     prev = None
-    for c, i in row_of.items():
+    for c, i in frame.row_of.items():
         y = _TOP + i * row_h
         name = names.get(c, f"core {c}")
         group = name.split()[0]
         if names and prev is not None and group != prev:
-            out.append(f'<line x1="0" y1="{y}" x2="{_LEFT + plot_w}" y2="{y}" '
+            out.append(f'<line x1="0" y1="{y}" x2="{_LEFT + frame.plot_w}" y2="{y}" '
                        'stroke="#555555" stroke-width="1"/>')
         prev = group
         out.append(f'<text x="{_LEFT - 6}" y="{y + row_h - 4}" text-anchor="end" '
                    f'font-size="{min(11 if not names else 9, row_h - 2)}">{escape(name)}'
                    "</text>")
-    for bar, n in _merged(bars, row_of, 2.0 / scale):
-        i = row_of[bar.row]
+    return out
+
+
+def _bars(frame: _Frame, bars: Sequence[Bar], colours: Mapping[str, str]) -> list[str]:
+    """The bars with their tooltips; runs of tiny ones merged (:func:`_merged`)."""
+    out = []
+    row_h, scale = frame.row_h, frame.scale
+    for bar, n in _merged(bars, frame.row_of, 2.0 / scale):
+        i = frame.row_of[bar.row]
         x = _LEFT + bar.start * scale
         w = max((bar.end - bar.start) * scale, 0.6)
         inset = row_h * 0.3 if bar.kind == BLOCKED else 1.5
@@ -188,6 +241,13 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
         out.append(f'<rect x="{x:.2f}" y="{_TOP + i * row_h + inset:.1f}" width="{w:.2f}" '
                    f'height="{row_h - 2 * inset:.1f}" fill="{fill}" stroke="#ffffff" '
                    f'stroke-width="0.4"><title>{escape(tip)}</title></rect>')
+    return out
+
+
+def _arrows(frame: _Frame, drawn: Sequence[Arrow]) -> list[str]:
+    """The messages between rows shown, as lines from send to arrival."""
+    out = []
+    row_of, row_h, scale = frame.row_of, frame.row_h, frame.scale
     for a in drawn:
         if a.src not in row_of or a.dst not in row_of:
             continue
@@ -198,14 +258,18 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
                    f'x2="{_LEFT + a.t1 * scale:.1f}" y2="{y2:.1f}" stroke="{_MESSAGE}" '
                    'stroke-width="0.7" stroke-opacity="0.55" marker-end="url(#head)">'
                    f"<title>{escape(tip)}</title></line>")
-    ly = axis_y + _AXIS + 4
+    return out
+
+
+def _legend(entries: Sequence[tuple[str, str]], top: int, per_col: int) -> list[str]:
+    """A swatch and a label per entry, `per_col` to a line."""
+    out = []
     for k, (fill, name) in enumerate(entries):
         x = _LEFT + (k % per_col) * 190
-        y = ly + (k // per_col) * 18
+        y = top + (k // per_col) * 18
         out.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{fill}"/>')
         out.append(f'<text x="{x + 17}" y="{y + 10}">{escape(_short(name, 28))}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _short(text: str, n: int) -> str:
