@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from raptor.ir.core import Affine, Block, Operation, Value
 from raptor.ir.module import Module
@@ -71,7 +71,7 @@ from raptor.ir.ops import (
     YieldOp,
 )
 from raptor.ir.types import INDEX, TensorType, Type
-from raptor.passes.projection import Box, Instance, Piece, Projection
+from raptor.passes.projection import Box, InputUse, Instance, Piece, Projection
 
 CropKey = tuple[tuple[int, ...], tuple[int, ...]]
 """(offsets inside the producer's whole fragment, sizes) of a cropped piece."""
@@ -109,6 +109,18 @@ class Flow:
     """Cores whose memory was planned instance by instance: their lanes are not merged
     into scheduled batches (a batch gathers every lane's inputs at once and keeps every
     lane's result until the last is read)."""
+
+
+@dataclass
+class LaneInputs:
+    """The inputs of a run of lanes merged into one batch: the ops that gather them, the
+    buffers in input order, the buffer standing for each input index, and the offset of
+    each gathered block argument's box (its lanes' indices shift by it)."""
+
+    ops: list[Operation] = field(default_factory=list)
+    ins: list[Value] = field(default_factory=list)
+    local: dict[int, Value] = field(default_factory=dict)
+    shift: dict[Value, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -449,19 +461,32 @@ class Materializer:
         each lane's fragment as a view for its stores, sends and local consumers."""
         op = run[0].op
         assert isinstance(op, GraphComputeBatchOp)
-        l0 = run[0].lane or 0
-        gather: list[Operation] = []
-        ins: list[Value] = []
-        local: dict[int, Value] = {}
-        shift: dict[Value, tuple[int, ...]] = {}
+        gathered = self.gather_lanes(core, run, op)
+        batch = self.lane_batch(op, run, gathered)
+        ops: list[Operation] = [*gathered.ops, batch]
+        for i, inst in enumerate(run):
+            first = self.events[inst.id][0]
+            assert isinstance(first, ScheduledComputeOp)
+            for r, old in enumerate(first.outs):
+                view = LaneResultOp(old, batch.outs[r], i)
+                old.owner = view
+                ops.append(view)
+            ops.extend(self.events[inst.id][1:])  # its stores
+        return ops
+
+    def gather_lanes(self, core: int, run: list[Instance], op: GraphComputeBatchOp
+                     ) -> LaneInputs:
+        """Per input of a run of lanes, one buffer holding the union of the lanes' boxes
+        (a weight as it is)."""
+        g = LaneInputs()
         in_args = op.body.args[1:1 + len(op.inputs)]
         for k, use in enumerate(run[0].uses):
             uses = [i.uses[k] for i in run]
             vt = use.value.tensor
             if use.kind == "weight":
                 w = self.weight(use.value)
-                ins.append(w)
-                local[use.index] = w
+                g.ins.append(w)
+                g.local[use.index] = w
                 continue
             if not all(use.box.sizes):
                 continue
@@ -471,40 +496,53 @@ class Materializer:
             bt = _box_type(box, vt)
             buf = Value(bt, "x" if use.kind == "arg" else "buf")
             if use.kind == "arg":
-                gather.append(self.arg_load(core, self.argmap[use.value], buf, box.lo))
+                g.ops.append(self.arg_load(core, self.argmap[use.value], buf, box.lo))
             else:
-                pieces: dict[tuple[int, int, int, CropKey | None], Piece] = {}
-                for u in uses:
-                    for p in u.pieces:
-                        pieces.setdefault((p.producer, p.result, p.slot, crop_key(p)), p)
-                whole = self.one_local_crop(list(pieces.values()), box, core)
-                if whole is not None:  # one copy of the box out of a local value
-                    gather.append(whole)
-                    buf = whole.result
-                    pieces = {}
-                else:
-                    gather.append(EmptyOp(buf))
-                for p in pieces.values():
-                    nxt = Value(bt, "buf")
-                    offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, box.lo,
-                                                                  strict=True))
-                    src, crop = self.piece_value(p, core)
-                    if crop is not None:
-                        part = _crop_op(src, crop)
-                        gather.append(part)
-                        src = part.result
-                    gather.append(InsertSliceOp(src, buf, nxt, offs, p.sizes, p.strides))
-                    nxt.owner = gather[-1]
-                    buf = nxt
-            ins.append(buf)
-            local[use.index] = buf
-            shift[in_args[use.index]] = box.lo
-        for g in gather:
-            g.own_results()
+                buf = self.union_of_pieces(core, uses, box, buf, g.ops)
+            g.ins.append(buf)
+            g.local[use.index] = buf
+            g.shift[in_args[use.index]] = box.lo
+        for o in g.ops:
+            o.own_results()
+        return g
+
+    def union_of_pieces(self, core: int, uses: list[InputUse], box: Box, buf: Value,
+                        ops: list[Operation]) -> Value:
+        """The lanes' pieces of one input (each piece once) copied into the empty `buf`
+        spanning `box`, or one slice of a local value when that covers them; appends the
+        copies to `ops` and returns the filled buffer."""
+        pieces: dict[tuple[int, int, int, CropKey | None], Piece] = {}
+        for u in uses:
+            for p in u.pieces:
+                pieces.setdefault((p.producer, p.result, p.slot, crop_key(p)), p)
+        whole = self.one_local_crop(list(pieces.values()), box, core)
+        if whole is not None:  # one copy of the box out of a local value
+            ops.append(whole)
+            return whole.result
+        ops.append(EmptyOp(buf))
+        for p in pieces.values():
+            nxt = Value(buf.type, "buf")
+            offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, box.lo, strict=True))
+            src, crop = self.piece_value(p, core)
+            if crop is not None:
+                part = _crop_op(src, crop)
+                ops.append(part)
+                src = part.result
+            ops.append(InsertSliceOp(src, buf, nxt, offs, p.sizes, p.strides))
+            nxt.owner = ops[-1]
+            buf = nxt
+        return buf
+
+    def lane_batch(self, op: GraphComputeBatchOp, run: list[Instance], gathered: LaneInputs
+                   ) -> ScheduledComputeBatchOp:
+        """The run's lanes as one batch over the gathered buffers: `op`'s body with the
+        lane index offset by the first lane and each lane's fragment published into its
+        slot of an N x F result."""
+        in_args = op.body.args[1:1 + len(op.inputs)]
         lane = Value(INDEX, "lane")
-        args = [Value(v.type, "in") for v in ins]
+        args = [Value(v.type, "in") for v in gathered.ins]
         vmap: dict[Value, Value] = {in_args[i]: a for i, a in zip(
-            [u.index for u in run[0].uses if u.index in local], args, strict=True)}
+            [u.index for u in run[0].uses if u.index in gathered.local], args, strict=True)}
         frag_types = []
         for out in op.out_args:
             pub = next(p for p in op.body.ops
@@ -513,8 +551,8 @@ class Materializer:
         outs_t = [TensorType((len(run), *f.static_shape), f.dtype) for f in frag_types]
         out_args = [Value(t, "out") for t in outs_t]
         body: list[Operation] = []
-        shift_args = {vmap[a]: lo for a, lo in shift.items()}
-        new_lane = Affine(l0, ((1, lane),))
+        shift_args = {vmap[a]: lo for a, lo in gathered.shift.items()}
+        new_lane = Affine(run[0].lane or 0, ((1, lane),))
         for inner in op.body.ops:
             if isinstance(inner, ParallelInsertSliceOp):
                 r = op.out_args.index(inner.dest)
@@ -526,20 +564,11 @@ class Materializer:
                 continue
             body.append(_clone(inner, vmap, op.lane, new_lane, shift_args))
         outs = [Value(t, f"b{run[0].id}") for t in outs_t]
-        batch = ScheduledComputeBatchOp(ins, outs, Block([lane, *args, *out_args], body),
-                                        lanes=len(run))
+        batch = ScheduledComputeBatchOp(gathered.ins, outs,
+                                        Block([lane, *args, *out_args], body), lanes=len(run))
         batch.loc = op.loc
         batch.own_results()
-        ops: list[Operation] = [*gather, batch]
-        for i, inst in enumerate(run):
-            first = self.events[inst.id][0]
-            assert isinstance(first, ScheduledComputeOp)
-            for r, old in enumerate(first.outs):
-                view = LaneResultOp(old, outs[r], i)
-                old.owner = view
-                ops.append(view)
-            ops.extend(self.events[inst.id][1:])  # its stores
-        return ops
+        return batch
 
     def run(self) -> Module:
         for t in self.func.result_types:
