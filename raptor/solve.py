@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -195,35 +196,53 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     """Validate and materialize a schedule in its plan's order (the order and send priorities
     its communication estimate assumed), with receives and sends where the communication
     model placed them to stay within local memory (`MEMORY_ROUNDS`)."""
-    g = solved_build.graph
-    violations = validate_schedule(g, target, res)
+    violations = validate_schedule(solved_build.graph, target, res)
+    fit = _fit_memory(solved_build, target, res, lambda flow: materialize(
+        comp.module, solved_build.projection, solved_build.outputs,
+        ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow))
+    if print_ir is not None:
+        print_ir("materialize", fit.scheduled)
+    return ScheduleRun(name, res, fit.flow.makespan_ns, violations, fit.scheduled, fit.errors,
+                       ideal_estimate_ns=res.summary["completion_ns"], memory=fit.memory,
+                       flow=fit.flow, materializations=fit.rounds)
+
+
+@dataclass
+class _Fitted:
+    """A program built to fit local memory (`_fit_memory`)."""
+
+    scheduled: Module
+    errors: list[str]
+    memory: MemoryPlan | None
+    flow: Replay
+    rounds: int
+
+
+def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
+                make: Callable[[Flow], Module]) -> _Fitted:
+    """Build a program with `make` from the communication model's receive and send points
+    (`raptor.solver.comm.replay` within a per-core budget), verify it and plan its local
+    memory; while a core's footprint exceeds its memory and a tighter budget can help (its
+    tasks alone need less), cut that core's budget by the overshoot and build again, at most
+    `MEMORY_ROUNDS` times."""
+    g = build.graph
     budget: list[int] | None = None
     rounds = 0
     while True:
         rounds += 1
         rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns, budget=budget)
-        scheduled = materialize(comp.module, solved_build.projection, solved_build.outputs,
-                                ScheduleView(res.core_of, res.start_ns, res.end_ns),
-                                flow=message_flow(solved_build, rep))
+        scheduled = make(message_flow(build, rep))
         errors = [str(d) for d in verify_module(scheduled)]
         memory = plan_memory(scheduled, target) if not errors else None
-        # cores over their memory that a tighter budget can help (not those whose tasks
-        # alone need more)
         over = {c.core: c.peak_bytes for c in memory.cores.values()
                 if c.peak_bytes > target.local_memory_bytes
                 and rep.needed_bytes[c.core] < target.local_memory_bytes} \
             if memory is not None and g.memory is not None else {}
         if not over or rounds == MEMORY_ROUNDS:
-            break
+            return _Fitted(scheduled, errors, memory, rep, rounds)
         budget = list(rep.budget)
         for core, peak in over.items():  # cut by the overshoot and 3 % more
             budget[core] = budget[core] * target.local_memory_bytes * 97 // (peak * 100)
-    if print_ir is not None:
-        print_ir("materialize", scheduled)
-    run = ScheduleRun(name, res, rep.makespan_ns, violations, scheduled, errors,
-                      ideal_estimate_ns=res.summary["completion_ns"], memory=memory,
-                      flow=rep, materializations=rounds)
-    return run
 
 
 def message_flow(build: GraphBuild, rep: Replay) -> Flow:
@@ -437,25 +456,31 @@ def _input_seed(opts: SolveOptions) -> int:
 
 def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: GraphBuild,
                 comp: Compiled, target: Target, opts: SolveOptions) -> ScheduleRun:
-    """Validate a pipeline result, materialize its stream program, verify it, plan its
-    local memory and estimate its period."""
+    """Validate a pipeline result, materialize its stream program with the stage-internal
+    receives and sends where the communication model placed them to fit local memory
+    (`_fit_memory`, as in latency mode), verify it, plan its local memory and estimate its
+    period."""
     g = build.graph
     sch = pr.schedule
     violations = validate_pipeline(g, target, pr, problem)
     view = StreamView(sch.core_of, sch.start_ns, sch.end_ns, pr.stage_of_task)
-    scheduled, info = materialize_stream(comp.module, build.projection, build.outputs, view,
-                                         opts.stream)
-    errors = [str(d) for d in verify_module(scheduled)]
+    infos: list[StreamInfo] = []
+
+    def make(flow: Flow) -> Module:
+        scheduled, info = materialize_stream(comp.module, build.projection, build.outputs,
+                                             view, opts.stream, flow=flow)
+        infos.append(info)
+        return scheduled
+
+    fit = _fit_memory(build, target, sch, make)
     if opts.compile.print_ir is not None:
-        opts.compile.print_ir("materialize", scheduled)
-    est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, info,
+        opts.compile.print_ir("materialize", fit.scheduled)
+    est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, infos[-1],
                           opts.stream, RING, len(pr.stages))
-    run = ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, scheduled, errors,
-                      ideal_estimate_ns=est.ends[0] - est.starts[0], pipeline=pr, stream=info,
-                      stream_estimate=est)
-    if not errors:
-        run.memory = plan_memory(scheduled, target)
-    return run
+    return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,
+                       fit.errors, ideal_estimate_ns=est.ends[0] - est.starts[0],
+                       pipeline=pr, stream=infos[-1], stream_estimate=est, memory=fit.memory,
+                       flow=fit.flow, materializations=fit.rounds)
 
 
 def _memory_verdict(runs: list[ScheduleRun], opts: SolveOptions, target: Target) -> None:

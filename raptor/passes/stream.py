@@ -52,7 +52,7 @@ from raptor.ir.ops import (
     WaitOp,
 )
 from raptor.ir.types import INDEX, TensorType, Type
-from raptor.passes.materialize import CropKey, Materializer, ScheduleView, crop_key
+from raptor.passes.materialize import CropKey, Flow, Materializer, ScheduleView, crop_key
 from raptor.passes.projection import Instance, Piece, Projection
 
 RING = 2
@@ -106,13 +106,14 @@ class StreamInfo:
 
 class _StreamMaterializer(Materializer):
     def __init__(self, module: Module, proj: Projection, outputs: list[list[Piece]],
-                 view: StreamView, inferences: int, ring: int, merge: bool) -> None:
+                 view: StreamView, inferences: int, ring: int, merge: bool,
+                 flow: Flow | None) -> None:
         self.count = inferences
         self.ring = ring
         self.stage = view.stage_of
         self.loop: dict[int, tuple[Value, Value]] = {}
         super().__init__(module, proj, outputs, ScheduleView(view.core_of, view.start,
-                                                             view.end), merge)
+                                                             view.end), merge, flow)
         self.ring_of: dict[tuple[int, int], Value] = {}
         self.rings: dict[int, list[tuple[int, Value]]] = {}
         """Per producer task: (result, ring buffer) of its boundary publications."""
@@ -260,11 +261,12 @@ def _nbytes(op: Operation) -> int:
 
 def materialize_stream(module: Module, proj: Projection, outputs: list[list[Piece]],
                        view: StreamView, inferences: int, ring: int = RING,
-                       merge: bool = True) -> tuple[Module, StreamInfo]:
+                       merge: bool = True, flow: Flow | None = None
+                       ) -> tuple[Module, StreamInfo]:
     """Scheduled IR processing `inferences` inferences of a pipeline schedule (see the
     module docstring), and what its boundaries are."""
     if inferences < 1 or ring < 1:
         raise ValueError(f"a stream needs at least one inference and one ring slot, got "
                          f"{inferences} and {ring}")
-    m = _StreamMaterializer(module, proj, outputs, view, inferences, ring, merge)
+    m = _StreamMaterializer(module, proj, outputs, view, inferences, ring, merge, flow)
     return m.run(), m.plan
