@@ -232,13 +232,18 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
         rounds += 1
         rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns, budget=budget)
         scheduled = make(message_flow(build, rep))
-        errors = [str(d) for d in verify_module(scheduled)]
+        # the first build is verified before its memory is planned; a rebuild (the same
+        # materialization, receives and sends elsewhere) once it is kept
+        errors = [str(d) for d in verify_module(scheduled)] if rounds == 1 else []
         memory = plan_memory(scheduled, target) if not errors else None
         over = {c.core: c.peak_bytes for c in memory.cores.values()
                 if c.peak_bytes > target.local_memory_bytes
                 and rep.needed_bytes[c.core] < target.local_memory_bytes} \
             if memory is not None and g.memory is not None else {}
         if not over or rounds == MEMORY_ROUNDS:
+            if rounds > 1:
+                errors = [str(d) for d in verify_module(scheduled)]
+                memory = memory if not errors else None
             return _Fitted(scheduled, errors, memory, rep, rounds)
         budget = list(rep.budget)
         for core, peak in over.items():  # cut by the overshoot and 3 % more
@@ -476,7 +481,7 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
     if opts.compile.print_ir is not None:
         opts.compile.print_ir("materialize", fit.scheduled)
     est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, infos[-1],
-                          opts.stream, RING, len(pr.stages))
+                          opts.stream, RING, len(pr.stages), fit.flow.sends)
     return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,
                        fit.errors, ideal_estimate_ns=est.ends[0] - est.starts[0],
                        pipeline=pr, stream=infos[-1], stream_estimate=est, memory=fit.memory,
@@ -519,11 +524,16 @@ def _communication(run: ScheduleRun) -> dict[str, Any]:
     """Bytes, messages and link utilization of a schedule: estimated (the communication
     model) and, when simulated, what the simulator moved."""
     summ = run.result.summary
-    out: dict[str, Any] = {
-        "estimated": {"bytes_moved": summ["bytes_moved"], "messages": summ["messages"],
-                      "link_utilization": {"max": summ["link_util_max_permille"] / 1000,
-                                           "mean": summ["link_util_mean_permille"] / 1000}},
-        "simulated": None}
+    if "messages" in summ:
+        est = {"bytes_moved": summ["bytes_moved"], "messages": summ["messages"],
+               "link_utilization": {"max": summ["link_util_max_permille"] / 1000,
+                                    "mean": summ["link_util_mean_permille"] / 1000}}
+    else:  # a pipeline schedule: the model run its program follows (one inference)
+        assert run.flow is not None
+        util_max, util_mean = run.flow.link_utilization()
+        est = {"bytes_moved": run.flow.bytes_moved, "messages": run.flow.messages,
+               "link_utilization": {"max": round(util_max, 3), "mean": round(util_mean, 3)}}
+    out: dict[str, Any] = {"estimated": est, "simulated": None}
     if run.sim is not None and run.link_busy_ns is not None:
         span = max(run.sim.report.latency_ns, 1)
         busy = run.link_busy_ns

@@ -406,12 +406,16 @@ def _place(storages: Sequence[_Storage], order: Sequence[int]) -> int:
         meet = (starts[:k] <= s.end) & (ends[:k] >= s.start)
         addr = 0
         if meet.any():
+            # first fit: scanning the placed buffers by address, the candidate address is
+            # the highest end seen so far; the first buffer starting `size` past it leaves
+            # the gap
             a, e = lo[:k][meet], hi[:k][meet]
             at = np.argsort(a, kind="stable")
-            for x, y in zip(a[at].tolist(), e[at].tolist(), strict=True):
-                if x - addr >= size:
-                    break
-                addr = max(addr, y)
+            a, e = a[at], e[at]
+            seen = np.maximum.accumulate(e)
+            before = np.concatenate(([0], seen[:-1]))
+            gap = np.flatnonzero(a - before >= size)
+            addr = int(before[gap[0]]) if gap.size else max(int(seen[-1]), 0)
         s.addr = addr
         starts[k], ends[k], lo[k], hi[k] = s.start, s.end, addr, addr + size
         peak = max(peak, addr + s.size)
