@@ -49,6 +49,7 @@ from raptor.solver.pipeline import (
     PipelineResult,
     build_problem,
     cpsat_pipeline,
+    follow_producers,
     heuristic_pipeline,
     validate_pipeline,
 )
@@ -219,18 +220,19 @@ class _Fitted:
 
 
 def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
-                make: Callable[[Flow], Module]) -> _Fitted:
+                make: Callable[[Flow], Module], first: Replay | None = None) -> _Fitted:
     """Build a program with `make` from the communication model's receive and send points
     (`raptor.solver.comm.replay` within a per-core budget), verify it and plan its local
     memory; while a core's footprint exceeds its memory and a tighter budget can help (its
     tasks alone need less), cut that core's budget by the overshoot and build again, at most
-    `MEMORY_ROUNDS` times."""
+    `MEMORY_ROUNDS` times. `first`: the first round's replay, if the caller has it."""
     g = build.graph
     budget: list[int] | None = None
     rounds = 0
     while True:
         rounds += 1
-        rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns, budget=budget)
+        rep = first if rounds == 1 and first is not None else \
+            replay(g, target, res.core_of, res.core_tasks, res.start_ns, budget=budget)
         scheduled = make(message_flow(build, rep))
         # the first build is verified before its memory is planned; a rebuild (the same
         # materialization, receives and sends elsewhere) once it is kept
@@ -382,10 +384,16 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     t0 = time.perf_counter()
     heuristic = heuristic_pipeline(problem, opts.replication)
     seconds["pipeline"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    followed, flow = _follow(problem, heuristic, target, opts.replication)
+    seconds["pipeline_follow"] = time.perf_counter() - t0
     runs: list[ScheduleRun] = []
     if opts.solver in ("pipeline", "both"):
         say("materializing the pipeline stream")
-        runs.append(_run_stream("pipeline", heuristic, problem, build, comp, target, opts))
+        t0 = time.perf_counter()
+        runs.append(_run_stream("pipeline", followed, problem, build, comp, target, opts,
+                                flow))
+        seconds["stream.pipeline"] = time.perf_counter() - t0
     if opts.solver in ("cpsat", "both"):
         say(f"CP-SAT pipeline model: {problem.num_groups} groups, {opts.workers} workers",
             limit_s=opts.time_limit)
@@ -394,14 +402,22 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
             time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed),
             initial=heuristic)
         seconds["cpsat"] = time.perf_counter() - t0
-        same = runs and cp.schedule.core_of == heuristic.schedule.core_of and \
+        same = cp.schedule.core_of == heuristic.schedule.core_of and \
             cp.schedule.core_tasks == heuristic.schedule.core_tasks
-        if same:  # the same placement: reuse its program (and its simulation)
+        cp_flow = flow
+        if not same:
+            cp, cp_flow = _follow(problem, cp, target, opts.replication)
+        elif followed is not heuristic:  # the same refinement (realization is deterministic)
+            cp = follow_producers(problem, cp, opts.replication)
+        if same and runs:  # the same placement: reuse its program (and its simulation)
             runs.append(dataclasses.replace(runs[0], name="cpsat", pipeline=cp,
                                             result=cp.schedule))
         else:
             say("materializing the cpsat stream")
-            runs.append(_run_stream("cpsat", cp, problem, build, comp, target, opts))
+            t0 = time.perf_counter()
+            runs.append(_run_stream("cpsat", cp, problem, build, comp, target, opts,
+                                    cp_flow))
+            seconds["stream.cpsat"] = time.perf_counter() - t0
     _memory_verdict(runs, opts, target)
     assert comp.feeds is not None
     notes = list(comp.notes)
@@ -454,13 +470,34 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                   notes, mode="pipeline", problem=problem, stream=opts.stream)
 
 
+def _follow(problem: PipelineProblem, pr: PipelineResult, target: Target,
+            replication: bool) -> tuple[PipelineResult, Replay | None]:
+    """`pr`, or its partition with tasks without crossbars after their last producer
+    (`follow_producers`) when local memory is tight (the communication model cannot post
+    every receive at the start on some core) and that replays faster under the flow
+    control, as latency mode's PEFT refinement does; and the kept one's replay (the first
+    round of `_fit_memory`)."""
+    g = problem.graph
+    if g.memory is None:
+        return pr, None
+    sch = pr.schedule
+    before = replay(g, target, sch.core_of, sch.core_tasks, sch.start_ns)
+    if not before.tight:
+        return pr, before
+    moved = follow_producers(problem, pr, replication)
+    ms = moved.schedule
+    after = replay(g, target, ms.core_of, ms.core_tasks, ms.start_ns)
+    return (moved, after) if after.makespan_ns < before.makespan_ns else (pr, before)
+
+
 def _input_seed(opts: SolveOptions) -> int:
     """The seed of the inputs (the variations of a stream follow it)."""
     return opts.compile.inputs.seed
 
 
 def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: GraphBuild,
-                comp: Compiled, target: Target, opts: SolveOptions) -> ScheduleRun:
+                comp: Compiled, target: Target, opts: SolveOptions,
+                first: Replay | None = None) -> ScheduleRun:
     """Validate a pipeline result, materialize its stream program with the stage-internal
     receives and sends where the communication model placed them to fit local memory
     (`_fit_memory`, as in latency mode), verify it, plan its local memory and estimate its
@@ -477,7 +514,7 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
         infos.append(info)
         return scheduled
 
-    fit = _fit_memory(build, target, sch, make)
+    fit = _fit_memory(build, target, sch, make, first)
     if opts.compile.print_ir is not None:
         opts.compile.print_ir("materialize", fit.scheduled)
     est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, infos[-1],
