@@ -407,8 +407,17 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         cp_flow = flow
         if not same:
             cp, cp_flow = _follow(problem, cp, target, opts.replication)
-        elif followed is not heuristic:  # the same refinement (realization is deterministic)
-            cp = follow_producers(problem, cp, opts.replication)
+        elif followed is not heuristic:  # the same placement refined: the same result
+            refined = followed.notes[-1]
+            cp = dataclasses.replace(
+                followed, solver=cp.solver, status=cp.status, bound_ns=cp.bound_ns,
+                objective_ns=cp.objective_ns, model_period_ns=cp.model_period_ns,
+                solve_seconds=cp.solve_seconds, notes=[*cp.notes, refined],
+                schedule=dataclasses.replace(
+                    followed.schedule, solver=cp.schedule.solver, status=cp.schedule.status,
+                    bound_ns=cp.schedule.bound_ns, objective_ns=cp.schedule.objective_ns,
+                    solve_seconds=cp.schedule.solve_seconds,
+                    notes=[*cp.schedule.notes, refined]))
         if same and runs:  # the same placement: reuse its program (and its simulation)
             runs.append(dataclasses.replace(runs[0], name="cpsat", pipeline=cp,
                                             result=cp.schedule))
