@@ -693,14 +693,34 @@ def _bound_of(res: MergeScheduleResult) -> str:
     return f"{res.model} model only (not a bound of the problem)"
 
 
+def _compute_counts(module: Module) -> tuple[int, int]:
+    """(scheduled computes, scheduled batches) of a program, not looking inside them (their
+    bodies hold most of a program's ops)."""
+    computes = batches = 0
+    stack = [op for f in module.funcs for op in f.body.ops]
+    while stack:
+        op = stack.pop()
+        if isinstance(op, ScheduledComputeOp):
+            computes += 1
+        elif isinstance(op, ScheduledComputeBatchOp):
+            batches += 1
+        else:
+            stack.extend(inner for region in op.regions() for inner in region.ops)
+    return computes, batches
+
+
 def report(s: Solved) -> dict[str, Any]:
     """report.json (docs/spec/ARCHITECTURE.md §9 plus layouts, rules and per-schedule detail)."""
     g = s.build.graph
     sel = s.compiled.selection
     lb = s.bounds.makespan_ns
     schedules: dict[str, Any] = {}
+    counted: dict[int, tuple[int, int]] = {}
     for run in s.runs:
         res = run.result
+        counts = counted.get(id(run.scheduled))
+        if counts is None:  # one walk per program (schedules may share one)
+            counts = counted[id(run.scheduled)] = _compute_counts(run.scheduled)
         numerics = None
         if run.numerics is not None:
             numerics = {"max_abs_error": max((a for a, _, _ in run.numerics.values()),
@@ -723,10 +743,8 @@ def report(s: Solved) -> dict[str, Any]:
             "gap_to_lower_bound": round((run.estimate_ns - lb) / lb, 4) if lb else None,
             "model": res.model,
             "cores_used": run.cores_used,
-            "scheduled_computes": sum(1 for op in run.scheduled.walk()
-                                      if isinstance(op, ScheduledComputeOp)),
-            "scheduled_batches": sum(1 for op in run.scheduled.walk()
-                                     if isinstance(op, ScheduledComputeBatchOp)),
+            "scheduled_computes": counts[0],
+            "scheduled_batches": counts[1],
             "numerics": numerics,
             "valid": not run.violations and not run.scheduled_errors,
             "violations": run.violations + run.scheduled_errors,
