@@ -391,6 +391,11 @@ class _CoreAllocator:
                           {op: Slot(s.addr, s.size) for op, s in self.staging.items()})
 
 
+FEW = 24
+"""Up to this many overlapping buffers, `_place` scans them in Python (cheaper than the
+vectorized scan's calls)."""
+
+
 def _place(storages: Sequence[_Storage], order: Sequence[int]) -> int:
     """Give each buffer, in `order`, the lowest address free of every placed buffer whose
     lifetime meets its own; returns the footprint."""
@@ -403,19 +408,24 @@ def _place(storages: Sequence[_Storage], order: Sequence[int]) -> int:
     for k, i in enumerate(order):
         s = storages[i]
         size = _align(max(s.size, 1), ALIGN)
-        meet = (starts[:k] <= s.end) & (ends[:k] >= s.start)
+        meet = np.flatnonzero((starts[:k] <= s.end) & (ends[:k] >= s.start))
         addr = 0
-        if meet.any():
-            # first fit: scanning the placed buffers by address, the candidate address is
-            # the highest end seen so far; the first buffer starting `size` past it leaves
-            # the gap
-            a, e = lo[:k][meet], hi[:k][meet]
-            at = np.argsort(a, kind="stable")
+        # first fit: scanning the placed buffers by address, the candidate address is the
+        # highest end seen so far; the first buffer starting `size` past it leaves the gap
+        # (the order among equal starts does not matter: each ends past its start)
+        if meet.size > FEW:
+            a, e = lo[meet], hi[meet]
+            at = np.argsort(a)
             a, e = a[at], e[at]
             seen = np.maximum.accumulate(e)
             before = np.concatenate(([0], seen[:-1]))
             gap = np.flatnonzero(a - before >= size)
             addr = int(before[gap[0]]) if gap.size else max(int(seen[-1]), 0)
+        elif meet.size:
+            for x, y in sorted(zip(lo[meet].tolist(), hi[meet].tolist(), strict=True)):
+                if x - addr >= size:
+                    break
+                addr = max(addr, y)
         s.addr = addr
         starts[k], ends[k], lo[k], hi[k] = s.start, s.end, addr, addr + size
         peak = max(peak, addr + s.size)
