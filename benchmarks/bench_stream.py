@@ -18,6 +18,8 @@ ResNet-18 as a user runs it (outputs written).
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -142,12 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.cli:
         out = tmp / "out"
         t0 = time.perf_counter()
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run([sys.executable, "-m", "raptor.cli", "solve", str(r18), "--mode",
                                "pipeline", "--out", str(out)], capture_output=True, text=True,
                               check=False, cwd=ROOT)
         wall = time.perf_counter() - t0
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime
         print(f"\n`raptor solve resnet18.onnx --mode pipeline`: exit {proc.returncode}, "
-              f"{wall:.1f} s wall")
+              f"{wall:.1f} s wall, {cpu:.1f} s CPU (user + system), load average "
+              f"{os.getloadavg()[0]:.1f}")
         print("\n".join(proc.stdout.splitlines()[-12:]))
         print("\n".join(line for line in proc.stderr.splitlines()[:3]))
     return 0

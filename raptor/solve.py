@@ -49,6 +49,7 @@ from raptor.solver.pipeline import (
     PipelineResult,
     build_problem,
     cpsat_pipeline,
+    follow_producers,
     heuristic_pipeline,
     validate_pipeline,
 )
@@ -202,34 +203,59 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     """Validate and materialize a schedule in its plan's order (the order and send priorities
     its communication estimate assumed), with receives and sends where the communication
     model placed them to stay within local memory (`MEMORY_ROUNDS`)."""
-    g = solved_build.graph
-    violations = validate_schedule(g, target, res)
+    violations = validate_schedule(solved_build.graph, target, res)
+    fit = _fit_memory(solved_build, target, res, lambda flow: materialize(
+        comp.module, solved_build.projection, solved_build.outputs,
+        ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow))
+    if print_ir is not None:
+        print_ir("materialize", fit.scheduled)
+    return ScheduleRun(name, res, fit.flow.makespan_ns, violations, fit.scheduled, fit.errors,
+                       ideal_estimate_ns=res.summary["completion_ns"], memory=fit.memory,
+                       flow=fit.flow, materializations=fit.rounds)
+
+
+@dataclass
+class _Fitted:
+    """A program built to fit local memory (`_fit_memory`)."""
+
+    scheduled: Module
+    errors: list[str]
+    memory: MemoryPlan | None
+    flow: Replay
+    rounds: int
+
+
+def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
+                make: Callable[[Flow], Module], first: Replay | None = None) -> _Fitted:
+    """Build a program with `make` from the communication model's receive and send points
+    (`raptor.solver.comm.replay` within a per-core budget), verify it and plan its local
+    memory; while a core's footprint exceeds its memory and a tighter budget can help (its
+    tasks alone need less), cut that core's budget by the overshoot and build again, at most
+    `MEMORY_ROUNDS` times. `first`: the first round's replay, if the caller has it."""
+    g = build.graph
     budget: list[int] | None = None
     rounds = 0
     while True:
         rounds += 1
-        rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns, budget=budget)
-        scheduled = materialize(comp.module, solved_build.projection, solved_build.outputs,
-                                ScheduleView(res.core_of, res.start_ns, res.end_ns),
-                                flow=message_flow(solved_build, rep))
-        errors = [str(d) for d in verify_module(scheduled)]
+        rep = first if rounds == 1 and first is not None else \
+            replay(g, target, res.core_of, res.core_tasks, res.start_ns, budget=budget)
+        scheduled = make(message_flow(build, rep))
+        # the first build is verified before its memory is planned; a rebuild (the same
+        # materialization, receives and sends elsewhere) once it is kept
+        errors = [str(d) for d in verify_module(scheduled)] if rounds == 1 else []
         memory = plan_memory(scheduled, target) if not errors else None
-        # cores over their memory that a tighter budget can help (not those whose tasks
-        # alone need more)
         over = {c.core: c.peak_bytes for c in memory.cores.values()
                 if c.peak_bytes > target.local_memory_bytes
                 and rep.needed_bytes[c.core] < target.local_memory_bytes} \
             if memory is not None and g.memory is not None else {}
         if not over or rounds == MEMORY_ROUNDS:
-            break
+            if rounds > 1:
+                errors = [str(d) for d in verify_module(scheduled)]
+                memory = memory if not errors else None
+            return _Fitted(scheduled, errors, memory, rep, rounds)
         budget = list(rep.budget)
         for core, peak in over.items():  # cut by the overshoot and 3 % more
             budget[core] = budget[core] * target.local_memory_bytes * 97 // (peak * 100)
-    if print_ir is not None:
-        print_ir("materialize", scheduled)
-    return ScheduleRun(name, res, rep.makespan_ns, violations, scheduled, errors,
-                       ideal_estimate_ns=res.summary["completion_ns"], memory=memory,
-                       flow=rep, materializations=rounds)
 
 
 def message_flow(build: GraphBuild, rep: Replay) -> Flow:
@@ -381,10 +407,16 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     t0 = time.perf_counter()
     heuristic = heuristic_pipeline(problem, opts.replication)
     seconds["pipeline"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    followed, flow = _follow(problem, heuristic, target, opts.replication)
+    seconds["pipeline_follow"] = time.perf_counter() - t0
     runs: list[ScheduleRun] = []
     if opts.solver in ("pipeline", "both"):
         say("materializing the pipeline stream")
-        runs.append(_run_stream("pipeline", heuristic, problem, build, comp, target, opts))
+        t0 = time.perf_counter()
+        runs.append(_run_stream("pipeline", followed, problem, build, comp, target, opts,
+                                flow))
+        seconds["stream.pipeline"] = time.perf_counter() - t0
     if opts.solver in ("cpsat", "both"):
         phase = f"CP-SAT pipeline model: {problem.num_groups} groups, {opts.workers} workers"
         say(phase, limit_s=opts.time_limit)
@@ -393,14 +425,31 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
             time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed,
             on_progress=_searching(say, phase)), initial=heuristic)
         seconds["cpsat"] = time.perf_counter() - t0
-        same = runs and cp.schedule.core_of == heuristic.schedule.core_of and \
+        same = cp.schedule.core_of == heuristic.schedule.core_of and \
             cp.schedule.core_tasks == heuristic.schedule.core_tasks
-        if same:  # the same placement: reuse its program (and its simulation)
+        cp_flow = flow
+        if not same:
+            cp, cp_flow = _follow(problem, cp, target, opts.replication)
+        elif followed is not heuristic:  # the same placement refined: the same result
+            refined = followed.notes[-1]
+            cp = dataclasses.replace(
+                followed, solver=cp.solver, status=cp.status, bound_ns=cp.bound_ns,
+                objective_ns=cp.objective_ns, model_period_ns=cp.model_period_ns,
+                solve_seconds=cp.solve_seconds, notes=[*cp.notes, refined],
+                schedule=dataclasses.replace(
+                    followed.schedule, solver=cp.schedule.solver, status=cp.schedule.status,
+                    bound_ns=cp.schedule.bound_ns, objective_ns=cp.schedule.objective_ns,
+                    solve_seconds=cp.schedule.solve_seconds,
+                    notes=[*cp.schedule.notes, refined]))
+        if same and runs:  # the same placement: reuse its program (and its simulation)
             runs.append(dataclasses.replace(runs[0], name="cpsat", pipeline=cp,
                                             result=cp.schedule))
         else:
             say("materializing the cpsat stream")
-            runs.append(_run_stream("cpsat", cp, problem, build, comp, target, opts))
+            t0 = time.perf_counter()
+            runs.append(_run_stream("cpsat", cp, problem, build, comp, target, opts,
+                                    cp_flow))
+            seconds["stream.cpsat"] = time.perf_counter() - t0
     _memory_verdict(runs, opts, target)
     assert comp.feeds is not None
     notes = list(comp.notes)
@@ -434,27 +483,54 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                   notes, mode="pipeline", problem=problem, stream=opts.stream)
 
 
+def _follow(problem: PipelineProblem, pr: PipelineResult, target: Target,
+            replication: bool) -> tuple[PipelineResult, Replay | None]:
+    """`pr`, or its partition with tasks without crossbars after their last producer
+    (`follow_producers`) when local memory is tight (the communication model cannot post
+    every receive at the start on some core) and that replays faster under the flow
+    control, as latency mode's PEFT refinement does; and the kept one's replay (the first
+    round of `_fit_memory`)."""
+    g = problem.graph
+    if g.memory is None:
+        return pr, None
+    sch = pr.schedule
+    before = replay(g, target, sch.core_of, sch.core_tasks, sch.start_ns)
+    if not before.tight:
+        return pr, before
+    moved = follow_producers(problem, pr, replication)
+    ms = moved.schedule
+    after = replay(g, target, ms.core_of, ms.core_tasks, ms.start_ns)
+    return (moved, after) if after.makespan_ns < before.makespan_ns else (pr, before)
+
+
 def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: GraphBuild,
-                comp: Compiled, target: Target, opts: SolveOptions) -> ScheduleRun:
-    """Validate a pipeline result, materialize its stream program, verify it, plan its
-    local memory and estimate its period."""
+                comp: Compiled, target: Target, opts: SolveOptions,
+                first: Replay | None = None) -> ScheduleRun:
+    """Validate a pipeline result, materialize its stream program with the stage-internal
+    receives and sends where the communication model placed them to fit local memory
+    (`_fit_memory`, as in latency mode), verify it, plan its local memory and estimate its
+    period."""
     g = build.graph
     sch = pr.schedule
     violations = validate_pipeline(g, target, pr, problem)
     view = StreamView(sch.core_of, sch.start_ns, sch.end_ns, pr.stage_of_task)
-    scheduled, info = materialize_stream(comp.module, build.projection, build.outputs, view,
-                                         opts.stream)
-    errors = [str(d) for d in verify_module(scheduled)]
+    infos: list[StreamInfo] = []
+
+    def make(flow: Flow) -> Module:
+        scheduled, info = materialize_stream(comp.module, build.projection, build.outputs,
+                                             view, opts.stream, flow=flow)
+        infos.append(info)
+        return scheduled
+
+    fit = _fit_memory(build, target, sch, make, first)
     if opts.compile.print_ir is not None:
-        opts.compile.print_ir("materialize", scheduled)
-    est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, info,
-                          opts.stream, RING, len(pr.stages))
-    run = ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, scheduled, errors,
-                      ideal_estimate_ns=est.ends[0] - est.starts[0], pipeline=pr, stream=info,
-                      stream_estimate=est)
-    if not errors:
-        run.memory = plan_memory(scheduled, target)
-    return run
+        opts.compile.print_ir("materialize", fit.scheduled)
+    est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, infos[-1],
+                          opts.stream, RING, len(pr.stages), fit.flow.sends)
+    return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,
+                       fit.errors, ideal_estimate_ns=est.ends[0] - est.starts[0],
+                       pipeline=pr, stream=infos[-1], stream_estimate=est, memory=fit.memory,
+                       flow=fit.flow, materializations=fit.rounds)
 
 
 def _memory_verdict(runs: list[ScheduleRun], opts: SolveOptions, target: Target) -> None:
@@ -493,11 +569,16 @@ def _communication(run: ScheduleRun) -> dict[str, Any]:
     """Bytes, messages and link utilization of a schedule: estimated (the communication
     model) and, when simulated, what the simulator moved."""
     summ = run.result.summary
-    out: dict[str, Any] = {
-        "estimated": {"bytes_moved": summ["bytes_moved"], "messages": summ["messages"],
-                      "link_utilization": {"max": summ["link_util_max_permille"] / 1000,
-                                           "mean": summ["link_util_mean_permille"] / 1000}},
-        "simulated": None}
+    if "messages" in summ:
+        est = {"bytes_moved": summ["bytes_moved"], "messages": summ["messages"],
+               "link_utilization": {"max": summ["link_util_max_permille"] / 1000,
+                                    "mean": summ["link_util_mean_permille"] / 1000}}
+    else:  # a pipeline schedule: the model run its program follows (one inference)
+        assert run.flow is not None
+        util_max, util_mean = run.flow.link_utilization()
+        est = {"bytes_moved": run.flow.bytes_moved, "messages": run.flow.messages,
+               "link_utilization": {"max": round(util_max, 3), "mean": round(util_mean, 3)}}
+    out: dict[str, Any] = {"estimated": est, "simulated": None}
     if run.sim is not None and run.link_busy_ns is not None:
         span = max(run.sim.report.latency_ns, 1)
         busy = run.link_busy_ns
@@ -616,14 +697,34 @@ def _bound_of(res: MergeScheduleResult) -> str:
     return f"{res.model} model only (not a bound of the problem)"
 
 
+def _compute_counts(module: Module) -> tuple[int, int]:
+    """(scheduled computes, scheduled batches) of a program, not looking inside them (their
+    bodies hold most of a program's ops)."""
+    computes = batches = 0
+    stack = [op for f in module.funcs for op in f.body.ops]
+    while stack:
+        op = stack.pop()
+        if isinstance(op, ScheduledComputeOp):
+            computes += 1
+        elif isinstance(op, ScheduledComputeBatchOp):
+            batches += 1
+        else:
+            stack.extend(inner for region in op.regions() for inner in region.ops)
+    return computes, batches
+
+
 def report(s: Solved) -> dict[str, Any]:
     """report.json (docs/spec/ARCHITECTURE.md §9 plus layouts, rules and per-schedule detail)."""
     g = s.build.graph
     sel = s.compiled.selection
     lb = s.bounds.makespan_ns
     schedules: dict[str, Any] = {}
+    counted: dict[int, tuple[int, int]] = {}
     for run in s.runs:
         res = run.result
+        counts = counted.get(id(run.scheduled))
+        if counts is None:  # one walk per program (schedules may share one)
+            counts = counted[id(run.scheduled)] = _compute_counts(run.scheduled)
         numerics = _numerics(run.numerics) if run.numerics is not None else None
         entry: dict[str, Any] = {
             "estimate_ns": run.estimate_ns,
@@ -640,10 +741,8 @@ def report(s: Solved) -> dict[str, Any]:
             "gap_to_lower_bound": round((run.estimate_ns - lb) / lb, 4) if lb else None,
             "model": res.model,
             "cores_used": run.cores_used,
-            "scheduled_computes": sum(1 for op in run.scheduled.walk()
-                                      if isinstance(op, ScheduledComputeOp)),
-            "scheduled_batches": sum(1 for op in run.scheduled.walk()
-                                     if isinstance(op, ScheduledComputeBatchOp)),
+            "scheduled_computes": counts[0],
+            "scheduled_batches": counts[1],
             "numerics": numerics,
             "valid": not run.violations and not run.scheduled_errors,
             "violations": run.violations + run.scheduled_errors,

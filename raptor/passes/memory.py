@@ -391,6 +391,11 @@ class _CoreAllocator:
                           {op: Slot(s.addr, s.size) for op, s in self.staging.items()})
 
 
+FEW = 24
+"""Up to this many overlapping buffers, `_place` scans them in Python (cheaper than the
+vectorized scan's calls)."""
+
+
 def _place(storages: Sequence[_Storage], order: Sequence[int]) -> int:
     """Give each buffer, in `order`, the lowest address free of every placed buffer whose
     lifetime meets its own; returns the footprint."""
@@ -403,12 +408,21 @@ def _place(storages: Sequence[_Storage], order: Sequence[int]) -> int:
     for k, i in enumerate(order):
         s = storages[i]
         size = _align(max(s.size, 1), ALIGN)
-        meet = (starts[:k] <= s.end) & (ends[:k] >= s.start)
+        meet = np.flatnonzero((starts[:k] <= s.end) & (ends[:k] >= s.start))
         addr = 0
-        if meet.any():
-            a, e = lo[:k][meet], hi[:k][meet]
-            at = np.argsort(a, kind="stable")
-            for x, y in zip(a[at].tolist(), e[at].tolist(), strict=True):
+        # first fit: scanning the placed buffers by address, the candidate address is the
+        # highest end seen so far; the first buffer starting `size` past it leaves the gap
+        # (the order among equal starts does not matter: each ends past its start)
+        if meet.size > FEW:
+            a, e = lo[meet], hi[meet]
+            at = np.argsort(a)
+            a, e = a[at], e[at]
+            seen = np.maximum.accumulate(e)
+            before = np.concatenate(([0], seen[:-1]))
+            gap = np.flatnonzero(a - before >= size)
+            addr = int(before[gap[0]]) if gap.size else max(int(seen[-1]), 0)
+        elif meet.size:
+            for x, y in sorted(zip(lo[meet].tolist(), hi[meet].tolist(), strict=True)):
                 if x - addr >= size:
                     break
                 addr = max(addr, y)
@@ -421,10 +435,10 @@ def _place(storages: Sequence[_Storage], order: Sequence[int]) -> int:
 def _addresses(storages: Sequence[_Storage], steps: int) -> int:
     """Addresses for one core's buffers; returns the footprint. Two offline orders, the
     better kept: greedy by breadth (the steps with the most bytes live first, each one's
-    buffers largest first) and greedy by size. Placing what is live at the fullest steps
-    first keeps smaller, shorter-lived buffers from splitting the space there; on ResNet-18's
-    cores the footprint stays within about a tenth of the live peak (first-fit in order of
-    definition needed up to a fifth more)."""
+    buffers largest first) and, unless that reached the live peak, greedy by size. Placing
+    what is live at the fullest steps first keeps smaller, shorter-lived buffers from
+    splitting the space there; on ResNet-18's cores the footprint stays within about a
+    tenth of the live peak (first-fit in order of definition needed up to a fifth more)."""
     if not storages:
         return 0
     n = len(storages)
@@ -441,6 +455,8 @@ def _addresses(storages: Sequence[_Storage], steps: int) -> int:
     by_breadth = sorted(range(n), key=lambda i: (first[i], -storages[i].size, i))
     by_size = sorted(range(n), key=lambda i: (-storages[i].size, storages[i].start, i))
     best = _place(storages, by_breadth)
+    if best <= int(breadth.max()):  # the live peak: no order can do better
+        return best
     kept = [s.addr for s in storages]
     other = _place(storages, by_size)
     if other <= best:

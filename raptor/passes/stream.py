@@ -6,8 +6,12 @@ the program stays the size of one inference whatever M is, as a device's instruc
 would hold it; M only bounds the simulated stream). Its body is the core's per-inference
 program, materialized exactly as in latency mode (`raptor.passes.materialize`, whose
 machinery this subclasses): the same per-core order, equivalence classes and gathers;
-stage-internal fragments travel by channels, every receive posted when the iteration starts,
-sends right after their producer, most urgent first. What changes:
+stage-internal fragments travel by channels. Without a `Flow` every receive is posted when
+the iteration starts and every send made right after its producer, most urgent first; with
+one (`raptor.solve` passes it where local memory is tight, from the flow-controlled
+communication model, `raptor.solver.comm.replay`) each receive is posted, and each send
+made, at the point of the iteration where that model placed it, as in latency mode. What
+changes:
 
 * **Inputs and results** carry a leading inference dimension: the function takes
   `tensor<M x ...>` inputs and returns `tensor<M x ...>` results; inference n reads and
@@ -33,7 +37,13 @@ iteration-n receives, i.e. finishing iteration n − 1 (smaller n), (c) READY fr
 stage at iteration n (same n, smaller stage), (d) FREE from a later stage at iteration
 n − B (smaller n). Every wait is for work strictly earlier in that well-founded order, or
 for a producer earlier in one iteration's dependency order, so no cycle of waits can form
-whatever the timing; the simulator's deadlock detector checks it in the tests.
+whatever the timing; the simulator's deadlock detector checks it in the tests. With a
+`Flow`, (b) becomes a partner reaching the point of iteration n where it posts that receive:
+inside an iteration a stage's cores run the channel program the communication model ran to
+completion (a program of blocking sends, non-blocking posts and waiting computes completes
+whatever the timing, `raptor.passes.materialize`); loads from earlier stages only add waits
+of kind (c), stores waits of kind (d), and a channel carries its messages in program order,
+so iteration n's sends meet iteration n's receives.
 """
 
 from __future__ import annotations
@@ -52,7 +62,7 @@ from raptor.ir.ops import (
     WaitOp,
 )
 from raptor.ir.types import INDEX, TensorType, Type
-from raptor.passes.materialize import CropKey, Materializer, ScheduleView, crop_key
+from raptor.passes.materialize import CropKey, Flow, Materializer, ScheduleView, crop_key
 from raptor.passes.projection import Instance, Piece, Projection
 
 RING = 2
@@ -106,13 +116,14 @@ class StreamInfo:
 
 class _StreamMaterializer(Materializer):
     def __init__(self, module: Module, proj: Projection, outputs: list[list[Piece]],
-                 view: StreamView, inferences: int, ring: int, merge: bool) -> None:
+                 view: StreamView, inferences: int, ring: int, merge: bool,
+                 flow: Flow | None) -> None:
         self.count = inferences
         self.ring = ring
         self.stage = view.stage_of
         self.loop: dict[int, tuple[Value, Value]] = {}
         super().__init__(module, proj, outputs, ScheduleView(view.core_of, view.start,
-                                                             view.end), merge)
+                                                             view.end), merge, flow)
         self.ring_of: dict[tuple[int, int], Value] = {}
         self.rings: dict[int, list[tuple[int, Value]]] = {}
         """Per producer task: (result, ring buffer) of its boundary publications."""
@@ -260,11 +271,12 @@ def _nbytes(op: Operation) -> int:
 
 def materialize_stream(module: Module, proj: Projection, outputs: list[list[Piece]],
                        view: StreamView, inferences: int, ring: int = RING,
-                       merge: bool = True) -> tuple[Module, StreamInfo]:
+                       merge: bool = True, flow: Flow | None = None
+                       ) -> tuple[Module, StreamInfo]:
     """Scheduled IR processing `inferences` inferences of a pipeline schedule (see the
     module docstring), and what its boundaries are."""
     if inferences < 1 or ring < 1:
         raise ValueError(f"a stream needs at least one inference and one ring slot, got "
                          f"{inferences} and {ring}")
-    m = _StreamMaterializer(module, proj, outputs, view, inferences, ring, merge)
+    m = _StreamMaterializer(module, proj, outputs, view, inferences, ring, merge, flow)
     return m.run(), m.plan

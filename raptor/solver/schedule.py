@@ -84,8 +84,12 @@ class MergeScheduleResult:
         solve_seconds: float = 0.0,
         model: str = "",
         notes: Sequence[str] = (),
+        communication: bool = True,
     ) -> MergeScheduleResult:
-        """Derive order, markers, classes and costs from a placement and start times."""
+        """Derive order, markers, classes and costs from a placement and start times.
+        ``communication=False`` skips the communication model (``estimate_ns`` is then the
+        plan's makespan and the summary has no message figures): pipeline results, whose
+        stream program is estimated by its own model and replayed once when materialized."""
         graph.freeze()
         n = graph.num_tasks
         core_tasks = core_order(graph, target, core_of, start_ns)
@@ -121,17 +125,20 @@ class MergeScheduleResult:
             notes=list(notes),
         )
         ev = evaluate_schedule(graph, target, result)
-        comm = replay(graph, target, result.core_of, result.core_tasks, result.start_ns)
-        result.estimate_ns = comm.makespan_ns
-        util_max, util_mean = comm.link_utilization()
-        result.summary = {
-            "makespan_ns": result.makespan_ns,
-            "estimate_ns": comm.makespan_ns,
-            "bytes_moved": comm.bytes_moved,
-            "messages": comm.messages,
-            "link_busy_max_ns": max(comm.link_busy_ns, default=0),
-            "link_util_max_permille": round(1000 * util_max),
-            "link_util_mean_permille": round(1000 * util_mean),
+        summary: dict[str, int] = {"makespan_ns": result.makespan_ns}
+        result.estimate_ns = result.makespan_ns
+        if communication:
+            comm = replay(graph, target, result.core_of, result.core_tasks, result.start_ns)
+            result.estimate_ns = comm.makespan_ns
+            util_max, util_mean = comm.link_utilization()
+            summary.update({
+                "estimate_ns": comm.makespan_ns,
+                "bytes_moved": comm.bytes_moved,
+                "messages": comm.messages,
+                "link_busy_max_ns": max(comm.link_busy_ns, default=0),
+                "link_util_max_permille": round(1000 * util_max),
+                "link_util_mean_permille": round(1000 * util_mean)})
+        summary.update({
             "completion_ns": ev.completion_ns,
             "serial_work_ns": ev.serial_work_ns,
             "max_core_work_ns": ev.max_core_work_ns,
@@ -139,7 +146,8 @@ class MergeScheduleResult:
             "transfer_work_ns": ev.transfer_work_ns,
             "cores_used": ev.cores_used,
             "crossbars_used": ev.crossbars_used,
-        }
+        })
+        result.summary = summary
         return result
 
     def to_json(self) -> str:

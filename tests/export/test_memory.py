@@ -13,9 +13,11 @@ import pytest
 from raptor.ir.module import Module
 from raptor.ir.parser import parse_module
 from raptor.passes.memory import (
+    FEW,
     MemoryPlan,
     _addresses,
     _live_peak,
+    _place,
     _Storage,
     is_contiguous,
     plan_memory,
@@ -219,6 +221,33 @@ def test_addresses_never_overlap_live_buffers() -> None:
         for a, b in itertools.combinations(stores, 2):
             if a.start <= b.end and b.start <= a.end:
                 assert a.addr + a.size <= b.addr or b.addr + b.size <= a.addr
+
+
+def test_place_is_first_fit_with_few_and_many_overlapping_buffers() -> None:
+    """Each buffer, in the order given, gets the lowest aligned address free of every
+    earlier buffer whose lifetime meets its own: checked by brute force, with fewer and more
+    than `FEW` such buffers (the two scans `_place` uses)."""
+    rnd = random.Random(3)
+    for life in (2, 400):  # short lives: few overlaps; long: more than FEW
+        stores = []
+        for _ in range(150):
+            s = _Storage(rnd.choice([1, 4, 60, 420, 840]), rnd.randint(0, 300))
+            s.end = s.start + rnd.randint(0, life)
+            stores.append(s)
+        order = list(range(len(stores)))
+        rnd.shuffle(order)
+        _place(stores, order)
+        widest = 0
+        for k, i in enumerate(order):
+            s = stores[i]
+            size = -(-max(s.size, 1) // 4) * 4
+            taken = [(stores[j].addr, stores[j].addr + -(-max(stores[j].size, 1) // 4) * 4)
+                     for j in order[:k] if stores[j].start <= s.end and s.start <= stores[j].end]
+            widest = max(widest, len(taken))
+            addr = min(a for a in [0, *(e for _, e in taken)]
+                       if all(a + size <= x or y <= a for x, y in taken))
+            assert s.addr == addr
+        assert (widest > FEW) == (life == 400)
 
 
 def test_a_small_memory_is_kept_by_posting_receives_late() -> None:

@@ -7,6 +7,7 @@ names a wait that can never be satisfied."""
 # ruff: noqa: E501 - the scheduled IR programs keep one op per line
 from __future__ import annotations
 
+import dataclasses
 from functools import cache
 from pathlib import Path
 
@@ -20,12 +21,20 @@ from raptor.ir.module import Module
 from raptor.ir.ops import CoreOp, SignalOp, StreamOp, WaitOp
 from raptor.ir.parser import parse_module
 from raptor.ir.verifier import verify_module
+from raptor.passes.memory import plan_memory
 from raptor.passes.stream import StreamInfo, StreamView, materialize_stream
 from raptor.sim import Deadlock, SimOptions, Simulator
 from raptor.sim.errors import Race
-from raptor.solve import stream_inputs
+from raptor.solve import SolveOptions, solve, stream_inputs
+from raptor.solver.comm import replay
 from raptor.solver.from_ir import GraphBuild, build_compute_graph
-from raptor.solver.pipeline import PipelineResult, build_problem, heuristic_pipeline
+from raptor.solver.pipeline import (
+    PipelineResult,
+    build_problem,
+    follow_producers,
+    heuristic_pipeline,
+    validate_pipeline,
+)
 from raptor.solver.pipeline.stream import stream_estimate
 from raptor.target import load_target
 
@@ -175,3 +184,54 @@ def test_a_wait_that_can_never_be_met_is_a_deadlock() -> None:
         "(it is 6)" in text
     with pytest.raises(IRError, match=r"INTERP-3.*waits for %ready\[0\] to reach 7 \(it is 6\)"):
         Interpreter(mod).run([x])
+
+
+def test_a_tight_stream_fits_local_memory_where_the_flow_control_placed_its_messages() -> None:
+    """12 KiB per core: with every receive posted at the start YOLO's stream program needs
+    12.5 KiB on its busiest core; posted (and sends held) where the flow-controlled communication model
+    placed them, the stream program fits, runs every inference right under rendezvous
+    sends (the simulator's deadlock detector on), and the estimate follows the held sends
+    to the nanosecond of the ideal run."""
+    target = dataclasses.replace(TARGET, local_memory_bytes=12 * 1024)
+    solved = solve(EXAMPLES / "yolo_neck.onnx", target, SolveOptions(
+        mode="pipeline", solver="pipeline", stream=M, workers=1, time_limit=5))
+    run = solved.runs[0]
+    assert run.ok and run.memory is not None and not run.memory.over_capacity()
+    assert run.flow is not None and run.flow.tight and run.flow.held_sends > 0
+    assert run.numerics is not None and run.inference_numerics is not None
+    assert len(run.inference_numerics) == M
+    est, ideal = run.stream_estimate, run.ideal
+    assert est is not None and ideal is not None
+    assert ideal.inference_end_ns == est.ends
+    pr = run.pipeline
+    assert pr is not None
+    sch, build = pr.schedule, solved.build
+    loose, _ = materialize_stream(solved.compiled.module, solved.build.projection,
+                                  solved.build.outputs, StreamView(
+                                      sch.core_of, sch.start_ns, sch.end_ns,
+                                      pr.stage_of_task), M)
+    assert plan_memory(loose, target).over_capacity()  # every receive at the start: over
+    # memory is tight, so the refinement was tried: the placement kept replays faster
+    problem = solved.problem
+    assert problem is not None
+    base = heuristic_pipeline(problem)
+    moved = follow_producers(problem, base)
+    times = [replay(build.graph, target, r.schedule.core_of, r.schedule.core_tasks,
+                    r.schedule.start_ns).makespan_ns for r in (base, moved)]
+    kept = moved if times[1] < times[0] else base
+    assert sch.core_of == kept.schedule.core_of
+
+
+def test_follow_producers_puts_tasks_without_crossbars_after_a_same_stage_producer() -> None:
+    _, build, res, _, _ = _stream("lenet.onnx")
+    problem = build_problem(build.graph, TARGET, build=build)
+    moved = follow_producers(problem, res)
+    assert validate_pipeline(build.graph, TARGET, moved, problem) == []
+    assert moved.partition == res.partition and moved.notes[-1].startswith("tasks without")
+    g, core, stage = build.graph, moved.schedule.core_of, moved.stage_of_task
+    followers = [t for t in range(g.num_tasks) if not g.tasks[t].weights
+                 and any(stage[u] == stage[t] for u, _ in g.preds[t])]
+    assert followers
+    for t in followers:
+        assert any(core[u] == core[t] for u, _ in g.preds[t] if stage[u] == stage[t])
+    assert moved.schedule.core_of != res.schedule.core_of  # lenet's list schedule differs

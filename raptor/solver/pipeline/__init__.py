@@ -24,6 +24,7 @@ from raptor.solver.pipeline.solve import (
     SOLVERS,
     cpsat_pipeline,
     dp_pipeline,
+    follow_producers,
     heuristic_pipeline,
     schedule_pipeline,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "cpsat_pipeline",
     "dp_pipeline",
     "evaluate_partition",
+    "follow_producers",
     "heuristic_pipeline",
     "schedule_pipeline",
     "validate_pipeline",

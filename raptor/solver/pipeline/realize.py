@@ -197,9 +197,11 @@ def lower_bound_budgets(problem: PipelineProblem, cuts: Sequence[int]) -> Partit
     return Partition(tuple(cuts), tuple(cores), (1,) * G)
 
 
-def realize(problem: PipelineProblem, part: Partition, replication: bool
-            ) -> Placement | PackFailure:
-    """Home, place, list-schedule and evaluate ``part``; the best by :func:`better`."""
+def realize(problem: PipelineProblem, part: Partition, replication: bool,
+            follow: bool = False) -> Placement | PackFailure:
+    """Home, place, list-schedule and evaluate ``part``; the best by :func:`better`.
+    ``follow``: tasks without crossbars go right after their last same-stage producer, on
+    its core (see :func:`_list_schedule`)."""
     G = problem.num_groups
     ranges = part.ranges(G)
     stage_of_group = np.zeros(G, dtype=np.int64)
@@ -231,7 +233,7 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool
             offset += k
         for priority in PRIORITIES:
             cand = _list_schedule(problem, part, homes, chunks, stage_of_task, priority,
-                                  replication)
+                                  replication, follow)
             cand.sequence = kind
             cand.memory_ns = memory + sync_ns(problem.target, bounds_list, cand.core_of)
             cand.boundaries = bounds_list
@@ -244,7 +246,7 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool
 
 def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StagePacking],
                    chunks: list[list[int]], stage_of_task: list[int], priority: str,
-                   replication: bool) -> Placement:
+                   replication: bool, follow: bool = False) -> Placement:
     """EFT list schedule of every stage on its cores (the stage starts at 0; inputs from
     earlier stages wait in shared memory). Candidate cores per task, as in capacity-aware
     PEFT: the cores of its same-stage producers, the cores holding its tiles (its unit's home
@@ -252,7 +254,10 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
     replication is on). Cores whose load stays within the stage's model time are preferred
     (so the busiest core keeps near the model's bound), then the earliest finish with NoC
     delays, then cores that already hold the tiles. ``load`` priority: highest bottom level
-    first; ``arrival``: earliest top level first."""
+    first; ``arrival``: earliest top level first. With ``follow``, a task without tiles that
+    has a same-stage producer goes to the core of the one that ends last (as latency mode's
+    `raptor.solver.peft.follow_producers`: the fragments it reads then wait in no other
+    core's local memory)."""
     graph, target = problem.graph, problem.target
     n, P, cap = graph.num_tasks, problem.num_cores, target.crossbars_per_core
     clock = target.clock_fraction
@@ -346,6 +351,8 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
                 cands |= near
             else:
                 cands = near
+        elif follow and same_preds[t]:
+            cands = {core_of[max((u for u, _ in same_preds[t]), key=lambda u: (end[u], u))]}
         else:
             cands.add(earliest(s, t))
         best: tuple[int, int, int, int] | None = None

@@ -109,7 +109,7 @@ def build_result(problem: PipelineProblem, pl: Placement, *, solver: str, status
     sched = MergeScheduleResult.build(
         graph, target, pl.core_of, starts, solver=solver, status=status, bound_ns=bound_ns,
         objective_ns=objective_ns, solve_seconds=solve_seconds, model="pipeline",
-        notes=[*(notes or []), *pl.recovery])
+        notes=[*(notes or []), *pl.recovery], communication=False)
     stage_of_core = [-1] * target.num_cores
     for s, cores in enumerate(pl.stage_cores):
         for c in cores:

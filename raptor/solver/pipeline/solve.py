@@ -35,6 +35,24 @@ def heuristic_pipeline(problem: PipelineProblem, replication: bool = True) -> Pi
                         notes=out.notes)
 
 
+def follow_producers(problem: PipelineProblem, result: PipelineResult,
+                     replication: bool = True) -> PipelineResult:
+    """``result``'s partition realized again with every task without crossbars right after
+    its last same-stage producer, on its core (`realize(..., follow=True)`). Why: where local
+    memory is tight, the fragments such a task (a partial-sum addition, a residual add)
+    reads wait in its core's memory, and the flow control then holds sends and posts
+    receives late (on ResNet-18 that slowed its one-stage stream by a third); the caller
+    keeps whichever replays faster."""
+    pl = realize(problem, result.partition, replication, follow=True)
+    assert not isinstance(pl, PackFailure)  # the same homes as the result's realization
+    return build_result(problem, pl, solver=result.solver, status=result.status,
+                        model_period=result.model_period_ns, bound_ns=result.bound_ns,
+                        objective_ns=result.objective_ns,
+                        solve_seconds=result.solve_seconds,
+                        notes=[*result.notes, "tasks without crossbars follow their last "
+                               "producer on its core"])
+
+
 def _realize_cuts(problem: PipelineProblem, cuts: tuple[int, ...], replication: bool
                   ) -> tuple[Partition, Placement]:
     part = allocate(problem, cuts, replication)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raptor.passes.stream import StreamInfo
@@ -69,10 +69,14 @@ def steady_period(ends: Sequence[int], fill: int) -> int | None:
 
 def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                     start: Sequence[int], stage_of: Sequence[int], info: StreamInfo,
-                    inferences: int, ring: int, stages: int) -> StreamEstimate:
+                    inferences: int, ring: int, stages: int,
+                    sends: Mapping[tuple[int, int], tuple[int, int]] | None = None
+                    ) -> StreamEstimate:
     """Play the stream program of a pipeline placement (see the module docstring).
     `start` are the planned starts that ordered each core's events, `info` the boundary
-    plan materialization returned."""
+    plan materialization returned, `sends` where the program sends each stage-internal
+    message ((fragment, consumer core) -> (task after whose step it is sent, rank), as
+    `raptor.solver.comm.Replay.sends`; default: right after its producer)."""
     graph.freeze()
     n_tasks = graph.num_tasks
     dur = graph.durations(core_of)
@@ -87,7 +91,8 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     per_core: dict[int, list[int]] = {}
     for _, step in sorted(keys, key=lambda k: (core_step[k[1]], k[0])):
         per_core.setdefault(core_step[step], []).append(step)
-    # stage-internal messages a task waits for: (producer, delay after its step ends)
+    # stage-internal messages a task waits for: (the step its sender sends it after, delay
+    # after that step ends); a send the flow control held follows a later step of its core
     waits: list[list[tuple[int, int]]] = [[] for _ in range(n_tasks)]
     for t, frags in enumerate(graph.reads):
         q = core_of[t]
@@ -95,7 +100,9 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
             frag = graph.fragments[f]
             u = frag.producer
             if core_of[u] != q and stage_of[u] == stage_of[t]:
-                waits[t].append((u, target.transfer_ns(frag.bytes, core_of[u], q)))
+                at = sends.get((f, q)) if sends is not None else None
+                waits[t].append((u if at is None else at[0],
+                                 target.transfer_ns(frag.bytes, core_of[u], q)))
     signaller = {k: u for u, ks in info.ready_signals.items() for k in ks}
     # a topological order of one iteration: core order, messages, READY
     succ: list[list[int]] = [[] for _ in range(n_tasks + G)]
