@@ -16,10 +16,12 @@ import pytest
 from raptor.cli import main
 from raptor.export import Export, ExportError, export_pimsim, pimsim_order, write_export
 from raptor.export.chip import PimsimChip
+from raptor.export.order import posts_earlier
 from raptor.export.runner import chiptest, run_chiptest
 from raptor.export.validate import validate
 from raptor.ir.module import Module
 from raptor.ir.parser import parse_module
+from raptor.passes.memory import plan_memory
 from raptor.sim import SimOptions, Simulator
 from raptor.solve import SolveOptions, solve
 from raptor.target import Target, load_target
@@ -293,6 +295,50 @@ func.func @main() -> tensor<4xf32> {
   return %o : tensor<4xf32>
 }
 """
+
+
+SEND_BEFORE_RECEIVE = """
+func.func @main() -> tensor<4xf32> {
+  %o = pim.alloc_shared : tensor<4xf32>
+  pim.core 0 {
+    %r = spat.scheduled_compute ins() -> tensor<64xf32> {
+    ^bb0():
+      %e = tensor.empty : tensor<64xf32>
+      spat.yield %e : tensor<64xf32>
+    }
+    spat.channel_send %r to core(1) channel(0) : tensor<64xf32>
+    %b = spat.channel_receive from core(1) channel(1) : tensor<64xf32>
+  }
+  pim.core 1 {
+    %s = spat.scheduled_compute ins() -> tensor<64xf32> {
+    ^bb0():
+      %e = tensor.empty : tensor<64xf32>
+      spat.yield %e : tensor<64xf32>
+    }
+    spat.channel_send %s to core(0) channel(1) : tensor<64xf32>
+    %a = spat.channel_receive from core(0) channel(0) : tensor<64xf32>
+  }
+  return %o : tensor<4xf32>
+}
+"""
+
+
+def test_receive_posted_earlier_gets_addresses_of_the_blocking_order() -> None:
+    """Core 1 posts channel 0 after sending channel 1; pimsim-nn's blocking order receives
+    it first, while %s still waits to be sent: the two must not share bytes there, although
+    the plan of the original order (where %s is dead before %a arrives) overlaps them."""
+    m = module(SEND_BEFORE_RECEIVE)
+    assert posts_earlier(m)
+    given = plan_memory(m, T).cores[1].slots
+    names = {v.name: v for v in given}
+    assert given[names["a"]].addr == given[names["s"]].addr
+    ex = export_pimsim(m, T, plan_memory(m, T))
+    slots = ex.memory.cores[1].slots
+    a, s = slots[names["a"]], slots[names["s"]]
+    assert a.end <= s.addr or s.end <= a.addr
+    assert [i["op"] for i in ex.cores[1].instructions if i["op"] != "sldi"] == \
+        ["setbw", "recv", "send"]
+    assert not posts_earlier(module(PING_PONG))
 
 
 def test_validation_finds_a_deadlock() -> None:
