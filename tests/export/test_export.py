@@ -390,10 +390,12 @@ def test_examples_export_and_mirror_on_raptors_simulator(mlp: tuple[Module, Expo
 
 
 @needs_pimsim
-@pytest.mark.parametrize("model", ["mlp", "lenet", "resnet_block", "torch_cnn_dynamo"])
+@pytest.mark.parametrize("model", ["mlp", "lenet", "resnet_block", "mobilenet_block",
+                                   "torch_cnn_dynamo"])
 def test_networks_on_pimsim_match_the_mirror(model: str, tmp_path: Path) -> None:
     """Exported examples load and complete in pimsim-nn's latency mode; Raptor's simulator
-    under pimsim-nn's model is within 0.1 % (measured: within 2 ns)."""
+    under pimsim-nn's model is within 0.1 % (measured: exact but lenet's +12 ns;
+    mobilenet_block was 0.087 % low before loads waited for the core's switch)."""
     assert PIMSIM is not None
     s = solve(EXAMPLES / f"{model}.onnx", T, SolveOptions(solver="peft", simulate=False))
     m = s.runs[0].scheduled
