@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from raptor.export.chip import ChipError, PimsimChip
-from raptor.export.order import pimsim_order
+from raptor.export.order import pimsim_order, posts_earlier
 from raptor.export.pimsim import Export, ExportError, lower_module
 from raptor.export.validate import validate
 from raptor.fileio import write_text_atomic
@@ -45,11 +45,16 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     local or shared memory than the target has is refused, unless `allow_overflow`: then
     the chip is written with the local memory the program needs (pimsim-nn never checks
     it) and `Export.overflow` says by how much. The programs follow `pimsim_order` (its
-    receives block); simulate the export's timings inside `pimsim_order(module)` too."""
+    receives block); simulate the export's timings inside `pimsim_order(module)` too.
+    `plan` (made in the materialized order, planned here if None) is used unless the
+    blocking order posts some receive earlier: then memory is planned in that order."""
     if any(isinstance(op, StreamOp) for op in module.walk()):
         raise ExportError("pimsim-nn export handles latency programs; this is a pipeline "
                           "stream (pim.stream), which it does not export")
-    if plan is None:
+    if posts_earlier(module):  # the addresses must hold in the order pimsim-nn runs
+        with pimsim_order(module):
+            plan = plan_memory(module, target)
+    elif plan is None:
         plan = plan_memory(module, target)
     over = plan.over_capacity()
     if over and not allow_overflow:

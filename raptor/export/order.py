@@ -1,9 +1,9 @@
 """pimsim-nn's blocking order of a core's sends and receives.
 
-Raptor's materialization posts every receive when its core's program starts: in Raptor's
-simulator posting never blocks (the consumer waits for the data), so rendezvous sends
-always find their receive posted. pimsim-nn's `recv` blocks the core until the data is
-written, so the same order would leave two cores each waiting in a receive for the other.
+Raptor's materialization posts each receive early (at the start of its core's program, or
+where the memory-aware flow control lets it fit): in Raptor's simulator posting never blocks
+(the consumer waits for the data). pimsim-nn's `recv` blocks the core until the data is
+written, so the same order could leave two cores each waiting in a receive for the other.
 
 The blocking order performs every core's sends and receives in increasing channel number,
 each receive as late as that allows (just before the first op that reads it, or before a
@@ -48,6 +48,32 @@ def blocking_order(ops: list[Operation]) -> list[Operation]:
             receive_upto(max(needed))
         out.append(op)
     out.extend(receives[next_recv:])
+    return out
+
+
+def posts_earlier(module: Module) -> bool:
+    """Whether the blocking order puts some receive before an op it followed (a receive
+    posted after a send of a higher channel). Receives that only move later keep every
+    buffer within the lifetime the memory plan of the original order gave it; one that
+    moves earlier needs a plan made in the blocking order."""
+    for op in module.main().body.ops:
+        if isinstance(op, CoreOp):
+            before = _receive_positions(op.body.ops)
+            after = _receive_positions(blocking_order(op.body.ops))
+            if any(after[r] < k for r, k in before.items()):
+                return True
+    return False
+
+
+def _receive_positions(ops: list[Operation]) -> dict[Operation, int]:
+    """Each receive: how many other ops precede it."""
+    out: dict[Operation, int] = {}
+    k = 0
+    for op in ops:
+        if isinstance(op, ChannelReceiveOp):
+            out[op] = k
+        else:
+            k += 1
     return out
 
 

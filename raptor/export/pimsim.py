@@ -26,7 +26,9 @@ lowers the core's ops in program order, with the addresses of the local-memory p
 Stand-ins, counted in `Export.notes`: pimsim-nn has no 2-D copy, broadcast or vector sum,
 so a strided copy is one `lmv` of its bytes from the region's first element (pimsim-nn
 prices `lmv` by its size alone: the same time a strided DMA of those bytes takes), a
-transpose is one `vmv` of all elements, a broadcast operand is read in place, and a sum is a
+transpose is one `vmv` of all elements, a broadcast operand is read as the result's elements
+(the op reads as many bytes as a real operand, from a range that exists: a bias read in its
+place would run past the end of local memory when it sits near the top), and a sum is a
 `vavg`. Emitting one instruction per contiguous run instead would make ResNet-18 55 M
 instructions. Values are never computed by pimsim-nn; the timing of every instruction is the
 one documented in `raptor.export.chip`.
@@ -395,10 +397,12 @@ class _CoreLowering:
             if name is None:
                 raise ExportError(f"{op.where()}: pim.{op.op} has no pimsim-nn instruction "
                                   f"(supported: {', '.join('pim.' + k for k in BINARY)})")
-            if _shape(op.lhs) != _shape(op.rhs):
-                self.note("broadcast operand read in place")
-            self.vector(name, self.addr(op.result), self.addr(op.lhs),
-                        math.prod(_shape(op.result)), rs2=self.addr(op.rhs))
+            out = _shape(op.result)
+            res = self.addr(op.result)
+            lhs, rhs = (self.addr(v) if _shape(v) == out else res for v in (op.lhs, op.rhs))
+            if _shape(op.lhs) != out or _shape(op.rhs) != out:
+                self.note("broadcast operand read as the result's elements")
+            self.vector(name, res, lhs, math.prod(out), rs2=rhs)
         elif isinstance(op, UnaryOp):
             self.unary(op)
         elif isinstance(op, ReduceOp):

@@ -73,7 +73,8 @@ def run_chiptest(binary: str, folder: str | os.PathLike[str], config: str | None
         tail = (stderr.strip() or stdout.strip()).splitlines()[-3:]
         raise PimsimError(f"ChipTest exited {proc.returncode}: {' / '.join(tail)}")
     finish = {int(c): float(t) * 1e6 for c, t in _FINISH.findall(stdout)}
-    return PimsimRun(float(m.group(1)) * 1e6, finish, wall, hwm_kb / 1024)
+    # pimsim-nn prints milliseconds to 6 decimals (whole ns): drop the float residue
+    return PimsimRun(round(float(m.group(1)) * 1e6, 3), finish, wall, hwm_kb / 1024)
 
 
 def _peak_kb(pid: int) -> int:

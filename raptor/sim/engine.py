@@ -340,7 +340,8 @@ class Engine:
                 if not self.memory_ready(st, ins):
                     return
                 tm = self.timing(ins)
-                request = st.clock + self.target.ns(tm.before)
+                # the request leaves through the core's switch, behind its queued messages
+                request = max(st.clock + self.target.ns(tm.before), st.switch_free)
                 if self.opts.shared_queueing:
                     # pimsim-nn serves simultaneous requests from the highest core id down
                     self.push(request, _MEM, st, rank=self.target.num_cores - st.cid)
@@ -686,6 +687,7 @@ class Engine:
         st.busy += cost
         st.clock += cost + wait
         self.mem_free = start + ns(tm.memory) if ins.timing is not None else start + cost
+        st.switch_free = self.mem_free  # the switch waits for the memory's response
         self.accessed(ins, st.clock)
 
     def serve(self, st: _Core) -> None:
