@@ -80,179 +80,267 @@ def replication_options(problem: PipelineProblem, g: int, replication: bool) -> 
 
 def solve_cpsat(problem: PipelineProblem, replication: bool, hint: Partition,
                 options: CpSatPipelineOptions, dp_value: int | None = None) -> CpSatOutcome:
+    """Minimize the period of ``problem``'s partitions, starting from the feasible ``hint``;
+    ``dp_value`` (the exact DP's optimum) bounds the period below when ``options.dp_bound``."""
     t0 = time.perf_counter()
-    G, P = problem.num_groups, problem.num_cores
-    cap = problem.target.crossbars_per_core
-    S = min(G, P)
-    hint_eval = evaluate_partition(problem, hint)
-    if not hint_eval.feasible:
-        raise ValueError(f"CP-SAT hint is not a feasible partition: {hint_eval.reason}")
-    ub = hint_eval.period_ns
-    lb = problem.lower_bound(replication)
-    if dp_value is not None and options.dp_bound:
-        lb = max(lb, dp_value)
-    lb = min(lb, ub)
-    path = problem.path
-    work = [g.work for g in problem.groups]
+    model = _Model(_Data.build(problem, replication, hint, options, dp_value))
+    solver = model.solver(options)
+    code = solver.solve(model.m, watch(solver, options.on_progress))
+    return model.extract(solver, code, t0)
 
-    m = cp_model.CpModel()
-    period = m.new_int_var(lb, ub, "period")
-    cut = [m.new_constant(1)] + [m.new_bool_var(f"cut_{g}") for g in range(1, G)]
-    stage = [m.new_constant(0)]
-    for g in range(1, G):
-        st = m.new_int_var(0, min(g, S - 1), f"stage_{g}")
-        m.add(st == stage[g - 1] + cut[g])
-        stage.append(st)
-    member: list[list[cp_model.IntVar]] = []
-    for g in range(G):
-        top = min(g, S - 1)
-        lits = [m.new_bool_var(f"in_{g}_{s}") for s in range(top + 1)]
-        if g == 0:
-            m.add(lits[0] == 1)
-        else:
-            m.add_map_domain(stage[g], lits, 0)
-        member.append(lits)
 
-    def x(g: int, s: int) -> cp_model.IntVar | int:
-        return member[g][s] if s < len(member[g]) else 0
+@dataclass(frozen=True)
+class _Data:
+    """Everything the model is built from, shaped once: sizes, the period's range, the
+    replication factors per group, and the hint's stage, stage start and factor per group."""
 
-    used = [m.new_constant(1)] + [m.new_bool_var(f"used_{s}") for s in range(1, S)]
-    for s in range(1, S):
-        m.add(stage[G - 1] >= s).only_enforce_if(used[s])
-        m.add(stage[G - 1] <= s - 1).only_enforce_if(used[s].Not())
-    cores = [m.new_int_var(0, P, f"cores_{s}") for s in range(S)]
-    ncores = []
-    for s in range(S):
-        lits = [m.new_bool_var(f"ncores_{s}_{k}") for k in range(P + 1)]
-        m.add_map_domain(cores[s], lits, 0)
-        ncores.append(lits)
-        m.add(cores[s] >= 1).only_enforce_if(used[s])
-        m.add(cores[s] == 0).only_enforce_if(used[s].Not())
-    m.add(sum(cores) <= P)
-    for s in range(S):
-        w_s = sum(work[g] * x(g, s) for g in range(s, G))
-        for k in range(1, P + 1):
-            m.add(k * period >= w_s).only_enforce_if(ncores[s][k])
+    problem: PipelineProblem
+    hint: Partition
+    S: int  # possible stages, min(G, P)
+    lb: int
+    ub: int  # the hint's period
+    rep_options: list[list[int]]  # per group, from :func:`replication_options`
+    hint_rep: list[int]  # per group, the hint's factor rounded down to one of its options
+    hint_stage: list[int]
+    hint_start: list[int]  # first group of the hint's stage of each group
 
-    # replication and crossbars
-    rep_of: list[cp_model.LinearExprT] = []
-    hint_lits: list[tuple[cp_model.IntVar, int]] = []
-    for g in range(G):
-        opts = replication_options(problem, g, replication)
-        if len(opts) == 1:
-            rep_of.append(1)
-            continue
-        lits = [m.new_bool_var(f"rep_{g}_{r}") for r in opts]
-        m.add_exactly_one(lits)
-        m.add(period >= sum(int(problem.bounds[g, r - 1]) * lit
-                            for r, lit in zip(opts, lits, strict=True)))
-        rep_of.append(sum(r * lit for r, lit in zip(opts, lits, strict=True)))
-        hr = max(r for r in opts if r <= hint.replication[g])
-        hint_lits += [(lit, int(r == hr)) for r, lit in zip(opts, lits, strict=True)]
-    zvars: dict[tuple[int, int], cp_model.IntVar] = {}
-    for s in range(S):
-        terms: list[cp_model.LinearExprT] = []
-        for g in range(s, G):
-            if isinstance(rep_of[g], int):
-                terms.append(problem.groups[g].crossbars * x(g, s))
+    @classmethod
+    def build(cls, problem: PipelineProblem, replication: bool, hint: Partition,
+              options: CpSatPipelineOptions, dp_value: int | None) -> _Data:
+        G, P = problem.num_groups, problem.num_cores
+        hint_eval = evaluate_partition(problem, hint)
+        if not hint_eval.feasible:
+            raise ValueError(f"CP-SAT hint is not a feasible partition: {hint_eval.reason}")
+        ub = hint_eval.period_ns
+        lb = problem.lower_bound(replication)
+        if dp_value is not None and options.dp_bound:
+            lb = max(lb, dp_value)
+        lb = min(lb, ub)
+        rep_options = [replication_options(problem, g, replication) for g in range(G)]
+        hint_rep = [max(r for r in opts if r <= hint.replication[g])
+                    for g, opts in enumerate(rep_options)]
+        hcut = set(hint.cuts)
+        hstage, s_cur, hstart = [], -1, []
+        for g in range(G):
+            if g in hcut:
+                s_cur += 1
+                a_cur = g
+            hstage.append(s_cur)
+            hstart.append(a_cur)
+        return cls(problem, hint, min(G, P), lb, ub, rep_options, hint_rep, hstage, hstart)
+
+
+class _Model:
+    """The CP-SAT model of one :class:`_Data` (module docstring), with its complete hint.
+    Variables are created first, then the constraints, each in a fixed order."""
+
+    def __init__(self, data: _Data) -> None:
+        self.d = data
+        self.m = cp_model.CpModel()
+        self.variables()
+        self.constraints()
+        self.m.minimize(self.period)
+        self.add_hints()
+
+    # -- variables ----------------------------------------------------------------------------
+    def variables(self) -> None:
+        d, m, problem = self.d, self.m, self.d.problem
+        G, P, S = problem.num_groups, problem.num_cores, d.S
+        self.period = m.new_int_var(d.lb, d.ub, "period")
+        self.cut = [m.new_constant(1)] + [m.new_bool_var(f"cut_{g}") for g in range(1, G)]
+        self.stage = [m.new_constant(0)] + [m.new_int_var(0, min(g, S - 1), f"stage_{g}")
+                                            for g in range(1, G)]
+        self.member = [[m.new_bool_var(f"in_{g}_{s}") for s in range(min(g, S - 1) + 1)]
+                       for g in range(G)]
+        self.used = [m.new_constant(1)] + [m.new_bool_var(f"used_{s}") for s in range(1, S)]
+        self.cores = [m.new_int_var(0, P, f"cores_{s}") for s in range(S)]
+        self.ncores = [[m.new_bool_var(f"ncores_{s}_{k}") for k in range(P + 1)]
+                       for s in range(S)]
+        # replication: one-hot factor literals where a group has options, and its factor
+        self.rep: dict[int, list[cp_model.IntVar]] = {}
+        self.rep_of: list[cp_model.LinearExprT] = []
+        for g, opts in enumerate(d.rep_options):
+            if len(opts) == 1:
+                self.rep_of.append(1)
                 continue
-            z = m.new_int_var(0, problem.groups[g].crossbars * problem.groups[g].max_replication,
-                              f"crossbars_{g}_{s}")
-            m.add(z == problem.groups[g].crossbars * rep_of[g]).only_enforce_if(member[g][s])
-            m.add(z == 0).only_enforce_if(member[g][s].Not())
-            m.add(cores[s] >= rep_of[g]).only_enforce_if(member[g][s])
-            zvars[(g, s)] = z
-            terms.append(z)
-        if terms:
-            m.add(sum(terms) <= cap * cores[s])
-
-    # dependency path inside each stage
-    start = [m.new_constant(0)]
-    for g in range(1, G):
-        first = m.new_int_var(0, g, f"start_{g}")
-        m.add(first == g).only_enforce_if(cut[g])
-        m.add(first == start[g - 1]).only_enforce_if(cut[g].Not())
-        start.append(first)
-    pvars: dict[int, cp_model.IntVar] = {}
-    for g in range(G):
-        vals = [int(path[j, g + 1]) for j in range(g + 1)]
-        if max(vals) <= lb:
-            continue
-        pv = m.new_int_var(min(vals), max(vals), f"path_{g}")
-        m.add_element(start[g], vals, pv)
-        m.add(period >= pv)
-        pvars[g] = pv
-
-    # shared memory
-    apart: dict[tuple[int, int], cp_model.IntVar] = {}
-    demand = problem.pair_memory
-    for a in range(G):
-        for b in range(a + 1, G):
-            if demand[a, b] <= 0:
+            lits = [m.new_bool_var(f"rep_{g}_{r}") for r in opts]
+            self.rep[g] = lits
+            self.rep_of.append(sum(r * lit for r, lit in zip(opts, lits, strict=True)))
+        # crossbars of a replicated group on its stage's cores
+        self.xbars: dict[tuple[int, int], cp_model.IntVar] = {}
+        for s in range(S):
+            for g in range(s, G):
+                if g in self.rep:
+                    grp = problem.groups[g]
+                    self.xbars[(g, s)] = m.new_int_var(
+                        0, grp.crossbars * grp.max_replication, f"crossbars_{g}_{s}")
+        self.start = [m.new_constant(0)] + [m.new_int_var(0, g, f"start_{g}")
+                                            for g in range(1, G)]
+        # the dependency path of each group from its stage's start, where it can bind
+        self.path_vals: dict[int, list[int]] = {}
+        self.path: dict[int, cp_model.IntVar] = {}
+        for g in range(G):
+            vals = [int(problem.path[j, g + 1]) for j in range(g + 1)]
+            if max(vals) <= d.lb:
                 continue
-            e = m.new_bool_var(f"apart_{a}_{b}")
-            between = cut[a + 1:b + 1]
+            self.path_vals[g] = vals
+            self.path[g] = m.new_int_var(min(vals), max(vals), f"path_{g}")
+        self.apart: dict[tuple[int, int], cp_model.IntVar] = {}
+        demand = problem.pair_memory
+        for a in range(G):
+            for b in range(a + 1, G):
+                if demand[a, b] > 0:
+                    self.apart[(a, b)] = m.new_bool_var(f"apart_{a}_{b}")
+
+    def x(self, g: int, s: int) -> cp_model.IntVar | int:
+        """Group g is in stage s (0 where it cannot be)."""
+        return self.member[g][s] if s < len(self.member[g]) else 0
+
+    # -- constraints --------------------------------------------------------------------------
+    def constraints(self) -> None:
+        self.stages()
+        self.core_counts()
+        self.replication()
+        self.paths()
+        self.shared_memory()
+
+    def stages(self) -> None:
+        """Stage per group from the cuts, and its one-hot membership."""
+        m, cut, stage = self.m, self.cut, self.stage
+        for g in range(1, len(stage)):
+            m.add(stage[g] == stage[g - 1] + cut[g])
+        for g, lits in enumerate(self.member):
+            if g == 0:
+                m.add(lits[0] == 1)
+            else:
+                m.add_map_domain(stage[g], lits, 0)
+
+    def core_counts(self) -> None:
+        """A used stage has ≥ 1 core, Σ cores ≤ P, and k cores carry the stage's work."""
+        d, m, problem = self.d, self.m, self.d.problem
+        G, P, S = problem.num_groups, problem.num_cores, d.S
+        used, cores, ncores, period = self.used, self.cores, self.ncores, self.period
+        last = self.stage[G - 1]
+        for s in range(1, S):
+            m.add(last >= s).only_enforce_if(used[s])
+            m.add(last <= s - 1).only_enforce_if(used[s].Not())
+        for s in range(S):
+            m.add_map_domain(cores[s], ncores[s], 0)
+            m.add(cores[s] >= 1).only_enforce_if(used[s])
+            m.add(cores[s] == 0).only_enforce_if(used[s].Not())
+        m.add(sum(cores) <= P)
+        work = [g.work for g in problem.groups]
+        for s in range(S):
+            w_s = sum(work[g] * self.x(g, s) for g in range(s, G))
+            for k in range(1, P + 1):
+                m.add(k * period >= w_s).only_enforce_if(ncores[s][k])
+
+    def replication(self) -> None:
+        """Each replicated group's bound, and the crossbars of every stage's cores."""
+        d, m, problem = self.d, self.m, self.d.problem
+        for g, lits in self.rep.items():
+            opts = d.rep_options[g]
+            m.add_exactly_one(lits)
+            m.add(self.period >= sum(int(problem.bounds[g, r - 1]) * lit
+                                     for r, lit in zip(opts, lits, strict=True)))
+        G, cap = problem.num_groups, problem.target.crossbars_per_core
+        member, cores, rep_of = self.member, self.cores, self.rep_of
+        for s in range(d.S):
+            terms: list[cp_model.LinearExprT] = []
+            for g in range(s, G):
+                z = self.xbars.get((g, s))
+                if z is None:
+                    terms.append(problem.groups[g].crossbars * self.x(g, s))
+                    continue
+                m.add(z == problem.groups[g].crossbars * rep_of[g]).only_enforce_if(member[g][s])
+                m.add(z == 0).only_enforce_if(member[g][s].Not())
+                m.add(cores[s] >= rep_of[g]).only_enforce_if(member[g][s])
+                terms.append(z)
+            if terms:
+                m.add(sum(terms) <= cap * cores[s])
+
+    def paths(self) -> None:
+        """The first group of each group's stage, and the dependency path from it."""
+        m, cut, start = self.m, self.cut, self.start
+        for g in range(1, len(start)):
+            m.add(start[g] == g).only_enforce_if(cut[g])
+            m.add(start[g] == start[g - 1]).only_enforce_if(cut[g].Not())
+        for g, pv in self.path.items():
+            m.add_element(start[g], self.path_vals[g], pv)
+            m.add(self.period >= pv)
+
+    def shared_memory(self) -> None:
+        """``apart_{a,b}`` ⇔ a cut lies in (a, b]; the period covers the memory service."""
+        m, problem = self.m, self.d.problem
+        for (a, b), e in self.apart.items():
+            between = self.cut[a + 1:b + 1]
             for c in between:
                 m.add_implication(c, e)
             m.add(e <= sum(between))
-            apart[(a, b)] = e
-    m.add(period >= problem.baseline_ns + sum(int(demand[a, b]) * e
-                                              for (a, b), e in apart.items()))
-    m.minimize(period)
+        demand = problem.pair_memory
+        m.add(self.period >= problem.baseline_ns + sum(int(demand[a, b]) * e
+                                                       for (a, b), e in self.apart.items()))
 
-    # complete hint
-    hcut = set(hint.cuts)
-    hstage, s_cur, hstart = [], -1, []
-    for g in range(G):
-        if g in hcut:
-            s_cur += 1
-            a_cur = g
-        hstage.append(s_cur)
-        hstart.append(a_cur)
-    m.add_hint(period, ub)
-    for g in range(1, G):
-        m.add_hint(cut[g], int(g in hcut))
-        m.add_hint(stage[g], hstage[g])
-        m.add_hint(start[g], hstart[g])
-    for g in range(G):
-        for s, lit in enumerate(member[g]):
-            m.add_hint(lit, int(hstage[g] == s))
-    for s in range(S):
-        k = hint.cores[s] if s < len(hint.cores) else 0
-        m.add_hint(cores[s], k)
-        for kk, lit in enumerate(ncores[s]):
-            m.add_hint(lit, int(kk == k))
-        if s >= 1:
-            m.add_hint(used[s], int(s < len(hint.cores)))
-    for lit, val in hint_lits:
-        m.add_hint(lit, val)
-    for (g, s), z in zvars.items():
-        opts = replication_options(problem, g, replication)
-        hr = max(r for r in opts if r <= hint.replication[g])
-        m.add_hint(z, problem.groups[g].crossbars * hr if hstage[g] == s else 0)
-    for g, pv in pvars.items():
-        m.add_hint(pv, int(path[hstart[g], g + 1]))
-    for (a, b), e in apart.items():
-        m.add_hint(e, int(hstage[a] != hstage[b]))
+    # -- hint ---------------------------------------------------------------------------------
+    def add_hints(self) -> None:
+        """Every variable's value in the hint's partition."""
+        d, m, problem = self.d, self.m, self.d.problem
+        hint, hstage, hstart = d.hint, d.hint_stage, d.hint_start
+        hcut = set(hint.cuts)
+        m.add_hint(self.period, d.ub)
+        for g in range(1, problem.num_groups):
+            m.add_hint(self.cut[g], int(g in hcut))
+            m.add_hint(self.stage[g], hstage[g])
+            m.add_hint(self.start[g], hstart[g])
+        for g, lits in enumerate(self.member):
+            for s, lit in enumerate(lits):
+                m.add_hint(lit, int(hstage[g] == s))
+        for s in range(d.S):
+            k = hint.cores[s] if s < len(hint.cores) else 0
+            m.add_hint(self.cores[s], k)
+            for kk, lit in enumerate(self.ncores[s]):
+                m.add_hint(lit, int(kk == k))
+            if s >= 1:
+                m.add_hint(self.used[s], int(s < len(hint.cores)))
+        for g, lits in self.rep.items():
+            for r, lit in zip(d.rep_options[g], lits, strict=True):
+                m.add_hint(lit, int(r == d.hint_rep[g]))
+        for (g, s), z in self.xbars.items():
+            m.add_hint(z, problem.groups[g].crossbars * d.hint_rep[g] if hstage[g] == s else 0)
+        for g, pv in self.path.items():
+            m.add_hint(pv, int(problem.path[hstart[g], g + 1]))
+        for (a, b), e in self.apart.items():
+            m.add_hint(e, int(hstage[a] != hstage[b]))
 
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.max_time_in_seconds = options.time_limit
-    prm.num_workers = options.num_workers
-    prm.random_seed = options.seed
-    if options.deterministic_time is not None:
-        prm.max_deterministic_time = options.deterministic_time
-    prm.fix_variables_to_their_hinted_value = options.fix_hint
-    code = solver.solve(m, watch(solver, options.on_progress))
-    status = _STATUS.get(code, str(code))
-    proto = m.proto
-    n_vars, n_cons = len(proto.variables), len(proto.constraints)
-    elapsed = time.perf_counter() - t0
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        if code == cp_model.INFEASIBLE:
-            status = (f"INFEASIBLE (no partition meets period ≤ {ub} with {P} cores x {cap} "
-                      f"crossbars; the hint's own value is {ub}, so this is a model bug)")
-        return CpSatOutcome(status, None, None, None, elapsed, n_vars, n_cons)
-    cuts = tuple([0] + [g for g in range(1, G) if solver.boolean_value(cut[g])])
-    return CpSatOutcome(status, cuts, int(solver.objective_value),
-                        int(solver.best_objective_bound), elapsed, n_vars, n_cons)
+    # -- solve and extract --------------------------------------------------------------------
+    def solver(self, options: CpSatPipelineOptions) -> cp_model.CpSolver:
+        solver = cp_model.CpSolver()
+        prm = solver.parameters
+        prm.max_time_in_seconds = options.time_limit
+        prm.num_workers = options.num_workers
+        prm.random_seed = options.seed
+        if options.deterministic_time is not None:
+            prm.max_deterministic_time = options.deterministic_time
+        prm.fix_variables_to_their_hinted_value = options.fix_hint
+        return solver
+
+    def extract(self, solver: cp_model.CpSolver, code: cp_model.CpSolverStatus,
+                t0: float) -> CpSatOutcome:
+        """The outcome of ``solver``'s search (started at ``t0``): the cuts only when it
+        found a solution."""
+        status = _STATUS.get(code, str(code))
+        proto = self.m.proto
+        n_vars, n_cons = len(proto.variables), len(proto.constraints)
+        elapsed = time.perf_counter() - t0
+        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if code == cp_model.INFEASIBLE:
+                problem = self.d.problem
+                status = (f"INFEASIBLE (no partition meets period ≤ {self.d.ub} with "
+                          f"{problem.num_cores} cores x {problem.target.crossbars_per_core} "
+                          f"crossbars; the hint's own value is {self.d.ub}, so this is a "
+                          f"model bug)")
+            return CpSatOutcome(status, None, None, None, elapsed, n_vars, n_cons)
+        cuts = tuple([0] + [g for g in range(1, len(self.cut))
+                            if solver.boolean_value(self.cut[g])])
+        return CpSatOutcome(status, cuts, int(solver.objective_value),
+                            int(solver.best_objective_bound), elapsed, n_vars, n_cons)

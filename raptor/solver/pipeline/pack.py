@@ -46,90 +46,122 @@ class _Fail(Exception):
         self.decision = decision
 
 
+@dataclass
+class _Stage:
+    """What every attempt packs: the stage's tile units (largest work first) with their
+    replication, the unit of each tiled task, the task order, and the core checks spent."""
+
+    k: int
+    cap: int
+    cost: list[int]
+    units: list[tuple[Unit, int]]
+    unit_of: dict[int, int]
+    seq: list[int]
+    checks: int = 0
+
+    @classmethod
+    def build(cls, problem: PipelineProblem, j: int, i: int, k: int,
+              replication: Sequence[int]) -> _Stage:
+        graph = problem.graph
+        cost = [t.cost_ns for t in graph.tasks]
+        units: list[tuple[Unit, int]] = []
+        free: list[int] = []
+        for g in problem.groups[j:i]:
+            r = max(1, min(int(replication[g.id - j]), k))
+            units.extend((u, r) for u in g.units)
+            free.extend(t for t in g.tasks if not graph.tasks[t].weights)
+        units.sort(key=lambda ur: (-ur[0].work, ur[0].tasks))
+        unit_of: dict[int, int] = {}
+        for n, (u, _) in enumerate(units):
+            for t in u.tasks:
+                unit_of[t] = n
+        seq = [t for u, _ in units for t in u.tasks]
+        seq += sorted(free, key=lambda t: (-cost[t], t))
+        return cls(k, problem.target.crossbars_per_core, cost, units, unit_of, seq)
+
+
+class _Attempt:
+    """One constructor pass: per-core loads and tiles, each unit's holders, and a
+    (load, core) heap whose stale entries are skipped when popped."""
+
+    def __init__(self, stage: _Stage) -> None:
+        k = stage.k
+        self.st = stage
+        self.load = [0] * k
+        self.tiles: list[set[int]] = [set() for _ in range(k)]
+        self.holders: list[list[int]] = [[] for _ in stage.units]
+        self.core_of: dict[int, int] = {}
+        self.heap = [(0, c) for c in range(k)]
+        self.decision = 0
+
+    def least_loaded(self, exclude: list[int], need: frozenset[int] | None) -> int:
+        """Least-loaded core outside ``exclude`` with room for ``need`` (-1: none)."""
+        heap, load, tiles, cap = self.heap, self.load, self.tiles, self.st.cap
+        popped = []
+        found = -1
+        while heap:
+            ld, c = heapq.heappop(heap)
+            if ld != load[c]:
+                continue
+            popped.append((ld, c))
+            self.st.checks += 1
+            if c in exclude:
+                continue
+            if need is None or len(need - tiles[c]) <= cap - len(tiles[c]):
+                found = c
+                break
+        for entry in popped:
+            heapq.heappush(heap, entry)
+        return found
+
+    def best_fit_core(self, exclude: list[int], need: frozenset[int], skip: bool) -> int:
+        """Core with the least room left after taking ``need`` (second best if skip)."""
+        load, tiles, cap, k = self.load, self.tiles, self.st.cap, self.st.k
+        self.st.checks += k
+        options = sorted((cap - len(tiles[c]) - len(need - tiles[c]), load[c], c)
+                         for c in range(k) if c not in exclude
+                         and len(need - tiles[c]) <= cap - len(tiles[c]))
+        if skip and len(options) > 1:
+            options = options[1:]
+        return options[0][2] if options else -1
+
+    def pick(self, t: int, best_fit: bool, deviate: int) -> int:
+        """Task t's core: the least-loaded holder of its unit, or a new holder (opened by
+        best fit or least load; the ``deviate``-th opening takes its second-best core) when
+        the unit may open one and it is less loaded; raises :class:`_Fail` when none."""
+        n = self.st.unit_of.get(t)
+        if n is None:
+            return self.least_loaded([], None)
+        u, r = self.st.units[n]
+        hs = self.holders[n]
+        load = self.load
+        pick = min(hs, key=lambda c: (load[c], c)) if hs else -1
+        if len(hs) < r:
+            new = self.best_fit_core(hs, u.tiles, self.decision == deviate) if best_fit \
+                else self.least_loaded(hs, u.tiles)
+            if new >= 0 and (pick < 0 or load[new] < load[pick]):
+                pick = new
+                hs.append(new)
+                self.tiles[new] |= u.tiles
+                self.decision += 1
+        if pick < 0:
+            raise _Fail(self.decision)
+        return pick
+
+    def run(self, tasks: list[int], best_fit: bool, deviate: int, name: str) -> StagePacking:
+        for t in tasks:
+            pick = self.pick(t, best_fit, deviate)
+            self.core_of[t] = pick
+            self.load[pick] += self.st.cost[t]
+            heapq.heappush(self.heap, (self.load[pick], pick))
+        return StagePacking(self.core_of, self.load, [frozenset(s) for s in self.tiles], name)
+
+
 def pack_stage(problem: PipelineProblem, j: int, i: int, k: int, replication: Sequence[int]
                ) -> StagePacking | PackFailure:
     """Pack groups j..i-1 onto k cores; ``replication[g - j]`` copies allowed per group."""
-    graph = problem.graph
-    cap = problem.target.crossbars_per_core
-    cost = [t.cost_ns for t in graph.tasks]
-    units: list[tuple[Unit, int]] = []
-    free: list[int] = []
-    for g in problem.groups[j:i]:
-        r = max(1, min(int(replication[g.id - j]), k))
-        units.extend((u, r) for u in g.units)
-        free.extend(t for t in g.tasks if not graph.tasks[t].weights)
-    units.sort(key=lambda ur: (-ur[0].work, ur[0].tasks))
-    unit_of: dict[int, int] = {}
-    for n, (u, _) in enumerate(units):
-        for t in u.tasks:
-            unit_of[t] = n
-    seq = [t for u, _ in units for t in u.tasks]
-    seq += sorted(free, key=lambda t: (-cost[t], t))
-    checks = 0
-
-    def attempt(tasks: list[int], best_fit: bool, deviate: int) -> StagePacking:
-        nonlocal checks
-        load = [0] * k
-        tiles: list[set[int]] = [set() for _ in range(k)]
-        holders: list[list[int]] = [[] for _ in units]
-        core_of: dict[int, int] = {}
-        heap = [(0, c) for c in range(k)]  # (load, core), stale entries skipped when popped
-        decision = 0
-
-        def least_loaded(exclude: list[int], need: frozenset[int] | None) -> int:
-            """Least-loaded core outside ``exclude`` with room for ``need`` (-1: none)."""
-            nonlocal checks
-            popped = []
-            found = -1
-            while heap:
-                ld, c = heapq.heappop(heap)
-                if ld != load[c]:
-                    continue
-                popped.append((ld, c))
-                checks += 1
-                if c in exclude:
-                    continue
-                if need is None or len(need - tiles[c]) <= cap - len(tiles[c]):
-                    found = c
-                    break
-            for entry in popped:
-                heapq.heappush(heap, entry)
-            return found
-
-        def best_fit_core(exclude: list[int], need: frozenset[int], skip: bool) -> int:
-            """Core with the least room left after taking ``need`` (second best if skip)."""
-            nonlocal checks
-            checks += k
-            options = sorted((cap - len(tiles[c]) - len(need - tiles[c]), load[c], c)
-                             for c in range(k) if c not in exclude
-                             and len(need - tiles[c]) <= cap - len(tiles[c]))
-            if skip and len(options) > 1:
-                options = options[1:]
-            return options[0][2] if options else -1
-
-        for t in tasks:
-            n = unit_of.get(t)
-            if n is None:
-                pick = least_loaded([], None)
-            else:
-                u, r = units[n]
-                hs = holders[n]
-                pick = min(hs, key=lambda c: (load[c], c)) if hs else -1
-                if len(hs) < r:
-                    new = best_fit_core(hs, u.tiles, decision == deviate) if best_fit \
-                        else least_loaded(hs, u.tiles)
-                    if new >= 0 and (pick < 0 or load[new] < load[pick]):
-                        pick = new
-                        hs.append(new)
-                        tiles[new] |= u.tiles
-                        decision += 1
-                if pick < 0:
-                    raise _Fail(decision)
-            core_of[t] = pick
-            load[pick] += cost[t]
-            heapq.heappush(heap, (load[pick], pick))
-        return StagePacking(core_of, load, [frozenset(s) for s in tiles], "")
-
+    stage = _Stage.build(problem, j, i, k, replication)
+    seq = stage.seq
     tries: list[tuple[str, list[int], bool, int]] = [
         ("first", seq, False, -1), ("best-fit", seq, True, -1),
         ("reverse", seq[::-1], True, -1)]
@@ -139,18 +171,17 @@ def pack_stage(problem: PipelineProblem, j: int, i: int, k: int, replication: Se
         name, tasks, best_fit, deviate = tries[n_try]
         n_try += 1
         try:
-            res = attempt(tasks, best_fit, deviate)
-            return StagePacking(res.core_of, res.load, res.tiles, name)
+            return _Attempt(stage).run(tasks, best_fit, deviate, name)
         except _Fail as exc:
             if name == "best-fit":
                 fail_at = exc.decision
         if n_try == len(tries) and fail_at > 0 and len(tries) < 3 + PACK_DEVIATIONS \
-                and checks < PACK_CHECK_BUDGET:
+                and stage.checks < PACK_CHECK_BUDGET:
             back = len(tries) - 2
             if fail_at - back >= 0:
                 tries.append((f"deviation {back}", seq, True, fail_at - back))
-    x = sum(len(u.tiles) * r for u, r in units)
+    x = sum(len(u.tiles) * r for u, r in stage.units)
     return PackFailure(
-        f"groups {j}..{i - 1}: could not pack {len(units)} tile units ({x} crossbars with "
-        f"replication) onto {k} cores x {cap} crossbars within {len(tries)} attempts / "
-        f"{checks} core checks (bounded search, not a proof)")
+        f"groups {j}..{i - 1}: could not pack {len(stage.units)} tile units ({x} crossbars "
+        f"with replication) onto {k} cores x {stage.cap} crossbars within {len(tries)} "
+        f"attempts / {stage.checks} core checks (bounded search, not a proof)")

@@ -41,6 +41,7 @@ from raptor.target import Target
 SEQUENCES = ("rows", "columns")
 PRIORITIES = ("load", "arrival")
 DEMAND_TIE = 0.01
+_BIG = np.int64(1) << 50  # pushes a core behind every free time
 
 
 def core_sequence(target: Target, kind: str) -> list[int]:
@@ -258,109 +259,158 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
     has a same-stage producer goes to the core of the one that ends last (as latency mode's
     `raptor.solver.peft.follow_producers`: the fragments it reads then wait in no other
     core's local memory)."""
-    graph, target = problem.graph, problem.target
-    n, P, cap = graph.num_tasks, problem.num_cores, target.crossbars_per_core
-    clock = target.clock_fraction
-    num, den = clock.numerator, clock.denominator
-    hop_c = (problem.hops * target.hop_cycles).tolist()
-    holders: dict[int, set[int]] = {}  # tile -> cores holding it
-    used_tiles: list[set[int]] = [set() for _ in range(P)]
-    for pk, chunk in zip(homes, chunks, strict=True):
-        for c, ts in enumerate(pk.tiles):
-            for w in ts:
-                holders.setdefault(w, set()).add(chunk[c])
-            used_tiles[chunk[c]] |= ts
-    free = [0] * P
-    load = [0] * P
-    limit = [max(t, 1) for t in evaluate_partition(problem, part).stage_times]
-    sot = stage_of_task
-    costs = [t.cost_ns for t in graph.tasks]
-    same_preds = problem.preds_flit if len(chunks) == 1 else \
-        [[(u, fc) for u, fc in ps if sot[u] == sot[t]] for t, ps in enumerate(problem.preds_flit)]
-    indeg = [len(x) for x in same_preds]
-    tl, bl = problem.top_level, problem.bottom_level
-    key = [(-bl[t], 0, t) for t in range(n)] if priority == "load" else \
-        [(tl[t], -bl[t], t) for t in range(n)]
-    heap = [(key[t], t) for t in range(n) if indeg[t] == 0]
-    heapq.heapify(heap)
-    stage_set = [set(ch) for ch in chunks]
-    chunk_arr = [np.asarray(ch, dtype=np.int64) for ch in chunks]
-    # per stage, free time and load of its cores in chunk order (views, no fancy indexing)
-    free_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
-    load_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
-    local = {c: k for ch in chunks for k, c in enumerate(ch)}
-    big = np.int64(1) << 50
-    end = [0] * n
-    core_of = [-1] * n
-    order: list[list[int]] = [[] for _ in range(P)]
-    completion = [0] * len(chunks)
+    ls = _ListSchedule(problem, part, homes, chunks, stage_of_task, replication, follow)
+    ls.run(priority)
+    return ls.placement(priority)
 
-    # Replicas: each unit may add copies in proportion to its work, out of the crossbars its
-    # stage has spare after the homes, so early units cannot take the room of heavy later ones.
-    unit_of = [-1] * n
-    copies: list[int] = []
-    allowed: list[int] = []
-    for s_idx, (j, i) in enumerate(part.ranges(problem.num_groups)):
-        units = [u for g in problem.groups[j:i] for u in g.units]
-        spare = sum(cap - len(used_tiles[c]) for c in chunks[s_idx])
-        total = sum(x.work for x in units) or 1
-        for unit in units:
-            home = len(set.intersection(*(holders.get(w, set()) for w in unit.tiles)))
-            extra = spare * unit.work // total // max(len(unit.tiles), 1)
-            for t in unit.tasks:
-                unit_of[t] = len(copies)
-            copies.append(home)
-            allowed.append(min(len(chunks[s_idx]), len(unit.tasks), home + extra))
-    ntiles, task_tiles = problem.dense_tiles
-    resident = np.zeros((P, ntiles), dtype=np.bool_)
-    for c in range(P):
-        if used_tiles[c]:
-            resident[c, [problem.tile_index[w] for w in used_tiles[c]]] = True
-    nres = resident.sum(axis=1)
 
-    def earliest(s: int, t: int) -> int:
+class _ListSchedule:
+    """The state of one :func:`_list_schedule`: the cores holding each tile, per-core free
+    time and load (also per stage in chunk order, for the vectorized earliest-core search),
+    each unit's replica budget, and the schedule built so far."""
+
+    def __init__(self, problem: PipelineProblem, part: Partition, homes: list[StagePacking],
+                 chunks: list[list[int]], stage_of_task: list[int], replication: bool,
+                 follow: bool) -> None:
+        graph, target = problem.graph, problem.target
+        n, P = graph.num_tasks, problem.num_cores
+        self.problem, self.part, self.chunks, self.sot = problem, part, chunks, stage_of_task
+        self.replication, self.follow = replication, follow
+        self.cap = target.crossbars_per_core
+        clock = target.clock_fraction
+        self.num, self.den = clock.numerator, clock.denominator
+        self.hop_c = (problem.hops * target.hop_cycles).tolist()
+        self.holders: dict[int, set[int]] = {}  # tile -> cores holding it
+        self.used_tiles: list[set[int]] = [set() for _ in range(P)]
+        for pk, chunk in zip(homes, chunks, strict=True):
+            for c, ts in enumerate(pk.tiles):
+                for w in ts:
+                    self.holders.setdefault(w, set()).add(chunk[c])
+                self.used_tiles[chunk[c]] |= ts
+        self.free = [0] * P
+        self.load = [0] * P
+        self.limit = [max(t, 1) for t in evaluate_partition(problem, part).stage_times]
+        sot = stage_of_task
+        self.costs = [t.cost_ns for t in graph.tasks]
+        self.same_preds = problem.preds_flit if len(chunks) == 1 else \
+            [[(u, fc) for u, fc in ps if sot[u] == sot[t]]
+             for t, ps in enumerate(problem.preds_flit)]
+        self.stage_set = [set(ch) for ch in chunks]
+        self.chunk_arr = [np.asarray(ch, dtype=np.int64) for ch in chunks]
+        # per stage, free time and load of its cores in chunk order (views, no fancy indexing)
+        self.free_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
+        self.load_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
+        self.local = {c: k for ch in chunks for k, c in enumerate(ch)}
+        self.end = [0] * n
+        self.core_of = [-1] * n
+        self.order: list[list[int]] = [[] for _ in range(P)]
+        self.completion = [0] * len(chunks)
+        self.replica_budgets()
+        ntiles, self.task_tiles = problem.dense_tiles
+        self.resident = np.zeros((P, ntiles), dtype=np.bool_)
+        for c in range(P):
+            if self.used_tiles[c]:
+                self.resident[c, [problem.tile_index[w] for w in self.used_tiles[c]]] = True
+        self.nres = self.resident.sum(axis=1)
+
+    def replica_budgets(self) -> None:
+        """Replicas: each unit may add copies in proportion to its work, out of the crossbars
+        its stage has spare after the homes, so early units cannot take the room of heavy
+        later ones."""
+        problem, chunks, cap = self.problem, self.chunks, self.cap
+        self.unit_of = [-1] * problem.graph.num_tasks
+        self.copies: list[int] = []
+        self.allowed: list[int] = []
+        for s_idx, (j, i) in enumerate(self.part.ranges(problem.num_groups)):
+            units = [u for g in problem.groups[j:i] for u in g.units]
+            spare = sum(cap - len(self.used_tiles[c]) for c in chunks[s_idx])
+            total = sum(x.work for x in units) or 1
+            for unit in units:
+                home = len(set.intersection(*(self.holders.get(w, set()) for w in unit.tiles)))
+                extra = spare * unit.work // total // max(len(unit.tiles), 1)
+                for t in unit.tasks:
+                    self.unit_of[t] = len(self.copies)
+                self.copies.append(home)
+                self.allowed.append(min(len(chunks[s_idx]), len(unit.tasks), home + extra))
+
+    def run(self, priority: str) -> None:
+        """Schedule every task, ready tasks in ``priority`` order."""
+        problem, sot = self.problem, self.sot
+        n = problem.graph.num_tasks
+        indeg = [len(x) for x in self.same_preds]
+        tl, bl = problem.top_level, problem.bottom_level
+        key = [(-bl[t], 0, t) for t in range(n)] if priority == "load" else \
+            [(tl[t], -bl[t], t) for t in range(n)]
+        heap = [(key[t], t) for t in range(n) if indeg[t] == 0]
+        heapq.heapify(heap)
+        succs = problem.graph.succs
+        while heap:
+            _, t = heapq.heappop(heap)
+            s = sot[t]
+            cands, hold = self.candidates(t, s)
+            c, f = self.best_core(t, s, cands, hold)
+            self.commit(t, s, c, f, hold)
+            for v, _ in succs[t]:
+                if sot[v] == s:
+                    indeg[v] -= 1
+                    if indeg[v] == 0:
+                        heapq.heappush(heap, (key[v], v))
+
+    def earliest(self, s: int, t: int) -> int:
         """Earliest-free stage core (with room for t's tiles), within the model time if
         possible (-1: no core has room)."""
-        keys = free_s[s] + (load_s[s] > limit[s] - costs[t]) * big
-        idx = task_tiles[t]
+        big = _BIG
+        keys = self.free_s[s] + (self.load_s[s] > self.limit[s] - self.costs[t]) * big
+        idx = self.task_tiles[t]
         if len(idx):
-            ch = chunk_arr[s]
-            need = len(idx) - resident[ch[:, None], idx].sum(axis=1)
-            keys = np.where(need <= cap - nres[ch], keys, 4 * big)
+            ch = self.chunk_arr[s]
+            need = len(idx) - self.resident[ch[:, None], idx].sum(axis=1)
+            keys = np.where(need <= self.cap - self.nres[ch], keys, 4 * big)
         i = int(keys.argmin())
-        return chunks[s][i] if keys[i] < 4 * big else -1
+        return self.chunks[s][i] if keys[i] < 4 * big else -1
 
-    while heap:
-        _, t = heapq.heappop(heap)
-        s = sot[t]
-        tiles = graph.tasks[t].weights
-        cands = {core_of[u] for u, _ in same_preds[t]}
+    def candidates(self, t: int, s: int) -> tuple[set[int], set[int]]:
+        """Task t's candidate cores, and those of them that hold its tiles."""
+        tiles = self.problem.graph.tasks[t].weights
+        same, core_of, used_tiles = self.same_preds[t], self.core_of, self.used_tiles
+        cands = {core_of[u] for u, _ in same}
         hold: set[int] = set()
         if tiles:
-            hold = set.intersection(*(holders.get(w, set()) for w in tiles)) & stage_set[s]
-            u_id = unit_of[t]
+            hold = set.intersection(*(self.holders.get(w, set()) for w in tiles)) \
+                & self.stage_set[s]
+            u_id = self.unit_of[t]
             # of many holders, those of its producers and the two that are free first
+            free = self.free
             near = hold if len(hold) <= 2 else \
                 (hold & cands) | set(sorted(hold, key=lambda c: (free[c], c))[:2])
-            if replication and (not hold or copies[u_id] < allowed[u_id]):
+            if self.replication and (not hold or self.copies[u_id] < self.allowed[u_id]):
                 cands = {c for c in cands
-                         if len(tiles - used_tiles[c]) <= cap - len(used_tiles[c])}
-                c = earliest(s, t)
+                         if len(tiles - used_tiles[c]) <= self.cap - len(used_tiles[c])}
+                c = self.earliest(s, t)
                 if c >= 0:
                     cands.add(c)
                 cands |= near
             else:
                 cands = near
-        elif follow and same_preds[t]:
-            cands = {core_of[max((u for u, _ in same_preds[t]), key=lambda u: (end[u], u))]}
+        elif self.follow and same:
+            end = self.end
+            cands = {core_of[max((u for u, _ in same), key=lambda u: (end[u], u))]}
         else:
-            cands.add(earliest(s, t))
+            cands.add(self.earliest(s, t))
+        return cands, hold
+
+    def best_core(self, t: int, s: int, cands: set[int], hold: set[int]) -> tuple[int, int]:
+        """The candidate core for t (the earliest finish, preferring cores within the stage's
+        model time, then tile holders) and t's finish there."""
+        num, den, hop_c = self.num, self.den, self.hop_c
+        end, core_of, free, load = self.end, self.core_of, self.free, self.load
+        same = self.same_preds[t]
         best: tuple[int, int, int, int] | None = None
-        cost = costs[t]
+        cost = self.costs[t]
         if num == den:
             # integer ns per cycle: per producer core, the latest end and latest end + flits
             by_core: dict[int, list[int]] = {}
-            for u, fc in same_preds[t]:
+            for u, fc in same:
                 e = end[u]
                 x = by_core.get(core_of[u])
                 if x is None:
@@ -378,63 +428,72 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
                     if arrive > est:
                         est = arrive
             else:
-                for u, fc in same_preds[t]:
+                for u, fc in same:
                     cu = core_of[u]
                     arrive = end[u] if cu == c else \
                         end[u] + -(-((hop_c[cu][c] + fc) * den) // num)
                     if arrive > est:
                         est = arrive
-            over = int(load[c] + cost > limit[s])
+            over = int(load[c] + cost > self.limit[s])
             k = (over, est + cost, int(c not in hold), c)
             if best is None or k < best:
                 best = k
         assert best is not None
-        c = best[3]
-        f = best[1]
-        if tiles and not tiles <= used_tiles[c]:
+        return best[3], best[1]
+
+    def commit(self, t: int, s: int, c: int, f: int, hold: set[int]) -> None:
+        """Run t on core c until f: its tiles become resident there (a replica when c did not
+        hold them), and the core's free time, load and order advance."""
+        tiles = self.problem.graph.tasks[t].weights
+        if tiles and not tiles <= self.used_tiles[c]:
             if c not in hold:
-                copies[unit_of[t]] += 1
+                self.copies[self.unit_of[t]] += 1
             for w in tiles:
-                holders.setdefault(w, set()).add(c)
-            used_tiles[c] |= tiles
-            resident[c, task_tiles[t]] = True
-            nres[c] = len(used_tiles[c])
-        end[t] = f
-        free[c] = f
-        load[c] += cost
-        free_s[s][local[c]] = f
-        load_s[s][local[c]] += cost
-        core_of[t] = c
-        order[c].append(t)
-        if f > completion[s]:
-            completion[s] = f
-        for v, _ in graph.succs[t]:
-            if sot[v] == s:
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    heapq.heappush(heap, (key[v], v))
-    core_load = [0] * P
-    used: list[set[int]] = [set() for _ in range(P)]
-    for t in range(n):
-        core_load[core_of[t]] += costs[t]
-        used[core_of[t]] |= graph.tasks[t].weights
-    cores = np.asarray(core_of, dtype=np.int64)
-    src, dst, nbytes = problem.edge_arrays
-    sarr = np.asarray(sot, dtype=np.int64)
-    tr = np.where(sarr[src] == sarr[dst], transfer_ns(target, cores[src], cores[dst], nbytes), 0)
-    demand = np.asarray(core_load, dtype=np.int64) + \
-        np.bincount(cores[src], weights=tr, minlength=P).astype(np.int64) + \
-        np.bincount(cores[dst], weights=tr, minlength=P).astype(np.int64)
-    G = problem.num_groups
-    return Placement(
-        problem=problem, partition=part, priority=priority, sequence="", core_of=core_of,
-        order=order, stage_of_task=stage_of_task, stage_cores=chunks,
-        stage_load=[max(core_load[c] for c in ch) for ch in chunks],
-        stage_path=[int(problem.path[j, i]) for j, i in part.ranges(G)],
-        stage_completion=completion,
-        stage_crossbars=[sum(len(used[c]) for c in ch) for ch in chunks],
-        core_load=core_load, demand=int(demand.max()), memory_ns=0, boundaries=[],
-    )
+                self.holders.setdefault(w, set()).add(c)
+            self.used_tiles[c] |= tiles
+            self.resident[c, self.task_tiles[t]] = True
+            self.nres[c] = len(self.used_tiles[c])
+        cost = self.costs[t]
+        self.end[t] = f
+        self.free[c] = f
+        self.load[c] += cost
+        self.free_s[s][self.local[c]] = f
+        self.load_s[s][self.local[c]] += cost
+        self.core_of[t] = c
+        self.order[c].append(t)
+        if f > self.completion[s]:
+            self.completion[s] = f
+
+    def placement(self, priority: str) -> Placement:
+        """The schedule's per-stage figures and per-core demand (compute plus the NoC time of
+        its intra-stage transfers in and out)."""
+        problem, chunks, core_of, sot = self.problem, self.chunks, self.core_of, self.sot
+        graph, target = problem.graph, problem.target
+        P = problem.num_cores
+        core_load = [0] * P
+        used: list[set[int]] = [set() for _ in range(P)]
+        for t in range(graph.num_tasks):
+            core_load[core_of[t]] += self.costs[t]
+            used[core_of[t]] |= graph.tasks[t].weights
+        cores = np.asarray(core_of, dtype=np.int64)
+        src, dst, nbytes = problem.edge_arrays
+        sarr = np.asarray(sot, dtype=np.int64)
+        tr = np.where(sarr[src] == sarr[dst],
+                      transfer_ns(target, cores[src], cores[dst], nbytes), 0)
+        demand = np.asarray(core_load, dtype=np.int64) + \
+            np.bincount(cores[src], weights=tr, minlength=P).astype(np.int64) + \
+            np.bincount(cores[dst], weights=tr, minlength=P).astype(np.int64)
+        part = self.part
+        G = problem.num_groups
+        return Placement(
+            problem=problem, partition=part, priority=priority, sequence="", core_of=core_of,
+            order=self.order, stage_of_task=sot, stage_cores=chunks,
+            stage_load=[max(core_load[c] for c in ch) for ch in chunks],
+            stage_path=[int(problem.path[j, i]) for j, i in part.ranges(G)],
+            stage_completion=self.completion,
+            stage_crossbars=[sum(len(used[c]) for c in ch) for ch in chunks],
+            core_load=core_load, demand=int(demand.max()), memory_ns=0, boundaries=[],
+        )
 
 
 def asap_starts(problem: PipelineProblem, core_of: Sequence[int],

@@ -157,14 +157,30 @@ def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResul
     at most P cores, and the reported loads, dependency paths, crossbars and period
     recomputed; with ``problem``, also the shared-memory service from its publications."""
     graph.freeze()
-    n, P, cap = graph.num_tasks, target.num_cores, target.crossbars_per_core
+    n, P = graph.num_tasks, target.num_cores
     sch = result.schedule
-    errors: list[str] = []
     if len(sch.core_of) != n or len(result.stage_of_task) != n:
         return [f"result covers {len(sch.core_of)} tasks, graph has {n}"]
     soc = sch.stage_of_core
     if soc is None or len(soc) != P:
         return ["schedule has no stage_of_core for every core"]
+    errors = _check_stages(graph, target, result, soc)
+    errors += _check_orders(graph, result)
+    errors += _check_figures(graph, target, result)
+    if problem is not None:
+        errors += _check_memory(target, result, problem)
+    want = max([*(s.span_ns for s in result.stages), result.memory_service_ns])
+    if result.period_ns != want:
+        errors.append(f"period {result.period_ns} != max(stage spans, memory) = {want}")
+    return errors
+
+
+def _check_stages(graph: ComputeGraph, target: Target, result: PipelineResult,
+                  soc: list[int]) -> list[str]:
+    """Each core in one stage (``soc``: stage of core), at most P cores, every task on a
+    core of its stage, and stages ordered along every dependency."""
+    P = target.num_cores
+    errors: list[str] = []
     stage_cores: dict[int, set[int]] = {}
     for s in result.stages:
         for c in s.cores:
@@ -182,8 +198,8 @@ def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResul
             errors.append(f"stages {a} and {b} share cores {shared}")
     if sum(len(c) for c in stage_cores.values()) > P:
         errors.append(f"stages use {sum(len(c) for c in stage_cores.values())} cores > {P}")
-    for t in range(n):
-        st, c = result.stage_of_task[t], sch.core_of[t]
+    for t in range(graph.num_tasks):
+        st, c = result.stage_of_task[t], result.schedule.core_of[t]
         if c not in stage_cores.get(st, set()):
             errors.append(f"task {t} ({graph.tasks[t].name}) in stage {st} runs on core {c}, "
                           f"not a core of its stage")
@@ -192,22 +208,37 @@ def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResul
             errors.append(f"edge {e.src} -> {e.dst} goes from stage "
                           f"{result.stage_of_task[e.src]} back to stage "
                           f"{result.stage_of_task[e.dst]}")
+    return errors
+
+
+def _check_orders(graph: ComputeGraph, result: PipelineResult) -> list[str]:
+    """The per-core orders list every task once, on its core, after its same-core producers."""
+    sch = result.schedule
+    errors: list[str] = []
     pos: dict[int, tuple[int, int]] = {}
     for c, tasks in enumerate(sch.core_tasks):
         for k, t in enumerate(tasks):
             if sch.core_of[t] != c:
                 errors.append(f"task {t} listed on core {c} but assigned core {sch.core_of[t]}")
             pos[t] = (c, k)
-    if len(pos) != n:
-        errors.append(f"per-core orders list {len(pos)} of {n} tasks")
+    if len(pos) != graph.num_tasks:
+        errors.append(f"per-core orders list {len(pos)} of {graph.num_tasks} tasks")
     for e in graph.edges:
         cu, ku = pos.get(e.src, (-1, -1))
         cv, kv = pos.get(e.dst, (-2, -2))
         if cu == cv and ku > kv:
             errors.append(f"core {cu} runs task {e.dst} before its producer {e.src}")
+    return errors
+
+
+def _check_figures(graph: ComputeGraph, target: Target, result: PipelineResult) -> list[str]:
+    """Crossbar capacity per core, and the reported paths, loads, spans and crossbars
+    recomputed from the tasks."""
+    n, P, cap = graph.num_tasks, target.num_cores, target.crossbars_per_core
+    errors: list[str] = []
     loads = [0] * P
     xbars = 0
-    for c, tasks in enumerate(sch.core_tasks):
+    for c, tasks in enumerate(result.schedule.core_tasks):
         loads[c] = sum(graph.tasks[t].cost_ns for t in tasks)
         tiles = frozenset().union(*(graph.tasks[t].weights for t in tasks)) if tasks else \
             frozenset()
@@ -232,22 +263,25 @@ def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResul
             errors.append(f"stage {s.index}: span {s.span_ns} != max(load, path)")
     if xbars != result.crossbars_used:
         errors.append(f"reported {result.crossbars_used} crossbars, cores hold {xbars}")
-    if problem is not None:
-        mem = problem.baseline_ns
-        pairs: set[tuple[int, int]] = set()
-        for p in problem.publications:
-            sp = result.stage_of_task[p.producer]
-            later = [(v, nb) for v, nb in p.consumers if result.stage_of_task[v] > sp]
-            if later:
-                mem += shared_write_ns(target, p.bytes) + sum(shared_read_ns(target, nb)
-                                                              for _, nb in later)
-                pairs |= {(sch.core_of[p.producer], sch.core_of[v]) for v, _ in later}
-        # READY/FREE: a wait and a signal on each side of every (producer, consumer) pair
-        mem += len(pairs) * 2 * (shared_read_ns(target, 4) + shared_write_ns(target, 4))
-        if mem != result.memory_service_ns:
-            errors.append(f"reported shared-memory service {result.memory_service_ns} ns, "
-                          f"publications need {mem}")
-    want = max([*(s.span_ns for s in result.stages), result.memory_service_ns])
-    if result.period_ns != want:
-        errors.append(f"period {result.period_ns} != max(stage spans, memory) = {want}")
     return errors
+
+
+def _check_memory(target: Target, result: PipelineResult, problem: PipelineProblem
+                  ) -> list[str]:
+    """The shared-memory service recomputed from the problem's publications."""
+    core_of = result.schedule.core_of
+    mem = problem.baseline_ns
+    pairs: set[tuple[int, int]] = set()
+    for p in problem.publications:
+        sp = result.stage_of_task[p.producer]
+        later = [(v, nb) for v, nb in p.consumers if result.stage_of_task[v] > sp]
+        if later:
+            mem += shared_write_ns(target, p.bytes) + sum(shared_read_ns(target, nb)
+                                                          for _, nb in later)
+            pairs |= {(core_of[p.producer], core_of[v]) for v, _ in later}
+    # READY/FREE: a wait and a signal on each side of every (producer, consumer) pair
+    mem += len(pairs) * 2 * (shared_read_ns(target, 4) + shared_write_ns(target, 4))
+    if mem != result.memory_service_ns:
+        return [f"reported shared-memory service {result.memory_service_ns} ns, "
+                f"publications need {mem}"]
+    return []
