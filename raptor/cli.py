@@ -604,6 +604,9 @@ def _export_parser(sub: _Commands) -> None:
                        "addresses, deadlock) and refuses with exit 1.")
     e.add_argument("file", metavar="FILE.spat")
     e.add_argument("--pimsim", required=True, metavar="DIR", help="output directory")
+    e.add_argument("--inferences", type=int, metavar="M",
+                   help="a stream program (pipeline mode): unroll M inferences into "
+                   "straight-line code (default: the stream's own count)")
     e.add_argument("--timeout-ms", type=_positive(float), metavar="MS",
                    help="pimsim-nn latency_timeout_ms (default: twice a serial bound on the "
                    "program's latency)")
@@ -625,7 +628,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     try:
         plan = plan_memory(module, target)
-        ex = export_pimsim(module, target, plan, allow_overflow=args.allow_memory_overflow)
+        ex = export_pimsim(module, target, plan, allow_overflow=args.allow_memory_overflow,
+                           inferences=args.inferences)
     except ExportError as e:
         raise CliError(f"{args.file}: cannot export to pimsim-nn: {e}", EXIT_FAIL) from None
     try:
