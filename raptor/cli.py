@@ -646,7 +646,7 @@ def _export_parser(sub: _Commands) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from raptor.export import ExportError, export_pimsim, write_export
+    from raptor.export import ExportError, export_pimsim, stream_count, write_export
     from raptor.passes.memory import plan_memory
 
     target = _target(args.target)
@@ -656,6 +656,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         for diag in diags:
             err.print(str(diag), markup=False)
         return EXIT_FAIL
+    count = stream_count(module)
+    if args.inferences is not None and (count is None or not 1 <= args.inferences <= count):
+        raise CliError(f"--inferences applies to a stream program (pipeline mode) and must be "
+                       f"1..{count} (the inferences it has inputs for), got {args.inferences}"
+                       if count is not None else "--inferences applies to a stream program "
+                       f"(pipeline mode); {args.file} is a latency program")
     try:
         plan = plan_memory(module, target)
         ex = export_pimsim(module, target, plan, allow_overflow=args.allow_memory_overflow,

@@ -33,7 +33,7 @@ from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.target import Target
 
 __all__ = ["ChipError", "Export", "ExportError", "PimsimChip", "export_pimsim",
-           "pimsim_order", "write_export"]
+           "pimsim_order", "stream_count", "write_export"]
 
 NOC_FILE = "noc.json"
 
@@ -54,14 +54,14 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     (default: its own count; at most that many, the inputs it has) into straight-line
     code for pimsim-nn's latency mode, READY/FREE counters as `sync`/`wait` on event
     registers (`pimsim.py`); pimsim-nn's latency is then the time of the whole stream."""
-    counts = {op.count for op in module.walk() if isinstance(op, StreamOp)}
     if inferences is not None:
-        if not counts:
+        count = stream_count(module)
+        if count is None:
             raise ExportError("a number of inferences applies to a stream program "
                               "(pipeline mode); this is a latency program")
-        if not 1 <= inferences <= min(counts):
-            raise ExportError(f"the stream program has inputs for {min(counts)} inferences; "
-                              f"cannot unroll {inferences} (1..{min(counts)})")
+        if not 1 <= inferences <= count:
+            raise ExportError(f"the stream program has inputs for {count} inferences; "
+                              f"cannot unroll {inferences} (1..{count})")
     if posts_earlier(module):  # the addresses must hold in the order pimsim-nn runs
         with pimsim_order(module):
             plan = plan_memory(module, target)
@@ -85,6 +85,12 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
             raise ExportError("the exported program would not run as intended on pimsim-nn",
                               problems)
     return export
+
+
+def stream_count(module: Module) -> int | None:
+    """How many inferences a stream program has inputs for (None: a latency program)."""
+    counts = [op.count for op in module.walk() if isinstance(op, StreamOp)]
+    return min(counts) if counts else None
 
 
 def serial_bound_ns(export: Export) -> int:
