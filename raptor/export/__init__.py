@@ -99,11 +99,12 @@ def serial_bound_ns(export: Export) -> int:
     only ever stops a program that hangs."""
     chip = export.chip
     t = chip.target
-    total = sum(tm.total for tm in export.timings.values())
+    ops = [*export.timings.values(), *export.repeated]
+    total = sum(tm.total for tm in ops)
     longest = max((chip.flit_ns(a, b) for a in (0, t.num_cores - 1)
                    for b in range(t.num_cores) if a != b), default=0)
     total += sum(2 * longest + chip.flits(tm.nbytes) * longest
-                 for tm in export.timings.values() if tm.nbytes)
+                 for tm in ops if tm.nbytes)
     return t.ns(total)
 
 

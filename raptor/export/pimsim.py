@@ -136,6 +136,9 @@ class Export:
     cycles: Counter[str] = field(default_factory=Counter)
     """Cycles of the instructions by opcode, summed over the cores (with dispatch gaps;
     without waiting for partners or the global memory)."""
+    repeated: list[OpTiming] = field(default_factory=list)
+    """A stream program unrolled: the times of the ops of every inference after the first
+    (`timings` holds the first's; together they are everything the cores run)."""
 
     @property
     def instructions(self) -> int:
@@ -280,7 +283,10 @@ class _CoreLowering:
                 timing = OpTiming(timing.before + START_CYCLES, timing.busy, timing.after,
                                   timing.nbytes, timing.memory)
                 first = False
-            self.ex.timings[(self.core, op)] = timing
+            if (self.core, op) in self.ex.timings:  # a stream's later inference
+                self.ex.repeated.append(timing)
+            else:
+                self.ex.timings[(self.core, op)] = timing
         groups = [1] * len(self.groups)
         return CoreProgram(self.core, self.out if len(self.out) > 1 else [], groups)
 
@@ -576,6 +582,7 @@ class _Exporter:
         self.events: dict[int, dict[tuple[Value, int], int]] = {}
         """Per waiting core, its event register of each counter."""
         self.consumed: dict[tuple[Value, int], int] = {}
+        self.repeated: list[OpTiming] = []
         self.timings: dict[tuple[int, Operation], OpTiming] = {}
         self.notes: Counter[str] = Counter()
         self.cycles: Counter[str] = Counter()
@@ -615,7 +622,7 @@ class _Exporter:
                                   f"{self.chip.target.name}")
             cores[core] = _CoreLowering(self, core, body, fixed).run()
         return Export(self.chip, cores, self.plan, self.timings, self.notes,
-                      cycles=self.cycles)
+                      cycles=self.cycles, repeated=self.repeated)
 
 
 def lower_module(module: Module, plan: MemoryPlan, chip: PimsimChip,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from raptor.cli import main
-from raptor.export import Export, ExportError, export_pimsim, write_export
+from raptor.export import Export, ExportError, export_pimsim, serial_bound_ns, write_export
 from raptor.export.runner import chiptest, run_chiptest
 from raptor.export.validate import validate
 from raptor.ir.module import Module
@@ -61,6 +61,9 @@ def test_unrolled_counters_become_sync_and_wait(lenet: Module) -> None:
         assert all(i["wait_value"] == 1 for i in waiting)
     assert export_pimsim(lenet, T).instructions == \
         export_pimsim(lenet, T, inferences=COUNT).instructions  # default: the stream's
+    # the timeout's serial bound counts every inference, not the loop body once
+    one, four = (serial_bound_ns(export_pimsim(lenet, T, inferences=m)) for m in (1, COUNT))
+    assert 0.95 * COUNT * one < four <= COUNT * one * 1.05
 
 
 def test_ring_slots_and_event_registers(lenet: Module) -> None:
