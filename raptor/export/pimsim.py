@@ -19,6 +19,10 @@ lowers the core's ops in program order, with the addresses of the local-memory p
   publications -> one `lmv` of the moved bytes per copy; `tensor.pad` -> `lldi` of the pad
   value over the result, `lmv` of the source; `tensor.transpose` -> one `vmv` (strided
   gather);
+- a stream program (`pim.stream`, pipeline mode) is unrolled for the export's inferences
+  (`%n`, and `%s` = n mod ring, bound in each copy); `pim.signal` -> `sync` to an event
+  register of the core that waits on the counter, `pim.wait` -> `wait` for the signals
+  not consumed yet (none, and no instruction, for the ring's initial FREE credits);
 - a contiguous `tensor.extract_slice`, `tensor.reshape`, `tensor.empty`,
   `spat.lane_result`, `spat.yield` -> nothing (views the memory plan placed in their
   source, and fresh buffers).
@@ -614,7 +618,11 @@ class _Exporter:
         for core, body, _ in jobs:
             for op in body.walk():
                 if isinstance(op, WaitOp):
-                    self.waiter[(op.counters, op.index)] = core
+                    other = self.waiter.setdefault((op.counters, op.index), core)
+                    if other != core:
+                        raise ExportError(f"{op.where()}: cores {other} and {core} both wait "
+                                          f"on %{op.counters.name}[{op.index}]; an event "
+                                          "register belongs to one core")
         n = self.chip.target.num_cores
         for core, body, fixed in jobs:
             if not 0 <= core < n:
