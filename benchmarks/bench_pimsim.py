@@ -14,6 +14,13 @@ pimsim-nn's blocking order (receives posted where they block, never earlier).
 --pimsim-config also runs each exported program with another pimsim-nn configuration
 (e.g. pimsim-nn's own example/config/latency_config.json, its default machine), switched
 to latency mode. Prints Markdown tables.
+
+With --pipeline M1,M2[,...] it measures throughput instead: each model is scheduled in
+pipeline mode (the `pipeline` heuristic, a stream of the largest M), the stream program is
+exported unrolled for each M (straight-line code for pimsim-nn's latency mode, READY/FREE
+counters as sync/wait), pimsim-nn runs each, and the steady-state period is
+(T(M_last) - T(M_prev)) / (M_last - M_prev), beside the period Raptor's simulator measured
+(default options) and its estimate.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from raptor.export.runner import PimsimError, chiptest, run_chiptest
 from raptor.gc_pause import collector_paused
 from raptor.passes.memory import plan_memory
 from raptor.sim import SimOptions, Simulator
-from raptor.solve import SolveOptions, solve
+from raptor.solve import SolveOptions, report, solve
 from raptor.target import load_target
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -119,6 +126,63 @@ def measure(model: Path, target_name: str, binary: str | None, keep: Path,
     return row
 
 
+def measure_stream(model: Path, target_name: str, binary: str | None, keep: Path,
+                   counts: list[int]) -> dict[str, Any]:
+    """Pipeline mode: pimsim-nn's time for each stream length and the period between the
+    last two, beside Raptor's simulated and estimated periods."""
+    target = load_target(target_name)
+    row: dict[str, Any] = {"model": model.stem, "target": target.name, "counts": counts}
+    t0 = time.perf_counter()
+    solved = solve(model, target, SolveOptions(solver="pipeline", mode="pipeline",
+                                               stream=max(counts),
+                                               allow_memory_overflow=True))
+    row["solve_s"] = time.perf_counter() - t0
+    run = solved.runs[0]
+    assert run.memory is not None
+    sched = report(solved)["schedules"][run.name]
+    row.update(raptor_period_ns=sched.get("simulated_period_ns"),
+               estimated_period_ns=sched.get("period_ns"),
+               stages=len(sched.get("stages") or []), cores=sched.get("cores_used"),
+               fits=not run.memory.over_capacity(),
+               numerics_ok=all(ok for *_, ok in (run.numerics or {}).values()))
+    row["runs"] = []
+    for m in counts:
+        t0 = time.perf_counter()
+        ex = export_pimsim(run.scheduled, target, run.memory, allow_overflow=True,
+                           inferences=m)
+        d = keep / f"{model.stem}.{target.name}.stream{m}"
+        write_export(ex, d)
+        got: dict[str, Any] = {"inferences": m, "instructions": ex.instructions,
+                               "export_s": time.perf_counter() - t0}
+        if binary is not None:
+            res = run_chiptest(binary, d)
+            got.update(pimsim_ns=res.latency_ns, pimsim_wall_s=res.wall_s,
+                       pimsim_rss_mb=res.max_rss_mb)
+        row["runs"].append(got)
+        print(json.dumps(got), file=sys.stderr, flush=True)
+    a, b = row["runs"][-2:] if len(row["runs"]) > 1 else (None, None)
+    if a is not None and b is not None and "pimsim_ns" in b:
+        row["pimsim_period_ns"] = (b["pimsim_ns"] - a["pimsim_ns"]) / (
+            b["inferences"] - a["inferences"])
+    return row
+
+
+def stream_table(rows: list[dict[str, Any]]) -> None:
+    print("| model | stages / cores | M: instructions, pimsim-nn ns | pimsim-nn period ns |"
+          " pimsim-nn inf/s | Raptor simulated period ns | Raptor inf/s |"
+          " Raptor estimated period ns | export s (largest M) | pimsim wall s (largest M) |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        runs = "; ".join(f"{g['inferences']}: {fmt(g['instructions'])}, "
+                         f"{fmt(g.get('pimsim_ns'))}" for g in r["runs"])
+        p, q = r.get("pimsim_period_ns"), r["raptor_period_ns"]
+        last = r["runs"][-1]
+        print(f"| {r['model']} | {r['stages']} / {r['cores']} | {runs} | {fmt(p)} | "
+              f"{fmt(1e9 / p if p else None)} | {fmt(q)} | {fmt(1e9 / q if q else None)} | "
+              f"{fmt(r['estimated_period_ns'])} | {last['export_s']:.1f} | "
+              f"{fmt(last.get('pimsim_wall_s'))} |")
+
+
 def fmt(v: Any) -> str:
     if v is None:
         return "-"
@@ -162,7 +226,12 @@ def main() -> None:
     ap.add_argument("--pimsim-config", type=Path, help="also run with this pimsim-nn config")
     ap.add_argument("--keep", type=Path, help="keep the exported folders here")
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
+    ap.add_argument("--pipeline", metavar="M1,M2", help="pipeline mode: stream lengths to "
+                    "export and run (at least two, increasing); the period from the last two")
     args = ap.parse_args()
+    counts = [int(m) for m in args.pipeline.split(",")] if args.pipeline else []
+    if args.pipeline and (len(counts) < 2 or counts != sorted(set(counts)) or counts[0] < 1):
+        ap.error(f"--pipeline needs two or more increasing counts >= 1, got {args.pipeline}")
     binary = chiptest()
     if binary is None:
         print("PIMSIM_NN is unset or not a file: pimsim-nn columns stay empty",
@@ -177,11 +246,15 @@ def main() -> None:
     rows = []
     with collector_paused():
         for p in paths:
-            row = measure(p, args.target, binary, keep, args.pimsim_config)
+            row = (measure_stream(p, args.target, binary, keep, counts) if counts else
+                   measure(p, args.target, binary, keep, args.pimsim_config))
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    table(rows)
-    decomposition(rows)
+    if counts:
+        stream_table(rows)
+    else:
+        table(rows)
+        decomposition(rows)
     for r in rows:
         if "foreign_ns" in r or "foreign_error" in r:
             print(f"{r['model']} under {args.pimsim_config}: "

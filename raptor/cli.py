@@ -461,6 +461,9 @@ def _solve_parser(sub: _Commands) -> None:
     s.add_argument("--export-pimsim", metavar="DIR",
                    help="also export each valid schedule to pimsim-nn (DIR, or DIR/<solver> "
                    "for several): program/, chip.json, noc.json; see `raptor export`")
+    s.add_argument("--export-inferences", type=int, metavar="M",
+                   help="pipeline mode with --export-pimsim: unroll M inferences of the "
+                   "stream into straight-line code (default: --stream)")
     _add_memory_flag(s)
     _add_compile_options(s)
     s.set_defaults(func=cmd_solve)
@@ -476,9 +479,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise CliError(f"--stream must be at least 1 inference, got {args.stream}")
     if args.no_replication and args.mode != "pipeline":
         raise CliError("--no-replication applies to --mode pipeline")
-    if args.export_pimsim and args.mode == "pipeline":
-        raise CliError("--export-pimsim exports latency programs only (pimsim-nn runs one "
-                       "inference); drop it or use --mode latency")
+    if args.export_inferences is not None and not (args.export_pimsim
+                                                   and args.mode == "pipeline"):
+        raise CliError("--export-inferences applies to --mode pipeline with --export-pimsim")
+    if args.export_inferences is not None and not 1 <= args.export_inferences <= (
+            args.stream or 8):
+        raise CliError(f"--export-inferences must be 1..{args.stream or 8} (the inferences "
+                       f"of --stream), got {args.export_inferences}")
     target = _target(args.target)
     compile_opts = _compile_options(args)
     with LiveProgress(Console(stderr=True), enabled=not args.json) as progress:
@@ -506,7 +513,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         rep = report(solved)
         caught: _Warnings | None = getattr(args, "warnings", None)
         rep["warnings"] = caught.lines if caught is not None else []
-        exported, export_failed = _export_runs(args.export_pimsim, solved, rep) \
+        exported, export_failed = _export_runs(args.export_pimsim, solved, rep,
+                                               args.export_inferences) \
             if args.export_pimsim else ([], [])
         try:
             wrote = write_outputs(args.out, solved, rep, progress)
@@ -542,17 +550,20 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return EXIT_FAIL if failed else EXIT_OK
 
 
-def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any]
-                 ) -> tuple[list[str], list[str]]:
+def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
+                 inferences: int | None = None) -> tuple[list[str], list[str]]:
     """`--export-pimsim DIR`: every valid schedule's program (into DIR, or DIR/<solver>
-    when there are several), with Raptor's simulator under pimsim-nn's model beside it.
-    Returns the lines to print and the failures (one line each)."""
+    when there are several), with Raptor's simulator under pimsim-nn's model beside it
+    (a latency program), or for a stream program unrolled for `inferences` (default: the
+    stream's) the period Raptor simulated. Returns the lines to print and the failures
+    (one line each)."""
     from raptor.export import ExportError, export_pimsim, pimsim_order, write_export
     from raptor.sim import SimError, SimOptions, Simulator
 
     lines: list[str] = []
     failed: list[str] = []
     done: dict[int, str] = {}
+    stream = solved.mode == "pipeline"
     for run in solved.runs:
         if run.violations or run.scheduled_errors or run.memory_errors:
             failed.append(f"{run.name}: not exported to pimsim-nn: the schedule is invalid "
@@ -564,10 +575,29 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any]
             continue
         try:
             ex = export_pimsim(run.scheduled, solved.target, run.memory,
-                               allow_overflow=bool(run.memory_warnings))
+                               allow_overflow=bool(run.memory_warnings),
+                               inferences=inferences if stream else None)
         except ExportError as e:
             failed.append(f"{run.name}: cannot export to pimsim-nn: {e}")
             rep["schedules"][run.name]["pimsim_export"] = {"error": str(e)}
+            continue
+        if stream:
+            try:
+                write_export(ex, d)
+            except OSError as e:
+                raise CliError(f"cannot write {d}: {e.strerror or e}") from None
+            done[id(run.scheduled)] = run.name
+            count = inferences or solved.stream
+            period = rep["schedules"][run.name].get("simulated_period_ns")
+            rep["schedules"][run.name]["pimsim_export"] = {
+                "dir": str(d), "instructions": ex.instructions, "inferences": count,
+                "stand_ins": dict(ex.notes)}
+            lines.append(f"{run.name}: exported {count} inferences unrolled, "
+                         f"{ex.instructions:,} pimsim-nn instructions on "
+                         f"{sum(1 for p in ex.cores.values() if p.instructions)} cores to "
+                         f"{d}/ (Raptor's simulated period: {ns(period)} ns; pimsim-nn's "
+                         f"latency is the whole stream's); run: ChipTest {d}/program "
+                         f"{d}/chip.json")
             continue
         model_ns = None
         try:
@@ -604,6 +634,9 @@ def _export_parser(sub: _Commands) -> None:
                        "addresses, deadlock) and refuses with exit 1.")
     e.add_argument("file", metavar="FILE.spat")
     e.add_argument("--pimsim", required=True, metavar="DIR", help="output directory")
+    e.add_argument("--inferences", type=int, metavar="M",
+                   help="a stream program (pipeline mode): unroll M inferences into "
+                   "straight-line code (default: the stream's own count)")
     e.add_argument("--timeout-ms", type=_positive(float), metavar="MS",
                    help="pimsim-nn latency_timeout_ms (default: twice a serial bound on the "
                    "program's latency)")
@@ -613,7 +646,7 @@ def _export_parser(sub: _Commands) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from raptor.export import ExportError, export_pimsim, write_export
+    from raptor.export import ExportError, export_pimsim, stream_count, write_export
     from raptor.passes.memory import plan_memory
 
     target = _target(args.target)
@@ -623,9 +656,16 @@ def cmd_export(args: argparse.Namespace) -> int:
         for diag in diags:
             err.print(str(diag), markup=False)
         return EXIT_FAIL
+    count = stream_count(module)
+    if args.inferences is not None and (count is None or not 1 <= args.inferences <= count):
+        raise CliError(f"--inferences applies to a stream program (pipeline mode) and must be "
+                       f"1..{count} (the inferences it has inputs for), got {args.inferences}"
+                       if count is not None else "--inferences applies to a stream program "
+                       f"(pipeline mode); {args.file} is a latency program")
     try:
         plan = plan_memory(module, target)
-        ex = export_pimsim(module, target, plan, allow_overflow=args.allow_memory_overflow)
+        ex = export_pimsim(module, target, plan, allow_overflow=args.allow_memory_overflow,
+                           inferences=args.inferences)
     except ExportError as e:
         raise CliError(f"{args.file}: cannot export to pimsim-nn: {e}", EXIT_FAIL) from None
     try:

@@ -68,11 +68,15 @@ def test_pipeline_solve_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
                  str(tmp_path / "y.npz")]) == 0
     with np.load(tmp_path / "y.npz") as y, np.load(out / "outputs.pipeline.npz") as o:
         np.testing.assert_array_equal(y["result0"][0], o["gemm11"])
-    # pimsim-nn runs one inference: the stream is not exported (exit 1, one line)
-    code, _, err = run(["export", "--pimsim", str(tmp_path / "px"), spat], capsys)
-    assert code == 1 and err.strip() == (f"{spat}: cannot export to pimsim-nn: pimsim-nn "
-                                         "export handles latency programs; this is a pipeline "
-                                         "stream (pim.stream), which it does not export")
+    # the stream exports to pimsim-nn unrolled (tests/export/test_stream.py); at most the
+    # inferences it has inputs for
+    code, out_text, _ = run(["export", "--pimsim", str(tmp_path / "px"), spat], capsys)
+    assert code == 0 and "pimsim-nn instructions" in out_text
+    code, _, err = run(["export", "--pimsim", str(tmp_path / "px"), spat, "--inferences", "6"],
+                       capsys)
+    assert code == 2 and err.strip() == ("--inferences applies to a stream program (pipeline "
+                                         "mode) and must be 1..5 (the inferences it has "
+                                         "inputs for), got 6")
 
 
 @pytest.mark.parametrize(("args", "line"), [
@@ -80,8 +84,10 @@ def test_pipeline_solve_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
      "--mode pipeline has no solver 'peft'; valid solvers: pipeline, cpsat, both"),
     (["--stream", "0"], "--stream must be at least 1 inference, got 0"),
     (["--stream", "-3"], "--stream must be at least 1 inference, got -3"),
-    (["--export-pimsim", "px"], "--export-pimsim exports latency programs only (pimsim-nn "
-     "runs one inference); drop it or use --mode latency"),
+    (["--export-inferences", "2"],
+     "--export-inferences applies to --mode pipeline with --export-pimsim"),
+    (["--export-pimsim", "px", "--stream", "3", "--export-inferences", "4"],
+     "--export-inferences must be 1..3 (the inferences of --stream), got 4"),
 ])
 def test_bad_pipeline_options_one_line_exit_2(args: list[str], line: str, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,13 +33,14 @@ from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.target import Target
 
 __all__ = ["ChipError", "Export", "ExportError", "PimsimChip", "export_pimsim",
-           "pimsim_order", "write_export"]
+           "pimsim_order", "stream_count", "write_export"]
 
 NOC_FILE = "noc.json"
 
 
 def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None,
-                  check: bool = True, allow_overflow: bool = False) -> Export:
+                  check: bool = True, allow_overflow: bool = False,
+                  inferences: int | None = None) -> Export:
     """pimsim-nn programs for scheduled `module` on `target`; raises `ExportError` listing
     every problem `validate` finds (unless `check` is False). A program that needs more
     local or shared memory than the target has is refused, unless `allow_overflow`: then
@@ -47,10 +48,20 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     it) and `Export.overflow` says by how much. The programs follow `pimsim_order` (its
     receives block); simulate the export's timings inside `pimsim_order(module)` too.
     `plan` (made in the materialized order, planned here if None) is used unless the
-    blocking order posts some receive earlier: then memory is planned in that order."""
-    if any(isinstance(op, StreamOp) for op in module.walk()):
-        raise ExportError("pimsim-nn export handles latency programs; this is a pipeline "
-                          "stream (pim.stream), which it does not export")
+    blocking order posts some receive earlier: then memory is planned in that order.
+
+    A stream program (pipeline mode, `pim.stream` per core) is unrolled for `inferences`
+    (default: its own count; at most that many, the inputs it has) into straight-line
+    code for pimsim-nn's latency mode, READY/FREE counters as `sync`/`wait` on event
+    registers (`pimsim.py`); pimsim-nn's latency is then the time of the whole stream."""
+    if inferences is not None:
+        count = stream_count(module)
+        if count is None:
+            raise ExportError("a number of inferences applies to a stream program "
+                              "(pipeline mode); this is a latency program")
+        if not 1 <= inferences <= count:
+            raise ExportError(f"the stream program has inputs for {count} inferences; "
+                              f"cannot unroll {inferences} (1..{count})")
     if posts_earlier(module):  # the addresses must hold in the order pimsim-nn runs
         with pimsim_order(module):
             plan = plan_memory(module, target)
@@ -66,7 +77,7 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     except ChipError as e:
         raise ExportError(str(e)) from None
     with pimsim_order(module):
-        export = lower_module(module, plan, chip)
+        export = lower_module(module, plan, chip, inferences)
     export.overflow = over
     if check:
         problems = validate(export)
@@ -76,17 +87,24 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     return export
 
 
+def stream_count(module: Module) -> int | None:
+    """How many inferences a stream program has inputs for (None: a latency program)."""
+    counts = [op.count for op in module.walk() if isinstance(op, StreamOp)]
+    return min(counts) if counts else None
+
+
 def serial_bound_ns(export: Export) -> int:
     """An upper bound on the latency of a deadlock-free run: every op of every core one
     after the other plus every message crossing the longest route alone. A timeout above it
     only ever stops a program that hangs."""
     chip = export.chip
     t = chip.target
-    total = sum(tm.total for tm in export.timings.values())
+    ops = [*export.timings.values(), *export.repeated]
+    total = sum(tm.total for tm in ops)
     longest = max((chip.flit_ns(a, b) for a in (0, t.num_cores - 1)
                    for b in range(t.num_cores) if a != b), default=0)
     total += sum(2 * longest + chip.flits(tm.nbytes) * longest
-                 for tm in export.timings.values() if tm.nbytes)
+                 for tm in ops if tm.nbytes)
     return t.ns(total)
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from raptor.ir.core import Operation
+from raptor.ir.core import Block, Operation
 from raptor.ir.module import Module
-from raptor.ir.ops import ChannelReceiveOp, ChannelSendOp, CoreOp
+from raptor.ir.ops import ChannelReceiveOp, ChannelSendOp, CoreOp, StreamOp
 
 
 def blocking_order(ops: list[Operation]) -> list[Operation]:
@@ -56,13 +56,24 @@ def posts_earlier(module: Module) -> bool:
     posted after a send of a higher channel). Receives that only move later keep every
     buffer within the lifetime the memory plan of the original order gave it; one that
     moves earlier needs a plan made in the blocking order."""
+    for body in _programs(module):
+        before = _receive_positions(body.ops)
+        after = _receive_positions(blocking_order(body.ops))
+        if any(after[r] < k for r, k in before.items()):
+            return True
+    return False
+
+
+def _programs(module: Module) -> list[Block]:
+    """Each core's program: its body, or a stream program's loop body (one iteration,
+    whose channels are paired in order iteration after iteration)."""
+    out = []
     for op in module.main().body.ops:
         if isinstance(op, CoreOp):
-            before = _receive_positions(op.body.ops)
-            after = _receive_positions(blocking_order(op.body.ops))
-            if any(after[r] < k for r, k in before.items()):
-                return True
-    return False
+            ops = op.body.ops
+            out.append(ops[0].body if len(ops) == 1 and isinstance(ops[0], StreamOp)
+                       else op.body)
+    return out
 
 
 def _receive_positions(ops: list[Operation]) -> dict[Operation, int]:
@@ -82,13 +93,12 @@ def pimsim_order(module: Module) -> Iterator[Module]:
     """Within the block, every core program of `module` runs in the blocking order (the
     same op objects, so timings keyed by op stay valid); the original order returns after.
     Export and the pimsim-nn-model simulation must see the same order."""
-    saved: list[tuple[CoreOp, list[Operation]]] = []
-    for op in module.main().body.ops:
-        if isinstance(op, CoreOp):
-            saved.append((op, op.body.ops))
-            op.body.ops = blocking_order(op.body.ops)
+    saved: list[tuple[Block, list[Operation]]] = []
+    for body in _programs(module):
+        saved.append((body, body.ops))
+        body.ops = blocking_order(body.ops)
     try:
         yield module
     finally:
-        for op, ops in saved:
-            op.body.ops = ops
+        for body, ops in saved:
+            body.ops = ops

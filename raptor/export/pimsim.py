@@ -19,6 +19,10 @@ lowers the core's ops in program order, with the addresses of the local-memory p
   publications -> one `lmv` of the moved bytes per copy; `tensor.pad` -> `lldi` of the pad
   value over the result, `lmv` of the source; `tensor.transpose` -> one `vmv` (strided
   gather);
+- a stream program (`pim.stream`, pipeline mode) is unrolled for the export's inferences
+  (`%n`, and `%s` = n mod ring, bound in each copy); `pim.signal` -> `sync` to an event
+  register of the core that waits on the counter, `pim.wait` -> `wait` for the signals
+  not consumed yet (none, and no instruction, for the ring's initial FREE credits);
 - a contiguous `tensor.extract_slice`, `tensor.reshape`, `tensor.empty`,
   `spat.lane_result`, `spat.yield` -> nothing (views the memory plan placed in their
   source, and fresh buffers).
@@ -39,7 +43,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,9 +78,12 @@ from raptor.ir.ops import (
     ReturnOp,
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
+    SignalOp,
     StoreOp,
+    StreamOp,
     TransposeOp,
     UnaryOp,
+    WaitOp,
     WeightOp,
     YieldOp,
 )
@@ -86,6 +93,9 @@ from raptor.sim.timing import OpTiming
 
 Instruction = dict[str, Any]
 GENERAL_REGISTERS = 28
+EVENT_REGISTERS = 32
+"""Event registers of a pimsim-nn core (`sync` adds one to a register of another core,
+`wait` blocks until one holds a value, then subtracts it)."""
 PAIR = 28
 """Even register of the (r28, r29) pair holding a global address (high word, low word)."""
 BINARY = {"vadd": "vvadd", "vsub": "vvsub", "vmul": "vvmul", "vmax": "vvmax"}
@@ -130,6 +140,9 @@ class Export:
     cycles: Counter[str] = field(default_factory=Counter)
     """Cycles of the instructions by opcode, summed over the cores (with dispatch gaps;
     without waiting for partners or the global memory)."""
+    repeated: list[OpTiming] = field(default_factory=list)
+    """A stream program unrolled: the times of the ops of every inference after the first
+    (`timings` holds the first's; together they are everything the cores run)."""
 
     @property
     def instructions(self) -> int:
@@ -246,9 +259,22 @@ class _CoreLowering:
         return self.op.where() if self.op is not None else "<core>"
 
     # -- program ----------------------------------------------------------------------
+    def iterations(self) -> Iterator[Operation]:
+        """The core's top-level ops in execution order: a stream program (one `pim.stream`)
+        unrolled for the export's inferences, `%n` and `%s` bound in each copy."""
+        ops = self.body.ops
+        if len(ops) == 1 and isinstance(ops[0], StreamOp):
+            stream = ops[0]
+            for n in range(self.ex.inferences or stream.count):
+                self.env[stream.inference] = n
+                self.env[stream.slot] = n % stream.ring
+                yield from stream.body.ops
+        else:
+            yield from ops
+
     def run(self) -> CoreProgram:
         first = True
-        for op in self.body.ops:
+        for op in self.iterations():
             self.op = op
             start = len(self.out)
             before = self.cycles
@@ -261,7 +287,10 @@ class _CoreLowering:
                 timing = OpTiming(timing.before + START_CYCLES, timing.busy, timing.after,
                                   timing.nbytes, timing.memory)
                 first = False
-            self.ex.timings[(self.core, op)] = timing
+            if (self.core, op) in self.ex.timings:  # a stream's later inference
+                self.ex.repeated.append(timing)
+            else:
+                self.ex.timings[(self.core, op)] = timing
         groups = [1] * len(self.groups)
         return CoreProgram(self.core, self.out if len(self.out) > 1 else [], groups)
 
@@ -276,6 +305,9 @@ class _CoreLowering:
             return OpTiming(pre, busy, GAP_CYCLES, n)
         if isinstance(op, ChannelSendOp):
             return self.send(op)
+        if isinstance(op, SignalOp | WaitOp):
+            self.counter(op)
+            return None
         if isinstance(op, ScheduledComputeOp):
             self.bind_inputs(op.body.args, op.inputs)
             for inner in op.body.ops:
@@ -318,6 +350,29 @@ class _CoreLowering:
         busy = self.chip.send_read(n)
         self.unit({"op": "send", "rd": r, "rs1": r, "core": op.core, "size": n}, busy)
         return OpTiming(pre, busy, GAP_CYCLES, n)
+
+    def counter(self, op: SignalOp | WaitOp) -> None:
+        """READY/FREE counters as pimsim-nn's event registers of the one core that waits
+        on each (`raptor.passes.stream`: one signalling, one waiting core per counter).
+        `sync` adds one there; a wait for an absolute count t becomes `wait` for what
+        this core has not consumed yet (t - consumed; nothing when <= 0: the ring's
+        initial FREE credits), which pimsim-nn subtracts, so the same count is reached."""
+        key = (op.counters, op.index)
+        waiter = self.ex.waiter.get(key)
+        if waiter is None:
+            raise ExportError(f"{op.where()}: no core waits on %{op.counters.name}"
+                              f"[{op.index}]; a signal needs one waiting core")
+        reg = self.ex.event_register(waiter, key)
+        if isinstance(op, SignalOp):
+            self.unit({"op": "sync", "core": waiter, "event_register": reg}, SCALAR_CYCLES)
+            return
+        got = self.ex.consumed.get(key, 0)
+        need = op.threshold[0].evaluate(self.env) - got
+        if need > 0:
+            self.ex.consumed[key] = got + need
+            self.unit({"op": "wait", "event_register": reg, "wait_value": need}, 0)
+        else:
+            self.note("wait already satisfied (initial ring credits) dropped")
 
     # -- one op -------------------------------------------------------------------------
     def lmv(self, dst: int, src: int, n: int) -> None:
@@ -520,13 +575,32 @@ def _number(a: object) -> float:
 
 
 class _Exporter:
-    def __init__(self, module: Module, chip: PimsimChip, plan: MemoryPlan) -> None:
+    def __init__(self, module: Module, chip: PimsimChip, plan: MemoryPlan,
+                 inferences: int | None = None) -> None:
         self.module = module
         self.chip = chip
         self.plan = plan
+        self.inferences = inferences
+        self.waiter: dict[tuple[Value, int], int] = {}
+        """(counter array, index) -> the core that waits on it."""
+        self.events: dict[int, dict[tuple[Value, int], int]] = {}
+        """Per waiting core, its event register of each counter."""
+        self.consumed: dict[tuple[Value, int], int] = {}
+        self.repeated: list[OpTiming] = []
         self.timings: dict[tuple[int, Operation], OpTiming] = {}
         self.notes: Counter[str] = Counter()
         self.cycles: Counter[str] = Counter()
+
+    def event_register(self, core: int, key: tuple[Value, int]) -> int:
+        regs = self.events.setdefault(core, {})
+        reg = regs.get(key)
+        if reg is None:
+            if len(regs) == EVENT_REGISTERS:
+                raise ExportError(f"core {core} waits on more than {EVENT_REGISTERS} READY/"
+                                  f"FREE counters; pimsim-nn has {EVENT_REGISTERS} event "
+                                  "registers per core")
+            reg = regs[key] = len(regs)
+        return reg
 
     def run(self) -> Export:
         func = self.module.main()
@@ -541,6 +615,14 @@ class _Exporter:
             elif not isinstance(op, WeightOp | AllocSharedOp | ReturnOp):
                 raise ExportError(f"{op.where()}: {op.NAME} at function level is not "
                                   "scheduled IR")
+        for core, body, _ in jobs:
+            for op in body.walk():
+                if isinstance(op, WaitOp):
+                    other = self.waiter.setdefault((op.counters, op.index), core)
+                    if other != core:
+                        raise ExportError(f"{op.where()}: cores {other} and {core} both wait "
+                                          f"on %{op.counters.name}[{op.index}]; an event "
+                                          "register belongs to one core")
         n = self.chip.target.num_cores
         for core, body, fixed in jobs:
             if not 0 <= core < n:
@@ -548,9 +630,11 @@ class _Exporter:
                                   f"{self.chip.target.name}")
             cores[core] = _CoreLowering(self, core, body, fixed).run()
         return Export(self.chip, cores, self.plan, self.timings, self.notes,
-                      cycles=self.cycles)
+                      cycles=self.cycles, repeated=self.repeated)
 
 
-def lower_module(module: Module, plan: MemoryPlan, chip: PimsimChip) -> Export:
-    """Instructions for every core of scheduled `module` (addresses from `plan`)."""
-    return _Exporter(module, chip, plan).run()
+def lower_module(module: Module, plan: MemoryPlan, chip: PimsimChip,
+                 inferences: int | None = None) -> Export:
+    """Instructions for every core of scheduled `module` (addresses from `plan`); a stream
+    program unrolled for `inferences` (default: its own count)."""
+    return _Exporter(module, chip, plan, inferences).run()

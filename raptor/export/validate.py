@@ -5,7 +5,8 @@ instructions (it crashes), a group outside a core's array-group map only at load
 address (its `memory_size` is never checked), a core whose last instruction is scalar
 (it never finishes) and a deadlock (it only times out). This module reads the instruction
 lists the way pimsim-nn executes them — registers set by `sldi`, send/receive pairs matched
-in program order per (sender, receiver), every transfer blocking — and lists what is wrong.
+in program order per (sender, receiver), every transfer blocking, `sync` and `wait` counting
+on event registers — and lists what is wrong.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections import deque
 from typing import Any
 
 from raptor.export.chip import GLOBAL_MEMORY
-from raptor.export.pimsim import SCALAR_OPS, VECTOR_OPERANDS, Export
+from raptor.export.pimsim import EVENT_REGISTERS, SCALAR_OPS, VECTOR_OPERANDS, Export
 
 REGISTERS = 32
 
@@ -129,6 +130,23 @@ def validate(export: Export) -> list[str]:
                     problems.append(f"{at}: partner core {peer} has no instructions "
                                     "(pimsim-nn crashes on such a send)")
                 mine.append((ins["op"], peer, ins["size"], pc))
+            if ins["op"] in ("sync", "wait"):
+                reg = ins["event_register"]
+                if not 0 <= reg < EVENT_REGISTERS:
+                    problems.append(f"{at}: event register {reg} outside "
+                                    f"0..{EVENT_REGISTERS - 1}")
+                    continue
+                if ins["op"] == "sync":
+                    peer = ins["core"]
+                    if peer == core or peer not in active:
+                        problems.append(f"{at}: sync to core {peer}, which is not another "
+                                        "core with instructions")
+                        continue
+                    mine.append(("sync", peer, reg, pc))
+                else:
+                    if ins["wait_value"] < 1:
+                        problems.append(f"{at}: wait for {ins['wait_value']} (at least 1)")
+                    mine.append(("wait", reg, ins["wait_value"], pc))
         comm[core] = mine
     problems.extend(_pairs(comm))
     return problems
@@ -136,8 +154,11 @@ def validate(export: Export) -> list[str]:
 
 def _pairs(comm: dict[int, list[tuple[str, int, int, int]]]) -> list[str]:
     """Match sends and receives as pimsim-nn does (both block; per (sender, receiver) in
-    program order): sizes must agree, and every transfer must complete."""
+    program order): sizes must agree, and every transfer must complete. A `sync` adds one
+    to an event register of its target core at once; a `wait` blocks until its register
+    holds its value, then subtracts it."""
     heads = dict.fromkeys(comm, 0)
+    events: dict[tuple[int, int], int] = {}
     queue = deque(comm)
     problems: list[str] = []
     while queue:
@@ -146,6 +167,17 @@ def _pairs(comm: dict[int, list[tuple[str, int, int, int]]]) -> list[str]:
         if i >= len(comm[c]):
             continue
         kind, peer, size, pc = comm[c][i]
+        if kind == "sync":
+            events[(peer, size)] = events.get((peer, size), 0) + 1
+            heads[c] += 1
+            queue.extend((c, peer))
+            continue
+        if kind == "wait":
+            if events.get((c, peer), 0) >= size:
+                events[(c, peer)] -= size
+                heads[c] += 1
+                queue.append(c)
+            continue
         if peer not in comm:
             continue
         j = heads[peer]
@@ -167,9 +199,10 @@ def _pairs(comm: dict[int, list[tuple[str, int, int, int]]]) -> list[str]:
     if stuck:
         lines = []
         for c in stuck[:8]:
-            kind, peer, _, pc = comm[c][heads[c]]
-            lines.append(f"core {c} pc {pc} {kind} {'to' if kind == 'send' else 'from'} "
-                         f"core {peer}")
+            kind, peer, size, pc = comm[c][heads[c]]
+            lines.append(f"core {c} pc {pc} wait for {size} on event register {peer}"
+                         if kind == "wait" else f"core {c} pc {pc} {kind} "
+                         f"{'to' if kind == 'send' else 'from'} core {peer}")
         problems.append(f"deadlock: {len(stuck)} cores wait forever ({'; '.join(lines)})")
     return problems
 

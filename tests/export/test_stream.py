@@ -1,0 +1,148 @@
+"""Stream programs (pipeline mode) exported to pimsim-nn: unrolled for M inferences into
+straight-line code, READY/FREE counters as `sync`/`wait` on event registers; checked by the
+validator's replay and, with PIMSIM_NN set, run to completion in pimsim-nn."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from raptor.cli import main
+from raptor.export import Export, ExportError, export_pimsim, serial_bound_ns, write_export
+from raptor.export.runner import chiptest, run_chiptest
+from raptor.export.validate import validate
+from raptor.ir.module import Module
+from raptor.ir.ops import SignalOp, StreamOp, WaitOp
+from raptor.solve import SolveOptions, solve
+from raptor.target import Target
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+T = Target()
+PIMSIM = chiptest()
+needs_pimsim = pytest.mark.skipif(PIMSIM is None, reason="set PIMSIM_NN=/path/to/ChipTest")
+COUNT = 4
+
+
+@pytest.fixture(scope="module")
+def lenet() -> Module:
+    """lenet's stream program (2 stages, so it has READY/FREE counters), 4 inferences."""
+    s = solve(EXAMPLES / "lenet.onnx", T, SolveOptions(
+        solver="pipeline", mode="pipeline", stream=COUNT, simulate=False))
+    return s.runs[0].scheduled
+
+
+def opcodes(ex: Export) -> Counter[str]:
+    return Counter(i["op"] for p in ex.cores.values() for i in p.instructions)
+
+
+def test_unrolled_counters_become_sync_and_wait(lenet: Module) -> None:
+    signals = sum(isinstance(op, SignalOp) for op in lenet.walk())
+    waits = [op for op in lenet.walk() if isinstance(op, WaitOp)]
+    free = sum(op.counters.name == "free" for op in waits)
+    ring = next(op.ring for op in lenet.walk() if isinstance(op, StreamOp))
+    assert signals and free and ring == 2
+    base = opcodes(export_pimsim(lenet, T, inferences=1))
+    for m in (1, 2, COUNT):
+        ex = export_pimsim(lenet, T, inferences=m)
+        ops = opcodes(ex)
+        assert validate(ex) == []
+        assert ops["sync"] == m * signals  # one sync per signal per inference
+        # every READY wait stays; a FREE wait of the first `ring` inferences is already
+        # satisfied (the initial credits) and dropped
+        assert ops["wait"] == m * len(waits) - min(m, ring) * free
+        assert ex.notes["wait already satisfied (initial ring credits) dropped"] == \
+            min(m, ring) * free
+        assert ops["mvmul"] == m * base["mvmul"] and ops["send"] == m * base["send"]
+        waiting = [i for p in ex.cores.values() for i in p.instructions if i["op"] == "wait"]
+        assert all(i["wait_value"] == 1 for i in waiting)
+    assert export_pimsim(lenet, T).instructions == \
+        export_pimsim(lenet, T, inferences=COUNT).instructions  # default: the stream's
+    # the timeout's serial bound counts every inference, not the loop body once
+    one, four = (serial_bound_ns(export_pimsim(lenet, T, inferences=m)) for m in (1, COUNT))
+    assert 0.95 * COUNT * one < four <= COUNT * one * 1.05
+
+
+def test_ring_slots_and_event_registers(lenet: Module) -> None:
+    """Inference n stores into ring slot n mod 2: the addresses of the stores into ring
+    buffers repeat with period 2; each sync names an event register the target core waits
+    on."""
+    ex = export_pimsim(lenet, T, inferences=COUNT)
+    rings = [(a, a + v.type.nbytes * ex.chip.act // 4)  # type: ignore[attr-defined]
+             for v, a in ex.memory.shared.items() if v.name.startswith("p")]
+    assert rings
+    for prog in ex.cores.values():
+        regs = [0] * 32
+        stores = []
+        for i in prog.instructions:
+            if i["op"] == "sldi":
+                regs[i["rd"]] = i["imm"]
+            elif i["op"] == "st":
+                at = (regs[i["rd"]] << 32) | regs[i["rd"] + 1]
+                if any(lo <= at < hi for lo, hi in rings):
+                    stores.append(at)
+        if stores:
+            k = len(stores) // COUNT
+            assert stores[:k] != stores[k:2 * k] and stores[:2 * k] == stores[2 * k:]
+    waits = {(c, i["event_register"]) for c, p in ex.cores.items() for i in p.instructions
+             if i["op"] == "wait"}
+    syncs = {(i["core"], i["event_register"]) for p in ex.cores.values()
+             for i in p.instructions if i["op"] == "sync"}
+    assert syncs == waits
+
+
+def test_validator_replays_counters(lenet: Module) -> None:
+    ex = export_pimsim(lenet, T, inferences=2)
+    bad = copy.deepcopy(ex)
+    prog = next(p for p in bad.cores.values() if any(i["op"] == "sync" for i in p.instructions))
+    k = next(i for i, x in enumerate(prog.instructions) if x["op"] == "sync")
+    del prog.instructions[k]  # a READY (or FREE) never sent: its waiter hangs
+    (problem,) = validate(bad)
+    assert problem.startswith("deadlock:") and "wait for 1 on event register" in problem
+    bad = copy.deepcopy(ex)
+    sync = next(i for p in bad.cores.values() for i in p.instructions if i["op"] == "sync")
+    sync["event_register"] = 32
+    assert any("event register 32 outside 0..31" in p for p in validate(bad))
+
+
+def test_inference_count_is_checked(lenet: Module) -> None:
+    with pytest.raises(ExportError, match="inputs for 4 inferences; cannot unroll 5"):
+        export_pimsim(lenet, T, inferences=5)
+
+
+def test_cli_exports_a_stream(lenet: Module, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "solve"
+    code = main(["solve", str(EXAMPLES / "lenet.onnx"), "--mode", "pipeline", "--solver",
+                 "pipeline", "--stream", "3", "--no-simulate", "--out", str(out),
+                 "--export-pimsim", str(tmp_path / "px"), "--export-inferences", "2"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert code == 0 and "pipeline: exported 2 inferences unrolled" in text
+    rep = json.loads((out / "report.json").read_text())["schedules"]["pipeline"]
+    assert rep["pimsim_export"]["inferences"] == 2
+    assert (tmp_path / "px" / "program" / "config.json").exists()
+    spat = str(out / "scheduled.pipeline.spat")
+    assert main(["export", "--pimsim", str(tmp_path / "ex"), spat]) == 0
+    manifest = json.loads((tmp_path / "ex" / "export.json").read_text())
+    assert manifest["by_opcode"]["sync"] > 0
+    assert main(["export", "--pimsim", str(tmp_path / "ex"), spat, "--inferences", "4"]) == 2
+    assert capsys.readouterr().err.strip().endswith("must be 1..3 (the inferences it has "
+                                                    "inputs for), got 4")
+
+
+@needs_pimsim
+def test_stream_runs_to_completion_on_pimsim(lenet: Module, tmp_path: Path) -> None:
+    """pimsim-nn runs the unrolled streams to completion; with two stages the inferences
+    overlap: each one more adds less than one inference alone takes."""
+    assert PIMSIM is not None
+    got = {}
+    for m in (1, 2, COUNT):
+        ex = export_pimsim(lenet, T, inferences=m)
+        got[m] = run_chiptest(PIMSIM, write_export(ex, tmp_path / str(m)),
+                              timeout_s=300).latency_ns
+    period = (got[COUNT] - got[2]) / (COUNT - 2)
+    assert got[1] < got[2] < got[COUNT]
+    assert 0 < period < got[1]
