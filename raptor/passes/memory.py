@@ -457,7 +457,9 @@ def _addresses(storages: Sequence[_Storage], steps: int) -> int:
     breadth = np.cumsum(delta)
     rank = np.empty(len(breadth), dtype=np.int64)
     rank[np.argsort(-breadth, kind="stable")] = np.arange(len(breadth))
-    first = [int(rank[a:b + 1].min()) for a, b in zip(start.tolist(), end.tolist(), strict=True)]
+    # the fullest step of each lifetime [start, end]: one reduceat over the interleaved
+    # bounds (every other result; end + 1 < len(rank) as ends are steps)
+    first = np.minimum.reduceat(rank, np.stack([start, end + 1], axis=1).ravel())[::2].tolist()
     by_breadth = sorted(range(n), key=lambda i: (first[i], -storages[i].size, i))
     by_size = sorted(range(n), key=lambda i: (-storages[i].size, storages[i].start, i))
     meets = _meetings(storages)
