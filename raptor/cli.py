@@ -4,6 +4,7 @@ input error. Every expected failure is one clear line on stderr, never a traceba
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -831,6 +832,14 @@ def internal_error(e: BaseException) -> str:
             "with the command and its input files (--debug shows the traceback)")
 
 
+def _skip_final_collection() -> None:
+    """Freeze every live object out of the cyclic collector's reach. Re-enabling the
+    collector after a command made its next collection scan the whole heap, and the
+    interpreter collects again at exit: on ResNet-18 (a 2 GB heap of IR cycles) that was
+    5.6 s of a pipeline solve, to free memory the ending process returns anyway."""
+    gc.freeze()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -843,7 +852,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with collector_paused(), warnings.catch_warnings():  # the filters stay as they are
             warnings.showwarning = caught.show
-            return func(args)
+            try:
+                return func(args)
+            finally:
+                if argv is None:  # the `raptor` program: the process ends next
+                    _skip_final_collection()
     except CliError as e:
         err.print(str(e), markup=False)
         return e.code

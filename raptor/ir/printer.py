@@ -38,6 +38,7 @@ class Printer:
         self.depth = 0
         self.names: dict[Value, str] = {}
         self.used: set[str] = set()
+        self.added: list[str] = []  # `used` in order of use: a region drops its own on exit
         self.counter = 0
 
     # ---- names -----------------------------------------------------------
@@ -55,8 +56,9 @@ class Printer:
                     hint = cand
                     break
         self.names[v] = hint
-        if not _entry_scoped(v):
+        if not _entry_scoped(v):  # `hint` is not in `used` here
             self.used.add(hint)
+            self.added.append(hint)
         return hint
 
     def v(self, value: Value) -> str:
@@ -92,7 +94,7 @@ class Printer:
     def region(self, header: str, block: Block, show_args: bool) -> None:
         """`header {`, optional `^bb0(...)` line, nested ops, `}`."""
         self.line(header + " {")
-        outer = set(self.used)  # names are scoped: sibling regions may reuse them
+        mark = len(self.added)  # names are scoped: sibling regions may reuse them
         if show_args:
             args = ", ".join(f"{self.v(a)}: {a.type}" for a in block.args)
             self.line(f"^bb0({args}):")
@@ -100,7 +102,8 @@ class Printer:
         for op in block.ops:
             op.print(self)
         self.depth -= 1
-        self.used = outer
+        self.used.difference_update(self.added[mark:])  # not a copy per region: quadratic
+        del self.added[mark:]
         self.line("}")
 
     def text(self) -> str:

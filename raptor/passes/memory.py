@@ -391,43 +391,49 @@ class _CoreAllocator:
                           {op: Slot(s.addr, s.size) for op, s in self.staging.items()})
 
 
-FEW = 24
-"""Up to this many overlapping buffers, `_place` scans them in Python (cheaper than the
-vectorized scan's calls)."""
-
-
-def _place(storages: Sequence[_Storage], order: Sequence[int]) -> int:
-    """Give each buffer, in `order`, the lowest address free of every placed buffer whose
-    lifetime meets its own; returns the footprint."""
+def _meetings(storages: Sequence[_Storage]) -> list[list[int]]:
+    """Per buffer, the other buffers whose lifetimes meet its own. Two lifetimes meet when
+    the later-starting one starts before the other ends, so one sweep in order of start
+    finds every pair once: O(n log n + pairs), where testing every placed buffer at each
+    placement was quadratic (ResNet-18's cores hold ~2,700 buffers, each meeting ~70)."""
     n = len(storages)
-    starts = np.empty(n, dtype=np.int64)
-    ends = np.empty(n, dtype=np.int64)
-    lo = np.empty(n, dtype=np.int64)
-    hi = np.empty(n, dtype=np.int64)
+    start = np.fromiter((s.start for s in storages), np.int64, n)
+    end = np.fromiter((s.end for s in storages), np.int64, n)
+    by_start = np.lexsort((np.arange(n), start))
+    sorted_start = start[by_start]
+    upto = np.searchsorted(sorted_start, end[by_start], side="right").tolist()
+    ids = by_start.tolist()
+    meets: list[list[int]] = [[] for _ in range(n)]
+    for pos, i in enumerate(ids):
+        later = ids[pos + 1:upto[pos]]
+        meets[i].extend(later)
+        for j in later:
+            meets[j].append(i)
+    return meets
+
+
+def _place(storages: Sequence[_Storage], order: Sequence[int],
+           meets: Sequence[Sequence[int]]) -> int:
+    """Give each buffer, in `order`, the lowest address free of every placed buffer whose
+    lifetime meets its own (`meets`); returns the footprint."""
+    placed = [False] * len(storages)
+    lo = [0] * len(storages)
+    hi = [0] * len(storages)
     peak = 0
-    for k, i in enumerate(order):
+    for i in order:
         s = storages[i]
         size = _align(max(s.size, 1), ALIGN)
-        meet = np.flatnonzero((starts[:k] <= s.end) & (ends[:k] >= s.start))
-        addr = 0
         # first fit: scanning the placed buffers by address, the candidate address is the
         # highest end seen so far; the first buffer starting `size` past it leaves the gap
         # (the order among equal starts does not matter: each ends past its start)
-        if meet.size > FEW:
-            a, e = lo[meet], hi[meet]
-            at = np.argsort(a)
-            a, e = a[at], e[at]
-            seen = np.maximum.accumulate(e)
-            before = np.concatenate(([0], seen[:-1]))
-            gap = np.flatnonzero(a - before >= size)
-            addr = int(before[gap[0]]) if gap.size else max(int(seen[-1]), 0)
-        elif meet.size:
-            for x, y in sorted(zip(lo[meet].tolist(), hi[meet].tolist(), strict=True)):
-                if x - addr >= size:
-                    break
-                addr = max(addr, y)
+        addr = 0
+        for x, y in sorted([(lo[j], hi[j]) for j in meets[i] if placed[j]]):
+            if x - addr >= size:
+                break
+            if y > addr:
+                addr = y
         s.addr = addr
-        starts[k], ends[k], lo[k], hi[k] = s.start, s.end, addr, addr + size
+        placed[i], lo[i], hi[i] = True, addr, addr + size
         peak = max(peak, addr + s.size)
     return peak
 
@@ -451,14 +457,17 @@ def _addresses(storages: Sequence[_Storage], steps: int) -> int:
     breadth = np.cumsum(delta)
     rank = np.empty(len(breadth), dtype=np.int64)
     rank[np.argsort(-breadth, kind="stable")] = np.arange(len(breadth))
-    first = [int(rank[a:b + 1].min()) for a, b in zip(start.tolist(), end.tolist(), strict=True)]
+    # the fullest step of each lifetime [start, end]: one reduceat over the interleaved
+    # bounds (every other result; end + 1 < len(rank) as ends are steps)
+    first = np.minimum.reduceat(rank, np.stack([start, end + 1], axis=1).ravel())[::2].tolist()
     by_breadth = sorted(range(n), key=lambda i: (first[i], -storages[i].size, i))
     by_size = sorted(range(n), key=lambda i: (-storages[i].size, storages[i].start, i))
-    best = _place(storages, by_breadth)
+    meets = _meetings(storages)
+    best = _place(storages, by_breadth, meets)
     if best <= int(breadth.max()):  # the live peak: no order can do better
         return best
     kept = [s.addr for s in storages]
-    other = _place(storages, by_size)
+    other = _place(storages, by_size, meets)
     if other <= best:
         return other
     for s, a in zip(storages, kept, strict=True):

@@ -13,10 +13,10 @@ import pytest
 from raptor.ir.module import Module
 from raptor.ir.parser import parse_module
 from raptor.passes.memory import (
-    FEW,
     MemoryPlan,
     _addresses,
     _live_peak,
+    _meetings,
     _place,
     _Storage,
     is_contiguous,
@@ -225,18 +225,22 @@ def test_addresses_never_overlap_live_buffers() -> None:
 
 def test_place_is_first_fit_with_few_and_many_overlapping_buffers() -> None:
     """Each buffer, in the order given, gets the lowest aligned address free of every
-    earlier buffer whose lifetime meets its own: checked by brute force, with fewer and more
-    than `FEW` such buffers (the two scans `_place` uses)."""
+    earlier buffer whose lifetime meets its own: checked by brute force, with short lives
+    (few overlaps) and long ones (many); `_meetings` finds exactly the overlapping pairs."""
     rnd = random.Random(3)
-    for life in (2, 400):  # short lives: few overlaps; long: more than FEW
+    for life in (0, 2, 400):
         stores = []
         for _ in range(150):
             s = _Storage(rnd.choice([1, 4, 60, 420, 840]), rnd.randint(0, 300))
             s.end = s.start + rnd.randint(0, life)
             stores.append(s)
+        meets = _meetings(stores)
+        for i, a in enumerate(stores):
+            assert sorted(meets[i]) == [j for j, b in enumerate(stores) if j != i and
+                                        a.start <= b.end and b.start <= a.end]
         order = list(range(len(stores)))
         rnd.shuffle(order)
-        _place(stores, order)
+        _place(stores, order, meets)
         widest = 0
         for k, i in enumerate(order):
             s = stores[i]
@@ -247,7 +251,7 @@ def test_place_is_first_fit_with_few_and_many_overlapping_buffers() -> None:
             addr = min(a for a in [0, *(e for _, e in taken)]
                        if all(a + size <= x or y <= a for x, y in taken))
             assert s.addr == addr
-        assert (widest > FEW) == (life == 400)
+        assert (widest > 24) == (life == 400)
 
 
 def test_a_small_memory_is_kept_by_posting_receives_late() -> None:
