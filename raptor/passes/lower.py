@@ -1141,8 +1141,19 @@ def _identity(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 def lower(graph: PlanGraph, target: Target, layouts: LayoutChoice | None = None) -> Lowered:
     """Lower a plan graph for `target` following `layouts` (all dense when None); raises
     LoweringError for what the target cannot run."""
-    lowered = Lowering(graph, target, layouts).run()
     capacity = target.num_cores * target.crossbars_per_core
+    cells = target.crossbar_rows * target.crossbar_cols
+    # every weight value of a matrix plan occupies a crossbar cell: refuse before building
+    # tiles (a 1x1 crossbar would otherwise cost one IR tile per weight)
+    least = sum(-(-int(plan.weights["weight"].size) // cells) for plan in graph.plans
+                if plan.kind in MATRIX_KINDS and "weight" in plan.weights)
+    if least > capacity:
+        raise CapacityExceeded(
+            f"model needs at least {least} crossbars of {target.crossbar_rows}x"
+            f"{target.crossbar_cols} (one cell per weight value) but target '{target.name}' "
+            f"has {target.num_cores} cores x {target.crossbars_per_core} crossbars = "
+            f"{capacity}")
+    lowered = Lowering(graph, target, layouts).run()
     if lowered.crossbars > capacity:
         raise CapacityExceeded(
             f"model needs {lowered.crossbars} crossbars of {target.crossbar_rows}x"
