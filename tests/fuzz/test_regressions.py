@@ -244,7 +244,7 @@ def _rules(tmp_path: Path, append: str = "", drop: str = "") -> Path:
     ('(rule ((Concat x dim) (ConcatIn x i o) (Entry v e b r d c k size stride)) '
      '((Entry x (Via e i) b r d c k size stride)) :name "grow")\n', "",
      "the rules did not saturate within 33,200 matches (100 per fact loaded + 20,000); still "
-     "firing in the last iteration: 'grow' (29025 matches), 'slice-fixed-dim-all-or-none' "
+     "firing in the last iterations: 'grow' (29025 matches), 'slice-fixed-dim-all-or-none' "
      "(1692 matches), 'slice-cut-rising-family' (630 matches) (a rule that derives new facts "
      "without end?)"),
     # rows the decoder cannot place (were KeyError in canonicalize.py)
