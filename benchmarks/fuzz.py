@@ -27,7 +27,6 @@ from tests.fuzz.harness import (
     signatures,
     table,
 )
-from tests.fuzz.known import known
 from tests.fuzz.mutators import CLASSES, cases, make_case
 
 
@@ -43,7 +42,7 @@ def main() -> int:
     p.add_argument("--only", metavar="CLASS#INDEX", help="run one case and print its output")
     p.add_argument("--json", metavar="FILE", help="write every result (without file contents)")
     p.add_argument("--report", metavar="FILE", help="print the tables of an earlier --json "
-                   "file again (messages judged again, today's known classes) instead of "
+                   "file again (messages judged again) instead of "
                    "running")
     args = p.parse_args()
 
@@ -70,12 +69,11 @@ def main() -> int:
                   f"argv: {' '.join(r.case.argv)}\ninvalid: {r.case.invalid}\n"
                   f"--- stderr\n{r.stderr}")
         elif r.outcome in FAILURES or r.left_files:
-            print(f"  [{done[0]}] {r.case.name}: {r.outcome} {r.signature}"
-                  + (f" (known: {r.known})" if r.known else ""), file=sys.stderr)
+            print(f"  [{done[0]}] {r.case.name}: {r.outcome} {r.signature}", file=sys.stderr)
         if done[0] % 500 == 0:
             print(f"  {done[0]} cases, {time.monotonic() - start:.0f} s", file=sys.stderr)
 
-    run = FuzzRun(jobs=args.jobs, timeout=args.timeout, mem_mb=args.mem_mb, known=known)
+    run = FuzzRun(jobs=args.jobs, timeout=args.timeout, mem_mb=args.mem_mb)
     results = run.run(batch, progress)
     wall = time.monotonic() - start
     if args.only:
@@ -87,7 +85,7 @@ def main() -> int:
         with open(args.json, "w") as fh:
             json.dump([{"case": r.case.name, "argv": list(r.case.argv), "outcome": r.outcome,
                         "code": r.code, "signature": r.signature, "seconds": round(r.seconds, 3),
-                        "left_files": r.left_files, "known": r.known, "invalid": r.case.invalid,
+                        "left_files": r.left_files, "invalid": r.case.invalid,
                         "stderr": r.stderr[-4000:]} for r in results], fh, indent=1)
     bad = [r for r in results if r.outcome in FAILURES or r.left_files]
     return 1 if bad else 0
@@ -97,24 +95,21 @@ def print_tables(results: list[Result]) -> None:
     """The class x outcome table, then every failure, unclean and accepted signature."""
     print(table(results))
     failed = [r for r in results if r.outcome in FAILURES]
-    print(f"\n{len(failed)} failures ({sum(r.known is None for r in failed)} outside the "
-          f"known classes of tests/fuzz/known.py), "
-          f"{sum(r.left_files for r in results)} runs left files in --out")
+    print(f"\n{len(failed)} failures, {sum(r.left_files for r in results)} runs left files "
+          "in --out")
     for title, outcomes in (("Failures", FAILURES), ("Unclean messages", ("unclean",)),
                             ("Invalid models accepted", ("accepted",))):
         rows = signatures(results, outcomes)
         if not rows:
             continue
-        print(f"\n{title}:\n\n| outcome | class | signature | cases | example | known |\n"
-              "|---|---|---|---:|---|---|")
-        known_of = {(r.outcome, r.case.klass, r.signature): r.known for r in results}
+        print(f"\n{title}:\n\n| outcome | class | signature | cases | example |\n"
+              "|---|---|---|---:|---|")
         for outcome, klass, sig, n, example in rows:
-            owner = (known_of[(outcome, klass, sig)] or "").split(":")[0]
-            print(f"| {outcome} | {klass} | `{sig}` | {n} | {example} | {owner} |")
+            print(f"| {outcome} | {klass} | `{sig}` | {n} | {example} |")
 
 
 def load(path: str) -> list[Result]:
-    """Results of an earlier `--json` run, classified again against `known.py`."""
+    """Results of an earlier `--json` run, their messages judged again."""
     with open(path) as fh:
         rows = json.load(fh)
     out = []
@@ -128,10 +123,8 @@ def load(path: str) -> list[Result]:
         elif outcome in ("hang", "crash") and DUMP in row["stderr"]:
             dump = row["stderr"].split(DUMP, 1)[1]
             signature = classify(case, None, "", None, dump, outcome)[1]
-        r = Result(case, outcome, row["code"], row["stderr"], signature, row["seconds"],
-                   row["left_files"])
-        r.known = known(r)
-        out.append(r)
+        out.append(Result(case, outcome, row["code"], row["stderr"], signature, row["seconds"],
+                          row["left_files"]))
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import sys
 import traceback
@@ -19,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from raptor.driver import (
+    MAX_INPUT_ELEMENTS,
     MODES,
     PASSES,
     Compiled,
@@ -29,12 +31,13 @@ from raptor.driver import (
     import_with_inputs,
     ir_inputs,
 )
-from raptor.fileio import InputFileError, load_npz, save_npz_atomic
+from raptor.fileio import ArrayHeader, InputFileError, load_npz, read_arrays, save_npz_atomic
 from raptor.frontend.errors import FrontendError
 from raptor.gc_pause import collector_paused
 from raptor.ir.core import IRError
 from raptor.ir.module import Module
 from raptor.ir.parser import ParseError, parse_file
+from raptor.ir.types import TensorType
 from raptor.ir.verifier import verify_module
 from raptor.target import Target, TargetError, load_target, show_target
 from raptor.ui.progress import LiveProgress
@@ -155,15 +158,40 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ interpret
-def _inputs_for(path: str | None) -> dict[str, np.ndarray]:
+def _arg_key(key: str) -> str:
+    """np.savez(x, y) names positional arrays arr_0, arr_1: they stand for positions."""
+    return key[4:] if key.startswith("arr_") and key[4:].isdigit() else key
+
+
+def _inputs_for(path: str | None, module: Module) -> dict[str, np.ndarray]:
+    """The arrays of an input file for the module's main function, each header checked
+    against the argument it binds (by name, `argN` or position) before its data is read,
+    so that a header claiming gigabytes is refused without allocating them."""
     if path is None:
         return {}
+    main = module.main()
+    args = {a.name: a for a in main.args if a.name}
+    args.update({f"arg{i}": a for i, a in enumerate(main.args)})
+    args.update({str(i): a for i, a in enumerate(main.args)})
+
+    def check(header: ArrayHeader) -> None:
+        arg = args.get(_arg_key(header.key).lstrip("%"))
+        t = arg.type if arg is not None else None
+        if arg is not None and isinstance(t, TensorType) and t.is_static \
+                and header.shape != t.static_shape:
+            raise InputFileError(f"{path}: array {header.key!r} has shape "
+                                 f"{list(header.shape)} but @{main.sym_name} expects %{arg.name} "
+                                 f"(argument {main.args.index(arg)}) as {t}")
+        if math.prod(header.shape) > MAX_INPUT_ELEMENTS:
+            raise InputFileError(f"{path}: array {header.key!r} has shape "
+                                 f"{list(header.shape)}; inputs must be at most "
+                                 f"{MAX_INPUT_ELEMENTS:,} elements")
+
     try:
-        data = load_npz(path)
+        data = read_arrays(path, check)
     except ValueError as e:
         raise CliError(str(e)) from None
-    # np.savez(x, y) names positional arrays arr_0, arr_1: accept them as positions
-    return {(k[4:] if k.startswith("arr_") and k[4:].isdigit() else k): v for k, v in data.items()}
+    return {_arg_key(k): v for k, v in data.items()}
 
 
 def _target(name: str) -> Target:
@@ -252,7 +280,7 @@ def cmd_interpret(args: argparse.Namespace) -> int:
             raise CliError(str(e)) from None
     from raptor.ir.interpreter import Interpreter
 
-    inputs = _inputs_for(args.inputs)
+    inputs = _inputs_for(args.inputs, module)
     try:
         results = Interpreter(module).run(inputs)
     except ValueError as e:

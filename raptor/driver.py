@@ -176,7 +176,7 @@ def compile_model(model: str | Path, target: Target, opts: CompileOptions | None
 
 
 _POSITIONAL = re.compile(r"(?:arr|input)_(\d+)")
-_MAX_ELEMENTS = 1 << 28
+MAX_INPUT_ELEMENTS = 1 << 28
 """Largest input accepted (elements): 1 GiB of float32."""
 
 
@@ -232,10 +232,10 @@ def _check_header(path: str, header: ArrayHeader, decl: _Declared, model: str) -
         raise InputFileError(
             f"{path}: array {header.key!r} has shape {list(header.shape)} but input "
             f"{decl.name!r} of {model} is {decl.spelled()}")
-    if min(header.shape, default=1) <= 0 or math.prod(header.shape) > _MAX_ELEMENTS:
+    if min(header.shape, default=1) <= 0 or math.prod(header.shape) > MAX_INPUT_ELEMENTS:
         raise InputFileError(
             f"{path}: array {header.key!r} has shape {list(header.shape)}; inputs must be "
-            f"non-empty and at most {_MAX_ELEMENTS:,} elements")
+            f"non-empty and at most {MAX_INPUT_ELEMENTS:,} elements")
 
 
 def _read_inputs(path: str, declared: list[_Declared], model: str, allow_nonfinite: bool

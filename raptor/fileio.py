@@ -80,13 +80,18 @@ def _header(fp: BinaryIO, key: str, available: int, path: str) -> tuple[ArrayHea
     """Read an .npy header at fp; returns it with the bytes of data that follow."""
     start = fp.tell()
     version = np.lib.format.read_magic(fp)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
-    elif version == (2, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
-    else:
+    if version not in ((1, 0), (2, 0)):
         raise InputFileError(f"{path}: array {key!r} uses .npy format {version}, which is "
                              "not read (save it with numpy.save/savez)")
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+        np.lib.format.read_array_header_2_0
+    try:
+        shape, fortran, dtype = read(fp)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        # numpy parses the header with ast.literal_eval and passes its wording through
+        raise InputFileError(f"{path}: array {key!r} has a malformed .npy header (not a "
+                             "dict of descr, fortran_order and shape; save it with "
+                             "numpy.save/savez)") from None
     header = ArrayHeader(key, tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran))
     if header.dtype.kind not in _NUMERIC_KINDS or header.dtype.hasobject:
         raise InputFileError(f"{path}: array {key!r} has dtype {_dtype_text(header.dtype)}; "

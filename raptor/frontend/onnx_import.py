@@ -51,8 +51,20 @@ _RANDOM_OPS = {
 
 
 def _first_line(error: BaseException) -> str:
+    """The first sentence of an ONNX error, on one line. onnx.checker breaks a sentence
+    around the node it names ("... input 'x' of node:", "name: y OpType: Gemm", "is not
+    output of ..."): a line after one ending in ':' or ',', or starting in lower case,
+    continues it; further sentences (shape inference lists one problem per line) are left
+    out."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
+    if not lines:
+        return type(error).__name__
+    first = lines[0]
+    for line in lines[1:]:
+        if not (first.endswith((":", ",")) or line[0].islower()):
+            break
+        first = f"{first} {line}"
+    return first
 
 
 def _load(source: ModelSource) -> tuple[onnx.ModelProto, str]:
@@ -124,6 +136,8 @@ def _check_graph(model: onnx.ModelProto, label: str) -> None:
                 f"{label}: graph output {value.name!r} has element type {kind}; "
                 "only float32 outputs are computed"
             )
+    for init in graph.initializer:
+        _check_initializer(init, label)
     opset = {o.domain or "": o.version for o in model.opset_import}
     for index, proto in enumerate(graph.node):
         if proto.domain not in ("", "ai.onnx"):
@@ -145,6 +159,32 @@ def _check_graph(model: onnx.ModelProto, label: str) -> None:
                 )
         if len([o for o in node.outputs if o]) < min(schema.min_output, 1):
             raise FrontendError(f"{label}: {node.op} node {node.name!r} has no outputs")
+
+
+_PACKED = {getattr(onnx.TensorProto, name) for name in (
+    "UNDEFINED", "STRING", "COMPLEX64", "COMPLEX128", "UINT4", "INT4", "FLOAT4E2M1", "UINT2",
+    "INT2", "FLOAT6E2M3", "FLOAT6E3M2") if hasattr(onnx.TensorProto, name)}
+"""Element types whose data is not one stored value (or byte-sized value) per element."""
+
+
+def _check_initializer(init: onnx.TensorProto, label: str) -> None:
+    """The data an initializer holds agrees with its dims (the checker does not look): a
+    mismatch would surface as a numpy reshape error, a huge claim as an allocation."""
+    if init.data_location == onnx.TensorProto.EXTERNAL or init.data_type in _PACKED:
+        return
+    count = math.prod(init.dims)
+    kind = onnx.TensorProto.DataType.Name(init.data_type)
+    if init.HasField("raw_data"):
+        size = helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+        held, need, unit = len(init.raw_data), count * size, f"bytes ({count:,} x {size})"
+    else:
+        held = len(getattr(init, helper.tensor_dtype_to_field(init.data_type)))
+        need, unit = count, "values"
+    if held != need:
+        raise FrontendError(
+            f"{label}: initializer {init.name!r} ({kind}, dims {list(init.dims)}) needs "
+            f"{need:,} {unit} but holds {held:,}"
+        )
 
 
 def _default_opset(model: onnx.ModelProto, label: str) -> int:

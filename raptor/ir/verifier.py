@@ -34,6 +34,7 @@ from raptor.ir.ops import (
     LoadOp,
     ParallelInsertSliceOp,
     ReturnOp,
+    ScheduledComputeBatchOp,
     SingleComputeOp,
     StoreOp,
     StreamOp,
@@ -101,7 +102,11 @@ def _verify_op(op: Operation, rep: _Report, allow_assembly: bool) -> None:
         else:
             _check_batch(op, rep)
         if op.lanes >= 1:
-            _check_lane_slices(op, rep)
+            _check_lane_slices(op, op.lane, op.lanes, rep)
+    elif isinstance(op, ScheduledComputeBatchOp) and op.lanes >= 1 and op.body.args:
+        _check_lane_slices(op, op.body.args[0], op.lanes, rep)
+    elif isinstance(op, CoreBatchOp) and len(op.body.args) == 1:
+        _check_lane_slices(op, op.body.args[0], len(op.cores), rep)
     elif isinstance(op, BlueprintOp):
         _check_blueprint(op, rep)
     elif isinstance(op, StreamOp):
@@ -295,15 +300,25 @@ def _slice_in_bounds(offsets: Iterable[Affine], sizes: Iterable[int], strides: I
     return None
 
 
-def _check_lane_slices(op: GraphComputeBatchOp, rep: _Report) -> None:
-    """Lane-dependent slices must stay in bounds for every lane (affine: check both ends)."""
+def _check_lane_slices(op: GraphComputeBatchOp | ScheduledComputeBatchOp | CoreBatchOp,
+                       lane: Value, lanes: int, rep: _Report) -> None:
+    """Lane-dependent slices must stay in bounds for every lane (affine: check both ends):
+    extract slices of any batch, the insertions of a scheduled batch (a graph batch's are
+    checked with its publication), and the loads and stores of a core batch."""
     for inner in op.body.ops:
-        if isinstance(inner, ExtractSliceOp) and isinstance(inner.source.type, TensorType) \
-                and inner.source.type.is_static:
-            bad = _slice_in_bounds(inner.offsets, inner.sizes, inner.strides,
-                                   inner.source.type.static_shape, op.lane, op.lanes)
+        if isinstance(inner, ExtractSliceOp):
+            what, t = "slice", inner.source.type
+        elif isinstance(inner, ParallelInsertSliceOp) and isinstance(op, ScheduledComputeBatchOp):
+            what, t = "insertion", inner.dest.type
+        elif isinstance(inner, LoadOp | StoreOp) and isinstance(op, CoreBatchOp):
+            what, t = "access", inner.buffer.type
+        else:
+            continue
+        if isinstance(t, TensorType) and t.is_static:
+            bad = _slice_in_bounds(inner.offsets, inner.sizes, inner.strides, t.static_shape,
+                                   lane, lanes)
             if bad:
-                rep.add(inner, "SLICE-3", f"slice out of bounds for some lane: {bad}")
+                rep.add(inner, "SLICE-3", f"{what} out of bounds for some lane: {bad}")
 
 
 def _stream_extremes(a: Affine, ranges: dict[Value, int]) -> tuple[int, int] | None:

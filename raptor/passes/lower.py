@@ -487,8 +487,7 @@ def _group_blocks(target: Target, w: np.ndarray, group: int) -> list[GroupBlock]
     packed block-diagonally into one crossbar (one group when they do not)."""
     cout, cin_g, kh, kw = w.shape
     mg, kg = cout // group, cin_g * kh * kw
-    rows, cols = target.crossbar_rows, target.crossbar_cols
-    per = min(rows // kg, cols // mg, group) if group > 1 and kg <= rows and mg <= cols else 1
+    per = _groups_per_block(target, kg, mg, group)
     blocks = []
     for g0 in range(0, group, per):
         q = min(per, group - g0)
@@ -498,6 +497,46 @@ def _group_blocks(target: Target, w: np.ndarray, group: int) -> list[GroupBlock]
             mat[j * kg:(j + 1) * kg, j * mg:(j + 1) * mg] = gm
         blocks.append(GroupBlock(g0 * cin_g, q * cin_g, g0 * mg, mat))
     return blocks
+
+
+def _groups_per_block(target: Target, kg: int, mg: int, group: int) -> int:
+    rows, cols = target.crossbar_rows, target.crossbar_cols
+    return min(rows // kg, cols // mg, group) if group > 1 and kg <= rows and mg <= cols else 1
+
+
+def _grid_size(target: Target, k: int, m: int) -> int:
+    """Tiles `_tiles` cuts a (k, m) matrix into."""
+    return -(-k // target.crossbar_rows) * -(-m // target.crossbar_cols)
+
+
+def crossbars_needed(graph: PlanGraph, target: Target) -> int:
+    """The crossbar tiles lowering will build, by the same arithmetic as `_tiles` and
+    `_group_blocks`, without building them (a plan lowering refuses counts none)."""
+    total = 0
+    for plan in graph.plans:
+        w = plan.weights.get("weight")
+        if plan.kind not in MATRIX_KINDS or w is None:
+            continue
+        if plan.kind in ("conv", "conv_transpose") and w.ndim == 4:
+            group = int(plan.num("group"))
+            cout, cin_g, kh, kw = w.shape
+            if plan.kind == "conv_transpose":  # lowered as a conv with swapped weights
+                cout, cin_g = w.shape[1] * group, w.shape[0] // max(group, 1)
+            if group < 1 or cout % group:
+                continue
+            mg, kg = cout // group, cin_g * kh * kw
+            per = _groups_per_block(target, kg, mg, group)
+            full, rest = divmod(group, per)
+            total += full * _grid_size(target, per * kg, per * mg)
+            total += _grid_size(target, rest * kg, rest * mg) if rest else 0
+        elif plan.kind == "gemm" and w.ndim == 2:
+            total += _grid_size(target, *w.shape)
+        elif plan.kind == "matmul" and plan.inputs:
+            a = graph.values[plan.inputs[0]].shape
+            a2, b2 = (a if len(a) > 1 else (1, *a)), (w.shape if w.ndim > 1 else (*w.shape, 1))
+            batch = math.prod(np.broadcast_shapes(a2[:-2], b2[:-2]))
+            total += batch * _grid_size(target, b2[-2], b2[-1])
+    return total
 
 
 def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
@@ -1129,11 +1168,19 @@ def _identity(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 def lower(graph: PlanGraph, target: Target, layouts: LayoutChoice | None = None) -> Lowered:
     """Lower a plan graph for `target` following `layouts` (all dense when None); raises
     LoweringError for what the target cannot run."""
+    # counted before lowering: with tiny crossbars (1x1) lowering would build one IR tile
+    # per weight value, millions of objects, before finding that they do not fit
+    needed = crossbars_needed(graph, target)
+    _check_capacity(needed, target)
     lowered = Lowering(graph, target, layouts).run()
+    _check_capacity(lowered.crossbars, target)
+    return lowered
+
+
+def _check_capacity(needed: int, target: Target) -> None:
     capacity = target.num_cores * target.crossbars_per_core
-    if lowered.crossbars > capacity:
+    if needed > capacity:
         raise CapacityExceeded(
-            f"model needs {lowered.crossbars} crossbars of {target.crossbar_rows}x"
+            f"model needs {needed} crossbars of {target.crossbar_rows}x"
             f"{target.crossbar_cols} but target '{target.name}' has {target.num_cores} cores x "
             f"{target.crossbars_per_core} crossbars = {capacity}")
-    return lowered

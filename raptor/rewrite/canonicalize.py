@@ -30,7 +30,7 @@ from raptor.ir.ops import (
 )
 from raptor.ir.rewriting import drop_dead, replace_uses
 from raptor.ir.types import INDEX, TensorType
-from raptor.rewrite.eggfile import load_program
+from raptor.rewrite.eggfile import RuleError, RuleProgram, load_program
 from raptor.rewrite.schema import CANONICALIZE
 
 _Ent = tuple[tuple[int, int], dict[int, tuple[int, int, int, int]], tuple[int, int]]
@@ -40,6 +40,10 @@ _Ent = tuple[tuple[int, int], dict[int, tuple[int, int, int, int]], tuple[int, i
 
 class CanonicalizeError(Exception):
     """The graph cannot be canonicalized (an invalid producer; nothing repairs it)."""
+
+
+class _Undecodable(Exception):
+    """A derived row that names something the IR does not have (a user rule's doing)."""
 
 
 @dataclass
@@ -190,6 +194,16 @@ def _canonicalize_func(
     program.load_facts(CANONICALIZE, facts.rows)
     for rule, n in program.run_schedule().items():
         stats.fired[rule] = stats.fired.get(rule, 0) + n
+    try:
+        _rebuild(func, facts, program, stats)
+    except _Undecodable as e:
+        raise RuleError(f"{program.where}: error: the rules derived {e}; Raptor cannot "
+                        "rebuild the IR from it") from None
+
+
+def _rebuild(func: FuncOp, facts: _Facts, program: RuleProgram, stats: CanonStats) -> None:
+    """Rebuild `func` from the derived tables; rows naming what the IR does not have raise
+    `_Undecodable`."""
     read = {rel.name: rel for rel in CANONICALIZE.reads}
 
     phys: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
@@ -200,6 +214,8 @@ def _canonicalize_func(
         ent = entries[val].setdefault(eid, ((bi, ri), {}, (0, 0)))
         ent[1][di] = (ci, ki, size, stride)
     for val, eid, lo, hi in program.rows(read["EntrySlots"]):
+        if eid not in entries.get(val, {}):
+            raise _Undecodable(f"EntrySlots for value {val} without an Entry")
         key, dims, _ = entries[val][eid]
         entries[val][eid] = (key, dims, (lo, hi))
     blocked = {x for (x,) in program.rows(read["Blocked"])}
@@ -230,7 +246,11 @@ def _canonicalize_func(
         new_ops.append(op)
     func.body.ops = new_ops
     for m, src in program.rows(read["Identity"]):
-        mat = facts.materializations[m]
+        mat = facts.materializations.get(m)
+        if mat is None:
+            raise _Undecodable(f"Identity {m} {src}, but value {m} is not a materialize_layout")
+        if not 0 <= src < len(facts.values):
+            raise _Undecodable(f"Identity {m} {src}, but there is no value {src}")
         replace_uses(func.body, mat.result, facts.values[src])
         stats.identities += 1
     drop_dead(func.body)
@@ -248,14 +268,17 @@ def _make_physical(
     lane = op.lane
     new_outs, new_args, bps = [], [], []
     for r, logical in enumerate(op.outs):
-        dims = phys[(b, r)]
+        dims = phys.get((b, r), {})
+        pub = _publication(op, r)
+        frag = pub.source.type
+        assert isinstance(frag, TensorType)
+        if sorted(dims) != list(range(frag.rank + 1)):
+            raise _Undecodable(f"PhysDim dims {sorted(dims)} for batch {b} result {r}; its "
+                               f"physical result has dims 0..{frag.rank}")
         ptype = TensorType(tuple(dims[d] for d in range(len(dims))), logical.tensor.dtype)
         pval = Value(ptype, (logical.name or "p") + "_frags" if logical.name else None)
         parg = Value(ptype, "out")
-        pub = _publication(op, r)
         pub.dest = parg
-        frag = pub.source.type
-        assert isinstance(frag, TensorType)
         pub.offsets = (Affine(0, ((1, lane),)),) + (Affine(0),) * frag.rank
         pub.sizes = (1, *frag.static_shape)
         pub.strides = (1,) * (frag.rank + 1)
@@ -300,7 +323,13 @@ def _blueprint(result: Value, ent: dict[object, _Ent],
     entries = []
     for src_key, dims, (lo, hi) in sorted(
             ent.values(), key=lambda e: (e[0], e[2], sorted(e[1].items()))):
-        src = physical[src_key]
+        src = physical.get(src_key)
+        if src is None:
+            raise _Undecodable(f"an Entry of a value from batch {src_key[0]} result "
+                               f"{src_key[1]}, which is not a physical batch result before it")
+        if sorted(dims) != list(range(len(dims))):
+            raise _Undecodable(f"an Entry from batch {src_key[0]} result {src_key[1]} with "
+                               f"dims {sorted(dims)}")
         if src not in sources:
             sources.append(src)
         var = Value(INDEX, "s")

@@ -38,13 +38,13 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 OUTCOMES = ("hang", "crash", "oom", "traceback", "accepted", "unclean", "error", "ok")
 FAILURES = ("hang", "crash", "oom", "traceback")
-"""Outcomes the fuzz suite must never see (outside the known classes, see `known.py`)."""
+"""Outcomes the fuzz suite must never see."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,6 @@ class Result:
     left_files: bool = False
     """A run that failed before writing results (exit 2, traceback, hang, crash) left files
     in --out."""
-    known: str | None = None
-    """The known-class description (from `known.py`) this failure matches, if any."""
 
 
 # ------------------------------------------------------------------ classification
@@ -357,7 +355,6 @@ class FuzzRun:
     mem_mb: int = 2048
     recycle: int = 300
     """Cases per worker before it is replaced (leaks in one case must not fail later ones)."""
-    known: Callable[[Result], str | None] = field(default=lambda r: None)
     entry: str = "raptor.cli:main"
     """`module:function` the workers call with each case's argv (the harness's own test
     points it elsewhere)."""
@@ -458,7 +455,6 @@ class FuzzRun:
             stderr += DUMP + dump[-3000:]
         res = Result(job.case, outcome, code, stderr[-6000:], signature,
                      time.monotonic() - job.started, left_files=left and failed_early)
-        res.known = self.known(res)
         shutil.rmtree(job.case_dir, ignore_errors=True)
         return res
 

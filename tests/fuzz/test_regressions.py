@@ -1,18 +1,25 @@
-"""One minimal input per failure class the fuzz suite found in the target, the command
-line's last line of defence, warnings, the mesh tables and the simulator's buffers: the exact
-one-line message and exit code, and nothing left in --out."""
+"""One minimal input per failure class the fuzz suite found: targets, the command line's last
+line of defence, warnings, the mesh tables, the simulator's buffers, crossbar capacity, rule
+files, input files, ONNX models and IR text. Each asserts the exact one-line message and exit
+code, and nothing left in --out."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import time
 import warnings
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 import raptor.cli as cli
 from raptor.ir.parser import parse_module
+from raptor.rewrite.eggfile import shipped_rules_dir
 from raptor.sim import SimError, Simulator
 from raptor.solver.mesh import Mesh, nearest_cores
 from raptor.target import Target, load_target
@@ -205,3 +212,136 @@ def test_target_toml_round_trip_quotes_names(tmp_path: Path) -> None:
     path = tmp_path / "t.toml"
     path.write_text(t.to_toml(), encoding="utf-8")
     assert load_target(str(path)) == t
+
+
+# ------------------------------------------------------------------ crossbar capacity
+def test_tiny_crossbars_are_refused_before_lowering(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """1x1 crossbars: the tiles are counted before any is built (was 12-27 s of lowering
+    and a hang in the campaign's `min-all` targets)."""
+    t = _target(tmp_path, "crossbar_rows = 1\ncrossbar_cols = 1\ncrossbars_per_core = 1\n")
+    out = tmp_path / "out"
+    start = time.perf_counter()
+    code, _, err = run(["solve", MLP, "--target", t, "--out", str(out)], capsys)
+    assert (code, err) == (1, f"{MLP}: model needs 81200 crossbars of 1x1 but target 't' has "
+                              "64 cores x 1 crossbars = 64\n")
+    assert time.perf_counter() - start < 5 and not out.exists()
+
+
+# ------------------------------------------------------------------ rule files
+def _rules(tmp_path: Path, append: str = "", drop: str = "") -> Path:
+    rules = tmp_path / "rules"
+    shutil.copytree(shipped_rules_dir(), rules)
+    canon = rules / "canonicalize.egg"
+    text = canon.read_text()
+    assert drop in text
+    canon.write_text(text.replace(drop, "") + append)
+    return canon
+
+
+@pytest.mark.parametrize(("append", "drop", "message"), [
+    # a join that feeds itself: each iteration triples (was a hang in one iteration)
+    ('(rule ((Concat x dim) (ConcatIn x i o) (Entry v e b r d c k size stride)) '
+     '((Entry x (Via e i) b r d c k size stride)) :name "grow")\n', "",
+     "the rules did not saturate within 33,200 matches (100 per fact loaded + 20,000); still "
+     "firing in the last iterations: 'grow' (29025 matches), 'slice-fixed-dim-all-or-none' "
+     "(1692 matches), 'slice-cut-rising-family' (630 matches) (a rule that derives new facts "
+     "without end?)"),
+    # rows the decoder cannot place (were KeyError in canonicalize.py)
+    ('(rule ((BatchValue v b r)) ((Identity v v)) :name "same")\n', "",
+     "the rules derived Identity 3 3, but value 3 is not a materialize_layout; Raptor cannot "
+     "rebuild the IR from it"),
+    ("", '(rule ((Batch b n) (FragDim b r 0 e)) ((PhysDim b r 0 n)) :name "physical-slot-dim")',
+     "the rules derived PhysDim dims [1, 2, 3, 4] for batch 0 result 0; its physical result "
+     "has dims 0..4; Raptor cannot rebuild the IR from it"),
+])
+def test_rules_that_break_the_decoder_one_line_exit_1(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], append: str, drop: str,
+        message: str) -> None:
+    canon = _rules(tmp_path, append, drop)
+    code, _, err = run(["rules", "check", str(canon.parent)], capsys)
+    assert (code, err) == (1, f"{canon}: error: {message}\n")
+
+
+# ------------------------------------------------------------------ input files
+def _npy_header(header: str) -> bytes:
+    body = header.encode("latin1")
+    body += b" " * (-(10 + len(body) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
+
+
+@pytest.mark.parametrize(("header", "message"), [
+    # a header claiming 1 GiB for the IR interpreter (was MemoryError reading the member)
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (16384, 16384), }",
+     "{x}: array 'x' has shape [16384, 16384] but @main expects %x (argument 0) as "
+     "tensor<16x4xf32>"),
+    # code in the header (was numpy's "malformed node or string ... <ast.Call object>")
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': __import__('os'), }",
+     "{x}: array 'x' has a malformed .npy header (not a dict of descr, fortran_order and "
+     "shape; save it with numpy.save/savez)"),
+])
+def test_bad_spat_inputs_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         header: str, message: str) -> None:
+    x = tmp_path / "x.npz"
+    with zipfile.ZipFile(x, "w") as archive:
+        archive.writestr("x.npy", _npy_header(header))
+    code, _, err = run(["interpret", str(EXAMPLES / "column_pairs.spat"), "--inputs", str(x)],
+                       capsys)
+    assert (code, err) == (2, message.format(x=x) + "\n")
+
+
+# ------------------------------------------------------------------ ONNX models
+def _mlp(tmp_path: Path, edit: Callable[[onnx.ModelProto], None]) -> str:
+    model = onnx.load(MLP)
+    edit(model)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    return str(path)
+
+
+def _reverse_nodes(model: onnx.ModelProto) -> None:
+    nodes = list(model.graph.node)[::-1]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+
+
+def _long_initializer(model: onnx.ModelProto) -> None:
+    init = model.graph.initializer[0]
+    init.raw_data = init.raw_data * 2
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    # onnx.checker's sentence broken over three lines (was a heading ending in "node:")
+    (_reverse_nodes, "{m}: invalid ONNX model (onnx.checker): Nodes in a graph must be "
+     "topologically sorted, however input 'relu8' of node: name: gemm11 OpType: Gemm is not "
+     "output of any previous nodes."),
+    # more data than the dims hold (the checker passes it; was numpy's "cannot reshape")
+    (_long_initializer, "{m}: initializer 'w1' (FLOAT, dims [200, 196]) needs 156,800 bytes "
+     "(39,200 x 4) but holds 313,600"),
+])
+def test_bad_models_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    edit: Callable[[onnx.ModelProto], None], message: str
+                                    ) -> None:
+    m = _mlp(tmp_path, edit)
+    out = tmp_path / "out"
+    code, _, err = run(["solve", m, "--out", str(out)], capsys)
+    assert (code, err) == (2, message.format(m=m) + "\n")
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ IR text
+def test_lane_count_beyond_the_slices_is_a_diagnostic(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """A scheduled batch whose lanes index past its operands (was numpy's "cannot
+    reshape" from the interpreter)."""
+    golden = Path(__file__).resolve().parents[1] / "ir" / "golden" / "scheduled.spat"
+    spat = tmp_path / "case.spat"
+    spat.write_text(golden.read_text().replace("lanes(2)", "lanes(65536)"))
+    code, _, err = run(["interpret", str(spat)], capsys)
+    assert code == 1
+    assert [ln for ln in err.splitlines() if ": error: " in ln] == [
+        f"{spat}:20:12: error: [SLICE-3] slice out of bounds for some lane: dimension 1 "
+        "reaches [0, 131070] outside 0..3",
+        f"{spat}:21:7: error: [SLICE-3] insertion out of bounds for some lane: dimension 1 "
+        "reaches [0, 65535] outside 0..1"]

@@ -5,6 +5,7 @@ are listed (with their reason) in tests/frontend/test_onnx_backend.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from raptor.frontend import import_onnx
 from raptor.ir.interpreter import Interpreter
 from raptor.ir.verifier import verify_module
 from raptor.passes.layout import select_layouts
-from raptor.passes.lower import lower
+from raptor.passes.lower import crossbars_needed, lower
 from raptor.rewrite.canonicalize import canonicalize
 from raptor.target import load_target
 
@@ -66,3 +67,17 @@ def test_interpret_check_cli(case: OnnxCase, tmp_path: Path,
     with np.load(tmp_path / "y.npz") as y:
         for name, want in case.outputs.items():
             np.testing.assert_allclose(y[name], want, rtol=1e-3, atol=1e-4)
+
+
+MATRIX = [c for c in SUPPORTED if c.op in ("Conv", "ConvTranspose", "Gemm", "MatMul")]
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=lambda c: c.name)
+def test_crossbars_are_counted_before_lowering(case: OnnxCase) -> None:
+    """`lower` refuses a target on `crossbars_needed` before building any tile: the count
+    must be the tiles lowering builds, for any crossbar size."""
+    graph = import_onnx(case.model)
+    for rows, cols in ((128, 128), (5, 3), (1, 2)):
+        target = replace(load_target("default"), crossbar_rows=rows, crossbar_cols=cols,
+                         crossbars_per_core=65536)
+        assert crossbars_needed(graph, target) == lower(graph, target).crossbars

@@ -105,7 +105,7 @@ def test_rules_that_never_saturate_stop(rules_copy: Path,
                      ':name "forever")\n')
     (error,) = check_rules(rules_copy)
     assert re.fullmatch(re.escape(f"{canon}: error: the rules did not saturate within 300 "
-                                  "iterations; still firing in the last iteration: 'forever' (")
+                                  "iterations; still firing in the last iterations: 'forever' (")
                         + r"\d+ matches\) \(a rule that derives new facts without end\?\)", error)
 
 
