@@ -50,8 +50,10 @@ class VerificationFailed(Exception):
     """A pass produced IR that does not verify (a compiler bug, reported with diagnostics)."""
 
     def __init__(self, after: str, diagnostics: list[Diagnostic]) -> None:
-        head = f"IR does not verify after pass '{after}':"
-        super().__init__("\n".join([head, *(str(d) for d in diagnostics[:20])]))
+        first = str(diagnostics[0]).splitlines()[0] if diagnostics else "no diagnostics"
+        more = f" (and {len(diagnostics) - 1} more)" if len(diagnostics) > 1 else ""
+        super().__init__(f"IR does not verify after pass '{after}': {first}{more}; "
+                         "this is a compiler bug, please report it with the model")
         self.diagnostics = diagnostics
 
 

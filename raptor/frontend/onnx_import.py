@@ -619,9 +619,14 @@ class _Importer:
             evaluator = ReferenceEvaluator(node.proto, opsets={"": self.opset})
             results = evaluator.run(None, feeds)
         except Exception as error:
+            # the reference implementation's own checks raise ValueError and friends with
+            # a reason; its Python internals (IndexError, KeyError, ...) say nothing useful
+            why = (_first_line(error) if not isinstance(error, LookupError | TypeError |
+                                                        AttributeError)
+                   else "ONNX's reference implementation cannot evaluate it with inputs of "
+                   "shapes " + ", ".join(str(list(np.shape(v))) for v in feeds.values()))
             raise FrontendError(
-                f"{node.op} node {node.name!r}: cannot fold this all-constant node: "
-                f"{_first_line(error)}"
+                f"{node.op} node {node.name!r}: cannot fold this all-constant node: {why}"
             ) from error
         for name, result in zip(node.outputs, results, strict=False):
             if name:
@@ -1411,6 +1416,13 @@ def _concat(b: _Importer, node: _Node) -> None:
     parts = [b.act(node, i) for i in range(len(node.inputs))]
     rank = len(parts[0].shape)
     axis = _norm_axis(node, node.attr_int("axis", 0), rank)
+    for p in parts[1:]:
+        if len(p.shape) != rank or any(a != c for k, (a, c) in
+                                       enumerate(zip(p.shape, parts[0].shape, strict=True))
+                                       if k != axis):
+            raise FrontendError(
+                f"Concat node {node.name!r}: input shapes "
+                f"{', '.join(str(list(q.shape)) for q in parts)} differ outside axis {axis}")
     shape = list(parts[0].shape)
     shape[axis] = sum(p.shape[axis] for p in parts)
     attrs: dict[str, object] = {"axis": axis}

@@ -407,6 +407,9 @@ class ParallelInsertSliceOp(Strided):
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
 
+    def verify(self) -> None:
+        self.check_region(self.dest, self.source.type, "published")
+
 
 @op_def
 class ReshapeOp(Operation):
