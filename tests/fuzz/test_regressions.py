@@ -24,6 +24,8 @@ from raptor.sim import SimError, Simulator
 from raptor.solver.mesh import Mesh, nearest_cores
 from raptor.target import Target, load_target
 
+from .mutators import make_case
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MLP = str(EXAMPLES / "mlp.onnx")
 HINT = ("this is a bug in Raptor, please report it with the command and its input files "
@@ -345,3 +347,32 @@ def test_lane_count_beyond_the_slices_is_a_diagnostic(tmp_path: Path,
         "reaches [0, 131070] outside 0..3",
         f"{spat}:21:7: error: [SLICE-3] insertion out of bounds for some lane: dimension 1 "
         "reaches [0, 65535] outside 0..1"]
+
+
+# ------------------------------------------------------------------ campaign cases
+@pytest.mark.parametrize(("case", "code", "message"), [
+    # a publication whose sizes do not match its source (was numpy's "cannot reshape")
+    ("ir#1422", 1, "{dir}/case.spat:6:5: error: [SLICE-2] published tensor<16x1xf32> does not "
+     "match the region sizes [16, 0] of tensor<16x2xf32>"),
+    # a Conv fed two constants (was the reference evaluator's "tuple index out of range")
+    ("onnx#1437", 2, "{dir}/model.onnx: Conv node '/stem/stem.0/Conv': cannot fold this "
+     "all-constant node: ONNX's reference implementation cannot evaluate it with inputs of "
+     "shapes [16, 3, 3, 3], [16]"),
+    # onnxruntime fails on the reference run: a note, and no raw native log line on stderr
+    ("onnx#305", 0, "note: batch dimension 'batch' of input 'x' bound to 1 (--input-shape "
+     "sets another size)"),
+    # Concat of shapes that differ off its axis (was invalid IR after lowering, two lines)
+    ("onnx#322", 2, "{dir}/model.onnx: Concat node '/Concat': input shapes [1, 8, 16, 7], "
+     "[1, 8, 16, 8] differ outside axis 1"),
+])
+def test_last_campaign_cases_one_line(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                      case: str, code: int, message: str) -> None:
+    """The campaign's last unclean cases (seed 1), rebuilt from their seeds; `capfd` sees
+    what native code writes to file descriptor 2."""
+    klass, index = case.split("#")
+    made = make_case(klass, 1, int(index))
+    for name, data in made.files.items():
+        (tmp_path / name).write_bytes(data)
+    argv = [a.format(dir=tmp_path, out=tmp_path / "out") for a in made.argv]
+    assert cli.main(argv) == code
+    assert capfd.readouterr().err == message.format(dir=tmp_path) + "\n"
