@@ -33,7 +33,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from raptor.passes.stream import StreamInfo
+from raptor.passes.stream import LoadGroup, StreamInfo
 from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
@@ -67,33 +67,27 @@ def steady_period(ends: Sequence[int], fill: int) -> int | None:
     return int(statistics.median(tail))
 
 
-def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
-                    start: Sequence[int], stage_of: Sequence[int], info: StreamInfo,
-                    inferences: int, ring: int, stages: int,
-                    sends: Mapping[tuple[int, int], tuple[int, int]] | None = None
-                    ) -> StreamEstimate:
-    """Play the stream program of a pipeline placement (see the module docstring).
-    `start` are the planned starts that ordered each core's events, `info` the boundary
-    plan materialization returned, `sends` where the program sends each stage-internal
-    message ((fragment, consumer core) -> (task after whose step it is sent, rank), as
-    `raptor.solver.comm.Replay.sends`; default: right after its producer)."""
-    graph.freeze()
-    n_tasks = graph.num_tasks
-    dur = graph.durations(core_of)
-    wait_ns = shared_read_ns(target, COUNTER_BYTES)
-    signal_ns = shared_write_ns(target, COUNTER_BYTES)
-    # one iteration's steps: tasks 0..n-1, then load groups n..n+G-1
-    groups = info.groups
-    G = len(groups)
+def _per_core_steps(n_tasks: int, core_of: Sequence[int], start: Sequence[int],
+                    groups: Sequence[LoadGroup]) -> dict[int, list[int]]:
+    """Each core's steps of one iteration in program order: tasks 0..n-1 by planned start,
+    then load groups n..n+G-1 at their keys."""
     keys: list[tuple[tuple[int, int, int], int]] = [((start[t], 1, t), t) for t in range(n_tasks)]
     keys += [(g.key, n_tasks + i) for i, g in enumerate(groups)]
     core_step = [core_of[t] for t in range(n_tasks)] + [g.consumer for g in groups]
     per_core: dict[int, list[int]] = {}
     for _, step in sorted(keys, key=lambda k: (core_step[k[1]], k[0])):
         per_core.setdefault(core_step[step], []).append(step)
-    # stage-internal messages a task waits for: (the step its sender sends it after, delay
-    # after that step ends); a send the flow control held follows a later step of its core
-    waits: list[list[tuple[int, int]]] = [[] for _ in range(n_tasks)]
+    return per_core
+
+
+def _message_waits(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+                   stage_of: Sequence[int],
+                   sends: Mapping[tuple[int, int], tuple[int, int]] | None
+                   ) -> list[list[tuple[int, int]]]:
+    """The stage-internal messages each task waits for: (the step its sender sends it after,
+    delay after that step ends); a send the flow control held follows a later step of its
+    core."""
+    waits: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_tasks)]
     for t, frags in enumerate(graph.reads):
         q = core_of[t]
         for f in frags:
@@ -103,8 +97,13 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                 at = sends.get((f, q)) if sends is not None else None
                 waits[t].append((u if at is None else at[0],
                                  target.transfer_ns(frag.bytes, core_of[u], q)))
-    signaller = {k: u for u, ks in info.ready_signals.items() for k in ks}
-    # a topological order of one iteration: core order, messages, READY
+    return waits
+
+
+def _iteration_order(per_core: dict[int, list[int]], waits: list[list[tuple[int, int]]],
+                     groups: Sequence[LoadGroup], signaller: Mapping[int, int]) -> list[int]:
+    """A topological order of one iteration's steps: core order, messages, READY."""
+    n_tasks, G = len(waits), len(groups)
     succ: list[list[int]] = [[] for _ in range(n_tasks + G)]
     indeg = [0] * (n_tasks + G)
 
@@ -131,6 +130,30 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                 stack.append(b)
     if len(order) != n_tasks + G:
         raise ValueError("the stream program's per-core order contradicts its dependencies")
+    return order
+
+
+def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+                    start: Sequence[int], stage_of: Sequence[int], info: StreamInfo,
+                    inferences: int, ring: int, stages: int,
+                    sends: Mapping[tuple[int, int], tuple[int, int]] | None = None
+                    ) -> StreamEstimate:
+    """Play the stream program of a pipeline placement (see the module docstring).
+    `start` are the planned starts that ordered each core's events, `info` the boundary
+    plan materialization returned, `sends` where the program sends each stage-internal
+    message ((fragment, consumer core) -> (task after whose step it is sent, rank), as
+    `raptor.solver.comm.Replay.sends`; default: right after its producer)."""
+    graph.freeze()
+    n_tasks = graph.num_tasks
+    dur = graph.durations(core_of)
+    wait_ns = shared_read_ns(target, COUNTER_BYTES)
+    signal_ns = shared_write_ns(target, COUNTER_BYTES)
+    groups = info.groups
+    G = len(groups)
+    per_core = _per_core_steps(n_tasks, core_of, start, groups)
+    waits = _message_waits(graph, target, core_of, stage_of, sends)
+    signaller = {k: u for u, ks in info.ready_signals.items() for k in ks}
+    order = _iteration_order(per_core, waits, groups, signaller)
     prev_on_core: dict[int, int] = {}
     for steps in per_core.values():
         for a, b in itertools.pairwise(steps):
