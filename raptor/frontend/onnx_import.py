@@ -253,83 +253,10 @@ def _bind_shapes(
             )
     params: dict[str, int] = {}
     for value in declared:
-        tensor = value.type.tensor_type
-        if not value.type.HasField("tensor_type"):
-            raise FrontendError(f"{label}: input {value.name!r} is not a tensor")
-        if tensor.elem_type != onnx.TensorProto.FLOAT:
-            kind = onnx.TensorProto.DataType.Name(tensor.elem_type)
-            raise FrontendError(
-                f"{label}: input {value.name!r} has element type {kind} and no value; only "
-                "float32 inputs are computed, other inputs are bound as constants: supply it "
-                "with --inputs X.npz or --constants C.npz"
-            )
-        if not tensor.HasField("shape"):
-            if value.name in fixed:
-                for size in fixed[value.name]:
-                    tensor.shape.dim.add().dim_value = int(size)
-                continue
-            raise FrontendError(
-                f"{label}: input {value.name!r} has no declared shape; give it with "
-                f"--input-shape {value.name}=AxBx..."
-            )
-        dims = tensor.shape.dim
-        shape = value.name in fixed and [int(d) for d in fixed[value.name]]
-        if shape and len(shape) != len(dims):
-            raise FrontendError(
-                f"{label}: input {value.name!r} has rank {len(dims)} (shape "
-                f"[{', '.join(spell_dim(d) for d in dims)}]) but the given shape "
-                f"{'x'.join(map(str, shape))} has rank {len(shape)}"
-            )
-        for axis, dim in enumerate(dims):
-            if shape and _param(dim):
-                known = params.setdefault(_param(dim), shape[axis])
-                if known != shape[axis]:
-                    raise FrontendError(
-                        f"{label}: dimension {_param(dim)!r} is given as both {known} and "
-                        f"{shape[axis]} (input {value.name!r}, axis {axis})"
-                    )
-    notes = []
+        _fixed_params(value, label, fixed, params)
+    notes: list[str] = []
     for value in declared:
-        dims = value.type.tensor_type.shape.dim
-        spelled = f"[{', '.join(spell_dim(d) for d in dims)}]"
-        shape = value.name in fixed and [int(d) for d in fixed[value.name]]
-        for axis, dim in enumerate(dims):
-            param = _param(dim)
-            if shape:
-                size = shape[axis]
-                if not _dynamic(dim) and dim.dim_value != size:
-                    raise FrontendError(
-                        f"{label}: input {value.name!r} has size {dim.dim_value} at axis "
-                        f"{axis} (shape {spelled}), but the given shape has {size}"
-                    )
-            elif not _dynamic(dim):
-                size = dim.dim_value
-            elif param in params:
-                size = params[param]
-            elif axis == 0:
-                size = 1
-                what = f"{param!r}" if param else spell_dim(dim)
-                notes.append(
-                    f"batch dimension {what} of input {value.name!r} bound to 1 "
-                    f"(--input-shape sets another size)"
-                )
-            else:
-                what = "-1 (dynamic)" if dim.WhichOneof("value") == "dim_value" else (
-                    f"{param!r}" if param else "'?' (unnamed)"
-                )
-                raise FrontendError(
-                    f"{label}: input {value.name!r} has a dynamic dimension {what} at axis "
-                    f"{axis} (shape {spelled}); set it with {_shape_hint(value.name, dims)}"
-                    " or supply the input with --inputs"
-                )
-            if size <= 0:
-                raise FrontendError(
-                    f"{label}: input {value.name!r} would have size {size} at axis {axis} "
-                    f"(shape {spelled}); zero-size tensors are not supported"
-                )
-            if param:
-                params[param] = size
-            dim.dim_value = size
+        _bind_input(value, label, fixed, params, notes)
     for value in graph.output:
         for dim in value.type.tensor_type.shape.dim:
             if _param(dim) in params:
@@ -338,6 +265,93 @@ def _bind_shapes(
                 dim.Clear()
     del graph.value_info[:]
     return notes
+
+
+def _fixed_params(value: onnx.ValueInfoProto, label: str, fixed: Mapping[str, Sequence[int]],
+                  params: dict[str, int]) -> None:
+    """Check one input's type and given shape; record the sizes its shape gives to symbolic
+    dimensions (a shape-less input takes the given shape as declared)."""
+    tensor = value.type.tensor_type
+    if not value.type.HasField("tensor_type"):
+        raise FrontendError(f"{label}: input {value.name!r} is not a tensor")
+    if tensor.elem_type != onnx.TensorProto.FLOAT:
+        kind = onnx.TensorProto.DataType.Name(tensor.elem_type)
+        raise FrontendError(
+            f"{label}: input {value.name!r} has element type {kind} and no value; only "
+            "float32 inputs are computed, other inputs are bound as constants: supply it "
+            "with --inputs X.npz or --constants C.npz"
+        )
+    if not tensor.HasField("shape"):
+        if value.name in fixed:
+            for size in fixed[value.name]:
+                tensor.shape.dim.add().dim_value = int(size)
+            return
+        raise FrontendError(
+            f"{label}: input {value.name!r} has no declared shape; give it with "
+            f"--input-shape {value.name}=AxBx..."
+        )
+    dims = tensor.shape.dim
+    shape = value.name in fixed and [int(d) for d in fixed[value.name]]
+    if shape and len(shape) != len(dims):
+        raise FrontendError(
+            f"{label}: input {value.name!r} has rank {len(dims)} (shape "
+            f"[{', '.join(spell_dim(d) for d in dims)}]) but the given shape "
+            f"{'x'.join(map(str, shape))} has rank {len(shape)}"
+        )
+    for axis, dim in enumerate(dims):
+        if shape and _param(dim):
+            known = params.setdefault(_param(dim), shape[axis])
+            if known != shape[axis]:
+                raise FrontendError(
+                    f"{label}: dimension {_param(dim)!r} is given as both {known} and "
+                    f"{shape[axis]} (input {value.name!r}, axis {axis})"
+                )
+
+
+def _bind_input(value: onnx.ValueInfoProto, label: str, fixed: Mapping[str, Sequence[int]],
+                params: dict[str, int], notes: list[str]) -> None:
+    """Set every dimension of one input: given, declared, named elsewhere, or a batch of 1
+    (with a note); any other open dimension is an error saying how to set it."""
+    dims = value.type.tensor_type.shape.dim
+    spelled = f"[{', '.join(spell_dim(d) for d in dims)}]"
+    shape = value.name in fixed and [int(d) for d in fixed[value.name]]
+    for axis, dim in enumerate(dims):
+        param = _param(dim)
+        if shape:
+            size = shape[axis]
+            if not _dynamic(dim) and dim.dim_value != size:
+                raise FrontendError(
+                    f"{label}: input {value.name!r} has size {dim.dim_value} at axis "
+                    f"{axis} (shape {spelled}), but the given shape has {size}"
+                )
+        elif not _dynamic(dim):
+            size = dim.dim_value
+        elif param in params:
+            size = params[param]
+        elif axis == 0:
+            size = 1
+            what = f"{param!r}" if param else spell_dim(dim)
+            notes.append(
+                f"batch dimension {what} of input {value.name!r} bound to 1 "
+                f"(--input-shape sets another size)"
+            )
+        else:
+            what = "-1 (dynamic)" if dim.WhichOneof("value") == "dim_value" else (
+                f"{param!r}" if param else "'?' (unnamed)"
+            )
+            raise FrontendError(
+                f"{label}: input {value.name!r} has a dynamic dimension {what} at axis "
+                f"{axis} (shape {spelled}); set it with {_shape_hint(value.name, dims)}"
+                " or supply the input with --inputs"
+            )
+        if size <= 0:
+            raise FrontendError(
+                f"{label}: input {value.name!r} would have size {size} at axis {axis} "
+                f"(shape {spelled}); zero-size tensors are not supported"
+            )
+        if param:
+            params[param] = size
+        dim.dim_value = size
 
 
 def _bind_constants(
