@@ -108,28 +108,15 @@ func.func @main() -> tensor<1x128xf32> {
 }
 """
 
-SEND_THEN_LOAD = """
-func.func @main(%in: tensor<1x128xf32>) -> tensor<1x128xf32> {
-  %o = pim.alloc_shared : tensor<1x128xf32>
-  pim.core 0 {
-    %r = spat.scheduled_compute ins() -> tensor<1x128xf32> {
-    ^bb0():
-      %e = tensor.empty : tensor<1x128xf32>
-      spat.yield %e : tensor<1x128xf32>
-    }
-    spat.channel_send %r to core(63) channel(0) : tensor<1x128xf32>
+SEND_THEN_LOAD = SEND.replace(  # SEND, then core 0 loads a graph input
+    "func.func @main()", "func.func @main(%in: tensor<1x128xf32>)").replace(
+    "channel(0) : tensor<1x128xf32>\n", """channel(0) : tensor<1x128xf32>
     %l = spat.scheduled_compute ins() -> tensor<1x128xf32> {
     ^bb0():
       %x = pim.load %in[0, 0] [1, 128] [1, 1] : tensor<1x128xf32> to tensor<1x128xf32>
       spat.yield %x : tensor<1x128xf32>
     }
-  }
-  pim.core 63 {
-    %x = spat.channel_receive from core(0) channel(0) : tensor<1x128xf32>
-  }
-  return %o : tensor<1x128xf32>
-}
-"""
+""", 1)
 
 L_0_63 = 14 * T.hop_cycles + T.flit_cycles  # one flit from core 0 to core 63: 30 ns
 MICRO = {
@@ -276,51 +263,33 @@ def test_validation_finds_what_pimsim_does_not_check(mlp: tuple[Module, Export])
     assert any("never finish" in p for p in validate(tail))
 
 
-PING_PONG = """
-func.func @main() -> tensor<4xf32> {
-  %o = pim.alloc_shared : tensor<4xf32>
-  pim.core 0 {
-    %r = spat.scheduled_compute ins() -> tensor<4xf32> {
-    ^bb0():
-      %e = tensor.empty : tensor<4xf32>
-      spat.yield %e : tensor<4xf32>
-    }
-    spat.channel_send %r to core(1) channel(0) : tensor<4xf32>
-    %b = spat.channel_receive from core(1) channel(1) : tensor<4xf32>
-  }
-  pim.core 1 {
-    %a = spat.channel_receive from core(0) channel(0) : tensor<4xf32>
-    spat.channel_send %a to core(0) channel(1) : tensor<4xf32>
-  }
-  return %o : tensor<4xf32>
-}
-"""
+def _made(name: str, n: int) -> str:
+    """A compute that makes `%name : tensor<nxf32>` (its contents do not matter here)."""
+    t = f"tensor<{n}xf32>"
+    return (f"    %{name} = spat.scheduled_compute ins() -> {t} {{\n    ^bb0():\n"
+            f"      %e = tensor.empty : {t}\n      spat.yield %e : {t}\n    }}\n")
 
 
-SEND_BEFORE_RECEIVE = """
-func.func @main() -> tensor<4xf32> {
-  %o = pim.alloc_shared : tensor<4xf32>
-  pim.core 0 {
-    %r = spat.scheduled_compute ins() -> tensor<64xf32> {
-    ^bb0():
-      %e = tensor.empty : tensor<64xf32>
-      spat.yield %e : tensor<64xf32>
-    }
-    spat.channel_send %r to core(1) channel(0) : tensor<64xf32>
-    %b = spat.channel_receive from core(1) channel(1) : tensor<64xf32>
-  }
-  pim.core 1 {
-    %s = spat.scheduled_compute ins() -> tensor<64xf32> {
-    ^bb0():
-      %e = tensor.empty : tensor<64xf32>
-      spat.yield %e : tensor<64xf32>
-    }
-    spat.channel_send %s to core(0) channel(1) : tensor<64xf32>
-    %a = spat.channel_receive from core(0) channel(0) : tensor<64xf32>
-  }
-  return %o : tensor<4xf32>
-}
-"""
+def _two_cores(core0: str, core1: str) -> str:
+    return ("func.func @main() -> tensor<4xf32> {\n  %o = pim.alloc_shared : tensor<4xf32>\n"
+            f"  pim.core 0 {{\n{core0}  }}\n  pim.core 1 {{\n{core1}  }}\n"
+            "  return %o : tensor<4xf32>\n}\n")
+
+
+PING_PONG = _two_cores(
+    _made("r", 4)
+    + "    spat.channel_send %r to core(1) channel(0) : tensor<4xf32>\n"
+    "    %b = spat.channel_receive from core(1) channel(1) : tensor<4xf32>\n",
+    "    %a = spat.channel_receive from core(0) channel(0) : tensor<4xf32>\n"
+    "    spat.channel_send %a to core(0) channel(1) : tensor<4xf32>\n")
+
+SEND_BEFORE_RECEIVE = _two_cores(
+    _made("r", 64)
+    + "    spat.channel_send %r to core(1) channel(0) : tensor<64xf32>\n"
+    "    %b = spat.channel_receive from core(1) channel(1) : tensor<64xf32>\n",
+    _made("s", 64)
+    + "    spat.channel_send %s to core(0) channel(1) : tensor<64xf32>\n"
+    "    %a = spat.channel_receive from core(0) channel(0) : tensor<64xf32>\n")
 
 
 def test_receive_posted_earlier_gets_addresses_of_the_blocking_order() -> None:
