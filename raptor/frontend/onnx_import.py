@@ -10,6 +10,7 @@ normalized attributes; BatchNormalization is folded into a single-use Conv/Gemm 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections import Counter
@@ -40,14 +41,8 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
 _MIN_OPSET = 7
 _MAX_OPSET = onnx.defs.onnx_opset_version()
-_RANDOM_OPS = {
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Bernoulli",
-    "Multinomial",
-}
+_RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+               "Bernoulli", "Multinomial"}
 
 
 def _first_line(error: BaseException) -> str:
@@ -95,16 +90,10 @@ def _check(model: onnx.ModelProto, label: str) -> None:
     """onnx.checker's full check (with strict shape inference), then Raptor's own checks."""
     try:
         onnx.checker.check_model(model, full_check=True)
-    except (
-        onnx.checker.ValidationError,
-        onnx.shape_inference.InferenceError,
-        RuntimeError,
-        ValueError,
-        TypeError,
-    ) as error:
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, RuntimeError,
+            ValueError, TypeError) as error:
         raise FrontendError(
-            f"{label}: invalid ONNX model (onnx.checker): {_first_line(error)}"
-        ) from error
+            f"{label}: invalid ONNX model (onnx.checker): {_first_line(error)}") from error
     _check_graph(model, label)
 
 
@@ -147,12 +136,9 @@ def _check_graph(model: onnx.ModelProto, label: str) -> None:
             schema = onnx.defs.get_schema(proto.op_type, opset.get("", _MAX_OPSET), "")
         except onnx.defs.SchemaError:
             continue  # reported as an unsupported operator by the importer
-        required = [
-            k for k, formal in enumerate(schema.inputs)
-            if formal.option == onnx.defs.OpSchema.FormalParameterOption.Single
-        ]
-        for k in required:
-            if not node.has_input(k):
+        single = onnx.defs.OpSchema.FormalParameterOption.Single
+        for k, formal in enumerate(schema.inputs):
+            if formal.option == single and not node.has_input(k):
                 raise FrontendError(
                     f"{label}: {node.op} node {node.name!r} lacks its required input {k} "
                     f"({schema.inputs[k].name}); it has {len(node.inputs)} inputs"
@@ -443,6 +429,10 @@ class _Node:
     def has_input(self, index: int) -> bool:
         return index < len(self.inputs) and self.inputs[index] != ""
 
+    def error(self, message: str) -> FrontendError:
+        """The one-line error about this node: ``<op> node '<name>': <message>``."""
+        return FrontendError(f"{self.op} node {self.name!r}: {message}")
+
     def attr_int(self, key: str, default: int) -> int:
         return int(self.attrs.get(key, default))
 
@@ -500,10 +490,8 @@ class _Importer:
         """The activation feeding input ``index`` (constants here are unsupported)."""
         name = self.resolve(node.inputs[index])
         if name in self.consts:
-            raise FrontendError(
-                f"{node.op} node {node.name!r}: input {index} ({node.inputs[index]!r}) is a "
-                "constant where a computed tensor is expected; this variant is not supported"
-            )
+            raise node.error(f"input {index} ({node.inputs[index]!r}) is a constant where a "
+                             "computed tensor is expected; this variant is not supported")
         return self.values[name]
 
     def const(self, node: _Node, index: int, role: str) -> np.ndarray | None:
@@ -512,21 +500,27 @@ class _Importer:
             return None
         name = self.resolve(node.inputs[index])
         if name in self.input_names:
-            raise FrontendError(
-                f"{node.op} node {node.name!r}: {role} ({node.inputs[index]!r}) is a graph "
-                "input with no value; supply it with --inputs X.npz or --constants C.npz to "
-                "bind it as a constant"
-            )
+            raise node.error(f"{role} ({node.inputs[index]!r}) is a graph input with no value; "
+                             "supply it with --inputs X.npz or --constants C.npz to bind it as "
+                             "a constant")
         if name not in self.consts:
-            raise FrontendError(
-                f"{node.op} node {node.name!r}: {role} ({node.inputs[index]!r}) must be a "
-                "constant (an initializer or a constant subgraph), but it is computed at run time"
-            )
+            raise node.error(f"{role} ({node.inputs[index]!r}) must be a constant (an "
+                             "initializer or a constant subgraph), but it is computed at run time")
         return self.consts[name]
 
     def weight(self, node: _Node, index: int, role: str) -> np.ndarray | None:
         array = self.const(node, index, role)
         return None if array is None else np.ascontiguousarray(array, dtype=np.float32)
+
+    def const_ints(self, node: _Node, index: int, role: str, default: Sequence[int]) -> list[int]:
+        """A constant operand as a flat int list; ``default`` when the input is absent."""
+        value = self.const(node, index, role)
+        return list(default) if value is None else [int(v) for v in value.reshape(-1)]
+
+    def axes(self, node: _Node, since: int) -> list[int]:
+        """The ``axes`` an attribute gives before opset ``since`` and input 1 from then on."""
+        return node.attr_ints("axes", []) if self.opset < since else self.const_ints(
+            node, 1, "axes", [])
 
     def make_alias(self, new: str, old: str) -> None:
         """Let ``new`` name the value ``old`` (removed Identity/Dropout); uses move along."""
@@ -543,41 +537,29 @@ class _Importer:
 
     # -- plans -------------------------------------------------------------------------------
 
-    def emit(
-        self,
-        kind: str,
-        node: _Node,
-        inputs: Sequence[str],
-        shapes: Sequence[tuple[int, ...]],
-        attrs: dict[str, object] | None = None,
-        weights: dict[str, np.ndarray] | None = None,
-        outputs: Sequence[str] | None = None,
-        label: str | None = None,
-    ) -> list[str]:
+    def emit(self, kind: str, node: _Node, inputs: Sequence[str],
+             shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, object] | None = None,
+             weights: dict[str, np.ndarray] | None = None, outputs: Sequence[str] | None = None,
+             label: str | None = None) -> list[str]:
         """Append a plan; ``outputs`` default to fresh names derived from the node's name.
 
         The plan takes the node's name unless that is taken or a ``label`` marks it as an
         auxiliary plan (``node/label``).
         """
-        names = (
-            list(outputs)
-            if outputs is not None
-            else [self.fresh(f"{node.name}/{kind}") for _ in shapes]
-        )
+        names = list(outputs) if outputs is not None else [
+            self.fresh(f"{node.name}/{kind}") for _ in shapes]
         plan_name, k = (node.name if label is None else f"{node.name}/{label}"), 1
         while plan_name in self.plan_names:
             plan_name, k = f"{node.name}/{kind}" + (f"_{k}" if k > 1 else ""), k + 1
         self.plan_names.add(plan_name)
-        plan = Plan(
-            kind, plan_name, [self.resolve(i) for i in inputs], names, attrs or {}, weights or {}
-        )
+        plan = Plan(kind, plan_name, [self.resolve(i) for i in inputs], names, dict(attrs or {}),
+                    weights or {})
+
         self.plans.append(plan)
         for name, shape in zip(names, shapes, strict=True):
             if 0 in shape:
-                raise FrontendError(
-                    f"{node.op} node {node.name!r}: output {name!r} would be empty "
-                    f"(shape {list(shape)}); zero-size tensors are not supported"
-                )
+                raise node.error(f"output {name!r} would be empty (shape {list(shape)}); "
+                                 "zero-size tensors are not supported")
             self.values[name] = PlanValue(name, tuple(int(d) for d in shape))
             self.producer[name] = plan
         return names
@@ -639,9 +621,7 @@ class _Importer:
                                                         AttributeError)
                    else "ONNX's reference implementation cannot evaluate it with inputs of "
                    "shapes " + ", ".join(str(list(np.shape(v))) for v in feeds.values()))
-            raise FrontendError(
-                f"{node.op} node {node.name!r}: cannot fold this all-constant node: {why}"
-            ) from error
+            raise node.error(f"cannot fold this all-constant node: {why}") from error
         for name, result in zip(node.outputs, results, strict=False):
             if name:
                 self.consts[name] = np.asarray(result)
@@ -674,11 +654,8 @@ class _Importer:
                 continue
             target = self.resolve(name)
             if target in self.values and self.values[target].shape != self.inferred[name]:
-                raise FrontendError(
-                    f"{node.op} node {node.name!r}: output {name!r} has shape "
-                    f"{list(self.values[target].shape)} here but {list(self.inferred[name])} by "
-                    "ONNX shape inference"
-                )
+                raise node.error(f"output {name!r} has shape {list(self.values[target].shape)} "
+                                 f"here but {list(self.inferred[name])} by ONNX shape inference")
 
     def _finish_outputs(self) -> list[PlanValue]:
         """Make every graph output a produced value under its ONNX name."""
@@ -724,7 +701,7 @@ def _unsupported(node: _Node, opset: int, where: str) -> FrontendError:
 
 
 def _variant(node: _Node, what: str, why: str) -> FrontendError:
-    return FrontendError(f"{node.op} node {node.name!r}: {what} is not supported: {why}")
+    return node.error(f"{what} is not supported: {why}")
 
 
 # -- helpers shared by converters ------------------------------------------------------------
@@ -735,8 +712,7 @@ _CONVERTERS: dict[str, Converter] = {}
 
 def _converts(*ops: str) -> Callable[[Converter], Converter]:
     def register(fn: Converter) -> Converter:
-        for op in ops:
-            _CONVERTERS[op] = fn
+        _CONVERTERS.update(dict.fromkeys(ops, fn))
         return fn
 
     return register
@@ -744,25 +720,18 @@ def _converts(*ops: str) -> Callable[[Converter], Converter]:
 
 def _norm_axis(node: _Node, axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: axis {axis} out of range for rank {rank}"
-        )
+        raise node.error(f"axis {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
 
 
-def _ranged(node: _Node, key: str, values: list[int], count: int, least: int) -> list[int]:
-    """An int-list attribute with ``count`` entries, each at least ``least`` (and sane)."""
+def _ranged(node: _Node, key: str, default: Sequence[int], count: int, least: int) -> list[int]:
+    """Int-list attribute ``key`` with ``count`` entries, each at least ``least`` (and sane)."""
+    values = node.attr_ints(key, default)
     if len(values) != count:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: attribute {key} has {len(values)} values "
-            f"({values}), expected {count}"
-        )
-    bad = [v for v in values if not least <= v <= _MAX_EXTENT]
-    if bad:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: attribute {key} = {values} is out of range "
-            f"(each value must be in {least}..{_MAX_EXTENT})"
-        )
+        raise node.error(f"attribute {key} has {len(values)} values ({values}), expected {count}")
+    if any(not least <= v <= _MAX_EXTENT for v in values):
+        raise node.error(f"attribute {key} = {values} is out of range (each value must be in "
+                         f"{least}..{_MAX_EXTENT})")
     return values
 
 
@@ -773,60 +742,38 @@ _MAX_EXTENT = 1 << 16
 def _spatial_rank(node: _Node, x: PlanValue) -> int:
     rank = len(x.shape) - 2
     if rank not in (1, 2):
-        raise _variant(
-            node,
-            f"a {rank}-D spatial input (shape {list(x.shape)})",
-            "only 1-D and 2-D (NCHW) convolution and pooling map to the crossbars",
-        )
+        raise _variant(node, f"a {rank}-D spatial input (shape {list(x.shape)})",
+                       "only 1-D and 2-D (NCHW) convolution and pooling map to the crossbars")
     return rank
 
 
-def _explicit_pads(
-    node: _Node,
-    sizes: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-) -> list[tuple[int, int]]:
+def _explicit_pads(node: _Node, sizes: Sequence[int], kernel: Sequence[int],
+                   strides: Sequence[int], dilations: Sequence[int]) -> list[tuple[int, int]]:
     """Per-axis (begin, end) pads with auto_pad resolved."""
     rank = len(sizes)
     auto = node.attr_str("auto_pad", "NOTSET")
     if auto == "NOTSET":
-        pads = _ranged(node, "pads", node.attr_ints("pads", [0] * 2 * rank), 2 * rank, 0)
+        pads = _ranged(node, "pads", [0] * 2 * rank, 2 * rank, 0)
         return [(pads[i], pads[i + rank]) for i in range(rank)]
     if auto == "VALID":
         return [(0, 0)] * rank
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        return [
-            same_pads(sizes[i], kernel[i], strides[i], dilations[i], auto == "SAME_UPPER")
-            for i in range(rank)
-        ]
+        return [same_pads(sizes[i], kernel[i], strides[i], dilations[i], auto == "SAME_UPPER")
+                for i in range(rank)]
     raise _variant(node, f"auto_pad={auto!r}", "unknown padding mode")
 
 
-def _to_2d(b: _Importer, node: _Node, x: PlanValue) -> str:
-    """Feed a 1-D (N, C, L) activation to a 2-D plan as (N, C, 1, L)."""
+def _emit_spatial(b: _Importer, node: _Node, kind: str, x: PlanValue, shape4: tuple[int, ...],
+                  attrs: Mapping[str, object], weights: dict[str, np.ndarray] | None = None
+                  ) -> None:
+    """Emit a 2-D spatial plan; a 1-D (N, C, L) node's input is fed as (N, C, 1, L) and its
+    output reshaped back."""
     if len(x.shape) == 4:
-        return x.name
-    shape = (x.shape[0], x.shape[1], 1, x.shape[2])
-    return b.emit("reshape", node, [x.name], [shape], {"shape": list(shape)}, label="to_2d")[0]
-
-
-def _emit_spatial(
-    b: _Importer,
-    node: _Node,
-    kind: str,
-    x: PlanValue,
-    shape4: tuple[int, ...],
-    attrs: dict[str, object],
-    weights: dict[str, np.ndarray] | None = None,
-) -> None:
-    """Emit a 2-D spatial plan, wrapped in reshapes when the ONNX node was 1-D."""
-    source = _to_2d(b, node, x)
-    if len(x.shape) == 4:
-        b.emit(kind, node, [source], [shape4], attrs, weights, outputs=node.outputs[:1])
+        b.emit(kind, node, [x.name], [shape4], attrs, weights, outputs=node.outputs[:1])
         return
-    (y,) = b.emit(kind, node, [source], [shape4], attrs, weights)
+    shape = (x.shape[0], x.shape[1], 1, x.shape[2])
+    (x2,) = b.emit("reshape", node, [x.name], [shape], {"shape": list(shape)}, label="to_2d")
+    (y,) = b.emit(kind, node, [x2], [shape4], attrs, weights)
     out = (shape4[0], shape4[1], shape4[3])
     b.emit("reshape", node, [y], [out], {"shape": list(out)}, outputs=node.outputs[:1])
 
@@ -855,23 +802,18 @@ def _conv_operands(
     bias = b.weight(node, 2, "bias B")
     assert w is not None
     if w.ndim != rank + 2:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: weight {list(w.shape)} has rank {w.ndim}, "
-            f"expected {rank + 2} for input {list(x.shape)}"
-        )
+        raise node.error(f"weight {list(w.shape)} has rank {w.ndim}, expected {rank + 2} for "
+                         f"input {list(x.shape)}")
     kernel = list(w.shape[2:])
     given = node.attr_ints("kernel_shape", kernel)
     if given != kernel:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: kernel_shape {given} disagrees with the weight "
-            f"{list(w.shape)}"
-        )
+        raise node.error(f"kernel_shape {given} disagrees with the weight {list(w.shape)}")
     _ranged(node, "kernel_shape", kernel, rank, 1)
-    strides = _ranged(node, "strides", node.attr_ints("strides", [1] * rank), rank, 1)
-    dilations = _ranged(node, "dilations", node.attr_ints("dilations", [1] * rank), rank, 1)
+    strides, dilations = (_ranged(node, key, [1] * rank, rank, 1) for key in ("strides",
+                                                                             "dilations"))
     group = node.attr_int("group", 1)
     if group < 1:
-        raise FrontendError(f"{node.op} node {node.name!r}: group {group} must be at least 1")
+        raise node.error(f"group {group} must be at least 1")
     return x, rank, w, bias, group, kernel, strides, dilations
 
 
@@ -879,30 +821,20 @@ def _conv_operands(
 def _conv(b: _Importer, node: _Node) -> None:
     x, rank, w, bias, group, kernel, strides, dilations = _conv_operands(b, node)
     if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
-        raise FrontendError(
-            f"Conv node {node.name!r}: weight {list(w.shape)} with group {group} does not fit "
-            f"input {list(x.shape)}"
-        )
+        raise node.error(f"weight {list(w.shape)} with group {group} does not fit input "
+                         f"{list(x.shape)}")
     pads = _explicit_pads(node, x.shape[2:], kernel, strides, dilations)
     x, extra = _absorb_pad(b, node, x)
-    if any(extra):
-        pads = [(pads[0][0] + extra[0], pads[0][1] + extra[2]),
-                (pads[1][0] + extra[1], pads[1][1] + extra[3])]
-    out = [
-        conv_out(x.shape[2 + i], kernel[i], strides[i], sum(pads[i]), dilations[i])
-        for i in range(rank)
-    ]
+    pads = [(lo + more_lo, hi + more_hi)
+            for (lo, hi), (more_lo, more_hi) in zip(pads, extra, strict=False)]
+    out = [conv_out(x.shape[2 + i], kernel[i], strides[i], sum(pads[i]), dilations[i])
+           for i in range(rank)]
     if min(out) < 1:
-        raise FrontendError(
-            f"Conv node {node.name!r}: kernel {kernel} (dilations {dilations}) is larger than "
-            f"the padded input {list(x.shape)}"
-        )
+        raise node.error(f"kernel {kernel} (dilations {dilations}) is larger than the padded "
+                         f"input {list(x.shape)}")
     channels = w.shape[0]
     if bias is not None and bias.shape != (channels,):
-        raise FrontendError(
-            f"Conv node {node.name!r}: bias {list(bias.shape)} does not match {channels} "
-            "output channels"
-        )
+        raise node.error(f"bias {list(bias.shape)} does not match {channels} output channels")
     _emit_conv(b, node, "conv", x, channels, out, w, bias,
                _conv_attrs(strides, pads, dilations, group))
 
@@ -910,48 +842,35 @@ def _conv(b: _Importer, node: _Node) -> None:
 @_converts("ConvTranspose")
 def _conv_transpose(b: _Importer, node: _Node) -> None:
     x, rank, w, bias, group, kernel, strides, dilations = _conv_operands(b, node)
-    extra = _ranged(node, "output_padding", node.attr_ints("output_padding", [0] * rank), rank, 0)
+    extra = _ranged(node, "output_padding", [0] * rank, rank, 0)
     if any(e >= max(s, d) for e, s, d in zip(extra, strides, dilations, strict=True)):
-        raise FrontendError(
-            f"ConvTranspose node {node.name!r}: output_padding {extra} must be smaller than the "
-            f"stride {strides} or the dilation {dilations}"
-        )
+        raise node.error(f"output_padding {extra} must be smaller than the stride {strides} or "
+                         f"the dilation {dilations}")
     sizes = x.shape[2:]
     auto = node.attr_str("auto_pad", "NOTSET")
+    same = auto in ("SAME_UPPER", "SAME_LOWER")
     target = node.attr_ints("output_shape", [])[-rank:]
-    if not target and auto in ("SAME_UPPER", "SAME_LOWER"):
+    if not target and same:
         target = [sizes[i] * strides[i] for i in range(rank)]
-    pads: list[tuple[int, int]]
-    if target:
-        pads = []
-        for i in range(rank):
-            total = (
-                conv_transpose_out(sizes[i], kernel[i], strides[i], (0, 0), dilations[i], extra[i])
-                - target[i]
-            )
-            if total < 0 and auto in ("SAME_UPPER", "SAME_LOWER"):
-                raise _variant(
-                    node,
-                    f"auto_pad={auto} with a kernel extent smaller than the stride",
-                    "the output size is ambiguous (onnxruntime and the ONNX reference disagree)",
-                )
-            small, large = total // 2, total - total // 2
-            begin, end = (small, large) if auto == "SAME_UPPER" else (large, small)
-            if begin < 0:
-                raise _variant(node, f"output_shape {target}", "it needs negative leading padding")
-            # A negative trailing pad is extra output at the end, i.e. output padding.
-            extra[i] += max(-end, 0)
-            pads.append((begin, max(end, 0)))
-    elif auto == "VALID":
-        pads = [(0, 0)] * rank
-    else:
-        pads = _explicit_pads(node, sizes, kernel, strides, dilations)
-    out = [
-        conv_transpose_out(sizes[i], kernel[i], strides[i], pads[i], dilations[i], extra[i])
-        for i in range(rank)
-    ]
-    attrs = _conv_attrs(strides, pads, dilations, group)
-    attrs["output_padding"] = _hw(extra, 0)
+    pads = [] if target else _explicit_pads(node, sizes, kernel, strides, dilations)
+    for i in range(rank if target else 0):
+
+        total = conv_transpose_out(sizes[i], kernel[i], strides[i], (0, 0), dilations[i],
+                                   extra[i]) - target[i]
+        if total < 0 and same:
+            raise _variant(
+                node, f"auto_pad={auto} with a kernel extent smaller than the stride",
+                "the output size is ambiguous (onnxruntime and the ONNX reference disagree)")
+        small, large = total // 2, total - total // 2
+        begin, end = (small, large) if auto == "SAME_UPPER" else (large, small)
+        if begin < 0:
+            raise _variant(node, f"output_shape {target}", "it needs negative leading padding")
+        # A negative trailing pad is extra output at the end, i.e. output padding.
+        extra[i] += max(-end, 0)
+        pads.append((begin, max(end, 0)))
+    out = [conv_transpose_out(sizes[i], kernel[i], strides[i], pads[i], dilations[i], extra[i])
+           for i in range(rank)]
+    attrs = {**_conv_attrs(strides, pads, dilations, group), "output_padding": _hw(extra, 0)}
     _emit_conv(b, node, "conv_transpose", x, w.shape[1] * group, out, w, bias, attrs)
 
 
@@ -979,27 +898,19 @@ def _gemm(b: _Importer, node: _Node) -> None:
     alpha, beta = node.attr_float("alpha", 1.0), node.attr_float("beta", 1.0)
     trans_a, trans_b = node.attr_int("transA", 0), node.attr_int("transB", 0)
     if trans_a not in (0, 1) or trans_b not in (0, 1):
-        raise FrontendError(
-            f"Gemm node {node.name!r}: transA {trans_a} and transB {trans_b} must be 0 or 1"
-        )
+        raise node.error(f"transA {trans_a} and transB {trans_b} must be 0 or 1")
     if len(a.shape) != 2 or w.ndim != 2:
-        raise FrontendError(
-            f"Gemm node {node.name!r}: A {list(a.shape)} and B {list(w.shape)} must be "
-            "matrices"
-        )
+        raise node.error(f"A {list(a.shape)} and B {list(w.shape)} must be matrices")
     if trans_b:
         w = w.T
+    rows, inner = (a.shape[1], a.shape[0]) if trans_a else a.shape
     source = a.name
-    rows = a.shape[0]
     if trans_a:
-        rows = a.shape[1]
-        source = b.emit("transpose", node, [a.name], [(rows, a.shape[0])], {"perm": [1, 0]})[0]
-    inner = a.shape[0] if trans_a else a.shape[1]
+        (source,) = b.emit("transpose", node, [a.name], [(rows, inner)], {"perm": [1, 0]})
     if inner != w.shape[0]:
-        raise FrontendError(
-            f"Gemm node {node.name!r}: A {list(a.shape)} (transA {trans_a}) and B "
-            f"{list(w.T.shape if trans_b else w.shape)} (transB {trans_b}) do not multiply"
-        )
+        raise node.error(f"A {list(a.shape)} (transA {trans_a}) and B "
+                         f"{list(w.T.shape if trans_b else w.shape)} (transB {trans_b}) do not "
+                         "multiply")
     weights = {"weight": np.ascontiguousarray(w * np.float32(alpha), dtype=np.float32)}
     c = b.weight(node, 2, "C (the bias)")
     n = w.shape[1]
@@ -1007,22 +918,12 @@ def _gemm(b: _Importer, node: _Node) -> None:
         c = c * np.float32(beta)
         if c.ndim > 2 or not all(d in (1, want) for d, want in zip(
                 c.shape[::-1], (n, rows), strict=False)):
-            raise FrontendError(
-                f"Gemm node {node.name!r}: C {list(c.shape)} does not broadcast to the result "
-                f"{[rows, n]}"
-            )
+            raise node.error(f"C {list(c.shape)} does not broadcast to the result {[rows, n]}")
         if c.ndim < 2 or c.shape[0] == 1:
             weights["bias"] = np.broadcast_to(c.reshape(-1) if c.ndim else c, (n,)).copy()
         else:
             weights["bias"] = np.broadcast_to(c, (rows, n)).copy()
     b.emit("gemm", node, [source], [(rows, n)], {}, weights, outputs=node.outputs)
-
-
-def _matmul_shape(node: _Node, a: Sequence[int], w: Sequence[int]) -> tuple[int, ...]:
-    try:
-        return matmul_shape(a, w)
-    except ValueError as e:
-        raise FrontendError(f"MatMul node {node.name!r}: {e}") from None
 
 
 @_converts("MatMul")
@@ -1031,12 +932,15 @@ def _matmul(b: _Importer, node: _Node) -> None:
     if b.is_const(node.inputs[1]):
         w = b.weight(node, 1, "B")
         assert w is not None
-        shape = _matmul_shape(node, a.shape, w.shape)
-        b.emit("matmul", node, [a.name], [shape], {}, {"weight": w}, outputs=node.outputs)
+        inputs, other, weights = [a.name], w.shape, {"weight": w}
     else:
-        other = b.act(node, 1)
-        shape = _matmul_shape(node, a.shape, other.shape)
-        b.emit("matmul", node, [a.name, other.name], [shape], outputs=node.outputs)
+        second = b.act(node, 1)
+        inputs, other, weights = [a.name, second.name], second.shape, {}
+    try:
+        shape = matmul_shape(a.shape, other)
+    except ValueError as e:
+        raise node.error(str(e)) from None
+    b.emit("matmul", node, inputs, [shape], {}, weights, outputs=node.outputs)
 
 
 @_converts("BatchNormalization")
@@ -1044,32 +948,23 @@ def _batch_norm(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     if node.attr_int("training_mode", 0) or len([o for o in node.outputs if o]) > 1:
         raise _variant(node, "training mode", "export the model in eval mode")
-    scale, shift, mean, var = (
-        np.asarray(b.const(node, index, role), dtype=np.float64)
-        for index, role in enumerate(("scale", "B", "mean", "var"), start=1)
-    )
+    roles = ("scale", "B", "mean", "var")
+    scale, shift, mean, var = params = [np.asarray(b.const(node, index, role), dtype=np.float64)
+                                        for index, role in enumerate(roles, start=1)]
     channels = x.shape[1] if len(x.shape) > 1 else 0
-    for role, value in zip(("scale", "B", "mean", "var"), (scale, shift, mean, var),
-                           strict=True):
+    for role, value in zip(roles, params, strict=True):
         if value.shape != (channels,):
-            raise FrontendError(
-                f"BatchNormalization node {node.name!r}: {role} has shape {list(value.shape)}, "
-                f"expected [{channels}] (the channels of input {list(x.shape)})"
-            )
+            raise node.error(f"{role} has shape {list(value.shape)}, expected [{channels}] (the "
+                             f"channels of input {list(x.shape)})")
     epsilon = node.attr_float("epsilon", 1e-5)
     if not np.all(var + epsilon > 0):
-        raise FrontendError(
-            f"BatchNormalization node {node.name!r}: var + epsilon must be positive"
-        )
+        raise node.error("var + epsilon must be positive")
     factor = scale / np.sqrt(var + epsilon)
     offset = shift - mean * factor
     producer = b.producer.get(x.name)
     if producer is not None and producer.kind in ("conv", "gemm") and b.uses[x.name] == 1:
-        weight = producer.weights["weight"].astype(np.float64)
-        if producer.kind == "conv":
-            weight = weight * factor[:, None, None, None]
-        else:
-            weight = weight * factor[None, :]
+        per_output = factor[:, None, None, None] if producer.kind == "conv" else factor[None, :]
+        weight = producer.weights["weight"].astype(np.float64) * per_output
         bias = producer.weights.get("bias", np.zeros(1, np.float32)).astype(np.float64)
         producer.weights["weight"] = weight.astype(np.float32)
         producer.weights["bias"] = (bias * factor + offset).astype(np.float32)
@@ -1081,39 +976,21 @@ def _batch_norm(b: _Importer, node: _Node) -> None:
 
 # -- elementwise -----------------------------------------------------------------------------
 
-_SIMPLE_UNARY = {
-    "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hard_swish", "Neg": "neg",
+_UNARY: dict[str, tuple[str, dict[str, float]]] = {
+    "Relu": ("relu", {}), "Sigmoid": ("sigmoid", {}), "Tanh": ("tanh", {}),
+    "HardSwish": ("hard_swish", {}), "Neg": ("neg", {}),
+    "LeakyRelu": ("leaky_relu", {"alpha": 0.01}), "Elu": ("elu", {"alpha": 1.0}),
+    "HardSigmoid": ("hard_sigmoid", {"alpha": 0.2, "beta": 0.5}),
 }
+"""One-input ops that are one plan kind: the kind and its float attributes' defaults."""
 
 
-@_converts(*_SIMPLE_UNARY)
+@_converts(*_UNARY)
 def _unary(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
-    b.emit(_SIMPLE_UNARY[node.op], node, [x.name], [x.shape], outputs=node.outputs)
-
-
-@_converts("LeakyRelu")
-def _leaky_relu(b: _Importer, node: _Node) -> None:
-    x = b.act(node, 0)
-    attrs: dict[str, object] = {"alpha": node.attr_float("alpha", 0.01)}
-    b.emit("leaky_relu", node, [x.name], [x.shape], attrs, outputs=node.outputs)
-
-
-@_converts("Elu")
-def _elu(b: _Importer, node: _Node) -> None:
-    x = b.act(node, 0)
-    attrs: dict[str, object] = {"alpha": node.attr_float("alpha", 1.0)}
-    b.emit("elu", node, [x.name], [x.shape], attrs, outputs=node.outputs)
-
-
-@_converts("HardSigmoid")
-def _hard_sigmoid(b: _Importer, node: _Node) -> None:
-    x = b.act(node, 0)
-    attrs: dict[str, object] = {
-        "alpha": node.attr_float("alpha", 0.2),
-        "beta": node.attr_float("beta", 0.5),
-    }
-    b.emit("hard_sigmoid", node, [x.name], [x.shape], attrs, outputs=node.outputs)
+    kind, defaults = _UNARY[node.op]
+    attrs = {key: node.attr_float(key, default) for key, default in defaults.items()}
+    b.emit(kind, node, [x.name], [x.shape], attrs, outputs=node.outputs)
 
 
 @_converts("Swish")
@@ -1141,14 +1018,10 @@ def _clip(b: _Importer, node: _Node) -> None:
         bounds = [b.const(node, i, role) for i, role in ((1, "min"), (2, "max"))]
         for role, bound in zip(("min", "max"), bounds, strict=True):
             if bound is not None and bound.size != 1:
-                raise FrontendError(
-                    f"Clip node {node.name!r}: {role} has shape {list(bound.shape)}; a bound "
-                    "is one number"
-                )
-        low = -math.inf if bounds[0] is None else float(bounds[0].reshape(-1)[0])
-        high = math.inf if bounds[1] is None else float(bounds[1].reshape(-1)[0])
-    attrs: dict[str, object] = {"min": low, "max": high}
-    b.emit("clip", node, [x.name], [x.shape], attrs, outputs=node.outputs)
+                raise node.error(f"{role} has shape {list(bound.shape)}; a bound is one number")
+        low, high = (unset if bound is None else float(bound.reshape(-1)[0])
+                     for bound, unset in zip(bounds, (-math.inf, math.inf), strict=True))
+    b.emit("clip", node, [x.name], [x.shape], {"min": low, "max": high}, outputs=node.outputs)
 
 
 @_converts("Softmax")
@@ -1157,8 +1030,7 @@ def _softmax(b: _Importer, node: _Node) -> None:
     rank = len(x.shape)
     axis = _norm_axis(node, node.attr_int("axis", -1 if b.opset >= 13 else 1), rank)
     if b.opset >= 13 or axis == rank - 1:
-        attrs: dict[str, object] = {"axis": axis}
-        b.emit("softmax", node, [x.name], [x.shape], attrs, outputs=node.outputs)
+        b.emit("softmax", node, [x.name], [x.shape], {"axis": axis}, outputs=node.outputs)
         return
     # Before opset 13 Softmax normalizes over all axes from `axis` on, as one flattened axis.
     flat = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
@@ -1181,10 +1053,8 @@ def _broadcast(node: _Node, *shapes: Sequence[int]) -> tuple[int, ...]:
     try:
         return broadcast_shape(*shapes)
     except ValueError:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: operand shapes "
-            f"{' and '.join(str(list(s)) for s in shapes)} do not broadcast"
-        ) from None
+        raise node.error(f"operand shapes {' and '.join(str(list(s)) for s in shapes)} do not "
+                         "broadcast") from None
 
 
 @_converts("Add", "Sub", "Mul", "Div")
@@ -1208,49 +1078,40 @@ def _binary(b: _Importer, node: _Node) -> None:
         bias = channel if kind == "add" else -channel
         b.emit("bias_add", node, [x.name], [shape], {}, {"bias": bias}, outputs=node.outputs)
         return
-    attrs: dict[str, object] = {"operand_index": index}
-    b.emit(kind, node, [x.name], [shape], attrs, {"operand": c}, outputs=node.outputs)
+    b.emit(kind, node, [x.name], [shape], {"operand_index": index}, {"operand": c},
+           outputs=node.outputs)
 
 
 @_converts("Max", "Min")
 def _extremum(b: _Importer, node: _Node) -> None:
     """Variadic Max/Min as a chain of binary plans; constant operands fold first."""
     kind = node.op.lower()
-    reduce = np.maximum if kind == "max" else np.minimum
-    names = [n for n in node.inputs if n]
-    consts = [b.consts[b.resolve(n)] for n in names if b.is_const(n)]
+    consts = [b.consts[b.resolve(n)] for n in node.inputs if n and b.is_const(n)]
     acts = [b.act(node, k) for k, n in enumerate(node.inputs) if n and not b.is_const(n)]
     current = acts[0]
-    steps: list[tuple[PlanValue | None, np.ndarray | None]] = [(a, None) for a in acts[1:]]
+    steps: list[PlanValue | np.ndarray] = list(acts[1:])
     if consts:
-        folded = consts[0]
-        for c in consts[1:]:
-            folded = reduce(folded, c)
-        steps.append((None, np.asarray(folded, dtype=np.float32)))
+        folded = functools.reduce(np.maximum if kind == "max" else np.minimum, consts)
+        steps.append(np.asarray(folded, dtype=np.float32))
     if not steps:
         b.make_alias(node.outputs[0], current.name)
         return
-    for k, (other, operand) in enumerate(steps):
-        last = k == len(steps) - 1
-        outputs = node.outputs if last else None
-        if other is not None:
-            shape = _broadcast(node, current.shape, other.shape)
+    for k, other in enumerate(steps):
+        outputs = node.outputs if k == len(steps) - 1 else None
+        shape = _broadcast(node, current.shape, other.shape)
+        if isinstance(other, PlanValue):
             (name,) = b.emit(kind, node, [current.name, other.name], [shape], outputs=outputs)
         else:
-            assert operand is not None
-            shape = _broadcast(node, current.shape, operand.shape)
-            attrs: dict[str, object] = {"operand_index": 1}
-            (name,) = b.emit(kind, node, [current.name], [shape], attrs, {"operand": operand},
-                             outputs=outputs)
+            (name,) = b.emit(kind, node, [current.name], [shape], {"operand_index": 1},
+                             {"operand": other}, outputs=outputs)
         current = b.values[name]
 
 
 def _fuse_silu(b: _Importer, node: _Node, x: PlanValue, gate: PlanValue) -> bool:
     """x * Sigmoid(x) with the sigmoid used only here becomes one silu plan."""
     producer = b.producer.get(gate.name)
-    if producer is None or producer.kind != "sigmoid" or producer.inputs != [x.name]:
-        return False
-    if b.uses[gate.name] != 1:
+    if (producer is None or producer.kind != "sigmoid" or producer.inputs != [x.name]
+            or b.uses[gate.name] != 1):
         return False
     b.plans.remove(producer)
     del b.values[gate.name], b.producer[gate.name]
@@ -1261,34 +1122,28 @@ def _fuse_silu(b: _Importer, node: _Node, x: PlanValue, gate: PlanValue) -> bool
 # -- pooling and resize ----------------------------------------------------------------------
 
 
+def _pool_attrs(kernel: list[int], strides: list[int], pads: Sequence[tuple[int, int]],
+                dilations: list[int], ceil_mode: int) -> dict[str, object]:
+    return {"kernel": _hw(kernel, 1), "strides": _hw(strides, 1), "pads": _pads_tlbr(pads),
+            "dilations": _hw(dilations, 1), "ceil_mode": ceil_mode}
+
+
 @_converts("MaxPool", "AveragePool")
 def _pool(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     rank = _spatial_rank(node, x)
     if len(node.outputs) > 1 and node.outputs[1]:
         raise _variant(node, "the Indices output", "only pooled values are computed")
-    kernel = _ranged(node, "kernel_shape", node.attr_ints("kernel_shape", []), rank, 1)
-    strides = _ranged(node, "strides", node.attr_ints("strides", [1] * rank), rank, 1)
-    dilations = _ranged(node, "dilations", node.attr_ints("dilations", [1] * rank), rank, 1)
+    kernel = _ranged(node, "kernel_shape", [], rank, 1)
+    strides, dilations = (_ranged(node, key, [1] * rank, rank, 1) for key in ("strides",
+                                                                             "dilations"))
     ceil_mode = node.attr_int("ceil_mode", 0)
     pads = _explicit_pads(node, x.shape[2:], kernel, strides, dilations)
-    for i in range(rank):
-        if pads[i][0] >= kernel[i] or pads[i][1] >= kernel[i]:
-            raise FrontendError(
-                f"{node.op} node {node.name!r}: pads {_pads_tlbr(pads)} must be smaller than "
-                f"the kernel {kernel}"
-            )
-    out = [
-        pool_out(x.shape[2 + i], kernel[i], strides[i], pads[i], dilations[i], bool(ceil_mode))
-        for i in range(rank)
-    ]
-    attrs: dict[str, object] = {
-        "kernel": _hw(kernel, 1),
-        "strides": _hw(strides, 1),
-        "pads": _pads_tlbr(pads),
-        "dilations": _hw(dilations, 1),
-        "ceil_mode": ceil_mode,
-    }
+    if any(lo >= k or hi >= k for (lo, hi), k in zip(pads, kernel, strict=True)):
+        raise node.error(f"pads {_pads_tlbr(pads)} must be smaller than the kernel {kernel}")
+    out = [pool_out(x.shape[2 + i], kernel[i], strides[i], pads[i], dilations[i], bool(ceil_mode))
+           for i in range(rank)]
+    attrs = _pool_attrs(kernel, strides, pads, dilations, ceil_mode)
     kind = "maxpool"
     if node.op == "AveragePool":
         kind = "avgpool"
@@ -1308,36 +1163,23 @@ def _global_avgpool(b: _Importer, node: _Node) -> None:
 def _global_maxpool(b: _Importer, node: _Node) -> None:
     """A max pool whose window is the whole (1-D or 2-D) image."""
     x = b.act(node, 0)
-    rank = _spatial_rank(node, x)
-    attrs: dict[str, object] = {
-        "kernel": _hw(list(x.shape[2:]), 1),
-        "strides": [1, 1],
-        "pads": [0, 0, 0, 0],
-        "dilations": [1, 1],
-        "ceil_mode": 0,
-    }
-    _emit_spatial(b, node, "maxpool", x, (*x.shape[:2], *_hw([1] * rank, 1)), attrs)
+    ones = [1] * _spatial_rank(node, x)
+    attrs = _pool_attrs(list(x.shape[2:]), ones, [(0, 0)] * len(ones), ones, 0)
+    _emit_spatial(b, node, "maxpool", x, (*x.shape[:2], *_hw(ones, 1)), attrs)
 
 
 @_converts("ReduceMean")
 def _reduce_mean(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     rank = len(x.shape)
-    if b.opset >= 18:
-        given = b.const(node, 1, "axes")
-        axes = [] if given is None else [int(a) for a in given.reshape(-1)]
-    else:
-        axes = node.attr_ints("axes", [])
+    axes = b.axes(node, 18)
     if not axes and node.attr_int("noop_with_empty_axes", 0):
         b.make_alias(node.outputs[0], x.name)
         return
     axes = sorted(_norm_axis(node, a, rank) for a in axes or range(rank))
     if rank != 4 or axes != [2, 3]:
-        raise _variant(
-            node,
-            f"a mean over axes {axes} of a rank-{rank} tensor",
-            "only the spatial mean over H and W (axes 2, 3) of an NCHW tensor is",
-        )
+        raise _variant(node, f"a mean over axes {axes} of a rank-{rank} tensor",
+                       "only the spatial mean over H and W (axes 2, 3) of an NCHW tensor is")
     if node.attr_int("keepdims", 1):
         b.emit("global_avgpool", node, [x.name], [(*x.shape[:2], 1, 1)], outputs=node.outputs)
         return
@@ -1345,14 +1187,8 @@ def _reduce_mean(b: _Importer, node: _Node) -> None:
     b.emit("reshape", node, [y], [x.shape[:2]], {"shape": list(x.shape[:2])}, outputs=node.outputs)
 
 
-_COORDINATE_MODES = {
-    "half_pixel",
-    "half_pixel_symmetric",
-    "pytorch_half_pixel",
-    "align_corners",
-    "asymmetric",
-    "tf_half_pixel_for_nn",
-}
+_COORDINATE_MODES = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                     "asymmetric", "tf_half_pixel_for_nn"}
 _NEAREST_MODES = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}
 
 
@@ -1362,11 +1198,8 @@ def _resize(b: _Importer, node: _Node) -> None:
     rank = len(x.shape)
     mode = node.attr_str("mode", "nearest")
     if mode != "nearest":
-        raise _variant(
-            node,
-            f"attribute mode={mode!r}",
-            "only nearest-neighbour resize (pure data movement) is",
-        )
+        raise _variant(node, f"attribute mode={mode!r}",
+                       "only nearest-neighbour resize (pure data movement) is")
     scales_in: np.ndarray | None
     sizes_in: np.ndarray | None = None
     if node.op == "Upsample" or b.opset < 11:
@@ -1381,11 +1214,8 @@ def _resize(b: _Importer, node: _Node) -> None:
         rounding = node.attr_str("nearest_mode", "round_prefer_floor")
         scales_in, sizes_in = b.const(node, 2, "scales"), b.const(node, 3, "sizes")
     if transform not in _COORDINATE_MODES:
-        raise _variant(
-            node,
-            f"attribute coordinate_transformation_mode={transform!r}",
-            "cropping with extrapolation has no PIM mapping",
-        )
+        raise _variant(node, f"attribute coordinate_transformation_mode={transform!r}",
+                       "cropping with extrapolation has no PIM mapping")
     if rounding not in _NEAREST_MODES:
         raise _variant(node, f"attribute nearest_mode={rounding!r}", "unknown rounding")
     axes = [_norm_axis(node, a, rank) for a in node.attr_ints("axes", range(rank))]
@@ -1408,17 +1238,10 @@ def _resize(b: _Importer, node: _Node) -> None:
     else:
         raise _variant(node, "a resize without scales or sizes", "the output size is unknown")
     if rank != 4 or sizes[:2] != list(x.shape[:2]):
-        raise _variant(
-            node,
-            f"resizing {list(x.shape)} to {sizes}",
-            "only the spatial axes of an NCHW tensor may be resized",
-        )
-    attrs: dict[str, object] = {
-        "sizes": sizes[2:],
-        "scales": scales[2:],
-        "coordinate_transformation_mode": transform,
-        "nearest_mode": rounding,
-    }
+        raise _variant(node, f"resizing {list(x.shape)} to {sizes}",
+                       "only the spatial axes of an NCHW tensor may be resized")
+    attrs = {"sizes": sizes[2:], "scales": scales[2:],
+             "coordinate_transformation_mode": transform, "nearest_mode": rounding}
     b.emit("resize_nearest", node, [x.name], [tuple(sizes)], attrs, outputs=node.outputs[:1])
 
 
@@ -1430,17 +1253,14 @@ def _concat(b: _Importer, node: _Node) -> None:
     parts = [b.act(node, i) for i in range(len(node.inputs))]
     rank = len(parts[0].shape)
     axis = _norm_axis(node, node.attr_int("axis", 0), rank)
-    for p in parts[1:]:
-        if len(p.shape) != rank or any(a != c for k, (a, c) in
-                                       enumerate(zip(p.shape, parts[0].shape, strict=True))
-                                       if k != axis):
-            raise FrontendError(
-                f"Concat node {node.name!r}: input shapes "
-                f"{', '.join(str(list(q.shape)) for q in parts)} differ outside axis {axis}")
+    rest = parts[0].shape[:axis] + parts[0].shape[axis + 1:]
+    if any(len(p.shape) != rank or p.shape[:axis] + p.shape[axis + 1:] != rest for p in parts):
+        raise node.error(f"input shapes {', '.join(str(list(q.shape)) for q in parts)} differ "
+                         f"outside axis {axis}")
     shape = list(parts[0].shape)
     shape[axis] = sum(p.shape[axis] for p in parts)
-    attrs: dict[str, object] = {"axis": axis}
-    b.emit("concat", node, [p.name for p in parts], [tuple(shape)], attrs, outputs=node.outputs)
+    b.emit("concat", node, [p.name for p in parts], [tuple(shape)], {"axis": axis},
+           outputs=node.outputs)
 
 
 @_converts("Split")
@@ -1457,13 +1277,10 @@ def _split(b: _Importer, node: _Node) -> None:
     else:
         sizes = [dim // count] * count
     if sum(sizes) != dim or len(sizes) != count:
-        raise FrontendError(
-            f"Split node {node.name!r}: sizes {sizes} do not split axis {axis} of length {dim} "
-            f"into {count} outputs"
-        )
+        raise node.error(f"sizes {sizes} do not split axis {axis} of length {dim} into {count} "
+                         "outputs")
     shapes = [tuple(s if i == axis else d for i, d in enumerate(x.shape)) for s in sizes]
-    attrs: dict[str, object] = {"axis": axis, "sizes": sizes}
-    b.emit("split", node, [x.name], shapes, attrs, outputs=node.outputs)
+    b.emit("split", node, [x.name], shapes, {"axis": axis, "sizes": sizes}, outputs=node.outputs)
 
 
 @_converts("Slice")
@@ -1474,14 +1291,9 @@ def _slice(b: _Importer, node: _Node) -> None:
         starts, ends = node.attr_ints("starts", []), node.attr_ints("ends", [])
         axes, steps = node.attr_ints("axes", range(len(starts))), [1] * len(starts)
     else:
-
-        def const_ints(index: int, role: str, default: Sequence[int]) -> list[int]:
-            value = b.const(node, index, role)
-            return list(default) if value is None else [int(v) for v in value.reshape(-1)]
-
-        starts, ends = const_ints(1, "starts", []), const_ints(2, "ends", [])
-        axes = const_ints(3, "axes", range(len(starts)))
-        steps = const_ints(4, "steps", [1] * len(starts))
+        starts, ends = b.const_ints(node, 1, "starts", []), b.const_ints(node, 2, "ends", [])
+        axes = b.const_ints(node, 3, "axes", range(len(starts)))
+        steps = b.const_ints(node, 4, "steps", [1] * len(starts))
     begin, stop, stride = [0] * rank, list(x.shape), [1] * rank
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
         axis = _norm_axis(node, axis, rank)
@@ -1493,11 +1305,11 @@ def _slice(b: _Importer, node: _Node) -> None:
         elif step < 0:
             begin[axis], stop[axis] = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
         else:
-            raise FrontendError(f"Slice node {node.name!r}: step 0 on axis {axis}")
+            raise node.error(f"step 0 on axis {axis}")
         stride[axis] = step
     shape = tuple(max(0, -(-(stop[i] - begin[i]) // stride[i])) for i in range(rank))
-    attrs: dict[str, object] = {"starts": begin, "ends": stop, "steps": stride}
-    b.emit("slice", node, [x.name], [shape], attrs, outputs=node.outputs)
+    b.emit("slice", node, [x.name], [shape], {"starts": begin, "ends": stop, "steps": stride},
+           outputs=node.outputs)
 
 
 _PAD_MODES = ("constant", "reflect", "edge", "wrap")
@@ -1517,20 +1329,12 @@ def _pad(b: _Importer, node: _Node) -> None:
         value = node.attr_float("value", 0.0)
         axes = list(range(rank))
     else:
-        pads_in = b.const(node, 1, "pads")
-        given = [] if pads_in is None else [int(v) for v in pads_in.reshape(-1)]
+        given = b.const_ints(node, 1, "pads", [])
         fill = b.const(node, 2, "constant_value")
         value = 0.0 if fill is None or fill.size == 0 else float(fill.reshape(-1)[0])
-        axes_in = b.const(node, 3, "axes")
-        axes = (
-            list(range(rank)) if axes_in is None
-            else [_norm_axis(node, int(a), rank) for a in axes_in.reshape(-1)]
-        )
+        axes = [_norm_axis(node, a, rank) for a in b.const_ints(node, 3, "axes", range(rank))]
     if len(given) != 2 * len(axes):
-        raise FrontendError(
-            f"Pad node {node.name!r}: {len(given)} pads for {len(axes)} axes (expected "
-            f"{2 * len(axes)})"
-        )
+        raise node.error(f"{len(given)} pads for {len(axes)} axes (expected {2 * len(axes)})")
     begin, end = [0] * rank, [0] * rank
     for k, axis in enumerate(axes):
         begin[axis], end[axis] = given[k], given[k + len(axes)]
@@ -1538,10 +1342,7 @@ def _pad(b: _Importer, node: _Node) -> None:
     for axis, d in enumerate(x.shape):
         kept = d - max(-begin[axis], 0) - max(-end[axis], 0)
         if kept <= 0 or shape[axis] <= 0:
-            raise FrontendError(
-                f"Pad node {node.name!r}: pads {given} crop axis {axis} of length {d} to "
-                "nothing"
-            )
+            raise node.error(f"pads {given} crop axis {axis} of length {d} to nothing")
         limit = {"reflect": kept - 1, "edge": _MAX_EXTENT, "wrap": kept}.get(mode, _MAX_EXTENT)
         if max(begin[axis], end[axis]) > limit:
             raise _variant(
@@ -1551,29 +1352,28 @@ def _pad(b: _Importer, node: _Node) -> None:
     if not any(begin) and not any(end):
         b.make_alias(node.outputs[0], x.name)
         return
-    attrs: dict[str, object] = {"pads": begin + end, "mode": mode, "value": value}
-    b.emit("pad", node, [x.name], [shape], attrs, outputs=node.outputs)
+    b.emit("pad", node, [x.name], [shape], {"pads": begin + end, "mode": mode, "value": value},
+           outputs=node.outputs)
 
 
-def _absorb_pad(b: _Importer, node: _Node, x: PlanValue) -> tuple[PlanValue, list[int]]:
+def _absorb_pad(b: _Importer, node: _Node, x: PlanValue
+                ) -> tuple[PlanValue, list[tuple[int, int]]]:
     """A zero, non-negative, spatial-only constant Pad used only by this convolution becomes
     part of the convolution's own padding; returns the input to read and the extra
-    [top, left, bottom, right] pads."""
+    (begin, end) pads of each spatial axis."""
     producer = b.producer.get(x.name)
     if (
         producer is None or producer.kind != "pad" or b.uses[x.name] != 1
         or len(x.shape) != 4 or node.attr_str("auto_pad", "NOTSET") != "NOTSET"
     ):
-        return x, [0, 0, 0, 0]
+        return x, [(0, 0), (0, 0)]
     pads = producer.ints("pads")
-    if producer.attrs["mode"] != "constant" or producer.num("value") != 0.0 or min(pads) < 0:
-        return x, [0, 0, 0, 0]
-    if pads[0] or pads[1] or pads[4] or pads[5]:
-        return x, [0, 0, 0, 0]
+    if (producer.attrs["mode"] != "constant" or producer.num("value") != 0.0 or min(pads) < 0
+            or pads[0] or pads[1] or pads[4] or pads[5]):
+        return x, [(0, 0), (0, 0)]
     b.plans.remove(producer)
     del b.values[x.name], b.producer[x.name]
-    source = b.values[producer.inputs[0]]
-    return source, [pads[2], pads[3], pads[6], pads[7]]
+    return b.values[producer.inputs[0]], [(pads[2], pads[6]), (pads[3], pads[7])]
 
 
 @_converts("Flatten")
@@ -1583,27 +1383,21 @@ def _flatten(b: _Importer, node: _Node) -> None:
     axis = node.attr_int("axis", 1)
     axis = axis + rank if axis < 0 else axis
     if not 0 <= axis <= rank:
-        raise FrontendError(f"Flatten node {node.name!r}: axis {axis} out of range")
+        raise node.error(f"axis {axis} out of range")
     shape = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
-    attrs: dict[str, object] = {"axis": axis}
-    b.emit("flatten", node, [x.name], [shape], attrs, outputs=node.outputs)
+    b.emit("flatten", node, [x.name], [shape], {"axis": axis}, outputs=node.outputs)
 
 
 def _emit_reshape(b: _Importer, node: _Node, x: PlanValue, shape: Sequence[int]) -> None:
     if math.prod(shape) != math.prod(x.shape):
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: cannot reshape {list(x.shape)} to {list(shape)}"
-        )
-    attrs: dict[str, object] = {"shape": list(shape)}
-    b.emit("reshape", node, [x.name], [tuple(shape)], attrs, outputs=node.outputs)
+        raise node.error(f"cannot reshape {list(x.shape)} to {list(shape)}")
+    b.emit("reshape", node, [x.name], [tuple(shape)], {"shape": list(shape)}, outputs=node.outputs)
 
 
 @_converts("Reshape")
 def _reshape(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
-    target = b.const(node, 1, "shape")
-    assert target is not None
-    shape = [int(d) for d in target.reshape(-1)]
+    shape = b.const_ints(node, 1, "shape", [])
     if not node.attr_int("allowzero", 0):
         shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
     if shape.count(-1) == 1:
@@ -1615,11 +1409,7 @@ def _reshape(b: _Importer, node: _Node) -> None:
 @_converts("Squeeze", "Unsqueeze")
 def _squeeze(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
-    if b.opset >= 13:
-        given = b.const(node, 1, "axes")
-        axes = [] if given is None else [int(a) for a in given.reshape(-1)]
-    else:
-        axes = node.attr_ints("axes", [])
+    axes = b.axes(node, 13)
     if node.op == "Unsqueeze":
         rank = len(x.shape) + len(axes)
         inserted = {_norm_axis(node, a, rank) for a in axes}
@@ -1639,8 +1429,7 @@ def _transpose(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     perm = node.attr_ints("perm", range(len(x.shape) - 1, -1, -1))
     shape = tuple(x.shape[p] for p in perm)
-    attrs: dict[str, object] = {"perm": perm}
-    b.emit("transpose", node, [x.name], [shape], attrs, outputs=node.outputs)
+    b.emit("transpose", node, [x.name], [shape], {"perm": perm}, outputs=node.outputs)
 
 
 @_converts("Identity")
