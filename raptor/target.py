@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
+from rich.table import Column, Table
 
 
 class TargetError(ValueError):
@@ -108,26 +108,16 @@ class Target:
 
     def __post_init__(self) -> None:
         """Types first, then the core count, then each key's range (`LIMITS`)."""
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "name":
-                if not isinstance(value, str) or not _NAME.fullmatch(value):
-                    raise TargetError("target key 'name' must be 1 to 64 printable characters, "
-                                      f"got {_shown(value)}")
-            elif f.type == "float" or f.type is float:
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise TargetError(f"target key '{f.name}' must be a number, got "
-                                      f"{_shown(value)}")
-                if not math.isfinite(value) or value <= 0:
-                    raise TargetError(f"target key '{f.name}' must be positive, got "
-                                      f"{_shown(value)}")
-            else:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise TargetError(f"target key '{f.name}' must be an integer, got "
-                                      f"{_shown(value)}")
-                if value <= 0:
-                    raise TargetError(f"target key '{f.name}' must be positive, got "
-                                      f"{_shown(value)}")
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise TargetError("target key 'name' must be 1 to 64 printable characters, got "
+                              f"{_shown(self.name)}")
+        for f in dataclasses.fields(self)[1:]:
+            value, real = getattr(self, f.name), f.type in ("float", float)
+            if isinstance(value, bool) or not isinstance(value, int | float if real else int):
+                kind = "a number" if real else "an integer"
+                raise TargetError(f"target key '{f.name}' must be {kind}, got {_shown(value)}")
+            if (real and not math.isfinite(value)) or value <= 0:
+                raise TargetError(f"target key '{f.name}' must be positive, got {_shown(value)}")
         if self.num_cores > MAX_CORES:
             raise TargetError(f"target mesh {_num(self.mesh_rows)}x{_num(self.mesh_cols)} has "
                               f"{_num(self.num_cores)} cores; at most {MAX_CORES:,} are "
@@ -203,11 +193,8 @@ class Target:
 
     def to_toml(self) -> str:
         """TOML text that :func:`load_target` reads back to an equal target."""
-        lines = []
-        for key, value in self.to_dict().items():
-            text = json.dumps(value, ensure_ascii=False) if isinstance(value, str) else value
-            lines.append(f"{key} = {text}")
-        return "\n".join(lines) + "\n"
+        return "".join(f"{key} = {json.dumps(value, ensure_ascii=False)}\n" if isinstance(
+            value, str) else f"{key} = {value}\n" for key, value in self.to_dict().items())
 
     def describe(self) -> str:
         """One-paragraph summary with the derived figures."""
@@ -239,11 +226,8 @@ def target_from_dict(values: dict[str, Any], name: str) -> Target:
     values = dict(values)
     if "mesh" in values:
         mesh = values.pop("mesh")
-        if (
-            not isinstance(mesh, list)
-            or len(mesh) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in mesh)
-        ):
+        if not isinstance(mesh, list) or len(mesh) != 2 or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in mesh):
             raise TargetError(f"target key 'mesh' must be [rows, cols] integers, got "
                               f"{_shown(mesh)}")
         if "mesh_rows" in values or "mesh_cols" in values:
@@ -253,10 +237,8 @@ def target_from_dict(values: dict[str, Any], name: str) -> Target:
     if unknown:
         shown = [k if re.fullmatch(r"[\w-]{1,40}", k) else _shown(k) for k in unknown[:5]]
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        raise TargetError(
-            f"unknown target key(s) {', '.join(shown)}{more}; known keys: mesh, "
-            f"{', '.join(_KEYS)}"
-        )
+        raise TargetError(f"unknown target key(s) {', '.join(shown)}{more}; known keys: mesh, "
+                          f"{', '.join(_KEYS)}")
     if "name" not in values:
         values["name"] = name if _NAME.fullmatch(name) else "unnamed"
     return dataclasses.replace(BUILTIN_TARGETS["default"], **values)
@@ -272,17 +254,16 @@ def load_target(name_or_path: str) -> Target:
         with path.open("rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise TargetError(
-            f"cannot read target file {name_or_path}: {exc.strerror or exc} "
-            f"(built-in targets: {known})"
-        ) from None
+        raise TargetError(f"cannot read target file {name_or_path}: {exc.strerror or exc} "
+                          f"(built-in targets: {known})") from None
     if len(data) > MAX_FILE_BYTES:
         raise TargetError(f"target file {name_or_path} is larger than {MAX_FILE_BYTES:,} bytes; "
                           "a target is a short TOML file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line, col = _line_col(data, exc.start)
+        # 1-based line and column (in bytes)
+        line, col = data.count(b"\n", 0, exc.start) + 1, exc.start - data.rfind(b"\n", 0, exc.start)
         raise TargetError(f"{name_or_path}:{line}:{col}: target file is not UTF-8 text "
                           f"(byte 0x{data[exc.start]:02x})") from None
     try:
@@ -295,19 +276,12 @@ def load_target(name_or_path: str) -> Target:
         raise TargetError(f"{name_or_path}: {exc}") from None
 
 
-def _line_col(data: bytes, offset: int) -> tuple[int, int]:
-    """1-based line and column (in bytes) of ``offset``."""
-    return data.count(b"\n", 0, offset) + 1, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
-
-
 def show_target(target: Target) -> Table:
     """Rich table of all keys plus derived figures, for ``raptor target show``."""
-    table = Table(title=f"target {target.name}")
-    table.add_column("key")
-    table.add_column("value", justify="right")
-    for key, value in target.to_dict().items():
+    table = Table("key", Column("value", justify="right"), title=f"target {target.name}")
+    for key, value in [*target.to_dict().items(), ("cores (derived)", target.num_cores),
+                       ("crossbar tiles (derived)", target.crossbar_capacity),
+                       ("mvm_ns (derived)", target.mvm_ns())]:
         table.add_row(key, str(value))
-    table.add_row("cores (derived)", str(target.num_cores))
-    table.add_row("crossbar tiles (derived)", str(target.crossbar_capacity))
-    table.add_row("mvm_ns (derived)", str(target.mvm_ns()))
     return table
+

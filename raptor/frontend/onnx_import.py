@@ -16,7 +16,6 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -72,15 +71,11 @@ def _load(source: ModelSource) -> tuple[onnx.ModelProto, str]:
         if not isinstance(source, bytes) and not Path(source).is_file():
             raise FrontendError(f"{label}: no such file")
         try:
-            if isinstance(source, bytes):
-                model = onnx.load_model_from_string(source)
-            else:
-                model = onnx.load(os.fspath(source))
+            model = (onnx.load_model_from_string(source) if isinstance(source, bytes)
+                     else onnx.load(os.fspath(source)))
         except (DecodeError, ValueError, RuntimeError, OSError) as error:
-            raise FrontendError(
-                f"{label}: cannot parse as an ONNX model (not ONNX, or truncated): "
-                f"{_first_line(error)}"
-            ) from error
+            raise FrontendError(f"{label}: cannot parse as an ONNX model (not ONNX, or "
+                                f"truncated): {_first_line(error)}") from error
     if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
         raise FrontendError(f"{label}: not an ONNX model (no IR version, graph or opset import)")
     return model, label
@@ -103,10 +98,8 @@ def _check_graph(model: onnx.ModelProto, label: str) -> None:
     graph = model.graph
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx") and not _MIN_OPSET <= entry.version <= _MAX_OPSET:
-            raise FrontendError(
-                f"{label}: opset {entry.version} of the default domain is outside the "
-                f"supported range {_MIN_OPSET}-{_MAX_OPSET}"
-            )
+            raise FrontendError(f"{label}: opset {entry.version} of the default domain is outside "
+                                f"the supported range {_MIN_OPSET}-{_MAX_OPSET}")
     if not graph.node:
         raise FrontendError(f"{label}: the graph is empty (no nodes); nothing to compile")
     if not graph.output:
@@ -121,10 +114,8 @@ def _check_graph(model: onnx.ModelProto, label: str) -> None:
         elem = value.type.tensor_type.elem_type
         if elem not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.FLOAT):
             kind = onnx.TensorProto.DataType.Name(elem)
-            raise FrontendError(
-                f"{label}: graph output {value.name!r} has element type {kind}; "
-                "only float32 outputs are computed"
-            )
+            raise FrontendError(f"{label}: graph output {value.name!r} has element type {kind}; "
+                                "only float32 outputs are computed")
     for init in graph.initializer:
         _check_initializer(init, label)
     opset = {o.domain or "": o.version for o in model.opset_import}
@@ -141,8 +132,7 @@ def _check_graph(model: onnx.ModelProto, label: str) -> None:
             if formal.option == single and not node.has_input(k):
                 raise FrontendError(
                     f"{label}: {node.op} node {node.name!r} lacks its required input {k} "
-                    f"({schema.inputs[k].name}); it has {len(node.inputs)} inputs"
-                )
+                    f"({formal.name}); it has {len(node.inputs)} inputs")
         if len([o for o in node.outputs if o]) < min(schema.min_output, 1):
             raise FrontendError(f"{label}: {node.op} node {node.name!r} has no outputs")
 
@@ -167,10 +157,8 @@ def _check_initializer(init: onnx.TensorProto, label: str) -> None:
         held = len(getattr(init, helper.tensor_dtype_to_field(init.data_type)))
         need, unit = count, "values"
     if held != need:
-        raise FrontendError(
-            f"{label}: initializer {init.name!r} ({kind}, dims {list(init.dims)}) needs "
-            f"{need:,} {unit} but holds {held:,}"
-        )
+        raise FrontendError(f"{label}: initializer {init.name!r} ({kind}, dims "
+                            f"{list(init.dims)}) needs {need:,} {unit} but holds {held:,}")
 
 
 def _default_opset(model: onnx.ModelProto, label: str) -> int:
@@ -178,10 +166,10 @@ def _default_opset(model: onnx.ModelProto, label: str) -> int:
     if not versions:
         raise FrontendError(f"{label}: the model imports no version of the default ONNX domain")
     if versions[0] < _MIN_OPSET:
-        raise FrontendError(
-            f"{label}: opset {versions[0]} is older than {_MIN_OPSET}; re-export with opset 11-21"
-        )
+        raise FrontendError(f"{label}: opset {versions[0]} is older than {_MIN_OPSET}; "
+                            "re-export with opset 11-21")
     return versions[0]
+
 
 
 def spell_dim(dim: onnx.TensorShapeProto.Dimension) -> str:
@@ -205,21 +193,20 @@ def _param(dim: onnx.TensorShapeProto.Dimension) -> str:
 
 
 def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
-    parts = []
-    for axis, dim in enumerate(dims):
-        if not _dynamic(dim):
-            parts.append(str(dim.dim_value))
-        elif axis == 0:
-            parts.append("1")
-        else:
-            param = _param(dim)
-            parts.append(param if param.isidentifier() and len(param) <= 8 else f"D{axis}")
+    parts = [str(dim.dim_value) if not _dynamic(dim) else "1" if axis == 0 else
+             _param(dim) if _param(dim).isidentifier() and len(_param(dim)) <= 8 else f"D{axis}"
+             for axis, dim in enumerate(dims)]
     return f"--input-shape {name}={'x'.join(parts)}"
 
 
-def _bind_shapes(
-    model: onnx.ModelProto, label: str, fixed: Mapping[str, Sequence[int]]
-) -> list[str]:
+def _declared(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
+    """The graph inputs without an initializer (the ones given at run time), by name."""
+    initialized = {init.name for init in graph.initializer}
+    return {value.name: value for value in graph.input if value.name not in initialized}
+
+
+def _bind_shapes(model: onnx.ModelProto, label: str, fixed: Mapping[str, Sequence[int]]
+                 ) -> list[str]:
     """Give every dimension of every graph input a size, before any shape is computed.
 
     Sizes come from ``fixed`` (``--input-shape`` or the shapes of supplied inputs); a
@@ -228,20 +215,16 @@ def _bind_shapes(
     that says how to set it.
     """
     graph = model.graph
-    initialized = {init.name for init in graph.initializer}
-    declared = [value for value in graph.input if value.name not in initialized]
-    by_name = {value.name: value for value in declared}
+    declared = _declared(graph)
     for name in fixed:
-        if name not in by_name:
-            raise FrontendError(
-                f"{label}: a shape is given for {name!r}, which is not a graph input "
-                f"(inputs: {', '.join(by_name) or 'none'})"
-            )
+        if name not in declared:
+            raise FrontendError(f"{label}: a shape is given for {name!r}, which is not a graph "
+                                f"input (inputs: {', '.join(declared) or 'none'})")
     params: dict[str, int] = {}
-    for value in declared:
+    for value in declared.values():
         _fixed_params(value, label, fixed, params)
     notes: list[str] = []
-    for value in declared:
+    for value in declared.values():
         _bind_input(value, label, fixed, params, notes)
     for value in graph.output:
         for dim in value.type.tensor_type.shape.dim:
@@ -263,35 +246,30 @@ def _fixed_params(value: onnx.ValueInfoProto, label: str, fixed: Mapping[str, Se
     if tensor.elem_type != onnx.TensorProto.FLOAT:
         kind = onnx.TensorProto.DataType.Name(tensor.elem_type)
         raise FrontendError(
-            f"{label}: input {value.name!r} has element type {kind} and no value; only "
-            "float32 inputs are computed, other inputs are bound as constants: supply it "
-            "with --inputs X.npz or --constants C.npz"
-        )
+            f"{label}: input {value.name!r} has element type {kind} and no value; only float32 "
+            "inputs are computed, other inputs are bound as constants: supply it with --inputs "
+            "X.npz or --constants C.npz")
     if not tensor.HasField("shape"):
         if value.name in fixed:
             for size in fixed[value.name]:
                 tensor.shape.dim.add().dim_value = int(size)
             return
-        raise FrontendError(
-            f"{label}: input {value.name!r} has no declared shape; give it with "
-            f"--input-shape {value.name}=AxBx..."
-        )
+        raise FrontendError(f"{label}: input {value.name!r} has no declared shape; give it "
+                            f"with --input-shape {value.name}=AxBx...")
     dims = tensor.shape.dim
     shape = value.name in fixed and [int(d) for d in fixed[value.name]]
     if shape and len(shape) != len(dims):
         raise FrontendError(
             f"{label}: input {value.name!r} has rank {len(dims)} (shape "
             f"[{', '.join(spell_dim(d) for d in dims)}]) but the given shape "
-            f"{'x'.join(map(str, shape))} has rank {len(shape)}"
-        )
+            f"{'x'.join(map(str, shape))} has rank {len(shape)}")
     for axis, dim in enumerate(dims):
         if shape and _param(dim):
             known = params.setdefault(_param(dim), shape[axis])
             if known != shape[axis]:
                 raise FrontendError(
                     f"{label}: dimension {_param(dim)!r} is given as both {known} and "
-                    f"{shape[axis]} (input {value.name!r}, axis {axis})"
-                )
+                    f"{shape[axis]} (input {value.name!r}, axis {axis})")
 
 
 def _bind_input(value: onnx.ValueInfoProto, label: str, fixed: Mapping[str, Sequence[int]],
@@ -307,9 +285,8 @@ def _bind_input(value: onnx.ValueInfoProto, label: str, fixed: Mapping[str, Sequ
             size = shape[axis]
             if not _dynamic(dim) and dim.dim_value != size:
                 raise FrontendError(
-                    f"{label}: input {value.name!r} has size {dim.dim_value} at axis "
-                    f"{axis} (shape {spelled}), but the given shape has {size}"
-                )
+                    f"{label}: input {value.name!r} has size {dim.dim_value} at axis {axis} "
+                    f"(shape {spelled}), but the given shape has {size}")
         elif not _dynamic(dim):
             size = dim.dim_value
         elif param in params:
@@ -317,53 +294,42 @@ def _bind_input(value: onnx.ValueInfoProto, label: str, fixed: Mapping[str, Sequ
         elif axis == 0:
             size = 1
             what = f"{param!r}" if param else spell_dim(dim)
-            notes.append(
-                f"batch dimension {what} of input {value.name!r} bound to 1 "
-                f"(--input-shape sets another size)"
-            )
+            notes.append(f"batch dimension {what} of input {value.name!r} bound to 1 "
+                         "(--input-shape sets another size)")
         else:
             what = "-1 (dynamic)" if dim.WhichOneof("value") == "dim_value" else (
-                f"{param!r}" if param else "'?' (unnamed)"
-            )
+                f"{param!r}" if param else "'?' (unnamed)")
             raise FrontendError(
-                f"{label}: input {value.name!r} has a dynamic dimension {what} at axis "
-                f"{axis} (shape {spelled}); set it with {_shape_hint(value.name, dims)}"
-                " or supply the input with --inputs"
-            )
+                f"{label}: input {value.name!r} has a dynamic dimension {what} at axis {axis} "
+                f"(shape {spelled}); set it with {_shape_hint(value.name, dims)} or supply the "
+                "input with --inputs")
         if size <= 0:
-            raise FrontendError(
-                f"{label}: input {value.name!r} would have size {size} at axis {axis} "
-                f"(shape {spelled}); zero-size tensors are not supported"
-            )
+            raise FrontendError(f"{label}: input {value.name!r} would have size {size} at axis "
+                                f"{axis} (shape {spelled}); zero-size tensors are not supported")
         if param:
             params[param] = size
         dim.dim_value = size
 
 
-def _bind_constants(
-    model: onnx.ModelProto, label: str, constants: Mapping[str, np.ndarray]
-) -> None:
+def _bind_constants(model: onnx.ModelProto, label: str, constants: Mapping[str, np.ndarray]
+                    ) -> None:
     """Turn the graph inputs named in ``constants`` into initializers of their declared type."""
     graph = model.graph
-    initialized = {init.name for init in graph.initializer}
-    declared = {v.name: v for v in graph.input if v.name not in initialized}
+    declared = _declared(graph)
     for name, array in constants.items():
         value = declared.get(name)
         if value is None:
-            raise FrontendError(
-                f"{label}: {name!r} is not a graph input (inputs: "
-                f"{', '.join(declared) or 'none'})"
-            )
+            raise FrontendError(f"{label}: {name!r} is not a graph input (inputs: "
+                                f"{', '.join(declared) or 'none'})")
         elem = value.type.tensor_type.elem_type
         dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else np.dtype(np.float32)
         given = np.asarray(array)
         if np.issubdtype(dtype, np.integer) and np.issubdtype(given.dtype, np.floating) and (
             not np.all(np.isfinite(given)) or np.any(given != np.round(given))
         ):
-            raise FrontendError(
-                f"{label}: input {name!r} is {onnx.TensorProto.DataType.Name(elem)} but its "
-                "value has fractions"
-            )
+            kind = onnx.TensorProto.DataType.Name(elem)
+            raise FrontendError(f"{label}: input {name!r} is {kind} but its value has fractions")
+
         graph.initializer.append(numpy_helper.from_array(given.astype(dtype), name))
     kept = [v for v in graph.input if v.name not in constants]
     del graph.input[:]
@@ -384,12 +350,9 @@ def parameter_inputs(model: onnx.ModelProto) -> set[str]:
     """Graph inputs that a node reads as a parameter (see ``_PARAMETERS``) or that are not
     float32: supplied values of these are bound as constants."""
     graph = model.graph
-    initialized = {init.name for init in graph.initializer}
-    names = {v.name for v in graph.input if v.name not in initialized}
-    found = {
-        v.name for v in graph.input
-        if v.name in names and v.type.tensor_type.elem_type != onnx.TensorProto.FLOAT
-    }
+    names = _declared(graph)
+    found = {name for name, v in names.items()
+             if v.type.tensor_type.elem_type != onnx.TensorProto.FLOAT}
     for node in graph.node:
         for k in _PARAMETERS.get(node.op_type, ()):
             if k < len(node.input) and node.input[k] in names:
@@ -403,14 +366,10 @@ def _inferred_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError):
         return {}
-    shapes = {}
-    for value in [*inferred.graph.value_info, *inferred.graph.output]:
-        tensor = value.type.tensor_type
-        if tensor.HasField("shape") and all(
-            d.WhichOneof("value") == "dim_value" for d in tensor.shape.dim
-        ):
-            shapes[value.name] = tuple(d.dim_value for d in tensor.shape.dim)
-    return shapes
+    return {value.name: tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
+            for value in [*inferred.graph.value_info, *inferred.graph.output]
+            if value.type.tensor_type.HasField("shape") and all(
+                d.WhichOneof("value") == "dim_value" for d in value.type.tensor_type.shape.dim)}
 
 
 class _Node:
@@ -422,9 +381,7 @@ class _Node:
         self.name = proto.name or f"{proto.op_type}_{index}"
         self.inputs = list(proto.input)
         self.outputs = list(proto.output)
-        self.attrs: dict[str, Any] = {
-            a.name: helper.get_attribute_value(a) for a in proto.attribute
-        }
+        self.attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
 
     def has_input(self, index: int) -> bool:
         return index < len(self.inputs) and self.inputs[index] != ""
@@ -456,16 +413,11 @@ class _Importer:
         self.notes = notes
         self.inferred = _inferred_shapes(model)
         graph = model.graph
-        self.consts: dict[str, np.ndarray] = {
-            init.name: numpy_helper.to_array(init) for init in graph.initializer
-        }
-        self.values: dict[str, PlanValue] = {}
-        self.inputs: list[PlanValue] = []
-        for value in graph.input:
-            if value.name not in self.consts:
-                shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
-                self.inputs.append(PlanValue(value.name, shape))
-                self.values[value.name] = self.inputs[-1]
+        self.consts = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+        self.inputs = [PlanValue(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
+                       for v in graph.input if v.name not in self.consts]
+        self.values = {value.name: value for value in self.inputs}
+
         self.input_names = {value.name for value in self.inputs}
         self.alias: dict[str, str] = {}
         self.plans: list[Plan] = []
@@ -554,7 +506,6 @@ class _Importer:
         self.plan_names.add(plan_name)
         plan = Plan(kind, plan_name, [self.resolve(i) for i in inputs], names, dict(attrs or {}),
                     weights or {})
-
         self.plans.append(plan)
         for name, shape in zip(names, shapes, strict=True):
             if 0 in shape:
@@ -594,15 +545,8 @@ class _Importer:
                 raise _unsupported(node, self.opset, "")
         outputs = self._finish_outputs()
         self._prune(outputs)
-        graph = PlanGraph(
-            name=self.model.graph.name or "model",
-            inputs=self.inputs,
-            outputs=outputs,
-            values=self.values,
-            plans=self.plans,
-            opset=self.opset,
-            notes=self.notes,
-        )
+        graph = PlanGraph(self.model.graph.name or "model", self.inputs, outputs, self.values,
+                          self.plans, self.opset, self.notes)
         graph.validate()
         return graph
 
@@ -634,12 +578,9 @@ class _Importer:
         if node.op == "Size":
             self.consts[node.outputs[0]] = np.array(math.prod(shape), dtype=np.int64)
             return
-        rank = len(shape)
-        start = node.attr_int("start", 0)
-        end = node.attr_int("end", rank)
-        start = min(max(start + rank if start < 0 else start, 0), rank)
-        end = min(max(end + rank if end < 0 else end, 0), rank)
-        self.consts[node.outputs[0]] = np.array(shape[start:end], dtype=np.int64)
+        # Python's slice clamps start and end into the rank just as ONNX Shape does.
+        window = slice(node.attr_int("start", 0), node.attr_int("end", len(shape)))
+        self.consts[node.outputs[0]] = np.array(shape[window], dtype=np.int64)
 
     def _check_shapes(self, node: _Node) -> None:
         """Compare with ONNX shape inference, except where that is known to be wrong.
@@ -665,9 +606,9 @@ class _Importer:
         output_names = {o.name for o in self.model.graph.output}
         for value in self.model.graph.output:
             if self.is_const(value.name):
-                raise FrontendError(
-                    f"graph output {value.name!r} is a constant; nothing computes it on the chip"
-                )
+                raise FrontendError(f"graph output {value.name!r} is a constant; nothing computes "
+                                    "it on the chip")
+
             source = self.resolve(value.name)
             if source != value.name:
                 if source in graph_inputs or source in claimed or source in output_names:
