@@ -171,12 +171,9 @@ def _default_opset(model: onnx.ModelProto, label: str) -> int:
     return versions[0]
 
 
-
 def spell_dim(dim: onnx.TensorShapeProto.Dimension) -> str:
     """A dimension as the user reads it: its size, its symbolic name, or '?' when unnamed."""
-    if dim.WhichOneof("value") == "dim_value":
-        return str(dim.dim_value)
-    return dim.dim_param or "?"
+    return str(dim.dim_value) if dim.WhichOneof("value") == "dim_value" else dim.dim_param or "?"
 
 
 def _dynamic(dim: onnx.TensorShapeProto.Dimension) -> bool:
@@ -187,9 +184,8 @@ def _dynamic(dim: onnx.TensorShapeProto.Dimension) -> bool:
 def _param(dim: onnx.TensorShapeProto.Dimension) -> str:
     """The symbolic name that ties this dimension to others ('' when unnamed; some
     exporters name every dynamic dimension '?', which ties nothing)."""
-    if dim.WhichOneof("value") != "dim_param" or dim.dim_param in ("", "?"):
-        return ""
-    return dim.dim_param
+    named = dim.WhichOneof("value") == "dim_param" and dim.dim_param not in ("", "?")
+    return dim.dim_param if named else ""
 
 
 def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
@@ -637,8 +633,7 @@ class _Importer:
 def _unsupported(node: _Node, opset: int, where: str) -> FrontendError:
     return FrontendError(
         f"unsupported operator {node.op}{where} (node {node.name!r}, opset {opset}); "
-        f"supported: {', '.join(SUPPORTED_OPS)}, and any node whose inputs are all constant"
-    )
+        f"supported: {', '.join(SUPPORTED_OPS)}, and any node whose inputs are all constant")
 
 
 def _variant(node: _Node, what: str, why: str) -> FrontendError:
@@ -1285,11 +1280,10 @@ def _pad(b: _Importer, node: _Node) -> None:
         if kept <= 0 or shape[axis] <= 0:
             raise node.error(f"pads {given} crop axis {axis} of length {d} to nothing")
         limit = {"reflect": kept - 1, "edge": _MAX_EXTENT, "wrap": kept}.get(mode, _MAX_EXTENT)
-        if max(begin[axis], end[axis]) > limit:
-            raise _variant(
-                node, f"{mode} padding by {max(begin[axis], end[axis])} of axis {axis} "
-                f"(length {kept})", f"{mode} padding reaches at most {limit} cells"
-            )
+        if (most := max(begin[axis], end[axis])) > limit:
+            raise _variant(node, f"{mode} padding by {most} of axis {axis} (length {kept})",
+                           f"{mode} padding reaches at most {limit} cells")
+
     if not any(begin) and not any(end):
         b.make_alias(node.outputs[0], x.name)
         return
@@ -1303,10 +1297,8 @@ def _absorb_pad(b: _Importer, node: _Node, x: PlanValue
     part of the convolution's own padding; returns the input to read and the extra
     (begin, end) pads of each spatial axis."""
     producer = b.producer.get(x.name)
-    if (
-        producer is None or producer.kind != "pad" or b.uses[x.name] != 1
-        or len(x.shape) != 4 or node.attr_str("auto_pad", "NOTSET") != "NOTSET"
-    ):
+    if (producer is None or producer.kind != "pad" or b.uses[x.name] != 1 or len(x.shape) != 4
+            or node.attr_str("auto_pad", "NOTSET") != "NOTSET"):
         return x, [(0, 0), (0, 0)]
     pads = producer.ints("pads")
     if (producer.attrs["mode"] != "constant" or producer.num("value") != 0.0 or min(pads) < 0
@@ -1359,8 +1351,7 @@ def _squeeze(b: _Importer, node: _Node) -> None:
     else:
         rank = len(x.shape)
         dropped = {_norm_axis(node, a, rank) for a in axes} or {
-            i for i, d in enumerate(x.shape) if d == 1
-        }
+            i for i, d in enumerate(x.shape) if d == 1}
         shape = [d for i, d in enumerate(x.shape) if i not in dropped]
     _emit_reshape(b, node, x, shape)
 
@@ -1420,12 +1411,9 @@ def load_model(model: ModelSource) -> tuple[onnx.ModelProto, str]:
     return proto, label
 
 
-def import_loaded(
-    proto: onnx.ModelProto,
-    label: str,
-    constants: Mapping[str, np.ndarray] | None = None,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-) -> PlanGraph:
+def import_loaded(proto: onnx.ModelProto, label: str,
+                  constants: Mapping[str, np.ndarray] | None = None,
+                  shapes: Mapping[str, Sequence[int]] | None = None) -> PlanGraph:
     """Import a model `load_model` returned (it is modified): bind ``constants`` (graph
     inputs by name) as initializers, fix input ``shapes``, then convert."""
     if constants:
@@ -1435,11 +1423,9 @@ def import_loaded(
     return _Importer(proto, opset, notes).run()
 
 
-def import_onnx(
-    model: ModelSource,
-    constants: Mapping[str, np.ndarray] | None = None,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-) -> PlanGraph:
+def import_onnx(model: ModelSource, constants: Mapping[str, np.ndarray] | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> PlanGraph:
+
     """Import an ONNX model (path, serialized bytes or ModelProto) into a plan graph.
 
     ``constants`` bind graph inputs to values (folded like initializers); ``shapes`` fix

@@ -6,6 +6,7 @@ accurate result a float32 implementation can be compared with.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -30,38 +31,41 @@ def _pad_hw(x: Array, pads: list[int], fill: float) -> Array:
     )
 
 
+def _taps(offset: int, stride: int, count: int) -> slice:
+    """``count`` positions from ``offset``, ``stride`` apart."""
+    return slice(offset, offset + stride * (count - 1) + 1, stride)
+
+
+def _with_bias(plan: Plan, y: Array) -> Array:
+    """y (N, C, H, W) plus the optional per-channel bias, as float32."""
+    if "bias" in plan.weights:
+        y = y + plan.weights["bias"].astype(np.float64).reshape(1, -1, 1, 1)
+    return _f32(y)
+
+
 def _conv(plan: Plan, xs: list[Array]) -> list[Array]:
     (x,) = xs
     w = plan.weights["weight"].astype(np.float64)
-    sh, sw = plan.ints("strides")
-    dh, dw = plan.ints("dilations")
-    pads = plan.ints("pads")
+    (sh, sw), (dh, dw) = plan.ints("strides"), plan.ints("dilations")
     g = int(plan.num("group"))
-    n, c, _, _ = x.shape
+    n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
-    xp = _pad_hw(x.astype(np.float64), pads, 0.0)
+    xp = _pad_hw(x.astype(np.float64), plan.ints("pads"), 0.0)
     oh = (xp.shape[2] - (kh - 1) * dh - 1) // sh + 1
     ow = (xp.shape[3] - (kw - 1) * dw - 1) // sw + 1
     xg = xp.reshape(n, g, c // g, *xp.shape[2:])
     wg = w.reshape(g, o // g, cg, kh, kw)
     y = np.zeros((n, g, o // g, oh, ow))
-    for i in range(kh):
-        for j in range(kw):
-            rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
-            cols = slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
-            patch = xg[..., rows, cols]
-            y += np.einsum("ngchw,goc->ngohw", patch, wg[..., i, j])
-    y = y.reshape(n, o, oh, ow)
-    if "bias" in plan.weights:
-        y += plan.weights["bias"].astype(np.float64).reshape(1, o, 1, 1)
-    return [_f32(y)]
+    for i, j in itertools.product(range(kh), range(kw)):
+        patch = xg[..., _taps(i * dh, sh, oh), _taps(j * dw, sw, ow)]
+        y += np.einsum("ngchw,goc->ngohw", patch, wg[..., i, j])
+    return [_with_bias(plan, y.reshape(n, o, oh, ow))]
 
 
 def _conv_transpose(plan: Plan, xs: list[Array]) -> list[Array]:
     (x,) = xs
     w = plan.weights["weight"].astype(np.float64)
-    sh, sw = plan.ints("strides")
-    dh, dw = plan.ints("dilations")
+    (sh, sw), (dh, dw) = plan.ints("strides"), plan.ints("dilations")
     top, left, bottom, right = plan.ints("pads")
     oph, opw = plan.ints("output_padding")
     g = int(plan.num("group"))
@@ -72,21 +76,16 @@ def _conv_transpose(plan: Plan, xs: list[Array]) -> list[Array]:
     xg = x.astype(np.float64).reshape(n, g, c // g, h, wd)
     wg = w.reshape(g, c // g, og, kh, kw)
     full = np.zeros((n, g, og, full_h, full_w))
-    for i in range(kh):
-        for j in range(kw):
-            rows = slice(i * dh, i * dh + sh * (h - 1) + 1, sh)
-            cols = slice(j * dw, j * dw + sw * (wd - 1) + 1, sw)
-            full[..., rows, cols] += np.einsum("ngchw,gco->ngohw", xg, wg[..., i, j])
+    for i, j in itertools.product(range(kh), range(kw)):
+        full[..., _taps(i * dh, sh, h), _taps(j * dw, sw, wd)] += np.einsum(
+            "ngchw,gco->ngohw", xg, wg[..., i, j])
     y = full.reshape(n, g * og, full_h, full_w)[:, :, top : full_h - bottom, left : full_w - right]
-    if "bias" in plan.weights:
-        y = y + plan.weights["bias"].astype(np.float64).reshape(1, -1, 1, 1)
-    return [_f32(y)]
+    return [_with_bias(plan, y)]
 
 
 def _windows(x: Array, plan: Plan, fill: float) -> tuple[list[Array], tuple[int, int]]:
     """Every kernel offset's strided view of x padded with fill (also past ceil_mode's edge)."""
-    kh, kw = plan.ints("kernel")
-    sh, sw = plan.ints("strides")
+    (kh, kw), (sh, sw) = plan.ints("kernel"), plan.ints("strides")
     dh, dw = plan.ints("dilations")
     top, left, bottom, right = plan.ints("pads")
     ceil = bool(plan.attrs["ceil_mode"])
@@ -96,11 +95,8 @@ def _windows(x: Array, plan: Plan, fill: float) -> tuple[list[Array], tuple[int,
     need_h = (oh - 1) * sh + (kh - 1) * dh + 1
     need_w = (ow - 1) * sw + (kw - 1) * dw + 1
     xp = _pad_hw(x, [top, left, max(need_h - h - top, 0), max(need_w - w - left, 0)], fill)
-    views = [
-        xp[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
-        for i in range(kh)
-        for j in range(kw)
-    ]
+    views = [xp[:, :, _taps(i * dh, sh, oh), _taps(j * dw, sw, ow)]
+             for i, j in itertools.product(range(kh), range(kw))]
     return views, (oh, ow)
 
 
@@ -118,18 +114,15 @@ def _window_counts(
 
 
 def _avgpool(plan: Plan, xs: list[Array]) -> list[Array]:
-    views, (oh, ow) = _windows(xs[0].astype(np.float64), plan, 0.0)
-    kh, kw = plan.ints("kernel")
-    sh, sw = plan.ints("strides")
-    dh, dw = plan.ints("dilations")
-    top, left, bottom, right = plan.ints("pads")
-    h, w = xs[0].shape[2:]
+    views, outs = _windows(xs[0].astype(np.float64), plan, 0.0)
+    pads = plan.ints("pads")
     # Explicit padding counts when count_include_pad; the cells ceil_mode adds never do.
     include = bool(plan.attrs["count_include_pad"])
-    rows = _window_counts(oh, kh, sh, dh, top, -top if include else 0, h + bottom if include else h)
-    cols = _window_counts(
-        ow, kw, sw, dw, left, -left if include else 0, w + right if include else w
-    )
+    rows, cols = (
+        _window_counts(out, k, s, d, lo, -lo if include else 0, size + hi if include else size)
+        for out, size, k, s, d, lo, hi in zip(outs, xs[0].shape[2:], plan.ints("kernel"),
+                                              plan.ints("strides"), plan.ints("dilations"),
+                                              pads[:2], pads[2:], strict=True))
     return [_f32(np.add.reduce(views) / np.outer(rows, cols))]
 
 
