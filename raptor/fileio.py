@@ -16,12 +16,6 @@ from typing import BinaryIO
 import numpy as np
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """The file gets the mode a plain `open` would give it (0666 under the umask), not
     mkstemp's private 0600."""
@@ -29,7 +23,9 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        mask = os.umask(0)  # the umask is read by setting it: put it straight back
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, target)
@@ -83,10 +79,8 @@ def _header(fp: BinaryIO, key: str, available: int, path: str) -> tuple[ArrayHea
     if version not in ((1, 0), (2, 0)):
         raise InputFileError(f"{path}: array {key!r} uses .npy format {version}, which is "
                              "not read (save it with numpy.save/savez)")
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-        np.lib.format.read_array_header_2_0
     try:
-        shape, fortran, dtype = read(fp)
+        shape, fortran, dtype = getattr(np.lib.format, f"read_array_header_{version[0]}_0")(fp)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         # numpy parses the header with ast.literal_eval and passes its wording through
         raise InputFileError(f"{path}: array {key!r} has a malformed .npy header (not a "
@@ -151,24 +145,23 @@ def read_arrays(path: str | Path, check: HeaderCheck | None = None) -> dict[str,
 def _read_npz(fh: BinaryIO, label: str, check: HeaderCheck | None) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     with zipfile.ZipFile(fh) as archive:
-        members = archive.infolist()
-        headers: list[tuple[ArrayHeader, zipfile.ZipInfo]] = []
-        for info in members:
+        headers: dict[str, tuple[ArrayHeader, zipfile.ZipInfo]] = {}
+        for info in archive.infolist():
             if info.is_dir():
                 continue
             if not info.filename.endswith(".npy"):
                 raise InputFileError(f"{label}: member {info.filename!r} is not an .npy array")
             key = info.filename[:-4]
-            if key in out or any(h[0].key == key for h in headers):
+            if key in headers:
                 raise InputFileError(f"{label}: array {key!r} is stored twice")
             with archive.open(info) as member:
                 header, data_bytes = _header(member, key, info.file_size, label)  # type: ignore[arg-type]
             _checked(header, data_bytes, label, check)
-            headers.append((header, info))
-        for header, info in headers:
+            headers[key] = (header, info)
+        for key, (header, info) in headers.items():
             with archive.open(info) as member:
-                _header(member, header.key, info.file_size, label)  # type: ignore[arg-type]
-                out[header.key] = _read_data(member, header)  # type: ignore[arg-type]
+                _header(member, key, info.file_size, label)  # type: ignore[arg-type]
+                out[key] = _read_data(member, header)  # type: ignore[arg-type]
     return out
 
 

@@ -284,4 +284,3 @@ def show_target(target: Target) -> Table:
                        ("mvm_ns (derived)", target.mvm_ns())]:
         table.add_row(key, str(value))
     return table
-

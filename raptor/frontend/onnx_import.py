@@ -325,7 +325,6 @@ def _bind_constants(model: onnx.ModelProto, label: str, constants: Mapping[str, 
         ):
             kind = onnx.TensorProto.DataType.Name(elem)
             raise FrontendError(f"{label}: input {name!r} is {kind} but its value has fractions")
-
         graph.initializer.append(numpy_helper.from_array(given.astype(dtype), name))
     kept = [v for v in graph.input if v.name not in constants]
     del graph.input[:]
@@ -349,11 +348,8 @@ def parameter_inputs(model: onnx.ModelProto) -> set[str]:
     names = _declared(graph)
     found = {name for name, v in names.items()
              if v.type.tensor_type.elem_type != onnx.TensorProto.FLOAT}
-    for node in graph.node:
-        for k in _PARAMETERS.get(node.op_type, ()):
-            if k < len(node.input) and node.input[k] in names:
-                found.add(node.input[k])
-    return found
+    return found | {node.input[k] for node in graph.node for k in _PARAMETERS.get(node.op_type, ())
+                    if k < len(node.input) and node.input[k] in names}
 
 
 def _inferred_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
@@ -413,7 +409,6 @@ class _Importer:
         self.inputs = [PlanValue(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
                        for v in graph.input if v.name not in self.consts]
         self.values = {value.name: value for value in self.inputs}
-
         self.input_names = {value.name for value in self.inputs}
         self.alias: dict[str, str] = {}
         self.plans: list[Plan] = []
@@ -597,23 +592,20 @@ class _Importer:
     def _finish_outputs(self) -> list[PlanValue]:
         """Make every graph output a produced value under its ONNX name."""
         outputs = []
-        graph_inputs = {v.name for v in self.inputs}
-        claimed: set[str] = set()
-        output_names = {o.name for o in self.model.graph.output}
+        # a value that is an input or another output is copied; any other takes the name
+        taken = {v.name for v in self.inputs} | {o.name for o in self.model.graph.output}
         for value in self.model.graph.output:
             if self.is_const(value.name):
                 raise FrontendError(f"graph output {value.name!r} is a constant; nothing computes "
                                     "it on the chip")
-
             source = self.resolve(value.name)
             if source != value.name:
-                if source in graph_inputs or source in claimed or source in output_names:
+                if source in taken:
                     shape = self.values[source].shape
                     fake = _Node(onnx.NodeProto(name=f"{value.name}/identity"), 0)
                     self.emit("identity", fake, [source], [shape], outputs=[value.name])
                 else:
                     self.rename(source, value.name)
-            claimed.add(value.name)
             outputs.append(self.values[value.name])
         return outputs
 
@@ -745,8 +737,8 @@ def _conv_operands(
     if given != kernel:
         raise node.error(f"kernel_shape {given} disagrees with the weight {list(w.shape)}")
     _ranged(node, "kernel_shape", kernel, rank, 1)
-    strides, dilations = (_ranged(node, key, [1] * rank, rank, 1) for key in ("strides",
-                                                                             "dilations"))
+    strides, dilations = (
+        _ranged(node, key, [1] * rank, rank, 1) for key in ("strides", "dilations"))
     group = node.attr_int("group", 1)
     if group < 1:
         raise node.error(f"group {group} must be at least 1")
@@ -771,8 +763,7 @@ def _conv(b: _Importer, node: _Node) -> None:
     channels = w.shape[0]
     if bias is not None and bias.shape != (channels,):
         raise node.error(f"bias {list(bias.shape)} does not match {channels} output channels")
-    _emit_conv(b, node, "conv", x, channels, out, w, bias,
-               _conv_attrs(strides, pads, dilations, group))
+    _emit_conv(b, node, "conv", x, channels, out, w, bias, strides, pads, dilations, group)
 
 
 @_converts("ConvTranspose")
@@ -790,7 +781,6 @@ def _conv_transpose(b: _Importer, node: _Node) -> None:
         target = [sizes[i] * strides[i] for i in range(rank)]
     pads = [] if target else _explicit_pads(node, sizes, kernel, strides, dilations)
     for i in range(rank if target else 0):
-
         total = conv_transpose_out(sizes[i], kernel[i], strides[i], (0, 0), dilations[i],
                                    extra[i]) - target[i]
         if total < 0 and same:
@@ -806,20 +796,17 @@ def _conv_transpose(b: _Importer, node: _Node) -> None:
         pads.append((begin, max(end, 0)))
     out = [conv_transpose_out(sizes[i], kernel[i], strides[i], pads[i], dilations[i], extra[i])
            for i in range(rank)]
-    attrs = {**_conv_attrs(strides, pads, dilations, group), "output_padding": _hw(extra, 0)}
-    _emit_conv(b, node, "conv_transpose", x, w.shape[1] * group, out, w, bias, attrs)
-
-
-def _conv_attrs(strides: list[int], pads: Sequence[tuple[int, int]], dilations: list[int],
-                group: int) -> dict[str, object]:
-    return {"strides": _hw(strides, 1), "pads": _pads_tlbr(pads),
-            "dilations": _hw(dilations, 1), "group": group}
+    _emit_conv(b, node, "conv_transpose", x, w.shape[1] * group, out, w, bias, strides, pads,
+               dilations, group, output_padding=_hw(extra, 0))
 
 
 def _emit_conv(b: _Importer, node: _Node, kind: str, x: PlanValue, channels: int,
-               out: list[int], w: np.ndarray, bias: np.ndarray | None,
-               attrs: dict[str, object]) -> None:
+               out: list[int], w: np.ndarray, bias: np.ndarray | None, strides: list[int],
+               pads: Sequence[tuple[int, int]], dilations: list[int], group: int,
+               **extra: object) -> None:
     """Emit a (transposed) convolution plan; 1-D kernels become 2-D with height 1."""
+    attrs = {"strides": _hw(strides, 1), "pads": _pads_tlbr(pads),
+             "dilations": _hw(dilations, 1), "group": group, **extra}
     if w.ndim == 3:
         w = w[:, :, None, :]
     weights = {"weight": w} if bias is None else {"weight": w, "bias": bias}
@@ -855,10 +842,8 @@ def _gemm(b: _Importer, node: _Node) -> None:
         if c.ndim > 2 or not all(d in (1, want) for d, want in zip(
                 c.shape[::-1], (n, rows), strict=False)):
             raise node.error(f"C {list(c.shape)} does not broadcast to the result {[rows, n]}")
-        if c.ndim < 2 or c.shape[0] == 1:
-            weights["bias"] = np.broadcast_to(c.reshape(-1) if c.ndim else c, (n,)).copy()
-        else:
-            weights["bias"] = np.broadcast_to(c, (rows, n)).copy()
+        shape = (n,) if c.ndim < 2 or c.shape[0] == 1 else (rows, n)
+        weights["bias"] = np.broadcast_to(c.reshape(-1) if len(shape) == 1 else c, shape).copy()
     b.emit("gemm", node, [source], [(rows, n)], {}, weights, outputs=node.outputs)
 
 
@@ -1071,8 +1056,8 @@ def _pool(b: _Importer, node: _Node) -> None:
     if len(node.outputs) > 1 and node.outputs[1]:
         raise _variant(node, "the Indices output", "only pooled values are computed")
     kernel = _ranged(node, "kernel_shape", [], rank, 1)
-    strides, dilations = (_ranged(node, key, [1] * rank, rank, 1) for key in ("strides",
-                                                                             "dilations"))
+    strides, dilations = (
+        _ranged(node, key, [1] * rank, rank, 1) for key in ("strides", "dilations"))
     ceil_mode = node.attr_int("ceil_mode", 0)
     pads = _explicit_pads(node, x.shape[2:], kernel, strides, dilations)
     if any(lo >= k or hi >= k for (lo, hi), k in zip(pads, kernel, strict=True)):
@@ -1283,7 +1268,6 @@ def _pad(b: _Importer, node: _Node) -> None:
         if (most := max(begin[axis], end[axis])) > limit:
             raise _variant(node, f"{mode} padding by {most} of axis {axis} (length {kept})",
                            f"{mode} padding reaches at most {limit} cells")
-
     if not any(begin) and not any(end):
         b.make_alias(node.outputs[0], x.name)
         return
@@ -1425,7 +1409,6 @@ def import_loaded(proto: onnx.ModelProto, label: str,
 
 def import_onnx(model: ModelSource, constants: Mapping[str, np.ndarray] | None = None,
                 shapes: Mapping[str, Sequence[int]] | None = None) -> PlanGraph:
-
     """Import an ONNX model (path, serialized bytes or ModelProto) into a plan graph.
 
     ``constants`` bind graph inputs to values (folded like initializers); ``shapes`` fix

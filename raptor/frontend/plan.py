@@ -214,6 +214,5 @@ class PlanGraph:
             lines.append(f"  {plan.kind} {plan.name}({', '.join(plan.inputs)}) -> {shapes}"
                          + (f" attrs {plan.attrs}" if plan.attrs else "")
                          + (f" weights {weights}" if weights else ""))
-
         lines += [f"  output {v.name}: {list(v.shape)}" for v in self.outputs]
         return "\n".join(lines)

@@ -286,7 +286,5 @@ def run_plan_graph(graph: PlanGraph, inputs: Mapping[str, Array]) -> dict[str, A
             )
         env[value.name] = array
     for plan in graph.plans:
-        results = run_plan(plan, [env[name] for name in plan.inputs])
-        for name, result in zip(plan.outputs, results, strict=True):
-            env[name] = result
+        env.update(zip(plan.outputs, run_plan(plan, [env[n] for n in plan.inputs]), strict=True))
     return {value.name: env[value.name] for value in graph.outputs}

@@ -94,14 +94,11 @@ def nearest_indices(
         src = offset + (out + 0.5) / scale - 0.5
     else:
         raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
-    if nearest_mode == "floor":
-        idx = np.floor(src)
-    elif nearest_mode == "ceil":
-        idx = np.ceil(src)
-    elif nearest_mode == "round_prefer_floor":
-        idx = np.where(src - np.floor(src) == 0.5, np.floor(src), np.round(src))
-    elif nearest_mode == "round_prefer_ceil":
-        idx = np.where(src - np.floor(src) == 0.5, np.ceil(src), np.round(src))
+    if nearest_mode in ("floor", "ceil"):
+        idx = np.floor(src) if nearest_mode == "floor" else np.ceil(src)
+    elif nearest_mode in ("round_prefer_floor", "round_prefer_ceil"):
+        tie = np.floor(src) if nearest_mode == "round_prefer_floor" else np.ceil(src)
+        idx = np.where(src - np.floor(src) == 0.5, tie, np.round(src))
     else:
         raise ValueError(f"unknown nearest_mode {nearest_mode!r}")
     return np.clip(idx, 0, in_size - 1).astype(np.int64)
