@@ -68,12 +68,10 @@ _NUMERIC_KINDS = "biuf"
 _ZIP_MAGIC, _NPY_MAGIC = b"PK\x03\x04", b"\x93NUMPY"
 
 
-def _dtype_text(dtype: np.dtype) -> str:
-    return "object" if dtype.hasobject else str(dtype)
-
-
-def _header(fp: BinaryIO, key: str, available: int, path: str) -> tuple[ArrayHeader, int]:
-    """Read an .npy header at fp; returns it with the bytes of data that follow."""
+def _header(fp: BinaryIO, key: str, available: int, path: str, check: HeaderCheck | None
+            ) -> ArrayHeader:
+    """Read and check the .npy header at fp, which ``available`` bytes from here hold: a
+    numeric dtype, then ``check``, then the data really present."""
     start = fp.tell()
     version = np.lib.format.read_magic(fp)
     if version not in ((1, 0), (2, 0)):
@@ -88,20 +86,18 @@ def _header(fp: BinaryIO, key: str, available: int, path: str) -> tuple[ArrayHea
                              "numpy.save/savez)") from None
     header = ArrayHeader(key, tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran))
     if header.dtype.kind not in _NUMERIC_KINDS or header.dtype.hasobject:
-        raise InputFileError(f"{path}: array {key!r} has dtype {_dtype_text(header.dtype)}; "
+        shown = "object" if header.dtype.hasobject else header.dtype
+        raise InputFileError(f"{path}: array {key!r} has dtype {shown}; "
                              "inputs must be numeric (float32, or integers for shape operands)")
-    return header, available - (fp.tell() - start)
-
-
-def _checked(header: ArrayHeader, data_bytes: int, path: str, check: HeaderCheck | None
-             ) -> None:
     if check is not None:
         check(header)
+    data_bytes = available - (fp.tell() - start)
     if header.nbytes > data_bytes:
         raise InputFileError(
             f"{path}: array {header.key!r} claims shape {list(header.shape)} "
             f"({header.nbytes:,} bytes) but the file holds {max(data_bytes, 0):,} bytes of it "
             "(truncated or corrupt)")
+    return header
 
 
 def read_arrays(path: str | Path, check: HeaderCheck | None = None) -> dict[str, np.ndarray]:
@@ -118,9 +114,7 @@ def read_arrays(path: str | Path, check: HeaderCheck | None = None) -> dict[str,
             size = os.fstat(fh.fileno()).st_size
             fh.seek(0)
             if magic.startswith(_NPY_MAGIC):
-                header, data_bytes = _header(fh, "arr_0", size, label)
-                _checked(header, data_bytes, label, check)
-                return {"arr_0": _read_data(fh, header)}
+                return {"arr_0": _read_data(fh, _header(fh, "arr_0", size, label, check))}
             if not magic.startswith(_ZIP_MAGIC):
                 what = "an empty file" if not magic else "not a NumPy .npz or .npy file"
                 raise InputFileError(f"{label}: cannot read inputs: {what} (write them with "
@@ -155,12 +149,11 @@ def _read_npz(fh: BinaryIO, label: str, check: HeaderCheck | None) -> dict[str, 
             if key in headers:
                 raise InputFileError(f"{label}: array {key!r} is stored twice")
             with archive.open(info) as member:
-                header, data_bytes = _header(member, key, info.file_size, label)  # type: ignore[arg-type]
-            _checked(header, data_bytes, label, check)
+                header = _header(member, key, info.file_size, label, check)  # type: ignore[arg-type]
             headers[key] = (header, info)
         for key, (header, info) in headers.items():
             with archive.open(info) as member:
-                _header(member, key, info.file_size, label)  # type: ignore[arg-type]
+                _header(member, key, info.file_size, label, None)  # type: ignore[arg-type]
                 out[key] = _read_data(member, header)  # type: ignore[arg-type]
     return out
 

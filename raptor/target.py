@@ -152,16 +152,12 @@ class Target:
         """A copy inside one core's scratchpad."""
         return self.ns(-(-n_bytes // self.local_bytes_per_cycle))
 
-    def transfer_cycles(self, n_bytes: int, a: int, b: int) -> int:
-        """NoC transfer between cores ``a`` and ``b`` in cycles (0 on the same core)."""
+    def transfer_ns(self, n_bytes: int, a: int, b: int) -> int:
+        """NoC transfer between cores ``a`` and ``b`` in ns (0 on the same core)."""
         if a == b:
             return 0
         flits = -(-n_bytes // self.flit_bytes)
-        return self.hops(a, b) * self.hop_cycles + flits * self.flit_cycles
-
-    def transfer_ns(self, n_bytes: int, a: int, b: int) -> int:
-        """NoC transfer between cores ``a`` and ``b`` in ns (0 on the same core)."""
-        return self.ns(self.transfer_cycles(n_bytes, a, b))
+        return self.ns(self.hops(a, b) * self.hop_cycles + flits * self.flit_cycles)
 
     # -- mesh -------------------------------------------------------------------------------
 

@@ -455,15 +455,14 @@ class _Importer:
         array = self.const(node, index, role)
         return None if array is None else np.ascontiguousarray(array, dtype=np.float32)
 
-    def const_ints(self, node: _Node, index: int, role: str, default: Sequence[int]) -> list[int]:
-        """A constant operand as a flat int list; ``default`` when the input is absent."""
-        value = self.const(node, index, role)
+    def ints(self, node: _Node, index: int, key: str, default: Sequence[int], since: int = 0
+             ) -> list[int]:
+        """Int list ``key``: an attribute before opset ``since``, from then on the constant at
+        input ``index`` (flattened); ``default`` when absent."""
+        if self.opset < since:
+            return node.attr_ints(key, default)
+        value = self.const(node, index, key)
         return list(default) if value is None else [int(v) for v in value.reshape(-1)]
-
-    def axes(self, node: _Node, since: int) -> list[int]:
-        """The ``axes`` an attribute gives before opset ``since`` and input 1 from then on."""
-        return node.attr_ints("axes", []) if self.opset < since else self.const_ints(
-            node, 1, "axes", [])
 
     def make_alias(self, new: str, old: str) -> None:
         """Let ``new`` name the value ``old`` (removed Identity/Dropout); uses move along."""
@@ -484,11 +483,8 @@ class _Importer:
              shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, object] | None = None,
              weights: dict[str, np.ndarray] | None = None, outputs: Sequence[str] | None = None,
              label: str | None = None) -> list[str]:
-        """Append a plan; ``outputs`` default to fresh names derived from the node's name.
-
-        The plan takes the node's name unless that is taken or a ``label`` marks it as an
-        auxiliary plan (``node/label``).
-        """
+        """Append a plan; ``outputs`` default to fresh names derived from the node's name. The
+        plan takes the node's name unless taken or a ``label`` marks it auxiliary (node/label)."""
         names = list(outputs) if outputs is not None else [
             self.fresh(f"{node.name}/{kind}") for _ in shapes]
         plan_name, k = (node.name if label is None else f"{node.name}/{label}"), 1
@@ -1093,7 +1089,7 @@ def _global_maxpool(b: _Importer, node: _Node) -> None:
 def _reduce_mean(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     rank = len(x.shape)
-    axes = b.axes(node, 18)
+    axes = b.ints(node, 1, "axes", [], since=18)
     if not axes and node.attr_int("noop_with_empty_axes", 0):
         b.make_alias(node.outputs[0], x.name)
         return
@@ -1208,13 +1204,9 @@ def _split(b: _Importer, node: _Node) -> None:
 def _slice(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     rank = len(x.shape)
-    if b.opset < 10:
-        starts, ends = node.attr_ints("starts", []), node.attr_ints("ends", [])
-        axes, steps = node.attr_ints("axes", range(len(starts))), [1] * len(starts)
-    else:
-        starts, ends = b.const_ints(node, 1, "starts", []), b.const_ints(node, 2, "ends", [])
-        axes = b.const_ints(node, 3, "axes", range(len(starts)))
-        steps = b.const_ints(node, 4, "steps", [1] * len(starts))
+    starts, ends = b.ints(node, 1, "starts", [], since=10), b.ints(node, 2, "ends", [], since=10)
+    axes = b.ints(node, 3, "axes", range(len(starts)), since=10)
+    steps = b.ints(node, 4, "steps", [1] * len(starts), since=10)  # Slice-1 has no steps attribute
     begin, stop, stride = [0] * rank, list(x.shape), [1] * rank
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
         axis = _norm_axis(node, axis, rank)
@@ -1245,15 +1237,11 @@ def _pad(b: _Importer, node: _Node) -> None:
     mode = node.attr_str("mode", "constant")
     if mode not in _PAD_MODES:
         raise _variant(node, f"mode={mode!r}", f"modes are {', '.join(_PAD_MODES)}")
-    if b.opset < 11:
-        given = node.attr_ints("pads", [])
-        value = node.attr_float("value", 0.0)
-        axes = list(range(rank))
-    else:
-        given = b.const_ints(node, 1, "pads", [])
-        fill = b.const(node, 2, "constant_value")
-        value = 0.0 if fill is None or fill.size == 0 else float(fill.reshape(-1)[0])
-        axes = [_norm_axis(node, a, rank) for a in b.const_ints(node, 3, "axes", range(rank))]
+    given = b.ints(node, 1, "pads", [], since=11)
+    fill = b.const(node, 2, "constant_value") if b.opset >= 11 else np.asarray(
+        node.attr_float("value", 0.0))
+    value = 0.0 if fill is None or fill.size == 0 else float(fill.reshape(-1)[0])
+    axes = [_norm_axis(node, a, rank) for a in b.ints(node, 3, "axes", range(rank), since=11)]
     if len(given) != 2 * len(axes):
         raise node.error(f"{len(given)} pads for {len(axes)} axes (expected {2 * len(axes)})")
     begin, end = [0] * rank, [0] * rank
@@ -1314,7 +1302,7 @@ def _emit_reshape(b: _Importer, node: _Node, x: PlanValue, shape: Sequence[int])
 @_converts("Reshape")
 def _reshape(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
-    shape = b.const_ints(node, 1, "shape", [])
+    shape = b.ints(node, 1, "shape", [])
     if not node.attr_int("allowzero", 0):
         shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
     if shape.count(-1) == 1:
@@ -1326,7 +1314,7 @@ def _reshape(b: _Importer, node: _Node) -> None:
 @_converts("Squeeze", "Unsqueeze")
 def _squeeze(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
-    axes = b.axes(node, 13)
+    axes = b.ints(node, 1, "axes", [], since=13)
     if node.op == "Unsqueeze":
         rank = len(x.shape) + len(axes)
         inserted = {_norm_axis(node, a, rank) for a in axes}

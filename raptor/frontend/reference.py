@@ -26,9 +26,7 @@ def _f32(x: Array) -> Array:
 
 def _pad_hw(x: Array, pads: list[int], fill: float) -> Array:
     top, left, bottom, right = pads
-    return np.pad(
-        x, ((0, 0), (0, 0), (top, bottom), (left, right)), mode="constant", constant_values=fill
-    )
+    return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=fill)
 
 
 def _taps(offset: int, stride: int, count: int) -> slice:
@@ -100,11 +98,6 @@ def _windows(x: Array, plan: Plan, fill: float) -> tuple[list[Array], tuple[int,
     return views, (oh, ow)
 
 
-def _maxpool(plan: Plan, xs: list[Array]) -> list[Array]:
-    views, _ = _windows(xs[0], plan, -np.inf)
-    return [_f32(np.maximum.reduce(views))]
-
-
 def _window_counts(
     out: int, kernel: int, stride: int, dilation: int, begin: int, low: int, high: int
 ) -> Array:
@@ -126,20 +119,13 @@ def _avgpool(plan: Plan, xs: list[Array]) -> list[Array]:
     return [_f32(np.add.reduce(views) / np.outer(rows, cols))]
 
 
-def _global_avgpool(plan: Plan, xs: list[Array]) -> list[Array]:
-    return [_f32(xs[0].astype(np.float64).mean(axis=(2, 3), keepdims=True))]
-
-
 def _resize_nearest(plan: Plan, xs: list[Array]) -> list[Array]:
     (x,) = xs
-    oh, ow = plan.ints("sizes")
     scales = plan.attrs["scales"]
     assert isinstance(scales, list)
-    scale_h, scale_w = (float(s) for s in scales)
-    mode = str(plan.attrs["coordinate_transformation_mode"])
-    rounding = str(plan.attrs["nearest_mode"])
-    rows = nearest_indices(x.shape[2], oh, scale_h, mode, rounding)
-    cols = nearest_indices(x.shape[3], ow, scale_w, mode, rounding)
+    modes = str(plan.attrs["coordinate_transformation_mode"]), str(plan.attrs["nearest_mode"])
+    rows, cols = (nearest_indices(size, out, float(scale), *modes) for size, out, scale in zip(
+        x.shape[2:], plan.ints("sizes"), scales, strict=True))
     return [x[:, :, rows[:, None], cols[None, :]]]
 
 
@@ -151,19 +137,16 @@ def _gemm(plan: Plan, xs: list[Array]) -> list[Array]:
 
 
 def _matmul(plan: Plan, xs: list[Array]) -> list[Array]:
-    a = xs[0].astype(np.float64)
     b = xs[1] if len(xs) == 2 else plan.weights["weight"]
-    return [_f32(np.matmul(a, b.astype(np.float64)))]
+    return [_f32(np.matmul(xs[0].astype(np.float64), b.astype(np.float64)))]
 
 
 def _binary(op: Callable[[Array, Array], Array]) -> _Impl:
     def run(plan: Plan, xs: list[Array]) -> list[Array]:
-        if len(xs) == 2:
-            return [_f32(op(xs[0], xs[1]))]
-        operand = plan.weights["operand"]
-        if plan.attrs["operand_index"] == 0:
-            return [_f32(op(operand, xs[0]))]
-        return [_f32(op(xs[0], operand))]
+        if len(xs) == 1:
+            operand = plan.weights["operand"]
+            xs = [operand, xs[0]] if plan.attrs["operand_index"] == 0 else [xs[0], operand]
+        return [_f32(op(*xs))]
 
     return run
 
@@ -193,13 +176,8 @@ def _softmax(plan: Plan, x: Array) -> Array:
 
 
 def _slice(plan: Plan, x: Array) -> Array:
-    index = tuple(
-        slice(start, None if end < 0 else end, step)
-        for start, end, step in zip(
-            plan.ints("starts"), plan.ints("ends"), plan.ints("steps"), strict=True
-        )
-    )
-    return x[index]
+    return x[tuple(slice(start, None if end < 0 else end, step) for start, end, step in zip(
+        plan.ints("starts"), plan.ints("ends"), plan.ints("steps"), strict=True))]
 
 
 def _pad(plan: Plan, x: Array) -> Array:
@@ -214,15 +192,6 @@ def _pad(plan: Plan, x: Array) -> Array:
     if mode == "constant":
         return np.pad(x, widths, mode="constant", constant_values=plan.num("value"))
     return np.pad(x, widths, mode=mode)  # type: ignore[call-overload]
-
-
-def _split(plan: Plan, xs: list[Array]) -> list[Array]:
-    cuts = np.cumsum(plan.ints("sizes"))[:-1]
-    return list(np.split(xs[0], cuts, axis=int(plan.num("axis"))))
-
-
-def _concat(plan: Plan, xs: list[Array]) -> list[Array]:
-    return [np.concatenate(xs, axis=int(plan.num("axis")))]
 
 
 _IMPLS: dict[str, _Impl] = {
@@ -251,14 +220,14 @@ _IMPLS: dict[str, _Impl] = {
     "pad": _unary(_pad),
     "bias_add": _unary(lambda p, x: x + _channel(x, p.weights["bias"])),
     "affine_channel": _unary(
-        lambda p, x: x * _channel(x, p.weights["scale"]) + _channel(x, p.weights["shift"])
-    ),
-    "maxpool": _maxpool,
+        lambda p, x: x * _channel(x, p.weights["scale"]) + _channel(x, p.weights["shift"])),
+    "maxpool": lambda p, xs: [_f32(np.maximum.reduce(_windows(xs[0], p, -np.inf)[0]))],
     "avgpool": _avgpool,
-    "global_avgpool": _global_avgpool,
+    "global_avgpool": _unary(lambda p, x: x.astype(np.float64).mean(axis=(2, 3), keepdims=True)),
     "resize_nearest": _resize_nearest,
-    "concat": _concat,
-    "split": _split,
+    "concat": lambda p, xs: [np.concatenate(xs, axis=int(p.num("axis")))],
+    "split": lambda p, xs: list(np.split(xs[0], np.cumsum(p.ints("sizes"))[:-1],
+                                         axis=int(p.num("axis")))),
     "slice": _unary(_slice),
     "flatten": _unary(lambda p, x: x.reshape(int(np.prod(x.shape[: int(p.num("axis"))])), -1)),
     "reshape": _unary(lambda p, x: x.reshape(p.ints("shape"))),
@@ -281,9 +250,8 @@ def run_plan_graph(graph: PlanGraph, inputs: Mapping[str, Array]) -> dict[str, A
             raise KeyError(f"missing graph input {value.name!r}")
         array = np.asarray(inputs[value.name], dtype=np.float32)
         if array.shape != value.shape:
-            raise ValueError(
-                f"input {value.name!r} has shape {list(array.shape)}, expected {list(value.shape)}"
-            )
+            raise ValueError(f"input {value.name!r} has shape {list(array.shape)}, expected "
+                             f"{list(value.shape)}")
         env[value.name] = array
     for plan in graph.plans:
         env.update(zip(plan.outputs, run_plan(plan, [env[n] for n in plan.inputs]), strict=True))
