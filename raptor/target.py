@@ -32,31 +32,12 @@ placement literals), so the mesh is bounded before anything is allocated for it.
 
 _CYCLES = (1, 1_000_000)
 _BYTES = (1, 1 << 20)
-LIMITS: dict[str, tuple[float, float]] = {
-    "clock_ghz": (0.01, 100.0),
-    "mesh_rows": (1, MAX_CORES),
-    "mesh_cols": (1, MAX_CORES),
-    "crossbars_per_core": (1, 65536),
-    "crossbar_rows": (1, 65536),
-    "crossbar_cols": (1, 65536),
-    "weight_bits": (1, 64),
-    "input_bits": (1, 64),
-    "mvm_cycles": _CYCLES,
-    "vector_lanes": (1, 65536),
-    "vector_op_cycles": _CYCLES,
-    "local_memory_bytes": (1, 1 << 40),
-    "local_bytes_per_cycle": _BYTES,
-    "flit_bytes": _BYTES,
-    "flit_cycles": _CYCLES,
-    "hop_cycles": _CYCLES,
-    "shared_memory_bytes": (1, 1 << 40),
-    "shared_access_bytes": _BYTES,
-    "shared_read_cycles": _CYCLES,
-    "shared_write_cycles": _CYCLES,
-}
-"""Accepted range of every numeric key (inclusive). A cycle lasts at most 100 ns and an
-operation at most a million cycles, so task costs and schedule lengths stay far inside the
-schedulers' int64 arithmetic."""
+
+
+def _key(default: float, low: float, high: float) -> Any:
+    """A numeric target key: its default and its accepted range (inclusive, see `LIMITS`)."""
+    return dataclasses.field(default=default, metadata={"range": (low, high)})
+
 
 MAX_FILE_BYTES = 1 << 20
 """A target description is a few hundred bytes; larger files are refused unread."""
@@ -85,26 +66,26 @@ class Target:
     """Crossbar PIM many-core chip; cores form a ``mesh_rows`` × ``mesh_cols`` XY-routed mesh."""
 
     name: str = "default"
-    clock_ghz: float = 1.0
-    mesh_rows: int = 8
-    mesh_cols: int = 8
-    crossbars_per_core: int = 64
-    crossbar_rows: int = 128
-    crossbar_cols: int = 128
-    weight_bits: int = 8
-    input_bits: int = 8
-    mvm_cycles: int = 1305
-    vector_lanes: int = 32
-    vector_op_cycles: int = 4
-    local_memory_bytes: int = 65536
-    local_bytes_per_cycle: int = 64
-    flit_bytes: int = 8
-    flit_cycles: int = 2
-    hop_cycles: int = 2
-    shared_memory_bytes: int = 4 * 1024 * 1024
-    shared_access_bytes: int = 32
-    shared_read_cycles: int = 40
-    shared_write_cycles: int = 50
+    clock_ghz: float = _key(1.0, 0.01, 100.0)
+    mesh_rows: int = _key(8, 1, MAX_CORES)
+    mesh_cols: int = _key(8, 1, MAX_CORES)
+    crossbars_per_core: int = _key(64, 1, 65536)
+    crossbar_rows: int = _key(128, 1, 65536)
+    crossbar_cols: int = _key(128, 1, 65536)
+    weight_bits: int = _key(8, 1, 64)
+    input_bits: int = _key(8, 1, 64)
+    mvm_cycles: int = _key(1305, *_CYCLES)
+    vector_lanes: int = _key(32, 1, 65536)
+    vector_op_cycles: int = _key(4, *_CYCLES)
+    local_memory_bytes: int = _key(65536, 1, 1 << 40)
+    local_bytes_per_cycle: int = _key(64, *_BYTES)
+    flit_bytes: int = _key(8, *_BYTES)
+    flit_cycles: int = _key(2, *_CYCLES)
+    hop_cycles: int = _key(2, *_CYCLES)
+    shared_memory_bytes: int = _key(4 * 1024 * 1024, 1, 1 << 40)
+    shared_access_bytes: int = _key(32, *_BYTES)
+    shared_read_cycles: int = _key(40, *_CYCLES)
+    shared_write_cycles: int = _key(50, *_CYCLES)
 
     def __post_init__(self) -> None:
         """Types first, then the core count, then each key's range (`LIMITS`)."""
@@ -205,6 +186,11 @@ class Target:
 
 
 _KEYS = tuple(f.name for f in dataclasses.fields(Target))
+LIMITS: dict[str, tuple[float, float]] = {
+    f.name: f.metadata["range"] for f in dataclasses.fields(Target) if "range" in f.metadata}
+"""Accepted range of every numeric key (inclusive). A cycle lasts at most 100 ns and an
+operation at most a million cycles, so task costs and schedule lengths stay far inside the
+schedulers' int64 arithmetic."""
 BUILTIN_TARGETS: dict[str, Target] = {"default": Target()}
 BUILTIN_TARGETS["pimsim-nn"] = Target(
     # pimsim-nn's own example configuration (example/config/latency_config.json at f7446df,

@@ -66,7 +66,6 @@ class PlanValue:
 
     name: str
     shape: tuple[int, ...]
-    dtype: str = "float32"
 
 
 @dataclass
@@ -120,9 +119,8 @@ KINDS: dict[str, KindSpec] = {
     **dict.fromkeys(("add", "sub", "mul", "div", "max", "min"),
                     _spec((1, 2), optional="operand", operand_weight="operand")),
     "conv": _spec(attrs="strides pads dilations group", weights="weight", optional="bias"),
-    "conv_transpose": _spec(
-        attrs="strides pads dilations group output_padding", weights="weight", optional="bias"
-    ),
+    "conv_transpose": _spec(attrs="strides pads dilations group output_padding",
+                            weights="weight", optional="bias"),
     "gemm": _spec(weights="weight", optional="bias"),
     "matmul": _spec((1, 2), optional="weight", operand_weight="weight"),
     "leaky_relu": _spec(attrs="alpha"),

@@ -98,9 +98,8 @@ def _windows(x: Array, plan: Plan, fill: float) -> tuple[list[Array], tuple[int,
     return views, (oh, ow)
 
 
-def _window_counts(
-    out: int, kernel: int, stride: int, dilation: int, begin: int, low: int, high: int
-) -> Array:
+def _window_counts(out: int, kernel: int, stride: int, dilation: int, begin: int, low: int,
+                   high: int) -> Array:
     """How many cells of each window along one axis fall inside [low, high)."""
     cells = np.arange(out)[:, None] * stride - begin + np.arange(kernel)[None, :] * dilation
     return ((cells >= low) & (cells < high)).sum(axis=1)
