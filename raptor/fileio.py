@@ -125,8 +125,8 @@ def read_arrays(path: str | Path, check: HeaderCheck | None = None) -> dict[str,
     except FileNotFoundError:
         raise InputFileError(f"{label}: cannot read inputs: no such file") from None
     except IsADirectoryError:
-        raise InputFileError(f"{label}: cannot read inputs: a directory, not an .npz file"
-                             ) from None
+        raise InputFileError(f"{label}: cannot read inputs: a directory, not an .npz "
+                             "file") from None
     except zipfile.BadZipFile:
         raise InputFileError(f"{label}: cannot read inputs: truncated or corrupt .npz (not a "
                              "valid zip archive)") from None
