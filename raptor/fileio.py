@@ -16,12 +16,6 @@ from typing import BinaryIO
 import numpy as np
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """The file gets the mode a plain `open` would give it (0666 under the umask), not
     mkstemp's private 0600."""
@@ -29,7 +23,9 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        mask = os.umask(0)  # the umask is read by setting it: put it straight back
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, target)
@@ -72,21 +68,17 @@ _NUMERIC_KINDS = "biuf"
 _ZIP_MAGIC, _NPY_MAGIC = b"PK\x03\x04", b"\x93NUMPY"
 
 
-def _dtype_text(dtype: np.dtype) -> str:
-    return "object" if dtype.hasobject else str(dtype)
-
-
-def _header(fp: BinaryIO, key: str, available: int, path: str) -> tuple[ArrayHeader, int]:
-    """Read an .npy header at fp; returns it with the bytes of data that follow."""
+def _header(fp: BinaryIO, key: str, available: int, path: str, check: HeaderCheck | None
+            ) -> ArrayHeader:
+    """Read and check the .npy header at fp, which ``available`` bytes from here hold: a
+    numeric dtype, then ``check``, then the data really present."""
     start = fp.tell()
     version = np.lib.format.read_magic(fp)
     if version not in ((1, 0), (2, 0)):
         raise InputFileError(f"{path}: array {key!r} uses .npy format {version}, which is "
                              "not read (save it with numpy.save/savez)")
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-        np.lib.format.read_array_header_2_0
     try:
-        shape, fortran, dtype = read(fp)
+        shape, fortran, dtype = getattr(np.lib.format, f"read_array_header_{version[0]}_0")(fp)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         # numpy parses the header with ast.literal_eval and passes its wording through
         raise InputFileError(f"{path}: array {key!r} has a malformed .npy header (not a "
@@ -94,20 +86,18 @@ def _header(fp: BinaryIO, key: str, available: int, path: str) -> tuple[ArrayHea
                              "numpy.save/savez)") from None
     header = ArrayHeader(key, tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran))
     if header.dtype.kind not in _NUMERIC_KINDS or header.dtype.hasobject:
-        raise InputFileError(f"{path}: array {key!r} has dtype {_dtype_text(header.dtype)}; "
+        shown = "object" if header.dtype.hasobject else header.dtype
+        raise InputFileError(f"{path}: array {key!r} has dtype {shown}; "
                              "inputs must be numeric (float32, or integers for shape operands)")
-    return header, available - (fp.tell() - start)
-
-
-def _checked(header: ArrayHeader, data_bytes: int, path: str, check: HeaderCheck | None
-             ) -> None:
     if check is not None:
         check(header)
+    data_bytes = available - (fp.tell() - start)
     if header.nbytes > data_bytes:
         raise InputFileError(
             f"{path}: array {header.key!r} claims shape {list(header.shape)} "
             f"({header.nbytes:,} bytes) but the file holds {max(data_bytes, 0):,} bytes of it "
             "(truncated or corrupt)")
+    return header
 
 
 def read_arrays(path: str | Path, check: HeaderCheck | None = None) -> dict[str, np.ndarray]:
@@ -124,9 +114,7 @@ def read_arrays(path: str | Path, check: HeaderCheck | None = None) -> dict[str,
             size = os.fstat(fh.fileno()).st_size
             fh.seek(0)
             if magic.startswith(_NPY_MAGIC):
-                header, data_bytes = _header(fh, "arr_0", size, label)
-                _checked(header, data_bytes, label, check)
-                return {"arr_0": _read_data(fh, header)}
+                return {"arr_0": _read_data(fh, _header(fh, "arr_0", size, label, check))}
             if not magic.startswith(_ZIP_MAGIC):
                 what = "an empty file" if not magic else "not a NumPy .npz or .npy file"
                 raise InputFileError(f"{label}: cannot read inputs: {what} (write them with "
@@ -137,8 +125,8 @@ def read_arrays(path: str | Path, check: HeaderCheck | None = None) -> dict[str,
     except FileNotFoundError:
         raise InputFileError(f"{label}: cannot read inputs: no such file") from None
     except IsADirectoryError:
-        raise InputFileError(f"{label}: cannot read inputs: a directory, not an .npz file"
-                             ) from None
+        raise InputFileError(f"{label}: cannot read inputs: a directory, not an .npz "
+                             "file") from None
     except zipfile.BadZipFile:
         raise InputFileError(f"{label}: cannot read inputs: truncated or corrupt .npz (not a "
                              "valid zip archive)") from None
@@ -151,24 +139,22 @@ def read_arrays(path: str | Path, check: HeaderCheck | None = None) -> dict[str,
 def _read_npz(fh: BinaryIO, label: str, check: HeaderCheck | None) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     with zipfile.ZipFile(fh) as archive:
-        members = archive.infolist()
-        headers: list[tuple[ArrayHeader, zipfile.ZipInfo]] = []
-        for info in members:
+        headers: dict[str, tuple[ArrayHeader, zipfile.ZipInfo]] = {}
+        for info in archive.infolist():
             if info.is_dir():
                 continue
             if not info.filename.endswith(".npy"):
                 raise InputFileError(f"{label}: member {info.filename!r} is not an .npy array")
             key = info.filename[:-4]
-            if key in out or any(h[0].key == key for h in headers):
+            if key in headers:
                 raise InputFileError(f"{label}: array {key!r} is stored twice")
             with archive.open(info) as member:
-                header, data_bytes = _header(member, key, info.file_size, label)  # type: ignore[arg-type]
-            _checked(header, data_bytes, label, check)
-            headers.append((header, info))
-        for header, info in headers:
+                header = _header(member, key, info.file_size, label, check)  # type: ignore[arg-type]
+            headers[key] = (header, info)
+        for key, (header, info) in headers.items():
             with archive.open(info) as member:
-                _header(member, header.key, info.file_size, label)  # type: ignore[arg-type]
-                out[header.key] = _read_data(member, header)  # type: ignore[arg-type]
+                _header(member, key, info.file_size, label, None)  # type: ignore[arg-type]
+                out[key] = _read_data(member, header)  # type: ignore[arg-type]
     return out
 
 

@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
+from rich.table import Column, Table
 
 
 class TargetError(ValueError):
@@ -32,31 +32,12 @@ placement literals), so the mesh is bounded before anything is allocated for it.
 
 _CYCLES = (1, 1_000_000)
 _BYTES = (1, 1 << 20)
-LIMITS: dict[str, tuple[float, float]] = {
-    "clock_ghz": (0.01, 100.0),
-    "mesh_rows": (1, MAX_CORES),
-    "mesh_cols": (1, MAX_CORES),
-    "crossbars_per_core": (1, 65536),
-    "crossbar_rows": (1, 65536),
-    "crossbar_cols": (1, 65536),
-    "weight_bits": (1, 64),
-    "input_bits": (1, 64),
-    "mvm_cycles": _CYCLES,
-    "vector_lanes": (1, 65536),
-    "vector_op_cycles": _CYCLES,
-    "local_memory_bytes": (1, 1 << 40),
-    "local_bytes_per_cycle": _BYTES,
-    "flit_bytes": _BYTES,
-    "flit_cycles": _CYCLES,
-    "hop_cycles": _CYCLES,
-    "shared_memory_bytes": (1, 1 << 40),
-    "shared_access_bytes": _BYTES,
-    "shared_read_cycles": _CYCLES,
-    "shared_write_cycles": _CYCLES,
-}
-"""Accepted range of every numeric key (inclusive). A cycle lasts at most 100 ns and an
-operation at most a million cycles, so task costs and schedule lengths stay far inside the
-schedulers' int64 arithmetic."""
+
+
+def _key(default: float, low: float, high: float) -> Any:
+    """A numeric target key: its default and its accepted range (inclusive, see `LIMITS`)."""
+    return dataclasses.field(default=default, metadata={"range": (low, high)})
+
 
 MAX_FILE_BYTES = 1 << 20
 """A target description is a few hundred bytes; larger files are refused unread."""
@@ -85,49 +66,39 @@ class Target:
     """Crossbar PIM many-core chip; cores form a ``mesh_rows`` × ``mesh_cols`` XY-routed mesh."""
 
     name: str = "default"
-    clock_ghz: float = 1.0
-    mesh_rows: int = 8
-    mesh_cols: int = 8
-    crossbars_per_core: int = 64
-    crossbar_rows: int = 128
-    crossbar_cols: int = 128
-    weight_bits: int = 8
-    input_bits: int = 8
-    mvm_cycles: int = 1305
-    vector_lanes: int = 32
-    vector_op_cycles: int = 4
-    local_memory_bytes: int = 65536
-    local_bytes_per_cycle: int = 64
-    flit_bytes: int = 8
-    flit_cycles: int = 2
-    hop_cycles: int = 2
-    shared_memory_bytes: int = 4 * 1024 * 1024
-    shared_access_bytes: int = 32
-    shared_read_cycles: int = 40
-    shared_write_cycles: int = 50
+    clock_ghz: float = _key(1.0, 0.01, 100.0)
+    mesh_rows: int = _key(8, 1, MAX_CORES)
+    mesh_cols: int = _key(8, 1, MAX_CORES)
+    crossbars_per_core: int = _key(64, 1, 65536)
+    crossbar_rows: int = _key(128, 1, 65536)
+    crossbar_cols: int = _key(128, 1, 65536)
+    weight_bits: int = _key(8, 1, 64)
+    input_bits: int = _key(8, 1, 64)
+    mvm_cycles: int = _key(1305, *_CYCLES)
+    vector_lanes: int = _key(32, 1, 65536)
+    vector_op_cycles: int = _key(4, *_CYCLES)
+    local_memory_bytes: int = _key(65536, 1, 1 << 40)
+    local_bytes_per_cycle: int = _key(64, *_BYTES)
+    flit_bytes: int = _key(8, *_BYTES)
+    flit_cycles: int = _key(2, *_CYCLES)
+    hop_cycles: int = _key(2, *_CYCLES)
+    shared_memory_bytes: int = _key(4 * 1024 * 1024, 1, 1 << 40)
+    shared_access_bytes: int = _key(32, *_BYTES)
+    shared_read_cycles: int = _key(40, *_CYCLES)
+    shared_write_cycles: int = _key(50, *_CYCLES)
 
     def __post_init__(self) -> None:
         """Types first, then the core count, then each key's range (`LIMITS`)."""
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "name":
-                if not isinstance(value, str) or not _NAME.fullmatch(value):
-                    raise TargetError("target key 'name' must be 1 to 64 printable characters, "
-                                      f"got {_shown(value)}")
-            elif f.type == "float" or f.type is float:
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise TargetError(f"target key '{f.name}' must be a number, got "
-                                      f"{_shown(value)}")
-                if not math.isfinite(value) or value <= 0:
-                    raise TargetError(f"target key '{f.name}' must be positive, got "
-                                      f"{_shown(value)}")
-            else:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise TargetError(f"target key '{f.name}' must be an integer, got "
-                                      f"{_shown(value)}")
-                if value <= 0:
-                    raise TargetError(f"target key '{f.name}' must be positive, got "
-                                      f"{_shown(value)}")
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise TargetError("target key 'name' must be 1 to 64 printable characters, got "
+                              f"{_shown(self.name)}")
+        for f in dataclasses.fields(self)[1:]:
+            value, real = getattr(self, f.name), f.type in ("float", float)
+            if isinstance(value, bool) or not isinstance(value, int | float if real else int):
+                kind = "a number" if real else "an integer"
+                raise TargetError(f"target key '{f.name}' must be {kind}, got {_shown(value)}")
+            if (real and not math.isfinite(value)) or value <= 0:
+                raise TargetError(f"target key '{f.name}' must be positive, got {_shown(value)}")
         if self.num_cores > MAX_CORES:
             raise TargetError(f"target mesh {_num(self.mesh_rows)}x{_num(self.mesh_cols)} has "
                               f"{_num(self.num_cores)} cores; at most {MAX_CORES:,} are "
@@ -162,16 +133,12 @@ class Target:
         """A copy inside one core's scratchpad."""
         return self.ns(-(-n_bytes // self.local_bytes_per_cycle))
 
-    def transfer_cycles(self, n_bytes: int, a: int, b: int) -> int:
-        """NoC transfer between cores ``a`` and ``b`` in cycles (0 on the same core)."""
+    def transfer_ns(self, n_bytes: int, a: int, b: int) -> int:
+        """NoC transfer between cores ``a`` and ``b`` in ns (0 on the same core)."""
         if a == b:
             return 0
         flits = -(-n_bytes // self.flit_bytes)
-        return self.hops(a, b) * self.hop_cycles + flits * self.flit_cycles
-
-    def transfer_ns(self, n_bytes: int, a: int, b: int) -> int:
-        """NoC transfer between cores ``a`` and ``b`` in ns (0 on the same core)."""
-        return self.ns(self.transfer_cycles(n_bytes, a, b))
+        return self.ns(self.hops(a, b) * self.hop_cycles + flits * self.flit_cycles)
 
     # -- mesh -------------------------------------------------------------------------------
 
@@ -203,11 +170,8 @@ class Target:
 
     def to_toml(self) -> str:
         """TOML text that :func:`load_target` reads back to an equal target."""
-        lines = []
-        for key, value in self.to_dict().items():
-            text = json.dumps(value, ensure_ascii=False) if isinstance(value, str) else value
-            lines.append(f"{key} = {text}")
-        return "\n".join(lines) + "\n"
+        return "".join(f"{key} = {json.dumps(value, ensure_ascii=False)}\n" if isinstance(
+            value, str) else f"{key} = {value}\n" for key, value in self.to_dict().items())
 
     def describe(self) -> str:
         """One-paragraph summary with the derived figures."""
@@ -222,6 +186,11 @@ class Target:
 
 
 _KEYS = tuple(f.name for f in dataclasses.fields(Target))
+LIMITS: dict[str, tuple[float, float]] = {
+    f.name: f.metadata["range"] for f in dataclasses.fields(Target) if "range" in f.metadata}
+"""Accepted range of every numeric key (inclusive). A cycle lasts at most 100 ns and an
+operation at most a million cycles, so task costs and schedule lengths stay far inside the
+schedulers' int64 arithmetic."""
 BUILTIN_TARGETS: dict[str, Target] = {"default": Target()}
 BUILTIN_TARGETS["pimsim-nn"] = Target(
     # pimsim-nn's own example configuration (example/config/latency_config.json at f7446df,
@@ -239,11 +208,8 @@ def target_from_dict(values: dict[str, Any], name: str) -> Target:
     values = dict(values)
     if "mesh" in values:
         mesh = values.pop("mesh")
-        if (
-            not isinstance(mesh, list)
-            or len(mesh) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in mesh)
-        ):
+        if not isinstance(mesh, list) or len(mesh) != 2 or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in mesh):
             raise TargetError(f"target key 'mesh' must be [rows, cols] integers, got "
                               f"{_shown(mesh)}")
         if "mesh_rows" in values or "mesh_cols" in values:
@@ -253,10 +219,8 @@ def target_from_dict(values: dict[str, Any], name: str) -> Target:
     if unknown:
         shown = [k if re.fullmatch(r"[\w-]{1,40}", k) else _shown(k) for k in unknown[:5]]
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-        raise TargetError(
-            f"unknown target key(s) {', '.join(shown)}{more}; known keys: mesh, "
-            f"{', '.join(_KEYS)}"
-        )
+        raise TargetError(f"unknown target key(s) {', '.join(shown)}{more}; known keys: mesh, "
+                          f"{', '.join(_KEYS)}")
     if "name" not in values:
         values["name"] = name if _NAME.fullmatch(name) else "unnamed"
     return dataclasses.replace(BUILTIN_TARGETS["default"], **values)
@@ -272,17 +236,16 @@ def load_target(name_or_path: str) -> Target:
         with path.open("rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise TargetError(
-            f"cannot read target file {name_or_path}: {exc.strerror or exc} "
-            f"(built-in targets: {known})"
-        ) from None
+        raise TargetError(f"cannot read target file {name_or_path}: {exc.strerror or exc} "
+                          f"(built-in targets: {known})") from None
     if len(data) > MAX_FILE_BYTES:
         raise TargetError(f"target file {name_or_path} is larger than {MAX_FILE_BYTES:,} bytes; "
                           "a target is a short TOML file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line, col = _line_col(data, exc.start)
+        # 1-based line and column (in bytes)
+        line, col = data.count(b"\n", 0, exc.start) + 1, exc.start - data.rfind(b"\n", 0, exc.start)
         raise TargetError(f"{name_or_path}:{line}:{col}: target file is not UTF-8 text "
                           f"(byte 0x{data[exc.start]:02x})") from None
     try:
@@ -295,19 +258,11 @@ def load_target(name_or_path: str) -> Target:
         raise TargetError(f"{name_or_path}: {exc}") from None
 
 
-def _line_col(data: bytes, offset: int) -> tuple[int, int]:
-    """1-based line and column (in bytes) of ``offset``."""
-    return data.count(b"\n", 0, offset) + 1, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
-
-
 def show_target(target: Target) -> Table:
     """Rich table of all keys plus derived figures, for ``raptor target show``."""
-    table = Table(title=f"target {target.name}")
-    table.add_column("key")
-    table.add_column("value", justify="right")
-    for key, value in target.to_dict().items():
+    table = Table("key", Column("value", justify="right"), title=f"target {target.name}")
+    for key, value in [*target.to_dict().items(), ("cores (derived)", target.num_cores),
+                       ("crossbar tiles (derived)", target.crossbar_capacity),
+                       ("mvm_ns (derived)", target.mvm_ns())]:
         table.add_row(key, str(value))
-    table.add_row("cores (derived)", str(target.num_cores))
-    table.add_row("crossbar tiles (derived)", str(target.crossbar_capacity))
-    table.add_row("mvm_ns (derived)", str(target.mvm_ns()))
     return table

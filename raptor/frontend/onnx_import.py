@@ -10,12 +10,12 @@ normalized attributes; BatchNormalization is folded into a single-use Conv/Gemm 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -40,14 +40,8 @@ ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
 
 _MIN_OPSET = 7
 _MAX_OPSET = onnx.defs.onnx_opset_version()
-_RANDOM_OPS = {
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Bernoulli",
-    "Multinomial",
-}
+_RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+               "Bernoulli", "Multinomial"}
 
 
 def _first_line(error: BaseException) -> str:
@@ -77,15 +71,11 @@ def _load(source: ModelSource) -> tuple[onnx.ModelProto, str]:
         if not isinstance(source, bytes) and not Path(source).is_file():
             raise FrontendError(f"{label}: no such file")
         try:
-            if isinstance(source, bytes):
-                model = onnx.load_model_from_string(source)
-            else:
-                model = onnx.load(os.fspath(source))
+            model = (onnx.load_model_from_string(source) if isinstance(source, bytes)
+                     else onnx.load(os.fspath(source)))
         except (DecodeError, ValueError, RuntimeError, OSError) as error:
-            raise FrontendError(
-                f"{label}: cannot parse as an ONNX model (not ONNX, or truncated): "
-                f"{_first_line(error)}"
-            ) from error
+            raise FrontendError(f"{label}: cannot parse as an ONNX model (not ONNX, or "
+                                f"truncated): {_first_line(error)}") from error
     if model.ir_version <= 0 or not model.HasField("graph") or not model.opset_import:
         raise FrontendError(f"{label}: not an ONNX model (no IR version, graph or opset import)")
     return model, label
@@ -95,16 +85,10 @@ def _check(model: onnx.ModelProto, label: str) -> None:
     """onnx.checker's full check (with strict shape inference), then Raptor's own checks."""
     try:
         onnx.checker.check_model(model, full_check=True)
-    except (
-        onnx.checker.ValidationError,
-        onnx.shape_inference.InferenceError,
-        RuntimeError,
-        ValueError,
-        TypeError,
-    ) as error:
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, RuntimeError,
+            ValueError, TypeError) as error:
         raise FrontendError(
-            f"{label}: invalid ONNX model (onnx.checker): {_first_line(error)}"
-        ) from error
+            f"{label}: invalid ONNX model (onnx.checker): {_first_line(error)}") from error
     _check_graph(model, label)
 
 
@@ -114,10 +98,8 @@ def _check_graph(model: onnx.ModelProto, label: str) -> None:
     graph = model.graph
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx") and not _MIN_OPSET <= entry.version <= _MAX_OPSET:
-            raise FrontendError(
-                f"{label}: opset {entry.version} of the default domain is outside the "
-                f"supported range {_MIN_OPSET}-{_MAX_OPSET}"
-            )
+            raise FrontendError(f"{label}: opset {entry.version} of the default domain is outside "
+                                f"the supported range {_MIN_OPSET}-{_MAX_OPSET}")
     if not graph.node:
         raise FrontendError(f"{label}: the graph is empty (no nodes); nothing to compile")
     if not graph.output:
@@ -132,10 +114,8 @@ def _check_graph(model: onnx.ModelProto, label: str) -> None:
         elem = value.type.tensor_type.elem_type
         if elem not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.FLOAT):
             kind = onnx.TensorProto.DataType.Name(elem)
-            raise FrontendError(
-                f"{label}: graph output {value.name!r} has element type {kind}; "
-                "only float32 outputs are computed"
-            )
+            raise FrontendError(f"{label}: graph output {value.name!r} has element type {kind}; "
+                                "only float32 outputs are computed")
     for init in graph.initializer:
         _check_initializer(init, label)
     opset = {o.domain or "": o.version for o in model.opset_import}
@@ -147,16 +127,12 @@ def _check_graph(model: onnx.ModelProto, label: str) -> None:
             schema = onnx.defs.get_schema(proto.op_type, opset.get("", _MAX_OPSET), "")
         except onnx.defs.SchemaError:
             continue  # reported as an unsupported operator by the importer
-        required = [
-            k for k, formal in enumerate(schema.inputs)
-            if formal.option == onnx.defs.OpSchema.FormalParameterOption.Single
-        ]
-        for k in required:
-            if not node.has_input(k):
+        single = onnx.defs.OpSchema.FormalParameterOption.Single
+        for k, formal in enumerate(schema.inputs):
+            if formal.option == single and not node.has_input(k):
                 raise FrontendError(
                     f"{label}: {node.op} node {node.name!r} lacks its required input {k} "
-                    f"({schema.inputs[k].name}); it has {len(node.inputs)} inputs"
-                )
+                    f"({formal.name}); it has {len(node.inputs)} inputs")
         if len([o for o in node.outputs if o]) < min(schema.min_output, 1):
             raise FrontendError(f"{label}: {node.op} node {node.name!r} has no outputs")
 
@@ -181,10 +157,8 @@ def _check_initializer(init: onnx.TensorProto, label: str) -> None:
         held = len(getattr(init, helper.tensor_dtype_to_field(init.data_type)))
         need, unit = count, "values"
     if held != need:
-        raise FrontendError(
-            f"{label}: initializer {init.name!r} ({kind}, dims {list(init.dims)}) needs "
-            f"{need:,} {unit} but holds {held:,}"
-        )
+        raise FrontendError(f"{label}: initializer {init.name!r} ({kind}, dims "
+                            f"{list(init.dims)}) needs {need:,} {unit} but holds {held:,}")
 
 
 def _default_opset(model: onnx.ModelProto, label: str) -> int:
@@ -192,17 +166,14 @@ def _default_opset(model: onnx.ModelProto, label: str) -> int:
     if not versions:
         raise FrontendError(f"{label}: the model imports no version of the default ONNX domain")
     if versions[0] < _MIN_OPSET:
-        raise FrontendError(
-            f"{label}: opset {versions[0]} is older than {_MIN_OPSET}; re-export with opset 11-21"
-        )
+        raise FrontendError(f"{label}: opset {versions[0]} is older than {_MIN_OPSET}; "
+                            "re-export with opset 11-21")
     return versions[0]
 
 
 def spell_dim(dim: onnx.TensorShapeProto.Dimension) -> str:
     """A dimension as the user reads it: its size, its symbolic name, or '?' when unnamed."""
-    if dim.WhichOneof("value") == "dim_value":
-        return str(dim.dim_value)
-    return dim.dim_param or "?"
+    return str(dim.dim_value) if dim.WhichOneof("value") == "dim_value" else dim.dim_param or "?"
 
 
 def _dynamic(dim: onnx.TensorShapeProto.Dimension) -> bool:
@@ -213,27 +184,25 @@ def _dynamic(dim: onnx.TensorShapeProto.Dimension) -> bool:
 def _param(dim: onnx.TensorShapeProto.Dimension) -> str:
     """The symbolic name that ties this dimension to others ('' when unnamed; some
     exporters name every dynamic dimension '?', which ties nothing)."""
-    if dim.WhichOneof("value") != "dim_param" or dim.dim_param in ("", "?"):
-        return ""
-    return dim.dim_param
+    named = dim.WhichOneof("value") == "dim_param" and dim.dim_param not in ("", "?")
+    return dim.dim_param if named else ""
 
 
 def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
-    parts = []
-    for axis, dim in enumerate(dims):
-        if not _dynamic(dim):
-            parts.append(str(dim.dim_value))
-        elif axis == 0:
-            parts.append("1")
-        else:
-            param = _param(dim)
-            parts.append(param if param.isidentifier() and len(param) <= 8 else f"D{axis}")
+    parts = [str(dim.dim_value) if not _dynamic(dim) else "1" if axis == 0 else
+             _param(dim) if _param(dim).isidentifier() and len(_param(dim)) <= 8 else f"D{axis}"
+             for axis, dim in enumerate(dims)]
     return f"--input-shape {name}={'x'.join(parts)}"
 
 
-def _bind_shapes(
-    model: onnx.ModelProto, label: str, fixed: Mapping[str, Sequence[int]]
-) -> list[str]:
+def _declared(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
+    """The graph inputs without an initializer (the ones given at run time), by name."""
+    initialized = {init.name for init in graph.initializer}
+    return {value.name: value for value in graph.input if value.name not in initialized}
+
+
+def _bind_shapes(model: onnx.ModelProto, label: str, fixed: Mapping[str, Sequence[int]]
+                 ) -> list[str]:
     """Give every dimension of every graph input a size, before any shape is computed.
 
     Sizes come from ``fixed`` (``--input-shape`` or the shapes of supplied inputs); a
@@ -242,20 +211,16 @@ def _bind_shapes(
     that says how to set it.
     """
     graph = model.graph
-    initialized = {init.name for init in graph.initializer}
-    declared = [value for value in graph.input if value.name not in initialized]
-    by_name = {value.name: value for value in declared}
+    declared = _declared(graph)
     for name in fixed:
-        if name not in by_name:
-            raise FrontendError(
-                f"{label}: a shape is given for {name!r}, which is not a graph input "
-                f"(inputs: {', '.join(by_name) or 'none'})"
-            )
+        if name not in declared:
+            raise FrontendError(f"{label}: a shape is given for {name!r}, which is not a graph "
+                                f"input (inputs: {', '.join(declared) or 'none'})")
     params: dict[str, int] = {}
-    for value in declared:
+    for value in declared.values():
         _fixed_params(value, label, fixed, params)
     notes: list[str] = []
-    for value in declared:
+    for value in declared.values():
         _bind_input(value, label, fixed, params, notes)
     for value in graph.output:
         for dim in value.type.tensor_type.shape.dim:
@@ -277,35 +242,30 @@ def _fixed_params(value: onnx.ValueInfoProto, label: str, fixed: Mapping[str, Se
     if tensor.elem_type != onnx.TensorProto.FLOAT:
         kind = onnx.TensorProto.DataType.Name(tensor.elem_type)
         raise FrontendError(
-            f"{label}: input {value.name!r} has element type {kind} and no value; only "
-            "float32 inputs are computed, other inputs are bound as constants: supply it "
-            "with --inputs X.npz or --constants C.npz"
-        )
+            f"{label}: input {value.name!r} has element type {kind} and no value; only float32 "
+            "inputs are computed, other inputs are bound as constants: supply it with --inputs "
+            "X.npz or --constants C.npz")
     if not tensor.HasField("shape"):
         if value.name in fixed:
             for size in fixed[value.name]:
                 tensor.shape.dim.add().dim_value = int(size)
             return
-        raise FrontendError(
-            f"{label}: input {value.name!r} has no declared shape; give it with "
-            f"--input-shape {value.name}=AxBx..."
-        )
+        raise FrontendError(f"{label}: input {value.name!r} has no declared shape; give it "
+                            f"with --input-shape {value.name}=AxBx...")
     dims = tensor.shape.dim
     shape = value.name in fixed and [int(d) for d in fixed[value.name]]
     if shape and len(shape) != len(dims):
         raise FrontendError(
             f"{label}: input {value.name!r} has rank {len(dims)} (shape "
             f"[{', '.join(spell_dim(d) for d in dims)}]) but the given shape "
-            f"{'x'.join(map(str, shape))} has rank {len(shape)}"
-        )
+            f"{'x'.join(map(str, shape))} has rank {len(shape)}")
     for axis, dim in enumerate(dims):
         if shape and _param(dim):
             known = params.setdefault(_param(dim), shape[axis])
             if known != shape[axis]:
                 raise FrontendError(
                     f"{label}: dimension {_param(dim)!r} is given as both {known} and "
-                    f"{shape[axis]} (input {value.name!r}, axis {axis})"
-                )
+                    f"{shape[axis]} (input {value.name!r}, axis {axis})")
 
 
 def _bind_input(value: onnx.ValueInfoProto, label: str, fixed: Mapping[str, Sequence[int]],
@@ -321,9 +281,8 @@ def _bind_input(value: onnx.ValueInfoProto, label: str, fixed: Mapping[str, Sequ
             size = shape[axis]
             if not _dynamic(dim) and dim.dim_value != size:
                 raise FrontendError(
-                    f"{label}: input {value.name!r} has size {dim.dim_value} at axis "
-                    f"{axis} (shape {spelled}), but the given shape has {size}"
-                )
+                    f"{label}: input {value.name!r} has size {dim.dim_value} at axis {axis} "
+                    f"(shape {spelled}), but the given shape has {size}")
         elif not _dynamic(dim):
             size = dim.dim_value
         elif param in params:
@@ -331,53 +290,41 @@ def _bind_input(value: onnx.ValueInfoProto, label: str, fixed: Mapping[str, Sequ
         elif axis == 0:
             size = 1
             what = f"{param!r}" if param else spell_dim(dim)
-            notes.append(
-                f"batch dimension {what} of input {value.name!r} bound to 1 "
-                f"(--input-shape sets another size)"
-            )
+            notes.append(f"batch dimension {what} of input {value.name!r} bound to 1 "
+                         "(--input-shape sets another size)")
         else:
             what = "-1 (dynamic)" if dim.WhichOneof("value") == "dim_value" else (
-                f"{param!r}" if param else "'?' (unnamed)"
-            )
+                f"{param!r}" if param else "'?' (unnamed)")
             raise FrontendError(
-                f"{label}: input {value.name!r} has a dynamic dimension {what} at axis "
-                f"{axis} (shape {spelled}); set it with {_shape_hint(value.name, dims)}"
-                " or supply the input with --inputs"
-            )
+                f"{label}: input {value.name!r} has a dynamic dimension {what} at axis {axis} "
+                f"(shape {spelled}); set it with {_shape_hint(value.name, dims)} or supply the "
+                "input with --inputs")
         if size <= 0:
-            raise FrontendError(
-                f"{label}: input {value.name!r} would have size {size} at axis {axis} "
-                f"(shape {spelled}); zero-size tensors are not supported"
-            )
+            raise FrontendError(f"{label}: input {value.name!r} would have size {size} at axis "
+                                f"{axis} (shape {spelled}); zero-size tensors are not supported")
         if param:
             params[param] = size
         dim.dim_value = size
 
 
-def _bind_constants(
-    model: onnx.ModelProto, label: str, constants: Mapping[str, np.ndarray]
-) -> None:
+def _bind_constants(model: onnx.ModelProto, label: str, constants: Mapping[str, np.ndarray]
+                    ) -> None:
     """Turn the graph inputs named in ``constants`` into initializers of their declared type."""
     graph = model.graph
-    initialized = {init.name for init in graph.initializer}
-    declared = {v.name: v for v in graph.input if v.name not in initialized}
+    declared = _declared(graph)
     for name, array in constants.items():
         value = declared.get(name)
         if value is None:
-            raise FrontendError(
-                f"{label}: {name!r} is not a graph input (inputs: "
-                f"{', '.join(declared) or 'none'})"
-            )
+            raise FrontendError(f"{label}: {name!r} is not a graph input (inputs: "
+                                f"{', '.join(declared) or 'none'})")
         elem = value.type.tensor_type.elem_type
         dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else np.dtype(np.float32)
         given = np.asarray(array)
         if np.issubdtype(dtype, np.integer) and np.issubdtype(given.dtype, np.floating) and (
             not np.all(np.isfinite(given)) or np.any(given != np.round(given))
         ):
-            raise FrontendError(
-                f"{label}: input {name!r} is {onnx.TensorProto.DataType.Name(elem)} but its "
-                "value has fractions"
-            )
+            kind = onnx.TensorProto.DataType.Name(elem)
+            raise FrontendError(f"{label}: input {name!r} is {kind} but its value has fractions")
         graph.initializer.append(numpy_helper.from_array(given.astype(dtype), name))
     kept = [v for v in graph.input if v.name not in constants]
     del graph.input[:]
@@ -398,17 +345,11 @@ def parameter_inputs(model: onnx.ModelProto) -> set[str]:
     """Graph inputs that a node reads as a parameter (see ``_PARAMETERS``) or that are not
     float32: supplied values of these are bound as constants."""
     graph = model.graph
-    initialized = {init.name for init in graph.initializer}
-    names = {v.name for v in graph.input if v.name not in initialized}
-    found = {
-        v.name for v in graph.input
-        if v.name in names and v.type.tensor_type.elem_type != onnx.TensorProto.FLOAT
-    }
-    for node in graph.node:
-        for k in _PARAMETERS.get(node.op_type, ()):
-            if k < len(node.input) and node.input[k] in names:
-                found.add(node.input[k])
-    return found
+    names = _declared(graph)
+    found = {name for name, v in names.items()
+             if v.type.tensor_type.elem_type != onnx.TensorProto.FLOAT}
+    return found | {node.input[k] for node in graph.node for k in _PARAMETERS.get(node.op_type, ())
+                    if k < len(node.input) and node.input[k] in names}
 
 
 def _inferred_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
@@ -417,14 +358,10 @@ def _inferred_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError):
         return {}
-    shapes = {}
-    for value in [*inferred.graph.value_info, *inferred.graph.output]:
-        tensor = value.type.tensor_type
-        if tensor.HasField("shape") and all(
-            d.WhichOneof("value") == "dim_value" for d in tensor.shape.dim
-        ):
-            shapes[value.name] = tuple(d.dim_value for d in tensor.shape.dim)
-    return shapes
+    return {value.name: tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
+            for value in [*inferred.graph.value_info, *inferred.graph.output]
+            if value.type.tensor_type.HasField("shape") and all(
+                d.WhichOneof("value") == "dim_value" for d in value.type.tensor_type.shape.dim)}
 
 
 class _Node:
@@ -436,12 +373,14 @@ class _Node:
         self.name = proto.name or f"{proto.op_type}_{index}"
         self.inputs = list(proto.input)
         self.outputs = list(proto.output)
-        self.attrs: dict[str, Any] = {
-            a.name: helper.get_attribute_value(a) for a in proto.attribute
-        }
+        self.attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
 
     def has_input(self, index: int) -> bool:
         return index < len(self.inputs) and self.inputs[index] != ""
+
+    def error(self, message: str) -> FrontendError:
+        """The one-line error about this node: ``<op> node '<name>': <message>``."""
+        return FrontendError(f"{self.op} node {self.name!r}: {message}")
 
     def attr_int(self, key: str, default: int) -> int:
         return int(self.attrs.get(key, default))
@@ -466,16 +405,10 @@ class _Importer:
         self.notes = notes
         self.inferred = _inferred_shapes(model)
         graph = model.graph
-        self.consts: dict[str, np.ndarray] = {
-            init.name: numpy_helper.to_array(init) for init in graph.initializer
-        }
-        self.values: dict[str, PlanValue] = {}
-        self.inputs: list[PlanValue] = []
-        for value in graph.input:
-            if value.name not in self.consts:
-                shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
-                self.inputs.append(PlanValue(value.name, shape))
-                self.values[value.name] = self.inputs[-1]
+        self.consts = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+        self.inputs = [PlanValue(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim))
+                       for v in graph.input if v.name not in self.consts]
+        self.values = {value.name: value for value in self.inputs}
         self.input_names = {value.name for value in self.inputs}
         self.alias: dict[str, str] = {}
         self.plans: list[Plan] = []
@@ -500,10 +433,8 @@ class _Importer:
         """The activation feeding input ``index`` (constants here are unsupported)."""
         name = self.resolve(node.inputs[index])
         if name in self.consts:
-            raise FrontendError(
-                f"{node.op} node {node.name!r}: input {index} ({node.inputs[index]!r}) is a "
-                "constant where a computed tensor is expected; this variant is not supported"
-            )
+            raise node.error(f"input {index} ({node.inputs[index]!r}) is a constant where a "
+                             "computed tensor is expected; this variant is not supported")
         return self.values[name]
 
     def const(self, node: _Node, index: int, role: str) -> np.ndarray | None:
@@ -512,21 +443,26 @@ class _Importer:
             return None
         name = self.resolve(node.inputs[index])
         if name in self.input_names:
-            raise FrontendError(
-                f"{node.op} node {node.name!r}: {role} ({node.inputs[index]!r}) is a graph "
-                "input with no value; supply it with --inputs X.npz or --constants C.npz to "
-                "bind it as a constant"
-            )
+            raise node.error(f"{role} ({node.inputs[index]!r}) is a graph input with no value; "
+                             "supply it with --inputs X.npz or --constants C.npz to bind it as "
+                             "a constant")
         if name not in self.consts:
-            raise FrontendError(
-                f"{node.op} node {node.name!r}: {role} ({node.inputs[index]!r}) must be a "
-                "constant (an initializer or a constant subgraph), but it is computed at run time"
-            )
+            raise node.error(f"{role} ({node.inputs[index]!r}) must be a constant (an "
+                             "initializer or a constant subgraph), but it is computed at run time")
         return self.consts[name]
 
     def weight(self, node: _Node, index: int, role: str) -> np.ndarray | None:
         array = self.const(node, index, role)
         return None if array is None else np.ascontiguousarray(array, dtype=np.float32)
+
+    def ints(self, node: _Node, index: int, key: str, default: Sequence[int], since: int = 0
+             ) -> list[int]:
+        """Int list ``key``: an attribute before opset ``since``, from then on the constant at
+        input ``index`` (flattened); ``default`` when absent."""
+        if self.opset < since:
+            return node.attr_ints(key, default)
+        value = self.const(node, index, key)
+        return list(default) if value is None else [int(v) for v in value.reshape(-1)]
 
     def make_alias(self, new: str, old: str) -> None:
         """Let ``new`` name the value ``old`` (removed Identity/Dropout); uses move along."""
@@ -543,41 +479,25 @@ class _Importer:
 
     # -- plans -------------------------------------------------------------------------------
 
-    def emit(
-        self,
-        kind: str,
-        node: _Node,
-        inputs: Sequence[str],
-        shapes: Sequence[tuple[int, ...]],
-        attrs: dict[str, object] | None = None,
-        weights: dict[str, np.ndarray] | None = None,
-        outputs: Sequence[str] | None = None,
-        label: str | None = None,
-    ) -> list[str]:
-        """Append a plan; ``outputs`` default to fresh names derived from the node's name.
-
-        The plan takes the node's name unless that is taken or a ``label`` marks it as an
-        auxiliary plan (``node/label``).
-        """
-        names = (
-            list(outputs)
-            if outputs is not None
-            else [self.fresh(f"{node.name}/{kind}") for _ in shapes]
-        )
+    def emit(self, kind: str, node: _Node, inputs: Sequence[str],
+             shapes: Sequence[tuple[int, ...]], attrs: Mapping[str, object] | None = None,
+             weights: dict[str, np.ndarray] | None = None, outputs: Sequence[str] | None = None,
+             label: str | None = None) -> list[str]:
+        """Append a plan; ``outputs`` default to fresh names derived from the node's name. The
+        plan takes the node's name unless taken or a ``label`` marks it auxiliary (node/label)."""
+        names = list(outputs) if outputs is not None else [
+            self.fresh(f"{node.name}/{kind}") for _ in shapes]
         plan_name, k = (node.name if label is None else f"{node.name}/{label}"), 1
         while plan_name in self.plan_names:
             plan_name, k = f"{node.name}/{kind}" + (f"_{k}" if k > 1 else ""), k + 1
         self.plan_names.add(plan_name)
-        plan = Plan(
-            kind, plan_name, [self.resolve(i) for i in inputs], names, attrs or {}, weights or {}
-        )
+        plan = Plan(kind, plan_name, [self.resolve(i) for i in inputs], names, dict(attrs or {}),
+                    weights or {})
         self.plans.append(plan)
         for name, shape in zip(names, shapes, strict=True):
             if 0 in shape:
-                raise FrontendError(
-                    f"{node.op} node {node.name!r}: output {name!r} would be empty "
-                    f"(shape {list(shape)}); zero-size tensors are not supported"
-                )
+                raise node.error(f"output {name!r} would be empty (shape {list(shape)}); "
+                                 "zero-size tensors are not supported")
             self.values[name] = PlanValue(name, tuple(int(d) for d in shape))
             self.producer[name] = plan
         return names
@@ -612,15 +532,8 @@ class _Importer:
                 raise _unsupported(node, self.opset, "")
         outputs = self._finish_outputs()
         self._prune(outputs)
-        graph = PlanGraph(
-            name=self.model.graph.name or "model",
-            inputs=self.inputs,
-            outputs=outputs,
-            values=self.values,
-            plans=self.plans,
-            opset=self.opset,
-            notes=self.notes,
-        )
+        graph = PlanGraph(self.model.graph.name or "model", self.inputs, outputs, self.values,
+                          self.plans, self.opset, self.notes)
         graph.validate()
         return graph
 
@@ -639,9 +552,7 @@ class _Importer:
                                                         AttributeError)
                    else "ONNX's reference implementation cannot evaluate it with inputs of "
                    "shapes " + ", ".join(str(list(np.shape(v))) for v in feeds.values()))
-            raise FrontendError(
-                f"{node.op} node {node.name!r}: cannot fold this all-constant node: {why}"
-            ) from error
+            raise node.error(f"cannot fold this all-constant node: {why}") from error
         for name, result in zip(node.outputs, results, strict=False):
             if name:
                 self.consts[name] = np.asarray(result)
@@ -654,12 +565,9 @@ class _Importer:
         if node.op == "Size":
             self.consts[node.outputs[0]] = np.array(math.prod(shape), dtype=np.int64)
             return
-        rank = len(shape)
-        start = node.attr_int("start", 0)
-        end = node.attr_int("end", rank)
-        start = min(max(start + rank if start < 0 else start, 0), rank)
-        end = min(max(end + rank if end < 0 else end, 0), rank)
-        self.consts[node.outputs[0]] = np.array(shape[start:end], dtype=np.int64)
+        # Python's slice clamps start and end into the rank just as ONNX Shape does.
+        window = slice(node.attr_int("start", 0), node.attr_int("end", len(shape)))
+        self.consts[node.outputs[0]] = np.array(shape[window], dtype=np.int64)
 
     def _check_shapes(self, node: _Node) -> None:
         """Compare with ONNX shape inference, except where that is known to be wrong.
@@ -674,32 +582,26 @@ class _Importer:
                 continue
             target = self.resolve(name)
             if target in self.values and self.values[target].shape != self.inferred[name]:
-                raise FrontendError(
-                    f"{node.op} node {node.name!r}: output {name!r} has shape "
-                    f"{list(self.values[target].shape)} here but {list(self.inferred[name])} by "
-                    "ONNX shape inference"
-                )
+                raise node.error(f"output {name!r} has shape {list(self.values[target].shape)} "
+                                 f"here but {list(self.inferred[name])} by ONNX shape inference")
 
     def _finish_outputs(self) -> list[PlanValue]:
         """Make every graph output a produced value under its ONNX name."""
         outputs = []
-        graph_inputs = {v.name for v in self.inputs}
-        claimed: set[str] = set()
-        output_names = {o.name for o in self.model.graph.output}
+        # a value that is an input or another output is copied; any other takes the name
+        taken = {v.name for v in self.inputs} | {o.name for o in self.model.graph.output}
         for value in self.model.graph.output:
             if self.is_const(value.name):
-                raise FrontendError(
-                    f"graph output {value.name!r} is a constant; nothing computes it on the chip"
-                )
+                raise FrontendError(f"graph output {value.name!r} is a constant; nothing computes "
+                                    "it on the chip")
             source = self.resolve(value.name)
             if source != value.name:
-                if source in graph_inputs or source in claimed or source in output_names:
+                if source in taken:
                     shape = self.values[source].shape
                     fake = _Node(onnx.NodeProto(name=f"{value.name}/identity"), 0)
                     self.emit("identity", fake, [source], [shape], outputs=[value.name])
                 else:
                     self.rename(source, value.name)
-            claimed.add(value.name)
             outputs.append(self.values[value.name])
         return outputs
 
@@ -719,12 +621,11 @@ class _Importer:
 def _unsupported(node: _Node, opset: int, where: str) -> FrontendError:
     return FrontendError(
         f"unsupported operator {node.op}{where} (node {node.name!r}, opset {opset}); "
-        f"supported: {', '.join(SUPPORTED_OPS)}, and any node whose inputs are all constant"
-    )
+        f"supported: {', '.join(SUPPORTED_OPS)}, and any node whose inputs are all constant")
 
 
 def _variant(node: _Node, what: str, why: str) -> FrontendError:
-    return FrontendError(f"{node.op} node {node.name!r}: {what} is not supported: {why}")
+    return node.error(f"{what} is not supported: {why}")
 
 
 # -- helpers shared by converters ------------------------------------------------------------
@@ -735,8 +636,7 @@ _CONVERTERS: dict[str, Converter] = {}
 
 def _converts(*ops: str) -> Callable[[Converter], Converter]:
     def register(fn: Converter) -> Converter:
-        for op in ops:
-            _CONVERTERS[op] = fn
+        _CONVERTERS.update(dict.fromkeys(ops, fn))
         return fn
 
     return register
@@ -744,25 +644,18 @@ def _converts(*ops: str) -> Callable[[Converter], Converter]:
 
 def _norm_axis(node: _Node, axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: axis {axis} out of range for rank {rank}"
-        )
+        raise node.error(f"axis {axis} out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
 
 
-def _ranged(node: _Node, key: str, values: list[int], count: int, least: int) -> list[int]:
-    """An int-list attribute with ``count`` entries, each at least ``least`` (and sane)."""
+def _ranged(node: _Node, key: str, default: Sequence[int], count: int, least: int) -> list[int]:
+    """Int-list attribute ``key`` with ``count`` entries, each at least ``least`` (and sane)."""
+    values = node.attr_ints(key, default)
     if len(values) != count:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: attribute {key} has {len(values)} values "
-            f"({values}), expected {count}"
-        )
-    bad = [v for v in values if not least <= v <= _MAX_EXTENT]
-    if bad:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: attribute {key} = {values} is out of range "
-            f"(each value must be in {least}..{_MAX_EXTENT})"
-        )
+        raise node.error(f"attribute {key} has {len(values)} values ({values}), expected {count}")
+    if any(not least <= v <= _MAX_EXTENT for v in values):
+        raise node.error(f"attribute {key} = {values} is out of range (each value must be in "
+                         f"{least}..{_MAX_EXTENT})")
     return values
 
 
@@ -773,60 +666,38 @@ _MAX_EXTENT = 1 << 16
 def _spatial_rank(node: _Node, x: PlanValue) -> int:
     rank = len(x.shape) - 2
     if rank not in (1, 2):
-        raise _variant(
-            node,
-            f"a {rank}-D spatial input (shape {list(x.shape)})",
-            "only 1-D and 2-D (NCHW) convolution and pooling map to the crossbars",
-        )
+        raise _variant(node, f"a {rank}-D spatial input (shape {list(x.shape)})",
+                       "only 1-D and 2-D (NCHW) convolution and pooling map to the crossbars")
     return rank
 
 
-def _explicit_pads(
-    node: _Node,
-    sizes: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-) -> list[tuple[int, int]]:
+def _explicit_pads(node: _Node, sizes: Sequence[int], kernel: Sequence[int],
+                   strides: Sequence[int], dilations: Sequence[int]) -> list[tuple[int, int]]:
     """Per-axis (begin, end) pads with auto_pad resolved."""
     rank = len(sizes)
     auto = node.attr_str("auto_pad", "NOTSET")
     if auto == "NOTSET":
-        pads = _ranged(node, "pads", node.attr_ints("pads", [0] * 2 * rank), 2 * rank, 0)
+        pads = _ranged(node, "pads", [0] * 2 * rank, 2 * rank, 0)
         return [(pads[i], pads[i + rank]) for i in range(rank)]
     if auto == "VALID":
         return [(0, 0)] * rank
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        return [
-            same_pads(sizes[i], kernel[i], strides[i], dilations[i], auto == "SAME_UPPER")
-            for i in range(rank)
-        ]
+        return [same_pads(sizes[i], kernel[i], strides[i], dilations[i], auto == "SAME_UPPER")
+                for i in range(rank)]
     raise _variant(node, f"auto_pad={auto!r}", "unknown padding mode")
 
 
-def _to_2d(b: _Importer, node: _Node, x: PlanValue) -> str:
-    """Feed a 1-D (N, C, L) activation to a 2-D plan as (N, C, 1, L)."""
+def _emit_spatial(b: _Importer, node: _Node, kind: str, x: PlanValue, shape4: tuple[int, ...],
+                  attrs: Mapping[str, object], weights: dict[str, np.ndarray] | None = None
+                  ) -> None:
+    """Emit a 2-D spatial plan; a 1-D (N, C, L) node's input is fed as (N, C, 1, L) and its
+    output reshaped back."""
     if len(x.shape) == 4:
-        return x.name
-    shape = (x.shape[0], x.shape[1], 1, x.shape[2])
-    return b.emit("reshape", node, [x.name], [shape], {"shape": list(shape)}, label="to_2d")[0]
-
-
-def _emit_spatial(
-    b: _Importer,
-    node: _Node,
-    kind: str,
-    x: PlanValue,
-    shape4: tuple[int, ...],
-    attrs: dict[str, object],
-    weights: dict[str, np.ndarray] | None = None,
-) -> None:
-    """Emit a 2-D spatial plan, wrapped in reshapes when the ONNX node was 1-D."""
-    source = _to_2d(b, node, x)
-    if len(x.shape) == 4:
-        b.emit(kind, node, [source], [shape4], attrs, weights, outputs=node.outputs[:1])
+        b.emit(kind, node, [x.name], [shape4], attrs, weights, outputs=node.outputs[:1])
         return
-    (y,) = b.emit(kind, node, [source], [shape4], attrs, weights)
+    shape = (x.shape[0], x.shape[1], 1, x.shape[2])
+    (x2,) = b.emit("reshape", node, [x.name], [shape], {"shape": list(shape)}, label="to_2d")
+    (y,) = b.emit(kind, node, [x2], [shape4], attrs, weights)
     out = (shape4[0], shape4[1], shape4[3])
     b.emit("reshape", node, [y], [out], {"shape": list(out)}, outputs=node.outputs[:1])
 
@@ -855,23 +726,18 @@ def _conv_operands(
     bias = b.weight(node, 2, "bias B")
     assert w is not None
     if w.ndim != rank + 2:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: weight {list(w.shape)} has rank {w.ndim}, "
-            f"expected {rank + 2} for input {list(x.shape)}"
-        )
+        raise node.error(f"weight {list(w.shape)} has rank {w.ndim}, expected {rank + 2} for "
+                         f"input {list(x.shape)}")
     kernel = list(w.shape[2:])
     given = node.attr_ints("kernel_shape", kernel)
     if given != kernel:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: kernel_shape {given} disagrees with the weight "
-            f"{list(w.shape)}"
-        )
+        raise node.error(f"kernel_shape {given} disagrees with the weight {list(w.shape)}")
     _ranged(node, "kernel_shape", kernel, rank, 1)
-    strides = _ranged(node, "strides", node.attr_ints("strides", [1] * rank), rank, 1)
-    dilations = _ranged(node, "dilations", node.attr_ints("dilations", [1] * rank), rank, 1)
+    strides, dilations = (
+        _ranged(node, key, [1] * rank, rank, 1) for key in ("strides", "dilations"))
     group = node.attr_int("group", 1)
     if group < 1:
-        raise FrontendError(f"{node.op} node {node.name!r}: group {group} must be at least 1")
+        raise node.error(f"group {group} must be at least 1")
     return x, rank, w, bias, group, kernel, strides, dilations
 
 
@@ -879,92 +745,64 @@ def _conv_operands(
 def _conv(b: _Importer, node: _Node) -> None:
     x, rank, w, bias, group, kernel, strides, dilations = _conv_operands(b, node)
     if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
-        raise FrontendError(
-            f"Conv node {node.name!r}: weight {list(w.shape)} with group {group} does not fit "
-            f"input {list(x.shape)}"
-        )
+        raise node.error(f"weight {list(w.shape)} with group {group} does not fit input "
+                         f"{list(x.shape)}")
     pads = _explicit_pads(node, x.shape[2:], kernel, strides, dilations)
     x, extra = _absorb_pad(b, node, x)
-    if any(extra):
-        pads = [(pads[0][0] + extra[0], pads[0][1] + extra[2]),
-                (pads[1][0] + extra[1], pads[1][1] + extra[3])]
-    out = [
-        conv_out(x.shape[2 + i], kernel[i], strides[i], sum(pads[i]), dilations[i])
-        for i in range(rank)
-    ]
+    pads = [(lo + more_lo, hi + more_hi)
+            for (lo, hi), (more_lo, more_hi) in zip(pads, extra, strict=False)]
+    out = [conv_out(x.shape[2 + i], kernel[i], strides[i], sum(pads[i]), dilations[i])
+           for i in range(rank)]
     if min(out) < 1:
-        raise FrontendError(
-            f"Conv node {node.name!r}: kernel {kernel} (dilations {dilations}) is larger than "
-            f"the padded input {list(x.shape)}"
-        )
+        raise node.error(f"kernel {kernel} (dilations {dilations}) is larger than the padded "
+                         f"input {list(x.shape)}")
     channels = w.shape[0]
     if bias is not None and bias.shape != (channels,):
-        raise FrontendError(
-            f"Conv node {node.name!r}: bias {list(bias.shape)} does not match {channels} "
-            "output channels"
-        )
-    _emit_conv(b, node, "conv", x, channels, out, w, bias,
-               _conv_attrs(strides, pads, dilations, group))
+        raise node.error(f"bias {list(bias.shape)} does not match {channels} output channels")
+    _emit_conv(b, node, "conv", x, channels, out, w, bias, strides, pads, dilations, group)
 
 
 @_converts("ConvTranspose")
 def _conv_transpose(b: _Importer, node: _Node) -> None:
     x, rank, w, bias, group, kernel, strides, dilations = _conv_operands(b, node)
-    extra = _ranged(node, "output_padding", node.attr_ints("output_padding", [0] * rank), rank, 0)
+    extra = _ranged(node, "output_padding", [0] * rank, rank, 0)
     if any(e >= max(s, d) for e, s, d in zip(extra, strides, dilations, strict=True)):
-        raise FrontendError(
-            f"ConvTranspose node {node.name!r}: output_padding {extra} must be smaller than the "
-            f"stride {strides} or the dilation {dilations}"
-        )
+        raise node.error(f"output_padding {extra} must be smaller than the stride {strides} or "
+                         f"the dilation {dilations}")
     sizes = x.shape[2:]
     auto = node.attr_str("auto_pad", "NOTSET")
+    same = auto in ("SAME_UPPER", "SAME_LOWER")
     target = node.attr_ints("output_shape", [])[-rank:]
-    if not target and auto in ("SAME_UPPER", "SAME_LOWER"):
+    if not target and same:
         target = [sizes[i] * strides[i] for i in range(rank)]
-    pads: list[tuple[int, int]]
-    if target:
-        pads = []
-        for i in range(rank):
-            total = (
-                conv_transpose_out(sizes[i], kernel[i], strides[i], (0, 0), dilations[i], extra[i])
-                - target[i]
-            )
-            if total < 0 and auto in ("SAME_UPPER", "SAME_LOWER"):
-                raise _variant(
-                    node,
-                    f"auto_pad={auto} with a kernel extent smaller than the stride",
-                    "the output size is ambiguous (onnxruntime and the ONNX reference disagree)",
-                )
-            small, large = total // 2, total - total // 2
-            begin, end = (small, large) if auto == "SAME_UPPER" else (large, small)
-            if begin < 0:
-                raise _variant(node, f"output_shape {target}", "it needs negative leading padding")
-            # A negative trailing pad is extra output at the end, i.e. output padding.
-            extra[i] += max(-end, 0)
-            pads.append((begin, max(end, 0)))
-    elif auto == "VALID":
-        pads = [(0, 0)] * rank
-    else:
-        pads = _explicit_pads(node, sizes, kernel, strides, dilations)
-    out = [
-        conv_transpose_out(sizes[i], kernel[i], strides[i], pads[i], dilations[i], extra[i])
-        for i in range(rank)
-    ]
-    attrs = _conv_attrs(strides, pads, dilations, group)
-    attrs["output_padding"] = _hw(extra, 0)
-    _emit_conv(b, node, "conv_transpose", x, w.shape[1] * group, out, w, bias, attrs)
-
-
-def _conv_attrs(strides: list[int], pads: Sequence[tuple[int, int]], dilations: list[int],
-                group: int) -> dict[str, object]:
-    return {"strides": _hw(strides, 1), "pads": _pads_tlbr(pads),
-            "dilations": _hw(dilations, 1), "group": group}
+    pads = [] if target else _explicit_pads(node, sizes, kernel, strides, dilations)
+    for i in range(rank if target else 0):
+        total = conv_transpose_out(sizes[i], kernel[i], strides[i], (0, 0), dilations[i],
+                                   extra[i]) - target[i]
+        if total < 0 and same:
+            raise _variant(
+                node, f"auto_pad={auto} with a kernel extent smaller than the stride",
+                "the output size is ambiguous (onnxruntime and the ONNX reference disagree)")
+        small, large = total // 2, total - total // 2
+        begin, end = (small, large) if auto == "SAME_UPPER" else (large, small)
+        if begin < 0:
+            raise _variant(node, f"output_shape {target}", "it needs negative leading padding")
+        # A negative trailing pad is extra output at the end, i.e. output padding.
+        extra[i] += max(-end, 0)
+        pads.append((begin, max(end, 0)))
+    out = [conv_transpose_out(sizes[i], kernel[i], strides[i], pads[i], dilations[i], extra[i])
+           for i in range(rank)]
+    _emit_conv(b, node, "conv_transpose", x, w.shape[1] * group, out, w, bias, strides, pads,
+               dilations, group, output_padding=_hw(extra, 0))
 
 
 def _emit_conv(b: _Importer, node: _Node, kind: str, x: PlanValue, channels: int,
-               out: list[int], w: np.ndarray, bias: np.ndarray | None,
-               attrs: dict[str, object]) -> None:
+               out: list[int], w: np.ndarray, bias: np.ndarray | None, strides: list[int],
+               pads: Sequence[tuple[int, int]], dilations: list[int], group: int,
+               **extra: object) -> None:
     """Emit a (transposed) convolution plan; 1-D kernels become 2-D with height 1."""
+    attrs = {"strides": _hw(strides, 1), "pads": _pads_tlbr(pads),
+             "dilations": _hw(dilations, 1), "group": group, **extra}
     if w.ndim == 3:
         w = w[:, :, None, :]
     weights = {"weight": w} if bias is None else {"weight": w, "bias": bias}
@@ -979,27 +817,19 @@ def _gemm(b: _Importer, node: _Node) -> None:
     alpha, beta = node.attr_float("alpha", 1.0), node.attr_float("beta", 1.0)
     trans_a, trans_b = node.attr_int("transA", 0), node.attr_int("transB", 0)
     if trans_a not in (0, 1) or trans_b not in (0, 1):
-        raise FrontendError(
-            f"Gemm node {node.name!r}: transA {trans_a} and transB {trans_b} must be 0 or 1"
-        )
+        raise node.error(f"transA {trans_a} and transB {trans_b} must be 0 or 1")
     if len(a.shape) != 2 or w.ndim != 2:
-        raise FrontendError(
-            f"Gemm node {node.name!r}: A {list(a.shape)} and B {list(w.shape)} must be "
-            "matrices"
-        )
+        raise node.error(f"A {list(a.shape)} and B {list(w.shape)} must be matrices")
     if trans_b:
         w = w.T
+    rows, inner = (a.shape[1], a.shape[0]) if trans_a else a.shape
     source = a.name
-    rows = a.shape[0]
     if trans_a:
-        rows = a.shape[1]
-        source = b.emit("transpose", node, [a.name], [(rows, a.shape[0])], {"perm": [1, 0]})[0]
-    inner = a.shape[0] if trans_a else a.shape[1]
+        (source,) = b.emit("transpose", node, [a.name], [(rows, inner)], {"perm": [1, 0]})
     if inner != w.shape[0]:
-        raise FrontendError(
-            f"Gemm node {node.name!r}: A {list(a.shape)} (transA {trans_a}) and B "
-            f"{list(w.T.shape if trans_b else w.shape)} (transB {trans_b}) do not multiply"
-        )
+        raise node.error(f"A {list(a.shape)} (transA {trans_a}) and B "
+                         f"{list(w.T.shape if trans_b else w.shape)} (transB {trans_b}) do not "
+                         "multiply")
     weights = {"weight": np.ascontiguousarray(w * np.float32(alpha), dtype=np.float32)}
     c = b.weight(node, 2, "C (the bias)")
     n = w.shape[1]
@@ -1007,22 +837,10 @@ def _gemm(b: _Importer, node: _Node) -> None:
         c = c * np.float32(beta)
         if c.ndim > 2 or not all(d in (1, want) for d, want in zip(
                 c.shape[::-1], (n, rows), strict=False)):
-            raise FrontendError(
-                f"Gemm node {node.name!r}: C {list(c.shape)} does not broadcast to the result "
-                f"{[rows, n]}"
-            )
-        if c.ndim < 2 or c.shape[0] == 1:
-            weights["bias"] = np.broadcast_to(c.reshape(-1) if c.ndim else c, (n,)).copy()
-        else:
-            weights["bias"] = np.broadcast_to(c, (rows, n)).copy()
+            raise node.error(f"C {list(c.shape)} does not broadcast to the result {[rows, n]}")
+        shape = (n,) if c.ndim < 2 or c.shape[0] == 1 else (rows, n)
+        weights["bias"] = np.broadcast_to(c.reshape(-1) if len(shape) == 1 else c, shape).copy()
     b.emit("gemm", node, [source], [(rows, n)], {}, weights, outputs=node.outputs)
-
-
-def _matmul_shape(node: _Node, a: Sequence[int], w: Sequence[int]) -> tuple[int, ...]:
-    try:
-        return matmul_shape(a, w)
-    except ValueError as e:
-        raise FrontendError(f"MatMul node {node.name!r}: {e}") from None
 
 
 @_converts("MatMul")
@@ -1031,12 +849,15 @@ def _matmul(b: _Importer, node: _Node) -> None:
     if b.is_const(node.inputs[1]):
         w = b.weight(node, 1, "B")
         assert w is not None
-        shape = _matmul_shape(node, a.shape, w.shape)
-        b.emit("matmul", node, [a.name], [shape], {}, {"weight": w}, outputs=node.outputs)
+        inputs, other, weights = [a.name], w.shape, {"weight": w}
     else:
-        other = b.act(node, 1)
-        shape = _matmul_shape(node, a.shape, other.shape)
-        b.emit("matmul", node, [a.name, other.name], [shape], outputs=node.outputs)
+        second = b.act(node, 1)
+        inputs, other, weights = [a.name, second.name], second.shape, {}
+    try:
+        shape = matmul_shape(a.shape, other)
+    except ValueError as e:
+        raise node.error(str(e)) from None
+    b.emit("matmul", node, inputs, [shape], {}, weights, outputs=node.outputs)
 
 
 @_converts("BatchNormalization")
@@ -1044,32 +865,23 @@ def _batch_norm(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     if node.attr_int("training_mode", 0) or len([o for o in node.outputs if o]) > 1:
         raise _variant(node, "training mode", "export the model in eval mode")
-    scale, shift, mean, var = (
-        np.asarray(b.const(node, index, role), dtype=np.float64)
-        for index, role in enumerate(("scale", "B", "mean", "var"), start=1)
-    )
+    roles = ("scale", "B", "mean", "var")
+    scale, shift, mean, var = params = [np.asarray(b.const(node, index, role), dtype=np.float64)
+                                        for index, role in enumerate(roles, start=1)]
     channels = x.shape[1] if len(x.shape) > 1 else 0
-    for role, value in zip(("scale", "B", "mean", "var"), (scale, shift, mean, var),
-                           strict=True):
+    for role, value in zip(roles, params, strict=True):
         if value.shape != (channels,):
-            raise FrontendError(
-                f"BatchNormalization node {node.name!r}: {role} has shape {list(value.shape)}, "
-                f"expected [{channels}] (the channels of input {list(x.shape)})"
-            )
+            raise node.error(f"{role} has shape {list(value.shape)}, expected [{channels}] (the "
+                             f"channels of input {list(x.shape)})")
     epsilon = node.attr_float("epsilon", 1e-5)
     if not np.all(var + epsilon > 0):
-        raise FrontendError(
-            f"BatchNormalization node {node.name!r}: var + epsilon must be positive"
-        )
+        raise node.error("var + epsilon must be positive")
     factor = scale / np.sqrt(var + epsilon)
     offset = shift - mean * factor
     producer = b.producer.get(x.name)
     if producer is not None and producer.kind in ("conv", "gemm") and b.uses[x.name] == 1:
-        weight = producer.weights["weight"].astype(np.float64)
-        if producer.kind == "conv":
-            weight = weight * factor[:, None, None, None]
-        else:
-            weight = weight * factor[None, :]
+        per_output = factor[:, None, None, None] if producer.kind == "conv" else factor[None, :]
+        weight = producer.weights["weight"].astype(np.float64) * per_output
         bias = producer.weights.get("bias", np.zeros(1, np.float32)).astype(np.float64)
         producer.weights["weight"] = weight.astype(np.float32)
         producer.weights["bias"] = (bias * factor + offset).astype(np.float32)
@@ -1081,39 +893,21 @@ def _batch_norm(b: _Importer, node: _Node) -> None:
 
 # -- elementwise -----------------------------------------------------------------------------
 
-_SIMPLE_UNARY = {
-    "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "HardSwish": "hard_swish", "Neg": "neg",
+_UNARY: dict[str, tuple[str, dict[str, float]]] = {
+    "Relu": ("relu", {}), "Sigmoid": ("sigmoid", {}), "Tanh": ("tanh", {}),
+    "HardSwish": ("hard_swish", {}), "Neg": ("neg", {}),
+    "LeakyRelu": ("leaky_relu", {"alpha": 0.01}), "Elu": ("elu", {"alpha": 1.0}),
+    "HardSigmoid": ("hard_sigmoid", {"alpha": 0.2, "beta": 0.5}),
 }
+"""One-input ops that are one plan kind: the kind and its float attributes' defaults."""
 
 
-@_converts(*_SIMPLE_UNARY)
+@_converts(*_UNARY)
 def _unary(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
-    b.emit(_SIMPLE_UNARY[node.op], node, [x.name], [x.shape], outputs=node.outputs)
-
-
-@_converts("LeakyRelu")
-def _leaky_relu(b: _Importer, node: _Node) -> None:
-    x = b.act(node, 0)
-    attrs: dict[str, object] = {"alpha": node.attr_float("alpha", 0.01)}
-    b.emit("leaky_relu", node, [x.name], [x.shape], attrs, outputs=node.outputs)
-
-
-@_converts("Elu")
-def _elu(b: _Importer, node: _Node) -> None:
-    x = b.act(node, 0)
-    attrs: dict[str, object] = {"alpha": node.attr_float("alpha", 1.0)}
-    b.emit("elu", node, [x.name], [x.shape], attrs, outputs=node.outputs)
-
-
-@_converts("HardSigmoid")
-def _hard_sigmoid(b: _Importer, node: _Node) -> None:
-    x = b.act(node, 0)
-    attrs: dict[str, object] = {
-        "alpha": node.attr_float("alpha", 0.2),
-        "beta": node.attr_float("beta", 0.5),
-    }
-    b.emit("hard_sigmoid", node, [x.name], [x.shape], attrs, outputs=node.outputs)
+    kind, defaults = _UNARY[node.op]
+    attrs = {key: node.attr_float(key, default) for key, default in defaults.items()}
+    b.emit(kind, node, [x.name], [x.shape], attrs, outputs=node.outputs)
 
 
 @_converts("Swish")
@@ -1141,14 +935,10 @@ def _clip(b: _Importer, node: _Node) -> None:
         bounds = [b.const(node, i, role) for i, role in ((1, "min"), (2, "max"))]
         for role, bound in zip(("min", "max"), bounds, strict=True):
             if bound is not None and bound.size != 1:
-                raise FrontendError(
-                    f"Clip node {node.name!r}: {role} has shape {list(bound.shape)}; a bound "
-                    "is one number"
-                )
-        low = -math.inf if bounds[0] is None else float(bounds[0].reshape(-1)[0])
-        high = math.inf if bounds[1] is None else float(bounds[1].reshape(-1)[0])
-    attrs: dict[str, object] = {"min": low, "max": high}
-    b.emit("clip", node, [x.name], [x.shape], attrs, outputs=node.outputs)
+                raise node.error(f"{role} has shape {list(bound.shape)}; a bound is one number")
+        low, high = (unset if bound is None else float(bound.reshape(-1)[0])
+                     for bound, unset in zip(bounds, (-math.inf, math.inf), strict=True))
+    b.emit("clip", node, [x.name], [x.shape], {"min": low, "max": high}, outputs=node.outputs)
 
 
 @_converts("Softmax")
@@ -1157,8 +947,7 @@ def _softmax(b: _Importer, node: _Node) -> None:
     rank = len(x.shape)
     axis = _norm_axis(node, node.attr_int("axis", -1 if b.opset >= 13 else 1), rank)
     if b.opset >= 13 or axis == rank - 1:
-        attrs: dict[str, object] = {"axis": axis}
-        b.emit("softmax", node, [x.name], [x.shape], attrs, outputs=node.outputs)
+        b.emit("softmax", node, [x.name], [x.shape], {"axis": axis}, outputs=node.outputs)
         return
     # Before opset 13 Softmax normalizes over all axes from `axis` on, as one flattened axis.
     flat = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
@@ -1181,10 +970,8 @@ def _broadcast(node: _Node, *shapes: Sequence[int]) -> tuple[int, ...]:
     try:
         return broadcast_shape(*shapes)
     except ValueError:
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: operand shapes "
-            f"{' and '.join(str(list(s)) for s in shapes)} do not broadcast"
-        ) from None
+        raise node.error(f"operand shapes {' and '.join(str(list(s)) for s in shapes)} do not "
+                         "broadcast") from None
 
 
 @_converts("Add", "Sub", "Mul", "Div")
@@ -1208,49 +995,40 @@ def _binary(b: _Importer, node: _Node) -> None:
         bias = channel if kind == "add" else -channel
         b.emit("bias_add", node, [x.name], [shape], {}, {"bias": bias}, outputs=node.outputs)
         return
-    attrs: dict[str, object] = {"operand_index": index}
-    b.emit(kind, node, [x.name], [shape], attrs, {"operand": c}, outputs=node.outputs)
+    b.emit(kind, node, [x.name], [shape], {"operand_index": index}, {"operand": c},
+           outputs=node.outputs)
 
 
 @_converts("Max", "Min")
 def _extremum(b: _Importer, node: _Node) -> None:
     """Variadic Max/Min as a chain of binary plans; constant operands fold first."""
     kind = node.op.lower()
-    reduce = np.maximum if kind == "max" else np.minimum
-    names = [n for n in node.inputs if n]
-    consts = [b.consts[b.resolve(n)] for n in names if b.is_const(n)]
+    consts = [b.consts[b.resolve(n)] for n in node.inputs if n and b.is_const(n)]
     acts = [b.act(node, k) for k, n in enumerate(node.inputs) if n and not b.is_const(n)]
     current = acts[0]
-    steps: list[tuple[PlanValue | None, np.ndarray | None]] = [(a, None) for a in acts[1:]]
+    steps: list[PlanValue | np.ndarray] = list(acts[1:])
     if consts:
-        folded = consts[0]
-        for c in consts[1:]:
-            folded = reduce(folded, c)
-        steps.append((None, np.asarray(folded, dtype=np.float32)))
+        folded = functools.reduce(np.maximum if kind == "max" else np.minimum, consts)
+        steps.append(np.asarray(folded, dtype=np.float32))
     if not steps:
         b.make_alias(node.outputs[0], current.name)
         return
-    for k, (other, operand) in enumerate(steps):
-        last = k == len(steps) - 1
-        outputs = node.outputs if last else None
-        if other is not None:
-            shape = _broadcast(node, current.shape, other.shape)
+    for k, other in enumerate(steps):
+        outputs = node.outputs if k == len(steps) - 1 else None
+        shape = _broadcast(node, current.shape, other.shape)
+        if isinstance(other, PlanValue):
             (name,) = b.emit(kind, node, [current.name, other.name], [shape], outputs=outputs)
         else:
-            assert operand is not None
-            shape = _broadcast(node, current.shape, operand.shape)
-            attrs: dict[str, object] = {"operand_index": 1}
-            (name,) = b.emit(kind, node, [current.name], [shape], attrs, {"operand": operand},
-                             outputs=outputs)
+            (name,) = b.emit(kind, node, [current.name], [shape], {"operand_index": 1},
+                             {"operand": other}, outputs=outputs)
         current = b.values[name]
 
 
 def _fuse_silu(b: _Importer, node: _Node, x: PlanValue, gate: PlanValue) -> bool:
     """x * Sigmoid(x) with the sigmoid used only here becomes one silu plan."""
     producer = b.producer.get(gate.name)
-    if producer is None or producer.kind != "sigmoid" or producer.inputs != [x.name]:
-        return False
-    if b.uses[gate.name] != 1:
+    if (producer is None or producer.kind != "sigmoid" or producer.inputs != [x.name]
+            or b.uses[gate.name] != 1):
         return False
     b.plans.remove(producer)
     del b.values[gate.name], b.producer[gate.name]
@@ -1261,34 +1039,28 @@ def _fuse_silu(b: _Importer, node: _Node, x: PlanValue, gate: PlanValue) -> bool
 # -- pooling and resize ----------------------------------------------------------------------
 
 
+def _pool_attrs(kernel: list[int], strides: list[int], pads: Sequence[tuple[int, int]],
+                dilations: list[int], ceil_mode: int) -> dict[str, object]:
+    return {"kernel": _hw(kernel, 1), "strides": _hw(strides, 1), "pads": _pads_tlbr(pads),
+            "dilations": _hw(dilations, 1), "ceil_mode": ceil_mode}
+
+
 @_converts("MaxPool", "AveragePool")
 def _pool(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     rank = _spatial_rank(node, x)
     if len(node.outputs) > 1 and node.outputs[1]:
         raise _variant(node, "the Indices output", "only pooled values are computed")
-    kernel = _ranged(node, "kernel_shape", node.attr_ints("kernel_shape", []), rank, 1)
-    strides = _ranged(node, "strides", node.attr_ints("strides", [1] * rank), rank, 1)
-    dilations = _ranged(node, "dilations", node.attr_ints("dilations", [1] * rank), rank, 1)
+    kernel = _ranged(node, "kernel_shape", [], rank, 1)
+    strides, dilations = (
+        _ranged(node, key, [1] * rank, rank, 1) for key in ("strides", "dilations"))
     ceil_mode = node.attr_int("ceil_mode", 0)
     pads = _explicit_pads(node, x.shape[2:], kernel, strides, dilations)
-    for i in range(rank):
-        if pads[i][0] >= kernel[i] or pads[i][1] >= kernel[i]:
-            raise FrontendError(
-                f"{node.op} node {node.name!r}: pads {_pads_tlbr(pads)} must be smaller than "
-                f"the kernel {kernel}"
-            )
-    out = [
-        pool_out(x.shape[2 + i], kernel[i], strides[i], pads[i], dilations[i], bool(ceil_mode))
-        for i in range(rank)
-    ]
-    attrs: dict[str, object] = {
-        "kernel": _hw(kernel, 1),
-        "strides": _hw(strides, 1),
-        "pads": _pads_tlbr(pads),
-        "dilations": _hw(dilations, 1),
-        "ceil_mode": ceil_mode,
-    }
+    if any(lo >= k or hi >= k for (lo, hi), k in zip(pads, kernel, strict=True)):
+        raise node.error(f"pads {_pads_tlbr(pads)} must be smaller than the kernel {kernel}")
+    out = [pool_out(x.shape[2 + i], kernel[i], strides[i], pads[i], dilations[i], bool(ceil_mode))
+           for i in range(rank)]
+    attrs = _pool_attrs(kernel, strides, pads, dilations, ceil_mode)
     kind = "maxpool"
     if node.op == "AveragePool":
         kind = "avgpool"
@@ -1308,36 +1080,23 @@ def _global_avgpool(b: _Importer, node: _Node) -> None:
 def _global_maxpool(b: _Importer, node: _Node) -> None:
     """A max pool whose window is the whole (1-D or 2-D) image."""
     x = b.act(node, 0)
-    rank = _spatial_rank(node, x)
-    attrs: dict[str, object] = {
-        "kernel": _hw(list(x.shape[2:]), 1),
-        "strides": [1, 1],
-        "pads": [0, 0, 0, 0],
-        "dilations": [1, 1],
-        "ceil_mode": 0,
-    }
-    _emit_spatial(b, node, "maxpool", x, (*x.shape[:2], *_hw([1] * rank, 1)), attrs)
+    ones = [1] * _spatial_rank(node, x)
+    attrs = _pool_attrs(list(x.shape[2:]), ones, [(0, 0)] * len(ones), ones, 0)
+    _emit_spatial(b, node, "maxpool", x, (*x.shape[:2], *_hw(ones, 1)), attrs)
 
 
 @_converts("ReduceMean")
 def _reduce_mean(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     rank = len(x.shape)
-    if b.opset >= 18:
-        given = b.const(node, 1, "axes")
-        axes = [] if given is None else [int(a) for a in given.reshape(-1)]
-    else:
-        axes = node.attr_ints("axes", [])
+    axes = b.ints(node, 1, "axes", [], since=18)
     if not axes and node.attr_int("noop_with_empty_axes", 0):
         b.make_alias(node.outputs[0], x.name)
         return
     axes = sorted(_norm_axis(node, a, rank) for a in axes or range(rank))
     if rank != 4 or axes != [2, 3]:
-        raise _variant(
-            node,
-            f"a mean over axes {axes} of a rank-{rank} tensor",
-            "only the spatial mean over H and W (axes 2, 3) of an NCHW tensor is",
-        )
+        raise _variant(node, f"a mean over axes {axes} of a rank-{rank} tensor",
+                       "only the spatial mean over H and W (axes 2, 3) of an NCHW tensor is")
     if node.attr_int("keepdims", 1):
         b.emit("global_avgpool", node, [x.name], [(*x.shape[:2], 1, 1)], outputs=node.outputs)
         return
@@ -1345,14 +1104,8 @@ def _reduce_mean(b: _Importer, node: _Node) -> None:
     b.emit("reshape", node, [y], [x.shape[:2]], {"shape": list(x.shape[:2])}, outputs=node.outputs)
 
 
-_COORDINATE_MODES = {
-    "half_pixel",
-    "half_pixel_symmetric",
-    "pytorch_half_pixel",
-    "align_corners",
-    "asymmetric",
-    "tf_half_pixel_for_nn",
-}
+_COORDINATE_MODES = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                     "asymmetric", "tf_half_pixel_for_nn"}
 _NEAREST_MODES = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}
 
 
@@ -1362,11 +1115,8 @@ def _resize(b: _Importer, node: _Node) -> None:
     rank = len(x.shape)
     mode = node.attr_str("mode", "nearest")
     if mode != "nearest":
-        raise _variant(
-            node,
-            f"attribute mode={mode!r}",
-            "only nearest-neighbour resize (pure data movement) is",
-        )
+        raise _variant(node, f"attribute mode={mode!r}",
+                       "only nearest-neighbour resize (pure data movement) is")
     scales_in: np.ndarray | None
     sizes_in: np.ndarray | None = None
     if node.op == "Upsample" or b.opset < 11:
@@ -1381,11 +1131,8 @@ def _resize(b: _Importer, node: _Node) -> None:
         rounding = node.attr_str("nearest_mode", "round_prefer_floor")
         scales_in, sizes_in = b.const(node, 2, "scales"), b.const(node, 3, "sizes")
     if transform not in _COORDINATE_MODES:
-        raise _variant(
-            node,
-            f"attribute coordinate_transformation_mode={transform!r}",
-            "cropping with extrapolation has no PIM mapping",
-        )
+        raise _variant(node, f"attribute coordinate_transformation_mode={transform!r}",
+                       "cropping with extrapolation has no PIM mapping")
     if rounding not in _NEAREST_MODES:
         raise _variant(node, f"attribute nearest_mode={rounding!r}", "unknown rounding")
     axes = [_norm_axis(node, a, rank) for a in node.attr_ints("axes", range(rank))]
@@ -1408,17 +1155,10 @@ def _resize(b: _Importer, node: _Node) -> None:
     else:
         raise _variant(node, "a resize without scales or sizes", "the output size is unknown")
     if rank != 4 or sizes[:2] != list(x.shape[:2]):
-        raise _variant(
-            node,
-            f"resizing {list(x.shape)} to {sizes}",
-            "only the spatial axes of an NCHW tensor may be resized",
-        )
-    attrs: dict[str, object] = {
-        "sizes": sizes[2:],
-        "scales": scales[2:],
-        "coordinate_transformation_mode": transform,
-        "nearest_mode": rounding,
-    }
+        raise _variant(node, f"resizing {list(x.shape)} to {sizes}",
+                       "only the spatial axes of an NCHW tensor may be resized")
+    attrs = {"sizes": sizes[2:], "scales": scales[2:],
+             "coordinate_transformation_mode": transform, "nearest_mode": rounding}
     b.emit("resize_nearest", node, [x.name], [tuple(sizes)], attrs, outputs=node.outputs[:1])
 
 
@@ -1430,17 +1170,14 @@ def _concat(b: _Importer, node: _Node) -> None:
     parts = [b.act(node, i) for i in range(len(node.inputs))]
     rank = len(parts[0].shape)
     axis = _norm_axis(node, node.attr_int("axis", 0), rank)
-    for p in parts[1:]:
-        if len(p.shape) != rank or any(a != c for k, (a, c) in
-                                       enumerate(zip(p.shape, parts[0].shape, strict=True))
-                                       if k != axis):
-            raise FrontendError(
-                f"Concat node {node.name!r}: input shapes "
-                f"{', '.join(str(list(q.shape)) for q in parts)} differ outside axis {axis}")
+    rest = parts[0].shape[:axis] + parts[0].shape[axis + 1:]
+    if any(len(p.shape) != rank or p.shape[:axis] + p.shape[axis + 1:] != rest for p in parts):
+        raise node.error(f"input shapes {', '.join(str(list(q.shape)) for q in parts)} differ "
+                         f"outside axis {axis}")
     shape = list(parts[0].shape)
     shape[axis] = sum(p.shape[axis] for p in parts)
-    attrs: dict[str, object] = {"axis": axis}
-    b.emit("concat", node, [p.name for p in parts], [tuple(shape)], attrs, outputs=node.outputs)
+    b.emit("concat", node, [p.name for p in parts], [tuple(shape)], {"axis": axis},
+           outputs=node.outputs)
 
 
 @_converts("Split")
@@ -1457,31 +1194,19 @@ def _split(b: _Importer, node: _Node) -> None:
     else:
         sizes = [dim // count] * count
     if sum(sizes) != dim or len(sizes) != count:
-        raise FrontendError(
-            f"Split node {node.name!r}: sizes {sizes} do not split axis {axis} of length {dim} "
-            f"into {count} outputs"
-        )
+        raise node.error(f"sizes {sizes} do not split axis {axis} of length {dim} into {count} "
+                         "outputs")
     shapes = [tuple(s if i == axis else d for i, d in enumerate(x.shape)) for s in sizes]
-    attrs: dict[str, object] = {"axis": axis, "sizes": sizes}
-    b.emit("split", node, [x.name], shapes, attrs, outputs=node.outputs)
+    b.emit("split", node, [x.name], shapes, {"axis": axis, "sizes": sizes}, outputs=node.outputs)
 
 
 @_converts("Slice")
 def _slice(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     rank = len(x.shape)
-    if b.opset < 10:
-        starts, ends = node.attr_ints("starts", []), node.attr_ints("ends", [])
-        axes, steps = node.attr_ints("axes", range(len(starts))), [1] * len(starts)
-    else:
-
-        def const_ints(index: int, role: str, default: Sequence[int]) -> list[int]:
-            value = b.const(node, index, role)
-            return list(default) if value is None else [int(v) for v in value.reshape(-1)]
-
-        starts, ends = const_ints(1, "starts", []), const_ints(2, "ends", [])
-        axes = const_ints(3, "axes", range(len(starts)))
-        steps = const_ints(4, "steps", [1] * len(starts))
+    starts, ends = b.ints(node, 1, "starts", [], since=10), b.ints(node, 2, "ends", [], since=10)
+    axes = b.ints(node, 3, "axes", range(len(starts)), since=10)
+    steps = b.ints(node, 4, "steps", [1] * len(starts), since=10)  # Slice-1 has no steps attribute
     begin, stop, stride = [0] * rank, list(x.shape), [1] * rank
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
         axis = _norm_axis(node, axis, rank)
@@ -1493,11 +1218,11 @@ def _slice(b: _Importer, node: _Node) -> None:
         elif step < 0:
             begin[axis], stop[axis] = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
         else:
-            raise FrontendError(f"Slice node {node.name!r}: step 0 on axis {axis}")
+            raise node.error(f"step 0 on axis {axis}")
         stride[axis] = step
     shape = tuple(max(0, -(-(stop[i] - begin[i]) // stride[i])) for i in range(rank))
-    attrs: dict[str, object] = {"starts": begin, "ends": stop, "steps": stride}
-    b.emit("slice", node, [x.name], [shape], attrs, outputs=node.outputs)
+    b.emit("slice", node, [x.name], [shape], {"starts": begin, "ends": stop, "steps": stride},
+           outputs=node.outputs)
 
 
 _PAD_MODES = ("constant", "reflect", "edge", "wrap")
@@ -1512,25 +1237,13 @@ def _pad(b: _Importer, node: _Node) -> None:
     mode = node.attr_str("mode", "constant")
     if mode not in _PAD_MODES:
         raise _variant(node, f"mode={mode!r}", f"modes are {', '.join(_PAD_MODES)}")
-    if b.opset < 11:
-        given = node.attr_ints("pads", [])
-        value = node.attr_float("value", 0.0)
-        axes = list(range(rank))
-    else:
-        pads_in = b.const(node, 1, "pads")
-        given = [] if pads_in is None else [int(v) for v in pads_in.reshape(-1)]
-        fill = b.const(node, 2, "constant_value")
-        value = 0.0 if fill is None or fill.size == 0 else float(fill.reshape(-1)[0])
-        axes_in = b.const(node, 3, "axes")
-        axes = (
-            list(range(rank)) if axes_in is None
-            else [_norm_axis(node, int(a), rank) for a in axes_in.reshape(-1)]
-        )
+    given = b.ints(node, 1, "pads", [], since=11)
+    fill = b.const(node, 2, "constant_value") if b.opset >= 11 else np.asarray(
+        node.attr_float("value", 0.0))
+    value = 0.0 if fill is None or fill.size == 0 else float(fill.reshape(-1)[0])
+    axes = [_norm_axis(node, a, rank) for a in b.ints(node, 3, "axes", range(rank), since=11)]
     if len(given) != 2 * len(axes):
-        raise FrontendError(
-            f"Pad node {node.name!r}: {len(given)} pads for {len(axes)} axes (expected "
-            f"{2 * len(axes)})"
-        )
+        raise node.error(f"{len(given)} pads for {len(axes)} axes (expected {2 * len(axes)})")
     begin, end = [0] * rank, [0] * rank
     for k, axis in enumerate(axes):
         begin[axis], end[axis] = given[k], given[k + len(axes)]
@@ -1538,42 +1251,34 @@ def _pad(b: _Importer, node: _Node) -> None:
     for axis, d in enumerate(x.shape):
         kept = d - max(-begin[axis], 0) - max(-end[axis], 0)
         if kept <= 0 or shape[axis] <= 0:
-            raise FrontendError(
-                f"Pad node {node.name!r}: pads {given} crop axis {axis} of length {d} to "
-                "nothing"
-            )
+            raise node.error(f"pads {given} crop axis {axis} of length {d} to nothing")
         limit = {"reflect": kept - 1, "edge": _MAX_EXTENT, "wrap": kept}.get(mode, _MAX_EXTENT)
-        if max(begin[axis], end[axis]) > limit:
-            raise _variant(
-                node, f"{mode} padding by {max(begin[axis], end[axis])} of axis {axis} "
-                f"(length {kept})", f"{mode} padding reaches at most {limit} cells"
-            )
+        if (most := max(begin[axis], end[axis])) > limit:
+            raise _variant(node, f"{mode} padding by {most} of axis {axis} (length {kept})",
+                           f"{mode} padding reaches at most {limit} cells")
     if not any(begin) and not any(end):
         b.make_alias(node.outputs[0], x.name)
         return
-    attrs: dict[str, object] = {"pads": begin + end, "mode": mode, "value": value}
-    b.emit("pad", node, [x.name], [shape], attrs, outputs=node.outputs)
+    b.emit("pad", node, [x.name], [shape], {"pads": begin + end, "mode": mode, "value": value},
+           outputs=node.outputs)
 
 
-def _absorb_pad(b: _Importer, node: _Node, x: PlanValue) -> tuple[PlanValue, list[int]]:
+def _absorb_pad(b: _Importer, node: _Node, x: PlanValue
+                ) -> tuple[PlanValue, list[tuple[int, int]]]:
     """A zero, non-negative, spatial-only constant Pad used only by this convolution becomes
     part of the convolution's own padding; returns the input to read and the extra
-    [top, left, bottom, right] pads."""
+    (begin, end) pads of each spatial axis."""
     producer = b.producer.get(x.name)
-    if (
-        producer is None or producer.kind != "pad" or b.uses[x.name] != 1
-        or len(x.shape) != 4 or node.attr_str("auto_pad", "NOTSET") != "NOTSET"
-    ):
-        return x, [0, 0, 0, 0]
+    if (producer is None or producer.kind != "pad" or b.uses[x.name] != 1 or len(x.shape) != 4
+            or node.attr_str("auto_pad", "NOTSET") != "NOTSET"):
+        return x, [(0, 0), (0, 0)]
     pads = producer.ints("pads")
-    if producer.attrs["mode"] != "constant" or producer.num("value") != 0.0 or min(pads) < 0:
-        return x, [0, 0, 0, 0]
-    if pads[0] or pads[1] or pads[4] or pads[5]:
-        return x, [0, 0, 0, 0]
+    if (producer.attrs["mode"] != "constant" or producer.num("value") != 0.0 or min(pads) < 0
+            or pads[0] or pads[1] or pads[4] or pads[5]):
+        return x, [(0, 0), (0, 0)]
     b.plans.remove(producer)
     del b.values[x.name], b.producer[x.name]
-    source = b.values[producer.inputs[0]]
-    return source, [pads[2], pads[3], pads[6], pads[7]]
+    return b.values[producer.inputs[0]], [(pads[2], pads[6]), (pads[3], pads[7])]
 
 
 @_converts("Flatten")
@@ -1583,27 +1288,21 @@ def _flatten(b: _Importer, node: _Node) -> None:
     axis = node.attr_int("axis", 1)
     axis = axis + rank if axis < 0 else axis
     if not 0 <= axis <= rank:
-        raise FrontendError(f"Flatten node {node.name!r}: axis {axis} out of range")
+        raise node.error(f"axis {axis} out of range")
     shape = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
-    attrs: dict[str, object] = {"axis": axis}
-    b.emit("flatten", node, [x.name], [shape], attrs, outputs=node.outputs)
+    b.emit("flatten", node, [x.name], [shape], {"axis": axis}, outputs=node.outputs)
 
 
 def _emit_reshape(b: _Importer, node: _Node, x: PlanValue, shape: Sequence[int]) -> None:
     if math.prod(shape) != math.prod(x.shape):
-        raise FrontendError(
-            f"{node.op} node {node.name!r}: cannot reshape {list(x.shape)} to {list(shape)}"
-        )
-    attrs: dict[str, object] = {"shape": list(shape)}
-    b.emit("reshape", node, [x.name], [tuple(shape)], attrs, outputs=node.outputs)
+        raise node.error(f"cannot reshape {list(x.shape)} to {list(shape)}")
+    b.emit("reshape", node, [x.name], [tuple(shape)], {"shape": list(shape)}, outputs=node.outputs)
 
 
 @_converts("Reshape")
 def _reshape(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
-    target = b.const(node, 1, "shape")
-    assert target is not None
-    shape = [int(d) for d in target.reshape(-1)]
+    shape = b.ints(node, 1, "shape", [])
     if not node.attr_int("allowzero", 0):
         shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
     if shape.count(-1) == 1:
@@ -1615,11 +1314,7 @@ def _reshape(b: _Importer, node: _Node) -> None:
 @_converts("Squeeze", "Unsqueeze")
 def _squeeze(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
-    if b.opset >= 13:
-        given = b.const(node, 1, "axes")
-        axes = [] if given is None else [int(a) for a in given.reshape(-1)]
-    else:
-        axes = node.attr_ints("axes", [])
+    axes = b.ints(node, 1, "axes", [], since=13)
     if node.op == "Unsqueeze":
         rank = len(x.shape) + len(axes)
         inserted = {_norm_axis(node, a, rank) for a in axes}
@@ -1628,8 +1323,7 @@ def _squeeze(b: _Importer, node: _Node) -> None:
     else:
         rank = len(x.shape)
         dropped = {_norm_axis(node, a, rank) for a in axes} or {
-            i for i, d in enumerate(x.shape) if d == 1
-        }
+            i for i, d in enumerate(x.shape) if d == 1}
         shape = [d for i, d in enumerate(x.shape) if i not in dropped]
     _emit_reshape(b, node, x, shape)
 
@@ -1639,8 +1333,7 @@ def _transpose(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     perm = node.attr_ints("perm", range(len(x.shape) - 1, -1, -1))
     shape = tuple(x.shape[p] for p in perm)
-    attrs: dict[str, object] = {"perm": perm}
-    b.emit("transpose", node, [x.name], [shape], attrs, outputs=node.outputs)
+    b.emit("transpose", node, [x.name], [shape], {"perm": perm}, outputs=node.outputs)
 
 
 @_converts("Identity")
@@ -1690,12 +1383,9 @@ def load_model(model: ModelSource) -> tuple[onnx.ModelProto, str]:
     return proto, label
 
 
-def import_loaded(
-    proto: onnx.ModelProto,
-    label: str,
-    constants: Mapping[str, np.ndarray] | None = None,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-) -> PlanGraph:
+def import_loaded(proto: onnx.ModelProto, label: str,
+                  constants: Mapping[str, np.ndarray] | None = None,
+                  shapes: Mapping[str, Sequence[int]] | None = None) -> PlanGraph:
     """Import a model `load_model` returned (it is modified): bind ``constants`` (graph
     inputs by name) as initializers, fix input ``shapes``, then convert."""
     if constants:
@@ -1705,11 +1395,8 @@ def import_loaded(
     return _Importer(proto, opset, notes).run()
 
 
-def import_onnx(
-    model: ModelSource,
-    constants: Mapping[str, np.ndarray] | None = None,
-    shapes: Mapping[str, Sequence[int]] | None = None,
-) -> PlanGraph:
+def import_onnx(model: ModelSource, constants: Mapping[str, np.ndarray] | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> PlanGraph:
     """Import an ONNX model (path, serialized bytes or ModelProto) into a plan graph.
 
     ``constants`` bind graph inputs to values (folded like initializers); ``shapes`` fix

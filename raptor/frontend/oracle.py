@@ -49,11 +49,8 @@ def run_references(model: str | Path | onnx.ModelProto,
         from onnx.reference import ReferenceEvaluator
 
         run = ReferenceEvaluator(proto).run
-    out = []
-    for feeds in inputs:
-        outs = run(names, {k: np.asarray(v) for k, v in feeds.items()})
-        out.append({n: np.asarray(o) for n, o in zip(names, outs, strict=True)})
-    return out
+    results = (run(names, {k: np.asarray(v) for k, v in feeds.items()}) for feeds in inputs)
+    return [{n: np.asarray(o) for n, o in zip(names, outs, strict=True)} for outs in results]
 
 
 def _first_line(error: BaseException) -> str:
@@ -83,9 +80,7 @@ def _first_working(run: Callable[[str], T]) -> tuple[T | None, str | None, str |
     """(result, oracle used, note) of the first oracle that runs: onnxruntime, then
     `onnx.reference`; the note says why neither could."""
     failures = []
-    for which in ("onnxruntime", "onnx.reference"):
-        if which == "onnxruntime" and oracle_name() != "onnxruntime":
-            continue
+    for which in dict.fromkeys((oracle_name(), "onnx.reference")):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -111,11 +106,10 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], rtol:
         # them; errors are measured over the finite elements
         finite = np.isfinite(g) & np.isfinite(w64)
         same = bool(np.array_equal(g[~finite], w64[~finite], equal_nan=True))
-        diff = np.abs(g[finite] - w64[finite])
-        abs_err = float(diff.max()) if diff.size else 0.0
-        rel_err = float((diff / np.maximum(np.abs(w64[finite]), 1e-12)).max()) \
-            if diff.size else 0.0
-        scale = float(np.abs(w64[finite]).max()) if diff.size else 0.0
+        diff, magnitude = np.abs(g[finite] - w64[finite]), np.abs(w64[finite])
+        abs_err, rel_err, scale = (0.0, 0.0, 0.0) if not diff.size else (
+            float(diff.max()), float((diff / np.maximum(magnitude, 1e-12)).max()),
+            float(magnitude.max()))
         ok = same and bool(np.allclose(g[finite], w64[finite], rtol=rtol,
                                        atol=max(atol, rtol * scale)))
         res[name] = (abs_err if same else float("inf"), rel_err, ok)

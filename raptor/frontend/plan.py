@@ -66,7 +66,6 @@ class PlanValue:
 
     name: str
     shape: tuple[int, ...]
-    dtype: str = "float32"
 
 
 @dataclass
@@ -105,57 +104,35 @@ class KindSpec:
     operand_weight: str | None = None  # present exactly when the plan has one input
 
 
-def _spec(
-    inputs: tuple[int, ...] | None = (1,),
-    attrs: str = "",
-    weights: str = "",
-    optional: str = "",
-    single_output: bool = True,
-    operand_weight: str | None = None,
-) -> KindSpec:
-    return KindSpec(
-        inputs,
-        frozenset(attrs.split()),
-        frozenset(weights.split()),
-        frozenset(optional.split()),
-        single_output,
-        operand_weight,
-    )
+def _spec(inputs: tuple[int, ...] | None = (1,), attrs: str = "", weights: str = "",
+          optional: str = "", single_output: bool = True, operand_weight: str | None = None
+          ) -> KindSpec:
+    return KindSpec(inputs, frozenset(attrs.split()), frozenset(weights.split()),
+                    frozenset(optional.split()), single_output, operand_weight)
 
 
 _POOL = "kernel strides pads dilations ceil_mode"
-_BINARY = _spec((1, 2), optional="operand", operand_weight="operand")
 
 KINDS: dict[str, KindSpec] = {
+    **dict.fromkeys(("relu", "sigmoid", "hard_swish", "tanh", "silu", "neg", "global_avgpool",
+                     "identity"), _spec()),
+    **dict.fromkeys(("add", "sub", "mul", "div", "max", "min"),
+                    _spec((1, 2), optional="operand", operand_weight="operand")),
     "conv": _spec(attrs="strides pads dilations group", weights="weight", optional="bias"),
-    "conv_transpose": _spec(
-        attrs="strides pads dilations group output_padding", weights="weight", optional="bias"
-    ),
+    "conv_transpose": _spec(attrs="strides pads dilations group output_padding",
+                            weights="weight", optional="bias"),
     "gemm": _spec(weights="weight", optional="bias"),
     "matmul": _spec((1, 2), optional="weight", operand_weight="weight"),
-    "relu": _spec(),
     "leaky_relu": _spec(attrs="alpha"),
+    "elu": _spec(attrs="alpha"),
     "prelu": _spec(weights="slope"),
     "clip": _spec(attrs="min max"),
-    "sigmoid": _spec(),
     "hard_sigmoid": _spec(attrs="alpha beta"),
-    "hard_swish": _spec(),
-    "tanh": _spec(),
-    "silu": _spec(),
-    "add": _BINARY,
-    "sub": _BINARY,
-    "mul": _BINARY,
-    "div": _BINARY,
-    "max": _BINARY,
-    "min": _BINARY,
-    "neg": _spec(),
-    "elu": _spec(attrs="alpha"),
     "pad": _spec(attrs="pads mode value"),
     "bias_add": _spec(weights="bias"),
     "affine_channel": _spec(weights="scale shift"),
     "maxpool": _spec(attrs=_POOL),
     "avgpool": _spec(attrs=_POOL + " count_include_pad"),
-    "global_avgpool": _spec(),
     "resize_nearest": _spec(attrs="sizes scales coordinate_transformation_mode nearest_mode"),
     "concat": _spec(None, attrs="axis"),
     "split": _spec(attrs="axis sizes", single_output=False),
@@ -164,7 +141,6 @@ KINDS: dict[str, KindSpec] = {
     "reshape": _spec(attrs="shape"),
     "transpose": _spec(attrs="perm"),
     "softmax": _spec(attrs="axis"),
-    "identity": _spec(),
 }
 
 
@@ -210,12 +186,10 @@ class PlanGraph:
             if missing_attrs or missing_weights or extra_weights:
                 raise ValueError(
                     f"{where}: missing attrs {sorted(missing_attrs)}, missing weights "
-                    f"{sorted(missing_weights)}, unexpected weights {sorted(extra_weights)}"
-                )
-            if spec.operand_weight is not None and (len(plan.inputs) == 1) != (
-                spec.operand_weight in plan.weights
-            ):
-                raise ValueError(f"{where}: weight {spec.operand_weight!r} iff one input")
+                    f"{sorted(missing_weights)}, unexpected weights {sorted(extra_weights)}")
+            operand = spec.operand_weight
+            if operand is not None and (len(plan.inputs) == 1) != (operand in plan.weights):
+                raise ValueError(f"{where}: weight {operand!r} iff one input")
             for name in plan.inputs:
                 if name not in defined:
                     raise ValueError(f"{where}: input {name!r} is not defined before use")
@@ -235,10 +209,8 @@ class PlanGraph:
         for plan in self.plans:
             shapes = ", ".join(f"{o}: {list(self.values[o].shape)}" for o in plan.outputs)
             weights = ", ".join(f"{k}{list(w.shape)}" for k, w in plan.weights.items())
-            lines.append(
-                f"  {plan.kind} {plan.name}({', '.join(plan.inputs)}) -> {shapes}"
-                + (f" attrs {plan.attrs}" if plan.attrs else "")
-                + (f" weights {weights}" if weights else "")
-            )
+            lines.append(f"  {plan.kind} {plan.name}({', '.join(plan.inputs)}) -> {shapes}"
+                         + (f" attrs {plan.attrs}" if plan.attrs else "")
+                         + (f" weights {weights}" if weights else ""))
         lines += [f"  output {v.name}: {list(v.shape)}" for v in self.outputs]
         return "\n".join(lines)

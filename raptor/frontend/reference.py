@@ -6,6 +6,7 @@ accurate result a float32 implementation can be compared with.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -25,43 +26,44 @@ def _f32(x: Array) -> Array:
 
 def _pad_hw(x: Array, pads: list[int], fill: float) -> Array:
     top, left, bottom, right = pads
-    return np.pad(
-        x, ((0, 0), (0, 0), (top, bottom), (left, right)), mode="constant", constant_values=fill
-    )
+    return np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=fill)
+
+
+def _taps(offset: int, stride: int, count: int) -> slice:
+    """``count`` positions from ``offset``, ``stride`` apart."""
+    return slice(offset, offset + stride * (count - 1) + 1, stride)
+
+
+def _with_bias(plan: Plan, y: Array) -> Array:
+    """y (N, C, H, W) plus the optional per-channel bias, as float32."""
+    if "bias" in plan.weights:
+        y = y + plan.weights["bias"].astype(np.float64).reshape(1, -1, 1, 1)
+    return _f32(y)
 
 
 def _conv(plan: Plan, xs: list[Array]) -> list[Array]:
     (x,) = xs
     w = plan.weights["weight"].astype(np.float64)
-    sh, sw = plan.ints("strides")
-    dh, dw = plan.ints("dilations")
-    pads = plan.ints("pads")
+    (sh, sw), (dh, dw) = plan.ints("strides"), plan.ints("dilations")
     g = int(plan.num("group"))
-    n, c, _, _ = x.shape
+    n, c = x.shape[:2]
     o, cg, kh, kw = w.shape
-    xp = _pad_hw(x.astype(np.float64), pads, 0.0)
+    xp = _pad_hw(x.astype(np.float64), plan.ints("pads"), 0.0)
     oh = (xp.shape[2] - (kh - 1) * dh - 1) // sh + 1
     ow = (xp.shape[3] - (kw - 1) * dw - 1) // sw + 1
     xg = xp.reshape(n, g, c // g, *xp.shape[2:])
     wg = w.reshape(g, o // g, cg, kh, kw)
     y = np.zeros((n, g, o // g, oh, ow))
-    for i in range(kh):
-        for j in range(kw):
-            rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
-            cols = slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
-            patch = xg[..., rows, cols]
-            y += np.einsum("ngchw,goc->ngohw", patch, wg[..., i, j])
-    y = y.reshape(n, o, oh, ow)
-    if "bias" in plan.weights:
-        y += plan.weights["bias"].astype(np.float64).reshape(1, o, 1, 1)
-    return [_f32(y)]
+    for i, j in itertools.product(range(kh), range(kw)):
+        patch = xg[..., _taps(i * dh, sh, oh), _taps(j * dw, sw, ow)]
+        y += np.einsum("ngchw,goc->ngohw", patch, wg[..., i, j])
+    return [_with_bias(plan, y.reshape(n, o, oh, ow))]
 
 
 def _conv_transpose(plan: Plan, xs: list[Array]) -> list[Array]:
     (x,) = xs
     w = plan.weights["weight"].astype(np.float64)
-    sh, sw = plan.ints("strides")
-    dh, dw = plan.ints("dilations")
+    (sh, sw), (dh, dw) = plan.ints("strides"), plan.ints("dilations")
     top, left, bottom, right = plan.ints("pads")
     oph, opw = plan.ints("output_padding")
     g = int(plan.num("group"))
@@ -72,21 +74,16 @@ def _conv_transpose(plan: Plan, xs: list[Array]) -> list[Array]:
     xg = x.astype(np.float64).reshape(n, g, c // g, h, wd)
     wg = w.reshape(g, c // g, og, kh, kw)
     full = np.zeros((n, g, og, full_h, full_w))
-    for i in range(kh):
-        for j in range(kw):
-            rows = slice(i * dh, i * dh + sh * (h - 1) + 1, sh)
-            cols = slice(j * dw, j * dw + sw * (wd - 1) + 1, sw)
-            full[..., rows, cols] += np.einsum("ngchw,gco->ngohw", xg, wg[..., i, j])
+    for i, j in itertools.product(range(kh), range(kw)):
+        full[..., _taps(i * dh, sh, h), _taps(j * dw, sw, wd)] += np.einsum(
+            "ngchw,gco->ngohw", xg, wg[..., i, j])
     y = full.reshape(n, g * og, full_h, full_w)[:, :, top : full_h - bottom, left : full_w - right]
-    if "bias" in plan.weights:
-        y = y + plan.weights["bias"].astype(np.float64).reshape(1, -1, 1, 1)
-    return [_f32(y)]
+    return [_with_bias(plan, y)]
 
 
 def _windows(x: Array, plan: Plan, fill: float) -> tuple[list[Array], tuple[int, int]]:
     """Every kernel offset's strided view of x padded with fill (also past ceil_mode's edge)."""
-    kh, kw = plan.ints("kernel")
-    sh, sw = plan.ints("strides")
+    (kh, kw), (sh, sw) = plan.ints("kernel"), plan.ints("strides")
     dh, dw = plan.ints("dilations")
     top, left, bottom, right = plan.ints("pads")
     ceil = bool(plan.attrs["ceil_mode"])
@@ -96,57 +93,38 @@ def _windows(x: Array, plan: Plan, fill: float) -> tuple[list[Array], tuple[int,
     need_h = (oh - 1) * sh + (kh - 1) * dh + 1
     need_w = (ow - 1) * sw + (kw - 1) * dw + 1
     xp = _pad_hw(x, [top, left, max(need_h - h - top, 0), max(need_w - w - left, 0)], fill)
-    views = [
-        xp[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
-        for i in range(kh)
-        for j in range(kw)
-    ]
+    views = [xp[:, :, _taps(i * dh, sh, oh), _taps(j * dw, sw, ow)]
+             for i, j in itertools.product(range(kh), range(kw))]
     return views, (oh, ow)
 
 
-def _maxpool(plan: Plan, xs: list[Array]) -> list[Array]:
-    views, _ = _windows(xs[0], plan, -np.inf)
-    return [_f32(np.maximum.reduce(views))]
-
-
-def _window_counts(
-    out: int, kernel: int, stride: int, dilation: int, begin: int, low: int, high: int
-) -> Array:
+def _window_counts(out: int, kernel: int, stride: int, dilation: int, begin: int, low: int,
+                   high: int) -> Array:
     """How many cells of each window along one axis fall inside [low, high)."""
     cells = np.arange(out)[:, None] * stride - begin + np.arange(kernel)[None, :] * dilation
     return ((cells >= low) & (cells < high)).sum(axis=1)
 
 
 def _avgpool(plan: Plan, xs: list[Array]) -> list[Array]:
-    views, (oh, ow) = _windows(xs[0].astype(np.float64), plan, 0.0)
-    kh, kw = plan.ints("kernel")
-    sh, sw = plan.ints("strides")
-    dh, dw = plan.ints("dilations")
-    top, left, bottom, right = plan.ints("pads")
-    h, w = xs[0].shape[2:]
+    views, outs = _windows(xs[0].astype(np.float64), plan, 0.0)
+    pads = plan.ints("pads")
     # Explicit padding counts when count_include_pad; the cells ceil_mode adds never do.
     include = bool(plan.attrs["count_include_pad"])
-    rows = _window_counts(oh, kh, sh, dh, top, -top if include else 0, h + bottom if include else h)
-    cols = _window_counts(
-        ow, kw, sw, dw, left, -left if include else 0, w + right if include else w
-    )
+    rows, cols = (
+        _window_counts(out, k, s, d, lo, -lo if include else 0, size + hi if include else size)
+        for out, size, k, s, d, lo, hi in zip(outs, xs[0].shape[2:], plan.ints("kernel"),
+                                              plan.ints("strides"), plan.ints("dilations"),
+                                              pads[:2], pads[2:], strict=True))
     return [_f32(np.add.reduce(views) / np.outer(rows, cols))]
-
-
-def _global_avgpool(plan: Plan, xs: list[Array]) -> list[Array]:
-    return [_f32(xs[0].astype(np.float64).mean(axis=(2, 3), keepdims=True))]
 
 
 def _resize_nearest(plan: Plan, xs: list[Array]) -> list[Array]:
     (x,) = xs
-    oh, ow = plan.ints("sizes")
     scales = plan.attrs["scales"]
     assert isinstance(scales, list)
-    scale_h, scale_w = (float(s) for s in scales)
-    mode = str(plan.attrs["coordinate_transformation_mode"])
-    rounding = str(plan.attrs["nearest_mode"])
-    rows = nearest_indices(x.shape[2], oh, scale_h, mode, rounding)
-    cols = nearest_indices(x.shape[3], ow, scale_w, mode, rounding)
+    modes = str(plan.attrs["coordinate_transformation_mode"]), str(plan.attrs["nearest_mode"])
+    rows, cols = (nearest_indices(size, out, float(scale), *modes) for size, out, scale in zip(
+        x.shape[2:], plan.ints("sizes"), scales, strict=True))
     return [x[:, :, rows[:, None], cols[None, :]]]
 
 
@@ -158,19 +136,16 @@ def _gemm(plan: Plan, xs: list[Array]) -> list[Array]:
 
 
 def _matmul(plan: Plan, xs: list[Array]) -> list[Array]:
-    a = xs[0].astype(np.float64)
     b = xs[1] if len(xs) == 2 else plan.weights["weight"]
-    return [_f32(np.matmul(a, b.astype(np.float64)))]
+    return [_f32(np.matmul(xs[0].astype(np.float64), b.astype(np.float64)))]
 
 
 def _binary(op: Callable[[Array, Array], Array]) -> _Impl:
     def run(plan: Plan, xs: list[Array]) -> list[Array]:
-        if len(xs) == 2:
-            return [_f32(op(xs[0], xs[1]))]
-        operand = plan.weights["operand"]
-        if plan.attrs["operand_index"] == 0:
-            return [_f32(op(operand, xs[0]))]
-        return [_f32(op(xs[0], operand))]
+        if len(xs) == 1:
+            operand = plan.weights["operand"]
+            xs = [operand, xs[0]] if plan.attrs["operand_index"] == 0 else [xs[0], operand]
+        return [_f32(op(*xs))]
 
     return run
 
@@ -200,13 +175,8 @@ def _softmax(plan: Plan, x: Array) -> Array:
 
 
 def _slice(plan: Plan, x: Array) -> Array:
-    index = tuple(
-        slice(start, None if end < 0 else end, step)
-        for start, end, step in zip(
-            plan.ints("starts"), plan.ints("ends"), plan.ints("steps"), strict=True
-        )
-    )
-    return x[index]
+    return x[tuple(slice(start, None if end < 0 else end, step) for start, end, step in zip(
+        plan.ints("starts"), plan.ints("ends"), plan.ints("steps"), strict=True))]
 
 
 def _pad(plan: Plan, x: Array) -> Array:
@@ -223,15 +193,6 @@ def _pad(plan: Plan, x: Array) -> Array:
     return np.pad(x, widths, mode=mode)  # type: ignore[call-overload]
 
 
-def _split(plan: Plan, xs: list[Array]) -> list[Array]:
-    cuts = np.cumsum(plan.ints("sizes"))[:-1]
-    return list(np.split(xs[0], cuts, axis=int(plan.num("axis"))))
-
-
-def _concat(plan: Plan, xs: list[Array]) -> list[Array]:
-    return [np.concatenate(xs, axis=int(plan.num("axis")))]
-
-
 _IMPLS: dict[str, _Impl] = {
     "conv": _conv,
     "conv_transpose": _conv_transpose,
@@ -246,26 +207,23 @@ _IMPLS: dict[str, _Impl] = {
     "hard_swish": _unary(lambda p, x: x * _hard_sigmoid(x, 1.0 / 6.0, 0.5)),
     "tanh": _unary(lambda p, x: np.tanh(x.astype(np.float64))),
     "silu": _unary(lambda p, x: x * _sigmoid(x)),
-    "add": _binary(np.add),
-    "sub": _binary(np.subtract),
-    "mul": _binary(np.multiply),
-    "div": _binary(np.divide),
-    "max": _binary(np.maximum),
-    "min": _binary(np.minimum),
+    **{kind: _binary(op) for kind, op in (("add", np.add), ("sub", np.subtract),
+                                          ("mul", np.multiply), ("div", np.divide),
+                                          ("max", np.maximum), ("min", np.minimum))},
     "neg": _unary(lambda p, x: np.negative(x)),
     "elu": _unary(lambda p, x: np.where(x > 0, x, p.num("alpha") * np.expm1(
         np.minimum(x, 0).astype(np.float64)))),
     "pad": _unary(_pad),
     "bias_add": _unary(lambda p, x: x + _channel(x, p.weights["bias"])),
     "affine_channel": _unary(
-        lambda p, x: x * _channel(x, p.weights["scale"]) + _channel(x, p.weights["shift"])
-    ),
-    "maxpool": _maxpool,
+        lambda p, x: x * _channel(x, p.weights["scale"]) + _channel(x, p.weights["shift"])),
+    "maxpool": lambda p, xs: [_f32(np.maximum.reduce(_windows(xs[0], p, -np.inf)[0]))],
     "avgpool": _avgpool,
-    "global_avgpool": _global_avgpool,
+    "global_avgpool": _unary(lambda p, x: x.astype(np.float64).mean(axis=(2, 3), keepdims=True)),
     "resize_nearest": _resize_nearest,
-    "concat": _concat,
-    "split": _split,
+    "concat": lambda p, xs: [np.concatenate(xs, axis=int(p.num("axis")))],
+    "split": lambda p, xs: list(np.split(xs[0], np.cumsum(p.ints("sizes"))[:-1],
+                                         axis=int(p.num("axis")))),
     "slice": _unary(_slice),
     "flatten": _unary(lambda p, x: x.reshape(int(np.prod(x.shape[: int(p.num("axis"))])), -1)),
     "reshape": _unary(lambda p, x: x.reshape(p.ints("shape"))),
@@ -288,12 +246,9 @@ def run_plan_graph(graph: PlanGraph, inputs: Mapping[str, Array]) -> dict[str, A
             raise KeyError(f"missing graph input {value.name!r}")
         array = np.asarray(inputs[value.name], dtype=np.float32)
         if array.shape != value.shape:
-            raise ValueError(
-                f"input {value.name!r} has shape {list(array.shape)}, expected {list(value.shape)}"
-            )
+            raise ValueError(f"input {value.name!r} has shape {list(array.shape)}, expected "
+                             f"{list(value.shape)}")
         env[value.name] = array
     for plan in graph.plans:
-        results = run_plan(plan, [env[name] for name in plan.inputs])
-        for name, result in zip(plan.outputs, results, strict=True):
-            env[name] = result
+        env.update(zip(plan.outputs, run_plan(plan, [env[n] for n in plan.inputs]), strict=True))
     return {value.name: env[value.name] for value in graph.outputs}

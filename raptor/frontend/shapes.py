@@ -28,17 +28,14 @@ def conv_out(size: int, kernel: int, stride: int, pad_total: int, dilation: int)
     return (size + pad_total - ((kernel - 1) * dilation + 1)) // stride + 1
 
 
-def pool_out(
-    size: int, kernel: int, stride: int, pads: tuple[int, int], dilation: int, ceil_mode: bool
-) -> int:
+def pool_out(size: int, kernel: int, stride: int, pads: tuple[int, int], dilation: int,
+             ceil_mode: bool) -> int:
     """Output length of a pool; with ceil_mode a window starting in the end padding is dropped."""
     span = size + pads[0] + pads[1] - ((kernel - 1) * dilation + 1)
     if not ceil_mode:
         return span // stride + 1
     out = -(-span // stride) + 1
-    if (out - 1) * stride >= size + pads[0]:
-        out -= 1
-    return out
+    return out - 1 if (out - 1) * stride >= size + pads[0] else out
 
 
 def same_pads(size: int, kernel: int, stride: int, dilation: int, upper: bool) -> tuple[int, int]:
@@ -49,9 +46,8 @@ def same_pads(size: int, kernel: int, stride: int, dilation: int, upper: bool) -
     return (small, large) if upper else (large, small)
 
 
-def conv_transpose_out(
-    size: int, kernel: int, stride: int, pads: tuple[int, int], dilation: int, output_padding: int
-) -> int:
+def conv_transpose_out(size: int, kernel: int, stride: int, pads: tuple[int, int], dilation: int,
+                       output_padding: int) -> int:
     """Output length of a transposed convolution along one axis."""
     return stride * (size - 1) + output_padding + (kernel - 1) * dilation + 1 - pads[0] - pads[1]
 
@@ -73,9 +69,8 @@ def matmul_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     return (*batch, *rows, *cols)
 
 
-def nearest_indices(
-    in_size: int, out_size: int, scale: float, mode: str, nearest_mode: str
-) -> np.ndarray:
+def nearest_indices(in_size: int, out_size: int, scale: float, mode: str, nearest_mode: str
+                    ) -> np.ndarray:
     """Source index of each output position for nearest resize along one axis (ONNX Resize)."""
     out = np.arange(out_size, dtype=np.float64)
     if mode == "asymmetric":
@@ -94,14 +89,11 @@ def nearest_indices(
         src = offset + (out + 0.5) / scale - 0.5
     else:
         raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
-    if nearest_mode == "floor":
-        idx = np.floor(src)
-    elif nearest_mode == "ceil":
-        idx = np.ceil(src)
-    elif nearest_mode == "round_prefer_floor":
-        idx = np.where(src - np.floor(src) == 0.5, np.floor(src), np.round(src))
-    elif nearest_mode == "round_prefer_ceil":
-        idx = np.where(src - np.floor(src) == 0.5, np.ceil(src), np.round(src))
+    if nearest_mode in ("floor", "ceil"):
+        idx = np.floor(src) if nearest_mode == "floor" else np.ceil(src)
+    elif nearest_mode in ("round_prefer_floor", "round_prefer_ceil"):
+        tie = np.floor(src) if nearest_mode == "round_prefer_floor" else np.ceil(src)
+        idx = np.where(src - np.floor(src) == 0.5, tie, np.round(src))
     else:
         raise ValueError(f"unknown nearest_mode {nearest_mode!r}")
     return np.clip(idx, 0, in_size - 1).astype(np.int64)
