@@ -16,14 +16,10 @@ reported as the schedule's estimate). It models the simulator's default options
   ``ceil(bytes / flit_bytes) * flit_cycles``. Without waiting a message takes exactly
   ``Target.transfer_ns``. Links are granted in injection-time order, as in the simulator.
 * **Rendezvous.** A send completes when its receive is posted; the sender then continues
-  and the data crosses on its own. A posted receive costs nothing and never blocks, but its
-  buffer occupies the receiver's local memory from the post on. Without a memory model
-  (:class:`raptor.solver.graph.MemoryDemand`) every receive is posted at the start of its
-  core's program, so no send ever waits. With one, each core posts receives while they fit
-  its local memory and senders may hold messages to a later point (:class:`_Replayer`);
-  a send then waits for a post that comes later, and the replay charges that wait. The
-  receiving task waits for the data. Materialization posts and sends exactly where the
-  replay did (:attr:`Replay.posts`, :attr:`Replay.sends`).
+  and the data crosses on its own; the receiving task waits for the data. A posted receive
+  costs nothing and never blocks, but its buffer occupies the receiver's local memory from
+  the post on: posts and held sends follow :class:`_Replayer`, and materialization places
+  them where the replay did (:attr:`Replay.posts`, :attr:`Replay.sends`).
 * **Shared memory.** The chip serves one shared-memory request at a time: the part of a
   task that stores graph outputs (``Task.shared_ns``) queues, in request order. Loads of
   function inputs inside compute bodies are part of the task's own cost (no queue).
@@ -94,9 +90,7 @@ class Network:
     def message(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
         """(route, serialisation ns — how long it holds each link —, free-link transfer ns,
         i.e. ``Target.transfer_ns``) of a message."""
-        links = self._routes.get((src, dst))
-        if links is None:
-            links = self.route(src, dst)
+        links = self.route(src, dst)
         flits = self._flits.get(nbytes)
         if flits is None:
             t = self.target
@@ -376,11 +370,9 @@ class _Replayer:
         """Per core, the receives not yet posted in the order of their readers."""
         self.early: list[list[int]] = [[] for _ in range(P)]
         """Per core, the receives not yet posted in the order of their planned sends."""
-        for (f, q) in sorted(first, key=lambda m: (self.reader_plan[m], self.send_plan[m],
-                                                   m[0], m[1])):
+        for (f, q) in sorted(first, key=lambda m: (self.reader_plan[m], self.send_plan[m], *m)):
             self.pending[q].append(f)
-        for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m],
-                                                   m[0], m[1])):
+        for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m], *m)):
             self.early[q].append(f)
         self.lead = {m: dur[frags[m[0]].producer] + self.net.message(
             core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes)[2] for m in first}
@@ -611,8 +603,7 @@ class _Replayer:
             self.send_held(p)
             wanted = (self.wait_data[p], p)
             holder = self.holder.get(wanted)
-            if holder is not None and self.parked(holder) \
-                    and self.blocked_send[holder] is None:
+            if holder is not None and self.parked(holder) and self.blocked_send[holder] is None:
                 self.release(holder, wanted)
                 return
         else:
@@ -827,12 +818,8 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     receives are posted, links and shared memory are granted in time order.
     ``contention=False`` frees links and memory (then, with every receive posted at the
     start, a task starts exactly at its :func:`raptor.solver.evaluate.retime` time).
-
-    Receives: without a ``graph.memory``, every receive is posted when its core starts
-    (no send ever waits). With one, a core posts receives while they fit its budget
-    (``budget``, per core, default ``MEMORY_MARGIN`` of its local memory) and a sender may
-    hold a message to a later point (see :class:`_Replayer`); ``Replay.posts`` and
-    ``Replay.sends`` say where, and materialization places them there."""
+    Receives and held sends follow :class:`_Replayer`, within ``budget`` bytes per core
+    (default ``MEMORY_MARGIN`` of its local memory)."""
     graph.freeze()
     if priority is None:
         priority = [0] * graph.num_tasks

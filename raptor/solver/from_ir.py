@@ -31,18 +31,6 @@ class GraphBuild:
     """Per fragment id of the graph, what travels (see `fragment_key`)."""
 
 
-def _bytes(t: TensorType) -> int:
-    return t.nbytes
-
-
-def _box_bytes(box: Box, v: Value) -> int:
-    t = v.tensor
-    n = 1
-    for s in box.sizes:
-        n *= s
-    return n * t.itemsize
-
-
 FragmentKey = tuple[int, int, int, tuple[tuple[int, ...], tuple[int, ...]] | None]
 
 
@@ -73,7 +61,7 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
     for pieces in outputs:
         for p in pieces:
             store_ns[p.producer] = store_ns.get(p.producer, 0) + \
-                shared_write_ns(target, _bytes(p.fragment))
+                shared_write_ns(target, p.fragment.nbytes)
     mvms = 0
     per_op: dict[int, tuple[int, int, set[Value]]] = {}  # every lane of an op costs the same
     for inst in proj.instances:
@@ -91,9 +79,10 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
         for use in inst.uses:
             if use.kind == "arg":
                 if all(use.box.sizes):
-                    cost += shared_read_ns(target, _box_bytes(use.box, use.value))
+                    nbytes = math.prod(use.box.sizes) * use.value.tensor.itemsize
+                    cost += shared_read_ns(target, nbytes)
             elif use.kind == "placed":
-                cost += sum(target.local_copy_ns(_bytes(p.fragment)) for p in use.pieces)
+                cost += sum(target.local_copy_ns(p.fragment.nbytes) for p in use.pieces)
             elif use.kind == "weight" and args[use.index] in mvm_weights:
                 owner = use.value.owner
                 assert isinstance(owner, WeightOp)
@@ -109,9 +98,8 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
         for use in inst.uses:
             for p in use.pieces:
                 if p.producer != inst.id:
-                    frag_bytes[fragment_key(p)] = _bytes(p.fragment)
-                    frag_numel[fragment_key(p)] = math.prod(p.sizes) if p.crop else \
-                        p.fragment.numel
+                    frag_bytes[fragment_key(p)] = p.fragment.nbytes
+                    frag_numel[fragment_key(p)] = math.prod(p.sizes) if p.crop else p.fragment.numel
     keys = sorted(frag_bytes, key=lambda k: (*k[:3], k[3] or ((), ())))
     frag_ids = {key: graph.add_fragment(key[0], frag_bytes[key]) for key in keys}
     for inst in proj.instances:
@@ -124,7 +112,7 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
                 # a crop of a local value is copied out, then inserted (materialize.gather)
                 twice = p.crop is not None and not (len(use.pieces) == 1 and p.box == use.box)
                 reads[fid] = reads.get(fid, 0) + \
-                    (target.local_copy_ns(_bytes(p.fragment)) if twice else 0)
+                    (target.local_copy_ns(p.fragment.nbytes) if twice else 0)
         per_producer: dict[int, int] = {}
         for fid, local_ns in reads.items():
             graph.add_read(inst.id, fid, local_ns)

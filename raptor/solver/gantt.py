@@ -276,8 +276,7 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n - 1] + "…"
 
 
-def _merged(bars: Sequence[Bar], row_of: Mapping[int, int], tiny: float
-            ) -> list[tuple[Bar, int]]:
+def _merged(bars: Sequence[Bar], row_of: Mapping[int, int], tiny: float) -> list[tuple[Bar, int]]:
     """Runs of same-colour bars on a row that touch (gap under `tiny` ns) where one of them
     is under `tiny` wide, as one bar with the run's length."""
     out: list[tuple[Bar, int]] = []
@@ -292,8 +291,7 @@ def _merged(bars: Sequence[Bar], row_of: Mapping[int, int], tiny: float
             if cur is not None and b.key == cur.key and b.kind == cur.kind \
                     and b.start - cur.end <= tiny \
                     and min(b.end - b.start, cur.end - cur.start) < tiny:
-                cur = Bar(row, cur.start, max(cur.end, b.end), cur.key, cur.label, "",
-                          cur.kind)
+                cur = Bar(row, cur.start, max(cur.end, b.end), cur.key, cur.label, "", cur.kind)
                 n += 1
                 continue
             if cur is not None:

@@ -27,14 +27,11 @@ class Mesh:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.rows = target.mesh_rows
-        self.cols = target.mesh_cols
-        self.P = target.num_cores
+        self.rows, self.cols, self.P = target.mesh_rows, target.mesh_cols, target.num_cores
         self._r = np.arange(self.P, dtype=np.int64) // self.cols
         self._c = np.arange(self.P, dtype=np.int64) % self.cols
         clock = target.clock_fraction
-        self._num = clock.numerator
-        self._den = clock.denominator
+        self._num, self._den = clock.numerator, clock.denominator
         # Per-hop ns used inside the transform: ns(hop_cycles) >= the exact share of one hop,
         # so lookahead estimates round the same way as real transfers (never optimistic).
         self.hop_ns = target.ns(target.hop_cycles)
@@ -42,21 +39,15 @@ class Mesh:
         self._row_idx = (np.arange(self.rows, dtype=np.int64) * self.hop_ns)[:, None]
 
     @cached_property
-    def hops(self) -> IntArray:
-        """P × P hop counts; only small meshes need the dense matrix (memory is O(P²))."""
-        out: IntArray = (np.abs(self._r[:, None] - self._r[None, :])
-                         + np.abs(self._c[:, None] - self._c[None, :]))
-        return out
-
-    @cached_property
     def _hop_ns_matrix(self) -> IntArray:
-        out: IntArray = self.hops * self.hop_ns
+        """P × P hop ns; only small meshes need the dense matrix (memory is O(P²))."""
+        out: IntArray = (np.abs(self._r[:, None] - self._r[None, :])
+                         + np.abs(self._c[:, None] - self._c[None, :])) * self.hop_ns
         return out
 
     def hops_from(self, src_core: int) -> IntArray:
         """Hop counts from ``src_core`` to every core (O(P), no P × P matrix)."""
-        out: IntArray = (np.abs(self._r - self._r[src_core])
-                         + np.abs(self._c - self._c[src_core]))
+        out: IntArray = (np.abs(self._r - self._r[src_core]) + np.abs(self._c - self._c[src_core]))
         return out
 
     def mean_hop_cycles(self) -> int:
