@@ -179,10 +179,7 @@ def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[i
         q = core_of[t]
         for f in frags:
             if core_of[graph.fragments[f].producer] != q:
-                key = (f, q)
-                prev = urgency.get(key)
-                if prev is None or priority[t] < prev:
-                    urgency[key] = priority[t]
+                urgency[(f, q)] = min(urgency.get((f, q), priority[t]), priority[t])
     out: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_tasks)]
     for (f, q), _ in sorted(urgency.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][0])):
         out[graph.fragments[f].producer].append((f, q))
@@ -208,7 +205,6 @@ class Replay:
     """Per directed link (``Network.route`` numbering), the time it carried messages."""
     arrival: dict[tuple[int, int], int] = field(default_factory=dict)
     """(fragment, core) -> when the fragment's message arrived there."""
-
     links: int = 0
     """How many directed links the mesh has (``link_busy_ns`` also numbers the missing
     links of border cores, which stay idle)."""
@@ -298,21 +294,16 @@ class _Replayer:
     def _init_events(self) -> None:
         """The event loop's state: task times, the event heap, cores, links, counters."""
         n, P = self.g.num_tasks, self.P
-        self.start = [0] * n
-        self.end = [0] * n
+        self.start, self.end = [0] * n, [0] * n
         self.sends = send_order(self.g, self.core_of, self.priority)
         self.dur = self.g.durations(self.core_of)
         self.arrival: dict[Message, int] = {}
         self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
-        self.pc = [0] * P
-        self.clock = [0] * P
+        self.pc, self.clock = [0] * P, [0] * P
         self.heap: list[tuple[int, int, int, int]] = []
         self.seq = 0
-        self.link_free = [0] * self.net.num_links
-        self.link_busy = [0] * self.net.num_links
-        self.mem_free = 0
-        self.messages = 0
-        self.bytes = 0
+        self.link_free, self.link_busy = [0] * self.net.num_links, [0] * self.net.num_links
+        self.mem_free = self.messages = self.bytes = 0
 
     def _init_flow_control(self) -> None:
         """What each core has to send, holds back, has posted and waits for."""
@@ -332,10 +323,7 @@ class _Replayer:
         self.sender_of: dict[Message, int] = {}  # unposted message -> its parked sender
         self.blocked_on: list[list[Message]] = [[] for _ in range(P)]
         self.wait_data: list[int] = [-1] * P
-        self.forced = 0
-        self.send_wait = 0
-        self.now = 0
-        self.held_sends = 0
+        self.forced = self.send_wait = self.held_sends = self.now = 0
 
     def _plan_receives(self) -> tuple[list[int], dict[Message, int]]:
         """What each core receives: its first and last reader's position, the planned times

@@ -1,41 +1,31 @@
 """Latency scheduling with OR-Tools CP-SAT: placement, order, mesh communication, the shared
 memory and crossbar capacity, judged like every schedule by the communication model.
 
-The work is split data -> variables -> constraints -> objective -> solve -> extract:
+Data (:class:`_Data`: candidate cores, durations, per-edge delays, start windows, the hint —
+the PEFT plan — and interchangeable lanes) -> variables -> constraints -> objective -> solve
+-> extract:
 
-* **Data** (:class:`_Data`): candidate cores, durations, per-edge delays, start windows, the
-  hint (the PEFT plan) and interchangeable lanes.
 * **Variables**: one start per task in [head, UB − tail] (UB: the hint's plan); a Boolean
   ``x[t,p]`` per candidate core, exactly one per task; an optional interval per (t, p)
   sharing the start; per edge a ``same`` Boolean (clauses, NOTES: ~10× faster than
   comparing core indices) and row/column distances ``dr``/``dc``.
-* **Constraints** (the communication model's terms, :mod:`raptor.solver.comm`):
-  one task at a time per core (NoOverlap); a task that crops a value produced on its own
-  core copies it once more (its interval grows with ``same``); precedence with the
-  free-link transfer of the largest fragment the edge carries,
-  ``num·(s_v − e_u) ≥ den·(flit_cycles·(1 − same) + hop_cycles·(dr + dc))`` with the clock
-  num/den GHz — exactly ``s_v ≥ e_u + transfer_ns`` in O(candidates) per edge; the graph
-  outputs' shared-memory stores one at a time chip-wide (exact: one NoOverlap over the
-  last ``shared_ns`` of those tasks); and, aggregated, the links: per core, the messages
-  leaving it fit its outgoing links within the makespan (``injection``; a relaxation, so
-  the full model's bound stays a bound of the problem). Per-link cut-through contention is
-  not in the model: with one message per fragment and destination core and a route per
-  pair of placements it needs an interval per (fragment, source, destination, link) —
-  about 290,000 for the 15-task MLP's full model on 64 cores — so it is never "small".
-  :func:`raptor.solver.comm.replay` judges every solution with it instead, and a solution
-  that replays slower than its hint is not returned. Crossbar capacity: tile-presence
-  literals ``y[w,p] ≥ x[t,p]``, Σ_w y[w,p] ≤ crossbars_per_core, only where the candidate
-  tiles could overflow.
-* **Objective**: the makespan; the hint is given complete.
-* **Solve**: the hint is first checked against the model (all its values fixed, a short
-  search: NOTES measured 0.2 s on a 604-task CNN) so that a rejected hint is reported, not
-  silently lost. Presolve probing is off (``cp_model_probing_level: 0``: on that CNN
-  probing took 29 s before any search and the solver returned UNKNOWN although the hint
-  was feasible). By default the search is deterministic: CP-SAT's interleaved search with a
-  limit in *deterministic* time (its work counter; see ``DET_PER_SECOND``), so the same
-  command gives the same schedule whatever the load and the worker count; a
-  wall-clock limit of ``wall_factor`` × the limit stops it on a very slow machine, and the
-  status then says that the result may differ between runs.
+* **Constraints** (the terms of :mod:`raptor.solver.comm`): one task at a time per core; a
+  task that crops a value produced on its own core copies it once more (its interval grows
+  with ``same``); precedence with the free-link transfer of the edge's largest fragment,
+  ``num·(s_v − e_u) ≥ den·(flit_cycles·(1 − same) + hop_cycles·(dr + dc))`` (clock num/den
+  GHz: exactly ``s_v ≥ e_u + transfer_ns``); the graph outputs' shared-memory stores one at
+  a time; the per-core link capacity (:meth:`_Model.injection`); crossbar capacity where the
+  candidate tiles could overflow. Per-link cut-through contention is not modelled: it needs
+  an interval per (fragment, source, destination, link) — about 290,000 for the 15-task
+  MLP's full model on 64 cores. :func:`raptor.solver.comm.replay` judges every solution
+  with it instead, and one that replays slower than its hint is not returned.
+* **Solve**: the complete hint is first checked against the model (its values fixed, a
+  short search: NOTES measured 0.2 s on a 604-task CNN) so that a rejected hint is
+  reported, not silently lost. Presolve probing is off (on that CNN it took 29 s before
+  any search and the solver returned UNKNOWN although the hint was feasible). By default
+  the limit is in CP-SAT's *deterministic* time (``DET_PER_SECOND``), so the same command
+  gives the same schedule whatever the load and worker count; a wall-clock limit of
+  ``wall_factor`` × the limit stops it on a very slow machine, and the status says so.
 * **Extract**: placement and per-core order, ASAP retimed (never later, and canonical for
   materialization); the result always holds at least the hint.
 
@@ -288,14 +278,11 @@ class _Model:
                 if p not in xu:
                     m.add_bool_or([same.Not(), lit.Not()])
             dr, dc = self.dist[(u, v)]
-            row_u = sum((p // cols) * lit for p, lit in xu.items())
-            row_v = sum((p // cols) * lit for p, lit in xv.items())
-            col_u = sum((p % cols) * lit for p, lit in xu.items())
-            col_v = sum((p % cols) * lit for p, lit in xv.items())
-            m.add(dr >= row_u - row_v)
-            m.add(dr >= row_v - row_u)
-            m.add(dc >= col_u - col_v)
-            m.add(dc >= col_v - col_u)
+            for dist, axis in ((dr, lambda p: p // cols), (dc, lambda p: p % cols)):
+                at_u = sum(axis(p) * lit for p, lit in xu.items())
+                at_v = sum(axis(p) * lit for p, lit in xv.items())
+                m.add(dist >= at_u - at_v)
+                m.add(dist >= at_v - at_u)
             m.add(clock.numerator * (self.start[v] - self.end[u])
                   >= clock.denominator * (d.edge_flit_cycles[(u, v)] * (1 - same)
                                           + d.target.hop_cycles * (dr + dc)))
