@@ -500,8 +500,6 @@ class _Replayer:
     def fits(self, q: int, k: int, f: int) -> bool:
         """Whether posting (f, q) at position ``k`` keeps core q within its budget until
         the fragment's first reader."""
-        if self.mem is None:
-            return True
         return self.room((f, q), k) <= 0
 
     def post(self, key: Message, time: int) -> None:
@@ -548,8 +546,7 @@ class _Replayer:
         # for a sender holding them to deliver in time (in reader order), then those whose
         # senders plan to send before it (in send order), each while it fits.
         nxt = self.priority[prog[k]] + self.dur[prog[k]] if k < len(prog) else 1 << 62
-        self.scan(q, k, time, self.pending[q],
-                  lambda key: self.reader_plan[key] - nxt < self.lead[key])
+        self.scan(q, k, time, pending, lambda key: self.reader_plan[key] - nxt < self.lead[key])
         self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key] < nxt)
 
     def scan(self, q: int, k: int, time: int, queue: list[int],
@@ -707,15 +704,13 @@ class _Replayer:
                 self.post(key, self.post_time(q))  # q is idle and has room: it takes it
                 continue
             if got is not None and (got <= self.clock[p] or not self.can_hold(p, key)):
-                box.pop(0)  # (a receive posted later than now: hold it if p may)
+                box.pop(0)
                 self.send(p, key, got)
                 continue
-            if got is not None:
+            # a receive posted later than now: held (p may, said can_hold); an unposted one
+            # held if p may (a receiver without room now will not post it soon)
+            if got is not None or self.can_hold(p, key, soon=not self.fits(q, self.pc[q], key[0])):
                 box.pop(0)
-                self.hold(p, key)
-                continue
-            if self.can_hold(p, key, soon=not self.fits(q, self.pc[q], key[0])):
-                box.pop(0)  # (a receiver without room now will not post it soon)
                 self.hold(p, key)
                 continue
             self.blocked_send[p] = key
@@ -731,9 +726,7 @@ class _Replayer:
         or finishes."""
         g, prog = self.g, self.progs[p]
         while True:
-            if not self.flush(p):
-                return
-            if self.pc[p] >= len(prog):
+            if not self.flush(p) or self.pc[p] >= len(prog):
                 return
             t = prog[self.pc[p]]
             ready = self.clock[p]
@@ -767,17 +760,14 @@ class _Replayer:
         t = self.progs[p][self.pc[p]]
         task = self.g.tasks[t]
         begin = max(self.clock[p], self.mem_free) if self.contention else self.clock[p]
-        done = begin + task.shared_ns
-        self.mem_free = done
-        self.clock[p] = done
+        self.mem_free = self.clock[p] = begin + task.shared_ns
         self.finish(t, p)
         self.run_core(p)
 
     def inject(self, key: int, now: int) -> None:
         f, q = divmod(key, self.P)
-        nbytes = self.g.fragments[f].bytes
-        src = self.core_of[self.g.fragments[f].producer]
-        links, ser, transfer = self.net.message(src, q, nbytes)
+        frag = self.g.fragments[f]
+        links, ser, transfer = self.net.message(self.core_of[frag.producer], q, frag.bytes)
         delay = 0
         if links:
             hop = self.net.hop_ns
