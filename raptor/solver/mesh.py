@@ -39,10 +39,15 @@ class Mesh:
         self._row_idx = (np.arange(self.rows, dtype=np.int64) * self.hop_ns)[:, None]
 
     @cached_property
-    def _hop_ns_matrix(self) -> IntArray:
-        """P × P hop ns; only small meshes need the dense matrix (memory is O(P²))."""
+    def hops(self) -> IntArray:
+        """P × P hop counts; only small meshes need the dense matrix (memory is O(P²))."""
         out: IntArray = (np.abs(self._r[:, None] - self._r[None, :])
-                         + np.abs(self._c[:, None] - self._c[None, :])) * self.hop_ns
+                         + np.abs(self._c[:, None] - self._c[None, :]))
+        return out
+
+    @cached_property
+    def _hop_ns_matrix(self) -> IntArray:
+        out: IntArray = self.hops * self.hop_ns
         return out
 
     def hops_from(self, src_core: int) -> IntArray:
