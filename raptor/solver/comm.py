@@ -53,10 +53,9 @@ class Network:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.P = target.num_cores
         self.cols = target.mesh_cols
         self.hop_ns = target.ns(target.hop_cycles)
-        self.num_links = 4 * self.P
+        self.num_links = 4 * target.num_cores
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._flits: dict[int, tuple[int, int]] = {}
         clock = target.clock_fraction
@@ -256,25 +255,20 @@ Message = tuple[int, int]
 class _Replayer:
     """The event loop, with the flow control of a core's local memory.
 
-    Each core runs its tasks in order. At the point after a task's compute the core
-    posts receives: those of its next task (they must be), then those whose senders
-    already wait for them, then those whose readers come so soon after its next point
-    that a sender holding them could not deliver in time, then those whose senders plan
-    to send before that point — each only if it fits the memory budget from here until
-    its first reader. The bytes every later task needs (its own buffers, kept results,
-    received fragments between first and last reader, resident constants) are counted in
-    advance, both while tasks run and at the points between them, so a post never takes
-    what a later task must have. A core whose receives all fit at the start posts them
-    there. Then the core sends: what it held back, then the task's messages
-    (:func:`send_order`). A send whose receive is posted goes now (rendezvous: at the post
-    if that is later). Otherwise it is held to the next point when the sender can keep
-    the data that long and the reader is not planned to run before then (or the receiver
-    has no room anyway); else the sender waits for the post. A waiting core (for data or
-    a post) posts at once what waits for it and fits, and sends what it holds that is
-    wanted; if the waiting closes a cycle of cores, a sender in it holds its message if it
-    can, else the receiver with the most room posts it over budget (forced), so the
-    program always completes. Without a :class:`raptor.solver.graph.MemoryDemand`, every
-    receive is posted at the start and no send ever waits."""
+    Each core runs its tasks in order. At the point after a task the core posts receives
+    (:meth:`decide`): its next task's (they must be), those whose senders already wait, those
+    whose readers come too soon for a held message to arrive in time, then those whose
+    senders plan to send before its next point — each only if it fits the budget until its
+    first reader, with what every later task needs counted in advance (:meth:`static_usage`),
+    so a post never takes what a later task must have. A core whose receives all fit at the
+    start posts them there. Then it sends (:meth:`flush`): what it held back, then the task's
+    messages (:func:`send_order`); a send whose receive is posted goes (rendezvous: at the
+    post if that is later), else it is held to the next point when the sender may keep the
+    data (:meth:`can_hold`), else the sender waits. A waiting core (:meth:`parked_now`) posts
+    what waits for it and fits, sends what it holds that is wanted, and breaks a cycle of
+    waiting cores by a hold or a forced post, so the program always completes. Without a
+    :class:`raptor.solver.graph.MemoryDemand`, every receive is posted at the start and no
+    send ever waits."""
 
     def __init__(self, graph: ComputeGraph, target: Target, core_of: Sequence[int],
                  core_tasks: Sequence[Sequence[int]], priority: Sequence[int],

@@ -70,10 +70,9 @@ class LowerBounds:
 def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
     """Every bound of :class:`LowerBounds`; O((T + E) log E)."""
     graph.freeze()
-    total = sum(graph.costs())
+    costs = graph.costs()
     tail = graph.bottom_levels()
     head = fan_in_heads(graph, target)
-    costs = graph.costs()
     stores = sorted((head[t] + costs[t] - task.shared_ns, task.shared_ns)
                     for t, task in enumerate(graph.tasks) if task.shared_ns)
     memory, after = 0, 0
@@ -82,7 +81,7 @@ def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
         memory = max(memory, release + after)
     n_w = len(graph.distinct_weights())
     return LowerBounds(
-        critical_path_ns=max(tail, default=0), work_per_core_ns=-(-total // target.num_cores),
+        critical_path_ns=max(tail, default=0), work_per_core_ns=-(-sum(costs) // target.num_cores),
         min_cores=-(-n_w // target.crossbars_per_core),
         fan_in_ns=max((h + t for h, t in zip(head, tail, strict=True)), default=0),
         shared_memory_ns=memory)

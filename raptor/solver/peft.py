@@ -87,14 +87,12 @@ def check_capacity(graph: ComputeGraph, target: Target) -> None:
     if n_w > target.crossbar_capacity:
         raise CapacityError(
             f"model needs {n_w} distinct crossbar tiles but the target has {target.num_cores} "
-            f"cores x {cap} crossbars = {target.crossbar_capacity}"
-        )
+            f"cores x {cap} crossbars = {target.crossbar_capacity}")
     for task in graph.tasks:
         if len(task.weights) > cap:
             raise CapacityError(
                 f"task {task.id} ({task.name}) needs {len(task.weights)} crossbar tiles at once "
-                f"but a core has {cap} crossbars"
-            )
+                f"but a core has {cap} crossbars")
 
 
 class _Tiles:
@@ -151,10 +149,8 @@ def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
             ok = np.nonzero(need <= room)[0].tolist()
             if not ok:
                 return None, decision
-            if balance:
-                ranked = sorted(ok, key=lambda p: (-int(have[p]), load[p], p))
-            else:
-                ranked = sorted(ok, key=lambda p: (-int(have[p]), int(room[p] - need[p]), p))
+            tie = load if balance else (room - need).tolist()  # least work, or best fit
+            ranked = sorted(ok, key=lambda p: (-int(have[p]), tie[p], p))
             pick = ranked[1] if decision == deviate and len(ranked) > 1 else ranked[0]
             nres[pick] += int(need[pick])
             res[pick, idx] = True
@@ -176,8 +172,7 @@ def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
         raise CapacityError(
             f"could not pack {len(sets)} tile sets ({tiles.count} distinct crossbar tiles, "
             f"largest set {len(sets[0])}) into {P} cores x {cap} crossbars = {P * cap} within "
-            f"{PACK_DEVIATIONS} retries / {checks} core checks (bounded search, not a proof)"
-        )
+            f"{PACK_DEVIATIONS} retries / {checks} core checks (bounded search, not a proof)")
     return res
 
 
@@ -356,11 +351,8 @@ class _ListScheduler:
 
     def duration(self, t: int, p: int) -> int:
         """t's run time on p (local reads of cropped values cost an extra copy)."""
-        d = int(self.costs[t])
-        for f, ns in self.g.local_reads.get(t, ()):
-            if self.core_of[self.g.fragments[f].producer] == p:
-                d += ns
-        return d
+        return int(self.costs[t]) + sum(ns for f, ns in self.g.local_reads.get(t, ())
+                                        if self.core_of[self.g.fragments[f].producer] == p)
 
     def place(self, t: int) -> None:
         d = int(self.costs[t]) + sum(ns for _, ns in self.g.local_reads.get(t, ()))
@@ -372,12 +364,6 @@ class _ListScheduler:
         self.commit(t, p, start, need)
 
     # -- phases ------------------------------------------------------------------------------
-    def need_on(self, idx: IntArray) -> IntArray:
-        if len(idx) == 0:
-            return self.no_need
-        out: IntArray = len(idx) - self.resident[:, idx].sum(axis=1)
-        return out
-
     def candidates(self, t: int) -> tuple[BoolArray, IntArray]:
         """Cores where t's tiles are resident or fit without stranding a tile that has no
         home yet, and how many new slots each would take."""
@@ -385,7 +371,7 @@ class _ListScheduler:
         if not len(idx):
             return self.all_cores, self.no_need
         room = self.cap - self.nres
-        need = self.need_on(idx)
+        need: IntArray = len(idx) - self.resident[:, idx].sum(axis=1)
         first = int((~self.homed[idx]).sum())
         pending = self.pending
         while self.pending_pos < len(pending) and self.homed[list(pending[self.pending_pos])].all():
