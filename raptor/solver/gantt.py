@@ -150,10 +150,9 @@ def _legend_entries(bars: Sequence[Bar], arrows: Sequence[Arrow], legend: Mappin
     fixed kinds present, messages."""
     used = {b.key for b in bars if b.kind == WORK}
     kinds = {b.kind for b in bars}
-    keys = [k for k in legend if k in used]
     extra = [(FIXED[k], name) for k, name in ((MEMORY, "shared memory load / store"),
                                                (BLOCKED, "blocked (waiting)")) if k in kinds]
-    entries = [(colours.get(k, "#999999"), legend[k]) for k in keys] + extra
+    entries = [(colours.get(k, "#999999"), legend[k]) for k in legend if k in used] + extra
     if arrows:
         entries.append((_MESSAGE, "message"))
     return entries

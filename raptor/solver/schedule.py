@@ -8,6 +8,7 @@ batch implies neither core identity nor order, so runs are computed from the sch
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -82,17 +83,13 @@ class MergeScheduleResult:
         n = graph.num_tasks
         core_tasks = core_order(graph, target, core_of, start_ns)
         last = [tasks[-1] if tasks else -1 for tasks in core_tasks]
+        batch = [task.batch for task in graph.tasks]
         classes: list[EquivalenceClass] = []
         for core, tasks in enumerate(core_tasks):
-            run: list[int] = []
-            for t in tasks:
-                b = graph.tasks[t].batch
-                if run and (b < 0 or graph.tasks[run[0]].batch != b):
-                    classes.append(EquivalenceClass(core, graph.tasks[run[0]].batch, run))
-                    run = []
-                run.append(t)
-            if run:
-                classes.append(EquivalenceClass(core, graph.tasks[run[0]].batch, run))
+            # a run shares one batch; a task without one (-1) is a run of its own (key ~t)
+            for _, group in itertools.groupby(tasks, lambda t: batch[t] if batch[t] >= 0 else ~t):
+                run = list(group)
+                classes.append(EquivalenceClass(core, batch[run[0]], run))
         dur = graph.durations(core_of)
         end = [start_ns[t] + dur[t] for t in range(n)]
         result = cls(solver=solver, status=status, core_of=list(core_of),
