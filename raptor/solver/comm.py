@@ -468,8 +468,7 @@ class _Replayer:
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
                       self.bytes, self.link_busy, self.arrival, links, self.posts,
                       self.send_at, peaks, self.forced, self.send_wait, self.held_sends,
-                      self.cap, {q for q, ok in enumerate(self.roomy) if not ok},
-                      self.needed)
+                      self.cap, {q for q, ok in enumerate(self.roomy) if not ok}, self.needed)
 
     # -- where a core stands -----------------------------------------------------------
     def point(self, p: int) -> int:

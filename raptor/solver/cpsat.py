@@ -128,10 +128,8 @@ def symmetric_lane_classes(graph: ComputeGraph, cands: list[list[int]]) -> list[
     for t, task in enumerate(graph.tasks):
         if task.batch < 0 or t in graph.local_reads:
             continue
-        key = (
-            task.batch, task.cost_ns, task.shared_ns, task.weights, tuple(cands[t]),
-            tuple(sorted(graph.preds[t])), tuple(sorted(graph.succs[t])),
-        )
+        key = (task.batch, task.cost_ns, task.shared_ns, task.weights, tuple(cands[t]),
+               tuple(sorted(graph.preds[t])), tuple(sorted(graph.succs[t])))
         groups.setdefault(key, []).append(t)
     return [g for g in groups.values() if len(g) > 1]
 

@@ -306,8 +306,7 @@ def gantt_svg(graph: ComputeGraph, schedule: MergeScheduleResult, *,
                 for t in range(n)]
     legend = dict(legend) if legend is not None else {k: k for k in dict.fromkeys(keys)}
     bars = [Bar(schedule.core_of[t], begin[t], end[t], keys[t], legend.get(keys[t], keys[t]),
-                f"task {t} ({graph.tasks[t].name}) lane {graph.tasks[t].lane}")
-            for t in range(n)]
+                f"task {t} ({graph.tasks[t].name}) lane {graph.tasks[t].lane}") for t in range(n)]
     sent: dict[tuple[int, int], Arrow] = {}  # one message per (producer, consumer core)
     for e in graph.edges if transfers else ():
         a, b = schedule.core_of[e.src], schedule.core_of[e.dst]

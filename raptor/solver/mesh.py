@@ -74,9 +74,8 @@ class Mesh:
     def comm_rows(self, src_core: int, flit_cycles: IntArray) -> IntArray:
         """Transfer ns from ``src_core`` to every core, one row per message (by its flit
         cycles, see :meth:`flit_cycles`)."""
-        fl = flit_cycles
         hop_cycles = self.hops_from(src_core) * self.target.hop_cycles
-        out = self.ns(hop_cycles[None, :] + fl[:, None])
+        out = self.ns(hop_cycles[None, :] + flit_cycles[:, None])
         out[:, src_core] = 0
         return out
 

@@ -102,9 +102,8 @@ class _Tiles:
         ids = sorted(graph.distinct_weights())
         dense = {w: i for i, w in enumerate(ids)}
         self.count = len(ids)
-        self.of_task: list[IntArray] = [
-            np.array(sorted(dense[w] for w in t.weights), dtype=np.int64) for t in graph.tasks
-        ]
+        self.of_task: list[IntArray] = [np.array(sorted(dense[w] for w in t.weights),
+                                                 dtype=np.int64) for t in graph.tasks]
         self.key: list[tuple[int, ...]] = [tuple(a.tolist()) for a in self.of_task]
 
 
@@ -216,14 +215,13 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
 
 def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
     """HEFT upward rank: cost plus the longest path below with mean cross-core transfers."""
-    P = mesh.P
     mean_hop_cycles = mesh.mean_hop_cycles()
     rank = np.zeros(graph.num_tasks, dtype=np.int64)
     costs = graph.costs()
     for t in reversed(graph.topo_order):
         below = 0
         for c, b in graph.succs[t]:
-            comm = mesh.target.ns(mean_hop_cycles + mesh.flit_cycles(b)) if P > 1 else 0
+            comm = mesh.target.ns(mean_hop_cycles + mesh.flit_cycles(b)) if mesh.P > 1 else 0
             below = max(below, comm + int(rank[c]))
         rank[t] = costs[t] + below
     return rank
@@ -379,11 +377,9 @@ class _ListScheduler:
         largest = len(pending[self.pending_pos]) if self.pending_pos < len(pending) else 0
         top = np.sort(room)[-2:] if self.P > 1 else np.array([0, room[0]])
         best_other = np.where(room == top[-1], top[0], top[-1])
-        feasible = (need <= room) & (
-            (need == first)
-            | ((int(room.sum()) - need >= self.unhomed - first)
-               & (np.maximum(room - need, best_other) >= largest))
-        )
+        feasible = (need <= room) & ((need == first)
+                                     | ((int(room.sum()) - need >= self.unhomed - first)
+                                        & (np.maximum(room - need, best_other) >= largest)))
         if not feasible.any():
             raise _NoRoom(t)
         return feasible, need
