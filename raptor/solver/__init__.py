@@ -15,25 +15,7 @@ from raptor.solver.graph import ComputeGraph, Edge, GraphError, Task
 from raptor.solver.peft import CapacityError, eft_schedule, pack_tiles, peft_schedule
 from raptor.solver.schedule import EquivalenceClass, MergeScheduleResult
 
-__all__ = [
-    "CapacityError",
-    "ComputeGraph",
-    "CpSatOptions",
-    "Edge",
-    "EquivalenceClass",
-    "GraphError",
-    "LowerBounds",
-    "MergeScheduleResult",
-    "Replay",
-    "ScheduleEvaluation",
-    "Task",
-    "cpsat_schedule",
-    "eft_schedule",
-    "evaluate_schedule",
-    "gantt_svg",
-    "lower_bounds",
-    "pack_tiles",
-    "peft_schedule",
-    "replay",
-    "validate_schedule",
-]
+__all__ = ["CapacityError", "ComputeGraph", "CpSatOptions", "Edge", "EquivalenceClass",
+           "GraphError", "LowerBounds", "MergeScheduleResult", "Replay", "ScheduleEvaluation",
+           "Task", "cpsat_schedule", "eft_schedule", "evaluate_schedule", "gantt_svg",
+           "lower_bounds", "pack_tiles", "peft_schedule", "replay", "validate_schedule"]

@@ -16,14 +16,10 @@ reported as the schedule's estimate). It models the simulator's default options
   ``ceil(bytes / flit_bytes) * flit_cycles``. Without waiting a message takes exactly
   ``Target.transfer_ns``. Links are granted in injection-time order, as in the simulator.
 * **Rendezvous.** A send completes when its receive is posted; the sender then continues
-  and the data crosses on its own. A posted receive costs nothing and never blocks, but its
-  buffer occupies the receiver's local memory from the post on. Without a memory model
-  (:class:`raptor.solver.graph.MemoryDemand`) every receive is posted at the start of its
-  core's program, so no send ever waits. With one, each core posts receives while they fit
-  its local memory and senders may hold messages to a later point (:class:`_Replayer`);
-  a send then waits for a post that comes later, and the replay charges that wait. The
-  receiving task waits for the data. Materialization posts and sends exactly where the
-  replay did (:attr:`Replay.posts`, :attr:`Replay.sends`).
+  and the data crosses on its own; the receiving task waits for the data. A posted receive
+  costs nothing and never blocks, but its buffer occupies the receiver's local memory from
+  the post on: posts and held sends follow :class:`_Replayer`, and materialization places
+  them where the replay did (:attr:`Replay.posts`, :attr:`Replay.sends`).
 * **Shared memory.** The chip serves one shared-memory request at a time: the part of a
   task that stores graph outputs (``Task.shared_ns``) queues, in request order. Loads of
   function inputs inside compute bodies are part of the task's own cost (no queue).
@@ -57,10 +53,9 @@ class Network:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.P = target.num_cores
         self.cols = target.mesh_cols
         self.hop_ns = target.ns(target.hop_cycles)
-        self.num_links = 4 * self.P
+        self.num_links = 4 * target.num_cores
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._flits: dict[int, tuple[int, int]] = {}
         clock = target.clock_fraction
@@ -94,9 +89,7 @@ class Network:
     def message(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
         """(route, serialisation ns — how long it holds each link —, free-link transfer ns,
         i.e. ``Target.transfer_ns``) of a message."""
-        links = self._routes.get((src, dst))
-        if links is None:
-            links = self.route(src, dst)
+        links = self.route(src, dst)
         flits = self._flits.get(nbytes)
         if flits is None:
             t = self.target
@@ -185,10 +178,7 @@ def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[i
         q = core_of[t]
         for f in frags:
             if core_of[graph.fragments[f].producer] != q:
-                key = (f, q)
-                prev = urgency.get(key)
-                if prev is None or priority[t] < prev:
-                    urgency[key] = priority[t]
+                urgency[(f, q)] = min(urgency.get((f, q), priority[t]), priority[t])
     out: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_tasks)]
     for (f, q), _ in sorted(urgency.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][0])):
         out[graph.fragments[f].producer].append((f, q))
@@ -214,7 +204,6 @@ class Replay:
     """Per directed link (``Network.route`` numbering), the time it carried messages."""
     arrival: dict[tuple[int, int], int] = field(default_factory=dict)
     """(fragment, core) -> when the fragment's message arrived there."""
-
     links: int = 0
     """How many directed links the mesh has (``link_busy_ns`` also numbers the missing
     links of border cores, which stay idle)."""
@@ -266,25 +255,20 @@ Message = tuple[int, int]
 class _Replayer:
     """The event loop, with the flow control of a core's local memory.
 
-    Each core runs its tasks in order. At the point after a task's compute the core
-    posts receives: those of its next task (they must be), then those whose senders
-    already wait for them, then those whose readers come so soon after its next point
-    that a sender holding them could not deliver in time, then those whose senders plan
-    to send before that point — each only if it fits the memory budget from here until
-    its first reader. The bytes every later task needs (its own buffers, kept results,
-    received fragments between first and last reader, resident constants) are counted in
-    advance, both while tasks run and at the points between them, so a post never takes
-    what a later task must have. A core whose receives all fit at the start posts them
-    there. Then the core sends: what it held back, then the task's messages
-    (:func:`send_order`). A send whose receive is posted goes now (rendezvous: at the post
-    if that is later). Otherwise it is held to the next point when the sender can keep
-    the data that long and the reader is not planned to run before then (or the receiver
-    has no room anyway); else the sender waits for the post. A waiting core (for data or
-    a post) posts at once what waits for it and fits, and sends what it holds that is
-    wanted; if the waiting closes a cycle of cores, a sender in it holds its message if it
-    can, else the receiver with the most room posts it over budget (forced), so the
-    program always completes. Without a :class:`raptor.solver.graph.MemoryDemand`, every
-    receive is posted at the start and no send ever waits."""
+    Each core runs its tasks in order. At the point after a task the core posts receives
+    (:meth:`decide`): its next task's (they must be), those whose senders already wait, those
+    whose readers come too soon for a held message to arrive in time, then those whose
+    senders plan to send before its next point — each only if it fits the budget until its
+    first reader, with what every later task needs counted in advance (:meth:`static_usage`),
+    so a post never takes what a later task must have. A core whose receives all fit at the
+    start posts them there. Then it sends (:meth:`flush`): what it held back, then the task's
+    messages (:func:`send_order`); a send whose receive is posted goes (rendezvous: at the
+    post if that is later), else it is held to the next point when the sender may keep the
+    data (:meth:`can_hold`), else the sender waits. A waiting core (:meth:`parked_now`) posts
+    what waits for it and fits, sends what it holds that is wanted, and breaks a cycle of
+    waiting cores by a hold or a forced post, so the program always completes. Without a
+    :class:`raptor.solver.graph.MemoryDemand`, every receive is posted at the start and no
+    send ever waits."""
 
     def __init__(self, graph: ComputeGraph, target: Target, core_of: Sequence[int],
                  core_tasks: Sequence[Sequence[int]], priority: Sequence[int],
@@ -304,21 +288,16 @@ class _Replayer:
     def _init_events(self) -> None:
         """The event loop's state: task times, the event heap, cores, links, counters."""
         n, P = self.g.num_tasks, self.P
-        self.start = [0] * n
-        self.end = [0] * n
+        self.start, self.end = [0] * n, [0] * n
         self.sends = send_order(self.g, self.core_of, self.priority)
         self.dur = self.g.durations(self.core_of)
         self.arrival: dict[Message, int] = {}
         self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
-        self.pc = [0] * P
-        self.clock = [0] * P
+        self.pc, self.clock = [0] * P, [0] * P
         self.heap: list[tuple[int, int, int, int]] = []
         self.seq = 0
-        self.link_free = [0] * self.net.num_links
-        self.link_busy = [0] * self.net.num_links
-        self.mem_free = 0
-        self.messages = 0
-        self.bytes = 0
+        self.link_free, self.link_busy = [0] * self.net.num_links, [0] * self.net.num_links
+        self.mem_free = self.messages = self.bytes = 0
 
     def _init_flow_control(self) -> None:
         """What each core has to send, holds back, has posted and waits for."""
@@ -338,10 +317,7 @@ class _Replayer:
         self.sender_of: dict[Message, int] = {}  # unposted message -> its parked sender
         self.blocked_on: list[list[Message]] = [[] for _ in range(P)]
         self.wait_data: list[int] = [-1] * P
-        self.forced = 0
-        self.send_wait = 0
-        self.now = 0
-        self.held_sends = 0
+        self.forced = self.send_wait = self.held_sends = self.now = 0
 
     def _plan_receives(self) -> tuple[list[int], dict[Message, int]]:
         """What each core receives: its first and last reader's position, the planned times
@@ -376,11 +352,9 @@ class _Replayer:
         """Per core, the receives not yet posted in the order of their readers."""
         self.early: list[list[int]] = [[] for _ in range(P)]
         """Per core, the receives not yet posted in the order of their planned sends."""
-        for (f, q) in sorted(first, key=lambda m: (self.reader_plan[m], self.send_plan[m],
-                                                   m[0], m[1])):
+        for (f, q) in sorted(first, key=lambda m: (self.reader_plan[m], self.send_plan[m], *m)):
             self.pending[q].append(f)
-        for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m],
-                                                   m[0], m[1])):
+        for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m], *m)):
             self.early[q].append(f)
         self.lead = {m: dur[frags[m[0]].producer] + self.net.message(
             core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes)[2] for m in first}
@@ -494,8 +468,7 @@ class _Replayer:
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
                       self.bytes, self.link_busy, self.arrival, links, self.posts,
                       self.send_at, peaks, self.forced, self.send_wait, self.held_sends,
-                      self.cap, {q for q, ok in enumerate(self.roomy) if not ok},
-                      self.needed)
+                      self.cap, {q for q, ok in enumerate(self.roomy) if not ok}, self.needed)
 
     # -- where a core stands -----------------------------------------------------------
     def point(self, p: int) -> int:
@@ -520,8 +493,6 @@ class _Replayer:
     def fits(self, q: int, k: int, f: int) -> bool:
         """Whether posting (f, q) at position ``k`` keeps core q within its budget until
         the fragment's first reader."""
-        if self.mem is None:
-            return True
         return self.room((f, q), k) <= 0
 
     def post(self, key: Message, time: int) -> None:
@@ -568,8 +539,7 @@ class _Replayer:
         # for a sender holding them to deliver in time (in reader order), then those whose
         # senders plan to send before it (in send order), each while it fits.
         nxt = self.priority[prog[k]] + self.dur[prog[k]] if k < len(prog) else 1 << 62
-        self.scan(q, k, time, self.pending[q],
-                  lambda key: self.reader_plan[key] - nxt < self.lead[key])
+        self.scan(q, k, time, pending, lambda key: self.reader_plan[key] - nxt < self.lead[key])
         self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key] < nxt)
 
     def scan(self, q: int, k: int, time: int, queue: list[int],
@@ -611,8 +581,7 @@ class _Replayer:
             self.send_held(p)
             wanted = (self.wait_data[p], p)
             holder = self.holder.get(wanted)
-            if holder is not None and self.parked(holder) \
-                    and self.blocked_send[holder] is None:
+            if holder is not None and self.parked(holder) and self.blocked_send[holder] is None:
                 self.release(holder, wanted)
                 return
         else:
@@ -728,15 +697,13 @@ class _Replayer:
                 self.post(key, self.post_time(q))  # q is idle and has room: it takes it
                 continue
             if got is not None and (got <= self.clock[p] or not self.can_hold(p, key)):
-                box.pop(0)  # (a receive posted later than now: hold it if p may)
+                box.pop(0)
                 self.send(p, key, got)
                 continue
-            if got is not None:
+            # a receive posted later than now: held (p may, said can_hold); an unposted one
+            # held if p may (a receiver without room now will not post it soon)
+            if got is not None or self.can_hold(p, key, soon=not self.fits(q, self.pc[q], key[0])):
                 box.pop(0)
-                self.hold(p, key)
-                continue
-            if self.can_hold(p, key, soon=not self.fits(q, self.pc[q], key[0])):
-                box.pop(0)  # (a receiver without room now will not post it soon)
                 self.hold(p, key)
                 continue
             self.blocked_send[p] = key
@@ -752,9 +719,7 @@ class _Replayer:
         or finishes."""
         g, prog = self.g, self.progs[p]
         while True:
-            if not self.flush(p):
-                return
-            if self.pc[p] >= len(prog):
+            if not self.flush(p) or self.pc[p] >= len(prog):
                 return
             t = prog[self.pc[p]]
             ready = self.clock[p]
@@ -788,17 +753,14 @@ class _Replayer:
         t = self.progs[p][self.pc[p]]
         task = self.g.tasks[t]
         begin = max(self.clock[p], self.mem_free) if self.contention else self.clock[p]
-        done = begin + task.shared_ns
-        self.mem_free = done
-        self.clock[p] = done
+        self.mem_free = self.clock[p] = begin + task.shared_ns
         self.finish(t, p)
         self.run_core(p)
 
     def inject(self, key: int, now: int) -> None:
         f, q = divmod(key, self.P)
-        nbytes = self.g.fragments[f].bytes
-        src = self.core_of[self.g.fragments[f].producer]
-        links, ser, transfer = self.net.message(src, q, nbytes)
+        frag = self.g.fragments[f]
+        links, ser, transfer = self.net.message(self.core_of[frag.producer], q, frag.bytes)
         delay = 0
         if links:
             hop = self.net.hop_ns
@@ -827,12 +789,8 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     receives are posted, links and shared memory are granted in time order.
     ``contention=False`` frees links and memory (then, with every receive posted at the
     start, a task starts exactly at its :func:`raptor.solver.evaluate.retime` time).
-
-    Receives: without a ``graph.memory``, every receive is posted when its core starts
-    (no send ever waits). With one, a core posts receives while they fit its budget
-    (``budget``, per core, default ``MEMORY_MARGIN`` of its local memory) and a sender may
-    hold a message to a later point (see :class:`_Replayer`); ``Replay.posts`` and
-    ``Replay.sends`` say where, and materialization places them there."""
+    Receives and held sends follow :class:`_Replayer`, within ``budget`` bytes per core
+    (default ``MEMORY_MARGIN`` of its local memory)."""
     graph.freeze()
     if priority is None:
         priority = [0] * graph.num_tasks

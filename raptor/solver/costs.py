@@ -13,13 +13,11 @@ from raptor.target import Target
 
 def shared_read_ns(target: Target, nbytes: int) -> int:
     """Shared (host) memory read of `nbytes`: accesses of `shared_access_bytes` each."""
-    accesses = -(-nbytes // target.shared_access_bytes)
-    return target.ns(accesses * target.shared_read_cycles)
+    return target.ns(-(-nbytes // target.shared_access_bytes) * target.shared_read_cycles)
 
 
 def shared_write_ns(target: Target, nbytes: int) -> int:
-    accesses = -(-nbytes // target.shared_access_bytes)
-    return target.ns(accesses * target.shared_write_cycles)
+    return target.ns(-(-nbytes // target.shared_access_bytes) * target.shared_write_cycles)
 
 
 _NS: dict[str, Callable[[Target, int], int]] = {

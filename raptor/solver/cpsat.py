@@ -1,41 +1,31 @@
 """Latency scheduling with OR-Tools CP-SAT: placement, order, mesh communication, the shared
 memory and crossbar capacity, judged like every schedule by the communication model.
 
-The work is split data -> variables -> constraints -> objective -> solve -> extract:
+Data (candidate cores, durations, per-edge delays, start windows, the hint —
+the PEFT plan — and interchangeable lanes) -> variables -> constraints -> objective -> solve
+-> extract:
 
-* **Data** (:class:`_Data`): candidate cores, durations, per-edge delays, start windows, the
-  hint (the PEFT plan) and interchangeable lanes.
 * **Variables**: one start per task in [head, UB − tail] (UB: the hint's plan); a Boolean
   ``x[t,p]`` per candidate core, exactly one per task; an optional interval per (t, p)
   sharing the start; per edge a ``same`` Boolean (clauses, NOTES: ~10× faster than
   comparing core indices) and row/column distances ``dr``/``dc``.
-* **Constraints** (the communication model's terms, :mod:`raptor.solver.comm`):
-  one task at a time per core (NoOverlap); a task that crops a value produced on its own
-  core copies it once more (its interval grows with ``same``); precedence with the
-  free-link transfer of the largest fragment the edge carries,
-  ``num·(s_v − e_u) ≥ den·(flit_cycles·(1 − same) + hop_cycles·(dr + dc))`` with the clock
-  num/den GHz — exactly ``s_v ≥ e_u + transfer_ns`` in O(candidates) per edge; the graph
-  outputs' shared-memory stores one at a time chip-wide (exact: one NoOverlap over the
-  last ``shared_ns`` of those tasks); and, aggregated, the links: per core, the messages
-  leaving it fit its outgoing links within the makespan (``injection``; a relaxation, so
-  the full model's bound stays a bound of the problem). Per-link cut-through contention is
-  not in the model: with one message per fragment and destination core and a route per
-  pair of placements it needs an interval per (fragment, source, destination, link) —
-  about 290,000 for the 15-task MLP's full model on 64 cores — so it is never "small".
-  :func:`raptor.solver.comm.replay` judges every solution with it instead, and a solution
-  that replays slower than its hint is not returned. Crossbar capacity: tile-presence
-  literals ``y[w,p] ≥ x[t,p]``, Σ_w y[w,p] ≤ crossbars_per_core, only where the candidate
-  tiles could overflow.
-* **Objective**: the makespan; the hint is given complete.
-* **Solve**: the hint is first checked against the model (all its values fixed, a short
-  search: NOTES measured 0.2 s on a 604-task CNN) so that a rejected hint is reported, not
-  silently lost. Presolve probing is off (``cp_model_probing_level: 0``: on that CNN
-  probing took 29 s before any search and the solver returned UNKNOWN although the hint
-  was feasible). By default the search is deterministic: CP-SAT's interleaved search with a
-  limit in *deterministic* time (its work counter; see ``DET_PER_SECOND``), so the same
-  command gives the same schedule whatever the load and the worker count; a
-  wall-clock limit of ``wall_factor`` × the limit stops it on a very slow machine, and the
-  status then says that the result may differ between runs.
+* **Constraints** (the terms of :mod:`raptor.solver.comm`): one task at a time per core; a
+  task that crops a value produced on its own core copies it once more (its interval grows
+  with ``same``); precedence with the free-link transfer of the edge's largest fragment,
+  ``num·(s_v − e_u) ≥ den·(flit_cycles·(1 − same) + hop_cycles·(dr + dc))`` (clock num/den
+  GHz: exactly ``s_v ≥ e_u + transfer_ns``); the graph outputs' shared-memory stores one at
+  a time; the per-core link capacity (:meth:`_Model.injection`); crossbar capacity where the
+  candidate tiles could overflow. Per-link cut-through contention is not modelled: it needs
+  an interval per (fragment, source, destination, link) — about 290,000 for the 15-task
+  MLP's full model on 64 cores. :func:`raptor.solver.comm.replay` judges every solution
+  with it instead, and one that replays slower than its hint is not returned.
+* **Solve**: the complete hint is first checked against the model (its values fixed, a
+  short search: NOTES measured 0.2 s on a 604-task CNN) so that a rejected hint is
+  reported, not silently lost. Presolve probing is off (on that CNN it took 29 s before
+  any search and the solver returned UNKNOWN although the hint was feasible). By default
+  the limit is in CP-SAT's *deterministic* time (``DET_PER_SECOND``), so the same command
+  gives the same schedule whatever the load and worker count; a wall-clock limit of
+  ``wall_factor`` × the limit stops it on a very slow machine, and the status says so.
 * **Extract**: placement and per-core order, ASAP retimed (never later, and canonical for
   materialization); the result always holds at least the hint.
 
@@ -138,58 +128,33 @@ def symmetric_lane_classes(graph: ComputeGraph, cands: list[list[int]]) -> list[
     for t, task in enumerate(graph.tasks):
         if task.batch < 0 or t in graph.local_reads:
             continue
-        key = (
-            task.batch, task.cost_ns, task.shared_ns, task.weights, tuple(cands[t]),
-            tuple(sorted(graph.preds[t])), tuple(sorted(graph.succs[t])),
-        )
+        key = (task.batch, task.cost_ns, task.shared_ns, task.weights, tuple(cands[t]),
+               tuple(sorted(graph.preds[t])), tuple(sorted(graph.succs[t])))
         groups.setdefault(key, []).append(t)
     return [g for g in groups.values() if len(g) > 1]
 
 
-@dataclass
-class _Data:
-    """Everything the model is built from, shaped once."""
+class _Model:
+    """The CP-SAT model (module docstring) with its hint: the initial plan, interchangeable
+    lanes relabelled into start order."""
 
-    graph: ComputeGraph
-    target: Target
-    initial: MergeScheduleResult
-    cands: list[list[int]]
-    model_name: str
-    classes: list[list[int]]
-    head: list[int]
-    tail: list[int]
-    ub: int
-    lb: int
-    edge_flit_cycles: dict[tuple[int, int], int]
-    hint_core: list[int] = field(default_factory=list)
-    hint_start: list[int] = field(default_factory=list)
-
-    @classmethod
-    def build(cls, graph: ComputeGraph, target: Target, initial: MergeScheduleResult,
-              cands: list[list[int]], model_name: str, opts: CpSatOptions) -> _Data:
-        classes = symmetric_lane_classes(graph, cands) if opts.lane_symmetry else []
-        # Hint: the initial plan, with interchangeable lanes relabelled into start order.
-        hint_core = list(initial.core_of)
-        hint_start = list(initial.start_ns)
-        for members in classes:
+    def __init__(self, graph: ComputeGraph, target: Target, initial: MergeScheduleResult,
+                 cands: list[list[int]], model_name: str, opts: CpSatOptions) -> None:
+        self.graph, self.target, self.cands, self.model_name = graph, target, cands, model_name
+        self.with_injection = opts.injection
+        self.classes = symmetric_lane_classes(graph, cands) if opts.lane_symmetry else []
+        self.hint_core = list(initial.core_of)
+        self.hint_start = list(initial.start_ns)
+        for members in self.classes:
             slots = sorted((initial.start_ns[t], initial.core_of[t]) for t in members)
             for t, (s, p) in zip(members, slots, strict=True):
-                hint_start[t], hint_core[t] = s, p
-        flits = {e: -(-b // target.flit_bytes) * target.flit_cycles
-                 for e, b in graph.largest_message().items()}
-        ub = max(initial.makespan_ns, max(
-            (s + d for s, d in zip(hint_start, graph.max_durations(), strict=True)), default=0))
-        return cls(graph, target, initial, cands, model_name, classes, graph.top_levels(),
-                   graph.bottom_levels(), ub, lower_bounds(graph, target).makespan_ns, flits,
-                   hint_core, hint_start)
-
-
-class _Model:
-    """The CP-SAT model of one :class:`_Data` (module docstring), with its hint."""
-
-    def __init__(self, data: _Data, injection: bool) -> None:
-        self.d = data
-        self.with_injection = injection
+                self.hint_start[t], self.hint_core[t] = s, p
+        self.edge_flit_cycles = {e: -(-b // target.flit_bytes) * target.flit_cycles
+                                 for e, b in graph.largest_message().items()}
+        self.head, self.tail = graph.top_levels(), graph.bottom_levels()
+        self.ub = max(initial.makespan_ns, max((s + d for s, d in zip(
+            self.hint_start, graph.max_durations(), strict=True)), default=0))
+        self.lb = lower_bounds(graph, target).makespan_ns
         self.m = cp_model.CpModel()
         self.hints: list[tuple[cp_model.IntVar, int]] = []
         self.variables()
@@ -199,15 +164,16 @@ class _Model:
 
     # -- variables ----------------------------------------------------------------------------
     def variables(self) -> None:
-        d, m = self.d, self.m
-        g, n = d.graph, d.graph.num_tasks
-        self.start = [m.new_int_var(d.head[t], max(d.head[t], d.ub - d.tail[t]), f"start_{t}")
+        m = self.m
+        g, n = self.graph, self.graph.num_tasks
+        head, tail = self.head, self.tail
+        self.start = [m.new_int_var(head[t], max(head[t], self.ub - tail[t]), f"start_{t}")
                       for t in range(n)]
         self.x: list[dict[int, cp_model.IntVar]] = [
-            {p: m.new_bool_var(f"x_{t}_{p}") for p in d.cands[t]} for t in range(n)]
+            {p: m.new_bool_var(f"x_{t}_{p}") for p in self.cands[t]} for t in range(n)]
         self.same: dict[tuple[int, int], cp_model.IntVar] = {}
         self.dist: dict[tuple[int, int], tuple[cp_model.IntVar, cp_model.IntVar]] = {}
-        rows, cols = d.target.mesh_rows, d.target.mesh_cols
+        rows, cols = self.target.mesh_rows, self.target.mesh_cols
         for e in g.edges:
             u, v = e.src, e.dst
             self.same[(u, v)] = m.new_bool_var(f"same_{u}_{v}")
@@ -226,11 +192,11 @@ class _Model:
             size = m.new_int_var(cost, cost + sum(ns for _, ns in extra), f"size_{t}")
             m.add(size == cost + sum(ns * self.same[(g.fragments[f].producer, t)]
                                      for f, ns in extra))
-            end = m.new_int_var(d.head[t] + cost, d.ub, f"end_{t}")
+            end = m.new_int_var(self.head[t] + cost, self.ub, f"end_{t}")
             m.add(end == self.start[t] + size)
             self.size.append(size)
             self.end.append(end)
-        self.makespan = m.new_int_var(d.lb, d.ub, "makespan")
+        self.makespan = m.new_int_var(self.lb, self.ub, "makespan")
         self.readers: list[list[int]] = [[] for _ in g.fragments]
         for v, frags in enumerate(g.reads):
             for f in frags:
@@ -244,14 +210,14 @@ class _Model:
         if self.with_injection:
             self.injection()
         self.capacity()
-        for members in self.d.classes:
+        for members in self.classes:
             for a, b in itertools.pairwise(members):
                 self.m.add(self.start[a] <= self.start[b])
 
     def placement(self) -> None:
         """Exactly one core per task; one task at a time per core."""
-        d, m, g = self.d, self.m, self.d.graph
-        per_core: list[list[cp_model.IntervalVar]] = [[] for _ in range(d.target.num_cores)]
+        m, g = self.m, self.graph
+        per_core: list[list[cp_model.IntervalVar]] = [[] for _ in range(self.target.num_cores)]
         for t in range(g.num_tasks):
             m.add_exactly_one(self.x[t].values())
             extra = g.local_reads.get(t, [])
@@ -270,10 +236,10 @@ class _Model:
     def precedence(self) -> None:
         """``same`` tied to the placements; the free-link transfer of the edge's largest
         fragment between different cores (module docstring)."""
-        d, m = self.d, self.m
-        cols = d.target.mesh_cols
-        clock = d.target.clock_fraction
-        for e in d.graph.edges:
+        m = self.m
+        cols = self.target.mesh_cols
+        clock = self.target.clock_fraction
+        for e in self.graph.edges:
             u, v = e.src, e.dst
             xu, xv, same = self.x[u], self.x[v], self.same[(u, v)]
             if not set(xu) & set(xv):
@@ -288,21 +254,18 @@ class _Model:
                 if p not in xu:
                     m.add_bool_or([same.Not(), lit.Not()])
             dr, dc = self.dist[(u, v)]
-            row_u = sum((p // cols) * lit for p, lit in xu.items())
-            row_v = sum((p // cols) * lit for p, lit in xv.items())
-            col_u = sum((p % cols) * lit for p, lit in xu.items())
-            col_v = sum((p % cols) * lit for p, lit in xv.items())
-            m.add(dr >= row_u - row_v)
-            m.add(dr >= row_v - row_u)
-            m.add(dc >= col_u - col_v)
-            m.add(dc >= col_v - col_u)
+            for dist, axis in ((dr, lambda p: p // cols), (dc, lambda p: p % cols)):
+                at_u = sum(axis(p) * lit for p, lit in xu.items())
+                at_v = sum(axis(p) * lit for p, lit in xv.items())
+                m.add(dist >= at_u - at_v)
+                m.add(dist >= at_v - at_u)
             m.add(clock.numerator * (self.start[v] - self.end[u])
-                  >= clock.denominator * (d.edge_flit_cycles[(u, v)] * (1 - same)
-                                          + d.target.hop_cycles * (dr + dc)))
+                  >= clock.denominator * (self.edge_flit_cycles[(u, v)] * (1 - same)
+                                          + self.target.hop_cycles * (dr + dc)))
 
     def shared_memory(self) -> None:
         """The stores of graph outputs, one at a time chip-wide, at the end of their task."""
-        g, m = self.d.graph, self.m
+        g, m = self.graph, self.m
         stores = [m.new_interval_var(self.end[t] - task.shared_ns, task.shared_ns, self.end[t],
                                      f"store_{t}")
                   for t, task in enumerate(g.tasks) if task.shared_ns]
@@ -315,25 +278,25 @@ class _Model:
         × makespan). A fragment read on another core leaves its producer's core at least
         once (``remote``); counting it once is exact for one remote core and a relaxation
         for more, so the model's bound stays a bound."""
-        d, m, g = self.d, self.m, self.d.graph
+        m, g = self.m, self.graph
         load: dict[int, list[cp_model.LinearExprT]] = {}
         for f, frag in enumerate(g.fragments):
             u = frag.producer
             readers = [v for v in self.readers[f] if (u, v) in self.same]
-            ser = d.target.ns(-(-frag.bytes // d.target.flit_bytes) * d.target.flit_cycles)
+            ser = self.target.ns(-(-frag.bytes // self.target.flit_bytes) * self.target.flit_cycles)
             if not readers or not ser:
                 continue
             remote = m.new_bool_var(f"remote_{f}")
             for v in readers:
                 m.add_implication(self.same[(u, v)].Not(), remote)
-            leaves = any(d.hint_core[v] != d.hint_core[u] for v in readers)
+            leaves = any(self.hint_core[v] != self.hint_core[u] for v in readers)
             self.hints.append((remote, int(leaves)))
             for p, lit in self.x[u].items():
                 out = m.new_bool_var(f"out_{f}_{p}")
                 m.add_bool_or([lit.Not(), remote.Not(), out])
-                self.hints.append((out, int(leaves and d.hint_core[u] == p)))
+                self.hints.append((out, int(leaves and self.hint_core[u] == p)))
                 load.setdefault(p, []).append(ser * out)
-        rows, cols = d.target.mesh_rows, d.target.mesh_cols
+        rows, cols = self.target.mesh_rows, self.target.mesh_cols
         for p, terms in load.items():
             r, c = divmod(p, cols)
             links = (r > 0) + (r < rows - 1) + (c > 0) + (c < cols - 1)
@@ -341,9 +304,9 @@ class _Model:
 
     def capacity(self) -> None:
         """Tile-presence literals where a core's candidate tiles could exceed its crossbars."""
-        d, m, g = self.d, self.m, self.d.graph
-        cap = d.target.crossbars_per_core
-        for p in range(d.target.num_cores):
+        m, g = self.m, self.graph
+        cap = self.target.crossbars_per_core
+        for p in range(self.target.num_cores):
             users: dict[int, list[int]] = {}
             for t in range(g.num_tasks):
                 if p in self.x[t]:
@@ -357,38 +320,38 @@ class _Model:
                 for t in ts:
                     m.add_implication(self.x[t][p], y)
                 present.append(y)
-                self.hints.append((y, int(any(d.hint_core[t] == p for t in ts))))
+                self.hints.append((y, int(any(self.hint_core[t] == p for t in ts))))
             m.add(sum(present) <= cap)
 
     # -- objective and hint ------------------------------------------------------------------
     def objective(self) -> None:
-        g = self.d.graph
+        g = self.graph
         for t in range(g.num_tasks):
             if not g.succs[t]:
                 self.m.add(self.makespan >= self.end[t])
         self.m.minimize(self.makespan)
 
     def add_hints(self) -> None:
-        d, m = self.d, self.m
-        cols = d.target.mesh_cols
-        for t in range(d.graph.num_tasks):
-            m.add_hint(self.start[t], d.hint_start[t])
+        m = self.m
+        cols = self.target.mesh_cols
+        for t in range(self.graph.num_tasks):
+            m.add_hint(self.start[t], self.hint_start[t])
             for p, lit in self.x[t].items():
-                m.add_hint(lit, int(p == d.hint_core[t]))
+                m.add_hint(lit, int(p == self.hint_core[t]))
         for (u, v), same in self.same.items():
-            pu, pv = d.hint_core[u], d.hint_core[v]
+            pu, pv = self.hint_core[u], self.hint_core[v]
             dr, dc = self.dist[(u, v)]
             self.hints += [(same, int(pu == pv)), (dr, abs(pu // cols - pv // cols)),
                            (dc, abs(pu % cols - pv % cols))]
-        dur = d.graph.durations(d.hint_core)
+        dur = self.graph.durations(self.hint_core)
         for t, size in enumerate(self.size):
             end = self.end[t]
             if isinstance(size, cp_model.IntVar) and isinstance(end, cp_model.IntVar):
-                self.hints += [(size, dur[t]), (end, d.hint_start[t] + dur[t])]
+                self.hints += [(size, dur[t]), (end, self.hint_start[t] + dur[t])]
         for var, val in self.hints:
             m.add_hint(var, val)
-        m.add_hint(self.makespan, max(d.lb, max(
-            (s + x for s, x in zip(d.hint_start, dur, strict=True)), default=0)))
+        m.add_hint(self.makespan, max(self.lb, max(
+            (s + x for s, x in zip(self.hint_start, dur, strict=True)), default=0)))
 
     # -- solve ---------------------------------------------------------------------------------
     def solver(self, opts: CpSatOptions, limit: float) -> cp_model.CpSolver:
@@ -397,7 +360,7 @@ class _Model:
         prm.num_workers = opts.num_workers
         prm.random_seed = opts.seed
         prm.cp_model_probing_level = 0
-        if self.d.model_name != "full":
+        if self.model_name != "full":
             # candidate sets already break the cores' symmetry; finding what is left took
             # most of the presolve on the examples
             prm.symmetry_level = 0
@@ -463,8 +426,7 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
                          f"NOT RUN (the {model_name} model has {pairs} task-core pairs, more "
                          f"than max_model_pairs={opts.max_model_pairs}; PEFT schedule returned)",
                          time.perf_counter() - t0, model_name, [], bound=-1)
-    data = _Data.build(graph, target, initial, cands, model_name, opts)
-    model = _Model(data, opts.injection)
+    model = _Model(graph, target, initial, cands, model_name, opts)
     notes = []
     if model_name != "full":
         notes.append(f"bound holds for the {model_name} candidate-core model only")
@@ -504,8 +466,7 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
 
 def _extract(model: _Model, solver: cp_model.CpSolver, status: str, elapsed: float,
              notes: list[str]) -> MergeScheduleResult:
-    d = model.d
-    g, target = d.graph, d.target
+    g, target = model.graph, model.target
     n = g.num_tasks
     core_of = [next(p for p, lit in model.x[t].items() if solver.boolean_value(lit))
                for t in range(n)]
@@ -521,7 +482,7 @@ def _extract(model: _Model, solver: cp_model.CpSolver, status: str, elapsed: flo
     result = MergeScheduleResult.build(
         g, target, core_of, starts, solver="cpsat", status=status,
         bound_ns=int(solver.best_objective_bound), objective_ns=int(solver.objective_value),
-        solve_seconds=elapsed, model=d.model_name, notes=notes)
+        solve_seconds=elapsed, model=model.model_name, notes=notes)
     errors = validate_schedule(g, target, result)
     if errors:
         raise RuntimeError(f"CP-SAT schedule failed validation: {errors[0]}")

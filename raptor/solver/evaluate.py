@@ -70,10 +70,9 @@ class LowerBounds:
 def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
     """Every bound of :class:`LowerBounds`; O((T + E) log E)."""
     graph.freeze()
-    total = sum(graph.costs())
+    costs = graph.costs()
     tail = graph.bottom_levels()
     head = fan_in_heads(graph, target)
-    costs = graph.costs()
     stores = sorted((head[t] + costs[t] - task.shared_ns, task.shared_ns)
                     for t, task in enumerate(graph.tasks) if task.shared_ns)
     memory, after = 0, 0
@@ -82,12 +81,10 @@ def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
         memory = max(memory, release + after)
     n_w = len(graph.distinct_weights())
     return LowerBounds(
-        critical_path_ns=max(tail, default=0),
-        work_per_core_ns=-(-total // target.num_cores),
+        critical_path_ns=max(tail, default=0), work_per_core_ns=-(-sum(costs) // target.num_cores),
         min_cores=-(-n_w // target.crossbars_per_core),
         fan_in_ns=max((h + t for h, t in zip(head, tail, strict=True)), default=0),
-        shared_memory_ns=memory,
-    )
+        shared_memory_ns=memory)
 
 
 def fan_in_heads(graph: ComputeGraph, target: Target) -> list[int]:
@@ -150,14 +147,11 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         t = stack.pop()
         done += 1
         end = start[t] + dur[t]
-        for s, _ in graph.succs[t]:
-            start[s] = max(start[s], end + delay[(t, s)])
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                stack.append(s)
-        s = nxt[t]
-        if s >= 0:
-            start[s] = max(start[s], end)
+        after = [(s, end + delay[(t, s)]) for s, _ in graph.succs[t]]
+        if nxt[t] >= 0:
+            after.append((nxt[t], end))
+        for s, ready in after:
+            start[s] = max(start[s], ready)
             indeg[s] -= 1
             if indeg[s] == 0:
                 stack.append(s)
@@ -178,27 +172,18 @@ def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
     graph.freeze()
     costs = graph.costs()
     per_core = [sum(costs[t] for t in tasks) for tasks in schedule.core_tasks]
-    transfer = sum(
-        target.transfer_ns(e.bytes, schedule.core_of[e.src], schedule.core_of[e.dst])
-        for e in graph.edges
-    )
+    transfer = sum(target.transfer_ns(e.bytes, schedule.core_of[e.src], schedule.core_of[e.dst])
+                   for e in graph.edges)
     start = retime(graph, target, schedule.core_of, schedule.core_tasks)
     dur = graph.durations(schedule.core_of)
     completion = max((s + c for s, c in zip(start, dur, strict=True)), default=0)
-    xbars = sum(
-        len(frozenset().union(*(graph.tasks[t].weights for t in tasks)))
-        for tasks in schedule.core_tasks
-        if tasks
-    )
+    xbars = sum(len(frozenset().union(*(graph.tasks[t].weights for t in tasks)))
+                for tasks in schedule.core_tasks if tasks)
     return ScheduleEvaluation(
-        serial_work_ns=sum(costs),
-        per_core_work_ns=per_core,
-        critical_path_ns=max(graph.bottom_levels(), default=0),
-        transfer_work_ns=transfer,
-        completion_ns=completion,
-        cores_used=sum(1 for tasks in schedule.core_tasks if tasks),
-        crossbars_used=xbars,
-    )
+        serial_work_ns=sum(costs), per_core_work_ns=per_core,
+        critical_path_ns=max(graph.bottom_levels(), default=0), transfer_work_ns=transfer,
+        completion_ns=completion, cores_used=sum(1 for tasks in schedule.core_tasks if tasks),
+        crossbars_used=xbars)
 
 
 def validate_schedule(graph: ComputeGraph, target: Target, schedule: Placement) -> list[str]:
@@ -237,10 +222,8 @@ def validate_schedule(graph: ComputeGraph, target: Target, schedule: Placement) 
     for e in graph.edges:
         delay = delays[(e.src, e.dst)]
         if start[e.dst] < end[e.src] + delay:
-            errors.append(
-                f"edge {e.src} -> {e.dst}: start {start[e.dst]} < end {end[e.src]} + "
-                f"transfer {delay}"
-            )
+            errors.append(f"edge {e.src} -> {e.dst}: start {start[e.dst]} < end {end[e.src]} + "
+                          f"transfer {delay}")
     for core, tasks in enumerate(schedule.core_tasks):
         for a, b in itertools.pairwise(tasks):
             if start[b] < end[a]:

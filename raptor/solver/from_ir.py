@@ -4,6 +4,7 @@ publication map (`raptor.passes.projection`), costs from `raptor.solver.costs`."
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from raptor.ir.core import Value
@@ -29,18 +30,6 @@ class GraphBuild:
     mvms: int = 0
     fragment_keys: list[FragmentKey] = field(default_factory=list)
     """Per fragment id of the graph, what travels (see `fragment_key`)."""
-
-
-def _bytes(t: TensorType) -> int:
-    return t.nbytes
-
-
-def _box_bytes(box: Box, v: Value) -> int:
-    t = v.tensor
-    n = 1
-    for s in box.sizes:
-        n *= s
-    return n * t.itemsize
 
 
 FragmentKey = tuple[int, int, int, tuple[tuple[int, ...], tuple[int, ...]] | None]
@@ -69,11 +58,10 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
     tiles: dict[str, int] = {}
     graph = ComputeGraph()
     outputs = output_pieces(proj, func)
-    store_ns: dict[int, int] = {}
+    store_ns: Counter[int] = Counter()
     for pieces in outputs:
         for p in pieces:
-            store_ns[p.producer] = store_ns.get(p.producer, 0) + \
-                shared_write_ns(target, _bytes(p.fragment))
+            store_ns[p.producer] += shared_write_ns(target, p.fragment.nbytes)
     mvms = 0
     per_op: dict[int, tuple[int, int, set[Value]]] = {}  # every lane of an op costs the same
     for inst in proj.instances:
@@ -85,21 +73,22 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
                 {o.weight for o in op.body.walk() if isinstance(o, MvmOp)})
         body_cost, body_mvms, mvm_weights = known
         mvms += body_mvms
-        cost = body_cost + store_ns.get(inst.id, 0)
+        cost = body_cost + store_ns[inst.id]
         weights: set[int] = set()
         args = op.body.args[1:] if inst.lane is not None else op.body.args
         for use in inst.uses:
             if use.kind == "arg":
                 if all(use.box.sizes):
-                    cost += shared_read_ns(target, _box_bytes(use.box, use.value))
+                    nbytes = math.prod(use.box.sizes) * use.value.tensor.itemsize
+                    cost += shared_read_ns(target, nbytes)
             elif use.kind == "placed":
-                cost += sum(target.local_copy_ns(_bytes(p.fragment)) for p in use.pieces)
+                cost += sum(target.local_copy_ns(p.fragment.nbytes) for p in use.pieces)
             elif use.kind == "weight" and args[use.index] in mvm_weights:
                 owner = use.value.owner
                 assert isinstance(owner, WeightOp)
                 weights.add(tiles.setdefault(owner.symbol, len(tiles)))
         graph.add_task(inst.name, cost, weights=frozenset(weights), batch=inst.batch,
-                       lane=inst.lane or 0, shared_ns=store_ns.get(inst.id, 0))
+                       lane=inst.lane or 0, shared_ns=store_ns[inst.id])
     # One fragment per (producer, result, slot, crop): what materialization sends once per
     # destination core (raptor.passes.materialize keys its messages the same way).
     # Ids follow the keys' order, as materialization orders a producer's equally urgent sends.
@@ -109,13 +98,12 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
         for use in inst.uses:
             for p in use.pieces:
                 if p.producer != inst.id:
-                    frag_bytes[fragment_key(p)] = _bytes(p.fragment)
-                    frag_numel[fragment_key(p)] = math.prod(p.sizes) if p.crop else \
-                        p.fragment.numel
+                    frag_bytes[fragment_key(p)] = p.fragment.nbytes
+                    frag_numel[fragment_key(p)] = math.prod(p.sizes) if p.crop else p.fragment.numel
     keys = sorted(frag_bytes, key=lambda k: (*k[:3], k[3] or ((), ())))
     frag_ids = {key: graph.add_fragment(key[0], frag_bytes[key]) for key in keys}
     for inst in proj.instances:
-        reads: dict[int, int] = {}
+        reads: Counter[int] = Counter()
         for use in inst.uses:
             for p in use.pieces:
                 if p.producer == inst.id:
@@ -123,13 +111,12 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
                 fid = frag_ids[fragment_key(p)]
                 # a crop of a local value is copied out, then inserted (materialize.gather)
                 twice = p.crop is not None and not (len(use.pieces) == 1 and p.box == use.box)
-                reads[fid] = reads.get(fid, 0) + \
-                    (target.local_copy_ns(_bytes(p.fragment)) if twice else 0)
-        per_producer: dict[int, int] = {}
+                reads[fid] += target.local_copy_ns(p.fragment.nbytes) if twice else 0
+        per_producer: Counter[int] = Counter()
         for fid, local_ns in reads.items():
             graph.add_read(inst.id, fid, local_ns)
             frag = graph.fragments[fid]
-            per_producer[frag.producer] = per_producer.get(frag.producer, 0) + frag.bytes
+            per_producer[frag.producer] += frag.bytes
         for u, nbytes in sorted(per_producer.items()):
             graph.add_edge(u, inst.id, nbytes)
     graph.memory = memory_demand(func, proj, [frag_numel[k] for k in keys], target)

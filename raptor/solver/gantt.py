@@ -23,6 +23,7 @@ _LEFT = 62
 _RIGHT = 18
 _TOP = 54
 _AXIS = 34
+_PLOT_W = WIDTH - _LEFT - _RIGHT
 
 WORK, MEMORY, BLOCKED = "work", "memory", "blocked"
 """Bar kinds: work is coloured by its key; memory and blocked have fixed colours."""
@@ -106,22 +107,13 @@ def stage_rows(rows: Sequence[int], stage_of_core: Sequence[int] | None
 
 @dataclass(frozen=True)
 class _Frame:
-    """Where a chart's parts go: `row_of` maps a core to its row (top to bottom) of the
-    `rows` shown, `scale` is pixels per ns."""
+    """Where a chart's parts go: `row_of` maps each core shown to its row (top to bottom),
+    `scale` is pixels per ns, the time axis runs at `axis_y` (below the rows)."""
 
     row_of: Mapping[int, int]
-    rows: int
     row_h: int
-    plot_w: int
     scale: float
-
-    @property
-    def plot_h(self) -> int:
-        return self.row_h * self.rows
-
-    @property
-    def axis_y(self) -> int:
-        return _TOP + self.plot_h
+    axis_y: int
 
 
 def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arrow], *,
@@ -136,12 +128,11 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
     names = names or {}
     row_h = 16 if len(rows) <= 40 else 12
     span = max(span, 1)
-    plot_w = WIDTH - _LEFT - _RIGHT
-    frame = _Frame({c: i for i, c in enumerate(rows)}, len(rows), row_h, plot_w, plot_w / span)
+    frame = _Frame({c: i for i, c in enumerate(rows)}, row_h, _PLOT_W / span,
+                   _TOP + row_h * len(rows))
     entries = _legend_entries(bars, arrows, legend, colours)
-    per_col = max(1, plot_w // 190)
-    legend_h = 18 * math.ceil(len(entries) / per_col)
-    height = _TOP + frame.plot_h + _AXIS + legend_h + 10
+    per_col = max(1, _PLOT_W // 190)
+    height = frame.axis_y + _AXIS + 18 * math.ceil(len(entries) / per_col) + 10
     every = max(1, -(-len(arrows) // max_arrows))  # spread over the run, not one burst
     drawn = sorted(arrows, key=lambda a: (a.t0, a.src, a.dst, a.t1))[::every]
     note = subtitle
@@ -159,10 +150,9 @@ def _legend_entries(bars: Sequence[Bar], arrows: Sequence[Arrow], legend: Mappin
     fixed kinds present, messages."""
     used = {b.key for b in bars if b.kind == WORK}
     kinds = {b.kind for b in bars}
-    keys = [k for k in legend if k in used]
     extra = [(FIXED[k], name) for k, name in ((MEMORY, "shared memory load / store"),
                                                (BLOCKED, "blocked (waiting)")) if k in kinds]
-    entries = [(colours.get(k, "#999999"), legend[k]) for k in keys] + extra
+    entries = [(colours.get(k, "#999999"), legend[k]) for k in legend if k in used] + extra
     if arrows:
         entries.append((_MESSAGE, "message"))
     return entries
@@ -179,8 +169,8 @@ def _header(frame: _Frame, height: int, title: str, note: str) -> list[str]:
            '<defs><marker id="head" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="5" '
            f'markerHeight="5" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="{_MESSAGE}"/>'
            "</marker></defs>"]
-    for i in range(1, frame.rows, 2):
-        out.append(f'<rect x="{_LEFT}" y="{_TOP + i * frame.row_h}" width="{frame.plot_w}" '
+    for i in range(1, len(frame.row_of), 2):
+        out.append(f'<rect x="{_LEFT}" y="{_TOP + i * frame.row_h}" width="{_PLOT_W}" '
                    f'height="{frame.row_h}" fill="#f5f5f5"/>')
     return out
 
@@ -199,9 +189,9 @@ def _axis(frame: _Frame, span: int) -> list[str]:
         out.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle" '
                    f'fill="#333333">{_num(t / per)}</text>')
         t += step
-    out.append(f'<line x1="{_LEFT}" y1="{axis_y}" x2="{_LEFT + frame.plot_w}" y2="{axis_y}" '
+    out.append(f'<line x1="{_LEFT}" y1="{axis_y}" x2="{_LEFT + _PLOT_W}" y2="{axis_y}" '
                'stroke="#666666"/>')
-    out.append(f'<text x="{_LEFT + frame.plot_w}" y="{axis_y + 30}" text-anchor="end" '
+    out.append(f'<text x="{_LEFT + _PLOT_W}" y="{axis_y + 30}" text-anchor="end" '
                f'fill="#333333">time ({unit})</text>')
     return out
 
@@ -216,7 +206,7 @@ def _row_labels(frame: _Frame, names: Mapping[int, str]) -> list[str]:
         name = names.get(c, f"core {c}")
         group = name.split()[0]
         if names and prev is not None and group != prev:
-            out.append(f'<line x1="0" y1="{y}" x2="{_LEFT + frame.plot_w}" y2="{y}" '
+            out.append(f'<line x1="0" y1="{y}" x2="{_LEFT + _PLOT_W}" y2="{y}" '
                        'stroke="#555555" stroke-width="1"/>')
         prev = group
         out.append(f'<text x="{_LEFT - 6}" y="{y + row_h - 4}" text-anchor="end" '
@@ -268,16 +258,12 @@ def _legend(entries: Sequence[tuple[str, str]], top: int, per_col: int) -> list[
         x = _LEFT + (k % per_col) * 190
         y = top + (k // per_col) * 18
         out.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{fill}"/>')
-        out.append(f'<text x="{x + 17}" y="{y + 10}">{escape(_short(name, 28))}</text>')
+        label = name if len(name) <= 28 else name[:27] + "…"
+        out.append(f'<text x="{x + 17}" y="{y + 10}">{escape(label)}</text>')
     return out
 
 
-def _short(text: str, n: int) -> str:
-    return text if len(text) <= n else text[:n - 1] + "…"
-
-
-def _merged(bars: Sequence[Bar], row_of: Mapping[int, int], tiny: float
-            ) -> list[tuple[Bar, int]]:
+def _merged(bars: Sequence[Bar], row_of: Mapping[int, int], tiny: float) -> list[tuple[Bar, int]]:
     """Runs of same-colour bars on a row that touch (gap under `tiny` ns) where one of them
     is under `tiny` wide, as one bar with the run's length."""
     out: list[tuple[Bar, int]] = []
@@ -292,8 +278,7 @@ def _merged(bars: Sequence[Bar], row_of: Mapping[int, int], tiny: float
             if cur is not None and b.key == cur.key and b.kind == cur.kind \
                     and b.start - cur.end <= tiny \
                     and min(b.end - b.start, cur.end - cur.start) < tiny:
-                cur = Bar(row, cur.start, max(cur.end, b.end), cur.key, cur.label, "",
-                          cur.kind)
+                cur = Bar(row, cur.start, max(cur.end, b.end), cur.key, cur.label, "", cur.kind)
                 n += 1
                 continue
             if cur is not None:
@@ -321,8 +306,7 @@ def gantt_svg(graph: ComputeGraph, schedule: MergeScheduleResult, *,
                 for t in range(n)]
     legend = dict(legend) if legend is not None else {k: k for k in dict.fromkeys(keys)}
     bars = [Bar(schedule.core_of[t], begin[t], end[t], keys[t], legend.get(keys[t], keys[t]),
-                f"task {t} ({graph.tasks[t].name}) lane {graph.tasks[t].lane}")
-            for t in range(n)]
+                f"task {t} ({graph.tasks[t].name}) lane {graph.tasks[t].lane}") for t in range(n)]
     sent: dict[tuple[int, int], Arrow] = {}  # one message per (producer, consumer core)
     for e in graph.edges if transfers else ():
         a, b = schedule.core_of[e.src], schedule.core_of[e.dst]

@@ -12,18 +12,11 @@ import random
 from raptor.solver.graph import ComputeGraph
 
 
-def random_layered_dag(
-    n_tasks: int,
-    seed: int,
-    *,
-    width: int = 8,
-    max_lanes: int = 4,
-    cost_range: tuple[int, int] = (100, 3000),
-    tiles_per_batch: tuple[int, int] = (0, 3),
-    bytes_range: tuple[int, int] = (8, 2048),
-    max_preds: int = 3,
-    symmetric: bool = False,
-) -> ComputeGraph:
+def random_layered_dag(n_tasks: int, seed: int, *, width: int = 8, max_lanes: int = 4,
+                       cost_range: tuple[int, int] = (100, 3000),
+                       tiles_per_batch: tuple[int, int] = (0, 3),
+                       bytes_range: tuple[int, int] = (8, 2048), max_preds: int = 3,
+                       symmetric: bool = False) -> ComputeGraph:
     """About ``n_tasks`` tasks (exactly, the last batch is truncated) in layers of ~``width``."""
     rng = random.Random(seed)
     g = ComputeGraph()

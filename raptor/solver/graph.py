@@ -1,17 +1,12 @@
 """IR-independent scheduling graph: one task per lane instance, weighted dependency edges.
 
-The IR → ComputeGraph projection (publication map) lives outside the solver; everything in
-``raptor.solver`` reads only this structure, so schedulers can be tested on synthetic graphs.
+Schedulers read only this structure (`raptor.solver.from_ir` builds it from IR), so they can
+be tested on synthetic graphs. Build with `add_task` / `add_edge`, then `freeze` (checks ids
+and acyclicity; parallel edges merge, summing their bytes: one transfer carries them all).
 
-Build with :meth:`ComputeGraph.add_task` / :meth:`ComputeGraph.add_edge`, then call
-:meth:`ComputeGraph.freeze` (checks ids, acyclicity, and computes the topological order and
-adjacency arrays that the algorithms use). Parallel edges between the same pair are merged by
-summing their bytes, since one producer → consumer transfer carries all of them.
-
-Edges carry dependencies; *fragments* say what travels. A fragment is a piece of one
-producer's output that crosses the mesh as one message per destination core, however many
-tasks on that core read it (:meth:`ComputeGraph.add_fragment`, :meth:`ComputeGraph.add_read`).
-A graph without declared fragments gets one per edge (every edge its own message).
+Edges carry dependencies; *fragments* say what travels: a piece of one producer's output that
+crosses the mesh as one message per destination core, however many tasks there read it
+(`add_fragment`, `add_read`). A graph without declared fragments gets one per edge.
 """
 
 from __future__ import annotations
@@ -105,15 +100,8 @@ class ComputeGraph:
     def num_tasks(self) -> int:
         return len(self.tasks)
 
-    def add_task(
-        self,
-        name: str,
-        cost_ns: int,
-        weights: Iterable[int] = (),
-        batch: int = -1,
-        lane: int = 0,
-        shared_ns: int = 0,
-    ) -> int:
+    def add_task(self, name: str, cost_ns: int, weights: Iterable[int] = (), batch: int = -1,
+                 lane: int = 0, shared_ns: int = 0) -> int:
         """Append a task and return its id."""
         if self._frozen:
             raise GraphError("graph is frozen")
@@ -257,10 +245,7 @@ class ComputeGraph:
         return [t.cost_ns for t in self.tasks]
 
     def distinct_weights(self) -> frozenset[int]:
-        out: set[int] = set()
-        for t in self.tasks:
-            out |= t.weights
-        return frozenset(out)
+        return frozenset[int]().union(*(t.weights for t in self.tasks))
 
     def top_levels(self) -> list[int]:
         """Earliest start of each task on unlimited cores without communication."""

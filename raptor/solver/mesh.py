@@ -27,14 +27,11 @@ class Mesh:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.rows = target.mesh_rows
-        self.cols = target.mesh_cols
-        self.P = target.num_cores
+        self.rows, self.cols, self.P = target.mesh_rows, target.mesh_cols, target.num_cores
         self._r = np.arange(self.P, dtype=np.int64) // self.cols
         self._c = np.arange(self.P, dtype=np.int64) % self.cols
         clock = target.clock_fraction
-        self._num = clock.numerator
-        self._den = clock.denominator
+        self._num, self._den = clock.numerator, clock.denominator
         # Per-hop ns used inside the transform: ns(hop_cycles) >= the exact share of one hop,
         # so lookahead estimates round the same way as real transfers (never optimistic).
         self.hop_ns = target.ns(target.hop_cycles)
@@ -55,8 +52,7 @@ class Mesh:
 
     def hops_from(self, src_core: int) -> IntArray:
         """Hop counts from ``src_core`` to every core (O(P), no P × P matrix)."""
-        out: IntArray = (np.abs(self._r - self._r[src_core])
-                         + np.abs(self._c - self._c[src_core]))
+        out: IntArray = (np.abs(self._r - self._r[src_core]) + np.abs(self._c - self._c[src_core]))
         return out
 
     def mean_hop_cycles(self) -> int:
@@ -78,9 +74,8 @@ class Mesh:
     def comm_rows(self, src_core: int, flit_cycles: IntArray) -> IntArray:
         """Transfer ns from ``src_core`` to every core, one row per message (by its flit
         cycles, see :meth:`flit_cycles`)."""
-        fl = flit_cycles
         hop_cycles = self.hops_from(src_core) * self.target.hop_cycles
-        out = self.ns(hop_cycles[None, :] + fl[:, None])
+        out = self.ns(hop_cycles[None, :] + flit_cycles[:, None])
         out[:, src_core] = 0
         return out
 

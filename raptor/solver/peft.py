@@ -34,36 +34,23 @@ follow t on one core), so every child is priced as if it runs on the best core n
 including p itself at flit cost, which keeps the pull towards producers, free cores and
 resident tiles without that bias.
 
-Communication (:mod:`raptor.solver.comm`, the model the simulator is predicted with). A task's
-data-ready time on a core counts each fragment it reads once per core: a fragment already
-on that core (produced there, or received for another task) is ready when it arrived; only
-the others need a new message. The vectorized pass prices those messages over free links;
-then the cores are judged in order of that score with the new messages reserved on the XY
-links (cut-through, with insertion into idle link time, as core time is reserved) and the
-task's output stores reserved on the shared memory, stopping at the first core whose
-free-link score cannot win (reservations only ever delay). Committing a placement reserves
-its messages for good, so later tasks see the contention it causes. The plan is what the
-scheduler reserved; :func:`raptor.solver.comm.replay` judges it as the simulator runs it
-(``MergeScheduleResult.estimate_ns``), and the better of the greedy and packed runs by that
-judgement is returned.
+Communication (:mod:`raptor.solver.comm`). A fragment already on a core (produced or
+received there) is ready when it arrived; only the others need a new message. The vectorized
+pass prices those over free links; the best cores by that score are then judged with the
+messages reserved on the XY links and the output stores on the shared memory (``SHORTLIST``),
+and the commit keeps the reservations, so later tasks see the contention it causes.
+:func:`raptor.solver.comm.replay` judges each run as the simulator runs it
+(``MergeScheduleResult.estimate_ns``); the better of the greedy and packed runs is returned.
 
-Local memory. When the graph carries a memory model (:class:`raptor.solver.graph.MemoryDemand`,
-which `raptor.solver.from_ir` attaches), the replay that judges the runs posts receives only
-as they fit each core's memory (:mod:`raptor.solver.comm`), and the best run is also tried
-with every task that has no crossbar tiles (and at most 2, or any number of, predecessors)
-moved right after its last-ending producer on that producer's core
-(:func:`follow_producers`), each kept only if it replays faster. List scheduling puts such
-cheap tasks wherever they can start first, which leaves the fragments they read waiting in
-a busy core's memory; next to their producer they wait far less.
+Local memory. With a :class:`raptor.solver.graph.MemoryDemand`, the best run is also tried
+with cheap tasks moved after their producer (:func:`follow_producers`), kept if it replays
+faster.
 
-Capacity. Reusing a resident tile takes no new crossbar slot. If greedy placement ever finds no
-core with room (and, as an alternative kept when better, whenever the tiles fill at least half
-of the chip), the scheduler restarts from a constructive packing of all tile sets
-(largest-weight-first, reuse-first best fit; then the reverse order, then at most 16
-single-choice deviations within 65,536 core-candidate checks) whose residency is pinned, so
-every task always has a feasible core; remaining room is still used for replicas. When even
-that fails, :class:`CapacityError` explains with numbers. ``eft_schedule`` is the same
-scheduler with the lookahead switched off (same priorities), to measure what it buys.
+Capacity. Reusing a resident tile takes no new crossbar slot. When greedy placement finds no
+core with room (and, kept when better, whenever the tiles fill half of the chip), the
+scheduler restarts from a pinned constructive packing (:func:`pack_tiles`), so every task has
+a feasible core; remaining room still holds replicas. ``eft_schedule`` is the same scheduler
+with the lookahead switched off (same priorities), to measure what it buys.
 """
 
 from __future__ import annotations
@@ -90,9 +77,7 @@ class CapacityError(ValueError):
 
 
 class _NoRoom(Exception):
-    def __init__(self, task: int) -> None:
-        super().__init__(task)
-        self.task = task
+    """Greedy placement found no core for the task (``args[0]``)."""
 
 
 def check_capacity(graph: ComputeGraph, target: Target) -> None:
@@ -102,14 +87,12 @@ def check_capacity(graph: ComputeGraph, target: Target) -> None:
     if n_w > target.crossbar_capacity:
         raise CapacityError(
             f"model needs {n_w} distinct crossbar tiles but the target has {target.num_cores} "
-            f"cores x {cap} crossbars = {target.crossbar_capacity}"
-        )
+            f"cores x {cap} crossbars = {target.crossbar_capacity}")
     for task in graph.tasks:
         if len(task.weights) > cap:
             raise CapacityError(
                 f"task {task.id} ({task.name}) needs {len(task.weights)} crossbar tiles at once "
-                f"but a core has {cap} crossbars"
-            )
+                f"but a core has {cap} crossbars")
 
 
 class _Tiles:
@@ -119,9 +102,8 @@ class _Tiles:
         ids = sorted(graph.distinct_weights())
         dense = {w: i for i, w in enumerate(ids)}
         self.count = len(ids)
-        self.of_task: list[IntArray] = [
-            np.array(sorted(dense[w] for w in t.weights), dtype=np.int64) for t in graph.tasks
-        ]
+        self.of_task: list[IntArray] = [np.array(sorted(dense[w] for w in t.weights),
+                                                 dtype=np.int64) for t in graph.tasks]
         self.key: list[tuple[int, ...]] = [tuple(a.tolist()) for a in self.of_task]
 
 
@@ -166,10 +148,8 @@ def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
             ok = np.nonzero(need <= room)[0].tolist()
             if not ok:
                 return None, decision
-            if balance:
-                ranked = sorted(ok, key=lambda p: (-int(have[p]), load[p], p))
-            else:
-                ranked = sorted(ok, key=lambda p: (-int(have[p]), int(room[p] - need[p]), p))
+            tie = load if balance else (room - need).tolist()  # least work, or best fit
+            ranked = sorted(ok, key=lambda p: (-int(have[p]), tie[p], p))
             pick = ranked[1] if decision == deviate and len(ranked) > 1 else ranked[0]
             nres[pick] += int(need[pick])
             res[pick, idx] = True
@@ -191,22 +171,20 @@ def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
         raise CapacityError(
             f"could not pack {len(sets)} tile sets ({tiles.count} distinct crossbar tiles, "
             f"largest set {len(sets[0])}) into {P} cores x {cap} crossbars = {P * cap} within "
-            f"{PACK_DEVIATIONS} retries / {checks} core checks (bounded search, not a proof)"
-        )
+            f"{PACK_DEVIATIONS} retries / {checks} core checks (bounded search, not a proof)")
     return res
 
 
-def _eligibility(tiles: _Tiles, resident: BoolArray, cap: int) -> BoolArray:
-    """(tasks × cores): the task's tiles are resident or fit in the free room."""
-    room = cap - resident.sum(axis=1)
-    out = np.ones((len(tiles.of_task), resident.shape[0]), dtype=np.bool_)
+def _fits(tiles: _Tiles, resident: BoolArray, room: IntArray, tasks: list[int]) -> BoolArray:
+    """(tasks × cores): each task's tiles are resident or fit in the free ``room``."""
+    out = np.ones((len(tasks), resident.shape[0]), dtype=np.bool_)
     cache: dict[tuple[int, ...], BoolArray] = {}
-    for t, k in enumerate(tiles.key):
+    for i, t in enumerate(tasks):
+        k = tiles.key[t]
         if k:
             if k not in cache:
-                idx = tiles.of_task[t]
-                cache[k] = len(k) - resident[:, idx].sum(axis=1) <= room
-            out[t] = cache[k]
+                cache[k] = len(k) - resident[:, tiles.of_task[t]].sum(axis=1) <= room
+            out[i] = cache[k]
     return out
 
 
@@ -237,14 +215,13 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
 
 def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
     """HEFT upward rank: cost plus the longest path below with mean cross-core transfers."""
-    P = mesh.P
     mean_hop_cycles = mesh.mean_hop_cycles()
     rank = np.zeros(graph.num_tasks, dtype=np.int64)
     costs = graph.costs()
     for t in reversed(graph.topo_order):
         below = 0
         for c, b in graph.succs[t]:
-            comm = mesh.target.ns(mean_hop_cycles + mesh.flit_cycles(b)) if P > 1 else 0
+            comm = mesh.target.ns(mean_hop_cycles + mesh.flit_cycles(b)) if mesh.P > 1 else 0
             below = max(below, comm + int(rank[c]))
         rank[t] = costs[t] + below
     return rank
@@ -262,14 +239,7 @@ class _Cores:
     def earliest(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
         start: IntArray = np.maximum(ready, self.last_end)
         for p in np.nonzero((ready < self.last_end) & (self.gap_max >= d) & feasible)[0]:
-            r = int(ready[p])
-            gs_list, ge_list = self.gap_start[p], self.gap_end[p]
-            # Gaps are disjoint and sorted, so ends are sorted too: skip those ending too soon.
-            for i in range(bisect.bisect_left(ge_list, r + d), len(ge_list)):
-                s = max(gs_list[i], r)
-                if s + d <= ge_list[i]:
-                    start[p] = s
-                    break
+            start[p] = self.earliest_on(int(p), int(ready[p]), d)
         return start
 
     def occupy(self, p: int, s: int, e: int) -> None:
@@ -288,15 +258,14 @@ class _Cores:
         gs_list[i : i + 1] = [a for a, _ in pieces]
         ge_list[i : i + 1] = [b for _, b in pieces]
         if ge - gs == self.gap_max[p]:
-            self.gap_max[p] = max(
-                (b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0
-            )
+            self.gap_max[p] = max((b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0)
 
     def earliest_on(self, p: int, ready: int, d: int) -> int:
         """Earliest start >= ``ready`` of ``d`` idle ns on core ``p``."""
         if ready >= self.last_end[p] or self.gap_max[p] < d:
             return max(ready, int(self.last_end[p]))
         gs_list, ge_list = self.gap_start[p], self.gap_end[p]
+        # Gaps are disjoint and sorted, so ends are sorted too: skip those ending too soon.
         for i in range(bisect.bisect_left(ge_list, ready + d), len(ge_list)):
             s = max(gs_list[i], ready)
             if s + d <= ge_list[i]:
@@ -317,7 +286,7 @@ class _ListScheduler:
 
     def __init__(self, graph: ComputeGraph, target: Target, mesh: Mesh, tiles: _Tiles,
                  lookahead: bool, pinned: BoolArray | None) -> None:
-        self.g, self.target, self.mesh, self.tiles = graph, target, mesh, tiles
+        self.g, self.mesh, self.tiles = graph, mesh, tiles
         self.lookahead = lookahead
         n, P = graph.num_tasks, mesh.P
         self.P, self.cap = P, target.crossbars_per_core
@@ -327,30 +296,27 @@ class _ListScheduler:
             self.oct_table = static_oct(graph, mesh, None)
         else:
             self.resident = pinned.copy()
-            self.oct_table = static_oct(graph, mesh, _eligibility(tiles, pinned, self.cap))
+            room = self.cap - pinned.sum(axis=1)
+            self.oct_table = static_oct(graph, mesh, _fits(tiles, pinned, room, list(range(n))))
         self.nres = self.resident.sum(axis=1).astype(np.int64)
-        # Tiles not yet resident anywhere; replicas may only use room beyond what they need.
+        # Replicas (tiles already resident elsewhere) must leave room for the tiles with no
+        # home yet: enough free slots in total, and one core with room for the largest tile
+        # set that still has one (cheap guards; the packing fallback covers the rest).
         self.homed: BoolArray = self.resident.sum(axis=0) > 0
         self.unhomed = int(tiles.count - self.homed.sum())
-        # Replicas (tiles already resident elsewhere) must leave room for the tiles that still
-        # have no home: enough free slots in total, and one core with room for the largest
-        # tile set that still has an unhomed tile (cheap guards; the packing fallback covers
-        # the rest).
         self.pending = sorted({k for k in tiles.key if k}, key=len, reverse=True)
         self.pending_pos = 0
         self.rank = upward_rank(graph, mesh)
         self.topo_pos = np.empty(n, dtype=np.int64)
         self.topo_pos[graph.topo_order] = np.arange(n)
         self.succ_ids = [np.array([c for c, _ in s], dtype=np.int64) for s in graph.succs]
-        self.succ_flit_cycles = [
-            np.array([mesh.flit_cycles(b) for _, b in s], dtype=np.int64) for s in graph.succs
-        ]
+        self.succ_flit_cycles = [np.array([mesh.flit_cycles(b) for _, b in s], dtype=np.int64)
+                                 for s in graph.succs]
         self.succ_flit_ns = [mesh.ns(f) for f in self.succ_flit_cycles]
         self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
         self.pred_ready = np.zeros((n, P), dtype=np.int64)
         self.cores = _Cores(P)
-        self.net = Network(target)
-        self.links = LinkPlanner(self.net)
+        self.links = LinkPlanner(Network(target))
         self.memory = Timelines(1)
         self.core_of = [-1] * n
         self.start = [0] * n
@@ -363,7 +329,6 @@ class _ListScheduler:
         self.frag_flits = [mesh.flit_cycles(frag.bytes) for frag in graph.fragments]
         self.frag_producer = [frag.producer for frag in graph.fragments]
         self.frag_bytes = [frag.bytes for frag in graph.fragments]
-
         self._rows: dict[tuple[int, int], IntArray] = {}
         self.all_cores = np.ones(P, dtype=np.bool_)
         self.no_need = np.zeros(P, dtype=np.int64)
@@ -371,8 +336,7 @@ class _ListScheduler:
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
         indeg = [len(p) for p in g.preds]
-        heap = [(-int(self.rank[t]), int(self.topo_pos[t]), t) for t in range(n)
-                if indeg[t] == 0]
+        heap = [(-int(self.rank[t]), int(self.topo_pos[t]), t) for t in range(n) if indeg[t] == 0]
         heapq.heapify(heap)
         while heap:
             _, _, t = heapq.heappop(heap)
@@ -385,11 +349,8 @@ class _ListScheduler:
 
     def duration(self, t: int, p: int) -> int:
         """t's run time on p (local reads of cropped values cost an extra copy)."""
-        d = int(self.costs[t])
-        for f, ns in self.g.local_reads.get(t, ()):
-            if self.core_of[self.g.fragments[f].producer] == p:
-                d += ns
-        return d
+        return int(self.costs[t]) + sum(ns for f, ns in self.g.local_reads.get(t, ())
+                                        if self.core_of[self.g.fragments[f].producer] == p)
 
     def place(self, t: int) -> None:
         d = int(self.costs[t]) + sum(ns for _, ns in self.g.local_reads.get(t, ()))
@@ -401,12 +362,6 @@ class _ListScheduler:
         self.commit(t, p, start, need)
 
     # -- phases ------------------------------------------------------------------------------
-    def need_on(self, idx: IntArray) -> IntArray:
-        if len(idx) == 0:
-            return self.no_need
-        out: IntArray = len(idx) - self.resident[:, idx].sum(axis=1)
-        return out
-
     def candidates(self, t: int) -> tuple[BoolArray, IntArray]:
         """Cores where t's tiles are resident or fit without stranding a tile that has no
         home yet, and how many new slots each would take."""
@@ -414,20 +369,17 @@ class _ListScheduler:
         if not len(idx):
             return self.all_cores, self.no_need
         room = self.cap - self.nres
-        need = self.need_on(idx)
+        need: IntArray = len(idx) - self.resident[:, idx].sum(axis=1)
         first = int((~self.homed[idx]).sum())
         pending = self.pending
-        while self.pending_pos < len(pending) and \
-                self.homed[list(pending[self.pending_pos])].all():
+        while self.pending_pos < len(pending) and self.homed[list(pending[self.pending_pos])].all():
             self.pending_pos += 1
         largest = len(pending[self.pending_pos]) if self.pending_pos < len(pending) else 0
         top = np.sort(room)[-2:] if self.P > 1 else np.array([0, room[0]])
         best_other = np.where(room == top[-1], top[0], top[-1])
-        feasible = (need <= room) & (
-            (need == first)
-            | ((int(room.sum()) - need >= self.unhomed - first)
-               & (np.maximum(room - need, best_other) >= largest))
-        )
+        feasible = (need <= room) & ((need == first)
+                                     | ((int(room.sum()) - need >= self.unhomed - first)
+                                        & (np.maximum(room - need, best_other) >= largest)))
         if not feasible.any():
             raise _NoRoom(t)
         return feasible, need
@@ -436,8 +388,7 @@ class _ListScheduler:
         key = (src, flits)
         row = self._rows.get(key)
         if row is None:
-            row = self._rows[key] = self.mesh.comm_rows(
-                src, np.array([flits], dtype=np.int64))[0]
+            row = self._rows[key] = self.mesh.comm_rows(src, np.array([flits], dtype=np.int64))[0]
         return row
 
     def data_ready(self, t: int) -> IntArray:
@@ -464,16 +415,7 @@ class _ListScheduler:
         np.maximum(slack, 0, out=slack)
         slack += self.costs[cs][:, None] + self.oct_table[cs]
         if self.succ_has_tiles[t]:
-            room = self.cap - self.nres
-            elig = np.ones((len(cs), self.P), dtype=np.bool_)
-            cache: dict[tuple[int, ...], BoolArray] = {}
-            for i, c in enumerate(cs.tolist()):
-                k = self.tiles.key[c]
-                if k:
-                    if k not in cache:
-                        cache[k] = self.need_on(self.tiles.of_task[c]) <= room
-                    elig[i] = cache[k]
-            slack[~elig] = INF
+            slack[~_fits(self.tiles, self.resident, self.cap - self.nres, cs.tolist())] = INF
         np.minimum(slack, INF, out=slack)
         # est >= eft, and est is beyond INF wherever t itself does not fit.
         out: IntArray = eft + (self.succ_flit_ns[t][:, None]
@@ -575,7 +517,7 @@ def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool) -> Merg
     try:
         keep(*_ListScheduler(graph, target, mesh, tiles, lookahead, None).run())
     except _NoRoom as exc:
-        notes.append(f"capacity fallback: greedy placement found no room for task {exc.task}")
+        notes.append(f"capacity fallback: greedy placement found no room for task {exc.args[0]}")
     # Under crossbar pressure greedy replication strands later tasks on the few cores that
     # hold their tiles; a work-balanced packing decided up front often schedules better, so
     # both are tried when the tiles fill at least half of the chip (the better estimate wins).

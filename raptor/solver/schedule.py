@@ -8,6 +8,7 @@ batch implies neither core identity nor order, so runs are computed from the sch
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -70,22 +71,10 @@ class MergeScheduleResult:
     (the scheduler's times, exact without contention)."""
 
     @classmethod
-    def build(
-        cls,
-        graph: ComputeGraph,
-        target: Target,
-        core_of: Sequence[int],
-        start_ns: Sequence[int],
-        *,
-        solver: str,
-        status: str,
-        bound_ns: int | None = None,
-        objective_ns: int | None = None,
-        solve_seconds: float = 0.0,
-        model: str = "",
-        notes: Sequence[str] = (),
-        communication: bool = True,
-    ) -> MergeScheduleResult:
+    def build(cls, graph: ComputeGraph, target: Target, core_of: Sequence[int],
+              start_ns: Sequence[int], *, solver: str, status: str, bound_ns: int | None = None,
+              objective_ns: int | None = None, solve_seconds: float = 0.0, model: str = "",
+              notes: Sequence[str] = (), communication: bool = True) -> MergeScheduleResult:
         """Derive order, markers, classes and costs from a placement and start times.
         ``communication=False`` skips the communication model (``estimate_ns`` is then the
         plan's makespan and the summary has no message figures): pipeline results, whose
@@ -94,36 +83,21 @@ class MergeScheduleResult:
         n = graph.num_tasks
         core_tasks = core_order(graph, target, core_of, start_ns)
         last = [tasks[-1] if tasks else -1 for tasks in core_tasks]
+        batch = [task.batch for task in graph.tasks]
         classes: list[EquivalenceClass] = []
         for core, tasks in enumerate(core_tasks):
-            run: list[int] = []
-            for t in tasks:
-                b = graph.tasks[t].batch
-                if run and (b < 0 or graph.tasks[run[0]].batch != b):
-                    classes.append(EquivalenceClass(core, graph.tasks[run[0]].batch, run))
-                    run = []
-                run.append(t)
-            if run:
-                classes.append(EquivalenceClass(core, graph.tasks[run[0]].batch, run))
+            # a run shares one batch; a task without one (-1) is a run of its own (key ~t)
+            for _, group in itertools.groupby(tasks, lambda t: batch[t] if batch[t] >= 0 else ~t):
+                run = list(group)
+                classes.append(EquivalenceClass(core, batch[run[0]], run))
         dur = graph.durations(core_of)
         end = [start_ns[t] + dur[t] for t in range(n)]
-        result = cls(
-            solver=solver,
-            status=status,
-            core_of=list(core_of),
-            start_ns=list(start_ns),
-            end_ns=end,
-            core_tasks=core_tasks,
-            makespan_ns=max(end, default=0),
-            last_task=last,
-            equivalence_classes=classes,
-            summary={},
-            bound_ns=bound_ns,
-            objective_ns=objective_ns,
-            solve_seconds=solve_seconds,
-            model=model,
-            notes=list(notes),
-        )
+        result = cls(solver=solver, status=status, core_of=list(core_of),
+                     start_ns=list(start_ns), end_ns=end, core_tasks=core_tasks,
+                     makespan_ns=max(end, default=0), last_task=last,
+                     equivalence_classes=classes, summary={}, bound_ns=bound_ns,
+                     objective_ns=objective_ns, solve_seconds=solve_seconds, model=model,
+                     notes=list(notes))
         ev = evaluate_schedule(graph, target, result)
         summary: dict[str, int] = {"makespan_ns": result.makespan_ns}
         result.estimate_ns = result.makespan_ns
@@ -131,22 +105,14 @@ class MergeScheduleResult:
             comm = replay(graph, target, result.core_of, result.core_tasks, result.start_ns)
             result.estimate_ns = comm.makespan_ns
             util_max, util_mean = comm.link_utilization()
-            summary.update({
-                "estimate_ns": comm.makespan_ns,
-                "bytes_moved": comm.bytes_moved,
-                "messages": comm.messages,
-                "link_busy_max_ns": max(comm.link_busy_ns, default=0),
-                "link_util_max_permille": round(1000 * util_max),
-                "link_util_mean_permille": round(1000 * util_mean)})
-        summary.update({
-            "completion_ns": ev.completion_ns,
-            "serial_work_ns": ev.serial_work_ns,
-            "max_core_work_ns": ev.max_core_work_ns,
-            "critical_path_ns": ev.critical_path_ns,
-            "transfer_work_ns": ev.transfer_work_ns,
-            "cores_used": ev.cores_used,
-            "crossbars_used": ev.crossbars_used,
-        })
+            summary.update(estimate_ns=comm.makespan_ns, bytes_moved=comm.bytes_moved,
+                           messages=comm.messages,
+                           link_busy_max_ns=max(comm.link_busy_ns, default=0),
+                           link_util_max_permille=round(1000 * util_max),
+                           link_util_mean_permille=round(1000 * util_mean))
+        summary.update({k: getattr(ev, k) for k in (
+            "completion_ns", "serial_work_ns", "max_core_work_ns", "critical_path_ns",
+            "transfer_work_ns", "cores_used", "crossbars_used")})
         result.summary = summary
         return result
 
