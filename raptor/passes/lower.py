@@ -22,6 +22,8 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import accumulate
 
 import numpy as np
 
@@ -242,7 +244,7 @@ class Lowering:
                     raise LoweringError(f"plan {plan.name!r}: output {o} of shape "
                                         f"{list(self.g.values[o].shape)} is too large")
             stats = PlanStats(plan.name, plan.kind, [self.values[n].shape for n in plan.inputs],
-                              self.out_shape(plan))
+                              tuple(self.g.values[plan.outputs[0]].shape))
             act = fused.get(plan.outputs[0])
             if act is not None:
                 stats.fused = act.kind
@@ -284,9 +286,6 @@ class Lowering:
             skip.add(self.g.plans.index(us[0]))
         return fused, skip
 
-    def out_shape(self, plan: Plan, k: int = 0) -> tuple[int, ...]:
-        return tuple(self.g.values[plan.outputs[k]].shape)
-
     def input(self, plan: Plan, k: int) -> Value:
         """Operand k as this plan reads it: row fragments directly when producer and consumer
         agree on NHWCRowStrip, else the dense storage of the value."""
@@ -326,19 +325,11 @@ class Emit:
     lw: Lowering
     stats: PlanStats
 
-    @property
-    def b(self) -> Builder:
-        return self.lw.b
-
-    @property
-    def target(self) -> Target:
-        return self.lw.target
-
     def input(self, plan: Plan, k: int) -> Value:
         return self.lw.input(plan, k)
 
     def out(self, plan: Plan, k: int = 0) -> tuple[int, ...]:
-        return self.lw.out_shape(plan, k)
+        return tuple(self.lw.g.values[plan.outputs[k]].shape)
 
     def weight(self, symbol: str, data: np.ndarray, tile: bool = False) -> Value:
         symbol = sanitize(symbol)
@@ -350,13 +341,13 @@ class Emit:
         if tile:
             self.lw.tiles[symbol] = (int(arr.shape[0]), int(arr.shape[1]))
             self.stats.crossbars += 1
-        return self.b.weight(symbol, _t(arr.shape))
+        return self.lw.b.weight(symbol, _t(arr.shape))
 
     def batch(self, lanes: int, inputs: Sequence[Value], out_shape: Sequence[int],
               body: BatchBody, mvms_per_lane: int = 0) -> Value:
         """One assembly batch: `body(builder, lane, in_args)` returns the fragment and its
         logical offsets; the fragment's shape (padded to the result rank) is the size."""
-        op, lb = self.b.graph_batch(lanes, inputs, [_t(out_shape)], assembly=True)
+        op, lb = self.lw.b.graph_batch(lanes, inputs, [_t(out_shape)], assembly=True)
         frag, offsets = body(lb, op.lane, op.in_args)
         sizes = list(frag.shape)
         if len(sizes) != len(out_shape):
@@ -371,7 +362,7 @@ class Emit:
     def compute(self, inputs: Sequence[Value], out_shapes: Sequence[Sequence[int]],
                 body: Callable[[Builder, list[Value]], list[Value]]) -> list[Value]:
         """One graph compute (a single instance)."""
-        op, cb = self.b.graph_compute(inputs, [_t(s) for s in out_shapes])
+        op, cb = self.lw.b.graph_compute(inputs, [_t(s) for s in out_shapes])
         cb.yield_(body(cb, op.body.args))
         self.lw.layer_of[op] = self.stats
         self.stats.lanes += 1
@@ -427,6 +418,13 @@ def _activation(b: Builder, v: Value, act: Plan | None) -> Value:
     return b.unary(op, v, attrs)
 
 
+def _tail(b: Builder, y: Value, bias: list[Value], act: Plan | None) -> Value:
+    """The last stage of a matrix plan: its bias (when given) and fused activation."""
+    for c in bias:
+        y = b.binary("vadd", y, c, y.tensor)
+    return _activation(b, y, act)
+
+
 Lowerer = Callable[[Emit, Plan, Plan | None], list[Value]]
 """`lower(emit, plan, fused_activation)`: the plan's output values."""
 LOWERERS: dict[str, Lowerer] = {}
@@ -462,11 +460,7 @@ def _reduce_partials(em: Emit, partials: list[Value], bias: Value | None,
 
             def body(b: Builder, xs: list[Value], tail: bool = last_stage) -> Value:
                 s = b.binary("vadd", xs[0], xs[1])
-                if tail:
-                    if len(xs) > 2:
-                        s = b.binary("vadd", s, xs[2], s.tensor)
-                    s = _activation(b, s, act)
-                return s
+                return _tail(b, s, xs[2:], act) if tail else s
 
             nxt.append(em.rowwise(ops, a.shape, body))
         if len(partials) % 2:
@@ -551,8 +545,8 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
                             "output channels")
     # weights once, shared by every image
     columns: list[ColumnBlock] = []
-    for bi, blk in enumerate(_group_blocks(em.target, w, group)):
-        grid = _tiles(em.target, blk.matrix)
+    for bi, blk in enumerate(_group_blocks(em.lw.target, w, group)):
+        grid = _tiles(em.lw.target, blk.matrix)
         for ci in range(len(grid[0])):
             m0, mt = grid[0][ci][1], grid[0][ci][2].shape[1]
             bvec = None
@@ -607,10 +601,7 @@ def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile,
             mat = b.extract(mat, [first, 0], [kt, ow])
         mat = b.transpose(mat, [1, 0])
         y = b.mvm(args[1], mat)
-        if tail:
-            if len(args) > 2:
-                y = b.binary("vadd", y, args[2], y.tensor)
-            y = _activation(b, y, act)
+        y = _tail(b, y, args[2:], act) if tail else y
         return b.reshape(b.transpose(y, [1, 0]), _t((1, mt, 1, ow)))
 
     return _window_rows(em, ins, slab, win, 0.0, (1, mt, oh, ow), body, ow)
@@ -662,7 +653,7 @@ def _gemm(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
           act: Plan | None, out_shape: tuple[int, ...]) -> Value:
     m, _ = x.shape
     n = w.shape[1]
-    grid = _tiles(em.target, w)
+    grid = _tiles(em.lw.target, w)
     full_bias = None
     if bias is not None:
         full_bias = np.broadcast_to(bias, (m, n)) if bias.ndim == 2 and bias.shape[0] > 1 \
@@ -691,13 +682,9 @@ def _gemm_batch(em: Emit, ins: list[Value], m: int, tile: Tile, tail: bool,
     def body(b: Builder, lane: Value, args: list[Value]) -> tuple[Value, list[AffineLike]]:
         v = b.extract(args[0], [lane, tile.row], [1, kt])
         y = b.mvm(args[1], v)
-        if tail:
-            if len(args) > 2:
-                bias = args[2]
-                if bias.shape[0] > 1:
-                    bias = b.extract(bias, [lane, 0], [1, mt])
-                y = b.binary("vadd", y, bias, y.tensor)
-            y = _activation(b, y, act)
+        if tail:  # a bias of one row per sample: this lane's row
+            y = _tail(b, y, [b.extract(c, [lane, 0], [1, mt]) if c.shape[0] > 1 else c
+                             for c in args[2:]], act)
         return y, [lane, 0]
 
     return em.batch(m, ins, (m, mt), body, mvms_per_lane=1)
@@ -904,7 +891,7 @@ def _pool(em: Emit, plan: Plan, kind: str) -> Value:
 
     # channels per lane: the most (dividing c) whose input window stays within an eighth of
     # a core's local memory, so that a wide map's pooling lane does not fill the core
-    cap = em.target.local_memory_bytes // 8 // max(1, -(-em.target.input_bits // 8))
+    cap = em.lw.target.local_memory_bytes // 8 // max(1, -(-em.lw.target.input_bits // 8))
     cg = max((d for d in range(1, c + 1) if c % d == 0 and d * kh * (wd + left + right) <= cap),
              default=1)
 
@@ -955,7 +942,7 @@ def _pool_plan(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 def _global_avgpool(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     x = em.input(plan, 0)
     _, c, h, wd = x.shape
-    chunk = max(d for d in range(1, min(c, em.target.vector_lanes) + 1) if c % d == 0)
+    chunk = max(d for d in range(1, min(c, em.lw.target.vector_lanes) + 1) if c % d == 0)
 
     def body(b: Builder, lane: Value, args: list[Value], n: int
              ) -> tuple[Value, list[AffineLike]]:
@@ -1039,26 +1026,19 @@ def _staged(em: Emit, x: Value) -> Value:
     return em.rowwise([x], x.shape, lambda b, xs: xs[0])
 
 
+def _along(b: Builder, v: Value, d: int, first: int, count: int, step: int = 1) -> Value:
+    """`count` entries of `v` along dimension `d` from `first`, `step` apart."""
+    offs, sizes, strides = [0] * len(v.shape), list(v.shape), [1] * len(v.shape)
+    offs[d], sizes[d], strides[d] = first, count, step
+    return b.extract(v, offs, sizes, strides)
+
+
 @lowers("split")
 def _split(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    x = em.input(plan, 0)
-    axis = int(plan.num("axis"))
-    sizes = plan.ints("sizes")
-    shape = x.shape
+    axis, sizes = int(plan.num("axis")), plan.ints("sizes")
     outs = [em.out(plan, k) for k in range(len(plan.outputs))]
-
-    def body(b: Builder, a: list[Value]) -> list[Value]:
-        res, start = [], 0
-        for n in sizes:
-            offs = [0] * len(shape)
-            offs[axis] = start
-            sz = list(shape)
-            sz[axis] = n
-            res.append(b.extract(a[0], offs, sz))
-            start += n
-        return res
-
-    return em.compute([x], outs, body)
+    return em.compute([em.input(plan, 0)], outs, lambda b, a: [
+        _along(b, a[0], axis, end - n, n) for end, n in zip(accumulate(sizes), sizes, strict=True)])
 
 
 @lowers("slice")
@@ -1072,16 +1052,7 @@ def _slice(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     def rev(b: Builder, a: list[Value]) -> list[Value]:
         v = a[0]
         for d, (st, sp) in enumerate(zip(starts, steps, strict=True)):
-            if sp < 0:
-                v = _reverse_dim(b, v, d, st, sp, out[d])
-            else:
-                offs = [0] * len(out)
-                offs[d] = st
-                sz = list(v.shape)
-                sz[d] = out[d]
-                stv = [1] * len(out)
-                stv[d] = sp
-                v = b.extract(v, offs, sz, stv)
+            v = _reverse_dim(b, v, d, st, sp, out[d]) if sp < 0 else _along(b, v, d, st, out[d], sp)
         return [v]
 
     return em.compute([x], [out], rev)
@@ -1089,14 +1060,7 @@ def _slice(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 
 def _reverse_dim(b: Builder, v: Value, d: int, start: int, step: int, n: int) -> Value:
     """Negative steps gather single slices in order (placement, no arithmetic)."""
-    shape = list(v.shape)
-    parts = []
-    for i in range(n):
-        offs = [0] * len(shape)
-        offs[d] = start + i * step
-        sz = list(shape)
-        sz[d] = 1
-        parts.append(b.extract(v, offs, sz))
+    parts = [_along(b, v, d, start + i * step, 1) for i in range(n)]
     return b.concat(parts, d) if n > 1 else parts[0]
 
 
@@ -1112,28 +1076,18 @@ def _pad(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 
     def body(b: Builder, a: list[Value]) -> list[Value]:
         v = a[0]
-        shape = list(v.shape)
         if min(pads) < 0:
             offs = [max(-lo, 0) for lo in begin]
             sizes = [d - max(-lo, 0) - max(-hi, 0)
-                     for d, lo, hi in zip(shape, begin, end, strict=True)]
+                     for d, lo, hi in zip(v.shape, begin, end, strict=True)]
             v = b.extract(v, offs, sizes)
-            shape = sizes
         lo_pads, hi_pads = [max(p, 0) for p in begin], [max(p, 0) for p in end]
         if mode == "constant":
             return [b.pad(v, lo_pads, hi_pads, plan.num("value"))]
         for d, (lo, hi) in enumerate(zip(lo_pads, hi_pads, strict=True)):
             if not lo and not hi:
                 continue
-            n = shape[d]
-
-            def rows(first: int, count: int, src: Value = v, d: int = d) -> Value:
-                offs = [0] * rank
-                offs[d] = first
-                sizes = list(src.shape)
-                sizes[d] = count
-                return b.extract(src, offs, sizes)
-
+            n, rows = v.shape[d], partial(_along, b, v, d)
             if mode == "wrap":
                 before = [rows(n - lo, lo)] if lo else []
                 after = [rows(0, hi)] if hi else []
@@ -1143,7 +1097,6 @@ def _pad(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
                 before = [rows(i, 1) for i in range(lo, 0, -1)]
                 after = [rows(n - 2 - i, 1) for i in range(hi)]
             v = b.concat([*before, v, *after], d)
-            shape[d] = n + lo + hi
         return [v]
 
     return em.compute([x], [em.out(plan)], body)
