@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import accumulate
+from itertools import accumulate, groupby
 
 import numpy as np
 
@@ -967,13 +967,7 @@ def _resize_nearest(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     rnd = str(plan.attrs["nearest_mode"])
     rows = nearest_indices(h, oh, float(scales[0]), mode, rnd)
     cols = nearest_indices(wd, ow, float(scales[1]), mode, rnd)
-    # runs of equal source columns: (source column, repeat)
-    runs: list[tuple[int, int]] = []
-    for col in cols.tolist():
-        if runs and runs[-1][0] == col:
-            runs[-1] = (col, runs[-1][1] + 1)
-        else:
-            runs.append((col, 1))
+    runs = [(col, len(list(g))) for col, g in groupby(cols.tolist())]  # (source column, repeat)
 
     def gather_row(b: Builder, src: Value, row: AffineLike, n: int) -> Value:
         parts = []
@@ -1010,9 +1004,7 @@ def _concat(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     concat still depend on (and receive) only the rows they read."""
     xs = [_staged(em, em.input(plan, k)) for k in range(len(plan.inputs))]
     axis = int(plan.num("axis"))
-    if len(xs) == 1:
-        return em.compute(xs, [em.out(plan)], lambda b, a: [a[0]])
-    return em.compute(xs, [em.out(plan)], lambda b, a: [b.concat(a, axis)])
+    return em.compute(xs, [em.out(plan)], lambda b, a: [b.concat(a, axis) if len(a) > 1 else a[0]])
 
 
 def _staged(em: Emit, x: Value) -> Value:
