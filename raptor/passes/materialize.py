@@ -47,6 +47,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from raptor.ir.core import Affine, Block, Operation, Value
 from raptor.ir.module import Module
@@ -73,6 +74,7 @@ from raptor.ir.ops import (
 from raptor.ir.types import INDEX, TensorType, Type
 from raptor.passes.projection import Box, InputUse, Instance, Piece, Projection
 
+OpT = TypeVar("OpT", bound=Operation)
 CropKey = tuple[tuple[int, ...], tuple[int, ...]]
 """(offsets inside the producer's whole fragment, sizes) of a cropped piece."""
 Message = tuple[int, int, int, CropKey | None]
@@ -83,13 +85,32 @@ def crop_key(p: Piece) -> CropKey | None:
     return None if p.crop is None else (p.crop, p.sizes)
 
 
-def _crop_op(whole: Value, p: Piece) -> ExtractSliceOp:
-    """The part of a whole local value that piece `p` reads (one copy)."""
-    assert p.crop is not None
-    part = Value(p.fragment, "part")
-    op = ExtractSliceOp(whole, part, tuple(map(Affine, p.crop)), p.sizes, (1,) * len(p.sizes))
-    part.owner = op
+def owned(op: OpT) -> OpT:
+    """`op`, made the owner of its results."""
+    op.own_results()
     return op
+
+
+def _slice(whole: Value, part: Value, offsets: Sequence[int]) -> ExtractSliceOp:
+    """The part of a whole local value at `offsets`, as large as `part` (one copy)."""
+    sizes = part.tensor.static_shape
+    return owned(ExtractSliceOp(whole, part, tuple(map(Affine, offsets)), sizes,
+                                (1,) * len(sizes)))
+
+
+def _insert(ops: list[Operation], src: Value, buf: Value, p: Piece, box: Box) -> Value:
+    """Appends to `ops` the insert of piece `p` (its value `src`) into `buf`, a buffer
+    spanning `box`; returns the filled buffer."""
+    offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, box.lo, strict=True))
+    op = owned(InsertSliceOp(src, buf, Value(buf.type, "buf"), offs, p.sizes, p.strides))
+    ops.append(op)
+    return op.result
+
+
+def _crop_op(whole: Value, p: Piece) -> ExtractSliceOp:
+    """The part of a whole local value that piece `p` reads."""
+    assert p.crop is not None
+    return _slice(whole, Value(p.fragment, "part"), p.crop)
 
 
 @dataclass
@@ -207,8 +228,7 @@ class Materializer:
             owner = v.owner
             assert isinstance(owner, WeightOp)
             got = Value(v.type, v.name)
-            self.top.append(WeightOp(got, owner.symbol))
-            got.owner = self.top[-1]
+            self.top.append(owned(WeightOp(got, owner.symbol)))
             self.weights[v] = got
         return got
 
@@ -285,8 +305,8 @@ class Materializer:
                     continue
                 bt = _box_type(use.box, vt)
                 loaded = Value(bt, "x")
-                body.append(self.arg_load(core, self.argmap[use.value], loaded, use.box.lo))
-                loaded.owner = body[-1]
+                body.append(owned(self.arg_load(core, self.argmap[use.value], loaded,
+                                                use.box.lo)))
                 local[use.index] = loaded
             else:
                 if not all(use.box.sizes):
@@ -298,8 +318,7 @@ class Materializer:
                     and p0.crop is not None and self.s.core_of[p0.producer] == core
                 buf = Value(bt, "buf")
                 if not single:
-                    body.append(EmptyOp(buf))
-                    buf.owner = body[-1]
+                    body.append(owned(EmptyOp(buf)))
                 for p in use.pieces:
                     frag, crop = self.piece_value(p, core)
                     a = Value(frag.type, "frag")
@@ -312,12 +331,7 @@ class Materializer:
                             buf = part.result
                             continue
                         a = part.result
-                    nxt = Value(bt, "buf")
-                    offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, use.box.lo,
-                                                                  strict=True))
-                    body.append(InsertSliceOp(a, buf, nxt, offs, p.sizes, p.strides))
-                    nxt.owner = body[-1]
-                    buf = nxt
+                    buf = _insert(body, a, buf, p, use.box)
                 local[use.index] = buf
         return ins, args, body, local
 
@@ -443,11 +457,7 @@ class Materializer:
         shape = whole.shape
         if any(o < 0 or o + n > m for o, n, m in zip(offs, box.sizes, shape, strict=True)):
             return None
-        part = Value(_box_type(box, whole.tensor), "buf")
-        op = ExtractSliceOp(whole, part, tuple(map(Affine, offs)), box.sizes,
-                            (1,) * len(box.sizes))
-        part.owner = op
-        return op
+        return _slice(whole, Value(_box_type(box, whole.tensor), "buf"), offs)
 
     @staticmethod
     def mergeable(run: list[Instance]) -> bool:
@@ -467,10 +477,8 @@ class Materializer:
         for i, inst in enumerate(run):
             first = self.events[inst.id][0]
             assert isinstance(first, ScheduledComputeOp)
-            for r, old in enumerate(first.outs):
-                view = LaneResultOp(old, batch.outs[r], i)
-                old.owner = view
-                ops.append(view)
+            ops.extend(owned(LaneResultOp(old, batch.outs[r], i))
+                       for r, old in enumerate(first.outs))
             ops.extend(self.events[inst.id][1:])  # its stores
         return ops
 
@@ -521,16 +529,12 @@ class Materializer:
             return whole.result
         ops.append(EmptyOp(buf))
         for p in pieces.values():
-            nxt = Value(buf.type, "buf")
-            offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, box.lo, strict=True))
             src, crop = self.piece_value(p, core)
             if crop is not None:
                 part = _crop_op(src, crop)
                 ops.append(part)
                 src = part.result
-            ops.append(InsertSliceOp(src, buf, nxt, offs, p.sizes, p.strides))
-            nxt.owner = ops[-1]
-            buf = nxt
+            buf = _insert(ops, src, buf, p, box)
         return buf
 
     def lane_batch(self, op: GraphComputeBatchOp, run: list[Instance], gathered: LaneInputs
@@ -572,10 +576,8 @@ class Materializer:
 
     def run(self) -> Module:
         for t in self.func.result_types:
-            buf = Value(self.io_type(t), "out")
-            self.top.append(AllocSharedOp(buf))
-            buf.owner = self.top[-1]
-            self.buffers.append(buf)
+            self.buffers.append(Value(self.io_type(t), "out"))
+            self.top.append(owned(AllocSharedOp(self.buffers[-1])))
         self.plan_messages()
         by_producer: dict[int, list[Message]] = {}
         for m in self.messages:
@@ -604,8 +606,7 @@ class Materializer:
                     send = ChannelSendOp(frag, q, seq, tuple(map(Affine, offs)), sizes,
                                          (1,) * len(sizes), msg)
                     got = Value(msg, f"r{u}")
-                recv = ChannelReceiveOp(got, p, seq)
-                got.owner = recv
+                recv = owned(ChannelReceiveOp(got, p, seq))
                 self.local[(u, r, q, crop)] = got
                 at = flow.sends.get(m) if flow is not None else None
                 if at is None:
