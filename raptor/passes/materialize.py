@@ -47,9 +47,10 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import TypeVar
 
-from raptor.ir.core import Affine, Block, Operation, Value
+from raptor.ir.core import Affine, Block, Location, Operation, Value
 from raptor.ir.module import Module
 from raptor.ir.ops import (
     AllocSharedOp,
@@ -85,10 +86,17 @@ def crop_key(p: Piece) -> CropKey | None:
     return None if p.crop is None else (p.crop, p.sizes)
 
 
-def owned(op: OpT) -> OpT:
-    """`op`, made the owner of its results."""
+def owned(op: OpT, loc: Location | None = None) -> OpT:
+    """`op`, made the owner of its results (at `loc`)."""
+    op.loc = loc
     op.own_results()
     return op
+
+
+def _published(op: GraphComputeBatchOp) -> list[Value]:
+    """Per result of a batch, the fragment its lane body publishes."""
+    pubs = {p.dest: p.source for p in op.body.ops if isinstance(p, ParallelInsertSliceOp)}
+    return [pubs[out] for out in op.out_args]
 
 
 def _slice(whole: Value, part: Value, offsets: Sequence[int]) -> ExtractSliceOp:
@@ -183,10 +191,7 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane
                 offs = [Affine(a.const - lo, a.terms) for a, lo in zip(offs, shift[src],
                                                                       strict=True)]
             changes[name] = tuple(offs)
-    new = dataclasses.replace(op, **changes)  # type: ignore[type-var]
-    new.loc = op.loc
-    new.own_results()
-    return new
+    return owned(dataclasses.replace(op, **changes), op.loc)  # type: ignore[type-var]
 
 
 class Materializer:
@@ -293,64 +298,50 @@ class Materializer:
         body: list[Operation] = []
         local: dict[int, Value] = {}
         for use in inst.uses:
-            vt = use.value.tensor
             if use.kind == "weight":
-                w = self.weight(use.value)
-                a = Value(w.type, "w")
-                ins.append(w)
-                args.append(a)
-                local[use.index] = a
-            elif use.kind == "arg":
-                if not all(use.box.sizes):
-                    continue
-                bt = _box_type(use.box, vt)
-                loaded = Value(bt, "x")
-                body.append(owned(self.arg_load(core, self.argmap[use.value], loaded,
-                                                use.box.lo)))
-                local[use.index] = loaded
-            else:
-                if not all(use.box.sizes):
-                    continue
-                bt = _box_type(use.box, vt)
-                p0 = use.pieces[0] if use.pieces else None
-                # a local crop that is the whole box becomes the buffer itself (one copy)
-                single = len(use.pieces) == 1 and p0 is not None and p0.box == use.box \
-                    and p0.crop is not None and self.s.core_of[p0.producer] == core
-                buf = Value(bt, "buf")
-                if not single:
-                    body.append(owned(EmptyOp(buf)))
-                for p in use.pieces:
-                    frag, crop = self.piece_value(p, core)
-                    a = Value(frag.type, "frag")
-                    ins.append(frag)
-                    args.append(a)
-                    if crop is not None:  # part of a whole local value
-                        part = _crop_op(a, crop)
-                        body.append(part)
-                        if single:  # the part is the whole box: one copy
-                            buf = part.result
-                            continue
-                        a = part.result
-                    buf = _insert(body, a, buf, p, use.box)
-                local[use.index] = buf
+                ins.append(self.weight(use.value))
+                args.append(Value(ins[-1].type, "w"))
+                local[use.index] = args[-1]
+                continue
+            if not all(use.box.sizes):
+                continue
+            bt = _box_type(use.box, use.value.tensor)
+            if use.kind == "arg":
+                local[use.index] = Value(bt, "x")
+                body.append(owned(self.arg_load(core, self.argmap[use.value],
+                                                local[use.index], use.box.lo)))
+                continue
+            p0 = use.pieces[0] if len(use.pieces) == 1 else None
+            # a local crop that is the whole box becomes the buffer itself (one copy)
+            single = p0 is not None and p0.box == use.box and p0.crop is not None \
+                and self.s.core_of[p0.producer] == core
+            buf = Value(bt, "buf")
+            if not single:
+                body.append(owned(EmptyOp(buf)))
+            for p in use.pieces:
+                frag, crop = self.piece_value(p, core)
+                ins.append(frag)
+                args.append(Value(frag.type, "frag"))
+                a = args[-1]
+                if crop is not None:  # part of a whole local value
+                    body.append(_crop_op(a, crop))
+                    a = body[-1].results()[0]
+                    if single:  # the part is the whole box: one copy
+                        buf = a
+                        continue
+                buf = _insert(body, a, buf, p, use.box)
+            local[use.index] = buf
         return ins, args, body, local
 
     def instance(self, inst: Instance) -> None:
         core = self.s.core_of[inst.id]
         op = inst.op
-        ins, args, gather, local = self.gather(inst, core)
-        is_batch = isinstance(op, GraphComputeBatchOp)
-        first = 1 if is_batch else 0
-        in_args = op.body.args[first:first + len(op.inputs)]
-        vmap: dict[Value, Value] = {}
-        shift: dict[Value, tuple[int, ...]] = {}
-        for use in inst.uses:
-            if use.index in local:
-                vmap[in_args[use.index]] = local[use.index]
-                if use.kind != "weight":
-                    shift[in_args[use.index]] = use.box.lo
-        lane = op.body.args[0] if is_batch else None
-        body_ops = list(gather)
+        ins, args, body_ops, local = self.gather(inst, core)
+        batch = op if isinstance(op, GraphComputeBatchOp) else None
+        in_args = batch.in_args if batch is not None else op.body.args[:len(op.inputs)]
+        vmap = {in_args[i]: v for i, v in local.items()}
+        shift = {local[u.index]: u.box.lo for u in inst.uses
+                 if u.index in local and u.kind != "weight"}
         yields: list[Value] = []
         for inner in op.body.ops:
             if isinstance(inner, ParallelInsertSliceOp):
@@ -358,19 +349,13 @@ class Materializer:
             if isinstance(inner, YieldOp):
                 yields = [vmap.get(v, v) for v in inner.values]
                 continue
-            body_ops.append(_clone(inner, vmap, lane, Affine(inst.lane or 0),
-                                   {vmap[a]: lo for a, lo in shift.items()}))
-        if is_batch:
-            assert isinstance(op, GraphComputeBatchOp)
-            for out in op.out_args:
-                pub = next(p for p in op.body.ops
-                           if isinstance(p, ParallelInsertSliceOp) and p.dest is out)
-                yields.append(vmap.get(pub.source, pub.source))
+            body_ops.append(_clone(inner, vmap, batch.lane if batch is not None else None,
+                                   Affine(inst.lane or 0), shift))
+        if batch is not None:
+            yields += [vmap.get(v, v) for v in _published(batch)]
         body_ops.append(YieldOp(yields))
         outs = [Value(v.type, f"t{inst.id}") for v in yields]
-        sc = ScheduledComputeOp(ins, outs, Block(args, body_ops))
-        sc.loc = op.loc
-        sc.own_results()
+        sc = owned(ScheduledComputeOp(ins, outs, Block(args, body_ops)), op.loc)
         for r, v in enumerate(outs):
             self.local[(inst.id, r, core, None)] = v
         ops: list[Operation] = [sc, *self.output_stores(core, inst, outs)]
@@ -487,31 +472,23 @@ class Materializer:
         """Per input of a run of lanes, one buffer holding the union of the lanes' boxes
         (a weight as it is)."""
         g = LaneInputs()
-        in_args = op.body.args[1:1 + len(op.inputs)]
         for k, use in enumerate(run[0].uses):
             uses = [i.uses[k] for i in run]
-            vt = use.value.tensor
             if use.kind == "weight":
-                w = self.weight(use.value)
-                g.ins.append(w)
-                g.local[use.index] = w
+                g.ins.append(self.weight(use.value))
+                g.local[use.index] = g.ins[-1]
                 continue
             if not all(use.box.sizes):
                 continue
-            box = uses[0].box
-            for u in uses[1:]:
-                box = box.union(u.box)
-            bt = _box_type(box, vt)
-            buf = Value(bt, "x" if use.kind == "arg" else "buf")
+            box = reduce(Box.union, (u.box for u in uses))
+            buf = Value(_box_type(box, use.value.tensor), "x" if use.kind == "arg" else "buf")
             if use.kind == "arg":
-                g.ops.append(self.arg_load(core, self.argmap[use.value], buf, box.lo))
+                g.ops.append(owned(self.arg_load(core, self.argmap[use.value], buf, box.lo)))
             else:
                 buf = self.union_of_pieces(core, uses, box, buf, g.ops)
             g.ins.append(buf)
             g.local[use.index] = buf
-            g.shift[in_args[use.index]] = box.lo
-        for o in g.ops:
-            o.own_results()
+            g.shift[op.in_args[use.index]] = box.lo
         return g
 
     def union_of_pieces(self, core: int, uses: list[InputUse], box: Box, buf: Value,
@@ -527,13 +504,12 @@ class Materializer:
         if whole is not None:  # one copy of the box out of a local value
             ops.append(whole)
             return whole.result
-        ops.append(EmptyOp(buf))
+        ops.append(owned(EmptyOp(buf)))
         for p in pieces.values():
             src, crop = self.piece_value(p, core)
             if crop is not None:
-                part = _crop_op(src, crop)
-                ops.append(part)
-                src = part.result
+                ops.append(_crop_op(src, crop))
+                src = ops[-1].results()[0]
             buf = _insert(ops, src, buf, p, box)
         return buf
 
@@ -542,16 +518,10 @@ class Materializer:
         """The run's lanes as one batch over the gathered buffers: `op`'s body with the
         lane index offset by the first lane and each lane's fragment published into its
         slot of an N x F result."""
-        in_args = op.body.args[1:1 + len(op.inputs)]
         lane = Value(INDEX, "lane")
         args = [Value(v.type, "in") for v in gathered.ins]
-        vmap: dict[Value, Value] = {in_args[i]: a for i, a in zip(
-            [u.index for u in run[0].uses if u.index in gathered.local], args, strict=True)}
-        frag_types = []
-        for out in op.out_args:
-            pub = next(p for p in op.body.ops
-                       if isinstance(p, ParallelInsertSliceOp) and p.dest is out)
-            frag_types.append(pub.source.tensor)
+        vmap = {op.in_args[i]: a for i, a in zip(gathered.local, args, strict=True)}
+        frag_types = [v.tensor for v in _published(op)]
         outs_t = [TensorType((len(run), *f.static_shape), f.dtype) for f in frag_types]
         out_args = [Value(t, "out") for t in outs_t]
         body: list[Operation] = []
@@ -568,20 +538,15 @@ class Materializer:
                 continue
             body.append(_clone(inner, vmap, op.lane, new_lane, shift_args))
         outs = [Value(t, f"b{run[0].id}") for t in outs_t]
-        batch = ScheduledComputeBatchOp(gathered.ins, outs,
-                                        Block([lane, *args, *out_args], body), lanes=len(run))
-        batch.loc = op.loc
-        batch.own_results()
-        return batch
+        return owned(ScheduledComputeBatchOp(gathered.ins, outs, Block([lane, *args, *out_args],
+                                                                       body), lanes=len(run)),
+                     op.loc)
 
     def run(self) -> Module:
         for t in self.func.result_types:
             self.buffers.append(Value(self.io_type(t), "out"))
             self.top.append(owned(AllocSharedOp(self.buffers[-1])))
         self.plan_messages()
-        by_producer: dict[int, list[Message]] = {}
-        for m in self.messages:
-            by_producer.setdefault(m[0], []).append(m)
         order = sorted(self.proj.instances, key=lambda i: (self.s.start[i.id], i.id))
         pending: dict[int, list[tuple[int, Message]]] = {}
         for seq, m in enumerate(self.messages):
@@ -622,7 +587,7 @@ class Materializer:
         for core in sorted(self.programs):
             events = self.place_messages(sorted(self.programs[core], key=lambda e: e[0]))
             if self.merge and (flow is None or core not in flow.tight):
-                events = self.merge_runs(core, events, set(by_producer))
+                events = self.merge_runs(core, events, {m[0] for m in self.messages})
             body = Block([], self.program(core, [op for _, ops in events for op in ops]))
             cores.append(CoreOp(core, body))
         ret = ReturnOp(list(self.buffers))
