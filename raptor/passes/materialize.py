@@ -80,6 +80,9 @@ CropKey = tuple[tuple[int, ...], tuple[int, ...]]
 """(offsets inside the producer's whole fragment, sizes) of a cropped piece."""
 Message = tuple[int, int, int, CropKey | None]
 """(producer instance, result, consumer core, crop): one channel."""
+Key = tuple[int, int, int]
+"""Where ops go in a core's program: (planned time, phase, instance or sequence)."""
+Events = list[tuple[Key, list[Operation]]]
 
 
 def crop_key(p: Piece) -> CropKey | None:
@@ -196,10 +199,9 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane
 
 class Materializer:
     def __init__(self, module: Module, proj: Projection, outputs: list[list[Piece]],
-                 sched: ScheduleView, merge: bool,
-                 flow: Flow | None = None) -> None:
+                 sched: ScheduleView, merge: bool, flow: Flow | None = None) -> None:
         self.merge = merge
-        self.flow = flow
+        self.flow = flow or Flow({}, {})  # none: every receive posted at the start
         self.anchored: dict[int, tuple[list[ChannelReceiveOp],
                                        list[tuple[int, ChannelSendOp]]]] = {}
         """Instance -> the receives posted and the (ranked) sends made at the point after
@@ -207,7 +209,6 @@ class Materializer:
         self.src = module
         self.func = module.main()
         self.proj = proj
-        self.outputs = outputs
         self.s = sched
         args = [Value(self.io_type(a.type), a.name) for a in self.func.args]
         self.argmap = dict(zip(self.func.args, args, strict=True))
@@ -215,7 +216,7 @@ class Materializer:
                                [self.io_type(t) for t in self.func.result_types])
         self.top: list[Operation] = []
         self.weights: dict[Value, Value] = {}
-        self.programs: dict[int, list[tuple[tuple[int, int, int], list[Operation]]]] = {}
+        self.programs: dict[int, Events] = {}
         # fragment (producer, result) as seen on a core (whole, or the crop that was sent)
         self.local: dict[tuple[int, int, int, CropKey | None], Value] = {}
         self.buffers: list[Value] = []
@@ -223,9 +224,7 @@ class Materializer:
         for k, pieces in enumerate(outputs):
             for p in pieces:
                 self.stores.setdefault(p.producer, []).append((k, p))
-        self.channel = 0
         self.events: dict[int, list[Operation]] = {}
-        self.merged_classes = 0
 
     def weight(self, v: Value) -> Value:
         got = self.weights.get(v)
@@ -237,7 +236,7 @@ class Materializer:
             self.weights[v] = got
         return got
 
-    def emit(self, core: int, key: tuple[int, int, int], ops: list[Operation]) -> None:
+    def emit(self, core: int, key: Key, ops: list[Operation]) -> None:
         self.programs.setdefault(core, []).append((key, ops))
 
     # -------------------------------------------------------------- messages
@@ -362,13 +361,12 @@ class Materializer:
         self.emit(core, (self.s.start[inst.id], 1, inst.id), ops)
         self.events[inst.id] = ops
 
-    def place_messages(self, events: list[tuple[tuple[int, int, int], list[Operation]]]
-                       ) -> list[tuple[tuple[int, int, int], list[Operation]]]:
+    def place_messages(self, events: Events) -> Events:
         """The receives and sends of the point after an instance's compute (and stores):
         receives first, then sends in rank order."""
         if not self.anchored:
             return events
-        out: list[tuple[tuple[int, int, int], list[Operation]]] = []
+        out: Events = []
         for key, ops in events:
             out.append((key, ops))
             got = self.anchored.get(key[2]) if key[1] == 1 else None
@@ -380,27 +378,23 @@ class Materializer:
         return out
 
     # -------------------------------------------------------------- equivalence classes
-    def merge_runs(self, core: int, events: list[tuple[tuple[int, int, int], list[Operation]]],
-                   senders: set[int]) -> list[tuple[tuple[int, int, int], list[Operation]]]:
+    def merge_runs(self, core: int, events: Events, senders: set[int]) -> Events:
         """Replace runs of compatible instances by one scheduled batch each. Compatible:
         consecutive lanes of one graph batch, adjacent in the program (nothing in between),
         back to back in the schedule (each starts when the previous ends), and only the last
         one sends messages — so no consumer elsewhere waits longer than planned."""
         inst_of = {key[2]: self.proj.instances[key[2]] for key, _ in events
                    if key[1] == 1 and key[2] in self.events}
-        out: list[tuple[tuple[int, int, int], list[Operation]]] = []
+        out: Events = []
         run: list[Instance] = []
-        run_key: tuple[int, int, int] | None = None
 
-        def flush() -> None:
-            nonlocal run, run_key
+        def flush() -> None:  # a merged run takes the place of its first instance
+            nonlocal run
             if len(run) >= 2 and self.mergeable(run):
-                assert run_key is not None
-                out.append((run_key, self.merged(core, run)))
-                self.merged_classes += 1
+                out.append(((self.s.start[run[0].id], 1, run[0].id), self.merged(core, run)))
             else:
                 out.extend(((self.s.start[i.id], 1, i.id), self.events[i.id]) for i in run)
-            run, run_key = [], None
+            run = []
 
         for key, ops in events:
             inst = inst_of.get(key[2]) if key[1] == 1 else None
@@ -414,8 +408,6 @@ class Materializer:
                     and self.s.start[inst.id] == self.s.end[prev.id]
                     and prev.id not in senders):
                 flush()
-            if not run:
-                run_key = key
             run.append(inst)
         flush()
         return out
@@ -547,17 +539,16 @@ class Materializer:
             self.buffers.append(Value(self.io_type(t), "out"))
             self.top.append(owned(AllocSharedOp(self.buffers[-1])))
         self.plan_messages()
-        order = sorted(self.proj.instances, key=lambda i: (self.s.start[i.id], i.id))
         pending: dict[int, list[tuple[int, Message]]] = {}
         for seq, m in enumerate(self.messages):
             pending.setdefault(m[0], []).append((seq, m))
         flow = self.flow
-        for inst in order:
+        for inst in sorted(self.proj.instances, key=lambda i: (self.s.start[i.id], i.id)):
             self.instance(inst)
-            for seq, (u, r, q, crop) in pending.get(inst.id, []):
-                m = (u, r, q, crop)
-                if flow is not None:  # channels follow the flow's sends
-                    seq = flow.sends[m][1] if m in flow.sends else len(flow.sends) + seq
+            for seq, m in pending.get(inst.id, []):
+                u, r, q, crop = m
+                # channels follow the flow's sends
+                seq = flow.sends[m][1] if m in flow.sends else len(flow.sends) + seq
                 p = self.s.core_of[u]
                 frag = self.local[(u, r, p, None)]
                 phase = 0 if self.s.end[u] > self.s.start[u] else 2
@@ -573,12 +564,12 @@ class Materializer:
                     got = Value(msg, f"r{u}")
                 recv = owned(ChannelReceiveOp(got, p, seq))
                 self.local[(u, r, q, crop)] = got
-                at = flow.sends.get(m) if flow is not None else None
+                at = flow.sends.get(m)
                 if at is None:
                     self.emit(p, key, [send])
                 else:
                     self.anchored.setdefault(at[0], ([], []))[1].append((at[1], send))
-                post = flow.posts.get(m, -1) if flow is not None else -1
+                post = flow.posts.get(m, -1)
                 if post < 0:
                     self.emit(q, (-1, 0, seq), [recv])  # posted when the program starts
                 else:
@@ -586,14 +577,12 @@ class Materializer:
         cores = []
         for core in sorted(self.programs):
             events = self.place_messages(sorted(self.programs[core], key=lambda e: e[0]))
-            if self.merge and (flow is None or core not in flow.tight):
+            if self.merge and core not in flow.tight:
                 events = self.merge_runs(core, events, {m[0] for m in self.messages})
             body = Block([], self.program(core, [op for _, ops in events for op in ops]))
             cores.append(CoreOp(core, body))
-        ret = ReturnOp(list(self.buffers))
-        self.new_func.body.ops = [*self.top, *cores, ret]
-        return Module([self.new_func], dict(self.src.constants),
-                      filename=self.src.filename)
+        self.new_func.body.ops = [*self.top, *cores, ReturnOp(list(self.buffers))]
+        return Module([self.new_func], dict(self.src.constants), filename=self.src.filename)
 
 
 def received_compute(module: Module, proj: Projection, inst: Instance) -> ScheduledComputeOp:
