@@ -205,8 +205,7 @@ class Projection:
     # -------------------------------------------------------------- consumers
     def _uses(self, inst: Instance) -> list[InputUse]:
         op = inst.op
-        args = op.body.args[1:1 + len(op.inputs)] if isinstance(op, GraphComputeBatchOp) \
-            else op.body.args[:len(op.inputs)]
+        args = op.in_args if isinstance(op, GraphComputeBatchOp) else op.body.args[:len(op.inputs)]
         lane = inst.lane or 0
         uses = []
         for i, (v, arg) in enumerate(zip(op.inputs, args, strict=True)):
@@ -277,34 +276,22 @@ class Projection:
             if lo >= hi:
                 continue
             producer0, r, lanes, frag = self._source(e.source)
-            if lanes is None and e.var is None and all(st == 1 for st in e.strides):
-                # one whole value: receive only the part inside the box
-                c_lo = tuple(max(c, b) for (c, _), b in zip(ck, box.lo, strict=True))
-                c_hi = tuple(min(c + n, b) for (c, _), n, b in zip(ck, e.sizes, box.hi,
-                                                                   strict=True))
-                sizes = tuple(h - lo_ for lo_, h in zip(c_lo, c_hi, strict=True))
-                if sizes != tuple(e.sizes):
-                    crop = tuple(a - c for a, (c, _) in zip(c_lo, ck, strict=True))
-                    pieces.append(Piece(producer0, r, 0, c_lo, sizes, e.strides,
-                                        TensorType(sizes, frag.dtype), crop))
-                    continue
-            # A slot is cropped to the box when its fragment is laid out as its region.
-            croppable = all(st == 1 for st in e.strides) and frag.static_shape == e.sizes
+            # Only the part inside the box is received of one whole value (slot 0), or of a
+            # slot whose fragment is laid out as its region.
+            whole = lanes is None and e.var is None
+            croppable = all(st == 1 for st in e.strides) and (whole or frag.static_shape == e.sizes)
             for s in range(lo, hi):
                 offs = tuple(c + k * s for c, k in ck)
                 producer = producer0 + lanes[s] if lanes is not None else producer0
-                if croppable:
-                    c_lo = tuple(max(o, b) for o, b in zip(offs, box.lo, strict=True))
-                    c_hi = tuple(min(o + n, b) for o, n, b in zip(offs, e.sizes, box.hi,
-                                                                 strict=True))
-                    sizes = tuple(h - a for a, h in zip(c_lo, c_hi, strict=True))
-                    if sizes != tuple(e.sizes):
-                        pieces.append(Piece(producer, r, s, c_lo, sizes, e.strides,
-                                            TensorType(sizes, frag.dtype),
-                                            tuple(a - o for a, o in zip(c_lo, offs,
-                                                                        strict=True))))
-                        continue
-                pieces.append(Piece(producer, r, s, offs, e.sizes, e.strides, frag))
+                c_lo = tuple(map(max, offs, box.lo)) if croppable else offs
+                sizes = tuple(min(o + n, b) - a for o, n, b, a in zip(
+                    offs, e.sizes, box.hi, c_lo, strict=True)) if croppable else e.sizes
+                if sizes == tuple(e.sizes):
+                    pieces.append(Piece(producer, r, s, offs, e.sizes, e.strides, frag))
+                else:
+                    pieces.append(Piece(producer, r, 0 if whole else s, c_lo, sizes, e.strides,
+                                        TensorType(sizes, frag.dtype),
+                                        tuple(a - o for a, o in zip(c_lo, offs, strict=True))))
         return pieces
 
     def _affine(self, e: _Entry) -> list[tuple[int, int]]:
