@@ -37,14 +37,12 @@ from raptor.ir.types import MAX_ELEMENTS, TensorType
 from raptor.passes.layout import LayoutChoice
 from raptor.target import Target
 
-ACTIVATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "relu": ("relu", ()), "sigmoid": ("sigmoid", ()), "tanh": ("tanh", ()),
-    "silu": ("silu", ()), "hard_swish": ("hard_swish", ()),
-    "leaky_relu": ("leaky_relu", ("alpha",)),
-    "hard_sigmoid": ("hard_sigmoid", ("alpha", "beta")), "clip": ("clip", ("max", "min")),
-    "neg": ("neg", ()), "elu": ("elu", ("alpha",)),
+ACTIVATIONS: dict[str, tuple[str, ...]] = {
+    "relu": (), "sigmoid": (), "tanh": (), "silu": (), "hard_swish": (), "neg": (),
+    "leaky_relu": ("alpha",), "hard_sigmoid": ("alpha", "beta"), "clip": ("max", "min"),
+    "elu": ("alpha",),
 }
-"""Plan kinds that are one `pim.<op>` with the same attributes (fusable into a matrix plan)."""
+"""Plan kinds that are one `pim.<kind>` with these attributes (fusable into a matrix plan)."""
 
 MATRIX_KINDS = ("conv", "gemm", "matmul", "conv_transpose")
 
@@ -231,13 +229,13 @@ class Lowering:
         args = [(sanitize(v.name), _t(v.shape)) for v in graph.inputs]
         self.func: FuncOp
         self.func, self.b = new_func("main", args, [_t(v.shape) for v in graph.outputs])
-        for v, a in zip(graph.inputs, self.func.args, strict=True):
-            self.values[v.name] = a
+        self.values.update((v.name, a) for v, a in zip(graph.inputs, self.func.args, strict=True))
 
     def run(self) -> Lowered:
-        fused, skip = self.fusion()
-        for k, plan in enumerate(self.g.plans):
-            if k in skip:
+        fused = self.fusion()
+        absorbed = {id(a) for a in fused.values()}
+        for plan in self.g.plans:
+            if id(plan) in absorbed:
                 continue
             for o in plan.outputs:
                 if math.prod(self.g.values[o].shape) > MAX_ELEMENTS:
@@ -268,36 +266,19 @@ class Lowering:
         module = Module([self.func], self.constants, filename=self.g.name)
         return Lowered(module, self.stats, self.tiles, self.layer_of)
 
-    def fusion(self) -> tuple[dict[str, Plan], set[int]]:
+    def fusion(self) -> dict[str, Plan]:
         """A matrix plan absorbs a following activation that is its output's only consumer:
-        (matrix output → activation, indices of the absorbed plans)."""
+        matrix output → activation."""
         users = self.g.consumers()
         outputs = {v.name for v in self.g.outputs}
         fused: dict[str, Plan] = {}
-        skip: set[int] = set()
         for plan in self.g.plans:
-            if plan.kind not in MATRIX_KINDS:
-                continue
             out = plan.outputs[0]
             us = users.get(out, [])
-            if out in outputs or len(us) != 1 or us[0].kind not in ACTIVATIONS:
-                continue
-            fused[out] = us[0]
-            skip.add(self.g.plans.index(us[0]))
-        return fused, skip
-
-    def input(self, plan: Plan, k: int) -> Value:
-        """Operand k as this plan reads it: row fragments directly when producer and consumer
-        agree on NHWCRowStrip, else the dense storage of the value."""
-        name = plan.inputs[k]
-        v = self.values[name]
-        produced = self.layout_of.get(name)
-        if produced is None:  # function argument: already dense in shared memory
-            return v
-        wants = self.layouts.operand_of(self.index[id(plan)], k)
-        if produced == "NHWCRowStrip" and wants == "NHWCRowStrip":
-            return v
-        return self.dense_of(name)
+            if plan.kind in MATRIX_KINDS and out not in outputs and len(us) == 1 \
+                    and us[0].kind in ACTIVATIONS:
+                fused[out] = us[0]
+        return fused
 
     def dense_of(self, name: str) -> Value:
         """Dense reassembly: one instance copies every fragment into contiguous storage
@@ -326,7 +307,14 @@ class Emit:
     stats: PlanStats
 
     def input(self, plan: Plan, k: int) -> Value:
-        return self.lw.input(plan, k)
+        """Operand k as this plan reads it: row fragments directly when producer and consumer
+        agree on NHWCRowStrip, else the dense storage of the value."""
+        name, lw = plan.inputs[k], self.lw
+        produced = lw.layout_of.get(name)  # None: a function argument, dense in shared memory
+        if produced is None or produced == lw.layouts.operand_of(lw.index[id(plan)], k) \
+                == "NHWCRowStrip":
+            return lw.values[name]
+        return lw.dense_of(name)
 
     def out(self, plan: Plan, k: int = 0) -> tuple[int, ...]:
         return tuple(self.lw.g.values[plan.outputs[k]].shape)
@@ -413,9 +401,8 @@ class Emit:
 def _activation(b: Builder, v: Value, act: Plan | None) -> Value:
     if act is None:
         return v
-    op, keys = ACTIVATIONS[act.kind]
-    attrs: dict[str, Attr] = {k: float(act.num(k)) for k in keys}
-    return b.unary(op, v, attrs)
+    attrs: dict[str, Attr] = {k: float(act.num(k)) for k in ACTIVATIONS[act.kind]}
+    return b.unary(act.kind, v, attrs)
 
 
 def _tail(b: Builder, y: Value, bias: list[Value], act: Plan | None) -> Value:
@@ -797,15 +784,12 @@ def _conv_transpose(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 @lowers(*ACTIVATIONS)
 def _unary(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     x = em.input(plan, 0)
-    op, keys = ACTIVATIONS[plan.kind]
-    attrs: dict[str, Attr] = {k: float(plan.num(k)) for k in keys}
-    return [em.rowwise([x], em.out(plan), lambda b, xs: b.unary(op, xs[0], attrs))]
+    return [em.rowwise([x], em.out(plan), lambda b, xs: _activation(b, xs[0], plan))]
 
 
 @lowers("add", "sub", "mul", "div", "max", "min")
 def _binary(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    op = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "max": "vmax",
-          "min": "vmin"}[plan.kind]
+    op = "v" + plan.kind
     operands = [em.input(plan, k) for k in range(len(plan.inputs))]
     if "operand" in plan.weights:
         c = em.weight(f"{plan.name}.operand", plan.weights["operand"])
@@ -815,53 +799,49 @@ def _binary(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
                        lambda b, xs: b.binary(op, xs[0], xs[1], _frag_t(xs)))]
 
 
-def _channel_const(em: Emit, name: str, data: np.ndarray, rank: int) -> Value:
-    shape = (1, data.size) + (1,) * (rank - 2)
-    return em.weight(name, data.reshape(shape))
+def _with_weights(em: Emit, plan: Plan, roles: Sequence[str], body: LaneBody,
+                  per_channel: bool = True) -> list[Value]:
+    """Row-band lanes over operand 0 and the plan's weights `roles` (per channel ones
+    shaped (1, C, 1, ...) to broadcast over NCHW)."""
+    x, out = em.input(plan, 0), em.out(plan)
+    ws = [plan.weights[r] for r in roles]
+    if per_channel:
+        ws = [w.reshape((1, w.size) + (1,) * (len(out) - 2)) for w in ws]
+    return [em.rowwise([x, *(em.weight(f"{plan.name}.{r}", w)
+                             for r, w in zip(roles, ws, strict=True))], out, body)]
 
 
 @lowers("bias_add")
 def _bias_add(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    x = em.input(plan, 0)
-    out = em.out(plan)
-    c = _channel_const(em, f"{plan.name}.bias", plan.weights["bias"], len(out))
-    return [em.rowwise([x, c], out,
-                       lambda b, xs: b.binary("vadd", xs[0], xs[1], xs[0].tensor))]
+    return _with_weights(em, plan, ["bias"],
+                         lambda b, xs: b.binary("vadd", xs[0], xs[1], xs[0].tensor))
 
 
 @lowers("affine_channel")
 def _affine_channel(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    x = em.input(plan, 0)
-    out = em.out(plan)
-    sc = _channel_const(em, f"{plan.name}.scale", plan.weights["scale"], len(out))
-    sh = _channel_const(em, f"{plan.name}.shift", plan.weights["shift"], len(out))
-
-    def body(b: Builder, xs: list[Value]) -> Value:
-        y = b.binary("vmul", xs[0], xs[1], xs[0].tensor)
-        return b.binary("vadd", y, xs[2], xs[0].tensor)
-
-    return [em.rowwise([x, sc, sh], out, body)]
+    return _with_weights(em, plan, ["scale", "shift"], lambda b, xs: b.binary(
+        "vadd", b.binary("vmul", xs[0], xs[1], xs[0].tensor), xs[2], xs[0].tensor))
 
 
 @lowers("prelu")
 def _prelu(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    x = em.input(plan, 0)
-    out = em.out(plan)
-    slope = em.weight(f"{plan.name}.slope", plan.weights["slope"])
-
     def body(b: Builder, xs: list[Value]) -> Value:
         pos = b.unary("relu", xs[0])
         neg = b.unary("neg", b.unary("relu", b.unary("neg", xs[0])))
         return b.binary("vadd", pos, b.binary("vmul", neg, xs[1], xs[0].tensor))
 
-    return [em.rowwise([x, slope], out, body)]
+    return _with_weights(em, plan, ["slope"], body, per_channel=False)
 
 
-@lowers("softmax")
-def _softmax(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    axis = int(plan.num("axis"))
-    return em.compute([em.input(plan, 0)], [em.out(plan)],
-                      lambda b, xs: [b.unary("softmax", xs[0], {"axis": axis})])
+def _single(fn: Callable[[Builder, Value, Plan], Value]) -> Lowerer:
+    """The lowerer of a plan that is one graph compute of `fn` over operand 0."""
+    return lambda em, plan, act: em.compute([em.input(plan, 0)], [em.out(plan)],
+                                            lambda b, a: [fn(b, a[0], plan)])
+
+
+lowers("softmax")(_single(lambda b, x, p: b.unary("softmax", x, {"axis": int(p.num("axis"))})))
+lowers("transpose")(_single(lambda b, x, p: b.transpose(x, p.ints("perm"))))
+lowers("identity")(_single(lambda b, x, p: x))
 
 
 # ---------------------------------------------------------------------- pooling and resize
@@ -1097,17 +1077,6 @@ def _pad(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 @lowers("flatten", "reshape")
 def _view(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     return [em.view(em.input(plan, 0), em.out(plan))]
-
-
-@lowers("transpose")
-def _transpose(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    perm = plan.ints("perm")
-    return em.compute([em.input(plan, 0)], [em.out(plan)], lambda b, a: [b.transpose(a[0], perm)])
-
-
-@lowers("identity")
-def _identity(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    return em.compute([em.input(plan, 0)], [em.out(plan)], lambda b, a: [a[0]])
 
 
 def lower(graph: PlanGraph, target: Target, layouts: LayoutChoice | None = None) -> Lowered:
