@@ -27,8 +27,10 @@ buffers live at one step) is the lower bound any allocator would need.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -156,18 +158,14 @@ def _align(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-_NUMEL: dict[tuple[tuple[int | None, ...], str], int] = {}
+@cache
+def _tensor_numel(t: TensorType) -> int:
+    return t.numel
 
 
 def _numel(t: object) -> int:
     """Elements of a static tensor type (cached: programs repeat a few types many times)."""
-    if not isinstance(t, TensorType):
-        return 0
-    key = (t.shape, t.dtype)
-    n = _NUMEL.get(key)
-    if n is None:
-        n = _NUMEL[key] = t.numel
-    return n
+    return _tensor_numel(t) if isinstance(t, TensorType) else 0
 
 
 def activation_bytes(target: Target) -> int:
@@ -211,10 +209,7 @@ class _CoreAllocator:
         self.core = core
         self.eb = element_bytes
         self.body = body
-        self.uses: dict[Value, int] = {}
-        for op in body.walk():
-            for v in op.operands():
-                self.uses[v] = self.uses.get(v, 0) + 1
+        self.uses = Counter(v for op in body.walk() for v in op.operands())
         self.loc: dict[Value, tuple[_Storage, int]] = {}
         self.weights: dict[Value, Value] = {}
         """Block argument -> the function weight it stands for."""
