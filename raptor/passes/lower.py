@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import partial, reduce
 from itertools import accumulate, groupby
 
 import numpy as np
@@ -284,19 +284,16 @@ class Lowering:
         """Dense reassembly: one instance copies every fragment into contiguous storage
         (the lowering of DenseNCHW storage and of materialize_layout R→D), with stats of
         its own."""
-        got = self.dense.get(name)
-        if got is not None:
-            return got
-        v = self.values[name]
-        if not isinstance(v.owner, GraphComputeBatchOp):  # a single instance is already dense
+        if name not in self.dense:
+            v = self.values[name]
+            if isinstance(v.owner, GraphComputeBatchOp):  # a single instance is already dense
+                stats = PlanStats(f"{name}.dense", "dense_assembly", [v.shape], v.shape)
+                out = Emit(self, stats).compute([v], [v.shape], lambda b, xs: [xs[0]])[0]
+                out.name = f"{v.name}_dense"
+                self.stats.append(stats)
+                v = out
             self.dense[name] = v
-            return v
-        stats = PlanStats(f"{name}.dense", "dense_assembly", [v.shape], v.shape)
-        out = Emit(self, stats).compute([v], [v.shape], lambda b, xs: [xs[0]])[0]
-        out.name = f"{v.name}_dense"
-        self.stats.append(stats)
-        self.dense[name] = out
-        return out
+        return self.dense[name]
 
 
 @dataclass
@@ -688,25 +685,20 @@ def _matmul(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     """numpy matmul semantics: 1-D operands gain a unit dim, batch dims broadcast. A
     constant operand goes onto crossbars (gemm tiles); activation x activation runs on
     the vector unit (row times matrix as multiply + column reduction)."""
-    a = em.input(plan, 0)
-    w = plan.weights.get("weight")
+    a, w = em.input(plan, 0), plan.weights.get("weight")
     b = None if w is not None else em.input(plan, 1)
-    ash = a.shape
     bsh = tuple(w.shape) if w is not None else b.shape  # type: ignore[union-attr]
-    out_shape = em.out(plan)
-    a2 = ash if len(ash) > 1 else (1, *ash)
+    a2 = a.shape if len(a.shape) > 1 else (1, *a.shape)
     b2 = bsh if len(bsh) > 1 else (*bsh, 1)
-    m, k = a2[-2:]
-    n = b2[-1]
+    (m, k), n = a2[-2:], b2[-1]
     batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
     av = em.view(a, a2)
     bv = em.view(b, b2) if b is not None else None
     wmat = w.reshape(b2) if w is not None else None
     results = []
     for idx in np.ndindex(*batch):
-        ai = _bcast_index(idx, a2[:-2])
         bi = _bcast_index(idx, b2[:-2])
-        amat = _slice_matrix(em, av, ai, (m, k))
+        amat = _slice_matrix(em, av, _bcast_index(idx, a2[:-2]), (m, k))
         if wmat is not None:
             wb = wmat[bi] if bi else wmat
             tag = plan.name + ("." + "_".join(map(str, idx)) if idx else "")
@@ -716,9 +708,9 @@ def _matmul(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
             y = _vector_matmul(em, amat, _slice_matrix(em, bv, bi, (k, n)), act)
         results.append(y)
     if not batch:
-        return [em.view(results[0], out_shape)]
+        return [em.view(results[0], em.out(plan))]
     stacked = [em.view(r, (1, m, n)) for r in results]
-    return [em.view(em.concat(stacked, (len(stacked), m, n), 0), out_shape)]
+    return [em.view(em.concat(stacked, (len(stacked), m, n), 0), em.out(plan))]
 
 
 def _slice_matrix(em: Emit, x: Value, idx: tuple[int, ...], shape: tuple[int, int]) -> Value:
@@ -845,9 +837,11 @@ lowers("identity")(_single(lambda b, x, p: x))
 
 
 # ---------------------------------------------------------------------- pooling and resize
-def _pool(em: Emit, plan: Plan, kind: str) -> Value:
-    """`kind` max or avg: a row batch per window run, every tap an extract and a vmax or
-    vadd (avg then scales by 1 / taps counted)."""
+@lowers("maxpool", "avgpool")
+def _pool(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
+    """A row batch per window run, every tap an extract and a vmax or vadd (avgpool then
+    scales by 1 / taps counted)."""
+    kind = plan.kind[:3]
     x = em.input(plan, 0)
     _, c, h, wd = x.shape
     kh, kw = plan.ints("kernel")
@@ -876,12 +870,9 @@ def _pool(em: Emit, plan: Plan, kind: str) -> Value:
              default=1)
 
     def body(b: Builder, rows: Value, args: list[Value]) -> Value:
-        acc: Value | None = None
-        for i in range(kh):
-            for j in range(kw):
-                e = b.extract(rows, [0, i, j * dw], [cg, 1, ow], [1, 1, sw], type=_t((cg, ow)))
-                acc = e if acc is None else b.binary("vmax" if kind == "max" else "vadd", acc, e)
-        assert acc is not None  # the window has at least one tap (Window checks)
+        taps = (b.extract(rows, [0, i, j * dw], [cg, 1, ow], [1, 1, sw], type=_t((cg, ow)))
+                for i in range(kh) for j in range(kw))  # at least one (Window checks)
+        acc = reduce(lambda a, e: b.binary("vmax" if kind == "max" else "vadd", a, e), taps)
         return b.reshape(acc, _t((1, cg, 1, ow)))
 
     fill = -np.inf if kind == "max" else 0.0
@@ -891,7 +882,7 @@ def _pool(em: Emit, plan: Plan, kind: str) -> Value:
                                extra=extra) for c0 in range(0, c, cg)]
         return em.concat(groups, (1, *out[1:]), 1)
 
-    return em.per_image(out, image)
+    return [em.per_image(out, image)]
 
 
 def _avg_reciprocals(win: Window, tail: tuple[int, int], include_pad: bool) -> np.ndarray:
@@ -911,11 +902,6 @@ def _avg_reciprocals(win: Window, tail: tuple[int, int], include_pad: bool) -> n
             counts += mask[i * dh:i * dh + (oh - 1) * sh + 1:sh,
                            j * dw:j * dw + (ow - 1) * sw + 1:sw]
     return (1.0 / np.maximum(counts, 1)).reshape(1, 1, oh, ow)
-
-
-@lowers("maxpool", "avgpool")
-def _pool_plan(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    return [_pool(em, plan, plan.kind[:3])]
 
 
 @lowers("global_avgpool")
