@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import reduce
 
 from raptor.ir.core import Affine, Value
 from raptor.ir.ops import (
@@ -129,7 +130,6 @@ class Projection:
     """Instances of a canonical graph function and the pieces each one reads."""
 
     def __init__(self, func: FuncOp) -> None:
-        self.func = func
         self.instances: list[Instance] = []
         self.first: dict[ComputeOp, int] = {}
         self.lane_of_slot: dict[Value, tuple[GraphComputeBatchOp, int, dict[int, int]]] = {}
@@ -222,9 +222,8 @@ class Projection:
                 raise ProjectionError(f"{op.where()}: input {i} (%{v.name}) has no producer "
                                       "the scheduler can map")
             pieces = self.pieces(entries, need)
-            for p in pieces:
-                box = box.union(p.box)
-            uses.append(InputUse(i, "placed", v, box, pieces))
+            uses.append(InputUse(i, "placed", v, reduce(Box.union, (p.box for p in pieces), box),
+                                 pieces))
         return uses
 
     def _read_box(self, op: ComputeOp, arg: Value, shape: tuple[int, ...], lane: int
@@ -241,19 +240,15 @@ class Projection:
             readers = self._readers[key] = _readers(op, arg, demand)
         if isinstance(readers, str):
             return Box.whole(shape), Box.whole(shape)
-        empty = Box((0,) * len(shape), (0,) * len(shape))
-        if not readers:
-            return empty, empty
-        boxes = []
-        for used in ([r for r, _ in readers], [n for _, n in readers if n is not None]):
-            if not used:
-                boxes.append(empty)
-                continue
-            lo = [min(c[d] + k[d] * lane for c, k, _ in used) for d in range(len(shape))]
-            hi = [max(c[d] + k[d] * lane + e[d] for c, k, e in used)
-                  for d in range(len(shape))]
-            boxes.append(Box(tuple(lo), tuple(hi)))
-        return boxes[0], boxes[1]
+
+        def span(used: list[Span]) -> Box:
+            if not used:  # nothing read
+                return Box((0,) * len(shape), (0,) * len(shape))
+            dims = range(len(shape))
+            return Box(tuple(min(c[d] + k[d] * lane for c, k, _ in used) for d in dims),
+                       tuple(max(c[d] + k[d] * lane + e[d] for c, k, e in used) for d in dims))
+
+        return span([r for r, _ in readers]), span([n for _, n in readers if n is not None])
 
     def pieces(self, entries: list[_Entry], box: Box) -> list[Piece]:
         pieces = []
