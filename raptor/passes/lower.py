@@ -363,14 +363,10 @@ class Emit:
         def lane_body(b: Builder, lane: Value, ins: list[Value]) -> tuple[Value, list[AffineLike]]:
             parts = []
             for x in ins:
-                xs = x.shape
-                lead = rank - len(xs)
-                offs: list[AffineLike] = [0] * len(xs)
-                sizes = list(xs)
-                if d is not None and d >= lead and xs[d - lead] == out_shape[d]:
-                    offs[d - lead] = lane
-                    sizes[d - lead] = 1
-                parts.append(b.extract(x, offs, sizes))
+                k = -1 if d is None else d - rank + len(x.shape)  # x's lane dimension
+                rows = d is not None and k >= 0 and x.shape[k] == out_shape[d]
+                parts.append(_along(b, x, k, lane, 1) if rows
+                             else b.extract(x, [0] * len(x.shape), list(x.shape)))
             frag = body(b, parts)
             offsets: list[AffineLike] = [0] * rank
             if d is not None:
@@ -984,9 +980,11 @@ def _staged(em: Emit, x: Value) -> Value:
     return em.rowwise([x], x.shape, lambda b, xs: xs[0])
 
 
-def _along(b: Builder, v: Value, d: int, first: int, count: int, step: int = 1) -> Value:
+def _along(b: Builder, v: Value, d: int, first: AffineLike, count: int, step: int = 1
+           ) -> Value:
     """`count` entries of `v` along dimension `d` from `first`, `step` apart."""
-    offs, sizes, strides = [0] * len(v.shape), list(v.shape), [1] * len(v.shape)
+    offs: list[AffineLike] = [0] * len(v.shape)
+    sizes, strides = list(v.shape), [1] * len(v.shape)
     offs[d], sizes[d], strides[d] = first, count, step
     return b.extract(v, offs, sizes, strides)
 

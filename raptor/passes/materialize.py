@@ -118,10 +118,13 @@ def _insert(ops: list[Operation], src: Value, buf: Value, p: Piece, box: Box) ->
     return op.result
 
 
-def _crop_op(whole: Value, p: Piece) -> ExtractSliceOp:
-    """The part of a whole local value that piece `p` reads."""
+def _cropped(ops: list[Operation], whole: Value, p: Piece | None) -> Value:
+    """`whole`, or the part of it piece `p` reads (one copy, appended to `ops`)."""
+    if p is None:
+        return whole
     assert p.crop is not None
-    return _slice(whole, Value(p.fragment, "part"), p.crop)
+    ops.append(_slice(whole, Value(p.fragment, "part"), p.crop))
+    return ops[-1].results()[0]
 
 
 @dataclass
@@ -321,14 +324,8 @@ class Materializer:
                 frag, crop = self.piece_value(p, core)
                 ins.append(frag)
                 args.append(Value(frag.type, "frag"))
-                a = args[-1]
-                if crop is not None:  # part of a whole local value
-                    body.append(_crop_op(a, crop))
-                    a = body[-1].results()[0]
-                    if single:  # the part is the whole box: one copy
-                        buf = a
-                        continue
-                buf = _insert(body, a, buf, p, use.box)
+                a = _cropped(body, args[-1], crop)
+                buf = a if single else _insert(body, a, buf, p, use.box)
             local[use.index] = buf
         return ins, args, body, local
 
@@ -499,10 +496,7 @@ class Materializer:
         ops.append(owned(EmptyOp(buf)))
         for p in pieces.values():
             src, crop = self.piece_value(p, core)
-            if crop is not None:
-                ops.append(_crop_op(src, crop))
-                src = ops[-1].results()[0]
-            buf = _insert(ops, src, buf, p, box)
+            buf = _insert(ops, _cropped(ops, src, crop), buf, p, box)
         return buf
 
     def lane_batch(self, op: GraphComputeBatchOp, run: list[Instance], gathered: LaneInputs

@@ -6,12 +6,8 @@ the program stays the size of one inference whatever M is, as a device's instruc
 would hold it; M only bounds the simulated stream). Its body is the core's per-inference
 program, materialized exactly as in latency mode (`raptor.passes.materialize`, whose
 machinery this subclasses): the same per-core order, equivalence classes and gathers;
-stage-internal fragments travel by channels. Without a `Flow` every receive is posted when
-the iteration starts and every send made right after its producer, most urgent first; with
-one (`raptor.solve` passes it where local memory is tight, from the flow-controlled
-communication model, `raptor.solver.comm.replay`) each receive is posted, and each send
-made, at the point of the iteration where that model placed it, as in latency mode. What
-changes:
+stage-internal fragments travel by channels, their receives posted and sends made as in
+latency mode (with a `Flow` where local memory is tight), per iteration. What changes:
 
 * **Inputs and results** carry a leading inference dimension: the function takes
   `tensor<M x ...>` inputs and returns `tensor<M x ...>` results; inference n reads and
@@ -176,19 +172,15 @@ class _StreamMaterializer(Materializer):
         super().plan_messages()
         core_of, start = self.s.core_of, self.s.start
         first: dict[Transfer, int] = {}
-        frag_type: dict[tuple[int, int], TensorType] = {}
         for inst in self.proj.instances:
-            q = core_of[inst.id]
             for use in inst.uses:
                 for p in use.pieces:
-                    if self.stage[p.producer] == self.stage[inst.id]:
-                        continue
-                    key = (p.producer, p.result, q, crop_key(p))
-                    first[key] = min(first.get(key, start[inst.id]), start[inst.id])
-                    frag_type[(p.producer, p.result)] = \
-                        self.proj.instances[p.producer].fragment_type(p.result)
+                    if self.stage[p.producer] != self.stage[inst.id]:
+                        key = (p.producer, p.result, core_of[inst.id], crop_key(p))
+                        first[key] = min(first.get(key, start[inst.id]), start[inst.id])
         if not first:
             return
+        frag_type = {(u, r): self.proj.instances[u].fragment_type(r) for u, r, _, _ in first}
         loads = sorted(first, key=lambda m: (first[m], m[2], m[0], m[1], m[3] or ((), ())))
         plan = self.plan
         plan.pairs = sorted({(core_of[u], q) for u, _, q, _ in loads})
