@@ -456,26 +456,28 @@ def _conv_plan(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
                   plan.ints("dilations"), int(plan.num("group")), em.out(plan), act)]
 
 
-def _group_blocks(target: Target, w: np.ndarray, group: int) -> list[GroupBlock]:
-    """Column blocks of a (grouped) convolution's im2col weight: as many groups as fit
-    packed block-diagonally into one crossbar (one group when they do not)."""
-    cout, cin_g, kh, kw = w.shape
-    mg, kg = cout // group, cin_g * kh * kw
-    per = _groups_per_block(target, kg, mg, group)
-    blocks = []
-    for g0 in range(0, group, per):
-        q = min(per, group - g0)
-        mat = np.zeros((q * kg, q * mg), dtype=np.float32)
-        for j in range(q):
-            gm = w[(g0 + j) * mg:(g0 + j + 1) * mg].reshape(mg, kg).T
-            mat[j * kg:(j + 1) * kg, j * mg:(j + 1) * mg] = gm
-        blocks.append(GroupBlock(g0 * cin_g, q * cin_g, g0 * mg, mat))
-    return blocks
-
-
-def _groups_per_block(target: Target, kg: int, mg: int, group: int) -> int:
+def _packing(target: Target, cout: int, cin_g: int, taps: int, group: int
+             ) -> tuple[int, int, list[range]]:
+    """(output columns, im2col rows) per group of a (grouped) convolution and the groups of
+    each block: as many as fit packed block-diagonally into one crossbar (one when they do
+    not)."""
+    mg, kg = cout // group, cin_g * taps
     rows, cols = target.crossbar_rows, target.crossbar_cols
-    return min(rows // kg, cols // mg, group) if group > 1 and kg <= rows and mg <= cols else 1
+    per = min(rows // kg, cols // mg, group) if group > 1 and kg <= rows and mg <= cols else 1
+    return mg, kg, [range(g0, min(g0 + per, group)) for g0 in range(0, group, per)]
+
+
+def _group_blocks(target: Target, w: np.ndarray, group: int) -> list[GroupBlock]:
+    """Column blocks of a convolution's im2col weight (see `_packing`)."""
+    cout, cin_g, kh, kw = w.shape
+    mg, kg, packed = _packing(target, cout, cin_g, kh * kw, group)
+    blocks = []
+    for gs in packed:
+        mat = np.zeros((len(gs) * kg, len(gs) * mg), dtype=np.float32)
+        for j, g in enumerate(gs):
+            mat[j * kg:(j + 1) * kg, j * mg:(j + 1) * mg] = w[g * mg:(g + 1) * mg].reshape(mg, kg).T
+        blocks.append(GroupBlock(gs.start * cin_g, len(gs) * cin_g, gs.start * mg, mat))
+    return blocks
 
 
 def _grid_size(target: Target, k: int, m: int) -> int:
@@ -485,7 +487,7 @@ def _grid_size(target: Target, k: int, m: int) -> int:
 
 def crossbars_needed(graph: PlanGraph, target: Target) -> int:
     """The crossbar tiles lowering will build, by the same arithmetic as `_tiles` and
-    `_group_blocks`, without building them (a plan lowering refuses counts none)."""
+    `_packing`, without building them (a plan lowering refuses counts none)."""
     total = 0
     for plan in graph.plans:
         w = plan.weights.get("weight")
@@ -498,11 +500,8 @@ def crossbars_needed(graph: PlanGraph, target: Target) -> int:
                 cout, cin_g = w.shape[1] * group, w.shape[0] // max(group, 1)
             if group < 1 or cout % group:
                 continue
-            mg, kg = cout // group, cin_g * kh * kw
-            per = _groups_per_block(target, kg, mg, group)
-            full, rest = divmod(group, per)
-            total += full * _grid_size(target, per * kg, per * mg)
-            total += _grid_size(target, rest * kg, rest * mg) if rest else 0
+            mg, kg, packed = _packing(target, cout, cin_g, kh * kw, group)
+            total += sum(_grid_size(target, len(gs) * kg, len(gs) * mg) for gs in packed)
         elif plan.kind == "gemm" and w.ndim == 2:
             total += _grid_size(target, *w.shape)
         elif plan.kind == "matmul" and plan.inputs:
