@@ -189,12 +189,10 @@ class Tile:
 
 @dataclass(frozen=True)
 class ColumnBlock:
-    """The output columns one group block's crossbar column computes: its input channels,
-    its width, its bias (if any) and its tiles, one per row tile."""
+    """The output columns one group block's crossbar column computes: its first input
+    channel, its bias (if any) and its tiles, one per row tile."""
 
     first_in: int
-    channels_in: int
-    width: int
     bias: Value | None
     tiles: list[Tile]
 
@@ -204,7 +202,6 @@ class GroupBlock:
     """Convolution groups packed block-diagonally into one (K, M) matrix."""
 
     first_in: int
-    channels_in: int
     first_out: int
     matrix: np.ndarray
 
@@ -476,7 +473,7 @@ def _group_blocks(target: Target, w: np.ndarray, group: int) -> list[GroupBlock]
         mat = np.zeros((len(gs) * kg, len(gs) * mg), dtype=np.float32)
         for j, g in enumerate(gs):
             mat[j * kg:(j + 1) * kg, j * mg:(j + 1) * mg] = w[g * mg:(g + 1) * mg].reshape(mg, kg).T
-        blocks.append(GroupBlock(gs.start * cin_g, len(gs) * cin_g, gs.start * mg, mat))
+        blocks.append(GroupBlock(gs.start * cin_g, gs.start * mg, mat))
     return blocks
 
 
@@ -537,7 +534,7 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
             tiles = [Tile(row[ci][0], em.weight(f"{name}.g{bi}.r{ri}.c{ci}", row[ci][2],
                                                 tile=True), row[ci][2].shape)
                      for ri, row in enumerate(grid)]
-            columns.append(ColumnBlock(blk.first_in, blk.channels_in, mt, bvec, tiles))
+            columns.append(ColumnBlock(blk.first_in, bvec, tiles))
     images = []
     for n in range(x.shape[0]):
         results = []
