@@ -91,8 +91,7 @@ def _extract_dims(op: ExtractSliceOp) -> list[int | None]:
     return out if j == len(res) else [None] * len(res)
 
 
-def extract_source_box(op: ExtractSliceOp, demand: Region, offsets: Sequence[int]
-                       ) -> Region:
+def extract_source_box(op: ExtractSliceOp, demand: Region, offsets: Sequence[int]) -> Region:
     """The source elements a demanded box of the slice's result comes from (``offsets``
     are the slice's constant offsets, the lane substituted)."""
     dims = _extract_dims(op)

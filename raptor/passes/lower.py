@@ -278,9 +278,8 @@ class Lowering:
         return fused
 
     def dense_of(self, name: str) -> Value:
-        """Dense reassembly: one instance copies every fragment into contiguous storage
-        (the lowering of DenseNCHW storage and of materialize_layout R→D), with stats of
-        its own."""
+        """Dense reassembly: one instance copies every fragment into contiguous storage (the
+        lowering of DenseNCHW storage and of materialize_layout R→D), with stats of its own."""
         if name not in self.dense:
             v = self.values[name]
             if isinstance(v.owner, GraphComputeBatchOp):  # a single instance is already dense
@@ -350,8 +349,7 @@ class Emit:
         self.stats.lanes += 1
         return op.outs
 
-    def rowwise(self, operands: Sequence[Value], out_shape: Sequence[int],
-                body: LaneBody) -> Value:
+    def rowwise(self, operands: Sequence[Value], out_shape: Sequence[int], body: LaneBody) -> Value:
         """Row-band lanes over `_lane_dim(out_shape)`; operands broadcast numpy-style."""
         d = _lane_dim(out_shape)
         rank = len(out_shape)
@@ -421,8 +419,7 @@ def _tiles(target: Target, mat: np.ndarray) -> list[list[tuple[int, int, np.ndar
     """Row tiles × column tiles of a (K, M) matrix: [(k0, m0, tile)] per row tile."""
     r, c = target.crossbar_rows, target.crossbar_cols
     k, m = mat.shape
-    return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)]
-            for k0 in range(0, k, r)]
+    return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)] for k0 in range(0, k, r)]
 
 
 def _reduce_partials(em: Emit, partials: list[Value], bias: Value | None,
@@ -455,9 +452,8 @@ def _conv_plan(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 
 def _packing(target: Target, cout: int, cin_g: int, taps: int, group: int
              ) -> tuple[int, int, list[range]]:
-    """(output columns, im2col rows) per group of a (grouped) convolution and the groups of
-    each block: as many as fit packed block-diagonally into one crossbar (one when they do
-    not)."""
+    """(output columns, im2col rows) per group of a (grouped) convolution and the groups of each
+    block: as many as fit packed block-diagonally into one crossbar (one when they do not)."""
     mg, kg = cout // group, cin_g * taps
     rows, cols = target.crossbar_rows, target.crossbar_cols
     per = min(rows // kg, cols // mg, group) if group > 1 and kg <= rows and mg <= cols else 1
@@ -902,8 +898,7 @@ def _global_avgpool(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     _, c, h, wd = x.shape
     chunk = max(d for d in range(1, min(c, em.lw.target.vector_lanes) + 1) if c % d == 0)
 
-    def body(b: Builder, lane: Value, args: list[Value], n: int
-             ) -> tuple[Value, list[AffineLike]]:
+    def body(b: Builder, lane: Value, args: list[Value], n: int) -> tuple[Value, list[AffineLike]]:
         ch = Affine(0, ((chunk, lane),))
         e = b.extract(args[0], [n, ch, 0, 0], [1, chunk, h, wd])
         s = b.reduce("vreduce_sum", e, [2, 3], _t((1, chunk, 1, 1)))
@@ -976,8 +971,7 @@ def _staged(em: Emit, x: Value) -> Value:
     return em.rowwise([x], x.shape, lambda b, xs: xs[0])
 
 
-def _along(b: Builder, v: Value, d: int, first: AffineLike, count: int, step: int = 1
-           ) -> Value:
+def _along(b: Builder, v: Value, d: int, first: AffineLike, count: int, step: int = 1) -> Value:
     """`count` entries of `v` along dimension `d` from `first`, `step` apart."""
     offs: list[AffineLike] = [0] * len(v.shape)
     sizes, strides = list(v.shape), [1] * len(v.shape)

@@ -105,8 +105,7 @@ def _published(op: GraphComputeBatchOp) -> list[Value]:
 def _slice(whole: Value, part: Value, offsets: Sequence[int]) -> ExtractSliceOp:
     """The part of a whole local value at `offsets`, as large as `part` (one copy)."""
     sizes = part.tensor.static_shape
-    return owned(ExtractSliceOp(whole, part, tuple(map(Affine, offsets)), sizes,
-                                (1,) * len(sizes)))
+    return owned(ExtractSliceOp(whole, part, tuple(map(Affine, offsets)), sizes, (1,) * len(sizes)))
 
 
 def _insert(ops: list[Operation], src: Value, buf: Value, p: Piece, box: Box) -> Value:
@@ -129,10 +128,9 @@ def _cropped(ops: list[Operation], whole: Value, p: Piece | None) -> Value:
 
 @dataclass
 class Flow:
-    """Where each message's receive and send go, as a flow-controlled communication model
-    decided (`raptor.solver.comm.replay`). A *point* of a core program follows the compute
-    (and stores) of an instance and precedes the next compute; the receives of a point
-    come before its sends."""
+    """Where each message's receive and send go, as a flow-controlled communication model decided
+    (`raptor.solver.comm.replay`). A *point* of a core program follows the compute (and stores) of
+    an instance and precedes the next compute; the receives of a point come before its sends."""
 
     posts: Mapping[Message, int]
     """Message -> the instance after whose compute its receive is posted (-1: at the
@@ -414,8 +412,7 @@ class Materializer:
         translation, and the crops add up to at least the box, one slice of that value fills
         the whole buffer: one copy where crop-then-insert takes two per piece (elements of the
         box no piece covers are read by nothing, so whatever the slice puts there is fine)."""
-        if not pieces or any(p.crop is None or any(st != 1 for st in p.strides)
-                             for p in pieces):
+        if not pieces or any(p.crop is None or any(st != 1 for st in p.strides) for p in pieces):
             return None
         p0 = pieces[0]
         assert p0.crop is not None
@@ -437,8 +434,7 @@ class Materializer:
     def mergeable(run: list[Instance]) -> bool:
         first = run[0]
         kinds = [(u.index, u.kind, all(u.box.sizes)) for u in first.uses]
-        return all([(u.index, u.kind, all(u.box.sizes)) for u in i.uses] == kinds
-                   for i in run[1:])
+        return all([(u.index, u.kind, all(u.box.sizes)) for u in i.uses] == kinds for i in run[1:])
 
     def merged(self, core: int, run: list[Instance]) -> list[Operation]:
         """Gather the union of the lanes' inputs once, run the lanes as one batch, expose
@@ -456,8 +452,7 @@ class Materializer:
             ops.extend(self.events[inst.id][1:])  # its stores
         return ops
 
-    def gather_lanes(self, core: int, run: list[Instance], op: GraphComputeBatchOp
-                     ) -> LaneInputs:
+    def gather_lanes(self, core: int, run: list[Instance], op: GraphComputeBatchOp) -> LaneInputs:
         """Per input of a run of lanes, one buffer holding the union of the lanes' boxes
         (a weight as it is)."""
         g = LaneInputs()

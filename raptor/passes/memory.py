@@ -351,8 +351,7 @@ class _CoreAllocator:
         candidates: list[Value] = []
         if isinstance(op, InsertSliceOp):
             candidates = [op.dest]
-        elif isinstance(op, BinaryOp) or (isinstance(op, UnaryOp)
-                                          and op.op in IN_PLACE_UNARY):
+        elif isinstance(op, BinaryOp) or (isinstance(op, UnaryOp) and op.op in IN_PLACE_UNARY):
             candidates = [v for v in op.operands() if v.type == op.result.type]
         for v in candidates:
             got = self.loc.get(self.resolve(v))
@@ -513,15 +512,13 @@ def compute_memory(op: ScheduledComputeOp | ScheduledComputeBatchOp, element_byt
     constants it reads as data by symbol (resident on its core for the whole program)."""
     alloc = _CoreAllocator(Block([], [op]), -1, element_bytes)
     alloc.run()
-    consts = {v.owner.symbol: alloc.loc[v][0] for v in alloc.loc
-              if isinstance(v.owner, WeightOp)}
+    consts = {v.owner.symbol: alloc.loc[v][0] for v in alloc.loc if isinstance(v.owner, WeightOp)}
     held = {id(s) for s in consts.values()}
     peak = _live_peak([s for s in alloc.storages if id(s) not in held], alloc.step)[0]
     return peak, {k: s.size for k, s in consts.items()}
 
 
-def plan_memory(module: Module, target: Target, element_bytes: int | None = None
-                ) -> MemoryPlan:
+def plan_memory(module: Module, target: Target, element_bytes: int | None = None) -> MemoryPlan:
     """Allocate local memory for every core program of `module`'s main function and lay
     out shared memory, `element_bytes` per tensor element (default: the target's
     activation precision, see `activation_bytes`)."""

@@ -198,8 +198,7 @@ class Projection:
                            (1,) * t.rank)]
         if v in self.producer_of:  # a graph compute result: one piece, the whole value
             t = _t(v)
-            return [_Entry(v, 0, 1, (Affine(0),) * t.rank, None, t.static_shape,
-                           (1,) * t.rank)]
+            return [_Entry(v, 0, 1, (Affine(0),) * t.rank, None, t.static_shape, (1,) * t.rank)]
         return None
 
     # -------------------------------------------------------------- consumers

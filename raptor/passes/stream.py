@@ -49,14 +49,7 @@ from dataclasses import dataclass, field
 
 from raptor.ir.core import Affine, Block, Operation, Value
 from raptor.ir.module import Module
-from raptor.ir.ops import (
-    AllocSharedOp,
-    LoadOp,
-    SignalOp,
-    StoreOp,
-    StreamOp,
-    WaitOp,
-)
+from raptor.ir.ops import AllocSharedOp, LoadOp, SignalOp, StoreOp, StreamOp, WaitOp
 from raptor.ir.types import INDEX, TensorType, Type
 from raptor.passes.materialize import CropKey, Flow, Materializer, ScheduleView, crop_key, owned
 from raptor.passes.projection import Instance, Piece, Projection
@@ -71,9 +64,8 @@ Transfer = tuple[int, int, int, CropKey | None]
 
 @dataclass
 class StreamView(ScheduleView):
-    """What stream materialization needs of a pipeline schedule: placement, the estimated
-    times of one inference (they fix each core's order, as in latency mode), and the stage
-    of every task."""
+    """What stream materialization needs of a pipeline schedule: placement, the estimated times of
+    one inference (they fix each core's order, as in latency mode), and the stage of every task."""
 
     stage_of: Sequence[int]
 
