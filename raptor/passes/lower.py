@@ -101,10 +101,6 @@ def _t(shape: Sequence[int]) -> TensorType:
     return TensorType(tuple(int(d) for d in shape))
 
 
-def _frag_t(xs: list[Value]) -> TensorType:
-    return _t(np.broadcast_shapes(xs[0].shape, xs[1].shape))
-
-
 def _lane_dim(shape: Sequence[int]) -> int | None:
     """The dimension row-band lanes run over: H for NCHW, else the first dim larger than 1."""
     if len(shape) == 4 and shape[2] > 1:
@@ -407,8 +403,7 @@ LOWERERS: dict[str, Lowerer] = {}
 
 def lowers(*kinds: str) -> Callable[[Lowerer], Lowerer]:
     def register(fn: Lowerer) -> Lowerer:
-        for kind in kinds:
-            LOWERERS[kind] = fn
+        LOWERERS.update(dict.fromkeys(kinds, fn))
         return fn
 
     return register
@@ -775,8 +770,8 @@ def _binary(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
         c = em.weight(f"{plan.name}.operand", plan.weights["operand"])
         at = int(plan.num("operand_index")) if "operand_index" in plan.attrs else 1
         operands.insert(at, c)
-    return [em.rowwise(operands, em.out(plan),
-                       lambda b, xs: b.binary(op, xs[0], xs[1], _frag_t(xs)))]
+    return [em.rowwise(operands, em.out(plan), lambda b, xs: b.binary(
+        op, xs[0], xs[1], _t(np.broadcast_shapes(xs[0].shape, xs[1].shape))))]
 
 
 def _with_weights(em: Emit, plan: Plan, roles: Sequence[str], body: LaneBody,
