@@ -359,17 +359,14 @@ class Materializer:
     def place_messages(self, events: Events) -> Events:
         """The receives and sends of the point after an instance's compute (and stores):
         receives first, then sends in rank order."""
-        if not self.anchored:
-            return events
         out: Events = []
         for key, ops in events:
             out.append((key, ops))
             got = self.anchored.get(key[2]) if key[1] == 1 else None
             if got is not None:
                 recvs, sends = got
-                point: list[Operation] = [*recvs, *(op for _, op in sorted(
-                    sends, key=lambda s: s[0]))]
-                out.append(((key[0], 0, -1), point))
+                out.append(((key[0], 0, -1), [*recvs, *(op for _, op in sorted(
+                    sends, key=lambda s: s[0]))]))
         return out
 
     # -------------------------------------------------------------- equivalence classes
@@ -583,9 +580,8 @@ def received_compute(module: Module, proj: Projection, inst: Instance) -> Schedu
     core_of[inst.id] = 0
     m = Materializer(module, proj, [], ScheduleView(core_of, [0] * n, [0] * n), merge=False)
     for use in inst.uses:
-        for p in use.pieces:
-            t = p.fragment if p.crop is None else TensorType(p.sizes, p.fragment.dtype)
-            m.local[(p.producer, p.result, 0, crop_key(p))] = Value(t, "r")
+        for p in use.pieces:  # a crop's fragment is the part that travels
+            m.local[(p.producer, p.result, 0, crop_key(p))] = Value(p.fragment, "r")
     m.instance(inst)
     sc = m.events[inst.id][0]
     assert isinstance(sc, ScheduledComputeOp)
