@@ -538,14 +538,14 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
                 c0 = tile.row // (kh * kw)
                 c1 = -(-(tile.row + tile.shape[0]) // (kh * kw))
                 partials.append(_conv_batch(em, ins, Slab(n, col.first_in + c0, c1 - c0),
-                                            window, tile, single, act, not single))
+                                            window, tile, single, act))
             results.append(_reduce_partials(em, partials, col.bias, act))
         images.append(em.concat(results, (1, *out_shape[1:]), 1))
     return em.concat(images, out_shape, 0)
 
 
-def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile, tail: bool,
-                act: Plan | None, sliced: bool) -> Value:
+def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile, single: bool,
+                act: Plan | None) -> Value:
     """Lanes = output rows. Each lane reads only the input rows its window covers (padding
     is added inside the lane) of only the channels its tile multiplies (`slab`), builds
     those channels' im2col rows, keeps the tile's rows and does one MVM per pixel. Building
@@ -564,11 +564,11 @@ def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile,
             cols.append(b.reshape(e, _t((cn, kh, 1, ow))) if kw > 1 else e)
         patch = b.concat(cols, 2) if kw > 1 else cols[0]
         mat = b.reshape(patch, _t((cn * kh * kw, ow)))
-        if sliced:  # the tile's rows: contiguous in the (K, ow) matrix
+        if not single:  # the tile's rows: contiguous in the (K, ow) matrix
             mat = b.extract(mat, [first, 0], [kt, ow])
         mat = b.transpose(mat, [1, 0])
         y = b.mvm(args[1], mat)
-        y = _tail(b, y, args[2:], act) if tail else y
+        y = _tail(b, y, args[2:], act) if single else y
         return b.reshape(b.transpose(y, [1, 0]), _t((1, mt, 1, ow)))
 
     return _window_rows(em, ins, slab, win, 0.0, (1, mt, oh, ow), body, ow)
