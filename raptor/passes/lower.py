@@ -550,7 +550,8 @@ def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile,
     is added inside the lane) of only the channels its tile multiplies (`slab`), builds
     those channels' im2col rows, keeps the tile's rows and does one MVM per pixel. Building
     the whole im2col window per tile would cost every row tile a copy of all channels, and
-    local memory for two of them (the window and its transpose)."""
+    local memory for two of them (the window and its transpose). The `single` tile of its
+    column keeps all its rows and adds the bias and activation itself."""
     kh, kw = win.kernel
     oh, ow = win.out
     kt, mt = tile.shape
