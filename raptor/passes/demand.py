@@ -14,7 +14,10 @@ used element; an op without a rule demands all of its operands.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from raptor.ir.core import Block, Operation, Value
 from raptor.ir.ops import (
@@ -57,15 +60,11 @@ def _empty(r: Region) -> bool:
 def flat_box(r: Region, src: Sequence[int], dst: Sequence[int]) -> Region:
     """Bounding box in shape ``dst`` of the elements of box ``r`` in shape ``src`` that a
     row-major reshape maps there (through the range of their flat indices)."""
-    lo = hi = 0
+    first = last = 0  # flat indices, inclusive
     for (a, b), n in zip(r, src, strict=True):
-        lo, hi = lo * n + a, hi * n + b - 1
+        first, last = first * n + a, last * n + b - 1
     out: list[tuple[int, int]] = []
-    last = hi  # inclusive
-    stride = 1
-    for n in dst:
-        stride *= n
-    first = lo
+    stride = math.prod(dst)
     narrowed = True
     for n in dst:
         stride //= n
@@ -92,8 +91,7 @@ def _extract_dims(op: ExtractSliceOp) -> list[int | None]:
     return out if j == len(res) else [None] * len(res)
 
 
-def extract_source_box(op: ExtractSliceOp, demand: Region, offsets: Sequence[int]
-                       ) -> Region:
+def extract_source_box(op: ExtractSliceOp, demand: Region, offsets: Sequence[int]) -> Region:
     """The source elements a demanded box of the slice's result comes from (``offsets``
     are the slice's constant offsets, the lane substituted)."""
     dims = _extract_dims(op)
@@ -132,10 +130,7 @@ def _operand_demands(op: Operation, d: Region) -> list[tuple[Value, Region]]:
     elif isinstance(op, ReshapeOp):
         return [(op.source, flat_box(d, _shape(op.result), _shape(op.source)))]
     elif isinstance(op, TransposeOp):
-        inverse = [0] * len(d)
-        for j, i in enumerate(op.perm):
-            inverse[i] = j
-        return [(op.source, tuple(d[j] for j in inverse))]
+        return [(op.source, tuple(d[j] for j in np.argsort(op.perm)))]  # the inverse permutation
     elif isinstance(op, MvmOp):
         return [(op.weight, full(_shape(op.weight))),
                 (op.vector, (*d[:-1], (0, _shape(op.vector)[-1])))]

@@ -18,11 +18,6 @@ from raptor.rewrite.select import LayoutSelection, plan_layouts
 
 SELECTORS = ("exact", "iterative", "disabled")
 
-_KINDS = {"conv": "conv", "maxpool": "maxpool", "global_avgpool": "global_avgpool",
-          "resize_nearest": "resize_nearest", "relu": "relu", "silu": "silu",
-          "bias_add": "bias_add", "add": "add", "concat": "concat", "flatten": "flatten"}
-"""Plan kinds that the layout rules know; every other kind only has its dense alternative."""
-
 
 @dataclass
 class LayoutChoice:
@@ -57,8 +52,7 @@ def _gates(plan: Plan, graph: PlanGraph) -> dict[str, bool]:
 def layout_plans(graph: PlanGraph) -> list[LayoutPlan]:
     producer = {o: i for i, p in enumerate(graph.plans) for o in p.outputs}
     outputs = {v.name for v in graph.outputs}
-    return [LayoutPlan(i, _KINDS.get(p.kind, p.kind),
-                       [producer.get(n) for n in p.inputs], _gates(p, graph),
+    return [LayoutPlan(i, p.kind, [producer.get(n) for n in p.inputs], _gates(p, graph),
                        any(o in outputs for o in p.outputs))
             for i, p in enumerate(graph.plans)]
 
@@ -67,9 +61,6 @@ def select_layouts(graph: PlanGraph, selector: str = "exact",
                    rules_dir: str | os.PathLike[str] | None = None
                    ) -> tuple[LayoutSelection, LayoutChoice]:
     sel = plan_layouts(layout_plans(graph), selector, rules_dir)
-    choice = LayoutChoice()
-    for pid, alt in sel.choice.items():
-        choice.result[pid] = alt.result
-        for i, lay in enumerate(alt.operands):
-            choice.operand[(pid, i)] = lay
-    return sel, choice
+    return sel, LayoutChoice({pid: alt.result for pid, alt in sel.choice.items()},
+                             {(pid, i): lay for pid, alt in sel.choice.items()
+                              for i, lay in enumerate(alt.operands)})

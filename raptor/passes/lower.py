@@ -22,6 +22,8 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial, reduce
+from itertools import accumulate, groupby
 
 import numpy as np
 
@@ -35,14 +37,12 @@ from raptor.ir.types import MAX_ELEMENTS, TensorType
 from raptor.passes.layout import LayoutChoice
 from raptor.target import Target
 
-ACTIVATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "relu": ("relu", ()), "sigmoid": ("sigmoid", ()), "tanh": ("tanh", ()),
-    "silu": ("silu", ()), "hard_swish": ("hard_swish", ()),
-    "leaky_relu": ("leaky_relu", ("alpha",)),
-    "hard_sigmoid": ("hard_sigmoid", ("alpha", "beta")), "clip": ("clip", ("max", "min")),
-    "neg": ("neg", ()), "elu": ("elu", ("alpha",)),
+ACTIVATIONS: dict[str, tuple[str, ...]] = {
+    "relu": (), "sigmoid": (), "tanh": (), "silu": (), "hard_swish": (), "neg": (),
+    "leaky_relu": ("alpha",), "hard_sigmoid": ("alpha", "beta"), "clip": ("max", "min"),
+    "elu": ("alpha",),
 }
-"""Plan kinds that are one `pim.<op>` with the same attributes (fusable into a matrix plan)."""
+"""Plan kinds that are one `pim.<kind>` with these attributes (fusable into a matrix plan)."""
 
 MATRIX_KINDS = ("conv", "gemm", "matmul", "conv_transpose")
 
@@ -99,10 +99,6 @@ def sanitize(name: str) -> str:
 
 def _t(shape: Sequence[int]) -> TensorType:
     return TensorType(tuple(int(d) for d in shape))
-
-
-def _frag_t(xs: list[Value]) -> TensorType:
-    return _t(np.broadcast_shapes(xs[0].shape, xs[1].shape))
 
 
 def _lane_dim(shape: Sequence[int]) -> int | None:
@@ -189,12 +185,10 @@ class Tile:
 
 @dataclass(frozen=True)
 class ColumnBlock:
-    """The output columns one group block's crossbar column computes: its input channels,
-    its width, its bias (if any) and its tiles, one per row tile."""
+    """The output columns one group block's crossbar column computes: its first input
+    channel, its bias (if any) and its tiles, one per row tile."""
 
     first_in: int
-    channels_in: int
-    width: int
     bias: Value | None
     tiles: list[Tile]
 
@@ -204,7 +198,6 @@ class GroupBlock:
     """Convolution groups packed block-diagonally into one (K, M) matrix."""
 
     first_in: int
-    channels_in: int
     first_out: int
     matrix: np.ndarray
 
@@ -229,20 +222,20 @@ class Lowering:
         args = [(sanitize(v.name), _t(v.shape)) for v in graph.inputs]
         self.func: FuncOp
         self.func, self.b = new_func("main", args, [_t(v.shape) for v in graph.outputs])
-        for v, a in zip(graph.inputs, self.func.args, strict=True):
-            self.values[v.name] = a
+        self.values.update((v.name, a) for v, a in zip(graph.inputs, self.func.args, strict=True))
 
     def run(self) -> Lowered:
-        fused, skip = self.fusion()
-        for k, plan in enumerate(self.g.plans):
-            if k in skip:
+        fused = self.fusion()
+        absorbed = {id(a) for a in fused.values()}
+        for plan in self.g.plans:
+            if id(plan) in absorbed:
                 continue
             for o in plan.outputs:
                 if math.prod(self.g.values[o].shape) > MAX_ELEMENTS:
                     raise LoweringError(f"plan {plan.name!r}: output {o} of shape "
                                         f"{list(self.g.values[o].shape)} is too large")
             stats = PlanStats(plan.name, plan.kind, [self.values[n].shape for n in plan.inputs],
-                              self.out_shape(plan))
+                              tuple(self.g.values[plan.outputs[0]].shape))
             act = fused.get(plan.outputs[0])
             if act is not None:
                 stats.fused = act.kind
@@ -266,57 +259,33 @@ class Lowering:
         module = Module([self.func], self.constants, filename=self.g.name)
         return Lowered(module, self.stats, self.tiles, self.layer_of)
 
-    def fusion(self) -> tuple[dict[str, Plan], set[int]]:
+    def fusion(self) -> dict[str, Plan]:
         """A matrix plan absorbs a following activation that is its output's only consumer:
-        (matrix output → activation, indices of the absorbed plans)."""
+        matrix output → activation."""
         users = self.g.consumers()
         outputs = {v.name for v in self.g.outputs}
         fused: dict[str, Plan] = {}
-        skip: set[int] = set()
         for plan in self.g.plans:
-            if plan.kind not in MATRIX_KINDS:
-                continue
             out = plan.outputs[0]
             us = users.get(out, [])
-            if out in outputs or len(us) != 1 or us[0].kind not in ACTIVATIONS:
-                continue
-            fused[out] = us[0]
-            skip.add(self.g.plans.index(us[0]))
-        return fused, skip
-
-    def out_shape(self, plan: Plan, k: int = 0) -> tuple[int, ...]:
-        return tuple(self.g.values[plan.outputs[k]].shape)
-
-    def input(self, plan: Plan, k: int) -> Value:
-        """Operand k as this plan reads it: row fragments directly when producer and consumer
-        agree on NHWCRowStrip, else the dense storage of the value."""
-        name = plan.inputs[k]
-        v = self.values[name]
-        produced = self.layout_of.get(name)
-        if produced is None:  # function argument: already dense in shared memory
-            return v
-        wants = self.layouts.operand_of(self.index[id(plan)], k)
-        if produced == "NHWCRowStrip" and wants == "NHWCRowStrip":
-            return v
-        return self.dense_of(name)
+            if plan.kind in MATRIX_KINDS and out not in outputs and len(us) == 1 \
+                    and us[0].kind in ACTIVATIONS:
+                fused[out] = us[0]
+        return fused
 
     def dense_of(self, name: str) -> Value:
-        """Dense reassembly: one instance copies every fragment into contiguous storage
-        (the lowering of DenseNCHW storage and of materialize_layout R→D), with stats of
-        its own."""
-        got = self.dense.get(name)
-        if got is not None:
-            return got
-        v = self.values[name]
-        if not isinstance(v.owner, GraphComputeBatchOp):  # a single instance is already dense
+        """Dense reassembly: one instance copies every fragment into contiguous storage (the
+        lowering of DenseNCHW storage and of materialize_layout R→D), with stats of its own."""
+        if name not in self.dense:
+            v = self.values[name]
+            if isinstance(v.owner, GraphComputeBatchOp):  # a single instance is already dense
+                stats = PlanStats(f"{name}.dense", "dense_assembly", [v.shape], v.shape)
+                out = Emit(self, stats).compute([v], [v.shape], lambda b, xs: [xs[0]])[0]
+                out.name = f"{v.name}_dense"
+                self.stats.append(stats)
+                v = out
             self.dense[name] = v
-            return v
-        stats = PlanStats(f"{name}.dense", "dense_assembly", [v.shape], v.shape)
-        out = Emit(self, stats).compute([v], [v.shape], lambda b, xs: [xs[0]])[0]
-        out.name = f"{v.name}_dense"
-        self.stats.append(stats)
-        self.dense[name] = out
-        return out
+        return self.dense[name]
 
 
 @dataclass
@@ -326,19 +295,18 @@ class Emit:
     lw: Lowering
     stats: PlanStats
 
-    @property
-    def b(self) -> Builder:
-        return self.lw.b
-
-    @property
-    def target(self) -> Target:
-        return self.lw.target
-
     def input(self, plan: Plan, k: int) -> Value:
-        return self.lw.input(plan, k)
+        """Operand k as this plan reads it: row fragments directly when producer and consumer
+        agree on NHWCRowStrip, else the dense storage of the value."""
+        name, lw = plan.inputs[k], self.lw
+        produced = lw.layout_of.get(name)  # None: a function argument, dense in shared memory
+        if produced is None or produced == lw.layouts.operand_of(lw.index[id(plan)], k) \
+                == "NHWCRowStrip":
+            return lw.values[name]
+        return lw.dense_of(name)
 
     def out(self, plan: Plan, k: int = 0) -> tuple[int, ...]:
-        return self.lw.out_shape(plan, k)
+        return tuple(self.lw.g.values[plan.outputs[k]].shape)
 
     def weight(self, symbol: str, data: np.ndarray, tile: bool = False) -> Value:
         symbol = sanitize(symbol)
@@ -350,13 +318,13 @@ class Emit:
         if tile:
             self.lw.tiles[symbol] = (int(arr.shape[0]), int(arr.shape[1]))
             self.stats.crossbars += 1
-        return self.b.weight(symbol, _t(arr.shape))
+        return self.lw.b.weight(symbol, _t(arr.shape))
 
     def batch(self, lanes: int, inputs: Sequence[Value], out_shape: Sequence[int],
               body: BatchBody, mvms_per_lane: int = 0) -> Value:
         """One assembly batch: `body(builder, lane, in_args)` returns the fragment and its
         logical offsets; the fragment's shape (padded to the result rank) is the size."""
-        op, lb = self.b.graph_batch(lanes, inputs, [_t(out_shape)], assembly=True)
+        op, lb = self.lw.b.graph_batch(lanes, inputs, [_t(out_shape)], assembly=True)
         frag, offsets = body(lb, op.lane, op.in_args)
         sizes = list(frag.shape)
         if len(sizes) != len(out_shape):
@@ -371,14 +339,13 @@ class Emit:
     def compute(self, inputs: Sequence[Value], out_shapes: Sequence[Sequence[int]],
                 body: Callable[[Builder, list[Value]], list[Value]]) -> list[Value]:
         """One graph compute (a single instance)."""
-        op, cb = self.b.graph_compute(inputs, [_t(s) for s in out_shapes])
+        op, cb = self.lw.b.graph_compute(inputs, [_t(s) for s in out_shapes])
         cb.yield_(body(cb, op.body.args))
         self.lw.layer_of[op] = self.stats
         self.stats.lanes += 1
         return op.outs
 
-    def rowwise(self, operands: Sequence[Value], out_shape: Sequence[int],
-                body: LaneBody) -> Value:
+    def rowwise(self, operands: Sequence[Value], out_shape: Sequence[int], body: LaneBody) -> Value:
         """Row-band lanes over `_lane_dim(out_shape)`; operands broadcast numpy-style."""
         d = _lane_dim(out_shape)
         rank = len(out_shape)
@@ -387,14 +354,10 @@ class Emit:
         def lane_body(b: Builder, lane: Value, ins: list[Value]) -> tuple[Value, list[AffineLike]]:
             parts = []
             for x in ins:
-                xs = x.shape
-                lead = rank - len(xs)
-                offs: list[AffineLike] = [0] * len(xs)
-                sizes = list(xs)
-                if d is not None and d >= lead and xs[d - lead] == out_shape[d]:
-                    offs[d - lead] = lane
-                    sizes[d - lead] = 1
-                parts.append(b.extract(x, offs, sizes))
+                k = -1 if d is None else d - rank + len(x.shape)  # x's lane dimension
+                rows = d is not None and k >= 0 and x.shape[k] == out_shape[d]
+                parts.append(_along(b, x, k, lane, 1) if rows
+                             else b.extract(x, [0] * len(x.shape), list(x.shape)))
             frag = body(b, parts)
             offsets: list[AffineLike] = [0] * rank
             if d is not None:
@@ -422,9 +385,15 @@ class Emit:
 def _activation(b: Builder, v: Value, act: Plan | None) -> Value:
     if act is None:
         return v
-    op, keys = ACTIVATIONS[act.kind]
-    attrs: dict[str, Attr] = {k: float(act.num(k)) for k in keys}
-    return b.unary(op, v, attrs)
+    attrs: dict[str, Attr] = {k: float(act.num(k)) for k in ACTIVATIONS[act.kind]}
+    return b.unary(act.kind, v, attrs)
+
+
+def _tail(b: Builder, y: Value, bias: list[Value], act: Plan | None) -> Value:
+    """The last stage of a matrix plan: its bias (when given) and fused activation."""
+    for c in bias:
+        y = b.binary("vadd", y, c, y.tensor)
+    return _activation(b, y, act)
 
 
 Lowerer = Callable[[Emit, Plan, Plan | None], list[Value]]
@@ -434,8 +403,7 @@ LOWERERS: dict[str, Lowerer] = {}
 
 def lowers(*kinds: str) -> Callable[[Lowerer], Lowerer]:
     def register(fn: Lowerer) -> Lowerer:
-        for kind in kinds:
-            LOWERERS[kind] = fn
+        LOWERERS.update(dict.fromkeys(kinds, fn))
         return fn
 
     return register
@@ -446,8 +414,7 @@ def _tiles(target: Target, mat: np.ndarray) -> list[list[tuple[int, int, np.ndar
     """Row tiles × column tiles of a (K, M) matrix: [(k0, m0, tile)] per row tile."""
     r, c = target.crossbar_rows, target.crossbar_cols
     k, m = mat.shape
-    return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)]
-            for k0 in range(0, k, r)]
+    return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)] for k0 in range(0, k, r)]
 
 
 def _reduce_partials(em: Emit, partials: list[Value], bias: Value | None,
@@ -462,11 +429,7 @@ def _reduce_partials(em: Emit, partials: list[Value], bias: Value | None,
 
             def body(b: Builder, xs: list[Value], tail: bool = last_stage) -> Value:
                 s = b.binary("vadd", xs[0], xs[1])
-                if tail:
-                    if len(xs) > 2:
-                        s = b.binary("vadd", s, xs[2], s.tensor)
-                    s = _activation(b, s, act)
-                return s
+                return _tail(b, s, xs[2:], act) if tail else s
 
             nxt.append(em.rowwise(ops, a.shape, body))
         if len(partials) % 2:
@@ -482,26 +445,27 @@ def _conv_plan(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
                   plan.ints("dilations"), int(plan.num("group")), em.out(plan), act)]
 
 
-def _group_blocks(target: Target, w: np.ndarray, group: int) -> list[GroupBlock]:
-    """Column blocks of a (grouped) convolution's im2col weight: as many groups as fit
-    packed block-diagonally into one crossbar (one group when they do not)."""
-    cout, cin_g, kh, kw = w.shape
-    mg, kg = cout // group, cin_g * kh * kw
-    per = _groups_per_block(target, kg, mg, group)
-    blocks = []
-    for g0 in range(0, group, per):
-        q = min(per, group - g0)
-        mat = np.zeros((q * kg, q * mg), dtype=np.float32)
-        for j in range(q):
-            gm = w[(g0 + j) * mg:(g0 + j + 1) * mg].reshape(mg, kg).T
-            mat[j * kg:(j + 1) * kg, j * mg:(j + 1) * mg] = gm
-        blocks.append(GroupBlock(g0 * cin_g, q * cin_g, g0 * mg, mat))
-    return blocks
-
-
-def _groups_per_block(target: Target, kg: int, mg: int, group: int) -> int:
+def _packing(target: Target, cout: int, cin_g: int, taps: int, group: int
+             ) -> tuple[int, int, list[range]]:
+    """(output columns, im2col rows) per group of a (grouped) convolution and the groups of each
+    block: as many as fit packed block-diagonally into one crossbar (one when they do not)."""
+    mg, kg = cout // group, cin_g * taps
     rows, cols = target.crossbar_rows, target.crossbar_cols
-    return min(rows // kg, cols // mg, group) if group > 1 and kg <= rows and mg <= cols else 1
+    per = min(rows // kg, cols // mg, group) if group > 1 and kg <= rows and mg <= cols else 1
+    return mg, kg, [range(g0, min(g0 + per, group)) for g0 in range(0, group, per)]
+
+
+def _group_blocks(target: Target, w: np.ndarray, group: int) -> list[GroupBlock]:
+    """Column blocks of a convolution's im2col weight (see `_packing`)."""
+    cout, cin_g, kh, kw = w.shape
+    mg, kg, packed = _packing(target, cout, cin_g, kh * kw, group)
+    blocks = []
+    for gs in packed:
+        mat = np.zeros((len(gs) * kg, len(gs) * mg), dtype=np.float32)
+        for j, g in enumerate(gs):
+            mat[j * kg:(j + 1) * kg, j * mg:(j + 1) * mg] = w[g * mg:(g + 1) * mg].reshape(mg, kg).T
+        blocks.append(GroupBlock(gs.start * cin_g, gs.start * mg, mat))
+    return blocks
 
 
 def _grid_size(target: Target, k: int, m: int) -> int:
@@ -511,7 +475,7 @@ def _grid_size(target: Target, k: int, m: int) -> int:
 
 def crossbars_needed(graph: PlanGraph, target: Target) -> int:
     """The crossbar tiles lowering will build, by the same arithmetic as `_tiles` and
-    `_group_blocks`, without building them (a plan lowering refuses counts none)."""
+    `_packing`, without building them (a plan lowering refuses counts none)."""
     total = 0
     for plan in graph.plans:
         w = plan.weights.get("weight")
@@ -524,11 +488,8 @@ def crossbars_needed(graph: PlanGraph, target: Target) -> int:
                 cout, cin_g = w.shape[1] * group, w.shape[0] // max(group, 1)
             if group < 1 or cout % group:
                 continue
-            mg, kg = cout // group, cin_g * kh * kw
-            per = _groups_per_block(target, kg, mg, group)
-            full, rest = divmod(group, per)
-            total += full * _grid_size(target, per * kg, per * mg)
-            total += _grid_size(target, rest * kg, rest * mg) if rest else 0
+            mg, kg, packed = _packing(target, cout, cin_g, kh * kw, group)
+            total += sum(_grid_size(target, len(gs) * kg, len(gs) * mg) for gs in packed)
         elif plan.kind == "gemm" and w.ndim == 2:
             total += _grid_size(target, *w.shape)
         elif plan.kind == "matmul" and plan.inputs:
@@ -551,8 +512,8 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
                             "output channels")
     # weights once, shared by every image
     columns: list[ColumnBlock] = []
-    for bi, blk in enumerate(_group_blocks(em.target, w, group)):
-        grid = _tiles(em.target, blk.matrix)
+    for bi, blk in enumerate(_group_blocks(em.lw.target, w, group)):
+        grid = _tiles(em.lw.target, blk.matrix)
         for ci in range(len(grid[0])):
             m0, mt = grid[0][ci][1], grid[0][ci][2].shape[1]
             bvec = None
@@ -564,7 +525,7 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
             tiles = [Tile(row[ci][0], em.weight(f"{name}.g{bi}.r{ri}.c{ci}", row[ci][2],
                                                 tile=True), row[ci][2].shape)
                      for ri, row in enumerate(grid)]
-            columns.append(ColumnBlock(blk.first_in, blk.channels_in, mt, bvec, tiles))
+            columns.append(ColumnBlock(blk.first_in, bvec, tiles))
     images = []
     for n in range(x.shape[0]):
         results = []
@@ -577,19 +538,20 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
                 c0 = tile.row // (kh * kw)
                 c1 = -(-(tile.row + tile.shape[0]) // (kh * kw))
                 partials.append(_conv_batch(em, ins, Slab(n, col.first_in + c0, c1 - c0),
-                                            window, tile, single, act, not single))
+                                            window, tile, single, act))
             results.append(_reduce_partials(em, partials, col.bias, act))
         images.append(em.concat(results, (1, *out_shape[1:]), 1))
     return em.concat(images, out_shape, 0)
 
 
-def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile, tail: bool,
-                act: Plan | None, sliced: bool) -> Value:
+def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile, single: bool,
+                act: Plan | None) -> Value:
     """Lanes = output rows. Each lane reads only the input rows its window covers (padding
     is added inside the lane) of only the channels its tile multiplies (`slab`), builds
     those channels' im2col rows, keeps the tile's rows and does one MVM per pixel. Building
     the whole im2col window per tile would cost every row tile a copy of all channels, and
-    local memory for two of them (the window and its transpose)."""
+    local memory for two of them (the window and its transpose). The `single` tile of its
+    column keeps all its rows and adds the bias and activation itself."""
     kh, kw = win.kernel
     oh, ow = win.out
     kt, mt = tile.shape
@@ -603,14 +565,11 @@ def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile,
             cols.append(b.reshape(e, _t((cn, kh, 1, ow))) if kw > 1 else e)
         patch = b.concat(cols, 2) if kw > 1 else cols[0]
         mat = b.reshape(patch, _t((cn * kh * kw, ow)))
-        if sliced:  # the tile's rows: contiguous in the (K, ow) matrix
+        if not single:  # the tile's rows: contiguous in the (K, ow) matrix
             mat = b.extract(mat, [first, 0], [kt, ow])
         mat = b.transpose(mat, [1, 0])
         y = b.mvm(args[1], mat)
-        if tail:
-            if len(args) > 2:
-                y = b.binary("vadd", y, args[2], y.tensor)
-            y = _activation(b, y, act)
+        y = _tail(b, y, args[2:], act) if single else y
         return b.reshape(b.transpose(y, [1, 0]), _t((1, mt, 1, ow)))
 
     return _window_rows(em, ins, slab, win, 0.0, (1, mt, oh, ow), body, ow)
@@ -662,7 +621,7 @@ def _gemm(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
           act: Plan | None, out_shape: tuple[int, ...]) -> Value:
     m, _ = x.shape
     n = w.shape[1]
-    grid = _tiles(em.target, w)
+    grid = _tiles(em.lw.target, w)
     full_bias = None
     if bias is not None:
         full_bias = np.broadcast_to(bias, (m, n)) if bias.ndim == 2 and bias.shape[0] > 1 \
@@ -691,13 +650,9 @@ def _gemm_batch(em: Emit, ins: list[Value], m: int, tile: Tile, tail: bool,
     def body(b: Builder, lane: Value, args: list[Value]) -> tuple[Value, list[AffineLike]]:
         v = b.extract(args[0], [lane, tile.row], [1, kt])
         y = b.mvm(args[1], v)
-        if tail:
-            if len(args) > 2:
-                bias = args[2]
-                if bias.shape[0] > 1:
-                    bias = b.extract(bias, [lane, 0], [1, mt])
-                y = b.binary("vadd", y, bias, y.tensor)
-            y = _activation(b, y, act)
+        if tail:  # a bias of one row per sample: this lane's row
+            y = _tail(b, y, [b.extract(c, [lane, 0], [1, mt]) if c.shape[0] > 1 else c
+                             for c in args[2:]], act)
         return y, [lane, 0]
 
     return em.batch(m, ins, (m, mt), body, mvms_per_lane=1)
@@ -714,25 +669,20 @@ def _matmul(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     """numpy matmul semantics: 1-D operands gain a unit dim, batch dims broadcast. A
     constant operand goes onto crossbars (gemm tiles); activation x activation runs on
     the vector unit (row times matrix as multiply + column reduction)."""
-    a = em.input(plan, 0)
-    w = plan.weights.get("weight")
+    a, w = em.input(plan, 0), plan.weights.get("weight")
     b = None if w is not None else em.input(plan, 1)
-    ash = a.shape
     bsh = tuple(w.shape) if w is not None else b.shape  # type: ignore[union-attr]
-    out_shape = em.out(plan)
-    a2 = ash if len(ash) > 1 else (1, *ash)
+    a2 = a.shape if len(a.shape) > 1 else (1, *a.shape)
     b2 = bsh if len(bsh) > 1 else (*bsh, 1)
-    m, k = a2[-2:]
-    n = b2[-1]
+    (m, k), n = a2[-2:], b2[-1]
     batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
     av = em.view(a, a2)
     bv = em.view(b, b2) if b is not None else None
     wmat = w.reshape(b2) if w is not None else None
     results = []
     for idx in np.ndindex(*batch):
-        ai = _bcast_index(idx, a2[:-2])
         bi = _bcast_index(idx, b2[:-2])
-        amat = _slice_matrix(em, av, ai, (m, k))
+        amat = _slice_matrix(em, av, _bcast_index(idx, a2[:-2]), (m, k))
         if wmat is not None:
             wb = wmat[bi] if bi else wmat
             tag = plan.name + ("." + "_".join(map(str, idx)) if idx else "")
@@ -742,9 +692,9 @@ def _matmul(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
             y = _vector_matmul(em, amat, _slice_matrix(em, bv, bi, (k, n)), act)
         results.append(y)
     if not batch:
-        return [em.view(results[0], out_shape)]
+        return [em.view(results[0], em.out(plan))]
     stacked = [em.view(r, (1, m, n)) for r in results]
-    return [em.view(em.concat(stacked, (len(stacked), m, n), 0), out_shape)]
+    return [em.view(em.concat(stacked, (len(stacked), m, n), 0), em.out(plan))]
 
 
 def _slice_matrix(em: Emit, x: Value, idx: tuple[int, ...], shape: tuple[int, int]) -> Value:
@@ -810,77 +760,72 @@ def _conv_transpose(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 @lowers(*ACTIVATIONS)
 def _unary(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     x = em.input(plan, 0)
-    op, keys = ACTIVATIONS[plan.kind]
-    attrs: dict[str, Attr] = {k: float(plan.num(k)) for k in keys}
-    return [em.rowwise([x], em.out(plan), lambda b, xs: b.unary(op, xs[0], attrs))]
+    return [em.rowwise([x], em.out(plan), lambda b, xs: _activation(b, xs[0], plan))]
 
 
 @lowers("add", "sub", "mul", "div", "max", "min")
 def _binary(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    op = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "max": "vmax",
-          "min": "vmin"}[plan.kind]
+    op = "v" + plan.kind
     operands = [em.input(plan, k) for k in range(len(plan.inputs))]
     if "operand" in plan.weights:
         c = em.weight(f"{plan.name}.operand", plan.weights["operand"])
         at = int(plan.num("operand_index")) if "operand_index" in plan.attrs else 1
         operands.insert(at, c)
-    return [em.rowwise(operands, em.out(plan),
-                       lambda b, xs: b.binary(op, xs[0], xs[1], _frag_t(xs)))]
+    return [em.rowwise(operands, em.out(plan), lambda b, xs: b.binary(
+        op, xs[0], xs[1], _t(np.broadcast_shapes(xs[0].shape, xs[1].shape))))]
 
 
-def _channel_const(em: Emit, name: str, data: np.ndarray, rank: int) -> Value:
-    shape = (1, data.size) + (1,) * (rank - 2)
-    return em.weight(name, data.reshape(shape))
+def _with_weights(em: Emit, plan: Plan, roles: Sequence[str], body: LaneBody,
+                  per_channel: bool = True) -> list[Value]:
+    """Row-band lanes over operand 0 and the plan's weights `roles` (per channel ones
+    shaped (1, C, 1, ...) to broadcast over NCHW)."""
+    x, out = em.input(plan, 0), em.out(plan)
+    ws = [plan.weights[r] for r in roles]
+    if per_channel:
+        ws = [w.reshape((1, w.size) + (1,) * (len(out) - 2)) for w in ws]
+    return [em.rowwise([x, *(em.weight(f"{plan.name}.{r}", w)
+                             for r, w in zip(roles, ws, strict=True))], out, body)]
 
 
 @lowers("bias_add")
 def _bias_add(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    x = em.input(plan, 0)
-    out = em.out(plan)
-    c = _channel_const(em, f"{plan.name}.bias", plan.weights["bias"], len(out))
-    return [em.rowwise([x, c], out,
-                       lambda b, xs: b.binary("vadd", xs[0], xs[1], xs[0].tensor))]
+    return _with_weights(em, plan, ["bias"],
+                         lambda b, xs: b.binary("vadd", xs[0], xs[1], xs[0].tensor))
 
 
 @lowers("affine_channel")
 def _affine_channel(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    x = em.input(plan, 0)
-    out = em.out(plan)
-    sc = _channel_const(em, f"{plan.name}.scale", plan.weights["scale"], len(out))
-    sh = _channel_const(em, f"{plan.name}.shift", plan.weights["shift"], len(out))
-
-    def body(b: Builder, xs: list[Value]) -> Value:
-        y = b.binary("vmul", xs[0], xs[1], xs[0].tensor)
-        return b.binary("vadd", y, xs[2], xs[0].tensor)
-
-    return [em.rowwise([x, sc, sh], out, body)]
+    return _with_weights(em, plan, ["scale", "shift"], lambda b, xs: b.binary(
+        "vadd", b.binary("vmul", xs[0], xs[1], xs[0].tensor), xs[2], xs[0].tensor))
 
 
 @lowers("prelu")
 def _prelu(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    x = em.input(plan, 0)
-    out = em.out(plan)
-    slope = em.weight(f"{plan.name}.slope", plan.weights["slope"])
-
     def body(b: Builder, xs: list[Value]) -> Value:
         pos = b.unary("relu", xs[0])
         neg = b.unary("neg", b.unary("relu", b.unary("neg", xs[0])))
         return b.binary("vadd", pos, b.binary("vmul", neg, xs[1], xs[0].tensor))
 
-    return [em.rowwise([x, slope], out, body)]
+    return _with_weights(em, plan, ["slope"], body, per_channel=False)
 
 
-@lowers("softmax")
-def _softmax(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    axis = int(plan.num("axis"))
-    return em.compute([em.input(plan, 0)], [em.out(plan)],
-                      lambda b, xs: [b.unary("softmax", xs[0], {"axis": axis})])
+def _single(fn: Callable[[Builder, Value, Plan], Value]) -> Lowerer:
+    """The lowerer of a plan that is one graph compute of `fn` over operand 0."""
+    return lambda em, plan, act: em.compute([em.input(plan, 0)], [em.out(plan)],
+                                            lambda b, a: [fn(b, a[0], plan)])
+
+
+lowers("softmax")(_single(lambda b, x, p: b.unary("softmax", x, {"axis": int(p.num("axis"))})))
+lowers("transpose")(_single(lambda b, x, p: b.transpose(x, p.ints("perm"))))
+lowers("identity")(_single(lambda b, x, p: x))
 
 
 # ---------------------------------------------------------------------- pooling and resize
-def _pool(em: Emit, plan: Plan, kind: str) -> Value:
-    """`kind` max or avg: a row batch per window run, every tap an extract and a vmax or
-    vadd (avg then scales by 1 / taps counted)."""
+@lowers("maxpool", "avgpool")
+def _pool(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
+    """A row batch per window run, every tap an extract and a vmax or vadd (avgpool then
+    scales by 1 / taps counted)."""
+    kind = plan.kind[:3]
     x = em.input(plan, 0)
     _, c, h, wd = x.shape
     kh, kw = plan.ints("kernel")
@@ -904,17 +849,14 @@ def _pool(em: Emit, plan: Plan, kind: str) -> Value:
 
     # channels per lane: the most (dividing c) whose input window stays within an eighth of
     # a core's local memory, so that a wide map's pooling lane does not fill the core
-    cap = em.target.local_memory_bytes // 8 // max(1, -(-em.target.input_bits // 8))
+    cap = em.lw.target.local_memory_bytes // 8 // max(1, -(-em.lw.target.input_bits // 8))
     cg = max((d for d in range(1, c + 1) if c % d == 0 and d * kh * (wd + left + right) <= cap),
              default=1)
 
     def body(b: Builder, rows: Value, args: list[Value]) -> Value:
-        acc: Value | None = None
-        for i in range(kh):
-            for j in range(kw):
-                e = b.extract(rows, [0, i, j * dw], [cg, 1, ow], [1, 1, sw], type=_t((cg, ow)))
-                acc = e if acc is None else b.binary("vmax" if kind == "max" else "vadd", acc, e)
-        assert acc is not None  # the window has at least one tap (Window checks)
+        taps = (b.extract(rows, [0, i, j * dw], [cg, 1, ow], [1, 1, sw], type=_t((cg, ow)))
+                for i in range(kh) for j in range(kw))  # at least one (Window checks)
+        acc = reduce(lambda a, e: b.binary("vmax" if kind == "max" else "vadd", a, e), taps)
         return b.reshape(acc, _t((1, cg, 1, ow)))
 
     fill = -np.inf if kind == "max" else 0.0
@@ -924,7 +866,7 @@ def _pool(em: Emit, plan: Plan, kind: str) -> Value:
                                extra=extra) for c0 in range(0, c, cg)]
         return em.concat(groups, (1, *out[1:]), 1)
 
-    return em.per_image(out, image)
+    return [em.per_image(out, image)]
 
 
 def _avg_reciprocals(win: Window, tail: tuple[int, int], include_pad: bool) -> np.ndarray:
@@ -946,19 +888,13 @@ def _avg_reciprocals(win: Window, tail: tuple[int, int], include_pad: bool) -> n
     return (1.0 / np.maximum(counts, 1)).reshape(1, 1, oh, ow)
 
 
-@lowers("maxpool", "avgpool")
-def _pool_plan(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    return [_pool(em, plan, plan.kind[:3])]
-
-
 @lowers("global_avgpool")
 def _global_avgpool(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     x = em.input(plan, 0)
     _, c, h, wd = x.shape
-    chunk = max(d for d in range(1, min(c, em.target.vector_lanes) + 1) if c % d == 0)
+    chunk = max(d for d in range(1, min(c, em.lw.target.vector_lanes) + 1) if c % d == 0)
 
-    def body(b: Builder, lane: Value, args: list[Value], n: int
-             ) -> tuple[Value, list[AffineLike]]:
+    def body(b: Builder, lane: Value, args: list[Value], n: int) -> tuple[Value, list[AffineLike]]:
         ch = Affine(0, ((chunk, lane),))
         e = b.extract(args[0], [n, ch, 0, 0], [1, chunk, h, wd])
         s = b.reduce("vreduce_sum", e, [2, 3], _t((1, chunk, 1, 1)))
@@ -980,13 +916,7 @@ def _resize_nearest(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     rnd = str(plan.attrs["nearest_mode"])
     rows = nearest_indices(h, oh, float(scales[0]), mode, rnd)
     cols = nearest_indices(wd, ow, float(scales[1]), mode, rnd)
-    # runs of equal source columns: (source column, repeat)
-    runs: list[tuple[int, int]] = []
-    for col in cols.tolist():
-        if runs and runs[-1][0] == col:
-            runs[-1] = (col, runs[-1][1] + 1)
-        else:
-            runs.append((col, 1))
+    runs = [(col, len(list(g))) for col, g in groupby(cols.tolist())]  # (source column, repeat)
 
     def gather_row(b: Builder, src: Value, row: AffineLike, n: int) -> Value:
         parts = []
@@ -1023,9 +953,7 @@ def _concat(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     concat still depend on (and receive) only the rows they read."""
     xs = [_staged(em, em.input(plan, k)) for k in range(len(plan.inputs))]
     axis = int(plan.num("axis"))
-    if len(xs) == 1:
-        return em.compute(xs, [em.out(plan)], lambda b, a: [a[0]])
-    return em.compute(xs, [em.out(plan)], lambda b, a: [b.concat(a, axis)])
+    return em.compute(xs, [em.out(plan)], lambda b, a: [b.concat(a, axis) if len(a) > 1 else a[0]])
 
 
 def _staged(em: Emit, x: Value) -> Value:
@@ -1039,26 +967,20 @@ def _staged(em: Emit, x: Value) -> Value:
     return em.rowwise([x], x.shape, lambda b, xs: xs[0])
 
 
+def _along(b: Builder, v: Value, d: int, first: AffineLike, count: int, step: int = 1) -> Value:
+    """`count` entries of `v` along dimension `d` from `first`, `step` apart."""
+    offs: list[AffineLike] = [0] * len(v.shape)
+    sizes, strides = list(v.shape), [1] * len(v.shape)
+    offs[d], sizes[d], strides[d] = first, count, step
+    return b.extract(v, offs, sizes, strides)
+
+
 @lowers("split")
 def _split(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    x = em.input(plan, 0)
-    axis = int(plan.num("axis"))
-    sizes = plan.ints("sizes")
-    shape = x.shape
+    axis, sizes = int(plan.num("axis")), plan.ints("sizes")
     outs = [em.out(plan, k) for k in range(len(plan.outputs))]
-
-    def body(b: Builder, a: list[Value]) -> list[Value]:
-        res, start = [], 0
-        for n in sizes:
-            offs = [0] * len(shape)
-            offs[axis] = start
-            sz = list(shape)
-            sz[axis] = n
-            res.append(b.extract(a[0], offs, sz))
-            start += n
-        return res
-
-    return em.compute([x], outs, body)
+    return em.compute([em.input(plan, 0)], outs, lambda b, a: [
+        _along(b, a[0], axis, end - n, n) for end, n in zip(accumulate(sizes), sizes, strict=True)])
 
 
 @lowers("slice")
@@ -1072,16 +994,7 @@ def _slice(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     def rev(b: Builder, a: list[Value]) -> list[Value]:
         v = a[0]
         for d, (st, sp) in enumerate(zip(starts, steps, strict=True)):
-            if sp < 0:
-                v = _reverse_dim(b, v, d, st, sp, out[d])
-            else:
-                offs = [0] * len(out)
-                offs[d] = st
-                sz = list(v.shape)
-                sz[d] = out[d]
-                stv = [1] * len(out)
-                stv[d] = sp
-                v = b.extract(v, offs, sz, stv)
+            v = _reverse_dim(b, v, d, st, sp, out[d]) if sp < 0 else _along(b, v, d, st, out[d], sp)
         return [v]
 
     return em.compute([x], [out], rev)
@@ -1089,14 +1002,7 @@ def _slice(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 
 def _reverse_dim(b: Builder, v: Value, d: int, start: int, step: int, n: int) -> Value:
     """Negative steps gather single slices in order (placement, no arithmetic)."""
-    shape = list(v.shape)
-    parts = []
-    for i in range(n):
-        offs = [0] * len(shape)
-        offs[d] = start + i * step
-        sz = list(shape)
-        sz[d] = 1
-        parts.append(b.extract(v, offs, sz))
+    parts = [_along(b, v, d, start + i * step, 1) for i in range(n)]
     return b.concat(parts, d) if n > 1 else parts[0]
 
 
@@ -1112,28 +1018,18 @@ def _pad(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 
     def body(b: Builder, a: list[Value]) -> list[Value]:
         v = a[0]
-        shape = list(v.shape)
         if min(pads) < 0:
             offs = [max(-lo, 0) for lo in begin]
             sizes = [d - max(-lo, 0) - max(-hi, 0)
-                     for d, lo, hi in zip(shape, begin, end, strict=True)]
+                     for d, lo, hi in zip(v.shape, begin, end, strict=True)]
             v = b.extract(v, offs, sizes)
-            shape = sizes
         lo_pads, hi_pads = [max(p, 0) for p in begin], [max(p, 0) for p in end]
         if mode == "constant":
             return [b.pad(v, lo_pads, hi_pads, plan.num("value"))]
         for d, (lo, hi) in enumerate(zip(lo_pads, hi_pads, strict=True)):
             if not lo and not hi:
                 continue
-            n = shape[d]
-
-            def rows(first: int, count: int, src: Value = v, d: int = d) -> Value:
-                offs = [0] * rank
-                offs[d] = first
-                sizes = list(src.shape)
-                sizes[d] = count
-                return b.extract(src, offs, sizes)
-
+            n, rows = v.shape[d], partial(_along, b, v, d)
             if mode == "wrap":
                 before = [rows(n - lo, lo)] if lo else []
                 after = [rows(0, hi)] if hi else []
@@ -1143,7 +1039,6 @@ def _pad(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
                 before = [rows(i, 1) for i in range(lo, 0, -1)]
                 after = [rows(n - 2 - i, 1) for i in range(hi)]
             v = b.concat([*before, v, *after], d)
-            shape[d] = n + lo + hi
         return [v]
 
     return em.compute([x], [em.out(plan)], body)
@@ -1152,17 +1047,6 @@ def _pad(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
 @lowers("flatten", "reshape")
 def _view(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     return [em.view(em.input(plan, 0), em.out(plan))]
-
-
-@lowers("transpose")
-def _transpose(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    perm = plan.ints("perm")
-    return em.compute([em.input(plan, 0)], [em.out(plan)], lambda b, a: [b.transpose(a[0], perm)])
-
-
-@lowers("identity")
-def _identity(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
-    return em.compute([em.input(plan, 0)], [em.out(plan)], lambda b, a: [a[0]])
 
 
 def lower(graph: PlanGraph, target: Target, layouts: LayoutChoice | None = None) -> Lowered:

@@ -47,8 +47,10 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import reduce
+from typing import TypeVar
 
-from raptor.ir.core import Affine, Block, Operation, Value
+from raptor.ir.core import Affine, Block, Location, Operation, Value
 from raptor.ir.module import Module
 from raptor.ir.ops import (
     AllocSharedOp,
@@ -73,31 +75,62 @@ from raptor.ir.ops import (
 from raptor.ir.types import INDEX, TensorType, Type
 from raptor.passes.projection import Box, InputUse, Instance, Piece, Projection
 
+OpT = TypeVar("OpT", bound=Operation)
 CropKey = tuple[tuple[int, ...], tuple[int, ...]]
 """(offsets inside the producer's whole fragment, sizes) of a cropped piece."""
 Message = tuple[int, int, int, CropKey | None]
 """(producer instance, result, consumer core, crop): one channel."""
+Key = tuple[int, int, int]
+"""Where ops go in a core's program: (planned time, phase, instance or sequence)."""
+Events = list[tuple[Key, list[Operation]]]
 
 
 def crop_key(p: Piece) -> CropKey | None:
     return None if p.crop is None else (p.crop, p.sizes)
 
 
-def _crop_op(whole: Value, p: Piece) -> ExtractSliceOp:
-    """The part of a whole local value that piece `p` reads (one copy)."""
-    assert p.crop is not None
-    part = Value(p.fragment, "part")
-    op = ExtractSliceOp(whole, part, tuple(map(Affine, p.crop)), p.sizes, (1,) * len(p.sizes))
-    part.owner = op
+def owned(op: OpT, loc: Location | None = None) -> OpT:
+    """`op`, made the owner of its results (at `loc`)."""
+    op.loc = loc
+    op.own_results()
     return op
+
+
+def _published(op: GraphComputeBatchOp) -> list[Value]:
+    """Per result of a batch, the fragment its lane body publishes."""
+    pubs = {p.dest: p.source for p in op.body.ops if isinstance(p, ParallelInsertSliceOp)}
+    return [pubs[out] for out in op.out_args]
+
+
+def _slice(whole: Value, part: Value, offsets: Sequence[int]) -> ExtractSliceOp:
+    """The part of a whole local value at `offsets`, as large as `part` (one copy)."""
+    sizes = part.tensor.static_shape
+    return owned(ExtractSliceOp(whole, part, tuple(map(Affine, offsets)), sizes, (1,) * len(sizes)))
+
+
+def _insert(ops: list[Operation], src: Value, buf: Value, p: Piece, box: Box) -> Value:
+    """Appends to `ops` the insert of piece `p` (its value `src`) into `buf`, a buffer
+    spanning `box`; returns the filled buffer."""
+    offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, box.lo, strict=True))
+    op = owned(InsertSliceOp(src, buf, Value(buf.type, "buf"), offs, p.sizes, p.strides))
+    ops.append(op)
+    return op.result
+
+
+def _cropped(ops: list[Operation], whole: Value, p: Piece | None) -> Value:
+    """`whole`, or the part of it piece `p` reads (one copy, appended to `ops`)."""
+    if p is None:
+        return whole
+    assert p.crop is not None
+    ops.append(_slice(whole, Value(p.fragment, "part"), p.crop))
+    return ops[-1].results()[0]
 
 
 @dataclass
 class Flow:
-    """Where each message's receive and send go, as a flow-controlled communication model
-    decided (`raptor.solver.comm.replay`). A *point* of a core program follows the compute
-    (and stores) of an instance and precedes the next compute; the receives of a point
-    come before its sends."""
+    """Where each message's receive and send go, as a flow-controlled communication model decided
+    (`raptor.solver.comm.replay`). A *point* of a core program follows the compute (and stores) of
+    an instance and precedes the next compute; the receives of a point come before its sends."""
 
     posts: Mapping[Message, int]
     """Message -> the instance after whose compute its receive is posted (-1: at the
@@ -162,18 +195,14 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane
                 offs = [Affine(a.const - lo, a.terms) for a, lo in zip(offs, shift[src],
                                                                       strict=True)]
             changes[name] = tuple(offs)
-    new = dataclasses.replace(op, **changes)  # type: ignore[type-var]
-    new.loc = op.loc
-    new.own_results()
-    return new
+    return owned(dataclasses.replace(op, **changes), op.loc)  # type: ignore[type-var]
 
 
 class Materializer:
     def __init__(self, module: Module, proj: Projection, outputs: list[list[Piece]],
-                 sched: ScheduleView, merge: bool,
-                 flow: Flow | None = None) -> None:
+                 sched: ScheduleView, merge: bool, flow: Flow | None = None) -> None:
         self.merge = merge
-        self.flow = flow
+        self.flow = flow or Flow({}, {})  # none: every receive posted at the start
         self.anchored: dict[int, tuple[list[ChannelReceiveOp],
                                        list[tuple[int, ChannelSendOp]]]] = {}
         """Instance -> the receives posted and the (ranked) sends made at the point after
@@ -181,7 +210,6 @@ class Materializer:
         self.src = module
         self.func = module.main()
         self.proj = proj
-        self.outputs = outputs
         self.s = sched
         args = [Value(self.io_type(a.type), a.name) for a in self.func.args]
         self.argmap = dict(zip(self.func.args, args, strict=True))
@@ -189,7 +217,7 @@ class Materializer:
                                [self.io_type(t) for t in self.func.result_types])
         self.top: list[Operation] = []
         self.weights: dict[Value, Value] = {}
-        self.programs: dict[int, list[tuple[tuple[int, int, int], list[Operation]]]] = {}
+        self.programs: dict[int, Events] = {}
         # fragment (producer, result) as seen on a core (whole, or the crop that was sent)
         self.local: dict[tuple[int, int, int, CropKey | None], Value] = {}
         self.buffers: list[Value] = []
@@ -197,9 +225,7 @@ class Materializer:
         for k, pieces in enumerate(outputs):
             for p in pieces:
                 self.stores.setdefault(p.producer, []).append((k, p))
-        self.channel = 0
         self.events: dict[int, list[Operation]] = {}
-        self.merged_classes = 0
 
     def weight(self, v: Value) -> Value:
         got = self.weights.get(v)
@@ -207,12 +233,11 @@ class Materializer:
             owner = v.owner
             assert isinstance(owner, WeightOp)
             got = Value(v.type, v.name)
-            self.top.append(WeightOp(got, owner.symbol))
-            got.owner = self.top[-1]
+            self.top.append(owned(WeightOp(got, owner.symbol)))
             self.weights[v] = got
         return got
 
-    def emit(self, core: int, key: tuple[int, int, int], ops: list[Operation]) -> None:
+    def emit(self, core: int, key: Key, ops: list[Operation]) -> None:
         self.programs.setdefault(core, []).append((key, ops))
 
     # -------------------------------------------------------------- messages
@@ -273,70 +298,44 @@ class Materializer:
         body: list[Operation] = []
         local: dict[int, Value] = {}
         for use in inst.uses:
-            vt = use.value.tensor
             if use.kind == "weight":
-                w = self.weight(use.value)
-                a = Value(w.type, "w")
-                ins.append(w)
-                args.append(a)
-                local[use.index] = a
-            elif use.kind == "arg":
-                if not all(use.box.sizes):
-                    continue
-                bt = _box_type(use.box, vt)
-                loaded = Value(bt, "x")
-                body.append(self.arg_load(core, self.argmap[use.value], loaded, use.box.lo))
-                loaded.owner = body[-1]
-                local[use.index] = loaded
-            else:
-                if not all(use.box.sizes):
-                    continue
-                bt = _box_type(use.box, vt)
-                p0 = use.pieces[0] if use.pieces else None
-                # a local crop that is the whole box becomes the buffer itself (one copy)
-                single = len(use.pieces) == 1 and p0 is not None and p0.box == use.box \
-                    and p0.crop is not None and self.s.core_of[p0.producer] == core
-                buf = Value(bt, "buf")
-                if not single:
-                    body.append(EmptyOp(buf))
-                    buf.owner = body[-1]
-                for p in use.pieces:
-                    frag, crop = self.piece_value(p, core)
-                    a = Value(frag.type, "frag")
-                    ins.append(frag)
-                    args.append(a)
-                    if crop is not None:  # part of a whole local value
-                        part = _crop_op(a, crop)
-                        body.append(part)
-                        if single:  # the part is the whole box: one copy
-                            buf = part.result
-                            continue
-                        a = part.result
-                    nxt = Value(bt, "buf")
-                    offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, use.box.lo,
-                                                                  strict=True))
-                    body.append(InsertSliceOp(a, buf, nxt, offs, p.sizes, p.strides))
-                    nxt.owner = body[-1]
-                    buf = nxt
-                local[use.index] = buf
+                ins.append(self.weight(use.value))
+                args.append(Value(ins[-1].type, "w"))
+                local[use.index] = args[-1]
+                continue
+            if not all(use.box.sizes):
+                continue
+            bt = _box_type(use.box, use.value.tensor)
+            if use.kind == "arg":
+                local[use.index] = Value(bt, "x")
+                body.append(owned(self.arg_load(core, self.argmap[use.value],
+                                                local[use.index], use.box.lo)))
+                continue
+            p0 = use.pieces[0] if len(use.pieces) == 1 else None
+            # a local crop that is the whole box becomes the buffer itself (one copy)
+            single = p0 is not None and p0.box == use.box and p0.crop is not None \
+                and self.s.core_of[p0.producer] == core
+            buf = Value(bt, "buf")
+            if not single:
+                body.append(owned(EmptyOp(buf)))
+            for p in use.pieces:
+                frag, crop = self.piece_value(p, core)
+                ins.append(frag)
+                args.append(Value(frag.type, "frag"))
+                a = _cropped(body, args[-1], crop)
+                buf = a if single else _insert(body, a, buf, p, use.box)
+            local[use.index] = buf
         return ins, args, body, local
 
     def instance(self, inst: Instance) -> None:
         core = self.s.core_of[inst.id]
         op = inst.op
-        ins, args, gather, local = self.gather(inst, core)
-        is_batch = isinstance(op, GraphComputeBatchOp)
-        first = 1 if is_batch else 0
-        in_args = op.body.args[first:first + len(op.inputs)]
-        vmap: dict[Value, Value] = {}
-        shift: dict[Value, tuple[int, ...]] = {}
-        for use in inst.uses:
-            if use.index in local:
-                vmap[in_args[use.index]] = local[use.index]
-                if use.kind != "weight":
-                    shift[in_args[use.index]] = use.box.lo
-        lane = op.body.args[0] if is_batch else None
-        body_ops = list(gather)
+        ins, args, body_ops, local = self.gather(inst, core)
+        batch = op if isinstance(op, GraphComputeBatchOp) else None
+        in_args = batch.in_args if batch is not None else op.body.args[:len(op.inputs)]
+        vmap = {in_args[i]: v for i, v in local.items()}
+        shift = {local[u.index]: u.box.lo for u in inst.uses
+                 if u.index in local and u.kind != "weight"}
         yields: list[Value] = []
         for inner in op.body.ops:
             if isinstance(inner, ParallelInsertSliceOp):
@@ -344,64 +343,50 @@ class Materializer:
             if isinstance(inner, YieldOp):
                 yields = [vmap.get(v, v) for v in inner.values]
                 continue
-            body_ops.append(_clone(inner, vmap, lane, Affine(inst.lane or 0),
-                                   {vmap[a]: lo for a, lo in shift.items()}))
-        if is_batch:
-            assert isinstance(op, GraphComputeBatchOp)
-            for out in op.out_args:
-                pub = next(p for p in op.body.ops
-                           if isinstance(p, ParallelInsertSliceOp) and p.dest is out)
-                yields.append(vmap.get(pub.source, pub.source))
+            body_ops.append(_clone(inner, vmap, batch.lane if batch is not None else None,
+                                   Affine(inst.lane or 0), shift))
+        if batch is not None:
+            yields += [vmap.get(v, v) for v in _published(batch)]
         body_ops.append(YieldOp(yields))
         outs = [Value(v.type, f"t{inst.id}") for v in yields]
-        sc = ScheduledComputeOp(ins, outs, Block(args, body_ops))
-        sc.loc = op.loc
-        sc.own_results()
+        sc = owned(ScheduledComputeOp(ins, outs, Block(args, body_ops)), op.loc)
         for r, v in enumerate(outs):
             self.local[(inst.id, r, core, None)] = v
         ops: list[Operation] = [sc, *self.output_stores(core, inst, outs)]
         self.emit(core, (self.s.start[inst.id], 1, inst.id), ops)
         self.events[inst.id] = ops
 
-    def place_messages(self, events: list[tuple[tuple[int, int, int], list[Operation]]]
-                       ) -> list[tuple[tuple[int, int, int], list[Operation]]]:
+    def place_messages(self, events: Events) -> Events:
         """The receives and sends of the point after an instance's compute (and stores):
         receives first, then sends in rank order."""
-        if not self.anchored:
-            return events
-        out: list[tuple[tuple[int, int, int], list[Operation]]] = []
+        out: Events = []
         for key, ops in events:
             out.append((key, ops))
             got = self.anchored.get(key[2]) if key[1] == 1 else None
             if got is not None:
                 recvs, sends = got
-                point: list[Operation] = [*recvs, *(op for _, op in sorted(
-                    sends, key=lambda s: s[0]))]
-                out.append(((key[0], 0, -1), point))
+                out.append(((key[0], 0, -1), [*recvs, *(op for _, op in sorted(
+                    sends, key=lambda s: s[0]))]))
         return out
 
     # -------------------------------------------------------------- equivalence classes
-    def merge_runs(self, core: int, events: list[tuple[tuple[int, int, int], list[Operation]]],
-                   senders: set[int]) -> list[tuple[tuple[int, int, int], list[Operation]]]:
+    def merge_runs(self, core: int, events: Events, senders: set[int]) -> Events:
         """Replace runs of compatible instances by one scheduled batch each. Compatible:
         consecutive lanes of one graph batch, adjacent in the program (nothing in between),
         back to back in the schedule (each starts when the previous ends), and only the last
         one sends messages — so no consumer elsewhere waits longer than planned."""
         inst_of = {key[2]: self.proj.instances[key[2]] for key, _ in events
                    if key[1] == 1 and key[2] in self.events}
-        out: list[tuple[tuple[int, int, int], list[Operation]]] = []
+        out: Events = []
         run: list[Instance] = []
-        run_key: tuple[int, int, int] | None = None
 
-        def flush() -> None:
-            nonlocal run, run_key
+        def flush() -> None:  # a merged run takes the place of its first instance
+            nonlocal run
             if len(run) >= 2 and self.mergeable(run):
-                assert run_key is not None
-                out.append((run_key, self.merged(core, run)))
-                self.merged_classes += 1
+                out.append(((self.s.start[run[0].id], 1, run[0].id), self.merged(core, run)))
             else:
                 out.extend(((self.s.start[i.id], 1, i.id), self.events[i.id]) for i in run)
-            run, run_key = [], None
+            run = []
 
         for key, ops in events:
             inst = inst_of.get(key[2]) if key[1] == 1 else None
@@ -415,8 +400,6 @@ class Materializer:
                     and self.s.start[inst.id] == self.s.end[prev.id]
                     and prev.id not in senders):
                 flush()
-            if not run:
-                run_key = key
             run.append(inst)
         flush()
         return out
@@ -426,8 +409,7 @@ class Materializer:
         translation, and the crops add up to at least the box, one slice of that value fills
         the whole buffer: one copy where crop-then-insert takes two per piece (elements of the
         box no piece covers are read by nothing, so whatever the slice puts there is fine)."""
-        if not pieces or any(p.crop is None or any(st != 1 for st in p.strides)
-                             for p in pieces):
+        if not pieces or any(p.crop is None or any(st != 1 for st in p.strides) for p in pieces):
             return None
         p0 = pieces[0]
         assert p0.crop is not None
@@ -443,18 +425,13 @@ class Materializer:
         shape = whole.shape
         if any(o < 0 or o + n > m for o, n, m in zip(offs, box.sizes, shape, strict=True)):
             return None
-        part = Value(_box_type(box, whole.tensor), "buf")
-        op = ExtractSliceOp(whole, part, tuple(map(Affine, offs)), box.sizes,
-                            (1,) * len(box.sizes))
-        part.owner = op
-        return op
+        return _slice(whole, Value(_box_type(box, whole.tensor), "buf"), offs)
 
     @staticmethod
     def mergeable(run: list[Instance]) -> bool:
         first = run[0]
         kinds = [(u.index, u.kind, all(u.box.sizes)) for u in first.uses]
-        return all([(u.index, u.kind, all(u.box.sizes)) for u in i.uses] == kinds
-                   for i in run[1:])
+        return all([(u.index, u.kind, all(u.box.sizes)) for u in i.uses] == kinds for i in run[1:])
 
     def merged(self, core: int, run: list[Instance]) -> list[Operation]:
         """Gather the union of the lanes' inputs once, run the lanes as one batch, expose
@@ -467,43 +444,32 @@ class Materializer:
         for i, inst in enumerate(run):
             first = self.events[inst.id][0]
             assert isinstance(first, ScheduledComputeOp)
-            for r, old in enumerate(first.outs):
-                view = LaneResultOp(old, batch.outs[r], i)
-                old.owner = view
-                ops.append(view)
+            ops.extend(owned(LaneResultOp(old, batch.outs[r], i))
+                       for r, old in enumerate(first.outs))
             ops.extend(self.events[inst.id][1:])  # its stores
         return ops
 
-    def gather_lanes(self, core: int, run: list[Instance], op: GraphComputeBatchOp
-                     ) -> LaneInputs:
+    def gather_lanes(self, core: int, run: list[Instance], op: GraphComputeBatchOp) -> LaneInputs:
         """Per input of a run of lanes, one buffer holding the union of the lanes' boxes
         (a weight as it is)."""
         g = LaneInputs()
-        in_args = op.body.args[1:1 + len(op.inputs)]
         for k, use in enumerate(run[0].uses):
             uses = [i.uses[k] for i in run]
-            vt = use.value.tensor
             if use.kind == "weight":
-                w = self.weight(use.value)
-                g.ins.append(w)
-                g.local[use.index] = w
+                g.ins.append(self.weight(use.value))
+                g.local[use.index] = g.ins[-1]
                 continue
             if not all(use.box.sizes):
                 continue
-            box = uses[0].box
-            for u in uses[1:]:
-                box = box.union(u.box)
-            bt = _box_type(box, vt)
-            buf = Value(bt, "x" if use.kind == "arg" else "buf")
+            box = reduce(Box.union, (u.box for u in uses))
+            buf = Value(_box_type(box, use.value.tensor), "x" if use.kind == "arg" else "buf")
             if use.kind == "arg":
-                g.ops.append(self.arg_load(core, self.argmap[use.value], buf, box.lo))
+                g.ops.append(owned(self.arg_load(core, self.argmap[use.value], buf, box.lo)))
             else:
                 buf = self.union_of_pieces(core, uses, box, buf, g.ops)
             g.ins.append(buf)
             g.local[use.index] = buf
-            g.shift[in_args[use.index]] = box.lo
-        for o in g.ops:
-            o.own_results()
+            g.shift[op.in_args[use.index]] = box.lo
         return g
 
     def union_of_pieces(self, core: int, uses: list[InputUse], box: Box, buf: Value,
@@ -519,18 +485,10 @@ class Materializer:
         if whole is not None:  # one copy of the box out of a local value
             ops.append(whole)
             return whole.result
-        ops.append(EmptyOp(buf))
+        ops.append(owned(EmptyOp(buf)))
         for p in pieces.values():
-            nxt = Value(buf.type, "buf")
-            offs = tuple(Affine(o - lo) for o, lo in zip(p.offsets, box.lo, strict=True))
             src, crop = self.piece_value(p, core)
-            if crop is not None:
-                part = _crop_op(src, crop)
-                ops.append(part)
-                src = part.result
-            ops.append(InsertSliceOp(src, buf, nxt, offs, p.sizes, p.strides))
-            nxt.owner = ops[-1]
-            buf = nxt
+            buf = _insert(ops, _cropped(ops, src, crop), buf, p, box)
         return buf
 
     def lane_batch(self, op: GraphComputeBatchOp, run: list[Instance], gathered: LaneInputs
@@ -538,16 +496,10 @@ class Materializer:
         """The run's lanes as one batch over the gathered buffers: `op`'s body with the
         lane index offset by the first lane and each lane's fragment published into its
         slot of an N x F result."""
-        in_args = op.body.args[1:1 + len(op.inputs)]
         lane = Value(INDEX, "lane")
         args = [Value(v.type, "in") for v in gathered.ins]
-        vmap: dict[Value, Value] = {in_args[i]: a for i, a in zip(
-            [u.index for u in run[0].uses if u.index in gathered.local], args, strict=True)}
-        frag_types = []
-        for out in op.out_args:
-            pub = next(p for p in op.body.ops
-                       if isinstance(p, ParallelInsertSliceOp) and p.dest is out)
-            frag_types.append(pub.source.tensor)
+        vmap = {op.in_args[i]: a for i, a in zip(gathered.local, args, strict=True)}
+        frag_types = [v.tensor for v in _published(op)]
         outs_t = [TensorType((len(run), *f.static_shape), f.dtype) for f in frag_types]
         out_args = [Value(t, "out") for t in outs_t]
         body: list[Operation] = []
@@ -564,33 +516,25 @@ class Materializer:
                 continue
             body.append(_clone(inner, vmap, op.lane, new_lane, shift_args))
         outs = [Value(t, f"b{run[0].id}") for t in outs_t]
-        batch = ScheduledComputeBatchOp(gathered.ins, outs,
-                                        Block([lane, *args, *out_args], body), lanes=len(run))
-        batch.loc = op.loc
-        batch.own_results()
-        return batch
+        return owned(ScheduledComputeBatchOp(gathered.ins, outs, Block([lane, *args, *out_args],
+                                                                       body), lanes=len(run)),
+                     op.loc)
 
     def run(self) -> Module:
         for t in self.func.result_types:
-            buf = Value(self.io_type(t), "out")
-            self.top.append(AllocSharedOp(buf))
-            buf.owner = self.top[-1]
-            self.buffers.append(buf)
+            self.buffers.append(Value(self.io_type(t), "out"))
+            self.top.append(owned(AllocSharedOp(self.buffers[-1])))
         self.plan_messages()
-        by_producer: dict[int, list[Message]] = {}
-        for m in self.messages:
-            by_producer.setdefault(m[0], []).append(m)
-        order = sorted(self.proj.instances, key=lambda i: (self.s.start[i.id], i.id))
         pending: dict[int, list[tuple[int, Message]]] = {}
         for seq, m in enumerate(self.messages):
             pending.setdefault(m[0], []).append((seq, m))
         flow = self.flow
-        for inst in order:
+        for inst in sorted(self.proj.instances, key=lambda i: (self.s.start[i.id], i.id)):
             self.instance(inst)
-            for seq, (u, r, q, crop) in pending.get(inst.id, []):
-                m = (u, r, q, crop)
-                if flow is not None:  # channels follow the flow's sends
-                    seq = flow.sends[m][1] if m in flow.sends else len(flow.sends) + seq
+            for seq, m in pending.get(inst.id, []):
+                u, r, q, crop = m
+                # channels follow the flow's sends
+                seq = flow.sends[m][1] if m in flow.sends else len(flow.sends) + seq
                 p = self.s.core_of[u]
                 frag = self.local[(u, r, p, None)]
                 phase = 0 if self.s.end[u] > self.s.start[u] else 2
@@ -604,15 +548,14 @@ class Materializer:
                     send = ChannelSendOp(frag, q, seq, tuple(map(Affine, offs)), sizes,
                                          (1,) * len(sizes), msg)
                     got = Value(msg, f"r{u}")
-                recv = ChannelReceiveOp(got, p, seq)
-                got.owner = recv
+                recv = owned(ChannelReceiveOp(got, p, seq))
                 self.local[(u, r, q, crop)] = got
-                at = flow.sends.get(m) if flow is not None else None
+                at = flow.sends.get(m)
                 if at is None:
                     self.emit(p, key, [send])
                 else:
                     self.anchored.setdefault(at[0], ([], []))[1].append((at[1], send))
-                post = flow.posts.get(m, -1) if flow is not None else -1
+                post = flow.posts.get(m, -1)
                 if post < 0:
                     self.emit(q, (-1, 0, seq), [recv])  # posted when the program starts
                 else:
@@ -620,14 +563,12 @@ class Materializer:
         cores = []
         for core in sorted(self.programs):
             events = self.place_messages(sorted(self.programs[core], key=lambda e: e[0]))
-            if self.merge and (flow is None or core not in flow.tight):
-                events = self.merge_runs(core, events, set(by_producer))
+            if self.merge and core not in flow.tight:
+                events = self.merge_runs(core, events, {m[0] for m in self.messages})
             body = Block([], self.program(core, [op for _, ops in events for op in ops]))
             cores.append(CoreOp(core, body))
-        ret = ReturnOp(list(self.buffers))
-        self.new_func.body.ops = [*self.top, *cores, ret]
-        return Module([self.new_func], dict(self.src.constants),
-                      filename=self.src.filename)
+        self.new_func.body.ops = [*self.top, *cores, ReturnOp(list(self.buffers))]
+        return Module([self.new_func], dict(self.src.constants), filename=self.src.filename)
 
 
 def received_compute(module: Module, proj: Projection, inst: Instance) -> ScheduledComputeOp:
@@ -639,9 +580,8 @@ def received_compute(module: Module, proj: Projection, inst: Instance) -> Schedu
     core_of[inst.id] = 0
     m = Materializer(module, proj, [], ScheduleView(core_of, [0] * n, [0] * n), merge=False)
     for use in inst.uses:
-        for p in use.pieces:
-            t = p.fragment if p.crop is None else TensorType(p.sizes, p.fragment.dtype)
-            m.local[(p.producer, p.result, 0, crop_key(p))] = Value(t, "r")
+        for p in use.pieces:  # a crop's fragment is the part that travels
+            m.local[(p.producer, p.result, 0, crop_key(p))] = Value(p.fragment, "r")
     m.instance(inst)
     sc = m.events[inst.id][0]
     assert isinstance(sc, ScheduledComputeOp)

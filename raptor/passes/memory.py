@@ -26,8 +26,11 @@ buffers live at one step) is the lower bound any allocator would need.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import dataclasses
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -106,35 +109,31 @@ class MemoryPlan:
         """The core with the largest footprint."""
         return max(self.cores.values(), key=lambda c: (c.peak_bytes, -c.core), default=None)
 
+    def _over(self, c: CoreMemory) -> str:
+        t = self.target
+        return (f"core {c.core} needs {c.peak_bytes:,} bytes of local memory (live peak "
+                f"{c.live_peak_bytes:,} at {c.peak_where}) but target {t.name} has "
+                f"{t.local_memory_bytes:,} (local_memory_bytes)")
+
+    def _shared_over(self) -> list[str]:
+        t = self.target
+        return [f"shared memory holds {self.shared_bytes:,} bytes of inputs and results but "
+                f"target {t.name} has {t.shared_memory_bytes:,} (shared_memory_bytes)"
+                ] if self.shared_bytes > t.shared_memory_bytes else []
+
     def over_capacity(self) -> list[str]:
         """One line per core (and for shared memory) that does not fit the target."""
-        t = self.target
-        lines = [f"core {c.core} needs {c.peak_bytes:,} bytes of local memory (live peak "
-                 f"{c.live_peak_bytes:,} at {c.peak_where}) but target {t.name} has "
-                 f"{t.local_memory_bytes:,} (local_memory_bytes)"
-                 for c in sorted(self.cores.values(), key=lambda c: c.core)
-                 if c.peak_bytes > t.local_memory_bytes]
-        if self.shared_bytes > t.shared_memory_bytes:
-            lines.append(f"shared memory holds {self.shared_bytes:,} bytes of inputs and "
-                         f"results but target {t.name} has {t.shared_memory_bytes:,} "
-                         "(shared_memory_bytes)")
-        return lines
+        return [self._over(c) for c in sorted(self.cores.values(), key=lambda c: c.core)
+                if c.peak_bytes > self.target.local_memory_bytes] + self._shared_over()
 
     def over_summary(self) -> list[str]:
         """What `over_capacity` says, in one line for local memory (the worst core, its
         peak and where it is reached, how many cores are over) and one for shared memory."""
-        t = self.target
-        over = sorted((c for c in self.cores.values() if c.peak_bytes > t.local_memory_bytes),
+        over = sorted((c for c in self.cores.values()
+                       if c.peak_bytes > self.target.local_memory_bytes),
                       key=lambda c: (-c.peak_bytes, c.core))
-        lines = []
-        if over:
-            c = over[0]
-            others = f"; {len(over)} of {len(self.cores)} cores are over" if len(over) > 1 \
-                else ""
-            lines.append(f"core {c.core} needs {c.peak_bytes:,} bytes of local memory (live "
-                         f"peak {c.live_peak_bytes:,} at {c.peak_where}) but target {t.name} "
-                         f"has {t.local_memory_bytes:,} (local_memory_bytes){others}")
-        return lines + [x for x in self.over_capacity() if x.startswith("shared memory")]
+        others = f"; {len(over)} of {len(self.cores)} cores are over" if len(over) > 1 else ""
+        return ([self._over(over[0]) + others] if over else []) + self._shared_over()
 
     def to_dict(self) -> dict[str, Any]:
         top = self.peak
@@ -159,18 +158,14 @@ def _align(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-_NUMEL: dict[tuple[tuple[int | None, ...], str], int] = {}
+@cache
+def _tensor_numel(t: TensorType) -> int:
+    return t.numel
 
 
 def _numel(t: object) -> int:
     """Elements of a static tensor type (cached: programs repeat a few types many times)."""
-    if not isinstance(t, TensorType):
-        return 0
-    key = (t.shape, t.dtype)
-    n = _NUMEL.get(key)
-    if n is None:
-        n = _NUMEL[key] = t.numel
-    return n
+    return _tensor_numel(t) if isinstance(t, TensorType) else 0
 
 
 def activation_bytes(target: Target) -> int:
@@ -214,10 +209,7 @@ class _CoreAllocator:
         self.core = core
         self.eb = element_bytes
         self.body = body
-        self.uses: dict[Value, int] = {}
-        for op in body.walk():
-            for v in op.operands():
-                self.uses[v] = self.uses.get(v, 0) + 1
+        self.uses = Counter(v for op in body.walk() for v in op.operands())
         self.loc: dict[Value, tuple[_Storage, int]] = {}
         self.weights: dict[Value, Value] = {}
         """Block argument -> the function weight it stands for."""
@@ -343,9 +335,9 @@ class _CoreAllocator:
             if got is not None and isinstance(src, TensorType) \
                     and is_contiguous(src.static_shape, op.sizes, op.strides):
                 # one contiguous range of the source: read it where it is
-                first = sum(a.const * st for a, st in zip(op.offsets,
-                                                           _row_strides(src.static_shape),
-                                                           strict=True))
+                first = 0
+                for a, n in zip(op.offsets, src.static_shape, strict=True):
+                    first = first * n + a.const  # the flat index of the first element
                 self.bind(op.result, got[0], got[1] + first * self.eb)
                 return
         if isinstance(op, ChannelSendOp):
@@ -359,8 +351,7 @@ class _CoreAllocator:
         candidates: list[Value] = []
         if isinstance(op, InsertSliceOp):
             candidates = [op.dest]
-        elif isinstance(op, BinaryOp) or (isinstance(op, UnaryOp)
-                                          and op.op in IN_PLACE_UNARY):
+        elif isinstance(op, BinaryOp) or (isinstance(op, UnaryOp) and op.op in IN_PLACE_UNARY):
             candidates = [v for v in op.operands() if v.type == op.result.type]
         for v in candidates:
             got = self.loc.get(self.resolve(v))
@@ -397,8 +388,7 @@ def _meetings(storages: Sequence[_Storage]) -> list[list[int]]:
     finds every pair once: O(n log n + pairs), where testing every placed buffer at each
     placement was quadratic (ResNet-18's cores hold ~2,700 buffers, each meeting ~70)."""
     n = len(storages)
-    start = np.fromiter((s.start for s in storages), np.int64, n)
-    end = np.fromiter((s.end for s in storages), np.int64, n)
+    start, end, _ = _lifetimes(storages)
     by_start = np.lexsort((np.arange(n), start))
     sorted_start = start[by_start]
     upto = np.searchsorted(sorted_start, end[by_start], side="right").tolist()
@@ -448,13 +438,8 @@ def _addresses(storages: Sequence[_Storage], steps: int) -> int:
     if not storages:
         return 0
     n = len(storages)
-    start = np.fromiter((s.start for s in storages), np.int64, n)
-    end = np.fromiter((s.end for s in storages), np.int64, n)
-    size = np.fromiter((s.size for s in storages), np.int64, n)
-    delta = np.zeros(steps + 2, dtype=np.int64)
-    np.add.at(delta, start, size)
-    np.add.at(delta, end + 1, -size)
-    breadth = np.cumsum(delta)
+    start, end, _ = _lifetimes(storages)
+    breadth = _breadth(storages, steps)
     rank = np.empty(len(breadth), dtype=np.int64)
     rank[np.argsort(-breadth, kind="stable")] = np.arange(len(breadth))
     # the fullest step of each lifetime [start, end]: one reduceat over the interleaved
@@ -475,13 +460,6 @@ def _addresses(storages: Sequence[_Storage], steps: int) -> int:
     return best
 
 
-def _row_strides(shape: Sequence[int]) -> list[int]:
-    out = [1] * len(shape)
-    for d in range(len(shape) - 2, -1, -1):
-        out[d] = out[d + 1] * shape[d + 1]
-    return out
-
-
 def _describe(op: Operation, parent: Operation | None) -> str:
     """An op for a message: its location, else its name and the compute it belongs to."""
     if op.loc is not None:
@@ -494,18 +472,28 @@ def _describe(op: Operation, parent: Operation | None) -> str:
     return text
 
 
-def _live_peak(storages: Iterable[_Storage], steps: int) -> tuple[int, int]:
-    """(largest sum of live bytes, the step where it is reached)."""
-    delta = [0] * (steps + 2)
-    for s in storages:
-        delta[s.start] += s.size
-        delta[s.end + 1] -= s.size
-    best, at, cur = 0, 0, 0
-    for i, d in enumerate(delta):
-        cur += d
-        if cur > best:
-            best, at = cur, i
-    return best, at
+def _lifetimes(storages: Sequence[_Storage]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Starts, ends and sizes of the buffers."""
+    n = len(storages)
+    return (np.fromiter((s.start for s in storages), np.int64, n),
+            np.fromiter((s.end for s in storages), np.int64, n),
+            np.fromiter((s.size for s in storages), np.int64, n))
+
+
+def _breadth(storages: Sequence[_Storage], steps: int) -> np.ndarray:
+    """Bytes live at each step (0 to steps + 1)."""
+    start, end, size = _lifetimes(storages)
+    delta = np.zeros(steps + 2, dtype=np.int64)
+    np.add.at(delta, start, size)
+    np.add.at(delta, end + 1, -size)
+    return np.cumsum(delta)
+
+
+def _live_peak(storages: Sequence[_Storage], steps: int) -> tuple[int, int]:
+    """(largest sum of live bytes, the first step where it is reached)."""
+    breadth = _breadth(storages, steps)
+    at = int(breadth.argmax())
+    return int(breadth[at]), at
 
 
 def _iteration(body: Block) -> Block:
@@ -524,15 +512,13 @@ def compute_memory(op: ScheduledComputeOp | ScheduledComputeBatchOp, element_byt
     constants it reads as data by symbol (resident on its core for the whole program)."""
     alloc = _CoreAllocator(Block([], [op]), -1, element_bytes)
     alloc.run()
-    consts = {v.owner.symbol: alloc.loc[v][0] for v in alloc.loc
-              if isinstance(v.owner, WeightOp)}
+    consts = {v.owner.symbol: alloc.loc[v][0] for v in alloc.loc if isinstance(v.owner, WeightOp)}
     held = {id(s) for s in consts.values()}
     peak = _live_peak([s for s in alloc.storages if id(s) not in held], alloc.step)[0]
     return peak, {k: s.size for k, s in consts.items()}
 
 
-def plan_memory(module: Module, target: Target, element_bytes: int | None = None
-                ) -> MemoryPlan:
+def plan_memory(module: Module, target: Target, element_bytes: int | None = None) -> MemoryPlan:
     """Allocate local memory for every core program of `module`'s main function and lay
     out shared memory, `element_bytes` per tensor element (default: the target's
     activation precision, see `activation_bytes`)."""
@@ -546,15 +532,11 @@ def plan_memory(module: Module, target: Target, element_bytes: int | None = None
         top = _align(top + _numel(v.type) * eb, SHARED_ALIGN)
     cores: dict[int, CoreMemory] = {}
     for op in func.body.ops:
-        if isinstance(op, CoreOp):
-            alloc = _CoreAllocator(_iteration(op.body), op.core, eb)
-            alloc.run()
-            cores[op.core] = alloc.allocate()
-        elif isinstance(op, CoreBatchOp):  # sizes do not depend on the lane: allocate once
-            alloc = _CoreAllocator(op.body, op.cores[0], eb)
+        if isinstance(op, CoreOp | CoreBatchOp):  # a batch's sizes do not depend on the lane
+            ids, body = ((op.core,), _iteration(op.body)) if isinstance(op, CoreOp) \
+                else (op.cores, op.body)
+            alloc = _CoreAllocator(body, ids[0], eb)
             alloc.run()
             mem = alloc.allocate()
-            for c in op.cores:
-                cores[c] = CoreMemory(c, mem.peak_bytes, mem.live_peak_bytes, mem.peak_where,
-                                      mem.buffers, mem.slots, mem.staging)
+            cores.update((c, dataclasses.replace(mem, core=c)) for c in ids)
     return MemoryPlan(target, cores, shared, top, eb)

@@ -34,17 +34,19 @@ def plan_module(graph: PlanGraph, layouts: LayoutChoice | None = None) -> Module
     values: dict[str, Value] = dict(zip((v.name for v in graph.inputs), func.args, strict=True))
     layout_of = {v.name: "DenseNCHW" for v in graph.inputs}
     constants = {}
+
+    def to(name: str, want: str) -> Value:
+        """Value `name` in layout `want`, materialized when it has another."""
+        v, have = values[name], layout_of.get(name, "DenseNCHW")
+        if want == have:
+            return v
+        m = Value(v.type)
+        b.add(MaterializeLayoutOp(v, m, have, want))
+        return m
+
     for i, plan in enumerate(graph.plans):
-        ins = []
-        for k, name in enumerate(plan.inputs):
-            v = values[name]
-            if layouts is not None and name in layout_of:
-                want = layouts.operand_of(i, k)
-                if want != layout_of[name]:
-                    m = Value(v.type)
-                    b.add(MaterializeLayoutOp(v, m, layout_of[name], want))
-                    v = m
-            ins.append(v)
+        ins = [to(name, layouts.operand_of(i, k)) if layouts is not None and name in layout_of
+               else values[name] for k, name in enumerate(plan.inputs)]
         for role, w in plan.weights.items():
             sym = sanitize(f"{plan.name}.{role}")
             constants[sym] = w
@@ -58,13 +60,5 @@ def plan_module(graph: PlanGraph, layouts: LayoutChoice | None = None) -> Module
             values[o] = v
             if layouts is not None:
                 layout_of[o] = layouts.result_of(i)
-    results = []
-    for out in graph.outputs:  # function results are returned dense
-        r = values[out.name]
-        if layouts is not None and layout_of.get(out.name, "DenseNCHW") != "DenseNCHW":
-            m = Value(r.type)
-            b.add(MaterializeLayoutOp(r, m, layout_of[out.name], "DenseNCHW"))
-            r = m
-        results.append(r)
-    b.ret(results)
+    b.ret([to(out.name, "DenseNCHW") for out in graph.outputs])  # results are returned dense
     return Module([func], constants, filename=graph.name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import reduce
 
 from raptor.ir.core import Affine, Value
 from raptor.ir.ops import (
@@ -129,7 +130,6 @@ class Projection:
     """Instances of a canonical graph function and the pieces each one reads."""
 
     def __init__(self, func: FuncOp) -> None:
-        self.func = func
         self.instances: list[Instance] = []
         self.first: dict[ComputeOp, int] = {}
         self.lane_of_slot: dict[Value, tuple[GraphComputeBatchOp, int, dict[int, int]]] = {}
@@ -198,15 +198,13 @@ class Projection:
                            (1,) * t.rank)]
         if v in self.producer_of:  # a graph compute result: one piece, the whole value
             t = _t(v)
-            return [_Entry(v, 0, 1, (Affine(0),) * t.rank, None, t.static_shape,
-                           (1,) * t.rank)]
+            return [_Entry(v, 0, 1, (Affine(0),) * t.rank, None, t.static_shape, (1,) * t.rank)]
         return None
 
     # -------------------------------------------------------------- consumers
     def _uses(self, inst: Instance) -> list[InputUse]:
         op = inst.op
-        args = op.body.args[1:1 + len(op.inputs)] if isinstance(op, GraphComputeBatchOp) \
-            else op.body.args[:len(op.inputs)]
+        args = op.in_args if isinstance(op, GraphComputeBatchOp) else op.body.args[:len(op.inputs)]
         lane = inst.lane or 0
         uses = []
         for i, (v, arg) in enumerate(zip(op.inputs, args, strict=True)):
@@ -223,9 +221,8 @@ class Projection:
                 raise ProjectionError(f"{op.where()}: input {i} (%{v.name}) has no producer "
                                       "the scheduler can map")
             pieces = self.pieces(entries, need)
-            for p in pieces:
-                box = box.union(p.box)
-            uses.append(InputUse(i, "placed", v, box, pieces))
+            uses.append(InputUse(i, "placed", v, reduce(Box.union, (p.box for p in pieces), box),
+                                 pieces))
         return uses
 
     def _read_box(self, op: ComputeOp, arg: Value, shape: tuple[int, ...], lane: int
@@ -242,19 +239,15 @@ class Projection:
             readers = self._readers[key] = _readers(op, arg, demand)
         if isinstance(readers, str):
             return Box.whole(shape), Box.whole(shape)
-        empty = Box((0,) * len(shape), (0,) * len(shape))
-        if not readers:
-            return empty, empty
-        boxes = []
-        for used in ([r for r, _ in readers], [n for _, n in readers if n is not None]):
-            if not used:
-                boxes.append(empty)
-                continue
-            lo = [min(c[d] + k[d] * lane for c, k, _ in used) for d in range(len(shape))]
-            hi = [max(c[d] + k[d] * lane + e[d] for c, k, e in used)
-                  for d in range(len(shape))]
-            boxes.append(Box(tuple(lo), tuple(hi)))
-        return boxes[0], boxes[1]
+
+        def span(used: list[Span]) -> Box:
+            if not used:  # nothing read
+                return Box((0,) * len(shape), (0,) * len(shape))
+            dims = range(len(shape))
+            return Box(tuple(min(c[d] + k[d] * lane for c, k, _ in used) for d in dims),
+                       tuple(max(c[d] + k[d] * lane + e[d] for c, k, e in used) for d in dims))
+
+        return span([r for r, _ in readers]), span([n for _, n in readers if n is not None])
 
     def pieces(self, entries: list[_Entry], box: Box) -> list[Piece]:
         pieces = []
@@ -277,34 +270,22 @@ class Projection:
             if lo >= hi:
                 continue
             producer0, r, lanes, frag = self._source(e.source)
-            if lanes is None and e.var is None and all(st == 1 for st in e.strides):
-                # one whole value: receive only the part inside the box
-                c_lo = tuple(max(c, b) for (c, _), b in zip(ck, box.lo, strict=True))
-                c_hi = tuple(min(c + n, b) for (c, _), n, b in zip(ck, e.sizes, box.hi,
-                                                                   strict=True))
-                sizes = tuple(h - lo_ for lo_, h in zip(c_lo, c_hi, strict=True))
-                if sizes != tuple(e.sizes):
-                    crop = tuple(a - c for a, (c, _) in zip(c_lo, ck, strict=True))
-                    pieces.append(Piece(producer0, r, 0, c_lo, sizes, e.strides,
-                                        TensorType(sizes, frag.dtype), crop))
-                    continue
-            # A slot is cropped to the box when its fragment is laid out as its region.
-            croppable = all(st == 1 for st in e.strides) and frag.static_shape == e.sizes
+            # Only the part inside the box is received of one whole value (slot 0), or of a
+            # slot whose fragment is laid out as its region.
+            whole = lanes is None and e.var is None
+            croppable = all(st == 1 for st in e.strides) and (whole or frag.static_shape == e.sizes)
             for s in range(lo, hi):
                 offs = tuple(c + k * s for c, k in ck)
                 producer = producer0 + lanes[s] if lanes is not None else producer0
-                if croppable:
-                    c_lo = tuple(max(o, b) for o, b in zip(offs, box.lo, strict=True))
-                    c_hi = tuple(min(o + n, b) for o, n, b in zip(offs, e.sizes, box.hi,
-                                                                 strict=True))
-                    sizes = tuple(h - a for a, h in zip(c_lo, c_hi, strict=True))
-                    if sizes != tuple(e.sizes):
-                        pieces.append(Piece(producer, r, s, c_lo, sizes, e.strides,
-                                            TensorType(sizes, frag.dtype),
-                                            tuple(a - o for a, o in zip(c_lo, offs,
-                                                                        strict=True))))
-                        continue
-                pieces.append(Piece(producer, r, s, offs, e.sizes, e.strides, frag))
+                c_lo = tuple(map(max, offs, box.lo)) if croppable else offs
+                sizes = tuple(min(o + n, b) - a for o, n, b, a in zip(
+                    offs, e.sizes, box.hi, c_lo, strict=True)) if croppable else e.sizes
+                if sizes == tuple(e.sizes):
+                    pieces.append(Piece(producer, r, s, offs, e.sizes, e.strides, frag))
+                else:
+                    pieces.append(Piece(producer, r, 0 if whole else s, c_lo, sizes, e.strides,
+                                        TensorType(sizes, frag.dtype),
+                                        tuple(a - o for a, o in zip(c_lo, offs, strict=True))))
         return pieces
 
     def _affine(self, e: _Entry) -> list[tuple[int, int]]:

@@ -124,7 +124,6 @@ def sample_graph() -> PlanGraph:
               "u": (1, 8, 8, 8), "g": (1, 8, 1, 1), "f": (1, 8), "m": (1, 3), "y": (1, 3),
               "sl": (1, 4, 4, 4), "z": (1, 4, 4, 4)}
     values = {n: PlanValue(n, s) for n, s in shapes.items()}
-    graph = PlanGraph("rules-check", [values["x"]], [values["y"], values["z"]], values,
-                      plans, 17)
+    graph = PlanGraph("rules-check", [values["x"]], [values["y"], values["z"]], values, plans, 17)
     graph.validate()
     return graph

@@ -6,12 +6,8 @@ the program stays the size of one inference whatever M is, as a device's instruc
 would hold it; M only bounds the simulated stream). Its body is the core's per-inference
 program, materialized exactly as in latency mode (`raptor.passes.materialize`, whose
 machinery this subclasses): the same per-core order, equivalence classes and gathers;
-stage-internal fragments travel by channels. Without a `Flow` every receive is posted when
-the iteration starts and every send made right after its producer, most urgent first; with
-one (`raptor.solve` passes it where local memory is tight, from the flow-controlled
-communication model, `raptor.solver.comm.replay`) each receive is posted, and each send
-made, at the point of the iteration where that model placed it, as in latency mode. What
-changes:
+stage-internal fragments travel by channels, their receives posted and sends made as in
+latency mode (with a `Flow` where local memory is tight), per iteration. What changes:
 
 * **Inputs and results** carry a leading inference dimension: the function takes
   `tensor<M x ...>` inputs and returns `tensor<M x ...>` results; inference n reads and
@@ -53,16 +49,9 @@ from dataclasses import dataclass, field
 
 from raptor.ir.core import Affine, Block, Operation, Value
 from raptor.ir.module import Module
-from raptor.ir.ops import (
-    AllocSharedOp,
-    LoadOp,
-    SignalOp,
-    StoreOp,
-    StreamOp,
-    WaitOp,
-)
+from raptor.ir.ops import AllocSharedOp, LoadOp, SignalOp, StoreOp, StreamOp, WaitOp
 from raptor.ir.types import INDEX, TensorType, Type
-from raptor.passes.materialize import CropKey, Flow, Materializer, ScheduleView, crop_key
+from raptor.passes.materialize import CropKey, Flow, Materializer, ScheduleView, crop_key, owned
 from raptor.passes.projection import Instance, Piece, Projection
 
 RING = 2
@@ -74,14 +63,10 @@ Transfer = tuple[int, int, int, CropKey | None]
 
 
 @dataclass
-class StreamView:
-    """What stream materialization needs of a pipeline schedule: placement, the estimated
-    times of one inference (they fix each core's order, as in latency mode), and the stage
-    of every task."""
+class StreamView(ScheduleView):
+    """What stream materialization needs of a pipeline schedule: placement, the estimated times of
+    one inference (they fix each core's order, as in latency mode), and the stage of every task."""
 
-    core_of: Sequence[int]
-    start: Sequence[int]
-    end: Sequence[int]
     stage_of: Sequence[int]
 
 
@@ -122,8 +107,7 @@ class _StreamMaterializer(Materializer):
         self.ring = ring
         self.stage = view.stage_of
         self.loop: dict[int, tuple[Value, Value]] = {}
-        super().__init__(module, proj, outputs, ScheduleView(view.core_of, view.start,
-                                                             view.end), merge, flow)
+        super().__init__(module, proj, outputs, view, merge, flow)
         self.ring_of: dict[tuple[int, int], Value] = {}
         self.rings: dict[int, list[tuple[int, Value]]] = {}
         """Per producer task: (result, ring buffer) of its boundary publications."""
@@ -147,8 +131,7 @@ class _StreamMaterializer(Materializer):
         return self.stage[p.producer] == self.stage[consumer]
 
     def arg_load(self, core: int, arg: Value, result: Value, lo: Sequence[int]) -> LoadOp:
-        t = result.type
-        assert isinstance(t, TensorType)
+        t = result.tensor
         n, _ = self.vars(core)
         return LoadOp(arg, result, (Affine.of(n), *map(Affine, lo)), (1, *t.static_shape),
                       (1,) * (t.rank + 1))
@@ -165,17 +148,14 @@ class _StreamMaterializer(Materializer):
         for k in self.plan.free_waits.get(inst.id, []):
             ops.append(WaitOp(self.free, k, (Affine(1 - self.ring, ((1, n),)),)))
         for r, buf in stores:
-            frag = outs[r].type
-            assert isinstance(frag, TensorType)
+            frag = outs[r].tensor
             ops.append(StoreOp(outs[r], buf, (Affine.of(s), *(Affine(0),) * frag.rank),
                                (1, *frag.static_shape), (1,) * (frag.rank + 1)))
         ops.extend(SignalOp(self.ready, k) for k in self.plan.ready_signals.get(inst.id, []))
         return ops
 
     def program(self, core: int, ops: list[Operation]) -> list[Operation]:
-        n, s = self.vars(core)
-        loop = StreamOp(self.count, self.ring, Block([n, s], ops))
-        return [loop]
+        return [StreamOp(self.count, self.ring, Block(list(self.vars(core)), ops))]
 
     # -------------------------------------------------------------- boundaries
     def plan_messages(self) -> None:
@@ -184,26 +164,21 @@ class _StreamMaterializer(Materializer):
         super().plan_messages()
         core_of, start = self.s.core_of, self.s.start
         first: dict[Transfer, int] = {}
-        frag_type: dict[tuple[int, int], TensorType] = {}
         for inst in self.proj.instances:
-            q = core_of[inst.id]
             for use in inst.uses:
                 for p in use.pieces:
-                    if self.stage[p.producer] == self.stage[inst.id]:
-                        continue
-                    key = (p.producer, p.result, q, crop_key(p))
-                    first[key] = min(first.get(key, start[inst.id]), start[inst.id])
-                    frag_type[(p.producer, p.result)] = \
-                        self.proj.instances[p.producer].fragment_type(p.result)
+                    if self.stage[p.producer] != self.stage[inst.id]:
+                        key = (p.producer, p.result, core_of[inst.id], crop_key(p))
+                        first[key] = min(first.get(key, start[inst.id]), start[inst.id])
         if not first:
             return
+        frag_type = {(u, r): self.proj.instances[u].fragment_type(r) for u, r, _, _ in first}
         loads = sorted(first, key=lambda m: (first[m], m[2], m[0], m[1], m[3] or ((), ())))
         plan = self.plan
         plan.pairs = sorted({(core_of[u], q) for u, _, q, _ in loads})
         self.pair_of = {pq: k for k, pq in enumerate(plan.pairs)}
-        pairs = plan.pairs
-        self.ready = self._alloc(TensorType((len(pairs),), "i32"), "ready")
-        self.free = self._alloc(TensorType((len(pairs),), "i32"), "free")
+        self.ready = self._alloc(TensorType((len(plan.pairs),), "i32"), "ready")
+        self.free = self._alloc(TensorType((len(plan.pairs),), "i32"), "free")
         for u, r in sorted(frag_type):
             f = frag_type[(u, r)]
             buf = self._alloc(TensorType((self.ring, *f.static_shape), f.dtype), f"p{u}")
@@ -231,13 +206,12 @@ class _StreamMaterializer(Materializer):
             place = (first[ms[0]], 0, -1 - seq)
             self.emit(q, place, ops)
             plan.groups.append(LoadGroup(q, pc, self.pair_of[(pc, q)], place, [
-                (u, r, _nbytes(op)) for (u, r, _, _), op in zip(ms, ops[1:-1], strict=True)]))
+                (u, r, op.results()[0].tensor.nbytes)
+                for (u, r, _, _), op in zip(ms, ops[1:-1], strict=True)]))
 
     def _alloc(self, t: TensorType, name: str) -> Value:
-        v = Value(t, name)
-        self.top.append(AllocSharedOp(v))
-        v.owner = self.top[-1]
-        return v
+        self.top.append(owned(AllocSharedOp(Value(t, name))))
+        return self.top[-1].results()[0]
 
     def _load_group(self, q: int, pc: int, ms: list[Transfer]) -> list[Operation]:
         """On consumer core q: wait for READY from producer core pc, load every transfer,
@@ -248,25 +222,15 @@ class _StreamMaterializer(Materializer):
         ops: list[Operation] = [WaitOp(self.ready, k, (Affine(1, ((1, n),)),))]
         for u, r, _, crop in ms:
             buf = self.ring_of[(u, r)]
-            bt = buf.type
-            assert isinstance(bt, TensorType)
+            bt = buf.tensor
             frag = bt.static_shape[1:]
             offs, sizes = crop if crop is not None else ((0,) * len(frag), frag)
             got = Value(TensorType(sizes, bt.dtype), f"l{u}")
-            load = LoadOp(buf, got, (Affine.of(s), *map(Affine, offs)), (1, *sizes),
-                          (1,) * (len(sizes) + 1))
-            got.owner = load
-            ops.append(load)
+            ops.append(owned(LoadOp(buf, got, (Affine.of(s), *map(Affine, offs)), (1, *sizes),
+                                    (1,) * (len(sizes) + 1))))
             self.local[(u, r, q, crop)] = got
         ops.append(SignalOp(self.free, k))
         return ops
-
-
-
-def _nbytes(op: Operation) -> int:
-    t = op.results()[0].type
-    assert isinstance(t, TensorType)
-    return t.nbytes
 
 
 def materialize_stream(module: Module, proj: Projection, outputs: list[list[Piece]],
