@@ -10,7 +10,7 @@ physical slots a slice selects — are the rules'.
 from __future__ import annotations
 
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from raptor.ir.core import Affine, Operation, Value
@@ -52,7 +52,7 @@ class CanonStats:
     placed_concats: int = 0
     placed_slices: int = 0
     identities: int = 0
-    fired: dict[str, int] = field(default_factory=dict)
+    fired: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -77,10 +77,8 @@ def _publication(op: GraphComputeBatchOp, r: int) -> ParallelInsertSliceOp:
     out = op.out_args[r]
     pubs = [p for p in op.body.ops if isinstance(p, ParallelInsertSliceOp) and p.dest is out]
     if len(pubs) != 1:
-        raise CanonicalizeError(
-            f"{op.where()}: [GCB-10] assembly result {r} has {len(pubs)} "
-            "publications; exactly one is required"
-        )
+        raise CanonicalizeError(f"{op.where()}: [GCB-10] assembly result {r} has {len(pubs)} "
+                                "publications; exactly one is required")
     return pubs[0]
 
 
@@ -122,8 +120,7 @@ def _collect(func: FuncOp) -> _Facts:
     f = _Facts()
     for a in func.args:
         f.rows["Opaque"].append((f.vid(a),))
-    for bi, op in enumerate(func.body.ops):
-        del bi
+    for op in func.body.ops:
         if isinstance(op, GraphComputeBatchOp) and op.assembly:
             b = len(f.batches)
             f.batches.append(op)
@@ -132,13 +129,11 @@ def _collect(func: FuncOp) -> _Facts:
                 pub = _publication(op, r)
                 for d, e in enumerate(pub.source.shape):
                     f.rows["FragDim"].append((b, r, d, e))
-                for d, (o, size, stride) in enumerate(
-                    zip(pub.offsets, pub.sizes, pub.strides, strict=True)
-                ):
+                for d, (o, size, stride) in enumerate(zip(pub.offsets, pub.sizes, pub.strides,
+                                                          strict=True)):
                     if any(v is not op.lane for v in o.vars()):
-                        raise CanonicalizeError(
-                            f"{pub.where()}: assembly offset {d} must be affine in the lane alone"
-                        )
+                        raise CanonicalizeError(f"{pub.where()}: assembly offset {d} must be "
+                                                "affine in the lane alone")
                     f.rows["PubDim"].append((b, r, d, o.const, o.coef(op.lane), size, stride))
                 f.rows["BatchValue"].append((f.vid(res), b, r))
             continue
@@ -168,9 +163,8 @@ def _collect(func: FuncOp) -> _Facts:
         if isinstance(op, MaterializeLayoutOp):
             m = f.vid(op.result)
             f.materializations[m] = op
-            f.rows["Materialize"].append(
-                (m, f.vid(op.source), LAYOUTS.index(op.from_layout), LAYOUTS.index(op.to_layout))
-            )
+            f.rows["Materialize"].append((m, f.vid(op.source), LAYOUTS.index(op.from_layout),
+                                          LAYOUTS.index(op.to_layout)))
         for res in op.results():
             f.rows["Opaque"].append((f.vid(res),))
     return f
@@ -184,16 +178,14 @@ def canonicalize(module: Module, rules_dir: str | os.PathLike[str] | None = None
     return stats
 
 
-def _canonicalize_func(
-    func: FuncOp, rules_dir: str | os.PathLike[str] | None, stats: CanonStats
-) -> None:
+def _canonicalize_func(func: FuncOp, rules_dir: str | os.PathLike[str] | None,
+                       stats: CanonStats) -> None:
     facts = _collect(func)
     if not facts.batches and not facts.materializations:
         return
     program = load_program("canonicalize", rules_dir)
     program.load_facts(CANONICALIZE, facts.rows)
-    for rule, n in program.run_schedule().items():
-        stats.fired[rule] = stats.fired.get(rule, 0) + n
+    stats.fired.update(program.run_schedule())
     try:
         _rebuild(func, facts, program, stats)
     except _Undecodable as e:
@@ -224,9 +216,7 @@ def _rebuild(func: FuncOp, facts: _Facts, program: RuleProgram, stats: CanonStat
     for op in func.body.ops:
         if isinstance(op, GraphComputeBatchOp) and op.assembly:
             b = facts.batches.index(op)
-            bps = _make_physical(op, b, phys, entries, facts, physical)
-            new_ops.append(op)
-            new_ops.extend(bps)
+            new_ops += [op, *_make_physical(op, b, phys, entries, facts, physical)]
             stats.batches += 1
             continue
         x = facts.ids.get(op.outs[0]) if isinstance(op, GraphComputeOp) and op.outs else None
@@ -239,9 +229,8 @@ def _rebuild(func: FuncOp, facts: _Facts, program: RuleProgram, stats: CanonStat
             placed = [res for res in op.outs if facts.ids[res] not in blocked
                       and entries.get(facts.ids[res])]
             new_ops.extend(_drop_results(op, placed))
-            for res in placed:
-                new_ops.append(_blueprint(res, entries[facts.ids[res]], physical))
-                stats.placed_slices += 1
+            new_ops += [_blueprint(res, entries[facts.ids[res]], physical) for res in placed]
+            stats.placed_slices += len(placed)
             continue
         new_ops.append(op)
     func.body.ops = new_ops
@@ -256,14 +245,9 @@ def _rebuild(func: FuncOp, facts: _Facts, program: RuleProgram, stats: CanonStat
     drop_dead(func.body)
 
 
-def _make_physical(
-    op: GraphComputeBatchOp,
-    b: int,
-    phys: dict[tuple[int, int], dict[int, int]],
-    entries: dict[int, dict[object, _Ent]],
-    facts: _Facts,
-    physical: dict[tuple[int, int], Value],
-) -> list[BlueprintOp]:
+def _make_physical(op: GraphComputeBatchOp, b: int, phys: dict[tuple[int, int], dict[int, int]],
+                   entries: dict[int, dict[object, _Ent]], facts: _Facts,
+                   physical: dict[tuple[int, int], Value]) -> list[BlueprintOp]:
     """Turn one assembly batch into N x F in place; return the Blueprints of its results."""
     lane = op.lane
     new_outs, new_args, bps = [], [], []
@@ -285,10 +269,8 @@ def _make_physical(
         new_outs.append(pval)
         new_args.append(parg)
         physical[(b, r)] = pval
-        v = facts.ids[logical]
-        own = {k: e for k, e in entries[v].items() if e[0] == (b, r)}
-        bp = _blueprint(logical, own, physical)
-        bps.append(bp)
+        own = {k: e for k, e in entries[facts.ids[logical]].items() if e[0] == (b, r)}
+        bps.append(_blueprint(logical, own, physical))
     nin = 1 + len(op.inputs)
     op.body.args[nin:] = new_args
     for a in new_args:

@@ -19,6 +19,7 @@ import os
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -175,7 +176,7 @@ class RuleProgram:
 
     egraph: bindings.EGraph
     files: tuple[Path, ...]
-    fired: dict[str, int] = field(default_factory=dict)
+    fired: Counter[str] = field(default_factory=Counter)
     frozen: dict[str, Any] | None = None
     constants: dict[str, dict[object, str]] = field(default_factory=dict)
     facts: int = 0
@@ -189,17 +190,14 @@ class RuleProgram:
         """Parse and run egglog commands; errors become `RuleError`."""
         return run_text(self.egraph, text, source)
 
-    def run_schedule(self, max_iterations: int | None = None,
-                     max_seconds: float | None = None) -> dict[str, int]:
+    def run_schedule(self) -> dict[str, int]:
         """Run the default ruleset to saturation, a few iterations per egglog call so that
-        rules deriving without end stop at the bounds (default `MAX_ITERATIONS`,
-        `MAX_SECONDS`, and the match bound); return and accumulate the matches per rule
-        `:name`."""
-        max_iterations = MAX_ITERATIONS if max_iterations is None else max_iterations
-        max_seconds = MAX_SECONDS if max_seconds is None else max_seconds
+        rules deriving without end stop at the bounds (`MAX_ITERATIONS`, `MAX_SECONDS`, and
+        the match bound); return and accumulate the matches per rule `:name`."""
+        max_iterations, max_seconds = MAX_ITERATIONS, MAX_SECONDS
         max_matches = MATCHES_PER_FACT * self.facts + MATCHES_BASE
         total = done = 0
-        counts: dict[str, int] = {}
+        counts: Counter[str] = Counter()
         start = time.perf_counter()
         last: dict[str, int] = {}
         steps: dict[int, list[Any]] = {}
@@ -216,8 +214,7 @@ class RuleProgram:
                 if isinstance(out, bindings.RunScheduleOutput) and out.report.updated:
                     updated = True
                     last = dict(out.report.num_matches_per_rule)
-                    for name, k in last.items():
-                        counts[name] = counts.get(name, 0) + k
+                    counts.update(last)
                     total += sum(last.values())
             done += n
             if not updated:  # like egglog's saturate, idle iterations are not counted
@@ -233,8 +230,7 @@ class RuleProgram:
                                         f"loaded + {MATCHES_BASE:,})", last)
             if time.perf_counter() - start > max_seconds:
                 raise self._unsaturated(f"{max_seconds:g} s", last)
-        for name, k in counts.items():
-            self.fired[name] = self.fired.get(name, 0) + k
+        self.fired.update(counts)
         return counts
 
     def _unsaturated(self, bound: str, last: dict[str, int]) -> RuleError:

@@ -78,9 +78,7 @@ class LayoutTables:
 
     def consumers(self) -> dict[int, list[tuple[int, int]]]:
         """Value id → (consumer plan, operand index) pairs, in plan order."""
-        uses: dict[int, list[tuple[int, int]]] = {v: [] for v in self.plans}
-        for v in self.externals:
-            uses[v] = []
+        uses: dict[int, list[tuple[int, int]]] = {v: [] for v in (*self.plans, *self.externals)}
         for c, values in self.operand_values.items():
             for i, v in enumerate(values):
                 uses[v].append((c, i))
@@ -131,9 +129,8 @@ def _facts(plans: dict[int, LayoutPlan]
     return rows, operand_values, externals
 
 
-def derive_layout_tables(
-    plans: Sequence[LayoutPlan], rules_dir: str | os.PathLike[str] | None = None
-) -> LayoutTables:
+def derive_layout_tables(plans: Sequence[LayoutPlan],
+                         rules_dir: str | os.PathLike[str] | None = None) -> LayoutTables:
     """Run `rules/layout.egg` over the plan graph and decode the derived tables."""
     by_id = _validate(plans)
     start = time.perf_counter()
@@ -145,16 +142,14 @@ def derive_layout_tables(
 
     alt_rows: dict[tuple[int, int], tuple[str, int]] = {}
     for p, a, result, cost in program.rows(read["Alt"]):
-        alt = (int(p), int(a))
-        if alt in alt_rows and alt_rows[alt] != (result, cost):
+        if alt_rows.get((p, a), (result, cost)) != (result, cost):
             raise RuleError(f"layout rules define plan {p} alternative {a} twice")
-        alt_rows[alt] = (str(result), int(cost))
+        alt_rows[p, a] = (str(result), cost)
     operand_layouts: dict[tuple[int, int, int], str] = {}
     for p, a, i, layout in program.rows(read["AltOperand"]):
-        slot = (int(p), int(a), int(i))
-        if slot in operand_layouts:
+        if (p, a, i) in operand_layouts:
             raise RuleError(f"layout rules give plan {p} alternative {a} operand {i} two layouts")
-        operand_layouts[slot] = str(layout)
+        operand_layouts[p, a, i] = str(layout)
 
     alternatives: dict[int, list[Alternative]] = {p: [] for p in by_id}
     for (p, a), (result, cost) in sorted(alt_rows.items()):
@@ -168,25 +163,15 @@ def derive_layout_tables(
         if not alts:
             raise RuleError(f"layout rules give plan {p} ({by_id[p].kind}) no alternative")
 
-    fixed = {int(v): str(layout) for v, layout in program.rows(read["FixedLayout"])}
+    fixed = {v: str(layout) for v, layout in program.rows(read["FixedLayout"])}
     missing = sorted(set(externals) - set(fixed))
     if missing:
         raise RuleError(f"layout rules give external value {missing[0]} no FixedLayout")
     returns: dict[int, set[str]] = {}
     for v, layout in program.rows(read["ReturnLayout"]):
-        returns.setdefault(int(v), set()).add(str(layout))
-    mat = {
-        (int(v), str(src), str(dst)): int(cost)
-        for v, src, dst, cost in program.rows(read["MatCost"])
-    }
-    return LayoutTables(
-        plans=by_id,
-        alternatives={p: tuple(alts) for p, alts in alternatives.items()},
-        operand_values=operand_values,
-        externals=externals,
-        fixed_layouts=fixed,
-        return_layouts={v: frozenset(ls) for v, ls in returns.items()},
-        materialize_cost=mat,
-        fired=dict(program.fired),
-        seconds=time.perf_counter() - start,
-    )
+        returns.setdefault(v, set()).add(str(layout))
+    mat = {(v, str(src), str(dst)): cost for v, src, dst, cost in program.rows(read["MatCost"])}
+    return LayoutTables(by_id, {p: tuple(alts) for p, alts in alternatives.items()},
+                        operand_values, externals, fixed,
+                        {v: frozenset(ls) for v, ls in returns.items()}, mat,
+                        dict(program.fired), time.perf_counter() - start)
