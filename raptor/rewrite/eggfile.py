@@ -145,8 +145,7 @@ def _check_command(command: object, source: str, text: str) -> None:
                         f"runs them and reads the facts (remove this `{word}`)")
 
 
-def _egglog(call: Callable[[], T], source: str, text: str = "", offset: int | None = None
-            ) -> T:
+def _egglog(call: Callable[[], T], source: str, text: str = "", offset: int | None = None) -> T:
     """Run one egglog call with its errors (and panics: a BaseException) as `RuleError`."""
     with _rust_stderr_silenced():
         try:
@@ -157,16 +156,14 @@ def _egglog(call: Callable[[], T], source: str, text: str = "", offset: int | No
             raise _format_error(exc, source, text, offset) from None
 
 
-def run_text(egraph: bindings.EGraph, text: str, source: str, user: bool = False
-             ) -> list[object]:
+def run_text(egraph: bindings.EGraph, text: str, source: str, user: bool = False) -> list[object]:
     """Parse `text` (named `source` in spans) and run it command by command; `user` text
     (a rule file) is also checked by `_check_command`."""
     outputs: list[object] = []
     for command in _egglog(lambda: egraph.parse_program(text, filename=source), source, text):
         if user:
             _check_command(command, source, text)
-        outputs += _egglog(partial(egraph.run_program, command), source, text,
-                           _span_start(command))
+        outputs += _egglog(partial(egraph.run_program, command), source, text, _span_start(command))
     return outputs
 
 
@@ -240,8 +237,7 @@ class RuleProgram:
                          f"still firing in the last iterations: {rules} (a rule that derives "
                          "new facts without end?)")
 
-    def load_facts(self, schema: Schema, rows: Mapping[str, Sequence[tuple[Any, ...]]]
-                   ) -> None:
+    def load_facts(self, schema: Schema, rows: Mapping[str, Sequence[tuple[Any, ...]]]) -> None:
         """Bulk-load the facts of `schema` (`(input rel "file.tsv")`, one row per line in
         the declared column order); relations without rows load empty."""
         with tempfile.TemporaryDirectory(prefix=f"raptor-{schema.program}-") as tmp:

@@ -91,15 +91,16 @@ def _results_table(sweep: Sweep, rows: list[dict[str, Any]]) -> Table:
 @contextlib.contextmanager
 def _client(scheduler: str | None, workers: int | None, needed: bool, err: Console
             ) -> Iterator[Any]:
-    from raptor.sweep.runner import local_client, profiling_workers
+    from distributed import Client
+
+    from raptor.sweep.runner import local_cluster, profiling_workers
     if not needed:  # every point finished earlier: no cluster to start
         yield None
         return
     if scheduler is None:
-        with local_client(workers) as client:
-            yield client
+        with local_cluster(workers) as cluster, Client(cluster) as local:
+            yield local
         return
-    from distributed import Client
     try:
         client = Client(scheduler, timeout="10s")
     except (OSError, TimeoutError, ValueError) as e:

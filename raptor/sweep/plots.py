@@ -97,8 +97,7 @@ def _front_plot(rows: list[Row], x_key: str, y_of: Callable[[Row], float | None]
         if front:
             xs, ys = zip(*front, strict=True)
             ax.step(xs, ys, where="post", color=colour, linewidth=1.6, zorder=2)
-            ax.scatter(xs, ys, facecolors="none", edgecolors=colour, s=90, linewidths=1.2,
-                       zorder=4)
+            ax.scatter(xs, ys, facecolors="none", edgecolors=colour, s=90, linewidths=1.2, zorder=4)
     _log_axes(ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -134,8 +133,7 @@ def _estimate_plot(rows: list[Row]) -> Figure:
     _log_axes(ax)
     ax.set_xlabel("scheduler estimate (µs; latency, or period in pipeline mode)")
     ax.set_ylabel("simulated (µs; with link contention and rendezvous)")
-    ax.set_title("Estimate against the simulator (diagonal: equal; band: ±10 %)",
-                 fontsize=11)
+    ax.set_title("Estimate against the simulator (diagonal: equal; band: ±10 %)", fontsize=11)
     _legend(ax, colours, markers)
     return fig
 

@@ -83,8 +83,7 @@ def _tasks_of(op: ComputeOp, ntasks: int) -> list[int]:
 
 
 def _bytes(values: list[Value]) -> int:
-    return sum(v.type.nbytes for v in values
-               if isinstance(v.type, TensorType) and v.type.is_static)
+    return sum(v.type.nbytes for v in values if isinstance(v.type, TensorType) and v.type.is_static)
 
 
 def _compute_label(op: ComputeOp, tasks: list[int], layers: list[Layer],
@@ -127,8 +126,7 @@ def span_labels(scheduled: Module, layers: list[Layer], lanes: list[int]
     return out
 
 
-def _core_labels(body: list[Operation], layers: list[Layer], lanes: list[int]
-                 ) -> list[SpanLabel]:
+def _core_labels(body: list[Operation], layers: list[Layer], lanes: list[int]) -> list[SpanLabel]:
     """The labels of one core's ops (see `span_labels`)."""
     labels: list[SpanLabel] = []
     waiting: list[tuple[int, Operation]] = []  # bare ops since the last compute
