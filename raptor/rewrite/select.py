@@ -182,9 +182,8 @@ def select_exact(tables: LayoutTables, time_limit: float = 60.0, workers: int = 
             if exact_need and not returned:
                 model.add_bool_or(lits).only_enforce_if(need)
     model.minimize(cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms]))
-    for p, alts in tables.alternatives.items():
-        for alt in alts:
-            model.add_hint(x[p, alt.index], alt.index == 0)
+    for (_, index), var in x.items():
+        model.add_hint(var, index == 0)
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
@@ -220,11 +219,8 @@ class _LocalSearch:
 
     def _value_cost(self, v: int) -> float:
         src = _value_layout(self.tables, self.choice, v)
-        total = 0.0
-        for dst, n in self.demand[v].items():
-            if n > 0 and dst != src:
-                total += self.tables.materialize_cost.get((v, src, dst), math.inf)
-        return total
+        return sum((self.tables.materialize_cost.get((v, src, dst), math.inf)
+                    for dst, n in self.demand[v].items() if n > 0 and dst != src), 0.0)
 
     def local_cost(self, plan: int) -> float:
         """Cost terms that depend on `plan`'s alternative."""
