@@ -103,15 +103,13 @@ def solve_options(point: Point) -> SolveOptions:
     sweep keeps report.json only)."""
     opt = point.option
     contention = opt("contention")
-    kwargs = {k: opt(k) for k in CPSAT_OPTIONS if opt(k) is not None}
-    if opt("mode") != "latency":  # only reachable when SolveOptions has `mode`
-        kwargs["mode"] = opt("mode")
+    cpsat = {k: opt(k) for k in CPSAT_OPTIONS if opt(k) is not None}
     return SolveOptions(
-        solver=opt("solver"), simulate=True,
+        mode=opt("mode"), solver=opt("solver"), simulate=True,
         sim=SimOptions(mode=opt("send_mode"), link_contention=contention,
                        shared_queueing=contention, trace=False),
         compile=CompileOptions(rules_dir=opt("rules"), layout_selector=opt("layout_selector")),
-        **kwargs)
+        **cpsat)
 
 
 def run_point(point: Point) -> Outcome:

@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raptor.driver import MODES
 from raptor.rewrite.eggfile import MANIFEST, RULES_ENV, resolve_rules_dir
+from raptor.rewrite.select import SELECTORS
+from raptor.sim.engine import MODES as SEND_MODES
 from raptor.solve import SolveOptions
 from raptor.target import Target, TargetError, load_target, target_from_dict
 
@@ -40,10 +43,8 @@ FORMAT = "raptor-sweep-1"
 
 TARGET_KEYS = ("mesh", *(f.name for f in dataclasses.fields(Target) if f.name != "name"))
 
-SOLVERS_BY_MODE: dict[str, tuple[str, ...]] = {
-    "latency": ("peft", "cpsat"),
-    "pipeline": ("pipeline", "cpsat"),
-}
+SOLVERS_BY_MODE = {mode: tuple(s for s in solvers if s != "both")
+                   for mode, solvers in MODES.items()}
 """One schedule per point: `raptor solve --solver both` is the grid `solver = [a, b]`."""
 
 CPSAT_OPTIONS = ("time_limit", "workers", "seed")
@@ -94,8 +95,8 @@ OPTION_CHECKS: dict[str, Check] = {
                          and v > 0, "must be a positive number"),
     "workers": _check(lambda v: _int(v) and v > 0, "must be a positive integer"),
     "seed": _check(lambda v: _int(v) and v >= 0, "must be a non-negative integer"),
-    "layout_selector": _choice("exact", "iterative", "disabled"),
-    "send_mode": _choice("rendezvous", "buffered"),
+    "layout_selector": _choice(*SELECTORS),
+    "send_mode": _choice(*SEND_MODES),
     "contention": _check(lambda v: isinstance(v, bool), "must be true or false"),
     "rules": _check(lambda v: isinstance(v, str) and v != "", "must be a rules directory path"),
 }
