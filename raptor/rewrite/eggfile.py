@@ -75,9 +75,7 @@ def resolve_rules_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     if explicit is not None:
         return Path(explicit)
     env = os.environ.get(RULES_ENV)
-    if env:
-        return Path(env)
-    return shipped_rules_dir()
+    return Path(env) if env else shipped_rules_dir()
 
 
 def _location(text: str, offset: int) -> tuple[int, int]:
@@ -91,16 +89,12 @@ def _format_error(exc: BaseException, path: str, text: str, offset: int | None) 
     match = _SPAN.search(message)
     if match:
         where = f"{path}:{match.group(1)}:{match.group(2)}"
-        detail = message[match.end():].split("\n", 1)
-        message = detail[1].strip() if len(detail) == 2 else detail[0].strip()
+        message = message[match.end():].split("\n", 1)[-1].strip()
     elif offset is not None:
-        line, col = _location(text, offset)
-        where = f"{path}:{line}:{col}"
+        where = "{}:{}:{}".format(path, *_location(text, offset))
     else:
         where = path
-    if message.startswith("Panic: "):
-        message = message[len("Panic: "):]
-    message = " ".join(message.split()) or "no message"
+    message = " ".join(message.removeprefix("Panic: ").split()) or "no message"
     kind = "egglog panic" if type(exc).__name__ == "PanicException" else "error"
     return RuleError(f"{where}: {kind}: {message}")
 
@@ -191,7 +185,6 @@ class RuleProgram:
         """Run the default ruleset to saturation, a few iterations per egglog call so that
         rules deriving without end stop at the bounds (`MAX_ITERATIONS`, `MAX_SECONDS`, and
         the match bound); return and accumulate the matches per rule `:name`."""
-        max_iterations, max_seconds = MAX_ITERATIONS, MAX_SECONDS
         max_matches = MATCHES_PER_FACT * self.facts + MATCHES_BASE
         total = done = 0
         counts: Counter[str] = Counter()
@@ -200,9 +193,9 @@ class RuleProgram:
         steps: dict[int, list[Any]] = {}
         chunk, rate = 1, 0.0
         while True:
-            n = min(chunk, max_iterations - done)
+            n = min(chunk, MAX_ITERATIONS - done)
             if n <= 0:
-                raise self._unsaturated(f"{max_iterations} iterations", last)
+                raise self._unsaturated(f"{MAX_ITERATIONS} iterations", last)
             if n not in steps:
                 steps[n] = self.egraph.parse_program(
                     f"(run-schedule (repeat {n} (run)))", filename="<schedule>")
@@ -225,8 +218,8 @@ class RuleProgram:
             if total > max_matches:
                 raise self._unsaturated(f"{max_matches:,} matches ({MATCHES_PER_FACT} per fact "
                                         f"loaded + {MATCHES_BASE:,})", last)
-            if time.perf_counter() - start > max_seconds:
-                raise self._unsaturated(f"{max_seconds:g} s", last)
+            if time.perf_counter() - start > MAX_SECONDS:
+                raise self._unsaturated(f"{MAX_SECONDS:g} s", last)
         self.fired.update(counts)
         return counts
 
@@ -266,11 +259,9 @@ class RuleProgram:
         decode = {"i64": self.egraph.value_to_i64, "String": self.egraph.value_to_string}
         fns = [decode.get(s) or partial(_named, self.constants.get(s, {})) for s in rel.sorts]
         table = self.frozen.get(rel.name)
-        out = []
-        for row in table.rows if table is not None else ():
-            cells = row.inputs if rel.output is None else [*row.inputs, row.output]
-            out.append(tuple(f(c) for f, c in zip(fns, cells, strict=True)))
-        return out
+        return [tuple(f(c) for f, c in zip(fns, row.inputs if rel.output is None
+                                           else [*row.inputs, row.output], strict=True))
+                for row in (table.rows if table is not None else ())]
 
 
 def _named(names: dict[object, str], value: object) -> object:

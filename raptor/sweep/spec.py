@@ -314,7 +314,6 @@ def _check_value(key: str, value: Any, where: str) -> None:
 def _grid(grid: Any) -> dict[str, list[Any]]:
     if not isinstance(grid, dict):
         raise SweepError("[grid] must be a table of key = [values]")
-    out: dict[str, list[Any]] = {}
     linked: dict[str, str] = {}
     for key, values in grid.items():
         if not isinstance(values, list):
@@ -333,8 +332,7 @@ def _grid(grid: Any) -> dict[str, list[Any]]:
             linked[key] = key
         if len({json.dumps(v, sort_keys=True) for v in values}) < len(values):
             raise SweepError(f"grid {key} lists a value twice")
-        out[key] = values
-    return out
+    return dict(grid)
 
 
 def _linked_group(name: str, values: list[Any], seen: dict[str, str]) -> None:
