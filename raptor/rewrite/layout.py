@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -74,15 +73,6 @@ class LayoutTables:
     return_layouts: dict[int, frozenset[str]]
     materialize_cost: dict[tuple[int, str, str], int]
     fired: dict[str, int]
-    seconds: float
-
-    def consumers(self) -> dict[int, list[tuple[int, int]]]:
-        """Value id → (consumer plan, operand index) pairs, in plan order."""
-        uses: dict[int, list[tuple[int, int]]] = {v: [] for v in (*self.plans, *self.externals)}
-        for c, values in self.operand_values.items():
-            for i, v in enumerate(values):
-                uses[v].append((c, i))
-        return uses
 
 
 def _validate(plans: Sequence[LayoutPlan]) -> dict[int, LayoutPlan]:
@@ -133,7 +123,6 @@ def derive_layout_tables(plans: Sequence[LayoutPlan],
                          rules_dir: str | os.PathLike[str] | None = None) -> LayoutTables:
     """Run `rules/layout.egg` over the plan graph and decode the derived tables."""
     by_id = _validate(plans)
-    start = time.perf_counter()
     program = load_program("layout", rules_dir)
     rows, operand_values, externals = _facts(by_id)
     program.load_facts(LAYOUT, rows)
@@ -174,4 +163,4 @@ def derive_layout_tables(plans: Sequence[LayoutPlan],
     return LayoutTables(by_id, {p: tuple(alts) for p, alts in alternatives.items()},
                         operand_values, externals, fixed,
                         {v: frozenset(ls) for v, ls in returns.items()}, mat,
-                        dict(program.fired), time.perf_counter() - start)
+                        dict(program.fired))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,8 +62,6 @@ class LayoutSelection:
     materializations: list[Materialization]
     cost: int
     fired: dict[str, int]
-    rules_seconds: float
-    select_seconds: float
 
     @property
     def counts(self) -> dict[str, int]:
@@ -112,24 +109,22 @@ def _first_alternative(tables: LayoutTables, plan: int) -> Alternative:
     raise LayoutError(f"plan {plan} has no alternative 0")
 
 
-def _finish(name: str, status: str, tables: LayoutTables, choice: dict[int, Alternative],
-            start: float) -> LayoutSelection:
+def _finish(name: str, status: str, tables: LayoutTables, choice: dict[int, Alternative]
+            ) -> LayoutSelection:
     cost, mats = evaluate(tables, choice)
     return LayoutSelection(name, status, dict(sorted(choice.items())), mats, cost,
-                           dict(tables.fired), tables.seconds, time.perf_counter() - start)
+                           dict(tables.fired))
 
 
 def select_disabled(tables: LayoutTables) -> LayoutSelection:
     """Alternative 0 for every plan."""
-    start = time.perf_counter()
     choice = {p: _first_alternative(tables, p) for p in tables.plans}
-    return _finish("disabled", "disabled", tables, choice, start)
+    return _finish("disabled", "disabled", tables, choice)
 
 
 def select_exact(tables: LayoutTables, time_limit: float = 60.0, workers: int = 1
                  ) -> LayoutSelection:
     """The optimal assignment by CP-SAT (status FEASIBLE if the time limit cut the proof)."""
-    start = time.perf_counter()
     model = cp_model.CpModel()
     x = {(p, alt.index): model.new_bool_var(f"alt[{p},{alt.index}]")
          for p, alts in tables.alternatives.items() for alt in alts}
@@ -197,7 +192,7 @@ def select_exact(tables: LayoutTables, time_limit: float = 60.0, workers: int = 
         raise LayoutError(f"no legal layout assignment (CP-SAT {solver.status_name(status)})")
     choice = {p: next(alt for alt in alts if solver.boolean_value(x[p, alt.index]))
               for p, alts in tables.alternatives.items()}
-    return _finish("exact", solver.status_name(status), tables, choice, start)
+    return _finish("exact", solver.status_name(status), tables, choice)
 
 
 class _LocalSearch:
@@ -206,7 +201,8 @@ class _LocalSearch:
     def __init__(self, tables: LayoutTables) -> None:
         self.tables = tables
         self.choice = {p: _first_alternative(tables, p) for p in tables.plans}
-        self.demand: dict[int, Counter[str]] = {v: Counter() for v in tables.consumers()}
+        self.demand: dict[int, Counter[str]] = {v: Counter()
+                                                for v in (*tables.plans, *tables.externals)}
         for v, layouts in tables.return_layouts.items():
             self.demand[v].update(layouts)
         for p in tables.plans:
@@ -249,7 +245,6 @@ class _LocalSearch:
 
 def select_iterative(tables: LayoutTables) -> LayoutSelection:
     """The local search of docs/spec/004; LayoutError if it does not converge."""
-    start = time.perf_counter()
     search = _LocalSearch(tables)
     order = list(tables.plans)
     limit = 2 * len(order) + 1
@@ -257,8 +252,7 @@ def select_iterative(tables: LayoutTables) -> LayoutSelection:
         sweep = order if round_ % 2 == 0 else order[::-1]
         changed = [search.improve(p) for p in sweep]
         if not any(changed):
-            return _finish("iterative", f"converged in {round_ + 1} rounds", tables,
-                           search.choice, start)
+            return _finish("iterative", f"converged in {round_ + 1} rounds", tables, search.choice)
     raise LayoutError(f"layout planning did not converge in {limit} rounds")
 
 
