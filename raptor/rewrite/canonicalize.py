@@ -31,7 +31,6 @@ from raptor.ir.ops import (
 from raptor.ir.rewriting import drop_dead, replace_uses
 from raptor.ir.types import INDEX, TensorType
 from raptor.rewrite.eggfile import RuleError, RuleProgram, load_program
-from raptor.rewrite.schema import CANONICALIZE
 
 _Ent = tuple[tuple[int, int], dict[int, tuple[int, int, int, int]], tuple[int, int]]
 """A derived Blueprint entry: its source batch result (b, r), per dimension
@@ -184,7 +183,7 @@ def _canonicalize_func(func: FuncOp, rules_dir: str | os.PathLike[str] | None,
     if not facts.batches and not facts.materializations:
         return
     program = load_program("canonicalize", rules_dir)
-    program.load_facts(CANONICALIZE, facts.rows)
+    program.load_facts(facts.rows)
     stats.fired.update(program.run_schedule())
     try:
         _rebuild(func, facts, program, stats)
@@ -196,21 +195,19 @@ def _canonicalize_func(func: FuncOp, rules_dir: str | os.PathLike[str] | None,
 def _rebuild(func: FuncOp, facts: _Facts, program: RuleProgram, stats: CanonStats) -> None:
     """Rebuild `func` from the derived tables; rows naming what the IR does not have raise
     `_Undecodable`."""
-    read = {rel.name: rel for rel in CANONICALIZE.reads}
-
     phys: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
-    for b, r, d, e in program.rows(read["PhysDim"]):
+    for b, r, d, e in program.rows("PhysDim"):
         phys[(b, r)][d] = e
     entries: dict[int, dict[object, _Ent]] = defaultdict(dict)
-    for val, eid, bi, ri, di, ci, ki, size, stride in program.rows(read["Entry"]):
+    for val, eid, bi, ri, di, ci, ki, size, stride in program.rows("Entry"):
         ent = entries[val].setdefault(eid, ((bi, ri), {}, (0, 0)))
         ent[1][di] = (ci, ki, size, stride)
-    for val, eid, lo, hi in program.rows(read["EntrySlots"]):
+    for val, eid, lo, hi in program.rows("EntrySlots"):
         if eid not in entries.get(val, {}):
             raise _Undecodable(f"EntrySlots for value {val} without an Entry")
         key, dims, _ = entries[val][eid]
         entries[val][eid] = (key, dims, (lo, hi))
-    blocked = {x for (x,) in program.rows(read["Blocked"])}
+    blocked = {x for (x,) in program.rows("Blocked")}
     physical: dict[tuple[int, int], Value] = {}
     new_ops: list[Operation] = []
     for op in func.body.ops:
@@ -234,7 +231,7 @@ def _rebuild(func: FuncOp, facts: _Facts, program: RuleProgram, stats: CanonStat
             continue
         new_ops.append(op)
     func.body.ops = new_ops
-    for m, src in program.rows(read["Identity"]):
+    for m, src in program.rows("Identity"):
         mat = facts.materializations.get(m)
         if mat is None:
             raise _Undecodable(f"Identity {m} {src}, but value {m} is not a materialize_layout")

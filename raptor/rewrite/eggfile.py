@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from egglog import bindings
 
-from raptor.rewrite.schema import SCHEMAS, Relation, Schema
+from raptor.rewrite.schema import SCHEMAS, Schema
 
 T = TypeVar("T")
 RULES_ENV = "RAPTOR_RULES"
@@ -172,6 +172,8 @@ class RuleProgram:
     constants: dict[str, dict[object, str]] = field(default_factory=dict)
     facts: int = 0
     """Facts loaded by `load_facts` (the match bound of `run_schedule` scales with them)."""
+    schema: Schema = field(default_factory=lambda: Schema("rules", (), ()))
+    """What `load_facts` writes and `rows` reads: the program's own (`load_program`)."""
 
     @property
     def where(self) -> str:
@@ -230,12 +232,12 @@ class RuleProgram:
                          f"still firing in the last iterations: {rules} (a rule that derives "
                          "new facts without end?)")
 
-    def load_facts(self, schema: Schema, rows: Mapping[str, Sequence[tuple[Any, ...]]]) -> None:
-        """Bulk-load the facts of `schema` (`(input rel "file.tsv")`, one row per line in
-        the declared column order); relations without rows load empty."""
-        with tempfile.TemporaryDirectory(prefix=f"raptor-{schema.program}-") as tmp:
+    def load_facts(self, rows: Mapping[str, Sequence[tuple[Any, ...]]]) -> None:
+        """Bulk-load the schema's facts (`(input rel "file.tsv")`, one row per line in the
+        declared column order); relations without rows load empty."""
+        with tempfile.TemporaryDirectory(prefix=f"raptor-{self.schema.program}-") as tmp:
             commands = []
-            for rel in schema.facts:
+            for rel in self.schema.facts:
                 path = Path(tmp) / f"{rel.name}.tsv"
                 lines = ["\t".join(map(str, row)) + "\n" for row in rows.get(rel.name, ())]
                 if any(line.count("\t") != len(rel.columns) - 1 for line in lines):
@@ -244,18 +246,19 @@ class RuleProgram:
                 path.write_text("".join(lines), encoding="utf-8")
                 commands.append(f'(input {rel.name} "{path.as_posix()}")')
                 self.facts += len(lines)
-            self.run("\n".join(commands), f"<{schema.program} facts>")
+            self.run("\n".join(commands), f"<{self.schema.program} facts>")
 
-    def rows(self, rel: Relation) -> list[tuple[Any, ...]]:
-        """The rows of `rel` (after `run_schedule`), decoded by its sorts: `i64` to int,
-        `String` to str, a nullary constructor (`Layout`'s `DenseNCHW`, ...) to its name,
-        any other datatype value kept as an opaque key."""
+    def rows(self, name: str) -> list[tuple[Any, ...]]:
+        """The rows of the schema's table `name` (after `run_schedule`), decoded by its sorts:
+        `i64` to int, `String` to str, a nullary constructor (`Layout`'s `DenseNCHW`, ...)
+        to its name, any other datatype value kept as an opaque key."""
+        rel = next(r for r in self.schema.reads if r.name == name)
         if self.frozen is None:
             self.frozen = self.egraph.freeze().functions
-            for name, f in self.frozen.items():
+            for fn_name, f in self.frozen.items():
                 if not f.input_sorts and f.rows and not f.is_let_binding \
                         and f.output_sort not in ("i64", "String"):
-                    self.constants.setdefault(f.output_sort, {})[f.rows[0].output] = name
+                    self.constants.setdefault(f.output_sort, {})[f.rows[0].output] = fn_name
         decode = {"i64": self.egraph.value_to_i64, "String": self.egraph.value_to_string}
         fns = [decode.get(s) or partial(_named, self.constants.get(s, {})) for s in rel.sorts]
         table = self.frozen.get(rel.name)
@@ -268,11 +271,11 @@ def _named(names: dict[object, str], value: object) -> object:
     return names.get(value, value)
 
 
-def check_schema(program: RuleProgram, schema: Schema) -> None:
-    """Every relation the schema writes or reads is declared by the rule files with the
+def check_schema(program: RuleProgram) -> None:
+    """Every relation the program's schema writes or reads is declared by the rule files with the
     same sorts (and, for a function, the same output sort)."""
     frozen = _egglog(lambda: program.egraph.freeze().functions, program.where)
-    for role, rels in (("writes", schema.facts), ("reads", schema.reads)):
+    for role, rels in (("writes", program.schema.facts), ("reads", program.schema.reads)):
         for rel in rels:
             fn = frozen.get(rel.name)
             inputs = rel.sorts if rel.output is None else rel.sorts[:-1]
@@ -311,5 +314,6 @@ def load_program(name: str, rules_dir: str | os.PathLike[str] | None = None) -> 
     if name not in MANIFEST:
         raise RuleError(f"unknown rule program {name!r} (known: {', '.join(MANIFEST)})")
     program = load_files(directory / f for f in MANIFEST[name])
-    check_schema(program, SCHEMAS[name])
+    program.schema = SCHEMAS[name]
+    check_schema(program)
     return program

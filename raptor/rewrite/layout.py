@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from raptor.rewrite.eggfile import RuleError, load_program
-from raptor.rewrite.schema import LAYOUT
 
 DENSE = "DenseNCHW"
 ROW_STRIP = "NHWCRowStrip"
@@ -125,17 +124,16 @@ def derive_layout_tables(plans: Sequence[LayoutPlan],
     by_id = _validate(plans)
     program = load_program("layout", rules_dir)
     rows, operand_values, externals = _facts(by_id)
-    program.load_facts(LAYOUT, rows)
+    program.load_facts(rows)
     program.run_schedule()
-    read = {rel.name: rel for rel in LAYOUT.reads}
 
     alt_rows: dict[tuple[int, int], tuple[str, int]] = {}
-    for p, a, result, cost in program.rows(read["Alt"]):
+    for p, a, result, cost in program.rows("Alt"):
         if alt_rows.get((p, a), (result, cost)) != (result, cost):
             raise RuleError(f"layout rules define plan {p} alternative {a} twice")
         alt_rows[p, a] = (str(result), cost)
     operand_layouts: dict[tuple[int, int, int], str] = {}
-    for p, a, i, layout in program.rows(read["AltOperand"]):
+    for p, a, i, layout in program.rows("AltOperand"):
         if (p, a, i) in operand_layouts:
             raise RuleError(f"layout rules give plan {p} alternative {a} operand {i} two layouts")
         operand_layouts[p, a, i] = str(layout)
@@ -152,14 +150,14 @@ def derive_layout_tables(plans: Sequence[LayoutPlan],
         if not alts:
             raise RuleError(f"layout rules give plan {p} ({by_id[p].kind}) no alternative")
 
-    fixed = {v: str(layout) for v, layout in program.rows(read["FixedLayout"])}
+    fixed = {v: str(layout) for v, layout in program.rows("FixedLayout")}
     missing = sorted(set(externals) - set(fixed))
     if missing:
         raise RuleError(f"layout rules give external value {missing[0]} no FixedLayout")
     returns: dict[int, set[str]] = {}
-    for v, layout in program.rows(read["ReturnLayout"]):
+    for v, layout in program.rows("ReturnLayout"):
         returns.setdefault(v, set()).add(str(layout))
-    mat = {(v, str(src), str(dst)): cost for v, src, dst, cost in program.rows(read["MatCost"])}
+    mat = {(v, str(src), str(dst)): cost for v, src, dst, cost in program.rows("MatCost")}
     return LayoutTables(by_id, {p: tuple(alts) for p, alts in alternatives.items()},
                         operand_values, externals, fixed,
                         {v: frozenset(ls) for v, ls in returns.items()}, mat,
