@@ -10,7 +10,7 @@ physical slots a slice selects — are the rules'.
 from __future__ import annotations
 
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from raptor.ir.core import Affine, Operation, Value
@@ -31,7 +31,6 @@ from raptor.ir.ops import (
 from raptor.ir.rewriting import drop_dead, replace_uses
 from raptor.ir.types import INDEX, TensorType
 from raptor.rewrite.eggfile import RuleError, RuleProgram, load_program
-from raptor.rewrite.schema import CANONICALIZE
 
 _Ent = tuple[tuple[int, int], dict[int, tuple[int, int, int, int]], tuple[int, int]]
 """A derived Blueprint entry: its source batch result (b, r), per dimension
@@ -52,7 +51,7 @@ class CanonStats:
     placed_concats: int = 0
     placed_slices: int = 0
     identities: int = 0
-    fired: dict[str, int] = field(default_factory=dict)
+    fired: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -77,10 +76,8 @@ def _publication(op: GraphComputeBatchOp, r: int) -> ParallelInsertSliceOp:
     out = op.out_args[r]
     pubs = [p for p in op.body.ops if isinstance(p, ParallelInsertSliceOp) and p.dest is out]
     if len(pubs) != 1:
-        raise CanonicalizeError(
-            f"{op.where()}: [GCB-10] assembly result {r} has {len(pubs)} "
-            "publications; exactly one is required"
-        )
+        raise CanonicalizeError(f"{op.where()}: [GCB-10] assembly result {r} has {len(pubs)} "
+                                "publications; exactly one is required")
     return pubs[0]
 
 
@@ -122,8 +119,7 @@ def _collect(func: FuncOp) -> _Facts:
     f = _Facts()
     for a in func.args:
         f.rows["Opaque"].append((f.vid(a),))
-    for bi, op in enumerate(func.body.ops):
-        del bi
+    for op in func.body.ops:
         if isinstance(op, GraphComputeBatchOp) and op.assembly:
             b = len(f.batches)
             f.batches.append(op)
@@ -132,13 +128,11 @@ def _collect(func: FuncOp) -> _Facts:
                 pub = _publication(op, r)
                 for d, e in enumerate(pub.source.shape):
                     f.rows["FragDim"].append((b, r, d, e))
-                for d, (o, size, stride) in enumerate(
-                    zip(pub.offsets, pub.sizes, pub.strides, strict=True)
-                ):
+                for d, (o, size, stride) in enumerate(zip(pub.offsets, pub.sizes, pub.strides,
+                                                          strict=True)):
                     if any(v is not op.lane for v in o.vars()):
-                        raise CanonicalizeError(
-                            f"{pub.where()}: assembly offset {d} must be affine in the lane alone"
-                        )
+                        raise CanonicalizeError(f"{pub.where()}: assembly offset {d} must be "
+                                                "affine in the lane alone")
                     f.rows["PubDim"].append((b, r, d, o.const, o.coef(op.lane), size, stride))
                 f.rows["BatchValue"].append((f.vid(res), b, r))
             continue
@@ -168,9 +162,8 @@ def _collect(func: FuncOp) -> _Facts:
         if isinstance(op, MaterializeLayoutOp):
             m = f.vid(op.result)
             f.materializations[m] = op
-            f.rows["Materialize"].append(
-                (m, f.vid(op.source), LAYOUTS.index(op.from_layout), LAYOUTS.index(op.to_layout))
-            )
+            f.rows["Materialize"].append((m, f.vid(op.source), LAYOUTS.index(op.from_layout),
+                                          LAYOUTS.index(op.to_layout)))
         for res in op.results():
             f.rows["Opaque"].append((f.vid(res),))
     return f
@@ -184,16 +177,14 @@ def canonicalize(module: Module, rules_dir: str | os.PathLike[str] | None = None
     return stats
 
 
-def _canonicalize_func(
-    func: FuncOp, rules_dir: str | os.PathLike[str] | None, stats: CanonStats
-) -> None:
+def _canonicalize_func(func: FuncOp, rules_dir: str | os.PathLike[str] | None,
+                       stats: CanonStats) -> None:
     facts = _collect(func)
     if not facts.batches and not facts.materializations:
         return
     program = load_program("canonicalize", rules_dir)
-    program.load_facts(CANONICALIZE, facts.rows)
-    for rule, n in program.run_schedule().items():
-        stats.fired[rule] = stats.fired.get(rule, 0) + n
+    program.load_facts(facts.rows)
+    stats.fired.update(program.run_schedule())
     try:
         _rebuild(func, facts, program, stats)
     except _Undecodable as e:
@@ -204,29 +195,25 @@ def _canonicalize_func(
 def _rebuild(func: FuncOp, facts: _Facts, program: RuleProgram, stats: CanonStats) -> None:
     """Rebuild `func` from the derived tables; rows naming what the IR does not have raise
     `_Undecodable`."""
-    read = {rel.name: rel for rel in CANONICALIZE.reads}
-
     phys: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
-    for b, r, d, e in program.rows(read["PhysDim"]):
+    for b, r, d, e in program.rows("PhysDim"):
         phys[(b, r)][d] = e
     entries: dict[int, dict[object, _Ent]] = defaultdict(dict)
-    for val, eid, bi, ri, di, ci, ki, size, stride in program.rows(read["Entry"]):
+    for val, eid, bi, ri, di, ci, ki, size, stride in program.rows("Entry"):
         ent = entries[val].setdefault(eid, ((bi, ri), {}, (0, 0)))
         ent[1][di] = (ci, ki, size, stride)
-    for val, eid, lo, hi in program.rows(read["EntrySlots"]):
+    for val, eid, lo, hi in program.rows("EntrySlots"):
         if eid not in entries.get(val, {}):
             raise _Undecodable(f"EntrySlots for value {val} without an Entry")
         key, dims, _ = entries[val][eid]
         entries[val][eid] = (key, dims, (lo, hi))
-    blocked = {x for (x,) in program.rows(read["Blocked"])}
+    blocked = {x for (x,) in program.rows("Blocked")}
     physical: dict[tuple[int, int], Value] = {}
     new_ops: list[Operation] = []
     for op in func.body.ops:
         if isinstance(op, GraphComputeBatchOp) and op.assembly:
             b = facts.batches.index(op)
-            bps = _make_physical(op, b, phys, entries, facts, physical)
-            new_ops.append(op)
-            new_ops.extend(bps)
+            new_ops += [op, *_make_physical(op, b, phys, entries, facts, physical)]
             stats.batches += 1
             continue
         x = facts.ids.get(op.outs[0]) if isinstance(op, GraphComputeOp) and op.outs else None
@@ -239,13 +226,12 @@ def _rebuild(func: FuncOp, facts: _Facts, program: RuleProgram, stats: CanonStat
             placed = [res for res in op.outs if facts.ids[res] not in blocked
                       and entries.get(facts.ids[res])]
             new_ops.extend(_drop_results(op, placed))
-            for res in placed:
-                new_ops.append(_blueprint(res, entries[facts.ids[res]], physical))
-                stats.placed_slices += 1
+            new_ops += [_blueprint(res, entries[facts.ids[res]], physical) for res in placed]
+            stats.placed_slices += len(placed)
             continue
         new_ops.append(op)
     func.body.ops = new_ops
-    for m, src in program.rows(read["Identity"]):
+    for m, src in program.rows("Identity"):
         mat = facts.materializations.get(m)
         if mat is None:
             raise _Undecodable(f"Identity {m} {src}, but value {m} is not a materialize_layout")
@@ -256,14 +242,9 @@ def _rebuild(func: FuncOp, facts: _Facts, program: RuleProgram, stats: CanonStat
     drop_dead(func.body)
 
 
-def _make_physical(
-    op: GraphComputeBatchOp,
-    b: int,
-    phys: dict[tuple[int, int], dict[int, int]],
-    entries: dict[int, dict[object, _Ent]],
-    facts: _Facts,
-    physical: dict[tuple[int, int], Value],
-) -> list[BlueprintOp]:
+def _make_physical(op: GraphComputeBatchOp, b: int, phys: dict[tuple[int, int], dict[int, int]],
+                   entries: dict[int, dict[object, _Ent]], facts: _Facts,
+                   physical: dict[tuple[int, int], Value]) -> list[BlueprintOp]:
     """Turn one assembly batch into N x F in place; return the Blueprints of its results."""
     lane = op.lane
     new_outs, new_args, bps = [], [], []
@@ -285,10 +266,8 @@ def _make_physical(
         new_outs.append(pval)
         new_args.append(parg)
         physical[(b, r)] = pval
-        v = facts.ids[logical]
-        own = {k: e for k, e in entries[v].items() if e[0] == (b, r)}
-        bp = _blueprint(logical, own, physical)
-        bps.append(bp)
+        own = {k: e for k, e in entries[facts.ids[logical]].items() if e[0] == (b, r)}
+        bps.append(_blueprint(logical, own, physical))
     nin = 1 + len(op.inputs)
     op.body.args[nin:] = new_args
     for a in new_args:

@@ -19,6 +19,7 @@ import os
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 
 from egglog import bindings
 
-from raptor.rewrite.schema import SCHEMAS, Relation, Schema
+from raptor.rewrite.schema import SCHEMAS, Schema
 
 T = TypeVar("T")
 RULES_ENV = "RAPTOR_RULES"
@@ -74,9 +75,7 @@ def resolve_rules_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     if explicit is not None:
         return Path(explicit)
     env = os.environ.get(RULES_ENV)
-    if env:
-        return Path(env)
-    return shipped_rules_dir()
+    return Path(env) if env else shipped_rules_dir()
 
 
 def _location(text: str, offset: int) -> tuple[int, int]:
@@ -90,16 +89,12 @@ def _format_error(exc: BaseException, path: str, text: str, offset: int | None) 
     match = _SPAN.search(message)
     if match:
         where = f"{path}:{match.group(1)}:{match.group(2)}"
-        detail = message[match.end():].split("\n", 1)
-        message = detail[1].strip() if len(detail) == 2 else detail[0].strip()
+        message = message[match.end():].split("\n", 1)[-1].strip()
     elif offset is not None:
-        line, col = _location(text, offset)
-        where = f"{path}:{line}:{col}"
+        where = "{}:{}:{}".format(path, *_location(text, offset))
     else:
         where = path
-    if message.startswith("Panic: "):
-        message = message[len("Panic: "):]
-    message = " ".join(message.split()) or "no message"
+    message = " ".join(message.removeprefix("Panic: ").split()) or "no message"
     kind = "egglog panic" if type(exc).__name__ == "PanicException" else "error"
     return RuleError(f"{where}: {kind}: {message}")
 
@@ -144,8 +139,7 @@ def _check_command(command: object, source: str, text: str) -> None:
                         f"runs them and reads the facts (remove this `{word}`)")
 
 
-def _egglog(call: Callable[[], T], source: str, text: str = "", offset: int | None = None
-            ) -> T:
+def _egglog(call: Callable[[], T], source: str, text: str = "", offset: int | None = None) -> T:
     """Run one egglog call with its errors (and panics: a BaseException) as `RuleError`."""
     with _rust_stderr_silenced():
         try:
@@ -156,16 +150,14 @@ def _egglog(call: Callable[[], T], source: str, text: str = "", offset: int | No
             raise _format_error(exc, source, text, offset) from None
 
 
-def run_text(egraph: bindings.EGraph, text: str, source: str, user: bool = False
-             ) -> list[object]:
+def run_text(egraph: bindings.EGraph, text: str, source: str, user: bool = False) -> list[object]:
     """Parse `text` (named `source` in spans) and run it command by command; `user` text
     (a rule file) is also checked by `_check_command`."""
     outputs: list[object] = []
     for command in _egglog(lambda: egraph.parse_program(text, filename=source), source, text):
         if user:
             _check_command(command, source, text)
-        outputs += _egglog(partial(egraph.run_program, command), source, text,
-                           _span_start(command))
+        outputs += _egglog(partial(egraph.run_program, command), source, text, _span_start(command))
     return outputs
 
 
@@ -175,11 +167,13 @@ class RuleProgram:
 
     egraph: bindings.EGraph
     files: tuple[Path, ...]
-    fired: dict[str, int] = field(default_factory=dict)
+    fired: Counter[str] = field(default_factory=Counter)
     frozen: dict[str, Any] | None = None
     constants: dict[str, dict[object, str]] = field(default_factory=dict)
     facts: int = 0
     """Facts loaded by `load_facts` (the match bound of `run_schedule` scales with them)."""
+    schema: Schema = field(default_factory=lambda: Schema("rules", (), ()))
+    """What `load_facts` writes and `rows` reads: the program's own (`load_program`)."""
 
     @property
     def where(self) -> str:
@@ -189,25 +183,21 @@ class RuleProgram:
         """Parse and run egglog commands; errors become `RuleError`."""
         return run_text(self.egraph, text, source)
 
-    def run_schedule(self, max_iterations: int | None = None,
-                     max_seconds: float | None = None) -> dict[str, int]:
+    def run_schedule(self) -> dict[str, int]:
         """Run the default ruleset to saturation, a few iterations per egglog call so that
-        rules deriving without end stop at the bounds (default `MAX_ITERATIONS`,
-        `MAX_SECONDS`, and the match bound); return and accumulate the matches per rule
-        `:name`."""
-        max_iterations = MAX_ITERATIONS if max_iterations is None else max_iterations
-        max_seconds = MAX_SECONDS if max_seconds is None else max_seconds
+        rules deriving without end stop at the bounds (`MAX_ITERATIONS`, `MAX_SECONDS`, and
+        the match bound); return and accumulate the matches per rule `:name`."""
         max_matches = MATCHES_PER_FACT * self.facts + MATCHES_BASE
         total = done = 0
-        counts: dict[str, int] = {}
+        counts: Counter[str] = Counter()
         start = time.perf_counter()
         last: dict[str, int] = {}
         steps: dict[int, list[Any]] = {}
         chunk, rate = 1, 0.0
         while True:
-            n = min(chunk, max_iterations - done)
+            n = min(chunk, MAX_ITERATIONS - done)
             if n <= 0:
-                raise self._unsaturated(f"{max_iterations} iterations", last)
+                raise self._unsaturated(f"{MAX_ITERATIONS} iterations", last)
             if n not in steps:
                 steps[n] = self.egraph.parse_program(
                     f"(run-schedule (repeat {n} (run)))", filename="<schedule>")
@@ -216,8 +206,7 @@ class RuleProgram:
                 if isinstance(out, bindings.RunScheduleOutput) and out.report.updated:
                     updated = True
                     last = dict(out.report.num_matches_per_rule)
-                    for name, k in last.items():
-                        counts[name] = counts.get(name, 0) + k
+                    counts.update(last)
                     total += sum(last.values())
             done += n
             if not updated:  # like egglog's saturate, idle iterations are not counted
@@ -231,10 +220,9 @@ class RuleProgram:
             if total > max_matches:
                 raise self._unsaturated(f"{max_matches:,} matches ({MATCHES_PER_FACT} per fact "
                                         f"loaded + {MATCHES_BASE:,})", last)
-            if time.perf_counter() - start > max_seconds:
-                raise self._unsaturated(f"{max_seconds:g} s", last)
-        for name, k in counts.items():
-            self.fired[name] = self.fired.get(name, 0) + k
+            if time.perf_counter() - start > MAX_SECONDS:
+                raise self._unsaturated(f"{MAX_SECONDS:g} s", last)
+        self.fired.update(counts)
         return counts
 
     def _unsaturated(self, bound: str, last: dict[str, int]) -> RuleError:
@@ -244,13 +232,12 @@ class RuleProgram:
                          f"still firing in the last iterations: {rules} (a rule that derives "
                          "new facts without end?)")
 
-    def load_facts(self, schema: Schema, rows: Mapping[str, Sequence[tuple[Any, ...]]]
-                   ) -> None:
-        """Bulk-load the facts of `schema` (`(input rel "file.tsv")`, one row per line in
-        the declared column order); relations without rows load empty."""
-        with tempfile.TemporaryDirectory(prefix=f"raptor-{schema.program}-") as tmp:
+    def load_facts(self, rows: Mapping[str, Sequence[tuple[Any, ...]]]) -> None:
+        """Bulk-load the schema's facts (`(input rel "file.tsv")`, one row per line in the
+        declared column order); relations without rows load empty."""
+        with tempfile.TemporaryDirectory(prefix=f"raptor-{self.schema.program}-") as tmp:
             commands = []
-            for rel in schema.facts:
+            for rel in self.schema.facts:
                 path = Path(tmp) / f"{rel.name}.tsv"
                 lines = ["\t".join(map(str, row)) + "\n" for row in rows.get(rel.name, ())]
                 if any(line.count("\t") != len(rel.columns) - 1 for line in lines):
@@ -259,37 +246,36 @@ class RuleProgram:
                 path.write_text("".join(lines), encoding="utf-8")
                 commands.append(f'(input {rel.name} "{path.as_posix()}")')
                 self.facts += len(lines)
-            self.run("\n".join(commands), f"<{schema.program} facts>")
+            self.run("\n".join(commands), f"<{self.schema.program} facts>")
 
-    def rows(self, rel: Relation) -> list[tuple[Any, ...]]:
-        """The rows of `rel` (after `run_schedule`), decoded by its sorts: `i64` to int,
-        `String` to str, a nullary constructor (`Layout`'s `DenseNCHW`, ...) to its name,
-        any other datatype value kept as an opaque key."""
+    def rows(self, name: str) -> list[tuple[Any, ...]]:
+        """The rows of the schema's table `name` (after `run_schedule`), decoded by its sorts:
+        `i64` to int, `String` to str, a nullary constructor (`Layout`'s `DenseNCHW`, ...)
+        to its name, any other datatype value kept as an opaque key."""
+        rel = next(r for r in self.schema.reads if r.name == name)
         if self.frozen is None:
             self.frozen = self.egraph.freeze().functions
-            for name, f in self.frozen.items():
+            for fn_name, f in self.frozen.items():
                 if not f.input_sorts and f.rows and not f.is_let_binding \
                         and f.output_sort not in ("i64", "String"):
-                    self.constants.setdefault(f.output_sort, {})[f.rows[0].output] = name
+                    self.constants.setdefault(f.output_sort, {})[f.rows[0].output] = fn_name
         decode = {"i64": self.egraph.value_to_i64, "String": self.egraph.value_to_string}
         fns = [decode.get(s) or partial(_named, self.constants.get(s, {})) for s in rel.sorts]
         table = self.frozen.get(rel.name)
-        out = []
-        for row in table.rows if table is not None else ():
-            cells = row.inputs if rel.output is None else [*row.inputs, row.output]
-            out.append(tuple(f(c) for f, c in zip(fns, cells, strict=True)))
-        return out
+        return [tuple(f(c) for f, c in zip(fns, row.inputs if rel.output is None
+                                           else [*row.inputs, row.output], strict=True))
+                for row in (table.rows if table is not None else ())]
 
 
 def _named(names: dict[object, str], value: object) -> object:
     return names.get(value, value)
 
 
-def check_schema(program: RuleProgram, schema: Schema) -> None:
-    """Every relation the schema writes or reads is declared by the rule files with the
+def check_schema(program: RuleProgram) -> None:
+    """Every relation the program's schema writes or reads is declared by the rule files with the
     same sorts (and, for a function, the same output sort)."""
     frozen = _egglog(lambda: program.egraph.freeze().functions, program.where)
-    for role, rels in (("writes", schema.facts), ("reads", schema.reads)):
+    for role, rels in (("writes", program.schema.facts), ("reads", program.schema.reads)):
         for rel in rels:
             fn = frozen.get(rel.name)
             inputs = rel.sorts if rel.output is None else rel.sorts[:-1]
@@ -328,5 +314,6 @@ def load_program(name: str, rules_dir: str | os.PathLike[str] | None = None) -> 
     if name not in MANIFEST:
         raise RuleError(f"unknown rule program {name!r} (known: {', '.join(MANIFEST)})")
     program = load_files(directory / f for f in MANIFEST[name])
-    check_schema(program, SCHEMAS[name])
+    program.schema = SCHEMAS[name]
+    check_schema(program)
     return program

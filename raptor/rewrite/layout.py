@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from raptor.rewrite.eggfile import RuleError, load_program
-from raptor.rewrite.schema import LAYOUT
 
 DENSE = "DenseNCHW"
 ROW_STRIP = "NHWCRowStrip"
@@ -74,17 +72,6 @@ class LayoutTables:
     return_layouts: dict[int, frozenset[str]]
     materialize_cost: dict[tuple[int, str, str], int]
     fired: dict[str, int]
-    seconds: float
-
-    def consumers(self) -> dict[int, list[tuple[int, int]]]:
-        """Value id → (consumer plan, operand index) pairs, in plan order."""
-        uses: dict[int, list[tuple[int, int]]] = {v: [] for v in self.plans}
-        for v in self.externals:
-            uses[v] = []
-        for c, values in self.operand_values.items():
-            for i, v in enumerate(values):
-                uses[v].append((c, i))
-        return uses
 
 
 def _validate(plans: Sequence[LayoutPlan]) -> dict[int, LayoutPlan]:
@@ -131,30 +118,25 @@ def _facts(plans: dict[int, LayoutPlan]
     return rows, operand_values, externals
 
 
-def derive_layout_tables(
-    plans: Sequence[LayoutPlan], rules_dir: str | os.PathLike[str] | None = None
-) -> LayoutTables:
+def derive_layout_tables(plans: Sequence[LayoutPlan],
+                         rules_dir: str | os.PathLike[str] | None = None) -> LayoutTables:
     """Run `rules/layout.egg` over the plan graph and decode the derived tables."""
     by_id = _validate(plans)
-    start = time.perf_counter()
     program = load_program("layout", rules_dir)
     rows, operand_values, externals = _facts(by_id)
-    program.load_facts(LAYOUT, rows)
+    program.load_facts(rows)
     program.run_schedule()
-    read = {rel.name: rel for rel in LAYOUT.reads}
 
     alt_rows: dict[tuple[int, int], tuple[str, int]] = {}
-    for p, a, result, cost in program.rows(read["Alt"]):
-        alt = (int(p), int(a))
-        if alt in alt_rows and alt_rows[alt] != (result, cost):
+    for p, a, result, cost in program.rows("Alt"):
+        if alt_rows.get((p, a), (result, cost)) != (result, cost):
             raise RuleError(f"layout rules define plan {p} alternative {a} twice")
-        alt_rows[alt] = (str(result), int(cost))
+        alt_rows[p, a] = (str(result), cost)
     operand_layouts: dict[tuple[int, int, int], str] = {}
-    for p, a, i, layout in program.rows(read["AltOperand"]):
-        slot = (int(p), int(a), int(i))
-        if slot in operand_layouts:
+    for p, a, i, layout in program.rows("AltOperand"):
+        if (p, a, i) in operand_layouts:
             raise RuleError(f"layout rules give plan {p} alternative {a} operand {i} two layouts")
-        operand_layouts[slot] = str(layout)
+        operand_layouts[p, a, i] = str(layout)
 
     alternatives: dict[int, list[Alternative]] = {p: [] for p in by_id}
     for (p, a), (result, cost) in sorted(alt_rows.items()):
@@ -168,25 +150,15 @@ def derive_layout_tables(
         if not alts:
             raise RuleError(f"layout rules give plan {p} ({by_id[p].kind}) no alternative")
 
-    fixed = {int(v): str(layout) for v, layout in program.rows(read["FixedLayout"])}
+    fixed = {v: str(layout) for v, layout in program.rows("FixedLayout")}
     missing = sorted(set(externals) - set(fixed))
     if missing:
         raise RuleError(f"layout rules give external value {missing[0]} no FixedLayout")
     returns: dict[int, set[str]] = {}
-    for v, layout in program.rows(read["ReturnLayout"]):
-        returns.setdefault(int(v), set()).add(str(layout))
-    mat = {
-        (int(v), str(src), str(dst)): int(cost)
-        for v, src, dst, cost in program.rows(read["MatCost"])
-    }
-    return LayoutTables(
-        plans=by_id,
-        alternatives={p: tuple(alts) for p, alts in alternatives.items()},
-        operand_values=operand_values,
-        externals=externals,
-        fixed_layouts=fixed,
-        return_layouts={v: frozenset(ls) for v, ls in returns.items()},
-        materialize_cost=mat,
-        fired=dict(program.fired),
-        seconds=time.perf_counter() - start,
-    )
+    for v, layout in program.rows("ReturnLayout"):
+        returns.setdefault(v, set()).add(str(layout))
+    mat = {(v, str(src), str(dst)): cost for v, src, dst, cost in program.rows("MatCost")}
+    return LayoutTables(by_id, {p: tuple(alts) for p, alts in alternatives.items()},
+                        operand_values, externals, fixed,
+                        {v: frozenset(ls) for v, ls in returns.items()}, mat,
+                        dict(program.fired))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,27 +62,21 @@ class LayoutSelection:
     materializations: list[Materialization]
     cost: int
     fired: dict[str, int]
-    rules_seconds: float
-    select_seconds: float
 
     @property
     def counts(self) -> dict[str, int]:
         """Plans per result layout, number of materializations and total cost."""
-        counts: dict[str, int] = {DENSE: 0, ROW_STRIP: 0}
-        for alt in self.choice.values():
-            counts[alt.result] = counts.get(alt.result, 0) + 1
-        counts["materializations"] = len(self.materializations)
-        counts["cost"] = self.cost
-        return counts
+        counts = Counter(dict.fromkeys((DENSE, ROW_STRIP), 0))
+        counts.update(alt.result for alt in self.choice.values())
+        return {**counts, "materializations": len(self.materializations), "cost": self.cost}
 
 
 def _value_layout(tables: LayoutTables, choice: dict[int, Alternative], value: int) -> str:
     return choice[value].result if value in choice else tables.fixed_layouts[value]
 
 
-def evaluate(
-    tables: LayoutTables, choice: dict[int, Alternative]
-) -> tuple[int, list[Materialization]]:
+def evaluate(tables: LayoutTables, choice: dict[int, Alternative]
+             ) -> tuple[int, list[Materialization]]:
     """Total cost and materializations of an assignment; LayoutError if one is illegal."""
     needs: dict[int, dict[str, list[tuple[int, int]]]] = {}
     for c, values in tables.operand_values.items():
@@ -102,10 +95,9 @@ def evaluate(
             step = tables.materialize_cost.get((v, src, dst))
             if step is None:
                 raise LayoutError(f"value {v} is {src} but must be {dst}: no materialization")
-            returned = dst in tables.return_layouts.get(v, ())
-            producer = v if v in tables.plans else None
-            users = tuple(needs[v][dst])
-            mats.append(Materialization(v, producer, src, dst, users, returned, step))
+            mats.append(Materialization(v, v if v in tables.plans else None, src, dst,
+                                        tuple(needs[v][dst]),
+                                        dst in tables.return_layouts.get(v, ()), step))
             cost += step
     return cost, mats
 
@@ -117,45 +109,29 @@ def _first_alternative(tables: LayoutTables, plan: int) -> Alternative:
     raise LayoutError(f"plan {plan} has no alternative 0")
 
 
-def _finish(
-    name: str, status: str, tables: LayoutTables, choice: dict[int, Alternative], start: float
-) -> LayoutSelection:
+def _finish(name: str, status: str, tables: LayoutTables, choice: dict[int, Alternative]
+            ) -> LayoutSelection:
     cost, mats = evaluate(tables, choice)
-    return LayoutSelection(
-        selector=name,
-        status=status,
-        choice=dict(sorted(choice.items())),
-        materializations=mats,
-        cost=cost,
-        fired=dict(tables.fired),
-        rules_seconds=tables.seconds,
-        select_seconds=time.perf_counter() - start,
-    )
+    return LayoutSelection(name, status, dict(sorted(choice.items())), mats, cost,
+                           dict(tables.fired))
 
 
 def select_disabled(tables: LayoutTables) -> LayoutSelection:
     """Alternative 0 for every plan."""
-    start = time.perf_counter()
     choice = {p: _first_alternative(tables, p) for p in tables.plans}
-    return _finish("disabled", "disabled", tables, choice, start)
+    return _finish("disabled", "disabled", tables, choice)
 
 
-def select_exact(
-    tables: LayoutTables, time_limit: float = 60.0, workers: int = 1
-) -> LayoutSelection:
+def select_exact(tables: LayoutTables, time_limit: float = 60.0, workers: int = 1
+                 ) -> LayoutSelection:
     """The optimal assignment by CP-SAT (status FEASIBLE if the time limit cut the proof)."""
-    start = time.perf_counter()
     model = cp_model.CpModel()
-    x = {
-        (p, alt.index): model.new_bool_var(f"alt[{p},{alt.index}]")
-        for p, alts in tables.alternatives.items()
-        for alt in alts
-    }
+    x = {(p, alt.index): model.new_bool_var(f"alt[{p},{alt.index}]")
+         for p, alts in tables.alternatives.items() for alt in alts}
     for p, alts in tables.alternatives.items():
         model.add_exactly_one(x[p, alt.index] for alt in alts)
     terms: list[tuple[cp_model.IntVar, int]] = [
-        (x[p, alt.index], alt.cost) for p, alts in tables.alternatives.items() for alt in alts
-    ]
+        (x[p, alt.index], alt.cost) for p, alts in tables.alternatives.items() for alt in alts]
 
     requirers: dict[int, dict[str, list[cp_model.IntVar]]] = {}
     for c, values in tables.operand_values.items():
@@ -201,9 +177,8 @@ def select_exact(
             if exact_need and not returned:
                 model.add_bool_or(lits).only_enforce_if(need)
     model.minimize(cp_model.LinearExpr.weighted_sum([v for v, _ in terms], [c for _, c in terms]))
-    for p, alts in tables.alternatives.items():
-        for alt in alts:
-            model.add_hint(x[p, alt.index], alt.index == 0)
+    for (_, index), var in x.items():
+        model.add_hint(var, index == 0)
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit
@@ -215,11 +190,9 @@ def select_exact(
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise LayoutError(f"no legal layout assignment (CP-SAT {solver.status_name(status)})")
-    choice = {
-        p: next(alt for alt in alts if solver.boolean_value(x[p, alt.index]))
-        for p, alts in tables.alternatives.items()
-    }
-    return _finish("exact", solver.status_name(status), tables, choice, start)
+    choice = {p: next(alt for alt in alts if solver.boolean_value(x[p, alt.index]))
+              for p, alts in tables.alternatives.items()}
+    return _finish("exact", solver.status_name(status), tables, choice)
 
 
 class _LocalSearch:
@@ -228,25 +201,22 @@ class _LocalSearch:
     def __init__(self, tables: LayoutTables) -> None:
         self.tables = tables
         self.choice = {p: _first_alternative(tables, p) for p in tables.plans}
-        self.demand: dict[int, Counter[str]] = {v: Counter() for v in tables.consumers()}
+        self.demand: dict[int, Counter[str]] = {v: Counter()
+                                                for v in (*tables.plans, *tables.externals)}
         for v, layouts in tables.return_layouts.items():
             self.demand[v].update(layouts)
         for p in tables.plans:
             self._demand(p, +1)
 
     def _demand(self, plan: int, sign: int) -> None:
-        for v, layout in zip(
-            self.tables.operand_values[plan], self.choice[plan].operands, strict=True
-        ):
+        for v, layout in zip(self.tables.operand_values[plan], self.choice[plan].operands,
+                             strict=True):
             self.demand[v][layout] += sign
 
     def _value_cost(self, v: int) -> float:
         src = _value_layout(self.tables, self.choice, v)
-        total = 0.0
-        for dst, n in self.demand[v].items():
-            if n > 0 and dst != src:
-                total += self.tables.materialize_cost.get((v, src, dst), math.inf)
-        return total
+        return sum((self.tables.materialize_cost.get((v, src, dst), math.inf)
+                    for dst, n in self.demand[v].items() if n > 0 and dst != src), 0.0)
 
     def local_cost(self, plan: int) -> float:
         """Cost terms that depend on `plan`'s alternative."""
@@ -275,7 +245,6 @@ class _LocalSearch:
 
 def select_iterative(tables: LayoutTables) -> LayoutSelection:
     """The local search of docs/spec/004; LayoutError if it does not converge."""
-    start = time.perf_counter()
     search = _LocalSearch(tables)
     order = list(tables.plans)
     limit = 2 * len(order) + 1
@@ -283,9 +252,7 @@ def select_iterative(tables: LayoutTables) -> LayoutSelection:
         sweep = order if round_ % 2 == 0 else order[::-1]
         changed = [search.improve(p) for p in sweep]
         if not any(changed):
-            return _finish(
-                "iterative", f"converged in {round_ + 1} rounds", tables, search.choice, start
-            )
+            return _finish("iterative", f"converged in {round_ + 1} rounds", tables, search.choice)
     raise LayoutError(f"layout planning did not converge in {limit} rounds")
 
 
@@ -296,11 +263,8 @@ SELECTORS: dict[str, Callable[[LayoutTables], LayoutSelection]] = {
 }
 
 
-def plan_layouts(
-    plans: Sequence[LayoutPlan],
-    selector: str = "exact",
-    rules_dir: str | os.PathLike[str] | None = None,
-) -> LayoutSelection:
+def plan_layouts(plans: Sequence[LayoutPlan], selector: str = "exact",
+                 rules_dir: str | os.PathLike[str] | None = None) -> LayoutSelection:
     """Derive the layout tables for `plans` with the rule files and select with `selector`."""
     if selector not in SELECTORS:
         raise LayoutError(f"unknown layout selector {selector!r} (known: {', '.join(SELECTORS)})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,7 @@ def _points_table(sweep: Sweep) -> Table:
 
 def _results_table(sweep: Sweep, rows: list[dict[str, Any]]) -> Table:
     """One line per point: the grid values that vary, then the figures."""
-    fixed = [f"{k} {rows[0][k]}" for k in ("mode", "solver")
-             if k not in sweep.grid_keys and rows]
+    fixed = [f"{k} {rows[0][k]}" for k in ("mode", "solver") if k not in sweep.grid_keys and rows]
     period = any(r["period_ns"] is not None for r in rows)
     searched = any(r["solver"] == "cpsat" for r in rows)
     contended = all(p.option("contention") for p in sweep.points)
@@ -91,22 +91,22 @@ def _results_table(sweep: Sweep, rows: list[dict[str, Any]]) -> Table:
 @contextlib.contextmanager
 def _client(scheduler: str | None, workers: int | None, needed: bool, err: Console
             ) -> Iterator[Any]:
-    from raptor.sweep.runner import local_client
+    from distributed import Client
+
+    from raptor.sweep.runner import local_cluster, profiling_workers
     if not needed:  # every point finished earlier: no cluster to start
         yield None
         return
     if scheduler is None:
-        with local_client(workers) as client:
-            yield client
+        with local_cluster(workers) as cluster, Client(cluster) as local:
+            yield local
         return
-    from distributed import Client
     try:
         client = Client(scheduler, timeout="10s")
     except (OSError, TimeoutError, ValueError) as e:
         raise SweepError(f"cannot connect to the Dask scheduler at {scheduler}: "
                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     with client:
-        from raptor.sweep.runner import profiling_workers
         profiling = profiling_workers(client)
         if profiling:
             err.print(f"note: {len(profiling)} worker(s) run Dask's profiler, which can free "
@@ -135,6 +135,7 @@ def sweep_command(path: str, scheduler: str | None, workers: int | None, out_dir
         out.print(_points_table(sweep))
         return EXIT_OK
 
+    from raptor.sweep.results import read_finished
     from raptor.sweep.runner import run_sweep
 
     terminal = sys.stdout.isatty()
@@ -145,8 +146,6 @@ def sweep_command(path: str, scheduler: str | None, workers: int | None, out_dir
             f"simulated {_fmt(row['simulated_ns'])} ns"
         out.print(f"[{done}/{total}] {row['model']} {_values(sweep, row)}: {row['status']} "
                   f"({what}) {_fmt(row['wall_seconds'])} s", markup=False)
-
-    from raptor.sweep.results import read_finished
 
     try:
         finished = read_finished(Path(out_dir)) if resume else {}
@@ -168,9 +167,7 @@ def sweep_command(path: str, scheduler: str | None, workers: int | None, out_dir
         return EXIT_FAIL
     wall = time.perf_counter() - started
     out.print(_results_table(sweep, run.rows))
-    counts: dict[str, int] = {}
-    for r in run.rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    counts = Counter(r["status"] for r in run.rows)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     resumed = f", {run.reused} finished earlier" if resume else ""
     dropped = f", {run.dropped} earlier rows of other points dropped" if run.dropped else ""

@@ -53,9 +53,10 @@ def _style(rows: list[Row]) -> tuple[dict[str, Any], dict[str, str]]:
     return colours, markers
 
 
-def _log_axes(ax: Axes) -> None:
-    """Log scales with plain tick labels (1, 2, 5, 10, 20...): easier to read than powers of
-    ten, and much faster to lay out than mathtext."""
+def _finish(ax: Axes, colours: dict[str, Any], markers: dict[str, str], xlabel: str,
+            ylabel: str, title: str) -> None:
+    """Log scales with plain tick labels (1, 2, 5, 10, 20...: easier to read than powers of
+    ten, and much faster to lay out than mathtext), the labels, and the legend beside."""
     ax.set_xscale("log")
     ax.set_yscale("log")
     plain = FuncFormatter(lambda v, _pos: f"{v:,.10g}")
@@ -64,9 +65,9 @@ def _log_axes(ax: Axes) -> None:
         axis.set_major_formatter(plain)
         axis.set_minor_formatter(NullFormatter())
     ax.grid(True, which="major", alpha=0.35)
-
-
-def _legend(ax: Axes, colours: dict[str, Any], markers: dict[str, str]) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=11)
     handles = [Line2D([], [], color=c, marker="o", linestyle="-", label=m)
                for m, c in colours.items()]
     if len(markers) > 1:
@@ -97,13 +98,8 @@ def _front_plot(rows: list[Row], x_key: str, y_of: Callable[[Row], float | None]
         if front:
             xs, ys = zip(*front, strict=True)
             ax.step(xs, ys, where="post", color=colour, linewidth=1.6, zorder=2)
-            ax.scatter(xs, ys, facecolors="none", edgecolors=colour, s=90, linewidths=1.2,
-                       zorder=4)
-    _log_axes(ax)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=11)
-    _legend(ax, colours, markers)
+            ax.scatter(xs, ys, facecolors="none", edgecolors=colour, s=90, linewidths=1.2, zorder=4)
+    _finish(ax, colours, markers, xlabel, ylabel, title)
     return fig
 
 
@@ -131,12 +127,9 @@ def _estimate_plot(rows: list[Row]) -> Figure:
                         alpha=0.25, linewidth=0, zorder=1, label="±10 %")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
-    _log_axes(ax)
-    ax.set_xlabel("scheduler estimate (µs; latency, or period in pipeline mode)")
-    ax.set_ylabel("simulated (µs; with link contention and rendezvous)")
-    ax.set_title("Estimate against the simulator (diagonal: equal; band: ±10 %)",
-                 fontsize=11)
-    _legend(ax, colours, markers)
+    _finish(ax, colours, markers, "scheduler estimate (µs; latency, or period in pipeline mode)",
+            "simulated (µs; with link contention and rendezvous)",
+            "Estimate against the simulator (diagonal: equal; band: ±10 %)")
     return fig
 
 

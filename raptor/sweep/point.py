@@ -20,7 +20,7 @@ from raptor.gc_pause import collector_paused
 from raptor.rewrite.eggfile import resolve_rules_dir
 from raptor.sim import SimOptions
 from raptor.solve import SolveOptions, report, solve
-from raptor.sweep.spec import Point, rules_sha256, sha256_file
+from raptor.sweep.spec import CPSAT_OPTIONS, Point, inputs_sha256, rules_sha256, sha256_file
 
 CACHE_SIZE = 2
 """Compilations kept per worker process: points are submitted grouped by compile key, so
@@ -91,10 +91,9 @@ def _check_inputs(point: Point) -> None:
         raise FileNotFoundError(f"model {path} does not exist on this worker")
     if sha256_file(path) != point.model.sha256:
         raise ValueError(f"model {path} on this worker differs from the one the sweep hashed")
-    npz = path.with_suffix(".npz")
-    have = sha256_file(npz) if npz.exists() else None
-    if have != point.model.inputs_sha256:
-        raise ValueError(f"inputs {npz} on this worker differ from the ones the sweep hashed")
+    if inputs_sha256(path) != point.model.inputs_sha256:
+        raise ValueError(f"inputs {path.with_suffix('.npz')} on this worker differ from the "
+                         "ones the sweep hashed")
     if rules_sha256(resolve_rules_dir(point.option("rules"))) != point.rules_sha256:
         raise ValueError("the rules on this worker differ from the ones the sweep hashed")
 
@@ -104,16 +103,13 @@ def solve_options(point: Point) -> SolveOptions:
     sweep keeps report.json only)."""
     opt = point.option
     contention = opt("contention")
-    kwargs: dict[str, Any] = {}
-    if opt("mode") != "latency":  # only reachable when SolveOptions has `mode`
-        kwargs["mode"] = opt("mode")
-    cp = {k: opt(k) for k in ("time_limit", "workers", "seed") if opt(k) is not None}
+    cpsat = {k: opt(k) for k in CPSAT_OPTIONS if opt(k) is not None}
     return SolveOptions(
-        solver=opt("solver"), simulate=True,
+        mode=opt("mode"), solver=opt("solver"), simulate=True,
         sim=SimOptions(mode=opt("send_mode"), link_contention=contention,
                        shared_queueing=contention, trace=False),
         compile=CompileOptions(rules_dir=opt("rules"), layout_selector=opt("layout_selector")),
-        **cp, **kwargs)
+        **cpsat)
 
 
 def run_point(point: Point) -> Outcome:

@@ -57,13 +57,11 @@ def _failure(sched: dict[str, Any]) -> str | None:
 
 def make_row(point: Point, outcome: Outcome | None, lost: str | None = None) -> dict[str, Any]:
     """The results row of `point` from its task's outcome (or the reason it was lost)."""
-    row: dict[str, Any] = {"point": point.id, "model": point.model.label}
-    row.update(dict(point.values))
-    row["mode"] = point.option("mode")
-    row["solver"] = point.option("solver")
-    row.update(dict.fromkeys(METRICS))
-    row.update(model_path=str(point.model.path), inputs_hash=point.inputs_hash,
-               cores=point.target.num_cores, target=point.target.to_dict())
+    row: dict[str, Any] = {
+        "point": point.id, "model": point.model.label, **dict(point.values),
+        "mode": point.option("mode"), "solver": point.option("solver"), **dict.fromkeys(METRICS),
+        "model_path": str(point.model.path), "inputs_hash": point.inputs_hash,
+        "cores": point.target.num_cores, "target": point.target.to_dict()}
     if outcome is None:
         row.update(status="lost", error=lost)
         return row

@@ -64,8 +64,7 @@ def profiling_workers(client: Client) -> list[str]:
 
 
 @contextlib.contextmanager
-def local_cluster(workers: int | None = None, processes: bool = True
-                  ) -> Iterator[LocalCluster]:
+def local_cluster(workers: int | None = None, processes: bool = True) -> Iterator[LocalCluster]:
     """A LocalCluster sized to the machine: one single-threaded worker per core, each its own
     process (the pipeline is mostly Python: threads would share one interpreter lock), or
     threads of this process with `processes=False` (fast to start: the tests). Its HTTP
@@ -90,18 +89,6 @@ def local_cluster(workers: int | None = None, processes: bool = True
     finally:
         if cluster is not None:
             cluster.close()
-
-
-@contextlib.contextmanager
-def local_client(workers: int | None = None) -> Iterator[Client]:
-    with local_cluster(workers) as cluster, Client(cluster) as client:
-        yield client
-
-
-def _progress_bar(futures: list[Future]) -> None:
-    """Dask's text progress bar, drawn from its own thread while this one collects."""
-    threading.Thread(target=TextProgressBar, args=(futures,), daemon=True,
-                     name="raptor-sweep-progress").start()
 
 
 def _write_point(out: Path, point: Point, outcome: Outcome | None) -> None:
@@ -141,8 +128,9 @@ def run_sweep(sweep: Sweep, client: Client | None, out: str | Path, resume: bool
         futures = [client.submit(run_point, p, key=f"raptor-point-{p.inputs_hash}",
                                  pure=False) for p in todo]
     by_key = {f.key: p for f, p in zip(futures, todo, strict=True)}
-    if progress_bar and futures:
-        _progress_bar(futures)
+    if progress_bar and futures:  # Dask's text bar, drawn from its own thread
+        threading.Thread(target=TextProgressBar, args=(futures,), daemon=True,
+                         name="raptor-sweep-progress").start()
     try:
         for future in as_completed(futures) if futures else []:
             point = by_key[future.key]

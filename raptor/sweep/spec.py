@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raptor.driver import MODES
 from raptor.rewrite.eggfile import MANIFEST, RULES_ENV, resolve_rules_dir
+from raptor.rewrite.select import SELECTORS
+from raptor.sim.engine import MODES as SEND_MODES
 from raptor.solve import SolveOptions
 from raptor.target import Target, TargetError, load_target, target_from_dict
 
@@ -40,10 +43,8 @@ FORMAT = "raptor-sweep-1"
 
 TARGET_KEYS = ("mesh", *(f.name for f in dataclasses.fields(Target) if f.name != "name"))
 
-SOLVERS_BY_MODE: dict[str, tuple[str, ...]] = {
-    "latency": ("peft", "cpsat"),
-    "pipeline": ("pipeline", "cpsat"),
-}
+SOLVERS_BY_MODE = {mode: tuple(s for s in solvers if s != "both")
+                   for mode, solvers in MODES.items()}
 """One schedule per point: `raptor solve --solver both` is the grid `solver = [a, b]`."""
 
 CPSAT_OPTIONS = ("time_limit", "workers", "seed")
@@ -62,29 +63,20 @@ class SweepError(ValueError):
 
 
 # ----------------------------------------------------------------------------- option checks
-def _choice(*allowed: str) -> Callable[[Any], str | None]:
-    def check(v: Any) -> str | None:
-        return None if v in allowed else f"must be one of {', '.join(allowed)}"
-    return check
+Check = Callable[[Any], str | None]
+"""A value's problem (completing "key = value: ..."), or None when it is valid."""
 
 
-def _positive_number(v: Any) -> str | None:
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-    return None if ok else "must be a positive number"
+def _check(ok: Callable[[Any], bool], problem: str) -> Check:
+    return lambda v: None if ok(v) else problem
 
 
-def _positive_int(v: Any) -> str | None:
-    ok = isinstance(v, int) and not isinstance(v, bool) and v > 0
-    return None if ok else "must be a positive integer"
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _seed(v: Any) -> str | None:
-    ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
-    return None if ok else "must be a non-negative integer"
-
-
-def _bool(v: Any) -> str | None:
-    return None if isinstance(v, bool) else "must be true or false"
+def _choice(*allowed: str) -> Check:
+    return _check(lambda v: v in allowed, f"must be one of {', '.join(allowed)}")
 
 
 def _mode(v: Any) -> str | None:
@@ -96,20 +88,17 @@ def _mode(v: Any) -> str | None:
     return None
 
 
-def _rules(v: Any) -> str | None:
-    return None if isinstance(v, str) and v else "must be a rules directory path"
-
-
-OPTION_CHECKS: dict[str, Callable[[Any], str | None]] = {
+OPTION_CHECKS: dict[str, Check] = {
     "mode": _mode,
     "solver": _choice(*sorted({s for v in SOLVERS_BY_MODE.values() for s in v})),
-    "time_limit": _positive_number,
-    "workers": _positive_int,
-    "seed": _seed,
-    "layout_selector": _choice("exact", "iterative", "disabled"),
-    "send_mode": _choice("rendezvous", "buffered"),
-    "contention": _bool,
-    "rules": _rules,
+    "time_limit": _check(lambda v: (_int(v) or isinstance(v, float)) and math.isfinite(v)
+                         and v > 0, "must be a positive number"),
+    "workers": _check(lambda v: _int(v) and v > 0, "must be a positive integer"),
+    "seed": _check(lambda v: _int(v) and v >= 0, "must be a non-negative integer"),
+    "layout_selector": _choice(*SELECTORS),
+    "send_mode": _choice(*SEND_MODES),
+    "contention": _check(lambda v: isinstance(v, bool), "must be true or false"),
+    "rules": _check(lambda v: isinstance(v, str) and v != "", "must be a rules directory path"),
 }
 """Point keys besides the target's: what `raptor solve` takes (`workers`: CP-SAT threads)."""
 
@@ -177,11 +166,14 @@ class Sweep:
 
 # ----------------------------------------------------------------------------- hashing
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def inputs_sha256(model: Path) -> str | None:
+    """Hash of `<model>.npz` beside it (raptor solve's default inputs), if present."""
+    npz = model.with_suffix(".npz")
+    return sha256_file(npz) if npz.exists() else None
 
 
 def rules_sha256(directory: Path) -> str:
@@ -202,9 +194,7 @@ def _digest(data: Mapping[str, Any]) -> str:
 
 
 def _target_values(target: Target) -> dict[str, Any]:
-    values = target.to_dict()
-    values.pop("name")
-    return values
+    return {k: v for k, v in target.to_dict().items() if k != "name"}
 
 
 # ----------------------------------------------------------------------------- loading
@@ -236,36 +226,27 @@ def _expand(path: Path, data: dict[str, Any]) -> Sweep:
     grid = _grid(data.get("grid", {}))
     if "rules" in grid:
         raise SweepError("'rules' is one directory for the whole sweep: put it in [solve]")
-    shared = _shared(data.get("solve", {}), grid)
+    groups = {key: list(vs[0]) if isinstance(vs[0], dict) else [key] for key, vs in grid.items()}
+    grid_keys = [k for keys in groups.values() for k in keys]
+    shared = _shared(data.get("solve", {}), grid_keys)
     rules_dir = _rules_dir(shared.get("rules"), base_dir)
     rules_hash = rules_sha256(rules_dir)
 
-    axes = [[(key, v) for v in options] for key, options in grid.items()]
-    groups = {key: list(options[0]) if isinstance(options[0], dict) else [key]
-              for key, options in grid.items()}
-    grid_keys = [k for keys in groups.values() for k in keys]
     # workers get the directory the client hashed, unless it is the package's own
     explicit = "rules" in shared or bool(os.environ.get(RULES_ENV))
     rules_arg = str(rules_dir.absolute()) if explicit else None
-    points: list[Point] = []
-    seen: set[str] = set()
-    combinations = 0
+    points: dict[str, Point] = {}  # by inputs hash: the first of identical points
     for model in models:
-        for combo in itertools.product(*axes):
-            combinations += 1
-            chosen: dict[str, Any] = {}
-            for key, v in combo:
-                chosen.update(v if isinstance(v, dict) else {key: v})
+        for combo in itertools.product(*grid.values()):
+            chosen = {k: x for key, v in zip(grid, combo, strict=True)
+                      for k, x in (v.items() if isinstance(v, dict) else [(key, v)])}
             point = _point(len(points), model, base, chosen, shared, grid_keys, rules_arg,
                            rules_hash)
-            if point.inputs_hash not in seen:
-                seen.add(point.inputs_hash)
-                points.append(point)
-    notes = []
-    if len(points) < combinations:
-        notes.append(f"{combinations} combinations give {len(points)} distinct points "
-                     f"(heuristic schedules ignore {', '.join(CPSAT_OPTIONS)})")
-    return Sweep(path, models, grid_keys, groups, points, combinations, notes)
+            points.setdefault(point.inputs_hash, point)
+    combinations = len(models) * math.prod(map(len, grid.values()))
+    notes = [f"{combinations} combinations give {len(points)} distinct points (heuristic "
+             f"schedules ignore {', '.join(CPSAT_OPTIONS)})"] if len(points) < combinations else []
+    return Sweep(path, models, grid_keys, groups, list(points.values()), combinations, notes)
 
 
 def _models(spec: Any, base_dir: Path) -> list[Model]:
@@ -290,12 +271,8 @@ def _models(spec: Any, base_dir: Path) -> list[Model]:
                 raise SweepError(f"'{f}' is not an .onnx model file")
             if p.resolve() not in {q.resolve() for q in paths}:
                 paths.append(p)
-    labels = _labels(paths)
-    out = []
-    for p, label in zip(paths, labels, strict=True):
-        npz = p.with_suffix(".npz")
-        out.append(Model(p, label, sha256_file(p), sha256_file(npz) if npz.exists() else None))
-    return out
+    return [Model(p, label, sha256_file(p), inputs_sha256(p))
+            for p, label in zip(paths, _labels(paths), strict=True)]
 
 
 def _labels(paths: list[Path]) -> list[str]:
@@ -324,9 +301,8 @@ def _check_value(key: str, value: Any, where: str) -> None:
         if problem:
             raise SweepError(f"{where} {key} = {value!r}: {problem}")
     elif key == "mesh":
-        ok = isinstance(value, list) and len(value) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
-        if not ok:
+        if not (isinstance(value, list) and len(value) == 2
+                and all(_int(v) and v > 0 for v in value)):
             hint = " (a grid over meshes lists pairs: mesh = [[4, 4], [8, 8]])" \
                 if where == "grid" else ""
             raise SweepError(f"{where} mesh = {value!r}: must be [rows, cols]{hint}")
@@ -338,7 +314,6 @@ def _check_value(key: str, value: Any, where: str) -> None:
 def _grid(grid: Any) -> dict[str, list[Any]]:
     if not isinstance(grid, dict):
         raise SweepError("[grid] must be a table of key = [values]")
-    out: dict[str, list[Any]] = {}
     linked: dict[str, str] = {}
     for key, values in grid.items():
         if not isinstance(values, list):
@@ -357,8 +332,7 @@ def _grid(grid: Any) -> dict[str, list[Any]]:
             linked[key] = key
         if len({json.dumps(v, sort_keys=True) for v in values}) < len(values):
             raise SweepError(f"grid {key} lists a value twice")
-        out[key] = values
-    return out
+    return dict(grid)
 
 
 def _linked_group(name: str, values: list[Any], seen: dict[str, str]) -> None:
@@ -378,11 +352,9 @@ def _linked_group(name: str, values: list[Any], seen: dict[str, str]) -> None:
         seen[k] = name
 
 
-def _shared(solve: Any, grid: dict[str, list[Any]]) -> dict[str, Any]:
+def _shared(solve: Any, varied: list[str]) -> dict[str, Any]:
     if not isinstance(solve, dict):
         raise SweepError("[solve] must be a table of key = value")
-    varied = {k for key, vs in grid.items() for k in (vs[0] if isinstance(vs[0], dict)
-                                                         else [key])}
     for key, value in solve.items():
         _check_value(key, value, "solve")
         if key in varied:

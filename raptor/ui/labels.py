@@ -64,11 +64,8 @@ def legend(lowered: Lowered) -> dict[str, str]:
 
 def task_layers(lowered: Lowered, build: GraphBuild) -> list[Layer]:
     """The layer of every task of `build.graph` (tasks are the projection's instances)."""
-    out = []
-    for inst in build.projection.instances:
-        plan = lowered.layer_of.get(inst.op)
-        out.append(UNKNOWN if plan is None else _layer(plan))
-    return out
+    return [UNKNOWN if (plan := lowered.layer_of.get(inst.op)) is None else _layer(plan)
+            for inst in build.projection.instances]
 
 
 _TASK = re.compile(r"[tb](\d+)$")
@@ -86,8 +83,7 @@ def _tasks_of(op: ComputeOp, ntasks: int) -> list[int]:
 
 
 def _bytes(values: list[Value]) -> int:
-    return sum(v.type.nbytes for v in values
-               if isinstance(v.type, TensorType) and v.type.is_static)
+    return sum(v.type.nbytes for v in values if isinstance(v.type, TensorType) and v.type.is_static)
 
 
 def _compute_label(op: ComputeOp, tasks: list[int], layers: list[Layer],
@@ -130,47 +126,35 @@ def span_labels(scheduled: Module, layers: list[Layer], lanes: list[int]
     return out
 
 
-def _core_labels(body: list[Operation], layers: list[Layer], lanes: list[int]
-                 ) -> list[SpanLabel]:
+def _core_labels(body: list[Operation], layers: list[Layer], lanes: list[int]) -> list[SpanLabel]:
     """The labels of one core's ops (see `span_labels`)."""
-    ops = [op for op in body
-           if not isinstance(op, WeightOp | ChannelReceiveOp | ChannelSendOp)]
-    layer_at: list[Layer | None] = []
-    tasks_at: list[list[int]] = []
+    labels: list[SpanLabel] = []
+    waiting: list[tuple[int, Operation]] = []  # bare ops since the last compute
     task_of: dict[Value, int] = {}
-    for op in ops:
-        tasks = []
+    last = UNKNOWN
+    for op in body:
         if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
             tasks = _tasks_of(op, len(layers))
-            layer_at.append(layers[tasks[0]] if tasks else UNKNOWN)
-            for v in op.outs:
-                if tasks:
-                    task_of[v] = tasks[0]
-        else:
-            layer_at.append(None)
-        tasks_at.append(tasks)
-    # a bare op serves the next compute (a gather) or follows the last (a lane view)
-    serving: list[Layer] = []
-    nxt: Layer | None = None
-    for layer in reversed(layer_at):
-        nxt = layer or nxt
-        serving.append(nxt or UNKNOWN)
-    serving.reverse()
-    last = UNKNOWN
-    labels = []
-    for op, layer, serves, tasks in zip(ops, layer_at, serving, tasks_at, strict=True):
-        if layer is not None:
-            assert isinstance(op, ComputeOp)
+            layer = layers[tasks[0]] if tasks else UNKNOWN
+            if tasks:
+                task_of.update(dict.fromkeys(op.outs, tasks[0]))
+            if layer is not UNKNOWN:  # a bare op serves the next compute (a gather)...
+                for i, bare in waiting:
+                    labels[i] = _bare_label(bare, layer)
+            waiting = []
             labels.append(_compute_label(op, tasks, layers, lanes))
             last = layer
         elif isinstance(op, LoadOp | StoreOp):
             labels.append(_memory_label(op, task_of, layers))
-        else:
-            owner = serves if serves is not UNKNOWN else last
-            labels.append(SpanLabel(f"{op_name(op)} ({owner.name})", owner.name, {
-                "layer": owner.name, "op": op_name(op),
-                "bytes": _bytes(op.results())}))
+        elif not isinstance(op, WeightOp | ChannelReceiveOp | ChannelSendOp):
+            waiting.append((len(labels), op))  # ... or else follows the last (a lane view)
+            labels.append(_bare_label(op, last))
     return labels
+
+
+def _bare_label(op: Operation, owner: Layer) -> SpanLabel:
+    return SpanLabel(f"{op_name(op)} ({owner.name})", owner.name,
+                     {"layer": owner.name, "op": op_name(op), "bytes": _bytes(op.results())})
 
 
 def _memory_label(op: LoadOp | StoreOp, task_of: dict[Value, int],

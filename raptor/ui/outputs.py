@@ -23,8 +23,7 @@ from typing import Any
 
 from raptor.fileio import save_npz_atomic, write_text_atomic
 from raptor.sim.charts import noc_svg, timeline_svg
-from raptor.sim.report import SpanLabel
-from raptor.solve import Progress, ScheduleRun, Solved
+from raptor.solve import Progress, Solved
 from raptor.solver.evaluate import retime
 from raptor.solver.gantt import gantt_svg
 from raptor.target import Target
@@ -40,10 +39,6 @@ def mesh_links(target: Target) -> int:
     """Directed links of the mesh (both directions between every pair of neighbours)."""
     r, c = target.mesh_rows, target.mesh_cols
     return 2 * (r * (c - 1) + c * (r - 1))
-
-
-def _status(run: ScheduleRun) -> str:
-    return run.result.status.split(" (")[0]
 
 
 def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
@@ -62,7 +57,6 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
     lanes = [t.lane for t in g.tasks]
     model = Path(solved.model).name
     printed: dict[int, str] = {}
-    labelled: dict[int, dict[int, list[SpanLabel]]] = {}
     drawn: dict[int, tuple[str, str, str]] = {}
     for run in solved.runs:
         if say is not None:
@@ -72,21 +66,19 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
             text = printed[id(run.scheduled)] = run.scheduled.print()
         write_text_atomic(d / f"scheduled.{run.name}.spat", text)
         start = retime(g, target, run.result.core_of, run.result.core_tasks)
-        title = (f"{model}: {run.name} schedule ({_status(run)}), estimate "
-                 f"{run.estimate_ns:,} ns")
+        title = f"{model}: {run.name} schedule ({run.result.status.split(' (')[0]}), "
         if run.pipeline is not None and run.stream_estimate is not None:
-            title = (f"{model}: {run.name} schedule ({_status(run)}), "
-                     f"{len(run.pipeline.stages)} stages, one inference {run.estimate_ns:,} ns, "
-                     f"estimated period {run.stream_estimate.period_ns:,} ns")
+            title += (f"{len(run.pipeline.stages)} stages, one inference {run.estimate_ns:,} ns, "
+                      f"estimated period {run.stream_estimate.period_ns:,} ns")
+        else:
+            title += f"estimate {run.estimate_ns:,} ns"
         write_text_atomic(d / f"gantt.{run.name}.svg", gantt_svg(
             g, run.result, title=title, keys=keys, legend=names, start=start))
         if run.sim is None:
             continue
-        labels = labelled.get(id(run.scheduled))
-        if labels is None:
-            labels = labelled[id(run.scheduled)] = span_labels(run.scheduled, layers, lanes)
         texts = drawn.get(id(run.sim))
         if texts is None:  # a schedule that shares another's program reuses its drawings
+            labels = span_labels(run.scheduled, layers, lanes)
             latency = run.sim.report.latency_ns
             sim_title = f"{model}: {run.name} schedule, simulated {latency:,} ns"
             if run.pipeline is not None:

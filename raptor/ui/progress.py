@@ -38,20 +38,16 @@ class LiveProgress:
         if msg != self.phase:
             self.phase, self.phase_start = msg, time.perf_counter()
             self.limit_s = self.incumbent_ns = self.bound_ns = None
-        if limit_s is not None:
-            self.limit_s = limit_s
-        if incumbent_ns is not None:
-            self.incumbent_ns = incumbent_ns
-        if bound_ns is not None:
-            self.bound_ns = bound_ns
+        self.limit_s = self.limit_s if limit_s is None else limit_s
+        self.incumbent_ns = self.incumbent_ns if incumbent_ns is None else incumbent_ns
+        self.bound_ns = self.bound_ns if bound_ns is None else bound_ns
 
     def line(self) -> str:
         """The text after the spinner (also what a test can read without a terminal)."""
         now = time.perf_counter()
         phase = now - self.phase_start
-        parts = [self.phase]
-        parts.append(f"{phase:.1f} s of {self.limit_s:g} s" if self.limit_s is not None
-                     else f"{phase:.1f} s")
+        parts = [self.phase, f"{phase:.1f} s of {self.limit_s:g} s" if self.limit_s is not None
+                 else f"{phase:.1f} s"]
         if self.incumbent_ns is not None:
             parts.append(f"best {self.incumbent_ns:,} ns")
         if self.bound_ns is not None:

@@ -83,8 +83,7 @@ def _crossbars(s: dict[str, Any]) -> str:
 
 
 def memory(s: dict[str, Any]) -> str:
-    """Peak local memory of the fullest core over the capacity ("OVER" when it does not
-    fit)."""
+    """Peak local memory of the fullest core over the capacity ("OVER" when it overflows)."""
     mem = s.get("local_memory")
     if mem is None:
         return "-"
@@ -188,15 +187,13 @@ def results_table(rep: dict[str, Any], columns: Sequence[str], width: int) -> Ta
     """One row per schedule; None when it cannot fit `width` without cutting a cell."""
     cells = [CELLS[key] for key in columns]
     heads = ["solver", *(h for h, _, _ in cells)]
-    rows = [[name, *(text(rep, s) for _, _, text in cells)]
-            for name, s in rep["schedules"].items()]
+    rows = [[name, *(text(rep, s) for _, _, text in cells)] for name, s in rep["schedules"].items()]
     wraps = ("status", "numerics") if rep.get("mode") == "pipeline" else ("status",)
     return _fitted(_title(rep), heads, rows, [False, *(r for _, r, _ in cells)],
                    [False, *(key in wraps for key in columns)], width)
 
 
-def transposed_table(rep: dict[str, Any], columns: Sequence[str], width: int
-                     ) -> Table | None:
+def transposed_table(rep: dict[str, Any], columns: Sequence[str], width: int) -> Table | None:
     """One column per schedule, one row per figure: as narrow as the figures themselves."""
     names = list(rep["schedules"])
     rows = [[head, *(text(rep, s) for s in rep["schedules"].values())]
@@ -229,10 +226,8 @@ def print_results(console: Console, rep: dict[str, Any], *, wide: bool = False,
     """Everything `raptor solve` prints on stdout, fitted to `console.width`."""
     for line in summary_lines(rep):
         console.print(line, markup=False, highlight=False)
-    if rep.get("mode") == "pipeline":
-        columns = PIPELINE_WIDE if wide else PIPELINE
-    else:
-        columns = WIDE if wide else COMPACT
+    pipeline = rep.get("mode") == "pipeline"
+    columns = (PIPELINE_WIDE if wide else PIPELINE) if pipeline else WIDE if wide else COMPACT
     table = results_table(rep, columns, console.width) or \
         transposed_table(rep, columns, console.width)
     if table is None:  # narrower than any figure: let the terminal wrap the rows
