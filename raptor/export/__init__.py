@@ -19,6 +19,7 @@ import math
 import os
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +111,7 @@ def serial_bound_ns(export: Export) -> int:
 
 def manifest(export: Export, timeout_ms: float) -> dict[str, Any]:
     t = export.chip.target
-    counts: dict[str, int] = {}
-    for prog in export.cores.values():
-        for ins in prog.instructions:
-            counts[ins["op"]] = counts.get(ins["op"], 0) + 1
+    counts = Counter(ins["op"] for prog in export.cores.values() for ins in prog.instructions)
     return {
         "target": t.name,
         "cores_with_instructions": sum(1 for p in export.cores.values() if p.instructions),

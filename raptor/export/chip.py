@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from raptor.passes.memory import activation_bytes
 from raptor.target import Target
 
 GLOBAL_MEMORY = -10
@@ -46,11 +47,6 @@ class ChipError(ValueError):
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def activation_bytes(target: Target) -> int:
-    """Bytes of one activation element on the chip (pimsim-nn's ibiw/8)."""
-    return _ceil(target.input_bits, 8)
 
 
 @dataclass(frozen=True)
@@ -81,6 +77,7 @@ class PimsimChip:
     # -- figures -----------------------------------------------------------------------
     @property
     def act(self) -> int:
+        """Bytes of one activation element on the chip (pimsim-nn's ibiw/8)."""
         return activation_bytes(self.target)
 
     @property
