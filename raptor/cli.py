@@ -196,9 +196,8 @@ def _inputs_for(path: str | None, module: Module) -> dict[str, np.ndarray]:
                                  f"{list(header.shape)} but @{main.sym_name} expects %{arg.name} "
                                  f"(argument {main.args.index(arg)}) as {t}")
         if math.prod(header.shape) > MAX_INPUT_ELEMENTS:
-            raise InputFileError(f"{path}: array {header.key!r} has shape "
-                                 f"{list(header.shape)}; inputs must be at most "
-                                 f"{MAX_INPUT_ELEMENTS:,} elements")
+            raise InputFileError(f"{path}: array {header.key!r} has shape {list(header.shape)}; "
+                                 f"inputs must be at most {MAX_INPUT_ELEMENTS:,} elements")
 
     try:
         data = read_arrays(path, check)
@@ -262,8 +261,7 @@ def _interpret_parser(sub: _Commands) -> None:
     i.add_argument("--out", metavar="Y.npz", help="write results (.spat: result0, ...; ONNX: "
                    "keyed by graph output name)")
     i.add_argument("--check", action="store_true", help="compare with the ONNX reference "
-                   "(onnxruntime; onnx.reference for a model it cannot run); exit 1 on "
-                   "mismatch")
+                   "(onnxruntime; onnx.reference for a model it cannot run); exit 1 on mismatch")
     i.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     i.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     _add_target(i)
@@ -430,12 +428,11 @@ def _solve_parser(sub: _Commands) -> None:
                        description="Compile MODEL.onnx for the target, schedule it for latency "
                        "with the PEFT heuristic and an OR-Tools CP-SAT model side by side, "
                        "materialize each schedule into scheduled IR with explicit channels, "
-                       "simulate it, and check its outputs against the ONNX reference. Prints "
-                       "one row per schedule and writes report.json, scheduled IR (.spat), "
-                       "Gantt charts of the estimate and the simulation and a NoC heatmap "
-                       "(SVG), Chrome traces and outputs (.npz) to --out. "
-                       "Exit 0 when every schedule validates and its numbers match, 1 "
-                       "otherwise.")
+                       "simulate it, and check its outputs against the ONNX reference. Prints one "
+                       "row per schedule and writes report.json, scheduled IR (.spat), Gantt "
+                       "charts of the estimate and the simulation and a NoC heatmap (SVG), Chrome "
+                       "traces and outputs (.npz) to --out. Exit 0 when every schedule validates "
+                       "and its numbers match, 1 otherwise.")
     s.add_argument("file", metavar="MODEL.onnx")
     _add_target(s)
     s.add_argument("--mode", choices=list(MODES), default="latency",
@@ -501,11 +498,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise CliError(f"--stream must be at least 1 inference, got {args.stream}")
     if args.no_replication and args.mode != "pipeline":
         raise CliError("--no-replication applies to --mode pipeline")
-    if args.export_inferences is not None and not (args.export_pimsim
-                                                   and args.mode == "pipeline"):
+    if args.export_inferences is not None and not (args.export_pimsim and args.mode == "pipeline"):
         raise CliError("--export-inferences applies to --mode pipeline with --export-pimsim")
-    if args.export_inferences is not None and not 1 <= args.export_inferences <= (
-            args.stream or 8):
+    if args.export_inferences is not None and not 1 <= args.export_inferences <= (args.stream or 8):
         raise CliError(f"--export-inferences must be 1..{args.stream or 8} (the inferences "
                        f"of --stream), got {args.export_inferences}")
     target = _target(args.target)
@@ -604,8 +599,7 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
                     sim = Simulator(run.scheduled, solved.target, timings=ex.timings)
                 model_ns = sim.timing(SimOptions.pimsim(trace=False)).latency_ns
             except SimError as e:
-                lines.append(f"{run.name}: Raptor's simulator under pimsim-nn's model failed: "
-                             f"{e}")
+                lines.append(f"{run.name}: Raptor's simulator under pimsim-nn's model failed: {e}")
         try:
             write_export(ex, d)
         except OSError as e:
@@ -733,8 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "processing-in-memory many-core chips.",
         epilog="Exit codes: 0 ok, 1 verification or compile failure, 2 usage or input error.")
     p.add_argument("--debug", action="store_true",
-                   help="on an internal error, print the Python traceback (also "
-                   "RAPTOR_DEBUG=1)")
+                   help="on an internal error, print the Python traceback (also RAPTOR_DEBUG=1)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     _solve_parser(sub)
     _export_parser(sub)

@@ -303,15 +303,13 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
     build = _timed(seconds, "graph", build_compute_graph, comp.module.main(), target)
     bounds = lower_bounds(build.graph, target)
     if opts.mode == "pipeline":
-        return _solve_pipeline(model, target, opts, say, comp, build, bounds, seconds,
-                               layout_costs)
+        return _solve_pipeline(model, target, opts, say, comp, build, bounds, seconds, layout_costs)
     runs = []
     say(f"PEFT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores")
     heuristic = _timed(seconds, "peft", peft_schedule, build.graph, target)
     if opts.solver in ("peft", "both"):
         say("materializing the peft schedule")
-        runs.append(_run_schedule("peft", heuristic, build, comp, target,
-                                  opts.compile.print_ir))
+        runs.append(_run_schedule("peft", heuristic, build, comp, target, opts.compile.print_ir))
     if opts.solver in ("cpsat", "both"):
         phase = (f"CP-SAT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores, "
                  f"{opts.workers} workers")
@@ -439,8 +437,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                     solve_seconds=cp.schedule.solve_seconds,
                     notes=[*cp.schedule.notes, refined]))
         if same and runs:  # the same placement: reuse its program (and its simulation)
-            runs.append(dataclasses.replace(runs[0], name="cpsat", pipeline=cp,
-                                            result=cp.schedule))
+            runs.append(dataclasses.replace(runs[0], name="cpsat", pipeline=cp, result=cp.schedule))
         else:
             say("materializing the cpsat stream")
             runs.append(_timed(seconds, "stream.cpsat", _run_stream, "cpsat", cp, problem,

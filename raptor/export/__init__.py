@@ -104,8 +104,7 @@ def serial_bound_ns(export: Export) -> int:
     total = sum(tm.total for tm in ops)
     longest = max((chip.flit_ns(a, b) for a in (0, t.num_cores - 1)
                    for b in range(t.num_cores) if a != b), default=0)
-    total += sum(2 * longest + chip.flits(tm.nbytes) * longest
-                 for tm in ops if tm.nbytes)
+    total += sum(2 * longest + chip.flits(tm.nbytes) * longest for tm in ops if tm.nbytes)
     return t.ns(total)
 
 
@@ -164,6 +163,5 @@ def write_export(export: Export, out_dir: str | os.PathLike[str],
     write_text_atomic(d / NOC_FILE, json.dumps(export.chip.noc(), separators=(",", ":")) + "\n")
     write_text_atomic(d / "chip.json", json.dumps(export.chip.config(NOC_FILE, timeout_ms),
                                                   indent=2) + "\n")
-    write_text_atomic(d / "export.json", json.dumps(manifest(export, timeout_ms), indent=2)
-                      + "\n")
+    write_text_atomic(d / "export.json", json.dumps(manifest(export, timeout_ms), indent=2) + "\n")
     return d

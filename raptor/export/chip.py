@@ -99,8 +99,7 @@ class PimsimChip:
 
     # -- instruction times (cycles of the unit, without the dispatch gap) -------------
     def mvm_compute(self) -> int:
-        return self.front + self.back + (self.target.input_bits - 1) * max(self.front,
-                                                                            self.back)
+        return self.front + self.back + (self.target.input_bits - 1) * max(self.front, self.back)
 
     def mvmul(self, crossbars: int = 1) -> int:
         """Read a crossbar row of inputs (pimsim-nn reads 8 times the bytes), compute,

@@ -335,8 +335,7 @@ class _CoreLowering:
             n = self.nbytes(op.value)
         return self.transfer("send", src, n, op.core, before, self.chip.send_read(n))
 
-    def transfer(self, name: str, addr: int, n: int, core: int, before: int, busy: int
-                 ) -> OpTiming:
+    def transfer(self, name: str, addr: int, n: int, core: int, before: int, busy: int) -> OpTiming:
         """A `send` or `recv` of `n` bytes at `addr`, timed from cycle `before`."""
         r = self.regs.get(addr)
         pre = self.cycles - before
@@ -378,8 +377,7 @@ class _CoreLowering:
             self.note("strided copy as one lmv of its bytes")
         self.lmv(dst, src, n)
 
-    def vector(self, name: str, rd: int, rs1: int, length: int, rs2: int | None = None
-               ) -> None:
+    def vector(self, name: str, rd: int, rs1: int, length: int, rs2: int | None = None) -> None:
         ins: Instruction = {"op": name, "rd": self.regs.get(rd), "rs1": self.regs.get(rs1)}
         if rs2 is not None:
             ins["rs2"] = self.regs.get(rs2)
@@ -421,8 +419,7 @@ class _CoreLowering:
             n = self.nbytes(op.result)
             fill = _byte(op.value)
             rd = self.regs.get(self.addr(op.result))
-            self.unit({"op": "lldi", "rd": rd, "imm": fill, "len": n, "size": n},
-                      self.chip.lldi(n))
+            self.unit({"op": "lldi", "rd": rd, "imm": fill, "len": n, "size": n}, self.chip.lldi(n))
             shape = _shape(op.result)
             self.copy(self.addr(op.result) + _flat(shape, list(op.low)) * act,
                       self.addr(op.source), self.nbytes(op.source),

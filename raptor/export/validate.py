@@ -75,8 +75,7 @@ def validate(export: Export) -> list[str]:
         mine: list[tuple[str, int, int, int]] = []
         for pc, ins in enumerate(ins_list):
             at = f"{where} pc {pc} ({ins['op']})"
-            bad = [k for k in ("rd", "rs1", "rs2") if k in ins
-                   and not 0 <= ins[k] < REGISTERS]
+            bad = [k for k in ("rd", "rs1", "rs2") if k in ins and not 0 <= ins[k] < REGISTERS]
             if bad:
                 problems.append(f"{at}: register field {bad[0]} = {ins[bad[0]]} outside "
                                 f"0..{REGISTERS - 1}")
@@ -114,8 +113,7 @@ def validate(export: Export) -> list[str]:
             if ins["op"] in ("sync", "wait"):
                 reg = ins["event_register"]
                 if not 0 <= reg < EVENT_REGISTERS:
-                    problems.append(f"{at}: event register {reg} outside "
-                                    f"0..{EVENT_REGISTERS - 1}")
+                    problems.append(f"{at}: event register {reg} outside 0..{EVENT_REGISTERS - 1}")
                     continue
                 if ins["op"] == "sync":
                     peer = ins["core"]
