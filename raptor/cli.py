@@ -805,10 +805,9 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
 
 
 class _Warnings:
-    """Python warnings a command raises (numpy overflow, a library's notice) that the
-    warning filters let through: one line per distinct message, with a count when several
-    places raised it, for report.json and for stderr at the end, instead of Python's raw
-    `file:line: Category: message` text and source line."""
+    """The Python warnings a command raises that the filters let through, one line per
+    distinct message with a count (for report.json and stderr at the end), instead of
+    Python's raw `file:line: Category: message` text and source line."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()

@@ -11,6 +11,7 @@ import os
 import re
 import warnings
 import zipfile
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,10 +133,9 @@ class Compiled:
 
     @property
     def fired(self) -> dict[str, int]:
-        out = dict(self.selection.fired)
-        for k, n in self.canon.fired.items():
-            out[k] = out.get(k, 0) + n
-        return out
+        out = Counter(self.selection.fired)
+        out.update(self.canon.fired)
+        return dict(out)
 
 
 def _check(name: str, module: Module, opts: CompileOptions, assembly: bool = False) -> None:
@@ -187,9 +187,6 @@ class _Declared:
     name: str
     dims: list[int | str]  # a size, or the spelling of a dynamic dimension
 
-    def spelled(self) -> str:
-        return f"[{', '.join(map(str, self.dims))}]"
-
 
 def _declared(proto: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> list[_Declared]:
     """The graph inputs a caller may supply, with `--input-shape` sizes filled in."""
@@ -233,7 +230,7 @@ def _check_header(path: str, header: ArrayHeader, decl: _Declared, model: str) -
     if not fits:
         raise InputFileError(
             f"{path}: array {header.key!r} has shape {list(header.shape)} but input "
-            f"{decl.name!r} of {model} is {decl.spelled()}")
+            f"{decl.name!r} of {model} is [{', '.join(map(str, decl.dims))}]")
     if min(header.shape, default=1) <= 0 or math.prod(header.shape) > MAX_INPUT_ELEMENTS:
         raise InputFileError(
             f"{path}: array {header.key!r} has shape {list(header.shape)}; inputs must be "

@@ -222,11 +222,10 @@ class _CoreLowering:
         self.gm_cycles = 0
 
     # -- emission and time ------------------------------------------------------------
-    def emit(self, ins: Instruction, cycles: int | None = None) -> None:
+    def emit(self, ins: Instruction, cycles: int = SCALAR_CYCLES) -> None:
         self.out.append(ins)
-        c = SCALAR_CYCLES if cycles is None else cycles
-        self.cycles += c
-        self.ex.cycles[ins["op"]] += c
+        self.cycles += cycles
+        self.ex.cycles[ins["op"]] += cycles
 
     def unit(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES) -> None:
         self.emit(ins, busy + gap)
