@@ -453,17 +453,15 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         wants, oracle, note = reference_stream(model, [{**comp.feeds.bound, **d} for d in data])
         if note is not None:
             notes.append(note)
-        names = [v.name for v in comp.graph.inputs]
-        stacked = {k: np.stack([d[k] for d in data]) for k in names}
+        stacked = {v.name: np.stack([d[v.name] for d in data]) for v in comp.graph.inputs}
+
         def check(run: ScheduleRun, ideal: SimReport) -> None:
             assert run.sim is not None
             run.ideal, run.ideal_ns = ideal, ideal.inference_end_ns[0]
             if wants is not None:
-                per = []
-                for n, want in enumerate(wants):
-                    got = {v.name: o[n] for v, o in zip(comp.graph.outputs, run.sim.outputs,
-                                                         strict=True)}
-                    per.append(compare(got, want, opts.rtol, opts.atol))
+                outs = [v.name for v in comp.graph.outputs]
+                per = [compare({k: o[n] for k, o in zip(outs, run.sim.outputs, strict=True)},
+                               want, opts.rtol, opts.atol) for n, want in enumerate(wants)]
                 run.inference_numerics = per
                 run.numerics = {k: (max(p[k][0] for p in per), max(p[k][1] for p in per),
                                     all(p[k][2] for p in per)) for k in per[0]}

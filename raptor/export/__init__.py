@@ -145,10 +145,8 @@ def write_export(export: Export, out_dir: str | os.PathLike[str],
         for c in range(export.chip.target.num_cores):
             prog = export.cores.get(c)
             body = prog.instructions if prog is not None else []
-            with open(tmp / f"core_{c}.json", "w", encoding="utf-8") as fh:
-                fh.write("[")
-                fh.write(",\n".join(json.dumps(i, separators=(",", ":")) for i in body))
-                fh.write("]\n")
+            lines = ",\n".join(json.dumps(i, separators=(",", ":")) for i in body)
+            (tmp / f"core_{c}.json").write_text(f"[{lines}]\n", encoding="utf-8")
         final = d / "program"
         old = None
         if final.exists():
