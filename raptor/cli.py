@@ -139,19 +139,25 @@ def _parse_spat(path: str) -> Module:
         raise CliError(str(e), EXIT_FAIL if e.rule else EXIT_USAGE) from None
 
 
+def _command(sub: _Commands, name: str, func: Callable[[argparse.Namespace], int],
+             **kwargs: Any) -> argparse.ArgumentParser:
+    """The parser of subcommand `name`, which runs `func`."""
+    parser = sub.add_parser(name, **kwargs)
+    parser.set_defaults(func=func)
+    return parser
+
+
 # ------------------------------------------------------------------ verify
 def _verify_parser(sub: _Commands) -> None:
-    v = sub.add_parser("verify", help="parse and verify Spatial IR files (.spat)",
-                       description="Parse each file and check SSA, types, the graph-batch "
-                       "invariant (GCB-1..10), Blueprint rules (BP-1..5) and scheduled "
-                       "communication (SCH-*). Diagnostics go to stderr as "
-                       "file:line:col: error: [RULE] message.")
+    v = _command(sub, "verify", cmd_verify, help="parse and verify Spatial IR files (.spat)",
+                 description="Parse each file and check SSA, types, the graph-batch invariant "
+                 "(GCB-1..10), Blueprint rules (BP-1..5) and scheduled communication (SCH-*). "
+                 "Diagnostics go to stderr as file:line:col: error: [RULE] message.")
     v.add_argument("files", nargs="+", metavar="FILE.spat")
     v.add_argument("--allow-assembly", action="store_true",
                    help="accept the temporary logical-assembly batches emitted before "
                    "canonicalization")
     v.add_argument("-q", "--quiet", action="store_true", help="print nothing for valid files")
-    v.set_defaults(func=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -213,28 +219,22 @@ def _target(name: str) -> Target:
         raise CliError(str(e)) from None
 
 
-def _print_ir_hook(args: argparse.Namespace) -> Callable[[str, Module], None] | None:
-    which = getattr(args, "print_ir_after", None)
-    if not which:
-        return None
+def _compile_options(args: argparse.Namespace) -> CompileOptions:
+    """The options of a command that compiles a model."""
+    which = args.print_ir_after
 
-    def hook(name: str, module: Module) -> None:
+    def print_ir(name: str, module: Module) -> None:
         if which in ("all", name):
             err.print(f"// ----- IR after {name} -----")
             err.print(module.print(), end="")
 
-    return hook
-
-
-def _compile_options(args: argparse.Namespace) -> CompileOptions:
-    """The options of a command that compiles a model."""
-    inputs = InputOptions(inputs=getattr(args, "inputs", None), constants=args.constants,
+    inputs = InputOptions(inputs=args.inputs, constants=args.constants,
                           shapes=dict(args.input_shape or []),
                           sample_inputs=not args.no_sample_inputs,
                           allow_nonfinite=args.allow_nonfinite, seed=getattr(args, "seed", 0))
     selector = "disabled" if args.disable_spatial_planning else args.layout_selector
     return CompileOptions(rules_dir=args.rules, layout_selector=selector,
-                          print_ir=_print_ir_hook(args), inputs=inputs)
+                          print_ir=print_ir if which else None, inputs=inputs)
 
 
 def _compile(args: argparse.Namespace, target: Target) -> Compiled:
@@ -246,12 +246,12 @@ def _compile(args: argparse.Namespace, target: Target) -> Compiled:
 
 
 def _interpret_parser(sub: _Commands) -> None:
-    i = sub.add_parser("interpret", help="run a .spat program or a lowered ONNX model",
-                       description="Run @main of a .spat file, or compile MODEL.onnx to graph "
-                       "IR and run that, with the reference interpreter. For .spat, inputs are "
-                       "an .npz keyed by argument name (x or %%x) or position (0, arg0, arr_0); "
-                       "for ONNX, keyed by graph input name (default: MODEL.npz beside the "
-                       "model, else seeded random inputs).")
+    i = _command(sub, "interpret", cmd_interpret,
+                 help="run a .spat program or a lowered ONNX model",
+                 description="Run @main of a .spat file, or compile MODEL.onnx to graph IR and run "
+                 "that, with the reference interpreter. For .spat, inputs are an .npz keyed by "
+                 "argument name (x or %%x) or position (0, arg0, arr_0); for ONNX, keyed by graph "
+                 "input name (default: MODEL.npz beside the model, else seeded random inputs).")
     i.add_argument("file", metavar="FILE.spat|MODEL.onnx")
     i.add_argument("--inputs", metavar="X.npz", help="input arrays")
     _add_input_options(i)
@@ -266,7 +266,6 @@ def _interpret_parser(sub: _Commands) -> None:
     i.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     _add_target(i)
     _add_compile_options(i)
-    i.set_defaults(func=cmd_interpret)
 
 
 def cmd_interpret(args: argparse.Namespace) -> int:
@@ -346,17 +345,17 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ inspect, target
 def _inspect_parser(sub: _Commands) -> None:
-    n = sub.add_parser("inspect", help="per-plan crossbars, lanes and MVMs of an ONNX model",
-                       description="Import and lower MODEL.onnx for the target and show, per "
-                       "plan, its op, shapes, crossbar tiles, lanes and MVMs, with totals: "
-                       "whether a model fits a target.")
+    n = _command(sub, "inspect", cmd_inspect,
+                 help="per-plan crossbars, lanes and MVMs of an ONNX model",
+                 description="Import and lower MODEL.onnx for the target and show, per "
+                 "plan, its op, shapes, crossbar tiles, lanes and MVMs, with totals: "
+                 "whether a model fits a target.")
     n.add_argument("file", metavar="MODEL.onnx")
     n.add_argument("--inputs", metavar="X.npz", help="input values (their shapes fix dynamic "
                    "dimensions; weights and shape operands among them are bound)")
     _add_input_options(n)
     _add_target(n)
     _add_compile_options(n)
-    n.set_defaults(func=cmd_inspect)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -386,12 +385,11 @@ def _rules_parser(sub: _Commands) -> None:
                        description="The canonicalization and layout rules are plain egglog "
                        "files; edit them and the compiler follows.")
     rsub = r.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", required=True)
-    rc = rsub.add_parser("check", help="parse and type-check every rule file",
-                         description="Load each rule program's files in manifest order and "
-                         "report file:line:col of the first error of each (exit 1).")
+    rc = _command(rsub, "check", cmd_rules_check, help="parse and type-check every rule file",
+                  description="Load each rule program's files in manifest order and "
+                  "report file:line:col of the first error of each (exit 1).")
     rc.add_argument("dir", nargs="?", metavar="DIR",
                     help="rules directory (default: $RAPTOR_RULES, else the shipped rules/)")
-    rc.set_defaults(func=cmd_rules_check)
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
@@ -412,9 +410,9 @@ def _target_parser(sub: _Commands) -> None:
                        "'default' (PIMCOMP-NN / pimsim-nn: 8x8 mesh, 64 crossbars of 128x128 "
                        "per core, 1 GHz).")
     tsub = t.add_subparsers(dest="target_command", metavar="SUBCOMMAND", required=True)
-    ts = tsub.add_parser("show", help="print every key of a target with derived figures")
+    ts = _command(tsub, "show", cmd_target_show,
+                  help="print every key of a target with derived figures")
     ts.add_argument("name", nargs="?", default="default", metavar="NAME|FILE.toml")
-    ts.set_defaults(func=cmd_target_show)
 
 
 def cmd_target_show(args: argparse.Namespace) -> int:
@@ -424,15 +422,14 @@ def cmd_target_show(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ solve
 def _solve_parser(sub: _Commands) -> None:
-    s = sub.add_parser("solve", help="compile an ONNX model, schedule it, simulate it",
-                       description="Compile MODEL.onnx for the target, schedule it for latency "
-                       "with the PEFT heuristic and an OR-Tools CP-SAT model side by side, "
-                       "materialize each schedule into scheduled IR with explicit channels, "
-                       "simulate it, and check its outputs against the ONNX reference. Prints one "
-                       "row per schedule and writes report.json, scheduled IR (.spat), Gantt "
-                       "charts of the estimate and the simulation and a NoC heatmap (SVG), Chrome "
-                       "traces and outputs (.npz) to --out. Exit 0 when every schedule validates "
-                       "and its numbers match, 1 otherwise.")
+    s = _command(sub, "solve", cmd_solve, help="compile an ONNX model, schedule it, simulate it",
+                 description="Compile MODEL.onnx for the target, schedule it for latency with the "
+                 "PEFT heuristic and an OR-Tools CP-SAT model side by side, materialize each "
+                 "schedule into scheduled IR with explicit channels, simulate it, and check its "
+                 "outputs against the ONNX reference. Prints one row per schedule and writes "
+                 "report.json, scheduled IR (.spat), Gantt charts of the estimate and the "
+                 "simulation and a NoC heatmap (SVG), Chrome traces and outputs (.npz) to --out. "
+                 "Exit 0 when every schedule validates and its numbers match, 1 otherwise.")
     s.add_argument("file", metavar="MODEL.onnx")
     _add_target(s)
     s.add_argument("--mode", choices=list(MODES), default="latency",
@@ -485,7 +482,6 @@ def _solve_parser(sub: _Commands) -> None:
                    "stream into straight-line code (default: --stream)")
     _add_memory_flag(s)
     _add_compile_options(s)
-    s.set_defaults(func=cmd_solve)
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
@@ -627,15 +623,14 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
 
 # ------------------------------------------------------------------ export
 def _export_parser(sub: _Commands) -> None:
-    e = sub.add_parser("export", help="export scheduled IR to the pimsim-nn simulator",
-                       description="Allocate local memory for every core of a scheduled "
-                       "program (`scheduled.<solver>.spat` from `raptor solve`), lower it to "
-                       "pimsim-nn instructions and write DIR/program/ (config.json and "
-                       "core_<id>.json), DIR/chip.json and DIR/noc.json derived from the "
-                       "target, and DIR/export.json (what was exported), so that `ChipTest "
-                       "DIR/program DIR/chip.json` runs it in latency mode. Checks what "
-                       "pimsim-nn does not (send/receive sizes and partners, array groups, "
-                       "addresses, deadlock) and refuses with exit 1.")
+    e = _command(sub, "export", cmd_export, help="export scheduled IR to the pimsim-nn simulator",
+                 description="Allocate local memory for every core of a scheduled program "
+                 "(`scheduled.<solver>.spat` from `raptor solve`), lower it to pimsim-nn "
+                 "instructions and write DIR/program/ (config.json and core_<id>.json), "
+                 "DIR/chip.json and DIR/noc.json derived from the target, and DIR/export.json "
+                 "(what was exported), so that `ChipTest DIR/program DIR/chip.json` runs it in "
+                 "latency mode. Checks what pimsim-nn does not (send/receive sizes and partners, "
+                 "array groups, addresses, deadlock) and refuses with exit 1.")
     e.add_argument("file", metavar="FILE.spat")
     e.add_argument("--pimsim", required=True, metavar="DIR", help="output directory")
     e.add_argument("--inferences", type=int, metavar="M",
@@ -646,7 +641,6 @@ def _export_parser(sub: _Commands) -> None:
                    "program's latency)")
     _add_target(e)
     _add_memory_flag(e)
-    e.set_defaults(func=cmd_export)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -691,13 +685,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ sweep
 def _sweep_parser(sub: _Commands) -> None:
-    w = sub.add_parser("sweep", help="solve a grid of models x targets x options on Dask",
-                       description="Run `raptor solve` on every point of the grid in SWEEP.toml "
-                       "(models, a base target, [grid] over target keys, mode, solver and "
-                       "solver options, [solve] for shared options; docs/sweep.md) as Dask "
-                       "tasks, and write results.csv, results.json, each point's report.json "
-                       "and Pareto plots (SVG, PNG) to --out. Each row is written as its point "
-                       "finishes. Exit 0 when every point is ok, 1 when one failed.")
+    w = _command(sub, "sweep", cmd_sweep, help="solve a grid of models x targets x options on Dask",
+                 description="Run `raptor solve` on every point of the grid in SWEEP.toml "
+                 "(models, a base target, [grid] over target keys, mode, solver and "
+                 "solver options, [solve] for shared options; docs/sweep.md) as Dask "
+                 "tasks, and write results.csv, results.json, each point's report.json "
+                 "and Pareto plots (SVG, PNG) to --out. Each row is written as its point "
+                 "finishes. Exit 0 when every point is ok, 1 when one failed.")
     w.add_argument("file", metavar="SWEEP.toml")
     w.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask cluster "
                    "(tcp://host:8786, started with `dask scheduler` and `dask worker`); "
@@ -709,7 +703,6 @@ def _sweep_parser(sub: _Commands) -> None:
     w.add_argument("--resume", action="store_true", help="keep the finished rows in DIR whose "
                    "inputs hash matches a point, run the others")
     w.add_argument("--dry-run", action="store_true", help="validate and list the points only")
-    w.set_defaults(func=cmd_sweep)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

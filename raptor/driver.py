@@ -139,10 +139,8 @@ class Compiled:
 
 
 def _check(name: str, module: Module, opts: CompileOptions, assembly: bool = False) -> None:
-    if opts.verify_each:
-        diags = verify_module(module, allow_assembly=assembly)
-        if diags:
-            raise VerificationFailed(name, diags)
+    if opts.verify_each and (diags := verify_module(module, allow_assembly=assembly)):
+        raise VerificationFailed(name, diags)
     if opts.print_ir is not None:
         opts.print_ir(name, module)
 
@@ -286,13 +284,11 @@ def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph
     inputs (headers before data), bind constants and shapes, import, and complete the inputs
     (seeded random normals for data no file gives). Everything here runs before layout
     planning, so a wrong input file costs no scheduling time."""
-    label = str(model)
-    proto, label = load_model(label)
+    proto, label = load_model(str(model))
     declared = _declared(proto, opts.shapes)
     notes: list[str] = []
     bound: dict[str, np.ndarray] = {}
     data: dict[str, np.ndarray] = {}
-    source = None
     if opts.constants is not None:
         bound.update(_read_inputs(opts.constants, declared, label, opts.allow_nonfinite))
     path = opts.inputs
@@ -306,7 +302,6 @@ def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph
                 raise InputFileError(f"{path}: input {name!r} is also given by --constants "
                                      f"{opts.constants}")
             (bound if name in params else data)[name] = array
-        source = path
     if bound:
         notes.append(f"bound as constants: {', '.join(bound)}")
     shapes = dict(opts.shapes)
@@ -327,10 +322,10 @@ def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph
             raise
         given_shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in data.items())
         raise FrontendError(f"{e} (with the input shapes of {path}: {given_shapes})") from None
-    if source is None:
+    if path is None:
         rng = np.random.default_rng(opts.seed)
         data = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in graph.inputs}
-        source = f"random normal (seed {opts.seed})"
+    source = path if path is not None else f"random normal (seed {opts.seed})"
     ordered = {}
     for v in graph.inputs:
         with warnings.catch_warnings():
