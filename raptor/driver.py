@@ -1,7 +1,7 @@
 """The compiler pipeline as named passes, shared by the CLI and the tests.
 
 import → layout → lower → canonicalize → (ComputeGraph, schedules) → materialize → simulate.
-The IR verifies after every pass (`verify_each`); `print_ir` sees each pass's output.
+The IR verifies after every pass; `print_ir` sees each pass's output.
 """
 
 from __future__ import annotations
@@ -94,7 +94,6 @@ class InputOptions:
 class CompileOptions:
     rules_dir: str | os.PathLike[str] | None = None
     layout_selector: str = "exact"  # exact | iterative | disabled
-    verify_each: bool = True
     print_ir: IRHook | None = None
     inputs: InputOptions = field(default_factory=InputOptions)
 
@@ -139,7 +138,8 @@ class Compiled:
 
 
 def _check(name: str, module: Module, opts: CompileOptions, assembly: bool = False) -> None:
-    if opts.verify_each and (diags := verify_module(module, allow_assembly=assembly)):
+    diags = verify_module(module, allow_assembly=assembly)
+    if diags:
         raise VerificationFailed(name, diags)
     if opts.print_ir is not None:
         opts.print_ir(name, module)
@@ -157,11 +157,9 @@ def compile_model(model: str | Path, target: Target, opts: CompileOptions | None
 
     opts = opts or CompileOptions()
     graph, feeds = imported or import_with_inputs(model, opts.inputs)
-    if opts.print_ir is not None or opts.verify_each:
-        _check("import", plan_module(graph), opts)
+    _check("import", plan_module(graph), opts)
     selection, layouts = select_layouts(graph, opts.layout_selector, opts.rules_dir)
-    if opts.print_ir is not None or opts.verify_each:
-        _check("layout", plan_module(graph, layouts), opts)
+    _check("layout", plan_module(graph, layouts), opts)
     lowered = lower(graph, target, layouts)
     _check("lower", lowered.module, opts, assembly=True)
     canon = canonicalize(lowered.module, opts.rules_dir)

@@ -40,16 +40,15 @@ NOC_FILE = "noc.json"
 
 
 def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None,
-                  check: bool = True, allow_overflow: bool = False,
-                  inferences: int | None = None) -> Export:
+                  allow_overflow: bool = False, inferences: int | None = None) -> Export:
     """pimsim-nn programs for scheduled `module` on `target`; raises `ExportError` listing
-    every problem `validate` finds (unless `check` is False). A program that needs more
-    local or shared memory than the target has is refused, unless `allow_overflow`: then
-    the chip is written with the local memory the program needs (pimsim-nn never checks
-    it) and `Export.overflow` says by how much. The programs follow `pimsim_order` (its
-    receives block); simulate the export's timings inside `pimsim_order(module)` too.
-    `plan` (made in the materialized order, planned here if None) is used unless the
-    blocking order posts some receive earlier: then memory is planned in that order.
+    every problem `validate` finds. A program that needs more local or shared memory than
+    the target has is refused, unless `allow_overflow`: then the chip is written with the
+    local memory the program needs (pimsim-nn never checks it) and `Export.overflow` says by
+    how much. The programs follow `pimsim_order` (its receives block); simulate the export's
+    timings inside `pimsim_order(module)` too. `plan` (made in the materialized order,
+    planned here if None) is used unless the blocking order posts some receive earlier:
+    then memory is planned in that order.
 
     A stream program (pipeline mode, `pim.stream` per core) is unrolled for `inferences`
     (default: its own count; at most that many, the inputs it has) into straight-line
@@ -80,11 +79,9 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     with pimsim_order(module):
         export = lower_module(module, plan, chip, inferences)
     export.overflow = over
-    if check:
-        problems = validate(export)
-        if problems:
-            raise ExportError("the exported program would not run as intended on pimsim-nn",
-                              problems)
+    problems = validate(export)
+    if problems:
+        raise ExportError("the exported program would not run as intended on pimsim-nn", problems)
     return export
 
 
