@@ -73,31 +73,30 @@ class CliError(Exception):
         self.code = code
 
 
-def _loaded(*names: str) -> tuple[type[Exception], ...]:
-    """The exception classes `module.Class` among `names` whose module is loaded (an
-    exception cannot come from a module that never loaded, and importing one costs time)."""
+def _loaded(*names: str, base: tuple[type[Exception], ...] = ()) -> tuple[type[Exception], ...]:
+    """`base` and the exception classes `module.Class` among `names` whose module is loaded
+    (an exception cannot come from a module that never loaded, and importing one costs time)."""
     split = (name.rpartition(".") for name in names)
-    return tuple(getattr(sys.modules[m], c) for m, _, c in split if m in sys.modules)
+    return (*base, *(getattr(sys.modules[m], c) for m, _, c in split if m in sys.modules))
 
 
-def _failure(path: str, e: Exception) -> CliError | None:
-    """The one-line error for an expected failure of compiling or scheduling `path` (exit 1
-    for a model the target cannot run or IR that does not verify, 2 for bad input), or None
-    for anything else."""
-    if isinstance(e, (InputFileError, *_loaded("raptor.rewrite.eggfile.RuleError"))):
-        return CliError(str(e))
-    if isinstance(e, VerificationFailed):
-        return CliError(str(e), EXIT_FAIL)
-    if isinstance(e, _loaded("raptor.solver.peft.CapacityError",
-                             "raptor.passes.lower.CapacityExceeded",
-                             "raptor.solver.graph.GraphError",
-                             "raptor.passes.projection.ProjectionError",
-                             "raptor.solver.pipeline.problem.PipelineCapacityError")):
-        return CliError(_about(path, e), EXIT_FAIL)
-    if isinstance(e, (FrontendError, ValueError, *_loaded(
-            "raptor.passes.lower.LoweringError", "raptor.rewrite.layout.LayoutError"))):
-        return CliError(_about(path, e))
-    return None
+@contextmanager
+def _expected(path: str) -> Iterator[None]:
+    """An expected failure of compiling or scheduling `path` as its one-line `CliError` (exit
+    1 for a model the target cannot run or IR that does not verify, 2 for bad input)."""
+    try:
+        yield
+    except _loaded("raptor.rewrite.eggfile.RuleError", base=(InputFileError,)) as e:
+        raise CliError(str(e)) from None
+    except VerificationFailed as e:
+        raise CliError(str(e), EXIT_FAIL) from None
+    except _loaded("raptor.solver.peft.CapacityError", "raptor.passes.lower.CapacityExceeded",
+                   "raptor.solver.graph.GraphError", "raptor.passes.projection.ProjectionError",
+                   "raptor.solver.pipeline.problem.PipelineCapacityError") as e:
+        raise CliError(_about(path, e), EXIT_FAIL) from None
+    except _loaded("raptor.passes.lower.LoweringError", "raptor.rewrite.layout.LayoutError",
+                   base=(FrontendError, ValueError)) as e:
+        raise CliError(_about(path, e)) from None
 
 
 def _console(stderr: bool, markup: bool = True) -> Console:
@@ -117,18 +116,6 @@ def _stderr(lines: Sequence[object], prefix: str = "") -> bool:
     for line in lines:
         err.print(f"{prefix}{line}")
     return bool(lines)
-
-
-@contextmanager
-def _expected(path: str) -> Iterator[None]:
-    """Turn an expected failure of compiling or scheduling `path` into its `CliError`."""
-    try:
-        yield
-    except Exception as e:
-        failure = _failure(path, e)
-        if failure is None:
-            raise
-        raise failure from None
 
 
 def _parse_spat(path: str) -> Module:
@@ -530,17 +517,14 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
-        for note in solved.notes:
-            err.print(f"note: {note}")
+        _stderr(solved.notes, "note: ")
         print_results(Console(highlight=False), rep, wide=args.wide, files=wrote)
         for line in exported:
             out.print(line, markup=False)
-    for line in export_failed:
-        err.print(line)
+    _stderr(export_failed)
     failed = [r.name for r in solved.runs if not r.ok] + export_failed
     for r in solved.runs:
-        for v in (r.violations + r.scheduled_errors)[:5]:
-            err.print(f"{r.name}: invalid schedule: {v}")
+        _stderr((r.violations + r.scheduled_errors)[:5], f"{r.name}: invalid schedule: ")
         if r.sim_error:
             err.print(f"{r.name}: simulation failed: {r.sim_error}")
         if r.numerics and not all(ok for _, _, ok in r.numerics.values()):
@@ -860,8 +844,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   else internal_error(e))
         return EXIT_FAIL
     finally:
-        for line in caught.lines:
-            err.print(f"warning: {line}")
+        _stderr(caught.lines, "warning: ")
 
 
 if __name__ == "__main__":

@@ -121,14 +121,10 @@ class PimsimChip:
         return max(self.local(nbytes), 2)
 
     def ld(self, nbytes: int, core: int) -> int:
-        t = self.target
-        return (self.flit_ns(core, GLOBAL_MEMORY) + _ceil(nbytes, t.shared_access_bytes)
-                * t.shared_read_cycles + max(self.local(nbytes), 2))
+        return sum(self.global_access(nbytes, core, load=True)) + max(self.local(nbytes), 2)
 
     def st(self, nbytes: int, core: int) -> int:
-        t = self.target
-        return (self.local(nbytes) + self.flits(nbytes) * self.flit_ns(core, GLOBAL_MEMORY)
-                + _ceil(nbytes, t.shared_access_bytes) * t.shared_write_cycles + 1)
+        return sum(self.global_access(nbytes, core, load=False)) + 1
 
     def global_access(self, nbytes: int, core: int, load: bool) -> tuple[int, int]:
         """(cycles from the start of an `ld`/`st` to its global-memory service, the service
