@@ -653,11 +653,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CliError(f"cannot write {args.pimsim}: {e.strerror or e}") from None
     for line in ex.overflow:
         err.print(f"warning: {line} (allowed by --allow-memory-overflow)")
-    top = plan.peak
     active = sum(1 for p in ex.cores.values() if p.instructions)
     out.print(f"{args.file}: {ex.instructions:,} pimsim-nn instructions on {active} cores "
               f"-> {d}/ (program/, chip.json, noc.json, export.json)")
-    if top is not None:
+    if (top := plan.peak) is not None:
         out.print(f"local memory: peak {top.peak_bytes:,} bytes on core {top.core} of "
                   f"{target.local_memory_bytes:,}; shared {plan.shared_bytes:,} of "
                   f"{target.shared_memory_bytes:,}")

@@ -287,8 +287,7 @@ class _CoreLowering:
                 self.ex.repeated.append(timing)
             else:
                 self.ex.timings[(self.core, op)] = timing
-        groups = [1] * len(self.groups)
-        return CoreProgram(self.core, self.out if len(self.out) > 1 else [], groups)
+        return CoreProgram(self.core, self.out if len(self.out) > 1 else [], [1] * len(self.groups))
 
     def top(self, op: Operation) -> OpTiming | None:
         if isinstance(op, ChannelReceiveOp):
