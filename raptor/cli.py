@@ -182,8 +182,7 @@ def _inputs_for(path: str | None, module: Module) -> dict[str, np.ndarray]:
 
     def check(header: ArrayHeader) -> None:
         arg = args.get(_arg_key(header.key).lstrip("%"))
-        t = arg.type if arg is not None else None
-        if arg is not None and isinstance(t, TensorType) and t.is_static \
+        if arg is not None and isinstance(t := arg.type, TensorType) and t.is_static \
                 and header.shape != t.static_shape:
             raise InputFileError(f"{path}: array {header.key!r} has shape "
                                  f"{list(header.shape)} but @{main.sym_name} expects %{arg.name} "

@@ -219,9 +219,7 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     violations = validate_schedule(solved_build.graph, target, res)
     fit = _fit_memory(solved_build, target, res, lambda flow: materialize(
         comp.module, solved_build.projection, solved_build.outputs,
-        ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow))
-    if print_ir is not None:
-        print_ir("materialize", fit.scheduled)
+        ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow), print_ir=print_ir)
     return ScheduleRun(name, res, fit.flow.makespan_ns, violations, fit.scheduled, fit.errors,
                        ideal_estimate_ns=res.summary["completion_ns"], memory=fit.memory,
                        flow=fit.flow, materializations=fit.rounds)
@@ -239,12 +237,14 @@ class _Fitted:
 
 
 def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
-                make: Callable[[Flow], Module], first: Replay | None = None) -> _Fitted:
+                make: Callable[[Flow], Module], first: Replay | None = None,
+                print_ir: IRHook | None = None) -> _Fitted:
     """Build a program with `make` from the communication model's receive and send points
     (`raptor.solver.comm.replay` within a per-core budget), verify it and plan its local
     memory; while a core's footprint exceeds its memory and a tighter budget can help (its
     tasks alone need less), cut that core's budget by the overshoot and build again, at most
-    `MEMORY_ROUNDS` times. `first`: the first round's replay, if the caller has it."""
+    `MEMORY_ROUNDS` times. `first`: the first round's replay, if the caller has it;
+    `print_ir` sees the program kept."""
     g = build.graph
     budget: list[int] | None = None
     rounds = 0
@@ -265,6 +265,8 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
             if rounds > 1:
                 errors = [str(d) for d in verify_module(scheduled)]
                 memory = memory if not errors else None
+            if print_ir is not None:
+                print_ir("materialize", scheduled)
             return _Fitted(scheduled, errors, memory, rep, rounds)
         budget = list(rep.budget)
         for core, peak in over.items():  # cut by the overshoot and 3 % more
@@ -512,9 +514,7 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
         infos.append(info)
         return scheduled
 
-    fit = _fit_memory(build, target, sch, make, first)
-    if opts.compile.print_ir is not None:
-        opts.compile.print_ir("materialize", fit.scheduled)
+    fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir)
     est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, infos[-1],
                           opts.stream, RING, len(pr.stages), fit.flow.sends)
     return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,
