@@ -166,11 +166,10 @@ def _pairs(comm: dict[int, list[tuple[str, int, int, int]]]) -> list[str]:
         if ppeer != c or {kind, pkind} != {"send", "recv"}:
             continue
         if size != psize:
-            s, r = (c, peer) if kind == "send" else (peer, c)
-            problems.append(f"core {s} sends {size if kind == 'send' else psize} bytes to "
-                            f"core {r} (pc {pc if kind == 'send' else ppc}) but core {r} "
-                            f"receives {psize if kind == 'send' else size} bytes (pc "
-                            f"{ppc if kind == 'send' else pc})")
+            mine, theirs = (c, size, pc), (peer, psize, ppc)
+            (s, sn, spc), (r, rn, rpc) = (mine, theirs) if kind == "send" else (theirs, mine)
+            problems.append(f"core {s} sends {sn} bytes to core {r} (pc {spc}) but core {r} "
+                            f"receives {rn} bytes (pc {rpc})")
         heads[c] += 1
         heads[peer] += 1
         queue.extend((c, peer))
