@@ -141,9 +141,8 @@ def _verify_parser(sub: _Commands) -> None:
                  "(GCB-1..10), Blueprint rules (BP-1..5) and scheduled communication (SCH-*). "
                  "Diagnostics go to stderr as file:line:col: error: [RULE] message.")
     v.add_argument("files", nargs="+", metavar="FILE.spat")
-    v.add_argument("--allow-assembly", action="store_true",
-                   help="accept the temporary logical-assembly batches emitted before "
-                   "canonicalization")
+    v.add_argument("--allow-assembly", action="store_true", help="accept the temporary "
+                   "logical-assembly batches emitted before canonicalization")
     v.add_argument("-q", "--quiet", action="store_true", help="print nothing for valid files")
 
 
@@ -241,9 +240,8 @@ def _interpret_parser(sub: _Commands) -> None:
     i.add_argument("file", metavar="FILE.spat|MODEL.onnx")
     i.add_argument("--inputs", metavar="X.npz", help="input arrays")
     _add_input_options(i)
-    i.add_argument("--weights", metavar="W.npz",
-                   help="data for spat.weight @symbols (.spat; default: weights.npz beside "
-                   "the file, as raptor solve writes it)")
+    i.add_argument("--weights", metavar="W.npz", help="data for spat.weight @symbols (.spat; "
+                   "default: weights.npz beside the file, as raptor solve writes it)")
     i.add_argument("--out", metavar="Y.npz", help="write results (.spat: result0, ...; ONNX: "
                    "keyed by graph output name)")
     i.add_argument("--check", action="store_true", help="compare with the ONNX reference "
@@ -333,9 +331,9 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
 def _inspect_parser(sub: _Commands) -> None:
     n = _command(sub, "inspect", cmd_inspect,
                  help="per-plan crossbars, lanes and MVMs of an ONNX model",
-                 description="Import and lower MODEL.onnx for the target and show, per "
-                 "plan, its op, shapes, crossbar tiles, lanes and MVMs, with totals: "
-                 "whether a model fits a target.")
+                 description="Import and lower MODEL.onnx for the target and show, per plan, its "
+                 "op, shapes, crossbar tiles, lanes and MVMs, with totals: whether a model fits "
+                 "a target.")
     n.add_argument("file", metavar="MODEL.onnx")
     n.add_argument("--inputs", metavar="X.npz", help="input values (their shapes fix dynamic "
                    "dimensions; weights and shape operands among them are bound)")
@@ -391,10 +389,9 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def _target_parser(sub: _Commands) -> None:
-    t = sub.add_parser("target", help="PIM target descriptions",
-                       description="Targets are TOML files overriding keys of the built-in "
-                       "'default' (PIMCOMP-NN / pimsim-nn: 8x8 mesh, 64 crossbars of 128x128 "
-                       "per core, 1 GHz).")
+    t = sub.add_parser("target", help="PIM target descriptions", description="Targets are TOML "
+                       "files overriding keys of the built-in 'default' (PIMCOMP-NN / pimsim-nn: "
+                       "8x8 mesh, 64 crossbars of 128x128 per core, 1 GHz).")
     tsub = t.add_subparsers(dest="target_command", metavar="SUBCOMMAND", required=True)
     ts = _command(tsub, "show", cmd_target_show,
                   help="print every key of a target with derived figures")
@@ -418,21 +415,17 @@ def _solve_parser(sub: _Commands) -> None:
                  "Exit 0 when every schedule validates and its numbers match, 1 otherwise.")
     s.add_argument("file", metavar="MODEL.onnx")
     _add_target(s)
-    s.add_argument("--mode", choices=list(MODES), default="latency",
-                   help="scheduling objective: latency (single-inference makespan, default) "
-                   "or pipeline (period of a stream of inferences: stages through shared "
-                   "memory, docs/pipeline.md)")
+    s.add_argument("--mode", choices=list(MODES), default="latency", help="scheduling objective: "
+                   "latency (single-inference makespan, default) or pipeline (period of a stream "
+                   "of inferences: stages through shared memory, docs/pipeline.md)")
     s.add_argument("--solver", choices=sorted({x for v in MODES.values() for x in v}),
-                   default="both",
-                   help="latency: peft (heuristic), cpsat (optimal or best found), or both "
-                   "(default); pipeline: pipeline (the spec's heuristic), cpsat (the CP-SAT "
-                   "pipeline model), or both (default)")
-    s.add_argument("--stream", type=int, metavar="M",
-                   help="pipeline mode: inferences to simulate (default 8): inference 0 on "
-                   "the given inputs, the others on seeded variations")
-    s.add_argument("--no-replication", action="store_true",
-                   help="pipeline mode: keep every crossbar tile on one core (no copies of "
-                   "bottleneck weights on spare crossbars)")
+                   default="both", help="latency: peft (heuristic), cpsat (optimal or best found), "
+                   "or both (default); pipeline: pipeline (the spec's heuristic), cpsat (the "
+                   "CP-SAT pipeline model), or both (default)")
+    s.add_argument("--stream", type=int, metavar="M", help="pipeline mode: inferences to simulate "
+                   "(default 8): inference 0 on the given inputs, the others on seeded variations")
+    s.add_argument("--no-replication", action="store_true", help="pipeline mode: keep every "
+                   "crossbar tile on one core (no copies of bottleneck weights on spare crossbars)")
     s.add_argument("--time-limit", type=_positive(float), default=10.0, metavar="S",
                    help="CP-SAT search limit (default 10): a deterministic work budget "
                    "of about S seconds on an idle 2-core machine, so reruns are identical; "
@@ -616,12 +609,10 @@ def _export_parser(sub: _Commands) -> None:
                  "array groups, addresses, deadlock) and refuses with exit 1.")
     e.add_argument("file", metavar="FILE.spat")
     e.add_argument("--pimsim", required=True, metavar="DIR", help="output directory")
-    e.add_argument("--inferences", type=int, metavar="M",
-                   help="a stream program (pipeline mode): unroll M inferences into "
-                   "straight-line code (default: the stream's own count)")
-    e.add_argument("--timeout-ms", type=_positive(float), metavar="MS",
-                   help="pimsim-nn latency_timeout_ms (default: twice a serial bound on the "
-                   "program's latency)")
+    e.add_argument("--inferences", type=int, metavar="M", help="a stream program (pipeline mode): "
+                   "unroll M inferences into straight-line code (default: the stream's own count)")
+    e.add_argument("--timeout-ms", type=_positive(float), metavar="MS", help="pimsim-nn "
+                   "latency_timeout_ms (default: twice a serial bound on the program's latency)")
     _add_target(e)
     _add_memory_flag(e)
 
@@ -772,9 +763,8 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout-selector", choices=["exact", "iterative"], default="exact",
                    help="exact: CP-SAT optimum over the layout tables the rules derive "
                    "(default); iterative: the spec's local search, for comparison")
-    p.add_argument("--disable-spatial-planning", action="store_true",
-                   help="select alternative 0 (dense) for every plan; materialization and "
-                   "verification still run")
+    p.add_argument("--disable-spatial-planning", action="store_true", help="select alternative 0 "
+                   "(dense) for every plan; materialization and verification still run")
     p.add_argument("--print-ir-after", metavar="PASS|all", choices=[*PASSES, "all"],
                    help=f"print the IR to stderr after a pass ({', '.join(PASSES)}) or all")
 
