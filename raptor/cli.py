@@ -11,7 +11,9 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -71,47 +73,49 @@ class CliError(Exception):
         self.code = code
 
 
-def _loaded(*names: str) -> tuple[type[Exception], ...]:
-    """The exception classes `module.Class` among `names` whose module is loaded (an
-    exception cannot come from a module that never loaded, and importing one costs time)."""
-    found = []
-    for name in names:
-        module, _, cls = name.rpartition(".")
-        if module in sys.modules:
-            found.append(getattr(sys.modules[module], cls))
-    return tuple(found)
+def _loaded(*names: str, base: tuple[type[Exception], ...] = ()) -> tuple[type[Exception], ...]:
+    """`base` and the exception classes `module.Class` among `names` whose module is loaded
+    (an exception cannot come from a module that never loaded, and importing one costs time)."""
+    split = (name.rpartition(".") for name in names)
+    return (*base, *(getattr(sys.modules[m], c) for m, _, c in split if m in sys.modules))
 
 
-def _failure(path: str, e: Exception) -> CliError | None:
-    """The one-line error for an expected failure of compiling or scheduling `path` (exit 1
-    for a model the target cannot run or IR that does not verify, 2 for bad input), or None
-    for anything else."""
-    if isinstance(e, (InputFileError, *_loaded("raptor.rewrite.eggfile.RuleError"))):
-        return CliError(str(e))
-    if isinstance(e, VerificationFailed):
-        return CliError(str(e), EXIT_FAIL)
-    if isinstance(e, _loaded("raptor.solver.peft.CapacityError",
-                             "raptor.passes.lower.CapacityExceeded",
-                             "raptor.solver.graph.GraphError",
-                             "raptor.passes.projection.ProjectionError",
-                             "raptor.solver.pipeline.problem.PipelineCapacityError")):
-        return CliError(_about(path, e), EXIT_FAIL)
-    if isinstance(e, (FrontendError, ValueError, *_loaded(
-            "raptor.passes.lower.LoweringError", "raptor.rewrite.layout.LayoutError"))):
-        return CliError(_about(path, e))
-    return None
+@contextmanager
+def _expected(path: str) -> Iterator[None]:
+    """An expected failure of compiling or scheduling `path` as its one-line `CliError` (exit
+    1 for a model the target cannot run or IR that does not verify, 2 for bad input)."""
+    try:
+        yield
+    except _loaded("raptor.rewrite.eggfile.RuleError", base=(InputFileError,)) as e:
+        raise CliError(str(e)) from None
+    except VerificationFailed as e:
+        raise CliError(str(e), EXIT_FAIL) from None
+    except _loaded("raptor.solver.peft.CapacityError", "raptor.passes.lower.CapacityExceeded",
+                   "raptor.solver.graph.GraphError", "raptor.passes.projection.ProjectionError",
+                   "raptor.solver.pipeline.problem.PipelineCapacityError") as e:
+        raise CliError(_about(path, e), EXIT_FAIL) from None
+    except _loaded("raptor.passes.lower.LoweringError", "raptor.rewrite.layout.LayoutError",
+                   base=(FrontendError, ValueError)) as e:
+        raise CliError(_about(path, e)) from None
 
 
-def _console(stderr: bool) -> Console:
+def _console(stderr: bool, markup: bool = True) -> Console:
     """Terminal output; tables keep their columns when piped (no 80-column default)."""
-    c = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    c = Console(stderr=stderr, highlight=False, soft_wrap=True, markup=markup)
     if not c.is_terminal:
-        c = Console(stderr=stderr, highlight=False, soft_wrap=True, width=160)
+        c = Console(stderr=stderr, highlight=False, soft_wrap=True, markup=markup, width=160)
     return c
 
 
 out = _console(stderr=False)
-err = _console(stderr=True)
+err = _console(stderr=True, markup=False)  # messages quote paths and IR: never markup
+
+
+def _stderr(lines: Sequence[object], prefix: str = "") -> bool:
+    """Print each line to stderr after `prefix`; whether there was any."""
+    for line in lines:
+        err.print(f"{prefix}{line}")
+    return bool(lines)
 
 
 def _parse_spat(path: str) -> Module:
@@ -122,19 +126,24 @@ def _parse_spat(path: str) -> Module:
         raise CliError(str(e), EXIT_FAIL if e.rule else EXIT_USAGE) from None
 
 
+def _command(sub: _Commands, name: str, func: Callable[[argparse.Namespace], int],
+             **kwargs: Any) -> argparse.ArgumentParser:
+    """The parser of subcommand `name`, which runs `func`."""
+    parser = sub.add_parser(name, **kwargs)
+    parser.set_defaults(func=func)
+    return parser
+
+
 # ------------------------------------------------------------------ verify
 def _verify_parser(sub: _Commands) -> None:
-    v = sub.add_parser("verify", help="parse and verify Spatial IR files (.spat)",
-                       description="Parse each file and check SSA, types, the graph-batch "
-                       "invariant (GCB-1..10), Blueprint rules (BP-1..5) and scheduled "
-                       "communication (SCH-*). Diagnostics go to stderr as "
-                       "file:line:col: error: [RULE] message.")
+    v = _command(sub, "verify", cmd_verify, help="parse and verify Spatial IR files (.spat)",
+                 description="Parse each file and check SSA, types, the graph-batch invariant "
+                 "(GCB-1..10), Blueprint rules (BP-1..5) and scheduled communication (SCH-*). "
+                 "Diagnostics go to stderr as file:line:col: error: [RULE] message.")
     v.add_argument("files", nargs="+", metavar="FILE.spat")
-    v.add_argument("--allow-assembly", action="store_true",
-                   help="accept the temporary logical-assembly batches emitted before "
-                   "canonicalization")
+    v.add_argument("--allow-assembly", action="store_true", help="accept the temporary "
+                   "logical-assembly batches emitted before canonicalization")
     v.add_argument("-q", "--quiet", action="store_true", help="print nothing for valid files")
-    v.set_defaults(func=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -143,17 +152,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         try:
             module = _parse_spat(path)
         except CliError as e:
-            err.print(str(e), markup=False)
+            err.print(str(e))
             code = max(code, e.code)
             continue
-        diags = verify_module(module, allow_assembly=args.allow_assembly)
-        for d in diags:
-            err.print(str(d), markup=False)
-        if diags:
+        if _stderr(verify_module(module, allow_assembly=args.allow_assembly)):
             code = max(code, EXIT_FAIL)
         elif not args.quiet:
-            n = sum(1 for _ in module.walk())
-            out.print(f"{path}: ok ({n} ops)")
+            out.print(f"{path}: ok ({sum(1 for _ in module.walk())} ops)")
     return code
 
 
@@ -176,16 +181,14 @@ def _inputs_for(path: str | None, module: Module) -> dict[str, np.ndarray]:
 
     def check(header: ArrayHeader) -> None:
         arg = args.get(_arg_key(header.key).lstrip("%"))
-        t = arg.type if arg is not None else None
-        if arg is not None and isinstance(t, TensorType) and t.is_static \
+        if arg is not None and isinstance(t := arg.type, TensorType) and t.is_static \
                 and header.shape != t.static_shape:
             raise InputFileError(f"{path}: array {header.key!r} has shape "
                                  f"{list(header.shape)} but @{main.sym_name} expects %{arg.name} "
                                  f"(argument {main.args.index(arg)}) as {t}")
         if math.prod(header.shape) > MAX_INPUT_ELEMENTS:
-            raise InputFileError(f"{path}: array {header.key!r} has shape "
-                                 f"{list(header.shape)}; inputs must be at most "
-                                 f"{MAX_INPUT_ELEMENTS:,} elements")
+            raise InputFileError(f"{path}: array {header.key!r} has shape {list(header.shape)}; "
+                                 f"inputs must be at most {MAX_INPUT_ELEMENTS:,} elements")
 
     try:
         data = read_arrays(path, check)
@@ -201,78 +204,63 @@ def _target(name: str) -> Target:
         raise CliError(str(e)) from None
 
 
-def _print_ir_hook(args: argparse.Namespace) -> Callable[[str, Module], None] | None:
-    which = getattr(args, "print_ir_after", None)
-    if not which:
-        return None
-
-    def hook(name: str, module: Module) -> None:
-        if which in ("all", name):
-            err.print(f"// ----- IR after {name} -----", markup=False)
-            err.print(module.print(), markup=False, end="")
-
-    return hook
-
-
 def _compile_options(args: argparse.Namespace) -> CompileOptions:
     """The options of a command that compiles a model."""
-    inputs = InputOptions(inputs=getattr(args, "inputs", None), constants=args.constants,
+    which = args.print_ir_after
+
+    def print_ir(name: str, module: Module) -> None:
+        if which in ("all", name):
+            err.print(f"// ----- IR after {name} -----")
+            err.print(module.print(), end="")
+
+    inputs = InputOptions(inputs=args.inputs, constants=args.constants,
                           shapes=dict(args.input_shape or []),
                           sample_inputs=not args.no_sample_inputs,
                           allow_nonfinite=args.allow_nonfinite, seed=getattr(args, "seed", 0))
     selector = "disabled" if args.disable_spatial_planning else args.layout_selector
     return CompileOptions(rules_dir=args.rules, layout_selector=selector,
-                          print_ir=_print_ir_hook(args), inputs=inputs)
+                          print_ir=print_ir if which else None, inputs=inputs)
 
 
 def _compile(args: argparse.Namespace, target: Target) -> Compiled:
-    try:
-        return compile_model(args.file, target, _compile_options(args))
-    except Exception as e:
-        failure = _failure(args.file, e)
-        if failure is None:
-            raise
-        raise failure from None
+    """Compile the command's model; its compile notes go to stderr."""
+    with _expected(args.file):
+        comp = compile_model(args.file, target, _compile_options(args))
+    _stderr(comp.notes, "note: ")
+    return comp
 
 
 def _interpret_parser(sub: _Commands) -> None:
-    i = sub.add_parser("interpret", help="run a .spat program or a lowered ONNX model",
-                       description="Run @main of a .spat file, or compile MODEL.onnx to graph "
-                       "IR and run that, with the reference interpreter. For .spat, inputs are "
-                       "an .npz keyed by argument name (x or %%x) or position (0, arg0, arr_0); "
-                       "for ONNX, keyed by graph input name (default: MODEL.npz beside the "
-                       "model, else seeded random inputs).")
+    i = _command(sub, "interpret", cmd_interpret,
+                 help="run a .spat program or a lowered ONNX model",
+                 description="Run @main of a .spat file, or compile MODEL.onnx to graph IR and run "
+                 "that, with the reference interpreter. For .spat, inputs are an .npz keyed by "
+                 "argument name (x or %%x) or position (0, arg0, arr_0); for ONNX, keyed by graph "
+                 "input name (default: MODEL.npz beside the model, else seeded random inputs).")
     i.add_argument("file", metavar="FILE.spat|MODEL.onnx")
     i.add_argument("--inputs", metavar="X.npz", help="input arrays")
     _add_input_options(i)
-    i.add_argument("--weights", metavar="W.npz",
-                   help="data for spat.weight @symbols (.spat; default: weights.npz beside "
-                   "the file, as raptor solve writes it)")
+    i.add_argument("--weights", metavar="W.npz", help="data for spat.weight @symbols (.spat; "
+                   "default: weights.npz beside the file, as raptor solve writes it)")
     i.add_argument("--out", metavar="Y.npz", help="write results (.spat: result0, ...; ONNX: "
                    "keyed by graph output name)")
     i.add_argument("--check", action="store_true", help="compare with the ONNX reference "
-                   "(onnxruntime; onnx.reference for a model it cannot run); exit 1 on "
-                   "mismatch")
+                   "(onnxruntime; onnx.reference for a model it cannot run); exit 1 on mismatch")
     i.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     i.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     _add_target(i)
     _add_compile_options(i)
-    i.set_defaults(func=cmd_interpret)
 
 
 def cmd_interpret(args: argparse.Namespace) -> int:
     if args.file.endswith(".onnx"):
         return _interpret_onnx(args)
     module = _parse_spat(args.file)
-    diags = verify_module(module, allow_assembly=True)
-    if diags:
-        for d in diags:
-            err.print(str(d), markup=False)
+    if _stderr(verify_module(module, allow_assembly=True)):
         return EXIT_FAIL
     weights = args.weights
-    beside = Path(args.file).with_name("weights.npz")  # what `raptor solve` writes
-    if weights is None and beside.is_file():
-        weights = str(beside)
+    if weights is None and (beside := Path(args.file).with_name("weights.npz")).is_file():
+        weights = str(beside)  # what `raptor solve` writes
     if weights:
         try:
             module.constants.update(load_npz(weights))
@@ -294,9 +282,7 @@ def cmd_interpret(args: argparse.Namespace) -> int:
 
 
 def _print_results(title: str, what: str, named: dict[str, np.ndarray]) -> None:
-    table = Table(title=title)
-    for col in (what, "shape", "min", "max", "mean"):
-        table.add_column(col)
+    table = Table(what, "shape", "min", "max", "mean", title=title)
     for k, r in named.items():
         table.add_row(k, "x".join(map(str, r.shape)), f"{r.min():.6g}", f"{r.max():.6g}",
                       f"{r.mean():.6g}")
@@ -316,10 +302,7 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
     from raptor.frontend.oracle import compare, reference_outputs
     from raptor.ir.interpreter import Interpreter
 
-    target = _target(args.target)
-    comp = _compile(args, target)
-    for note in comp.notes:
-        err.print(f"note: {note}", markup=False)
+    comp = _compile(args, _target(args.target))
     feeds = comp.feeds
     assert feeds is not None
     with np.errstate(all="ignore"):  # NaN/Inf inputs (--allow-nonfinite) propagate quietly
@@ -330,49 +313,43 @@ def _interpret_onnx(args: argparse.Namespace) -> int:
     if args.check:
         want, oracle, unavailable = reference_outputs(args.file, feeds.reference())
         if want is None:
-            err.print(f"note: {unavailable}", markup=False)
-            _save(args.out, named)
-            return code
-        check = Table(title=f"check against {oracle} (rtol {args.rtol:g}, atol {args.atol:g})")
-        for col in ("output", "max abs error", "max rel error", "ok"):
-            check.add_column(col)
-        for name, (ae, re_, ok) in compare(named, want, args.rtol, args.atol).items():
-            check.add_row(name, f"{ae:.3g}", f"{re_:.3g}", "yes" if ok else "NO")
-            if not ok:
-                code = EXIT_FAIL
-        out.print(check)
-        if code:
-            err.print(f"{args.file}: outputs differ from the {oracle} reference", markup=False)
+            err.print(f"note: {unavailable}")
+        else:
+            check = Table("output", "max abs error", "max rel error", "ok", title=f"check "
+                          f"against {oracle} (rtol {args.rtol:g}, atol {args.atol:g})")
+            for name, (ae, re_, ok) in compare(named, want, args.rtol, args.atol).items():
+                check.add_row(name, f"{ae:.3g}", f"{re_:.3g}", "yes" if ok else "NO")
+                code = code if ok else EXIT_FAIL
+            out.print(check)
+            if code:
+                err.print(f"{args.file}: outputs differ from the {oracle} reference")
     _save(args.out, named)
     return code
 
 
 # ------------------------------------------------------------------ inspect, target
 def _inspect_parser(sub: _Commands) -> None:
-    n = sub.add_parser("inspect", help="per-plan crossbars, lanes and MVMs of an ONNX model",
-                       description="Import and lower MODEL.onnx for the target and show, per "
-                       "plan, its op, shapes, crossbar tiles, lanes and MVMs, with totals: "
-                       "whether a model fits a target.")
+    n = _command(sub, "inspect", cmd_inspect,
+                 help="per-plan crossbars, lanes and MVMs of an ONNX model",
+                 description="Import and lower MODEL.onnx for the target and show, per plan, its "
+                 "op, shapes, crossbar tiles, lanes and MVMs, with totals: whether a model fits "
+                 "a target.")
     n.add_argument("file", metavar="MODEL.onnx")
     n.add_argument("--inputs", metavar="X.npz", help="input values (their shapes fix dynamic "
                    "dimensions; weights and shape operands among them are bound)")
     _add_input_options(n)
     _add_target(n)
     _add_compile_options(n)
-    n.set_defaults(func=cmd_inspect)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     target = _target(args.target)
     comp = _compile(args, target)
-    for note in comp.notes:
-        err.print(f"note: {note}", markup=False)
     low = comp.lowered
-    table = Table(title=f"{args.file} on target {target.name} "
-                  f"({target.crossbar_rows}x{target.crossbar_cols} crossbars)")
-    for col in ("plan", "op", "inputs", "output", "crossbars", "lanes", "MVMs"):
-        table.add_column(col, justify="right" if col in ("crossbars", "lanes", "MVMs") else
-                         "left")
+    table = Table("plan", "op", "inputs", "output", title=f"{args.file} on target "
+                  f"{target.name} ({target.crossbar_rows}x{target.crossbar_cols} crossbars)")
+    for col in ("crossbars", "lanes", "MVMs"):
+        table.add_column(col, justify="right")
     for s in low.stats:
         op = s.kind + (f"+{s.fused}" if s.fused else "")
         table.add_row(s.name, op, ", ".join("x".join(map(str, i)) for i in s.inputs),
@@ -392,12 +369,11 @@ def _rules_parser(sub: _Commands) -> None:
                        description="The canonicalization and layout rules are plain egglog "
                        "files; edit them and the compiler follows.")
     rsub = r.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", required=True)
-    rc = rsub.add_parser("check", help="parse and type-check every rule file",
-                         description="Load each rule program's files in manifest order and "
-                         "report file:line:col of the first error of each (exit 1).")
+    rc = _command(rsub, "check", cmd_rules_check, help="parse and type-check every rule file",
+                  description="Load each rule program's files in manifest order and "
+                  "report file:line:col of the first error of each (exit 1).")
     rc.add_argument("dir", nargs="?", metavar="DIR",
                     help="rules directory (default: $RAPTOR_RULES, else the shipped rules/)")
-    rc.set_defaults(func=cmd_rules_check)
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
@@ -405,10 +381,7 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
     from raptor.rewrite.eggfile import resolve_rules_dir
 
     directory = resolve_rules_dir(args.dir)
-    errors = check_rules(args.dir)
-    for e in errors:
-        err.print(e, markup=False)
-    if errors:
+    if _stderr(check_rules(args.dir)):
         return EXIT_FAIL
     files = sorted(p.name for p in directory.glob("*.egg"))
     out.print(f"{directory}: ok ({', '.join(files)})")
@@ -416,14 +389,13 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def _target_parser(sub: _Commands) -> None:
-    t = sub.add_parser("target", help="PIM target descriptions",
-                       description="Targets are TOML files overriding keys of the built-in "
-                       "'default' (PIMCOMP-NN / pimsim-nn: 8x8 mesh, 64 crossbars of 128x128 "
-                       "per core, 1 GHz).")
+    t = sub.add_parser("target", help="PIM target descriptions", description="Targets are TOML "
+                       "files overriding keys of the built-in 'default' (PIMCOMP-NN / pimsim-nn: "
+                       "8x8 mesh, 64 crossbars of 128x128 per core, 1 GHz).")
     tsub = t.add_subparsers(dest="target_command", metavar="SUBCOMMAND", required=True)
-    ts = tsub.add_parser("show", help="print every key of a target with derived figures")
+    ts = _command(tsub, "show", cmd_target_show,
+                  help="print every key of a target with derived figures")
     ts.add_argument("name", nargs="?", default="default", metavar="NAME|FILE.toml")
-    ts.set_defaults(func=cmd_target_show)
 
 
 def cmd_target_show(args: argparse.Namespace) -> int:
@@ -433,33 +405,27 @@ def cmd_target_show(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ solve
 def _solve_parser(sub: _Commands) -> None:
-    s = sub.add_parser("solve", help="compile an ONNX model, schedule it, simulate it",
-                       description="Compile MODEL.onnx for the target, schedule it for latency "
-                       "with the PEFT heuristic and an OR-Tools CP-SAT model side by side, "
-                       "materialize each schedule into scheduled IR with explicit channels, "
-                       "simulate it, and check its outputs against the ONNX reference. Prints "
-                       "one row per schedule and writes report.json, scheduled IR (.spat), "
-                       "Gantt charts of the estimate and the simulation and a NoC heatmap "
-                       "(SVG), Chrome traces and outputs (.npz) to --out. "
-                       "Exit 0 when every schedule validates and its numbers match, 1 "
-                       "otherwise.")
+    s = _command(sub, "solve", cmd_solve, help="compile an ONNX model, schedule it, simulate it",
+                 description="Compile MODEL.onnx for the target, schedule it for latency with the "
+                 "PEFT heuristic and an OR-Tools CP-SAT model side by side, materialize each "
+                 "schedule into scheduled IR with explicit channels, simulate it, and check its "
+                 "outputs against the ONNX reference. Prints one row per schedule and writes "
+                 "report.json, scheduled IR (.spat), Gantt charts of the estimate and the "
+                 "simulation and a NoC heatmap (SVG), Chrome traces and outputs (.npz) to --out. "
+                 "Exit 0 when every schedule validates and its numbers match, 1 otherwise.")
     s.add_argument("file", metavar="MODEL.onnx")
     _add_target(s)
-    s.add_argument("--mode", choices=list(MODES), default="latency",
-                   help="scheduling objective: latency (single-inference makespan, default) "
-                   "or pipeline (period of a stream of inferences: stages through shared "
-                   "memory, docs/pipeline.md)")
+    s.add_argument("--mode", choices=list(MODES), default="latency", help="scheduling objective: "
+                   "latency (single-inference makespan, default) or pipeline (period of a stream "
+                   "of inferences: stages through shared memory, docs/pipeline.md)")
     s.add_argument("--solver", choices=sorted({x for v in MODES.values() for x in v}),
-                   default="both",
-                   help="latency: peft (heuristic), cpsat (optimal or best found), or both "
-                   "(default); pipeline: pipeline (the spec's heuristic), cpsat (the CP-SAT "
-                   "pipeline model), or both (default)")
-    s.add_argument("--stream", type=int, metavar="M",
-                   help="pipeline mode: inferences to simulate (default 8): inference 0 on "
-                   "the given inputs, the others on seeded variations")
-    s.add_argument("--no-replication", action="store_true",
-                   help="pipeline mode: keep every crossbar tile on one core (no copies of "
-                   "bottleneck weights on spare crossbars)")
+                   default="both", help="latency: peft (heuristic), cpsat (optimal or best found), "
+                   "or both (default); pipeline: pipeline (the spec's heuristic), cpsat (the "
+                   "CP-SAT pipeline model), or both (default)")
+    s.add_argument("--stream", type=int, metavar="M", help="pipeline mode: inferences to simulate "
+                   "(default 8): inference 0 on the given inputs, the others on seeded variations")
+    s.add_argument("--no-replication", action="store_true", help="pipeline mode: keep every "
+                   "crossbar tile on one core (no copies of bottleneck weights on spare crossbars)")
     s.add_argument("--time-limit", type=_positive(float), default=10.0, metavar="S",
                    help="CP-SAT search limit (default 10): a deterministic work budget "
                    "of about S seconds on an idle 2-core machine, so reruns are identical; "
@@ -495,7 +461,6 @@ def _solve_parser(sub: _Commands) -> None:
                    "stream into straight-line code (default: --stream)")
     _add_memory_flag(s)
     _add_compile_options(s)
-    s.set_defaults(func=cmd_solve)
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
@@ -508,17 +473,15 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise CliError(f"--stream must be at least 1 inference, got {args.stream}")
     if args.no_replication and args.mode != "pipeline":
         raise CliError("--no-replication applies to --mode pipeline")
-    if args.export_inferences is not None and not (args.export_pimsim
-                                                   and args.mode == "pipeline"):
+    if args.export_inferences is not None and not (args.export_pimsim and args.mode == "pipeline"):
         raise CliError("--export-inferences applies to --mode pipeline with --export-pimsim")
-    if args.export_inferences is not None and not 1 <= args.export_inferences <= (
-            args.stream or 8):
+    if args.export_inferences is not None and not 1 <= args.export_inferences <= (args.stream or 8):
         raise CliError(f"--export-inferences must be 1..{args.stream or 8} (the inferences "
                        f"of --stream), got {args.export_inferences}")
     target = _target(args.target)
     compile_opts = _compile_options(args)
     with LiveProgress(Console(stderr=True), enabled=not args.json) as progress:
-        try:
+        with _expected(args.file):
             progress("checking the model and its inputs")
             imported = import_with_inputs(args.file, compile_opts.inputs)
             from raptor.sim import SimOptions
@@ -534,14 +497,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
                 allow_memory_overflow=args.allow_memory_overflow, mode=args.mode,
                 stream=args.stream or 8, replication=not args.no_replication)
             solved = solve(args.file, target, opts, progress, imported=imported)
-        except Exception as e:
-            failure = _failure(args.file, e)
-            if failure is None:
-                raise
-            raise failure from None
         rep = report(solved)
-        caught: _Warnings | None = getattr(args, "warnings", None)
-        rep["warnings"] = caught.lines if caught is not None else []
+        rep["warnings"] = args.warnings.lines
         exported, export_failed = _export_runs(args.export_pimsim, solved, rep,
                                                args.export_inferences) \
             if args.export_pimsim else ([], [])
@@ -552,19 +509,16 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
-        for note in solved.notes:
-            err.print(f"note: {note}", markup=False)
+        _stderr(solved.notes, "note: ")
         print_results(Console(highlight=False), rep, wide=args.wide, files=wrote)
         for line in exported:
             out.print(line, markup=False)
-    for line in export_failed:
-        err.print(line, markup=False)
+    _stderr(export_failed)
     failed = [r.name for r in solved.runs if not r.ok] + export_failed
     for r in solved.runs:
-        for v in (r.violations + r.scheduled_errors)[:5]:
-            err.print(f"{r.name}: invalid schedule: {v}", markup=False)
+        _stderr((r.violations + r.scheduled_errors)[:5], f"{r.name}: invalid schedule: ")
         if r.sim_error:
-            err.print(f"{r.name}: simulation failed: {r.sim_error}", markup=False)
+            err.print(f"{r.name}: simulation failed: {r.sim_error}")
         if r.numerics and not all(ok for _, _, ok in r.numerics.values()):
             err.print(f"{r.name}: simulated outputs differ from the {solved.oracle} reference",
                       markup=False)
@@ -572,7 +526,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         over = r.memory_summary
         for line in over if r.memory_errors else []:
             err.print(f"{r.name}: local memory: {line} (every core in report.json; "
-                      "--allow-memory-overflow lets it through)", markup=False)
+                      "--allow-memory-overflow lets it through)")
         for line in over if r.memory_warnings else []:
             err.print(f"{r.name}: warning: {line} (allowed by --allow-memory-overflow)",
                       markup=False)
@@ -610,68 +564,57 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
             failed.append(f"{run.name}: cannot export to pimsim-nn: {e}")
             rep["schedules"][run.name]["pimsim_export"] = {"error": str(e)}
             continue
-        if stream:
-            try:
-                write_export(ex, d)
-            except OSError as e:
-                raise CliError(f"cannot write {d}: {e.strerror or e}") from None
-            done[id(run.scheduled)] = run.name
-            count = inferences or solved.stream
-            period = rep["schedules"][run.name].get("simulated_period_ns")
-            rep["schedules"][run.name]["pimsim_export"] = {
-                "dir": str(d), "instructions": ex.instructions, "inferences": count,
-                "stand_ins": dict(ex.notes)}
-            lines.append(f"{run.name}: exported {count} inferences unrolled, "
-                         f"{ex.instructions:,} pimsim-nn instructions on "
-                         f"{sum(1 for p in ex.cores.values() if p.instructions)} cores to "
-                         f"{d}/ (Raptor's simulated period: {ns(period)} ns; pimsim-nn's "
-                         f"latency is the whole stream's); run: ChipTest {d}/program "
-                         f"{d}/chip.json")
-            continue
         model_ns = None
-        try:
-            with pimsim_order(run.scheduled):  # the exported order (receives block there)
-                sim = Simulator(run.scheduled, solved.target, timings=ex.timings)
-            model_ns = sim.timing(SimOptions.pimsim(trace=False)).latency_ns
-        except SimError as e:
-            lines.append(f"{run.name}: Raptor's simulator under pimsim-nn's model failed: {e}")
+        if not stream:
+            try:
+                with pimsim_order(run.scheduled):  # the exported order (receives block there)
+                    sim = Simulator(run.scheduled, solved.target, timings=ex.timings)
+                model_ns = sim.timing(SimOptions.pimsim(trace=False)).latency_ns
+            except SimError as e:
+                lines.append(f"{run.name}: Raptor's simulator under pimsim-nn's model failed: {e}")
         try:
             write_export(ex, d)
         except OSError as e:
             raise CliError(f"cannot write {d}: {e.strerror or e}") from None
         done[id(run.scheduled)] = run.name
-        rep["schedules"][run.name]["pimsim_export"] = {
-            "dir": str(d), "instructions": ex.instructions, "pimsim_model_ns": model_ns,
-            "stand_ins": dict(ex.notes)}
-        lines.append(f"{run.name}: exported {ex.instructions:,} pimsim-nn instructions on "
-                     f"{sum(1 for p in ex.cores.values() if p.instructions)} cores to {d}/ "
-                     f"(Raptor's simulator under pimsim-nn's model: {ns(model_ns)} ns); "
-                     f"run: ChipTest {d}/program {d}/chip.json")
+        entry = rep["schedules"][run.name]
+        cores = sum(1 for p in ex.cores.values() if p.instructions)
+        run_it = f"run: ChipTest {d}/program {d}/chip.json"
+        if stream:
+            count = inferences or solved.stream
+            entry["pimsim_export"] = {"dir": str(d), "instructions": ex.instructions,
+                                      "inferences": count, "stand_ins": dict(ex.notes)}
+            lines.append(f"{run.name}: exported {count} inferences unrolled, "
+                         f"{ex.instructions:,} pimsim-nn instructions on {cores} cores to {d}/ "
+                         f"(Raptor's simulated period: {ns(entry.get('simulated_period_ns'))} "
+                         f"ns; pimsim-nn's latency is the whole stream's); {run_it}")
+        else:
+            entry["pimsim_export"] = {"dir": str(d), "instructions": ex.instructions,
+                                      "pimsim_model_ns": model_ns, "stand_ins": dict(ex.notes)}
+            lines.append(f"{run.name}: exported {ex.instructions:,} pimsim-nn instructions on "
+                         f"{cores} cores to {d}/ (Raptor's simulator under pimsim-nn's model: "
+                         f"{ns(model_ns)} ns); {run_it}")
     return lines, failed
 
 
 # ------------------------------------------------------------------ export
 def _export_parser(sub: _Commands) -> None:
-    e = sub.add_parser("export", help="export scheduled IR to the pimsim-nn simulator",
-                       description="Allocate local memory for every core of a scheduled "
-                       "program (`scheduled.<solver>.spat` from `raptor solve`), lower it to "
-                       "pimsim-nn instructions and write DIR/program/ (config.json and "
-                       "core_<id>.json), DIR/chip.json and DIR/noc.json derived from the "
-                       "target, and DIR/export.json (what was exported), so that `ChipTest "
-                       "DIR/program DIR/chip.json` runs it in latency mode. Checks what "
-                       "pimsim-nn does not (send/receive sizes and partners, array groups, "
-                       "addresses, deadlock) and refuses with exit 1.")
+    e = _command(sub, "export", cmd_export, help="export scheduled IR to the pimsim-nn simulator",
+                 description="Allocate local memory for every core of a scheduled program "
+                 "(`scheduled.<solver>.spat` from `raptor solve`), lower it to pimsim-nn "
+                 "instructions and write DIR/program/ (config.json and core_<id>.json), "
+                 "DIR/chip.json and DIR/noc.json derived from the target, and DIR/export.json "
+                 "(what was exported), so that `ChipTest DIR/program DIR/chip.json` runs it in "
+                 "latency mode. Checks what pimsim-nn does not (send/receive sizes and partners, "
+                 "array groups, addresses, deadlock) and refuses with exit 1.")
     e.add_argument("file", metavar="FILE.spat")
     e.add_argument("--pimsim", required=True, metavar="DIR", help="output directory")
-    e.add_argument("--inferences", type=int, metavar="M",
-                   help="a stream program (pipeline mode): unroll M inferences into "
-                   "straight-line code (default: the stream's own count)")
-    e.add_argument("--timeout-ms", type=_positive(float), metavar="MS",
-                   help="pimsim-nn latency_timeout_ms (default: twice a serial bound on the "
-                   "program's latency)")
+    e.add_argument("--inferences", type=int, metavar="M", help="a stream program (pipeline mode): "
+                   "unroll M inferences into straight-line code (default: the stream's own count)")
+    e.add_argument("--timeout-ms", type=_positive(float), metavar="MS", help="pimsim-nn "
+                   "latency_timeout_ms (default: twice a serial bound on the program's latency)")
     _add_target(e)
     _add_memory_flag(e)
-    e.set_defaults(func=cmd_export)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -680,10 +623,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     target = _target(args.target)
     module = _parse_spat(args.file)
-    diags = verify_module(module)
-    if diags:
-        for diag in diags:
-            err.print(str(diag), markup=False)
+    if _stderr(verify_module(module)):
         return EXIT_FAIL
     count = stream_count(module)
     if args.inferences is not None and (count is None or not 1 <= args.inferences <= count):
@@ -702,12 +642,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     except OSError as e:
         raise CliError(f"cannot write {args.pimsim}: {e.strerror or e}") from None
     for line in ex.overflow:
-        err.print(f"warning: {line} (allowed by --allow-memory-overflow)", markup=False)
-    top = plan.peak
+        err.print(f"warning: {line} (allowed by --allow-memory-overflow)")
     active = sum(1 for p in ex.cores.values() if p.instructions)
     out.print(f"{args.file}: {ex.instructions:,} pimsim-nn instructions on {active} cores "
               f"-> {d}/ (program/, chip.json, noc.json, export.json)")
-    if top is not None:
+    if (top := plan.peak) is not None:
         out.print(f"local memory: peak {top.peak_bytes:,} bytes on core {top.core} of "
                   f"{target.local_memory_bytes:,}; shared {plan.shared_bytes:,} of "
                   f"{target.shared_memory_bytes:,}")
@@ -719,13 +658,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ sweep
 def _sweep_parser(sub: _Commands) -> None:
-    w = sub.add_parser("sweep", help="solve a grid of models x targets x options on Dask",
-                       description="Run `raptor solve` on every point of the grid in SWEEP.toml "
-                       "(models, a base target, [grid] over target keys, mode, solver and "
-                       "solver options, [solve] for shared options; docs/sweep.md) as Dask "
-                       "tasks, and write results.csv, results.json, each point's report.json "
-                       "and Pareto plots (SVG, PNG) to --out. Each row is written as its point "
-                       "finishes. Exit 0 when every point is ok, 1 when one failed.")
+    w = _command(sub, "sweep", cmd_sweep, help="solve a grid of models x targets x options on Dask",
+                 description="Run `raptor solve` on every point of the grid in SWEEP.toml "
+                 "(models, a base target, [grid] over target keys, mode, solver and "
+                 "solver options, [solve] for shared options; docs/sweep.md) as Dask "
+                 "tasks, and write results.csv, results.json, each point's report.json "
+                 "and Pareto plots (SVG, PNG) to --out. Each row is written as its point "
+                 "finishes. Exit 0 when every point is ok, 1 when one failed.")
     w.add_argument("file", metavar="SWEEP.toml")
     w.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask cluster "
                    "(tcp://host:8786, started with `dask scheduler` and `dask worker`); "
@@ -737,7 +676,6 @@ def _sweep_parser(sub: _Commands) -> None:
     w.add_argument("--resume", action="store_true", help="keep the finished rows in DIR whose "
                    "inputs hash matches a point, run the others")
     w.add_argument("--dry-run", action="store_true", help="validate and list the points only")
-    w.set_defaults(func=cmd_sweep)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -755,8 +693,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "processing-in-memory many-core chips.",
         epilog="Exit codes: 0 ok, 1 verification or compile failure, 2 usage or input error.")
     p.add_argument("--debug", action="store_true",
-                   help="on an internal error, print the Python traceback (also "
-                   "RAPTOR_DEBUG=1)")
+                   help="on an internal error, print the Python traceback (also RAPTOR_DEBUG=1)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     _solve_parser(sub)
     _export_parser(sub)
@@ -826,26 +763,23 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout-selector", choices=["exact", "iterative"], default="exact",
                    help="exact: CP-SAT optimum over the layout tables the rules derive "
                    "(default); iterative: the spec's local search, for comparison")
-    p.add_argument("--disable-spatial-planning", action="store_true",
-                   help="select alternative 0 (dense) for every plan; materialization and "
-                   "verification still run")
+    p.add_argument("--disable-spatial-planning", action="store_true", help="select alternative 0 "
+                   "(dense) for every plan; materialization and verification still run")
     p.add_argument("--print-ir-after", metavar="PASS|all", choices=[*PASSES, "all"],
                    help=f"print the IR to stderr after a pass ({', '.join(PASSES)}) or all")
 
 
 class _Warnings:
-    """Python warnings a command raises (numpy overflow, a library's notice) that the
-    warning filters let through: one line per distinct message, with a count when several
-    places raised it, for report.json and for stderr at the end, instead of Python's raw
-    `file:line: Category: message` text and source line."""
+    """The Python warnings a command raises that the filters let through, one line per
+    distinct message with a count (for report.json and stderr at the end), instead of
+    Python's raw `file:line: Category: message` text and source line."""
 
     def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
+        self.counts: Counter[str] = Counter()
 
     def show(self, message: Warning | str, category: type[Warning], filename: str,
              lineno: int, file: Any = None, line: str | None = None) -> None:
-        text = " ".join(str(message).split())[:200] or category.__name__
-        self.counts[text] = self.counts.get(text, 0) + 1
+        self.counts[" ".join(str(message).split())[:200] or category.__name__] += 1
 
     @property
     def lines(self) -> list[str]:
@@ -858,14 +792,6 @@ def internal_error(e: BaseException) -> str:
     detail = f"{type(e).__name__}: {text[:160]}" if text else type(e).__name__
     return (f"raptor: internal error ({detail}); this is a bug in Raptor, please report it "
             "with the command and its input files (--debug shows the traceback)")
-
-
-def _skip_final_collection() -> None:
-    """Freeze every live object out of the cyclic collector's reach. Re-enabling the
-    collector after a command made its next collection scan the whole heap, and the
-    interpreter collects again at exit: on ResNet-18 (a 2 GB heap of IR cycles) that was
-    5.6 s of a pipeline solve, to free memory the ending process returns anyway."""
-    gc.freeze()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -883,30 +809,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 return func(args)
             finally:
-                if argv is None:  # the `raptor` program: the process ends next
-                    _skip_final_collection()
+                # the `raptor` program, whose process ends next: freeze every live object
+                # out of the cyclic collector's reach. Re-enabling the collector made its
+                # next collection scan the whole heap, and the interpreter collects again
+                # at exit: on ResNet-18 (a 2 GB heap of IR cycles) that was 5.6 s of a
+                # pipeline solve, to free memory the ending process returns anyway.
+                if argv is None:
+                    gc.freeze()
     except CliError as e:
-        err.print(str(e), markup=False)
+        err.print(str(e))
         return e.code
     except KeyboardInterrupt:
         err.print("interrupted")
-        return EXIT_FAIL
-    except MemoryError:
-        if debug:
-            traceback.print_exc()
-        err.print("raptor: out of memory; the input needs more memory than this machine "
-                  "gives the process (try a smaller model or target)", markup=False)
         return EXIT_FAIL
     except (SystemExit, GeneratorExit):
         raise
     except BaseException as e:  # egglog's PanicException derives from BaseException
         if debug:
             traceback.print_exc()
-        err.print(internal_error(e), markup=False)
+        err.print("raptor: out of memory; the input needs more memory than this machine gives "
+                  "the process (try a smaller model or target)" if isinstance(e, MemoryError)
+                  else internal_error(e))
         return EXIT_FAIL
     finally:
-        for line in caught.lines:
-            err.print(f"warning: {line}", markup=False)
+        _stderr(caught.lines, "warning: ")
 
 
 if __name__ == "__main__":

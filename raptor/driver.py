@@ -1,7 +1,7 @@
 """The compiler pipeline as named passes, shared by the CLI and the tests.
 
 import → layout → lower → canonicalize → (ComputeGraph, schedules) → materialize → simulate.
-The IR verifies after every pass (`verify_each`); `print_ir` sees each pass's output.
+The IR verifies after every pass; `print_ir` sees each pass's output.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import re
 import warnings
 import zipfile
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,7 +94,6 @@ class InputOptions:
 class CompileOptions:
     rules_dir: str | os.PathLike[str] | None = None
     layout_selector: str = "exact"  # exact | iterative | disabled
-    verify_each: bool = True
     print_ir: IRHook | None = None
     inputs: InputOptions = field(default_factory=InputOptions)
 
@@ -132,17 +132,15 @@ class Compiled:
 
     @property
     def fired(self) -> dict[str, int]:
-        out = dict(self.selection.fired)
-        for k, n in self.canon.fired.items():
-            out[k] = out.get(k, 0) + n
-        return out
+        out = Counter(self.selection.fired)
+        out.update(self.canon.fired)
+        return dict(out)
 
 
 def _check(name: str, module: Module, opts: CompileOptions, assembly: bool = False) -> None:
-    if opts.verify_each:
-        diags = verify_module(module, allow_assembly=assembly)
-        if diags:
-            raise VerificationFailed(name, diags)
+    diags = verify_module(module, allow_assembly=assembly)
+    if diags:
+        raise VerificationFailed(name, diags)
     if opts.print_ir is not None:
         opts.print_ir(name, module)
 
@@ -159,11 +157,9 @@ def compile_model(model: str | Path, target: Target, opts: CompileOptions | None
 
     opts = opts or CompileOptions()
     graph, feeds = imported or import_with_inputs(model, opts.inputs)
-    if opts.print_ir is not None or opts.verify_each:
-        _check("import", plan_module(graph), opts)
+    _check("import", plan_module(graph), opts)
     selection, layouts = select_layouts(graph, opts.layout_selector, opts.rules_dir)
-    if opts.print_ir is not None or opts.verify_each:
-        _check("layout", plan_module(graph, layouts), opts)
+    _check("layout", plan_module(graph, layouts), opts)
     lowered = lower(graph, target, layouts)
     _check("lower", lowered.module, opts, assembly=True)
     canon = canonicalize(lowered.module, opts.rules_dir)
@@ -186,9 +182,6 @@ MAX_INPUT_ELEMENTS = 1 << 28
 class _Declared:
     name: str
     dims: list[int | str]  # a size, or the spelling of a dynamic dimension
-
-    def spelled(self) -> str:
-        return f"[{', '.join(map(str, self.dims))}]"
 
 
 def _declared(proto: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> list[_Declared]:
@@ -233,7 +226,7 @@ def _check_header(path: str, header: ArrayHeader, decl: _Declared, model: str) -
     if not fits:
         raise InputFileError(
             f"{path}: array {header.key!r} has shape {list(header.shape)} but input "
-            f"{decl.name!r} of {model} is {decl.spelled()}")
+            f"{decl.name!r} of {model} is [{', '.join(map(str, decl.dims))}]")
     if min(header.shape, default=1) <= 0 or math.prod(header.shape) > MAX_INPUT_ELEMENTS:
         raise InputFileError(
             f"{path}: array {header.key!r} has shape {list(header.shape)}; inputs must be "
@@ -289,13 +282,11 @@ def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph
     inputs (headers before data), bind constants and shapes, import, and complete the inputs
     (seeded random normals for data no file gives). Everything here runs before layout
     planning, so a wrong input file costs no scheduling time."""
-    label = str(model)
-    proto, label = load_model(label)
+    proto, label = load_model(str(model))
     declared = _declared(proto, opts.shapes)
     notes: list[str] = []
     bound: dict[str, np.ndarray] = {}
     data: dict[str, np.ndarray] = {}
-    source = None
     if opts.constants is not None:
         bound.update(_read_inputs(opts.constants, declared, label, opts.allow_nonfinite))
     path = opts.inputs
@@ -309,7 +300,6 @@ def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph
                 raise InputFileError(f"{path}: input {name!r} is also given by --constants "
                                      f"{opts.constants}")
             (bound if name in params else data)[name] = array
-        source = path
     if bound:
         notes.append(f"bound as constants: {', '.join(bound)}")
     shapes = dict(opts.shapes)
@@ -330,10 +320,10 @@ def import_with_inputs(model: str | Path, opts: InputOptions) -> tuple[PlanGraph
             raise
         given_shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in data.items())
         raise FrontendError(f"{e} (with the input shapes of {path}: {given_shapes})") from None
-    if source is None:
+    if path is None:
         rng = np.random.default_rng(opts.seed)
         data = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in graph.inputs}
-        source = f"random normal (seed {opts.seed})"
+    source = path if path is not None else f"random normal (seed {opts.seed})"
     ordered = {}
     for v in graph.inputs:
         with warnings.catch_warnings():

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 
@@ -57,6 +58,9 @@ from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.solver.watch import SearchReport
 from raptor.target import Target
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass
@@ -187,6 +191,15 @@ def _searching(say: Progress, phase: str) -> SearchReport:
     return lambda incumbent, bound: say(phase, incumbent_ns=incumbent, bound_ns=bound)
 
 
+def _timed(seconds: dict[str, float], key: str, f: Callable[P, T], *args: P.args,
+           **kwargs: P.kwargs) -> T:
+    """`f(*args, **kwargs)`, its wall time recorded in `seconds[key]` (report.json)."""
+    t0 = time.perf_counter()
+    result = f(*args, **kwargs)
+    seconds[key] = time.perf_counter() - t0
+    return result
+
+
 def _quiet(msg: str, /, *, limit_s: float | None = None, incumbent_ns: int | None = None,
            bound_ns: int | None = None) -> None:
     """The default `Progress`: says nothing."""
@@ -206,9 +219,7 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     violations = validate_schedule(solved_build.graph, target, res)
     fit = _fit_memory(solved_build, target, res, lambda flow: materialize(
         comp.module, solved_build.projection, solved_build.outputs,
-        ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow))
-    if print_ir is not None:
-        print_ir("materialize", fit.scheduled)
+        ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow), print_ir=print_ir)
     return ScheduleRun(name, res, fit.flow.makespan_ns, violations, fit.scheduled, fit.errors,
                        ideal_estimate_ns=res.summary["completion_ns"], memory=fit.memory,
                        flow=fit.flow, materializations=fit.rounds)
@@ -226,12 +237,14 @@ class _Fitted:
 
 
 def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
-                make: Callable[[Flow], Module], first: Replay | None = None) -> _Fitted:
+                make: Callable[[Flow], Module], first: Replay | None = None,
+                print_ir: IRHook | None = None) -> _Fitted:
     """Build a program with `make` from the communication model's receive and send points
     (`raptor.solver.comm.replay` within a per-core budget), verify it and plan its local
     memory; while a core's footprint exceeds its memory and a tighter budget can help (its
     tasks alone need less), cut that core's budget by the overshoot and build again, at most
-    `MEMORY_ROUNDS` times. `first`: the first round's replay, if the caller has it."""
+    `MEMORY_ROUNDS` times. `first`: the first round's replay, if the caller has it;
+    `print_ir` sees the program kept."""
     g = build.graph
     budget: list[int] | None = None
     rounds = 0
@@ -252,6 +265,8 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
             if rounds > 1:
                 errors = [str(d) for d in verify_module(scheduled)]
                 memory = memory if not errors else None
+            if print_ir is not None:
+                print_ir("materialize", scheduled)
             return _Fitted(scheduled, errors, memory, rep, rounds)
         budget = list(rep.budget)
         for core, peak in over.items():  # cut by the overshoot and 3 % more
@@ -278,10 +293,8 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
     say = progress or _quiet
     seconds: dict[str, float] = {}
     say("compiling")
-    t0 = time.perf_counter()
-    comp = compiled if compiled is not None else compile_model(model, target, opts.compile,
-                                                               imported)
-    seconds["compile"] = time.perf_counter() - t0
+    comp = _timed(seconds, "compile", lambda: compiled if compiled is not None else
+                  compile_model(model, target, opts.compile, imported))
     # what the other layout selectors would have cost on the same rule tables
     layout_costs = {comp.selection.selector: comp.selection.cost}
     for selector in ("exact", "iterative", "disabled"):
@@ -289,31 +302,23 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
             layout_costs[selector] = select_layouts(comp.graph, selector,
                                                     opts.compile.rules_dir)[0].cost
     say("building the task graph")
-    t0 = time.perf_counter()
-    build = build_compute_graph(comp.module.main(), target)
-    seconds["graph"] = time.perf_counter() - t0
+    build = _timed(seconds, "graph", build_compute_graph, comp.module.main(), target)
     bounds = lower_bounds(build.graph, target)
     if opts.mode == "pipeline":
-        return _solve_pipeline(model, target, opts, say, comp, build, bounds, seconds,
-                               layout_costs)
+        return _solve_pipeline(model, target, opts, say, comp, build, bounds, seconds, layout_costs)
     runs = []
     say(f"PEFT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores")
-    t0 = time.perf_counter()
-    heuristic = peft_schedule(build.graph, target)
-    seconds["peft"] = time.perf_counter() - t0
+    heuristic = _timed(seconds, "peft", peft_schedule, build.graph, target)
     if opts.solver in ("peft", "both"):
         say("materializing the peft schedule")
-        runs.append(_run_schedule("peft", heuristic, build, comp, target,
-                                  opts.compile.print_ir))
+        runs.append(_run_schedule("peft", heuristic, build, comp, target, opts.compile.print_ir))
     if opts.solver in ("cpsat", "both"):
         phase = (f"CP-SAT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores, "
                  f"{opts.workers} workers")
         say(phase, limit_s=opts.time_limit)
-        t0 = time.perf_counter()
-        cp = cpsat_schedule(build.graph, target, CpSatOptions(
+        cp = _timed(seconds, "cpsat", cpsat_schedule, build.graph, target, CpSatOptions(
             time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed,
             on_progress=_searching(say, phase)), initial=heuristic)
-        seconds["cpsat"] = time.perf_counter() - t0
         same = runs and cp.core_of == heuristic.core_of and cp.core_tasks == heuristic.core_tasks
         if same:  # the heuristic schedule came back (time-out or not run): reuse its program
             runs.append(dataclasses.replace(runs[0], name="cpsat", result=cp))
@@ -400,31 +405,23 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     target cannot hold the model's weights even with every stage on its own cores."""
     g = build.graph
     say(f"pipeline groups: {g.num_tasks:,} tasks on {target.num_cores} cores")
-    t0 = time.perf_counter()
-    problem = build_problem(g, target, build=build)
-    seconds["pipeline_problem"] = time.perf_counter() - t0
+    problem = _timed(seconds, "pipeline_problem", build_problem, g, target, build=build)
     say(f"pipeline heuristic: {problem.num_groups} groups on {target.num_cores} cores")
-    t0 = time.perf_counter()
-    heuristic = heuristic_pipeline(problem, opts.replication)
-    seconds["pipeline"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    followed, flow = _follow(problem, heuristic, target, opts.replication)
-    seconds["pipeline_follow"] = time.perf_counter() - t0
+    heuristic = _timed(seconds, "pipeline", heuristic_pipeline, problem, opts.replication)
+    followed, flow = _timed(seconds, "pipeline_follow", _follow, problem, heuristic, target,
+                            opts.replication)
     runs: list[ScheduleRun] = []
     if opts.solver in ("pipeline", "both"):
         say("materializing the pipeline stream")
-        t0 = time.perf_counter()
-        runs.append(_run_stream("pipeline", followed, problem, build, comp, target, opts,
-                                flow))
-        seconds["stream.pipeline"] = time.perf_counter() - t0
+        runs.append(_timed(seconds, "stream.pipeline", _run_stream, "pipeline", followed,
+                           problem, build, comp, target, opts, flow))
     if opts.solver in ("cpsat", "both"):
         phase = f"CP-SAT pipeline model: {problem.num_groups} groups, {opts.workers} workers"
         say(phase, limit_s=opts.time_limit)
-        t0 = time.perf_counter()
-        cp = cpsat_pipeline(problem, opts.replication, CpSatPipelineOptions(
-            time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed,
-            on_progress=_searching(say, phase)), initial=heuristic)
-        seconds["cpsat"] = time.perf_counter() - t0
+        cp = _timed(seconds, "cpsat", cpsat_pipeline, problem, opts.replication,
+                    CpSatPipelineOptions(time_limit=opts.time_limit, num_workers=opts.workers,
+                                         seed=opts.seed, on_progress=_searching(say, phase)),
+                    initial=heuristic)
         same = cp.schedule.core_of == heuristic.schedule.core_of and \
             cp.schedule.core_tasks == heuristic.schedule.core_tasks
         cp_flow = flow
@@ -442,14 +439,11 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                     solve_seconds=cp.schedule.solve_seconds,
                     notes=[*cp.schedule.notes, refined]))
         if same and runs:  # the same placement: reuse its program (and its simulation)
-            runs.append(dataclasses.replace(runs[0], name="cpsat", pipeline=cp,
-                                            result=cp.schedule))
+            runs.append(dataclasses.replace(runs[0], name="cpsat", pipeline=cp, result=cp.schedule))
         else:
             say("materializing the cpsat stream")
-            t0 = time.perf_counter()
-            runs.append(_run_stream("cpsat", cp, problem, build, comp, target, opts,
-                                    cp_flow))
-            seconds["stream.cpsat"] = time.perf_counter() - t0
+            runs.append(_timed(seconds, "stream.cpsat", _run_stream, "cpsat", cp, problem,
+                               build, comp, target, opts, cp_flow))
     _memory_verdict(runs, opts, target)
     assert comp.feeds is not None
     notes = list(comp.notes)
@@ -461,17 +455,15 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         wants, oracle, note = reference_stream(model, [{**comp.feeds.bound, **d} for d in data])
         if note is not None:
             notes.append(note)
-        names = [v.name for v in comp.graph.inputs]
-        stacked = {k: np.stack([d[k] for d in data]) for k in names}
+        stacked = {v.name: np.stack([d[v.name] for d in data]) for v in comp.graph.inputs}
+
         def check(run: ScheduleRun, ideal: SimReport) -> None:
             assert run.sim is not None
             run.ideal, run.ideal_ns = ideal, ideal.inference_end_ns[0]
             if wants is not None:
-                per = []
-                for n, want in enumerate(wants):
-                    got = {v.name: o[n] for v, o in zip(comp.graph.outputs, run.sim.outputs,
-                                                         strict=True)}
-                    per.append(compare(got, want, opts.rtol, opts.atol))
+                outs = [v.name for v in comp.graph.outputs]
+                per = [compare({k: o[n] for k, o in zip(outs, run.sim.outputs, strict=True)},
+                               want, opts.rtol, opts.atol) for n, want in enumerate(wants)]
                 run.inference_numerics = per
                 run.numerics = {k: (max(p[k][0] for p in per), max(p[k][1] for p in per),
                                     all(p[k][2] for p in per)) for k in per[0]}
@@ -522,9 +514,7 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
         infos.append(info)
         return scheduled
 
-    fit = _fit_memory(build, target, sch, make, first)
-    if opts.compile.print_ir is not None:
-        opts.compile.print_ir("materialize", fit.scheduled)
+    fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir)
     est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, infos[-1],
                           opts.stream, RING, len(pr.stages), fit.flow.sends)
     return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,
@@ -548,21 +538,14 @@ def _memory_verdict(runs: list[ScheduleRun], opts: SolveOptions, target: Target)
 def _link_busy(sim: Simulator, target: Target) -> list[int]:
     """Busy time of every directed mesh link in the simulated run: each message holds each
     link of its route for its serialisation time."""
-    busy: dict[int, int] = {}
+    busy: Counter[int] = Counter()
     for prog in sim.program.cores.values():
-        for ins in prog:
-            if ins.kind == SEND:
-                _, ser, links = ins.route
-                for link in links:
-                    busy[link] = busy.get(link, 0) + ser
+        for _, ser, links in (ins.route for ins in prog if ins.kind == SEND):
+            busy.update(dict.fromkeys(links, ser))
     rows, cols, n = target.mesh_rows, target.mesh_cols, target.num_cores
-    out = []
-    for a in range(n):
-        r, c = divmod(a, cols)
-        for dr, dc in ((0, 1), (0, -1), (1, 0), (-1, 0)):
-            if 0 <= r + dr < rows and 0 <= c + dc < cols:
-                out.append(busy.get(a * n + (r + dr) * cols + c + dc, 0))
-    return out
+    return [busy[a * n + (r + dr) * cols + c + dc] for a in range(n) for r, c in [divmod(a, cols)]
+            for dr, dc in ((0, 1), (0, -1), (1, 0), (-1, 0))
+            if 0 <= r + dr < rows and 0 <= c + dc < cols]
 
 
 def _communication(run: ScheduleRun) -> dict[str, Any]:
@@ -593,8 +576,8 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
     """A pipeline schedule's report fields (docs/spec/ARCHITECTURE.md §9; docs/pipeline.md):
     the period estimate beside the simulated period, throughput, stages, replication and the
     numerics of every inference. `estimate_ns` / `simulated_ns` are inference 0's latency."""
-    pr, est = run.pipeline, run.stream_estimate
-    assert pr is not None and est is not None
+    pr, est, st = run.pipeline, run.stream_estimate, run.stream
+    assert pr is not None and est is not None and st is not None
     fill = len(pr.stages)
     rep = run.sim.report if run.sim is not None else None
     period = rep.period_ns(fill) if rep is not None else None
@@ -631,10 +614,8 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
         "inference_end_ns": rep.inference_end_ns if rep is not None else None,
         "inference_latency_ns": lat or None,
         "estimated_inference_end_ns": est.ends,
-        "boundaries": {"counter_pairs": len(run.stream.pairs) if run.stream else 0,
-                       "load_groups": len(run.stream.groups) if run.stream else 0,
-                       "buffers": sum(len(v) for v in run.stream.stores.values())
-                       if run.stream else 0},
+        "boundaries": {"counter_pairs": len(st.pairs), "load_groups": len(st.groups),
+                       "buffers": sum(map(len, st.stores.values()))},
         "notes": list(pr.notes),
     }
     if run.inference_numerics is not None and run.numerics is not None:

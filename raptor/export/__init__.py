@@ -19,6 +19,7 @@ import math
 import os
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +40,15 @@ NOC_FILE = "noc.json"
 
 
 def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None,
-                  check: bool = True, allow_overflow: bool = False,
-                  inferences: int | None = None) -> Export:
+                  allow_overflow: bool = False, inferences: int | None = None) -> Export:
     """pimsim-nn programs for scheduled `module` on `target`; raises `ExportError` listing
-    every problem `validate` finds (unless `check` is False). A program that needs more
-    local or shared memory than the target has is refused, unless `allow_overflow`: then
-    the chip is written with the local memory the program needs (pimsim-nn never checks
-    it) and `Export.overflow` says by how much. The programs follow `pimsim_order` (its
-    receives block); simulate the export's timings inside `pimsim_order(module)` too.
-    `plan` (made in the materialized order, planned here if None) is used unless the
-    blocking order posts some receive earlier: then memory is planned in that order.
+    every problem `validate` finds. A program that needs more local or shared memory than
+    the target has is refused, unless `allow_overflow`: then the chip is written with the
+    local memory the program needs (pimsim-nn never checks it) and `Export.overflow` says by
+    how much. The programs follow `pimsim_order` (its receives block); simulate the export's
+    timings inside `pimsim_order(module)` too. `plan` (made in the materialized order,
+    planned here if None) is used unless the blocking order posts some receive earlier:
+    then memory is planned in that order.
 
     A stream program (pipeline mode, `pim.stream` per core) is unrolled for `inferences`
     (default: its own count; at most that many, the inputs it has) into straight-line
@@ -79,11 +79,9 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     with pimsim_order(module):
         export = lower_module(module, plan, chip, inferences)
     export.overflow = over
-    if check:
-        problems = validate(export)
-        if problems:
-            raise ExportError("the exported program would not run as intended on pimsim-nn",
-                              problems)
+    problems = validate(export)
+    if problems:
+        raise ExportError("the exported program would not run as intended on pimsim-nn", problems)
     return export
 
 
@@ -103,17 +101,13 @@ def serial_bound_ns(export: Export) -> int:
     total = sum(tm.total for tm in ops)
     longest = max((chip.flit_ns(a, b) for a in (0, t.num_cores - 1)
                    for b in range(t.num_cores) if a != b), default=0)
-    total += sum(2 * longest + chip.flits(tm.nbytes) * longest
-                 for tm in ops if tm.nbytes)
+    total += sum(2 * longest + chip.flits(tm.nbytes) * longest for tm in ops if tm.nbytes)
     return t.ns(total)
 
 
 def manifest(export: Export, timeout_ms: float) -> dict[str, Any]:
     t = export.chip.target
-    counts: dict[str, int] = {}
-    for prog in export.cores.values():
-        for ins in prog.instructions:
-            counts[ins["op"]] = counts.get(ins["op"], 0) + 1
+    counts = Counter(ins["op"] for prog in export.cores.values() for ins in prog.instructions)
     return {
         "target": t.name,
         "cores_with_instructions": sum(1 for p in export.cores.values() if p.instructions),
@@ -148,10 +142,8 @@ def write_export(export: Export, out_dir: str | os.PathLike[str],
         for c in range(export.chip.target.num_cores):
             prog = export.cores.get(c)
             body = prog.instructions if prog is not None else []
-            with open(tmp / f"core_{c}.json", "w", encoding="utf-8") as fh:
-                fh.write("[")
-                fh.write(",\n".join(json.dumps(i, separators=(",", ":")) for i in body))
-                fh.write("]\n")
+            lines = ",\n".join(json.dumps(i, separators=(",", ":")) for i in body)
+            (tmp / f"core_{c}.json").write_text(f"[{lines}]\n", encoding="utf-8")
         final = d / "program"
         old = None
         if final.exists():
@@ -166,6 +158,5 @@ def write_export(export: Export, out_dir: str | os.PathLike[str],
     write_text_atomic(d / NOC_FILE, json.dumps(export.chip.noc(), separators=(",", ":")) + "\n")
     write_text_atomic(d / "chip.json", json.dumps(export.chip.config(NOC_FILE, timeout_ms),
                                                   indent=2) + "\n")
-    write_text_atomic(d / "export.json", json.dumps(manifest(export, timeout_ms), indent=2)
-                      + "\n")
+    write_text_atomic(d / "export.json", json.dumps(manifest(export, timeout_ms), indent=2) + "\n")
     return d

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from raptor.passes.memory import activation_bytes
 from raptor.target import Target
 
 GLOBAL_MEMORY = -10
@@ -46,11 +47,6 @@ class ChipError(ValueError):
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def activation_bytes(target: Target) -> int:
-    """Bytes of one activation element on the chip (pimsim-nn's ibiw/8)."""
-    return _ceil(target.input_bits, 8)
 
 
 @dataclass(frozen=True)
@@ -81,6 +77,7 @@ class PimsimChip:
     # -- figures -----------------------------------------------------------------------
     @property
     def act(self) -> int:
+        """Bytes of one activation element on the chip (pimsim-nn's ibiw/8)."""
         return activation_bytes(self.target)
 
     @property
@@ -102,15 +99,14 @@ class PimsimChip:
 
     # -- instruction times (cycles of the unit, without the dispatch gap) -------------
     def mvm_compute(self) -> int:
-        return self.front + self.back + (self.target.input_bits - 1) * max(self.front,
-                                                                            self.back)
+        return self.front + self.back + (self.target.input_bits - 1) * max(self.front, self.back)
 
-    def mvmul(self, crossbars: int = 1) -> int:
+    def mvmul(self) -> int:
         """Read a crossbar row of inputs (pimsim-nn reads 8 times the bytes), compute,
-        write the group's outputs."""
+        write the outputs of the group (one crossbar: every tile is its own group)."""
         t = self.target
         return (self.local(t.crossbar_rows * self.act * 8) + self.mvm_compute()
-                + self.local(t.crossbar_cols * crossbars * self.act))
+                + self.local(t.crossbar_cols * self.act))
 
     def vector(self, length: int, operands: int) -> int:
         """A vector op over `length` elements reading `operands` vectors."""
@@ -125,14 +121,10 @@ class PimsimChip:
         return max(self.local(nbytes), 2)
 
     def ld(self, nbytes: int, core: int) -> int:
-        t = self.target
-        return (self.flit_ns(core, GLOBAL_MEMORY) + _ceil(nbytes, t.shared_access_bytes)
-                * t.shared_read_cycles + max(self.local(nbytes), 2))
+        return sum(self.global_access(nbytes, core, load=True)) + max(self.local(nbytes), 2)
 
     def st(self, nbytes: int, core: int) -> int:
-        t = self.target
-        return (self.local(nbytes) + self.flits(nbytes) * self.flit_ns(core, GLOBAL_MEMORY)
-                + _ceil(nbytes, t.shared_access_bytes) * t.shared_write_cycles + 1)
+        return sum(self.global_access(nbytes, core, load=False)) + 1
 
     def global_access(self, nbytes: int, core: int, load: bool) -> tuple[int, int]:
         """(cycles from the start of an `ld`/`st` to its global-memory service, the service

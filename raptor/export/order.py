@@ -71,8 +71,7 @@ def _programs(module: Module) -> list[Block]:
     for op in module.main().body.ops:
         if isinstance(op, CoreOp):
             ops = op.body.ops
-            out.append(ops[0].body if len(ops) == 1 and isinstance(ops[0], StreamOp)
-                       else op.body)
+            out.append(ops[0].body if len(ops) == 1 and isinstance(ops[0], StreamOp) else op.body)
     return out
 
 

@@ -40,6 +40,7 @@ one documented in `raptor.export.chip`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import Counter, OrderedDict
@@ -156,10 +157,7 @@ class Export:
 
 
 def _strides(shape: Sequence[int]) -> list[int]:
-    out = [1] * len(shape)
-    for d in range(len(shape) - 2, -1, -1):
-        out[d] = out[d + 1] * shape[d + 1]
-    return out
+    return [math.prod(shape[d + 1:]) for d in range(len(shape))]
 
 
 def _shape(v: Value) -> tuple[int, ...]:
@@ -224,11 +222,10 @@ class _CoreLowering:
         self.gm_cycles = 0
 
     # -- emission and time ------------------------------------------------------------
-    def emit(self, ins: Instruction, cycles: int | None = None) -> None:
+    def emit(self, ins: Instruction, cycles: int = SCALAR_CYCLES) -> None:
         self.out.append(ins)
-        c = SCALAR_CYCLES if cycles is None else cycles
-        self.cycles += c
-        self.ex.cycles[ins["op"]] += c
+        self.cycles += cycles
+        self.ex.cycles[ins["op"]] += cycles
 
     def unit(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES) -> None:
         self.emit(ins, busy + gap)
@@ -284,41 +281,34 @@ class _CoreLowering:
                 lead = 0 if self.gm_first is None else self.gm_first - before
                 timing = OpTiming(lead, self.cycles - before - lead, memory=self.gm_cycles)
             if first and len(self.out) > start:
-                timing = OpTiming(timing.before + START_CYCLES, timing.busy, timing.after,
-                                  timing.nbytes, timing.memory)
+                timing = dataclasses.replace(timing, before=timing.before + START_CYCLES)
                 first = False
             if (self.core, op) in self.ex.timings:  # a stream's later inference
                 self.ex.repeated.append(timing)
             else:
                 self.ex.timings[(self.core, op)] = timing
-        groups = [1] * len(self.groups)
-        return CoreProgram(self.core, self.out if len(self.out) > 1 else [], groups)
+        return CoreProgram(self.core, self.out if len(self.out) > 1 else [], [1] * len(self.groups))
 
     def top(self, op: Operation) -> OpTiming | None:
         if isinstance(op, ChannelReceiveOp):
             n = self.nbytes(op.result)
-            before = self.cycles
-            r = self.regs.get(self.addr(op.result))
-            pre = self.cycles - before
-            busy = self.chip.recv_write(n)
-            self.unit({"op": "recv", "rd": r, "rs1": r, "core": op.core, "size": n}, busy)
-            return OpTiming(pre, busy, GAP_CYCLES, n)
+            return self.transfer("recv", self.addr(op.result), n, op.core, self.cycles,
+                                 self.chip.recv_write(n))
         if isinstance(op, ChannelSendOp):
             return self.send(op)
         if isinstance(op, SignalOp | WaitOp):
             self.counter(op)
             return None
         if isinstance(op, ScheduledComputeOp):
-            self.bind_inputs(op.body.args, op.inputs)
+            self.inputs.update(zip(op.body.args, op.inputs, strict=True))
             for inner in op.body.ops:
                 self.lower(inner)
             return None
         if isinstance(op, ScheduledComputeBatchOp):
             n = len(op.inputs)
             args = op.body.args
-            self.bind_inputs(args[1:1 + n], op.inputs)
-            for a, res in zip(args[1 + n:], op.outs, strict=True):
-                self.inputs[a] = res
+            self.inputs.update(zip(args[1:1 + n], op.inputs, strict=True))
+            self.inputs.update(zip(args[1 + n:], op.outs, strict=True))
             for lane in range(op.lanes):
                 self.env[args[0]] = lane
                 for inner in op.body.ops:
@@ -326,10 +316,6 @@ class _CoreLowering:
             return None
         self.lower(op)
         return None
-
-    def bind_inputs(self, args: Sequence[Value], inputs: Sequence[Value]) -> None:
-        for a, v in zip(args, inputs, strict=True):
-            self.inputs[a] = v
 
     def send(self, op: ChannelSendOp) -> OpTiming:
         before = self.cycles
@@ -345,10 +331,13 @@ class _CoreLowering:
             src = first
         else:
             n = self.nbytes(op.value)
-        r = self.regs.get(src)
+        return self.transfer("send", src, n, op.core, before, self.chip.send_read(n))
+
+    def transfer(self, name: str, addr: int, n: int, core: int, before: int, busy: int) -> OpTiming:
+        """A `send` or `recv` of `n` bytes at `addr`, timed from cycle `before`."""
+        r = self.regs.get(addr)
         pre = self.cycles - before
-        busy = self.chip.send_read(n)
-        self.unit({"op": "send", "rd": r, "rs1": r, "core": op.core, "size": n}, busy)
+        self.unit({"op": name, "rd": r, "rs1": r, "core": core, "size": n}, busy)
         return OpTiming(pre, busy, GAP_CYCLES, n)
 
     def counter(self, op: SignalOp | WaitOp) -> None:
@@ -386,8 +375,7 @@ class _CoreLowering:
             self.note("strided copy as one lmv of its bytes")
         self.lmv(dst, src, n)
 
-    def vector(self, name: str, rd: int, rs1: int, length: int, rs2: int | None = None
-               ) -> None:
+    def vector(self, name: str, rd: int, rs1: int, length: int, rs2: int | None = None) -> None:
         ins: Instruction = {"op": name, "rd": self.regs.get(rd), "rs1": self.regs.get(rs1)}
         if rs2 is not None:
             ins["rs2"] = self.regs.get(rs2)
@@ -396,9 +384,7 @@ class _CoreLowering:
 
     def lower(self, op: Operation) -> None:
         act = self.chip.act
-        if isinstance(op, ReshapeOp | EmptyOp | LaneResultOp | YieldOp):
-            return
-        if isinstance(op, WeightOp):
+        if isinstance(op, ReshapeOp | EmptyOp | LaneResultOp | YieldOp | WeightOp):
             return
         if isinstance(op, LoadOp | StoreOp):
             self.memory(op)
@@ -431,8 +417,7 @@ class _CoreLowering:
             n = self.nbytes(op.result)
             fill = _byte(op.value)
             rd = self.regs.get(self.addr(op.result))
-            self.unit({"op": "lldi", "rd": rd, "imm": fill, "len": n, "size": n},
-                      self.chip.lldi(n))
+            self.unit({"op": "lldi", "rd": rd, "imm": fill, "len": n, "size": n}, self.chip.lldi(n))
             shape = _shape(op.result)
             self.copy(self.addr(op.result) + _flat(shape, list(op.low)) * act,
                       self.addr(op.source), self.nbytes(op.source),
@@ -543,16 +528,9 @@ class _CoreLowering:
         self.note(f"pim.{op.op} as vavg per result element")
         act = self.chip.act
         src, res = self.addr(op.source), self.addr(op.result)
-        for j, idx in enumerate(_indices([shape[d] for d in kept])):
+        for j, idx in enumerate(itertools.product(*(range(shape[d]) for d in kept))):
             base = sum(i * strides[d] for i, d in zip(idx, kept, strict=True))
             self.vector("vavg", res + j * act, src + base * act, count, rs2=step)
-
-
-def _indices(shape: Sequence[int]) -> list[tuple[int, ...]]:
-    out: list[tuple[int, ...]] = [()]
-    for n in shape:
-        out = [(*i, k) for i in out for k in range(n)]
-    return out
 
 
 def _imm(x: float) -> int:

@@ -18,6 +18,9 @@ from raptor.export.chip import GLOBAL_MEMORY
 from raptor.export.pimsim import EVENT_REGISTERS, SCALAR_OPS, VECTOR_OPERANDS, Export
 
 REGISTERS = 32
+SIZED = {"lmv": ("rs1", "rd"), "lldi": ("rd",), "recv": ("rd",), "send": ("rd",), "ld": ("rd",),
+         "st": ("rs1",)}
+"""The register fields of the local-memory ranges of `size` bytes an instruction touches."""
 
 
 def _ranges(ins: dict[str, Any], regs: list[int], act: int, groups: int
@@ -36,37 +39,14 @@ def _ranges(ins: dict[str, Any], regs: list[int], act: int, groups: int
     if op in VECTOR_OPERANDS:
         n = ins["len"] * act
         if op in ("vmv", "vavg"):  # rs2 is a stride
-            out = [(r("rs1"), r("rs1") + n)]
-            out.append((r("rd"), r("rd") + (act if op == "vavg" else n)))
-            return out, problems
-        out = [(r("rs1"), r("rs1") + n), (r("rd"), r("rd") + n)]
-        if VECTOR_OPERANDS[op] == 2:
-            out.append((r("rs2"), r("rs2") + n))
-        return out, problems
+            return [(r("rs1"), r("rs1") + n),
+                    (r("rd"), r("rd") + (act if op == "vavg" else n))], problems
+        return [(r(f), r(f) + n) for f in ("rs1", "rd", "rs2")[:1 + VECTOR_OPERANDS[op]]], problems
+    if op == "send" and ins["rd"] != ins["rs1"]:
+        problems.append("send must name its buffer in both rd and rs1 (pimsim-nn reads "
+                        "at rd and checks hazards at rs1)")
     size = ins.get("size", 0)
-    if op == "lmv":
-        return [(r("rs1"), r("rs1") + size), (r("rd"), r("rd") + size)], problems
-    if op in ("lldi", "recv"):
-        return [(r("rd"), r("rd") + size)], problems
-    if op == "send":
-        if ins["rd"] != ins["rs1"]:
-            problems.append("send must name its buffer in both rd and rs1 (pimsim-nn reads "
-                            "at rd and checks hazards at rs1)")
-        return [(r("rd"), r("rd") + size)], problems
-    if op == "ld":
-        return [(r("rd"), r("rd") + size)], problems
-    if op == "st":
-        return [(r("rs1"), r("rs1") + size)], problems
-    return [], problems
-
-
-def _global(ins: dict[str, Any], regs: list[int]) -> tuple[int, int] | None:
-    op = ins["op"]
-    if op not in ("ld", "st"):
-        return None
-    pair = ins["rs1"] if op == "ld" else ins["rd"]
-    addr = (regs[pair] << 32) | (regs[pair + 1] & 0xFFFFFFFF)
-    return addr, addr + ins["size"]
+    return [(r(f), r(f) + size) for f in SIZED.get(op, ())], problems
 
 
 def validate(export: Export) -> list[str]:
@@ -95,8 +75,7 @@ def validate(export: Export) -> list[str]:
         mine: list[tuple[str, int, int, int]] = []
         for pc, ins in enumerate(ins_list):
             at = f"{where} pc {pc} ({ins['op']})"
-            bad = [k for k in ("rd", "rs1", "rs2") if k in ins
-                   and not 0 <= ins[k] < REGISTERS]
+            bad = [k for k in ("rd", "rs1", "rs2") if k in ins and not 0 <= ins[k] < REGISTERS]
             if bad:
                 problems.append(f"{at}: register field {bad[0]} = {ins[bad[0]]} outside "
                                 f"0..{REGISTERS - 1}")
@@ -106,21 +85,22 @@ def validate(export: Export) -> list[str]:
                     problems.append(f"{at}: immediate {ins['imm']} does not fit 32 bits")
                 regs[ins["rd"]] = ins["imm"]
                 continue
+            glob = None
             if ins["op"] in ("ld", "st"):
                 pair = ins["rs1"] if ins["op"] == "ld" else ins["rd"]
                 if pair % 2 or pair + 1 >= REGISTERS:
                     problems.append(f"{at}: the global address needs an even register pair")
                     continue
+                glob = (regs[pair] << 32) | (regs[pair + 1] & 0xFFFFFFFF)
             ranges, more = _ranges(ins, regs, act, len(prog.groups))
             problems.extend(f"{at}: {m}" for m in more)
             for lo, hi in ranges:
                 if lo < 0 or hi > local:
                     problems.append(f"{at}: local bytes [{lo}, {hi}) outside the "
                                     f"{local}-byte local memory")
-            g = _global(ins, regs)
-            if g is not None and (g[0] < 0 or g[1] > t.shared_memory_bytes):
-                problems.append(f"{at}: global bytes [{g[0]}, {g[1]}) outside the "
-                                f"{t.shared_memory_bytes}-byte global memory")
+            if glob is not None and (glob < 0 or glob + ins["size"] > t.shared_memory_bytes):
+                problems.append(f"{at}: global bytes [{glob}, {glob + ins['size']}) outside "
+                                f"the {t.shared_memory_bytes}-byte global memory")
             if ins["op"] in ("send", "recv"):
                 peer = ins["core"]
                 if peer in (core, GLOBAL_MEMORY) or not 0 <= peer < t.num_cores:
@@ -133,8 +113,7 @@ def validate(export: Export) -> list[str]:
             if ins["op"] in ("sync", "wait"):
                 reg = ins["event_register"]
                 if not 0 <= reg < EVENT_REGISTERS:
-                    problems.append(f"{at}: event register {reg} outside "
-                                    f"0..{EVENT_REGISTERS - 1}")
+                    problems.append(f"{at}: event register {reg} outside 0..{EVENT_REGISTERS - 1}")
                     continue
                 if ins["op"] == "sync":
                     peer = ins["core"]
@@ -187,11 +166,10 @@ def _pairs(comm: dict[int, list[tuple[str, int, int, int]]]) -> list[str]:
         if ppeer != c or {kind, pkind} != {"send", "recv"}:
             continue
         if size != psize:
-            s, r = (c, peer) if kind == "send" else (peer, c)
-            problems.append(f"core {s} sends {size if kind == 'send' else psize} bytes to "
-                            f"core {r} (pc {pc if kind == 'send' else ppc}) but core {r} "
-                            f"receives {psize if kind == 'send' else size} bytes (pc "
-                            f"{ppc if kind == 'send' else pc})")
+            mine, theirs = (c, size, pc), (peer, psize, ppc)
+            (s, sn, spc), (r, rn, rpc) = (mine, theirs) if kind == "send" else (theirs, mine)
+            problems.append(f"core {s} sends {sn} bytes to core {r} (pc {spc}) but core {r} "
+                            f"receives {rn} bytes (pc {rpc})")
         heads[c] += 1
         heads[peer] += 1
         queue.extend((c, peer))
