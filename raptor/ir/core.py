@@ -185,7 +185,7 @@ class Affine:
     def is_const(self) -> bool:
         return not self.terms
 
-    def coef(self, var: Value) -> int:
+    def coef(self, var: Value | None) -> int:
         return sum(c for c, v in self.terms if v is var)
 
     def evaluate(self, env: dict[Value, int]) -> int:
