@@ -66,10 +66,6 @@ class Block:
         for a in self.args:
             a.owner = self
 
-    def add(self, op: Operation) -> Operation:
-        self.ops.append(op)
-        return op
-
     def walk(self) -> Iterator[Operation]:
         """Every op in this block and its nested regions, in pre-order (iterative: real
         programs nest shallowly but hold hundreds of thousands of ops)."""
@@ -199,20 +195,12 @@ class Affine:
         return [v for _, v in self.terms]
 
     def render(self, name_of: dict[Value, str]) -> str:
-        parts: list[str] = []
-        for c, v in self.terms:
-            ref = "%" + name_of[v]
-            text = ref if c == 1 else f"{c}*{ref}"
-            if parts and not text.startswith("-"):
-                text = "+" + text
-            parts.append(text)
+        """`%a+2*%b-3`: terms in order, then the constant (alone when there are no terms)."""
+        parts = [("%" if c == 1 else f"{c}*%") + name_of[v] for c, v in self.terms]
         if not parts:
             return str(self.const)
-        if self.const > 0:
-            parts.append(f"+{self.const}")
-        elif self.const < 0:
-            parts.append(str(self.const))
-        return "".join(parts)
+        text = "".join(p if i == 0 or p[0] == "-" else "+" + p for i, p in enumerate(parts))
+        return text + (f"{self.const:+d}" if self.const else "")
 
 
 AffineLike = int | Value | Affine

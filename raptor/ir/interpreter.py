@@ -353,15 +353,11 @@ def bind_inputs(f: FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarra
         by_name = {k.lstrip("%"): v for k, v in inputs.items()}
         args = []
         for i, a in enumerate(f.args):
-            if a.name in by_name:
-                args.append(by_name[a.name])
-            elif f"arg{i}" in by_name:
-                args.append(by_name[f"arg{i}"])
-            elif str(i) in by_name:
-                args.append(by_name[str(i)])
-            else:
+            key = next((k for k in (a.name, f"arg{i}", str(i)) if k in by_name), None)
+            if key is None:
                 raise ValueError(f"no input for argument %{a.name} of @{f.sym_name} (given: "
                                  f"{', '.join(sorted(by_name)) or 'nothing'})")
+            args.append(by_name[key])
     else:
         args = list(inputs)
         if len(args) != len(f.args):

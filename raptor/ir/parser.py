@@ -160,14 +160,11 @@ class Parser:
         self.type_cache: dict[str, Type] = {}
 
     # ---- errors ---------------------------------------------------------------------
-    def source_line(self, line: int) -> str:
-        lines = self.text.splitlines()
-        return lines[line - 1] if 0 < line <= len(lines) else ""
-
     def error(self, line: int, col: int, rule: str, message: str) -> NoReturn:
         """An error at line:col (a syntax error when `rule` is empty), shown with its line."""
-        raise ParseError(Location(self.filename, line, col), message, self.source_line(line),
-                         rule)
+        lines = self.text.splitlines()
+        raise ParseError(Location(self.filename, line, col), message,
+                         lines[line - 1] if 0 < line <= len(lines) else "", rule)
 
     def fail(self, tok: Token, rule: str, message: str) -> NoReturn:
         """An error at token `tok`."""
@@ -180,8 +177,7 @@ class Parser:
         for scope in self.scopes:
             if name in scope:
                 self.fail(tok, "SSA-2", f"value %{name} is defined twice")
-        v = self.scopes[-1][name] = Value(type, name)
-        return v
+        return self.scopes[-1].setdefault(name, Value(type, name))
 
     def USE(self, tok: Token) -> tuple[Value, Token]:
         """A use of a value, resolved when shifted (so in text order), with its token."""
@@ -255,9 +251,6 @@ class Parser:
         return tok.value == "true"
 
     # ---- structure --------------------------------------------------------------------
-    def start(self, funcs: list[FuncOp]) -> list[FuncOp]:
-        return funcs
-
     def func_head(self, c: list[Token]) -> Token:
         self.scopes.append({})  # the arguments' scope
         self.on_core = {}
@@ -308,7 +301,8 @@ class Parser:
         (v, tok), t = c
         return self.check(v, t, tok)
 
-    args = defs = uses = typed_uses = types = attr_list = staticmethod(_children)
+    start = args = defs = uses = typed_uses = types = result_type = attr_list = \
+        staticmethod(_children)
 
     def affine_list(self, c: list[Affine]) -> tuple[Affine, ...]:
         return tuple(c)
@@ -318,9 +312,6 @@ class Parser:
 
     def affine_consts(self, c: list[tuple[int, ...]]) -> tuple[Affine, ...]:
         return tuple(map(Affine, c[0]))
-
-    def result_type(self, c: list[Type]) -> list[Type]:
-        return c
 
     def result_tuple(self, c: list[list[Type]]) -> list[Type]:
         return c[0] if c else []

@@ -9,7 +9,7 @@ checked in id order and every violated id is reported.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,7 +265,7 @@ def _check_publication(pub: ParallelInsertSliceOp, r: int, frag: TensorType, lan
             v is lane for v in offs[0].vars()) else "?"
         rep.add(pub, "GCB-6", f"result {r} publication offset 0 must be the fragment slot (the "
                 f"lane or a permutation of it), got {first}")
-    rest = [o for o in offs[1:]]
+    rest = offs[1:]
     if any(not (o.is_const and o.const == 0) for o in rest):
         shown = [o.const if o.is_const else "lane-dependent" for o in rest]
         rep.add(pub, "GCB-7", f"result {r} publication offsets after the slot must be zero, "
@@ -385,11 +385,8 @@ def _check_blueprint(op: BlueprintOp, rep: _Report) -> None:
     if not isinstance(res, TensorType) or not res.is_static:
         rep.add(op, "BP-4", f"blueprint result must be a static tensor, got {res}")
         return
-    checks: list[tuple[str, Callable[[BlueprintOp], str | None]]] = [
-        ("BP-1", _bp_operands), ("BP-2", _bp_slots), ("BP-3", _bp_fragments),
-        ("BP-4", _bp_bounds), ("BP-5", _bp_policy),
-    ]
-    for rule, check in checks:
+    for rule, check in (("BP-1", _bp_operands), ("BP-2", _bp_slots), ("BP-3", _bp_fragments),
+                        ("BP-4", _bp_bounds), ("BP-5", _bp_policy)):
         msg = check(op)
         if msg:
             rep.add(op, rule, msg)
@@ -412,13 +409,9 @@ def _bp_slots(op: BlueprintOp) -> str | None:
         n = op.sources[e.source].tensor.static_shape[0]
         slots = e.slots()
         if len(slots) == 0 or slots.start < 0 or slots.stop > n:
-            return f"slot {_slot_text(e.slot, e.hi, e.var is not None)} is not a valid slot " \
-                   f"of a {n}-slot batch"
+            slot = f"{e.slot}..{e.hi}" if e.var is not None else e.slot
+            return f"slot {slot} is not a valid slot of a {n}-slot batch"
     return None
-
-
-def _slot_text(lo: int, hi: int, family: bool) -> str:
-    return f"{lo}..{hi}" if family else str(lo)
 
 
 def _bp_fragments(op: BlueprintOp) -> str | None:
