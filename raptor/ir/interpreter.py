@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import ChainMap, deque
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from itertools import groupby
 from typing import Any
 
 import numpy as np
@@ -154,21 +155,14 @@ class Interpreter:
         return self.run_block(f.body, env, {})
 
     def run_block(self, block: Block, env: Env, idx: Index) -> list[np.ndarray]:
-        ops = block.ops
-        i = 0
-        while i < len(ops):
-            op = ops[i]
-            if isinstance(op, ReturnOp | YieldOp):
-                return [np.asarray(env[v]) for v in op.values]
-            if isinstance(op, CoreOp | CoreBatchOp):  # the core programs run together
-                j = i
-                while j < len(ops) and isinstance(ops[j], CoreOp | CoreBatchOp):
-                    j += 1
-                self.run_cores(ops[i:j], env)  # type: ignore[arg-type]
-                i = j
+        for cores, ops in groupby(block.ops, lambda o: isinstance(o, CoreOp | CoreBatchOp)):
+            if cores:  # consecutive core programs run together
+                self.run_cores(list(ops), env)  # type: ignore[arg-type]
                 continue
-            self.step(op, env, idx)
-            i += 1
+            for op in ops:
+                if isinstance(op, ReturnOp | YieldOp):
+                    return [np.asarray(env[v]) for v in op.values]
+                self.step(op, env, idx)
         return []
 
     def step(self, op: Operation, env: Env, idx: Index) -> None:
@@ -176,15 +170,12 @@ class Interpreter:
             return
         if isinstance(op, WeightOp):
             env[op.result] = self.weight(op)
-        elif isinstance(op, GraphComputeBatchOp | ScheduledComputeBatchOp):
-            for r, v in zip(op.outs, self.run_batch(op, [env[i] for i in op.inputs], env, idx),
-                            strict=True):
-                env[r] = v
         elif isinstance(op, ComputeOp):
-            inner = ChainMap(dict(zip(op.body.args, [env[i] for i in op.inputs], strict=True)),
-                             env)
-            for r, v in zip(op.outs, self.run_block(op.body, inner, idx), strict=True):
-                env[r] = v
+            ins = [env[i] for i in op.inputs]
+            outs = self.run_batch(op, ins, env, idx) if isinstance(
+                op, GraphComputeBatchOp | ScheduledComputeBatchOp) else self.run_block(
+                op.body, ChainMap(dict(zip(op.body.args, ins, strict=True)), env), idx)
+            env.update(zip(op.outs, outs, strict=True))
         elif isinstance(op, BlueprintOp):
             env[op.result] = reconstruct(op, [env[s] for s in op.sources])
         else:
@@ -215,7 +206,7 @@ class Interpreter:
             for o in op.body.ops:
                 if isinstance(o, ParallelInsertSliceOp):
                     k = out_args.index(o.dest)
-                    region = slices(_ev(o.offsets, at), o.sizes, o.strides)
+                    region = _region(o, at)
                     outs[k][region] = inner[o.source].reshape(outs[k][region].shape)
                 else:
                     self.step(o, inner, at)
@@ -280,7 +271,7 @@ class Interpreter:
                     elif isinstance(op, ChannelSendOp):
                         value = cenv[op.value]
                         if op.message is not None:
-                            value = value[slices(_ev(op.offsets, at), op.sizes, op.strides)]
+                            value = value[_region(op, at)]
                         key = (core, op.core, op.channel)
                         queues.setdefault(key, deque()).append(np.array(value))
                         deliver(key)

@@ -248,9 +248,10 @@ def _printer_source(cls: type[Operation], d: OpDef) -> str:
     return f"def print(self, p):\n    {call}\n"
 
 
-def _method(source: str, name: str) -> Callable[..., Any]:
+def _method(source: str, name: str, **env: Any) -> Callable[..., Any]:
+    """The one function `source` defines, its globals `_NAMESPACE` and `env`."""
     scope: dict[str, Any] = {}
-    exec(compile(source, f"<op_def {name}>", "exec"), dict(_NAMESPACE), scope)
+    exec(compile(source, f"<op_def {name}>", "exec"), {**_NAMESPACE, **env}, scope)
     return next(iter(scope.values()))
 
 
@@ -269,12 +270,11 @@ class Syntax:
 
     rule: str
     """Rule name and callback name, from `NAME`: `op_spat_graph_compute_batch`."""
-    terminal: str
-    """The name terminal: `OP_SPAT_GRAPH_COMPUTE_BATCH`; a family's matches every kind."""
     grammar: str
     """The op's rule, then one rule per `custom<>`/`lines<>` directive (`<rule>_<name>`)."""
     terminals: dict[str, str]
-    """Name → lark definition: the name terminal, one per keyword, one per `bool` flag."""
+    """Name → lark definition: the name terminal (`OP_SPAT_GRAPH_COMPUTE_BATCH`; a family's
+    matches every kind), one per keyword, one per `bool` flag."""
     directives: list[str]
     """The rules of its `custom<>`/`lines<>` directives (their children go to `parse_x`)."""
     slots: list[tuple[str, tuple[str, ...], bool]]
@@ -370,12 +370,11 @@ def _symbols(items: list[Item], cls: type[Operation], d: OpDef, rule: str,
 def _syntax(cls: type[Operation], d: OpDef) -> Syntax:
     rule = "op_" + re.sub(r"[^a-z0-9]+", "_", cls.NAME.lower())
     terminal = rule.upper()
-    syntax = Syntax(rule, terminal, "", {terminal: f"/{_name_pattern(cls)}/"}, [], [])
+    syntax = Syntax(rule, "", {terminal: f"/{_name_pattern(cls)}/"}, [], [])
     body = " ".join(['[defs "="]', terminal, *_symbols(d.format, cls, d, rule, syntax)])
     syntax.grammar = f"{rule}: {body}\n" + syntax.grammar
-    scope: dict[str, Any] = {"cls": cls, "ParseState": ParseState}
-    exec(compile(_reader_source(cls, syntax), f"<op_def {cls.__name__} reader>", "exec"), scope)
-    syntax.read = scope["read"]
+    syntax.read = _method(_reader_source(cls, syntax), f"{cls.__name__} reader", cls=cls,
+                          ParseState=ParseState)
     return syntax
 
 
