@@ -47,14 +47,9 @@ class Printer:
         if got is not None:
             return got
         hint = v.name
-        if hint is None or hint in self.used:
-            base = hint if hint is not None else ""
-            while True:
-                cand = f"{base}_{self.counter}" if base else str(self.counter)
-                self.counter += 1
-                if cand not in self.used:
-                    hint = cand
-                    break
+        while hint is None or hint in self.used:
+            hint = f"{v.name}_{self.counter}" if v.name else str(self.counter)
+            self.counter += 1
         self.names[v] = hint
         if not _entry_scoped(v):  # `hint` is not in `used` here
             self.used.add(hint)

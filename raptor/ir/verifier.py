@@ -225,9 +225,8 @@ def _check_batch(op: GraphComputeBatchOp, rep: _Report) -> None:
             else:
                 rep.add(inner, "GCB-5", "publication must target a result block argument of "
                         "its graph batch")
-    lane = op.lane
     for r, (res, out) in enumerate(zip(op.outs, outs, strict=False)):
-        _check_result(op, r, res.type, pubs[out], lane, rep)
+        _check_result(op, r, res.type, pubs[out], op.lane, rep)
 
 
 def _check_result(op: GraphComputeBatchOp, r: int, rt: object,
@@ -360,8 +359,7 @@ def _check_stream_slices(op: StreamOp, rep: _Report) -> None:
 
 
 def _check_assembly(op: GraphComputeBatchOp, rep: _Report) -> None:
-    outs = op.out_args
-    for r, out in enumerate(outs):
+    for r, out in enumerate(op.out_args):
         pubs = [p for p in op.body.ops if isinstance(p, ParallelInsertSliceOp) and p.dest is out]
         static = isinstance(out.type, TensorType) and out.type.is_static
         if not static:
@@ -369,11 +367,8 @@ def _check_assembly(op: GraphComputeBatchOp, rep: _Report) -> None:
         if len(pubs) != 1:
             rep.add(op, "GCB-10", f"result {r} has {len(pubs)} publications in the lane body; "
                     "exactly one is required")
-        if not isinstance(out.type, TensorType) or not static:
-            continue
-        for p in pubs:
-            bad = _slice_in_bounds(p.offsets, p.sizes, p.strides, out.type.static_shape,
-                                   op.lane, op.lanes)
+        for p in pubs if static else ():
+            bad = _slice_in_bounds(p.offsets, p.sizes, p.strides, out.shape, op.lane, op.lanes)
             if bad:
                 rep.add(p, "SLICE-3", f"assembly insertion out of bounds: {bad}")
 
