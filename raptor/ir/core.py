@@ -140,11 +140,8 @@ class Operation:
 
     def work(self) -> tuple[Work, ...]:
         """The op's cost, target-independent, from `WORK` unless the op says otherwise."""
-        out = []
-        for kind, name in self.WORK:
-            t = getattr(self, name).type
-            out.append(Work(kind, t.numel if kind == "vector" else t.nbytes))
-        return tuple(out)
+        types = [(kind, getattr(self, name).type) for kind, name in self.WORK]
+        return tuple(Work(kind, t.numel if kind == "vector" else t.nbytes) for kind, t in types)
 
     def print(self, p: Printer) -> None:  # pragma: no cover - op_def generates it
         raise NotImplementedError(self.NAME)

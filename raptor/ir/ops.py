@@ -194,15 +194,17 @@ class ComputeOp(Operation):
     outs: Results
     body: Region
 
+    def verify(self) -> None:
+        """A batch's block arguments are (lane, ins..., outs...)."""
+        self.check_body_args(lane=True)
+
     def check_body_args(self, lane: bool) -> None:
-        args = self.body.args
-        want = ([IndexType()] if lane else []) + [v.type for v in self.inputs]
-        if lane:
-            want += [v.type for v in self.outs]
-        if [a.type for a in args] != want:
-            got = Printer.types([a.type for a in args])
-            raise VerifyError("REGION-1", f"block arguments ({got}) do not match "
-                              f"({Printer.types(want)})")
+        ins = [v.type for v in self.inputs]
+        want = [IndexType(), *ins, *(v.type for v in self.outs)] if lane else ins
+        got = [a.type for a in self.body.args]
+        if got != want:
+            raise VerifyError("REGION-1", f"block arguments ({Printer.types(got)}) do not "
+                              f"match ({Printer.types(want)})")
 
 
 @dataclass(eq=False)
@@ -259,7 +261,7 @@ class GraphComputeBatchOp(ComputeOp):
     def verify(self) -> None:
         if self.lanes < 1:
             raise VerifyError("GCB-3", f"lane count must be positive, got {self.lanes}")
-        self.check_body_args(lane=True)
+        super().verify()
 
 
 @dataclass(eq=False)
@@ -670,9 +672,6 @@ class ScheduledComputeBatchOp(ComputeOp):
     NAME: ClassVar[str] = "spat.scheduled_compute_batch"
     FORMAT: ClassVar[str] = "lanes($lanes) ins(typed($inputs)) -> type($outs) $body"
     lanes: int = 1
-
-    def verify(self) -> None:
-        self.check_body_args(lane=True)
 
 
 @op_def
