@@ -91,23 +91,17 @@ class FormatError(Exception):
     """A malformed op declaration (a programming error, raised at import)."""
 
 
-_TOKEN = re.compile(r"\s+|\)\?|->|@?\$\w+\^?|typed?\(|(?:custom|lines)<\w+>|[()\[\],:=]"
-                    r"|[A-Za-z_][\w.]*")
+_TOKEN = re.compile(r"(\s*)(?:(\)\?|->|@?\$\w+\^?|typed?\(|(?:custom|lines)<\w+>|[()\[\],:=]"
+                    r"|[A-Za-z_][\w.]*)|(\S.*))")
+"""A token with the white space before it; group 3 is text that is no token."""
 
 
 def _compile(cls: type[Operation], d: OpDef) -> list[Item]:
     toks: list[tuple[bool, str]] = []
-    pos, space = 0, False
-    while pos < len(cls.FORMAT):
-        m = _TOKEN.match(cls.FORMAT, pos)
-        if m is None:
-            raise FormatError(f"{cls.__name__}: bad format text at {cls.FORMAT[pos:]!r}")
-        pos = m.end()
-        if m.group().isspace():
-            space = True
-        else:
-            toks.append((space, m.group()))
-            space = False
+    for m in _TOKEN.finditer(cls.FORMAT):
+        if m[3] is not None:
+            raise FormatError(f"{cls.__name__}: bad format text at {m[3]!r}")
+        toks.append((bool(m[1]), m[2]))
     items = _items(cls, d, toks)
     if any(i.kind in ("region", "lines") for i in items[:-1]):
         raise FormatError(f"{cls.__name__}: a region or lines<> must come last")
