@@ -104,11 +104,8 @@ class Work(NamedTuple):
 
 
 class Operation:
-    """Base of every op. Subclasses are dataclasses declared with `opdef.op_def`.
-
-    `operands()`, `results()` and `regions()` give the generic view that the verifier, the
-    printer's name table and analyses use; `op_def` generates them from the declaration.
-    """
+    """Base of every op, declared with `opdef.op_def`, which generates the generic view
+    (`operands()`, `results()`, `regions()`) the verifier, printer and analyses use."""
 
     NAME: ClassVar[str] = ""
     FORMAT: ClassVar[str] = ""

@@ -247,9 +247,6 @@ class Interpreter:
                 env_of[key[1]][recv.result] = q.popleft().reshape(recv.result.shape)
                 unfilled.pop(recv.result, None)
 
-        def below(op: WaitOp, cenv: Env, at: dict[Value, int]) -> bool:
-            return int(cenv[op.counters][op.index]) < _ev(op.threshold, at)[0]
-
         pcs = [0] * len(runs)
         while True:
             moved = False
@@ -265,7 +262,8 @@ class Interpreter:
                             isinstance(op, LoadOp) and not looped and any(
                                 s != r and (s, p) not in done and _overlap(_box(op, at), b)
                                 for s, p, b in stores.get(op.buffer, ()))) or (
-                            isinstance(op, WaitOp) and below(op, cenv, at)):
+                            isinstance(op, WaitOp) and int(cenv[op.counters][op.index])
+                            < _ev(op.threshold, at)[0]):
                         break  # data not received yet, a store it reads still to come, or
                         # a counter short of its threshold
                     elif isinstance(op, ChannelSendOp):

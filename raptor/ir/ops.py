@@ -266,10 +266,8 @@ class GraphComputeBatchOp(ComputeOp):
 
 @dataclass(eq=False)
 class BlueprintEntry:
-    """One mapping line: physical `slot` of operand `source` → a logical region.
-
-    A family (`var` set) stands for every slot in `lo..hi`; offsets may use `var`.
-    """
+    """One mapping line: physical `slot` of operand `source` → a logical region. A family
+    (`var` set) stands for every slot in `slot..hi`; its offsets may use `var`."""
 
     source: int
     slot: int

@@ -62,13 +62,11 @@ class Printer:
     def vs(self, values: Iterable[Value]) -> str:
         return ", ".join(self.v(x) for x in values)
 
-    def aff(self, a: Affine) -> str:
-        for _, var in a.terms:
-            self.name(var)
-        return a.render(self.names)
-
     def affs(self, xs: Sequence[Affine]) -> str:
-        return "[" + ", ".join(self.aff(a) for a in xs) + "]"
+        for a in xs:
+            for _, var in a.terms:
+                self.name(var)
+        return "[" + ", ".join(a.render(self.names) for a in xs) + "]"
 
     @staticmethod
     def ints(xs: Sequence[int]) -> str:
