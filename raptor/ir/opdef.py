@@ -340,8 +340,7 @@ def _symbols(items: list[Item], cls: type[Operation], d: OpDef, rule: str,
         elif kind == "type":
             out.append("TYPE")
             slot = "type"
-            names = tuple(("operand:" if d.kinds[n] == "operand" else "result:") + n
-                          for n in names)
+            names = tuple(("operand:" if d.kinds[n] == "operand" else "result:") + n for n in names)
         elif kind == "typed":
             out.append("[typed_uses]")
             slot = "typed"

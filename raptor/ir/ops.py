@@ -488,8 +488,7 @@ class MvmOp(Operation):
         v = _static(ttype(self.vector), "mvm vector")
         r = _static(ttype(self.result), "mvm result")
         if len(w) != 2 or not v or v[-1] != w[0] or r != (*v[:-1], w[1]):
-            raise VerifyError("MVM-1", f"mvm of {list(v)} by tile {list(w)} cannot give "
-                              f"{list(r)}")
+            raise VerifyError("MVM-1", f"mvm of {list(v)} by tile {list(w)} cannot give {list(r)}")
 
 
 # --------------------------------------------------------------------------- elementwise

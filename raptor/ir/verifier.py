@@ -141,8 +141,7 @@ def _verify_func(func: FuncOp, rep: _Report, allow_assembly: bool) -> tuple[Chan
         if v in defined:
             rep.add(at, "SSA-2", f"{_name(v)} is defined twice")
         elif v.owner is not owner:
-            rep.add(at, "REGION-3", f"{_name(v)} is defined here but owned by another "
-                    "op or block")
+            rep.add(at, "REGION-3", f"{_name(v)} is defined here but owned by another op or block")
         defined.add(v)
         visible.add(v)
 
@@ -241,8 +240,7 @@ def _check_result(op: GraphComputeBatchOp, r: int, rt: object,
         rep.add(op, "GCB-2", f"result {r} {rt} has rank {rt.rank} but must have rank "
                 f"{frag.rank + 1}: a graph batch result is N x fragment and the fragment is {frag}")
     if rt.shape[0] != n:
-        rep.add(op, "GCB-3", f"result {r} dimension 0 is {rt.shape[0]} but the batch has "
-                f"{n} lanes")
+        rep.add(op, "GCB-3", f"result {r} dimension 0 is {rt.shape[0]} but the batch has {n} lanes")
     want = TensorType(rt.shape[1:], rt.dtype)
     for p in pubs:
         if p.source.type != want and isinstance(p.source.type, TensorType) and \
