@@ -283,11 +283,9 @@ class Parser:
         if len(names) != count:
             self.fail(names[0] if names else tok, "TYPE-0",
                       f"{len(names)} results named but the op has {count}")
-        at = 0
+        named = iter(names)
         for f, variadic in results:
-            ts = types.get(f, ())
-            vals = [self.define(t, name) for t, name in zip(ts, names[at:], strict=False)]
-            at += len(ts)
+            vals = [self.define(t, next(named)) for t in types.get(f, ())]
             values[f] = vals if variadic else vals[0]
         op = cls(**values)
         op.loc = Location(self.filename, tok.line or 1, tok.column or 1)
