@@ -198,11 +198,10 @@ class Interpreter:
                   env: Env, idx: Index) -> list[np.ndarray]:
         """Every lane in order; each publishes into the zero-initialised results."""
         outs = [zeros(r) for r in op.outs]
-        lane_arg = op.body.args[0]
         out_args = op.body.args[1 + len(ins):]
         for lane in range(op.lanes):
             inner = ChainMap(dict(zip(op.body.args[1:], ins + outs, strict=True)), env)
-            at = {**idx, lane_arg: lane}
+            at = {**idx, op.body.args[0]: lane}
             for o in op.body.ops:
                 if isinstance(o, ParallelInsertSliceOp):
                     k = out_args.index(o.dest)

@@ -399,10 +399,9 @@ def _reader_source(cls: type[Operation], syntax: Syntax) -> str:
         f = names[0]
         if slot in ("use", "uses"):
             uses.append(f)
-            body.append(f"u_{f} = {x} or []" if slot == "uses" and optional else f"u_{f} = {x}")
-        elif slot in ("typed", "flag"):
-            body.append(f"v[{f!r}] = {x} is not None" if slot == "flag" else
-                        f"v[{f!r}] = {x} or []" if optional else f"v[{f!r}] = {x}")
+            body.append(f"u_{f} = {x}" + (" or []" if slot == "uses" else ""))
+        elif slot in ("typed", "flag"):  # a list may be absent, a flag is its token or None
+            body.append(f"v[{f!r}] = {x} " + ("is not None" if slot == "flag" else "or []"))
         elif slot == "types":
             body.append(f"v[{f!r}] = ps.check_all(u_{f}, {x} or [], tok)")
         elif slot == "custom":

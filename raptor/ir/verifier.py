@@ -431,8 +431,7 @@ def _bp_bounds(op: BlueprintOp) -> str | None:
             if free:
                 return f"slot {e.slot} offsets depend on %{free[0].name}, which is not the " \
                        "entry's slot variable"
-        ends = [e.slot, e.hi - 1] if e.var is not None else [e.slot]
-        for s in ends:
+        for s in (e.slot, e.hi - 1) if e.var is not None else (e.slot,):
             offs = e.offsets_at(s)
             for d, (o, sz, st) in enumerate(zip(offs, e.sizes, e.strides, strict=True)):
                 if sz and (o < 0 or o + (sz - 1) * st >= shape[d]):
