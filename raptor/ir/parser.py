@@ -72,8 +72,7 @@ attr: WORD "=" attr_value
            | INTS -> attr_ints
            | "[" (attr_value ("," attr_value)*)? "]" -> attr_list
 bp_entry: _KW_SLOT bp_slot [_KW_OF USE] "->" affine_list _KW_SIZES INTS _KW_STRIDES INTS
-bp_slot: SINT -> bp_single
-       | bp_var _KW_IN SINT ".." SINT -> bp_family
+bp_slot: SINT | bp_var _KW_IN SINT ".." SINT
 bp_var: DEF
 
 USE.2: /%[A-Za-z0-9_$.]+/
@@ -351,12 +350,9 @@ class Parser:
         self.scopes.append({})
         return self.define(INDEX, c[0])
 
-    def bp_single(self, c: list[int]) -> tuple[int, None, int]:
-        return c[0], None, 0
-
-    def bp_family(self, c: list[Any]) -> tuple[int, Value, int]:
-        var, lo, hi = c
-        return lo, var, hi
+    def bp_slot(self, c: list[Any]) -> tuple[int, Value | None, int]:
+        """(first slot, family variable or None, hi): `N` or `%s in LO..HI`."""
+        return (c[0], None, 0) if len(c) == 1 else (c[1], c[0], c[2])
 
     def bp_entry(self, c: list[Any]) -> tuple[Any, ...]:
         """(slot, family variable or None, hi, `of` use or None, offsets, sizes, strides)."""
