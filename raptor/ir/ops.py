@@ -64,7 +64,7 @@ class Strided(Operation):
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-    REGION: ClassVar[tuple[str, str, str]] = ("", "", "")
+    REGION: ClassVar[tuple[str, str, str]]
     """The field of the whole tensor, the field of the part, and what the part is (for the
     messages): what `verify` checks with `check_region`."""
 
