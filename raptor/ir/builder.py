@@ -90,8 +90,7 @@ class Builder:
     def extract(self, src: Value, offsets: Sequence[AffineLike], sizes: Sequence[int],
                 strides: Sequence[int] | None = None, type: TensorType | None = None) -> Value:
         return self._new(ExtractSliceOp, type or TensorType(tuple(sizes), src.tensor.dtype),
-                         source=src,
-                         **_region(offsets, sizes, strides))
+                         source=src, **_region(offsets, sizes, strides))
 
     def insert(self, src: Value, dest: Value, offsets: Sequence[AffineLike], sizes: Sequence[int],
                strides: Sequence[int] | None = None) -> Value:

@@ -66,10 +66,6 @@ class Block:
         for a in self.args:
             a.owner = self
 
-    def add(self, op: Operation) -> Operation:
-        self.ops.append(op)
-        return op
-
     def walk(self) -> Iterator[Operation]:
         """Every op in this block and its nested regions, in pre-order (iterative: real
         programs nest shallowly but hold hundreds of thousands of ops)."""
@@ -108,11 +104,8 @@ class Work(NamedTuple):
 
 
 class Operation:
-    """Base of every op. Subclasses are dataclasses declared with `opdef.op_def`.
-
-    `operands()`, `results()` and `regions()` give the generic view that the verifier, the
-    printer's name table and analyses use; `op_def` generates them from the declaration.
-    """
+    """Base of every op, declared with `opdef.op_def`, which generates the generic view
+    (`operands()`, `results()`, `regions()`) the verifier, printer and analyses use."""
 
     NAME: ClassVar[str] = ""
     FORMAT: ClassVar[str] = ""
@@ -144,11 +137,8 @@ class Operation:
 
     def work(self) -> tuple[Work, ...]:
         """The op's cost, target-independent, from `WORK` unless the op says otherwise."""
-        out = []
-        for kind, name in self.WORK:
-            t = getattr(self, name).type
-            out.append(Work(kind, t.numel if kind == "vector" else t.nbytes))
-        return tuple(out)
+        types = [(kind, getattr(self, name).type) for kind, name in self.WORK]
+        return tuple(Work(kind, t.numel if kind == "vector" else t.nbytes) for kind, t in types)
 
     def print(self, p: Printer) -> None:  # pragma: no cover - op_def generates it
         raise NotImplementedError(self.NAME)
@@ -185,7 +175,7 @@ class Affine:
     def is_const(self) -> bool:
         return not self.terms
 
-    def coef(self, var: Value) -> int:
+    def coef(self, var: Value | None) -> int:
         return sum(c for c, v in self.terms if v is var)
 
     def evaluate(self, env: dict[Value, int]) -> int:
@@ -199,20 +189,12 @@ class Affine:
         return [v for _, v in self.terms]
 
     def render(self, name_of: dict[Value, str]) -> str:
-        parts: list[str] = []
-        for c, v in self.terms:
-            ref = "%" + name_of[v]
-            text = ref if c == 1 else f"{c}*{ref}"
-            if parts and not text.startswith("-"):
-                text = "+" + text
-            parts.append(text)
+        """`%a+2*%b-3`: terms in order, then the constant (alone when there are no terms)."""
+        parts = [("%" if c == 1 else f"{c}*%") + name_of[v] for c, v in self.terms]
         if not parts:
             return str(self.const)
-        if self.const > 0:
-            parts.append(f"+{self.const}")
-        elif self.const < 0:
-            parts.append(str(self.const))
-        return "".join(parts)
+        text = "".join(p if i == 0 or p[0] == "-" else "+" + p for i, p in enumerate(parts))
+        return text + (f"{self.const:+d}" if self.const else "")
 
 
 AffineLike = int | Value | Affine

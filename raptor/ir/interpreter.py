@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import ChainMap, deque
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from itertools import groupby
 from typing import Any
 
 import numpy as np
@@ -154,21 +155,14 @@ class Interpreter:
         return self.run_block(f.body, env, {})
 
     def run_block(self, block: Block, env: Env, idx: Index) -> list[np.ndarray]:
-        ops = block.ops
-        i = 0
-        while i < len(ops):
-            op = ops[i]
-            if isinstance(op, ReturnOp | YieldOp):
-                return [np.asarray(env[v]) for v in op.values]
-            if isinstance(op, CoreOp | CoreBatchOp):  # the core programs run together
-                j = i
-                while j < len(ops) and isinstance(ops[j], CoreOp | CoreBatchOp):
-                    j += 1
-                self.run_cores(ops[i:j], env)  # type: ignore[arg-type]
-                i = j
+        for cores, ops in groupby(block.ops, lambda o: isinstance(o, CoreOp | CoreBatchOp)):
+            if cores:  # consecutive core programs run together
+                self.run_cores(list(ops), env)  # type: ignore[arg-type]
                 continue
-            self.step(op, env, idx)
-            i += 1
+            for op in ops:
+                if isinstance(op, ReturnOp | YieldOp):
+                    return [np.asarray(env[v]) for v in op.values]
+                self.step(op, env, idx)
         return []
 
     def step(self, op: Operation, env: Env, idx: Index) -> None:
@@ -176,15 +170,12 @@ class Interpreter:
             return
         if isinstance(op, WeightOp):
             env[op.result] = self.weight(op)
-        elif isinstance(op, GraphComputeBatchOp | ScheduledComputeBatchOp):
-            for r, v in zip(op.outs, self.run_batch(op, [env[i] for i in op.inputs], env, idx),
-                            strict=True):
-                env[r] = v
         elif isinstance(op, ComputeOp):
-            inner = ChainMap(dict(zip(op.body.args, [env[i] for i in op.inputs], strict=True)),
-                             env)
-            for r, v in zip(op.outs, self.run_block(op.body, inner, idx), strict=True):
-                env[r] = v
+            ins = [env[i] for i in op.inputs]
+            outs = self.run_batch(op, ins, env, idx) if isinstance(
+                op, GraphComputeBatchOp | ScheduledComputeBatchOp) else self.run_block(
+                op.body, ChainMap(dict(zip(op.body.args, ins, strict=True)), env), idx)
+            env.update(zip(op.outs, outs, strict=True))
         elif isinstance(op, BlueprintOp):
             env[op.result] = reconstruct(op, [env[s] for s in op.sources])
         else:
@@ -207,15 +198,14 @@ class Interpreter:
                   env: Env, idx: Index) -> list[np.ndarray]:
         """Every lane in order; each publishes into the zero-initialised results."""
         outs = [zeros(r) for r in op.outs]
-        lane_arg = op.body.args[0]
         out_args = op.body.args[1 + len(ins):]
         for lane in range(op.lanes):
             inner = ChainMap(dict(zip(op.body.args[1:], ins + outs, strict=True)), env)
-            at = {**idx, lane_arg: lane}
+            at = {**idx, op.body.args[0]: lane}
             for o in op.body.ops:
                 if isinstance(o, ParallelInsertSliceOp):
                     k = out_args.index(o.dest)
-                    region = slices(_ev(o.offsets, at), o.sizes, o.strides)
+                    region = _region(o, at)
                     outs[k][region] = inner[o.source].reshape(outs[k][region].shape)
                 else:
                     self.step(o, inner, at)
@@ -256,9 +246,6 @@ class Interpreter:
                 env_of[key[1]][recv.result] = q.popleft().reshape(recv.result.shape)
                 unfilled.pop(recv.result, None)
 
-        def below(op: WaitOp, cenv: Env, at: dict[Value, int]) -> bool:
-            return int(cenv[op.counters][op.index]) < _ev(op.threshold, at)[0]
-
         pcs = [0] * len(runs)
         while True:
             moved = False
@@ -274,13 +261,14 @@ class Interpreter:
                             isinstance(op, LoadOp) and not looped and any(
                                 s != r and (s, p) not in done and _overlap(_box(op, at), b)
                                 for s, p, b in stores.get(op.buffer, ()))) or (
-                            isinstance(op, WaitOp) and below(op, cenv, at)):
+                            isinstance(op, WaitOp) and int(cenv[op.counters][op.index])
+                            < _ev(op.threshold, at)[0]):
                         break  # data not received yet, a store it reads still to come, or
                         # a counter short of its threshold
                     elif isinstance(op, ChannelSendOp):
                         value = cenv[op.value]
                         if op.message is not None:
-                            value = value[slices(_ev(op.offsets, at), op.sizes, op.strides)]
+                            value = value[_region(op, at)]
                         key = (core, op.core, op.channel)
                         queues.setdefault(key, deque()).append(np.array(value))
                         deliver(key)
@@ -353,15 +341,11 @@ def bind_inputs(f: FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarra
         by_name = {k.lstrip("%"): v for k, v in inputs.items()}
         args = []
         for i, a in enumerate(f.args):
-            if a.name in by_name:
-                args.append(by_name[a.name])
-            elif f"arg{i}" in by_name:
-                args.append(by_name[f"arg{i}"])
-            elif str(i) in by_name:
-                args.append(by_name[str(i)])
-            else:
+            key = next((k for k in (a.name, f"arg{i}", str(i)) if k in by_name), None)
+            if key is None:
                 raise ValueError(f"no input for argument %{a.name} of @{f.sym_name} (given: "
                                  f"{', '.join(sorted(by_name)) or 'nothing'})")
+            args.append(by_name[key])
     else:
         args = list(inputs)
         if len(args) != len(f.args):

@@ -20,10 +20,7 @@ class Module:
 
     def main(self) -> FuncOp:
         """`@main` if present, else the first function."""
-        for f in self.funcs:
-            if f.sym_name == "main":
-                return f
-        return self.funcs[0]
+        return next((f for f in self.funcs if f.sym_name == "main"), self.funcs[0])
 
     def walk(self) -> Iterator[Operation]:
         for f in self.funcs:

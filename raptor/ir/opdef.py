@@ -91,23 +91,17 @@ class FormatError(Exception):
     """A malformed op declaration (a programming error, raised at import)."""
 
 
-_TOKEN = re.compile(r"\s+|\)\?|->|@?\$\w+\^?|typed?\(|(?:custom|lines)<\w+>|[()\[\],:=]"
-                    r"|[A-Za-z_][\w.]*")
+_TOKEN = re.compile(r"(\s*)(?:(\)\?|->|@?\$\w+\^?|typed?\(|(?:custom|lines)<\w+>|[()\[\],:=]"
+                    r"|[A-Za-z_][\w.]*)|(\S.*))")
+"""A token with the white space before it; group 3 is text that is no token."""
 
 
 def _compile(cls: type[Operation], d: OpDef) -> list[Item]:
     toks: list[tuple[bool, str]] = []
-    pos, space = 0, False
-    while pos < len(cls.FORMAT):
-        m = _TOKEN.match(cls.FORMAT, pos)
-        if m is None:
-            raise FormatError(f"{cls.__name__}: bad format text at {cls.FORMAT[pos:]!r}")
-        pos = m.end()
-        if m.group().isspace():
-            space = True
-        else:
-            toks.append((space, m.group()))
-            space = False
+    for m in _TOKEN.finditer(cls.FORMAT):
+        if m[3] is not None:
+            raise FormatError(f"{cls.__name__}: bad format text at {m[3]!r}")
+        toks.append((bool(m[1]), m[2]))
     items = _items(cls, d, toks)
     if any(i.kind in ("region", "lines") for i in items[:-1]):
         raise FormatError(f"{cls.__name__}: a region or lines<> must come last")
@@ -248,9 +242,10 @@ def _printer_source(cls: type[Operation], d: OpDef) -> str:
     return f"def print(self, p):\n    {call}\n"
 
 
-def _method(source: str, name: str) -> Callable[..., Any]:
+def _method(source: str, name: str, **env: Any) -> Callable[..., Any]:
+    """The one function `source` defines, its globals `_NAMESPACE` and `env`."""
     scope: dict[str, Any] = {}
-    exec(compile(source, f"<op_def {name}>", "exec"), dict(_NAMESPACE), scope)
+    exec(compile(source, f"<op_def {name}>", "exec"), {**_NAMESPACE, **env}, scope)
     return next(iter(scope.values()))
 
 
@@ -269,12 +264,11 @@ class Syntax:
 
     rule: str
     """Rule name and callback name, from `NAME`: `op_spat_graph_compute_batch`."""
-    terminal: str
-    """The name terminal: `OP_SPAT_GRAPH_COMPUTE_BATCH`; a family's matches every kind."""
     grammar: str
     """The op's rule, then one rule per `custom<>`/`lines<>` directive (`<rule>_<name>`)."""
     terminals: dict[str, str]
-    """Name → lark definition: the name terminal, one per keyword, one per `bool` flag."""
+    """Name → lark definition: the name terminal (`OP_SPAT_GRAPH_COMPUTE_BATCH`; a family's
+    matches every kind), one per keyword, one per `bool` flag."""
     directives: list[str]
     """The rules of its `custom<>`/`lines<>` directives (their children go to `parse_x`)."""
     slots: list[tuple[str, tuple[str, ...], bool]]
@@ -346,8 +340,7 @@ def _symbols(items: list[Item], cls: type[Operation], d: OpDef, rule: str,
         elif kind == "type":
             out.append("TYPE")
             slot = "type"
-            names = tuple(("operand:" if d.kinds[n] == "operand" else "result:") + n
-                          for n in names)
+            names = tuple(("operand:" if d.kinds[n] == "operand" else "result:") + n for n in names)
         elif kind == "typed":
             out.append("[typed_uses]")
             slot = "typed"
@@ -370,12 +363,11 @@ def _symbols(items: list[Item], cls: type[Operation], d: OpDef, rule: str,
 def _syntax(cls: type[Operation], d: OpDef) -> Syntax:
     rule = "op_" + re.sub(r"[^a-z0-9]+", "_", cls.NAME.lower())
     terminal = rule.upper()
-    syntax = Syntax(rule, terminal, "", {terminal: f"/{_name_pattern(cls)}/"}, [], [])
+    syntax = Syntax(rule, "", {terminal: f"/{_name_pattern(cls)}/"}, [], [])
     body = " ".join(['[defs "="]', terminal, *_symbols(d.format, cls, d, rule, syntax)])
     syntax.grammar = f"{rule}: {body}\n" + syntax.grammar
-    scope: dict[str, Any] = {"cls": cls, "ParseState": ParseState}
-    exec(compile(_reader_source(cls, syntax), f"<op_def {cls.__name__} reader>", "exec"), scope)
-    syntax.read = scope["read"]
+    syntax.read = _method(_reader_source(cls, syntax), f"{cls.__name__} reader", cls=cls,
+                          ParseState=ParseState)
     return syntax
 
 
@@ -407,10 +399,9 @@ def _reader_source(cls: type[Operation], syntax: Syntax) -> str:
         f = names[0]
         if slot in ("use", "uses"):
             uses.append(f)
-            body.append(f"u_{f} = {x} or []" if slot == "uses" and optional else f"u_{f} = {x}")
-        elif slot in ("typed", "flag"):
-            body.append(f"v[{f!r}] = {x} is not None" if slot == "flag" else
-                        f"v[{f!r}] = {x} or []" if optional else f"v[{f!r}] = {x}")
+            body.append(f"u_{f} = {x}" + (" or []" if slot == "uses" else ""))
+        elif slot in ("typed", "flag"):  # a list may be absent, a flag is its token or None
+            body.append(f"v[{f!r}] = {x} " + ("is not None" if slot == "flag" else "or []"))
         elif slot == "types":
             body.append(f"v[{f!r}] = ps.check_all(u_{f}, {x} or [], tok)")
         elif slot == "custom":

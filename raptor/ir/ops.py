@@ -19,7 +19,6 @@ import numpy as np
 from raptor.ir.core import (
     Affine,
     BareRegion,
-    Block,
     Operand,
     Operands,
     Operation,
@@ -57,29 +56,6 @@ def _static(t: TensorType, what: str) -> tuple[int, ...]:
     return t.static_shape
 
 
-def _check_slice_geometry(
-    rank: int, offsets: Sequence[Affine], sizes: Sequence[int], strides: Sequence[int], rule: str
-) -> None:
-    if not len(offsets) == len(sizes) == len(strides) == rank:
-        raise VerifyError(
-            rule,
-            f"slice has {len(offsets)} offsets, {len(sizes)} sizes and {len(strides)} strides "
-            f"for a rank-{rank} tensor",
-        )
-    if any(s < 0 for s in sizes) or any(s < 1 for s in strides):
-        raise VerifyError(rule, f"slice sizes must be >= 0 and strides >= 1, got {list(sizes)}, "
-                          f"{list(strides)}")
-
-
-def _const_bounds(src: tuple[int, ...], offsets: Sequence[Affine], sizes: Sequence[int],
-                  strides: Sequence[int], rule: str) -> None:
-    """Bounds of a slice whose offsets are constant (lane-dependent ones are checked per lane)."""
-    for d, (o, sz, st) in enumerate(zip(offsets, sizes, strides, strict=True)):
-        if o.is_const and sz > 0 and (o.const < 0 or o.const + (sz - 1) * st >= src[d]):
-            raise VerifyError(rule, f"slice dimension {d} [{o.const}, +{sz}*{st}) is outside "
-                              f"0..{src[d]}")
-
-
 class Strided(Operation):
     """Ops naming a strided region `%v[offsets] [sizes] [strides]` of a tensor (slices,
     inserts, publications, loads, stores, region sends): what the region must satisfy. The
@@ -88,18 +64,34 @@ class Strided(Operation):
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
+    REGION: ClassVar[tuple[str, str, str]]
+    """The field of the whole tensor, the field of the part, and what the part is (for the
+    messages): what `verify` checks with `check_region`."""
+
+    def verify(self) -> None:
+        whole, part, what = self.REGION
+        self.check_region(getattr(self, whole), getattr(self, part).type, what)
 
     def check_region(self, whole: Value, part: Type, what: str) -> None:
         """The region of `whole` that `part` fills (or is read from): geometry (SLICE-1),
-        shape up to unit dims and element type (SLICE-2), constant bounds (SLICE-3)."""
+        shape up to unit dims and element type (SLICE-2), bounds of the constant offsets
+        (SLICE-3; lane-dependent ones are checked per lane by the verifier)."""
         offsets, sizes, strides = self.offsets, self.sizes, self.strides
         shape = _static(ttype(whole), f"{what} operand")
-        _check_slice_geometry(len(shape), offsets, sizes, strides, "SLICE-1")
+        if not len(offsets) == len(sizes) == len(strides) == len(shape):
+            raise VerifyError("SLICE-1", f"slice has {len(offsets)} offsets, {len(sizes)} sizes "
+                              f"and {len(strides)} strides for a rank-{len(shape)} tensor")
+        if any(s < 0 for s in sizes) or any(s < 1 for s in strides):
+            raise VerifyError("SLICE-1", f"slice sizes must be >= 0 and strides >= 1, got "
+                              f"{list(sizes)}, {list(strides)}")
         if not isinstance(part, TensorType) or squeeze(part.shape) != squeeze(sizes) \
                 or part.dtype != ttype(whole).dtype:
             raise VerifyError("SLICE-2", f"{what} {part} does not match the region sizes "
                               f"{list(sizes)} of {whole.type}")
-        _const_bounds(shape, offsets, sizes, strides, "SLICE-3")
+        for d, (o, sz, st) in enumerate(zip(offsets, sizes, strides, strict=True)):
+            if o.is_const and sz > 0 and (o.const < 0 or o.const + (sz - 1) * st >= shape[d]):
+                raise VerifyError("SLICE-3", f"slice dimension {d} [{o.const}, +{sz}*{st}) is "
+                                  f"outside 0..{shape[d]}")
 
 
 # --------------------------------------------------------------------------- graph level
@@ -112,10 +104,6 @@ class FuncOp(Operation):
     sym_name: str
     body: BareRegion
     result_types: list[Type]
-
-    def __post_init__(self) -> None:
-        for a in self.body.args:
-            a.owner = self.body
 
     @property
     def args(self) -> list[Value]:
@@ -206,15 +194,17 @@ class ComputeOp(Operation):
     outs: Results
     body: Region
 
+    def verify(self) -> None:
+        """A batch's block arguments are (lane, ins..., outs...)."""
+        self.check_body_args(lane=True)
+
     def check_body_args(self, lane: bool) -> None:
-        args = self.body.args
-        want = ([IndexType()] if lane else []) + [v.type for v in self.inputs]
-        if lane:
-            want += [v.type for v in self.outs]
-        if [a.type for a in args] != want:
-            got = Printer.types([a.type for a in args])
-            raise VerifyError("REGION-1", f"block arguments ({got}) do not match "
-                              f"({Printer.types(want)})")
+        ins = [v.type for v in self.inputs]
+        want = [IndexType(), *ins, *(v.type for v in self.outs)] if lane else ins
+        got = [a.type for a in self.body.args]
+        if got != want:
+            raise VerifyError("REGION-1", f"block arguments ({Printer.types(got)}) do not "
+                              f"match ({Printer.types(want)})")
 
 
 @dataclass(eq=False)
@@ -223,7 +213,13 @@ class SingleComputeOp(ComputeOp):
 
     def verify(self) -> None:
         self.check_body_args(lane=False)
-        check_yield(self.body, self.outs)
+        last = self.body.ops[-1] if self.body.ops else None
+        if not isinstance(last, YieldOp):
+            raise VerifyError("REGION-2", "body must end with spat.yield")
+        got, want = [v.type for v in last.values], [v.type for v in self.outs]
+        if got != want:
+            raise VerifyError("REGION-2", f"spat.yield gives ({Printer.types(got)}) but the op "
+                              f"declares ({Printer.types(want)})")
 
 
 @op_def
@@ -238,16 +234,6 @@ class DeferredCommunicationOp(GraphComputeOp):
     """Consumer-side constant shaping of graph values (slot selection, slicing, reshape)."""
 
     NAME: ClassVar[str] = "spat.deferred_communication"
-
-
-def check_yield(body: Block, outs: Sequence[Value]) -> None:
-    last = body.ops[-1] if body.ops else None
-    if not isinstance(last, YieldOp):
-        raise VerifyError("REGION-2", "body must end with spat.yield")
-    got = [v.type for v in last.values]
-    if got != [v.type for v in outs]:
-        raise VerifyError("REGION-2", f"spat.yield gives ({Printer.types(got)}) but the op "
-                          f"declares ({Printer.types([v.type for v in outs])})")
 
 
 @op_def
@@ -275,15 +261,13 @@ class GraphComputeBatchOp(ComputeOp):
     def verify(self) -> None:
         if self.lanes < 1:
             raise VerifyError("GCB-3", f"lane count must be positive, got {self.lanes}")
-        self.check_body_args(lane=True)
+        super().verify()
 
 
 @dataclass(eq=False)
 class BlueprintEntry:
-    """One mapping line: physical `slot` of operand `source` → a logical region.
-
-    A family (`var` set) stands for every slot in `lo..hi`; offsets may use `var`.
-    """
+    """One mapping line: physical `slot` of operand `source` → a logical region. A family
+    (`var` set) stands for every slot in `slot..hi`; its offsets may use `var`."""
 
     source: int
     slot: int
@@ -297,9 +281,7 @@ class BlueprintEntry:
         return range(self.slot, self.hi if self.var is not None else self.slot + 1)
 
     def offsets_at(self, slot: int) -> tuple[int, ...]:
-        if self.var is None:
-            return tuple(o.const for o in self.offsets)
-        return tuple(o.substitute(self.var, slot).const for o in self.offsets)
+        return tuple(o.const + slot * o.coef(self.var) for o in self.offsets)
 
 
 BLUEPRINT_COVERAGE = ("complete", "partial")
@@ -323,15 +305,11 @@ class BlueprintOp(Operation):
     def print_entries(self, p: Printer, header: str) -> None:
         p.line(header + " {")
         p.depth += 1
-        many = len(self.sources) > 1
         for e in self.entries:
-            of = f" of {p.v(self.sources[e.source])}" if many and e.source < len(self.sources) \
-                else ""
-            if e.var is not None:
-                head = f"slot {p.v(e.var)} in {e.slot}..{e.hi}{of}"
-            else:
-                head = f"slot {e.slot}{of}"
-            p.line(f"{head} -> {p.affs(e.offsets)} sizes {p.ints(e.sizes)} "
+            of = f" of {p.v(self.sources[e.source])}" if len(self.sources) > 1 \
+                and e.source < len(self.sources) else ""
+            slot = f"{p.v(e.var)} in {e.slot}..{e.hi}" if e.var is not None else e.slot
+            p.line(f"slot {slot}{of} -> {p.affs(e.offsets)} sizes {p.ints(e.sizes)} "
                    f"strides {p.ints(e.strides)}")
         p.depth -= 1
         p.line("}")
@@ -362,15 +340,13 @@ class ExtractSliceOp(Strided):
 
     NAME: ClassVar[str] = "tensor.extract_slice"
     FORMAT: ClassVar[str] = "$source$offsets $sizes $strides : type($source) to type($result)"
+    REGION = ("source", "result", "slice result")
     WORK = (("copy", "result"),)
     source: Operand
     result: Result
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def verify(self) -> None:
-        self.check_region(self.source, self.result.type, "slice result")
 
 
 @op_def
@@ -401,14 +377,12 @@ class ParallelInsertSliceOp(Strided):
     NAME: ClassVar[str] = "spat.parallel_insert_slice"
     FORMAT: ClassVar[str] = ("$source into $dest$offsets $sizes $strides : type($source) into "
                              "type($dest)")
+    REGION = ("dest", "source", "published")
     source: Operand
     dest: Operand
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def verify(self) -> None:
-        self.check_region(self.dest, self.source.type, "published")
 
 
 @op_def
@@ -514,8 +488,7 @@ class MvmOp(Operation):
         v = _static(ttype(self.vector), "mvm vector")
         r = _static(ttype(self.result), "mvm result")
         if len(w) != 2 or not v or v[-1] != w[0] or r != (*v[:-1], w[1]):
-            raise VerifyError("MVM-1", f"mvm of {list(v)} by tile {list(w)} cannot give "
-                              f"{list(r)}")
+            raise VerifyError("MVM-1", f"mvm of {list(v)} by tile {list(w)} cannot give {list(r)}")
 
 
 # --------------------------------------------------------------------------- elementwise
@@ -697,9 +670,6 @@ class ScheduledComputeBatchOp(ComputeOp):
     FORMAT: ClassVar[str] = "lanes($lanes) ins(typed($inputs)) -> type($outs) $body"
     lanes: int = 1
 
-    def verify(self) -> None:
-        self.check_body_args(lane=True)
-
 
 @op_def
 class LaneResultOp(Operation):
@@ -777,15 +747,13 @@ class LoadOp(Strided):
 
     NAME: ClassVar[str] = "pim.load"
     FORMAT: ClassVar[str] = "$buffer$offsets $sizes $strides : type($buffer) to type($result)"
+    REGION = ("buffer", "result", "load result")
     WORK = (("shared_read", "result"),)
     buffer: Operand
     result: Result
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def verify(self) -> None:
-        self.check_region(self.buffer, self.result.type, "load result")
 
 
 @op_def
@@ -795,15 +763,13 @@ class StoreOp(Strided):
     NAME: ClassVar[str] = "pim.store"
     FORMAT: ClassVar[str] = ("$value into $buffer$offsets $sizes $strides : type($value) into "
                              "type($buffer)")
+    REGION = ("buffer", "value", "stored")
     WORK = (("shared_write", "value"),)
     value: Operand
     buffer: Operand
     offsets: tuple[Affine, ...]
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
-
-    def verify(self) -> None:
-        self.check_region(self.buffer, self.value.type, "stored")
 
 
 # --------------------------------------------------------------------------- streams

@@ -72,8 +72,7 @@ attr: WORD "=" attr_value
            | INTS -> attr_ints
            | "[" (attr_value ("," attr_value)*)? "]" -> attr_list
 bp_entry: _KW_SLOT bp_slot [_KW_OF USE] "->" affine_list _KW_SIZES INTS _KW_STRIDES INTS
-bp_slot: SINT -> bp_single
-       | bp_var _KW_IN SINT ".." SINT -> bp_family
+bp_slot: SINT | bp_var _KW_IN SINT ".." SINT
 bp_var: DEF
 
 USE.2: /%[A-Za-z0-9_$.]+/
@@ -160,14 +159,11 @@ class Parser:
         self.type_cache: dict[str, Type] = {}
 
     # ---- errors ---------------------------------------------------------------------
-    def source_line(self, line: int) -> str:
-        lines = self.text.splitlines()
-        return lines[line - 1] if 0 < line <= len(lines) else ""
-
     def error(self, line: int, col: int, rule: str, message: str) -> NoReturn:
         """An error at line:col (a syntax error when `rule` is empty), shown with its line."""
-        raise ParseError(Location(self.filename, line, col), message, self.source_line(line),
-                         rule)
+        lines = self.text.splitlines()
+        raise ParseError(Location(self.filename, line, col), message,
+                         lines[line - 1] if 0 < line <= len(lines) else "", rule)
 
     def fail(self, tok: Token, rule: str, message: str) -> NoReturn:
         """An error at token `tok`."""
@@ -180,8 +176,7 @@ class Parser:
         for scope in self.scopes:
             if name in scope:
                 self.fail(tok, "SSA-2", f"value %{name} is defined twice")
-        v = self.scopes[-1][name] = Value(type, name)
-        return v
+        return self.scopes[-1].setdefault(name, Value(type, name))
 
     def USE(self, tok: Token) -> tuple[Value, Token]:
         """A use of a value, resolved when shifted (so in text order), with its token."""
@@ -255,9 +250,6 @@ class Parser:
         return tok.value == "true"
 
     # ---- structure --------------------------------------------------------------------
-    def start(self, funcs: list[FuncOp]) -> list[FuncOp]:
-        return funcs
-
     def func_head(self, c: list[Token]) -> Token:
         self.scopes.append({})  # the arguments' scope
         self.on_core = {}
@@ -290,11 +282,9 @@ class Parser:
         if len(names) != count:
             self.fail(names[0] if names else tok, "TYPE-0",
                       f"{len(names)} results named but the op has {count}")
-        at = 0
+        named = iter(names)
         for f, variadic in results:
-            ts = types.get(f, ())
-            vals = [self.define(t, name) for t, name in zip(ts, names[at:], strict=False)]
-            at += len(ts)
+            vals = [self.define(t, next(named)) for t in types.get(f, ())]
             values[f] = vals if variadic else vals[0]
         op = cls(**values)
         op.loc = Location(self.filename, tok.line or 1, tok.column or 1)
@@ -308,7 +298,8 @@ class Parser:
         (v, tok), t = c
         return self.check(v, t, tok)
 
-    args = defs = uses = typed_uses = types = attr_list = staticmethod(_children)
+    start = args = defs = uses = typed_uses = types = result_type = attr_list = \
+        staticmethod(_children)
 
     def affine_list(self, c: list[Affine]) -> tuple[Affine, ...]:
         return tuple(c)
@@ -318,9 +309,6 @@ class Parser:
 
     def affine_consts(self, c: list[tuple[int, ...]]) -> tuple[Affine, ...]:
         return tuple(map(Affine, c[0]))
-
-    def result_type(self, c: list[Type]) -> list[Type]:
-        return c
 
     def result_tuple(self, c: list[list[Type]]) -> list[Type]:
         return c[0] if c else []
@@ -362,12 +350,9 @@ class Parser:
         self.scopes.append({})
         return self.define(INDEX, c[0])
 
-    def bp_single(self, c: list[int]) -> tuple[int, None, int]:
-        return c[0], None, 0
-
-    def bp_family(self, c: list[Any]) -> tuple[int, Value, int]:
-        var, lo, hi = c
-        return lo, var, hi
+    def bp_slot(self, c: list[Any]) -> tuple[int, Value | None, int]:
+        """(first slot, family variable or None, hi): `N` or `%s in LO..HI`."""
+        return (c[0], None, 0) if len(c) == 1 else (c[1], c[0], c[2])
 
     def bp_entry(self, c: list[Any]) -> tuple[Any, ...]:
         """(slot, family variable or None, hi, `of` use or None, offsets, sizes, strides)."""

@@ -47,14 +47,9 @@ class Printer:
         if got is not None:
             return got
         hint = v.name
-        if hint is None or hint in self.used:
-            base = hint if hint is not None else ""
-            while True:
-                cand = f"{base}_{self.counter}" if base else str(self.counter)
-                self.counter += 1
-                if cand not in self.used:
-                    hint = cand
-                    break
+        while hint is None or hint in self.used:
+            hint = f"{v.name}_{self.counter}" if v.name else str(self.counter)
+            self.counter += 1
         self.names[v] = hint
         if not _entry_scoped(v):  # `hint` is not in `used` here
             self.used.add(hint)
@@ -67,13 +62,11 @@ class Printer:
     def vs(self, values: Iterable[Value]) -> str:
         return ", ".join(self.v(x) for x in values)
 
-    def aff(self, a: Affine) -> str:
-        for _, var in a.terms:
-            self.name(var)
-        return a.render(self.names)
-
     def affs(self, xs: Sequence[Affine]) -> str:
-        return "[" + ", ".join(self.aff(a) for a in xs) + "]"
+        for a in xs:
+            for _, var in a.terms:
+                self.name(var)
+        return "[" + ", ".join(a.render(self.names) for a in xs) + "]"
 
     @staticmethod
     def ints(xs: Sequence[int]) -> str:

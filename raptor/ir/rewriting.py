@@ -20,10 +20,6 @@ def replace_uses(root: Block, old: Value, new: Value) -> None:
                 setattr(op, f.name, [new if x is old else x for x in cur])
 
 
-def use_counts(root: Block) -> Counter[Value]:
-    return Counter(v for op in root.walk() for v in op.operands())
-
-
 PURE = (BlueprintOp, WeightOp, MaterializeLayoutOp)
 
 
@@ -31,7 +27,7 @@ def drop_dead(root: Block) -> int:
     """Remove pure ops whose results are unused (repeat until stable); returns how many."""
     removed = 0
     while True:
-        uses = use_counts(root)
+        uses = Counter(v for op in root.walk() for v in op.operands())
         dead: list[Operation] = [op for op in root.ops if isinstance(op, PURE)
                                  and not any(uses[r] for r in op.results())]
         if not dead:

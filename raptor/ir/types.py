@@ -10,12 +10,8 @@ from typing import cast
 
 import numpy as np
 
-DTYPES: dict[str, np.dtype] = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "i8": np.dtype(np.int8),
-    "i32": np.dtype(np.int32),
-}
+DTYPES: dict[str, np.dtype] = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
+                               "i8": np.dtype(np.int8), "i32": np.dtype(np.int32)}
 """Element types the IR knows, with the numpy dtype that executes them."""
 
 

@@ -9,7 +9,7 @@ checked in id order and every violated id is reported.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,8 +141,7 @@ def _verify_func(func: FuncOp, rep: _Report, allow_assembly: bool) -> tuple[Chan
         if v in defined:
             rep.add(at, "SSA-2", f"{_name(v)} is defined twice")
         elif v.owner is not owner:
-            rep.add(at, "REGION-3", f"{_name(v)} is defined here but owned by another "
-                    "op or block")
+            rep.add(at, "REGION-3", f"{_name(v)} is defined here but owned by another op or block")
         defined.add(v)
         visible.add(v)
 
@@ -225,9 +224,8 @@ def _check_batch(op: GraphComputeBatchOp, rep: _Report) -> None:
             else:
                 rep.add(inner, "GCB-5", "publication must target a result block argument of "
                         "its graph batch")
-    lane = op.lane
     for r, (res, out) in enumerate(zip(op.outs, outs, strict=False)):
-        _check_result(op, r, res.type, pubs[out], lane, rep)
+        _check_result(op, r, res.type, pubs[out], op.lane, rep)
 
 
 def _check_result(op: GraphComputeBatchOp, r: int, rt: object,
@@ -242,8 +240,7 @@ def _check_result(op: GraphComputeBatchOp, r: int, rt: object,
         rep.add(op, "GCB-2", f"result {r} {rt} has rank {rt.rank} but must have rank "
                 f"{frag.rank + 1}: a graph batch result is N x fragment and the fragment is {frag}")
     if rt.shape[0] != n:
-        rep.add(op, "GCB-3", f"result {r} dimension 0 is {rt.shape[0]} but the batch has "
-                f"{n} lanes")
+        rep.add(op, "GCB-3", f"result {r} dimension 0 is {rt.shape[0]} but the batch has {n} lanes")
     want = TensorType(rt.shape[1:], rt.dtype)
     for p in pubs:
         if p.source.type != want and isinstance(p.source.type, TensorType) and \
@@ -265,7 +262,7 @@ def _check_publication(pub: ParallelInsertSliceOp, r: int, frag: TensorType, lan
             v is lane for v in offs[0].vars()) else "?"
         rep.add(pub, "GCB-6", f"result {r} publication offset 0 must be the fragment slot (the "
                 f"lane or a permutation of it), got {first}")
-    rest = [o for o in offs[1:]]
+    rest = offs[1:]
     if any(not (o.is_const and o.const == 0) for o in rest):
         shown = [o.const if o.is_const else "lane-dependent" for o in rest]
         rep.add(pub, "GCB-7", f"result {r} publication offsets after the slot must be zero, "
@@ -360,8 +357,7 @@ def _check_stream_slices(op: StreamOp, rep: _Report) -> None:
 
 
 def _check_assembly(op: GraphComputeBatchOp, rep: _Report) -> None:
-    outs = op.out_args
-    for r, out in enumerate(outs):
+    for r, out in enumerate(op.out_args):
         pubs = [p for p in op.body.ops if isinstance(p, ParallelInsertSliceOp) and p.dest is out]
         static = isinstance(out.type, TensorType) and out.type.is_static
         if not static:
@@ -369,11 +365,8 @@ def _check_assembly(op: GraphComputeBatchOp, rep: _Report) -> None:
         if len(pubs) != 1:
             rep.add(op, "GCB-10", f"result {r} has {len(pubs)} publications in the lane body; "
                     "exactly one is required")
-        if not isinstance(out.type, TensorType) or not static:
-            continue
-        for p in pubs:
-            bad = _slice_in_bounds(p.offsets, p.sizes, p.strides, out.type.static_shape,
-                                   op.lane, op.lanes)
+        for p in pubs if static else ():
+            bad = _slice_in_bounds(p.offsets, p.sizes, p.strides, out.shape, op.lane, op.lanes)
             if bad:
                 rep.add(p, "SLICE-3", f"assembly insertion out of bounds: {bad}")
 
@@ -385,11 +378,8 @@ def _check_blueprint(op: BlueprintOp, rep: _Report) -> None:
     if not isinstance(res, TensorType) or not res.is_static:
         rep.add(op, "BP-4", f"blueprint result must be a static tensor, got {res}")
         return
-    checks: list[tuple[str, Callable[[BlueprintOp], str | None]]] = [
-        ("BP-1", _bp_operands), ("BP-2", _bp_slots), ("BP-3", _bp_fragments),
-        ("BP-4", _bp_bounds), ("BP-5", _bp_policy),
-    ]
-    for rule, check in checks:
+    for rule, check in (("BP-1", _bp_operands), ("BP-2", _bp_slots), ("BP-3", _bp_fragments),
+                        ("BP-4", _bp_bounds), ("BP-5", _bp_policy)):
         msg = check(op)
         if msg:
             rep.add(op, rule, msg)
@@ -412,13 +402,9 @@ def _bp_slots(op: BlueprintOp) -> str | None:
         n = op.sources[e.source].tensor.static_shape[0]
         slots = e.slots()
         if len(slots) == 0 or slots.start < 0 or slots.stop > n:
-            return f"slot {_slot_text(e.slot, e.hi, e.var is not None)} is not a valid slot " \
-                   f"of a {n}-slot batch"
+            slot = f"{e.slot}..{e.hi}" if e.var is not None else e.slot
+            return f"slot {slot} is not a valid slot of a {n}-slot batch"
     return None
-
-
-def _slot_text(lo: int, hi: int, family: bool) -> str:
-    return f"{lo}..{hi}" if family else str(lo)
 
 
 def _bp_fragments(op: BlueprintOp) -> str | None:
@@ -445,8 +431,7 @@ def _bp_bounds(op: BlueprintOp) -> str | None:
             if free:
                 return f"slot {e.slot} offsets depend on %{free[0].name}, which is not the " \
                        "entry's slot variable"
-        ends = [e.slot, e.hi - 1] if e.var is not None else [e.slot]
-        for s in ends:
+        for s in (e.slot, e.hi - 1) if e.var is not None else (e.slot,):
             offs = e.offsets_at(s)
             for d, (o, sz, st) in enumerate(zip(offs, e.sizes, e.strides, strict=True)):
                 if sz and (o < 0 or o + (sz - 1) * st >= shape[d]):
