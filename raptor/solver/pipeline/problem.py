@@ -200,75 +200,33 @@ class PipelineProblem:
 
 def _atoms(graph: ComputeGraph) -> list[list[int]]:
     """Batches as atoms, split where a batch has internal edges or sits on a quotient cycle."""
-    n = graph.num_tasks
-    split: set[int] = set()
-    for e in graph.edges:
-        b = graph.tasks[e.src].batch
-        if b >= 0 and b == graph.tasks[e.dst].batch:
-            split.add(b)
+    split = {graph.tasks[e.src].batch for e in graph.edges
+             if graph.tasks[e.src].batch == graph.tasks[e.dst].batch >= 0}
     while True:
         key = [t.batch if t.batch >= 0 and t.batch not in split else -1 - t.id
                for t in graph.tasks]
-        pairs = {(key[e.src], key[e.dst]) for e in graph.edges}
-        if _acyclic(set(key), pairs):
+        quotient = nx.DiGraph(list({(key[e.src], key[e.dst]) for e in graph.edges}))
+        if nx.is_directed_acyclic_graph(quotient):
             break
-        quotient = nx.DiGraph(list(pairs))
         split.update(k for c in nx.strongly_connected_components(quotient) if len(c) > 1
                      for k in c if k >= 0)
     members: dict[int, list[int]] = {}
-    for t in range(n):
-        members.setdefault(key[t], []).append(t)
+    for t, k in enumerate(key):
+        members.setdefault(k, []).append(t)
     return list(members.values())
-
-
-def _acyclic(nodes: set[int], pairs: set[tuple[int, int]]) -> bool:
-    succ: dict[int, list[int]] = {}
-    indeg = dict.fromkeys(nodes, 0)
-    for a, b in pairs:
-        succ.setdefault(a, []).append(b)
-        indeg[b] += 1
-    stack = [v for v, d in indeg.items() if d == 0]
-    seen = 0
-    while stack:
-        v = stack.pop()
-        seen += 1
-        for w in succ.get(v, ()):
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                stack.append(w)
-    return seen == len(nodes)
 
 
 def _order_atoms(graph: ComputeGraph, atoms: list[list[int]]) -> list[list[int]]:
     """Topological order of the atom DAG, earliest top level first (ties: smallest tile, id)."""
     head = graph.top_levels()
-    atom_of = [0] * graph.num_tasks
-    for a, ts in enumerate(atoms):
-        for t in ts:
-            atom_of[t] = a
-    succ: list[set[int]] = [set() for _ in atoms]
-    indeg = [0] * len(atoms)
-    for e in graph.edges:
-        a, b = atom_of[e.src], atom_of[e.dst]
-        if b not in succ[a]:
-            succ[a].add(b)
-            indeg[b] += 1
-
+    atom_of = {t: a for a, ts in enumerate(atoms) for t in ts}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(atoms)))
+    dag.add_edges_from((atom_of[e.src], atom_of[e.dst]) for e in graph.edges)
     prio = [(min(head[t] for t in ts),
              min((w for t in ts for w in graph.tasks[t].weights), default=-1), min(ts))
             for ts in atoms]
-
-    heap = [(*prio[a], a) for a in range(len(atoms)) if indeg[a] == 0]
-    heapq.heapify(heap)
-    order: list[list[int]] = []
-    while heap:
-        *_, a = heapq.heappop(heap)
-        order.append(sorted(atoms[a]))
-        for b in succ[a]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                heapq.heappush(heap, (*prio[b], b))
-    return order
+    return [sorted(atoms[a]) for a in nx.lexicographical_topological_sort(dag, prio.__getitem__)]
 
 
 def _segments(graph: ComputeGraph, atoms: list[list[int]], max_groups: int) -> list[list[int]]:
@@ -325,27 +283,14 @@ def _segments(graph: ComputeGraph, atoms: list[list[int]], max_groups: int) -> l
 def _units(graph: ComputeGraph, tasks: Sequence[int], cap: int) -> list[Unit]:
     """Tile-sharing components of ``tasks``; a component whose tiles exceed one core is split
     first-fit into pieces that fit (their shared tiles are then held twice)."""
-    parent: dict[int, int] = {}
-
-    def find(w: int) -> int:
-        while parent[w] != w:
-            parent[w] = parent[parent[w]]
-            w = parent[w]
-        return w
-
+    tiles_of = nx.utils.UnionFind()
     for t in tasks:
-        sorted_ws = sorted(graph.tasks[t].weights)
-        for w in sorted_ws:
-            parent.setdefault(w, w)
-        for w in sorted_ws[1:]:
-            ra, rb = find(sorted_ws[0]), find(w)
-            if ra != rb:
-                parent[rb] = ra
+        tiles_of.union(*graph.tasks[t].weights)
     comps: dict[int, list[int]] = {}
     for t in tasks:
         ws = graph.tasks[t].weights
         if ws:
-            comps.setdefault(find(min(ws)), []).append(t)
+            comps.setdefault(tiles_of[min(ws)], []).append(t)
     units: list[Unit] = []
     for members in comps.values():
         pieces: list[tuple[set[int], list[int]]] = []
@@ -565,42 +510,33 @@ def service_ns(target: Target, nbytes: npt.NDArray[np.int64], cycles: int) -> In
 
 
 def _memory_tables(problem: PipelineProblem) -> None:
-    t = problem.target
-    G = problem.num_groups
-    gof = np.asarray(problem.group_of, dtype=np.int64)
-    st_a, st_mc, st_bytes = [], [], []
-    tr_a, tr_b, tr_bytes = [], [], []
+    t, G, gof = problem.target, problem.num_groups, problem.group_of
+    stores: list[tuple[int, int, int]] = []  # (producer group, last reader group, bytes)
+    loads: list[tuple[int, int, int]] = []  # (producer group, reader group, bytes)
     for p in problem.publications:
-        a = int(gof[p.producer])
-        later = [(int(gof[v]), nb) for v, nb in p.consumers if gof[v] > a]
-        if not later:
-            continue
-        st_a.append(a)
-        st_mc.append(max(b for b, _ in later))
-        st_bytes.append(p.bytes)
-        for b, nb in later:
-            tr_a.append(a)
-            tr_b.append(b)
-            tr_bytes.append(nb)
+        a = gof[p.producer]
+        later = [(gof[v], nb) for v, nb in p.consumers if gof[v] > a]
+        if later:
+            stores.append((a, max(b for b, _ in later), p.bytes))
+            loads.extend((a, b, nb) for b, nb in later)
+    st_a, st_b, sb = np.array(stores, dtype=np.int64).reshape(-1, 3).T
+    tr_a, tr_b, tb = np.array(loads, dtype=np.int64).reshape(-1, 3).T
 
-    def pairs(a: list[int], b: list[int], val: npt.NDArray[np.float64]) -> FloatArray:
+    def pairs(a: IntArray, b: IntArray, val: FloatArray) -> FloatArray:
         out = np.zeros((G, G))
-        np.add.at(out, (np.asarray(a, np.int64), np.asarray(b, np.int64)), val)
+        np.add.at(out, (a, b), val)
         return out
 
-    sb = np.asarray(st_bytes, dtype=np.int64)
-    tb = np.asarray(tr_bytes, dtype=np.int64)
     w, r = t.shared_write_cycles, t.shared_read_cycles
-    clock = float(t.clock_fraction)
-    s_sh, _ = _range_sum_tables(pairs(st_a, st_mc, service_ns(t, sb, w).astype(float)), G)
+    store_sh = pairs(st_a, st_b, service_ns(t, sb, w).astype(float))
+    load = pairs(tr_a, tr_b, service_ns(t, tb, r).astype(float))
+    s_sh, _ = _range_sum_tables(store_sh, G)
     s_tr, _ = _range_sum_tables(pairs(tr_a, tr_b, service_ns(t, tb, w).astype(float)), G)
-    _, ld = _range_sum_tables(pairs(tr_a, tr_b, service_ns(t, tb, r).astype(float)), G)
-    nominal = tb.astype(float) / clock / t.shared_access_bytes
+    _, ld = _range_sum_tables(load, G)
+    nominal = tb.astype(float) / float(t.clock_fraction) / t.shared_access_bytes
     s_nom, _ = _range_sum_tables(pairs(tr_a, tr_b, nominal * w), G)
     _, l_nom = _range_sum_tables(pairs(tr_a, tr_b, nominal * r), G)
-    problem.pair_memory = np.rint(
-        pairs(st_a, st_mc, service_ns(t, sb, w).astype(float))
-        + pairs(tr_a, tr_b, service_ns(t, tb, r).astype(float))).astype(np.int64)
+    problem.pair_memory = np.rint(store_sh + load).astype(np.int64)
     problem.mem_shared = np.rint(s_sh + ld).astype(np.int64)
     problem.mem_transfer = np.rint(s_tr + ld).astype(np.int64)
     problem.mem_nominal = s_nom + l_nom
