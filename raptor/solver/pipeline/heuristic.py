@@ -29,8 +29,10 @@ compute imbalance; their sums do not predict simulated periods.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,42 +118,11 @@ def select(fallback: Figures | None, candidates: list[Candidate]) -> tuple[int, 
 # -- phase 1 -------------------------------------------------------------------------------------
 
 
-class _Items:
-    """Ordered-packing items per (group, replication): unit shards and tile-free tasks, in
-    arrival order, as (work, tiles) arrays."""
-
-    def __init__(self, problem: PipelineProblem) -> None:
-        self.problem = problem
-        self.cache: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
-
-    def get(self, g: int, r: int) -> tuple[list[int], list[int]]:
-        key = (g, r)
-        hit = self.cache.get(key)
-        if hit is not None:
-            return hit
-        p = self.problem
-        graph, head = p.graph, p.top_level
-        items: list[tuple[int, int, int]] = []  # (arrival, work, tiles)
-        group = p.groups[g]
-        for u in group.units:
-            shards = [[INFEASIBLE, 0] for _ in range(min(r, len(u.tasks)))]  # arrival, work
-            for n, t in enumerate(u.tasks):  # largest first, dealt round-robin
-                shard = shards[n % len(shards)]
-                shard[0] = min(shard[0], head[t])
-                shard[1] += graph.tasks[t].cost_ns
-            items.extend((a, w, len(u.tiles)) for a, w in shards)
-        items.extend((head[t], graph.tasks[t].cost_ns, 0) for t in group.tasks
-                     if not graph.tasks[t].weights)
-        items.sort()
-        out = ([w for _, w, _ in items], [x for _, _, x in items])
-        self.cache[key] = out
-        return out
-
-
-def _pack_count(items: _Items, j: int, i: int, T: int, r: IntArray, cap: int) -> int:
+def _pack_count(items: Callable[[int, int], tuple[list[int], list[int]]], j: int, i: int,
+                T: int, r: IntArray, cap: int) -> int:
     cores, load, tiles = 0, T + 1, cap + 1
     for g in range(j, i):
-        works, xs = items.get(g, int(r[g]))
+        works, xs = items(g, int(r[g]))
         for w, x in zip(works, xs, strict=True):
             if load + w > T or tiles + x > cap:
                 cores += 1
@@ -162,16 +133,28 @@ def _pack_count(items: _Items, j: int, i: int, T: int, r: IntArray, cap: int) ->
     return max(cores, 1, int(r[j:i].max()))
 
 
-@dataclass(frozen=True)
-class Phase1:
-    target_ns: int
-    partition: Partition
-
-
-def phase1(problem: PipelineProblem, replication: bool) -> Phase1 | None:
+def phase1(problem: PipelineProblem, replication: bool) -> Partition | None:
+    """The phase-1 winner: its cuts, pack-count budgets and replication (None: no T fits)."""
     G, P, cap = problem.num_groups, problem.num_cores, problem.target.crossbars_per_core
-    items = _Items(problem)
-    path = problem.path
+    path, graph, head = problem.path, problem.graph, problem.top_level
+
+    @functools.cache
+    def items(g: int, r: int) -> tuple[list[int], list[int]]:
+        """Ordered-packing items of group g at replication r: unit shards and tile-free
+        tasks, in arrival order, as (works, tiles)."""
+        out: list[tuple[int, int, int]] = []  # (arrival, work, tiles)
+        group = problem.groups[g]
+        for u in group.units:
+            shards = [[INFEASIBLE, 0] for _ in range(min(r, len(u.tasks)))]  # arrival, work
+            for n, t in enumerate(u.tasks):  # largest first, dealt round-robin
+                shard = shards[n % len(shards)]
+                shard[0] = min(shard[0], head[t])
+                shard[1] += graph.tasks[t].cost_ns
+            out.extend((a, w, len(u.tiles)) for a, w in shards)
+        out.extend((head[t], graph.tasks[t].cost_ns, 0) for t in group.tasks
+                   if not graph.tasks[t].weights)
+        out.sort()
+        return [w for _, w, _ in out], [x for _, _, x in out]
 
     def greedy(T: int) -> tuple[list[int], list[int], IntArray] | None:
         r = rmin(problem, T, replication)
@@ -219,7 +202,7 @@ def phase1(problem: PipelineProblem, replication: bool) -> Phase1 | None:
     rep = [1] * G
     for (j, i), k in zip(ranges, cores, strict=True):
         rep[j:i] = [min(int(x), k) for x in r[j:i]]
-    return Phase1(hi, Partition(tuple(cuts), tuple(cores), tuple(rep)))
+    return Partition(tuple(cuts), tuple(cores), tuple(rep))
 
 
 # -- second search --------------------------------------------------------------------------------
@@ -239,7 +222,6 @@ def _levels(lo: int, hi: int, geometric: bool) -> list[int]:
 @dataclass(frozen=True)
 class Alternative:
     partition: Partition
-    model_period: int
     sharing_aware: bool
     origin: str
 
@@ -276,10 +258,10 @@ def second_search(problem: PipelineProblem, replication: bool, upper: int
     harvest(_levels(lo_b, hi_b, geometric=False), problem.mem_shared, "B")
     ranked = sorted(found.items(), key=lambda kv: (kv[1][0], kv[0]))[:4]
     out = []
-    for cuts, (period, tags, origin) in ranked:
+    for cuts, (_, tags, origin) in ranked:
         part = allocate(problem, cuts, replication)
         assert part is not None
-        out.append(Alternative(part, period, tags == {"B"}, origin))
+        out.append(Alternative(part, tags == {"B"}, origin))
     return out
 
 
@@ -298,51 +280,40 @@ def run_heuristic(problem: PipelineProblem, replication: bool) -> HeuristicOutco
     """Phase 1, second search, realization of the five candidates, guarded selection."""
     t0 = time.perf_counter()
     notes: list[str] = []
-    p1 = phase1(problem, replication)
-    fallback: Placement | None = None
-    fallback_model = INFEASIBLE
     cache: dict[Partition, Placement | PackFailure] = {}
     failures: list[str] = []
+
+    def place(part: Partition) -> Placement | PackFailure:
+        res = cache[part] = cache.get(part) or realize(problem, part, replication)
+        if isinstance(res, PackFailure):
+            failures.append(res.message)
+        return res
+
+    p1 = phase1(problem, replication)
+    fallback: Placement | PackFailure | None = None
     if p1 is None:
         notes.append("phase 1 found no partition that fits the cores")
+        upper = problem.total_work + problem.baseline_ns + 1
     else:
-        fallback_model = evaluate_partition(problem, p1.partition).period_ns
-        res = cache[p1.partition] = realize(problem, p1.partition, replication)
-        if isinstance(res, PackFailure):
-            failures.append(res.message)
-        else:
-            fallback = res
-    upper = fallback_model if p1 is not None else \
-        problem.total_work + problem.baseline_ns + 1
-    alts = second_search(problem, replication, upper)
-    cands: list[tuple[str, Partition, bool, int]] = [
-        (f"alternative {n + 1} ({a.origin})", a.partition, a.sharing_aware, a.model_period)
-        for n, a in enumerate(alts)]
-    if p1 is not None:
-        init = allocate(problem, p1.partition.cuts, replication)
-        if init is not None:
-            cands.append(("initial partition (phase-1 cuts, allocated cores)", init, False,
-                          evaluate_partition(problem, init).period_ns))
-    placed: list[Placement | None] = []
-    cand_info: list[Candidate] = []
-    for name, part, sharing, _ in cands:
-        if part not in cache:
-            cache[part] = realize(problem, part, replication)
-        res = cache[part]
-        if isinstance(res, PackFailure):
-            placed.append(None)
-            cand_info.append(Candidate(name, None, sharing, res.message))
-            failures.append(res.message)
-        else:
-            placed.append(res)
-            cand_info.append(Candidate(name, Figures.of(res), sharing))
-    chosen, sel_notes = select(Figures.of(fallback) if fallback else None, cand_info)
+        upper = evaluate_partition(problem, p1).period_ns
+        fallback = place(p1)
+    cands = [(f"alternative {n + 1} ({a.origin})", a.partition, a.sharing_aware)
+             for n, a in enumerate(second_search(problem, replication, upper))]
+    init = None if p1 is None else allocate(problem, p1.cuts, replication)
+    if init is not None:
+        cands.append(("initial partition (phase-1 cuts, allocated cores)", init, False))
+    placed = [place(part) for _, part, _ in cands]
+    chosen, sel_notes = select(
+        Figures.of(fallback) if isinstance(fallback, Placement) else None,
+        [Candidate(name, None, sharing, res.message) if isinstance(res, PackFailure)
+         else Candidate(name, Figures.of(res), sharing)
+         for (name, _, sharing), res in zip(cands, placed, strict=True)])
     notes.extend(sel_notes)
     if chosen == -2:
         raise PipelineCapacityError(
             "no pipeline partition passed capacity verification: " +
             (failures[0] if failures else "phase 1 and the second search found none"))
     pl = fallback if chosen < 0 else placed[chosen]
-    assert pl is not None
+    assert isinstance(pl, Placement)
     model = evaluate_partition(problem, pl.partition).period_ns
     return HeuristicOutcome(pl, model, notes, time.perf_counter() - t0)
