@@ -25,6 +25,7 @@ are measured with one ruler:
 
 from __future__ import annotations
 
+import graphlib
 import heapq
 import itertools
 from collections.abc import Sequence
@@ -47,16 +48,9 @@ _BIG = np.int64(1) << 50  # pushes a core behind every free time
 def core_sequence(target: Target, kind: str) -> list[int]:
     """Serpentine walk over the mesh, by rows or by columns (consecutive cores adjacent)."""
     R, C = target.mesh_rows, target.mesh_cols
-    out: list[int] = []
     if kind == "rows":
-        for r in range(R):
-            cols = range(C) if r % 2 == 0 else range(C - 1, -1, -1)
-            out.extend(r * C + c for c in cols)
-    else:
-        for c in range(C):
-            rows = range(R) if c % 2 == 0 else range(R - 1, -1, -1)
-            out.extend(r * C + c for r in rows)
-    return out
+        return [r * C + (c if r % 2 == 0 else C - 1 - c) for r in range(R) for c in range(C)]
+    return [(r if c % 2 == 0 else R - 1 - r) * C + c for c in range(C) for r in range(R)]
 
 
 def transfer_ns(target: Target, src: IntArray, dst: IntArray, nbytes: IntArray) -> IntArray:
@@ -90,8 +84,6 @@ class Placement:
 
     problem: PipelineProblem
     partition: Partition
-    priority: str
-    sequence: str
     core_of: list[int]
     order: list[list[int]]  # per physical core, the execution order of one inference
     stage_of_task: list[int]
@@ -228,14 +220,11 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool,
     kinds = SEQUENCES[:1] if problem.target.mesh_rows == problem.target.mesh_cols else SEQUENCES
     for kind in kinds:
         seq = core_sequence(problem.target, kind)
-        chunks, offset = [], 0
-        for k in part.cores:
-            chunks.append(seq[offset:offset + k])
-            offset += k
+        chunks = [seq[e - k:e] for k, e in zip(part.cores, itertools.accumulate(part.cores),
+                                                strict=True)]
         for priority in PRIORITIES:
-            cand = _list_schedule(problem, part, homes, chunks, stage_of_task, priority,
-                                  replication, follow)
-            cand.sequence = kind
+            cand = _ListSchedule(problem, part, homes, chunks, stage_of_task, replication,
+                                 follow).run(priority)
             cand.memory_ns = memory + sync_ns(problem.target, bounds_list, cand.core_of)
             cand.boundaries = bounds_list
             cand.recovery = list(notes)
@@ -245,9 +234,7 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool,
     return best
 
 
-def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StagePacking],
-                   chunks: list[list[int]], stage_of_task: list[int], priority: str,
-                   replication: bool, follow: bool = False) -> Placement:
+class _ListSchedule:
     """EFT list schedule of every stage on its cores (the stage starts at 0; inputs from
     earlier stages wait in shared memory). Candidate cores per task, as in capacity-aware
     PEFT: the cores of its same-stage producers, the cores holding its tiles (its unit's home
@@ -258,16 +245,11 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
     first; ``arrival``: earliest top level first. With ``follow``, a task without tiles that
     has a same-stage producer goes to the core of the one that ends last (as latency mode's
     `raptor.solver.peft.follow_producers`: the fragments it reads then wait in no other
-    core's local memory)."""
-    ls = _ListSchedule(problem, part, homes, chunks, stage_of_task, replication, follow)
-    ls.run(priority)
-    return ls.placement(priority)
+    core's local memory).
 
-
-class _ListSchedule:
-    """The state of one :func:`_list_schedule`: the cores holding each tile, per-core free
-    time and load (also per stage in chunk order, for the vectorized earliest-core search),
-    each unit's replica budget, and the schedule built so far."""
+    State: the cores holding each tile, per-core free time and load (also per stage in chunk
+    order, for the vectorized earliest-core search), each unit's replica budget, and the
+    schedule built so far."""
 
     def __init__(self, problem: PipelineProblem, part: Partition, homes: list[StagePacking],
                  chunks: list[list[int]], stage_of_task: list[int], replication: bool,
@@ -333,7 +315,7 @@ class _ListSchedule:
                 self.copies.append(home)
                 self.allowed.append(min(len(chunks[s_idx]), len(unit.tasks), home + extra))
 
-    def run(self, priority: str) -> None:
+    def run(self, priority: str) -> Placement:
         """Schedule every task, ready tasks in ``priority`` order."""
         problem, sot = self.problem, self.sot
         n = problem.graph.num_tasks
@@ -355,6 +337,7 @@ class _ListSchedule:
                     indeg[v] -= 1
                     if indeg[v] == 0:
                         heapq.heappush(heap, (key[v], v))
+        return self.placement()
 
     def earliest(self, s: int, t: int) -> int:
         """Earliest-free stage core (with room for t's tiles), within the model time if
@@ -464,7 +447,7 @@ class _ListSchedule:
         if f > self.completion[s]:
             self.completion[s] = f
 
-    def placement(self, priority: str) -> Placement:
+    def placement(self) -> Placement:
         """The schedule's per-stage figures and per-core demand (compute plus the NoC time of
         its intra-stage transfers in and out)."""
         problem, chunks, core_of, sot = self.problem, self.chunks, self.core_of, self.sot
@@ -486,8 +469,8 @@ class _ListSchedule:
         part = self.part
         G = problem.num_groups
         return Placement(
-            problem=problem, partition=part, priority=priority, sequence="", core_of=core_of,
-            order=self.order, stage_of_task=sot, stage_cores=chunks,
+            problem=problem, partition=part, core_of=core_of, order=self.order,
+            stage_of_task=sot, stage_cores=chunks,
             stage_load=[max(core_load[c] for c in ch) for ch in chunks],
             stage_path=[int(problem.path[j, i]) for j, i in part.ranges(G)],
             stage_completion=self.completion,
@@ -500,41 +483,22 @@ def asap_starts(problem: PipelineProblem, core_of: Sequence[int],
                 order: Sequence[Sequence[int]]) -> list[int]:
     """One inference alone through the placed program: earliest starts under the per-core
     order and NoC transfer delays on every edge (what the latency validator checks)."""
-    graph, target = problem.graph, problem.target
-    n = graph.num_tasks
     src, dst, nbytes = problem.edge_arrays
     cores = np.asarray(core_of, dtype=np.int64)
-    delay = transfer_ns(target, cores[src], cores[dst], nbytes).tolist()
-    out_edges: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for v, u, d in zip(dst.tolist(), src.tolist(), delay, strict=True):
-        out_edges[u].append((v, d))
-    nxt = [-1] * n
-    indeg = [len(graph.preds[t]) for t in range(n)]
+    delay = transfer_ns(problem.target, cores[src], cores[dst], nbytes).tolist()
+    preds: list[list[tuple[int, int]]] = [[] for _ in range(problem.graph.num_tasks)]
+    for u, v, d in zip(src.tolist(), dst.tolist(), delay, strict=True):
+        preds[v].append((u, d))
     for tasks in order:
         for a, b in itertools.pairwise(tasks):
-            nxt[a] = b
-            indeg[b] += 1
-    costs = graph.durations(core_of)  # local reads included, as MergeScheduleResult's ends
-    start = [0] * n
-    stack = [t for t in range(n) if indeg[t] == 0]
-    done = 0
-    while stack:
-        t = stack.pop()
-        done += 1
-        end = start[t] + costs[t]
-        for v, d in out_edges[t]:
-            if end + d > start[v]:
-                start[v] = end + d
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                stack.append(v)
-        v = nxt[t]
-        if v >= 0:
-            if end > start[v]:
-                start[v] = end
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                stack.append(v)
-    if done != n:
-        raise AssertionError("per-core order contradicts the dependencies")
+            preds[b].append((a, 0))
+    costs = problem.graph.durations(core_of)  # local reads included, as MergeScheduleResult's
+    sorter = graphlib.TopologicalSorter({v: [u for u, _ in ps] for v, ps in enumerate(preds)})
+    try:
+        topo = list(sorter.static_order())
+    except graphlib.CycleError:
+        raise AssertionError("per-core order contradicts the dependencies") from None
+    start = [0] * len(preds)
+    for v in topo:
+        start[v] = max((start[u] + costs[u] + d for u, d in preds[v]), default=0)
     return start
