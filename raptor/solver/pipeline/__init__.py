@@ -21,16 +21,13 @@ from raptor.solver.pipeline.result import (
     validate_pipeline,
 )
 from raptor.solver.pipeline.solve import (
-    SOLVERS,
     cpsat_pipeline,
     dp_pipeline,
     follow_producers,
     heuristic_pipeline,
-    schedule_pipeline,
 )
 
 __all__ = [
-    "SOLVERS",
     "CpSatPipelineOptions",
     "Partition",
     "PipelineCapacityError",
@@ -43,6 +40,5 @@ __all__ = [
     "evaluate_partition",
     "follow_producers",
     "heuristic_pipeline",
-    "schedule_pipeline",
     "validate_pipeline",
 ]

@@ -27,6 +27,7 @@ The hint is complete (every variable) from a feasible partition, normally the he
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
 
@@ -35,14 +36,6 @@ from ortools.sat.python import cp_model
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.problem import PipelineProblem
 from raptor.solver.watch import SearchReport, watch
-
-_STATUS = {
-    cp_model.OPTIMAL: "OPTIMAL",
-    cp_model.FEASIBLE: "FEASIBLE",
-    cp_model.INFEASIBLE: "INFEASIBLE",
-    cp_model.MODEL_INVALID: "MODEL_INVALID",
-    cp_model.UNKNOWN: "UNKNOWN",
-}
 
 
 @dataclass(frozen=True)
@@ -83,59 +76,34 @@ def solve_cpsat(problem: PipelineProblem, replication: bool, hint: Partition,
     """Minimize the period of ``problem``'s partitions, starting from the feasible ``hint``;
     ``dp_value`` (the exact DP's optimum) bounds the period below when ``options.dp_bound``."""
     t0 = time.perf_counter()
-    model = _Model(_Data.build(problem, replication, hint, options, dp_value))
+    model = _Model(problem, replication, hint, options, dp_value)
     solver = model.solver(options)
     code = solver.solve(model.m, watch(solver, options.on_progress))
     return model.extract(solver, code, t0)
 
 
-@dataclass(frozen=True)
-class _Data:
-    """Everything the model is built from, shaped once: sizes, the period's range, the
-    replication factors per group, and the hint's stage, stage start and factor per group."""
+class _Model:
+    """The CP-SAT model (module docstring) with its complete hint. Variables are created
+    first, then the constraints, each in a fixed order."""
 
-    problem: PipelineProblem
-    hint: Partition
-    S: int  # possible stages, min(G, P)
-    lb: int
-    ub: int  # the hint's period
-    rep_options: list[list[int]]  # per group, from :func:`replication_options`
-    hint_rep: list[int]  # per group, the hint's factor rounded down to one of its options
-    hint_stage: list[int]
-    hint_start: list[int]  # first group of the hint's stage of each group
-
-    @classmethod
-    def build(cls, problem: PipelineProblem, replication: bool, hint: Partition,
-              options: CpSatPipelineOptions, dp_value: int | None) -> _Data:
+    def __init__(self, problem: PipelineProblem, replication: bool, hint: Partition,
+                 options: CpSatPipelineOptions, dp_value: int | None) -> None:
         G, P = problem.num_groups, problem.num_cores
         hint_eval = evaluate_partition(problem, hint)
         if not hint_eval.feasible:
             raise ValueError(f"CP-SAT hint is not a feasible partition: {hint_eval.reason}")
-        ub = hint_eval.period_ns
+        self.problem, self.hint, self.S = problem, hint, min(G, P)  # S: possible stages
+        self.ub = hint_eval.period_ns
         lb = problem.lower_bound(replication)
         if dp_value is not None and options.dp_bound:
             lb = max(lb, dp_value)
-        lb = min(lb, ub)
-        rep_options = [replication_options(problem, g, replication) for g in range(G)]
-        hint_rep = [max(r for r in opts if r <= hint.replication[g])
-                    for g, opts in enumerate(rep_options)]
-        hcut = set(hint.cuts)
-        hstage, s_cur, hstart = [], -1, []
-        for g in range(G):
-            if g in hcut:
-                s_cur += 1
-                a_cur = g
-            hstage.append(s_cur)
-            hstart.append(a_cur)
-        return cls(problem, hint, min(G, P), lb, ub, rep_options, hint_rep, hstage, hstart)
-
-
-class _Model:
-    """The CP-SAT model of one :class:`_Data` (module docstring), with its complete hint.
-    Variables are created first, then the constraints, each in a fixed order."""
-
-    def __init__(self, data: _Data) -> None:
-        self.d = data
+        self.lb = min(lb, self.ub)
+        self.rep_options = [replication_options(problem, g, replication) for g in range(G)]
+        # the hint's factor per group, rounded down to one of its options
+        self.hint_rep = [max(r for r in opts if r <= hint.replication[g])
+                         for g, opts in enumerate(self.rep_options)]
+        self.hint_stage = [bisect.bisect_right(hint.cuts, g) - 1 for g in range(G)]
+        self.hint_start = [hint.cuts[s] for s in self.hint_stage]  # first group of its stage
         self.m = cp_model.CpModel()
         self.variables()
         self.constraints()
@@ -144,9 +112,9 @@ class _Model:
 
     # -- variables ----------------------------------------------------------------------------
     def variables(self) -> None:
-        d, m, problem = self.d, self.m, self.d.problem
-        G, P, S = problem.num_groups, problem.num_cores, d.S
-        self.period = m.new_int_var(d.lb, d.ub, "period")
+        m, problem = self.m, self.problem
+        G, P, S = problem.num_groups, problem.num_cores, self.S
+        self.period = m.new_int_var(self.lb, self.ub, "period")
         self.cut = [m.new_constant(1)] + [m.new_bool_var(f"cut_{g}") for g in range(1, G)]
         self.stage = [m.new_constant(0)] + [m.new_int_var(0, min(g, S - 1), f"stage_{g}")
                                             for g in range(1, G)]
@@ -159,7 +127,7 @@ class _Model:
         # replication: one-hot factor literals where a group has options, and its factor
         self.rep: dict[int, list[cp_model.IntVar]] = {}
         self.rep_of: list[cp_model.LinearExprT] = []
-        for g, opts in enumerate(d.rep_options):
+        for g, opts in enumerate(self.rep_options):
             if len(opts) == 1:
                 self.rep_of.append(1)
                 continue
@@ -181,7 +149,7 @@ class _Model:
         self.path: dict[int, cp_model.IntVar] = {}
         for g in range(G):
             vals = [int(problem.path[j, g + 1]) for j in range(g + 1)]
-            if max(vals) <= d.lb:
+            if max(vals) <= self.lb:
                 continue
             self.path_vals[g] = vals
             self.path[g] = m.new_int_var(min(vals), max(vals), f"path_{g}")
@@ -217,8 +185,8 @@ class _Model:
 
     def core_counts(self) -> None:
         """A used stage has ≥ 1 core, Σ cores ≤ P, and k cores carry the stage's work."""
-        d, m, problem = self.d, self.m, self.d.problem
-        G, P, S = problem.num_groups, problem.num_cores, d.S
+        m, problem = self.m, self.problem
+        G, P, S = problem.num_groups, problem.num_cores, self.S
         used, cores, ncores, period = self.used, self.cores, self.ncores, self.period
         last = self.stage[G - 1]
         for s in range(1, S):
@@ -237,15 +205,15 @@ class _Model:
 
     def replication(self) -> None:
         """Each replicated group's bound, and the crossbars of every stage's cores."""
-        d, m, problem = self.d, self.m, self.d.problem
+        m, problem = self.m, self.problem
         for g, lits in self.rep.items():
-            opts = d.rep_options[g]
+            opts = self.rep_options[g]
             m.add_exactly_one(lits)
             m.add(self.period >= sum(int(problem.bounds[g, r - 1]) * lit
                                      for r, lit in zip(opts, lits, strict=True)))
         G, cap = problem.num_groups, problem.target.crossbars_per_core
         member, cores, rep_of = self.member, self.cores, self.rep_of
-        for s in range(d.S):
+        for s in range(self.S):
             terms: list[cp_model.LinearExprT] = []
             for g in range(s, G):
                 z = self.xbars.get((g, s))
@@ -271,7 +239,7 @@ class _Model:
 
     def shared_memory(self) -> None:
         """``apart_{a,b}`` ⇔ a cut lies in (a, b]; the period covers the memory service."""
-        m, problem = self.m, self.d.problem
+        m, problem = self.m, self.problem
         for (a, b), e in self.apart.items():
             between = self.cut[a + 1:b + 1]
             for c in between:
@@ -284,10 +252,10 @@ class _Model:
     # -- hint ---------------------------------------------------------------------------------
     def add_hints(self) -> None:
         """Every variable's value in the hint's partition."""
-        d, m, problem = self.d, self.m, self.d.problem
-        hint, hstage, hstart = d.hint, d.hint_stage, d.hint_start
+        m, problem = self.m, self.problem
+        hint, hstage, hstart = self.hint, self.hint_stage, self.hint_start
         hcut = set(hint.cuts)
-        m.add_hint(self.period, d.ub)
+        m.add_hint(self.period, self.ub)
         for g in range(1, problem.num_groups):
             m.add_hint(self.cut[g], int(g in hcut))
             m.add_hint(self.stage[g], hstage[g])
@@ -295,7 +263,7 @@ class _Model:
         for g, lits in enumerate(self.member):
             for s, lit in enumerate(lits):
                 m.add_hint(lit, int(hstage[g] == s))
-        for s in range(d.S):
+        for s in range(self.S):
             k = hint.cores[s] if s < len(hint.cores) else 0
             m.add_hint(self.cores[s], k)
             for kk, lit in enumerate(self.ncores[s]):
@@ -303,10 +271,10 @@ class _Model:
             if s >= 1:
                 m.add_hint(self.used[s], int(s < len(hint.cores)))
         for g, lits in self.rep.items():
-            for r, lit in zip(d.rep_options[g], lits, strict=True):
-                m.add_hint(lit, int(r == d.hint_rep[g]))
+            for r, lit in zip(self.rep_options[g], lits, strict=True):
+                m.add_hint(lit, int(r == self.hint_rep[g]))
         for (g, s), z in self.xbars.items():
-            m.add_hint(z, problem.groups[g].crossbars * d.hint_rep[g] if hstage[g] == s else 0)
+            m.add_hint(z, problem.groups[g].crossbars * self.hint_rep[g] if hstage[g] == s else 0)
         for g, pv in self.path.items():
             m.add_hint(pv, int(problem.path[hstart[g], g + 1]))
         for (a, b), e in self.apart.items():
@@ -328,16 +296,16 @@ class _Model:
                 t0: float) -> CpSatOutcome:
         """The outcome of ``solver``'s search (started at ``t0``): the cuts only when it
         found a solution."""
-        status = _STATUS.get(code, str(code))
+        status = solver.status_name(code)
         proto = self.m.proto
         n_vars, n_cons = len(proto.variables), len(proto.constraints)
         elapsed = time.perf_counter() - t0
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if code == cp_model.INFEASIBLE:
-                problem = self.d.problem
-                status = (f"INFEASIBLE (no partition meets period ≤ {self.d.ub} with "
+                problem = self.problem
+                status = (f"INFEASIBLE (no partition meets period ≤ {self.ub} with "
                           f"{problem.num_cores} cores x {problem.target.crossbars_per_core} "
-                          f"crossbars; the hint's own value is {self.d.ub}, so this is a "
+                          f"crossbars; the hint's own value is {self.ub}, so this is a "
                           f"model bug)")
             return CpSatOutcome(status, None, None, None, elapsed, n_vars, n_cons)
         cuts = tuple([0] + [g for g in range(1, len(self.cut))

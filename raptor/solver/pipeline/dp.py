@@ -14,7 +14,6 @@ per round, ends at the least feasible T. Both are O(L · G² · P) per call.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,13 +71,11 @@ class DpResult:
     period_ns: int
     cuts: tuple[int, ...]
     rounds: int
-    seconds: float
 
 
 def exact_dp(problem: PipelineProblem, replication: bool, upper: int | None = None
              ) -> DpResult:
     """Least model period over all contiguous partitions (exact for the model)."""
-    t0 = time.perf_counter()
     lo = problem.lower_bound(replication) - 1  # infeasible or below
     hi = upper if upper is not None else _feasible_upper(problem, replication)
     best = _check(problem, hi, replication)
@@ -101,7 +98,7 @@ def exact_dp(problem: PipelineProblem, replication: bool, upper: int | None = No
         below = [t for t in infeasible if t < hi]
         if below:
             lo = max(below)
-    return DpResult(hi, best, rounds, time.perf_counter() - t0)
+    return DpResult(hi, best, rounds)
 
 
 def _check(problem: PipelineProblem, T: int, replication: bool) -> tuple[int, ...] | None:
@@ -116,7 +113,6 @@ def _feasible_upper(problem: PipelineProblem, replication: bool) -> int:
     model value of the best of a few level DP probes."""
     part = allocate(problem, (0,), replication)
     if part is not None:
-
         return evaluate_partition(problem, part).period_ns
     hi = max(problem.lower_bound(replication), 1)
     ceiling = problem.total_work + problem.baseline_ns + int(problem.mem_shared.max()) * \

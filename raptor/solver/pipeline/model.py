@@ -52,10 +52,6 @@ class ModelEval:
     feasible: bool
     reason: str = ""
 
-    @property
-    def compute_ns(self) -> int:
-        return max(self.stage_times, default=0)
-
 
 def rmin(problem: PipelineProblem, T: int, replication: bool,
          groups: slice | None = None) -> IntArray:

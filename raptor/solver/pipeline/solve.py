@@ -5,24 +5,14 @@ from __future__ import annotations
 
 import time
 
-from raptor.solver.from_ir import GraphBuild
-from raptor.solver.graph import ComputeGraph
 from raptor.solver.pipeline.cpsat_model import CpSatPipelineOptions, solve_cpsat
 from raptor.solver.pipeline.dp import exact_dp
 from raptor.solver.pipeline.heuristic import run_heuristic
 from raptor.solver.pipeline.model import Partition, allocate, evaluate_partition
 from raptor.solver.pipeline.pack import PackFailure
-from raptor.solver.pipeline.problem import (
-    DEFAULT_MAX_GROUPS,
-    PipelineCapacityError,
-    PipelineProblem,
-    build_problem,
-)
+from raptor.solver.pipeline.problem import PipelineCapacityError, PipelineProblem
 from raptor.solver.pipeline.realize import Placement, realize
 from raptor.solver.pipeline.result import PipelineResult, build_result
-from raptor.target import Target
-
-SOLVERS = ("pipeline", "dp", "cpsat")
 
 
 def heuristic_pipeline(problem: PipelineProblem, replication: bool = True) -> PipelineResult:
@@ -114,18 +104,3 @@ def cpsat_pipeline(problem: PipelineProblem, replication: bool = True,
     return build_result(problem, pl, solver="cpsat", status=out.status, model_period=model,
                         bound_ns=out.bound_ns, objective_ns=out.objective_ns,
                         solve_seconds=time.perf_counter() - t0, notes=notes)
-
-
-def schedule_pipeline(graph: ComputeGraph, target: Target, *, solver: str = "pipeline",
-                      build: GraphBuild | None = None, replication: bool = True,
-                      max_groups: int = DEFAULT_MAX_GROUPS,
-                      options: CpSatPipelineOptions | None = None) -> PipelineResult:
-    """One call from a ComputeGraph (and optionally its GraphBuild) to a pipeline result."""
-    if solver not in SOLVERS:
-        raise ValueError(f"unknown pipeline solver {solver!r}; valid: {', '.join(SOLVERS)}")
-    problem = build_problem(graph, target, build=build, max_groups=max_groups)
-    if solver == "pipeline":
-        return heuristic_pipeline(problem, replication)
-    if solver == "dp":
-        return dp_pipeline(problem, replication)
-    return cpsat_pipeline(problem, replication, options)
