@@ -28,6 +28,7 @@ with compute, and the gathers of merged lanes (as the latency estimate does).
 
 from __future__ import annotations
 
+import graphlib
 import itertools
 import statistics
 from collections.abc import Mapping, Sequence
@@ -100,37 +101,22 @@ def _message_waits(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     return waits
 
 
-def _iteration_order(per_core: dict[int, list[int]], waits: list[list[tuple[int, int]]],
+def _iteration_order(prev_on_core: dict[int, int], waits: list[list[tuple[int, int]]],
                      groups: Sequence[LoadGroup], signaller: Mapping[int, int]) -> list[int]:
     """A topological order of one iteration's steps: core order, messages, READY."""
-    n_tasks, G = len(waits), len(groups)
-    succ: list[list[int]] = [[] for _ in range(n_tasks + G)]
-    indeg = [0] * (n_tasks + G)
-
-    def edge(a: int, b: int) -> None:
-        succ[a].append(b)
-        indeg[b] += 1
-
-    for steps in per_core.values():
-        for a, b in itertools.pairwise(steps):
-            edge(a, b)
+    n_tasks = len(waits)
+    preds: dict[int, list[int]] = {s: [] for s in range(n_tasks + len(groups))}
+    for b, a in prev_on_core.items():
+        preds[b].append(a)
     for t in range(n_tasks):
-        for u, _ in waits[t]:
-            edge(u, t)
+        preds[t].extend(u for u, _ in waits[t])
     for i, g in enumerate(groups):
-        edge(signaller[g.pair], n_tasks + i)
-    order: list[int] = []
-    stack = [s for s in range(n_tasks + G) if indeg[s] == 0]
-    while stack:
-        s = stack.pop()
-        order.append(s)
-        for b in succ[s]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                stack.append(b)
-    if len(order) != n_tasks + G:
-        raise ValueError("the stream program's per-core order contradicts its dependencies")
-    return order
+        preds[n_tasks + i].append(signaller[g.pair])
+    try:
+        return list(graphlib.TopologicalSorter(preds).static_order())
+    except graphlib.CycleError:
+        raise ValueError(
+            "the stream program's per-core order contradicts its dependencies") from None
 
 
 def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
@@ -153,11 +139,8 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     per_core = _per_core_steps(n_tasks, core_of, start, groups)
     waits = _message_waits(graph, target, core_of, stage_of, sends)
     signaller = {k: u for u, ks in info.ready_signals.items() for k in ks}
-    order = _iteration_order(per_core, waits, groups, signaller)
-    prev_on_core: dict[int, int] = {}
-    for steps in per_core.values():
-        for a, b in itertools.pairwise(steps):
-            prev_on_core[b] = a
+    prev_on_core = {b: a for steps in per_core.values() for a, b in itertools.pairwise(steps)}
+    order = _iteration_order(prev_on_core, waits, groups, signaller)
     first_on_core = {steps[0]: c for c, steps in per_core.items()}
     last_on_core = {c: steps[-1] for c, steps in per_core.items()}
     store_ns = {u: sum(shared_write_ns(target, nb) for _, nb in st)
