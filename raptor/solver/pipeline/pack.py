@@ -161,27 +161,26 @@ def pack_stage(problem: PipelineProblem, j: int, i: int, k: int, replication: Se
                ) -> StagePacking | PackFailure:
     """Pack groups j..i-1 onto k cores; ``replication[g - j]`` copies allowed per group."""
     stage = _Stage.build(problem, j, i, k, replication)
-    seq = stage.seq
-    tries: list[tuple[str, list[int], bool, int]] = [
-        ("first", seq, False, -1), ("best-fit", seq, True, -1),
-        ("reverse", seq[::-1], True, -1)]
-    fail_at = -1
-    n_try = 0
-    while n_try < len(tries):
-        name, tasks, best_fit, deviate = tries[n_try]
-        n_try += 1
+    seq, fail_at, tries = stage.seq, -1, 0
+    for name, tasks, best_fit in (("first", seq, False), ("best-fit", seq, True),
+                                  ("reverse", seq[::-1], True)):
+        tries += 1
         try:
-            return _Attempt(stage).run(tasks, best_fit, deviate, name)
+            return _Attempt(stage).run(tasks, best_fit, -1, name)
         except _Fail as exc:
             if name == "best-fit":
                 fail_at = exc.decision
-        if n_try == len(tries) and fail_at > 0 and len(tries) < 3 + PACK_DEVIATIONS \
-                and stage.checks < PACK_CHECK_BUDGET:
-            back = len(tries) - 2
-            if fail_at - back >= 0:
-                tries.append((f"deviation {back}", seq, True, fail_at - back))
+    # deviation b: the b-th opening before the best-fit failure takes its second-best core
+    for back in range(1, PACK_DEVIATIONS + 1):
+        if fail_at - back < 0 or stage.checks >= PACK_CHECK_BUDGET:
+            break
+        tries += 1
+        try:
+            return _Attempt(stage).run(seq, True, fail_at - back, f"deviation {back}")
+        except _Fail:
+            pass
     x = sum(len(u.tiles) * r for u, r in stage.units)
     return PackFailure(
         f"groups {j}..{i - 1}: could not pack {len(stage.units)} tile units ({x} crossbars "
-        f"with replication) onto {k} cores x {stage.cap} crossbars within {len(tries)} "
+        f"with replication) onto {k} cores x {stage.cap} crossbars within {tries} "
         f"attempts / {stage.checks} core checks (bounded search, not a proof)")

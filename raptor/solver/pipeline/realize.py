@@ -194,13 +194,8 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool,
             follow: bool = False) -> Placement | PackFailure:
     """Home, place, list-schedule and evaluate ``part``; the best by :func:`better`.
     ``follow``: tasks without crossbars go right after their last same-stage producer, on
-    its core (see :func:`_list_schedule`)."""
-    G = problem.num_groups
-    ranges = part.ranges(G)
-    stage_of_group = np.zeros(G, dtype=np.int64)
-    for s, (j, i) in enumerate(ranges):
-        stage_of_group[j:i] = s
-    stage_of_task = stage_of_group[np.asarray(problem.group_of, dtype=np.int64)].tolist()
+    its core (see :class:`_ListSchedule`)."""
+    stage_of_task = (np.searchsorted(part.cuts, problem.group_of, side="right") - 1).tolist()
     bounds_list = boundaries(problem, stage_of_task)
     memory = problem.baseline_ns + sum(b.store_ns + b.load_ns for b in bounds_list)
     notes: list[str] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -104,7 +105,6 @@ def build_result(problem: PipelineProblem, pl: Placement, *, solver: str, status
                  objective_ns: int | None = None, solve_seconds: float = 0.0,
                  notes: list[str] | None = None) -> PipelineResult:
     graph, target = problem.graph, problem.target
-    completion = pl.stage_completion
     starts = asap_starts(problem, pl.core_of, pl.order)
     sched = MergeScheduleResult.build(
         graph, target, pl.core_of, starts, solver=solver, status=status, bound_ns=bound_ns,
@@ -116,25 +116,18 @@ def build_result(problem: PipelineProblem, pl: Placement, *, solver: str, status
             stage_of_core[c] = s
     sched.stage_of_core = stage_of_core
     G = problem.num_groups
-    stages = []
-    for s, (j, i) in enumerate(pl.partition.ranges(G)):
-        stages.append(StageInfo(
-            index=s, groups=list(range(j, i)), cores=list(pl.stage_cores[s]),
-            span_ns=pl.stage_span[s], load_ns=pl.stage_load[s], path_ns=pl.stage_path[s],
-            completion_ns=completion[s], crossbars=pl.stage_crossbars[s],
-            work_ns=problem.work(j, i)))
-    holders: dict[int, set[int]] = {}
+    stages = [StageInfo(
+        index=s, groups=list(range(j, i)), cores=list(pl.stage_cores[s]),
+        span_ns=pl.stage_span[s], load_ns=pl.stage_load[s], path_ns=pl.stage_path[s],
+        completion_ns=pl.stage_completion[s], crossbars=pl.stage_crossbars[s],
+        work_ns=problem.work(j, i)) for s, (j, i) in enumerate(pl.partition.ranges(G))]
+    holders: defaultdict[int, set[int]] = defaultdict(set)
     for t, c in enumerate(pl.core_of):
         for w in graph.tasks[t].weights:
-            holders.setdefault(w, set()).add(c)
-    replicated = []
-    for g in problem.groups:
-        if not g.tiles:
-            continue
-        factor = max(len(holders[w]) for w in g.tiles)
-        held = sum(len(holders[w]) for w in g.tiles)
-        if factor > 1:
-            replicated.append(Replication(g.id, factor, len(g.tiles), held - len(g.tiles)))
+            holders[w].add(c)
+    copies = [(g, [len(holders[w]) for w in g.tiles]) for g in problem.groups if g.tiles]
+    replicated = [Replication(g.id, max(n), len(g.tiles), sum(n) - len(g.tiles))
+                  for g, n in copies if max(n) > 1]
     return PipelineResult(
         solver=solver, status=status, schedule=sched, stage_of_task=list(pl.stage_of_task),
         stages=stages,
@@ -189,13 +182,12 @@ def _check_stages(graph: ComputeGraph, target: Target, result: PipelineResult,
             elif soc[c] != s.index:
                 errors.append(f"core {c} listed in stage {s.index} but stage_of_core says "
                               f"{soc[c]}")
-        if stage_cores.keys() & {s.index}:
+        if s.index in stage_cores:
             errors.append(f"stage {s.index} listed twice")
         stage_cores[s.index] = set(s.cores)
-    for a, b in itertools.combinations(stage_cores, 2):
-        if stage_cores[a] & stage_cores[b]:
-            shared = sorted(stage_cores[a] & stage_cores[b])
-            errors.append(f"stages {a} and {b} share cores {shared}")
+    for (a, ca), (b, cb) in itertools.combinations(stage_cores.items(), 2):
+        if ca & cb:
+            errors.append(f"stages {a} and {b} share cores {sorted(ca & cb)}")
     if sum(len(c) for c in stage_cores.values()) > P:
         errors.append(f"stages use {sum(len(c) for c in stage_cores.values())} cores > {P}")
     for t in range(graph.num_tasks):
@@ -240,8 +232,7 @@ def _check_figures(graph: ComputeGraph, target: Target, result: PipelineResult) 
     xbars = 0
     for c, tasks in enumerate(result.schedule.core_tasks):
         loads[c] = sum(graph.tasks[t].cost_ns for t in tasks)
-        tiles = frozenset().union(*(graph.tasks[t].weights for t in tasks)) if tasks else \
-            frozenset()
+        tiles = frozenset().union(*(graph.tasks[t].weights for t in tasks))
         xbars += len(tiles)
         if len(tiles) > cap:
             errors.append(f"core {c}: {len(tiles)} distinct crossbar tiles > capacity {cap}")
