@@ -29,7 +29,6 @@ Dependency path. ``path[j, i]`` is the longest chain of task costs inside groups
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -254,30 +253,14 @@ def _segments(graph: ComputeGraph, atoms: list[list[int]], max_groups: int) -> l
             cur = []
     if cur:
         segs.append(cur)
-    if len(segs) <= max_groups:
-        return segs
-    work = [sum(graph.tasks[t].cost_ns for p in s for t in atoms[p]) for s in segs]
-    alive = [True] * len(segs)
-    nxt = list(range(1, len(segs) + 1))
-    prv = list(range(-1, len(segs) - 1))
-    heap = [(work[i] + work[i + 1], i, i + 1) for i in range(len(segs) - 1)]
-    heapq.heapify(heap)
-    count = len(segs)
-    while count > max_groups and heap:
-        w, a, b = heapq.heappop(heap)
-        if not (alive[a] and alive[b]) or nxt[a] != b or w != work[a] + work[b]:
-            continue
-        segs[a].extend(segs[b])
-        work[a] = w
-        alive[b] = False
-        nxt[a] = nxt[b]
-        if nxt[b] < len(segs):
-            prv[nxt[b]] = a
-            heapq.heappush(heap, (work[a] + work[nxt[b]], a, nxt[b]))
-        if prv[a] >= 0:
-            heapq.heappush(heap, (work[prv[a]] + work[a], prv[a], a))
-        count -= 1
-    return [s for s, ok in zip(segs, alive, strict=True) if ok]
+    work = np.array([sum(graph.tasks[t].cost_ns for p in s for t in atoms[p]) for s in segs],
+                    dtype=np.int64)
+    while len(segs) > max_groups:  # ties: the leftmost pair
+        a = int((work[:-1] + work[1:]).argmin())
+        segs[a:a + 2] = [segs[a] + segs[a + 1]]
+        work[a] += work[a + 1]
+        work = np.delete(work, a + 1)
+    return segs
 
 
 def _units(graph: ComputeGraph, tasks: Sequence[int], cap: int) -> list[Unit]:
