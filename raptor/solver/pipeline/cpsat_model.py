@@ -31,6 +31,7 @@ import bisect
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from raptor.solver.pipeline.model import Partition, evaluate_partition
@@ -135,13 +136,10 @@ class _Model:
             self.rep[g] = lits
             self.rep_of.append(sum(r * lit for r, lit in zip(opts, lits, strict=True)))
         # crossbars of a replicated group on its stage's cores
-        self.xbars: dict[tuple[int, int], cp_model.IntVar] = {}
-        for s in range(S):
-            for g in range(s, G):
-                if g in self.rep:
-                    grp = problem.groups[g]
-                    self.xbars[(g, s)] = m.new_int_var(
-                        0, grp.crossbars * grp.max_replication, f"crossbars_{g}_{s}")
+        grp = problem.groups
+        self.xbars = {(g, s): m.new_int_var(0, grp[g].crossbars * grp[g].max_replication,
+                                            f"crossbars_{g}_{s}")
+                      for s in range(S) for g in range(s, G) if g in self.rep}
         self.start = [m.new_constant(0)] + [m.new_int_var(0, g, f"start_{g}")
                                             for g in range(1, G)]
         # the dependency path of each group from its stage's start, where it can bind
@@ -153,12 +151,8 @@ class _Model:
                 continue
             self.path_vals[g] = vals
             self.path[g] = m.new_int_var(min(vals), max(vals), f"path_{g}")
-        self.apart: dict[tuple[int, int], cp_model.IntVar] = {}
-        demand = problem.pair_memory
-        for a in range(G):
-            for b in range(a + 1, G):
-                if demand[a, b] > 0:
-                    self.apart[(a, b)] = m.new_bool_var(f"apart_{a}_{b}")
+        self.apart = {(a, b): m.new_bool_var(f"apart_{a}_{b}")
+                      for a, b in np.argwhere(np.triu(problem.pair_memory, 1) > 0).tolist()}
 
     def x(self, g: int, s: int) -> cp_model.IntVar | int:
         """Group g is in stage s (0 where it cannot be)."""

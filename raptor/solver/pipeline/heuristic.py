@@ -68,16 +68,11 @@ GUARDS = ("bottleneck", "memory+span", "memory+work", "sharing-span")
 
 def guard_failures(cand: Figures, fallback: Figures, sharing_aware: bool) -> list[str]:
     """The guards a candidate fails against the fallback (empty: it may replace it)."""
-    out = []
-    if not cand.period < fallback.period:
-        out.append("bottleneck")
-    if cand.memory + cand.max_span > fallback.memory + fallback.max_span:
-        out.append("memory+span")
-    if cand.memory + cand.max_load > fallback.memory + fallback.max_load:
-        out.append("memory+work")
-    if sharing_aware and cand.max_span > fallback.max_span:
-        out.append("sharing-span")
-    return out
+    failed = (not cand.period < fallback.period,
+              cand.memory + cand.max_span > fallback.memory + fallback.max_span,
+              cand.memory + cand.max_load > fallback.memory + fallback.max_load,
+              sharing_aware and cand.max_span > fallback.max_span)
+    return [name for name, bad in zip(GUARDS, failed, strict=True) if bad]
 
 
 @dataclass(frozen=True)

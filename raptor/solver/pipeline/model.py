@@ -109,10 +109,9 @@ def stage_time(problem: PipelineProblem, j: int, i: int, k: int, replication: bo
     if k < 1 or problem.crossbars(j, i) > cap * k:
         return INFEASIBLE, ones
     rk = min(k, problem.num_cores) if replication else 1
-    lo = max(-(-problem.work(j, i) // k), int(problem.path[j, i]),
-             int(problem.bounds[j:i, rk - 1].max()), 1)
-    hi = max(-(-problem.work(j, i) // k), int(problem.path[j, i]),
-             int(problem.bounds[j:i, 0].max()), 1)
+    base = max(-(-problem.work(j, i) // k), int(problem.path[j, i]), 1)
+    lo = max(base, int(problem.bounds[j:i, rk - 1].max()))
+    hi = max(base, int(problem.bounds[j:i, 0].max()))
     while lo < hi:
         mid = (lo + hi) // 2
         if stage_kmin(problem, j, i, mid, replication)[0] <= k:

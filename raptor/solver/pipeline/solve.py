@@ -86,21 +86,19 @@ def cpsat_pipeline(problem: PipelineProblem, replication: bool = True,
     out = solve_cpsat(problem, replication, hint, opts, dp_value)
     notes.append(f"model: {out.variables} variables, {out.constraints} constraints")
     hint_model = evaluate_partition(problem, hint).period_ns
+    pl: Placement | PackFailure | None = None
     if out.cuts is None:
-        pl = realize(problem, hint, replication)
-        assert not isinstance(pl, PackFailure)
         notes.append(f"no CP-SAT solution within {opts.time_limit:g} s; hint returned")
-        return build_result(problem, pl, solver="cpsat", status=out.status,
-                            model_period=hint_model, solve_seconds=time.perf_counter() - t0,
-                            notes=notes)
-    part, pl = _realize_cuts(problem, out.cuts, replication)
-    model = evaluate_partition(problem, part).period_ns
-    if pl.period_ns > initial.period_ns:
-        notes.append(f"CP-SAT's partition realizes at {pl.period_ns} ns after packing, the "
-                     f"hint at {initial.period_ns} ns: the hint's realization is kept")
-        hp = realize(problem, hint, replication)
-        assert not isinstance(hp, PackFailure)
-        pl, model = hp, hint_model
+    else:
+        part, pl = _realize_cuts(problem, out.cuts, replication)
+        model = evaluate_partition(problem, part).period_ns
+        if pl.period_ns > initial.period_ns:
+            notes.append(f"CP-SAT's partition realizes at {pl.period_ns} ns after packing, "
+                         f"the hint at {initial.period_ns} ns: the hint's realization is kept")
+            pl = None
+    if pl is None:
+        pl, model = realize(problem, hint, replication), hint_model
+    assert not isinstance(pl, PackFailure)  # the hint realized before
     return build_result(problem, pl, solver="cpsat", status=out.status, model_period=model,
                         bound_ns=out.bound_ns, objective_ns=out.objective_ns,
                         solve_seconds=time.perf_counter() - t0, notes=notes)
