@@ -1,28 +1,9 @@
-"""CP-SAT pipeline model: the same period model as the DP (:mod:`.model`), stated directly.
-
-Data → model → solve → extract. Variables and constraints (G groups, P cores, S = min(G, P)
-possible stages):
-
-* ``cut_g`` (g ≥ 1): a stage starts at group g; ``stage_g = stage_{g-1} + cut_g`` is the
-  stage per group, monotone along the chain by construction, and ``in_{g,s}`` ⇔ stage_g = s.
-  Stages are numbered in chain order and cores are only counted, never named, so neither
-  stage labels nor cores carry symmetry (NOTES: explicit core-symmetry breaking only slowed
-  CP-SAT down).
-* ``cores_s`` ∈ [0, P] with a one-hot ``ncores_{s,k}``; a used stage (``stage_{G-1} ≥ s``)
-  has ≥ 1 core, Σ cores ≤ P.
-* per-core-count period bounds: ``ncores_{s,k} ⇒ k · period ≥ work_s``;
-* replication (optional): one-hot ``rep_{g,r}`` over the factors where the group's bound
-  drops; ``period ≥ bound_g(r)``; the stage's crossbars Σ_g crossbars_g · r_g ≤
-  crossbars_per_core · cores_s, and ``in_{g,s} ⇒ cores_s ≥ r_g``;
-* dependency path: ``start_g`` (first group of g's stage) and ``period ≥ path[start_g, g+1]``
-  by an element constraint;
-* shared memory: ``apart_{a,b}`` ⇔ some cut lies in (a, b] (linear: ≥ each cut, ≤ their
-  sum) for every group pair with demand; ``period ≥ baseline + Σ demand · apart``;
-* bounds: period ≥ the model's lower bound and, optionally, ≥ the exact DP's optimum (so
-  CP-SAT proves as soon as it reaches it; ``dp_bound=False`` makes CP-SAT prove on its own,
-  which the tests use to check DP = CP-SAT); period ≤ the hint's value.
-
-The hint is complete (every variable) from a feasible partition, normally the heuristic's.
+"""CP-SAT pipeline model: the same period model as the DP (:mod:`.model`), stated directly;
+docs/pipeline.md §3 lists its variables and constraints, which :class:`_Model` adds in that
+order. Stages are numbered in chain order and cores are only counted, never named, so
+neither stage labels nor cores carry symmetry (NOTES: explicit core-symmetry breaking only
+slowed CP-SAT down). The hint is complete (every variable) from a feasible partition,
+normally the heuristic's.
 """
 
 from __future__ import annotations

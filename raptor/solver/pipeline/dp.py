@@ -1,15 +1,8 @@
-"""Dynamic programs over the group chain.
-
-:func:`level_dp` is the engine: for up to eight period levels T_l at once it computes, for
-every prefix of groups and every core count c, the least shared-memory service of a partition
-whose stages all meet T_l on at most c cores (``f[l, i, c] = min_j f[l, j, c - k_l(j, i)] +
-mem(j, i)``), vectorized over j and c. Each state thus keeps at most eight compute/memory
-trade-offs (T_l, f[l, i, c]), which is the heuristic's second search.
-
-:func:`exact_dp` is the reference optimum of the model: feasibility of a period T ("some
-partition meets T on P cores with baseline + memory ≤ T") is monotone in T, so an eight-way
-search over the integers between a lower bound and a feasible value, one :func:`level_dp`
-per round, ends at the least feasible T. Both are O(L · G² · P) per call.
+"""Dynamic programs over the group chain (docs/pipeline.md §3). :func:`level_dp`, the
+engine, computes for up to eight period levels at once the least shared-memory service of
+every group prefix on every core count (``f[l, i, c] = min_j f[l, j, c - k_l(j, i)] +
+mem(j, i)``), vectorized over j and c; :func:`exact_dp` finds the model's optimum by an
+eight-way search over T (feasibility is monotone in T). Both are O(L · G² · P) per call.
 """
 
 from __future__ import annotations

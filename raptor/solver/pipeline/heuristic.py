@@ -1,30 +1,9 @@
-"""The scheduling spec's pipeline heuristic ("Pipeline scheduling", spec 001), all of it.
-
-Phase 1 — ordered packing with a dependency tail and nominal movement volumes. For a period
-target T, walk the group chain: a stage grows while its dependency path (the tail one
-inference needs to cross it) stays ≤ T; its budget is the ordered pack count (its units, each
-split into as many shards as the replication T needs, and tile-free tasks, next-fit in chain
-order onto cores of load ≤ T and ≤ crossbars_per_core tiles); cut volumes are charged at
-nominal per-byte shared-memory service, unrounded and without sharing. The least T whose
-stages fit P cores with nominal memory ≤ T (binary search) gives the phase-1 winner: those
-cuts, pack-count budgets (spare cores where work per core is highest) and replication.
-
-Second search — execution estimates (the model's stage times, :mod:`.model`) against
-aggregate serialized shared-memory service, minimizing their maximum, by :func:`.dp.level_dp`
-(at most eight compute/memory trade-offs per state). Search A charges one store per consumer
-transfer, over eight levels spaced geometrically between the lower bound and the phase-1
-period; the second bounded search B charges one store per shared publication, over eight
-levels between A's best level's neighbours. The four best distinct partitions (by the
-sharing-aware model after core allocation) and the initial partition (phase-1 cuts through
-core allocation) go through core allocation, topology placement and capacity verification
-(:mod:`.realize`).
-
-Selection keeps the realized phase-1 winner (the fallback) unless a candidate passes every
-guard against it: the modeled bottleneck (period) improves strictly; shared-memory service +
-maximum stage span does not increase; shared-memory service + maximum per-core compute work
-does not increase; and a sharing-aware alternative (found only by search B) does not increase
-the maximum stage span. Among passing candidates the smallest period wins. The guards limit
-compute imbalance; their sums do not predict simulated periods.
+"""The scheduling spec's pipeline heuristic ("Pipeline scheduling", spec 001), all of it
+(docs/pipeline.md §3): phase 1, ordered packing with a dependency tail and nominal movement
+volumes (:func:`phase1`); the second search A/B over compute/memory trade-offs
+(:func:`second_search`); realization of the five candidates and guarded selection
+(:func:`select`). The guards limit compute imbalance; their sums do not predict simulated
+periods.
 """
 
 from __future__ import annotations
@@ -129,7 +108,9 @@ def _pack_count(items: Callable[[int, int], tuple[list[int], list[int]]], j: int
 
 
 def phase1(problem: PipelineProblem, replication: bool) -> Partition | None:
-    """The phase-1 winner: its cuts, pack-count budgets and replication (None: no T fits)."""
+    """The phase-1 winner: for the least T (binary search) whose stages fit P cores with
+    nominal memory ≤ T, where a stage grows while its dependency path stays ≤ T and needs its
+    ordered pack count of cores, those cuts, budgets and replication (None: no T fits)."""
     G, P, cap = problem.num_groups, problem.num_cores, problem.target.crossbars_per_core
     path, graph, head = problem.path, problem.graph, problem.top_level
 

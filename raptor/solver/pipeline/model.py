@@ -1,26 +1,15 @@
-"""The period model every pipeline solver optimizes, and core allocation for given cuts.
+"""The period model every pipeline solver optimizes (docs/pipeline.md §2), and core
+allocation for given cuts. Stage ``s`` holds groups ``cuts[s] .. cuts[s+1]-1`` on
+``cores[s]`` cores, group ``g`` replicated ``replication[g]`` times:
 
-A partition cuts the group chain into contiguous stages; stage ``s`` holds groups
-``cuts[s] .. cuts[s+1]-1`` on ``cores[s]`` cores, group ``g`` replicated ``replication[g]``
-times. Its model period is
-
-    max( max_s time_s,  baseline + Σ_s memory_s )
+    period = max( max_s time_s,  baseline + Σ_s memory_s )
     time_s = max( ceil(work_s / cores_s),  max_g bound[g, r_g],  path_s )
 
 subject to Σ cores ≤ P, Σ_g crossbars_g · r_g ≤ crossbars_per_core · cores_s and r_g ≤ cores_s.
-``ceil(work / cores)`` and the group bounds are lower bounds on the busiest core after
-packing (the realized span can be larger; :mod:`raptor.solver.pipeline.realize` packs);
-``path_s``, the longest dependency chain inside the stage, is the time one inference needs
-to cross the stage: cores of one stage exchange data over rendezvous channels and therefore
-work on the same inference, while stage boundaries decouple inferences through shared memory.
-Without the path term one stage holding everything would always be optimal (any partition's
-packing is also a one-stage packing, and cuts only add shared-memory traffic), and its real
-period would be the single-inference latency.
-
-For a period target ``T`` the cheapest way for a range of groups to meet it is unique: each
-group takes the smallest replication whose bound is ≤ T, and the range needs
-``kmin = max(ceil(W/T), ceil(X/cap), max r, 1)`` cores. This makes the exact DP a search
-over T and core allocation for fixed cuts a binary search plus greedy water-filling.
+Without the path term one stage holding everything would always be optimal. For a period
+target ``T`` each group takes the smallest replication whose bound is ≤ T and a range needs
+``kmin = max(ceil(W/T), ceil(X/cap), max r, 1)`` cores: the exact DP searches over T, and
+core allocation for fixed cuts is a binary search plus greedy water-filling.
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
-"""The pipeline partitioning problem: groups in a topological chain, their bounds, and the
-per-range tables every pipeline solver reads (heuristic, exact DP, CP-SAT).
+"""The pipeline partitioning problem (docs/pipeline.md §1–2): groups in a topological chain,
+their bounds, and the per-range tables every pipeline solver reads (heuristic, exact DP,
+CP-SAT).
 
-Groups. An *atom* is the set of lanes of one graph batch (lanes are interchangeable and
-independent), or a single task when its batch has internal edges or lies on a cycle of the
-batch quotient graph. Atoms are ordered topologically (earliest top level first, so parallel
-branches of one depth stay together), and a stage may only cut between atoms. Atoms that
-share a crossbar tile are never cut apart: all users of a tile sit in one group, so a tile
-belongs to one stage unless it is replicated on purpose. Adjacent groups are then fused
-(smallest combined work first) until at most ``max_groups`` remain, which bounds the DP and
-the CP-SAT model; fused groups are contiguous runs of a topological order, so the group chain
-stays acyclic and every contiguous stage respects the dependencies.
-
-Units. Inside a group, tasks that share a tile form a *unit*: without replication all of a
-unit's tasks run on the core holding its tiles. Replicating a group ``r`` times lets each unit
-spread over ``r`` cores at ``r`` times its crossbars. ``bounds[g, r - 1]`` is a lower bound on
-the busiest core's load caused by group ``g`` alone at replication ``r`` (pigeonhole over the
-unit's sorted lanes; exact for equal lanes), never below the group's longest instance.
-
-Shared memory. Cross-stage data goes through shared memory: one store per physical publication
-that some later stage reads, one load per consumer transfer, each rounded to the target's
-access width (:func:`raptor.solver.costs.shared_read_ns` / ``shared_write_ns``). The service
-is serialized chip-wide, shared by all stages. The function outputs add a per-inference
-baseline. All range sums are O(1) lookups in (G+1)×(G+1) tables built with prefix sums.
-
-Dependency path. ``path[j, i]`` is the longest chain of task costs inside groups ``j..i-1``
-(transfers excluded), computed for every range at once by one sweep of the tasks.
+A stage may only cut between atoms (a batch's lanes, or a single task where its batch has
+internal edges or lies on a cycle of the batch quotient graph); all users of a tile sit in
+one group; adjacent groups fuse down to ``max_groups``, which bounds the DP and the CP-SAT
+model. Range sums are O(1) lookups in (G+1)×(G+1) tables built with prefix sums.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""From a partition to physical cores: homes, topology placement, list schedule, ranking.
-
-Every solver's partition goes through the same steps, so heuristic, DP and CP-SAT periods
-are measured with one ruler:
-
-1. **capacity verification**: each stage's units get tile homes on its cores from the
-   constructive packer (:mod:`raptor.solver.pipeline.pack`). A stage that fails drops
-   replication (its lower bound); if a stage still fails, budgets restart from the crossbar
-   lower bounds (ceil(crossbars / capacity) per stage, spare cores where the crossbars are
-   tightest) without replication.
-2. **topology placement**: stages take consecutive runs of a serpentine walk over the mesh
-   (by rows, and on non-square meshes also by columns), so each stage is compact and
-   consecutive stages are neighbours.
-3. **list schedule** of every stage on its cores, load-aware (highest bottom level first)
-   and arrival-aware (earliest top level first) candidates: this fixes each task's core and
-   the per-core order of one inference, and gives the stage's completion (one inference
-   across the stage, NoC delays included, inputs from earlier stages ready at its start).
-4. **evaluation**: per stage the busiest core's load (``load``), the dependency path, the
-   crossbars its tasks use; shared-memory demand from the task-level stage assignment (one
-   store per publication a later stage reads, one load per consumer transfer); per core the
-   compute load plus the NoC time of its intra-stage transfers in and out (``demand``).
-5. **ranking** (spec): maximum per-core compute/incident-transfer demand; within 1 % of
-   demand the maximum stage span breaks the tie, then stage completion, then compute load.
+"""From a partition to physical cores (docs/pipeline.md §4): capacity verification
+(:mod:`.pack`, with the recovery of :func:`realize`), topology placement on a serpentine
+walk, a list schedule of every stage, evaluation and ranking (:func:`better`). Every
+solver's partition goes through the same steps, so heuristic, DP and CP-SAT periods are
+measured with one ruler.
 """
 
 from __future__ import annotations

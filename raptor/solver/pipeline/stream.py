@@ -1,29 +1,11 @@
-"""The stream estimate: what the simulator should show for a materialized pipeline program.
-
-The solvers optimize the period *model* (docs/pipeline.md §2): per stage max(busiest core,
-dependency path), and the serialized shared-memory service. The materialized stream program
-(`raptor.passes.stream`) is more specific: each core runs its per-inference program in a
-loop, so a core starts inference n + 1 only when it has finished inference n, and inside a
-stage a core waits for other cores' fragments of the same inference. Its steady-state
-period is therefore the longest cycle of that program per inference, which can lie
-between the busiest core and the stage's one-inference completion (`wave_period_ns`).
-
-:func:`stream_estimate` plays the program's steps task by task, inference after inference,
-as the simulator's ideal options run it (`SimOptions.ideal()`: buffered sends, free links
-and shared memory): per core its events in the materialized order (boundary load groups and
-tasks), a task starting when its core is free and every stage-internal fragment it reads
-has crossed the mesh (`Target.transfer_ns`, after its producer's whole step: the sends
-follow the stores), a load group when READY of its inference was signalled, a producer's
-boundary stores when FREE of inference n − B was signalled; shared-memory accesses cost
-their time on their core. Steady period = the median interval between inference
-completions once the pipeline is full, as the simulator measures it.
-
-With contention on, the simulator also serializes shared memory: `memory_ns` is the
-service one inference asks of it (output stores, boundary loads and stores, READY/FREE
-accesses), and `period_ns` = max(ideal period, memory_ns) is the estimate beside the
-default simulation. What it leaves out: link contention, the rendezvous protocol (a send
-waits until its receiver has started the same inference), how queued accesses interleave
-with compute, and the gathers of merged lanes (as the latency estimate does).
+"""The stream estimate (docs/pipeline.md §8): what the simulator should show for a
+materialized pipeline program. Each core runs its per-inference program in a loop, so the
+steady period is the longest cycle of that program per inference, between the busiest core
+and the stage's one-inference completion (`wave_period_ns`). :func:`stream_estimate` plays
+the program's steps task by task, inference after inference, as `SimOptions.ideal()` runs
+them; `memory_ns` is the service one inference asks of the serialized shared memory. Left
+out: link contention, the rendezvous protocol, how queued accesses interleave with compute,
+and the gathers of merged lanes.
 """
 
 from __future__ import annotations
