@@ -90,14 +90,13 @@ class PipelineProblem:
     """Same with one store per consumer transfer (no sharing)."""
     mem_nominal: FloatArray
     """Unrounded per-transfer volumes at nominal per-byte service (phase 1)."""
-    pair_memory: IntArray = field(repr=False, default_factory=lambda: np.zeros((0, 0), np.int64))
+    pair_memory: IntArray = field(repr=False)
     """(G, G): service charged when groups a < b land in different stages: loads of b's
     transfers from a, plus the stores of a's publications whose last reader group is b."""
-    top_level: list[int] = field(repr=False, default_factory=list)
+    top_level: list[int] = field(repr=False)
     """Earliest start of each task without communication (arrival order for packing)."""
-    work_prefix: IntArray = field(repr=False, default_factory=lambda: np.zeros(1, np.int64))
-    crossbar_prefix: IntArray = field(repr=False, default_factory=lambda: np.zeros(1, np.int64))
-    notes: list[str] = field(default_factory=list)
+    work_prefix: IntArray = field(repr=False)
+    crossbar_prefix: IntArray = field(repr=False)
 
     @property
     def num_groups(self) -> int:
@@ -155,10 +154,6 @@ class PipelineProblem:
     @property
     def total_work(self) -> int:
         return int(self.work_prefix[-1])
-
-    @property
-    def total_crossbars(self) -> int:
-        return int(self.crossbar_prefix[-1])
 
     def memory(self, cuts: Sequence[int], sharing: bool = True) -> int:
         """Baseline plus the cross-stage service of the stages starting at ``cuts``."""
@@ -402,23 +397,15 @@ def _build_problem(graph: ComputeGraph, target: Target, build: GraphBuild | None
         pubs, baseline = publications_from_build(build, target)
     else:
         pubs, baseline = _publications_from_graph(graph), 0
-    G = len(groups)
-    bounds = np.stack([_group_bounds(graph, g, P) for g in groups]) if groups else \
-        np.zeros((0, P), dtype=np.int64)
-    problem = PipelineProblem(
+    shared, transfer, nominal, pair = _memory_tables(target, len(groups), group_of, pubs)
+    return PipelineProblem(
         graph=graph, target=target, groups=groups, group_of=group_of, publications=pubs,
-        baseline_ns=baseline, bounds=bounds,
-        path=_path_table(graph, groups, group_of),
-        mem_shared=np.zeros((G + 1, G + 1), np.int64),
-        mem_transfer=np.zeros((G + 1, G + 1), np.int64),
-        mem_nominal=np.zeros((G + 1, G + 1), np.float64),
+        baseline_ns=baseline, path=_path_table(graph, groups, group_of),
+        bounds=np.array([_group_bounds(graph, g, P) for g in groups], np.int64).reshape(-1, P),
+        mem_shared=shared, mem_transfer=transfer, mem_nominal=nominal, pair_memory=pair,
         top_level=graph.top_levels(),
-        work_prefix=np.concatenate([[0], np.cumsum([g.work for g in groups])]).astype(np.int64),
-        crossbar_prefix=np.concatenate(
-            [[0], np.cumsum([g.crossbars for g in groups])]).astype(np.int64),
-    )
-    _memory_tables(problem)
-    return problem
+        work_prefix=np.cumsum([0, *(g.work for g in groups)], dtype=np.int64),
+        crossbar_prefix=np.cumsum([0, *(g.crossbars for g in groups)], dtype=np.int64))
 
 
 def _path_table(graph: ComputeGraph, groups: list[Group], group_of: list[int]) -> IntArray:
@@ -473,11 +460,12 @@ def service_ns(target: Target, nbytes: npt.NDArray[np.int64], cycles: int) -> In
     return out
 
 
-def _memory_tables(problem: PipelineProblem) -> None:
-    t, G, gof = problem.target, problem.num_groups, problem.group_of
+def _memory_tables(t: Target, G: int, gof: list[int], publications: list[Publication]
+                   ) -> tuple[IntArray, IntArray, FloatArray, IntArray]:
+    """Range tables (mem_shared, mem_transfer, mem_nominal) and pair_memory (the fields)."""
     stores: list[tuple[int, int, int]] = []  # (producer group, last reader group, bytes)
     loads: list[tuple[int, int, int]] = []  # (producer group, reader group, bytes)
-    for p in problem.publications:
+    for p in publications:
         a = gof[p.producer]
         later = [(gof[v], nb) for v, nb in p.consumers if gof[v] > a]
         if later:
@@ -500,7 +488,5 @@ def _memory_tables(problem: PipelineProblem) -> None:
     nominal = tb.astype(float) / float(t.clock_fraction) / t.shared_access_bytes
     s_nom, _ = _range_sum_tables(pairs(tr_a, tr_b, nominal * w), G)
     _, l_nom = _range_sum_tables(pairs(tr_a, tr_b, nominal * r), G)
-    problem.pair_memory = np.rint(store_sh + load).astype(np.int64)
-    problem.mem_shared = np.rint(s_sh + ld).astype(np.int64)
-    problem.mem_transfer = np.rint(s_tr + ld).astype(np.int64)
-    problem.mem_nominal = s_nom + l_nom
+    return (np.rint(s_sh + ld).astype(np.int64), np.rint(s_tr + ld).astype(np.int64),
+            s_nom + l_nom, np.rint(store_sh + load).astype(np.int64))
