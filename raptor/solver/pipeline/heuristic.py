@@ -206,7 +206,7 @@ def second_search(problem: PipelineProblem, replication: bool, upper: int
                   ) -> list[Alternative]:
     """Searches A (per-transfer stores) and B (shared publications); the best four."""
     lb = problem.lower_bound(replication)
-    found: dict[tuple[int, ...], tuple[int, set[str], str]] = {}
+    found: dict[tuple[int, ...], tuple[int, set[str], str, Partition]] = {}
 
     def harvest(levels: list[int], mem: IntArray, tag: str) -> list[int]:
         scores = []
@@ -219,11 +219,8 @@ def second_search(problem: PipelineProblem, replication: bool, upper: int
             if part is None:
                 continue
             period = evaluate_partition(problem, part).period_ns
-            old = found.get(res.cuts)
-            if old is None:
-                found[res.cuts] = (period, {tag}, f"search {tag} level {n} ({res.level} ns)")
-            else:
-                old[1].add(tag)
+            origin = f"search {tag} level {n} ({res.level} ns)"
+            found.setdefault(res.cuts, (period, set(), origin, part))[1].add(tag)
         return scores
 
     levels_a = _levels(lb, upper, geometric=True)
@@ -233,12 +230,7 @@ def second_search(problem: PipelineProblem, replication: bool, upper: int
     hi_b = levels_a[best + 1] if best + 1 < len(levels_a) else upper
     harvest(_levels(lo_b, hi_b, geometric=False), problem.mem_shared, "B")
     ranked = sorted(found.items(), key=lambda kv: (kv[1][0], kv[0]))[:4]
-    out = []
-    for cuts, (_, tags, origin) in ranked:
-        part = allocate(problem, cuts, replication)
-        assert part is not None
-        out.append(Alternative(part, tags == {"B"}, origin))
-    return out
+    return [Alternative(part, tags == {"B"}, origin) for _, (_, tags, origin, part) in ranked]
 
 
 # -- the whole heuristic --------------------------------------------------------------------------

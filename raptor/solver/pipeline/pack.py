@@ -41,9 +41,7 @@ class PackFailure:
 
 
 class _Fail(Exception):
-    def __init__(self, decision: int) -> None:
-        super().__init__(decision)
-        self.decision = decision
+    """No core has room for a unit; ``args[0]``: the openings decided before."""
 
 
 @dataclass
@@ -71,10 +69,7 @@ class _Stage:
             units.extend((u, r) for u in g.units)
             free.extend(t for t in g.tasks if not graph.tasks[t].weights)
         units.sort(key=lambda ur: (-ur[0].work, ur[0].tasks))
-        unit_of: dict[int, int] = {}
-        for n, (u, _) in enumerate(units):
-            for t in u.tasks:
-                unit_of[t] = n
+        unit_of = {t: n for n, (u, _) in enumerate(units) for t in u.tasks}
         seq = [t for u, _ in units for t in u.tasks]
         seq += sorted(free, key=lambda t: (-cost[t], t))
         return cls(k, problem.target.crossbars_per_core, cost, units, unit_of, seq)
@@ -169,7 +164,7 @@ def pack_stage(problem: PipelineProblem, j: int, i: int, k: int, replication: Se
             return _Attempt(stage).run(tasks, best_fit, -1, name)
         except _Fail as exc:
             if name == "best-fit":
-                fail_at = exc.decision
+                fail_at = exc.args[0]
     # deviation b: the b-th opening before the best-fit failure takes its second-best core
     for back in range(1, PACK_DEVIATIONS + 1):
         if fail_at - back < 0 or stage.checks >= PACK_CHECK_BUDGET:
