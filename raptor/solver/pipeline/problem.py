@@ -10,9 +10,11 @@ model. Range sums are O(1) lookups in (G+1)×(G+1) tables built with prefix sums
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -191,17 +193,40 @@ def _atoms(graph: ComputeGraph) -> list[list[int]]:
     return list(members.values())
 
 
+def topological_order(succ: Sequence[Collection[int]], key: Sequence[Any] | None = None
+                      ) -> list[int]:
+    """Kahn's algorithm over successor lists, the ready node of least ``key`` (default: id)
+    first; shorter than ``succ`` where there is a cycle. (networkx and graphlib take twice as
+    long on ResNet-18.)"""
+    indeg = [0] * len(succ)
+    for vs in succ:
+        for v in vs:
+            indeg[v] += 1
+    prio = range(len(succ)) if key is None else key
+    heap = [(prio[v], v) for v, d in enumerate(indeg) if d == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        _, v = heapq.heappop(heap)
+        order.append(v)
+        for w in succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, (prio[w], w))
+    return order
+
+
 def _order_atoms(graph: ComputeGraph, atoms: list[list[int]]) -> list[list[int]]:
     """Topological order of the atom DAG, earliest top level first (ties: smallest tile, id)."""
     head = graph.top_levels()
     atom_of = {t: a for a, ts in enumerate(atoms) for t in ts}
-    dag = nx.DiGraph()
-    dag.add_nodes_from(range(len(atoms)))
-    dag.add_edges_from((atom_of[e.src], atom_of[e.dst]) for e in graph.edges)
+    succ: list[set[int]] = [set() for _ in atoms]
+    for e in graph.edges:
+        succ[atom_of[e.src]].add(atom_of[e.dst])
     prio = [(min(head[t] for t in ts),
              min((w for t in ts for w in graph.tasks[t].weights), default=-1), min(ts))
             for ts in atoms]
-    return [sorted(atoms[a]) for a in nx.lexicographical_topological_sort(dag, prio.__getitem__)]
+    return [sorted(atoms[a]) for a in topological_order(succ, prio)]
 
 
 def _segments(graph: ComputeGraph, atoms: list[list[int]], max_groups: int) -> list[list[int]]:

@@ -7,7 +7,6 @@ measured with one ruler.
 
 from __future__ import annotations
 
-import graphlib
 import heapq
 import itertools
 from collections.abc import Sequence
@@ -18,7 +17,12 @@ import numpy as np
 from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.pack import PackFailure, StagePacking, pack_stage
-from raptor.solver.pipeline.problem import IntArray, PipelineProblem, service_ns
+from raptor.solver.pipeline.problem import (
+    IntArray,
+    PipelineProblem,
+    service_ns,
+    topological_order,
+)
 from raptor.target import Target
 
 SEQUENCES = ("rows", "columns")
@@ -463,19 +467,20 @@ def asap_starts(problem: PipelineProblem, core_of: Sequence[int],
     src, dst, nbytes = problem.edge_arrays
     cores = np.asarray(core_of, dtype=np.int64)
     delay = transfer_ns(problem.target, cores[src], cores[dst], nbytes).tolist()
-    preds: list[list[tuple[int, int]]] = [[] for _ in range(problem.graph.num_tasks)]
+    out: list[list[tuple[int, int]]] = [[] for _ in range(problem.graph.num_tasks)]
     for u, v, d in zip(src.tolist(), dst.tolist(), delay, strict=True):
-        preds[v].append((u, d))
+        out[u].append((v, d))
     for tasks in order:
         for a, b in itertools.pairwise(tasks):
-            preds[b].append((a, 0))
+            out[a].append((b, 0))
+    topo = topological_order([[v for v, _ in es] for es in out])
+    if len(topo) != len(out):
+        raise AssertionError("per-core order contradicts the dependencies")
     costs = problem.graph.durations(core_of)  # local reads included, as MergeScheduleResult's
-    sorter = graphlib.TopologicalSorter({v: [u for u, _ in ps] for v, ps in enumerate(preds)})
-    try:
-        topo = list(sorter.static_order())
-    except graphlib.CycleError:
-        raise AssertionError("per-core order contradicts the dependencies") from None
-    start = [0] * len(preds)
-    for v in topo:
-        start[v] = max((start[u] + costs[u] + d for u, d in preds[v]), default=0)
+    start = [0] * len(out)
+    for u in topo:
+        end = start[u] + costs[u]
+        for v, d in out[u]:
+            if end + d > start[v]:
+                start[v] = end + d
     return start

@@ -10,7 +10,6 @@ and the gathers of merged lanes.
 
 from __future__ import annotations
 
-import graphlib
 import itertools
 import statistics
 from collections.abc import Mapping, Sequence
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from raptor.passes.stream import LoadGroup, StreamInfo
 from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
+from raptor.solver.pipeline.problem import topological_order
 from raptor.target import Target
 
 COUNTER_BYTES = 4
@@ -87,18 +87,18 @@ def _iteration_order(prev_on_core: dict[int, int], waits: list[list[tuple[int, i
                      groups: Sequence[LoadGroup], signaller: Mapping[int, int]) -> list[int]:
     """A topological order of one iteration's steps: core order, messages, READY."""
     n_tasks = len(waits)
-    preds: dict[int, list[int]] = {s: [] for s in range(n_tasks + len(groups))}
+    succ: list[list[int]] = [[] for _ in range(n_tasks + len(groups))]
     for b, a in prev_on_core.items():
-        preds[b].append(a)
+        succ[a].append(b)
     for t in range(n_tasks):
-        preds[t].extend(u for u, _ in waits[t])
+        for u, _ in waits[t]:
+            succ[u].append(t)
     for i, g in enumerate(groups):
-        preds[n_tasks + i].append(signaller[g.pair])
-    try:
-        return list(graphlib.TopologicalSorter(preds).static_order())
-    except graphlib.CycleError:
-        raise ValueError(
-            "the stream program's per-core order contradicts its dependencies") from None
+        succ[signaller[g.pair]].append(n_tasks + i)
+    order = topological_order(succ)
+    if len(order) != len(succ):
+        raise ValueError("the stream program's per-core order contradicts its dependencies")
+    return order
 
 
 def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
