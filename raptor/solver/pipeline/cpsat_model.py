@@ -9,7 +9,6 @@ normally the heuristic's.
 from __future__ import annotations
 
 import bisect
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,7 +38,6 @@ class CpSatOutcome:
     cuts: tuple[int, ...] | None
     objective_ns: int | None
     bound_ns: int | None
-    seconds: float
     variables: int
     constraints: int
 
@@ -56,12 +54,29 @@ def replication_options(problem: PipelineProblem, g: int, replication: bool) -> 
 def solve_cpsat(problem: PipelineProblem, replication: bool, hint: Partition,
                 options: CpSatPipelineOptions, dp_value: int | None = None) -> CpSatOutcome:
     """Minimize the period of ``problem``'s partitions, starting from the feasible ``hint``;
-    ``dp_value`` (the exact DP's optimum) bounds the period below when ``options.dp_bound``."""
-    t0 = time.perf_counter()
+    ``dp_value`` (the exact DP's optimum) bounds the period below when ``options.dp_bound``.
+    The cuts only when the search found a solution."""
     model = _Model(problem, replication, hint, options, dp_value)
-    solver = model.solver(options)
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.max_time_in_seconds = options.time_limit
+    prm.num_workers = options.num_workers
+    prm.random_seed = options.seed
+    if options.deterministic_time is not None:
+        prm.max_deterministic_time = options.deterministic_time
+    prm.fix_variables_to_their_hinted_value = options.fix_hint
     code = solver.solve(model.m, watch(solver, options.on_progress))
-    return model.extract(solver, code, t0)
+    status = solver.status_name(code)
+    size = len(model.m.proto.variables), len(model.m.proto.constraints)
+    if code == cp_model.INFEASIBLE:
+        status = (f"INFEASIBLE (no partition meets period ≤ {model.ub} with "
+                  f"{problem.num_cores} cores x {problem.target.crossbars_per_core} "
+                  f"crossbars; the hint's own value is {model.ub}, so this is a model bug)")
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return CpSatOutcome(status, None, None, None, *size)
+    cuts = (0, *(g for g in range(1, len(model.cut)) if solver.boolean_value(model.cut[g])))
+    return CpSatOutcome(status, cuts, int(solver.objective_value),
+                        int(solver.best_objective_bound), *size)
 
 
 class _Model:
@@ -254,36 +269,3 @@ class _Model:
             m.add_hint(pv, int(problem.path[hstart[g], g + 1]))
         for (a, b), e in self.apart.items():
             m.add_hint(e, int(hstage[a] != hstage[b]))
-
-    # -- solve and extract --------------------------------------------------------------------
-    def solver(self, options: CpSatPipelineOptions) -> cp_model.CpSolver:
-        solver = cp_model.CpSolver()
-        prm = solver.parameters
-        prm.max_time_in_seconds = options.time_limit
-        prm.num_workers = options.num_workers
-        prm.random_seed = options.seed
-        if options.deterministic_time is not None:
-            prm.max_deterministic_time = options.deterministic_time
-        prm.fix_variables_to_their_hinted_value = options.fix_hint
-        return solver
-
-    def extract(self, solver: cp_model.CpSolver, code: cp_model.CpSolverStatus,
-                t0: float) -> CpSatOutcome:
-        """The outcome of ``solver``'s search (started at ``t0``): the cuts only when it
-        found a solution."""
-        status = solver.status_name(code)
-        proto = self.m.proto
-        n_vars, n_cons = len(proto.variables), len(proto.constraints)
-        elapsed = time.perf_counter() - t0
-        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if code == cp_model.INFEASIBLE:
-                problem = self.problem
-                status = (f"INFEASIBLE (no partition meets period ≤ {self.ub} with "
-                          f"{problem.num_cores} cores x {problem.target.crossbars_per_core} "
-                          f"crossbars; the hint's own value is {self.ub}, so this is a "
-                          f"model bug)")
-            return CpSatOutcome(status, None, None, None, elapsed, n_vars, n_cons)
-        cuts = tuple([0] + [g for g in range(1, len(self.cut))
-                            if solver.boolean_value(self.cut[g])])
-        return CpSatOutcome(status, cuts, int(solver.objective_value),
-                            int(solver.best_objective_bound), elapsed, n_vars, n_cons)
