@@ -119,8 +119,7 @@ class _Model:
                        for g in range(G)]
         self.used = [m.new_constant(1)] + [m.new_bool_var(f"used_{s}") for s in range(1, S)]
         self.cores = [m.new_int_var(0, P, f"cores_{s}") for s in range(S)]
-        self.ncores = [[m.new_bool_var(f"ncores_{s}_{k}") for k in range(P + 1)]
-                       for s in range(S)]
+        self.ncores = [[m.new_bool_var(f"ncores_{s}_{k}") for k in range(P + 1)] for s in range(S)]
         # replication: one-hot factor literals where a group has options, and its factor
         self.rep: dict[int, list[cp_model.IntVar]] = {}
         self.rep_of: list[cp_model.LinearExprT] = []
@@ -136,8 +135,7 @@ class _Model:
         self.xbars = {(g, s): m.new_int_var(0, grp[g].crossbars * grp[g].max_replication,
                                             f"crossbars_{g}_{s}")
                       for s in range(S) for g in range(s, G) if g in self.rep}
-        self.start = [m.new_constant(0)] + [m.new_int_var(0, g, f"start_{g}")
-                                            for g in range(1, G)]
+        self.start = [m.new_constant(0)] + [m.new_int_var(0, g, f"start_{g}") for g in range(1, G)]
         # the dependency path of each group from its stage's start, where it can bind
         self.path_vals: dict[int, list[int]] = {}
         self.path: dict[int, cp_model.IntVar] = {}

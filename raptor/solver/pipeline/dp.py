@@ -54,8 +54,7 @@ def level_dp(problem: PipelineProblem, levels: Sequence[int], mem: IntArray,
             cc -= int(K[j, i])
             cuts.append(j)
             i = j
-        out.append(LevelResult(int(T), tuple(reversed(cuts)),
-                               problem.baseline_ns + int(f[G, P])))
+        out.append(LevelResult(int(T), tuple(reversed(cuts)), problem.baseline_ns + int(f[G, P])))
     return out
 
 
@@ -66,8 +65,7 @@ class DpResult:
     rounds: int
 
 
-def exact_dp(problem: PipelineProblem, replication: bool, upper: int | None = None
-             ) -> DpResult:
+def exact_dp(problem: PipelineProblem, replication: bool, upper: int | None = None) -> DpResult:
     """Least model period over all contiguous partitions (exact for the model)."""
     lo = problem.lower_bound(replication) - 1  # infeasible or below
     hi = upper if upper is not None else _feasible_upper(problem, replication)

@@ -202,8 +202,7 @@ class Alternative:
     origin: str
 
 
-def second_search(problem: PipelineProblem, replication: bool, upper: int
-                  ) -> list[Alternative]:
+def second_search(problem: PipelineProblem, replication: bool, upper: int) -> list[Alternative]:
     """Searches A (per-transfer stores) and B (shared publications); the best four."""
     lb = problem.lower_bound(replication)
     found: dict[tuple[int, ...], tuple[int, set[str], str, Partition]] = {}

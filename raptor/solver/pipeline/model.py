@@ -138,8 +138,7 @@ def evaluate_partition(problem: PipelineProblem, part: Partition, sharing: bool 
     return ModelEval(period, tuple(times), mem, not problems, "; ".join(problems))
 
 
-def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool
-             ) -> Partition | None:
+def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool) -> Partition | None:
     """Core counts and replication minimizing the model period of fixed ``cuts``: the least
     T whose per-stage needs fit P cores, then every spare core to the stage it helps most
     (slowest improvable stage first); spare cores nothing improves go where work per core is
@@ -153,8 +152,7 @@ def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool
     def needed(T: int) -> int:
         return sum(stage_kmin(problem, j, i, T, replication)[0] for j, i in ranges)
 
-    lo = max(problem.lower_bound(replication), mem,
-             max(int(problem.path[j, i]) for j, i in ranges))
+    lo = max(problem.lower_bound(replication), mem, max(int(problem.path[j, i]) for j, i in ranges))
     hi = lo
     ceiling = max(problem.total_work, 1) + lo
     while needed(hi) > P:
@@ -184,8 +182,7 @@ def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool
         times[s] = nxt.pop(s)
         spare -= 1
     while spare > 0:
-        s = max(range(len(ranges)),
-                key=lambda s: (problem.work(*ranges[s]) / cores[s], -s))
+        s = max(range(len(ranges)), key=lambda s: (problem.work(*ranges[s]) / cores[s], -s))
         cores[s] += 1
         spare -= 1
     rep = [1] * G

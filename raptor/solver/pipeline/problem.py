@@ -180,8 +180,7 @@ def _atoms(graph: ComputeGraph) -> list[list[int]]:
     split = {graph.tasks[e.src].batch for e in graph.edges
              if graph.tasks[e.src].batch == graph.tasks[e.dst].batch >= 0}
     while True:
-        key = [t.batch if t.batch >= 0 and t.batch not in split else -1 - t.id
-               for t in graph.tasks]
+        key = [t.batch if t.batch >= 0 and t.batch not in split else -1 - t.id for t in graph.tasks]
         quotient = nx.DiGraph(list({(key[e.src], key[e.dst]) for e in graph.edges}))
         if nx.is_directed_acyclic_graph(quotient):
             break
@@ -289,8 +288,7 @@ def _units(graph: ComputeGraph, tasks: Sequence[int], cap: int) -> list[Unit]:
                 pieces.append((set(ws), [t]))
         for tiles, ts in pieces:
             ts.sort(key=lambda t: (-graph.tasks[t].cost_ns, t))
-            units.append(Unit(tuple(ts), frozenset(tiles),
-                              sum(graph.tasks[t].cost_ns for t in ts)))
+            units.append(Unit(tuple(ts), frozenset(tiles), sum(graph.tasks[t].cost_ns for t in ts)))
     units.sort(key=lambda u: (-u.work, u.tasks))
     return units
 

@@ -17,12 +17,7 @@ import numpy as np
 from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.pack import PackFailure, StagePacking, pack_stage
-from raptor.solver.pipeline.problem import (
-    IntArray,
-    PipelineProblem,
-    service_ns,
-    topological_order,
-)
+from raptor.solver.pipeline.problem import IntArray, PipelineProblem, service_ns, topological_order
 from raptor.target import Target
 
 SEQUENCES = ("rows", "columns")
@@ -120,8 +115,7 @@ def boundaries(problem: PipelineProblem, stage_of_task: Sequence[int]) -> list[B
     crossing = []
     for p in problem.publications:
         sp = stage_of_task[p.producer]
-        later = tuple((v, stage_of_task[v], nb) for v, nb in p.consumers
-                      if stage_of_task[v] > sp)
+        later = tuple((v, stage_of_task[v], nb) for v, nb in p.consumers if stage_of_task[v] > sp)
         if later:
             crossing.append((p, sp, later))
     if not crossing:
@@ -394,8 +388,7 @@ class _ListSchedule:
             else:
                 for u, fc in same:
                     cu = core_of[u]
-                    arrive = end[u] if cu == c else \
-                        end[u] + -(-((hop_c[cu][c] + fc) * den) // num)
+                    arrive = end[u] if cu == c else end[u] + -(-((hop_c[cu][c] + fc) * den) // num)
                     if arrive > est:
                         est = arrive
             over = int(load[c] + cost > self.limit[s])

@@ -242,8 +242,7 @@ def _check_figures(graph: ComputeGraph, target: Target, result: PipelineResult) 
         path[t] = graph.tasks[t].cost_ns + max(
             (path[u] for u, _ in graph.preds[t] if result.stage_of_task[u] == st), default=0)
     for s in result.stages:
-        longest = max((path[t] for t in range(n) if result.stage_of_task[t] == s.index),
-                      default=0)
+        longest = max((path[t] for t in range(n) if result.stage_of_task[t] == s.index), default=0)
         if longest != s.path_ns:
             errors.append(f"stage {s.index}: reported path {s.path_ns} ns, tasks chain "
                           f"{longest} ns")
@@ -257,8 +256,7 @@ def _check_figures(graph: ComputeGraph, target: Target, result: PipelineResult) 
     return errors
 
 
-def _check_memory(target: Target, result: PipelineResult, problem: PipelineProblem
-                  ) -> list[str]:
+def _check_memory(target: Target, result: PipelineResult, problem: PipelineProblem) -> list[str]:
     """The shared-memory service recomputed from the problem's publications."""
     core_of = result.schedule.core_of
     mem = problem.baseline_ns
