@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from raptor.solver.pipeline.model import allocate, evaluate_partition, kmin_table
-from raptor.solver.pipeline.problem import IntArray, PipelineProblem
+from raptor.solver.pipeline.problem import INFEASIBLE, IntArray, PipelineProblem
 
 LEVELS = 8
 
@@ -22,18 +22,17 @@ LEVELS = 8
 class LevelResult:
     level: int
     cuts: tuple[int, ...] | None  # None: no partition meets this level
-    memory_ns: int | None  # baseline included
+    memory_ns: int  # baseline included (INFEASIBLE: no partition)
 
 
 def level_dp(problem: PipelineProblem, levels: Sequence[int], mem: IntArray,
              replication: bool) -> list[LevelResult]:
     G, P = problem.num_groups, problem.num_cores
-    INF = np.iinfo(np.int64).max // 4
     out: list[LevelResult] = []
     c = np.arange(P + 1)
     for T in levels:
         K = kmin_table(problem, int(T), replication)
-        f = np.full((G + 1, P + 1), INF, dtype=np.int64)
+        f = np.full((G + 1, P + 1), INFEASIBLE, dtype=np.int64)
         f[0] = 0
         back = np.zeros((G + 1, P + 1), dtype=np.int64)
         for i in range(1, G + 1):
@@ -41,11 +40,11 @@ def level_dp(problem: PipelineProblem, levels: Sequence[int], mem: IntArray,
             idx = c[None, :] - k[:, None]
             valid = (idx >= 0) & (k[:, None] <= P)
             prev = f[np.arange(i)[:, None], np.clip(idx, 0, P)]
-            vals = np.where(valid & (prev < INF), prev + mem[:i, i][:, None], INF)
+            vals = np.where(valid & (prev < INFEASIBLE), prev + mem[:i, i][:, None], INFEASIBLE)
             back[i] = vals.argmin(axis=0)
             f[i] = vals[back[i], c]
-        if f[G, P] >= INF:
-            out.append(LevelResult(int(T), None, None))
+        if f[G, P] >= INFEASIBLE:
+            out.append(LevelResult(int(T), None, INFEASIBLE))
             continue
         cuts = []
         i, cc = G, P
@@ -79,8 +78,7 @@ def exact_dp(problem: PipelineProblem, replication: bool, upper: int | None = No
         levels = sorted({min(hi - 1, max(lo + 1, round(lo + step * (m + 1))))
                          for m in range(LEVELS)})
         res = level_dp(problem, levels, problem.mem_shared, replication)
-        feasible = [r for r in res if r.cuts is not None and r.memory_ns is not None
-                    and r.memory_ns <= r.level]
+        feasible = [r for r in res if r.memory_ns <= r.level]
         infeasible = [r.level for r in res if r not in feasible]
         if feasible:
             top = min(feasible, key=lambda r: r.level)
@@ -94,9 +92,7 @@ def exact_dp(problem: PipelineProblem, replication: bool, upper: int | None = No
 
 def _check(problem: PipelineProblem, T: int, replication: bool) -> tuple[int, ...] | None:
     (r,) = level_dp(problem, [T], problem.mem_shared, replication)
-    if r.cuts is None or r.memory_ns is None or r.memory_ns > T:
-        return None
-    return r.cuts
+    return r.cuts if r.memory_ns <= T else None
 
 
 def _feasible_upper(problem: PipelineProblem, replication: bool) -> int:

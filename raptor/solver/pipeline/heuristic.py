@@ -92,12 +92,11 @@ def select(fallback: Figures | None, candidates: list[Candidate]) -> tuple[int, 
 # -- phase 1 -------------------------------------------------------------------------------------
 
 
-def _pack_count(items: Callable[[int, int], tuple[list[int], list[int]]], j: int, i: int,
-                T: int, r: IntArray, cap: int) -> int:
+def _pack_count(items: Callable[[int, int], list[tuple[int, int]]], j: int, i: int, T: int,
+                r: IntArray, cap: int) -> int:
     cores, load, tiles = 0, T + 1, cap + 1
     for g in range(j, i):
-        works, xs = items(g, int(r[g]))
-        for w, x in zip(works, xs, strict=True):
+        for w, x in items(g, int(r[g])):
             if load + w > T or tiles + x > cap:
                 cores += 1
                 load, tiles = w, x
@@ -115,9 +114,9 @@ def phase1(problem: PipelineProblem, replication: bool) -> Partition | None:
     path, graph, head = problem.path, problem.graph, problem.top_level
 
     @functools.cache
-    def items(g: int, r: int) -> tuple[list[int], list[int]]:
+    def items(g: int, r: int) -> list[tuple[int, int]]:
         """Ordered-packing items of group g at replication r: unit shards and tile-free
-        tasks, in arrival order, as (works, tiles)."""
+        tasks, in arrival order, as (work, tiles)."""
         out: list[tuple[int, int, int]] = []  # (arrival, work, tiles)
         group = problem.groups[g]
         for u in group.units:
@@ -130,7 +129,7 @@ def phase1(problem: PipelineProblem, replication: bool) -> Partition | None:
         out.extend((head[t], graph.tasks[t].cost_ns, 0) for t in group.tasks
                    if not graph.tasks[t].weights)
         out.sort()
-        return [w for _, w, _ in out], [x for _, _, x in out]
+        return [(w, x) for _, w, x in out]
 
     def greedy(T: int) -> tuple[list[int], list[int], IntArray] | None:
         r = rmin(problem, T, replication)
@@ -210,12 +209,8 @@ def second_search(problem: PipelineProblem, replication: bool, upper: int) -> li
     def harvest(levels: list[int], mem: IntArray, tag: str) -> list[int]:
         scores = []
         for n, res in enumerate(level_dp(problem, levels, mem, replication)):
-            if res.cuts is None or res.memory_ns is None:
-                scores.append(INFEASIBLE)
-                continue
             scores.append(max(res.level, res.memory_ns))
-            part = allocate(problem, res.cuts, replication)
-            if part is None:
+            if res.cuts is None or (part := allocate(problem, res.cuts, replication)) is None:
                 continue
             period = evaluate_partition(problem, part).period_ns
             origin = f"search {tag} level {n} ({res.level} ns)"

@@ -181,10 +181,9 @@ def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool) -
         cores[s] += 1
         times[s] = nxt.pop(s)
         spare -= 1
-    while spare > 0:
+    for _ in range(spare):
         s = max(range(len(ranges)), key=lambda s: (problem.work(*ranges[s]) / cores[s], -s))
         cores[s] += 1
-        spare -= 1
     rep = [1] * G
     for (j, i), k, t in zip(ranges, cores, times, strict=True):
         _, r = stage_kmin(problem, j, i, t, replication)

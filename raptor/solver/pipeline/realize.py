@@ -418,8 +418,7 @@ class _ListSchedule:
         self.load_s[s][self.local[c]] += cost
         self.core_of[t] = c
         self.order[c].append(t)
-        if f > self.completion[s]:
-            self.completion[s] = f
+        self.completion[s] = max(self.completion[s], f)
 
     def placement(self) -> Placement:
         """The schedule's per-stage figures and per-core demand (compute plus the NoC time of
@@ -440,13 +439,11 @@ class _ListSchedule:
         demand = np.asarray(core_load, dtype=np.int64) + \
             np.bincount(cores[src], weights=tr, minlength=P).astype(np.int64) + \
             np.bincount(cores[dst], weights=tr, minlength=P).astype(np.int64)
-        part = self.part
-        G = problem.num_groups
         return Placement(
-            problem=problem, partition=part, core_of=core_of, order=self.order,
+            problem=problem, partition=self.part, core_of=core_of, order=self.order,
             stage_of_task=sot, stage_cores=chunks,
             stage_load=[max(core_load[c] for c in ch) for ch in chunks],
-            stage_path=[int(problem.path[j, i]) for j, i in part.ranges(G)],
+            stage_path=[int(problem.path[j, i]) for j, i in self.part.ranges(problem.num_groups)],
             stage_completion=self.completion,
             stage_crossbars=[sum(len(used[c]) for c in ch) for ch in chunks],
             core_load=core_load, demand=int(demand.max()), memory_ns=0, boundaries=[],
