@@ -311,26 +311,18 @@ def _group_bounds(graph: ComputeGraph, group: Group, P: int) -> IntArray:
     cache: dict[tuple[int, ...], IntArray] = {}
     for u in group.units:
         costs = tuple(graph.tasks[t].cost_ns for t in u.tasks)
-        b = cache.get(costs)
-        if b is None:
-            rmax = min(P, len(costs))
-            vals = [unit_bound(costs, r) for r in range(1, rmax + 1)]
-            b = np.array(vals + [vals[-1]] * (P - rmax), dtype=np.int64)
-            cache[costs] = b
-        np.maximum(out, b, out=out)
+        if costs not in cache:
+            vals = [unit_bound(costs, r) for r in range(1, min(P, len(costs)) + 1)]
+            cache[costs] = np.array(vals + [vals[-1]] * (P - len(vals)), dtype=np.int64)
+        np.maximum(out, cache[costs], out=out)
     return out
 
 
 def _publications_from_graph(graph: ComputeGraph) -> list[Publication]:
     """Without IR: each task publishes one fragment (its largest outgoing transfer) that every
     consumer loads with its edge's bytes."""
-    pubs = []
-    for t in range(graph.num_tasks):
-        succ = graph.succs[t]
-        if succ:
-            pubs.append(Publication(t, 0, 0, max(b for _, b in succ),
-                                    tuple((v, b) for v, b in succ)))
-    return pubs
+    return [Publication(t, 0, 0, max(b for _, b in succ), tuple(succ))
+            for t, succ in enumerate(graph.succs) if succ]
 
 
 def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Publication], int]:
@@ -341,7 +333,6 @@ def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Pub
     readers: dict[tuple[int, int, int], dict[int, int]] = {}
     sizes: dict[tuple[int, int, int], int] = {}
     insts = build.projection.instances
-    baseline = 0
     for inst in insts:
         mine: set[tuple[int, int, int, object]] = set()
         for use in inst.uses:
@@ -359,9 +350,7 @@ def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Pub
                     readers[key] = {}
                 got = readers[key]
                 got[inst.id] = got.get(inst.id, 0) + p.fragment.nbytes
-    for pieces in build.outputs:
-        for p in pieces:
-            baseline += shared_write_ns(target, p.fragment.nbytes)
+    baseline = sum(shared_write_ns(target, p.fragment.nbytes) for ps in build.outputs for p in ps)
     pubs = [Publication(k[0], k[1], k[2], sizes[k], tuple(sorted(readers[k].items())))
             for k in sorted(readers)]
     return pubs, baseline

@@ -73,7 +73,6 @@ class Placement:
     stage_path: list[int]
     stage_completion: list[int]
     stage_crossbars: list[int]
-    core_load: list[int]
     demand: int
     memory_ns: int
     boundaries: list[Boundary]
@@ -446,7 +445,7 @@ class _ListSchedule:
             stage_path=[int(problem.path[j, i]) for j, i in self.part.ranges(problem.num_groups)],
             stage_completion=self.completion,
             stage_crossbars=[sum(len(used[c]) for c in ch) for ch in chunks],
-            core_load=core_load, demand=int(demand.max()), memory_ns=0, boundaries=[],
+            demand=int(demand.max()), memory_ns=0, boundaries=[],
         )
 
 
