@@ -121,15 +121,11 @@ class _Model:
         self.cores = [m.new_int_var(0, P, f"cores_{s}") for s in range(S)]
         self.ncores = [[m.new_bool_var(f"ncores_{s}_{k}") for k in range(P + 1)] for s in range(S)]
         # replication: one-hot factor literals where a group has options, and its factor
-        self.rep: dict[int, list[cp_model.IntVar]] = {}
-        self.rep_of: list[cp_model.LinearExprT] = []
-        for g, opts in enumerate(self.rep_options):
-            if len(opts) == 1:
-                self.rep_of.append(1)
-                continue
-            lits = [m.new_bool_var(f"rep_{g}_{r}") for r in opts]
-            self.rep[g] = lits
-            self.rep_of.append(sum(r * lit for r, lit in zip(opts, lits, strict=True)))
+        self.rep = {g: [m.new_bool_var(f"rep_{g}_{r}") for r in opts]
+                    for g, opts in enumerate(self.rep_options) if len(opts) > 1}
+        self.rep_of: list[cp_model.LinearExprT] = [
+            sum(r * lit for r, lit in zip(opts, self.rep[g], strict=True)) if g in self.rep else 1
+            for g, opts in enumerate(self.rep_options)]
         # crossbars of a replicated group on its stage's cores
         grp = problem.groups
         self.xbars = {(g, s): m.new_int_var(0, grp[g].crossbars * grp[g].max_replication,
@@ -137,14 +133,10 @@ class _Model:
                       for s in range(S) for g in range(s, G) if g in self.rep}
         self.start = [m.new_constant(0)] + [m.new_int_var(0, g, f"start_{g}") for g in range(1, G)]
         # the dependency path of each group from its stage's start, where it can bind
-        self.path_vals: dict[int, list[int]] = {}
-        self.path: dict[int, cp_model.IntVar] = {}
-        for g in range(G):
-            vals = [int(problem.path[j, g + 1]) for j in range(g + 1)]
-            if max(vals) <= self.lb:
-                continue
-            self.path_vals[g] = vals
-            self.path[g] = m.new_int_var(min(vals), max(vals), f"path_{g}")
+        self.path_vals = {g: vals for g in range(G)
+                          if max(vals := problem.path[:g + 1, g + 1].tolist()) > self.lb}
+        self.path = {g: m.new_int_var(min(v), max(v), f"path_{g}")
+                     for g, v in self.path_vals.items()}
         self.apart = {(a, b): m.new_bool_var(f"apart_{a}_{b}")
                       for a, b in np.argwhere(np.triu(problem.pair_memory, 1) > 0).tolist()}
 

@@ -30,7 +30,6 @@ PACK_CHECK_BUDGET = 65536
 @dataclass(frozen=True)
 class StagePacking:
     core_of: dict[int, int]  # task -> logical core 0..k-1
-    load: list[int]
     tiles: list[frozenset[int]]
     attempt: str  # which constructor attempt succeeded
 
@@ -149,7 +148,7 @@ class _Attempt:
             self.core_of[t] = pick
             self.load[pick] += self.st.cost[t]
             heapq.heappush(self.heap, (self.load[pick], pick))
-        return StagePacking(self.core_of, self.load, [frozenset(s) for s in self.tiles], name)
+        return StagePacking(self.core_of, [frozenset(s) for s in self.tiles], name)
 
 
 def pack_stage(problem: PipelineProblem, j: int, i: int, k: int, replication: Sequence[int]

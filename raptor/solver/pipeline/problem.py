@@ -129,10 +129,8 @@ class PipelineProblem:
     @cached_property
     def hops(self) -> IntArray:
         """(P, P) XY hops between cores."""
-        C = self.target.mesh_cols
-        c = np.arange(self.num_cores)
-        out: IntArray = np.abs(c[:, None] // C - c[None, :] // C) + \
-            np.abs(c[:, None] % C - c[None, :] % C)
+        r, c = np.divmod(np.arange(self.num_cores), self.target.mesh_cols)
+        out: IntArray = np.abs(r[:, None] - r) + np.abs(c[:, None] - c)
         return out
 
     @cached_property

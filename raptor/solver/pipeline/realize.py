@@ -233,8 +233,7 @@ class _ListSchedule:
         self.problem, self.part, self.chunks, self.sot = problem, part, chunks, stage_of_task
         self.replication, self.follow = replication, follow
         self.cap = target.crossbars_per_core
-        clock = target.clock_fraction
-        self.num, self.den = clock.numerator, clock.denominator
+        self.num, self.den = target.clock_fraction.as_integer_ratio()
         self.hop_c = (problem.hops * target.hop_cycles).tolist()
         self.holders: dict[int, set[int]] = {}  # tile -> cores holding it
         self.used_tiles: list[set[int]] = [set() for _ in range(P)]

@@ -110,11 +110,10 @@ def build_result(problem: PipelineProblem, pl: Placement, *, solver: str, status
         graph, target, pl.core_of, starts, solver=solver, status=status, bound_ns=bound_ns,
         objective_ns=objective_ns, solve_seconds=solve_seconds, model="pipeline",
         notes=[*(notes or []), *pl.recovery], communication=False)
-    stage_of_core = [-1] * target.num_cores
+    stage_of_core = sched.stage_of_core = [-1] * target.num_cores
     for s, cores in enumerate(pl.stage_cores):
         for c in cores:
             stage_of_core[c] = s
-    sched.stage_of_core = stage_of_core
     G = problem.num_groups
     stages = [StageInfo(
         index=s, groups=list(range(j, i)), cores=list(pl.stage_cores[s]),
