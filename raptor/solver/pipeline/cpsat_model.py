@@ -107,7 +107,6 @@ class _Model:
         self.m.minimize(self.period)
         self.add_hints()
 
-    # -- variables ----------------------------------------------------------------------------
     def variables(self) -> None:
         m, problem = self.m, self.problem
         G, P, S = problem.num_groups, problem.num_cores, self.S
@@ -144,7 +143,6 @@ class _Model:
         """Group g is in stage s (0 where it cannot be)."""
         return self.member[g][s] if s < len(self.member[g]) else 0
 
-    # -- constraints --------------------------------------------------------------------------
     def constraints(self) -> None:
         self.stages()
         self.core_counts()
@@ -229,7 +227,6 @@ class _Model:
         m.add(self.period >= problem.baseline_ns + sum(int(demand[a, b]) * e
                                                        for (a, b), e in self.apart.items()))
 
-    # -- hint ---------------------------------------------------------------------------------
     def add_hints(self) -> None:
         """Every variable's value in the hint's partition."""
         m, problem = self.m, self.problem

@@ -89,9 +89,6 @@ def select(fallback: Figures | None, candidates: list[Candidate]) -> tuple[int, 
     return chosen, notes
 
 
-# -- phase 1 -------------------------------------------------------------------------------------
-
-
 def _pack_count(items: Callable[[int, int], list[tuple[int, int]]], j: int, i: int, T: int,
                 r: IntArray, cap: int) -> int:
     cores, load, tiles = 0, T + 1, cap + 1
@@ -180,9 +177,6 @@ def phase1(problem: PipelineProblem, replication: bool) -> Partition | None:
     return Partition(tuple(cuts), tuple(cores), tuple(rep))
 
 
-# -- second search --------------------------------------------------------------------------------
-
-
 def _levels(lo: int, hi: int, geometric: bool) -> list[int]:
     lo, hi = max(lo, 1), max(hi, 1)
     if hi <= lo:
@@ -225,9 +219,6 @@ def second_search(problem: PipelineProblem, replication: bool, upper: int) -> li
     harvest(_levels(lo_b, hi_b, geometric=False), problem.mem_shared, "B")
     ranked = sorted(found.items(), key=lambda kv: (kv[1][0], kv[0]))[:4]
     return [Alternative(part, tags == {"B"}, origin) for _, (_, tags, origin, part) in ranked]
-
-
-# -- the whole heuristic --------------------------------------------------------------------------
 
 
 @dataclass

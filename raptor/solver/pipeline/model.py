@@ -89,14 +89,11 @@ def stage_kmin(problem: PipelineProblem, j: int, i: int, T: int, replication: bo
     return (k if k <= P else P + 1), r
 
 
-def stage_time(problem: PipelineProblem, j: int, i: int, k: int, replication: bool
-               ) -> tuple[int, IntArray]:
-    """Smallest model time of groups j..i-1 on k cores, with its replication factors
-    (INFEASIBLE when the groups' crossbars do not fit k cores)."""
-    cap = problem.target.crossbars_per_core
-    ones = np.ones(i - j, dtype=np.int64)
-    if k < 1 or problem.crossbars(j, i) > cap * k:
-        return INFEASIBLE, ones
+def stage_time(problem: PipelineProblem, j: int, i: int, k: int, replication: bool) -> int:
+    """Smallest model time of groups j..i-1 on k cores (INFEASIBLE when the groups' crossbars
+    do not fit k cores)."""
+    if k < 1 or problem.crossbars(j, i) > problem.target.crossbars_per_core * k:
+        return INFEASIBLE
     rk = min(k, problem.num_cores) if replication else 1
     base = max(-(-problem.work(j, i) // k), int(problem.path[j, i]), 1)
     lo = max(base, int(problem.bounds[j:i, rk - 1].max()))
@@ -107,9 +104,8 @@ def stage_time(problem: PipelineProblem, j: int, i: int, k: int, replication: bo
             hi = mid
         else:
             lo = mid + 1
-    kk, r = stage_kmin(problem, j, i, lo, replication)
-    assert kk <= k
-    return lo, r
+    assert stage_kmin(problem, j, i, lo, replication)[0] <= k
+    return lo
 
 
 def evaluate_partition(problem: PipelineProblem, part: Partition, sharing: bool = True
@@ -166,14 +162,14 @@ def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool) -
         else:
             lo = mid + 1
     cores = [stage_kmin(problem, j, i, lo, replication)[0] for j, i in ranges]
-    times = [stage_time(problem, j, i, k, replication)[0] for (j, i), k in zip(ranges, cores,
-                                                                                strict=True)]
+    times = [stage_time(problem, j, i, k, replication)
+             for (j, i), k in zip(ranges, cores, strict=True)]
     spare = P - sum(cores)
     nxt: dict[int, int] = {}
     while spare > 0:
         for s, (j, i) in enumerate(ranges):
             if s not in nxt:
-                nxt[s] = stage_time(problem, j, i, cores[s] + 1, replication)[0]
+                nxt[s] = stage_time(problem, j, i, cores[s] + 1, replication)
         better = [s for s in range(len(ranges)) if nxt[s] < times[s]]
         if not better:
             break

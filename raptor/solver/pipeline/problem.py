@@ -170,9 +170,6 @@ class PipelineProblem:
         return max(-(-self.total_work // P), heaviest, self.baseline_ns, 1)
 
 
-# -- construction -------------------------------------------------------------------------------
-
-
 def _atoms(graph: ComputeGraph) -> list[list[int]]:
     """Batches as atoms, split where a batch has internal edges or sits on a quotient cycle."""
     split = {graph.tasks[e.src].batch for e in graph.edges
