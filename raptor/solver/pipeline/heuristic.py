@@ -181,10 +181,8 @@ def _levels(lo: int, hi: int, geometric: bool) -> list[int]:
     lo, hi = max(lo, 1), max(hi, 1)
     if hi <= lo:
         return [hi]
-    if geometric:
-        vals = [lo * (hi / lo) ** (m / (LEVELS - 1)) for m in range(LEVELS)]
-    else:
-        vals = [lo + (hi - lo) * m / (LEVELS - 1) for m in range(LEVELS)]
+    vals = [lo * (hi / lo) ** (m / (LEVELS - 1)) if geometric
+            else lo + (hi - lo) * m / (LEVELS - 1) for m in range(LEVELS)]
     return sorted({min(hi, max(lo, math.ceil(v))) for v in vals})
 
 

@@ -91,8 +91,7 @@ class _Attempt:
     def least_loaded(self, exclude: list[int], need: frozenset[int] | None) -> int:
         """Least-loaded core outside ``exclude`` with room for ``need`` (-1: none)."""
         heap, load, tiles, cap = self.heap, self.load, self.tiles, self.st.cap
-        popped = []
-        found = -1
+        popped, found = [], -1
         while heap:
             ld, c = heapq.heappop(heap)
             if ld != load[c]:

@@ -143,11 +143,9 @@ def build_result(problem: PipelineProblem, pl: Placement, *, solver: str, status
 
 def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResult,
                       problem: PipelineProblem | None = None) -> list[str]:
-    """Violations of a pipeline result (empty: valid), re-derived from graph and target:
-    every task on a core of its stage, each core in one stage, stages ordered along every
-    dependency, per-core order consistent with the dependencies, crossbar capacity per core,
-    at most P cores, and the reported loads, dependency paths, crossbars and period
-    recomputed; with ``problem``, also the shared-memory service from its publications."""
+    """Violations of a pipeline result (empty: valid), re-derived from graph and target (the
+    ``_check_*`` helpers) and the period recomputed; with ``problem``, also the shared-memory
+    service from its publications."""
     graph.freeze()
     n, P = graph.num_tasks, target.num_cores
     sch = result.schedule
@@ -171,7 +169,7 @@ def _check_stages(graph: ComputeGraph, target: Target, result: PipelineResult,
                   soc: list[int]) -> list[str]:
     """Each core in one stage (``soc``: stage of core), at most P cores, every task on a
     core of its stage, and stages ordered along every dependency."""
-    P = target.num_cores
+    P, sot = target.num_cores, result.stage_of_task
     errors: list[str] = []
     stage_cores: dict[int, set[int]] = {}
     for s in result.stages:
@@ -190,15 +188,14 @@ def _check_stages(graph: ComputeGraph, target: Target, result: PipelineResult,
     if sum(len(c) for c in stage_cores.values()) > P:
         errors.append(f"stages use {sum(len(c) for c in stage_cores.values())} cores > {P}")
     for t in range(graph.num_tasks):
-        st, c = result.stage_of_task[t], result.schedule.core_of[t]
+        st, c = sot[t], result.schedule.core_of[t]
         if c not in stage_cores.get(st, set()):
             errors.append(f"task {t} ({graph.tasks[t].name}) in stage {st} runs on core {c}, "
                           f"not a core of its stage")
     for e in graph.edges:
-        if result.stage_of_task[e.src] > result.stage_of_task[e.dst]:
-            errors.append(f"edge {e.src} -> {e.dst} goes from stage "
-                          f"{result.stage_of_task[e.src]} back to stage "
-                          f"{result.stage_of_task[e.dst]}")
+        if sot[e.src] > sot[e.dst]:
+            errors.append(f"edge {e.src} -> {e.dst} goes from stage {sot[e.src]} back to stage "
+                          f"{sot[e.dst]}")
     return errors
 
 
@@ -227,8 +224,7 @@ def _check_figures(graph: ComputeGraph, target: Target, result: PipelineResult) 
     recomputed from the tasks."""
     n, P, cap = graph.num_tasks, target.num_cores, target.crossbars_per_core
     errors: list[str] = []
-    loads = [0] * P
-    xbars = 0
+    loads, xbars = [0] * P, 0
     for c, tasks in enumerate(result.schedule.core_tasks):
         loads[c] = sum(graph.tasks[t].cost_ns for t in tasks)
         tiles = frozenset().union(*(graph.tasks[t].weights for t in tasks))
