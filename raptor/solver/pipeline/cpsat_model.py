@@ -103,7 +103,11 @@ class _Model:
         self.hint_start = [hint.cuts[s] for s in self.hint_stage]  # first group of its stage
         self.m = cp_model.CpModel()
         self.variables()
-        self.constraints()
+        self.stages()
+        self.core_counts()
+        self.replication()
+        self.paths()
+        self.shared_memory()
         self.m.minimize(self.period)
         self.add_hints()
 
@@ -142,13 +146,6 @@ class _Model:
     def x(self, g: int, s: int) -> cp_model.IntVar | int:
         """Group g is in stage s (0 where it cannot be)."""
         return self.member[g][s] if s < len(self.member[g]) else 0
-
-    def constraints(self) -> None:
-        self.stages()
-        self.core_counts()
-        self.replication()
-        self.paths()
-        self.shared_memory()
 
     def stages(self) -> None:
         """Stage per group from the cuts, and its one-hot membership."""

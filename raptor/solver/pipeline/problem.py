@@ -11,6 +11,8 @@ model. Range sums are O(1) lookups in (G+1)×(G+1) tables built with prefix sums
 from __future__ import annotations
 
 import heapq
+import itertools
+from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -238,16 +240,8 @@ def _segments(graph: ComputeGraph, atoms: list[list[int]], max_groups: int) -> l
     for w, lo in first.items():
         cover[lo] += 1
         cover[last[w]] -= 1
-    glued = np.cumsum(cover)[:m] > 0
-    segs: list[list[int]] = []
-    cur: list[int] = []
-    for pos in range(m):
-        cur.append(pos)
-        if not glued[pos]:
-            segs.append(cur)
-            cur = []
-    if cur:
-        segs.append(cur)
+    ends = [0, *(np.flatnonzero(np.cumsum(cover)[:m] == 0) + 1).tolist()]  # the last is m
+    segs = [list(range(a, b)) for a, b in itertools.pairwise(ends)]
     work = np.array([sum(graph.tasks[t].cost_ns for p in s for t in atoms[p]) for s in segs],
                     dtype=np.int64)
     while len(segs) > max_groups:  # ties: the leftmost pair
@@ -325,7 +319,7 @@ def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Pub
     baseline service (the output stores), from the publication map. Function inputs are read
     inside each task's body, as part of its own cost, outside the shared-memory queue (as
     the simulator runs them), so they add nothing to the serialized service."""
-    readers: dict[tuple[int, int, int], dict[int, int]] = {}
+    readers: defaultdict[tuple[int, int, int], Counter[int]] = defaultdict(Counter)
     sizes: dict[tuple[int, int, int], int] = {}
     insts = build.projection.instances
     for inst in insts:
@@ -342,9 +336,7 @@ def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Pub
                 mine.add(part)
                 if key not in sizes:  # the store publishes the whole fragment
                     sizes[key] = insts[p.producer].fragment_type(p.result).nbytes
-                    readers[key] = {}
-                got = readers[key]
-                got[inst.id] = got.get(inst.id, 0) + p.fragment.nbytes
+                readers[key][inst.id] += p.fragment.nbytes
     baseline = sum(shared_write_ns(target, p.fragment.nbytes) for ps in build.outputs for p in ps)
     pubs = [Publication(k[0], k[1], k[2], sizes[k], tuple(sorted(readers[k].items())))
             for k in sorted(readers)]

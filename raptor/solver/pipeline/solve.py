@@ -19,10 +19,8 @@ def heuristic_pipeline(problem: PipelineProblem, replication: bool = True) -> Pi
     """The spec's pipeline heuristic (phase 1, second search, guarded selection)."""
     out = run_heuristic(problem, replication)
     return build_result(problem, out.placement, solver="pipeline", status="HEURISTIC",
-                        model_period=out.model_period,
-                        bound_ns=problem.lower_bound(replication),
-                        objective_ns=out.model_period, solve_seconds=out.seconds,
-                        notes=out.notes)
+                        model_period=out.model_period, bound_ns=problem.lower_bound(replication),
+                        objective_ns=out.model_period, solve_seconds=out.seconds, notes=out.notes)
 
 
 def follow_producers(problem: PipelineProblem, result: PipelineResult,
@@ -37,8 +35,7 @@ def follow_producers(problem: PipelineProblem, result: PipelineResult,
     assert not isinstance(pl, PackFailure)  # the same homes as the result's realization
     return build_result(problem, pl, solver=result.solver, status=result.status,
                         model_period=result.model_period_ns, bound_ns=result.bound_ns,
-                        objective_ns=result.objective_ns,
-                        solve_seconds=result.solve_seconds,
+                        objective_ns=result.objective_ns, solve_seconds=result.solve_seconds,
                         notes=[*result.notes, "tasks without crossbars follow their last "
                                "producer on its core"])
 
