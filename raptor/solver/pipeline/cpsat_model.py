@@ -172,9 +172,8 @@ class _Model:
             m.add(cores[s] >= 1).only_enforce_if(used[s])
             m.add(cores[s] == 0).only_enforce_if(used[s].Not())
         m.add(sum(cores) <= P)
-        work = [g.work for g in problem.groups]
         for s in range(S):
-            w_s = sum(work[g] * self.x(g, s) for g in range(s, G))
+            w_s = sum(problem.groups[g].work * self.x(g, s) for g in range(s, G))
             for k in range(1, P + 1):
                 m.add(k * period >= w_s).only_enforce_if(ncores[s][k])
 

@@ -46,8 +46,7 @@ def level_dp(problem: PipelineProblem, levels: Sequence[int], mem: IntArray,
         if f[G, P] >= INFEASIBLE:
             out.append(LevelResult(int(T), None, INFEASIBLE))
             continue
-        cuts = []
-        i, cc = G, P
+        cuts, i, cc = [], G, P
         while i > 0:
             j = int(back[i, cc])
             cc -= int(K[j, i])
@@ -84,9 +83,7 @@ def exact_dp(problem: PipelineProblem, replication: bool, upper: int | None = No
             top = min(feasible, key=lambda r: r.level)
             assert top.cuts is not None
             hi, best = top.level, top.cuts
-        below = [t for t in infeasible if t < hi]
-        if below:
-            lo = max(below)
+        lo = max([t for t in infeasible if t < hi], default=lo)
     return DpResult(hi, best, rounds)
 
 

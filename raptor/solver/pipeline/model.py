@@ -63,8 +63,7 @@ def kmin_table(problem: PipelineProblem, T: int, replication: bool) -> IntArray:
     crossbars = np.array([g.crossbars for g in problem.groups], dtype=np.int64)
     xp = np.concatenate([[0], np.cumsum(crossbars * reff)])
     badp = np.concatenate([[0], np.cumsum(bad)])
-    wp = problem.work_prefix
-    W = wp[None, :] - wp[:, None]
+    W = problem.work_prefix[None, :] - problem.work_prefix[:, None]
     X = xp[None, :] - xp[:, None]
     rmax = np.zeros((G + 1, G + 1), dtype=np.int64)
     for j in range(G):

@@ -79,13 +79,12 @@ class _Attempt:
     (load, core) heap whose stale entries are skipped when popped."""
 
     def __init__(self, stage: _Stage) -> None:
-        k = stage.k
         self.st = stage
-        self.load = [0] * k
-        self.tiles: list[set[int]] = [set() for _ in range(k)]
+        self.load = [0] * stage.k
+        self.tiles: list[set[int]] = [set() for _ in range(stage.k)]
         self.holders: list[list[int]] = [[] for _ in stage.units]
         self.core_of: dict[int, int] = {}
-        self.heap = [(0, c) for c in range(k)]
+        self.heap = [(0, c) for c in range(stage.k)]
         self.decision = 0
 
     def least_loaded(self, exclude: list[int], need: frozenset[int] | None) -> int:

@@ -242,8 +242,7 @@ class _ListSchedule:
                 for w in ts:
                     self.holders.setdefault(w, set()).add(chunk[c])
                 self.used_tiles[chunk[c]] |= ts
-        self.free = [0] * P
-        self.load = [0] * P
+        self.free, self.load = [0] * P, [0] * P  # per core
         self.limit = [max(t, 1) for t in evaluate_partition(problem, part).stage_times]
         sot = stage_of_task
         self.costs = [t.cost_ns for t in graph.tasks]
@@ -256,8 +255,7 @@ class _ListSchedule:
         self.free_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
         self.load_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
         self.local = {c: k for ch in chunks for k, c in enumerate(ch)}
-        self.end = [0] * n
-        self.core_of = [-1] * n
+        self.end, self.core_of = [0] * n, [-1] * n  # per task
         self.order: list[list[int]] = [[] for _ in range(P)]
         self.completion = [0] * len(chunks)
         self.replica_budgets()
@@ -315,15 +313,14 @@ class _ListSchedule:
     def earliest(self, s: int, t: int) -> int:
         """Earliest-free stage core (with room for t's tiles), within the model time if
         possible (-1: no core has room)."""
-        big = _BIG
-        keys = self.free_s[s] + (self.load_s[s] > self.limit[s] - self.costs[t]) * big
+        keys = self.free_s[s] + (self.load_s[s] > self.limit[s] - self.costs[t]) * _BIG
         idx = self.task_tiles[t]
         if len(idx):
             ch = self.chunk_arr[s]
             need = len(idx) - self.resident[ch[:, None], idx].sum(axis=1)
-            keys = np.where(need <= self.cap - self.nres[ch], keys, 4 * big)
+            keys = np.where(need <= self.cap - self.nres[ch], keys, 4 * _BIG)
         i = int(keys.argmin())
-        return self.chunks[s][i] if keys[i] < 4 * big else -1
+        return self.chunks[s][i] if keys[i] < 4 * _BIG else -1
 
     def candidates(self, t: int, s: int) -> tuple[set[int], set[int]]:
         """Task t's candidate cores, and those of them that hold its tiles."""
@@ -422,8 +419,7 @@ class _ListSchedule:
         """The schedule's per-stage figures and per-core demand (compute plus the NoC time of
         its intra-stage transfers in and out)."""
         problem, chunks, core_of, sot = self.problem, self.chunks, self.core_of, self.sot
-        graph, target = problem.graph, problem.target
-        P = problem.num_cores
+        graph, target, P = problem.graph, problem.target, problem.num_cores
         core_load = [0] * P
         used: list[set[int]] = [set() for _ in range(P)]
         for t in range(graph.num_tasks):

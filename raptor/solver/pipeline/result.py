@@ -91,10 +91,8 @@ class PipelineResult:
         return [asdict(s) for s in self.stages]
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["throughput_per_s"] = self.throughput_per_s
-        out["latency_ns"] = self.latency_ns
-        return out
+        return {**asdict(self), "throughput_per_s": self.throughput_per_s,
+                "latency_ns": self.latency_ns}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

@@ -117,7 +117,6 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     wait_ns = shared_read_ns(target, COUNTER_BYTES)
     signal_ns = shared_write_ns(target, COUNTER_BYTES)
     groups = info.groups
-    G = len(groups)
     per_core = _per_core_steps(n_tasks, core_of, start, groups)
     waits = _message_waits(graph, target, core_of, stage_of, sends)
     signaller = {k: u for u, ks in info.ready_signals.items() for k in ks}
@@ -132,7 +131,7 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     ready_at: list[list[int]] = [[0] * inferences for _ in info.pairs]
     free_at: list[list[int]] = [[0] * inferences for _ in info.pairs]
     core_free = dict.fromkeys(per_core, 0)
-    end = [0] * (n_tasks + G)
+    end = [0] * (n_tasks + len(groups))
     starts, ends = [], []
     for n in range(inferences):
         starts.append(min(core_free.values(), default=0))
