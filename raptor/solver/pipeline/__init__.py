@@ -10,39 +10,15 @@ solvers share one period model and one realization: the scheduling spec's heuris
 
 from raptor.solver.pipeline.cpsat_model import CpSatPipelineOptions
 from raptor.solver.pipeline.model import Partition, evaluate_partition
-from raptor.solver.pipeline.problem import (
-    PipelineCapacityError,
-    PipelineProblem,
-    build_problem,
-)
-from raptor.solver.pipeline.result import (
-    PipelineResult,
-    StageInfo,
-    validate_pipeline,
-)
+from raptor.solver.pipeline.problem import PipelineCapacityError, PipelineProblem, build_problem
+from raptor.solver.pipeline.result import PipelineResult, StageInfo, validate_pipeline
 from raptor.solver.pipeline.solve import (
-    SOLVERS,
     cpsat_pipeline,
     dp_pipeline,
     follow_producers,
     heuristic_pipeline,
-    schedule_pipeline,
 )
 
-__all__ = [
-    "SOLVERS",
-    "CpSatPipelineOptions",
-    "Partition",
-    "PipelineCapacityError",
-    "PipelineProblem",
-    "PipelineResult",
-    "StageInfo",
-    "build_problem",
-    "cpsat_pipeline",
-    "dp_pipeline",
-    "evaluate_partition",
-    "follow_producers",
-    "heuristic_pipeline",
-    "schedule_pipeline",
-    "validate_pipeline",
-]
+__all__ = ["CpSatPipelineOptions", "Partition", "PipelineCapacityError", "PipelineProblem",
+           "PipelineResult", "StageInfo", "build_problem", "cpsat_pipeline", "dp_pipeline",
+           "evaluate_partition", "follow_producers", "heuristic_pipeline", "validate_pipeline"]

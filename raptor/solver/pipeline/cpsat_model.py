@@ -1,48 +1,22 @@
-"""CP-SAT pipeline model: the same period model as the DP (:mod:`.model`), stated directly.
-
-Data → model → solve → extract. Variables and constraints (G groups, P cores, S = min(G, P)
-possible stages):
-
-* ``cut_g`` (g ≥ 1): a stage starts at group g; ``stage_g = stage_{g-1} + cut_g`` is the
-  stage per group, monotone along the chain by construction, and ``in_{g,s}`` ⇔ stage_g = s.
-  Stages are numbered in chain order and cores are only counted, never named, so neither
-  stage labels nor cores carry symmetry (NOTES: explicit core-symmetry breaking only slowed
-  CP-SAT down).
-* ``cores_s`` ∈ [0, P] with a one-hot ``ncores_{s,k}``; a used stage (``stage_{G-1} ≥ s``)
-  has ≥ 1 core, Σ cores ≤ P.
-* per-core-count period bounds: ``ncores_{s,k} ⇒ k · period ≥ work_s``;
-* replication (optional): one-hot ``rep_{g,r}`` over the factors where the group's bound
-  drops; ``period ≥ bound_g(r)``; the stage's crossbars Σ_g crossbars_g · r_g ≤
-  crossbars_per_core · cores_s, and ``in_{g,s} ⇒ cores_s ≥ r_g``;
-* dependency path: ``start_g`` (first group of g's stage) and ``period ≥ path[start_g, g+1]``
-  by an element constraint;
-* shared memory: ``apart_{a,b}`` ⇔ some cut lies in (a, b] (linear: ≥ each cut, ≤ their
-  sum) for every group pair with demand; ``period ≥ baseline + Σ demand · apart``;
-* bounds: period ≥ the model's lower bound and, optionally, ≥ the exact DP's optimum (so
-  CP-SAT proves as soon as it reaches it; ``dp_bound=False`` makes CP-SAT prove on its own,
-  which the tests use to check DP = CP-SAT); period ≤ the hint's value.
-
-The hint is complete (every variable) from a feasible partition, normally the heuristic's.
+"""CP-SAT pipeline model: the same period model as the DP (:mod:`.model`), stated directly;
+docs/pipeline.md §3 lists its variables and constraints, which :class:`_Model` adds in that
+order. Stages are numbered in chain order and cores are only counted, never named, so
+neither stage labels nor cores carry symmetry (NOTES: explicit core-symmetry breaking only
+slowed CP-SAT down). The hint is complete (every variable) from a feasible partition,
+normally the heuristic's.
 """
 
 from __future__ import annotations
 
-import time
+import bisect
 from dataclasses import dataclass, field
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.problem import PipelineProblem
 from raptor.solver.watch import SearchReport, watch
-
-_STATUS = {
-    cp_model.OPTIMAL: "OPTIMAL",
-    cp_model.FEASIBLE: "FEASIBLE",
-    cp_model.INFEASIBLE: "INFEASIBLE",
-    cp_model.MODEL_INVALID: "MODEL_INVALID",
-    cp_model.UNKNOWN: "UNKNOWN",
-}
 
 
 @dataclass(frozen=True)
@@ -64,7 +38,6 @@ class CpSatOutcome:
     cuts: tuple[int, ...] | None
     objective_ns: int | None
     bound_ns: int | None
-    seconds: float
     variables: int
     constraints: int
 
@@ -81,72 +54,67 @@ def replication_options(problem: PipelineProblem, g: int, replication: bool) -> 
 def solve_cpsat(problem: PipelineProblem, replication: bool, hint: Partition,
                 options: CpSatPipelineOptions, dp_value: int | None = None) -> CpSatOutcome:
     """Minimize the period of ``problem``'s partitions, starting from the feasible ``hint``;
-    ``dp_value`` (the exact DP's optimum) bounds the period below when ``options.dp_bound``."""
-    t0 = time.perf_counter()
-    model = _Model(_Data.build(problem, replication, hint, options, dp_value))
-    solver = model.solver(options)
+    ``dp_value`` (the exact DP's optimum) bounds the period below when ``options.dp_bound``.
+    The cuts only when the search found a solution."""
+    model = _Model(problem, replication, hint, options, dp_value)
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.max_time_in_seconds = options.time_limit
+    prm.num_workers = options.num_workers
+    prm.random_seed = options.seed
+    if options.deterministic_time is not None:
+        prm.max_deterministic_time = options.deterministic_time
+    prm.fix_variables_to_their_hinted_value = options.fix_hint
     code = solver.solve(model.m, watch(solver, options.on_progress))
-    return model.extract(solver, code, t0)
+    status = solver.status_name(code)
+    size = len(model.m.proto.variables), len(model.m.proto.constraints)
+    if code == cp_model.INFEASIBLE:
+        status = (f"INFEASIBLE (no partition meets period ≤ {model.ub} with "
+                  f"{problem.num_cores} cores x {problem.target.crossbars_per_core} "
+                  f"crossbars; the hint's own value is {model.ub}, so this is a model bug)")
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return CpSatOutcome(status, None, None, None, *size)
+    cuts = (0, *(g for g in range(1, len(model.cut)) if solver.boolean_value(model.cut[g])))
+    return CpSatOutcome(status, cuts, int(solver.objective_value),
+                        int(solver.best_objective_bound), *size)
 
 
-@dataclass(frozen=True)
-class _Data:
-    """Everything the model is built from, shaped once: sizes, the period's range, the
-    replication factors per group, and the hint's stage, stage start and factor per group."""
+class _Model:
+    """The CP-SAT model (module docstring) with its complete hint. Variables are created
+    first, then the constraints, each in a fixed order."""
 
-    problem: PipelineProblem
-    hint: Partition
-    S: int  # possible stages, min(G, P)
-    lb: int
-    ub: int  # the hint's period
-    rep_options: list[list[int]]  # per group, from :func:`replication_options`
-    hint_rep: list[int]  # per group, the hint's factor rounded down to one of its options
-    hint_stage: list[int]
-    hint_start: list[int]  # first group of the hint's stage of each group
-
-    @classmethod
-    def build(cls, problem: PipelineProblem, replication: bool, hint: Partition,
-              options: CpSatPipelineOptions, dp_value: int | None) -> _Data:
+    def __init__(self, problem: PipelineProblem, replication: bool, hint: Partition,
+                 options: CpSatPipelineOptions, dp_value: int | None) -> None:
         G, P = problem.num_groups, problem.num_cores
         hint_eval = evaluate_partition(problem, hint)
         if not hint_eval.feasible:
             raise ValueError(f"CP-SAT hint is not a feasible partition: {hint_eval.reason}")
-        ub = hint_eval.period_ns
+        self.problem, self.hint, self.S = problem, hint, min(G, P)  # S: possible stages
+        self.ub = hint_eval.period_ns
         lb = problem.lower_bound(replication)
         if dp_value is not None and options.dp_bound:
             lb = max(lb, dp_value)
-        lb = min(lb, ub)
-        rep_options = [replication_options(problem, g, replication) for g in range(G)]
-        hint_rep = [max(r for r in opts if r <= hint.replication[g])
-                    for g, opts in enumerate(rep_options)]
-        hcut = set(hint.cuts)
-        hstage, s_cur, hstart = [], -1, []
-        for g in range(G):
-            if g in hcut:
-                s_cur += 1
-                a_cur = g
-            hstage.append(s_cur)
-            hstart.append(a_cur)
-        return cls(problem, hint, min(G, P), lb, ub, rep_options, hint_rep, hstage, hstart)
-
-
-class _Model:
-    """The CP-SAT model of one :class:`_Data` (module docstring), with its complete hint.
-    Variables are created first, then the constraints, each in a fixed order."""
-
-    def __init__(self, data: _Data) -> None:
-        self.d = data
+        self.lb = min(lb, self.ub)
+        self.rep_options = [replication_options(problem, g, replication) for g in range(G)]
+        # the hint's factor per group, rounded down to one of its options
+        self.hint_rep = [max(r for r in opts if r <= hint.replication[g])
+                         for g, opts in enumerate(self.rep_options)]
+        self.hint_stage = [bisect.bisect_right(hint.cuts, g) - 1 for g in range(G)]
+        self.hint_start = [hint.cuts[s] for s in self.hint_stage]  # first group of its stage
         self.m = cp_model.CpModel()
         self.variables()
-        self.constraints()
+        self.stages()
+        self.core_counts()
+        self.replication()
+        self.paths()
+        self.shared_memory()
         self.m.minimize(self.period)
         self.add_hints()
 
-    # -- variables ----------------------------------------------------------------------------
     def variables(self) -> None:
-        d, m, problem = self.d, self.m, self.d.problem
-        G, P, S = problem.num_groups, problem.num_cores, d.S
-        self.period = m.new_int_var(d.lb, d.ub, "period")
+        m, problem = self.m, self.problem
+        G, P, S = problem.num_groups, problem.num_cores, self.S
+        self.period = m.new_int_var(self.lb, self.ub, "period")
         self.cut = [m.new_constant(1)] + [m.new_bool_var(f"cut_{g}") for g in range(1, G)]
         self.stage = [m.new_constant(0)] + [m.new_int_var(0, min(g, S - 1), f"stage_{g}")
                                             for g in range(1, G)]
@@ -154,55 +122,30 @@ class _Model:
                        for g in range(G)]
         self.used = [m.new_constant(1)] + [m.new_bool_var(f"used_{s}") for s in range(1, S)]
         self.cores = [m.new_int_var(0, P, f"cores_{s}") for s in range(S)]
-        self.ncores = [[m.new_bool_var(f"ncores_{s}_{k}") for k in range(P + 1)]
-                       for s in range(S)]
+        self.ncores = [[m.new_bool_var(f"ncores_{s}_{k}") for k in range(P + 1)] for s in range(S)]
         # replication: one-hot factor literals where a group has options, and its factor
-        self.rep: dict[int, list[cp_model.IntVar]] = {}
-        self.rep_of: list[cp_model.LinearExprT] = []
-        for g, opts in enumerate(d.rep_options):
-            if len(opts) == 1:
-                self.rep_of.append(1)
-                continue
-            lits = [m.new_bool_var(f"rep_{g}_{r}") for r in opts]
-            self.rep[g] = lits
-            self.rep_of.append(sum(r * lit for r, lit in zip(opts, lits, strict=True)))
+        self.rep = {g: [m.new_bool_var(f"rep_{g}_{r}") for r in opts]
+                    for g, opts in enumerate(self.rep_options) if len(opts) > 1}
+        self.rep_of: list[cp_model.LinearExprT] = [
+            sum(r * lit for r, lit in zip(opts, self.rep[g], strict=True)) if g in self.rep else 1
+            for g, opts in enumerate(self.rep_options)]
         # crossbars of a replicated group on its stage's cores
-        self.xbars: dict[tuple[int, int], cp_model.IntVar] = {}
-        for s in range(S):
-            for g in range(s, G):
-                if g in self.rep:
-                    grp = problem.groups[g]
-                    self.xbars[(g, s)] = m.new_int_var(
-                        0, grp.crossbars * grp.max_replication, f"crossbars_{g}_{s}")
-        self.start = [m.new_constant(0)] + [m.new_int_var(0, g, f"start_{g}")
-                                            for g in range(1, G)]
+        grp = problem.groups
+        self.xbars = {(g, s): m.new_int_var(0, grp[g].crossbars * grp[g].max_replication,
+                                            f"crossbars_{g}_{s}")
+                      for s in range(S) for g in range(s, G) if g in self.rep}
+        self.start = [m.new_constant(0)] + [m.new_int_var(0, g, f"start_{g}") for g in range(1, G)]
         # the dependency path of each group from its stage's start, where it can bind
-        self.path_vals: dict[int, list[int]] = {}
-        self.path: dict[int, cp_model.IntVar] = {}
-        for g in range(G):
-            vals = [int(problem.path[j, g + 1]) for j in range(g + 1)]
-            if max(vals) <= d.lb:
-                continue
-            self.path_vals[g] = vals
-            self.path[g] = m.new_int_var(min(vals), max(vals), f"path_{g}")
-        self.apart: dict[tuple[int, int], cp_model.IntVar] = {}
-        demand = problem.pair_memory
-        for a in range(G):
-            for b in range(a + 1, G):
-                if demand[a, b] > 0:
-                    self.apart[(a, b)] = m.new_bool_var(f"apart_{a}_{b}")
+        self.path_vals = {g: vals for g in range(G)
+                          if max(vals := problem.path[:g + 1, g + 1].tolist()) > self.lb}
+        self.path = {g: m.new_int_var(min(v), max(v), f"path_{g}")
+                     for g, v in self.path_vals.items()}
+        self.apart = {(a, b): m.new_bool_var(f"apart_{a}_{b}")
+                      for a, b in np.argwhere(np.triu(problem.pair_memory, 1) > 0).tolist()}
 
     def x(self, g: int, s: int) -> cp_model.IntVar | int:
         """Group g is in stage s (0 where it cannot be)."""
         return self.member[g][s] if s < len(self.member[g]) else 0
-
-    # -- constraints --------------------------------------------------------------------------
-    def constraints(self) -> None:
-        self.stages()
-        self.core_counts()
-        self.replication()
-        self.paths()
-        self.shared_memory()
 
     def stages(self) -> None:
         """Stage per group from the cuts, and its one-hot membership."""
@@ -217,8 +160,8 @@ class _Model:
 
     def core_counts(self) -> None:
         """A used stage has ≥ 1 core, Σ cores ≤ P, and k cores carry the stage's work."""
-        d, m, problem = self.d, self.m, self.d.problem
-        G, P, S = problem.num_groups, problem.num_cores, d.S
+        m, problem = self.m, self.problem
+        G, P, S = problem.num_groups, problem.num_cores, self.S
         used, cores, ncores, period = self.used, self.cores, self.ncores, self.period
         last = self.stage[G - 1]
         for s in range(1, S):
@@ -229,23 +172,22 @@ class _Model:
             m.add(cores[s] >= 1).only_enforce_if(used[s])
             m.add(cores[s] == 0).only_enforce_if(used[s].Not())
         m.add(sum(cores) <= P)
-        work = [g.work for g in problem.groups]
         for s in range(S):
-            w_s = sum(work[g] * self.x(g, s) for g in range(s, G))
+            w_s = sum(problem.groups[g].work * self.x(g, s) for g in range(s, G))
             for k in range(1, P + 1):
                 m.add(k * period >= w_s).only_enforce_if(ncores[s][k])
 
     def replication(self) -> None:
         """Each replicated group's bound, and the crossbars of every stage's cores."""
-        d, m, problem = self.d, self.m, self.d.problem
+        m, problem = self.m, self.problem
         for g, lits in self.rep.items():
-            opts = d.rep_options[g]
+            opts = self.rep_options[g]
             m.add_exactly_one(lits)
             m.add(self.period >= sum(int(problem.bounds[g, r - 1]) * lit
                                      for r, lit in zip(opts, lits, strict=True)))
         G, cap = problem.num_groups, problem.target.crossbars_per_core
         member, cores, rep_of = self.member, self.cores, self.rep_of
-        for s in range(d.S):
+        for s in range(self.S):
             terms: list[cp_model.LinearExprT] = []
             for g in range(s, G):
                 z = self.xbars.get((g, s))
@@ -271,7 +213,7 @@ class _Model:
 
     def shared_memory(self) -> None:
         """``apart_{a,b}`` ⇔ a cut lies in (a, b]; the period covers the memory service."""
-        m, problem = self.m, self.d.problem
+        m, problem = self.m, self.problem
         for (a, b), e in self.apart.items():
             between = self.cut[a + 1:b + 1]
             for c in between:
@@ -281,13 +223,12 @@ class _Model:
         m.add(self.period >= problem.baseline_ns + sum(int(demand[a, b]) * e
                                                        for (a, b), e in self.apart.items()))
 
-    # -- hint ---------------------------------------------------------------------------------
     def add_hints(self) -> None:
         """Every variable's value in the hint's partition."""
-        d, m, problem = self.d, self.m, self.d.problem
-        hint, hstage, hstart = d.hint, d.hint_stage, d.hint_start
+        m, problem = self.m, self.problem
+        hint, hstage, hstart = self.hint, self.hint_stage, self.hint_start
         hcut = set(hint.cuts)
-        m.add_hint(self.period, d.ub)
+        m.add_hint(self.period, self.ub)
         for g in range(1, problem.num_groups):
             m.add_hint(self.cut[g], int(g in hcut))
             m.add_hint(self.stage[g], hstage[g])
@@ -295,7 +236,7 @@ class _Model:
         for g, lits in enumerate(self.member):
             for s, lit in enumerate(lits):
                 m.add_hint(lit, int(hstage[g] == s))
-        for s in range(d.S):
+        for s in range(self.S):
             k = hint.cores[s] if s < len(hint.cores) else 0
             m.add_hint(self.cores[s], k)
             for kk, lit in enumerate(self.ncores[s]):
@@ -303,44 +244,11 @@ class _Model:
             if s >= 1:
                 m.add_hint(self.used[s], int(s < len(hint.cores)))
         for g, lits in self.rep.items():
-            for r, lit in zip(d.rep_options[g], lits, strict=True):
-                m.add_hint(lit, int(r == d.hint_rep[g]))
+            for r, lit in zip(self.rep_options[g], lits, strict=True):
+                m.add_hint(lit, int(r == self.hint_rep[g]))
         for (g, s), z in self.xbars.items():
-            m.add_hint(z, problem.groups[g].crossbars * d.hint_rep[g] if hstage[g] == s else 0)
+            m.add_hint(z, problem.groups[g].crossbars * self.hint_rep[g] if hstage[g] == s else 0)
         for g, pv in self.path.items():
             m.add_hint(pv, int(problem.path[hstart[g], g + 1]))
         for (a, b), e in self.apart.items():
             m.add_hint(e, int(hstage[a] != hstage[b]))
-
-    # -- solve and extract --------------------------------------------------------------------
-    def solver(self, options: CpSatPipelineOptions) -> cp_model.CpSolver:
-        solver = cp_model.CpSolver()
-        prm = solver.parameters
-        prm.max_time_in_seconds = options.time_limit
-        prm.num_workers = options.num_workers
-        prm.random_seed = options.seed
-        if options.deterministic_time is not None:
-            prm.max_deterministic_time = options.deterministic_time
-        prm.fix_variables_to_their_hinted_value = options.fix_hint
-        return solver
-
-    def extract(self, solver: cp_model.CpSolver, code: cp_model.CpSolverStatus,
-                t0: float) -> CpSatOutcome:
-        """The outcome of ``solver``'s search (started at ``t0``): the cuts only when it
-        found a solution."""
-        status = _STATUS.get(code, str(code))
-        proto = self.m.proto
-        n_vars, n_cons = len(proto.variables), len(proto.constraints)
-        elapsed = time.perf_counter() - t0
-        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if code == cp_model.INFEASIBLE:
-                problem = self.d.problem
-                status = (f"INFEASIBLE (no partition meets period ≤ {self.d.ub} with "
-                          f"{problem.num_cores} cores x {problem.target.crossbars_per_core} "
-                          f"crossbars; the hint's own value is {self.d.ub}, so this is a "
-                          f"model bug)")
-            return CpSatOutcome(status, None, None, None, elapsed, n_vars, n_cons)
-        cuts = tuple([0] + [g for g in range(1, len(self.cut))
-                            if solver.boolean_value(self.cut[g])])
-        return CpSatOutcome(status, cuts, int(solver.objective_value),
-                            int(solver.best_objective_bound), elapsed, n_vars, n_cons)

@@ -1,27 +1,19 @@
-"""Dynamic programs over the group chain.
-
-:func:`level_dp` is the engine: for up to eight period levels T_l at once it computes, for
-every prefix of groups and every core count c, the least shared-memory service of a partition
-whose stages all meet T_l on at most c cores (``f[l, i, c] = min_j f[l, j, c - k_l(j, i)] +
-mem(j, i)``), vectorized over j and c. Each state thus keeps at most eight compute/memory
-trade-offs (T_l, f[l, i, c]), which is the heuristic's second search.
-
-:func:`exact_dp` is the reference optimum of the model: feasibility of a period T ("some
-partition meets T on P cores with baseline + memory ≤ T") is monotone in T, so an eight-way
-search over the integers between a lower bound and a feasible value, one :func:`level_dp`
-per round, ends at the least feasible T. Both are O(L · G² · P) per call.
+"""Dynamic programs over the group chain (docs/pipeline.md §3). :func:`level_dp`, the
+engine, computes for up to eight period levels at once the least shared-memory service of
+every group prefix on every core count (``f[l, i, c] = min_j f[l, j, c - k_l(j, i)] +
+mem(j, i)``), vectorized over j and c; :func:`exact_dp` finds the model's optimum by an
+eight-way search over T (feasibility is monotone in T). Both are O(L · G² · P) per call.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from raptor.solver.pipeline.model import allocate, evaluate_partition, kmin_table
-from raptor.solver.pipeline.problem import IntArray, PipelineProblem
+from raptor.solver.pipeline.problem import INFEASIBLE, IntArray, PipelineProblem
 
 LEVELS = 8
 
@@ -30,18 +22,17 @@ LEVELS = 8
 class LevelResult:
     level: int
     cuts: tuple[int, ...] | None  # None: no partition meets this level
-    memory_ns: int | None  # baseline included
+    memory_ns: int  # baseline included (INFEASIBLE: no partition)
 
 
 def level_dp(problem: PipelineProblem, levels: Sequence[int], mem: IntArray,
              replication: bool) -> list[LevelResult]:
     G, P = problem.num_groups, problem.num_cores
-    INF = np.iinfo(np.int64).max // 4
     out: list[LevelResult] = []
     c = np.arange(P + 1)
     for T in levels:
         K = kmin_table(problem, int(T), replication)
-        f = np.full((G + 1, P + 1), INF, dtype=np.int64)
+        f = np.full((G + 1, P + 1), INFEASIBLE, dtype=np.int64)
         f[0] = 0
         back = np.zeros((G + 1, P + 1), dtype=np.int64)
         for i in range(1, G + 1):
@@ -49,21 +40,19 @@ def level_dp(problem: PipelineProblem, levels: Sequence[int], mem: IntArray,
             idx = c[None, :] - k[:, None]
             valid = (idx >= 0) & (k[:, None] <= P)
             prev = f[np.arange(i)[:, None], np.clip(idx, 0, P)]
-            vals = np.where(valid & (prev < INF), prev + mem[:i, i][:, None], INF)
+            vals = np.where(valid & (prev < INFEASIBLE), prev + mem[:i, i][:, None], INFEASIBLE)
             back[i] = vals.argmin(axis=0)
             f[i] = vals[back[i], c]
-        if f[G, P] >= INF:
-            out.append(LevelResult(int(T), None, None))
+        if f[G, P] >= INFEASIBLE:
+            out.append(LevelResult(int(T), None, INFEASIBLE))
             continue
-        cuts = []
-        i, cc = G, P
+        cuts, i, cc = [], G, P
         while i > 0:
             j = int(back[i, cc])
             cc -= int(K[j, i])
             cuts.append(j)
             i = j
-        out.append(LevelResult(int(T), tuple(reversed(cuts)),
-                               problem.baseline_ns + int(f[G, P])))
+        out.append(LevelResult(int(T), tuple(reversed(cuts)), problem.baseline_ns + int(f[G, P])))
     return out
 
 
@@ -72,13 +61,10 @@ class DpResult:
     period_ns: int
     cuts: tuple[int, ...]
     rounds: int
-    seconds: float
 
 
-def exact_dp(problem: PipelineProblem, replication: bool, upper: int | None = None
-             ) -> DpResult:
+def exact_dp(problem: PipelineProblem, replication: bool, upper: int | None = None) -> DpResult:
     """Least model period over all contiguous partitions (exact for the model)."""
-    t0 = time.perf_counter()
     lo = problem.lower_bound(replication) - 1  # infeasible or below
     hi = upper if upper is not None else _feasible_upper(problem, replication)
     best = _check(problem, hi, replication)
@@ -91,24 +77,19 @@ def exact_dp(problem: PipelineProblem, replication: bool, upper: int | None = No
         levels = sorted({min(hi - 1, max(lo + 1, round(lo + step * (m + 1))))
                          for m in range(LEVELS)})
         res = level_dp(problem, levels, problem.mem_shared, replication)
-        feasible = [r for r in res if r.cuts is not None and r.memory_ns is not None
-                    and r.memory_ns <= r.level]
+        feasible = [r for r in res if r.memory_ns <= r.level]
         infeasible = [r.level for r in res if r not in feasible]
         if feasible:
             top = min(feasible, key=lambda r: r.level)
             assert top.cuts is not None
             hi, best = top.level, top.cuts
-        below = [t for t in infeasible if t < hi]
-        if below:
-            lo = max(below)
-    return DpResult(hi, best, rounds, time.perf_counter() - t0)
+        lo = max([t for t in infeasible if t < hi], default=lo)
+    return DpResult(hi, best, rounds)
 
 
 def _check(problem: PipelineProblem, T: int, replication: bool) -> tuple[int, ...] | None:
     (r,) = level_dp(problem, [T], problem.mem_shared, replication)
-    if r.cuts is None or r.memory_ns is None or r.memory_ns > T:
-        return None
-    return r.cuts
+    return r.cuts if r.memory_ns <= T else None
 
 
 def _feasible_upper(problem: PipelineProblem, replication: bool) -> int:
@@ -116,7 +97,6 @@ def _feasible_upper(problem: PipelineProblem, replication: bool) -> int:
     model value of the best of a few level DP probes."""
     part = allocate(problem, (0,), replication)
     if part is not None:
-
         return evaluate_partition(problem, part).period_ns
     hi = max(problem.lower_bound(replication), 1)
     ceiling = problem.total_work + problem.baseline_ns + int(problem.mem_shared.max()) * \

@@ -1,36 +1,17 @@
-"""The scheduling spec's pipeline heuristic ("Pipeline scheduling", spec 001), all of it.
-
-Phase 1 — ordered packing with a dependency tail and nominal movement volumes. For a period
-target T, walk the group chain: a stage grows while its dependency path (the tail one
-inference needs to cross it) stays ≤ T; its budget is the ordered pack count (its units, each
-split into as many shards as the replication T needs, and tile-free tasks, next-fit in chain
-order onto cores of load ≤ T and ≤ crossbars_per_core tiles); cut volumes are charged at
-nominal per-byte shared-memory service, unrounded and without sharing. The least T whose
-stages fit P cores with nominal memory ≤ T (binary search) gives the phase-1 winner: those
-cuts, pack-count budgets (spare cores where work per core is highest) and replication.
-
-Second search — execution estimates (the model's stage times, :mod:`.model`) against
-aggregate serialized shared-memory service, minimizing their maximum, by :func:`.dp.level_dp`
-(at most eight compute/memory trade-offs per state). Search A charges one store per consumer
-transfer, over eight levels spaced geometrically between the lower bound and the phase-1
-period; the second bounded search B charges one store per shared publication, over eight
-levels between A's best level's neighbours. The four best distinct partitions (by the
-sharing-aware model after core allocation) and the initial partition (phase-1 cuts through
-core allocation) go through core allocation, topology placement and capacity verification
-(:mod:`.realize`).
-
-Selection keeps the realized phase-1 winner (the fallback) unless a candidate passes every
-guard against it: the modeled bottleneck (period) improves strictly; shared-memory service +
-maximum stage span does not increase; shared-memory service + maximum per-core compute work
-does not increase; and a sharing-aware alternative (found only by search B) does not increase
-the maximum stage span. Among passing candidates the smallest period wins. The guards limit
-compute imbalance; their sums do not predict simulated periods.
+"""The scheduling spec's pipeline heuristic ("Pipeline scheduling", spec 001), all of it
+(docs/pipeline.md §3): phase 1, ordered packing with a dependency tail and nominal movement
+volumes (:func:`phase1`); the second search A/B over compute/memory trade-offs
+(:func:`second_search`); realization of the five candidates and guarded selection
+(:func:`select`). The guards limit compute imbalance; their sums do not predict simulated
+periods.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,16 +47,11 @@ GUARDS = ("bottleneck", "memory+span", "memory+work", "sharing-span")
 
 def guard_failures(cand: Figures, fallback: Figures, sharing_aware: bool) -> list[str]:
     """The guards a candidate fails against the fallback (empty: it may replace it)."""
-    out = []
-    if not cand.period < fallback.period:
-        out.append("bottleneck")
-    if cand.memory + cand.max_span > fallback.memory + fallback.max_span:
-        out.append("memory+span")
-    if cand.memory + cand.max_load > fallback.memory + fallback.max_load:
-        out.append("memory+work")
-    if sharing_aware and cand.max_span > fallback.max_span:
-        out.append("sharing-span")
-    return out
+    failed = (not cand.period < fallback.period,
+              cand.memory + cand.max_span > fallback.memory + fallback.max_span,
+              cand.memory + cand.max_load > fallback.memory + fallback.max_load,
+              sharing_aware and cand.max_span > fallback.max_span)
+    return [name for name, bad in zip(GUARDS, failed, strict=True) if bad]
 
 
 @dataclass(frozen=True)
@@ -113,46 +89,11 @@ def select(fallback: Figures | None, candidates: list[Candidate]) -> tuple[int, 
     return chosen, notes
 
 
-# -- phase 1 -------------------------------------------------------------------------------------
-
-
-class _Items:
-    """Ordered-packing items per (group, replication): unit shards and tile-free tasks, in
-    arrival order, as (work, tiles) arrays."""
-
-    def __init__(self, problem: PipelineProblem) -> None:
-        self.problem = problem
-        self.cache: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
-
-    def get(self, g: int, r: int) -> tuple[list[int], list[int]]:
-        key = (g, r)
-        hit = self.cache.get(key)
-        if hit is not None:
-            return hit
-        p = self.problem
-        graph, head = p.graph, p.top_level
-        items: list[tuple[int, int, int]] = []  # (arrival, work, tiles)
-        group = p.groups[g]
-        for u in group.units:
-            shards = [[INFEASIBLE, 0] for _ in range(min(r, len(u.tasks)))]  # arrival, work
-            for n, t in enumerate(u.tasks):  # largest first, dealt round-robin
-                shard = shards[n % len(shards)]
-                shard[0] = min(shard[0], head[t])
-                shard[1] += graph.tasks[t].cost_ns
-            items.extend((a, w, len(u.tiles)) for a, w in shards)
-        items.extend((head[t], graph.tasks[t].cost_ns, 0) for t in group.tasks
-                     if not graph.tasks[t].weights)
-        items.sort()
-        out = ([w for _, w, _ in items], [x for _, _, x in items])
-        self.cache[key] = out
-        return out
-
-
-def _pack_count(items: _Items, j: int, i: int, T: int, r: IntArray, cap: int) -> int:
+def _pack_count(items: Callable[[int, int], list[tuple[int, int]]], j: int, i: int, T: int,
+                r: IntArray, cap: int) -> int:
     cores, load, tiles = 0, T + 1, cap + 1
     for g in range(j, i):
-        works, xs = items.get(g, int(r[g]))
-        for w, x in zip(works, xs, strict=True):
+        for w, x in items(g, int(r[g])):
             if load + w > T or tiles + x > cap:
                 cores += 1
                 load, tiles = w, x
@@ -162,16 +103,30 @@ def _pack_count(items: _Items, j: int, i: int, T: int, r: IntArray, cap: int) ->
     return max(cores, 1, int(r[j:i].max()))
 
 
-@dataclass(frozen=True)
-class Phase1:
-    target_ns: int
-    partition: Partition
-
-
-def phase1(problem: PipelineProblem, replication: bool) -> Phase1 | None:
+def phase1(problem: PipelineProblem, replication: bool) -> Partition | None:
+    """The phase-1 winner: for the least T (binary search) whose stages fit P cores with
+    nominal memory ≤ T, where a stage grows while its dependency path stays ≤ T and needs its
+    ordered pack count of cores, those cuts, budgets and replication (None: no T fits)."""
     G, P, cap = problem.num_groups, problem.num_cores, problem.target.crossbars_per_core
-    items = _Items(problem)
-    path = problem.path
+    path, graph, head = problem.path, problem.graph, problem.top_level
+
+    @functools.cache
+    def items(g: int, r: int) -> list[tuple[int, int]]:
+        """Ordered-packing items of group g at replication r: unit shards and tile-free
+        tasks, in arrival order, as (work, tiles)."""
+        out: list[tuple[int, int, int]] = []  # (arrival, work, tiles)
+        group = problem.groups[g]
+        for u in group.units:
+            shards = [[INFEASIBLE, 0] for _ in range(min(r, len(u.tasks)))]  # arrival, work
+            for n, t in enumerate(u.tasks):  # largest first, dealt round-robin
+                shard = shards[n % len(shards)]
+                shard[0] = min(shard[0], head[t])
+                shard[1] += graph.tasks[t].cost_ns
+            out.extend((a, w, len(u.tiles)) for a, w in shards)
+        out.extend((head[t], graph.tasks[t].cost_ns, 0) for t in group.tasks
+                   if not graph.tasks[t].weights)
+        out.sort()
+        return [(w, x) for _, w, x in out]
 
     def greedy(T: int) -> tuple[list[int], list[int], IntArray] | None:
         r = rmin(problem, T, replication)
@@ -219,53 +174,39 @@ def phase1(problem: PipelineProblem, replication: bool) -> Phase1 | None:
     rep = [1] * G
     for (j, i), k in zip(ranges, cores, strict=True):
         rep[j:i] = [min(int(x), k) for x in r[j:i]]
-    return Phase1(hi, Partition(tuple(cuts), tuple(cores), tuple(rep)))
-
-
-# -- second search --------------------------------------------------------------------------------
+    return Partition(tuple(cuts), tuple(cores), tuple(rep))
 
 
 def _levels(lo: int, hi: int, geometric: bool) -> list[int]:
     lo, hi = max(lo, 1), max(hi, 1)
     if hi <= lo:
         return [hi]
-    if geometric:
-        vals = [lo * (hi / lo) ** (m / (LEVELS - 1)) for m in range(LEVELS)]
-    else:
-        vals = [lo + (hi - lo) * m / (LEVELS - 1) for m in range(LEVELS)]
+    vals = [lo * (hi / lo) ** (m / (LEVELS - 1)) if geometric
+            else lo + (hi - lo) * m / (LEVELS - 1) for m in range(LEVELS)]
     return sorted({min(hi, max(lo, math.ceil(v))) for v in vals})
 
 
 @dataclass(frozen=True)
 class Alternative:
     partition: Partition
-    model_period: int
     sharing_aware: bool
     origin: str
 
 
-def second_search(problem: PipelineProblem, replication: bool, upper: int
-                  ) -> list[Alternative]:
+def second_search(problem: PipelineProblem, replication: bool, upper: int) -> list[Alternative]:
     """Searches A (per-transfer stores) and B (shared publications); the best four."""
     lb = problem.lower_bound(replication)
-    found: dict[tuple[int, ...], tuple[int, set[str], str]] = {}
+    found: dict[tuple[int, ...], tuple[int, set[str], str, Partition]] = {}
 
     def harvest(levels: list[int], mem: IntArray, tag: str) -> list[int]:
         scores = []
         for n, res in enumerate(level_dp(problem, levels, mem, replication)):
-            if res.cuts is None or res.memory_ns is None:
-                scores.append(INFEASIBLE)
-                continue
             scores.append(max(res.level, res.memory_ns))
-            part = allocate(problem, res.cuts, replication)
-            if part is None:
+            if res.cuts is None or (part := allocate(problem, res.cuts, replication)) is None:
                 continue
             period = evaluate_partition(problem, part).period_ns
-            old = found.get(res.cuts)
-            if old is None:
-                found[res.cuts] = (period, {tag}, f"search {tag} level {n} ({res.level} ns)")
-            else:
-                old[1].add(tag)
+            origin = f"search {tag} level {n} ({res.level} ns)"
+            found.setdefault(res.cuts, (period, set(), origin, part))[1].add(tag)
         return scores
 
     levels_a = _levels(lb, upper, geometric=True)
@@ -275,15 +216,7 @@ def second_search(problem: PipelineProblem, replication: bool, upper: int
     hi_b = levels_a[best + 1] if best + 1 < len(levels_a) else upper
     harvest(_levels(lo_b, hi_b, geometric=False), problem.mem_shared, "B")
     ranked = sorted(found.items(), key=lambda kv: (kv[1][0], kv[0]))[:4]
-    out = []
-    for cuts, (period, tags, origin) in ranked:
-        part = allocate(problem, cuts, replication)
-        assert part is not None
-        out.append(Alternative(part, period, tags == {"B"}, origin))
-    return out
-
-
-# -- the whole heuristic --------------------------------------------------------------------------
+    return [Alternative(part, tags == {"B"}, origin) for _, (_, tags, origin, part) in ranked]
 
 
 @dataclass
@@ -298,51 +231,40 @@ def run_heuristic(problem: PipelineProblem, replication: bool) -> HeuristicOutco
     """Phase 1, second search, realization of the five candidates, guarded selection."""
     t0 = time.perf_counter()
     notes: list[str] = []
-    p1 = phase1(problem, replication)
-    fallback: Placement | None = None
-    fallback_model = INFEASIBLE
     cache: dict[Partition, Placement | PackFailure] = {}
     failures: list[str] = []
+
+    def place(part: Partition) -> Placement | PackFailure:
+        res = cache[part] = cache.get(part) or realize(problem, part, replication)
+        if isinstance(res, PackFailure):
+            failures.append(res.message)
+        return res
+
+    p1 = phase1(problem, replication)
+    fallback: Placement | PackFailure | None = None
     if p1 is None:
         notes.append("phase 1 found no partition that fits the cores")
+        upper = problem.total_work + problem.baseline_ns + 1
     else:
-        fallback_model = evaluate_partition(problem, p1.partition).period_ns
-        res = cache[p1.partition] = realize(problem, p1.partition, replication)
-        if isinstance(res, PackFailure):
-            failures.append(res.message)
-        else:
-            fallback = res
-    upper = fallback_model if p1 is not None else \
-        problem.total_work + problem.baseline_ns + 1
-    alts = second_search(problem, replication, upper)
-    cands: list[tuple[str, Partition, bool, int]] = [
-        (f"alternative {n + 1} ({a.origin})", a.partition, a.sharing_aware, a.model_period)
-        for n, a in enumerate(alts)]
-    if p1 is not None:
-        init = allocate(problem, p1.partition.cuts, replication)
-        if init is not None:
-            cands.append(("initial partition (phase-1 cuts, allocated cores)", init, False,
-                          evaluate_partition(problem, init).period_ns))
-    placed: list[Placement | None] = []
-    cand_info: list[Candidate] = []
-    for name, part, sharing, _ in cands:
-        if part not in cache:
-            cache[part] = realize(problem, part, replication)
-        res = cache[part]
-        if isinstance(res, PackFailure):
-            placed.append(None)
-            cand_info.append(Candidate(name, None, sharing, res.message))
-            failures.append(res.message)
-        else:
-            placed.append(res)
-            cand_info.append(Candidate(name, Figures.of(res), sharing))
-    chosen, sel_notes = select(Figures.of(fallback) if fallback else None, cand_info)
+        upper = evaluate_partition(problem, p1).period_ns
+        fallback = place(p1)
+    cands = [(f"alternative {n + 1} ({a.origin})", a.partition, a.sharing_aware)
+             for n, a in enumerate(second_search(problem, replication, upper))]
+    init = None if p1 is None else allocate(problem, p1.cuts, replication)
+    if init is not None:
+        cands.append(("initial partition (phase-1 cuts, allocated cores)", init, False))
+    placed = [place(part) for _, part, _ in cands]
+    chosen, sel_notes = select(
+        Figures.of(fallback) if isinstance(fallback, Placement) else None,
+        [Candidate(name, None, sharing, res.message) if isinstance(res, PackFailure)
+         else Candidate(name, Figures.of(res), sharing)
+         for (name, _, sharing), res in zip(cands, placed, strict=True)])
     notes.extend(sel_notes)
     if chosen == -2:
         raise PipelineCapacityError(
             "no pipeline partition passed capacity verification: " +
             (failures[0] if failures else "phase 1 and the second search found none"))
     pl = fallback if chosen < 0 else placed[chosen]
-    assert pl is not None
+    assert isinstance(pl, Placement)
     model = evaluate_partition(problem, pl.partition).period_ns
     return HeuristicOutcome(pl, model, notes, time.perf_counter() - t0)

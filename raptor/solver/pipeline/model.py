@@ -1,26 +1,15 @@
-"""The period model every pipeline solver optimizes, and core allocation for given cuts.
+"""The period model every pipeline solver optimizes (docs/pipeline.md §2), and core
+allocation for given cuts. Stage ``s`` holds groups ``cuts[s] .. cuts[s+1]-1`` on
+``cores[s]`` cores, group ``g`` replicated ``replication[g]`` times:
 
-A partition cuts the group chain into contiguous stages; stage ``s`` holds groups
-``cuts[s] .. cuts[s+1]-1`` on ``cores[s]`` cores, group ``g`` replicated ``replication[g]``
-times. Its model period is
-
-    max( max_s time_s,  baseline + Σ_s memory_s )
+    period = max( max_s time_s,  baseline + Σ_s memory_s )
     time_s = max( ceil(work_s / cores_s),  max_g bound[g, r_g],  path_s )
 
 subject to Σ cores ≤ P, Σ_g crossbars_g · r_g ≤ crossbars_per_core · cores_s and r_g ≤ cores_s.
-``ceil(work / cores)`` and the group bounds are lower bounds on the busiest core after
-packing (the realized span can be larger; :mod:`raptor.solver.pipeline.realize` packs);
-``path_s``, the longest dependency chain inside the stage, is the time one inference needs
-to cross the stage: cores of one stage exchange data over rendezvous channels and therefore
-work on the same inference, while stage boundaries decouple inferences through shared memory.
-Without the path term one stage holding everything would always be optimal (any partition's
-packing is also a one-stage packing, and cuts only add shared-memory traffic), and its real
-period would be the single-inference latency.
-
-For a period target ``T`` the cheapest way for a range of groups to meet it is unique: each
-group takes the smallest replication whose bound is ≤ T, and the range needs
-``kmin = max(ceil(W/T), ceil(X/cap), max r, 1)`` cores. This makes the exact DP a search
-over T and core allocation for fixed cuts a binary search plus greedy water-filling.
+Without the path term one stage holding everything would always be optimal. For a period
+target ``T`` each group takes the smallest replication whose bound is ≤ T and a range needs
+``kmin = max(ceil(W/T), ceil(X/cap), max r, 1)`` cores: the exact DP searches over T, and
+core allocation for fixed cuts is a binary search plus greedy water-filling.
 """
 
 from __future__ import annotations
@@ -52,10 +41,6 @@ class ModelEval:
     feasible: bool
     reason: str = ""
 
-    @property
-    def compute_ns(self) -> int:
-        return max(self.stage_times, default=0)
-
 
 def rmin(problem: PipelineProblem, T: int, replication: bool,
          groups: slice | None = None) -> IntArray:
@@ -78,8 +63,7 @@ def kmin_table(problem: PipelineProblem, T: int, replication: bool) -> IntArray:
     crossbars = np.array([g.crossbars for g in problem.groups], dtype=np.int64)
     xp = np.concatenate([[0], np.cumsum(crossbars * reff)])
     badp = np.concatenate([[0], np.cumsum(bad)])
-    wp = problem.work_prefix
-    W = wp[None, :] - wp[:, None]
+    W = problem.work_prefix[None, :] - problem.work_prefix[:, None]
     X = xp[None, :] - xp[:, None]
     rmax = np.zeros((G + 1, G + 1), dtype=np.int64)
     for j in range(G):
@@ -104,28 +88,23 @@ def stage_kmin(problem: PipelineProblem, j: int, i: int, T: int, replication: bo
     return (k if k <= P else P + 1), r
 
 
-def stage_time(problem: PipelineProblem, j: int, i: int, k: int, replication: bool
-               ) -> tuple[int, IntArray]:
-    """Smallest model time of groups j..i-1 on k cores, with its replication factors
-    (INFEASIBLE when the groups' crossbars do not fit k cores)."""
-    cap = problem.target.crossbars_per_core
-    ones = np.ones(i - j, dtype=np.int64)
-    if k < 1 or problem.crossbars(j, i) > cap * k:
-        return INFEASIBLE, ones
+def stage_time(problem: PipelineProblem, j: int, i: int, k: int, replication: bool) -> int:
+    """Smallest model time of groups j..i-1 on k cores (INFEASIBLE when the groups' crossbars
+    do not fit k cores)."""
+    if k < 1 or problem.crossbars(j, i) > problem.target.crossbars_per_core * k:
+        return INFEASIBLE
     rk = min(k, problem.num_cores) if replication else 1
-    lo = max(-(-problem.work(j, i) // k), int(problem.path[j, i]),
-             int(problem.bounds[j:i, rk - 1].max()), 1)
-    hi = max(-(-problem.work(j, i) // k), int(problem.path[j, i]),
-             int(problem.bounds[j:i, 0].max()), 1)
+    base = max(-(-problem.work(j, i) // k), int(problem.path[j, i]), 1)
+    lo = max(base, int(problem.bounds[j:i, rk - 1].max()))
+    hi = max(base, int(problem.bounds[j:i, 0].max()))
     while lo < hi:
         mid = (lo + hi) // 2
         if stage_kmin(problem, j, i, mid, replication)[0] <= k:
             hi = mid
         else:
             lo = mid + 1
-    kk, r = stage_kmin(problem, j, i, lo, replication)
-    assert kk <= k
-    return lo, r
+    assert stage_kmin(problem, j, i, lo, replication)[0] <= k
+    return lo
 
 
 def evaluate_partition(problem: PipelineProblem, part: Partition, sharing: bool = True
@@ -154,8 +133,7 @@ def evaluate_partition(problem: PipelineProblem, part: Partition, sharing: bool 
     return ModelEval(period, tuple(times), mem, not problems, "; ".join(problems))
 
 
-def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool
-             ) -> Partition | None:
+def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool) -> Partition | None:
     """Core counts and replication minimizing the model period of fixed ``cuts``: the least
     T whose per-stage needs fit P cores, then every spare core to the stage it helps most
     (slowest improvable stage first); spare cores nothing improves go where work per core is
@@ -169,8 +147,7 @@ def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool
     def needed(T: int) -> int:
         return sum(stage_kmin(problem, j, i, T, replication)[0] for j, i in ranges)
 
-    lo = max(problem.lower_bound(replication), mem,
-             max(int(problem.path[j, i]) for j, i in ranges))
+    lo = max(problem.lower_bound(replication), mem, max(int(problem.path[j, i]) for j, i in ranges))
     hi = lo
     ceiling = max(problem.total_work, 1) + lo
     while needed(hi) > P:
@@ -184,14 +161,14 @@ def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool
         else:
             lo = mid + 1
     cores = [stage_kmin(problem, j, i, lo, replication)[0] for j, i in ranges]
-    times = [stage_time(problem, j, i, k, replication)[0] for (j, i), k in zip(ranges, cores,
-                                                                                strict=True)]
+    times = [stage_time(problem, j, i, k, replication)
+             for (j, i), k in zip(ranges, cores, strict=True)]
     spare = P - sum(cores)
     nxt: dict[int, int] = {}
     while spare > 0:
         for s, (j, i) in enumerate(ranges):
             if s not in nxt:
-                nxt[s] = stage_time(problem, j, i, cores[s] + 1, replication)[0]
+                nxt[s] = stage_time(problem, j, i, cores[s] + 1, replication)
         better = [s for s in range(len(ranges)) if nxt[s] < times[s]]
         if not better:
             break
@@ -199,11 +176,9 @@ def allocate(problem: PipelineProblem, cuts: Sequence[int], replication: bool
         cores[s] += 1
         times[s] = nxt.pop(s)
         spare -= 1
-    while spare > 0:
-        s = max(range(len(ranges)),
-                key=lambda s: (problem.work(*ranges[s]) / cores[s], -s))
+    for _ in range(spare):
+        s = max(range(len(ranges)), key=lambda s: (problem.work(*ranges[s]) / cores[s], -s))
         cores[s] += 1
-        spare -= 1
     rep = [1] * G
     for (j, i), k, t in zip(ranges, cores, times, strict=True):
         _, r = stage_kmin(problem, j, i, t, replication)

@@ -30,7 +30,6 @@ PACK_CHECK_BUDGET = 65536
 @dataclass(frozen=True)
 class StagePacking:
     core_of: dict[int, int]  # task -> logical core 0..k-1
-    load: list[int]
     tiles: list[frozenset[int]]
     attempt: str  # which constructor attempt succeeded
 
@@ -41,9 +40,7 @@ class PackFailure:
 
 
 class _Fail(Exception):
-    def __init__(self, decision: int) -> None:
-        super().__init__(decision)
-        self.decision = decision
+    """No core has room for a unit; ``args[0]``: the openings decided before."""
 
 
 @dataclass
@@ -71,10 +68,7 @@ class _Stage:
             units.extend((u, r) for u in g.units)
             free.extend(t for t in g.tasks if not graph.tasks[t].weights)
         units.sort(key=lambda ur: (-ur[0].work, ur[0].tasks))
-        unit_of: dict[int, int] = {}
-        for n, (u, _) in enumerate(units):
-            for t in u.tasks:
-                unit_of[t] = n
+        unit_of = {t: n for n, (u, _) in enumerate(units) for t in u.tasks}
         seq = [t for u, _ in units for t in u.tasks]
         seq += sorted(free, key=lambda t: (-cost[t], t))
         return cls(k, problem.target.crossbars_per_core, cost, units, unit_of, seq)
@@ -85,20 +79,18 @@ class _Attempt:
     (load, core) heap whose stale entries are skipped when popped."""
 
     def __init__(self, stage: _Stage) -> None:
-        k = stage.k
         self.st = stage
-        self.load = [0] * k
-        self.tiles: list[set[int]] = [set() for _ in range(k)]
+        self.load = [0] * stage.k
+        self.tiles: list[set[int]] = [set() for _ in range(stage.k)]
         self.holders: list[list[int]] = [[] for _ in stage.units]
         self.core_of: dict[int, int] = {}
-        self.heap = [(0, c) for c in range(k)]
+        self.heap = [(0, c) for c in range(stage.k)]
         self.decision = 0
 
     def least_loaded(self, exclude: list[int], need: frozenset[int] | None) -> int:
         """Least-loaded core outside ``exclude`` with room for ``need`` (-1: none)."""
         heap, load, tiles, cap = self.heap, self.load, self.tiles, self.st.cap
-        popped = []
-        found = -1
+        popped, found = [], -1
         while heap:
             ld, c = heapq.heappop(heap)
             if ld != load[c]:
@@ -154,34 +146,33 @@ class _Attempt:
             self.core_of[t] = pick
             self.load[pick] += self.st.cost[t]
             heapq.heappush(self.heap, (self.load[pick], pick))
-        return StagePacking(self.core_of, self.load, [frozenset(s) for s in self.tiles], name)
+        return StagePacking(self.core_of, [frozenset(s) for s in self.tiles], name)
 
 
 def pack_stage(problem: PipelineProblem, j: int, i: int, k: int, replication: Sequence[int]
                ) -> StagePacking | PackFailure:
     """Pack groups j..i-1 onto k cores; ``replication[g - j]`` copies allowed per group."""
     stage = _Stage.build(problem, j, i, k, replication)
-    seq = stage.seq
-    tries: list[tuple[str, list[int], bool, int]] = [
-        ("first", seq, False, -1), ("best-fit", seq, True, -1),
-        ("reverse", seq[::-1], True, -1)]
-    fail_at = -1
-    n_try = 0
-    while n_try < len(tries):
-        name, tasks, best_fit, deviate = tries[n_try]
-        n_try += 1
+    seq, fail_at, tries = stage.seq, -1, 0
+    for name, tasks, best_fit in (("first", seq, False), ("best-fit", seq, True),
+                                  ("reverse", seq[::-1], True)):
+        tries += 1
         try:
-            return _Attempt(stage).run(tasks, best_fit, deviate, name)
+            return _Attempt(stage).run(tasks, best_fit, -1, name)
         except _Fail as exc:
             if name == "best-fit":
-                fail_at = exc.decision
-        if n_try == len(tries) and fail_at > 0 and len(tries) < 3 + PACK_DEVIATIONS \
-                and stage.checks < PACK_CHECK_BUDGET:
-            back = len(tries) - 2
-            if fail_at - back >= 0:
-                tries.append((f"deviation {back}", seq, True, fail_at - back))
+                fail_at = exc.args[0]
+    # deviation b: the b-th opening before the best-fit failure takes its second-best core
+    for back in range(1, PACK_DEVIATIONS + 1):
+        if fail_at - back < 0 or stage.checks >= PACK_CHECK_BUDGET:
+            break
+        tries += 1
+        try:
+            return _Attempt(stage).run(seq, True, fail_at - back, f"deviation {back}")
+        except _Fail:
+            pass
     x = sum(len(u.tiles) * r for u, r in stage.units)
     return PackFailure(
         f"groups {j}..{i - 1}: could not pack {len(stage.units)} tile units ({x} crossbars "
-        f"with replication) onto {k} cores x {stage.cap} crossbars within {len(tries)} "
+        f"with replication) onto {k} cores x {stage.cap} crossbars within {tries} "
         f"attempts / {stage.checks} core checks (bounded search, not a proof)")

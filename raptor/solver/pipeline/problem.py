@@ -1,38 +1,22 @@
-"""The pipeline partitioning problem: groups in a topological chain, their bounds, and the
-per-range tables every pipeline solver reads (heuristic, exact DP, CP-SAT).
+"""The pipeline partitioning problem (docs/pipeline.md §1–2): groups in a topological chain,
+their bounds, and the per-range tables every pipeline solver reads (heuristic, exact DP,
+CP-SAT).
 
-Groups. An *atom* is the set of lanes of one graph batch (lanes are interchangeable and
-independent), or a single task when its batch has internal edges or lies on a cycle of the
-batch quotient graph. Atoms are ordered topologically (earliest top level first, so parallel
-branches of one depth stay together), and a stage may only cut between atoms. Atoms that
-share a crossbar tile are never cut apart: all users of a tile sit in one group, so a tile
-belongs to one stage unless it is replicated on purpose. Adjacent groups are then fused
-(smallest combined work first) until at most ``max_groups`` remain, which bounds the DP and
-the CP-SAT model; fused groups are contiguous runs of a topological order, so the group chain
-stays acyclic and every contiguous stage respects the dependencies.
-
-Units. Inside a group, tasks that share a tile form a *unit*: without replication all of a
-unit's tasks run on the core holding its tiles. Replicating a group ``r`` times lets each unit
-spread over ``r`` cores at ``r`` times its crossbars. ``bounds[g, r - 1]`` is a lower bound on
-the busiest core's load caused by group ``g`` alone at replication ``r`` (pigeonhole over the
-unit's sorted lanes; exact for equal lanes), never below the group's longest instance.
-
-Shared memory. Cross-stage data goes through shared memory: one store per physical publication
-that some later stage reads, one load per consumer transfer, each rounded to the target's
-access width (:func:`raptor.solver.costs.shared_read_ns` / ``shared_write_ns``). The service
-is serialized chip-wide, shared by all stages. The function outputs add a per-inference
-baseline. All range sums are O(1) lookups in (G+1)×(G+1) tables built with prefix sums.
-
-Dependency path. ``path[j, i]`` is the longest chain of task costs inside groups ``j..i-1``
-(transfers excluded), computed for every range at once by one sweep of the tasks.
+A stage may only cut between atoms (a batch's lanes, or a single task where its batch has
+internal edges or lies on a cycle of the batch quotient graph); all users of a tile sit in
+one group; adjacent groups fuse down to ``max_groups``, which bounds the DP and the CP-SAT
+model. Range sums are O(1) lookups in (G+1)×(G+1) tables built with prefix sums.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -110,14 +94,13 @@ class PipelineProblem:
     """Same with one store per consumer transfer (no sharing)."""
     mem_nominal: FloatArray
     """Unrounded per-transfer volumes at nominal per-byte service (phase 1)."""
-    pair_memory: IntArray = field(repr=False, default_factory=lambda: np.zeros((0, 0), np.int64))
+    pair_memory: IntArray = field(repr=False)
     """(G, G): service charged when groups a < b land in different stages: loads of b's
     transfers from a, plus the stores of a's publications whose last reader group is b."""
-    top_level: list[int] = field(repr=False, default_factory=list)
+    top_level: list[int] = field(repr=False)
     """Earliest start of each task without communication (arrival order for packing)."""
-    work_prefix: IntArray = field(repr=False, default_factory=lambda: np.zeros(1, np.int64))
-    crossbar_prefix: IntArray = field(repr=False, default_factory=lambda: np.zeros(1, np.int64))
-    notes: list[str] = field(default_factory=list)
+    work_prefix: IntArray = field(repr=False)
+    crossbar_prefix: IntArray = field(repr=False)
 
     @property
     def num_groups(self) -> int:
@@ -148,10 +131,8 @@ class PipelineProblem:
     @cached_property
     def hops(self) -> IntArray:
         """(P, P) XY hops between cores."""
-        C = self.target.mesh_cols
-        c = np.arange(self.num_cores)
-        out: IntArray = np.abs(c[:, None] // C - c[None, :] // C) + \
-            np.abs(c[:, None] % C - c[None, :] % C)
+        r, c = np.divmod(np.arange(self.num_cores), self.target.mesh_cols)
+        out: IntArray = np.abs(r[:, None] - r) + np.abs(c[:, None] - c)
         return out
 
     @cached_property
@@ -176,10 +157,6 @@ class PipelineProblem:
     def total_work(self) -> int:
         return int(self.work_prefix[-1])
 
-    @property
-    def total_crossbars(self) -> int:
-        return int(self.crossbar_prefix[-1])
-
     def memory(self, cuts: Sequence[int], sharing: bool = True) -> int:
         """Baseline plus the cross-stage service of the stages starting at ``cuts``."""
         table = self.mem_shared if sharing else self.mem_transfer
@@ -195,80 +172,57 @@ class PipelineProblem:
         return max(-(-self.total_work // P), heaviest, self.baseline_ns, 1)
 
 
-# -- construction -------------------------------------------------------------------------------
-
-
 def _atoms(graph: ComputeGraph) -> list[list[int]]:
     """Batches as atoms, split where a batch has internal edges or sits on a quotient cycle."""
-    n = graph.num_tasks
-    split: set[int] = set()
-    for e in graph.edges:
-        b = graph.tasks[e.src].batch
-        if b >= 0 and b == graph.tasks[e.dst].batch:
-            split.add(b)
+    split = {graph.tasks[e.src].batch for e in graph.edges
+             if graph.tasks[e.src].batch == graph.tasks[e.dst].batch >= 0}
     while True:
-        key = [t.batch if t.batch >= 0 and t.batch not in split else -1 - t.id
-               for t in graph.tasks]
-        pairs = {(key[e.src], key[e.dst]) for e in graph.edges}
-        if _acyclic(set(key), pairs):
+        key = [t.batch if t.batch >= 0 and t.batch not in split else -1 - t.id for t in graph.tasks]
+        quotient = nx.DiGraph(list({(key[e.src], key[e.dst]) for e in graph.edges}))
+        if nx.is_directed_acyclic_graph(quotient):
             break
-        quotient = nx.DiGraph(list(pairs))
         split.update(k for c in nx.strongly_connected_components(quotient) if len(c) > 1
                      for k in c if k >= 0)
     members: dict[int, list[int]] = {}
-    for t in range(n):
-        members.setdefault(key[t], []).append(t)
+    for t, k in enumerate(key):
+        members.setdefault(k, []).append(t)
     return list(members.values())
 
 
-def _acyclic(nodes: set[int], pairs: set[tuple[int, int]]) -> bool:
-    succ: dict[int, list[int]] = {}
-    indeg = dict.fromkeys(nodes, 0)
-    for a, b in pairs:
-        succ.setdefault(a, []).append(b)
-        indeg[b] += 1
-    stack = [v for v, d in indeg.items() if d == 0]
-    seen = 0
-    while stack:
-        v = stack.pop()
-        seen += 1
-        for w in succ.get(v, ()):
+def topological_order(succ: Sequence[Collection[int]], key: Sequence[Any] | None = None
+                      ) -> list[int]:
+    """Kahn's algorithm over successor lists, the ready node of least ``key`` (default: id)
+    first; shorter than ``succ`` where there is a cycle. (networkx and graphlib take twice as
+    long on ResNet-18.)"""
+    indeg = [0] * len(succ)
+    for vs in succ:
+        for v in vs:
+            indeg[v] += 1
+    prio = range(len(succ)) if key is None else key
+    heap = [(prio[v], v) for v, d in enumerate(indeg) if d == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        _, v = heapq.heappop(heap)
+        order.append(v)
+        for w in succ[v]:
             indeg[w] -= 1
             if indeg[w] == 0:
-                stack.append(w)
-    return seen == len(nodes)
+                heapq.heappush(heap, (prio[w], w))
+    return order
 
 
 def _order_atoms(graph: ComputeGraph, atoms: list[list[int]]) -> list[list[int]]:
     """Topological order of the atom DAG, earliest top level first (ties: smallest tile, id)."""
     head = graph.top_levels()
-    atom_of = [0] * graph.num_tasks
-    for a, ts in enumerate(atoms):
-        for t in ts:
-            atom_of[t] = a
+    atom_of = {t: a for a, ts in enumerate(atoms) for t in ts}
     succ: list[set[int]] = [set() for _ in atoms]
-    indeg = [0] * len(atoms)
     for e in graph.edges:
-        a, b = atom_of[e.src], atom_of[e.dst]
-        if b not in succ[a]:
-            succ[a].add(b)
-            indeg[b] += 1
-
+        succ[atom_of[e.src]].add(atom_of[e.dst])
     prio = [(min(head[t] for t in ts),
              min((w for t in ts for w in graph.tasks[t].weights), default=-1), min(ts))
             for ts in atoms]
-
-    heap = [(*prio[a], a) for a in range(len(atoms)) if indeg[a] == 0]
-    heapq.heapify(heap)
-    order: list[list[int]] = []
-    while heap:
-        *_, a = heapq.heappop(heap)
-        order.append(sorted(atoms[a]))
-        for b in succ[a]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                heapq.heappush(heap, (*prio[b], b))
-    return order
+    return [sorted(atoms[a]) for a in topological_order(succ, prio)]
 
 
 def _segments(graph: ComputeGraph, atoms: list[list[int]], max_groups: int) -> list[list[int]]:
@@ -286,66 +240,29 @@ def _segments(graph: ComputeGraph, atoms: list[list[int]], max_groups: int) -> l
     for w, lo in first.items():
         cover[lo] += 1
         cover[last[w]] -= 1
-    glued = np.cumsum(cover)[:m] > 0
-    segs: list[list[int]] = []
-    cur: list[int] = []
-    for pos in range(m):
-        cur.append(pos)
-        if not glued[pos]:
-            segs.append(cur)
-            cur = []
-    if cur:
-        segs.append(cur)
-    if len(segs) <= max_groups:
-        return segs
-    work = [sum(graph.tasks[t].cost_ns for p in s for t in atoms[p]) for s in segs]
-    alive = [True] * len(segs)
-    nxt = list(range(1, len(segs) + 1))
-    prv = list(range(-1, len(segs) - 1))
-    heap = [(work[i] + work[i + 1], i, i + 1) for i in range(len(segs) - 1)]
-    heapq.heapify(heap)
-    count = len(segs)
-    while count > max_groups and heap:
-        w, a, b = heapq.heappop(heap)
-        if not (alive[a] and alive[b]) or nxt[a] != b or w != work[a] + work[b]:
-            continue
-        segs[a].extend(segs[b])
-        work[a] = w
-        alive[b] = False
-        nxt[a] = nxt[b]
-        if nxt[b] < len(segs):
-            prv[nxt[b]] = a
-            heapq.heappush(heap, (work[a] + work[nxt[b]], a, nxt[b]))
-        if prv[a] >= 0:
-            heapq.heappush(heap, (work[prv[a]] + work[a], prv[a], a))
-        count -= 1
-    return [s for s, ok in zip(segs, alive, strict=True) if ok]
+    ends = [0, *(np.flatnonzero(np.cumsum(cover)[:m] == 0) + 1).tolist()]  # the last is m
+    segs = [list(range(a, b)) for a, b in itertools.pairwise(ends)]
+    work = np.array([sum(graph.tasks[t].cost_ns for p in s for t in atoms[p]) for s in segs],
+                    dtype=np.int64)
+    while len(segs) > max_groups:  # ties: the leftmost pair
+        a = int((work[:-1] + work[1:]).argmin())
+        segs[a:a + 2] = [segs[a] + segs[a + 1]]
+        work[a] += work[a + 1]
+        work = np.delete(work, a + 1)
+    return segs
 
 
 def _units(graph: ComputeGraph, tasks: Sequence[int], cap: int) -> list[Unit]:
     """Tile-sharing components of ``tasks``; a component whose tiles exceed one core is split
     first-fit into pieces that fit (their shared tiles are then held twice)."""
-    parent: dict[int, int] = {}
-
-    def find(w: int) -> int:
-        while parent[w] != w:
-            parent[w] = parent[parent[w]]
-            w = parent[w]
-        return w
-
+    tiles_of = nx.utils.UnionFind()
     for t in tasks:
-        sorted_ws = sorted(graph.tasks[t].weights)
-        for w in sorted_ws:
-            parent.setdefault(w, w)
-        for w in sorted_ws[1:]:
-            ra, rb = find(sorted_ws[0]), find(w)
-            if ra != rb:
-                parent[rb] = ra
+        tiles_of.union(*graph.tasks[t].weights)
     comps: dict[int, list[int]] = {}
     for t in tasks:
         ws = graph.tasks[t].weights
         if ws:
-            comps.setdefault(find(min(ws)), []).append(t)
+            comps.setdefault(tiles_of[min(ws)], []).append(t)
     units: list[Unit] = []
     for members in comps.values():
         pieces: list[tuple[set[int], list[int]]] = []
@@ -360,8 +277,7 @@ def _units(graph: ComputeGraph, tasks: Sequence[int], cap: int) -> list[Unit]:
                 pieces.append((set(ws), [t]))
         for tiles, ts in pieces:
             ts.sort(key=lambda t: (-graph.tasks[t].cost_ns, t))
-            units.append(Unit(tuple(ts), frozenset(tiles),
-                              sum(graph.tasks[t].cost_ns for t in ts)))
+            units.append(Unit(tuple(ts), frozenset(tiles), sum(graph.tasks[t].cost_ns for t in ts)))
     units.sort(key=lambda u: (-u.work, u.tasks))
     return units
 
@@ -384,26 +300,18 @@ def _group_bounds(graph: ComputeGraph, group: Group, P: int) -> IntArray:
     cache: dict[tuple[int, ...], IntArray] = {}
     for u in group.units:
         costs = tuple(graph.tasks[t].cost_ns for t in u.tasks)
-        b = cache.get(costs)
-        if b is None:
-            rmax = min(P, len(costs))
-            vals = [unit_bound(costs, r) for r in range(1, rmax + 1)]
-            b = np.array(vals + [vals[-1]] * (P - rmax), dtype=np.int64)
-            cache[costs] = b
-        np.maximum(out, b, out=out)
+        if costs not in cache:
+            vals = [unit_bound(costs, r) for r in range(1, min(P, len(costs)) + 1)]
+            cache[costs] = np.array(vals + [vals[-1]] * (P - len(vals)), dtype=np.int64)
+        np.maximum(out, cache[costs], out=out)
     return out
 
 
 def _publications_from_graph(graph: ComputeGraph) -> list[Publication]:
     """Without IR: each task publishes one fragment (its largest outgoing transfer) that every
     consumer loads with its edge's bytes."""
-    pubs = []
-    for t in range(graph.num_tasks):
-        succ = graph.succs[t]
-        if succ:
-            pubs.append(Publication(t, 0, 0, max(b for _, b in succ),
-                                    tuple((v, b) for v, b in succ)))
-    return pubs
+    return [Publication(t, 0, 0, max(b for _, b in succ), tuple(succ))
+            for t, succ in enumerate(graph.succs) if succ]
 
 
 def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Publication], int]:
@@ -411,10 +319,9 @@ def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Pub
     baseline service (the output stores), from the publication map. Function inputs are read
     inside each task's body, as part of its own cost, outside the shared-memory queue (as
     the simulator runs them), so they add nothing to the serialized service."""
-    readers: dict[tuple[int, int, int], dict[int, int]] = {}
+    readers: defaultdict[tuple[int, int, int], Counter[int]] = defaultdict(Counter)
     sizes: dict[tuple[int, int, int], int] = {}
     insts = build.projection.instances
-    baseline = 0
     for inst in insts:
         mine: set[tuple[int, int, int, object]] = set()
         for use in inst.uses:
@@ -429,12 +336,8 @@ def publications_from_build(build: GraphBuild, target: Target) -> tuple[list[Pub
                 mine.add(part)
                 if key not in sizes:  # the store publishes the whole fragment
                     sizes[key] = insts[p.producer].fragment_type(p.result).nbytes
-                    readers[key] = {}
-                got = readers[key]
-                got[inst.id] = got.get(inst.id, 0) + p.fragment.nbytes
-    for pieces in build.outputs:
-        for p in pieces:
-            baseline += shared_write_ns(target, p.fragment.nbytes)
+                readers[key][inst.id] += p.fragment.nbytes
+    baseline = sum(shared_write_ns(target, p.fragment.nbytes) for ps in build.outputs for p in ps)
     pubs = [Publication(k[0], k[1], k[2], sizes[k], tuple(sorted(readers[k].items())))
             for k in sorted(readers)]
     return pubs, baseline
@@ -493,23 +396,15 @@ def _build_problem(graph: ComputeGraph, target: Target, build: GraphBuild | None
         pubs, baseline = publications_from_build(build, target)
     else:
         pubs, baseline = _publications_from_graph(graph), 0
-    G = len(groups)
-    bounds = np.stack([_group_bounds(graph, g, P) for g in groups]) if groups else \
-        np.zeros((0, P), dtype=np.int64)
-    problem = PipelineProblem(
+    shared, transfer, nominal, pair = _memory_tables(target, len(groups), group_of, pubs)
+    return PipelineProblem(
         graph=graph, target=target, groups=groups, group_of=group_of, publications=pubs,
-        baseline_ns=baseline, bounds=bounds,
-        path=_path_table(graph, groups, group_of),
-        mem_shared=np.zeros((G + 1, G + 1), np.int64),
-        mem_transfer=np.zeros((G + 1, G + 1), np.int64),
-        mem_nominal=np.zeros((G + 1, G + 1), np.float64),
+        baseline_ns=baseline, path=_path_table(graph, groups, group_of),
+        bounds=np.array([_group_bounds(graph, g, P) for g in groups], np.int64).reshape(-1, P),
+        mem_shared=shared, mem_transfer=transfer, mem_nominal=nominal, pair_memory=pair,
         top_level=graph.top_levels(),
-        work_prefix=np.concatenate([[0], np.cumsum([g.work for g in groups])]).astype(np.int64),
-        crossbar_prefix=np.concatenate(
-            [[0], np.cumsum([g.crossbars for g in groups])]).astype(np.int64),
-    )
-    _memory_tables(problem)
-    return problem
+        work_prefix=np.cumsum([0, *(g.work for g in groups)], dtype=np.int64),
+        crossbar_prefix=np.cumsum([0, *(g.crossbars for g in groups)], dtype=np.int64))
 
 
 def _path_table(graph: ComputeGraph, groups: list[Group], group_of: list[int]) -> IntArray:
@@ -564,43 +459,33 @@ def service_ns(target: Target, nbytes: npt.NDArray[np.int64], cycles: int) -> In
     return out
 
 
-def _memory_tables(problem: PipelineProblem) -> None:
-    t = problem.target
-    G = problem.num_groups
-    gof = np.asarray(problem.group_of, dtype=np.int64)
-    st_a, st_mc, st_bytes = [], [], []
-    tr_a, tr_b, tr_bytes = [], [], []
-    for p in problem.publications:
-        a = int(gof[p.producer])
-        later = [(int(gof[v]), nb) for v, nb in p.consumers if gof[v] > a]
-        if not later:
-            continue
-        st_a.append(a)
-        st_mc.append(max(b for b, _ in later))
-        st_bytes.append(p.bytes)
-        for b, nb in later:
-            tr_a.append(a)
-            tr_b.append(b)
-            tr_bytes.append(nb)
+def _memory_tables(t: Target, G: int, gof: list[int], publications: list[Publication]
+                   ) -> tuple[IntArray, IntArray, FloatArray, IntArray]:
+    """Range tables (mem_shared, mem_transfer, mem_nominal) and pair_memory (the fields)."""
+    stores: list[tuple[int, int, int]] = []  # (producer group, last reader group, bytes)
+    loads: list[tuple[int, int, int]] = []  # (producer group, reader group, bytes)
+    for p in publications:
+        a = gof[p.producer]
+        later = [(gof[v], nb) for v, nb in p.consumers if gof[v] > a]
+        if later:
+            stores.append((a, max(b for b, _ in later), p.bytes))
+            loads.extend((a, b, nb) for b, nb in later)
+    st_a, st_b, sb = np.array(stores, dtype=np.int64).reshape(-1, 3).T
+    tr_a, tr_b, tb = np.array(loads, dtype=np.int64).reshape(-1, 3).T
 
-    def pairs(a: list[int], b: list[int], val: npt.NDArray[np.float64]) -> FloatArray:
+    def pairs(a: IntArray, b: IntArray, val: FloatArray) -> FloatArray:
         out = np.zeros((G, G))
-        np.add.at(out, (np.asarray(a, np.int64), np.asarray(b, np.int64)), val)
+        np.add.at(out, (a, b), val)
         return out
 
-    sb = np.asarray(st_bytes, dtype=np.int64)
-    tb = np.asarray(tr_bytes, dtype=np.int64)
     w, r = t.shared_write_cycles, t.shared_read_cycles
-    clock = float(t.clock_fraction)
-    s_sh, _ = _range_sum_tables(pairs(st_a, st_mc, service_ns(t, sb, w).astype(float)), G)
+    store_sh = pairs(st_a, st_b, service_ns(t, sb, w).astype(float))
+    load = pairs(tr_a, tr_b, service_ns(t, tb, r).astype(float))
+    s_sh, _ = _range_sum_tables(store_sh, G)
     s_tr, _ = _range_sum_tables(pairs(tr_a, tr_b, service_ns(t, tb, w).astype(float)), G)
-    _, ld = _range_sum_tables(pairs(tr_a, tr_b, service_ns(t, tb, r).astype(float)), G)
-    nominal = tb.astype(float) / clock / t.shared_access_bytes
+    _, ld = _range_sum_tables(load, G)
+    nominal = tb.astype(float) / float(t.clock_fraction) / t.shared_access_bytes
     s_nom, _ = _range_sum_tables(pairs(tr_a, tr_b, nominal * w), G)
     _, l_nom = _range_sum_tables(pairs(tr_a, tr_b, nominal * r), G)
-    problem.pair_memory = np.rint(
-        pairs(st_a, st_mc, service_ns(t, sb, w).astype(float))
-        + pairs(tr_a, tr_b, service_ns(t, tb, r).astype(float))).astype(np.int64)
-    problem.mem_shared = np.rint(s_sh + ld).astype(np.int64)
-    problem.mem_transfer = np.rint(s_tr + ld).astype(np.int64)
-    problem.mem_nominal = s_nom + l_nom
+    return (np.rint(s_sh + ld).astype(np.int64), np.rint(s_tr + ld).astype(np.int64),
+            s_nom + l_nom, np.rint(store_sh + load).astype(np.int64))

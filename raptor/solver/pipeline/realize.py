@@ -1,26 +1,8 @@
-"""From a partition to physical cores: homes, topology placement, list schedule, ranking.
-
-Every solver's partition goes through the same steps, so heuristic, DP and CP-SAT periods
-are measured with one ruler:
-
-1. **capacity verification**: each stage's units get tile homes on its cores from the
-   constructive packer (:mod:`raptor.solver.pipeline.pack`). A stage that fails drops
-   replication (its lower bound); if a stage still fails, budgets restart from the crossbar
-   lower bounds (ceil(crossbars / capacity) per stage, spare cores where the crossbars are
-   tightest) without replication.
-2. **topology placement**: stages take consecutive runs of a serpentine walk over the mesh
-   (by rows, and on non-square meshes also by columns), so each stage is compact and
-   consecutive stages are neighbours.
-3. **list schedule** of every stage on its cores, load-aware (highest bottom level first)
-   and arrival-aware (earliest top level first) candidates: this fixes each task's core and
-   the per-core order of one inference, and gives the stage's completion (one inference
-   across the stage, NoC delays included, inputs from earlier stages ready at its start).
-4. **evaluation**: per stage the busiest core's load (``load``), the dependency path, the
-   crossbars its tasks use; shared-memory demand from the task-level stage assignment (one
-   store per publication a later stage reads, one load per consumer transfer); per core the
-   compute load plus the NoC time of its intra-stage transfers in and out (``demand``).
-5. **ranking** (spec): maximum per-core compute/incident-transfer demand; within 1 % of
-   demand the maximum stage span breaks the tie, then stage completion, then compute load.
+"""From a partition to physical cores (docs/pipeline.md §4): capacity verification
+(:mod:`.pack`, with the recovery of :func:`realize`), topology placement on a serpentine
+walk, a list schedule of every stage, evaluation and ranking (:func:`better`). Every
+solver's partition goes through the same steps, so heuristic, DP and CP-SAT periods are
+measured with one ruler.
 """
 
 from __future__ import annotations
@@ -35,7 +17,7 @@ import numpy as np
 from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.pack import PackFailure, StagePacking, pack_stage
-from raptor.solver.pipeline.problem import IntArray, PipelineProblem, service_ns
+from raptor.solver.pipeline.problem import IntArray, PipelineProblem, service_ns, topological_order
 from raptor.target import Target
 
 SEQUENCES = ("rows", "columns")
@@ -47,16 +29,9 @@ _BIG = np.int64(1) << 50  # pushes a core behind every free time
 def core_sequence(target: Target, kind: str) -> list[int]:
     """Serpentine walk over the mesh, by rows or by columns (consecutive cores adjacent)."""
     R, C = target.mesh_rows, target.mesh_cols
-    out: list[int] = []
     if kind == "rows":
-        for r in range(R):
-            cols = range(C) if r % 2 == 0 else range(C - 1, -1, -1)
-            out.extend(r * C + c for c in cols)
-    else:
-        for c in range(C):
-            rows = range(R) if c % 2 == 0 else range(R - 1, -1, -1)
-            out.extend(r * C + c for r in rows)
-    return out
+        return [r * C + (c if r % 2 == 0 else C - 1 - c) for r in range(R) for c in range(C)]
+    return [(r if c % 2 == 0 else R - 1 - r) * C + c for c in range(C) for r in range(R)]
 
 
 def transfer_ns(target: Target, src: IntArray, dst: IntArray, nbytes: IntArray) -> IntArray:
@@ -90,8 +65,6 @@ class Placement:
 
     problem: PipelineProblem
     partition: Partition
-    priority: str
-    sequence: str
     core_of: list[int]
     order: list[list[int]]  # per physical core, the execution order of one inference
     stage_of_task: list[int]
@@ -100,7 +73,6 @@ class Placement:
     stage_path: list[int]
     stage_completion: list[int]
     stage_crossbars: list[int]
-    core_load: list[int]
     demand: int
     memory_ns: int
     boundaries: list[Boundary]
@@ -142,8 +114,7 @@ def boundaries(problem: PipelineProblem, stage_of_task: Sequence[int]) -> list[B
     crossing = []
     for p in problem.publications:
         sp = stage_of_task[p.producer]
-        later = tuple((v, stage_of_task[v], nb) for v, nb in p.consumers
-                      if stage_of_task[v] > sp)
+        later = tuple((v, stage_of_task[v], nb) for v, nb in p.consumers if stage_of_task[v] > sp)
         if later:
             crossing.append((p, sp, later))
     if not crossing:
@@ -202,13 +173,8 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool,
             follow: bool = False) -> Placement | PackFailure:
     """Home, place, list-schedule and evaluate ``part``; the best by :func:`better`.
     ``follow``: tasks without crossbars go right after their last same-stage producer, on
-    its core (see :func:`_list_schedule`)."""
-    G = problem.num_groups
-    ranges = part.ranges(G)
-    stage_of_group = np.zeros(G, dtype=np.int64)
-    for s, (j, i) in enumerate(ranges):
-        stage_of_group[j:i] = s
-    stage_of_task = stage_of_group[np.asarray(problem.group_of, dtype=np.int64)].tolist()
+    its core (see :class:`_ListSchedule`)."""
+    stage_of_task = (np.searchsorted(part.cuts, problem.group_of, side="right") - 1).tolist()
     bounds_list = boundaries(problem, stage_of_task)
     memory = problem.baseline_ns + sum(b.store_ns + b.load_ns for b in bounds_list)
     notes: list[str] = []
@@ -228,14 +194,11 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool,
     kinds = SEQUENCES[:1] if problem.target.mesh_rows == problem.target.mesh_cols else SEQUENCES
     for kind in kinds:
         seq = core_sequence(problem.target, kind)
-        chunks, offset = [], 0
-        for k in part.cores:
-            chunks.append(seq[offset:offset + k])
-            offset += k
+        chunks = [seq[e - k:e] for k, e in zip(part.cores, itertools.accumulate(part.cores),
+                                                strict=True)]
         for priority in PRIORITIES:
-            cand = _list_schedule(problem, part, homes, chunks, stage_of_task, priority,
-                                  replication, follow)
-            cand.sequence = kind
+            cand = _ListSchedule(problem, part, homes, chunks, stage_of_task, replication,
+                                 follow).run(priority)
             cand.memory_ns = memory + sync_ns(problem.target, bounds_list, cand.core_of)
             cand.boundaries = bounds_list
             cand.recovery = list(notes)
@@ -245,9 +208,7 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool,
     return best
 
 
-def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StagePacking],
-                   chunks: list[list[int]], stage_of_task: list[int], priority: str,
-                   replication: bool, follow: bool = False) -> Placement:
+class _ListSchedule:
     """EFT list schedule of every stage on its cores (the stage starts at 0; inputs from
     earlier stages wait in shared memory). Candidate cores per task, as in capacity-aware
     PEFT: the cores of its same-stage producers, the cores holding its tiles (its unit's home
@@ -258,16 +219,11 @@ def _list_schedule(problem: PipelineProblem, part: Partition, homes: list[StageP
     first; ``arrival``: earliest top level first. With ``follow``, a task without tiles that
     has a same-stage producer goes to the core of the one that ends last (as latency mode's
     `raptor.solver.peft.follow_producers`: the fragments it reads then wait in no other
-    core's local memory)."""
-    ls = _ListSchedule(problem, part, homes, chunks, stage_of_task, replication, follow)
-    ls.run(priority)
-    return ls.placement(priority)
+    core's local memory).
 
-
-class _ListSchedule:
-    """The state of one :func:`_list_schedule`: the cores holding each tile, per-core free
-    time and load (also per stage in chunk order, for the vectorized earliest-core search),
-    each unit's replica budget, and the schedule built so far."""
+    State: the cores holding each tile, per-core free time and load (also per stage in chunk
+    order, for the vectorized earliest-core search), each unit's replica budget, and the
+    schedule built so far."""
 
     def __init__(self, problem: PipelineProblem, part: Partition, homes: list[StagePacking],
                  chunks: list[list[int]], stage_of_task: list[int], replication: bool,
@@ -277,8 +233,7 @@ class _ListSchedule:
         self.problem, self.part, self.chunks, self.sot = problem, part, chunks, stage_of_task
         self.replication, self.follow = replication, follow
         self.cap = target.crossbars_per_core
-        clock = target.clock_fraction
-        self.num, self.den = clock.numerator, clock.denominator
+        self.num, self.den = target.clock_fraction.as_integer_ratio()
         self.hop_c = (problem.hops * target.hop_cycles).tolist()
         self.holders: dict[int, set[int]] = {}  # tile -> cores holding it
         self.used_tiles: list[set[int]] = [set() for _ in range(P)]
@@ -287,8 +242,7 @@ class _ListSchedule:
                 for w in ts:
                     self.holders.setdefault(w, set()).add(chunk[c])
                 self.used_tiles[chunk[c]] |= ts
-        self.free = [0] * P
-        self.load = [0] * P
+        self.free, self.load = [0] * P, [0] * P  # per core
         self.limit = [max(t, 1) for t in evaluate_partition(problem, part).stage_times]
         sot = stage_of_task
         self.costs = [t.cost_ns for t in graph.tasks]
@@ -301,8 +255,7 @@ class _ListSchedule:
         self.free_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
         self.load_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
         self.local = {c: k for ch in chunks for k, c in enumerate(ch)}
-        self.end = [0] * n
-        self.core_of = [-1] * n
+        self.end, self.core_of = [0] * n, [-1] * n  # per task
         self.order: list[list[int]] = [[] for _ in range(P)]
         self.completion = [0] * len(chunks)
         self.replica_budgets()
@@ -333,7 +286,7 @@ class _ListSchedule:
                 self.copies.append(home)
                 self.allowed.append(min(len(chunks[s_idx]), len(unit.tasks), home + extra))
 
-    def run(self, priority: str) -> None:
+    def run(self, priority: str) -> Placement:
         """Schedule every task, ready tasks in ``priority`` order."""
         problem, sot = self.problem, self.sot
         n = problem.graph.num_tasks
@@ -355,19 +308,19 @@ class _ListSchedule:
                     indeg[v] -= 1
                     if indeg[v] == 0:
                         heapq.heappush(heap, (key[v], v))
+        return self.placement()
 
     def earliest(self, s: int, t: int) -> int:
         """Earliest-free stage core (with room for t's tiles), within the model time if
         possible (-1: no core has room)."""
-        big = _BIG
-        keys = self.free_s[s] + (self.load_s[s] > self.limit[s] - self.costs[t]) * big
+        keys = self.free_s[s] + (self.load_s[s] > self.limit[s] - self.costs[t]) * _BIG
         idx = self.task_tiles[t]
         if len(idx):
             ch = self.chunk_arr[s]
             need = len(idx) - self.resident[ch[:, None], idx].sum(axis=1)
-            keys = np.where(need <= self.cap - self.nres[ch], keys, 4 * big)
+            keys = np.where(need <= self.cap - self.nres[ch], keys, 4 * _BIG)
         i = int(keys.argmin())
-        return self.chunks[s][i] if keys[i] < 4 * big else -1
+        return self.chunks[s][i] if keys[i] < 4 * _BIG else -1
 
     def candidates(self, t: int, s: int) -> tuple[set[int], set[int]]:
         """Task t's candidate cores, and those of them that hold its tiles."""
@@ -430,8 +383,7 @@ class _ListSchedule:
             else:
                 for u, fc in same:
                     cu = core_of[u]
-                    arrive = end[u] if cu == c else \
-                        end[u] + -(-((hop_c[cu][c] + fc) * den) // num)
+                    arrive = end[u] if cu == c else end[u] + -(-((hop_c[cu][c] + fc) * den) // num)
                     if arrive > est:
                         est = arrive
             over = int(load[c] + cost > self.limit[s])
@@ -461,15 +413,13 @@ class _ListSchedule:
         self.load_s[s][self.local[c]] += cost
         self.core_of[t] = c
         self.order[c].append(t)
-        if f > self.completion[s]:
-            self.completion[s] = f
+        self.completion[s] = max(self.completion[s], f)
 
-    def placement(self, priority: str) -> Placement:
+    def placement(self) -> Placement:
         """The schedule's per-stage figures and per-core demand (compute plus the NoC time of
         its intra-stage transfers in and out)."""
         problem, chunks, core_of, sot = self.problem, self.chunks, self.core_of, self.sot
-        graph, target = problem.graph, problem.target
-        P = problem.num_cores
+        graph, target, P = problem.graph, problem.target, problem.num_cores
         core_load = [0] * P
         used: list[set[int]] = [set() for _ in range(P)]
         for t in range(graph.num_tasks):
@@ -483,16 +433,14 @@ class _ListSchedule:
         demand = np.asarray(core_load, dtype=np.int64) + \
             np.bincount(cores[src], weights=tr, minlength=P).astype(np.int64) + \
             np.bincount(cores[dst], weights=tr, minlength=P).astype(np.int64)
-        part = self.part
-        G = problem.num_groups
         return Placement(
-            problem=problem, partition=part, priority=priority, sequence="", core_of=core_of,
-            order=self.order, stage_of_task=sot, stage_cores=chunks,
+            problem=problem, partition=self.part, core_of=core_of, order=self.order,
+            stage_of_task=sot, stage_cores=chunks,
             stage_load=[max(core_load[c] for c in ch) for ch in chunks],
-            stage_path=[int(problem.path[j, i]) for j, i in part.ranges(G)],
+            stage_path=[int(problem.path[j, i]) for j, i in self.part.ranges(problem.num_groups)],
             stage_completion=self.completion,
             stage_crossbars=[sum(len(used[c]) for c in ch) for ch in chunks],
-            core_load=core_load, demand=int(demand.max()), memory_ns=0, boundaries=[],
+            demand=int(demand.max()), memory_ns=0, boundaries=[],
         )
 
 
@@ -500,41 +448,23 @@ def asap_starts(problem: PipelineProblem, core_of: Sequence[int],
                 order: Sequence[Sequence[int]]) -> list[int]:
     """One inference alone through the placed program: earliest starts under the per-core
     order and NoC transfer delays on every edge (what the latency validator checks)."""
-    graph, target = problem.graph, problem.target
-    n = graph.num_tasks
     src, dst, nbytes = problem.edge_arrays
     cores = np.asarray(core_of, dtype=np.int64)
-    delay = transfer_ns(target, cores[src], cores[dst], nbytes).tolist()
-    out_edges: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for v, u, d in zip(dst.tolist(), src.tolist(), delay, strict=True):
-        out_edges[u].append((v, d))
-    nxt = [-1] * n
-    indeg = [len(graph.preds[t]) for t in range(n)]
+    delay = transfer_ns(problem.target, cores[src], cores[dst], nbytes).tolist()
+    out: list[list[tuple[int, int]]] = [[] for _ in range(problem.graph.num_tasks)]
+    for u, v, d in zip(src.tolist(), dst.tolist(), delay, strict=True):
+        out[u].append((v, d))
     for tasks in order:
         for a, b in itertools.pairwise(tasks):
-            nxt[a] = b
-            indeg[b] += 1
-    costs = graph.durations(core_of)  # local reads included, as MergeScheduleResult's ends
-    start = [0] * n
-    stack = [t for t in range(n) if indeg[t] == 0]
-    done = 0
-    while stack:
-        t = stack.pop()
-        done += 1
-        end = start[t] + costs[t]
-        for v, d in out_edges[t]:
+            out[a].append((b, 0))
+    topo = topological_order([[v for v, _ in es] for es in out])
+    if len(topo) != len(out):
+        raise AssertionError("per-core order contradicts the dependencies")
+    costs = problem.graph.durations(core_of)  # local reads included, as MergeScheduleResult's
+    start = [0] * len(out)
+    for u in topo:
+        end = start[u] + costs[u]
+        for v, d in out[u]:
             if end + d > start[v]:
                 start[v] = end + d
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                stack.append(v)
-        v = nxt[t]
-        if v >= 0:
-            if end > start[v]:
-                start[v] = end
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                stack.append(v)
-    if done != n:
-        raise AssertionError("per-core order contradicts the dependencies")
     return start

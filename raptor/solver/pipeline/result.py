@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -90,10 +91,8 @@ class PipelineResult:
         return [asdict(s) for s in self.stages]
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["throughput_per_s"] = self.throughput_per_s
-        out["latency_ns"] = self.latency_ns
-        return out
+        return {**asdict(self), "throughput_per_s": self.throughput_per_s,
+                "latency_ns": self.latency_ns}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -104,37 +103,28 @@ def build_result(problem: PipelineProblem, pl: Placement, *, solver: str, status
                  objective_ns: int | None = None, solve_seconds: float = 0.0,
                  notes: list[str] | None = None) -> PipelineResult:
     graph, target = problem.graph, problem.target
-    completion = pl.stage_completion
     starts = asap_starts(problem, pl.core_of, pl.order)
     sched = MergeScheduleResult.build(
         graph, target, pl.core_of, starts, solver=solver, status=status, bound_ns=bound_ns,
         objective_ns=objective_ns, solve_seconds=solve_seconds, model="pipeline",
         notes=[*(notes or []), *pl.recovery], communication=False)
-    stage_of_core = [-1] * target.num_cores
+    stage_of_core = sched.stage_of_core = [-1] * target.num_cores
     for s, cores in enumerate(pl.stage_cores):
         for c in cores:
             stage_of_core[c] = s
-    sched.stage_of_core = stage_of_core
     G = problem.num_groups
-    stages = []
-    for s, (j, i) in enumerate(pl.partition.ranges(G)):
-        stages.append(StageInfo(
-            index=s, groups=list(range(j, i)), cores=list(pl.stage_cores[s]),
-            span_ns=pl.stage_span[s], load_ns=pl.stage_load[s], path_ns=pl.stage_path[s],
-            completion_ns=completion[s], crossbars=pl.stage_crossbars[s],
-            work_ns=problem.work(j, i)))
-    holders: dict[int, set[int]] = {}
+    stages = [StageInfo(
+        index=s, groups=list(range(j, i)), cores=list(pl.stage_cores[s]),
+        span_ns=pl.stage_span[s], load_ns=pl.stage_load[s], path_ns=pl.stage_path[s],
+        completion_ns=pl.stage_completion[s], crossbars=pl.stage_crossbars[s],
+        work_ns=problem.work(j, i)) for s, (j, i) in enumerate(pl.partition.ranges(G))]
+    holders: defaultdict[int, set[int]] = defaultdict(set)
     for t, c in enumerate(pl.core_of):
         for w in graph.tasks[t].weights:
-            holders.setdefault(w, set()).add(c)
-    replicated = []
-    for g in problem.groups:
-        if not g.tiles:
-            continue
-        factor = max(len(holders[w]) for w in g.tiles)
-        held = sum(len(holders[w]) for w in g.tiles)
-        if factor > 1:
-            replicated.append(Replication(g.id, factor, len(g.tiles), held - len(g.tiles)))
+            holders[w].add(c)
+    copies = [(g, [len(holders[w]) for w in g.tiles]) for g in problem.groups if g.tiles]
+    replicated = [Replication(g.id, max(n), len(g.tiles), sum(n) - len(g.tiles))
+                  for g, n in copies if max(n) > 1]
     return PipelineResult(
         solver=solver, status=status, schedule=sched, stage_of_task=list(pl.stage_of_task),
         stages=stages,
@@ -151,11 +141,9 @@ def build_result(problem: PipelineProblem, pl: Placement, *, solver: str, status
 
 def validate_pipeline(graph: ComputeGraph, target: Target, result: PipelineResult,
                       problem: PipelineProblem | None = None) -> list[str]:
-    """Violations of a pipeline result (empty: valid), re-derived from graph and target:
-    every task on a core of its stage, each core in one stage, stages ordered along every
-    dependency, per-core order consistent with the dependencies, crossbar capacity per core,
-    at most P cores, and the reported loads, dependency paths, crossbars and period
-    recomputed; with ``problem``, also the shared-memory service from its publications."""
+    """Violations of a pipeline result (empty: valid), re-derived from graph and target (the
+    ``_check_*`` helpers) and the period recomputed; with ``problem``, also the shared-memory
+    service from its publications."""
     graph.freeze()
     n, P = graph.num_tasks, target.num_cores
     sch = result.schedule
@@ -179,7 +167,7 @@ def _check_stages(graph: ComputeGraph, target: Target, result: PipelineResult,
                   soc: list[int]) -> list[str]:
     """Each core in one stage (``soc``: stage of core), at most P cores, every task on a
     core of its stage, and stages ordered along every dependency."""
-    P = target.num_cores
+    P, sot = target.num_cores, result.stage_of_task
     errors: list[str] = []
     stage_cores: dict[int, set[int]] = {}
     for s in result.stages:
@@ -189,25 +177,23 @@ def _check_stages(graph: ComputeGraph, target: Target, result: PipelineResult,
             elif soc[c] != s.index:
                 errors.append(f"core {c} listed in stage {s.index} but stage_of_core says "
                               f"{soc[c]}")
-        if stage_cores.keys() & {s.index}:
+        if s.index in stage_cores:
             errors.append(f"stage {s.index} listed twice")
         stage_cores[s.index] = set(s.cores)
-    for a, b in itertools.combinations(stage_cores, 2):
-        if stage_cores[a] & stage_cores[b]:
-            shared = sorted(stage_cores[a] & stage_cores[b])
-            errors.append(f"stages {a} and {b} share cores {shared}")
+    for (a, ca), (b, cb) in itertools.combinations(stage_cores.items(), 2):
+        if ca & cb:
+            errors.append(f"stages {a} and {b} share cores {sorted(ca & cb)}")
     if sum(len(c) for c in stage_cores.values()) > P:
         errors.append(f"stages use {sum(len(c) for c in stage_cores.values())} cores > {P}")
     for t in range(graph.num_tasks):
-        st, c = result.stage_of_task[t], result.schedule.core_of[t]
+        st, c = sot[t], result.schedule.core_of[t]
         if c not in stage_cores.get(st, set()):
             errors.append(f"task {t} ({graph.tasks[t].name}) in stage {st} runs on core {c}, "
                           f"not a core of its stage")
     for e in graph.edges:
-        if result.stage_of_task[e.src] > result.stage_of_task[e.dst]:
-            errors.append(f"edge {e.src} -> {e.dst} goes from stage "
-                          f"{result.stage_of_task[e.src]} back to stage "
-                          f"{result.stage_of_task[e.dst]}")
+        if sot[e.src] > sot[e.dst]:
+            errors.append(f"edge {e.src} -> {e.dst} goes from stage {sot[e.src]} back to stage "
+                          f"{sot[e.dst]}")
     return errors
 
 
@@ -236,12 +222,10 @@ def _check_figures(graph: ComputeGraph, target: Target, result: PipelineResult) 
     recomputed from the tasks."""
     n, P, cap = graph.num_tasks, target.num_cores, target.crossbars_per_core
     errors: list[str] = []
-    loads = [0] * P
-    xbars = 0
+    loads, xbars = [0] * P, 0
     for c, tasks in enumerate(result.schedule.core_tasks):
         loads[c] = sum(graph.tasks[t].cost_ns for t in tasks)
-        tiles = frozenset().union(*(graph.tasks[t].weights for t in tasks)) if tasks else \
-            frozenset()
+        tiles = frozenset().union(*(graph.tasks[t].weights for t in tasks))
         xbars += len(tiles)
         if len(tiles) > cap:
             errors.append(f"core {c}: {len(tiles)} distinct crossbar tiles > capacity {cap}")
@@ -251,8 +235,7 @@ def _check_figures(graph: ComputeGraph, target: Target, result: PipelineResult) 
         path[t] = graph.tasks[t].cost_ns + max(
             (path[u] for u, _ in graph.preds[t] if result.stage_of_task[u] == st), default=0)
     for s in result.stages:
-        longest = max((path[t] for t in range(n) if result.stage_of_task[t] == s.index),
-                      default=0)
+        longest = max((path[t] for t in range(n) if result.stage_of_task[t] == s.index), default=0)
         if longest != s.path_ns:
             errors.append(f"stage {s.index}: reported path {s.path_ns} ns, tasks chain "
                           f"{longest} ns")
@@ -266,8 +249,7 @@ def _check_figures(graph: ComputeGraph, target: Target, result: PipelineResult) 
     return errors
 
 
-def _check_memory(target: Target, result: PipelineResult, problem: PipelineProblem
-                  ) -> list[str]:
+def _check_memory(target: Target, result: PipelineResult, problem: PipelineProblem) -> list[str]:
     """The shared-memory service recomputed from the problem's publications."""
     core_of = result.schedule.core_of
     mem = problem.baseline_ns

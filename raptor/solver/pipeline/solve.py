@@ -5,34 +5,22 @@ from __future__ import annotations
 
 import time
 
-from raptor.solver.from_ir import GraphBuild
-from raptor.solver.graph import ComputeGraph
 from raptor.solver.pipeline.cpsat_model import CpSatPipelineOptions, solve_cpsat
 from raptor.solver.pipeline.dp import exact_dp
 from raptor.solver.pipeline.heuristic import run_heuristic
 from raptor.solver.pipeline.model import Partition, allocate, evaluate_partition
 from raptor.solver.pipeline.pack import PackFailure
-from raptor.solver.pipeline.problem import (
-    DEFAULT_MAX_GROUPS,
-    PipelineCapacityError,
-    PipelineProblem,
-    build_problem,
-)
+from raptor.solver.pipeline.problem import PipelineCapacityError, PipelineProblem
 from raptor.solver.pipeline.realize import Placement, realize
 from raptor.solver.pipeline.result import PipelineResult, build_result
-from raptor.target import Target
-
-SOLVERS = ("pipeline", "dp", "cpsat")
 
 
 def heuristic_pipeline(problem: PipelineProblem, replication: bool = True) -> PipelineResult:
     """The spec's pipeline heuristic (phase 1, second search, guarded selection)."""
     out = run_heuristic(problem, replication)
     return build_result(problem, out.placement, solver="pipeline", status="HEURISTIC",
-                        model_period=out.model_period,
-                        bound_ns=problem.lower_bound(replication),
-                        objective_ns=out.model_period, solve_seconds=out.seconds,
-                        notes=out.notes)
+                        model_period=out.model_period, bound_ns=problem.lower_bound(replication),
+                        objective_ns=out.model_period, solve_seconds=out.seconds, notes=out.notes)
 
 
 def follow_producers(problem: PipelineProblem, result: PipelineResult,
@@ -47,8 +35,7 @@ def follow_producers(problem: PipelineProblem, result: PipelineResult,
     assert not isinstance(pl, PackFailure)  # the same homes as the result's realization
     return build_result(problem, pl, solver=result.solver, status=result.status,
                         model_period=result.model_period_ns, bound_ns=result.bound_ns,
-                        objective_ns=result.objective_ns,
-                        solve_seconds=result.solve_seconds,
+                        objective_ns=result.objective_ns, solve_seconds=result.solve_seconds,
                         notes=[*result.notes, "tasks without crossbars follow their last "
                                "producer on its core"])
 
@@ -96,36 +83,19 @@ def cpsat_pipeline(problem: PipelineProblem, replication: bool = True,
     out = solve_cpsat(problem, replication, hint, opts, dp_value)
     notes.append(f"model: {out.variables} variables, {out.constraints} constraints")
     hint_model = evaluate_partition(problem, hint).period_ns
+    pl: Placement | PackFailure | None = None
     if out.cuts is None:
-        pl = realize(problem, hint, replication)
-        assert not isinstance(pl, PackFailure)
         notes.append(f"no CP-SAT solution within {opts.time_limit:g} s; hint returned")
-        return build_result(problem, pl, solver="cpsat", status=out.status,
-                            model_period=hint_model, solve_seconds=time.perf_counter() - t0,
-                            notes=notes)
-    part, pl = _realize_cuts(problem, out.cuts, replication)
-    model = evaluate_partition(problem, part).period_ns
-    if pl.period_ns > initial.period_ns:
-        notes.append(f"CP-SAT's partition realizes at {pl.period_ns} ns after packing, the "
-                     f"hint at {initial.period_ns} ns: the hint's realization is kept")
-        hp = realize(problem, hint, replication)
-        assert not isinstance(hp, PackFailure)
-        pl, model = hp, hint_model
+    else:
+        part, pl = _realize_cuts(problem, out.cuts, replication)
+        model = evaluate_partition(problem, part).period_ns
+        if pl.period_ns > initial.period_ns:
+            notes.append(f"CP-SAT's partition realizes at {pl.period_ns} ns after packing, "
+                         f"the hint at {initial.period_ns} ns: the hint's realization is kept")
+            pl = None
+    if pl is None:
+        pl, model = realize(problem, hint, replication), hint_model
+    assert not isinstance(pl, PackFailure)  # the hint realized before
     return build_result(problem, pl, solver="cpsat", status=out.status, model_period=model,
                         bound_ns=out.bound_ns, objective_ns=out.objective_ns,
                         solve_seconds=time.perf_counter() - t0, notes=notes)
-
-
-def schedule_pipeline(graph: ComputeGraph, target: Target, *, solver: str = "pipeline",
-                      build: GraphBuild | None = None, replication: bool = True,
-                      max_groups: int = DEFAULT_MAX_GROUPS,
-                      options: CpSatPipelineOptions | None = None) -> PipelineResult:
-    """One call from a ComputeGraph (and optionally its GraphBuild) to a pipeline result."""
-    if solver not in SOLVERS:
-        raise ValueError(f"unknown pipeline solver {solver!r}; valid: {', '.join(SOLVERS)}")
-    problem = build_problem(graph, target, build=build, max_groups=max_groups)
-    if solver == "pipeline":
-        return heuristic_pipeline(problem, replication)
-    if solver == "dp":
-        return dp_pipeline(problem, replication)
-    return cpsat_pipeline(problem, replication, options)

@@ -1,29 +1,11 @@
-"""The stream estimate: what the simulator should show for a materialized pipeline program.
-
-The solvers optimize the period *model* (docs/pipeline.md §2): per stage max(busiest core,
-dependency path), and the serialized shared-memory service. The materialized stream program
-(`raptor.passes.stream`) is more specific: each core runs its per-inference program in a
-loop, so a core starts inference n + 1 only when it has finished inference n, and inside a
-stage a core waits for other cores' fragments of the same inference. Its steady-state
-period is therefore the longest cycle of that program per inference, which can lie
-between the busiest core and the stage's one-inference completion (`wave_period_ns`).
-
-:func:`stream_estimate` plays the program's steps task by task, inference after inference,
-as the simulator's ideal options run it (`SimOptions.ideal()`: buffered sends, free links
-and shared memory): per core its events in the materialized order (boundary load groups and
-tasks), a task starting when its core is free and every stage-internal fragment it reads
-has crossed the mesh (`Target.transfer_ns`, after its producer's whole step: the sends
-follow the stores), a load group when READY of its inference was signalled, a producer's
-boundary stores when FREE of inference n − B was signalled; shared-memory accesses cost
-their time on their core. Steady period = the median interval between inference
-completions once the pipeline is full, as the simulator measures it.
-
-With contention on, the simulator also serializes shared memory: `memory_ns` is the
-service one inference asks of it (output stores, boundary loads and stores, READY/FREE
-accesses), and `period_ns` = max(ideal period, memory_ns) is the estimate beside the
-default simulation. What it leaves out: link contention, the rendezvous protocol (a send
-waits until its receiver has started the same inference), how queued accesses interleave
-with compute, and the gathers of merged lanes (as the latency estimate does).
+"""The stream estimate (docs/pipeline.md §8): what the simulator should show for a
+materialized pipeline program. Each core runs its per-inference program in a loop, so the
+steady period is the longest cycle of that program per inference, between the busiest core
+and the stage's one-inference completion (`wave_period_ns`). :func:`stream_estimate` plays
+the program's steps task by task, inference after inference, as `SimOptions.ideal()` runs
+them; `memory_ns` is the service one inference asks of the serialized shared memory. Left
+out: link contention, the rendezvous protocol, how queued accesses interleave with compute,
+and the gathers of merged lanes.
 """
 
 from __future__ import annotations
@@ -36,6 +18,7 @@ from dataclasses import dataclass, field
 from raptor.passes.stream import LoadGroup, StreamInfo
 from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
+from raptor.solver.pipeline.problem import topological_order
 from raptor.target import Target
 
 COUNTER_BYTES = 4
@@ -100,35 +83,20 @@ def _message_waits(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     return waits
 
 
-def _iteration_order(per_core: dict[int, list[int]], waits: list[list[tuple[int, int]]],
+def _iteration_order(prev_on_core: dict[int, int], waits: list[list[tuple[int, int]]],
                      groups: Sequence[LoadGroup], signaller: Mapping[int, int]) -> list[int]:
     """A topological order of one iteration's steps: core order, messages, READY."""
-    n_tasks, G = len(waits), len(groups)
-    succ: list[list[int]] = [[] for _ in range(n_tasks + G)]
-    indeg = [0] * (n_tasks + G)
-
-    def edge(a: int, b: int) -> None:
+    n_tasks = len(waits)
+    succ: list[list[int]] = [[] for _ in range(n_tasks + len(groups))]
+    for b, a in prev_on_core.items():
         succ[a].append(b)
-        indeg[b] += 1
-
-    for steps in per_core.values():
-        for a, b in itertools.pairwise(steps):
-            edge(a, b)
     for t in range(n_tasks):
         for u, _ in waits[t]:
-            edge(u, t)
+            succ[u].append(t)
     for i, g in enumerate(groups):
-        edge(signaller[g.pair], n_tasks + i)
-    order: list[int] = []
-    stack = [s for s in range(n_tasks + G) if indeg[s] == 0]
-    while stack:
-        s = stack.pop()
-        order.append(s)
-        for b in succ[s]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                stack.append(b)
-    if len(order) != n_tasks + G:
+        succ[signaller[g.pair]].append(n_tasks + i)
+    order = topological_order(succ)
+    if len(order) != len(succ):
         raise ValueError("the stream program's per-core order contradicts its dependencies")
     return order
 
@@ -149,15 +117,11 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     wait_ns = shared_read_ns(target, COUNTER_BYTES)
     signal_ns = shared_write_ns(target, COUNTER_BYTES)
     groups = info.groups
-    G = len(groups)
     per_core = _per_core_steps(n_tasks, core_of, start, groups)
     waits = _message_waits(graph, target, core_of, stage_of, sends)
     signaller = {k: u for u, ks in info.ready_signals.items() for k in ks}
-    order = _iteration_order(per_core, waits, groups, signaller)
-    prev_on_core: dict[int, int] = {}
-    for steps in per_core.values():
-        for a, b in itertools.pairwise(steps):
-            prev_on_core[b] = a
+    prev_on_core = {b: a for steps in per_core.values() for a, b in itertools.pairwise(steps)}
+    order = _iteration_order(prev_on_core, waits, groups, signaller)
     first_on_core = {steps[0]: c for c, steps in per_core.items()}
     last_on_core = {c: steps[-1] for c, steps in per_core.items()}
     store_ns = {u: sum(shared_write_ns(target, nb) for _, nb in st)
@@ -167,7 +131,7 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     ready_at: list[list[int]] = [[0] * inferences for _ in info.pairs]
     free_at: list[list[int]] = [[0] * inferences for _ in info.pairs]
     core_free = dict.fromkeys(per_core, 0)
-    end = [0] * (n_tasks + G)
+    end = [0] * (n_tasks + len(groups))
     starts, ends = [], []
     for n in range(inferences):
         starts.append(min(core_free.values(), default=0))
