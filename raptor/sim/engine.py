@@ -332,28 +332,23 @@ class Engine:
                     self.post(st, ins)
             elif kind == SEND:
                 record(ins)
-                if not (self.send_pim(st, ins) if self.pim else self.send(st, ins)):
+                if not self.send(st, ins):
                     return
             elif kind == WAIT and not self.counter_ready(st, ins):
                 return
-            elif self.pim:
-                if not self.memory_ready(st, ins):
-                    return
-                tm = self.timing(ins)
-                # the request leaves through the core's switch, behind its queued messages
-                request = max(st.clock + self.target.ns(tm.before), st.switch_free)
-                if self.opts.shared_queueing:
-                    # pimsim-nn serves simultaneous requests from the highest core id down
-                    self.push(request, _MEM, st, rank=self.target.num_cores - st.cid)
-                    return
-                self.access_pim(st, ins, request)
             else:
                 if not self.memory_ready(st, ins):
                     return
+                at, rank = st.clock, 0
+                if self.pim:
+                    # the request leaves through the core's switch, behind its queued messages;
+                    # pimsim-nn serves simultaneous requests from the highest core id down
+                    at = max(at + self.target.ns(self.timing(ins).before), st.switch_free)
+                    rank = self.target.num_cores - st.cid
                 if self.opts.shared_queueing:
-                    self.push(st.clock, _MEM, st)
+                    self.push(at, _MEM, st, rank)
                     return
-                self.access(st, ins, st.clock)
+                (self.access_pim if self.pim else self.access)(st, ins, at)
             clock = st.clock
             pc += 1
         st.clock, st.pc = clock, pc
@@ -370,7 +365,7 @@ class Engine:
         if chan.senders:
             sender, msg = chan.senders.popleft()
             msg.target = (st, v)
-            self.handshake(sender, msg, st.clock)
+            (self.handshake_pim if self.pim else self.handshake)(sender, msg, st.clock)
             sender.pc += 1
             self.push(sender.clock, _RUN, sender)
         elif chan.unclaimed:
@@ -384,7 +379,8 @@ class Engine:
     def send(self, st: _Core, ins: Instr) -> bool:
         """Start a send at the core's clock; False when the sender must wait for the
         rendezvous (the matching `post` completes it)."""
-        msg = _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, ins.route)
+        msg = (self.request_pim(st, ins) if self.pim
+               else _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, ins.route))
         chan = self.chans[ins.chan]
         posted = chan.posted.popleft() if chan.posted else None
         if posted is not None:
@@ -397,7 +393,7 @@ class Engine:
         if posted is None:
             chan.senders.append((st, msg))
             return False
-        self.handshake(st, msg, posted[2])
+        (self.handshake_pim if self.pim else self.handshake)(st, msg, posted[2])
         return True
 
     def handshake(self, st: _Core, msg: _Msg, posted_at: int) -> None:
@@ -448,13 +444,16 @@ class Engine:
         if msg.target is not None:
             self.deliver(msg)
 
-    def deliver(self, msg: _Msg) -> None:
+    def deliver(self, msg: _Msg, traced: int | None = None) -> None:
+        """The value is at its receiver at `msg.arrival`: record the message (arrived at
+        `traced`, if given: pimsim-nn's receiver writes the data after it arrives) and wake
+        a core waiting for it."""
         assert msg.target is not None and msg.arrival is not None
-        st, v = msg.target
-        st.arrival[v] = msg.arrival
         if self.spans is not None:
             self.trace.messages.append((msg.src, msg.dst, msg.channel, msg.nbytes, msg.inject,
-                                        msg.arrival))
+                                        msg.arrival if traced is None else traced))
+        st, v = msg.target
+        st.arrival[v] = msg.arrival
         if st.wait_value is v:
             st.wait_value = None
             self.push(self.now, _RUN, st)
@@ -467,26 +466,17 @@ class Engine:
         t = self.target
         return t.transfer_ns(t.flit_bytes, src, dst)
 
-    def send_pim(self, st: _Core, ins: Instr) -> bool:
-        """The request leaves through the sender's switch; the sender waits for the reply
-        (False parks it until the receive is posted)."""
+    def request_pim(self, st: _Core, ins: Instr) -> _Msg:
+        """The send's request leaves through the sender's switch; the sender then waits for
+        the reply (`handshake_pim`)."""
         tm = self.timing(ins)
-        ns = self.target.ns
-        start = st.clock + ns(tm.before)
-        st.busy += ns(tm.before)
+        before = self.target.ns(tm.before)
         msg = _Msg(st.cid, ins.peer, ins.channel, tm.nbytes, ins.route)
-        req = max(start, st.switch_free)
-        msg.request = req + self.flit_ns(st.cid, ins.peer)
+        msg.request = max(st.clock + before, st.switch_free) + self.flit_ns(st.cid, ins.peer)
         st.switch_free = msg.request + 1  # the receiver's handler holds the switch 1 ns
-        st.clock = start
-        chan = self.chans[ins.chan]
-        if chan.posted:
-            rst, v, posted_at = chan.posted.popleft()
-            msg.target = (rst, v)
-            self.handshake_pim(st, ins, msg, rst, posted_at)
-            return True
-        chan.senders.append((st, msg))
-        return False
+        st.clock += before
+        st.busy += before
+        return msg
 
     def receive_pim(self, st: _Core, ins: Instr) -> bool:
         """Post the receive after its register setup; the core blocks until the data is
@@ -496,16 +486,7 @@ class Engine:
         before = self.target.ns(self.timing(ins).before)
         st.clock += before
         st.busy += before
-        chan = self.chans[ins.chan]
-        if chan.senders:
-            sender, msg = chan.senders.popleft()
-            msg.target = (st, v)
-            send_ins = sender.prog[sender.pc]
-            self.handshake_pim(sender, send_ins, msg, st, st.clock)
-            sender.pc += 1
-            self.push(sender.clock, _RUN, sender)
-        else:
-            chan.posted.append((st, v, st.clock))
+        self.post(st, ins)
         st.sync = v
         if v not in st.arrival:
             st.wait_value = v
@@ -525,15 +506,15 @@ class Engine:
         st.sync = None
         return True
 
-    def handshake_pim(self, sender: _Core, ins: Instr, msg: _Msg, receiver: _Core,
-                      posted_at: int) -> None:
+    def handshake_pim(self, sender: _Core, msg: _Msg, posted_at: int) -> None:
         """The receiver replies when both the request and the receive are there; the
         sender reads its data and queues the message on its switch; the receiver's core
         continues once the data is written."""
         ns = self.target.ns
-        src, dst = sender.cid, receiver.cid
-        tm = self.timing(ins)
         assert msg.target is not None
+        receiver = msg.target[0]
+        src, dst = sender.cid, receiver.cid
+        tm = self.timing(sender.prog[sender.pc])
         rtm = self.timing(self.recv_of[msg.target[1]])
         reply = max(msg.request, posted_at, receiver.switch_free) + self.flit_ns(dst, src)
         receiver.switch_free = reply
@@ -552,13 +533,7 @@ class Engine:
         msg.arrival = arrival + ns(rtm.busy) + ns(rtm.after)
         self.report.messages += 1
         self.report.message_bytes += msg.nbytes
-        if self.spans is not None:
-            self.trace.messages.append((src, dst, msg.channel, msg.nbytes, start, arrival))
-        st, v = msg.target
-        st.arrival[v] = msg.arrival
-        if st.wait_value is v:
-            st.wait_value = None
-            self.push(self.now, _RUN, st)
+        self.deliver(msg, arrival)
 
     # ---- shared memory -------------------------------------------------------------
     def counter_ready(self, st: _Core, ins: Instr) -> bool:
@@ -695,11 +670,8 @@ class Engine:
         ins = st.prog[st.pc]
         if self.pim:
             self.access_pim(st, ins, max(self.now, self.mem_free))
-            st.pc += 1
-            self.run_core(st)
-            return
-        start = max(st.clock, self.mem_free)
-        self.access(st, ins, start)
-        self.mem_free = st.clock
+        else:
+            self.access(st, ins, max(st.clock, self.mem_free))
+            self.mem_free = st.clock
         st.pc += 1
         self.run_core(st)

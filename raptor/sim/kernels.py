@@ -523,9 +523,8 @@ def _k_mvm(b: _Builder, op: MvmOp, _: bool) -> Step | None:
         return _put(res, shared)
     if rank == 1:
         return _put(res, lambda fr: matmul(fr[vec][:, None, :], fr[w])[:, 0, :])
-    pad = (1,) * (rank - 2)
-    return _put(res, lambda fr: matmul(fr[vec], fr[w].reshape((fr[w].shape[0], *pad,
-                                                                 *fr[w].shape[1:]))))
+    axes = tuple(range(1, rank - 1))  # the weights' batch axes line up with the vectors'
+    return _put(res, lambda fr: matmul(fr[vec], np.expand_dims(fr[w], axes)))
 
 
 def _k_binary(b: _Builder, op: BinaryOp, _: bool) -> Step | None:
