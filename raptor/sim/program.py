@@ -189,24 +189,17 @@ def xy_route(target: Target, src: int, dst: int, nbytes: int) -> Route:
     """Along the row to the destination column, then along the column; the link from core
     a to core b is keyed a * cores + b."""
     cols, n = target.mesh_cols, target.num_cores
-    r, c = divmod(src, cols)
-    rd, cd = divmod(dst, cols)
-    links = []
-    here = src
-    while c != cd:
-        c += 1 if cd > c else -1
-        links.append(here * n + r * cols + c)
-        here = r * cols + c
-    while r != rd:
-        r += 1 if rd > r else -1
+    (r, c), (rd, cd) = divmod(src, cols), divmod(dst, cols)
+    links, here = [], src
+    while here != dst:
+        if c != cd:
+            c += 1 if cd > c else -1
+        else:
+            r += 1 if rd > r else -1
         links.append(here * n + r * cols + c)
         here = r * cols + c
     ser = target.ns(-(-nbytes // target.flit_bytes) * target.flit_cycles)
     return target.transfer_ns(nbytes, src, dst), ser, tuple(links)
-
-
-def _box(offsets: Sequence[int], sizes: Sequence[int], strides: Sequence[int]) -> Box:
-    return tuple(zip(offsets, sizes, strides, strict=True))
 
 
 def _dim_overlap(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
@@ -241,10 +234,9 @@ class _Compiler:
         self.inferences = 0
 
     def route(self, src: int, dst: int, nbytes: int) -> Route:
-        key = (src, dst, nbytes)
-        if key not in self.routes:
-            self.routes[key] = xy_route(self.target, src, dst, nbytes)
-        return self.routes[key]
+        if (src, dst, nbytes) not in self.routes:
+            self.routes[src, dst, nbytes] = xy_route(self.target, src, dst, nbytes)
+        return self.routes[src, dst, nbytes]
 
     # ---- func level ----------------------------------------------------------------
     def weight(self, op: WeightOp) -> np.ndarray:
@@ -447,9 +439,8 @@ class _CoreCompiler:
                 if ins is not None:
                     ins.inference = n
                     out.append(ins)
-                    if not n and (ins.kind == RECV or (
-                            ins.kind == SEND and not _uses_any(op, set(self.fixed))) or (
-                            ins.kind == COMPUTE and op in self.cached)):
+                    if not n and ((ins.kind == SEND and not _uses_any(op, set(self.fixed)))
+                                  or (ins.kind == COMPUTE and op in self.cached)):
                         first[op] = ins
             if len(out) > begin:
                 out[begin].first = n
@@ -561,7 +552,7 @@ class _CoreCompiler:
         offs = resolve(op.offsets, self.fixed)
         if any(not a.is_const for a in offs):
             raise self.fail(op, f"{op.NAME} offsets must be constant on a core")
-        box = _box([a.const for a in offs], op.sizes, op.strides)
+        box = tuple(zip([a.const for a in offs], op.sizes, op.strides, strict=True))
         for d, (o, n, st) in enumerate(box):
             if n and (o < 0 or o + (n - 1) * st >= buf.shape[d]):
                 raise self.fail(op, f"{op.NAME} dimension {d} [{o}, +{n}*{st}) is outside "
@@ -581,15 +572,9 @@ class _CoreCompiler:
         return got
 
     def again(self, op: Operation, proto: Instr) -> Instr:
-        """A receive, send or compute of a later inference, from its first inference's
+        """A send or compute of a later inference, from its first inference's
         instruction: the same work on this inference's values (what `op` would compile
         to, without redoing what does not change)."""
-        if proto.kind == RECV:
-            assert isinstance(op, ChannelReceiveOp)
-            got = self.fresh(op.result)
-            self.received.add(got)
-            return Instr(RECV, op, proto.label, self.core, peer=proto.peer,
-                         channel=proto.channel, value=got, nbytes=proto.nbytes)
         if proto.kind == SEND:
             assert isinstance(op, ChannelSendOp)
             value = self.r(op.value)
@@ -604,27 +589,26 @@ class _CoreCompiler:
         assert tpl is not None
         if tpl.loads:
             return self.compute(op)
-        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
-            reads = tuple([self.r(v) for v in (*op.inputs, *self.cached[op][1])])
-            defines = tuple([self.fresh(v) for v in op.outs])
-        else:
-            reads = tuple([self.r(v) for v in self.cached[op][1]])
-            defines = tuple([self.fresh(v) for v in op.results()])
+        reads, defines = self.operands(op, self.cached[op][1])
         received = self.received
         return Instr(COMPUTE, op, proto.label, self.core, cost=proto.cost,
                      waits=tuple([v for v in reads if v in received]),
                      body_ops=proto.body_ops, template=tpl, reads=reads, defines=defines)
 
+    def operands(self, op: Operation, frees: Sequence[Value]
+                 ) -> tuple[tuple[Value, ...], tuple[Value, ...]]:
+        """What a compute reads (its inputs, then `frees` from outside its body) and
+        defines, as this inference knows them."""
+        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
+            return (tuple([self.r(v) for v in (*op.inputs, *frees)]),
+                    tuple([self.fresh(v) for v in op.outs]))
+        return tuple([self.r(v) for v in frees]), tuple([self.fresh(v) for v in op.results()])
+
     def compute(self, op: Operation) -> Instr:
         """A scheduled compute, or one bare op at core level, through its template."""
         tpl, frees = self.template(op)
-        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
-            reads = tuple([self.r(v) for v in (*op.inputs, *frees)])
-            defines = tuple([self.fresh(v) for v in op.outs])
-            body_ops = tpl.ops
-        else:
-            reads = tuple([self.r(v) for v in frees])
-            defines, body_ops = tuple([self.fresh(v) for v in op.results()]), 0
+        reads, defines = self.operands(op, frees)
+        body_ops = tpl.ops if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp) else 0
         load_bufs = [reads[i] for i in tpl.load_reads]
         params = []
         if tpl.loads:
