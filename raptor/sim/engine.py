@@ -112,46 +112,42 @@ class SimOptions:
         return out
 
 
+@dataclass(slots=True, eq=False)
 class _Core:
-    __slots__ = ("arrival", "blocked", "busy", "cid", "clock", "done", "pc", "prog",
-                 "starts", "switch_free", "sync", "wait_count", "wait_store", "wait_value",
-                 "wake")
-
-    def __init__(self, cid: int, prog: list[Instr]) -> None:
-        self.cid = cid
-        self.prog = prog
-        self.pc = 0
-        self.clock = 0
-        self.busy = 0
-        self.blocked = 0
-        self.done = not prog
-        self.arrival: dict[Value, int] = {}
-        self.wait_value: Value | None = None
-        self.wait_store = -1
-        self.sync: Value | None = None
-        """pimsim-nn model: the value a posted (blocking) receive waits for."""
-        self.switch_free = 0
-        """pimsim-nn model: when this core's switch has sent its last message."""
-        self.wait_count: Instr | None = None
-        """The `pim.wait` this core is parked on."""
-        self.wake = 0
-        """When the signal that woke a parked wait completed."""
-        self.starts: dict[int, int] = {}
-        """Stream programs: when this core began each inference's iteration."""
+    cid: int
+    prog: list[Instr]
+    done: bool
+    pc: int = 0
+    clock: int = 0
+    busy: int = 0
+    blocked: int = 0
+    arrival: dict[Value, int] = field(default_factory=dict)
+    wait_value: Value | None = None
+    wait_store: int = -1
+    sync: Value | None = None
+    """pimsim-nn model: the value a posted (blocking) receive waits for."""
+    switch_free: int = 0
+    """pimsim-nn model: when this core's switch has sent its last message."""
+    wait_count: Instr | None = None
+    """The `pim.wait` this core is parked on."""
+    wake: int = 0
+    """When the signal that woke a parked wait completed."""
+    starts: dict[int, int] = field(default_factory=dict)
+    """Stream programs: when this core began each inference's iteration."""
 
 
+@dataclass(slots=True, eq=False)
 class _Msg:
-    __slots__ = ("arrival", "channel", "dst", "inject", "nbytes", "request", "route", "src",
-                 "target")
-
-    def __init__(self, src: int, dst: int, channel: int, nbytes: int, route: Route) -> None:
-        self.src, self.dst, self.channel, self.nbytes = src, dst, channel, nbytes
-        self.route = route
-        self.inject = 0
-        self.arrival: int | None = None
-        self.target: tuple[_Core, Value] | None = None
-        self.request = 0
-        """pimsim-nn model: when the send's request reaches the receiver."""
+    src: int
+    dst: int
+    channel: int
+    nbytes: int
+    route: Route
+    inject: int = 0
+    arrival: int | None = None
+    target: tuple[_Core, Value] | None = None
+    request: int = 0
+    """pimsim-nn model: when the send's request reaches the receiver."""
 
 
 @dataclass
@@ -168,7 +164,7 @@ class Engine:
         self.program = program
         self.target = target
         self.opts = options
-        self.cores = [_Core(c, prog) for c, prog in program.cores.items()]
+        self.cores = [_Core(c, prog, not prog) for c, prog in program.cores.items()]
         self.heap: list[tuple[int, int, int, int, Any]] = []
         self.seq = 0
         self.now = 0
@@ -185,14 +181,8 @@ class Engine:
         self.order: list[Instr] = []
         """Computes, sends and memory accesses in the order the loop performed them."""
         self.pim = options.model == "pimsim-nn"
-        self.by_id = {st.cid: st for st in self.cores}
-        self.recv_of: dict[Value, Instr] = {}
-        if self.pim:
-            if program.inferences:
-                raise SimError("the pimsim-nn model runs latency programs only, not a "
-                               "pim.stream")
-            self.recv_of = {i.value: i for prog in program.cores.values() for i in prog
-                            if i.kind == RECV and i.value is not None}
+        if self.pim and program.inferences:
+            raise SimError("the pimsim-nn model runs latency programs only, not a pim.stream")
         self.counts: dict[tuple[Value, int], list[int]] = {}
         """Per counter, the sorted times its signals completed (count at t: how many <= t)."""
         self.count_waiters: dict[tuple[Value, int], list[_Core]] = {}
@@ -515,7 +505,7 @@ class Engine:
         receiver = msg.target[0]
         src, dst = sender.cid, receiver.cid
         tm = self.timing(sender.prog[sender.pc])
-        rtm = self.timing(self.recv_of[msg.target[1]])
+        rtm = self.timing(receiver.prog[receiver.pc])  # its blocking receive
         reply = max(msg.request, posted_at, receiver.switch_free) + self.flit_ns(dst, src)
         receiver.switch_free = reply
         done = reply + ns(tm.busy)
