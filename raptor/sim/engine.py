@@ -1,22 +1,17 @@
 """The discrete-event loop: cores, channels, the mesh and shared memory.
 
-It decides when things happen, not what they compute: values never depend on time, so
-the loop records the order in which it performed computes, sends and memory accesses, and
-`numerics.execute` computes the values afterwards.
+It decides when things happen, not what they compute (values never depend on time): it
+records the order of computes, sends and memory accesses for `numerics.execute`.
 
-Each core runs its instruction list on its own clock. A core executes ahead of the global
-event time as long as it only touches its own state; anything shared (a link reservation,
-the shared-memory queue) becomes a heap event at its own time, so contended resources are
-granted in time order. A core that needs data not yet sent, a rendezvous partner, a
-store done elsewhere or a counter short of its threshold parks and is woken by the event
-that resolves it; an empty heap with parked cores is a deadlock, which is therefore
-detected instead of hanging.
+Each core runs ahead on its own clock while it only touches its own state; anything shared
+(a link, the shared-memory queue) becomes a heap event at its own time, so contended
+resources are granted in time order. A core waiting for data, a rendezvous partner, a store
+or a counter parks until the event that resolves it; an empty heap with parked cores is a
+deadlock, detected instead of hanging.
 
-Stream programs (`pim.stream`, pipeline mode): `pim.signal` and `pim.wait` are one
-shared-memory access each (queued like loads and stores); a wait first parks until the
-counter reaches its threshold. Every load inside a stream must read data its own inference
-stored, else the run stops with `Race`. The report records when each inference's iteration
-starts and ends (`inference_start_ns`, `inference_end_ns`).
+Streams (`pim.stream`): `pim.signal` and `pim.wait` are one shared-memory access each, queued
+like loads and stores; a wait first parks until its counter reaches the threshold. A load
+inside a stream must read data its own inference stored, else `Race`.
 """
 
 from __future__ import annotations
@@ -84,29 +79,25 @@ class SimOptions:
             raise SimError(f"unknown timing model {self.model!r} (known: {', '.join(MODELS)})")
         if self.model == "pimsim-nn" and (self.mode != "rendezvous" or self.link_contention):
             raise SimError("the pimsim-nn model is rendezvous without link contention")
-        if isinstance(self.rendezvous_ns, bool) or not isinstance(self.rendezvous_ns, int) \
-                or self.rendezvous_ns < 0:
-            raise SimError(f"rendezvous_ns must be a non-negative integer, got "
-                           f"{self.rendezvous_ns!r}")
+        rz = self.rendezvous_ns
+        if isinstance(rz, bool) or not isinstance(rz, int) or rz < 0:
+            raise SimError(f"rendezvous_ns must be a non-negative integer, got {rz!r}")
 
     @classmethod
     def ideal(cls, trace: bool = True) -> SimOptions:
         """What the scheduler's ASAP estimate assumes: no waiting for partners, links or
         memory, so a compute starts at max(core free, inputs ready)."""
-        return cls(mode="buffered", link_contention=False, shared_queueing=False,
-                   rendezvous_ns=0, trace=trace)
+        return cls(mode="buffered", link_contention=False, shared_queueing=False, trace=trace)
 
     @classmethod
     def pimsim(cls, trace: bool = True) -> SimOptions:
         """pimsim-nn's model: its handshake and per-core switch, no link contention, a
         serialized global memory, blocking receives (pair with an exporter's timings)."""
-        return cls(mode="rendezvous", link_contention=False, shared_queueing=True,
-                   rendezvous_ns=0, trace=trace, model="pimsim-nn")
+        return cls(link_contention=False, trace=trace, model="pimsim-nn")
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode, "link_contention": self.link_contention,
-                               "shared_queueing": self.shared_queueing,
-                               "rendezvous_ns": self.rendezvous_ns}
+        out: dict[str, Any] = {k: getattr(self, k) for k in
+                               ("mode", "link_contention", "shared_queueing", "rendezvous_ns")}
         if self.model != "raptor":
             out["model"] = self.model
         return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -577,23 +577,18 @@ class _CoreCompiler:
         to, without redoing what does not change)."""
         if proto.kind == SEND:
             assert isinstance(op, ChannelSendOp)
-            value = self.r(op.value)
-            payload = None
-            if isinstance(proto.payload, _Region):  # the same region of this inference's
-                payload = _Region(value, proto.payload.sl, proto.payload.shape)  # value
-            return Instr(
-                SEND, op, proto.label, self.core, waits=self.waits(op, [value]),
-                peer=proto.peer, channel=proto.channel, value=value, nbytes=proto.nbytes,
-                payload=payload, route=proto.route)
-        tpl = proto.template
-        assert tpl is not None
-        if tpl.loads:
+            value, payload = self.r(op.value), proto.payload
+            if isinstance(payload, _Region):  # the same region of this inference's value
+                payload = _Region(value, payload.sl, payload.shape)
+            return replace(proto, waits=self.waits(op, [value]), value=value, payload=payload,
+                           first=-1)
+        assert proto.template is not None
+        if proto.template.loads:
             return self.compute(op)
         reads, defines = self.operands(op, self.cached[op][1])
         received = self.received
-        return Instr(COMPUTE, op, proto.label, self.core, cost=proto.cost,
-                     waits=tuple([v for v in reads if v in received]),
-                     body_ops=proto.body_ops, template=tpl, reads=reads, defines=defines)
+        return replace(proto, waits=tuple([v for v in reads if v in received]), reads=reads,
+                       defines=defines, first=-1)
 
     def operands(self, op: Operation, frees: Sequence[Value]
                  ) -> tuple[tuple[Value, ...], tuple[Value, ...]]:
@@ -608,16 +603,9 @@ class _CoreCompiler:
         """A scheduled compute, or one bare op at core level, through its template."""
         tpl, frees = self.template(op)
         reads, defines = self.operands(op, frees)
-        body_ops = tpl.ops if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp) else 0
+        body = op.body.ops if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp) else []
         load_bufs = [reads[i] for i in tpl.load_reads]
-        params = []
-        if tpl.loads:
-            assert isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp)
-            inputs = self.ctx.inputs
-            for pos in tpl.loads:
-                load = op.body.ops[pos]
-                assert isinstance(load, LoadOp)
-                params.append(self.input_load(load, inputs))
+        params = tuple(self.input_load(body[pos]) for pos in tpl.loads)
         for k, w in enumerate(tpl.weights):
             if isinstance(w, str):
                 self.tiles.add(w)
@@ -632,15 +620,16 @@ class _CoreCompiler:
         label = f"{op.NAME} lanes({op.lanes})" if isinstance(op, ScheduledComputeBatchOp) \
             else op.name
         return Instr(COMPUTE, op, label, self.core, cost=tpl.cost, waits=waits,
-                     body_ops=body_ops, template=tpl, reads=reads, defines=defines,
-                     params=tuple(params))
+                     body_ops=tpl.ops if body else 0, template=tpl, reads=reads,
+                     defines=defines, params=params)
 
-    def input_load(self, op: LoadOp, inputs: set[Value]) -> tuple[np.ndarray, tuple[slice, ...]]:
+    def input_load(self, op: Operation) -> tuple[np.ndarray, tuple[slice, ...]]:
         """A `pim.load` inside a compute body: the instance gathers its box of a function
         input as part of its own work (charged in the body's cost). Inputs are never
         written, so no store can race with it; other buffers must be loaded at core level,
         where loads wait for the stores they overlap."""
-        if op.buffer not in inputs:
+        assert isinstance(op, LoadOp)
+        if op.buffer not in self.ctx.inputs:
             raise self.fail(op, "pim.load inside a compute body may only read a function "
                             f"input, not {value_name(op.buffer)}")
         buf = self.ctx.shared[op.buffer]
@@ -663,11 +652,8 @@ class _Region:
 def _uses_any(op: Operation, names: set[Value]) -> bool:
     """Whether an offset of `op` or of an op in its body, other than a `pim.load`'s (a
     load's region is a parameter of the instance, not of the template), uses `names`."""
-    for inner in op.walk():
-        if isinstance(inner, Strided) and not isinstance(inner, LoadOp) and any(
-                v in names for a in inner.offsets for v in a.vars()):
-            return True
-    return False
+    return any(isinstance(inner, Strided) and not isinstance(inner, LoadOp)
+               and any(v in names for a in inner.offsets for v in a.vars()) for inner in op.walk())
 
 
 def compile_program(module: Module, target: Target) -> Program:

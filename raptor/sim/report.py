@@ -159,10 +159,9 @@ class Trace:
             {"ph": "M", "name": "process_name", "pid": 0, "tid": 0,
              "args": {"name": "raptor simulator"}}]
         for c in cores:
-            events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": c,
-                           "args": {"name": f"core {c}"}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": c,
-                           "args": {"sort_index": c}})
+            events += [{"ph": "M", "name": name, "pid": 0, "tid": c, "args": args} for name, args
+                       in (("thread_name", {"name": f"core {c}"}),
+                           ("thread_sort_index", {"sort_index": c}))]
         work: dict[int, list[tuple[int, int]]] = {}  # per core: compute spans (start, end)
         for (core, start, dur, name, cat, detail), label in zip(
                 self.spans, self.labelled(labels), strict=True):
@@ -246,11 +245,6 @@ def busy_per_bin(spans: Sequence[tuple[int, int]], edges: np.ndarray) -> np.ndar
     return out
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Whole or not at all (`raptor.fileio`): a reader never sees a half-written trace."""
-    write_text_atomic(path, text)
-
-
 @dataclass
 class SimResult:
     """Output tensors in `return` order (with their names) plus figures and trace."""
@@ -276,4 +270,5 @@ class SimResult:
 
     def write_trace(self, path: str | Path, labels: Labels | None = None,
                     mesh_links: int = 0) -> None:
-        write_atomic(path, json.dumps(self.chrome_trace(labels, mesh_links)))
+        """Whole or not at all (`raptor.fileio`): a reader never sees a half-written trace."""
+        write_text_atomic(path, json.dumps(self.chrome_trace(labels, mesh_links)))
