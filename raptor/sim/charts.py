@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from html import escape
 
 from raptor.sim.program import xy_route
-from raptor.sim.report import BLOCKED, BUSY, MEMORY, CoreStats, SimResult, SpanLabel
+from raptor.sim.report import BLOCKED, MEMORY, CoreStats, SimResult, SpanLabel
 from raptor.solver import gantt
 from raptor.solver.gantt import Arrow, Bar, layer_colours, render_gantt
 from raptor.target import Target
@@ -37,15 +37,14 @@ def timeline_svg(sim: SimResult, labels: Mapping[int, Sequence[SpanLabel]], *, t
     bars = []
     for (core, start, dur, name, cat, detail), label in zip(
             sim.trace.spans, sim.trace.labelled(labels), strict=True):
+        kind = gantt.MEMORY if cat == MEMORY else gantt.WORK  # labels are on BUSY or MEMORY
         if cat == BLOCKED:
             bars.append(Bar(core, start, start + dur, "", "blocked", detail, gantt.BLOCKED))
         elif label is None:
-            kind = gantt.MEMORY if cat == MEMORY else gantt.WORK
             bars.append(Bar(core, start, start + dur, name, name, detail, kind))
         else:
             args = label.args
             facts = [f"{k} {args[k]}" for k in ("lanes", "tiles", "bytes") if k in args]
-            kind = gantt.WORK if cat == BUSY else gantt.MEMORY
             where = [] if detail.startswith("<") else [detail]  # a location, if known
             bars.append(Bar(core, start, start + dur, label.key, label.name,
                             ", ".join([*facts, *where]), kind))
@@ -93,9 +92,7 @@ def link_traffic(sim: SimResult, target: Target) -> dict[int, tuple[int, int, in
     # messages over a few thousand pairs (same sums, links in the same first-seen order)
     pairs: dict[tuple[int, int], list[int]] = {}
     for src, dst, _, nbytes, _, _ in sim.trace.messages:
-        pair = pairs.get((src, dst))
-        if pair is None:
-            pair = pairs[(src, dst)] = [0, 0]
+        pair = pairs.setdefault((src, dst), [0, 0])
         pair[0] += nbytes
         pair[1] += 1
     traffic: dict[int, list[int]] = {}
@@ -145,8 +142,7 @@ def noc_svg(sim: SimResult, target: Target, *, title: str) -> str:
             if b < 0:
                 continue
             for s, d in ((a, b), (b, a)):
-                out.append(_link(s, d, centre, box, pitch, traffic.get(s * n + d), peak,
-                                 latency))
+                out.append(_link(s, d, centre, box, pitch, traffic.get(s * n + d), peak, latency))
     stats = {c.core: c for c in sim.report.cores}
     for core in range(n):
         x, y = centre(core)
@@ -164,16 +160,12 @@ def noc_svg(sim: SimResult, target: Target, *, title: str) -> str:
             continue
         busy, blocked = st.busy_ns / latency, st.blocked_ns / latency
         bw, by = box - 8, y0 + box - 14
-        out.append(f'<rect x="{x0 + 4:.1f}" y="{by:.1f}" width="{bw:.1f}" height="9" '
-                   f'fill="{IDLE_FILL}"/>')
-        out.append(f'<rect x="{x0 + 4:.1f}" y="{by:.1f}" width="{bw * busy:.1f}" height="9" '
-                   f'fill="{BUSY_FILL}"/>')
-        out.append(f'<rect x="{x0 + 4 + bw * busy:.1f}" y="{by:.1f}" '
-                   f'width="{bw * blocked:.1f}" height="9" fill="{BLOCKED_FILL}"/>')
-        out.append(f'<text x="{x0 + 4:.1f}" y="{y0 + 2 * font + 6:.1f}" fill="#1f5f85">'
-                   f"{busy:.0%} busy</text>")
-        out.append(f'<text x="{x0 + 4:.1f}" y="{y0 + 3 * font + 8:.1f}" fill="#b35806">'
-                   f"{blocked:.0%} blocked</text>")
+        out += [f'<rect x="{x:.1f}" y="{by:.1f}" width="{w:.1f}" height="9" fill="{fill}"/>'
+                for x, w, fill in ((x0 + 4, bw, IDLE_FILL), (x0 + 4, bw * busy, BUSY_FILL),
+                                   (x0 + 4 + bw * busy, bw * blocked, BLOCKED_FILL))]
+        out += [f'<text x="{x0 + 4:.1f}" y="{y0 + k * font + dy:.1f}" fill="{colour}">'
+                f"{f:.0%} {what}</text>" for k, dy, f, what, colour in
+                ((2, 6, busy, "busy", "#1f5f85"), (3, 8, blocked, "blocked", "#b35806"))]
     out.extend(_key(bar_x, top, rows * pitch, peak))
     out.append("</svg>")
     return "\n".join(out) + "\n"

@@ -657,8 +657,7 @@ def _generic(op: Operation, srcs: tuple[int, ...], res: int) -> Step:
     def run(fr: Frame) -> Any:
         outs: list[Any] = []
         for i in range(fr[0]):
-            env: dict[Value, object] = dict(zip(operands, [fr[s][i] for s in srcs],
-                                                strict=True))
+            env: dict[Value, object] = dict(zip(operands, [fr[s][i] for s in srcs], strict=True))
             eval_op(op, env, {})
             outs.append(env[result])
         return np.stack(outs)

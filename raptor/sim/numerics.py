@@ -45,20 +45,17 @@ def levels(program: Program, order: Sequence[Instr]) -> list[list[Instr]]:
             assert ins.partner.value is not None
             level = have.get(ins.value, 0)
             ready[ins.peer][ins.partner.value] = level + 1
-        elif kind == LOAD:
-            buf = ins.op.buffer  # type: ignore[attr-defined]
-            level = max([memory.get(buf, 0), *[store_done[s] for s in ins.deps]])
-            memory[buf] = level
-            assert ins.value is not None
-            have[ins.value] = level + 1
         else:
             assert ins.value is not None
             buf = ins.op.buffer  # type: ignore[attr-defined]
-            level = max(memory.get(buf, 0), have.get(ins.value, 0))
+            if kind == LOAD:
+                level = max([memory.get(buf, 0), *[store_done[s] for s in ins.deps]])
+                have[ins.value] = level + 1
+            else:
+                level = max(memory.get(buf, 0), have.get(ins.value, 0))
+                store_done[ins.store_id] = level + 1
             memory[buf] = level
-            store_done[ins.store_id] = level + 1
-        while len(out) <= level:
-            out.append([])
+        out += [[] for _ in range(level + 1 - len(out))]
         out[level].append(ins)
     return out
 

@@ -288,8 +288,7 @@ class _Compiler:
                                "pim.core_batch, return)")
         for v in outputs:
             if v not in self.shared and v not in self.weights:
-                raise SimError(f"returned {value_name(v)} is not a shared buffer, input or "
-                               "weight")
+                raise SimError(f"returned {value_name(v)} is not a shared buffer, input or weight")
         seen: dict[int, Operation] = {}
         for core, _, _, owner in jobs:
             if not 0 <= core < self.target.num_cores:

@@ -79,8 +79,7 @@ class SimReport:
 
     def inference_latency_ns(self) -> list[int]:
         """Per inference of a stream: its end minus its start (its latency in the pipeline)."""
-        return [e - s for s, e in zip(self.inference_start_ns, self.inference_end_ns,
-                                      strict=True)]
+        return [e - s for s, e in zip(self.inference_start_ns, self.inference_end_ns, strict=True)]
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -168,8 +167,7 @@ class Trace:
             args: dict[str, Any] = {"detail": detail}
             if label is not None:  # the detail is a source location, if the IR has one
                 name = label.name
-                args = label.args if detail.startswith("<") else {**label.args,
-                                                                  "detail": detail}
+                args = label.args if detail.startswith("<") else {**label.args, "detail": detail}
             events.append({"ph": "X", "name": name, "cat": cat, "pid": 0, "tid": core,
                            "ts": start / 1000, "dur": dur / 1000, "args": args})
             if cat == BUSY and dur > 0:
