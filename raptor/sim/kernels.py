@@ -140,16 +140,13 @@ class _Spec(NamedTuple):
     attrs: Callable[[Operation], object]
     offsets: bool
     """Offsets are part of the structure (all sliced ops but `pim.load`)."""
-    one_result: bool
 
 
 _SPECS: dict[type, _Spec] = {}
 
 
 def _spec(cls: type[Operation]) -> _Spec:
-    d = cls.DEF
-    spec = _SPECS[cls] = _Spec(_attr_getter(cls), cls is not LoadOp and "offsets" in d.kinds,
-                               d.single_result == "result")
+    spec = _SPECS[cls] = _Spec(_attr_getter(cls), cls is not LoadOp and "offsets" in cls.DEF.kinds)
     return spec
 
 
@@ -193,20 +190,12 @@ def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, 
                 if a.terms:
                     where = tuple([_offset_key(b, fixed, ids) for b in offs])
                     break
-        if spec.one_result:
-            r = inner.result  # type: ignore[attr-defined]
+        results = inner.results()
+        for r in results:
             ids[r] = n
             n += 1
-            t = r.type
-            parts.append((cls, tuple(refs), spec.attrs(inner), where,
-                          (t.shape, t.dtype) if t.__class__ is TensorType else t))
-        else:
-            results = inner.results()
-            for r in results:
-                ids[r] = n
-                n += 1
-            parts.append((cls, tuple(refs), spec.attrs(inner), where,
-                          *[type_key(r) for r in results]))
+        parts.append((cls, tuple(refs), spec.attrs(inner), where,
+                      *[type_key(r) for r in results]))
     parts.append(tuple([type_key(v) for v in frees]))
     return tuple(parts), frees
 
