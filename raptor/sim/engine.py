@@ -250,11 +250,10 @@ class Engine:
             sc, sins = self.program.stores[st.wait_store]
             return f"{head} waiting for the pim.store at {sins.where} on core {sc}"
         if st.wait_count is not None:
-            buf, k = ins.counter or (None, 0)
-            have = len(self.counts.get(ins.counter, [])) if ins.counter else 0
-            return (f"{head} (inference {ins.inference}) waiting for "
-                    f"{value_name(buf) if buf else '?'}[{k}] to reach {ins.threshold} (it is "
-                    f"{have})")
+            assert ins.counter is not None
+            (buf, k), have = ins.counter, len(self.counts.get(ins.counter, []))
+            return (f"{head} (inference {ins.inference}) waiting for {value_name(buf)}[{k}] to "
+                    f"reach {ins.threshold} (it is {have})")
         assert ins.kind == SEND and ins.value is not None  # the only other way to park
         return (f"{head} {value_name(ins.value)} to core {ins.peer} channel {ins.channel}: "
                 f"core {ins.peer} has not posted the matching receive")
@@ -426,9 +425,8 @@ class Engine:
             self.deliver(msg)
 
     def deliver(self, msg: _Msg, traced: int | None = None) -> None:
-        """The value is at its receiver at `msg.arrival`: record the message (arrived at
-        `traced`, if given: pimsim-nn's receiver writes the data after it arrives) and wake
-        a core waiting for it."""
+        """The value is at its receiver at `msg.arrival` (traced as arrived at `traced` if
+        given: pimsim-nn's receiver writes it later); wake a core waiting for it."""
         assert msg.target is not None and msg.arrival is not None
         if self.spans is not None:
             self.trace.messages.append((msg.src, msg.dst, msg.channel, msg.nbytes, msg.inject,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -136,17 +136,14 @@ def _attr_getter(cls: type[Operation]) -> Callable[[Operation], object]:
     return attrgetter(*names)
 
 
-class _Spec(NamedTuple):
-    attrs: Callable[[Operation], object]
-    offsets: bool
-    """Offsets are part of the structure (all sliced ops but `pim.load`)."""
-
-
+_Spec = tuple[Callable[[Operation], object], bool]
 _SPECS: dict[type, _Spec] = {}
+"""Per op class: its attribute getter, and whether its offsets are part of the structure
+(all sliced ops but `pim.load`)."""
 
 
 def _spec(cls: type[Operation]) -> _Spec:
-    spec = _SPECS[cls] = _Spec(_attr_getter(cls), cls is not LoadOp and "offsets" in cls.DEF.kinds)
+    spec = _SPECS[cls] = (_attr_getter(cls), cls is not LoadOp and "offsets" in cls.DEF.kinds)
     return spec
 
 
@@ -174,7 +171,7 @@ def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, 
     specs = _SPECS
     for inner in ops:
         cls = inner.__class__
-        spec = specs.get(cls) or _spec(cls)
+        attrs, sliced = specs.get(cls) or _spec(cls)
         refs = []
         for v in inner.operands():
             i = ids.get(v)
@@ -183,7 +180,7 @@ def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, 
                 frees.append(v)
             refs.append(i)
         where: object = None
-        if spec.offsets:
+        if sliced:
             offs = inner.offsets  # type: ignore[attr-defined]
             where = tuple([a.const for a in offs])
             for a in offs:
@@ -194,8 +191,7 @@ def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, 
         for r in results:
             ids[r] = n
             n += 1
-        parts.append((cls, tuple(refs), spec.attrs(inner), where,
-                      *[type_key(r) for r in results]))
+        parts.append((cls, tuple(refs), attrs(inner), where, *[type_key(r) for r in results]))
     parts.append(tuple([type_key(v) for v in frees]))
     return tuple(parts), frees
 
