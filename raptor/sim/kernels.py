@@ -56,7 +56,6 @@ from raptor.sim.errors import SimError
 
 Env = dict[Value, Any]
 """One core's values: numpy arrays."""
-Kernel = Callable[[Env], None]
 
 _F32 = np.dtype(np.float32)
 

@@ -49,16 +49,7 @@ from raptor.ir.ops import (
 )
 from raptor.ir.types import TensorType
 from raptor.sim.errors import SimError
-from raptor.sim.kernels import (
-    Env,
-    Kernel,
-    KernelError,
-    Template,
-    Templates,
-    TypeInfo,
-    info,
-    resolve,
-)
+from raptor.sim.kernels import Env, KernelError, Template, Templates, TypeInfo, info, resolve
 from raptor.sim.timing import OpTiming
 from raptor.solver.costs import op_cost_ns
 from raptor.target import Target
@@ -85,7 +76,7 @@ class Instr:
     label: str
     core: int = -1
     cost: int = 0
-    fn: Kernel | None = None
+    fn: Callable[[Env], None] | None = None
     """LOAD/STORE: the access on the core's env."""
     waits: tuple[Value, ...] = ()
     body_ops: int = 0
