@@ -1,25 +1,24 @@
 """Compute bodies compiled once per structure, executed for many instances at once.
 
-A scheduled program repeats a few dozen body structures hundreds of times: the lanes of a
-layer differ only in which fragments they read. `signature` reduces a body to what its
-execution depends on (op classes, attributes, types, and operands as positions: body
-arguments and results numbered in order, values from outside numbered by first use), and
-`Templates` compiles each signature once into closures over the slots of a list (slice
-tuples, shapes and numpy functions resolved ahead), one per body op, made by the maker
-registered for its op class in `KERNELS`. An instance only binds the values it
-reads and defines and, for a `pim.load` of a function input, the region it reads.
-Compiling every instance cost more than the numpy work on small tiles; sharing makes
-compilation proportional to the distinct bodies. (Generating Python source per template
-ran a little faster but `compile()` cost about 16 us a line, more than it saved.)
+A scheduled program repeats a few dozen body structures hundreds of times (the lanes of a
+layer differ only in the fragments they read). `signature` reduces a body to what its
+execution depends on: op classes, attributes, types, and operands as positions (body values
+numbered in order, outside values by first use). `Templates` compiles each signature once
+into closures over the slots of a list, one per body op, made by the maker `KERNELS`
+registers for its op class; an instance only binds the values it reads and defines, and the
+regions its `pim.load`s of function inputs read. Compiling every instance cost more than the
+numpy work on small tiles. (Generating Python source per template ran a little faster, but
+`compile()` cost about 16 us a line, more than it saved.)
 
-Each closure runs its op for k instances at once, on arrays stacked over the instances
-along a new leading axis (`numerics.py` groups the instances). The results are those of
-`eval_op` on each instance; ops without a fast form call `eval_op` instance by instance.
+Each closure runs its op for k instances at once, on arrays stacked over the instances along
+a new leading axis (`numerics.py` groups them), with `eval_op`'s results; ops without a fast
+form call `eval_op` instance by instance.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -364,13 +363,9 @@ class _Builder:
         read_index = {v: i for i, v in enumerate(reads)}
         # An insert may write into its destination when that is a fresh buffer
         # (tensor.empty or an insert result) whose only use is this insert.
-        fresh: dict[Value, int] = {}
-        for inner in self.ops:
-            for v in inner.operands():
-                if v in fresh:
-                    fresh[v] += 1
-            if isinstance(inner, EmptyOp | InsertSliceOp):
-                fresh[inner.result] = 0
+        uses = Counter(v for o in self.ops for v in o.operands())
+        fresh = {o.result for o in self.ops
+                 if isinstance(o, EmptyOp | InsertSliceOp) and uses[o.result] == 1}
         symbols: dict[Value, str] = {}
         for inner in self.ops:
             if isinstance(inner, WeightOp):
@@ -397,7 +392,7 @@ class _Builder:
                     params += 1
                 else:
                     self.steps.append(self.step(inner, isinstance(inner, InsertSliceOp)
-                                                and fresh.get(inner.dest) == 1))
+                                                and inner.dest in fresh))
                 cost += self.t.op_cost(inner)
             except KernelError as e:
                 raise self.fail(inner, str(e)) from None

@@ -1,17 +1,16 @@
 """Compile scheduled IR into per-core instruction lists for the event loop.
 
-Everything that does not depend on simulated time or on the inputs is done here, once:
-op costs (from `raptor.solver.costs`, the scheduler's own table), one template per
-distinct compute body (`kernels.py`), which operands are received values (the only ones a
-core may have to wait for), the crossbar tiles each core holds, channel pairing checks,
-and which stores each load must wait for (a load reads shared memory only after every
-overlapping store elsewhere is done).
+Everything that depends on neither simulated time nor the inputs is done here, once: op costs
+(`raptor.solver.costs`, the scheduler's own table), one template per distinct compute body
+(`kernels.py`), which operands are received values (the only ones a core may wait for), the
+crossbar tiles each core holds, channel pairing checks, and which stores each load must wait
+for (a load reads shared memory only after every overlapping store elsewhere is done).
 
 A `pim.stream` loop is unrolled here, one copy of its body per inference with `%n` and `%s`
-bound, and every value the body defines renamed per inference (the event loop and the
-numerics key values by identity, so each inference's values stay apart). Inside a stream,
-loads are ordered by `pim.wait` / `pim.signal` counters alone, not by the stores they
-overlap: the engine checks that each load reads data stored for its own inference.
+bound and every value the body defines renamed per inference (the event loop and the numerics
+key values by identity). Inside a stream, loads are ordered by `pim.wait` / `pim.signal`
+counters alone, not by the stores they overlap: the engine checks that each load reads data
+stored for its own inference.
 """
 
 from __future__ import annotations
