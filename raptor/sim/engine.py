@@ -381,13 +381,12 @@ class Engine:
         injects and continues."""
         meet = max(st.clock, posted_at)
         rz = self.opts.rendezvous_ns
-        spans = self.spans
         if meet > st.clock:
             self.block(st, meet, f"waiting for core {msg.dst} to post channel {msg.channel}")
         if rz:
-            if spans is not None:
-                spans.append((st.cid, meet, rz, "rendezvous", COMM,
-                              f"to core {msg.dst} channel {msg.channel}"))
+            if self.spans is not None:
+                self.spans.append((st.cid, meet, rz, "rendezvous", COMM,
+                                   f"to core {msg.dst} channel {msg.channel}"))
             st.busy += rz
         st.clock = meet + rz
         self.launch(msg, st.clock)
@@ -523,14 +522,10 @@ class Engine:
         if st.wait_count is ins and st.wake > st.clock:  # woken: blocked until the signal
             self.block(st, st.wake, f"waiting for {ins.label} >= {ins.threshold}")
         st.wait_count = None
-        need = ins.threshold
-        if need <= 0:
-            return True
-        times = self.counts.get(ins.counter)
-        if times is not None and len(times) >= need:
-            t = times[need - 1]
-            if t > st.clock:
-                self.block(st, t, f"waiting for {ins.label} >= {need}")
+        need, times = ins.threshold, self.counts.get(ins.counter, [])
+        if len(times) >= need:  # a threshold of 0 or less is always reached
+            if need > 0 and times[need - 1] > st.clock:
+                self.block(st, times[need - 1], f"waiting for {ins.label} >= {need}")
             return True
         st.wait_count = ins
         self.count_waiters.setdefault(ins.counter, []).append(st)

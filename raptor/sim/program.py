@@ -335,8 +335,8 @@ class _Compiler:
                     lines.append(f"channel {ch} from core {src} to core {dst}: {role} core {who} "
                                  "has no program")
             if len(ss) != len(rr):
-                at = ", ".join(f"send at {i.where}" for i in ss)
-                at += (", " if at and rr else "") + ", ".join(f"receive at {i.where}" for i in rr)
+                at = ", ".join(f"{w} at {i.where}" for w, xs in (("send", ss), ("receive", rr))
+                               for i in xs)
                 lines.append(f"channel {ch} from core {src} to core {dst}: {len(ss)} send(s), "
                              f"{len(rr)} receive(s) ({at})")
             for s, r in zip(ss, rr, strict=False):
