@@ -459,17 +459,15 @@ class Engine:
     def receive_pim(self, st: _Core, ins: Instr) -> bool:
         """Post the receive after its register setup; the core blocks until the data is
         written (False parks it; `resume_pim` continues)."""
-        v = ins.value
-        assert v is not None
         before = self.target.ns(self.timing(ins).before)
         st.clock += before
         st.busy += before
         self.post(st, ins)
-        st.sync = v
-        if v not in st.arrival:
-            st.wait_value = v
-            return False
-        return self.resume_pim(st)
+        st.sync = ins.value
+        if self.resume_pim(st):
+            return True
+        st.wait_value = ins.value
+        return False
 
     def resume_pim(self, st: _Core) -> bool:
         """The blocking receive is done once its data is written: advance the clock."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
 from typing import Any
@@ -239,14 +239,13 @@ class Template:
 Fail = Callable[[Operation, str], SimError]
 
 
+@dataclass
 class Templates:
     """The templates of one compilation, by signature."""
 
-    def __init__(self, op_cost: Callable[[Operation], int],
-                 weight: Callable[[WeightOp], np.ndarray]) -> None:
-        self.op_cost = op_cost
-        self.weight = weight
-        self.by_key: dict[tuple[object, ...], Template] = {}
+    op_cost: Callable[[Operation], int]
+    weight: Callable[[WeightOp], np.ndarray]
+    by_key: dict[tuple[object, ...], Template] = field(default_factory=dict)
 
     def get(self, op: Operation, fixed: Mapping[Value, int], fail: Fail
             ) -> tuple[Template, list[Value]]:

@@ -153,9 +153,8 @@ class Program:
             raise SimError(str(e)) from None
         for a, x in zip(self.func.args, args, strict=True):
             np.copyto(self.shared[a], x)
-        inputs_v = set(self.func.args)
         for v, buf in self.shared.items():
-            if v not in inputs_v:
+            if v not in self.func.args:
                 buf.fill(0)
         self.envs = {c: dict(env) for c, env in self.initial.items()}
 
