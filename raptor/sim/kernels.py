@@ -531,9 +531,7 @@ def _k_unary(b: _Builder, op: UnaryOp, _: bool) -> Step | None:
     if not (spec.stacked and info(op.result).dtype == _F32 and info(op.source).dtype == _F32):
         return None
     nums, fn, src = op.numbers(), spec.fn, b.stacked(op.source)
-    if nums:
-        return _put(b.define(op.result), lambda fr: fn(fr[src], **nums))
-    return _put(b.define(op.result), lambda fr: fn(fr[src]))
+    return _put(b.define(op.result), lambda fr: fn(fr[src], **nums))
 
 
 def _k_pad(b: _Builder, op: PadOp, _: bool) -> Step | None:
@@ -552,11 +550,7 @@ def _k_pad(b: _Builder, op: PadOp, _: bool) -> Step | None:
     fill = np.float32(value)
 
     def pad(fr: Frame) -> None:
-        if zero:
-            out = np.zeros((fr[0], *shape), _F32)
-        else:
-            out = np.empty((fr[0], *shape), _F32)
-            out[...] = fill
+        out = np.zeros((fr[0], *shape), _F32) if zero else np.full((fr[0], *shape), fill, _F32)
         out[inner] = fr[src]
         fr[res] = out
 
