@@ -419,9 +419,8 @@ class _CoreCompiler:
             for op in loop.body.ops:
                 if isinstance(op, StreamOp):
                     raise self.fail(op, "pim.stream inside pim.stream")
-                proto = first.get(op) if n else None
-                try:
-                    ins = self.again(op, proto) if proto is not None else self.op(op, len(out))
+                try:  # an op is in `first` once its first inference is compiled
+                    ins = self.again(op, first[op]) if op in first else self.op(op, len(out))
                 except KernelError as e:
                     raise self.fail(op, str(e)) from None
                 if ins is not None:
@@ -465,7 +464,6 @@ class _CoreCompiler:
                      threshold=th.const)
 
     def op(self, op: Operation, pos: int) -> Instr | None:
-        tgt = self.ctx.target
         if isinstance(op, WeightOp):
             self.env[op.result] = self.ctx.weight(op)
             self.ctx.symbols[op.result] = op.symbol
@@ -479,7 +477,7 @@ class _CoreCompiler:
             msg_t = op.message_type
             assert isinstance(msg_t, TensorType)
             nbytes = msg_t.nbytes
-            if not 0 <= op.core < tgt.num_cores:
+            if not 0 <= op.core < self.ctx.target.num_cores:
                 raise self.fail(op, f"send to core {op.core}, outside the mesh")
             payload = None
             value = self.r(op.value)
@@ -487,7 +485,6 @@ class _CoreCompiler:
                 offs = resolve(op.offsets, self.fixed)
                 sl = slices([a.const for a in offs], op.sizes, op.strides)
                 payload = _Region(value, sl, msg_t.static_shape)
-
             return Instr(SEND, op, "spat.channel_send", self.core, waits=self.waits(op, [value]),
                          peer=op.core, channel=op.channel, value=value, nbytes=nbytes,
                          payload=payload, route=self.ctx.route(self.core, op.core, nbytes))
