@@ -292,8 +292,7 @@ class Engine:
                     st.blocked += ready - clock
                     clock = ready
             kind = ins.kind
-            if kind == COMPUTE and (not self.pim or ins.timing is None
-                                    or not ins.timing.memory):
+            if kind == COMPUTE and (not self.pim or ins.timing is None or not ins.timing.memory):
                 record(ins)
                 if spans is not None:
                     spans.append((cid, clock, ins.cost, ins.label, BUSY, ins.where))

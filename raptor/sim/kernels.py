@@ -145,8 +145,7 @@ def _spec(cls: type[Operation]) -> _Spec:
     return spec
 
 
-def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, ...],
-                                                                   list[Value]]:
+def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, ...], list[Value]]:
     """The structural key of a scheduled compute (or of one bare op at core level) and the
     outside values its body reads, in the order the key numbers them.
 
@@ -352,8 +351,7 @@ class _Builder:
         self.steps.append(_put(b, lambda fr: np.broadcast_to(fr[s], (fr[0], *shape))))
         return b
 
-    def body(self, reads: list[Value], params: int
-             ) -> tuple[list[int | str], list[int], int, int]:
+    def body(self, reads: list[Value], params: int) -> tuple[list[int | str], list[int], int, int]:
         """Builds the steps; returns the MVMs' weights, the slots a single body yields, its
         cost and its op count."""
         weights: list[int | str] = []

@@ -531,8 +531,7 @@ class _CoreCompiler:
         self.ctx.stores.append((self.core, ins))
         return ins
 
-    def buffer_region(self, op: LoadOp | StoreOp, buf: np.ndarray
-                      ) -> tuple[Box, tuple[slice, ...]]:
+    def buffer_region(self, op: LoadOp | StoreOp, buf: np.ndarray) -> tuple[Box, tuple[slice, ...]]:
         """The constant, in-bounds region of a shared buffer a load or store touches."""
         offs = resolve(op.offsets, self.fixed)
         if any(not a.is_const for a in offs):

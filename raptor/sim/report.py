@@ -154,13 +154,11 @@ class Trace:
         `flows_until` keeps the arrows of messages sent by then only (a stream's first
         inference: the others repeat its pattern, and a long stream would carry hundreds of
         thousands of them)."""
-        events: list[dict[str, Any]] = [
-            {"ph": "M", "name": "process_name", "pid": 0, "tid": 0,
-             "args": {"name": "raptor simulator"}}]
-        for c in cores:
-            events += [{"ph": "M", "name": name, "pid": 0, "tid": c, "args": args} for name, args
-                       in (("thread_name", {"name": f"core {c}"}),
-                           ("thread_sort_index", {"sort_index": c}))]
+        meta = [(0, "process_name", {"name": "raptor simulator"})] + [
+            m for c in cores for m in ((c, "thread_name", {"name": f"core {c}"}),
+                                       (c, "thread_sort_index", {"sort_index": c}))]
+        events: list[dict[str, Any]] = [{"ph": "M", "name": name, "pid": 0, "tid": t,
+                                          "args": args} for t, name, args in meta]
         work: dict[int, list[tuple[int, int]]] = {}  # per core: compute spans (start, end)
         for (core, start, dur, name, cat, detail), label in zip(
                 self.spans, self.labelled(labels), strict=True):
@@ -259,8 +257,7 @@ class SimResult:
                            f"{', '.join('%' + n for n in self.names)})")
         return self.outputs[self.names.index(key)]
 
-    def chrome_trace(self, labels: Labels | None = None, mesh_links: int = 0
-                     ) -> dict[str, Any]:
+    def chrome_trace(self, labels: Labels | None = None, mesh_links: int = 0) -> dict[str, Any]:
         """A stream's trace draws the message arrows of its first inference only."""
         ends = self.report.inference_end_ns
         return self.trace.to_chrome([c.core for c in self.report.cores], labels, mesh_links,
