@@ -440,8 +440,7 @@ class Engine:
         return ins.timing if ins.timing is not None else OpTiming(nbytes=ins.nbytes)
 
     def flit_ns(self, src: int, dst: int) -> int:
-        t = self.target
-        return t.transfer_ns(t.flit_bytes, src, dst)
+        return self.target.transfer_ns(self.target.flit_bytes, src, dst)
 
     def request_pim(self, st: _Core, ins: Instr) -> _Msg:
         """The send's request leaves through the sender's switch; the sender then waits for
