@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -564,15 +564,18 @@ class _CoreCompiler:
             value, payload = self.r(op.value), proto.payload
             if isinstance(payload, _Region):  # the same region of this inference's value
                 payload = _Region(value, payload.sl, payload.shape)
-            return replace(proto, waits=self.waits(op, [value]), value=value, payload=payload,
-                           first=-1)
-        assert proto.template is not None
-        if proto.template.loads:
+            return Instr(SEND, op, proto.label, self.core, waits=self.waits(op, [value]),
+                         peer=proto.peer, channel=proto.channel, value=value,
+                         nbytes=proto.nbytes, payload=payload, route=proto.route)
+        tpl = proto.template
+        assert tpl is not None
+        if tpl.loads:
             return self.compute(op)
         reads, defines = self.operands(op, self.cached[op][1])
         received = self.received
-        return replace(proto, waits=tuple([v for v in reads if v in received]), reads=reads,
-                       defines=defines, first=-1)
+        return Instr(COMPUTE, op, proto.label, self.core, cost=proto.cost,
+                     waits=tuple([v for v in reads if v in received]),
+                     body_ops=proto.body_ops, template=tpl, reads=reads, defines=defines)
 
     def operands(self, op: Operation, frees: Sequence[Value]
                  ) -> tuple[tuple[Value, ...], tuple[Value, ...]]:
