@@ -86,8 +86,7 @@ class Simulator:
             return self._timed(options, time.perf_counter()).report
 
     def _timed(self, options: SimOptions | None, start: float) -> Engine:
-        engine = Engine(self.program, self.target,
-                        options if options is not None else SimOptions())
+        engine = Engine(self.program, self.target, options if options is not None else SimOptions())
         try:
             engine.run()
         finally:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from html import escape
 
 from raptor.sim.program import xy_route
-from raptor.sim.report import BLOCKED, BUSY, MEMORY, CoreStats, SimResult, SpanLabel
+from raptor.sim.report import BLOCKED, MEMORY, CoreStats, SimResult, SpanLabel
 from raptor.solver import gantt
 from raptor.solver.gantt import Arrow, Bar, layer_colours, render_gantt
 from raptor.target import Target
@@ -37,15 +37,14 @@ def timeline_svg(sim: SimResult, labels: Mapping[int, Sequence[SpanLabel]], *, t
     bars = []
     for (core, start, dur, name, cat, detail), label in zip(
             sim.trace.spans, sim.trace.labelled(labels), strict=True):
+        kind = gantt.MEMORY if cat == MEMORY else gantt.WORK  # labels are on BUSY or MEMORY
         if cat == BLOCKED:
             bars.append(Bar(core, start, start + dur, "", "blocked", detail, gantt.BLOCKED))
         elif label is None:
-            kind = gantt.MEMORY if cat == MEMORY else gantt.WORK
             bars.append(Bar(core, start, start + dur, name, name, detail, kind))
         else:
             args = label.args
             facts = [f"{k} {args[k]}" for k in ("lanes", "tiles", "bytes") if k in args]
-            kind = gantt.WORK if cat == BUSY else gantt.MEMORY
             where = [] if detail.startswith("<") else [detail]  # a location, if known
             bars.append(Bar(core, start, start + dur, label.key, label.name,
                             ", ".join([*facts, *where]), kind))
@@ -93,9 +92,7 @@ def link_traffic(sim: SimResult, target: Target) -> dict[int, tuple[int, int, in
     # messages over a few thousand pairs (same sums, links in the same first-seen order)
     pairs: dict[tuple[int, int], list[int]] = {}
     for src, dst, _, nbytes, _, _ in sim.trace.messages:
-        pair = pairs.get((src, dst))
-        if pair is None:
-            pair = pairs[(src, dst)] = [0, 0]
+        pair = pairs.setdefault((src, dst), [0, 0])
         pair[0] += nbytes
         pair[1] += 1
     traffic: dict[int, list[int]] = {}
@@ -142,38 +139,30 @@ def noc_svg(sim: SimResult, target: Target, *, title: str) -> str:
     for a in range(n):
         r, c = divmod(a, cols)
         for b in ((a + 1) if c + 1 < cols else -1, (a + cols) if r + 1 < rows else -1):
-            if b < 0:
-                continue
-            for s, d in ((a, b), (b, a)):
-                out.append(_link(s, d, centre, box, pitch, traffic.get(s * n + d), peak,
-                                 latency))
+            for s, d in ((a, b), (b, a)) if b >= 0 else ():
+                out.append(_link(s, d, centre, box, pitch, traffic.get(s * n + d), peak, latency))
     stats = {c.core: c for c in sim.report.cores}
     for core in range(n):
         x, y = centre(core)
         x0, y0 = x - box / 2, y - box / 2
         st = stats.get(core)
         used = st is not None and st.ops > 0
-        out.append(f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{box:.1f}" height="{box:.1f}" '
-                   f'rx="3" fill="{"#ffffff" if used else "#fafafa"}" '
-                   f'stroke="{"#555555" if used else "#c8c8c8"}" stroke-width="1"'
-                   + ('' if used else ' stroke-dasharray="3,2"') + ">"
-                   f"<title>{escape(_core_tip(core, st, latency))}</title></rect>")
-        out.append(f'<text x="{x0 + 4:.1f}" y="{y0 + font + 2:.1f}" font-weight="bold">'
-                   f"{core}</text>")
+        out += [f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{box:.1f}" height="{box:.1f}" '
+                f'rx="3" fill="{"#ffffff" if used else "#fafafa"}" '
+                f'stroke="{"#555555" if used else "#c8c8c8"}" stroke-width="1"'
+                + ('' if used else ' stroke-dasharray="3,2"') + ">"
+                f"<title>{escape(_core_tip(core, st, latency))}</title></rect>",
+                f'<text x="{x0 + 4:.1f}" y="{y0 + font + 2:.1f}" font-weight="bold">{core}</text>']
         if st is None or not used:
             continue
         busy, blocked = st.busy_ns / latency, st.blocked_ns / latency
         bw, by = box - 8, y0 + box - 14
-        out.append(f'<rect x="{x0 + 4:.1f}" y="{by:.1f}" width="{bw:.1f}" height="9" '
-                   f'fill="{IDLE_FILL}"/>')
-        out.append(f'<rect x="{x0 + 4:.1f}" y="{by:.1f}" width="{bw * busy:.1f}" height="9" '
-                   f'fill="{BUSY_FILL}"/>')
-        out.append(f'<rect x="{x0 + 4 + bw * busy:.1f}" y="{by:.1f}" '
-                   f'width="{bw * blocked:.1f}" height="9" fill="{BLOCKED_FILL}"/>')
-        out.append(f'<text x="{x0 + 4:.1f}" y="{y0 + 2 * font + 6:.1f}" fill="#1f5f85">'
-                   f"{busy:.0%} busy</text>")
-        out.append(f'<text x="{x0 + 4:.1f}" y="{y0 + 3 * font + 8:.1f}" fill="#b35806">'
-                   f"{blocked:.0%} blocked</text>")
+        out += [f'<rect x="{x:.1f}" y="{by:.1f}" width="{w:.1f}" height="9" fill="{fill}"/>'
+                for x, w, fill in ((x0 + 4, bw, IDLE_FILL), (x0 + 4, bw * busy, BUSY_FILL),
+                                   (x0 + 4 + bw * busy, bw * blocked, BLOCKED_FILL))]
+        out += [f'<text x="{x0 + 4:.1f}" y="{y0 + k * font + dy:.1f}" fill="{colour}">'
+                f"{f:.0%} {what}</text>" for k, dy, f, what, colour in
+                ((2, 6, busy, "busy", "#1f5f85"), (3, 8, blocked, "blocked", "#b35806"))]
     out.extend(_key(bar_x, top, rows * pitch, peak))
     out.append("</svg>")
     return "\n".join(out) + "\n"
@@ -221,21 +210,20 @@ def _link(s: int, d: int, centre: Callable[[int], tuple[float, float]], box: flo
 def _key(x: float, top: float, h: float, peak: int) -> list[str]:
     """The colour scale of link bytes and the key of the core bars."""
     bar_h = min(h * 0.55, 260.0)
-    out = ['<defs><linearGradient id="heat" x1="0" y1="1" x2="0" y2="0">']
-    out += [f'<stop offset="{i / (len(_HEAT) - 1):.2f}" stop-color="{c}"/>'
-            for i, c in enumerate(_HEAT)]
-    out.append("</linearGradient></defs>")
-    out.append(f'<text x="{x}" y="{top - 16:.1f}" font-weight="bold">bytes per link</text>')
-    out.append(f'<rect x="{x}" y="{top:.1f}" width="16" height="{bar_h:.1f}" '
-               'fill="url(#heat)" stroke="#999999" stroke-width="0.5"/>')
+    out = ['<defs><linearGradient id="heat" x1="0" y1="1" x2="0" y2="0">',
+           *[f'<stop offset="{i / (len(_HEAT) - 1):.2f}" stop-color="{c}"/>'
+             for i, c in enumerate(_HEAT)],
+           "</linearGradient></defs>",
+           f'<text x="{x}" y="{top - 16:.1f}" font-weight="bold">bytes per link</text>',
+           f'<rect x="{x}" y="{top:.1f}" width="16" height="{bar_h:.1f}" '
+           'fill="url(#heat)" stroke="#999999" stroke-width="0.5"/>']
     for f in (0.0, 0.25, 0.5, 0.75, 1.0):
         y = top + bar_h * (1 - f)
-        out.append(f'<line x1="{x + 16}" y1="{y:.1f}" x2="{x + 20}" y2="{y:.1f}" '
-                   'stroke="#666666"/>')
-        out.append(f'<text x="{x + 23}" y="{y + 4:.1f}">{human_bytes(peak * f)}</text>')
+        out += [f'<line x1="{x + 16}" y1="{y:.1f}" x2="{x + 20}" y2="{y:.1f}" stroke="#666666"/>',
+                f'<text x="{x + 23}" y="{y + 4:.1f}">{human_bytes(peak * f)}</text>']
     y = top + bar_h + 28
     for fill, name in ((BUSY_FILL, "busy"), (BLOCKED_FILL, "blocked"), (IDLE_FILL, "idle")):
-        out.append(f'<rect x="{x}" y="{y:.1f}" width="16" height="9" fill="{fill}"/>')
-        out.append(f'<text x="{x + 22}" y="{y + 8:.1f}">{name}</text>')
+        out += [f'<rect x="{x}" y="{y:.1f}" width="16" height="9" fill="{fill}"/>',
+                f'<text x="{x + 22}" y="{y + 8:.1f}">{name}</text>']
         y += 16
     return out

@@ -1,22 +1,17 @@
 """The discrete-event loop: cores, channels, the mesh and shared memory.
 
-It decides when things happen, not what they compute: values never depend on time, so
-the loop records the order in which it performed computes, sends and memory accesses, and
-`numerics.execute` computes the values afterwards.
+It decides when things happen, not what they compute (values never depend on time): it
+records the order of computes, sends and memory accesses for `numerics.execute`.
 
-Each core runs its instruction list on its own clock. A core executes ahead of the global
-event time as long as it only touches its own state; anything shared (a link reservation,
-the shared-memory queue) becomes a heap event at its own time, so contended resources are
-granted in time order. A core that needs data not yet sent, a rendezvous partner, a
-store done elsewhere or a counter short of its threshold parks and is woken by the event
-that resolves it; an empty heap with parked cores is a deadlock, which is therefore
-detected instead of hanging.
+Each core runs ahead on its own clock while it only touches its own state; anything shared
+(a link, the shared-memory queue) becomes a heap event at its own time, so contended
+resources are granted in time order. A core waiting for data, a rendezvous partner, a store
+or a counter parks until the event that resolves it; an empty heap with parked cores is a
+deadlock, detected instead of hanging.
 
-Stream programs (`pim.stream`, pipeline mode): `pim.signal` and `pim.wait` are one
-shared-memory access each (queued like loads and stores); a wait first parks until the
-counter reaches its threshold. Every load inside a stream must read data its own inference
-stored, else the run stops with `Race`. The report records when each inference's iteration
-starts and ends (`inference_start_ns`, `inference_end_ns`).
+Streams (`pim.stream`): `pim.signal` and `pim.wait` are one shared-memory access each, queued
+like loads and stores; a wait first parks until its counter reaches the threshold. A load
+inside a stream must read data its own inference stored, else `Race`.
 """
 
 from __future__ import annotations
@@ -84,74 +79,66 @@ class SimOptions:
             raise SimError(f"unknown timing model {self.model!r} (known: {', '.join(MODELS)})")
         if self.model == "pimsim-nn" and (self.mode != "rendezvous" or self.link_contention):
             raise SimError("the pimsim-nn model is rendezvous without link contention")
-        if isinstance(self.rendezvous_ns, bool) or not isinstance(self.rendezvous_ns, int) \
-                or self.rendezvous_ns < 0:
-            raise SimError(f"rendezvous_ns must be a non-negative integer, got "
-                           f"{self.rendezvous_ns!r}")
+        rz = self.rendezvous_ns
+        if isinstance(rz, bool) or not isinstance(rz, int) or rz < 0:
+            raise SimError(f"rendezvous_ns must be a non-negative integer, got {rz!r}")
 
     @classmethod
     def ideal(cls, trace: bool = True) -> SimOptions:
         """What the scheduler's ASAP estimate assumes: no waiting for partners, links or
         memory, so a compute starts at max(core free, inputs ready)."""
-        return cls(mode="buffered", link_contention=False, shared_queueing=False,
-                   rendezvous_ns=0, trace=trace)
+        return cls(mode="buffered", link_contention=False, shared_queueing=False, trace=trace)
 
     @classmethod
     def pimsim(cls, trace: bool = True) -> SimOptions:
         """pimsim-nn's model: its handshake and per-core switch, no link contention, a
         serialized global memory, blocking receives (pair with an exporter's timings)."""
-        return cls(mode="rendezvous", link_contention=False, shared_queueing=True,
-                   rendezvous_ns=0, trace=trace, model="pimsim-nn")
+        return cls(link_contention=False, trace=trace, model="pimsim-nn")
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode, "link_contention": self.link_contention,
-                               "shared_queueing": self.shared_queueing,
-                               "rendezvous_ns": self.rendezvous_ns}
+        out: dict[str, Any] = {k: getattr(self, k) for k in
+                               ("mode", "link_contention", "shared_queueing", "rendezvous_ns")}
         if self.model != "raptor":
             out["model"] = self.model
         return out
 
 
+@dataclass(slots=True, eq=False)
 class _Core:
-    __slots__ = ("arrival", "blocked", "busy", "cid", "clock", "done", "pc", "prog",
-                 "starts", "switch_free", "sync", "wait_count", "wait_store", "wait_value",
-                 "wake")
-
-    def __init__(self, cid: int, prog: list[Instr]) -> None:
-        self.cid = cid
-        self.prog = prog
-        self.pc = 0
-        self.clock = 0
-        self.busy = 0
-        self.blocked = 0
-        self.done = not prog
-        self.arrival: dict[Value, int] = {}
-        self.wait_value: Value | None = None
-        self.wait_store = -1
-        self.sync: Value | None = None
-        """pimsim-nn model: the value a posted (blocking) receive waits for."""
-        self.switch_free = 0
-        """pimsim-nn model: when this core's switch has sent its last message."""
-        self.wait_count: Instr | None = None
-        """The `pim.wait` this core is parked on."""
-        self.wake = 0
-        """When the signal that woke a parked wait completed."""
-        self.starts: dict[int, int] = {}
-        """Stream programs: when this core began each inference's iteration."""
+    cid: int
+    prog: list[Instr]
+    done: bool
+    pc: int = 0
+    clock: int = 0
+    busy: int = 0
+    blocked: int = 0
+    arrival: dict[Value, int] = field(default_factory=dict)
+    wait_value: Value | None = None
+    wait_store: int = -1
+    sync: Value | None = None
+    """pimsim-nn model: the value a posted (blocking) receive waits for."""
+    switch_free: int = 0
+    """pimsim-nn model: when this core's switch has sent its last message."""
+    wait_count: Instr | None = None
+    """The `pim.wait` this core is parked on."""
+    wake: int = 0
+    """When the signal that woke a parked wait completed."""
+    starts: dict[int, int] = field(default_factory=dict)
+    """Stream programs: when this core began each inference's iteration."""
 
 
+@dataclass(slots=True, eq=False)
 class _Msg:
-    __slots__ = ("arrival", "channel", "dst", "inject", "nbytes", "request", "route", "src",
-                 "target")
-
-    def __init__(self, src: int, dst: int, channel: int, nbytes: int, route: Route) -> None:
-        self.src, self.dst, self.channel, self.nbytes = src, dst, channel, nbytes
-        self.route = route
-        self.inject = 0
-        self.arrival: int | None = None
-        self.target: tuple[_Core, Value] | None = None
-        self.request = 0
-        """pimsim-nn model: when the send's request reaches the receiver."""
+    src: int
+    dst: int
+    channel: int
+    nbytes: int
+    route: Route
+    inject: int = 0
+    arrival: int | None = None
+    target: tuple[_Core, Value] | None = None
+    request: int = 0
+    """pimsim-nn model: when the send's request reaches the receiver."""
 
 
 @dataclass
@@ -168,7 +155,7 @@ class Engine:
         self.program = program
         self.target = target
         self.opts = options
-        self.cores = [_Core(c, prog) for c, prog in program.cores.items()]
+        self.cores = [_Core(c, prog, not prog) for c, prog in program.cores.items()]
         self.heap: list[tuple[int, int, int, int, Any]] = []
         self.seq = 0
         self.now = 0
@@ -185,14 +172,8 @@ class Engine:
         self.order: list[Instr] = []
         """Computes, sends and memory accesses in the order the loop performed them."""
         self.pim = options.model == "pimsim-nn"
-        self.by_id = {st.cid: st for st in self.cores}
-        self.recv_of: dict[Value, Instr] = {}
-        if self.pim:
-            if program.inferences:
-                raise SimError("the pimsim-nn model runs latency programs only, not a "
-                               "pim.stream")
-            self.recv_of = {i.value: i for prog in program.cores.values() for i in prog
-                            if i.kind == RECV and i.value is not None}
+        if self.pim and program.inferences:
+            raise SimError("the pimsim-nn model runs latency programs only, not a pim.stream")
         self.counts: dict[tuple[Value, int], list[int]] = {}
         """Per counter, the sorted times its signals completed (count at t: how many <= t)."""
         self.count_waiters: dict[tuple[Value, int], list[_Core]] = {}
@@ -269,11 +250,10 @@ class Engine:
             sc, sins = self.program.stores[st.wait_store]
             return f"{head} waiting for the pim.store at {sins.where} on core {sc}"
         if st.wait_count is not None:
-            buf, k = ins.counter or (None, 0)
-            have = len(self.counts.get(ins.counter, [])) if ins.counter else 0
-            return (f"{head} (inference {ins.inference}) waiting for "
-                    f"{value_name(buf) if buf else '?'}[{k}] to reach {ins.threshold} (it is "
-                    f"{have})")
+            assert ins.counter is not None
+            (buf, k), have = ins.counter, len(self.counts.get(ins.counter, []))
+            return (f"{head} (inference {ins.inference}) waiting for {value_name(buf)}[{k}] to "
+                    f"reach {ins.threshold} (it is {have})")
         assert ins.kind == SEND and ins.value is not None  # the only other way to park
         return (f"{head} {value_name(ins.value)} to core {ins.peer} channel {ins.channel}: "
                 f"core {ins.peer} has not posted the matching receive")
@@ -312,8 +292,7 @@ class Engine:
                     st.blocked += ready - clock
                     clock = ready
             kind = ins.kind
-            if kind == COMPUTE and (not self.pim or ins.timing is None
-                                    or not ins.timing.memory):
+            if kind == COMPUTE and (not self.pim or ins.timing is None or not ins.timing.memory):
                 record(ins)
                 if spans is not None:
                     spans.append((cid, clock, ins.cost, ins.label, BUSY, ins.where))
@@ -332,28 +311,23 @@ class Engine:
                     self.post(st, ins)
             elif kind == SEND:
                 record(ins)
-                if not (self.send_pim(st, ins) if self.pim else self.send(st, ins)):
+                if not self.send(st, ins):
                     return
             elif kind == WAIT and not self.counter_ready(st, ins):
                 return
-            elif self.pim:
-                if not self.memory_ready(st, ins):
-                    return
-                tm = self.timing(ins)
-                # the request leaves through the core's switch, behind its queued messages
-                request = max(st.clock + self.target.ns(tm.before), st.switch_free)
-                if self.opts.shared_queueing:
-                    # pimsim-nn serves simultaneous requests from the highest core id down
-                    self.push(request, _MEM, st, rank=self.target.num_cores - st.cid)
-                    return
-                self.access_pim(st, ins, request)
             else:
                 if not self.memory_ready(st, ins):
                     return
+                at, rank = st.clock, 0
+                if self.pim:
+                    # the request leaves through the core's switch, behind its queued messages;
+                    # pimsim-nn serves simultaneous requests from the highest core id down
+                    at = max(at + self.target.ns(self.timing(ins).before), st.switch_free)
+                    rank = self.target.num_cores - st.cid
                 if self.opts.shared_queueing:
-                    self.push(st.clock, _MEM, st)
+                    self.push(at, _MEM, st, rank)
                     return
-                self.access(st, ins, st.clock)
+                (self.access_pim if self.pim else self.access)(st, ins, at)
             clock = st.clock
             pc += 1
         st.clock, st.pc = clock, pc
@@ -370,7 +344,7 @@ class Engine:
         if chan.senders:
             sender, msg = chan.senders.popleft()
             msg.target = (st, v)
-            self.handshake(sender, msg, st.clock)
+            (self.handshake_pim if self.pim else self.handshake)(sender, msg, st.clock)
             sender.pc += 1
             self.push(sender.clock, _RUN, sender)
         elif chan.unclaimed:
@@ -384,7 +358,8 @@ class Engine:
     def send(self, st: _Core, ins: Instr) -> bool:
         """Start a send at the core's clock; False when the sender must wait for the
         rendezvous (the matching `post` completes it)."""
-        msg = _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, ins.route)
+        msg = (self.request_pim(st, ins) if self.pim
+               else _Msg(st.cid, ins.peer, ins.channel, ins.nbytes, ins.route))
         chan = self.chans[ins.chan]
         posted = chan.posted.popleft() if chan.posted else None
         if posted is not None:
@@ -397,7 +372,7 @@ class Engine:
         if posted is None:
             chan.senders.append((st, msg))
             return False
-        self.handshake(st, msg, posted[2])
+        (self.handshake_pim if self.pim else self.handshake)(st, msg, posted[2])
         return True
 
     def handshake(self, st: _Core, msg: _Msg, posted_at: int) -> None:
@@ -405,13 +380,12 @@ class Engine:
         injects and continues."""
         meet = max(st.clock, posted_at)
         rz = self.opts.rendezvous_ns
-        spans = self.spans
         if meet > st.clock:
             self.block(st, meet, f"waiting for core {msg.dst} to post channel {msg.channel}")
         if rz:
-            if spans is not None:
-                spans.append((st.cid, meet, rz, "rendezvous", COMM,
-                              f"to core {msg.dst} channel {msg.channel}"))
+            if self.spans is not None:
+                self.spans.append((st.cid, meet, rz, "rendezvous", COMM,
+                                   f"to core {msg.dst} channel {msg.channel}"))
             st.busy += rz
         st.clock = meet + rz
         self.launch(msg, st.clock)
@@ -448,13 +422,15 @@ class Engine:
         if msg.target is not None:
             self.deliver(msg)
 
-    def deliver(self, msg: _Msg) -> None:
+    def deliver(self, msg: _Msg, traced: int | None = None) -> None:
+        """The value is at its receiver at `msg.arrival` (traced as arrived at `traced` if
+        given: pimsim-nn's receiver writes it later); wake a core waiting for it."""
         assert msg.target is not None and msg.arrival is not None
-        st, v = msg.target
-        st.arrival[v] = msg.arrival
         if self.spans is not None:
             self.trace.messages.append((msg.src, msg.dst, msg.channel, msg.nbytes, msg.inject,
-                                        msg.arrival))
+                                        msg.arrival if traced is None else traced))
+        st, v = msg.target
+        st.arrival[v] = msg.arrival
         if st.wait_value is v:
             st.wait_value = None
             self.push(self.now, _RUN, st)
@@ -464,53 +440,32 @@ class Engine:
         return ins.timing if ins.timing is not None else OpTiming(nbytes=ins.nbytes)
 
     def flit_ns(self, src: int, dst: int) -> int:
-        t = self.target
-        return t.transfer_ns(t.flit_bytes, src, dst)
+        return self.target.transfer_ns(self.target.flit_bytes, src, dst)
 
-    def send_pim(self, st: _Core, ins: Instr) -> bool:
-        """The request leaves through the sender's switch; the sender waits for the reply
-        (False parks it until the receive is posted)."""
+    def request_pim(self, st: _Core, ins: Instr) -> _Msg:
+        """The send's request leaves through the sender's switch; the sender then waits for
+        the reply (`handshake_pim`)."""
         tm = self.timing(ins)
-        ns = self.target.ns
-        start = st.clock + ns(tm.before)
-        st.busy += ns(tm.before)
+        before = self.target.ns(tm.before)
         msg = _Msg(st.cid, ins.peer, ins.channel, tm.nbytes, ins.route)
-        req = max(start, st.switch_free)
-        msg.request = req + self.flit_ns(st.cid, ins.peer)
+        msg.request = max(st.clock + before, st.switch_free) + self.flit_ns(st.cid, ins.peer)
         st.switch_free = msg.request + 1  # the receiver's handler holds the switch 1 ns
-        st.clock = start
-        chan = self.chans[ins.chan]
-        if chan.posted:
-            rst, v, posted_at = chan.posted.popleft()
-            msg.target = (rst, v)
-            self.handshake_pim(st, ins, msg, rst, posted_at)
-            return True
-        chan.senders.append((st, msg))
-        return False
+        st.clock += before
+        st.busy += before
+        return msg
 
     def receive_pim(self, st: _Core, ins: Instr) -> bool:
         """Post the receive after its register setup; the core blocks until the data is
         written (False parks it; `resume_pim` continues)."""
-        v = ins.value
-        assert v is not None
         before = self.target.ns(self.timing(ins).before)
         st.clock += before
         st.busy += before
-        chan = self.chans[ins.chan]
-        if chan.senders:
-            sender, msg = chan.senders.popleft()
-            msg.target = (st, v)
-            send_ins = sender.prog[sender.pc]
-            self.handshake_pim(sender, send_ins, msg, st, st.clock)
-            sender.pc += 1
-            self.push(sender.clock, _RUN, sender)
-        else:
-            chan.posted.append((st, v, st.clock))
-        st.sync = v
-        if v not in st.arrival:
-            st.wait_value = v
-            return False
-        return self.resume_pim(st)
+        self.post(st, ins)
+        st.sync = ins.value
+        if self.resume_pim(st):
+            return True
+        st.wait_value = ins.value
+        return False
 
     def resume_pim(self, st: _Core) -> bool:
         """The blocking receive is done once its data is written: advance the clock."""
@@ -525,16 +480,16 @@ class Engine:
         st.sync = None
         return True
 
-    def handshake_pim(self, sender: _Core, ins: Instr, msg: _Msg, receiver: _Core,
-                      posted_at: int) -> None:
+    def handshake_pim(self, sender: _Core, msg: _Msg, posted_at: int) -> None:
         """The receiver replies when both the request and the receive are there; the
         sender reads its data and queues the message on its switch; the receiver's core
         continues once the data is written."""
         ns = self.target.ns
-        src, dst = sender.cid, receiver.cid
-        tm = self.timing(ins)
         assert msg.target is not None
-        rtm = self.timing(self.recv_of[msg.target[1]])
+        receiver = msg.target[0]
+        src, dst = sender.cid, receiver.cid
+        tm = self.timing(sender.prog[sender.pc])
+        rtm = self.timing(receiver.prog[receiver.pc])  # its blocking receive
         reply = max(msg.request, posted_at, receiver.switch_free) + self.flit_ns(dst, src)
         receiver.switch_free = reply
         done = reply + ns(tm.busy)
@@ -552,13 +507,7 @@ class Engine:
         msg.arrival = arrival + ns(rtm.busy) + ns(rtm.after)
         self.report.messages += 1
         self.report.message_bytes += msg.nbytes
-        if self.spans is not None:
-            self.trace.messages.append((src, dst, msg.channel, msg.nbytes, start, arrival))
-        st, v = msg.target
-        st.arrival[v] = msg.arrival
-        if st.wait_value is v:
-            st.wait_value = None
-            self.push(self.now, _RUN, st)
+        self.deliver(msg, arrival)
 
     # ---- shared memory -------------------------------------------------------------
     def counter_ready(self, st: _Core, ins: Instr) -> bool:
@@ -569,14 +518,10 @@ class Engine:
         if st.wait_count is ins and st.wake > st.clock:  # woken: blocked until the signal
             self.block(st, st.wake, f"waiting for {ins.label} >= {ins.threshold}")
         st.wait_count = None
-        need = ins.threshold
-        if need <= 0:
-            return True
-        times = self.counts.get(ins.counter)
-        if times is not None and len(times) >= need:
-            t = times[need - 1]
-            if t > st.clock:
-                self.block(st, t, f"waiting for {ins.label} >= {need}")
+        need, times = ins.threshold, self.counts.get(ins.counter, [])
+        if len(times) >= need:  # a threshold of 0 or less is always reached
+            if need > 0 and times[need - 1] > st.clock:
+                self.block(st, times[need - 1], f"waiting for {ins.label} >= {need}")
             return True
         st.wait_count = ins
         self.count_waiters.setdefault(ins.counter, []).append(st)
@@ -695,11 +640,8 @@ class Engine:
         ins = st.prog[st.pc]
         if self.pim:
             self.access_pim(st, ins, max(self.now, self.mem_free))
-            st.pc += 1
-            self.run_core(st)
-            return
-        start = max(st.clock, self.mem_free)
-        self.access(st, ins, start)
-        self.mem_free = st.clock
+        else:
+            self.access(st, ins, max(st.clock, self.mem_free))
+            self.mem_free = st.clock
         st.pc += 1
         self.run_core(st)

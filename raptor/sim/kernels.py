@@ -1,30 +1,29 @@
 """Compute bodies compiled once per structure, executed for many instances at once.
 
-A scheduled program repeats a few dozen body structures hundreds of times: the lanes of a
-layer differ only in which fragments they read. `signature` reduces a body to what its
-execution depends on (op classes, attributes, types, and operands as positions: body
-arguments and results numbered in order, values from outside numbered by first use), and
-`Templates` compiles each signature once into closures over the slots of a list (slice
-tuples, shapes and numpy functions resolved ahead), one per body op, made by the maker
-registered for its op class in `KERNELS`. An instance only binds the values it
-reads and defines and, for a `pim.load` of a function input, the region it reads.
-Compiling every instance cost more than the numpy work on small tiles; sharing makes
-compilation proportional to the distinct bodies. (Generating Python source per template
-ran a little faster but `compile()` cost about 16 us a line, more than it saved.)
+A scheduled program repeats a few dozen body structures hundreds of times (the lanes of a
+layer differ only in the fragments they read). `signature` reduces a body to what its
+execution depends on: op classes, attributes, types, and operands as positions (body values
+numbered in order, outside values by first use). `Templates` compiles each signature once
+into closures over the slots of a list, one per body op, made by the maker `KERNELS`
+registers for its op class; an instance only binds the values it reads and defines, and the
+regions its `pim.load`s of function inputs read. Compiling every instance cost more than the
+numpy work on small tiles. (Generating Python source per template ran a little faster, but
+`compile()` cost about 16 us a line, more than it saved.)
 
-Each closure runs its op for k instances at once, on arrays stacked over the instances
-along a new leading axis (`numerics.py` groups the instances). The results are those of
-`eval_op` on each instance; ops without a fast form call `eval_op` instance by instance.
+Each closure runs its op for k instances at once, on arrays stacked over the instances along
+a new leading axis (`numerics.py` groups them), with `eval_op`'s results; ops without a fast
+form call `eval_op` instance by instance.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +55,6 @@ from raptor.sim.errors import SimError
 
 Env = dict[Value, Any]
 """One core's values: numpy arrays."""
-Kernel = Callable[[Env], None]
 
 _F32 = np.dtype(np.float32)
 
@@ -136,25 +134,18 @@ def _attr_getter(cls: type[Operation]) -> Callable[[Operation], object]:
     return attrgetter(*names)
 
 
-class _Spec(NamedTuple):
-    attrs: Callable[[Operation], object]
-    offsets: bool
-    """Offsets are part of the structure (all sliced ops but `pim.load`)."""
-    one_result: bool
-
-
+_Spec = tuple[Callable[[Operation], object], bool]
 _SPECS: dict[type, _Spec] = {}
+"""Per op class: its attribute getter, and whether its offsets are part of the structure
+(all sliced ops but `pim.load`)."""
 
 
 def _spec(cls: type[Operation]) -> _Spec:
-    d = cls.DEF
-    spec = _SPECS[cls] = _Spec(_attr_getter(cls), cls is not LoadOp and "offsets" in d.kinds,
-                               d.single_result == "result")
+    spec = _SPECS[cls] = (_attr_getter(cls), cls is not LoadOp and "offsets" in cls.DEF.kinds)
     return spec
 
 
-def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, ...],
-                                                                   list[Value]]:
+def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, ...], list[Value]]:
     """The structural key of a scheduled compute (or of one bare op at core level) and the
     outside values its body reads, in the order the key numbers them.
 
@@ -177,7 +168,7 @@ def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, 
     specs = _SPECS
     for inner in ops:
         cls = inner.__class__
-        spec = specs.get(cls) or _spec(cls)
+        attrs, sliced = specs.get(cls) or _spec(cls)
         refs = []
         for v in inner.operands():
             i = ids.get(v)
@@ -186,27 +177,18 @@ def signature(op: Operation, fixed: Mapping[Value, int]) -> tuple[tuple[object, 
                 frees.append(v)
             refs.append(i)
         where: object = None
-        if spec.offsets:
+        if sliced:
             offs = inner.offsets  # type: ignore[attr-defined]
             where = tuple([a.const for a in offs])
             for a in offs:
                 if a.terms:
                     where = tuple([_offset_key(b, fixed, ids) for b in offs])
                     break
-        if spec.one_result:
-            r = inner.result  # type: ignore[attr-defined]
+        results = inner.results()
+        for r in results:
             ids[r] = n
             n += 1
-            t = r.type
-            parts.append((cls, tuple(refs), spec.attrs(inner), where,
-                          (t.shape, t.dtype) if t.__class__ is TensorType else t))
-        else:
-            results = inner.results()
-            for r in results:
-                ids[r] = n
-                n += 1
-            parts.append((cls, tuple(refs), spec.attrs(inner), where,
-                          *[type_key(r) for r in results]))
+        parts.append((cls, tuple(refs), attrs(inner), where, *[type_key(r) for r in results]))
     parts.append(tuple([type_key(v) for v in frees]))
     return tuple(parts), frees
 
@@ -256,14 +238,13 @@ class Template:
 Fail = Callable[[Operation, str], SimError]
 
 
+@dataclass
 class Templates:
     """The templates of one compilation, by signature."""
 
-    def __init__(self, op_cost: Callable[[Operation], int],
-                 weight: Callable[[WeightOp], np.ndarray]) -> None:
-        self.op_cost = op_cost
-        self.weight = weight
-        self.by_key: dict[tuple[object, ...], Template] = {}
+    op_cost: Callable[[Operation], int]
+    weight: Callable[[WeightOp], np.ndarray]
+    by_key: dict[tuple[object, ...], Template] = field(default_factory=dict)
 
     def get(self, op: Operation, fixed: Mapping[Value, int], fail: Fail
             ) -> tuple[Template, list[Value]]:
@@ -329,25 +310,25 @@ class _Builder:
             self.define(v)
         loads = [pos for pos, o in enumerate(self.ops) if isinstance(o, LoadOp)]
         params = self.size
-        self.size += len(loads)
-        lane = self.define(self.args[0]) if self.batch else -1
-        accs: list[tuple[int, tuple[int, ...], np.dtype]] = []
+        self.size += len(loads) + 1  # and the lane, a single body's one lane unread
+        lane = self.size - 1
         if isinstance(self.op, ScheduledComputeBatchOp):
-            for a, r in zip(self.args[1 + n:], self.op.outs, strict=True):
-                t = info(r)
-                accs.append((self.define(a), t.shape, t.dtype))
+            self.slot[self.args[0]] = lane
+            accs = [(self.define(a), info(r)) for a, r in
+                    zip(self.args[1 + n:], self.op.outs, strict=True)]
+        else:
+            accs = []
         weights, outs, cost, count = self.body(reads, params)
         if not self.batch:
             want = len(self.op.outs) if isinstance(self.op, ScheduledComputeOp) else \
                 len(self.op.results())
             if len(outs) != want:
                 raise self.fail(self.op, f"body yields {len(outs)} values for {want} results")
-        run = (_batch_run(self.size, lane, self.lanes, accs, self.steps) if self.batch
-               else _single_run(self.size, outs, self.steps))
-        stacked = tuple(True for _ in accs) if self.batch else \
-            tuple(s not in self.flat for s in outs)
-        return Template(run, self.lanes * cost, self.lanes * count, tuple(weights),
-                        tuple(loads), load_reads, shared, stacked)
+        else:
+            outs = [s for s, _ in accs]
+        return Template(_runner(self.size, lane, self.lanes, accs, outs, self.steps),
+                        self.lanes * cost, self.lanes * count, tuple(weights), tuple(loads),
+                        load_reads, shared, tuple(s not in self.flat for s in outs))
 
     def weight_only(self) -> set[Value]:
         """Values the body uses only as MVM weights: passed once for the whole group."""
@@ -367,11 +348,10 @@ class _Builder:
             return s
         shape = info(v).shape
         b = self.define(v)  # later reads of v find the broadcast view
-        self.steps.append(_broadcast(s, b, shape))
+        self.steps.append(_put(b, lambda fr: np.broadcast_to(fr[s], (fr[0], *shape))))
         return b
 
-    def body(self, reads: list[Value], params: int
-             ) -> tuple[list[int | str], list[int], int, int]:
+    def body(self, reads: list[Value], params: int) -> tuple[list[int | str], list[int], int, int]:
         """Builds the steps; returns the MVMs' weights, the slots a single body yields, its
         cost and its op count."""
         weights: list[int | str] = []
@@ -380,13 +360,9 @@ class _Builder:
         read_index = {v: i for i, v in enumerate(reads)}
         # An insert may write into its destination when that is a fresh buffer
         # (tensor.empty or an insert result) whose only use is this insert.
-        fresh: dict[Value, int] = {}
-        for inner in self.ops:
-            for v in inner.operands():
-                if v in fresh:
-                    fresh[v] += 1
-            if isinstance(inner, EmptyOp | InsertSliceOp):
-                fresh[inner.result] = 0
+        uses = Counter(v for o in self.ops for v in o.operands())
+        fresh = {o.result for o in self.ops
+                 if isinstance(o, EmptyOp | InsertSliceOp) and uses[o.result] == 1}
         symbols: dict[Value, str] = {}
         for inner in self.ops:
             if isinstance(inner, WeightOp):
@@ -413,7 +389,7 @@ class _Builder:
                     params += 1
                 else:
                     self.steps.append(self.step(inner, isinstance(inner, InsertSliceOp)
-                                                and fresh.get(inner.dest) == 1))
+                                                and inner.dest in fresh))
                 cost += self.t.op_cost(inner)
             except KernelError as e:
                 raise self.fail(inner, str(e)) from None
@@ -423,25 +399,23 @@ class _Builder:
         return weights, outs, cost, count
 
     def region(self, op: ExtractSliceOp | InsertSliceOp | ParallelInsertSliceOp
-               ) -> tuple[slice, ...] | list[tuple[slice, ...]]:
+               ) -> Callable[[Frame], tuple[slice, ...]]:
         """The slice tuple (all instances, then the region), or one per lane."""
         offs = resolve(op.offsets, self.fixed)
         sizes, strides = tuple(op.sizes), tuple(op.strides)
         if all(a.is_const for a in offs):
-            return (_ALL, *const_slices(tuple(a.const for a in offs), sizes, strides))
+            sl = (_ALL, *const_slices(tuple(a.const for a in offs), sizes, strides))
+            return lambda fr: sl
         lane = self.args[0] if self.batch else None
         stray = [v for a in offs for v in a.vars() if v is not lane]
         if stray:
             raise KernelError(f"offset depends on %{stray[0].name}, which is neither the "
                               "batch lane nor a core-batch lane")
         assert lane is not None
-        return [(_ALL, *const_slices(tuple(a.evaluate({lane: i}) for a in offs), sizes,
-                                     strides)) for i in range(self.lanes)]
-
-    @property
-    def lane(self) -> int:
-        """The slot of the batch lane (-1 outside a scheduled batch)."""
-        return self.slot[self.args[0]] if self.batch else -1
+        table = [(_ALL, *const_slices(tuple(a.evaluate({lane: i}) for a in offs), sizes,
+                                      strides)) for i in range(self.lanes)]
+        slot = self.slot[lane]
+        return lambda fr: table[fr[slot]]
 
     def step(self, op: Operation, in_place: bool) -> Step:
         """The closure executing `op` for every instance of a group: the op's registered
@@ -461,21 +435,92 @@ Maker = Callable[[_Builder, Any, bool], Step | None]
 `eval_op` instance by instance (`in_place`: an insert may write into its destination)."""
 
 
+def _put(res: int, fn: Callable[[Frame], Any]) -> Step:
+    """The step setting slot `res` to `fn(frame)`."""
+    def run(fr: Frame) -> None:
+        fr[res] = fn(fr)
+
+    return run
+
+
+def _k_extract(b: _Builder, op: ExtractSliceOp, _: bool) -> Step:
+    src, at, shape = b.stacked(op.source), b.region(op), info(op.result).shape
+    return _put(b.define(op.result), lambda fr: fr[src][at(fr)].reshape((fr[0], *shape)))
+
+
+def _k_insert(b: _Builder, op: InsertSliceOp, in_place: bool) -> Step:
+    """Writes into the destination only when the caller proved nobody else sees it; SSA
+    values are otherwise never written (extract_slice and reshape share views)."""
+    src, dst, at, sizes = b.stacked(op.source), b.stacked(op.dest), b.region(op), tuple(op.sizes)
+
+    def insert(fr: Frame) -> Any:
+        out = fr[dst] if in_place else fr[dst].copy()
+        out[at(fr)] = fr[src].reshape((fr[0], *sizes))
+        return out
+
+    return _put(b.define(op.result), insert)
+
+
+def _k_publish(b: _Builder, op: ParallelInsertSliceOp, _: bool) -> Step:
+    """Writes in place: the destination is the batch's own zero-initialised result."""
+    src, dst, at, sizes = b.stacked(op.source), b.stacked(op.dest), b.region(op), tuple(op.sizes)
+
+    def publish(fr: Frame) -> None:
+        fr[dst][at(fr)] = fr[src].reshape((fr[0], *sizes))
+
+    return publish
+
+
+def _k_transpose(b: _Builder, op: TransposeOp, _: bool) -> Step:
+    """A view, not `eval_op`'s contiguous copy: no value is ever written after it is
+    made (in-place inserts only write fresh buffers), so the two cannot be told apart,
+    and the consumer reads the strides it would otherwise have copied."""
+    src, axes = b.stacked(op.source), (0, *(p + 1 for p in op.perm))
+    return _put(b.define(op.result), lambda fr: np.transpose(fr[src], axes))
+
+
 def _k_mvm(b: _Builder, op: MvmOp, _: bool) -> Step | None:
-    if not (info(op.weight).dtype == _F32 and info(op.vector).dtype == _F32
-            and len(info(op.weight).shape) == 2):
+    """`vector @ weight` per instance. A shared weight multiplies the stacked vectors
+    directly; stacked weights pair up with the vectors instance by instance."""
+    tw, tv = info(op.weight), info(op.vector)
+    if not (tw.dtype == _F32 and tv.dtype == _F32 and len(tw.shape) == 2):
         return None
-    w = b.slot[op.weight]
-    return _mvm(b.stacked(op.vector), w, w not in b.flat, len(info(op.vector).shape),
-                b.define(op.result))
+    w, vec, matmul = b.slot[op.weight], b.stacked(op.vector), np.matmul
+    res, rank = b.define(op.result), len(tv.shape)
+    if w in b.flat:
+
+        def shared(fr: Frame) -> Any:
+            ws = fr[w]
+            if ws.__class__ is list:  # one weight per instance (tiles differ)
+                v = fr[vec]
+                return np.stack([matmul(v[i], ws[i]) for i in range(len(ws))])
+            return matmul(fr[vec], ws)
+
+        return _put(res, shared)
+    if rank == 1:
+        return _put(res, lambda fr: matmul(fr[vec][:, None, :], fr[w])[:, 0, :])
+    axes = tuple(range(1, rank - 1))  # the weights' batch axes line up with the vectors'
+    return _put(res, lambda fr: matmul(fr[vec], np.expand_dims(fr[w], axes)))
 
 
 def _k_binary(b: _Builder, op: BinaryOp, _: bool) -> Step | None:
-    if not _fast_binary(op):
+    """float32 operands whose broadcast is the result shape: the ufunc alone is exact.
+    An operand of lower rank is reshaped so that broadcasting against the result lines
+    up behind the instance axis."""
+    ta, tb, tr = info(op.lhs), info(op.rhs), info(op.result)
+    if not ta.dtype == tb.dtype == tr.dtype == _F32:
         return None
-    rank = len(info(op.result).shape)
-    return _binary(BINARY[op.op], b.stacked(op.lhs), _expand(info(op.lhs).shape, rank),
-                   b.stacked(op.rhs), _expand(info(op.rhs).shape, rank), b.define(op.result))
+    try:
+        if np.broadcast_shapes(ta.shape, tb.shape) != tr.shape:
+            return None
+    except ValueError:
+        return None
+    fn, rank = BINARY[op.op], len(tr.shape)
+    x, y, res = b.stacked(op.lhs), b.stacked(op.rhs), b.define(op.result)
+    if len(ta.shape) == len(tb.shape) == rank:
+        return _put(res, lambda fr: fn(fr[x], fr[y]))
+    xs, ys = ((1,) * (rank - len(t.shape)) + t.shape for t in (ta, tb))
+    return _put(res, lambda fr: fn(fr[x].reshape((fr[0], *xs)), fr[y].reshape((fr[0], *ys))))
 
 
 def _k_unary(b: _Builder, op: UnaryOp, _: bool) -> Step | None:
@@ -483,335 +528,108 @@ def _k_unary(b: _Builder, op: UnaryOp, _: bool) -> Step | None:
     spec = op.spec
     if not (spec.stacked and info(op.result).dtype == _F32 and info(op.source).dtype == _F32):
         return None
-    nums, fn = op.numbers(), spec.fn
-    return _unary((lambda x: fn(x, **nums)) if nums else fn, b.stacked(op.source),
-                  b.define(op.result))
+    nums, fn, src = op.numbers(), spec.fn, b.stacked(op.source)
+    return _put(b.define(op.result), lambda fr: fn(fr[src], **nums))
 
 
 def _k_pad(b: _Builder, op: PadOp, _: bool) -> Step | None:
-    if not _fast_pad(op):
+    """`np.pad` with a constant, as `eval_op`: the border holds the value cast to the
+    element type, the interior the source."""
+    ts, tr = info(op.source), info(op.result)
+    low, high = tuple(op.low), tuple(op.high)
+    if not (ts.dtype == tr.dtype == _F32 and len(low) == len(high) == len(ts.shape)
+            and min((*low, *high), default=0) >= 0
+            and tuple(n + a + b for n, a, b in zip(ts.shape, low, high, strict=True))
+            == tr.shape):
         return None
-    inner = (_ALL, *(slice(a, a + d) for a, d in zip(op.low, info(op.source).shape, strict=True)))
-    return _pad(b.stacked(op.source), b.define(op.result), info(op.result).shape, inner,
-                op.value)
+    inner = (_ALL, *(slice(a, a + d) for a, d in zip(low, ts.shape, strict=True)))
+    src, res, shape, value = b.stacked(op.source), b.define(op.result), tr.shape, op.value
+    zero = value == 0.0 and math.copysign(1.0, value) > 0
+    fill = np.float32(value)
+
+    def pad(fr: Frame) -> None:
+        out = np.zeros((fr[0], *shape), _F32) if zero else np.full((fr[0], *shape), fill, _F32)
+        out[inner] = fr[src]
+        fr[res] = out
+
+    return pad
 
 
 def _k_concat(b: _Builder, op: ConcatOp, _: bool) -> Step:
     rank = len(info(op.result).shape)
-    return _concat(tuple(b.stacked(v) for v in op.sources), b.define(op.result),
-                   op.dim % rank + 1 if rank else 1)
+    srcs, axis = tuple(b.stacked(v) for v in op.sources), op.dim % rank + 1 if rank else 1
+    return _put(b.define(op.result), lambda fr: np.concatenate([fr[s] for s in srcs], axis=axis))
+
+
+def _k_empty(b: _Builder, op: EmptyOp, _: bool) -> Step:
+    t = info(op.result)
+    return _put(b.define(op.result), lambda fr: np.zeros((fr[0], *t.shape), t.dtype))
+
+
+def _k_reshape(b: _Builder, op: ReshapeOp, _: bool) -> Step:
+    src, shape = b.stacked(op.source), info(op.result).shape
+    return _put(b.define(op.result), lambda fr: fr[src].reshape((fr[0], *shape)))
+
+
+def _k_alias(b: _Builder, op: MaterializeLayoutOp, _: bool) -> Step:
+    src = b.stacked(op.source)
+    return _put(b.define(op.result), lambda fr: fr[src])
+
+
+def _k_lane_result(b: _Builder, op: LaneResultOp, _: bool) -> Step:
+    src, lane = b.stacked(op.source), op.lane
+    return _put(b.define(op.result), lambda fr: fr[src][:, lane])
 
 
 KERNELS: dict[type[Operation], Maker] = {
-    ExtractSliceOp: lambda b, op, _: _extract(b.stacked(op.source), b.region(op), b.lane,
-                                              b.define(op.result), info(op.result).shape),
-    InsertSliceOp: lambda b, op, in_place: _insert(b.stacked(op.source), b.stacked(op.dest),
-                                                   b.region(op), b.lane, b.define(op.result),
-                                                   tuple(op.sizes), in_place),
-    ParallelInsertSliceOp: lambda b, op, _: _publish(b.stacked(op.source), b.stacked(op.dest),
-                                                     b.region(op), b.lane, tuple(op.sizes)),
-    ReshapeOp: lambda b, op, _: _reshape(b.stacked(op.source), b.define(op.result),
-                                         info(op.result).shape),
-    EmptyOp: lambda b, op, _: _empty(b.define(op.result), info(op.result).shape,
-                                     info(op.result).dtype),
-    MaterializeLayoutOp: lambda b, op, _: _alias(b.stacked(op.source), b.define(op.result)),
-    LaneResultOp: lambda b, op, _: _lane_result(b.stacked(op.source), b.define(op.result),
-                                                op.lane),
-    TransposeOp: lambda b, op, _: _transpose(b.stacked(op.source), b.define(op.result),
-                                             tuple(op.perm)),
-    ConcatOp: _k_concat, MvmOp: _k_mvm, BinaryOp: _k_binary, UnaryOp: _k_unary, PadOp: _k_pad,
+    ExtractSliceOp: _k_extract, InsertSliceOp: _k_insert, ParallelInsertSliceOp: _k_publish,
+    ReshapeOp: _k_reshape, EmptyOp: _k_empty, MaterializeLayoutOp: _k_alias,
+    LaneResultOp: _k_lane_result, TransposeOp: _k_transpose, ConcatOp: _k_concat,
+    MvmOp: _k_mvm, BinaryOp: _k_binary, UnaryOp: _k_unary, PadOp: _k_pad,
 }
 """Op class → the maker of its step (ops absent here run through `eval_op`)."""
 
 
-def _fast_binary(op: BinaryOp) -> bool:
-    """float32 operands whose broadcast is the result shape: the ufunc alone is exact."""
-    ta, tb, tr = info(op.lhs), info(op.rhs), info(op.result)
-    if not ta.dtype == tb.dtype == tr.dtype == _F32:
-        return False
-    try:
-        return np.broadcast_shapes(ta.shape, tb.shape) == tr.shape
-    except ValueError:
-        return False
+def _runner(size: int, lane: int, lanes: int, accs: list[tuple[int, TypeInfo]],
+            outs: list[int], steps: list[Step]) -> GroupFn:
+    """A batch's results (`accs`) start as zeros; every lane publishes into them with
+    parallel_insert_slice."""
+    zeros = np.zeros
 
-
-def _expand(shape: tuple[int, ...], rank: int) -> tuple[int, ...] | None:
-    """The per-instance shape an operand of lower rank takes so that broadcasting against
-    the result lines up behind the instance axis (None: already the result's rank)."""
-    return None if len(shape) == rank else (1,) * (rank - len(shape)) + shape
-
-
-def _fast_pad(op: PadOp) -> bool:
-    ts, tr = info(op.source), info(op.result)
-    low, high = tuple(op.low), tuple(op.high)
-    return (ts.dtype == tr.dtype == _F32 and len(low) == len(high) == len(ts.shape)
-            and min((*low, *high), default=0) >= 0
-            and tuple(n + a + b for n, a, b in zip(ts.shape, low, high, strict=True))
-            == tr.shape)
-
-
-# ---- runners and steps ---------------------------------------------------------------
-def _single_run(size: int, outs: list[int], steps: list[Step]) -> GroupFn:
     def run(k: int, reads: list[Any], params: list[Any]) -> list[Any]:
         fr: Frame = [k, *reads, *params]
         fr += [None] * (size - len(fr))
-        for step in steps:
-            step(fr)
+        for slot, t in accs:
+            fr[slot] = zeros((k, *t.shape), t.dtype)
+        for i in range(lanes):
+            fr[lane] = i
+            for step in steps:
+                step(fr)
         return [fr[s] for s in outs]
 
     return run
 
 
-def _batch_run(size: int, lane: int, lanes: int,
-               accs: list[tuple[int, tuple[int, ...], np.dtype]], steps: list[Step]
-               ) -> GroupFn:
-    """Results start as zeros; every lane publishes into them with parallel_insert_slice."""
-    zeros = np.zeros
-
-    def run(k: int, reads: list[Any], params: list[Any]) -> list[Any]:
-        fr: Frame = [k, *reads, *params]
-        fr += [None] * (size - len(fr))
-        for slot, shape, dtype in accs:
-            fr[slot] = zeros((k, *shape), dtype)
-        for i in range(lanes):
-            fr[lane] = i
-            for step in steps:
-                step(fr)
-        return [fr[slot] for slot, _, _ in accs]
-
-    return run
-
-
 def _const(res: int, value: np.ndarray) -> Step:
-    def run(fr: Frame) -> None:
-        fr[res] = value
-
-    return run
-
-
-def _broadcast(src: int, res: int, shape: tuple[int, ...]) -> Step:
-    broadcast_to = np.broadcast_to
-
-    def run(fr: Frame) -> None:
-        fr[res] = broadcast_to(fr[src], (fr[0], *shape))
-
-    return run
+    return _put(res, lambda fr: value)
 
 
 def _load(param: int, res: int, shape: tuple[int, ...]) -> Step:
     """A load of a function input: each instance's (array, slice tuple) is a parameter."""
-    stack = np.stack
-
-    def run(fr: Frame) -> None:
-        fr[res] = stack([buf[sl] for buf, sl in fr[param]]).reshape((fr[0], *shape))
-
-    return run
-
-
-def _extract(src: int, where: tuple[slice, ...] | list[tuple[slice, ...]], lane: int,
-             res: int, shape: tuple[int, ...]) -> Step:
-    if isinstance(where, tuple):
-        sl = where
-
-        def const(fr: Frame) -> None:
-            fr[res] = fr[src][sl].reshape((fr[0], *shape))
-
-        return const
-    table = where
-
-    def per_lane(fr: Frame) -> None:
-        fr[res] = fr[src][table[fr[lane]]].reshape((fr[0], *shape))
-
-    return per_lane
-
-
-def _insert(src: int, dst: int, where: tuple[slice, ...] | list[tuple[slice, ...]],
-            lane: int, res: int, sizes: tuple[int, ...], in_place: bool) -> Step:
-    """Writes into the destination only when the caller proved nobody else sees it; SSA
-    values are otherwise never written (extract_slice and reshape share views)."""
-    if isinstance(where, tuple):
-        sl = where
-
-        def const(fr: Frame) -> None:
-            out = fr[dst] if in_place else fr[dst].copy()
-            out[sl] = fr[src].reshape((fr[0], *sizes))
-            fr[res] = out
-
-        return const
-    table = where
-
-    def per_lane(fr: Frame) -> None:
-        out = fr[dst] if in_place else fr[dst].copy()
-        out[table[fr[lane]]] = fr[src].reshape((fr[0], *sizes))
-        fr[res] = out
-
-    return per_lane
-
-
-def _publish(src: int, dst: int, where: tuple[slice, ...] | list[tuple[slice, ...]],
-             lane: int, sizes: tuple[int, ...]) -> Step:
-    """Writes in place: the destination is the batch's own zero-initialised result."""
-    if isinstance(where, tuple):
-        sl = where
-
-        def const(fr: Frame) -> None:
-            fr[dst][sl] = fr[src].reshape((fr[0], *sizes))
-
-        return const
-    table = where
-
-    def per_lane(fr: Frame) -> None:
-        fr[dst][table[fr[lane]]] = fr[src].reshape((fr[0], *sizes))
-
-    return per_lane
-
-
-def _reshape(src: int, res: int, shape: tuple[int, ...]) -> Step:
-    def run(fr: Frame) -> None:
-        fr[res] = fr[src].reshape((fr[0], *shape))
-
-    return run
-
-
-def _empty(res: int, shape: tuple[int, ...], dtype: np.dtype) -> Step:
-    zeros = np.zeros
-
-    def run(fr: Frame) -> None:
-        fr[res] = zeros((fr[0], *shape), dtype)
-
-    return run
-
-
-def _alias(src: int, res: int) -> Step:
-    def run(fr: Frame) -> None:
-        fr[res] = fr[src]
-
-    return run
-
-
-def _lane_result(src: int, res: int, lane: int) -> Step:
-    def run(fr: Frame) -> None:
-        fr[res] = fr[src][:, lane]
-
-    return run
-
-
-def _transpose(src: int, res: int, perm: tuple[int, ...]) -> Step:
-    """A view, not `eval_op`'s contiguous copy: no value is ever written after it is
-    made (in-place inserts only write fresh buffers), so the two cannot be told apart,
-    and the consumer reads the strides it would otherwise have copied."""
-    transpose = np.transpose
-    axes = (0, *(p + 1 for p in perm))
-
-    def run(fr: Frame) -> None:
-        fr[res] = transpose(fr[src], axes)
-
-    return run
-
-
-def _concat(srcs: tuple[int, ...], res: int, axis: int) -> Step:
-    concatenate = np.concatenate
-
-    def run(fr: Frame) -> None:
-        fr[res] = concatenate([fr[s] for s in srcs], axis=axis)
-
-    return run
-
-
-def _mvm(vec: int, weight: int, stacked: bool, rank: int, res: int) -> Step:
-    """`vector @ weight` per instance. A shared weight multiplies the stacked vectors
-    directly; stacked weights pair up with the vectors instance by instance."""
-    matmul = np.matmul
-    if not stacked:
-
-        def shared(fr: Frame) -> None:
-            w = fr[weight]
-            if w.__class__ is list:  # one weight per instance (tiles differ)
-                v = fr[vec]
-                fr[res] = np.stack([matmul(v[i], w[i]) for i in range(len(w))])
-            else:
-                fr[res] = matmul(fr[vec], w)
-
-        return shared
-    if rank == 1:
-
-        def rows(fr: Frame) -> None:
-            fr[res] = matmul(fr[vec][:, None, :], fr[weight])[:, 0, :]
-
-        return rows
-    pad = (1,) * (rank - 2)
-
-    def paired(fr: Frame) -> None:
-        w = fr[weight]
-        fr[res] = matmul(fr[vec], w.reshape((w.shape[0], *pad, *w.shape[1:])))
-
-    return paired
-
-
-def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: int,
-            a_shape: tuple[int, ...] | None, b: int, b_shape: tuple[int, ...] | None,
-            res: int) -> Step:
-    if a_shape is None and b_shape is None:
-
-        def same(fr: Frame) -> None:
-            fr[res] = fn(fr[a], fr[b])
-
-        return same
-
-    def expanded(fr: Frame) -> None:
-        x, y = fr[a], fr[b]
-        if a_shape is not None:
-            x = x.reshape((fr[0], *a_shape))
-        if b_shape is not None:
-            y = y.reshape((fr[0], *b_shape))
-        fr[res] = fn(x, y)
-
-    return expanded
-
-
-def _unary(fn: Callable[[np.ndarray], np.ndarray], src: int, res: int) -> Step:
-    def run(fr: Frame) -> None:
-        fr[res] = fn(fr[src])
-
-    return run
-
-
-def _pad(src: int, res: int, shape: tuple[int, ...], inner: tuple[slice, ...], value: float
-         ) -> Step:
-    """`np.pad` with a constant, as `eval_op`: the border holds the value cast to the
-    element type, the interior the source."""
-    if value == 0.0 and math.copysign(1.0, value) > 0:
-        zeros = np.zeros
-
-        def run(fr: Frame) -> None:
-            out = zeros((fr[0], *shape), _F32)
-            out[inner] = fr[src]
-            fr[res] = out
-
-        return run
-    fill, empty = np.float32(value), np.empty
-
-    def fill_run(fr: Frame) -> None:
-        out = empty((fr[0], *shape), _F32)
-        out[...] = fill
-        out[inner] = fr[src]
-        fr[res] = out
-
-    return fill_run
+    return _put(res, lambda fr: np.stack([buf[sl] for buf, sl in fr[param]]).reshape(
+        (fr[0], *shape)))
 
 
 def _generic(op: Operation, srcs: tuple[int, ...], res: int) -> Step:
     """`eval_op` on a representative op, instance by instance."""
     operands, result = op.operands(), op.results()[0]
-    stack = np.stack
 
-    def run(fr: Frame) -> None:
+    def run(fr: Frame) -> Any:
         outs: list[Any] = []
         for i in range(fr[0]):
-            env: dict[Value, object] = dict(zip(operands, [fr[s][i] for s in srcs],
-                                                strict=True))
+            env: dict[Value, object] = dict(zip(operands, [fr[s][i] for s in srcs], strict=True))
             eval_op(op, env, {})
             outs.append(env[result])
-        fr[res] = stack(outs)
+        return np.stack(outs)
 
-    return run
+    return _put(res, run)

@@ -1,17 +1,14 @@
-"""The values of a simulated run, computed after its timing.
+"""The values of a simulated run, computed after its timing (values never depend on time).
 
-Values never depend on time, so the event loop only decides when things happen and
-records the order in which it performed computes, sends and shared-memory accesses. This
-module then computes every value. An instruction's level is the first level at which all
-its operands exist (a value made at level L exists from L + 1; a message's value from one
-level after its send); the accesses to one shared buffer also keep the event loop's order
-among themselves, which settles every race on a buffer exactly as the timed run did
-(accesses to different buffers cannot race, so they keep no order: the inferences of a
-stream then share levels, and their computes stack). The
+An instruction's level is the first level at which all its operands exist (a value made at
+level L exists from L + 1; a message's value from one level after its send); the accesses to
+one shared buffer also keep the event loop's order among themselves, which settles every race
+on a buffer exactly as the timed run did (accesses to different buffers cannot race, so they
+keep no order: the inferences of a stream then share levels, and their computes stack). The
 computes of one level are independent, so all instances of one template in a level run
-together: one numpy call per body op on arrays stacked over the instances, instead of one
-per instance. That is what makes the simulator's numerics cheap on real models, whose
-layers are hundreds of instances of a few dozen bodies.
+together, one numpy call per body op on arrays stacked over the instances: that is what makes
+the numerics cheap on real models, whose layers are hundreds of instances of a few dozen
+bodies.
 """
 
 from __future__ import annotations
@@ -45,20 +42,17 @@ def levels(program: Program, order: Sequence[Instr]) -> list[list[Instr]]:
             assert ins.partner.value is not None
             level = have.get(ins.value, 0)
             ready[ins.peer][ins.partner.value] = level + 1
-        elif kind == LOAD:
-            buf = ins.op.buffer  # type: ignore[attr-defined]
-            level = max([memory.get(buf, 0), *[store_done[s] for s in ins.deps]])
-            memory[buf] = level
-            assert ins.value is not None
-            have[ins.value] = level + 1
         else:
             assert ins.value is not None
             buf = ins.op.buffer  # type: ignore[attr-defined]
-            level = max(memory.get(buf, 0), have.get(ins.value, 0))
+            if kind == LOAD:
+                level = max([memory.get(buf, 0), *[store_done[s] for s in ins.deps]])
+                have[ins.value] = level + 1
+            else:
+                level = max(memory.get(buf, 0), have.get(ins.value, 0))
+                store_done[ins.store_id] = level + 1
             memory[buf] = level
-            store_done[ins.store_id] = level + 1
-        while len(out) <= level:
-            out.append([])
+        out += [[] for _ in range(level + 1 - len(out))]
         out[level].append(ins)
     return out
 

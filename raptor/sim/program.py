@@ -1,17 +1,16 @@
 """Compile scheduled IR into per-core instruction lists for the event loop.
 
-Everything that does not depend on simulated time or on the inputs is done here, once:
-op costs (from `raptor.solver.costs`, the scheduler's own table), one template per
-distinct compute body (`kernels.py`), which operands are received values (the only ones a
-core may have to wait for), the crossbar tiles each core holds, channel pairing checks,
-and which stores each load must wait for (a load reads shared memory only after every
-overlapping store elsewhere is done).
+Everything that depends on neither simulated time nor the inputs is done here, once: op costs
+(`raptor.solver.costs`, the scheduler's own table), one template per distinct compute body
+(`kernels.py`), which operands are received values (the only ones a core may wait for), the
+crossbar tiles each core holds, channel pairing checks, and which stores each load must wait
+for (a load reads shared memory only after every overlapping store elsewhere is done).
 
 A `pim.stream` loop is unrolled here, one copy of its body per inference with `%n` and `%s`
-bound, and every value the body defines renamed per inference (the event loop and the
-numerics key values by identity, so each inference's values stay apart). Inside a stream,
-loads are ordered by `pim.wait` / `pim.signal` counters alone, not by the stores they
-overlap: the engine checks that each load reads data stored for its own inference.
+bound and every value the body defines renamed per inference (the event loop and the numerics
+key values by identity). Inside a stream, loads are ordered by `pim.wait` / `pim.signal`
+counters alone, not by the stores they overlap: the engine checks that each load reads data
+stored for its own inference.
 """
 
 from __future__ import annotations
@@ -49,16 +48,7 @@ from raptor.ir.ops import (
 )
 from raptor.ir.types import TensorType
 from raptor.sim.errors import SimError
-from raptor.sim.kernels import (
-    Env,
-    Kernel,
-    KernelError,
-    Template,
-    Templates,
-    TypeInfo,
-    info,
-    resolve,
-)
+from raptor.sim.kernels import Env, KernelError, Template, Templates, TypeInfo, info, resolve
 from raptor.sim.timing import OpTiming
 from raptor.solver.costs import op_cost_ns
 from raptor.target import Target
@@ -85,7 +75,7 @@ class Instr:
     label: str
     core: int = -1
     cost: int = 0
-    fn: Kernel | None = None
+    fn: Callable[[Env], None] | None = None
     """LOAD/STORE: the access on the core's env."""
     waits: tuple[Value, ...] = ()
     body_ops: int = 0
@@ -163,9 +153,8 @@ class Program:
             raise SimError(str(e)) from None
         for a, x in zip(self.func.args, args, strict=True):
             np.copyto(self.shared[a], x)
-        inputs_v = set(self.func.args)
         for v, buf in self.shared.items():
-            if v not in inputs_v:
+            if v not in self.func.args:
                 buf.fill(0)
         self.envs = {c: dict(env) for c, env in self.initial.items()}
 
@@ -189,24 +178,17 @@ def xy_route(target: Target, src: int, dst: int, nbytes: int) -> Route:
     """Along the row to the destination column, then along the column; the link from core
     a to core b is keyed a * cores + b."""
     cols, n = target.mesh_cols, target.num_cores
-    r, c = divmod(src, cols)
-    rd, cd = divmod(dst, cols)
-    links = []
-    here = src
-    while c != cd:
-        c += 1 if cd > c else -1
-        links.append(here * n + r * cols + c)
-        here = r * cols + c
-    while r != rd:
-        r += 1 if rd > r else -1
+    (r, c), (rd, cd) = divmod(src, cols), divmod(dst, cols)
+    links, here = [], src
+    while here != dst:
+        if c != cd:
+            c += 1 if cd > c else -1
+        else:
+            r += 1 if rd > r else -1
         links.append(here * n + r * cols + c)
         here = r * cols + c
     ser = target.ns(-(-nbytes // target.flit_bytes) * target.flit_cycles)
     return target.transfer_ns(nbytes, src, dst), ser, tuple(links)
-
-
-def _box(offsets: Sequence[int], sizes: Sequence[int], strides: Sequence[int]) -> Box:
-    return tuple(zip(offsets, sizes, strides, strict=True))
 
 
 def _dim_overlap(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
@@ -241,10 +223,9 @@ class _Compiler:
         self.inferences = 0
 
     def route(self, src: int, dst: int, nbytes: int) -> Route:
-        key = (src, dst, nbytes)
-        if key not in self.routes:
-            self.routes[key] = xy_route(self.target, src, dst, nbytes)
-        return self.routes[key]
+        if (src, dst, nbytes) not in self.routes:
+            self.routes[src, dst, nbytes] = xy_route(self.target, src, dst, nbytes)
+        return self.routes[src, dst, nbytes]
 
     # ---- func level ----------------------------------------------------------------
     def weight(self, op: WeightOp) -> np.ndarray:
@@ -296,8 +277,7 @@ class _Compiler:
                                "pim.core_batch, return)")
         for v in outputs:
             if v not in self.shared and v not in self.weights:
-                raise SimError(f"returned {value_name(v)} is not a shared buffer, input or "
-                               "weight")
+                raise SimError(f"returned {value_name(v)} is not a shared buffer, input or weight")
         seen: dict[int, Operation] = {}
         for core, _, _, owner in jobs:
             if not 0 <= core < self.target.num_cores:
@@ -354,8 +334,8 @@ class _Compiler:
                     lines.append(f"channel {ch} from core {src} to core {dst}: {role} core {who} "
                                  "has no program")
             if len(ss) != len(rr):
-                at = ", ".join(f"send at {i.where}" for i in ss)
-                at += (", " if at and rr else "") + ", ".join(f"receive at {i.where}" for i in rr)
+                at = ", ".join(f"{w} at {i.where}" for w, xs in (("send", ss), ("receive", rr))
+                               for i in xs)
                 lines.append(f"channel {ch} from core {src} to core {dst}: {len(ss)} send(s), "
                              f"{len(rr)} receive(s) ({at})")
             for s, r in zip(ss, rr, strict=False):
@@ -439,17 +419,15 @@ class _CoreCompiler:
             for op in loop.body.ops:
                 if isinstance(op, StreamOp):
                     raise self.fail(op, "pim.stream inside pim.stream")
-                proto = first.get(op) if n else None
-                try:
-                    ins = self.again(op, proto) if proto is not None else self.op(op, len(out))
+                try:  # an op is in `first` once its first inference is compiled
+                    ins = self.again(op, first[op]) if op in first else self.op(op, len(out))
                 except KernelError as e:
                     raise self.fail(op, str(e)) from None
                 if ins is not None:
                     ins.inference = n
                     out.append(ins)
-                    if not n and (ins.kind == RECV or (
-                            ins.kind == SEND and not _uses_any(op, set(self.fixed))) or (
-                            ins.kind == COMPUTE and op in self.cached)):
+                    if not n and ((ins.kind == SEND and not _uses_any(op, set(self.fixed)))
+                                  or (ins.kind == COMPUTE and op in self.cached)):
                         first[op] = ins
             if len(out) > begin:
                 out[begin].first = n
@@ -486,7 +464,6 @@ class _CoreCompiler:
                      threshold=th.const)
 
     def op(self, op: Operation, pos: int) -> Instr | None:
-        tgt = self.ctx.target
         if isinstance(op, WeightOp):
             self.env[op.result] = self.ctx.weight(op)
             self.ctx.symbols[op.result] = op.symbol
@@ -500,7 +477,7 @@ class _CoreCompiler:
             msg_t = op.message_type
             assert isinstance(msg_t, TensorType)
             nbytes = msg_t.nbytes
-            if not 0 <= op.core < tgt.num_cores:
+            if not 0 <= op.core < self.ctx.target.num_cores:
                 raise self.fail(op, f"send to core {op.core}, outside the mesh")
             payload = None
             value = self.r(op.value)
@@ -508,7 +485,6 @@ class _CoreCompiler:
                 offs = resolve(op.offsets, self.fixed)
                 sl = slices([a.const for a in offs], op.sizes, op.strides)
                 payload = _Region(value, sl, msg_t.static_shape)
-
             return Instr(SEND, op, "spat.channel_send", self.core, waits=self.waits(op, [value]),
                          peer=op.core, channel=op.channel, value=value, nbytes=nbytes,
                          payload=payload, route=self.ctx.route(self.core, op.core, nbytes))
@@ -555,13 +531,12 @@ class _CoreCompiler:
         self.ctx.stores.append((self.core, ins))
         return ins
 
-    def buffer_region(self, op: LoadOp | StoreOp, buf: np.ndarray
-                      ) -> tuple[Box, tuple[slice, ...]]:
+    def buffer_region(self, op: LoadOp | StoreOp, buf: np.ndarray) -> tuple[Box, tuple[slice, ...]]:
         """The constant, in-bounds region of a shared buffer a load or store touches."""
         offs = resolve(op.offsets, self.fixed)
         if any(not a.is_const for a in offs):
             raise self.fail(op, f"{op.NAME} offsets must be constant on a core")
-        box = _box([a.const for a in offs], op.sizes, op.strides)
+        box = tuple(zip([a.const for a in offs], op.sizes, op.strides, strict=True))
         for d, (o, n, st) in enumerate(box):
             if n and (o < 0 or o + (n - 1) * st >= buf.shape[d]):
                 raise self.fail(op, f"{op.NAME} dimension {d} [{o}, +{n}*{st}) is outside "
@@ -581,59 +556,43 @@ class _CoreCompiler:
         return got
 
     def again(self, op: Operation, proto: Instr) -> Instr:
-        """A receive, send or compute of a later inference, from its first inference's
+        """A send or compute of a later inference, from its first inference's
         instruction: the same work on this inference's values (what `op` would compile
         to, without redoing what does not change)."""
-        if proto.kind == RECV:
-            assert isinstance(op, ChannelReceiveOp)
-            got = self.fresh(op.result)
-            self.received.add(got)
-            return Instr(RECV, op, proto.label, self.core, peer=proto.peer,
-                         channel=proto.channel, value=got, nbytes=proto.nbytes)
         if proto.kind == SEND:
             assert isinstance(op, ChannelSendOp)
-            value = self.r(op.value)
-            payload = None
-            if isinstance(proto.payload, _Region):  # the same region of this inference's
-                payload = _Region(value, proto.payload.sl, proto.payload.shape)  # value
-            return Instr(
-                SEND, op, proto.label, self.core, waits=self.waits(op, [value]),
-                peer=proto.peer, channel=proto.channel, value=value, nbytes=proto.nbytes,
-                payload=payload, route=proto.route)
+            value, payload = self.r(op.value), proto.payload
+            if isinstance(payload, _Region):  # the same region of this inference's value
+                payload = _Region(value, payload.sl, payload.shape)
+            return Instr(SEND, op, proto.label, self.core, waits=self.waits(op, [value]),
+                         peer=proto.peer, channel=proto.channel, value=value,
+                         nbytes=proto.nbytes, payload=payload, route=proto.route)
         tpl = proto.template
         assert tpl is not None
         if tpl.loads:
             return self.compute(op)
-        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
-            reads = tuple([self.r(v) for v in (*op.inputs, *self.cached[op][1])])
-            defines = tuple([self.fresh(v) for v in op.outs])
-        else:
-            reads = tuple([self.r(v) for v in self.cached[op][1]])
-            defines = tuple([self.fresh(v) for v in op.results()])
+        reads, defines = self.operands(op, self.cached[op][1])
         received = self.received
         return Instr(COMPUTE, op, proto.label, self.core, cost=proto.cost,
                      waits=tuple([v for v in reads if v in received]),
                      body_ops=proto.body_ops, template=tpl, reads=reads, defines=defines)
 
+    def operands(self, op: Operation, frees: Sequence[Value]
+                 ) -> tuple[tuple[Value, ...], tuple[Value, ...]]:
+        """What a compute reads (its inputs, then `frees` from outside its body) and
+        defines, as this inference knows them."""
+        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
+            return (tuple([self.r(v) for v in (*op.inputs, *frees)]),
+                    tuple([self.fresh(v) for v in op.outs]))
+        return tuple([self.r(v) for v in frees]), tuple([self.fresh(v) for v in op.results()])
+
     def compute(self, op: Operation) -> Instr:
         """A scheduled compute, or one bare op at core level, through its template."""
         tpl, frees = self.template(op)
-        if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
-            reads = tuple([self.r(v) for v in (*op.inputs, *frees)])
-            defines = tuple([self.fresh(v) for v in op.outs])
-            body_ops = tpl.ops
-        else:
-            reads = tuple([self.r(v) for v in frees])
-            defines, body_ops = tuple([self.fresh(v) for v in op.results()]), 0
+        reads, defines = self.operands(op, frees)
+        body = op.body.ops if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp) else []
         load_bufs = [reads[i] for i in tpl.load_reads]
-        params = []
-        if tpl.loads:
-            assert isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp)
-            inputs = self.ctx.inputs
-            for pos in tpl.loads:
-                load = op.body.ops[pos]
-                assert isinstance(load, LoadOp)
-                params.append(self.input_load(load, inputs))
+        params = tuple(self.input_load(body[pos]) for pos in tpl.loads)
         for k, w in enumerate(tpl.weights):
             if isinstance(w, str):
                 self.tiles.add(w)
@@ -648,15 +607,16 @@ class _CoreCompiler:
         label = f"{op.NAME} lanes({op.lanes})" if isinstance(op, ScheduledComputeBatchOp) \
             else op.name
         return Instr(COMPUTE, op, label, self.core, cost=tpl.cost, waits=waits,
-                     body_ops=body_ops, template=tpl, reads=reads, defines=defines,
-                     params=tuple(params))
+                     body_ops=tpl.ops if body else 0, template=tpl, reads=reads,
+                     defines=defines, params=params)
 
-    def input_load(self, op: LoadOp, inputs: set[Value]) -> tuple[np.ndarray, tuple[slice, ...]]:
+    def input_load(self, op: Operation) -> tuple[np.ndarray, tuple[slice, ...]]:
         """A `pim.load` inside a compute body: the instance gathers its box of a function
         input as part of its own work (charged in the body's cost). Inputs are never
         written, so no store can race with it; other buffers must be loaded at core level,
         where loads wait for the stores they overlap."""
-        if op.buffer not in inputs:
+        assert isinstance(op, LoadOp)
+        if op.buffer not in self.ctx.inputs:
             raise self.fail(op, "pim.load inside a compute body may only read a function "
                             f"input, not {value_name(op.buffer)}")
         buf = self.ctx.shared[op.buffer]
@@ -679,11 +639,8 @@ class _Region:
 def _uses_any(op: Operation, names: set[Value]) -> bool:
     """Whether an offset of `op` or of an op in its body, other than a `pim.load`'s (a
     load's region is a parameter of the instance, not of the template), uses `names`."""
-    for inner in op.walk():
-        if isinstance(inner, Strided) and not isinstance(inner, LoadOp) and any(
-                v in names for a in inner.offsets for v in a.vars()):
-            return True
-    return False
+    return any(isinstance(inner, Strided) and not isinstance(inner, LoadOp)
+               and any(v in names for a in inner.offsets for v in a.vars()) for inner in op.walk())
 
 
 def compile_program(module: Module, target: Target) -> Program:

@@ -79,8 +79,7 @@ class SimReport:
 
     def inference_latency_ns(self) -> list[int]:
         """Per inference of a stream: its end minus its start (its latency in the pipeline)."""
-        return [e - s for s, e in zip(self.inference_start_ns, self.inference_end_ns,
-                                      strict=True)]
+        return [e - s for s, e in zip(self.inference_start_ns, self.inference_end_ns, strict=True)]
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -155,22 +154,18 @@ class Trace:
         `flows_until` keeps the arrows of messages sent by then only (a stream's first
         inference: the others repeat its pattern, and a long stream would carry hundreds of
         thousands of them)."""
-        events: list[dict[str, Any]] = [
-            {"ph": "M", "name": "process_name", "pid": 0, "tid": 0,
-             "args": {"name": "raptor simulator"}}]
-        for c in cores:
-            events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": c,
-                           "args": {"name": f"core {c}"}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": c,
-                           "args": {"sort_index": c}})
+        meta = [(0, "process_name", {"name": "raptor simulator"})] + [
+            m for c in cores for m in ((c, "thread_name", {"name": f"core {c}"}),
+                                       (c, "thread_sort_index", {"sort_index": c}))]
+        events: list[dict[str, Any]] = [{"ph": "M", "name": name, "pid": 0, "tid": t,
+                                          "args": args} for t, name, args in meta]
         work: dict[int, list[tuple[int, int]]] = {}  # per core: compute spans (start, end)
         for (core, start, dur, name, cat, detail), label in zip(
                 self.spans, self.labelled(labels), strict=True):
             args: dict[str, Any] = {"detail": detail}
             if label is not None:  # the detail is a source location, if the IR has one
                 name = label.name
-                args = label.args if detail.startswith("<") else {**label.args,
-                                                                  "detail": detail}
+                args = label.args if detail.startswith("<") else {**label.args, "detail": detail}
             events.append({"ph": "X", "name": name, "cat": cat, "pid": 0, "tid": core,
                            "ts": start / 1000, "dur": dur / 1000, "args": args})
             if cat == BUSY and dur > 0:
@@ -246,11 +241,6 @@ def busy_per_bin(spans: Sequence[tuple[int, int]], edges: np.ndarray) -> np.ndar
     return out
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Whole or not at all (`raptor.fileio`): a reader never sees a half-written trace."""
-    write_text_atomic(path, text)
-
-
 @dataclass
 class SimResult:
     """Output tensors in `return` order (with their names) plus figures and trace."""
@@ -267,8 +257,7 @@ class SimResult:
                            f"{', '.join('%' + n for n in self.names)})")
         return self.outputs[self.names.index(key)]
 
-    def chrome_trace(self, labels: Labels | None = None, mesh_links: int = 0
-                     ) -> dict[str, Any]:
+    def chrome_trace(self, labels: Labels | None = None, mesh_links: int = 0) -> dict[str, Any]:
         """A stream's trace draws the message arrows of its first inference only."""
         ends = self.report.inference_end_ns
         return self.trace.to_chrome([c.core for c in self.report.cores], labels, mesh_links,
@@ -276,4 +265,5 @@ class SimResult:
 
     def write_trace(self, path: str | Path, labels: Labels | None = None,
                     mesh_links: int = 0) -> None:
-        write_atomic(path, json.dumps(self.chrome_trace(labels, mesh_links)))
+        """Whole or not at all (`raptor.fileio`): a reader never sees a half-written trace."""
+        write_text_atomic(path, json.dumps(self.chrome_trace(labels, mesh_links)))
