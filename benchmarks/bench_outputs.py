@@ -27,7 +27,6 @@ from raptor.solver.evaluate import retime
 from raptor.solver.gantt import gantt_svg
 from raptor.target import load_target
 from raptor.ui.labels import legend, span_labels, task_layers
-from raptor.ui.outputs import mesh_links
 
 
 def best(f: Callable[[], object], repeat: int) -> float:
@@ -76,7 +75,7 @@ def main() -> None:
                                                             legend=names)),
             ("NoC heatmap", lambda: noc_svg(sim, target, title="t")),
             ("trace with labels, flows, counters",
-             lambda: sim.write_trace(trace, labels, mesh_links(target))),
+             lambda: sim.write_trace(trace, labels, target.mesh_links)),
             ("trace as before (no labels)", lambda: sim.write_trace(trace)),
             ("print the scheduled IR (for scale)", run.scheduled.print),
         ]

@@ -147,6 +147,12 @@ class Target:
         return self.mesh_rows * self.mesh_cols
 
     @property
+    def mesh_links(self) -> int:
+        """Directed links of the mesh (both directions between every pair of neighbours)."""
+        r, c = self.mesh_rows, self.mesh_cols
+        return 2 * (r * (c - 1) + c * (r - 1))
+
+    @property
     def crossbar_capacity(self) -> int:
         """Weight tiles the whole chip can hold at once."""
         return self.num_cores * self.crossbars_per_core

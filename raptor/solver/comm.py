@@ -461,8 +461,7 @@ class _Replayer:
         if stuck:
             raise ValueError(f"per-core order contradicts the dependencies: cores {stuck} "
                              "wait forever")
-        t = self.net.target
-        links = 2 * (t.mesh_rows * (t.mesh_cols - 1) + t.mesh_cols * (t.mesh_rows - 1))
+        links = self.net.target.mesh_links
         peaks = [max(int(u.max(initial=0)), int(a.max(initial=0)))
                  for u, a in zip(self.usage, self.at_point, strict=True)]
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,

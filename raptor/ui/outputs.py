@@ -26,19 +26,12 @@ from raptor.sim.charts import noc_svg, timeline_svg
 from raptor.solve import Progress, Solved
 from raptor.solver.evaluate import retime
 from raptor.solver.gantt import gantt_svg
-from raptor.target import Target
 from raptor.ui.labels import legend, span_labels, task_layers
 
 FILES = ("report.json, scheduled.<solver>.spat, weights.npz, gantt.<solver>.svg (estimate)",
          "gantt.<solver>.simulated.svg, noc.<solver>.svg, trace.<solver>.json, "
          "outputs.<solver>.npz")
 """What the `wrote` line lists: always, and for simulated schedules."""
-
-
-def mesh_links(target: Target) -> int:
-    """Directed links of the mesh (both directions between every pair of neighbours)."""
-    r, c = target.mesh_rows, target.mesh_cols
-    return 2 * (r * (c - 1) + c * (r - 1))
 
 
 def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
@@ -90,7 +83,7 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
                              stage_of_core=run.result.stage_of_core),
                 noc_svg(run.sim, target, title=f"{model}: NoC traffic of the {run.name} "
                         "schedule (simulated)"),
-                json.dumps(run.sim.chrome_trace(labels, mesh_links(target))))
+                json.dumps(run.sim.chrome_trace(labels, target.mesh_links)))
         for name, text in zip(("gantt.{}.simulated.svg", "noc.{}.svg", "trace.{}.json"),
                               texts, strict=True):
             write_text_atomic(d / name.format(run.name), text)

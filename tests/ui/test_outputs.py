@@ -17,7 +17,7 @@ import pytest
 from raptor.solve import Solved, SolveOptions, report, solve
 from raptor.solver.gantt import nice_step, time_unit
 from raptor.target import load_target
-from raptor.ui.outputs import mesh_links, write_outputs
+from raptor.ui.outputs import write_outputs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODEL = EXAMPLES / "resnet_block.onnx"
@@ -131,7 +131,7 @@ def test_noc_heatmap_counts_every_byte_on_its_links(written: tuple[Solved, Path]
                           for s, d, _, nbytes, _, _ in sim.trace.messages) > 0
     idle = [tip for _, tip in _titled(root, "line")]
     assert all(t.endswith("no traffic") for t in idle)
-    assert len(idle) + len(list(_titled(root, "g"))) == mesh_links(target)
+    assert len(idle) + len(list(_titled(root, "g"))) == target.mesh_links
     cores = [tip for _, tip in _titled(root, "rect")]
     used = [c for c in sim.report.cores if c.ops]
     assert len(cores) == target.num_cores
