@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import cached_property, reduce
 
 from raptor.ir.core import Affine, Value
 from raptor.ir.ops import (
@@ -118,6 +118,15 @@ class _Entry:
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
 
+    @cached_property
+    def affine(self) -> list[tuple[int, int]]:
+        """(constant, slot coefficient) of the region's offset along each dimension. Held
+        by the entry itself: `entries` builds fresh entries for batch results and graph
+        computes, so a cache keyed by `id(entry)` answered a collected entry's dims for a
+        new one at the same address (a nondeterministic IndexError in `pieces`)."""
+        return [(o.const, o.coef(self.var) if self.var is not None else 0)
+                for o in self.offsets]
+
 
 def _t(v: Value) -> TensorType:
     t = v.type
@@ -136,9 +145,8 @@ class Projection:
         self.placement: dict[Value, list[_Entry]] = {}
         self.producer_of: dict[Value, tuple[ComputeOp, int]] = {}
         self.func_args = set(func.args)
-        self._readers: dict[tuple[int, Value], list[Reader] | str] = {}
-        self._demand: dict[int, dict[Value, Region]] = {}
-        self._entry_affine: dict[int, list[tuple[int, int]]] = {}
+        self._readers: dict[tuple[ComputeOp, Value], list[Reader] | str] = {}
+        self._demand: dict[ComputeOp, dict[Value, Region]] = {}
         self._sources: dict[Value, tuple[int, int, dict[int, int] | None, TensorType]] = {}
         batch_ids = 0
         for op in func.body.ops:
@@ -230,12 +238,12 @@ class Projection:
         """The union of the slices of `arg` in the body at this lane (the whole tensor for
         any other use), and the part of it the body's results depend on (`demand`). The
         readers of each argument are analysed once per op."""
-        key = (id(op), arg)
+        key = (op, arg)
         readers = self._readers.get(key)
         if readers is None:
-            demand = self._demand.get(id(op))
+            demand = self._demand.get(op)
             if demand is None:
-                demand = self._demand[id(op)] = body_demand(op.body)
+                demand = self._demand[op] = body_demand(op.body)
             readers = self._readers[key] = _readers(op, arg, demand)
         if isinstance(readers, str):
             return Box.whole(shape), Box.whole(shape)
@@ -253,7 +261,7 @@ class Projection:
         pieces = []
         for e in entries:
             lo, hi = e.lo, e.hi
-            ck = self._affine(e)
+            ck = e.affine
             for d, (c, k) in enumerate(ck):
                 ext = (e.sizes[d] - 1) * e.strides[d] + 1 if e.sizes[d] else 0
                 # region along d at slot s: [c + k*s, c + k*s + ext) must meet [blo, bhi)
@@ -287,13 +295,6 @@ class Projection:
                                         TensorType(sizes, frag.dtype),
                                         tuple(a - o for a, o in zip(c_lo, offs, strict=True))))
         return pieces
-
-    def _affine(self, e: _Entry) -> list[tuple[int, int]]:
-        got = self._entry_affine.get(id(e))
-        if got is None:
-            got = [(o.const, o.coef(e.var) if e.var is not None else 0) for o in e.offsets]
-            self._entry_affine[id(e)] = got
-        return got
 
     def _source(self, src: Value) -> tuple[int, int, dict[int, int] | None, TensorType]:
         """First instance, result index, slot -> lane map (batches) and fragment type."""
