@@ -56,6 +56,7 @@ from raptor.ir.ops import (
     AllocSharedOp,
     ChannelReceiveOp,
     ChannelSendOp,
+    ComputeOp,
     CoreOp,
     EmptyOp,
     ExtractSliceOp,
@@ -163,6 +164,13 @@ class ScheduleView:
     core_of: Sequence[int]
     start: Sequence[int]
     end: Sequence[int]
+
+
+def _names(op: ComputeOp, index: int) -> bool:
+    """Whether the body of `op` names its input `index` (a slice of no elements does: a
+    window that reads only padding), so the input needs a local value even when empty."""
+    arg = (op.in_args if isinstance(op, GraphComputeBatchOp) else op.body.args)[index]
+    return any(arg in inner.operands() for inner in op.body.walk() if inner is not op)
 
 
 def _box_type(box: Box, like: TensorType) -> TensorType:
@@ -303,9 +311,13 @@ class Materializer:
                 args.append(Value(ins[-1].type, "w"))
                 local[use.index] = args[-1]
                 continue
-            if not all(use.box.sizes):
-                continue
             bt = _box_type(use.box, use.value.tensor)
+            if not all(use.box.sizes):  # nothing read, but a body slice may still name it
+                if _names(inst.op, use.index):
+                    empty = owned(EmptyOp(Value(bt, "none")))
+                    body.append(empty)
+                    local[use.index] = empty.result
+                continue
             if use.kind == "arg":
                 local[use.index] = Value(bt, "x")
                 body.append(owned(self.arg_load(core, self.argmap[use.value],
@@ -459,7 +471,13 @@ class Materializer:
                 g.ins.append(self.weight(use.value))
                 g.local[use.index] = g.ins[-1]
                 continue
-            if not all(use.box.sizes):
+            if not all(use.box.sizes):  # nothing read, but a body slice may still name it
+                if _names(op, use.index):
+                    empty = owned(EmptyOp(Value(_box_type(use.box, use.value.tensor), "none")))
+                    g.ops.append(empty)
+                    g.ins.append(empty.result)
+                    g.local[use.index] = empty.result
+                    g.shift[op.in_args[use.index]] = use.box.lo
                 continue
             box = reduce(Box.union, (u.box for u in uses))
             buf = Value(_box_type(box, use.value.tensor), "x" if use.kind == "arg" else "buf")
