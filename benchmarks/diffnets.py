@@ -2,14 +2,16 @@
 
     python -m benchmarks.diffnets --nets 1000 [--first 0] [--jobs 2] [--timeout 120]
                                   [--commands latency,pipeline,interpret] [--repeat 2]
-                                  [--shrink] [--json FILE]
+                                  [--shrink] [--json FILE] [--compare EARLIER.json]
 
 Network i is `tests.fuzz.random_nets.random_net(first + i)`; each runs under each command
 `--repeat` times (the reruns must agree). Prints (markdown) the table of command x class,
 the table of operator x class, and the messages of every class but ok; with --shrink, each
-failing network shrunk to a minimal reproducer under benchmarks/out/diffnets/. Exit 1 when
-any outcome is in a failing class (`tests.fuzz.diffnets.FAILING`). docs/fuzz.md records
-a campaign.
+failing network shrunk to a minimal reproducer under benchmarks/out/diffnets/; with
+--compare, every (network, command) whose class, message or outputs differ from an earlier
+campaign's --json (a rerun in other processes). Exit 1 when any outcome is in a failing
+class (`tests.fuzz.diffnets.FAILING`) or differs from the earlier campaign. docs/fuzz.md
+records a campaign.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from tests.fuzz.diffnets import (
     CLASSES,
     COMMANDS,
     FAILING,
+    Outcome,
     class_table,
     messages,
     op_table,
+    rerun_differences,
     run_nets,
     shrink_failure,
 )
@@ -45,6 +49,8 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=2, help="runs per network and command")
     p.add_argument("--shrink", action="store_true", help="shrink each failing network")
     p.add_argument("--json", metavar="FILE", help="write every outcome")
+    p.add_argument("--compare", metavar="EARLIER.json", help="an earlier campaign's --json: "
+                   "report every outcome that differs")
     args = p.parse_args()
 
     t0 = time.monotonic()
@@ -65,6 +71,13 @@ def main() -> int:
         print(f"FAIL net {o.net} {o.command}: {o.klass}: {o.detail}")
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(o) for o in outs], indent=1))
+    differ: list[str] = []
+    if args.compare:
+        earlier = [Outcome(**o) for o in json.loads(Path(args.compare).read_text())]
+        differ = rerun_differences(outs, earlier)
+        print(f"\nrerun against {args.compare}: {len(differ)} of {len(outs)} outcomes differ")
+        for line in differ:
+            print(f"DIFFER {line}")
     if args.shrink and bad:
         OUT.mkdir(parents=True, exist_ok=True)
         by_net = {n.seed: n for n in nets}
@@ -72,7 +85,7 @@ def main() -> int:
             path = OUT / f"net{o.net}_{o.command}.onnx"
             nodes = shrink_failure(by_net[o.net], o.command, o.klass, path)
             print(f"shrunk net {o.net} ({o.command}, {o.klass}) to {nodes} nodes: {path}")
-    return 1 if bad else 0
+    return 1 if bad or differ else 0
 
 
 if __name__ == "__main__":

@@ -205,6 +205,22 @@ def run_nets(seeds: Iterable[int], jobs: int = 2, timeout: float = 120.0,
     return nets, outcomes(results)
 
 
+def rerun_differences(outs: Sequence[Outcome], earlier: Sequence[Outcome]) -> list[str]:
+    """Where a campaign disagrees with an earlier one on the same (network, command): the
+    class, the message (ok's error aside) or the outputs' digest."""
+    before = {(o.net, o.command): o for o in earlier}
+    diffs = []
+    for o in outs:
+        e = before.get((o.net, o.command))
+        if e is None:
+            continue
+        if (o.klass, o.detail if o.klass != "ok" else "", o.digest) != (
+                e.klass, e.detail if e.klass != "ok" else "", e.digest):
+            diffs.append(f"net {o.net} {o.command}: {e.klass} ({e.detail}, {e.digest}) then "
+                         f"{o.klass} ({o.detail}, {o.digest})")
+    return diffs
+
+
 def class_table(outs: Sequence[Outcome]) -> str:
     """Markdown: command x class counts."""
     cmds = sorted({o.command for o in outs}, key=list(COMMANDS).index)
