@@ -435,9 +435,10 @@ def _solve_parser(sub: _Commands) -> None:
                    help="CP-SAT worker threads (default 2)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
     s.add_argument("--inputs", metavar="X.npz", help="inputs keyed by graph input name "
-                   "or position (input_0, arr_0); those feeding weights, biases, bounds or "
-                   "shape operands are bound as constants (default: MODEL.npz beside the "
-                   "model when its keys are input names, else seeded random inputs)")
+                   "or position (input_0; arr_0 for one input); those feeding weights, "
+                   "biases, bounds or shape operands are bound as constants (default: "
+                   "MODEL.npz beside the model when its keys are input names, else seeded "
+                   "random inputs)")
     _add_input_options(s)
     s.add_argument("--no-simulate", action="store_true",
                    help="schedule and materialize only; simulated fields are null")

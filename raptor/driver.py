@@ -78,7 +78,8 @@ class InputOptions:
     """Where a model's inputs come from and how they may shape the compilation."""
 
     inputs: str | None = None
-    """`--inputs X.npz`: values by graph input name (or input_K / arr_K by position); those
+    """`--inputs X.npz`: values by graph input name (or input_K / arr_K by position, arr_K
+    only for one input); those
     feeding a weight, bias, bound or shape operand are bound as constants."""
     constants: str | None = None
     """`--constants C.npz`: values bound as constants whatever they feed."""
@@ -202,11 +203,19 @@ def _declared(proto: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> 
 
 
 def _input_for(path: str, key: str, declared: list[_Declared], taken: Mapping[str, str]) -> str:
-    """The graph input a file key names: by name, else by position (input_K, arr_K)."""
+    """The graph input a file key names: by name, else by position (input_K; arr_K, the
+    key of an unnamed array, only for a model with one input)."""
     names = [d.name for d in declared]
     match = _POSITIONAL.fullmatch(key)
     if key in names:
         name = key
+    elif key.startswith("arr_") and match and len(names) > 1:
+        # numpy's name for an .npy file's array or an unnamed numpy.savez argument: which
+        # input it is meant for is a guess when there are several
+        raise InputFileError(
+            f"{path}: array {key!r} is unnamed (an .npy file, or numpy.savez without "
+            f"keywords) but the model has {len(names)} inputs ({', '.join(names)}); key "
+            f"each array by input name (numpy.savez(FILE, {names[0]}=...)) or input_K")
     elif match and int(match.group(1)) < len(names):
         name = names[int(match.group(1))]
     else:

@@ -101,7 +101,9 @@ def test_solve_report_lists_file_and_bound_inputs(tmp_path: Path,
 def test_positional_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = conv_model(tmp_path)
     values = good_inputs()
-    np.savez(tmp_path / "p.npz", values["x"], values["w"], input_2=values["s"])
+    # arr_K (unnamed arrays) are refused for a model of several inputs (#29); input_K is
+    # a deliberate position
+    np.savez(tmp_path / "p.npz", input_0=values["x"], input_1=values["w"], input_2=values["s"])
     code, _, err = run(capsys, "interpret", str(model), "--inputs", str(tmp_path / "p.npz"),
                        "--check")
     assert code == 0, err

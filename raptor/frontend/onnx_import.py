@@ -30,6 +30,7 @@ from raptor.frontend.shapes import (
     conv_transpose_out,
     floor_scaled,
     matmul_shape,
+    padding_only_window,
     pool_out,
     same_pads,
 )
@@ -112,7 +113,10 @@ def _check_graph(model: onnx.ModelProto, label: str) -> None:
         if not value.type.HasField("tensor_type"):
             raise FrontendError(f"{label}: graph output {value.name!r} is not a tensor")
         elem = value.type.tensor_type.elem_type
-        if elem not in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.FLOAT):
+        if elem == onnx.TensorProto.UNDEFINED:  # onnxruntime refuses to load the model
+            raise FrontendError(f"{label}: graph output {value.name!r} has no element type "
+                                "(UNDEFINED); declare it float32")
+        if elem != onnx.TensorProto.FLOAT:
             kind = onnx.TensorProto.DataType.Name(elem)
             raise FrontendError(f"{label}: graph output {value.name!r} has element type {kind}; "
                                 "only float32 outputs are computed")
@@ -384,6 +388,13 @@ class _Node:
 
     def attr_int(self, key: str, default: int) -> int:
         return int(self.attrs.get(key, default))
+
+    def attr_flag(self, key: str, default: int) -> int:
+        """A 0/1 attribute; any other value is refused (onnxruntime rejects it too)."""
+        value = self.attr_int(key, default)
+        if value not in (0, 1):
+            raise self.error(f"attribute {key}={value} must be 0 or 1")
+        return value
 
     def attr_float(self, key: str, default: float) -> float:
         return float(self.attrs.get(key, default))
@@ -1054,17 +1065,26 @@ def _pool(b: _Importer, node: _Node) -> None:
     kernel = _ranged(node, "kernel_shape", [], rank, 1)
     strides, dilations = (
         _ranged(node, key, [1] * rank, rank, 1) for key in ("strides", "dilations"))
-    ceil_mode = node.attr_int("ceil_mode", 0)
+    ceil_mode = node.attr_flag("ceil_mode", 0)
     pads = _explicit_pads(node, x.shape[2:], kernel, strides, dilations)
     if any(lo >= k or hi >= k for (lo, hi), k in zip(pads, kernel, strict=True)):
         raise node.error(f"pads {_pads_tlbr(pads)} must be smaller than the kernel {kernel}")
     out = [pool_out(x.shape[2 + i], kernel[i], strides[i], pads[i], dilations[i], bool(ceil_mode))
            for i in range(rank)]
+    empty_is_defined = node.op == "AveragePool" and node.attr_flag("count_include_pad", 0)
+    for i in range(rank) if not empty_is_defined else ():
+        o = padding_only_window(x.shape[2 + i], kernel[i], strides[i], pads[i], dilations[i],
+                                out[i])
+        if o is not None:  # onnxruntime answers the lowest float (max) or NaN (mean)
+            raise _variant(node, f"a window over padding only (output {o} along spatial "
+                           f"axis {i} of input {list(x.shape)})",
+                           "its " + ("maximum" if node.op == "MaxPool" else "mean")
+                           + " is undefined")
     attrs = _pool_attrs(kernel, strides, pads, dilations, ceil_mode)
     kind = "maxpool"
     if node.op == "AveragePool":
         kind = "avgpool"
-        attrs["count_include_pad"] = node.attr_int("count_include_pad", 0)
+        attrs["count_include_pad"] = node.attr_flag("count_include_pad", 0)
     _emit_spatial(b, node, kind, x, (*x.shape[:2], *_hw(out, 1)), attrs)
 
 
@@ -1090,14 +1110,14 @@ def _reduce_mean(b: _Importer, node: _Node) -> None:
     x = b.act(node, 0)
     rank = len(x.shape)
     axes = b.ints(node, 1, "axes", [], since=18)
-    if not axes and node.attr_int("noop_with_empty_axes", 0):
+    if not axes and node.attr_flag("noop_with_empty_axes", 0):
         b.make_alias(node.outputs[0], x.name)
         return
     axes = sorted(_norm_axis(node, a, rank) for a in axes or range(rank))
     if rank != 4 or axes != [2, 3]:
         raise _variant(node, f"a mean over axes {axes} of a rank-{rank} tensor",
                        "only the spatial mean over H and W (axes 2, 3) of an NCHW tensor is")
-    if node.attr_int("keepdims", 1):
+    if node.attr_flag("keepdims", 1):
         b.emit("global_avgpool", node, [x.name], [(*x.shape[:2], 1, 1)], outputs=node.outputs)
         return
     (y,) = b.emit("global_avgpool", node, [x.name], [(*x.shape[:2], 1, 1)])

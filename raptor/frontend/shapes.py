@@ -38,6 +38,17 @@ def pool_out(size: int, kernel: int, stride: int, pads: tuple[int, int], dilatio
     return out - 1 if (out - 1) * stride >= size + pads[0] else out
 
 
+def padding_only_window(size: int, kernel: int, stride: int, pads: tuple[int, int],
+                        dilation: int, out: int) -> int | None:
+    """The first output position along an axis whose window taps only padding (dilation
+    can step over the input, ceil_mode can start past it), or None."""
+    for o in range(out):
+        start = o * stride - pads[0]
+        if not any(0 <= start + t * dilation < size for t in range(kernel)):
+            return o
+    return None
+
+
 def same_pads(size: int, kernel: int, stride: int, dilation: int, upper: bool) -> tuple[int, int]:
     """Explicit (begin, end) pads for auto_pad SAME_UPPER/SAME_LOWER (output = ceil(in/s))."""
     out = -(-size // stride)

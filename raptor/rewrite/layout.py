@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from raptor.ir.ops import LAYOUTS
 from raptor.rewrite.eggfile import RuleError, load_program
 
 DENSE = "DenseNCHW"
@@ -158,6 +159,15 @@ def derive_layout_tables(plans: Sequence[LayoutPlan],
     for v, layout in program.rows("ReturnLayout"):
         returns.setdefault(v, set()).add(str(layout))
     mat = {(v, str(src), str(dst)): cost for v, src, dst, cost in program.rows("MatCost")}
+    named = {a.result for alts in alternatives.values() for a in alts} | set(
+        operand_layouts.values()) | set(fixed.values()) | {x for ls in returns.values()
+                                                            for x in ls} | {
+        x for _, src, dst in mat for x in (src, dst)}
+    unknown = sorted(named - set(LAYOUTS))
+    if unknown:  # the layout pass would write IR the verifier rejects (LAYOUT-1)
+        raise RuleError(f"{program.where}: error: the layout rules derive layout "
+                        f"{unknown[0]!r}, which Raptor does not implement (known: "
+                        f"{', '.join(LAYOUTS)})")
     return LayoutTables(by_id, {p: tuple(alts) for p, alts in alternatives.items()},
                         operand_values, externals, fixed,
                         {v: frozenset(ls) for v, ls in returns.items()}, mat,
