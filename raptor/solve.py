@@ -58,6 +58,7 @@ from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.solver.watch import SearchReport
 from raptor.target import Target
+from raptor.ui.table import counted
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -307,14 +308,14 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
     if opts.mode == "pipeline":
         return _solve_pipeline(model, target, opts, say, comp, build, bounds, seconds, layout_costs)
     runs = []
-    say(f"PEFT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores")
+    on = f"{counted(build.graph.num_tasks, 'task')} on {counted(target.num_cores, 'core')}"
+    say(f"PEFT: {on}")
     heuristic = _timed(seconds, "peft", peft_schedule, build.graph, target)
     if opts.solver in ("peft", "both"):
         say("materializing the peft schedule")
         runs.append(_run_schedule("peft", heuristic, build, comp, target, opts.compile.print_ir))
     if opts.solver in ("cpsat", "both"):
-        phase = (f"CP-SAT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores, "
-                 f"{opts.workers} workers")
+        phase = f"CP-SAT: {on}, {counted(opts.workers, 'worker')}"
         say(phase, limit_s=opts.time_limit)
         cp = _timed(seconds, "cpsat", cpsat_schedule, build.graph, target, CpSatOptions(
             time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed,
@@ -404,9 +405,10 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     """Pipeline mode (see the module docstring). Raises `PipelineCapacityError` when the
     target cannot hold the model's weights even with every stage on its own cores."""
     g = build.graph
-    say(f"pipeline groups: {g.num_tasks:,} tasks on {target.num_cores} cores")
+    say(f"pipeline groups: {counted(g.num_tasks, 'task')} on {counted(target.num_cores, 'core')}")
     problem = _timed(seconds, "pipeline_problem", build_problem, g, target, build=build)
-    say(f"pipeline heuristic: {problem.num_groups} groups on {target.num_cores} cores")
+    say(f"pipeline heuristic: {counted(problem.num_groups, 'group')} on "
+        f"{counted(target.num_cores, 'core')}")
     heuristic = _timed(seconds, "pipeline", heuristic_pipeline, problem, opts.replication)
     followed, flow = _timed(seconds, "pipeline_follow", _follow, problem, heuristic, target,
                             opts.replication)
@@ -416,7 +418,8 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         runs.append(_timed(seconds, "stream.pipeline", _run_stream, "pipeline", followed,
                            problem, build, comp, target, opts, flow))
     if opts.solver in ("cpsat", "both"):
-        phase = f"CP-SAT pipeline model: {problem.num_groups} groups, {opts.workers} workers"
+        phase = (f"CP-SAT pipeline model: {counted(problem.num_groups, 'group')}, "
+                 f"{counted(opts.workers, 'worker')}")
         say(phase, limit_s=opts.time_limit)
         cp = _timed(seconds, "cpsat", cpsat_pipeline, problem, opts.replication,
                     CpSatPipelineOptions(time_limit=opts.time_limit, num_workers=opts.workers,
@@ -449,7 +452,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     notes = list(comp.notes)
     oracle = None
     if opts.simulate:
-        say(f"running the ONNX reference on {opts.stream} inferences")
+        say(f"running the ONNX reference on {counted(opts.stream, 'inference')}")
         # the variations of a stream follow the seed of its inputs
         data = stream_inputs(comp.feeds.data, opts.stream, opts.compile.inputs.seed)
         wants, oracle, note = reference_stream(model, [{**comp.feeds.bound, **d} for d in data])
@@ -469,7 +472,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                                     all(p[k][2] for p in per)) for k in per[0]}
 
         _simulate(runs, ir_inputs(comp.graph, stacked), target, opts, say, seconds,
-                  f"simulating {opts.stream} inferences of the {{}} stream", check)
+                  f"simulating {counted(opts.stream, 'inference')} of the {{}} stream", check)
     return Solved(str(model), target, comp, build, bounds, runs, comp.feeds.data,
                   comp.feeds.source, oracle, seconds, layout_costs, list(comp.feeds.bound),
                   notes, mode="pipeline", problem=problem, stream=opts.stream)
@@ -651,8 +654,9 @@ def _memory_summary(run: ScheduleRun, target: Target) -> list[str]:
         why = (f"; its computes alone hold about {need:,} bytes at once there, whatever the "
                "order of its receives (a --target file with more local_memory_bytes fits it)")
     else:
-        why = (f"; its receives could not be placed to fit in {run.materializations} builds "
-               "of the program (a --target file with more local_memory_bytes fits it)")
+        builds = counted(run.materializations, "build")
+        why = (f"; its receives could not be placed to fit in {builds} of the program (a "
+               "--target file with more local_memory_bytes fits it)")
     return [lines[0] + why, *lines[1:]]
 
 
@@ -700,12 +704,12 @@ def report(s: Solved) -> dict[str, Any]:
     sel = s.compiled.selection
     lb = s.bounds.makespan_ns
     schedules: dict[str, Any] = {}
-    counted: dict[int, tuple[int, int]] = {}
+    walked: dict[int, tuple[int, int]] = {}
     for run in s.runs:
         res = run.result
-        counts = counted.get(id(run.scheduled))
+        counts = walked.get(id(run.scheduled))
         if counts is None:  # one walk per program (schedules may share one)
-            counts = counted[id(run.scheduled)] = _compute_counts(run.scheduled)
+            counts = walked[id(run.scheduled)] = _compute_counts(run.scheduled)
         numerics = _numerics(run.numerics) if run.numerics is not None else None
         entry: dict[str, Any] = {
             "estimate_ns": run.estimate_ns,

@@ -27,6 +27,7 @@ from raptor.solve import Progress, Solved
 from raptor.solver.evaluate import retime
 from raptor.solver.gantt import gantt_svg
 from raptor.ui.labels import legend, span_labels, task_layers
+from raptor.ui.table import counted
 
 FILES = ("report.json, scheduled.<solver>.spat, weights.npz, gantt.<solver>.svg (estimate)",
          "gantt.<solver>.simulated.svg, noc.<solver>.svg, trace.<solver>.json, "
@@ -61,7 +62,8 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
         start = retime(g, target, run.result.core_of, run.result.core_tasks)
         title = f"{model}: {run.name} schedule ({run.result.status.split(' (')[0]}), "
         if run.pipeline is not None and run.stream_estimate is not None:
-            title += (f"{len(run.pipeline.stages)} stages, one inference {run.estimate_ns:,} ns, "
+            title += (f"{counted(len(run.pipeline.stages), 'stage')}, one inference "
+                      f"{run.estimate_ns:,} ns, "
                       f"estimated period {run.stream_estimate.period_ns:,} ns")
         else:
             title += f"estimate {run.estimate_ns:,} ns"
@@ -76,8 +78,9 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
             sim_title = f"{model}: {run.name} schedule, simulated {latency:,} ns"
             if run.pipeline is not None:
                 period = run.sim.report.period_ns(len(run.pipeline.stages))
-                sim_title = (f"{model}: {run.name} schedule, {solved.stream} inferences "
-                             f"simulated in {latency:,} ns, period {period or 0:,} ns")
+                sim_title = (f"{model}: {run.name} schedule, "
+                             f"{counted(solved.stream, 'inference')} simulated in "
+                             f"{latency:,} ns, period {period or 0:,} ns")
             texts = drawn[id(run.sim)] = (
                 timeline_svg(run.sim, labels, legend=names, title=sim_title,
                              stage_of_core=run.result.stage_of_core),
