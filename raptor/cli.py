@@ -1,5 +1,6 @@
 """`raptor`: the command line. Exit codes: 0 ok, 1 verification/compile failure, 2 usage or
-input error. Every expected failure is one clear line on stderr, never a traceback."""
+input error, 130 stopped by Ctrl-C (`raptor.ui.interrupt`). Every expected failure is one
+clear line on stderr, never a traceback."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ from raptor.ir.parser import ParseError, parse_file
 from raptor.ir.types import TensorType
 from raptor.ir.verifier import verify_module
 from raptor.target import Target, TargetError, load_target, show_target
+from raptor.ui.interrupt import EXIT_INTERRUPTED, Interrupts
+from raptor.ui.interrupt import MESSAGE as INTERRUPTED
 from raptor.ui.progress import LiveProgress
 from raptor.ui.table import ns, print_results
 
@@ -712,7 +715,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="raptor",
         description="Raptor compiles ONNX networks into validated programs for crossbar "
                     "processing-in-memory many-core chips.",
-        epilog="Exit codes: 0 ok, 1 verification or compile failure, 2 usage or input error.")
+        epilog="Exit codes: 0 ok, 1 verification or compile failure, 2 usage or input error, "
+               "130 stopped by Ctrl-C (during a CP-SAT search the first Ctrl-C ends the search "
+               "and the run goes on with its best schedule).")
     p.add_argument("--debug", action="store_true",
                    help="on an internal error, print the Python traceback (also RAPTOR_DEBUG=1)")
     sub: _Commands = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -827,7 +832,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = args.debug or os.environ.get("RAPTOR_DEBUG", "") not in ("", "0")
     args.warnings = caught = _Warnings()
     try:
-        with collector_paused(), warnings.catch_warnings():  # the filters stay as they are
+        # Ctrl-C: see raptor.ui.interrupt (a CP-SAT search ends early, anything else stops)
+        with collector_paused(), warnings.catch_warnings(), Interrupts():
             warnings.showwarning = caught.show
             try:
                 return func(args)
@@ -843,8 +849,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(str(e))
         return e.code
     except KeyboardInterrupt:
-        err.print("interrupted")
-        return EXIT_FAIL
+        err.print(INTERRUPTED)
+        return EXIT_INTERRUPTED
     except (SystemExit, GeneratorExit):
         raise
     except BaseException as e:  # egglog's PanicException derives from BaseException

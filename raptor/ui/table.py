@@ -222,7 +222,8 @@ def status_lines(rep: dict[str, Any]) -> list[str]:
                     + (f", proven bound {s['bound_ns']:,} ns" if s["bound_ns"] is not None
                        and not s["status"].startswith("HEURISTIC") else ""))
         mem = f"; local memory {memory(s)}" if s.get("local_memory") else ""
-        out.append(f"{name}: {s['status']} ({s['solve_seconds']:.2f} s{model}){said}{mem}")
+        detail = f" {s['status_detail']}" if s.get("status_detail") else ""
+        out.append(f"{name}: {s['status']}{detail} ({s['solve_seconds']:.2f} s{model}){said}{mem}")
     return out
 
 
