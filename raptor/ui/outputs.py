@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from raptor.driver import MODES
 from raptor.fileio import save_npz_atomic, write_text_atomic
 from raptor.sim.charts import noc_svg, timeline_svg
-from raptor.solve import Progress, Solved
+from raptor.solve import Progress, ScheduleRun, Solved
 from raptor.solver.evaluate import retime
 from raptor.solver.gantt import gantt_svg
-from raptor.ui.labels import legend, span_labels, task_layers
+from raptor.ui.labels import SpanLabel, legend, span_labels, task_layers
 from raptor.ui.table import counted
 
 PER_SOLVER = ("scheduled.{}.spat", "gantt.{}.svg", "gantt.{}.simulated.svg", "noc.{}.svg",
@@ -53,6 +54,17 @@ FILES = ("report.json, scheduled.<solver>.spat, weights.npz, gantt.<solver>.svg 
          "gantt.<solver>.simulated.svg, noc.<solver>.svg, trace.<solver>.json, "
          "outputs.<solver>.npz")
 """What the `wrote` line lists: always, and for simulated schedules."""
+
+
+def _planned(head: str, run: ScheduleRun, span: int) -> str:
+    """The estimate chart's figures: the plan it draws (each task at its contention-free
+    start), and beside it the estimate with link contention and flow control (the table's
+    figure), which the chart does not draw."""
+    plan = f"contention-free plan {span:,} ns (estimate with contention {run.estimate_ns:,} ns)"
+    if run.pipeline is not None and run.stream_estimate is not None:
+        return (f"{head}{counted(len(run.pipeline.stages), 'stage')}, estimated period "
+                f"{run.stream_estimate.period_ns:,} ns; one inference's {plan}")
+    return head + plan
 
 
 def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
@@ -78,7 +90,7 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
     lanes = [t.lane for t in g.tasks]
     model = Path(solved.model).name
     printed: dict[int, str] = {}
-    drawn: dict[int, tuple[str, str, str]] = {}
+    traced: dict[int, tuple[dict[int, list[SpanLabel]], str]] = {}
     for run in solved.runs:
         if say is not None:
             say(f"writing the {run.name} outputs")
@@ -87,33 +99,30 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
             text = printed[id(run.scheduled)] = run.scheduled.print()
         put(f"scheduled.{run.name}.spat", text)
         start = retime(g, target, run.result.core_of, run.result.core_tasks)
-        title = f"{model}: {run.name} schedule ({run.result.status.split(' (')[0]}), "
-        if run.pipeline is not None and run.stream_estimate is not None:
-            title += (f"{counted(len(run.pipeline.stages), 'stage')}, one inference "
-                      f"{run.estimate_ns:,} ns, "
-                      f"estimated period {run.stream_estimate.period_ns:,} ns")
-        else:
-            title += f"estimate {run.estimate_ns:,} ns"
+        head = f"{model}: {run.name} schedule ({rep['schedules'][run.name]['status']}), "
         put(f"gantt.{run.name}.svg", gantt_svg(
-            g, run.result, title=title, keys=keys, legend=names, start=start))
+            g, run.result, title=partial(_planned, head, run), keys=keys, legend=names,
+            start=start))
         if run.sim is None:
             continue
-        texts = drawn.get(id(run.sim))
-        if texts is None:  # a schedule that shares another's program reuses its drawings
+        # a schedule that shares another's program (and simulation) shares its labels and
+        # trace; its charts are its own, titled with its solver
+        if id(run.sim) not in traced:
             labels = span_labels(run.scheduled, layers, lanes)
-            latency = run.sim.report.latency_ns
-            sim_title = f"{model}: {run.name} schedule, simulated {latency:,} ns"
-            if run.pipeline is not None:
-                period = run.sim.report.period_ns(len(run.pipeline.stages))
-                sim_title = (f"{model}: {run.name} schedule, "
-                             f"{counted(solved.stream, 'inference')} simulated in "
-                             f"{latency:,} ns, period {period or 0:,} ns")
-            texts = drawn[id(run.sim)] = (
-                timeline_svg(run.sim, labels, legend=names, title=sim_title,
-                             stage_of_core=run.result.stage_of_core),
-                noc_svg(run.sim, target, title=f"{model}: NoC traffic of the {run.name} "
-                        "schedule (simulated)"),
-                json.dumps(run.sim.chrome_trace(labels, target.mesh_links)))
+            traced[id(run.sim)] = labels, json.dumps(run.sim.chrome_trace(labels,
+                                                                          target.mesh_links))
+        labels, trace = traced[id(run.sim)]
+        latency = run.sim.report.latency_ns
+        sim_title = f"{model}: {run.name} schedule, simulated {latency:,} ns"
+        if run.pipeline is not None:
+            period = run.sim.report.period_ns(len(run.pipeline.stages))
+            sim_title = (f"{model}: {run.name} schedule, "
+                         f"{counted(solved.stream, 'inference')} simulated in "
+                         f"{latency:,} ns, period {period or 0:,} ns")
+        texts = (timeline_svg(run.sim, labels, legend=names, title=sim_title,
+                              stage_of_core=run.result.stage_of_core),
+                 noc_svg(run.sim, target, title=f"{model}: NoC traffic of the {run.name} "
+                         "schedule (simulated)"), trace)
         for name, text in zip(PER_SOLVER[2:5], texts, strict=True):
             put(name.format(run.name), text)
         first = run.pipeline is not None  # a stream: inference 0's outputs
