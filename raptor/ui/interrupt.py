@@ -108,6 +108,9 @@ class Interrupts:
         raise KeyboardInterrupt
 
     def _watch(self) -> None:
+        # SIGINT goes to the main thread (or stays pending while the main thread holds it
+        # back, as `raptor sweep` does while its cluster starts), never to this one
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         with self.reader:
             while data := self.reader.recv(64):
                 for number in data:
