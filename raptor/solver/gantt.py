@@ -349,7 +349,7 @@ def gantt_svg(graph: ComputeGraph, schedule: MergeScheduleResult, *,
     span = max(end, default=0)
     heading = title(span) if callable(title) else \
         title or f"{schedule.solver} schedule ({schedule.status}): estimate {span:,} ns"
-    note = subtitle or ("estimate: the scheduler's cost model (no link contention, free "
-                        "shared memory); lines: producer end → consumer start")
+    note = subtitle or ("the plan: the scheduler's cost model without link contention, with "
+                        "a free shared memory; lines: producer end → consumer start")
     return render_gantt(used, bars, list(sent.values()), title=heading, subtitle=note, span=span,
                         legend=legend, colours=layer_colours(list(legend)), names=names)

@@ -74,7 +74,7 @@ def test_estimate_gantt_has_legend_ticks_cores_tooltips_and_messages(
     texts = _texts(root)
     assert texts[0] == f"resnet_block.onnx: peft schedule (HEURISTIC), contention-free plan " \
         f"{run.ideal_estimate_ns:,} ns (estimate with contention {run.estimate_ns:,} ns)"
-    assert texts[1].startswith("estimate: the scheduler's cost model")
+    assert texts[1].startswith("the plan: the scheduler's cost model without link contention")
     # legend: every layer the chart draws, in topological order, by ONNX node and op
     assert [t for t in texts if " (" in t and t.split(" (")[0] in NODES] == [
         "conv2 (conv+relu)", "conv10 (conv)", "add16 (add)", "relu17 (relu)"]
