@@ -1,5 +1,6 @@
 """`raptor`: the command line. Exit codes: 0 ok, 1 verification/compile failure, 2 usage or
-input error. Every expected failure is one clear line on stderr, never a traceback."""
+input error, 130 stopped by Ctrl-C (`raptor.ui.interrupt`). Every expected failure is one
+clear line on stderr, never a traceback."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 import numpy as np
 from rich.console import Console
@@ -42,6 +43,8 @@ from raptor.ir.parser import ParseError, parse_file
 from raptor.ir.types import TensorType
 from raptor.ir.verifier import verify_module
 from raptor.target import Target, TargetError, load_target, show_target
+from raptor.ui.interrupt import EXIT_INTERRUPTED, Interrupts
+from raptor.ui.interrupt import MESSAGE as INTERRUPTED
 from raptor.ui.progress import LiveProgress
 from raptor.ui.table import ns, print_results
 
@@ -54,7 +57,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
-_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+_Commands: TypeAlias = "argparse._SubParsersAction[_Parser]"
 """`raptor`'s subcommands: each command's parser builder (`_solve_parser`, ...) adds itself
 here, beside the `cmd_*` function it configures."""
 
@@ -118,6 +121,12 @@ def _stderr(lines: Sequence[object], prefix: str = "") -> bool:
     return bool(lines)
 
 
+def _folder(path: str | None, flag: str) -> None:
+    """An output folder option (`--out DIR`) must not name a file: said before any work."""
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        raise CliError(f"{flag} {path}: is a file; {flag} names a folder (created if missing)")
+
+
 def _parse_spat(path: str) -> Module:
     try:
         return parse_file(path)
@@ -130,7 +139,7 @@ def _command(sub: _Commands, name: str, func: Callable[[argparse.Namespace], int
              **kwargs: Any) -> argparse.ArgumentParser:
     """The parser of subcommand `name`, which runs `func`."""
     parser = sub.add_parser(name, **kwargs)
-    parser.set_defaults(func=func)
+    parser.set_defaults(func=func, parser=parser)
     return parser
 
 
@@ -381,6 +390,8 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
     from raptor.rewrite.eggfile import resolve_rules_dir
 
     directory = resolve_rules_dir(args.dir)
+    if not directory.is_dir():
+        raise CliError(f"{directory}: error: not a rules directory")
     if _stderr(check_rules(args.dir)):
         return EXIT_FAIL
     files = sorted(p.name for p in directory.glob("*.egg"))
@@ -479,6 +490,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.export_inferences is not None and not 1 <= args.export_inferences <= (args.stream or 8):
         raise CliError(f"--export-inferences must be 1..{args.stream or 8} (the inferences "
                        f"of --stream), got {args.export_inferences}")
+    _folder(args.out, "--out")
+    _folder(args.export_pimsim, "--export-pimsim")
     target = _target(args.target)
     compile_opts = _compile_options(args)
     with LiveProgress(Console(stderr=True), enabled=not args.json) as progress:
@@ -622,6 +635,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from raptor.export import ExportError, export_pimsim, stream_count, write_export
     from raptor.passes.memory import plan_memory
 
+    _folder(args.pimsim, "--pimsim")
     target = _target(args.target)
     module = _parse_spat(args.file)
     if _stderr(verify_module(module)):
@@ -680,22 +694,34 @@ def _sweep_parser(sub: _Commands) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    _folder(args.out, "--out")
     from raptor.sweep.command import sweep_command  # Dask and matplotlib load for sweeps only
     return sweep_command(args.file, args.scheduler, args.workers, args.out, args.resume,
                          args.dry_run, out, err)
 
 
 # ------------------------------------------------------------------ entry point
+class _Parser(argparse.ArgumentParser):
+    """A usage error in one line on stderr (`raptor solve: error: ...`) with where to read
+    more, exit 2, instead of argparse's usage block (its subcommands are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = f"{self.prog} --help"
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (see {hint})\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The commands are added in the order `raptor --help` lists them."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="raptor",
         description="Raptor compiles ONNX networks into validated programs for crossbar "
                     "processing-in-memory many-core chips.",
-        epilog="Exit codes: 0 ok, 1 verification or compile failure, 2 usage or input error.")
+        epilog="Exit codes: 0 ok, 1 verification or compile failure, 2 usage or input error, "
+               "130 stopped by Ctrl-C (during a CP-SAT search the first Ctrl-C ends the search "
+               "and the run goes on with its best schedule).")
     p.add_argument("--debug", action="store_true",
                    help="on an internal error, print the Python traceback (also RAPTOR_DEBUG=1)")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub: _Commands = p.add_subparsers(dest="command", metavar="COMMAND")
     _solve_parser(sub)
     _export_parser(sub)
     _verify_parser(sub)
@@ -797,7 +823,9 @@ def internal_error(e: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's parser, which names the command and its help
+        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
@@ -805,7 +833,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = args.debug or os.environ.get("RAPTOR_DEBUG", "") not in ("", "0")
     args.warnings = caught = _Warnings()
     try:
-        with collector_paused(), warnings.catch_warnings():  # the filters stay as they are
+        # Ctrl-C: see raptor.ui.interrupt (a CP-SAT search ends early, anything else stops)
+        with collector_paused(), warnings.catch_warnings(), Interrupts():
             warnings.showwarning = caught.show
             try:
                 return func(args)
@@ -821,8 +850,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(str(e))
         return e.code
     except KeyboardInterrupt:
-        err.print("interrupted")
-        return EXIT_FAIL
+        err.print(INTERRUPTED)
+        return EXIT_INTERRUPTED
     except (SystemExit, GeneratorExit):
         raise
     except BaseException as e:  # egglog's PanicException derives from BaseException

@@ -56,8 +56,9 @@ from raptor.solver.pipeline import (
 )
 from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
-from raptor.solver.watch import SearchReport
+from raptor.solver.watch import SearchReport, searches_stopped
 from raptor.target import Target
+from raptor.ui.table import counted
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -92,6 +93,61 @@ class SolveOptions:
                              f"{', '.join(MODES[self.mode])}")
         if self.stream < 1:
             raise ValueError(f"--stream must be at least 1, got {self.stream}")
+
+
+STATUSES: dict[str, str] = {
+    "OPTIMAL": "the solver proved its schedule optimal (for its model: see bound_of)",
+    "FEASIBLE": "the solver's best schedule; its search ended at the limit before a proof",
+    "HEURISTIC": "a heuristic's schedule (PEFT, the pipeline heuristic): no search",
+    "INTERRUPTED": "Ctrl-C ended the search early: its best schedule so far, or the "
+                   "heuristic's when it had none better (status_detail says which)",
+    "NOT_USED": "the search's best schedule was judged slower than the heuristic's, which "
+                "is used",
+    "NO_SOLUTION": "the search found no schedule of its own within its limit; the "
+                   "heuristic's is used",
+    "NOT_RUN": "the model was too large to build; the heuristic's schedule is used",
+}
+"""report.json's `status` of a schedule, one of these words (docs/report.schema.json);
+`status_detail` says what happened in words, with no wall-clock seconds (those are in
+`solve_seconds` and `seconds`)."""
+
+_NO_SOLUTION = ("UNKNOWN", "INFEASIBLE", "MODEL_INVALID")
+"""CP-SAT's own words for a search that returned no solution."""
+
+
+def schedule_status(solver_status: str, notes: list[str], interrupted: bool = False
+                    ) -> tuple[str, str]:
+    """(`status`, `status_detail`) of a schedule from its solver's status text and notes:
+    the one place where the solvers' words become report.json's (`STATUSES`).
+
+    The solvers say it thus: the heuristics `HEURISTIC`; CP-SAT (`raptor.solver.cpsat`)
+    `OPTIMAL ...` or `FEASIBLE ...`, `NOT RUN (...)` when the model was not built,
+    `... no solution of its own ...` or a status name of `_NO_SOLUTION` when the search
+    returned none, `..., which is returned` when it kept the heuristic's schedule; the
+    pipeline model (`raptor.solver.pipeline`) says the latter two in its notes ("hint
+    returned", "the hint's realization is kept")."""
+    text = " ".join(solver_status.split())
+    first = text.split(" ", 1)[0].rstrip(":,;")
+    kept = [n for n in notes if "hint returned" in n or "realization is kept" in n]
+    if kept:  # the pipeline model says it in a note: the detail names it
+        text = f"{text}; {kept[0]}"
+    if text.startswith("NOT RUN"):
+        word = "NOT_RUN"
+    elif first in _NO_SOLUTION or "no solution of its own" in text or "hint returned" in text:
+        word = "NO_SOLUTION"
+    elif "which is returned" in text or "realization is kept" in text:
+        word = "NOT_USED"
+    elif first in STATUSES:
+        word = first
+    else:  # a solver's word this function does not know: a bug, said in the detail
+        word = "FEASIBLE"
+        text = f"(solver said: {text})"
+    detail = text.removeprefix(first).lstrip(" :") if word == first else text
+    if interrupted and word != "OPTIMAL":  # (a proof that completed stands)
+        detail = "Ctrl-C ended the search" + (f"; {word}" if word != "FEASIBLE" else "") + \
+            (f": {detail}" if detail else "")
+        word = "INTERRUPTED"
+    return word, detail
 
 
 @dataclass
@@ -137,6 +193,8 @@ class ScheduleRun:
     memory_summary: list[str] = field(default_factory=list)
     """`memory_errors` (or warnings) in one line for local memory, with what stands in the
     way, and one for shared memory."""
+    interrupted: bool = False
+    """Ctrl-C ended this schedule's search early (`raptor.solver.watch.stop_search`)."""
 
     @property
     def ok(self) -> bool:
@@ -307,15 +365,16 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
     if opts.mode == "pipeline":
         return _solve_pipeline(model, target, opts, say, comp, build, bounds, seconds, layout_costs)
     runs = []
-    say(f"PEFT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores")
+    on = f"{counted(build.graph.num_tasks, 'task')} on {counted(target.num_cores, 'core')}"
+    say(f"PEFT: {on}")
     heuristic = _timed(seconds, "peft", peft_schedule, build.graph, target)
     if opts.solver in ("peft", "both"):
         say("materializing the peft schedule")
         runs.append(_run_schedule("peft", heuristic, build, comp, target, opts.compile.print_ir))
     if opts.solver in ("cpsat", "both"):
-        phase = (f"CP-SAT: {build.graph.num_tasks:,} tasks on {target.num_cores} cores, "
-                 f"{opts.workers} workers")
+        phase = f"CP-SAT: {on}, {counted(opts.workers, 'worker')}"
         say(phase, limit_s=opts.time_limit)
+        stopped = searches_stopped()
         cp = _timed(seconds, "cpsat", cpsat_schedule, build.graph, target, CpSatOptions(
             time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed,
             on_progress=_searching(say, phase)), initial=heuristic)
@@ -325,6 +384,7 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         else:
             say("materializing the cpsat schedule")
             runs.append(_run_schedule("cpsat", cp, build, comp, target, opts.compile.print_ir))
+        runs[-1].interrupted = searches_stopped() > stopped
     _memory_verdict(runs, opts, target)
     assert comp.feeds is not None
     inputs, source = comp.feeds.data, comp.feeds.source
@@ -404,9 +464,10 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     """Pipeline mode (see the module docstring). Raises `PipelineCapacityError` when the
     target cannot hold the model's weights even with every stage on its own cores."""
     g = build.graph
-    say(f"pipeline groups: {g.num_tasks:,} tasks on {target.num_cores} cores")
+    say(f"pipeline groups: {counted(g.num_tasks, 'task')} on {counted(target.num_cores, 'core')}")
     problem = _timed(seconds, "pipeline_problem", build_problem, g, target, build=build)
-    say(f"pipeline heuristic: {problem.num_groups} groups on {target.num_cores} cores")
+    say(f"pipeline heuristic: {counted(problem.num_groups, 'group')} on "
+        f"{counted(target.num_cores, 'core')}")
     heuristic = _timed(seconds, "pipeline", heuristic_pipeline, problem, opts.replication)
     followed, flow = _timed(seconds, "pipeline_follow", _follow, problem, heuristic, target,
                             opts.replication)
@@ -416,8 +477,10 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         runs.append(_timed(seconds, "stream.pipeline", _run_stream, "pipeline", followed,
                            problem, build, comp, target, opts, flow))
     if opts.solver in ("cpsat", "both"):
-        phase = f"CP-SAT pipeline model: {problem.num_groups} groups, {opts.workers} workers"
+        phase = (f"CP-SAT pipeline model: {counted(problem.num_groups, 'group')}, "
+                 f"{counted(opts.workers, 'worker')}")
         say(phase, limit_s=opts.time_limit)
+        stopped = searches_stopped()
         cp = _timed(seconds, "cpsat", cpsat_pipeline, problem, opts.replication,
                     CpSatPipelineOptions(time_limit=opts.time_limit, num_workers=opts.workers,
                                          seed=opts.seed, on_progress=_searching(say, phase)),
@@ -444,12 +507,13 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
             say("materializing the cpsat stream")
             runs.append(_timed(seconds, "stream.cpsat", _run_stream, "cpsat", cp, problem,
                                build, comp, target, opts, cp_flow))
+        runs[-1].interrupted = searches_stopped() > stopped
     _memory_verdict(runs, opts, target)
     assert comp.feeds is not None
     notes = list(comp.notes)
     oracle = None
     if opts.simulate:
-        say(f"running the ONNX reference on {opts.stream} inferences")
+        say(f"running the ONNX reference on {counted(opts.stream, 'inference')}")
         # the variations of a stream follow the seed of its inputs
         data = stream_inputs(comp.feeds.data, opts.stream, opts.compile.inputs.seed)
         wants, oracle, note = reference_stream(model, [{**comp.feeds.bound, **d} for d in data])
@@ -469,7 +533,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                                     all(p[k][2] for p in per)) for k in per[0]}
 
         _simulate(runs, ir_inputs(comp.graph, stacked), target, opts, say, seconds,
-                  f"simulating {opts.stream} inferences of the {{}} stream", check)
+                  f"simulating {counted(opts.stream, 'inference')} of the {{}} stream", check)
     return Solved(str(model), target, comp, build, bounds, runs, comp.feeds.data,
                   comp.feeds.source, oracle, seconds, layout_costs, list(comp.feeds.bound),
                   notes, mode="pipeline", problem=problem, stream=opts.stream)
@@ -651,8 +715,9 @@ def _memory_summary(run: ScheduleRun, target: Target) -> list[str]:
         why = (f"; its computes alone hold about {need:,} bytes at once there, whatever the "
                "order of its receives (a --target file with more local_memory_bytes fits it)")
     else:
-        why = (f"; its receives could not be placed to fit in {run.materializations} builds "
-               "of the program (a --target file with more local_memory_bytes fits it)")
+        builds = counted(run.materializations, "build")
+        why = (f"; its receives could not be placed to fit in {builds} of the program (a "
+               "--target file with more local_memory_bytes fits it)")
     return [lines[0] + why, *lines[1:]]
 
 
@@ -700,12 +765,12 @@ def report(s: Solved) -> dict[str, Any]:
     sel = s.compiled.selection
     lb = s.bounds.makespan_ns
     schedules: dict[str, Any] = {}
-    counted: dict[int, tuple[int, int]] = {}
+    walked: dict[int, tuple[int, int]] = {}
     for run in s.runs:
         res = run.result
-        counts = counted.get(id(run.scheduled))
+        counts = walked.get(id(run.scheduled))
         if counts is None:  # one walk per program (schedules may share one)
-            counts = counted[id(run.scheduled)] = _compute_counts(run.scheduled)
+            counts = walked[id(run.scheduled)] = _compute_counts(run.scheduled)
         numerics = _numerics(run.numerics) if run.numerics is not None else None
         entry: dict[str, Any] = {
             "estimate_ns": run.estimate_ns,
@@ -716,7 +781,9 @@ def report(s: Solved) -> dict[str, Any]:
             "communication": _communication(run),
             "period_ns": None,
             "solve_seconds": round(res.solve_seconds, 4),
-            "status": res.status,
+            **dict(zip(("status", "status_detail"), schedule_status(
+                res.status, run.pipeline.notes if run.pipeline else res.notes,
+                run.interrupted), strict=True)),
             "bound_ns": res.bound_ns,
             "bound_of": _bound_of(res),
             "gap_to_lower_bound": round((run.estimate_ns - lb) / lb, 4) if lb else None,

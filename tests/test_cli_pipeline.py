@@ -49,7 +49,9 @@ def test_pipeline_solve_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
         assert s["solver_period_ns"] >= s["bound_ns"]
         with np.load(out / f"outputs.{name}.npz") as o:  # inference 0, by output name
             assert list(o.files) == ["gemm11"] and o["gemm11"].shape == (1, 10)
-    assert rep["schedules"]["cpsat"]["status"].split()[0] == "OPTIMAL"
+    cp = rep["schedules"]["cpsat"]  # its optimum, or the heuristic's partition kept as faster
+    assert cp["status"] == "OPTIMAL" or (cp["status"] == "NOT_USED" and
+                                         cp["status_detail"].startswith("OPTIMAL"))
     assert rep["schedules"]["cpsat"]["solver_period_ns"] <= \
         rep["schedules"]["pipeline"]["solver_period_ns"]
     assert "estimated period" in " ".join(stdout.split()) and "pipeline" in stdout

@@ -83,9 +83,34 @@ def _location(text: str, offset: int) -> tuple[int, int]:
     return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
+def _unclosed(text: str) -> int | None:
+    """The offset of the outermost `(` of `text` that is never closed (comments and strings
+    skipped), or None. A missing `)` makes egglog read on to the end of the file and report
+    its last line; the form it belongs to starts here."""
+    opened: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == ";":
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+        elif c == '"':
+            while (i := i + 1) < n and text[i] != '"':
+                i += text[i] == "\\"
+        elif c == "(":
+            opened.append(i)
+        elif c == ")" and opened:
+            opened.pop()
+        i += 1
+    return opened[0] if opened else None
+
+
 def _format_error(exc: BaseException, path: str, text: str, offset: int | None) -> RuleError:
     """Turn an egglog error or panic into one line `file:line:col: error: message`."""
     message = str(exc).strip()
+    if message.endswith("unexpected end of file") and (start := _unclosed(text)) is not None:
+        return RuleError("{}:{}:{}: error: this `(` is never closed (egglog read on to the end "
+                         "of the file)".format(path, *_location(text, start)))
     match = _SPAN.search(message)
     if match:
         where = f"{path}:{match.group(1)}:{match.group(2)}"

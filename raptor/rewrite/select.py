@@ -181,6 +181,7 @@ def select_exact(tables: LayoutTables, time_limit: float = 60.0, workers: int = 
         model.add_hint(var, index == 0)
 
     solver = cp_model.CpSolver()
+    solver.parameters.catch_sigint_signal = False  # Ctrl-C stops the program (raptor.cli)
     solver.parameters.max_time_in_seconds = time_limit
     solver.parameters.num_workers = workers
     # Measured: core-based search finds and proves these pseudo-Boolean optima fastest, and

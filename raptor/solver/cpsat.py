@@ -56,7 +56,7 @@ from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import nearest_cores
 from raptor.solver.peft import check_capacity, peft_schedule
 from raptor.solver.schedule import MergeScheduleResult, core_order
-from raptor.solver.watch import SearchReport, watch
+from raptor.solver.watch import SearchReport, search
 from raptor.target import Target
 
 DET_PER_SECOND = 0.05
@@ -357,6 +357,7 @@ class _Model:
     def solver(self, opts: CpSatOptions, limit: float) -> cp_model.CpSolver:
         solver = cp_model.CpSolver()
         prm = solver.parameters
+        prm.catch_sigint_signal = False  # Ctrl-C is the program's (raptor.solver.watch)
         prm.num_workers = opts.num_workers
         prm.random_seed = opts.seed
         prm.cp_model_probing_level = 0
@@ -383,14 +384,13 @@ class _Model:
         solver = self.solver(opts, opts.hint_check_limit)
         solver.parameters.fix_variables_to_their_hinted_value = True
         solver.parameters.stop_after_first_solution = True
-        t0 = time.perf_counter()
         code = solver.solve(self.m)
-        took = time.perf_counter() - t0
+        # wall seconds stay out of the text: identical reruns give identical reports
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return True, f"hint verified in {took:.1f} s"
+            return True, "hint verified"
         if code == cp_model.INFEASIBLE:
-            return False, f"the hint violates the model (checked in {took:.1f} s)"
-        return None, f"the hint could not be checked within {took:.1f} s"
+            return False, "the hint violates the model"
+        return None, f"the hint could not be checked within {opts.hint_check_limit:g} s"
 
 
 def _fallback(initial: MergeScheduleResult, status: str, seconds: float, model: str,
@@ -405,8 +405,10 @@ def _fallback(initial: MergeScheduleResult, status: str, seconds: float, model: 
 
 
 def _limit_words(opts: CpSatOptions) -> str:
+    """The search limit, and how a deterministic one follows from the seconds asked for."""
     if opts.deterministic:
-        return f"{opts.time_limit * DET_PER_SECOND:g} units of deterministic time"
+        return (f"{opts.time_limit * DET_PER_SECOND:g} units of deterministic time (time limit "
+                f"{opts.time_limit:g} s x {DET_PER_SECOND:g} units per second)")
     return f"{opts.time_limit:g} s"
 
 
@@ -436,22 +438,25 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
         model.m.clear_hints()
     solver = model.solver(opts, opts.time_limit)
     t1 = time.perf_counter()
-    code = solver.solve(model.m, watch(solver, opts.on_progress))
+    code = search(solver, model.m, opts.on_progress)
     searched = time.perf_counter() - t1
     elapsed = time.perf_counter() - t0
     word = solver.status_name(code)
     det = solver.response_proto.deterministic_time
     stopped = opts.deterministic and searched >= opts.time_limit * opts.wall_factor * 0.99
-    when = (f"after {searched:.1f} s of search ({det:.2f} units of deterministic time)"
-            + ("; stopped by the wall-clock limit, so a rerun may differ" if stopped else ""))
+    # the deterministic figure only: wall seconds are in solve_seconds
+    when = (f"after {det:.2f} of its {_limit_words(opts)}"
+            if opts.deterministic else f"after {searched:.1f} s of search, limit "
+            f"{_limit_words(opts)}") + \
+        ("; stopped by the wall-clock limit, so a rerun may differ" if stopped else "")
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         # The check above is a CP-SAT solve that accepted the hint: a verified hint is a
         # solution of the model even when the search (presolve first) ends before it
         # registers one of its own.
         head = "FEASIBLE (the verified hint)" if hint_ok else word
         return _fallback(initial,
-                         f"{head}: the search registered no solution of its own {when}, "
-                         f"limit {_limit_words(opts)}; {hint_note}; the PEFT schedule is returned",
+                         f"{head}: the search registered no solution of its own {when}; "
+                         f"{hint_note}; the PEFT schedule is returned",
                          elapsed, model_name, notes, int(solver.best_objective_bound),
                          initial.makespan_ns if hint_ok else None)
     result = _extract(model, solver, f"{word} {when}", elapsed, notes)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import colorsys
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
@@ -29,6 +29,13 @@ WORK, MEMORY, BLOCKED = "work", "memory", "blocked"
 """Bar kinds: work is coloured by its key; memory and blocked have fixed colours."""
 FIXED = {MEMORY: "#4d4d4d", BLOCKED: "#d8d8d8"}
 _MESSAGE = "#b2182b"
+
+LEGEND_LAYERS = 24
+"""At most this many layers get their own colour and legend entry; the rest of a large
+network (ResNet-18 has 50 layers, pretrained nets hundreds) share one colour, `OTHER`,
+listed last with their count (each bar's tooltip still names its layer). What a reader
+compares is the big layers; 300 legend entries filled three quarters of the image."""
+OTHER, _OTHER_FILL = "\x00other", "#a9a9a9"
 
 _PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
             "#ff9da7", "#9c755f", "#86bcb6", "#d37295", "#8cd17d", "#a0cbe8", "#ffbe7d",
@@ -130,6 +137,7 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
     span = max(span, 1)
     frame = _Frame({c: i for i, c in enumerate(rows)}, row_h, _PLOT_W / span,
                    _TOP + row_h * len(rows))
+    bars, legend, colours = _grouped(bars, legend, colours)
     entries = _legend_entries(bars, arrows, legend, colours)
     per_col = max(1, _PLOT_W // 190)
     height = frame.axis_y + _AXIS + 18 * math.ceil(len(entries) / per_col) + 10
@@ -142,6 +150,25 @@ def render_gantt(rows: Sequence[int], bars: Sequence[Bar], arrows: Sequence[Arro
                       *_row_labels(frame, names), *_bars(frame, bars, colours),
                       *_arrows(frame, drawn),
                       *_legend(entries, frame.axis_y + _AXIS + 4, per_col), "</svg>"]) + "\n"
+
+
+def _grouped(bars: Sequence[Bar], legend: Mapping[str, str], colours: Mapping[str, str]
+             ) -> tuple[Sequence[Bar], Mapping[str, str], Mapping[str, str]]:
+    """Beyond `LEGEND_LAYERS` layers with work bars, the ones with the least work time
+    become `OTHER` (their bars keep their labels)."""
+    work: dict[str, int] = {}
+    for b in bars:
+        if b.kind == WORK:
+            work[b.key] = work.get(b.key, 0) + b.end - b.start
+    if len(work) <= LEGEND_LAYERS:
+        return bars, legend, colours
+    keep = set(sorted(work, key=lambda k: (-work[k], k))[:LEGEND_LAYERS - 1])
+    rest = len(work) - len(keep)
+    grouped = [b if b.kind != WORK or b.key in keep else
+               Bar(b.row, b.start, b.end, OTHER, b.label, b.detail, b.kind) for b in bars]
+    kept = {k: v for k, v in legend.items() if k in keep}
+    kept[OTHER] = f"{rest} other layers"
+    return grouped, kept, {**colours, OTHER: _OTHER_FILL}
 
 
 def _legend_entries(bars: Sequence[Bar], arrows: Sequence[Arrow], legend: Mapping[str, str],
@@ -228,10 +255,11 @@ def _bars(frame: _Frame, bars: Sequence[Bar], colours: Mapping[str, str]) -> lis
         what = bar.label if n == 1 else f"{bar.label}: {n} ops"
         detail = f", {bar.detail}" if bar.detail and n == 1 else ""
         tip = f"{what}{detail}; {bar.start:,}–{bar.end:,} ns on core {bar.row}"
-        out.append(f'<rect x="{x:.2f}" y="{_TOP + i * row_h + inset:.1f}" width="{w:.2f}" '
-                   f'height="{row_h - 2 * inset:.1f}" fill="{fill}" stroke="#ffffff" '
-                   f'stroke-width="0.4"><title>{escape(tip)}</title></rect>')
-    return out
+        out.append(f'<rect x="{x:.1f}" y="{_TOP + i * row_h + inset:g}" width="{w:.1f}" '
+                   f'height="{row_h - 2 * inset:g}" fill="{fill}"><title>{escape(tip)}'
+                   "</title></rect>")
+    # the outline once for all bars (a 15,000-bar chart is megabytes of attributes)
+    return ['<g stroke="#ffffff" stroke-width="0.4">', *out, "</g>"]
 
 
 def _arrows(frame: _Frame, drawn: Sequence[Arrow]) -> list[str]:
@@ -278,7 +306,8 @@ def _merged(bars: Sequence[Bar], row_of: Mapping[int, int], tiny: float) -> list
             if cur is not None and b.key == cur.key and b.kind == cur.kind \
                     and b.start - cur.end <= tiny \
                     and min(b.end - b.start, cur.end - cur.start) < tiny:
-                cur = Bar(row, cur.start, max(cur.end, b.end), cur.key, cur.label, "", cur.kind)
+                label = cur.label if b.label == cur.label else "several layers"
+                cur = Bar(row, cur.start, max(cur.end, b.end), cur.key, label, "", cur.kind)
                 n += 1
                 continue
             if cur is not None:
@@ -290,14 +319,15 @@ def _merged(bars: Sequence[Bar], row_of: Mapping[int, int], tiny: float) -> list
 
 
 def gantt_svg(graph: ComputeGraph, schedule: MergeScheduleResult, *,
-              transfers: bool = True, title: str | None = None,
+              transfers: bool = True, title: str | Callable[[int], str] | None = None,
               keys: Sequence[str] | None = None, legend: Mapping[str, str] | None = None,
               start: Sequence[int] | None = None, subtitle: str | None = None) -> str:
     """The schedule's estimate: one bar per task on its core from `start` (default the
     solver's start times) for its cost, coloured by `keys[t]` (default its graph batch) and
     labelled by `legend[key]`; with `transfers`, a line per cross-core producer → consumer
     pair from the producer's end to the consumer's start. A pipeline schedule's rows are
-    grouped by stage (`schedule.stage_of_core`)."""
+    grouped by stage (`schedule.stage_of_core`). A callable `title` is given the span drawn
+    (ns), so that the figure in the title is the one the bars end at."""
     n = graph.num_tasks
     begin = list(start) if start is not None else schedule.start_ns
     end = [begin[t] + graph.tasks[t].cost_ns for t in range(n)]
@@ -318,8 +348,9 @@ def gantt_svg(graph: ComputeGraph, schedule: MergeScheduleResult, *,
     used, names = stage_rows([c for c, tasks in enumerate(schedule.core_tasks) if tasks],
                              schedule.stage_of_core)
     span = max(end, default=0)
-    heading = title or f"{schedule.solver} schedule ({schedule.status}): estimate {span:,} ns"
-    note = subtitle or ("estimate: the scheduler's cost model (no link contention, free "
-                        "shared memory); lines: producer end → consumer start")
+    heading = title(span) if callable(title) else \
+        title or f"{schedule.solver} schedule ({schedule.status}): estimate {span:,} ns"
+    note = subtitle or ("the plan: the scheduler's cost model without link contention, with "
+                        "a free shared memory; lines: producer end → consumer start")
     return render_gantt(used, bars, list(sent.values()), title=heading, subtitle=note, span=span,
                         legend=legend, colours=layer_colours(list(legend)), names=names)

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from raptor.sweep.spec import Sweep, SweepError, load_sweep
+from raptor.ui.interrupt import EXIT_INTERRUPTED
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -161,10 +162,10 @@ def sweep_command(path: str, scheduler: str | None, workers: int | None, out_dir
         return EXIT_USAGE
     except KeyboardInterrupt:
         saved = Path(out_dir) / "results.json"
-        err.print("interrupted" + (f": finished points are in {saved}; run again with "
-                                   "--resume to finish the others" if saved.exists() else ""),
-                  markup=False)
-        return EXIT_FAIL
+        err.print("raptor: interrupted" + (f": finished points are in {saved}; run again with "
+                                           "--resume to finish the others" if saved.exists()
+                                           else ""), markup=False)
+        return EXIT_INTERRUPTED
     wall = time.perf_counter() - started
     out.print(_results_table(sweep, run.rows))
     counts = Counter(r["status"] for r in run.rows)

@@ -12,26 +12,59 @@
 The last four exist for simulated schedules only. A CP-SAT run that fell back to the
 heuristic schedule shares its program, labels and simulation. In pipeline mode the charts
 group cores by stage, the simulated chart and the trace show every inference of the stream
-(slices named `... #n`), and outputs.<solver>.npz holds inference 0."""
+(slices named `... #n`), and outputs.<solver>.npz holds inference 0.
+
+A reused folder: the files above that an earlier run wrote and this one does not (another
+solver's, or the simulation's after --no-simulate) are removed, and any other file stays.
+report.json is removed first and written last, so a folder without it holds a run that was
+cut short."""
 
 from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from raptor.driver import MODES
 from raptor.fileio import save_npz_atomic, write_text_atomic
 from raptor.sim.charts import noc_svg, timeline_svg
-from raptor.solve import Progress, Solved
+from raptor.solve import Progress, ScheduleRun, Solved
 from raptor.solver.evaluate import retime
 from raptor.solver.gantt import gantt_svg
-from raptor.ui.labels import legend, span_labels, task_layers
+from raptor.ui.labels import SpanLabel, legend, span_labels, task_layers
+from raptor.ui.table import counted
+
+PER_SOLVER = ("scheduled.{}.spat", "gantt.{}.svg", "gantt.{}.simulated.svg", "noc.{}.svg",
+              "trace.{}.json", "outputs.{}.npz")
+"""The files written per schedule (`{}`: the solver's name)."""
+
+
+def known_files(out_dir: Path) -> set[Path]:
+    """Raptor's own files in a folder: report.json, weights.npz and `PER_SOLVER` for every
+    solver name of either mode. A reused --out loses those a new run does not write, and
+    nothing else (a user's files there stay)."""
+    solvers = {name for names in MODES.values() for name in names if name != "both"}
+    names = {"report.json", "weights.npz", *(f.format(s) for f in PER_SOLVER for s in solvers)}
+    return {out_dir / n for n in names if (out_dir / n).is_file()}
+
 
 FILES = ("report.json, scheduled.<solver>.spat, weights.npz, gantt.<solver>.svg (estimate)",
          "gantt.<solver>.simulated.svg, noc.<solver>.svg, trace.<solver>.json, "
          "outputs.<solver>.npz")
 """What the `wrote` line lists: always, and for simulated schedules."""
+
+
+def _planned(head: str, run: ScheduleRun, span: int) -> str:
+    """The estimate chart's figures: the plan it draws (each task at its contention-free
+    start), and beside it the estimate with link contention and flow control (the table's
+    figure), which the chart does not draw."""
+    plan = f"contention-free plan {span:,} ns (estimate with contention {run.estimate_ns:,} ns)"
+    if run.pipeline is not None and run.stream_estimate is not None:
+        return (f"{head}{counted(len(run.pipeline.stages), 'stage')}, estimated period "
+                f"{run.stream_estimate.period_ns:,} ns; one inference's {plan}")
+    return head + plan
 
 
 def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
@@ -41,6 +74,13 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
     t0 = time.perf_counter()
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
+    stale = known_files(d)
+    (d / "report.json").unlink(missing_ok=True)  # a folder without one holds a run cut short
+    written: set[Path] = set()
+
+    def put(name: str, text: str) -> None:
+        write_text_atomic(d / name, text)
+        written.add(d / name)
     g = solved.build.graph
     target = solved.target
     lowered = solved.compiled.lowered
@@ -50,49 +90,51 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
     lanes = [t.lane for t in g.tasks]
     model = Path(solved.model).name
     printed: dict[int, str] = {}
-    drawn: dict[int, tuple[str, str, str]] = {}
+    traced: dict[int, tuple[dict[int, list[SpanLabel]], str]] = {}
     for run in solved.runs:
         if say is not None:
             say(f"writing the {run.name} outputs")
         text = printed.get(id(run.scheduled))
         if text is None:
             text = printed[id(run.scheduled)] = run.scheduled.print()
-        write_text_atomic(d / f"scheduled.{run.name}.spat", text)
+        put(f"scheduled.{run.name}.spat", text)
         start = retime(g, target, run.result.core_of, run.result.core_tasks)
-        title = f"{model}: {run.name} schedule ({run.result.status.split(' (')[0]}), "
-        if run.pipeline is not None and run.stream_estimate is not None:
-            title += (f"{len(run.pipeline.stages)} stages, one inference {run.estimate_ns:,} ns, "
-                      f"estimated period {run.stream_estimate.period_ns:,} ns")
-        else:
-            title += f"estimate {run.estimate_ns:,} ns"
-        write_text_atomic(d / f"gantt.{run.name}.svg", gantt_svg(
-            g, run.result, title=title, keys=keys, legend=names, start=start))
+        head = f"{model}: {run.name} schedule ({rep['schedules'][run.name]['status']}), "
+        put(f"gantt.{run.name}.svg", gantt_svg(
+            g, run.result, title=partial(_planned, head, run), keys=keys, legend=names,
+            start=start))
         if run.sim is None:
             continue
-        texts = drawn.get(id(run.sim))
-        if texts is None:  # a schedule that shares another's program reuses its drawings
+        # a schedule that shares another's program (and simulation) shares its labels and
+        # trace; its charts are its own, titled with its solver
+        if id(run.sim) not in traced:
             labels = span_labels(run.scheduled, layers, lanes)
-            latency = run.sim.report.latency_ns
-            sim_title = f"{model}: {run.name} schedule, simulated {latency:,} ns"
-            if run.pipeline is not None:
-                period = run.sim.report.period_ns(len(run.pipeline.stages))
-                sim_title = (f"{model}: {run.name} schedule, {solved.stream} inferences "
-                             f"simulated in {latency:,} ns, period {period or 0:,} ns")
-            texts = drawn[id(run.sim)] = (
-                timeline_svg(run.sim, labels, legend=names, title=sim_title,
-                             stage_of_core=run.result.stage_of_core),
-                noc_svg(run.sim, target, title=f"{model}: NoC traffic of the {run.name} "
-                        "schedule (simulated)"),
-                json.dumps(run.sim.chrome_trace(labels, target.mesh_links)))
-        for name, text in zip(("gantt.{}.simulated.svg", "noc.{}.svg", "trace.{}.json"),
-                              texts, strict=True):
-            write_text_atomic(d / name.format(run.name), text)
+            traced[id(run.sim)] = labels, json.dumps(run.sim.chrome_trace(labels,
+                                                                          target.mesh_links))
+        labels, trace = traced[id(run.sim)]
+        latency = run.sim.report.latency_ns
+        sim_title = f"{model}: {run.name} schedule, simulated {latency:,} ns"
+        if run.pipeline is not None:
+            period = run.sim.report.period_ns(len(run.pipeline.stages))
+            sim_title = (f"{model}: {run.name} schedule, "
+                         f"{counted(solved.stream, 'inference')} simulated in "
+                         f"{latency:,} ns, period {period or 0:,} ns")
+        texts = (timeline_svg(run.sim, labels, legend=names, title=sim_title,
+                              stage_of_core=run.result.stage_of_core),
+                 noc_svg(run.sim, target, title=f"{model}: NoC traffic of the {run.name} "
+                         "schedule (simulated)"), trace)
+        for name, text in zip(PER_SOLVER[2:5], texts, strict=True):
+            put(name.format(run.name), text)
         first = run.pipeline is not None  # a stream: inference 0's outputs
         outs = {v.name: o[0] if first else o for v, o in zip(
             solved.compiled.graph.outputs, run.sim.outputs, strict=True)}
         save_npz_atomic(d / f"outputs.{run.name}.npz", outs)
+        written.add(d / f"outputs.{run.name}.npz")
     if solved.runs:  # the weights the scheduled IR names, for `raptor interpret`
         save_npz_atomic(d / "weights.npz", solved.runs[0].scheduled.constants)
+        written.add(d / "weights.npz")
+    for path in stale - written - {d / "report.json"}:  # an earlier run's, not this one's
+        path.unlink(missing_ok=True)
     rep["seconds"]["outputs"] = round(time.perf_counter() - t0, 4)
     write_text_atomic(d / "report.json", json.dumps(rep, indent=2) + "\n")
     simulated = any(r.sim is not None for r in solved.runs)

@@ -5,7 +5,9 @@ nothing is printed at all.
 
 It is the `raptor.solve.Progress` hook: `solve()` calls it at each phase. A solver that can
 report during its search (a CP-SAT solution callback) calls it again with `incumbent_ns`
-and `bound_ns`; until one does, the CP-SAT phase shows elapsed / limit."""
+and `bound_ns`; until one does, the CP-SAT phase shows elapsed / limit. With
+`RAPTOR_PROGRESS=lines` each phase and each new best schedule is a line on stderr instead
+(`raptor.ui.interrupt.PROGRESS_ENV`), terminal or not."""
 
 from __future__ import annotations
 
@@ -17,12 +19,15 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from raptor.ui.interrupt import phase_lines
+
 
 class LiveProgress:
     """Use as a context manager around the work; call it to start a phase."""
 
     def __init__(self, console: Console, enabled: bool = True) -> None:
-        self.enabled = enabled and console.is_terminal
+        self.lines = phase_lines()
+        self.enabled = enabled and console.is_terminal and not self.lines
         self.console = console
         self.start = time.perf_counter()
         self.phase = "starting"
@@ -35,12 +40,18 @@ class LiveProgress:
 
     def __call__(self, msg: str, /, *, limit_s: float | None = None,
                  incumbent_ns: int | None = None, bound_ns: int | None = None) -> None:
-        if msg != self.phase:
+        new = msg != self.phase
+        if new:
             self.phase, self.phase_start = msg, time.perf_counter()
             self.limit_s = self.incumbent_ns = self.bound_ns = None
         self.limit_s = self.limit_s if limit_s is None else limit_s
+        found = incumbent_ns is not None and incumbent_ns != self.incumbent_ns
         self.incumbent_ns = self.incumbent_ns if incumbent_ns is None else incumbent_ns
         self.bound_ns = self.bound_ns if bound_ns is None else bound_ns
+        if self.lines and (new or found):
+            best = f": best {self.incumbent_ns:,} ns" if found else ""
+            self.console.print(f"raptor: phase: {msg}{best}", markup=False, highlight=False,
+                               soft_wrap=True)
 
     def line(self) -> str:
         """The text after the spinner (also what a test can read without a terminal)."""

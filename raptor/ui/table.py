@@ -29,6 +29,11 @@ def ns(v: int | None) -> str:
     return "-" if v is None else f"{v:,}"
 
 
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """`1 stage`, `2 stages`, `1,024 cores`: a count and its noun in the right number."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def shown_rules(directory: str) -> str:
     """The rules directory as a reader knows it: the shipped one by that name, any other
     (`--rules`, `$RAPTOR_RULES`) by the path given."""
@@ -141,7 +146,7 @@ PIPELINE_WIDE: tuple[str, ...] = (
 def _title(rep: dict[str, Any]) -> str:
     if rep.get("mode") == "pipeline":
         n = rep["inferences"]
-        return (f"pipeline schedules, {n} inference{'s' if n != 1 else ''} simulated; inf/s: "
+        return (f"pipeline schedules, {counted(n, 'inference')} simulated; inf/s: "
                 f"throughput (period lower bound {rep['period_lower_bound_ns']:,} ns: work / "
                 "cores, heaviest group, output stores)")
     return (f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns: critical path, "
@@ -217,7 +222,8 @@ def status_lines(rep: dict[str, Any]) -> list[str]:
                     + (f", proven bound {s['bound_ns']:,} ns" if s["bound_ns"] is not None
                        and not s["status"].startswith("HEURISTIC") else ""))
         mem = f"; local memory {memory(s)}" if s.get("local_memory") else ""
-        out.append(f"{name}: {s['status']} ({s['solve_seconds']:.2f} s{model}){said}{mem}")
+        detail = f" {s['status_detail']}" if s.get("status_detail") else ""
+        out.append(f"{name}: {s['status']}{detail} ({s['solve_seconds']:.2f} s{model}){said}{mem}")
     return out
 
 

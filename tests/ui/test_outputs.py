@@ -72,9 +72,9 @@ def test_estimate_gantt_has_legend_ticks_cores_tooltips_and_messages(
     run = solved.runs[0]
     root = _svg(out / "gantt.peft.svg")
     texts = _texts(root)
-    assert texts[0] == f"resnet_block.onnx: peft schedule (HEURISTIC), estimate " \
-        f"{run.estimate_ns:,} ns"
-    assert texts[1].startswith("estimate: the scheduler's cost model")
+    assert texts[0] == f"resnet_block.onnx: peft schedule (HEURISTIC), contention-free plan " \
+        f"{run.ideal_estimate_ns:,} ns (estimate with contention {run.estimate_ns:,} ns)"
+    assert texts[1].startswith("the plan: the scheduler's cost model without link contention")
     # legend: every layer the chart draws, in topological order, by ONNX node and op
     assert [t for t in texts if " (" in t and t.split(" (")[0] in NODES] == [
         "conv2 (conv+relu)", "conv10 (conv)", "add16 (add)", "relu17 (relu)"]
@@ -201,3 +201,24 @@ def test_charts_render_in_colour_with_cairosvg(written: tuple[Solved, Path]) -> 
     total = im.width * im.height
     assert counts.get((0x4e, 0x79, 0xa7), 0) > total // 20  # conv2's bars
     assert counts.get((0, 0, 0), 0) < total // 100
+
+
+def test_a_reused_folder_keeps_only_this_runs_files_and_the_users(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A peft run after a both run: no cpsat program or charts beside a report that lists
+    only peft; the simulation's files go after --no-simulate; a user's files stay."""
+    from raptor.cli import main
+
+    out = tmp_path / "out"
+    model = str(Path(__file__).resolve().parents[2] / "examples" / "mlp.onnx")
+    assert main(["solve", model, "--workers", "1", "--time-limit", "1", "--out", str(out)]) == 0
+    assert (out / "scheduled.cpsat.spat").is_file() and (out / "noc.cpsat.svg").is_file()
+    (out / "notes.txt").write_text("mine\n")
+    (out / "gantt.mine.svg").write_text("<svg/>\n")
+    assert main(["solve", model, "--solver", "peft", "--no-simulate", "--out", str(out)]) == 0
+    capsys.readouterr()
+    rep = json.loads((out / "report.json").read_text())
+    assert list(rep["schedules"]) == ["peft"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "gantt.mine.svg", "gantt.peft.svg", "notes.txt", "report.json", "scheduled.peft.spat",
+        "weights.npz"]

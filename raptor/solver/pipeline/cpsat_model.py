@@ -16,7 +16,7 @@ from ortools.sat.python import cp_model
 
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.problem import PipelineProblem
-from raptor.solver.watch import SearchReport, watch
+from raptor.solver.watch import SearchReport, search
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def solve_cpsat(problem: PipelineProblem, replication: bool, hint: Partition,
     if options.deterministic_time is not None:
         prm.max_deterministic_time = options.deterministic_time
     prm.fix_variables_to_their_hinted_value = options.fix_hint
-    code = solver.solve(model.m, watch(solver, options.on_progress))
+    code = search(solver, model.m, options.on_progress)
     status = solver.status_name(code)
     size = len(model.m.proto.variables), len(model.m.proto.constraints)
     if code == cp_model.INFEASIBLE:

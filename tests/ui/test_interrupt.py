@@ -1,0 +1,119 @@
+"""Ctrl-C through a real process and signal (raptor.ui.interrupt), at three moments: while
+the program starts, outside a search (PEFT), and during a CP-SAT search. Each test waits for
+the phase line the program prints with RAPTOR_PROGRESS=lines before it signals, so the
+moment is the one named, not a guess of a sleep."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK = str(ROOT / "examples" / "resnet_block.onnx")
+SEARCH = ["--time-limit", "60"]
+"""A search of resnet_block that runs for half a minute unless Ctrl-C ends it."""
+
+
+def interrupt(args: list[str], marker: str, signals: int = 1,
+              timeout: float = 240) -> tuple[int, str, str]:
+    """Run `raptor ARGS`, send SIGINT `signals` times once a stderr line holds `marker`;
+    (exit code, stdout, stderr)."""
+    env = {**os.environ, "RAPTOR_PROGRESS": "lines", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "raptor.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if marker in line:
+            for _ in range(signals):
+                proc.send_signal(signal.SIGINT)
+                time.sleep(0.05)
+            break
+    else:
+        pytest.fail(f"no line with {marker!r}: {''.join(seen)}")
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, "".join(seen) + err
+
+
+def said(err: str) -> list[str]:
+    """stderr without the phase lines."""
+    return [line for line in err.splitlines() if not line.startswith("raptor: phase: ")]
+
+
+def no_temporaries(folder: Path) -> bool:
+    return not folder.exists() or not [p for p in folder.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("marker", ["phase: starting", "phase: PEFT"])
+def test_ctrl_c_outside_a_search_stops_with_one_line_and_exit_130(marker: str,
+                                                                  tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, stdout, err = interrupt(["solve", BLOCK, *SEARCH, "--out", str(out)], marker)
+    assert code == 130 and said(err) == ["raptor: interrupted"], err
+    assert stdout == "" and no_temporaries(out) and not (out / "report.json").exists()
+
+
+def test_ctrl_c_during_the_search_keeps_its_best_schedule(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    t0 = time.perf_counter()
+    code, stdout, err = interrupt(["solve", BLOCK, *SEARCH, "--out", str(out)],
+                                  "2 workers: best ")
+    assert code == 0, err
+    assert time.perf_counter() - t0 < 50  # not the search's whole minute
+    rep = json.loads((out / "report.json").read_text())
+    cp = rep["schedules"]["cpsat"]
+    assert cp["status"] == "INTERRUPTED" and cp["status_detail"].startswith("Ctrl-C ended")
+    assert cp["valid"] and cp["numerics"]["ok"] and rep["schedules"]["peft"]["status"] == \
+        "HEURISTIC"
+    assert "cpsat: INTERRUPTED Ctrl-C ended the search" in " ".join(stdout.split())
+    assert no_temporaries(out)
+
+
+def test_a_second_ctrl_c_during_the_search_stops(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, _, err = interrupt(["solve", BLOCK, *SEARCH, "--out", str(out)],
+                             "2 workers: best ", signals=2)
+    assert code == 130 and said(err) == ["raptor: interrupted"], err
+    assert not (out / "report.json").exists() and no_temporaries(out)
+
+
+def test_on_a_terminal_the_cursor_comes_back(tmp_path: Path) -> None:
+    """The live progress line hides the cursor; Ctrl-C shows it again before the line."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100"}
+    env.pop("RAPTOR_PROGRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "raptor.cli", "solve", BLOCK, *SEARCH,
+                             "--out", str(tmp_path / "out")], cwd=ROOT, env=env,
+                            stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    data = b""
+    deadline = time.monotonic() + 240
+    signalled = False
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the program ended: the terminal closed
+                break
+            if not chunk:
+                break
+            data += chunk
+        if not signalled and (b"checking the model" in data or b"compiling" in data):
+            proc.send_signal(signal.SIGINT)
+            signalled = True
+    assert proc.wait(timeout=60) == 130 and signalled
+    os.close(leader)
+    assert b"\x1b[?25l" in data  # hidden while the progress line showed
+    tail = data[data.rindex(b"\x1b[?25l"):]
+    assert b"\x1b[?25h" in tail and tail.rstrip().endswith(b"raptor: interrupted")

@@ -1,0 +1,101 @@
+"""report.json against docs/report.schema.json, and `status` as one word of a documented
+set (`raptor.solve.STATUSES`) for what every solver can say, the words in
+`status_detail`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from raptor.cli import main
+from raptor.solve import STATUSES, schedule_status
+from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
+from raptor.solver.generate import random_layered_dag
+from raptor.solver.peft import peft_schedule
+from raptor.solver.pipeline import (
+    CpSatPipelineOptions,
+    build_problem,
+    cpsat_pipeline,
+    heuristic_pipeline,
+)
+from raptor.target import Target, load_target
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text())
+
+
+def test_the_schema_is_valid_and_lists_every_status() -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert SCHEMA["$defs"]["status"]["enum"] == list(STATUSES)
+
+
+@pytest.mark.parametrize("mode", ["latency", "pipeline"])
+def test_reports_follow_the_schema(mode: str, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    extra = ["--stream", "2"] if mode == "pipeline" else []
+    assert main(["solve", str(ROOT / "examples" / "mlp.onnx"), "--mode", mode, "--workers", "1",
+                 "--time-limit", "2", "--out", str(tmp_path), *extra]) == 0
+    rep = json.loads((tmp_path / "report.json").read_text())
+    jsonschema.validate(rep, SCHEMA)
+    words = {s["status"] for s in rep["schedules"].values()}
+    assert words <= set(STATUSES) and "HEURISTIC" in words
+    stdout = capsys.readouterr().out
+    for name, s in rep["schedules"].items():  # the status line keeps the prose
+        assert f"{name}: {s['status']}" in stdout
+
+
+def statuses(graph_seed: int = 2) -> dict[str, tuple[str, str]]:
+    """What the latency solvers say in each case, as report.json words."""
+    g = random_layered_dag(40, seed=graph_seed, width=6)
+    mesh = Target(mesh_rows=4, mesh_cols=4)
+    peft = peft_schedule(g, mesh)
+    cases = {
+        "peft": peft,
+        "solved": cpsat_schedule(g, mesh, CpSatOptions(time_limit=1, num_workers=1),
+                                 initial=peft),
+        "no solution": cpsat_schedule(g, mesh, CpSatOptions(time_limit=1e-6), initial=peft),
+        "not run": cpsat_schedule(random_layered_dag(120, seed=3), load_target("default"),
+                                  CpSatOptions(time_limit=1, num_workers=1,
+                                               max_model_pairs=100)),
+    }
+    return {k: schedule_status(r.status, r.notes) for k, r in cases.items()}
+
+
+def test_every_solver_outcome_is_one_documented_word() -> None:
+    got = statuses()
+    assert got["peft"] == ("HEURISTIC", "")
+    assert got["solved"][0] in ("OPTIMAL", "FEASIBLE")
+    assert "units of deterministic time (time limit 1 s x 0.05 units per second)" in \
+        got["solved"][1]
+    assert got["no solution"][0] == "NO_SOLUTION" and "hint verified" in got["no solution"][1]
+    assert got["not run"][0] == "NOT_RUN" and "max_model_pairs=100" in got["not run"][1]
+    for word, detail in got.values():
+        assert word in STATUSES and " s of search" not in detail
+
+
+def test_a_schedule_kept_over_a_slower_search_result_is_not_used() -> None:
+    text = ("FEASIBLE after 0.10 of its 0.1 units of deterministic time; its best plan "
+            "(90 ns) replays at 120 ns under the communication model, the PEFT schedule at "
+            "100 ns, which is returned")
+    assert schedule_status(text, []) == ("NOT_USED", text)
+
+
+def test_pipeline_model_outcomes() -> None:
+    g = random_layered_dag(30, 1, width=4, max_lanes=4, tiles_per_batch=(0, 2))
+    pr = build_problem(g, Target(mesh_rows=2, mesh_cols=3), max_groups=10)
+    heur = heuristic_pipeline(pr)
+    late = cpsat_pipeline(pr, True, CpSatPipelineOptions(time_limit=1e-9, num_workers=1,
+                                                         dp_bound=False), initial=heur)
+    assert schedule_status(heur.status, heur.notes) == ("HEURISTIC", "")
+    assert schedule_status(late.status, late.notes)[0] == "NO_SOLUTION"
+
+
+def test_an_interrupted_search_says_so_and_what_it_returned() -> None:
+    assert schedule_status("FEASIBLE after 0.2 of its 3 units", [], interrupted=True) == \
+        ("INTERRUPTED", "Ctrl-C ended the search: after 0.2 of its 3 units")
+    word, detail = schedule_status("UNKNOWN: the search registered no solution of its own",
+                                   [], interrupted=True)
+    assert word == "INTERRUPTED" and detail.startswith("Ctrl-C ended the search; NO_SOLUTION")
