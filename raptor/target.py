@@ -21,6 +21,8 @@ from typing import Any
 
 from rich.table import Column, Table
 
+from raptor import noc
+
 
 class TargetError(ValueError):
     """An invalid target name, file or value (one-line message)."""
@@ -137,8 +139,7 @@ class Target:
         """NoC transfer between cores ``a`` and ``b`` in ns (0 on the same core)."""
         if a == b:
             return 0
-        flits = -(-n_bytes // self.flit_bytes)
-        return self.ns(self.hops(a, b) * self.hop_cycles + flits * self.flit_cycles)
+        return self.ns(noc.free_cycles(self, self.hops(a, b), n_bytes))
 
     # -- mesh -------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raptor.ir.core import Value
+from raptor.noc import FreeLinks, Network, Route
 from raptor.sim.errors import Deadlock, Race, SimError
 from raptor.sim.program import (
     COMPUTE,
@@ -35,7 +36,6 @@ from raptor.sim.program import (
     Box,
     Instr,
     Program,
-    Route,
     overlap,
     value_name,
 )
@@ -163,11 +163,12 @@ class Engine:
         self.mem_free = 0
         self.store_done: dict[int, int] = {}
         self.store_waiters: dict[int, list[_Core]] = {}
-        self.link_free: dict[int, int] = {}
-        self.hop_ns = target.ns(target.hop_cycles)
         self.trace = Trace()
         self.spans: list[tuple[int, int, int, str, str, str]] | None = \
             self.trace.spans if options.trace else None
+        self.net = Network(target)
+        self.links = FreeLinks(self.net.num_links, held=self.trace.links if options.trace
+                               else None)
         self.report = SimReport(0, [], options=options.to_dict())
         self.order: list[Instr] = []
         """Computes, sends and memory accesses in the order the loop performed them."""
@@ -394,31 +395,16 @@ class Engine:
         msg.inject = at
         self.report.messages += 1
         self.report.message_bytes += msg.nbytes
-        if self.opts.link_contention and msg.route[2]:
+        if self.opts.link_contention and msg.route.links:
             self.push(at, _INJECT, msg)
             return
-        msg.arrival = at + msg.route[0]
+        msg.arrival = at + msg.route.transfer_ns
         if msg.target is not None:
             self.deliver(msg)
 
     def inject(self, msg: _Msg) -> None:
-        """Cut-through: the head enters each link when it gets there and the link is free;
-        each link stays busy for the serialisation time of the whole message. Free links
-        give exactly `Target.transfer_ns`; waiting for links adds the head's delay."""
-        transfer, ser, links = msg.route
-        free, hop = self.link_free, self.hop_ns
-        held = self.trace.links if self.spans is not None else None
-        head = msg.inject - hop
-        for link in links:
-            head += hop
-            f = free.get(link, 0)
-            if f > head:
-                head = f
-            free[link] = head + ser
-            if held is not None:
-                held.append((link, head, head + ser))
-        delay = head - (msg.inject + (len(links) - 1) * hop)
-        msg.arrival = msg.inject + transfer + delay
+        """Cut-through over the links (`raptor.noc`), granted in injection-time order."""
+        msg.arrival = self.net.cut_through(msg.route, msg.inject, self.links)
         if msg.target is not None:
             self.deliver(msg)
 

@@ -10,11 +10,9 @@ reported as the schedule's estimate). It models the simulator's default options
   Materialization sends exactly these messages, each after its producer (and its
   shared-memory stores) in :func:`send_order`, or later where the flow control below
   holds it.
-* **Links.** XY routing (along the row, then the column); every directed link carries one
-  message at a time. Cut-through: the head advances one hop per ``hop_ns`` and waits at a
-  busy link; the link is then busy for the message's serialisation time
-  ``ceil(bytes / flit_bytes) * flit_cycles``. Without waiting a message takes exactly
-  ``Target.transfer_ns``. Links are granted in injection-time order, as in the simulator.
+* **Links.** :mod:`raptor.noc`'s XY routes and cut-through links (every directed link
+  carries one message at a time, for its serialization), granted in injection-time order
+  as in the simulator; without waiting a message takes exactly ``Target.transfer_ns``.
 * **Rendezvous.** A send completes when its receive is posted; the sender then continues
   and the data crosses on its own; the receiving task waits for the data. A posted receive
   costs nothing and never blocks, but its buffer occupies the receiver's local memory from
@@ -35,136 +33,15 @@ what the simulator does, so the replayed makespan predicts the simulated latency
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from raptor.noc import FreeLinks, Network
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
-
-EAST, WEST, SOUTH, NORTH = range(4)
-
-
-class Network:
-    """XY routes and message timing of a target's mesh (integer ns)."""
-
-    def __init__(self, target: Target) -> None:
-        self.target = target
-        self.cols = target.mesh_cols
-        self.hop_ns = target.ns(target.hop_cycles)
-        self.num_links = 4 * target.num_cores
-        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._flits: dict[int, tuple[int, int]] = {}
-        clock = target.clock_fraction
-        self._num, self._den = clock.numerator, clock.denominator
-
-    def route(self, src: int, dst: int) -> tuple[int, ...]:
-        """Directed links (``core * 4 + direction``) from ``src`` to ``dst``: the row first,
-        then the column, as the simulator routes."""
-        got = self._routes.get((src, dst))
-        if got is not None:
-            return got
-        cols = self.cols
-        r, c = divmod(src, cols)
-        rd, cd = divmod(dst, cols)
-        links = []
-        while c != cd:
-            links.append((r * cols + c) * 4 + (EAST if cd > c else WEST))
-            c += 1 if cd > c else -1
-        while r != rd:
-            links.append((r * cols + c) * 4 + (SOUTH if rd > r else NORTH))
-            r += 1 if rd > r else -1
-        got = self._routes[(src, dst)] = tuple(links)
-        return got
-
-    def link_ends(self, link: int) -> tuple[int, int]:
-        """The (from, to) cores of a directed link."""
-        core, d = divmod(link, 4)
-        step = (1, -1, self.cols, -self.cols)[d]
-        return core, core + step
-
-    def message(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
-        """(route, serialisation ns — how long it holds each link —, free-link transfer ns,
-        i.e. ``Target.transfer_ns``) of a message."""
-        links = self.route(src, dst)
-        flits = self._flits.get(nbytes)
-        if flits is None:
-            t = self.target
-            cycles = -(-nbytes // t.flit_bytes) * t.flit_cycles
-            flits = self._flits[nbytes] = (cycles, t.ns(cycles))
-        if not links:
-            return links, flits[1], 0
-        cycles = len(links) * self.target.hop_cycles + flits[0]
-        return links, flits[1], -(-cycles * self._den // self._num)  # Target.transfer_ns
-
-
-class Timelines:
-    """Busy intervals of ``n`` exclusive resources (links, the shared memory), kept sorted
-    and disjoint, so that a list scheduler can reserve them out of time order (insertion,
-    as it reserves core time)."""
-
-    def __init__(self, n: int) -> None:
-        self.starts: list[list[int]] = [[] for _ in range(n)]
-        self.ends: list[list[int]] = [[] for _ in range(n)]
-
-    def fit(self, r: int, t: int, dur: int) -> int:
-        """Earliest start >= ``t`` of a free stretch of ``dur`` on resource ``r``."""
-        if dur <= 0:
-            return t
-        starts, ends = self.starts[r], self.ends[r]
-        i = bisect.bisect_right(ends, t)
-        while i < len(starts) and starts[i] < t + dur:
-            t = max(t, ends[i])
-            i += 1
-        return t
-
-    def reserve(self, r: int, s: int, dur: int) -> None:
-        """Mark [s, s + dur) busy (it must be free); touching intervals merge."""
-        if dur <= 0:
-            return
-        starts, ends = self.starts[r], self.ends[r]
-        e = s + dur
-        i = bisect.bisect_right(ends, s)
-        if i > 0 and ends[i - 1] == s:
-            i -= 1
-            s = starts[i]
-            del starts[i], ends[i]
-        if i < len(starts) and starts[i] == e:
-            e = ends[i]
-            del starts[i], ends[i]
-        starts.insert(i, s)
-        ends.insert(i, e)
-
-
-class LinkPlanner:
-    """Message reservations on the mesh links for a list scheduler: the same cut-through
-    rule as :func:`replay`, but with insertion into idle link time."""
-
-    def __init__(self, net: Network) -> None:
-        self.net = net
-        self.links = Timelines(net.num_links)
-
-    def arrival(self, src: int, dst: int, nbytes: int, inject: int, commit: bool) -> int:
-        """When a message of ``nbytes`` injected at ``inject`` arrives (``commit``: reserve
-        its links)."""
-        links, ser, transfer = self.net.message(src, dst, nbytes)
-        if not links:
-            return inject
-        hop = self.net.hop_ns
-        head = inject - hop
-        tl = self.links
-        ends_of = tl.ends
-        for link in links:
-            head += hop
-            ends = ends_of[link]
-            if ends and ends[-1] > head:  # the link is busy at some point after head
-                head = tl.fit(link, head, ser)
-            if commit:
-                tl.reserve(link, head, ser)
-        return transfer + head - (len(links) - 1) * hop
 
 
 def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[int]
@@ -201,7 +78,7 @@ class Replay:
     messages: int
     bytes_moved: int
     link_busy_ns: list[int]
-    """Per directed link (``Network.route`` numbering), the time it carried messages."""
+    """Per directed link (`raptor.noc` numbering), the time it carried messages."""
     arrival: dict[tuple[int, int], int] = field(default_factory=dict)
     """(fragment, core) -> when the fragment's message arrived there."""
     links: int = 0
@@ -296,7 +173,7 @@ class _Replayer:
         self.pc, self.clock = [0] * P, [0] * P
         self.heap: list[tuple[int, int, int, int]] = []
         self.seq = 0
-        self.link_free, self.link_busy = [0] * self.net.num_links, [0] * self.net.num_links
+        self.links = FreeLinks(self.net.num_links, self.contention)
         self.mem_free = self.messages = self.bytes = 0
 
     def _init_flow_control(self) -> None:
@@ -357,7 +234,7 @@ class _Replayer:
         for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m], *m)):
             self.early[q].append(f)
         self.lead = {m: dur[frags[m[0]].producer] + self.net.message(
-            core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes)[2] for m in first}
+            core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes).transfer_ns for m in first}
         """How long before its reader a receive must be posted so that a sender holding the
         message can still deliver it: its task's time and the transfer's."""
         return pos, last
@@ -465,7 +342,7 @@ class _Replayer:
         peaks = [max(int(u.max(initial=0)), int(a.max(initial=0)))
                  for u, a in zip(self.usage, self.at_point, strict=True)]
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
-                      self.bytes, self.link_busy, self.arrival, links, self.posts,
+                      self.bytes, self.links.busy, self.arrival, links, self.posts,
                       self.send_at, peaks, self.forced, self.send_wait, self.held_sends,
                       self.cap, {q for q, ok in enumerate(self.roomy) if not ok}, self.needed)
 
@@ -759,20 +636,8 @@ class _Replayer:
     def inject(self, key: int, now: int) -> None:
         f, q = divmod(key, self.P)
         frag = self.g.fragments[f]
-        links, ser, transfer = self.net.message(self.core_of[frag.producer], q, frag.bytes)
-        delay = 0
-        if links:
-            hop = self.net.hop_ns
-            head = now - hop
-            free, busy = self.link_free, self.link_busy
-            for link in links:
-                head += hop
-                if self.contention and free[link] > head:
-                    head = free[link]
-                free[link] = head + ser
-                busy[link] += ser
-            delay = head - (now + (len(links) - 1) * hop)
-        arrived = now + transfer + delay
+        route = self.net.message(self.core_of[frag.producer], q, frag.bytes)
+        arrived = self.net.cut_through(route, now, self.links)
         self.arrival[(f, q)] = arrived
         if self.waiting.pop((f, q), None) is not None:
             self.push(arrived, _RUN, q)

@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
+from raptor.noc import serial_cycles
 from raptor.target import Target
 
 IntArray = npt.NDArray[np.int64]
@@ -68,8 +69,7 @@ class Mesh:
         return (cycles * self._den + self._num - 1) // self._num
 
     def flit_cycles(self, nbytes: int) -> int:
-        t = self.target
-        return -(-nbytes // t.flit_bytes) * t.flit_cycles
+        return serial_cycles(self.target, nbytes)
 
     def comm_rows(self, src_core: int, flit_cycles: IntArray) -> IntArray:
         """Transfer ns from ``src_core`` to every core, one row per message (by its flit
