@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 
 EAST, WEST, SOUTH, NORTH = range(4)
 
+PROTOCOLS = ("raptor", "pimsim-nn")
+"""How messages cross the mesh (the target's ``protocol``). ``raptor``: cut-through over XY
+links, each held for the serialization. ``pimsim-nn``: a one-flit request and a one-flit
+reply before the data, every flit charged the whole path, the sender's switch carrying one
+message at a time (no link contention); a route is then that switch alone."""
+
 N = TypeVar("N", int, "np.ndarray")
 
 
@@ -48,6 +54,28 @@ def serial_cycles(target: Target, nbytes: N) -> N:
 def free_cycles(target: Target, hops: N, nbytes: N) -> N:
     """A message's latency over ``hops`` free links, in cycles (head, then the tail)."""
     return hops * target.hop_cycles + serial_cycles(target, nbytes)
+
+
+def flit_path_cycles(target: Target, hops: N) -> N:
+    """One flit over ``hops`` free links (pimsim-nn's NoC table entry for the pair)."""
+    return hops * target.hop_cycles + serial_cycles(target, target.flit_bytes)
+
+
+def message_cycles(target: Target, hops: N, nbytes: N, protocol: str) -> N:
+    """A message's latency when nothing else is in its way, in cycles, under ``protocol``:
+    ``raptor``'s :func:`free_cycles`, or pimsim-nn's request, reply and data flits, each
+    charged the one-flit latency of the whole path."""
+    if protocol == "raptor":
+        return free_cycles(target, hops, nbytes)
+    return (flits(target, nbytes) + 2) * flit_path_cycles(target, hops)
+
+
+def hold_cycles(target: Target, hops: N, nbytes: N, protocol: str) -> N:
+    """How long a message holds what it crosses: each link (``raptor``'s serialization)
+    or its sender's switch (pimsim-nn: every data flit over the whole path)."""
+    if protocol == "raptor":
+        return serial_cycles(target, nbytes)
+    return flits(target, nbytes) * flit_path_cycles(target, hops)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +101,18 @@ class LinkTable(Protocol):
 
 
 class Network:
-    """XY routes and message timing of a target's mesh (integer ns), cached per pair."""
+    """XY routes and message timing of a target's mesh (integer ns), cached per pair, under
+    ``protocol`` (default: the target's). Under pimsim-nn's a message's route is its
+    sender's switch, resource ``4 * cores + sender``."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, protocol: str | None = None) -> None:
         self.target = target
+        self.protocol = target.protocol if protocol is None else protocol
         self.cols = target.mesh_cols
         self.hop_ns = target.ns(target.hop_cycles)
-        self.num_links = 4 * target.num_cores
-        """Size of a table indexed by link (border cores' missing links included)."""
+        self.num_links = (4 if self.protocol == "raptor" else 5) * target.num_cores
+        """Size of a table indexed by link (border cores' missing links included) or
+        switch."""
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._messages: dict[tuple[int, int, int], Route] = {}
 
@@ -129,11 +161,14 @@ class Network:
         key = (src, dst, nbytes)
         got = self._messages.get(key)
         if got is None:
-            t = self.target
+            t, p = self.target, self.protocol
             links = self.route(src, dst)
+            hops = len(links)
+            if p != "raptor" and links:
+                links = (4 * t.num_cores + src,)
             got = self._messages[key] = Route(
-                links, t.ns(serial_cycles(t, nbytes)),
-                t.ns(free_cycles(t, len(links), nbytes)) if links else 0)
+                links, t.ns(hold_cycles(t, hops, nbytes, p)),
+                t.ns(message_cycles(t, hops, nbytes, p)) if links else 0)
         return got
 
     def cut_through(self, route: Route, inject: int, table: LinkTable) -> int:

@@ -543,7 +543,7 @@ def _link_busy(sim: Simulator, target: Target) -> list[int]:
     for prog in sim.program.cores.values():
         for route in (ins.route for ins in prog if ins.kind == SEND):
             busy.update(dict.fromkeys(route.links, route.serial_ns))
-    return [busy[link] for link in Network(target).links()]
+    return [busy[link] for link in Network(target, "raptor").links()]
 
 
 def _communication(run: ScheduleRun) -> dict[str, Any]:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from raptor import noc
 from raptor.noc import FreeLinks, LinkPlanner, Network, Timelines
-from raptor.target import Target
+from raptor.target import Target, TargetError, load_target, target_from_dict
 
 LINE = Target(mesh_rows=1, mesh_cols=4)
 GRID = Target(mesh_rows=3, mesh_cols=4)
@@ -75,3 +76,25 @@ def test_free_links_in_time_order_and_without_contention() -> None:
     assert links.busy[0] == 32
     free = FreeLinks(net.num_links, contention=False)
     assert [net.cut_through(route, 100, free) for _ in range(2)] == [122, 122]
+
+
+def test_pimsim_protocol_charges_every_flit_the_path_on_the_senders_switch() -> None:
+    """0 -> 11 on the 3x4 grid: 5 hops, one flit 5 * 2 + 2 = 12 ns; 100 B are 13 flits,
+    after a one-flit request and reply. A second message from core 0 waits for the switch;
+    one from core 1 does not."""
+    t = Target(mesh_rows=3, mesh_cols=4, protocol="pimsim-nn")
+    net = Network(t)
+    route = net.message(0, 11, 100)
+    assert route == noc.Route((4 * 12 + 0,), 13 * 12, 15 * 12)
+    switches = FreeLinks(net.num_links)
+    assert net.cut_through(route, 100, switches) == 100 + 180
+    assert net.cut_through(route, 100, switches) == 100 + 156 + 180
+    assert net.cut_through(net.message(1, 11, 100), 100, switches) == 100 + 15 * 10
+    assert Network(t, "raptor").message(0, 11, 100) == Network(GRID).message(0, 11, 100)
+
+
+def test_protocol_is_a_target_key() -> None:
+    assert Target().protocol == "raptor"
+    assert load_target("pimsim-nn").protocol == "pimsim-nn"
+    with pytest.raises(TargetError, match="'protocol' must be one of raptor, pimsim-nn"):
+        target_from_dict({"protocol": "ethernet"}, "t")

@@ -116,7 +116,7 @@ def noc_svg(sim: SimResult, target: Target, *, title: str) -> str:
     bar_x = left + cols * pitch + 24
     width = int(bar_x + 150)
     height = int(top + rows * pitch + 56)
-    net = Network(target)
+    net = Network(target, "raptor")
     traffic = link_traffic(sim, net)
     peak = max((b for b, _, _ in traffic.values()), default=0)
     latency = max(sim.report.latency_ns, 1)

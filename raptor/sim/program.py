@@ -200,7 +200,7 @@ class _Compiler:
         self.store_boxes: list[tuple[int, int, Value, Box]] = []
         self.load_boxes: list[tuple[Instr, int, int, Value, Box]] = []
         self.stores: list[tuple[int, Instr]] = []
-        self.net = Network(target)
+        self.net = Network(target, "raptor")
         self.shared_bytes = 0
         self.inferences = 0
 

@@ -69,7 +69,7 @@ class Mesh:
         self.opts = engine.opts
         self.target = engine.target
         self.chans = [Channel() for _ in range(engine.program.channels)]
-        self.net = Network(engine.target)
+        self.net = Network(engine.target, "raptor")
         self.links = FreeLinks(self.net.num_links, held=engine.trace.links
                                if engine.opts.trace else None)
 
