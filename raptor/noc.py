@@ -15,6 +15,10 @@ pipeline models, the simulator and the pimsim-nn exporter — prices a message h
   link is then held for the serialization time (:meth:`Network.cut_through`). A link table
   (:class:`FreeLinks` for time-ordered users, :class:`Timelines` for a list scheduler that
   inserts into idle time) says when a link can be taken.
+* **Protocols.** The target's ``protocol`` (:data:`PROTOCOLS`) says how the schedulers price
+  a message: ``raptor`` as above, or pimsim-nn's (:func:`message_cycles`,
+  :func:`hold_cycles`; a route is then its sender's switch). The simulator's policies of
+  each are in ``raptor.sim.protocol``.
 
 Nothing of Raptor's is imported at run time: ``raptor.target`` builds on this module.
 """
