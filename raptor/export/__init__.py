@@ -157,6 +157,8 @@ def manifest(export: Export, timeout_ms: float) -> dict[str, Any]:
         "local_memory_bytes_written": export.chip.local_bytes,
         "over_capacity": export.overflow,
         "latency_timeout_ms": timeout_ms,
+        "message_order": "channel" if export.rank is None else "send time",
+        "raptor_pimsim_model_ns": export.model_ns,
         "mvm": {"front_cycles": export.chip.front, "back_cycles": export.chip.back,
                 "compute_cycles": export.chip.mvm_compute(),
                 "mvmul_cycles": export.chip.mvmul()},
