@@ -20,8 +20,12 @@ import os
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from raptor.export.chip import ChipError, PimsimChip
 from raptor.export.order import Rank, message_rank, pimsim_order, posts_earlier
@@ -29,8 +33,9 @@ from raptor.export.pimsim import Export, ExportError, lower_module
 from raptor.export.validate import validate
 from raptor.fileio import write_text_atomic
 from raptor.ir.module import Module
-from raptor.ir.ops import StreamOp
+from raptor.ir.ops import StreamOp, WeightOp
 from raptor.passes.memory import MemoryPlan, plan_memory
+from raptor.sim.kernels import info
 from raptor.target import Target
 
 __all__ = ["ChipError", "Export", "ExportError", "PimsimChip", "export_pimsim",
@@ -104,21 +109,37 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
     from raptor.sim import SimError, SimOptions, Simulator
 
     try:
-        with pimsim_order(module):
-            ex.model_ns = Simulator(module, target, timings=ex.timings).timing(
-                SimOptions.pimsim(trace=False)).latency_ns
-        _, trace = Simulator(module, target, timings=ex.timings).traced(
-            SimOptions(link_contention=False))
-        rank = message_rank(module, {ch: t for _, _, ch, _, t, _ in trace.messages})
-        if rank is None:
-            return ex
-        other = _export(module, target, plan, allow_overflow, None, rank)
-        with pimsim_order(module, rank):
-            other.model_ns = Simulator(module, target, timings=other.timings).timing(
-                SimOptions.pimsim(trace=False)).latency_ns
+        with _stand_in_weights(module):
+            with pimsim_order(module):
+                ex.model_ns = Simulator(module, target, timings=ex.timings).timing(
+                    SimOptions.pimsim(trace=False)).latency_ns
+            _, trace = Simulator(module, target, timings=ex.timings).traced(
+                SimOptions(link_contention=False))
+            rank = message_rank(module, {ch: t for _, _, ch, _, t, _ in trace.messages})
+            if rank is None:
+                return ex
+            other = _export(module, target, plan, allow_overflow, None, rank)
+            with pimsim_order(module, rank):
+                other.model_ns = Simulator(module, target, timings=other.timings).timing(
+                    SimOptions.pimsim(trace=False)).latency_ns
     except (SimError, ExportError):
         return ex
     return other if other.model_ns < ex.model_ns else ex
+
+
+@contextmanager
+def _stand_in_weights(module: Module) -> Iterator[None]:
+    """Zeros for weights a parsed module has no data for (a `.spat` without its npz), for
+    the duration: the simulator compiles them, timing never reads them."""
+    missing = {op.symbol: info(op.result) for op in module.walk()
+               if isinstance(op, WeightOp) and op.symbol not in module.constants}
+    for sym, t in missing.items():
+        module.constants[sym] = np.zeros(t.shape, dtype=t.dtype)
+    try:
+        yield
+    finally:
+        for sym in missing:
+            del module.constants[sym]
 
 
 def stream_count(module: Module) -> int | None:
