@@ -94,7 +94,7 @@ def measure(model: Path, target_name: str, binary: str | None, keep: Path,
                cores=sum(1 for p in ex.cores.values() if p.instructions),
                stand_ins=dict(ex.notes))
     t0 = time.perf_counter()
-    with pimsim_order(run.scheduled):
+    with pimsim_order(run.scheduled, ex.rank):
         mirror = Simulator(run.scheduled, target, timings=ex.timings)
     rep = mirror.timing(SimOptions.pimsim(trace=False))
     row["model_s"] = time.perf_counter() - t0
@@ -107,7 +107,7 @@ def measure(model: Path, target_name: str, binary: str | None, keep: Path,
     channels = SimOptions(mode="rendezvous", link_contention=False, trace=False)
     row["costs_ns"] = Simulator(run.scheduled, target, timings=ex.timings).timing(
         channels).latency_ns
-    with pimsim_order(run.scheduled):
+    with pimsim_order(run.scheduled, ex.rank):
         row["costs_blocking_ns"] = Simulator(run.scheduled, target, timings=ex.timings
                                              ).timing(channels).latency_ns
     if binary is not None:

@@ -578,10 +578,10 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
             failed.append(f"{run.name}: cannot export to pimsim-nn: {e}")
             rep["schedules"][run.name]["pimsim_export"] = {"error": str(e)}
             continue
-        model_ns = None
-        if not stream:
-            try:
-                with pimsim_order(run.scheduled):  # the exported order (receives block there)
+        model_ns = ex.model_ns
+        if not stream and model_ns is None:
+            try:  # in the exported order (receives block there)
+                with pimsim_order(run.scheduled, ex.rank):
                     sim = Simulator(run.scheduled, solved.target, timings=ex.timings)
                 model_ns = sim.timing(SimOptions.pimsim(trace=False)).latency_ns
             except SimError as e:

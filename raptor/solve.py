@@ -33,6 +33,7 @@ from raptor.frontend.plan import PlanGraph
 from raptor.ir.module import Module
 from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
 from raptor.ir.verifier import verify_module
+from raptor.noc import Network
 from raptor.passes.layout import select_layouts
 from raptor.passes.materialize import Flow, ScheduleView, materialize
 from raptor.passes.memory import MemoryPlan, plan_memory
@@ -604,12 +605,9 @@ def _link_busy(sim: Simulator, target: Target) -> list[int]:
     link of its route for its serialisation time."""
     busy: Counter[int] = Counter()
     for prog in sim.program.cores.values():
-        for _, ser, links in (ins.route for ins in prog if ins.kind == SEND):
-            busy.update(dict.fromkeys(links, ser))
-    rows, cols, n = target.mesh_rows, target.mesh_cols, target.num_cores
-    return [busy[a * n + (r + dr) * cols + c + dc] for a in range(n) for r, c in [divmod(a, cols)]
-            for dr, dc in ((0, 1), (0, -1), (1, 0), (-1, 0))
-            if 0 <= r + dr < rows and 0 <= c + dc < cols]
+        for route in (ins.route for ins in prog if ins.kind == SEND):
+            busy.update(dict.fromkeys(route.links, route.serial_ns))
+    return [busy[link] for link in Network(target, "raptor").links()]
 
 
 def _communication(run: ScheduleRun) -> dict[str, Any]:

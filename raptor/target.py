@@ -21,6 +21,8 @@ from typing import Any
 
 from rich.table import Column, Table
 
+from raptor import noc
+
 
 class TargetError(ValueError):
     """An invalid target name, file or value (one-line message)."""
@@ -86,13 +88,20 @@ class Target:
     shared_access_bytes: int = _key(32, *_BYTES)
     shared_read_cycles: int = _key(40, *_CYCLES)
     shared_write_cycles: int = _key(50, *_CYCLES)
+    protocol: str = "raptor"
+    """How messages cross the mesh, and so what the schedulers optimize (`raptor.noc`):
+    ``raptor`` (posted receives, pipelined flits, link contention) or ``pimsim-nn``
+    (handshake, every flit charged the whole path, one message at a time per core)."""
 
     def __post_init__(self) -> None:
         """Types first, then the core count, then each key's range (`LIMITS`)."""
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise TargetError("target key 'name' must be 1 to 64 printable characters, got "
                               f"{_shown(self.name)}")
-        for f in dataclasses.fields(self)[1:]:
+        if self.protocol not in noc.PROTOCOLS:
+            raise TargetError("target key 'protocol' must be one of "
+                              f"{', '.join(noc.PROTOCOLS)}, got {_shown(self.protocol)}")
+        for f in dataclasses.fields(self)[1:-1]:
             value, real = getattr(self, f.name), f.type in ("float", float)
             if isinstance(value, bool) or not isinstance(value, int | float if real else int):
                 kind = "a number" if real else "an integer"
@@ -137,8 +146,7 @@ class Target:
         """NoC transfer between cores ``a`` and ``b`` in ns (0 on the same core)."""
         if a == b:
             return 0
-        flits = -(-n_bytes // self.flit_bytes)
-        return self.ns(self.hops(a, b) * self.hop_cycles + flits * self.flit_cycles)
+        return self.ns(noc.free_cycles(self, self.hops(a, b), n_bytes))
 
     # -- mesh -------------------------------------------------------------------------------
 
@@ -203,7 +211,8 @@ BUILTIN_TARGETS["pimsim-nn"] = Target(
     # unset keys at its Config.hpp defaults): its MVM pipeline gives 5,168 compute cycles
     # (front 32, back 642, 8 input passes); 16-lane vector unit; 1 MiB local and global
     # memories (memory_size default); global memory 16-byte accesses of one cycle.
-    name="pimsim-nn", mvm_cycles=5168, vector_lanes=16, local_memory_bytes=1 << 20,
+    name="pimsim-nn", protocol="pimsim-nn", mvm_cycles=5168, vector_lanes=16,
+    local_memory_bytes=1 << 20,
     shared_memory_bytes=1 << 20, shared_access_bytes=16, shared_read_cycles=1,
     shared_write_cycles=1)
 

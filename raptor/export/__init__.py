@@ -20,17 +20,22 @@ import os
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from raptor.export.chip import ChipError, PimsimChip
-from raptor.export.order import pimsim_order, posts_earlier
+from raptor.export.order import Rank, message_rank, pimsim_order, posts_earlier
 from raptor.export.pimsim import Export, ExportError, lower_module
 from raptor.export.validate import validate
 from raptor.fileio import write_text_atomic
 from raptor.ir.module import Module
-from raptor.ir.ops import StreamOp
+from raptor.ir.ops import StreamOp, WeightOp
 from raptor.passes.memory import MemoryPlan, plan_memory
+from raptor.sim.kernels import info
 from raptor.target import Target
 
 __all__ = ["ChipError", "Export", "ExportError", "PimsimChip", "export_pimsim",
@@ -46,9 +51,10 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     the target has is refused, unless `allow_overflow`: then the chip is written with the
     local memory the program needs (pimsim-nn never checks it) and `Export.overflow` says by
     how much. The programs follow `pimsim_order` (its receives block); simulate the export's
-    timings inside `pimsim_order(module)` too. `plan` (made in the materialized order,
-    planned here if None) is used unless the blocking order posts some receive earlier:
-    then memory is planned in that order.
+    timings inside `pimsim_order(module, export.rank)` too. `plan` (made in the
+    materialized order, planned here if None) is used unless the blocking order posts some
+    receive earlier: then memory is planned in that order. A latency program follows the
+    message order Raptor's model of pimsim-nn finds faster (`_best_order`).
 
     A stream program (pipeline mode, `pim.stream` per core) is unrolled for `inferences`
     (default: its own count; at most that many, the inputs it has) into straight-line
@@ -62,8 +68,16 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
         if not 1 <= inferences <= count:
             raise ExportError(f"the stream program has inputs for {count} inferences; "
                               f"cannot unroll {inferences} (1..{count})")
-    if posts_earlier(module):  # the addresses must hold in the order pimsim-nn runs
-        with pimsim_order(module):
+    ex = _export(module, target, plan, allow_overflow, inferences, None)
+    return ex if stream_count(module) is not None else _best_order(
+        module, target, plan, allow_overflow, ex)
+
+
+def _export(module: Module, target: Target, plan: MemoryPlan | None, allow_overflow: bool,
+            inferences: int | None, rank: Rank | None) -> Export:
+    """The export in the blocking order of `rank`."""
+    if posts_earlier(module, rank):  # the addresses must hold in the order pimsim-nn runs
+        with pimsim_order(module, rank):
             plan = plan_memory(module, target)
     elif plan is None:
         plan = plan_memory(module, target)
@@ -76,13 +90,56 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
         chip = PimsimChip.of(target, need if need > target.local_memory_bytes else 0)
     except ChipError as e:
         raise ExportError(str(e)) from None
-    with pimsim_order(module):
+    with pimsim_order(module, rank):
         export = lower_module(module, plan, chip, inferences)
-    export.overflow = over
+    export.overflow, export.rank = over, rank
     problems = validate(export)
     if problems:
         raise ExportError("the exported program would not run as intended on pimsim-nn", problems)
     return export
+
+
+def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
+                allow_overflow: bool, ex: Export) -> Export:
+    """pimsim-nn's receives block, so the message order decides how long its cores wait:
+    the channel order (`ex`), or the order the messages leave in when receives do not block
+    (`message_rank`, from a run of `ex`'s op costs over Raptor's channels), whichever Raptor's
+    model of pimsim-nn finds faster (the channel order on a tie, or when the other cannot be
+    exported or simulated)."""
+    from raptor.sim import SimError, SimOptions, Simulator
+
+    try:
+        with _stand_in_weights(module):
+            with pimsim_order(module):
+                ex.model_ns = Simulator(module, target, timings=ex.timings).timing(
+                    SimOptions.pimsim(trace=False)).latency_ns
+            _, trace = Simulator(module, target, timings=ex.timings).traced(
+                SimOptions(link_contention=False))
+            rank = message_rank(module, {ch: t for _, _, ch, _, t, _ in trace.messages})
+            if rank is None:
+                return ex
+            other = _export(module, target, plan, allow_overflow, None, rank)
+            with pimsim_order(module, rank):
+                other.model_ns = Simulator(module, target, timings=other.timings).timing(
+                    SimOptions.pimsim(trace=False)).latency_ns
+    except (SimError, ExportError):
+        return ex
+    return other if other.model_ns < ex.model_ns else ex
+
+
+@contextmanager
+def _stand_in_weights(module: Module) -> Iterator[None]:
+    """Zeros for weights a parsed module has no data for (a `.spat` without its npz), for
+    the duration: the simulator compiles them, timing never reads them."""
+    missing = {op.symbol: info(op.result) for op in module.walk()
+               if isinstance(op, WeightOp) and op.symbol not in module.constants}
+    for sym, t in missing.items():
+        module.constants[sym] = np.zeros(t.shape, dtype=t.dtype)
+    try:
+        yield
+    finally:
+        for sym in missing:
+            del module.constants[sym]
 
 
 def stream_count(module: Module) -> int | None:
@@ -121,6 +178,8 @@ def manifest(export: Export, timeout_ms: float) -> dict[str, Any]:
         "local_memory_bytes_written": export.chip.local_bytes,
         "over_capacity": export.overflow,
         "latency_timeout_ms": timeout_ms,
+        "message_order": "channel" if export.rank is None else "send time",
+        "raptor_pimsim_model_ns": export.model_ns,
         "mvm": {"front_cycles": export.chip.front, "back_cycles": export.chip.back,
                 "compute_cycles": export.chip.mvm_compute(),
                 "mvmul_cycles": export.chip.mvmul()},

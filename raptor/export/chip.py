@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from raptor import noc
 from raptor.passes.memory import activation_bytes
 from raptor.target import Target
 
@@ -91,7 +92,7 @@ class PimsimChip:
         return self.target.transfer_ns(self.target.flit_bytes, src, dst)
 
     def flits(self, nbytes: int) -> int:
-        return _ceil(nbytes, self.target.flit_bytes)
+        return noc.flits(self.target, nbytes)
 
     def local(self, nbytes: int) -> int:
         """Cycles of one local-memory read or write of `nbytes`."""

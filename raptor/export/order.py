@@ -5,36 +5,42 @@ where the memory-aware flow control lets it fit): in Raptor's simulator posting 
 (the consumer waits for the data). pimsim-nn's `recv` blocks the core until the data is
 written, so the same order could leave two cores each waiting in a receive for the other.
 
-The blocking order performs every core's sends and receives in increasing channel number,
+The blocking order performs every core's sends and receives in one global message order,
 each receive as late as that allows (just before the first op that reads it, or before a
-send or receive of a higher channel). Channels follow the producers' planned ends, so a
-compute never needs a receive whose channel is above a send that follows it. With every
-core walking the channels in one global order, the lowest unfinished message always has
-its sender and its receiver on their way to it, and the program cannot deadlock; the
-exporter's validator replays it to check.
+send or receive later in the order). The order is the channel numbers, which follow the
+producers' planned ends, or a `rank` of the messages (`message_rank`: by when they leave in
+a run where receives do not block). Either way a compute never needs a receive ranked above
+a send that follows it; with every core walking the messages in one global order, the lowest
+unfinished message always has its sender and its receiver on their way to it, and the
+program cannot deadlock; the exporter's validator replays it to check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from raptor.ir.core import Block, Operation
 from raptor.ir.module import Module
 from raptor.ir.ops import ChannelReceiveOp, ChannelSendOp, CoreOp, StreamOp
 
+Rank = Mapping[int, int]
+"""Channel -> its message's place in the global order (distinct integers)."""
 
-def blocking_order(ops: list[Operation]) -> list[Operation]:
-    """`ops` of one core program with each receive moved to its place in channel order."""
+
+def blocking_order(ops: list[Operation], rank: Rank | None = None) -> list[Operation]:
+    """`ops` of one core program with each receive moved to its place in the message order
+    (channel order without a `rank`)."""
+    key = (lambda ch: ch) if rank is None else rank.__getitem__
     receives = sorted((op for op in ops if isinstance(op, ChannelReceiveOp)),
-                      key=lambda op: op.channel)
-    channel_of = {op.result: op.channel for op in receives}
+                      key=lambda op: key(op.channel))
+    channel_of = {op.result: key(op.channel) for op in receives}
     out: list[Operation] = []
     next_recv = 0
 
     def receive_upto(channel: int) -> None:
         nonlocal next_recv
-        while next_recv < len(receives) and receives[next_recv].channel <= channel:
+        while next_recv < len(receives) and channel_of[receives[next_recv].result] <= channel:
             out.append(receives[next_recv])
             next_recv += 1
 
@@ -43,7 +49,7 @@ def blocking_order(ops: list[Operation]) -> list[Operation]:
             continue
         needed = [channel_of[v] for v in op.operands() if v in channel_of]
         if isinstance(op, ChannelSendOp):
-            needed.append(op.channel - 1)
+            needed.append(key(op.channel) - 1)
         if needed:
             receive_upto(max(needed))
         out.append(op)
@@ -51,14 +57,14 @@ def blocking_order(ops: list[Operation]) -> list[Operation]:
     return out
 
 
-def posts_earlier(module: Module) -> bool:
+def posts_earlier(module: Module, rank: Rank | None = None) -> bool:
     """Whether the blocking order puts some receive before an op it followed (a receive
     posted after a send of a higher channel). Receives that only move later keep every
     buffer within the lifetime the memory plan of the original order gave it; one that
     moves earlier needs a plan made in the blocking order."""
     for body in _programs(module):
         before = _receive_positions(body.ops)
-        after = _receive_positions(blocking_order(body.ops))
+        after = _receive_positions(blocking_order(body.ops, rank))
         if any(after[r] < k for r, k in before.items()):
             return True
     return False
@@ -88,16 +94,33 @@ def _receive_positions(ops: list[Operation]) -> dict[Operation, int]:
 
 
 @contextmanager
-def pimsim_order(module: Module) -> Iterator[Module]:
-    """Within the block, every core program of `module` runs in the blocking order (the
-    same op objects, so timings keyed by op stay valid); the original order returns after.
-    Export and the pimsim-nn-model simulation must see the same order."""
+def pimsim_order(module: Module, rank: Rank | None = None) -> Iterator[Module]:
+    """Within the block, every core program of `module` runs in the blocking order of
+    `rank` (the same op objects, so timings keyed by op stay valid); the original order
+    returns after. Export and the pimsim-nn-model simulation must see the same order: pass
+    the export's `Export.rank`."""
     saved: list[tuple[Block, list[Operation]]] = []
     for body in _programs(module):
         saved.append((body, body.ops))
-        body.ops = blocking_order(body.ops)
+        body.ops = blocking_order(body.ops, rank)
     try:
         yield module
     finally:
         for body, ops in saved:
             body.ops = ops
+
+
+def message_rank(module: Module, injected: Mapping[int, int]) -> dict[int, int] | None:
+    """A message order from when each channel's message left in a run whose receives
+    never block (`injected`: channel -> time): by that time, ties in each sender's program
+    order. A message leaves before any op reading it starts (transfers take time), and a
+    core's later sends leave no earlier, so every receive keeps its place before its first
+    reader and the order cannot deadlock. None if some send did not run."""
+    keys = []
+    for i, body in enumerate(_programs(module)):
+        sends = [op for op in body.ops if isinstance(op, ChannelSendOp)]
+        for k, op in enumerate(sends):
+            if op.channel not in injected:
+                return None
+            keys.append((injected[op.channel], i, k, op.channel))
+    return {key[-1]: r for r, key in enumerate(sorted(keys))}

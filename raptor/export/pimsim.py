@@ -141,6 +141,10 @@ class Export:
     cycles: Counter[str] = field(default_factory=Counter)
     """Cycles of the instructions by opcode, summed over the cores (with dispatch gaps;
     without waiting for partners or the global memory)."""
+    rank: Mapping[int, int] | None = None
+    """The message order its programs follow (`order.pimsim_order`; None: channel order)."""
+    model_ns: int | None = None
+    """A latency program's time under Raptor's model of pimsim-nn, when known."""
     repeated: list[OpTiming] = field(default_factory=list)
     """A stream program unrolled: the times of the ops of every inference after the first
     (`timings` holds the first's; together they are everything the cores run)."""

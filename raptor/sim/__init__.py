@@ -85,6 +85,12 @@ class Simulator:
         with collector_paused():
             return self._timed(options, time.perf_counter()).report
 
+    def traced(self, options: SimOptions | None = None) -> tuple[SimReport, Trace]:
+        """The timed run alone, with its trace (`options.trace` must be on)."""
+        with collector_paused():
+            engine = self._timed(options, time.perf_counter())
+        return engine.report, engine.trace
+
     def _timed(self, options: SimOptions | None, start: float) -> Engine:
         engine = Engine(self.program, self.target, options if options is not None else SimOptions())
         try:

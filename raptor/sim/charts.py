@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
 
-from raptor.sim.program import xy_route
+from raptor.noc import Network
 from raptor.sim.report import BLOCKED, MEMORY, CoreStats, SimResult, SpanLabel
 from raptor.solver import gantt
 from raptor.solver.gantt import Arrow, Bar, layer_colours, render_gantt
@@ -85,8 +85,8 @@ def human_bytes(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def link_traffic(sim: SimResult, target: Target) -> dict[int, tuple[int, int, int]]:
-    """Per directed link (`a * cores + b`): bytes, messages, and ns busy (the serialisation
+def link_traffic(sim: SimResult, net: Network) -> dict[int, tuple[int, int, int]]:
+    """Per directed link (`raptor.noc` numbering): bytes, messages, and ns busy (the serialisation
     time the contention model held it; 0 when links are not modelled)."""
     # summed per (source, destination) first, each pair routed once: a stream sends 10^5
     # messages over a few thousand pairs (same sums, links in the same first-seen order)
@@ -97,7 +97,7 @@ def link_traffic(sim: SimResult, target: Target) -> dict[int, tuple[int, int, in
         pair[1] += 1
     traffic: dict[int, list[int]] = {}
     for (src, dst), (nbytes, count) in pairs.items():
-        for link in xy_route(target, src, dst, 0)[2]:
+        for link in net.route(src, dst):
             t = traffic.setdefault(link, [0, 0, 0])
             t[0] += nbytes
             t[1] += count
@@ -116,7 +116,8 @@ def noc_svg(sim: SimResult, target: Target, *, title: str) -> str:
     bar_x = left + cols * pitch + 24
     width = int(bar_x + 150)
     height = int(top + rows * pitch + 56)
-    traffic = link_traffic(sim, target)
+    net = Network(target, "raptor")
+    traffic = link_traffic(sim, net)
     peak = max((b for b, _, _ in traffic.values()), default=0)
     latency = max(sim.report.latency_ns, 1)
     font = max(8, min(11, int(pitch / 9)))
@@ -140,7 +141,8 @@ def noc_svg(sim: SimResult, target: Target, *, title: str) -> str:
         r, c = divmod(a, cols)
         for b in ((a + 1) if c + 1 < cols else -1, (a + cols) if r + 1 < rows else -1):
             for s, d in ((a, b), (b, a)) if b >= 0 else ():
-                out.append(_link(s, d, centre, box, pitch, traffic.get(s * n + d), peak, latency))
+                out.append(_link(s, d, centre, box, pitch, traffic.get(net.link(s, d)), peak,
+                                 latency))
     stats = {c.core: c for c in sim.report.cores}
     for core in range(n):
         x, y = centre(core)

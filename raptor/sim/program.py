@@ -47,6 +47,7 @@ from raptor.ir.ops import (
     YieldOp,
 )
 from raptor.ir.types import TensorType
+from raptor.noc import NO_ROUTE, Network, Route
 from raptor.sim.errors import SimError
 from raptor.sim.kernels import Env, KernelError, Template, Templates, TypeInfo, info, resolve
 from raptor.sim.timing import OpTiming
@@ -59,8 +60,6 @@ MAX_SHARED_BYTES = 1 << 30
 """Host memory the simulated shared buffers (function inputs and `pim.alloc_shared`) may
 take together: a larger program is refused before anything is allocated."""
 
-Route = tuple[int, int, tuple[int, ...]]
-"""A message's free-link transfer ns, per-link serialisation ns, and directed XY links."""
 Box = tuple[tuple[int, int, int], ...]
 """A strided region: per dimension (first index, count, step)."""
 
@@ -82,7 +81,7 @@ class Instr:
     peer: int = -1
     channel: int = -1
     chan: int = -1
-    route: Route = (0, 0, ())
+    route: Route = NO_ROUTE
     value: Value | None = None
     """SEND: what is sent; RECV: what arrives; LOAD: what is loaded; STORE: what is stored."""
     nbytes: int = 0
@@ -174,23 +173,6 @@ def value_name(v: Value) -> str:
     return f"%{v.name}" if v.name else "%<value>"
 
 
-def xy_route(target: Target, src: int, dst: int, nbytes: int) -> Route:
-    """Along the row to the destination column, then along the column; the link from core
-    a to core b is keyed a * cores + b."""
-    cols, n = target.mesh_cols, target.num_cores
-    (r, c), (rd, cd) = divmod(src, cols), divmod(dst, cols)
-    links, here = [], src
-    while here != dst:
-        if c != cd:
-            c += 1 if cd > c else -1
-        else:
-            r += 1 if rd > r else -1
-        links.append(here * n + r * cols + c)
-        here = r * cols + c
-    ser = target.ns(-(-nbytes // target.flit_bytes) * target.flit_cycles)
-    return target.transfer_ns(nbytes, src, dst), ser, tuple(links)
-
-
 def _dim_overlap(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:
     (o1, n1, s1), (o2, n2, s2) = a, b
     if n1 == 0 or n2 == 0 or o1 + (n1 - 1) * s1 < o2 or o2 + (n2 - 1) * s2 < o1:
@@ -218,14 +200,9 @@ class _Compiler:
         self.store_boxes: list[tuple[int, int, Value, Box]] = []
         self.load_boxes: list[tuple[Instr, int, int, Value, Box]] = []
         self.stores: list[tuple[int, Instr]] = []
-        self.routes: dict[tuple[int, int, int], Route] = {}
+        self.net = Network(target, "raptor")
         self.shared_bytes = 0
         self.inferences = 0
-
-    def route(self, src: int, dst: int, nbytes: int) -> Route:
-        if (src, dst, nbytes) not in self.routes:
-            self.routes[src, dst, nbytes] = xy_route(self.target, src, dst, nbytes)
-        return self.routes[src, dst, nbytes]
 
     # ---- func level ----------------------------------------------------------------
     def weight(self, op: WeightOp) -> np.ndarray:
@@ -487,7 +464,7 @@ class _CoreCompiler:
                 payload = _Region(value, sl, msg_t.static_shape)
             return Instr(SEND, op, "spat.channel_send", self.core, waits=self.waits(op, [value]),
                          peer=op.core, channel=op.channel, value=value, nbytes=nbytes,
-                         payload=payload, route=self.ctx.route(self.core, op.core, nbytes))
+                         payload=payload, route=self.ctx.net.message(self.core, op.core, nbytes))
         if isinstance(op, SignalOp | WaitOp):
             return self.counter(op)
         if isinstance(op, LoadOp | StoreOp):

@@ -2,7 +2,7 @@
 
 `Simulator(module, target, timings=...)` replaces the cost of each top-level op it names;
 with `SimOptions.pimsim()` the event loop also follows pimsim-nn's communication protocol
-(see `engine.py`). Keys are (core, op) because one `pim.core_batch` op runs on several
+(see `protocol.py`). Keys are (core, op) because one `pim.core_batch` op runs on several
 cores whose costs may differ.
 """
 

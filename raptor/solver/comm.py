@@ -10,11 +10,9 @@ reported as the schedule's estimate). It models the simulator's default options
   Materialization sends exactly these messages, each after its producer (and its
   shared-memory stores) in :func:`send_order`, or later where the flow control below
   holds it.
-* **Links.** XY routing (along the row, then the column); every directed link carries one
-  message at a time. Cut-through: the head advances one hop per ``hop_ns`` and waits at a
-  busy link; the link is then busy for the message's serialisation time
-  ``ceil(bytes / flit_bytes) * flit_cycles``. Without waiting a message takes exactly
-  ``Target.transfer_ns``. Links are granted in injection-time order, as in the simulator.
+* **Links.** :mod:`raptor.noc`'s XY routes and cut-through links (every directed link
+  carries one message at a time, for its serialization), granted in injection-time order
+  as in the simulator; without waiting a message takes exactly ``Target.transfer_ns``.
 * **Rendezvous.** A send completes when its receive is posted; the sender then continues
   and the data crosses on its own; the receiving task waits for the data. A posted receive
   costs nothing and never blocks, but its buffer occupies the receiver's local memory from
@@ -35,136 +33,15 @@ what the simulator does, so the replayed makespan predicts the simulated latency
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from raptor.noc import FreeLinks, Network
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
-
-EAST, WEST, SOUTH, NORTH = range(4)
-
-
-class Network:
-    """XY routes and message timing of a target's mesh (integer ns)."""
-
-    def __init__(self, target: Target) -> None:
-        self.target = target
-        self.cols = target.mesh_cols
-        self.hop_ns = target.ns(target.hop_cycles)
-        self.num_links = 4 * target.num_cores
-        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._flits: dict[int, tuple[int, int]] = {}
-        clock = target.clock_fraction
-        self._num, self._den = clock.numerator, clock.denominator
-
-    def route(self, src: int, dst: int) -> tuple[int, ...]:
-        """Directed links (``core * 4 + direction``) from ``src`` to ``dst``: the row first,
-        then the column, as the simulator routes."""
-        got = self._routes.get((src, dst))
-        if got is not None:
-            return got
-        cols = self.cols
-        r, c = divmod(src, cols)
-        rd, cd = divmod(dst, cols)
-        links = []
-        while c != cd:
-            links.append((r * cols + c) * 4 + (EAST if cd > c else WEST))
-            c += 1 if cd > c else -1
-        while r != rd:
-            links.append((r * cols + c) * 4 + (SOUTH if rd > r else NORTH))
-            r += 1 if rd > r else -1
-        got = self._routes[(src, dst)] = tuple(links)
-        return got
-
-    def link_ends(self, link: int) -> tuple[int, int]:
-        """The (from, to) cores of a directed link."""
-        core, d = divmod(link, 4)
-        step = (1, -1, self.cols, -self.cols)[d]
-        return core, core + step
-
-    def message(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
-        """(route, serialisation ns — how long it holds each link —, free-link transfer ns,
-        i.e. ``Target.transfer_ns``) of a message."""
-        links = self.route(src, dst)
-        flits = self._flits.get(nbytes)
-        if flits is None:
-            t = self.target
-            cycles = -(-nbytes // t.flit_bytes) * t.flit_cycles
-            flits = self._flits[nbytes] = (cycles, t.ns(cycles))
-        if not links:
-            return links, flits[1], 0
-        cycles = len(links) * self.target.hop_cycles + flits[0]
-        return links, flits[1], -(-cycles * self._den // self._num)  # Target.transfer_ns
-
-
-class Timelines:
-    """Busy intervals of ``n`` exclusive resources (links, the shared memory), kept sorted
-    and disjoint, so that a list scheduler can reserve them out of time order (insertion,
-    as it reserves core time)."""
-
-    def __init__(self, n: int) -> None:
-        self.starts: list[list[int]] = [[] for _ in range(n)]
-        self.ends: list[list[int]] = [[] for _ in range(n)]
-
-    def fit(self, r: int, t: int, dur: int) -> int:
-        """Earliest start >= ``t`` of a free stretch of ``dur`` on resource ``r``."""
-        if dur <= 0:
-            return t
-        starts, ends = self.starts[r], self.ends[r]
-        i = bisect.bisect_right(ends, t)
-        while i < len(starts) and starts[i] < t + dur:
-            t = max(t, ends[i])
-            i += 1
-        return t
-
-    def reserve(self, r: int, s: int, dur: int) -> None:
-        """Mark [s, s + dur) busy (it must be free); touching intervals merge."""
-        if dur <= 0:
-            return
-        starts, ends = self.starts[r], self.ends[r]
-        e = s + dur
-        i = bisect.bisect_right(ends, s)
-        if i > 0 and ends[i - 1] == s:
-            i -= 1
-            s = starts[i]
-            del starts[i], ends[i]
-        if i < len(starts) and starts[i] == e:
-            e = ends[i]
-            del starts[i], ends[i]
-        starts.insert(i, s)
-        ends.insert(i, e)
-
-
-class LinkPlanner:
-    """Message reservations on the mesh links for a list scheduler: the same cut-through
-    rule as :func:`replay`, but with insertion into idle link time."""
-
-    def __init__(self, net: Network) -> None:
-        self.net = net
-        self.links = Timelines(net.num_links)
-
-    def arrival(self, src: int, dst: int, nbytes: int, inject: int, commit: bool) -> int:
-        """When a message of ``nbytes`` injected at ``inject`` arrives (``commit``: reserve
-        its links)."""
-        links, ser, transfer = self.net.message(src, dst, nbytes)
-        if not links:
-            return inject
-        hop = self.net.hop_ns
-        head = inject - hop
-        tl = self.links
-        ends_of = tl.ends
-        for link in links:
-            head += hop
-            ends = ends_of[link]
-            if ends and ends[-1] > head:  # the link is busy at some point after head
-                head = tl.fit(link, head, ser)
-            if commit:
-                tl.reserve(link, head, ser)
-        return transfer + head - (len(links) - 1) * hop
 
 
 def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[int]
@@ -201,7 +78,7 @@ class Replay:
     messages: int
     bytes_moved: int
     link_busy_ns: list[int]
-    """Per directed link (``Network.route`` numbering), the time it carried messages."""
+    """Per directed link (`raptor.noc` numbering), the time it carried messages."""
     arrival: dict[tuple[int, int], int] = field(default_factory=dict)
     """(fragment, core) -> when the fragment's message arrived there."""
     links: int = 0
@@ -253,6 +130,128 @@ Message = tuple[int, int]
 
 
 class _Replayer:
+    """The event loop: each core runs its tasks in order, a task starts when its core is
+    free and its remote fragments have arrived; messages cross `raptor.noc`'s links and the
+    shared memory serves one request at a time. When receives are posted and sends made is
+    its flow control's (:class:`_FlowControl`)."""
+
+    def __init__(self, graph: ComputeGraph, target: Target, core_of: Sequence[int],
+                 core_tasks: Sequence[Sequence[int]], priority: Sequence[int],
+                 contention: bool, budget: Sequence[int] | None = None) -> None:
+        self.g = graph
+        self.net = Network(target)
+        self.core_of = core_of
+        self.progs = [list(ts) for ts in core_tasks]
+        self.contention = contention
+        self.priority = priority
+        self.P = len(self.progs)
+        self._init_events()
+        self.flow = _FlowControl(self, target, budget)
+
+    def _init_events(self) -> None:
+        """The event loop's state: task times, the event heap, cores, links, counters."""
+        n, P = self.g.num_tasks, self.P
+        self.start, self.end = [0] * n, [0] * n
+        self.sends = send_order(self.g, self.core_of, self.priority)
+        self.dur = self.g.durations(self.core_of)
+        self.arrival: dict[Message, int] = {}
+        self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
+        self.pc, self.clock = [0] * P, [0] * P
+        self.heap: list[tuple[int, int, int, int]] = []
+        self.seq = 0
+        self.links = FreeLinks(self.net.num_links, self.contention)
+        self.mem_free = self.messages = self.bytes = self.now = 0
+        self.wait_data: list[int] = [-1] * P
+        """Per core, the fragment it waits for (-1: none)."""
+
+    def push(self, time: int, kind: int, payload: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (time, self.seq, kind, payload))
+
+    def run(self) -> Replay:
+        for p in range(self.P):
+            self.flow.decide(p, 0, START)
+            self.push(0, _RUN, p)
+        while self.heap:
+            time, _, kind, payload = heapq.heappop(self.heap)
+            self.now = time
+            if kind == _RUN:
+                self.run_core(payload)
+            elif kind == _INJECT:
+                self.inject(payload, time)
+            else:
+                self.serve(payload)
+        stuck = [p for p, prog in enumerate(self.progs) if self.pc[p] < len(prog)]
+        if stuck:
+            raise ValueError(f"per-core order contradicts the dependencies: cores {stuck} "
+                             "wait forever")
+        fl = self.flow
+        peaks = [max(int(u.max(initial=0)), int(a.max(initial=0)))
+                 for u, a in zip(fl.usage, fl.at_point, strict=True)]
+        return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
+                      self.bytes, self.links.busy, self.arrival, self.net.target.mesh_links,
+                      fl.posts, fl.send_at, peaks, fl.forced, fl.send_wait, fl.held_sends,
+                      fl.cap, {q for q, ok in enumerate(fl.roomy) if not ok}, fl.needed)
+
+    # -- where a core stands -----------------------------------------------------------
+    def point(self, p: int) -> int:
+        """The point core p is at (it has done the compute of the task before it)."""
+        pc = self.pc[p]
+        return self.progs[p][pc - 1] if pc else START
+
+    # -- cores ---------------------------------------------------------------------------
+    def run_core(self, p: int) -> None:
+        """Run core ``p`` until it waits for a message, a rendezvous or the shared memory,
+        or finishes."""
+        g, prog = self.g, self.progs[p]
+        while True:
+            if not self.flow.flush(p) or self.pc[p] >= len(prog):
+                return
+            t = prog[self.pc[p]]
+            ready = self.clock[p]
+            for f in self.flow.remote[t]:
+                a = self.arrival.get((f, p))
+                if a is None:
+                    self.waiting[(f, p)] = p
+                    self.wait_data[p] = f
+                    self.flow.parked_now(p)
+                    return
+                ready = max(ready, a)
+            self.wait_data[p] = -1
+            task = g.tasks[t]
+            self.start[t] = ready
+            clock = ready + self.dur[t] - task.shared_ns
+            self.clock[p] = clock
+            if task.shared_ns:
+                self.push(clock, _MEM, p)
+                return
+            self.finish(t, p)
+
+    def finish(self, t: int, p: int) -> None:
+        """Task t's compute is done: the point after it (`run_core` then sends)."""
+        self.end[t] = self.clock[p]
+        self.pc[p] += 1
+        self.flow.after_task(p, self.sends[t])
+
+    def serve(self, p: int) -> None:
+        t = self.progs[p][self.pc[p]]
+        task = self.g.tasks[t]
+        begin = max(self.clock[p], self.mem_free) if self.contention else self.clock[p]
+        self.mem_free = self.clock[p] = begin + task.shared_ns
+        self.finish(t, p)
+        self.run_core(p)
+
+    def inject(self, key: int, now: int) -> None:
+        f, q = divmod(key, self.P)
+        frag = self.g.fragments[f]
+        route = self.net.message(self.core_of[frag.producer], q, frag.bytes)
+        arrived = self.net.cut_through(route, now, self.links)
+        self.arrival[(f, q)] = arrived
+        if self.waiting.pop((f, q), None) is not None:
+            self.push(arrived, _RUN, q)
+
+
+class _FlowControl:
     """The event loop, with the flow control of a core's local memory.
 
     Each core runs its tasks in order. At the point after a task the core posts receives
@@ -270,38 +269,11 @@ class _Replayer:
     :class:`raptor.solver.graph.MemoryDemand`, every receive is posted at the start and no
     send ever waits."""
 
-    def __init__(self, graph: ComputeGraph, target: Target, core_of: Sequence[int],
-                 core_tasks: Sequence[Sequence[int]], priority: Sequence[int],
-                 contention: bool, budget: Sequence[int] | None = None) -> None:
-        self.g = graph
-        self.net = Network(target)
-        self.core_of = core_of
-        self.progs = [list(ts) for ts in core_tasks]
-        self.contention = contention
-        self.priority = priority
-        self.P = len(self.progs)
-        self._init_events()
-        self._init_flow_control()
-        pos, last = self._plan_receives()
-        self._plan_memory(target, budget, pos, last)
-
-    def _init_events(self) -> None:
-        """The event loop's state: task times, the event heap, cores, links, counters."""
-        n, P = self.g.num_tasks, self.P
-        self.start, self.end = [0] * n, [0] * n
-        self.sends = send_order(self.g, self.core_of, self.priority)
-        self.dur = self.g.durations(self.core_of)
-        self.arrival: dict[Message, int] = {}
-        self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
-        self.pc, self.clock = [0] * P, [0] * P
-        self.heap: list[tuple[int, int, int, int]] = []
-        self.seq = 0
-        self.link_free, self.link_busy = [0] * self.net.num_links, [0] * self.net.num_links
-        self.mem_free = self.messages = self.bytes = 0
-
-    def _init_flow_control(self) -> None:
-        """What each core has to send, holds back, has posted and waits for."""
-        P = self.P
+    def __init__(self, r: _Replayer, target: Target, budget: Sequence[int] | None) -> None:
+        """What each core has to send, holds back, has posted and waits for; what it
+        receives and the memory it has for it."""
+        self.r = r
+        P = r.P
         self.outbox: list[list[Message]] = [[] for _ in range(P)]
         """Per core, the sends still to do at its current point."""
         self.held: list[list[Message]] = [[] for _ in range(P)]
@@ -316,17 +288,19 @@ class _Replayer:
         self.blocked_send: list[Message | None] = [None] * P
         self.sender_of: dict[Message, int] = {}  # unposted message -> its parked sender
         self.blocked_on: list[list[Message]] = [[] for _ in range(P)]
-        self.wait_data: list[int] = [-1] * P
-        self.forced = self.send_wait = self.held_sends = self.now = 0
+        self.forced = self.send_wait = self.held_sends = 0
+        pos, last = self._plan_receives()
+        self._plan_memory(target, budget, pos, last)
 
     def _plan_receives(self) -> tuple[list[int], dict[Message, int]]:
         """What each core receives: its first and last reader's position, the planned times
         of its reader and its send, the orders to post in, and how early a post must be.
         Returns each task's position on its core and each receive's last reader position."""
-        graph, core_of, priority, dur = self.g, self.core_of, self.priority, self.dur
-        n, P = graph.num_tasks, self.P
+        r = self.r
+        graph, core_of, priority, dur = r.g, r.core_of, r.priority, r.dur
+        n, P = graph.num_tasks, r.P
         pos = [0] * n
-        for prog in self.progs:
+        for prog in r.progs:
             for i, t in enumerate(prog):
                 pos[t] = i
         self.remote: list[list[int]] = [[] for _ in range(n)]
@@ -356,8 +330,8 @@ class _Replayer:
             self.pending[q].append(f)
         for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m], *m)):
             self.early[q].append(f)
-        self.lead = {m: dur[frags[m[0]].producer] + self.net.message(
-            core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes)[2] for m in first}
+        self.lead = {m: dur[frags[m[0]].producer] + r.net.message(
+            core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes).transfer_ns for m in first}
         """How long before its reader a receive must be posted so that a sender holding the
         message can still deliver it: its task's time and the transfer's."""
         return pos, last
@@ -366,8 +340,9 @@ class _Replayer:
                      last: dict[Message, int]) -> None:
         """Each core's budget and the bytes its tasks need anyway, task by task; which cores
         can post every receive at the start."""
-        n, P = self.g.num_tasks, self.P
-        self.mem = self.g.memory
+        r = self.r
+        n, P = r.g.num_tasks, r.P
+        self.mem = r.g.memory
         self.cap = [int(target.local_memory_bytes * MEMORY_MARGIN)] * P if budget is None \
             else list(budget)
         """Per core, the bytes the policy plans to fill."""
@@ -409,18 +384,19 @@ class _Replayer:
         is made at once: the task's own buffers (while it runs), the results of earlier
         tasks still to be read there or sent (at the point after them), received fragments
         between their first and last reader, and the constants the core reads."""
+        r = self.r
         mem = self.mem
         assert mem is not None
-        g, core_of = self.g, self.core_of
-        usage = [np.zeros(len(prog), dtype=np.int64) for prog in self.progs]
-        point = [np.zeros(len(prog) + 1, dtype=np.int64) for prog in self.progs]
+        g, core_of = r.g, r.core_of
+        usage = [np.zeros(len(prog), dtype=np.int64) for prog in r.progs]
+        point = [np.zeros(len(prog) + 1, dtype=np.int64) for prog in r.progs]
         kept = self.kept_until
         for t, fs in enumerate(g.reads):
             for f in fs:
                 u = g.fragments[f].producer
                 if core_of[u] == core_of[t]:
                     kept[u] = max(kept[u], pos[t])
-        for q, prog in enumerate(self.progs):
+        for q, prog in enumerate(r.progs):
             resident: set[int] = set()
             for i, t in enumerate(prog):
                 usage[q][i] += mem.scratch[t]
@@ -440,53 +416,20 @@ class _Replayer:
             point[q][lo:last[(f, q)] + 1] += mem.fragment[f]
         return usage, point
 
-    def push(self, time: int, kind: int, payload: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (time, self.seq, kind, payload))
-
-    def run(self) -> Replay:
-        for p in range(self.P):
-            self.decide(p, 0, START)
-            self.push(0, _RUN, p)
-        while self.heap:
-            time, _, kind, payload = heapq.heappop(self.heap)
-            self.now = time
-            if kind == _RUN:
-                self.run_core(payload)
-            elif kind == _INJECT:
-                self.inject(payload, time)
-            else:
-                self.serve(payload)
-        stuck = [p for p, prog in enumerate(self.progs) if self.pc[p] < len(prog)]
-        if stuck:
-            raise ValueError(f"per-core order contradicts the dependencies: cores {stuck} "
-                             "wait forever")
-        links = self.net.target.mesh_links
-        peaks = [max(int(u.max(initial=0)), int(a.max(initial=0)))
-                 for u, a in zip(self.usage, self.at_point, strict=True)]
-        return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
-                      self.bytes, self.link_busy, self.arrival, links, self.posts,
-                      self.send_at, peaks, self.forced, self.send_wait, self.held_sends,
-                      self.cap, {q for q, ok in enumerate(self.roomy) if not ok}, self.needed)
-
-    # -- where a core stands -----------------------------------------------------------
-    def point(self, p: int) -> int:
-        """The point core p is at (it has done the compute of the task before it)."""
-        pc = self.pc[p]
-        return self.progs[p][pc - 1] if pc else START
-
     def parked(self, q: int) -> bool:
         """Whether q waits with nothing scheduled to wake it."""
+        r = self.r
         if self.blocked_send[q] is not None:
             return True
-        f = self.wait_data[q]
+        f = r.wait_data[q]
         return f >= 0 and (f, q) not in self.sent
 
     def waits_for(self, q: int) -> int:
+        r = self.r
         blocked = self.blocked_send[q]
         if blocked is not None:
             return blocked[1]
-        return self.core_of[self.g.fragments[self.wait_data[q]].producer]
+        return r.core_of[r.g.fragments[r.wait_data[q]].producer]
 
     # -- receives --------------------------------------------------------------------------
     def fits(self, q: int, k: int, f: int) -> bool:
@@ -496,10 +439,11 @@ class _Replayer:
 
     def post(self, key: Message, time: int) -> None:
         """Core key[1] posts the receive of ``key`` at its current point, at ``time``."""
+        r = self.r
         f, q = key
-        k = self.pc[q]
+        k = r.pc[q]
         self.posted[key] = time
-        self.posts[key] = self.point(q)
+        self.posts[key] = r.point(q)
         if self.mem is not None:
             lo = self.first[key]
             if k < lo:
@@ -507,7 +451,7 @@ class _Replayer:
                 self.at_point[q][k:lo] += self.mem.fragment[f]
         holder = self.holder.get(key)
         if holder is not None and self.blocked_send[holder] is None and self.parked(holder) \
-                and time <= max(self.clock[holder], self.now):
+                and time <= max(r.clock[holder], r.now):
             self.release(holder, key)  # it waits for data anyway: it sends now
         sender = self.sender_of.pop(key, None)
         if sender is not None:  # the rendezvous completes: the sender goes on
@@ -515,11 +459,20 @@ class _Replayer:
             self.blocked_send[sender] = None
             self.outbox[sender].pop(0)
             self.send(sender, key, time)
-            self.push(self.clock[sender], _RUN, sender)
+            r.push(r.clock[sender], _RUN, sender)
+
+    def after_task(self, p: int, sends: list[Message]) -> None:
+        """Core p has done a task: the receives of the point after it, then its sends
+        (what it held back first)."""
+        r = self.r
+        self.decide(p, r.pc[p], r.clock[p])
+        self.outbox[p] = [*self.held[p], *sends]
+        self.held[p] = []
 
     def decide(self, q: int, k: int, time: int) -> None:
         """Core q's receives at the point before its task at position ``k``."""
-        prog = self.progs[q]
+        r = self.r
+        prog = r.progs[q]
         if k < len(prog):
             for f in self.remote[prog[k]]:
                 if (f, q) not in self.posted:
@@ -537,7 +490,7 @@ class _Replayer:
         # By the next point's planned time: receives whose readers come too soon after it
         # for a sender holding them to deliver in time (in reader order), then those whose
         # senders plan to send before it (in send order), each while it fits.
-        nxt = self.priority[prog[k]] + self.dur[prog[k]] if k < len(prog) else 1 << 62
+        nxt = r.priority[prog[k]] + r.dur[prog[k]] if k < len(prog) else 1 << 62
         self.scan(q, k, time, pending, lambda key: self.reader_plan[key] - nxt < self.lead[key])
         self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key] < nxt)
 
@@ -562,30 +515,32 @@ class _Replayer:
     def post_time(self, q: int) -> int:
         """When a receive added now to parked core q's current point is posted: the
         receives of a point come before its sends, i.e. when its compute ended."""
+        r = self.r
         if self.blocked_send[q] is not None:
-            return self.end[self.progs[q][self.pc[q] - 1]]
-        return self.clock[q]
+            return r.end[r.progs[q][r.pc[q] - 1]]
+        return r.clock[q]
 
     def parked_now(self, p: int) -> None:
         """Core p has just parked. It posts what waits for it and fits; a sender it waits
         for that is itself parked and holds its data sends it; a send it waits in is taken
         by its receiver if that one is parked and has room; a cycle of waiting cores is
         broken by forcing a post."""
-        k = self.pc[p]
+        r = self.r
+        k = r.pc[p]
         for key in list(self.blocked_on[p]):
             if self.fits(p, k, key[0]):
                 self.post(key, self.post_time(p))
         blocked = self.blocked_send[p]
         if blocked is None:
             self.send_held(p)
-            wanted = (self.wait_data[p], p)
+            wanted = (r.wait_data[p], p)
             holder = self.holder.get(wanted)
             if holder is not None and self.parked(holder) and self.blocked_send[holder] is None:
                 self.release(holder, wanted)
                 return
         else:
             q = blocked[1]
-            if self.parked(q) and self.fits(q, self.pc[q], blocked[0]):
+            if self.parked(q) and self.fits(q, r.pc[q], blocked[0]):
                 self.post(blocked, self.post_time(q))
                 return
         chain = [p]
@@ -606,7 +561,7 @@ class _Replayer:
                 self.blocked_send[c] = None
                 self.outbox[c].pop(0)
                 self.hold(c, key)
-                self.push(self.clock[c], _RUN, c)
+                r.push(r.clock[c], _RUN, c)
                 return
         if sends:
             _, key = min(sends, key=lambda s: self.room(s[1]))
@@ -616,10 +571,11 @@ class _Replayer:
     def room(self, key: Message, k: int | None = None) -> int:
         """How far over its budget core key[1] would go posting ``key`` at position ``k``
         (default: where it stands) until the fragment's first reader."""
+        r = self.r
         if self.mem is None:
             return 0
         f, q = key
-        k = self.pc[q] if k is None else k
+        k = r.pc[q] if k is None else k
         lo = self.first[key]
         if lo <= k:
             return 0
@@ -628,15 +584,16 @@ class _Replayer:
 
     # -- sends -------------------------------------------------------------------------
     def send(self, p: int, key: Message, posted: int) -> None:
-        meet = max(self.clock[p], posted)
-        self.send_wait += meet - self.clock[p]
-        self.clock[p] = meet
-        self.send_at[key] = (self.point(p), len(self.send_at))
+        r = self.r
+        meet = max(r.clock[p], posted)
+        self.send_wait += meet - r.clock[p]
+        r.clock[p] = meet
+        self.send_at[key] = (r.point(p), len(self.send_at))
         self.holder.pop(key, None)
         self.sent.add(key)
-        self.messages += 1
-        self.bytes += self.g.fragments[key[0]].bytes
-        self.push(meet, _INJECT, key[0] * self.P + key[1])
+        r.messages += 1
+        r.bytes += r.g.fragments[key[0]].bytes
+        r.push(meet, _INJECT, key[0] * r.P + key[1])
 
     def release(self, p: int, key: Message) -> None:
         """Parked core p sends a message it holds at its current point (its receive is
@@ -647,9 +604,10 @@ class _Replayer:
     def send_held(self, p: int) -> None:
         """Core p, about to wait for data, sends what it holds whose receives are posted
         by now, or whose receivers wait for it."""
+        r = self.r
         for key in list(self.held[p]):
             got = self.posted.get(key)
-            if got is not None and (got <= self.clock[p] or self.wait_data[key[1]] == key[0]):
+            if got is not None and (got <= r.clock[p] or r.wait_data[key[1]] == key[0]):
                 self.release(p, key)
 
     def hold(self, p: int, key: Message) -> None:
@@ -661,13 +619,14 @@ class _Replayer:
         """Whether p may postpone ``key`` to its next point: it has a next task that ends
         before the reader is planned to start (unless ``soon``), and room to keep the data
         until then."""
-        pc, prog = self.pc[p], self.progs[p]
+        r = self.r
+        pc, prog = r.pc[p], r.progs[p]
         if self.mem is None or pc >= len(prog):
             return False
         nxt = prog[pc]
-        if not soon and self.reader_plan[key] < self.priority[nxt] + self.dur[nxt]:
+        if not soon and self.reader_plan[key] < r.priority[nxt] + r.dur[nxt]:
             return False
-        u = self.g.fragments[key[0]].producer
+        u = r.g.fragments[key[0]].producer
         at, kept = self.kept_at[p]
         if at != pc:
             at, kept = pc, set()
@@ -687,21 +646,22 @@ class _Replayer:
 
     def flush(self, p: int) -> bool:
         """Do core p's sends at its point; False when one waits for its receive."""
+        r = self.r
         box = self.outbox[p]
         while box:
             key = box[0]
             got = self.posted.get(key)
             q = key[1]
-            if got is None and self.parked(q) and self.fits(q, self.pc[q], key[0]):
+            if got is None and self.parked(q) and self.fits(q, r.pc[q], key[0]):
                 self.post(key, self.post_time(q))  # q is idle and has room: it takes it
                 continue
-            if got is not None and (got <= self.clock[p] or not self.can_hold(p, key)):
+            if got is not None and (got <= r.clock[p] or not self.can_hold(p, key)):
                 box.pop(0)
                 self.send(p, key, got)
                 continue
             # a receive posted later than now: held (p may, said can_hold); an unposted one
             # held if p may (a receiver without room now will not post it soon)
-            if got is not None or self.can_hold(p, key, soon=not self.fits(q, self.pc[q], key[0])):
+            if got is not None or self.can_hold(p, key, soon=not self.fits(q, r.pc[q], key[0])):
                 box.pop(0)
                 self.hold(p, key)
                 continue
@@ -711,71 +671,6 @@ class _Replayer:
             self.parked_now(p)  # a post that resolves it wakes p up
             return False
         return True
-
-    # -- cores ---------------------------------------------------------------------------
-    def run_core(self, p: int) -> None:
-        """Run core ``p`` until it waits for a message, a rendezvous or the shared memory,
-        or finishes."""
-        g, prog = self.g, self.progs[p]
-        while True:
-            if not self.flush(p) or self.pc[p] >= len(prog):
-                return
-            t = prog[self.pc[p]]
-            ready = self.clock[p]
-            for f in self.remote[t]:
-                a = self.arrival.get((f, p))
-                if a is None:
-                    self.waiting[(f, p)] = p
-                    self.wait_data[p] = f
-                    self.parked_now(p)
-                    return
-                ready = max(ready, a)
-            self.wait_data[p] = -1
-            task = g.tasks[t]
-            self.start[t] = ready
-            clock = ready + self.dur[t] - task.shared_ns
-            self.clock[p] = clock
-            if task.shared_ns:
-                self.push(clock, _MEM, p)
-                return
-            self.finish(t, p)
-
-    def finish(self, t: int, p: int) -> None:
-        """Task t's compute is done: the point after it (`run_core` then sends)."""
-        self.end[t] = self.clock[p]
-        self.pc[p] += 1
-        self.decide(p, self.pc[p], self.clock[p])
-        self.outbox[p] = [*self.held[p], *self.sends[t]]
-        self.held[p] = []
-
-    def serve(self, p: int) -> None:
-        t = self.progs[p][self.pc[p]]
-        task = self.g.tasks[t]
-        begin = max(self.clock[p], self.mem_free) if self.contention else self.clock[p]
-        self.mem_free = self.clock[p] = begin + task.shared_ns
-        self.finish(t, p)
-        self.run_core(p)
-
-    def inject(self, key: int, now: int) -> None:
-        f, q = divmod(key, self.P)
-        frag = self.g.fragments[f]
-        links, ser, transfer = self.net.message(self.core_of[frag.producer], q, frag.bytes)
-        delay = 0
-        if links:
-            hop = self.net.hop_ns
-            head = now - hop
-            free, busy = self.link_free, self.link_busy
-            for link in links:
-                head += hop
-                if self.contention and free[link] > head:
-                    head = free[link]
-                free[link] = head + ser
-                busy[link] += ser
-            delay = head - (now + (len(links) - 1) * hop)
-        arrived = now + transfer + delay
-        self.arrival[(f, q)] = arrived
-        if self.waiting.pop((f, q), None) is not None:
-            self.push(arrived, _RUN, q)
 
 
 def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
+from raptor.noc import serial_cycles
 from raptor.solver.evaluate import lower_bounds, retime, validate_schedule
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import nearest_cores
@@ -149,7 +150,7 @@ class _Model:
             slots = sorted((initial.start_ns[t], initial.core_of[t]) for t in members)
             for t, (s, p) in zip(members, slots, strict=True):
                 self.hint_start[t], self.hint_core[t] = s, p
-        self.edge_flit_cycles = {e: -(-b // target.flit_bytes) * target.flit_cycles
+        self.edge_flit_cycles = {e: serial_cycles(target, b)
                                  for e, b in graph.largest_message().items()}
         self.head, self.tail = graph.top_levels(), graph.bottom_levels()
         self.ub = max(initial.makespan_ns, max((s + d for s, d in zip(
@@ -283,7 +284,7 @@ class _Model:
         for f, frag in enumerate(g.fragments):
             u = frag.producer
             readers = [v for v in self.readers[f] if (u, v) in self.same]
-            ser = self.target.ns(-(-frag.bytes // self.target.flit_bytes) * self.target.flit_cycles)
+            ser = self.target.ns(serial_cycles(self.target, frag.bytes))
             if not readers or not ser:
                 continue
             remote = m.new_bool_var(f"remote_{f}")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from raptor.noc import free_cycles
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
 
@@ -102,8 +103,8 @@ def fan_in_heads(graph: ComputeGraph, target: Target) -> list[int]:
         preds = []
         for u, _ in graph.preds[v]:
             end = head[u] + costs[u]
-            arrive = end + target.ns(target.hop_cycles + -(-largest[(u, v)] // target.flit_bytes)
-                                     * target.flit_cycles) if one_hop else 1 << 62
+            arrive = end + target.ns(free_cycles(target, 1, largest[(u, v)])) if one_hop \
+                else 1 << 62
             preds.append((arrive, head[u], costs[u]))
         if not preds:
             continue

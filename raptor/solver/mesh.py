@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
+from raptor.noc import message_cycles, serial_cycles
 from raptor.target import Target
 
 IntArray = npt.NDArray[np.int64]
@@ -68,14 +69,17 @@ class Mesh:
         return (cycles * self._den + self._num - 1) // self._num
 
     def flit_cycles(self, nbytes: int) -> int:
-        t = self.target
-        return -(-nbytes // t.flit_bytes) * t.flit_cycles
+        return serial_cycles(self.target, nbytes)
 
     def comm_rows(self, src_core: int, flit_cycles: IntArray) -> IntArray:
         """Transfer ns from ``src_core`` to every core, one row per message (by its flit
-        cycles, see :meth:`flit_cycles`)."""
-        hop_cycles = self.hops_from(src_core) * self.target.hop_cycles
-        out = self.ns(hop_cycles[None, :] + flit_cycles[:, None])
+        cycles, see :meth:`flit_cycles`), under the target's protocol."""
+        t = self.target
+        if t.protocol == "raptor":
+            out = self.ns(self.hops_from(src_core)[None, :] * t.hop_cycles + flit_cycles[:, None])
+        else:
+            nbytes = flit_cycles[:, None] // t.flit_cycles * t.flit_bytes
+            out = self.ns(message_cycles(t, self.hops_from(src_core)[None, :], nbytes, t.protocol))
         out[:, src_core] = 0
         return out
 

@@ -61,7 +61,8 @@ import time
 
 import numpy as np
 
-from raptor.solver.comm import LinkPlanner, Network, Timelines, replay
+from raptor.noc import LinkPlanner, Network, Timelines
+from raptor.solver.comm import replay
 from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import INF, BoolArray, IntArray, Mesh

@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from raptor.cli import main
-from raptor.export import Export, ExportError, export_pimsim, pimsim_order, write_export
+from raptor.export import Export, ExportError, _export, export_pimsim, pimsim_order, write_export
 from raptor.export.chip import PimsimChip
 from raptor.export.order import posts_earlier
 from raptor.export.runner import chiptest, run_chiptest
 from raptor.export.validate import validate
 from raptor.ir.module import Module
+from raptor.ir.ops import ChannelSendOp, CoreOp
 from raptor.ir.parser import parse_module
 from raptor.passes.memory import plan_memory
 from raptor.sim import SimOptions, Simulator
@@ -51,7 +52,7 @@ def module(text: str) -> Module:
 
 
 def mirror(m: Module, ex: Export) -> int:
-    with pimsim_order(m):
+    with pimsim_order(m, ex.rank):
         sim = Simulator(m, T, timings=ex.timings)
     return sim.timing(SimOptions.pimsim(trace=False)).latency_ns
 
@@ -352,7 +353,7 @@ def test_examples_export_and_mirror_on_raptors_simulator(mlp: tuple[Module, Expo
     """Raptor's simulator under pimsim-nn's model runs the exported timings to completion
     and is never faster than its own ideal figure."""
     m, ex = mlp
-    with pimsim_order(m):
+    with pimsim_order(m, ex.rank):
         sim = Simulator(m, T, timings=ex.timings)
     assert sim.timing(SimOptions.pimsim(trace=False)).latency_ns > \
         sim.timing(SimOptions.ideal(trace=False)).latency_ns
@@ -449,3 +450,33 @@ def test_example_activations_and_reductions(model: str, opcodes: set[str]) -> No
     assert opcodes <= used
     assert validate(ex) == []
     assert all(tm.total >= 0 for tm in ex.timings.values())
+
+
+def test_messages_follow_the_faster_order(mlp: tuple[Module, Export]) -> None:
+    """mlp's export walks its messages in the order they leave when receives do not block
+    (`message_rank`): faster under Raptor's model of pimsim-nn than the channel order, a
+    permutation of the channels, and each core's sends keep their program order."""
+    m, ex = mlp
+    assert ex.rank is not None and ex.model_ns is not None
+    assert sorted(ex.rank.values()) == list(range(len(ex.rank)))
+    assert mirror(m, ex) == ex.model_ns
+    by_channel = _export(m, T, None, False, None, None)
+    with pimsim_order(m):
+        channel_ns = Simulator(m, T, timings=by_channel.timings).timing(
+            SimOptions.pimsim(trace=False)).latency_ns
+    assert ex.model_ns < channel_ns
+    for op in m.main().body.ops:
+        if isinstance(op, CoreOp):
+            ranks = [ex.rank[s.channel] for s in op.body.ops if isinstance(s, ChannelSendOp)]
+            assert ranks == sorted(ranks)
+
+
+def test_a_parsed_program_without_weight_data_chooses_the_same_order(
+        mlp: tuple[Module, Export]) -> None:
+    """`raptor export` reads a `.spat` without its weights: the order is chosen on the same
+    timings all the same (zeros stand in for the weights, and are gone after)."""
+    m, ex = mlp
+    parsed = parse_module(m.print(), "mlp.spat")
+    again = export_pimsim(parsed, T)
+    assert (again.rank, again.model_ns) == (ex.rank, ex.model_ns)
+    assert not parsed.constants

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from raptor.noc import Network
 from raptor.sim import SimOptions
 from raptor.sim.report import SpanLabel, busy_per_bin
 
@@ -44,9 +45,9 @@ def test_link_occupancy_and_counter_tracks() -> None:
     """0->2 holds link 0->1 over [0, 16) and 1->2 over [2, 18); 1->2, sent at 4, gets link
     1->2 at 18 (test_timing's contention case). The counters average per bin."""
     res = run(CONTENTION, {"w": rand(16)})
-    n = TARGET.num_cores
-    assert sorted(res.trace.links) == [(0 * n + 1, 0, 16), (1 * n + 2, 2, 18),
-                                       (1 * n + 2, 18, 34)]
+    net = Network(TARGET)
+    assert sorted(res.trace.links) == [(net.link(0, 1), 0, 16), (net.link(1, 2), 2, 18),
+                                       (net.link(1, 2), 18, 34)]
     events = res.chrome_trace(mesh_links=4)["traceEvents"]
     counters = [e for e in events if e["ph"] == "C"]
     links = [(e["ts"], e["args"]["percent"]) for e in counters if e["name"] == "NoC links busy"]

@@ -1,49 +1,13 @@
-"""The communication model: XY routes as the simulator routes, link reservations with
-insertion, one message per fragment and destination core, the shared-memory queue, and the
-replay (figures computed by hand at 1 GHz: a hop 2 ns, a 8-byte flit 2 ns)."""
+"""The communication model: one message per fragment and destination core, the shared-memory
+queue, and the replay (figures computed by hand at 1 GHz: a hop 2 ns, a 8-byte flit 2 ns)."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from raptor.sim.program import xy_route
 from raptor.solver import ComputeGraph
-from raptor.solver.comm import LinkPlanner, Network, Timelines, replay, send_order
+from raptor.solver.comm import replay, send_order
 from raptor.target import Target
 
 LINE = Target(mesh_rows=1, mesh_cols=4)
-GRID = Target(mesh_rows=3, mesh_cols=4)
-
-
-@settings(max_examples=40, deadline=None, derandomize=True)
-@given(st.integers(0, 11), st.integers(0, 11), st.integers(1, 4096))
-def test_routes_and_timing_are_the_simulators(src: int, dst: int, nbytes: int) -> None:
-    net = Network(GRID)
-    links, ser, transfer = net.message(src, dst, nbytes)
-    sim_transfer, sim_ser, sim_links = xy_route(GRID, src, dst, nbytes)
-    n = GRID.num_cores
-    assert [a * n + b for a, b in map(net.link_ends, links)] == list(sim_links)
-    assert (ser, transfer) == (sim_ser, sim_transfer)
-
-
-def test_timelines_insert_into_idle_time_and_merge() -> None:
-    tl = Timelines(1)
-    tl.reserve(0, 10, 5)
-    tl.reserve(0, 30, 10)
-    assert tl.fit(0, 0, 10) == 0 and tl.fit(0, 8, 10) == 15 and tl.fit(0, 12, 16) == 40
-    tl.reserve(0, 15, 15)  # fills the gap exactly: one interval [10, 40)
-    assert (tl.starts[0], tl.ends[0]) == ([10], [40])
-
-
-def test_messages_sharing_a_link_wait_for_each_other() -> None:
-    """Core 0 sends 64 B to core 3 (three hops) and then to core 2 over the same first two
-    links: the second waits at the first link for the 16 ns serialisation of the first."""
-    plan = LinkPlanner(Network(LINE))
-    assert plan.arrival(0, 3, 64, inject=100, commit=True) == 100 + 3 * 2 + 16
-    assert plan.arrival(0, 2, 64, inject=100, commit=False) == 116 + 2 * 2 + 16
-    # a message injected earlier on the free opposite direction is not delayed
-    assert plan.arrival(3, 0, 64, inject=100, commit=True) == 122
 
 
 def _fan_out() -> ComputeGraph:

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from raptor.gc_pause import collector_paused
+from raptor.noc import serial_cycles
 from raptor.solver.costs import shared_write_ns
 from raptor.solver.from_ir import GraphBuild
 from raptor.solver.graph import ComputeGraph
@@ -113,8 +114,7 @@ class PipelineProblem:
     @cached_property
     def preds_flit(self) -> list[list[tuple[int, int]]]:
         """Per task, (producer, flit cycles of the transfer) for each dependency."""
-        t = self.target
-        return [[(u, (-(-b // t.flit_bytes)) * t.flit_cycles) for u, b in ps]
+        return [[(u, serial_cycles(self.target, b)) for u, b in ps]
                 for ps in self.graph.preds]
 
     @cached_property

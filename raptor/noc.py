@@ -1,0 +1,276 @@
+"""The network-on-chip's timing, written once: serialization, XY routes, cut-through links.
+
+Every user — PEFT's link planner, the communication replay, CP-SAT's coefficients, the
+pipeline models, the simulator and the pimsim-nn exporter — prices a message here:
+
+* **Serialization.** A message of ``n`` bytes is ``ceil(n / flit_bytes)`` flits, each
+  ``flit_cycles`` on a link (:func:`flits`, :func:`serial_cycles`).
+* **Free-link latency.** The head crosses ``hop_cycles`` per hop, the tail follows one
+  serialization later (:func:`free_cycles`; ``Target.transfer_ns`` in ns).
+* **Routes.** XY routing (along the row, then along the column). Directed link
+  ``core * 4 + direction`` (:data:`EAST`, :data:`WEST`, :data:`SOUTH`, :data:`NORTH`)
+  leaves ``core``; :meth:`Network.links` lists the links that exist, border cores' missing
+  ones left out.
+* **Cut-through.** The head advances one hop per ``hop_ns`` and waits at a busy link; each
+  link is then held for the serialization time (:meth:`Network.cut_through`). A link table
+  (:class:`FreeLinks` for time-ordered users, :class:`Timelines` for a list scheduler that
+  inserts into idle time) says when a link can be taken.
+* **Protocols.** The target's ``protocol`` (:data:`PROTOCOLS`) says how the schedulers price
+  a message: ``raptor`` as above, or pimsim-nn's (:func:`message_cycles`,
+  :func:`hold_cycles`; a route is then its sender's switch). The simulator's policies of
+  each are in ``raptor.sim.protocol``.
+
+Nothing of Raptor's is imported at run time: ``raptor.target`` builds on this module.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from raptor.target import Target
+
+EAST, WEST, SOUTH, NORTH = range(4)
+
+PROTOCOLS = ("raptor", "pimsim-nn")
+"""How messages cross the mesh (the target's ``protocol``). ``raptor``: cut-through over XY
+links, each held for the serialization. ``pimsim-nn``: a one-flit request and a one-flit
+reply before the data, every flit charged the whole path, the sender's switch carrying one
+message at a time (no link contention); a route is then that switch alone."""
+
+N = TypeVar("N", int, "np.ndarray")
+
+
+def flits(target: Target, nbytes: N) -> N:
+    """Flits of a message of ``nbytes`` (an int or an integer array)."""
+    return -(-nbytes // target.flit_bytes)
+
+
+def serial_cycles(target: Target, nbytes: N) -> N:
+    """How long a message of ``nbytes`` holds each link of its route, in cycles."""
+    return flits(target, nbytes) * target.flit_cycles
+
+
+def free_cycles(target: Target, hops: N, nbytes: N) -> N:
+    """A message's latency over ``hops`` free links, in cycles (head, then the tail)."""
+    return hops * target.hop_cycles + serial_cycles(target, nbytes)
+
+
+def flit_path_cycles(target: Target, hops: N) -> N:
+    """One flit over ``hops`` free links (pimsim-nn's NoC table entry for the pair)."""
+    return hops * target.hop_cycles + serial_cycles(target, target.flit_bytes)
+
+
+def message_cycles(target: Target, hops: N, nbytes: N, protocol: str) -> N:
+    """A message's latency when nothing else is in its way, in cycles, under ``protocol``:
+    ``raptor``'s :func:`free_cycles`, or pimsim-nn's request, reply and data flits, each
+    charged the one-flit latency of the whole path."""
+    if protocol == "raptor":
+        return free_cycles(target, hops, nbytes)
+    return (flits(target, nbytes) + 2) * flit_path_cycles(target, hops)
+
+
+def hold_cycles(target: Target, hops: N, nbytes: N, protocol: str) -> N:
+    """How long a message holds what it crosses: each link (``raptor``'s serialization)
+    or its sender's switch (pimsim-nn: every data flit over the whole path)."""
+    if protocol == "raptor":
+        return serial_cycles(target, nbytes)
+    return flits(target, nbytes) * flit_path_cycles(target, hops)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One message's way through the mesh."""
+
+    links: tuple[int, ...]
+    """Directed links in order (``core * 4 + direction``)."""
+    serial_ns: int
+    """How long it holds each link (its serialization)."""
+    transfer_ns: int
+    """Its latency over free links (``Target.transfer_ns``; 0 on the same core)."""
+
+
+NO_ROUTE = Route((), 0, 0)
+
+
+class LinkTable(Protocol):
+    """When links can be taken: ``take`` returns the time a message whose head reaches
+    ``link`` at ``head`` gets it for ``ser`` ns (and records that, if the table does)."""
+
+    def take(self, link: int, head: int, ser: int) -> int: ...
+
+
+class Network:
+    """XY routes and message timing of a target's mesh (integer ns), cached per pair, under
+    ``protocol`` (default: the target's). Under pimsim-nn's a message's route is its
+    sender's switch, resource ``4 * cores + sender``."""
+
+    def __init__(self, target: Target, protocol: str | None = None) -> None:
+        self.target = target
+        self.protocol = target.protocol if protocol is None else protocol
+        self.cols = target.mesh_cols
+        self.hop_ns = target.ns(target.hop_cycles)
+        self.num_links = (4 if self.protocol == "raptor" else 5) * target.num_cores
+        """Size of a table indexed by link (border cores' missing links included) or
+        switch."""
+        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._messages: dict[tuple[int, int, int], Route] = {}
+
+    def route(self, src: int, dst: int) -> tuple[int, ...]:
+        """Directed links from ``src`` to ``dst``: the row first, then the column."""
+        got = self._routes.get((src, dst))
+        if got is not None:
+            return got
+        cols = self.cols
+        r, c = divmod(src, cols)
+        rd, cd = divmod(dst, cols)
+        links = []
+        while c != cd:
+            links.append((r * cols + c) * 4 + (EAST if cd > c else WEST))
+            c += 1 if cd > c else -1
+        while r != rd:
+            links.append((r * cols + c) * 4 + (SOUTH if rd > r else NORTH))
+            r += 1 if rd > r else -1
+        got = self._routes[(src, dst)] = tuple(links)
+        return got
+
+    def link_ends(self, link: int) -> tuple[int, int]:
+        """The (from, to) cores of a directed link."""
+        core, d = divmod(link, 4)
+        return core, core + (1, -1, self.cols, -self.cols)[d]
+
+    def link(self, a: int, b: int) -> int:
+        """The directed link from core ``a`` to its neighbour ``b``."""
+        d = b - a
+        return a * 4 + (EAST if d == 1 else WEST if d == -1 else SOUTH if d == self.cols
+                        else NORTH)
+
+    def links(self) -> list[int]:
+        """Every directed link of the mesh, by core then direction."""
+        rows, cols = self.target.mesh_rows, self.cols
+        out = []
+        for a in range(self.target.num_cores):
+            r, c = divmod(a, cols)
+            for d, (dr, dc) in enumerate(((0, 1), (0, -1), (1, 0), (-1, 0))):
+                if 0 <= r + dr < rows and 0 <= c + dc < cols:
+                    out.append(a * 4 + d)
+        return out
+
+    def message(self, src: int, dst: int, nbytes: int) -> Route:
+        """A message's route, serialization and free-link latency."""
+        key = (src, dst, nbytes)
+        got = self._messages.get(key)
+        if got is None:
+            t, p = self.target, self.protocol
+            links = self.route(src, dst)
+            hops = len(links)
+            if p != "raptor" and links:
+                links = (4 * t.num_cores + src,)
+            got = self._messages[key] = Route(
+                links, t.ns(hold_cycles(t, hops, nbytes, p)),
+                t.ns(message_cycles(t, hops, nbytes, p)) if links else 0)
+        return got
+
+    def cut_through(self, route: Route, inject: int, table: LinkTable) -> int:
+        """When a message injected at ``inject`` arrives: its head takes each link of the
+        route from ``table`` one hop after the previous one (or later, when the link is
+        busy). Free links give exactly the route's ``transfer_ns``; waiting for links adds
+        the head's delay."""
+        links = route.links
+        if not links:
+            return inject
+        hop, ser = self.hop_ns, route.serial_ns
+        head = inject - hop
+        for link in links:
+            head = table.take(link, head + hop, ser)
+        return route.transfer_ns + head - (len(links) - 1) * hop
+
+
+class LinkPlanner:
+    """Message reservations on the mesh links for a list scheduler: cut-through, inserted
+    into idle link time."""
+
+    def __init__(self, net: Network) -> None:
+        self.net = net
+        self.links = Timelines(net.num_links)
+
+    def arrival(self, src: int, dst: int, nbytes: int, inject: int, commit: bool) -> int:
+        """When a message of ``nbytes`` injected at ``inject`` arrives (``commit``: reserve
+        its links)."""
+        self.links.commit = commit
+        return self.net.cut_through(self.net.message(src, dst, nbytes), inject, self.links)
+
+
+class FreeLinks:
+    """Links taken in time order: each is free from the end of its last message.
+    ``contention=False`` never waits (but still counts busy time); ``held`` collects
+    (link, start, end) of every reservation when given."""
+
+    def __init__(self, n: int, contention: bool = True,
+                 held: list[tuple[int, int, int]] | None = None) -> None:
+        self.free = [0] * n
+        self.busy = [0] * n
+        self.contention = contention
+        self.held = held
+
+    def take(self, link: int, head: int, ser: int) -> int:
+        free = self.free
+        if self.contention and free[link] > head:
+            head = free[link]
+        free[link] = head + ser
+        self.busy[link] += ser
+        if self.held is not None:
+            self.held.append((link, head, head + ser))
+        return head
+
+
+class Timelines:
+    """Busy intervals of ``n`` exclusive resources (links, the shared memory), kept sorted
+    and disjoint, so that a list scheduler can reserve them out of time order (insertion,
+    as it reserves core time). As a :class:`LinkTable` it fits messages into idle time,
+    reserving them when ``commit``."""
+
+    def __init__(self, n: int) -> None:
+        self.starts: list[list[int]] = [[] for _ in range(n)]
+        self.ends: list[list[int]] = [[] for _ in range(n)]
+        self.commit = True
+
+    def fit(self, r: int, t: int, dur: int) -> int:
+        """Earliest start >= ``t`` of a free stretch of ``dur`` on resource ``r``."""
+        if dur <= 0:
+            return t
+        starts, ends = self.starts[r], self.ends[r]
+        i = bisect.bisect_right(ends, t)
+        while i < len(starts) and starts[i] < t + dur:
+            t = max(t, ends[i])
+            i += 1
+        return t
+
+    def reserve(self, r: int, s: int, dur: int) -> None:
+        """Mark [s, s + dur) busy (it must be free); touching intervals merge."""
+        if dur <= 0:
+            return
+        starts, ends = self.starts[r], self.ends[r]
+        e = s + dur
+        i = bisect.bisect_right(ends, s)
+        if i > 0 and ends[i - 1] == s:
+            i -= 1
+            s = starts[i]
+            del starts[i], ends[i]
+        if i < len(starts) and starts[i] == e:
+            e = ends[i]
+            del starts[i], ends[i]
+        starts.insert(i, s)
+        ends.insert(i, e)
+
+    def take(self, link: int, head: int, ser: int) -> int:
+        ends = self.ends[link]
+        if ends and ends[-1] > head:  # the link is busy at some point after head
+            head = self.fit(link, head, ser)
+        if self.commit:
+            self.reserve(link, head, ser)
+        return head

@@ -1,0 +1,100 @@
+"""The network-timing module: XY routes with one link numbering, serialization, free-link
+latency, and cut-through reservations (figures by hand at 1 GHz: a hop 2 ns, an 8-byte flit
+2 ns)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from raptor import noc
+from raptor.noc import FreeLinks, LinkPlanner, Network, Timelines
+from raptor.target import Target, TargetError, load_target, target_from_dict
+
+LINE = Target(mesh_rows=1, mesh_cols=4)
+GRID = Target(mesh_rows=3, mesh_cols=4)
+
+
+def test_routes_go_along_the_row_then_the_column_over_neighbours() -> None:
+    net = Network(GRID)
+    for src, dst in itertools.product(range(GRID.num_cores), repeat=2):
+        links = net.route(src, dst)
+        assert len(links) == GRID.hops(src, dst)
+        here, turned = src, False
+        for link in links:
+            a, b = net.link_ends(link)
+            assert a == here and net.link(a, b) == link
+            vertical = abs(b - a) == GRID.mesh_cols
+            assert not (turned and not vertical)  # no row move after a column move
+            turned |= vertical
+            here = b
+        assert here == dst
+    assert len(net.links()) == GRID.mesh_links == len(set(net.links()))
+    assert all(0 <= link < net.num_links for link in net.links())
+
+
+def test_message_timing_is_the_targets() -> None:
+    net = Network(GRID)
+    route = net.message(0, 11, 100)  # 5 hops, 13 flits
+    assert route.serial_ns == 26 == noc.serial_cycles(GRID, 100)
+    assert route.transfer_ns == 5 * 2 + 26 == GRID.transfer_ns(100, 0, 11)
+    assert net.message(3, 3, 100) == noc.Route((), 26, 0)
+    sizes = np.array([1, 8, 9, 64])
+    assert noc.flits(GRID, sizes).tolist() == [1, 1, 2, 8]
+    assert noc.free_cycles(GRID, np.array([0, 1, 2, 3]), sizes).tolist() == [2, 4, 8, 22]
+
+
+def test_timelines_insert_into_idle_time_and_merge() -> None:
+    tl = Timelines(1)
+    tl.reserve(0, 10, 5)
+    tl.reserve(0, 30, 10)
+    assert tl.fit(0, 0, 10) == 0 and tl.fit(0, 8, 10) == 15 and tl.fit(0, 12, 16) == 40
+    tl.reserve(0, 15, 15)  # fills the gap exactly: one interval [10, 40)
+    assert (tl.starts[0], tl.ends[0]) == ([10], [40])
+
+
+def test_messages_sharing_a_link_wait_for_each_other() -> None:
+    """Core 0 sends 64 B to core 3 (three hops) and then to core 2 over the same first two
+    links: the second waits at the first link for the 16 ns serialisation of the first."""
+    plan = LinkPlanner(Network(LINE))
+    assert plan.arrival(0, 3, 64, inject=100, commit=True) == 100 + 3 * 2 + 16
+    assert plan.arrival(0, 2, 64, inject=100, commit=False) == 116 + 2 * 2 + 16
+    # a message injected earlier on the free opposite direction is not delayed
+    assert plan.arrival(3, 0, 64, inject=100, commit=True) == 122
+
+
+def test_free_links_in_time_order_and_without_contention() -> None:
+    net = Network(LINE)
+    route = net.message(0, 3, 64)
+    held: list[tuple[int, int, int]] = []
+    links = FreeLinks(net.num_links, held=held)
+    assert net.cut_through(route, 100, links) == 122
+    assert net.cut_through(route, 100, links) == 138  # behind the first at every link
+    assert held[:3] == [(0, 100, 116), (4, 102, 118), (8, 104, 120)]
+    assert links.busy[0] == 32
+    free = FreeLinks(net.num_links, contention=False)
+    assert [net.cut_through(route, 100, free) for _ in range(2)] == [122, 122]
+
+
+def test_pimsim_protocol_charges_every_flit_the_path_on_the_senders_switch() -> None:
+    """0 -> 11 on the 3x4 grid: 5 hops, one flit 5 * 2 + 2 = 12 ns; 100 B are 13 flits,
+    after a one-flit request and reply. A second message from core 0 waits for the switch;
+    one from core 1 does not."""
+    t = Target(mesh_rows=3, mesh_cols=4, protocol="pimsim-nn")
+    net = Network(t)
+    route = net.message(0, 11, 100)
+    assert route == noc.Route((4 * 12 + 0,), 13 * 12, 15 * 12)
+    switches = FreeLinks(net.num_links)
+    assert net.cut_through(route, 100, switches) == 100 + 180
+    assert net.cut_through(route, 100, switches) == 100 + 156 + 180
+    assert net.cut_through(net.message(1, 11, 100), 100, switches) == 100 + 15 * 10
+    assert Network(t, "raptor").message(0, 11, 100) == Network(GRID).message(0, 11, 100)
+
+
+def test_protocol_is_a_target_key() -> None:
+    assert Target().protocol == "raptor"
+    assert load_target("pimsim-nn").protocol == "pimsim-nn"
+    with pytest.raises(TargetError, match="'protocol' must be one of raptor, pimsim-nn"):
+        target_from_dict({"protocol": "ethernet"}, "t")
