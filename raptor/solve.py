@@ -478,16 +478,16 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
 
         # the latency candidate always (its first inference is the latency-mode latency
         # beside every row), then the others best estimate first while they can win
-        order = sorted(cands, key=lambda c: (c.name != "latency", c.estimate_ns))
-        for c in order:
+        lat = _candidate(cands, latency)
+        for c in sorted(cands, key=lambda c: (c is not lat, c.estimate_ns)):
             best = min((x.simulated_ns for x in cands if x.simulated_ns is not None),
                        default=None)
-            if c.name != "latency" and best is not None and c.estimate_ns >= best:
+            if c is not lat and best is not None and c.estimate_ns >= best:
                 continue
             _simulate([c.run], ir_inputs(comp.graph, stacked), target, opts, say, seconds,
                       f"simulating {opts.stream} inferences of the {{}} stream", check)
-    runs = [_judge(row, rows[row], [next(c for c in cands if _same_placement(c.result, pr))
-                                    for _, pr, _ in rows[row]], cands) for row in rows]
+    runs = [_judge(row, rows[row], [_candidate(cands, pr) for _, pr, _ in rows[row]],
+                   _candidate(cands, latency)) for row in rows]
     return Solved(str(model), target, comp, build, bounds, runs, comp.feeds.data,
                   comp.feeds.source, oracle, seconds, layout_costs, list(comp.feeds.bound),
                   notes, mode="pipeline", problem=problem, stream=opts.stream)
@@ -526,16 +526,16 @@ WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition"
 
 
 def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
-           mine: list[_Candidate], every: list[_Candidate]) -> ScheduleRun:
+           mine: list[_Candidate], latency: _Candidate) -> ScheduleRun:
     """Row `row`'s run: the fastest of its candidates `mine` (one per entry, the first its
     own; ties keep the earlier) under the row's name and solver figures, the status saying
     when another candidate's placement is returned and why; every candidate's figures go to
-    the report (`ScheduleRun.candidates`)."""
+    the report (`ScheduleRun.candidates`); `latency` is the latency schedule's."""
     k = min(range(len(mine)), key=lambda i: mine[i].rank)
     best, own = mine[k], entries[0][1]
     status = None
     if best is not mine[0]:
-        how = "simulates" if best.simulated_ns is not None else "is estimated"
+        how = "simulates" if mine[0].simulated_ns is not None else "is estimated"
         status = (f"{own.status} ({WORDS[entries[0][0]]} {how} at "
                   f"{_period_of(mine[0]):,} ns, {WORDS[entries[k][0]]} at "
                   f"{_period_of(best):,} ns, which is returned)")
@@ -545,11 +545,15 @@ def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
              for i, ((name, _, _), c) in enumerate(zip(entries, mine, strict=True))]
     run = dataclasses.replace(best.run, name=row, pipeline=pr, result=pr.schedule,
                               candidates=table)
-    lat = next((c for c in every if c.name == "latency"), None)
-    if lat is not None and lat.run.sim is not None:
-        rep = lat.run.sim.report
+    if latency.run.sim is not None:
+        rep = latency.run.sim.report
         run.latency_mode_ns = rep.inference_end_ns[0] - rep.inference_start_ns[0]
     return run
+
+
+def _candidate(cands: list[_Candidate], pr: PipelineResult) -> _Candidate:
+    """The candidate with `pr`'s placement."""
+    return next(c for c in cands if _same_placement(c.result, pr))
 
 
 def _period_of(c: _Candidate) -> int:
