@@ -19,7 +19,7 @@ from raptor.solve import SolveOptions, report, solve
 from raptor.target import Target, load_target
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-OPTIONS = {"mode": "pipeline", "stream": 5, "workers": 1, "time_limit": 5}
+OPTIONS = {"mode": "pipeline", "stream": 8, "workers": 1, "time_limit": 5}
 
 
 def check_judge(rep: dict[str, Any]) -> None:
@@ -34,7 +34,11 @@ def check_judge(rep: dict[str, Any]) -> None:
         for c in cands:  # a candidate not simulated could not beat the returned one
             assert (c["simulated_period_ns"] or c["estimated_period_ns"]) >= sim
         assert sim <= row["latency_mode_ns"]  # never slower than the latency schedule looped
-        assert rep["period_lower_bound_ns"] <= sim
+        # the bound holds for the steady period; over a short stream the median interval
+        # once full can dip below it (a 4-stage net measured one interval of 5), the mean
+        # interval over the whole stream does not
+        ends = row["inference_end_ns"]
+        assert rep["period_lower_bound_ns"] <= (ends[-1] - ends[0]) / (len(ends) - 1)
         assert row["efficiency"] == round(rep["period_lower_bound_ns"] / sim, 4)
     assert rows["cpsat"]["simulated_period_ns"] <= rows["pipeline"]["simulated_period_ns"]
 
