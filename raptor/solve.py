@@ -414,8 +414,8 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     The judge chooses (docs/pipeline.md §3, "The judge"): every candidate a solver row has —
     its own partition, the latency schedule run as a stream, and for CP-SAT the heuristic's
     choice — is materialized and ranked by its stream estimate; candidates are simulated best
-    estimate first (one whose estimate cannot beat the best simulated period so far is not),
-    and a row returns its fastest simulated candidate."""
+    estimate first (one whose contention-free floor cannot beat the best simulated period so
+    far is not), and a row returns its fastest simulated candidate."""
     g = build.graph
     say(f"pipeline groups: {g.num_tasks:,} tasks on {target.num_cores} cores")
     problem = _timed(seconds, "pipeline_problem", build_problem, g, target, build=build)
@@ -482,7 +482,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         for c in sorted(cands, key=lambda c: (c is not lat, c.estimate_ns)):
             best = min((x.simulated_ns for x in cands if x.simulated_ns is not None),
                        default=None)
-            if c is not lat and best is not None and c.estimate_ns >= best:
+            if c is not lat and best is not None and c.floor_ns >= best:
                 continue
             _simulate([c.run], ir_inputs(comp.graph, stacked), target, opts, say, seconds,
                       f"simulating {opts.stream} inferences of the {{}} stream", check)
@@ -506,6 +506,11 @@ class _Candidate:
     def estimate_ns(self) -> int:
         assert self.run.stream_estimate is not None
         return self.run.stream_estimate.period_ns
+
+    @property
+    def floor_ns(self) -> int:
+        assert self.run.stream_estimate is not None
+        return self.run.stream_estimate.floor_ns
 
     @property
     def simulated_ns(self) -> int | None:
@@ -540,7 +545,7 @@ def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
                   f"{_period_of(mine[0]):,} ns, {WORDS[entries[k][0]]} at "
                   f"{_period_of(best):,} ns, which is returned)")
     pr = _as_solver(best.result, own, status=status)
-    table = [{"candidate": name, "estimated_period_ns": c.estimate_ns,
+    table = [{"candidate": name, "estimated_period_ns": c.estimate_ns, "floor_ns": c.floor_ns,
               "simulated_period_ns": c.simulated_ns, "returned": i == k}
              for i, ((name, _, _), c) in enumerate(zip(entries, mine, strict=True))]
     run = dataclasses.replace(best.run, name=row, pipeline=pr, result=pr.schedule,

@@ -32,7 +32,7 @@ def check_judge(rep: dict[str, Any]) -> None:
         assert sum(c["returned"] for c in cands) == 1
         assert next(c for c in cands if c["returned"])["simulated_period_ns"] == sim
         for c in cands:  # a candidate not simulated could not beat the returned one
-            assert (c["simulated_period_ns"] or c["estimated_period_ns"]) >= sim
+            assert (c["simulated_period_ns"] or c["floor_ns"]) >= sim
         assert sim <= row["latency_mode_ns"]  # never slower than the latency schedule looped
         # the bound holds for the steady period; over a short stream the median interval
         # once full can dip below it (a 4-stage net measured one interval of 5), the mean
