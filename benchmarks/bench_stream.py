@@ -2,17 +2,20 @@
 simulator (ideal options and contention), throughput, numerics of every inference.
 
     python -m benchmarks.bench_stream [--stream 8] [--time-limit 60] [--workers 2]
-                                      [--models NAME ...] [--resnet] [--cli]
+                                      [--models NAME ...] [--resnet] [--cnns] [--cli]
 
 For every example (and ResNet-18 224×224 with `--resnet`, with and without replication)
 this runs `raptor.solve.solve(mode="pipeline", solver="both")` — the spec's heuristic and
 the CP-SAT pipeline model, each materialized as a stream program and simulated for
-`--stream` inferences — and prints one markdown row per schedule: stages and cores,
+`--stream` inferences, the judge returning each row's fastest simulated candidate — and
+prints one markdown row per schedule: the candidate returned, stages and cores,
 crossbars (+ copies), the solvers' period model, the stream estimate (ideal and with the
 shared-memory service) beside the simulated period (ideal options and default options), the
-latency of one inference in the pipeline, throughput, the numerics of every inference
-against onnxruntime, and seconds. `--cli` also times `raptor solve MODEL --mode pipeline` on
-ResNet-18 as a user runs it (outputs written).
+latency of one inference in the pipeline, throughput, efficiency (period lower bound /
+simulated period), the latency-mode latency, the numerics of every inference against
+onnxruntime, and seconds. `--cnns` adds the three CNNs of `benchmarks/cnns.py` and the five
+pretrained nets of `benchmarks/bench_pretrained.py` (from its cache). `--cli` also times
+`raptor solve MODEL --mode pipeline` on ResNet-18 as a user runs it (outputs written).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 
 import onnx
 
+from raptor.driver import CompileOptions, InputOptions
 from raptor.gc_pause import collector_paused
 from raptor.sim import SimOptions, Simulator
 from raptor.solve import ScheduleRun, SolveOptions, solve
@@ -47,14 +51,16 @@ def fmt(n: int | float | None) -> str:
     return "—" if n is None else f"{n:,}"
 
 
-HEAD = ("| model | replication | solver | stages / cores | crossbars (+copies) | solver period "
-        "model ns | status | est. ideal period ns | sim. ideal period ns | Δ | est. period ns "
-        "| sim. period ns | Δ | shared-memory service ns | latency in pipeline ns | "
-        "throughput /s | numerics (inferences) | local memory peak | solve s |\n"
-        "|---|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|")
+HEAD = ("| model | replication | solver | returned | stages / cores | crossbars (+copies) | "
+        "solver period model ns | status | est. ideal period ns | sim. ideal period ns | Δ | "
+        "est. period ns | sim. period ns | Δ | shared-memory service ns | latency in pipeline ns | "
+        "throughput /s | efficiency | latency mode ns | period ≤ latency mode | numerics "
+        "(inferences) | local memory peak | solve s |\n"
+        "|---|---|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "---|---|---:|---:|")
 
 
-def row(model: str, replication: bool, run: ScheduleRun, stream: int) -> str:
+def row(model: str, replication: bool, run: ScheduleRun, stream: int, bound: int) -> str:
     pr, est = run.pipeline, run.stream_estimate
     assert pr is not None and est is not None
     fill = len(pr.stages)
@@ -71,13 +77,17 @@ def row(model: str, replication: bool, run: ScheduleRun, stream: int) -> str:
     numerics = f"{'ok' if ok else 'FAIL'} {err:.1e} ({len(nums)})"
     top = run.memory.peak if run.memory is not None else None
     mem = f"{top.peak_bytes / 1024:.1f} KiB" if top is not None else "—"
-    return (f"| {model} | {'on' if replication else 'off'} | {run.name} | "
+    returned = next((c["candidate"] for c in run.candidates if c["returned"]), "—")
+    lm = run.latency_mode_ns
+    return (f"| {model} | {'on' if replication else 'off'} | {run.name} | {returned} | "
             f"{len(pr.stages)} / {used} | {pr.crossbars_used - extra:,} (+{extra:,}) | "
             f"{pr.period_ns:,} | {pr.status.split()[0]} | {est.ideal_period_ns:,} | "
             f"{fmt(ideal_p)} | {pct(ideal_p, est.ideal_period_ns)} | {est.period_ns:,} | "
             f"{fmt(period)} | {pct(period, est.period_ns)} | {est.memory_ns:,} | "
             f"{fmt(lat[len(lat) // 2] if lat else None)} | "
-            f"{1e9 / period:,.1f} | {numerics} | {mem} | {pr.solve_seconds:.2f} |"
+            f"{1e9 / period:,.1f} | {bound / period:.0%} | {fmt(lm)} | "
+            f"{'yes' if lm and period <= lm else 'NO'} | {numerics} | {mem} | "
+            f"{pr.solve_seconds:.2f} |"
             if period else f"| {model} | {run.name} | not simulated: {run.sim_error} |")
 
 
@@ -105,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--models", nargs="*", help="example names (default: all)")
     ap.add_argument("--resnet", action="store_true", help="ResNet-18 224x224 too")
+    ap.add_argument("--cnns", action="store_true", help="benchmarks/cnns.py's three CNNs "
+                    "and bench_pretrained.py's five pretrained nets too")
     ap.add_argument("--cli", action="store_true",
                     help="time `raptor solve --mode pipeline` on ResNet-18")
     ap.add_argument("--causes", action="store_true", help="also the simulated period with "
@@ -120,19 +132,33 @@ def main(argv: list[str] | None = None) -> int:
         onnx.save(resnet18(), str(r18))
     if args.resnet:
         models.append(("resnet18", r18))
+    shapes: dict[str, dict[str, tuple[int, ...]]] = {}
+    if args.cnns:
+        from benchmarks.bench_pretrained import MODELS, default_cache, fetch
+        from benchmarks.cnns import CNNS
+        for cnn, build in CNNS.items():
+            onnx.save(build(), str(tmp / f"{cnn}.onnx"))
+            models.append((cnn, tmp / f"{cnn}.onnx"))
+        for m in MODELS:
+            models.append((m.name, fetch(m, default_cache())))
+            k, v = m.shape.split("=")
+            shapes[m.name] = {k: tuple(int(d) for d in v.split("x"))}
     print(HEAD)
     cause_rows = []
     for name, path in models:
         for replication in ((True, False) if name == "resnet18" else (True,)):
             opts = SolveOptions(solver="both", mode="pipeline", stream=args.stream,
                                 time_limit=args.time_limit, workers=args.workers,
-                                replication=replication, allow_memory_overflow=True)
+                                replication=replication, allow_memory_overflow=True,
+                                compile=CompileOptions(inputs=InputOptions(
+                                    shapes=shapes.get(name, {}))))
             t0 = time.perf_counter()
             with collector_paused():
                 solved = solve(path, target, opts)
             wall = time.perf_counter() - t0
             for run in solved.runs:
-                print(row(name, replication, run, args.stream))
+                assert solved.problem is not None
+                print(row(name, replication, run, args.stream, solved.problem.lower_bound(True)))
                 if args.causes and run.sim is not None:
                     cause_rows.append(causes(name, run, target))
             print(f"<!-- {name} replication={replication}: solve() {wall:.1f} s wall; "

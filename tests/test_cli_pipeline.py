@@ -37,7 +37,7 @@ def test_pipeline_solve_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
         assert len(s["numerics"]["per_inference"]) == 5
         assert all(p["ok"] for p in s["numerics"]["per_inference"])
         assert s["ideal_simulated_period_ns"] == s["ideal_period_ns"]  # estimate = ideal run
-        assert s["period_ns"] == max(s["ideal_period_ns"], s["memory_service_ns"])
+        assert s["period_ns"] >= s["memory_service_ns"]  # the queued play, at least the service
         assert s["simulated_period_ns"] >= s["ideal_simulated_period_ns"] > 0
         assert s["throughput_per_s"] == round(1e9 / s["simulated_period_ns"], 3)
         assert len(s["inference_end_ns"]) == 5 and s["latency_in_pipeline_ns"] > 0

@@ -8,10 +8,11 @@ ideal and contended simulation, gap to the bound, cores, numerics), which fit 80
 rendering is still wider than the terminal it is printed transposed (one column per
 schedule), which fits any width a person uses.
 
-In pipeline mode the row is a stream's: estimated and simulated period, throughput, the
-latency of one inference in the pipeline, stages / cores, crossbars (+ copies made by
-replication), status and numerics over every inference; `wide` adds the ideal figures, the
-solver's own period model and bound, solve time, local memory and messages."""
+In pipeline mode the row is a stream's: estimated and simulated period, throughput,
+efficiency (the period lower bound / the simulated period), stages / cores, crossbars
+(+ copies made by replication), status and numerics over every inference; `wide` adds the
+ideal figures, the solver's own period model and bound, the latency of one inference in the
+pipeline and the latency schedule's, solve time, local memory and messages."""
 
 from __future__ import annotations
 
@@ -126,6 +127,9 @@ CELLS: dict[str, Cell] = {
     "throughput": ("inf/s", True, lambda rep, s: "-" if (v := s["throughput_per_s"]) is None
                    else f"{v:,.1f}" if v < 1e5 else f"{v:,.0f}"),
     "latency": ("latency in pipeline ns", True, _ns("latency_in_pipeline_ns")),
+    "efficiency": ("efficiency", True, lambda rep, s: "-" if (e := s.get("efficiency")) is None
+                   else f"{e:.0%}"),
+    "latency_mode": ("latency mode ns", True, _ns("latency_mode_ns")),
     "stages": ("stages / cores", True, lambda rep, s: f"{len(s['stages'])}/{s['cores_used']}"),
     "pipe_crossbars": ("crossbars +copies", True, lambda rep, s: _crossbars(s)),
     "numerics": ("numerics", False, lambda rep, s: _numerics(s)),
@@ -135,20 +139,20 @@ CELLS: dict[str, Cell] = {
 COMPACT: tuple[str, ...] = ("estimate", "simulated", "ideal", "gap", "cores", "numerics")
 WIDE: tuple[str, ...] = ("estimate", "simulated", "ideal", "bound", "gap", "status", "solve",
                          "cores", "crossbars", "messages", "memory", "numerics")
-PIPELINE: tuple[str, ...] = ("period", "sim_period", "throughput", "latency", "stages",
+PIPELINE: tuple[str, ...] = ("period", "sim_period", "throughput", "efficiency", "stages",
                              "pipe_crossbars", "status", "numerics")
 PIPELINE_WIDE: tuple[str, ...] = (
     "period", "sim_period", "ideal_period", "ideal_sim_period", "solver_period", "bound",
-    "throughput", "latency", "stages", "pipe_crossbars", "status", "solve", "messages",
-    "memory", "numerics")
+    "throughput", "efficiency", "latency", "latency_mode", "stages", "pipe_crossbars", "status",
+    "solve", "messages", "memory", "numerics")
 
 
 def _title(rep: dict[str, Any]) -> str:
     if rep.get("mode") == "pipeline":
         n = rep["inferences"]
         return (f"pipeline schedules, {counted(n, 'inference')} simulated; inf/s: "
-                f"throughput (period lower bound {rep['period_lower_bound_ns']:,} ns: work / "
-                "cores, heaviest group, output stores)")
+                f"throughput; efficiency: period lower bound {rep['period_lower_bound_ns']:,} "
+                "ns (work / cores, heaviest group, output stores) / simulated period")
     return (f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns: critical path, "
             "work / cores, fan-in, shared memory)")
 

@@ -29,8 +29,9 @@ COUNT = 4
 
 @pytest.fixture(scope="module")
 def lenet() -> Module:
-    """lenet's stream program (2 stages, so it has READY/FREE counters), 4 inferences."""
-    s = solve(EXAMPLES / "lenet.onnx", T, SolveOptions(
+    """A 2-stage stream program (so it has READY/FREE counters), 4 inferences: the MLP's,
+    whose heuristic partition the judge returns (LeNet's returns its latency schedule)."""
+    s = solve(EXAMPLES / "mlp.onnx", T, SolveOptions(
         solver="pipeline", mode="pipeline", stream=COUNT, simulate=False))
     return s.runs[0].scheduled
 
@@ -116,7 +117,7 @@ def test_inference_count_is_checked(lenet: Module) -> None:
 def test_cli_exports_a_stream(lenet: Module, tmp_path: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "solve"
-    code = main(["solve", str(EXAMPLES / "lenet.onnx"), "--mode", "pipeline", "--solver",
+    code = main(["solve", str(EXAMPLES / "mlp.onnx"), "--mode", "pipeline", "--solver",
                  "pipeline", "--stream", "3", "--no-simulate", "--out", str(out),
                  "--export-pimsim", str(tmp_path / "px"), "--export-inferences", "2"])
     text = " ".join(capsys.readouterr().out.split())

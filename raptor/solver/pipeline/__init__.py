@@ -17,8 +17,10 @@ from raptor.solver.pipeline.solve import (
     dp_pipeline,
     follow_producers,
     heuristic_pipeline,
+    latency_stream,
 )
 
 __all__ = ["CpSatPipelineOptions", "Partition", "PipelineCapacityError", "PipelineProblem",
            "PipelineResult", "StageInfo", "build_problem", "cpsat_pipeline", "dp_pipeline",
-           "evaluate_partition", "follow_producers", "heuristic_pipeline", "validate_pipeline"]
+           "evaluate_partition", "follow_producers", "heuristic_pipeline", "latency_stream",
+           "validate_pipeline"]

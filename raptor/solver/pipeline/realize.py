@@ -417,32 +417,39 @@ class _ListSchedule:
         self.completion[s] = max(self.completion[s], f)
 
     def placement(self) -> Placement:
-        """The schedule's per-stage figures and per-core demand (compute plus the NoC time of
-        its intra-stage transfers in and out)."""
-        problem, chunks, core_of, sot = self.problem, self.chunks, self.core_of, self.sot
-        graph, target, P = problem.graph, problem.target, problem.num_cores
-        core_load = [0] * P
-        used: list[set[int]] = [set() for _ in range(P)]
-        for t in range(graph.num_tasks):
-            core_load[core_of[t]] += self.costs[t]
-            used[core_of[t]] |= graph.tasks[t].weights
-        cores = np.asarray(core_of, dtype=np.int64)
-        src, dst, nbytes = problem.edge_arrays
-        sarr = np.asarray(sot, dtype=np.int64)
-        tr = np.where(sarr[src] == sarr[dst],
-                      transfer_ns(target, cores[src], cores[dst], nbytes), 0)
-        demand = np.asarray(core_load, dtype=np.int64) + \
-            np.bincount(cores[src], weights=tr, minlength=P).astype(np.int64) + \
-            np.bincount(cores[dst], weights=tr, minlength=P).astype(np.int64)
-        return Placement(
-            problem=problem, partition=self.part, core_of=core_of, order=self.order,
-            stage_of_task=sot, stage_cores=chunks,
-            stage_load=[max(core_load[c] for c in ch) for ch in chunks],
-            stage_path=[int(problem.path[j, i]) for j, i in self.part.ranges(problem.num_groups)],
-            stage_completion=self.completion,
-            stage_crossbars=[sum(len(used[c]) for c in ch) for ch in chunks],
-            demand=int(demand.max()), memory_ns=0, boundaries=[],
-        )
+        return measure(self.problem, self.part, self.chunks, self.core_of, self.order,
+                       self.sot, self.completion)
+
+
+def measure(problem: PipelineProblem, part: Partition, chunks: list[list[int]],
+            core_of: list[int], order: list[list[int]], sot: list[int],
+            completion: list[int]) -> Placement:
+    """A placed schedule's per-stage figures and per-core demand (compute plus the NoC time
+    of its intra-stage transfers in and out); shared memory is the caller's."""
+    graph, target, P = problem.graph, problem.target, problem.num_cores
+    costs = [t.cost_ns for t in graph.tasks]
+    core_load = [0] * P
+    used: list[set[int]] = [set() for _ in range(P)]
+    for t in range(graph.num_tasks):
+        core_load[core_of[t]] += costs[t]
+        used[core_of[t]] |= graph.tasks[t].weights
+    cores = np.asarray(core_of, dtype=np.int64)
+    src, dst, nbytes = problem.edge_arrays
+    sarr = np.asarray(sot, dtype=np.int64)
+    tr = np.where(sarr[src] == sarr[dst],
+                  transfer_ns(target, cores[src], cores[dst], nbytes), 0)
+    demand = np.asarray(core_load, dtype=np.int64) + \
+        np.bincount(cores[src], weights=tr, minlength=P).astype(np.int64) + \
+        np.bincount(cores[dst], weights=tr, minlength=P).astype(np.int64)
+    return Placement(
+        problem=problem, partition=part, core_of=core_of, order=order,
+        stage_of_task=sot, stage_cores=chunks,
+        stage_load=[max(core_load[c] for c in ch) for ch in chunks],
+        stage_path=[int(problem.path[j, i]) for j, i in part.ranges(problem.num_groups)],
+        stage_completion=completion,
+        stage_crossbars=[sum(len(used[c]) for c in ch) for ch in chunks],
+        demand=int(demand.max()), memory_ns=0, boundaries=[],
+    )
 
 
 def asap_starts(problem: PipelineProblem, core_of: Sequence[int],

@@ -11,8 +11,9 @@ from raptor.solver.pipeline.heuristic import run_heuristic
 from raptor.solver.pipeline.model import Partition, allocate, evaluate_partition
 from raptor.solver.pipeline.pack import PackFailure
 from raptor.solver.pipeline.problem import PipelineCapacityError, PipelineProblem
-from raptor.solver.pipeline.realize import Placement, realize
+from raptor.solver.pipeline.realize import Placement, asap_starts, measure, realize
 from raptor.solver.pipeline.result import PipelineResult, build_result
+from raptor.solver.schedule import MergeScheduleResult
 
 
 def heuristic_pipeline(problem: PipelineProblem, replication: bool = True) -> PipelineResult:
@@ -38,6 +39,27 @@ def follow_producers(problem: PipelineProblem, result: PipelineResult,
                         objective_ns=result.objective_ns, solve_seconds=result.solve_seconds,
                         notes=[*result.notes, "tasks without crossbars follow their last "
                                "producer on its core"])
+
+
+def latency_stream(problem: PipelineProblem, schedule: MergeScheduleResult) -> PipelineResult:
+    """The latency schedule run as a stream: one stage on every core, the latency schedule's
+    cores and per-core order, so a core starts inference n + 1 once it has finished its part
+    of inference n (as far as the dependencies allow). Why: it is a candidate of every
+    pipeline solver, so pipeline mode is never slower than looping latency mode."""
+    P, G = problem.num_cores, problem.num_groups
+    part = Partition((0,), (P,), (1,) * G)
+    order = [list(ts) for ts in schedule.core_tasks]
+    core_of = list(schedule.core_of)
+    starts = asap_starts(problem, core_of, order)
+    dur = problem.graph.durations(core_of)
+    completion = max((s + d for s, d in zip(starts, dur, strict=True)), default=0)
+    pl = measure(problem, part, [list(range(P))], core_of, order, [0] * len(core_of),
+                 [completion])
+    pl.memory_ns = problem.baseline_ns
+    return build_result(problem, pl, solver=schedule.solver, status="LATENCY",
+                        model_period=evaluate_partition(problem, part).period_ns,
+                        bound_ns=None, solve_seconds=schedule.solve_seconds,
+                        notes=[f"the {schedule.solver} latency schedule as one stage"])
 
 
 def _realize_cuts(problem: PipelineProblem, cuts: tuple[int, ...], replication: bool
