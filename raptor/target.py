@@ -75,6 +75,7 @@ class Target:
     weight_bits: int = _key(8, 1, 64)
     input_bits: int = _key(8, 1, 64)
     mvm_cycles: int = _key(1305, *_CYCLES)
+    array_group_max: int = _key(8, 1, 65536)
     vector_lanes: int = _key(32, 1, 65536)
     vector_op_cycles: int = _key(4, *_CYCLES)
     local_memory_bytes: int = _key(65536, 1, 1 << 40)
@@ -122,8 +123,20 @@ class Target:
         return -(-cycles * clock.denominator // clock.numerator)
 
     def mvm_ns(self) -> int:
-        """One crossbar matrix-vector multiplication."""
+        """One matrix-vector multiplication of an array group (one crossbar or several
+        sharing their input rows: the DACs drive them at once)."""
         return self.ns(self.mvm_cycles)
+
+    def crossbars_of(self, shape: tuple[int, ...]) -> int:
+        """Crossbars a (rows, columns) weight occupies: an array group of column blocks."""
+        rows, cols = shape
+        return -(-rows // self.crossbar_rows) * -(-cols // self.crossbar_cols)
+
+    def array_group(self, column_tiles: int) -> int:
+        """Crossbars per array group for a matrix of `column_tiles` column tiles: as even
+        as the bound (`array_group_max`, one core's crossbars) allows."""
+        most = min(self.array_group_max, self.crossbars_per_core)
+        return -(-column_tiles // -(-column_tiles // most))
 
     def vector_ns(self, n_elems: int) -> int:
         """One elementwise vector operation over ``n_elems`` elements."""

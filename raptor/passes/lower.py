@@ -1,8 +1,9 @@
 """Plan lowering: a plan graph becomes graph computes and graph batches (logical-assembly form).
 
-Every plan value becomes one logical tensor. Matrix plans are cut into crossbar tiles of the
-target's size (each tile one resident weight, `spat.weight @<plan>.g<g>.r<r>.c<c>`); a batch
-per (column block, row tile) has one lane per output row, each pixel one MVM. Partial sums over
+Every plan value becomes one logical tensor. Matrix plans are cut into tiles of the target's
+crossbar rows by the columns of an array group (crossbars sharing their input rows, fired by
+one MVM; each tile one resident weight, `spat.weight @<plan>.g<g>.r<r>.c<c>`); a batch per
+(column group, row tile) has one lane per output row, each pixel one MVM. Partial sums over
 row tiles are reduced by following batches in ceil(log2(row tiles)) stages; bias and a
 single-use activation fuse into the last stage. Grouped and depthwise convolutions pack several
 groups block-diagonally into one crossbar. Elementwise, pooling and resize plans become row-band
@@ -64,6 +65,9 @@ class PlanStats:
     inputs: list[tuple[int, ...]]
     output: tuple[int, ...]
     crossbars: int = 0
+    groups: int = 0
+    """Array groups: crossbars holding column blocks of the same input rows, fired by one
+    MVM (a weight of `Target.crossbars_of` crossbars)."""
     lanes: int = 0
     mvms: int = 0
     fused: str = ""
@@ -74,12 +78,17 @@ class Lowered:
     module: Module
     stats: list[PlanStats]
     tiles: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Shape of every crossbar weight (one array group), by symbol."""
     layer_of: dict[ComputeOp, PlanStats] = field(default_factory=dict)
     """The plan (ONNX node) each graph compute was lowered from: charts and traces name
     their bars by it."""
 
     @property
     def crossbars(self) -> int:
+        return sum(s.crossbars for s in self.stats)
+
+    @property
+    def groups(self) -> int:
         return len(self.tiles)
 
     @property
@@ -278,7 +287,8 @@ class Lowering:
         lowering of DenseNCHW storage and of materialize_layout R→D), with stats of its own."""
         if name not in self.dense:
             v = self.values[name]
-            if isinstance(v.owner, GraphComputeBatchOp):  # a single instance is already dense
+            if isinstance(v.owner, GraphComputeBatchOp) and v.owner.lanes > 1:
+                # a single instance (or a batch of one lane) is already dense
                 stats = PlanStats(f"{name}.dense", "dense_assembly", [v.shape], v.shape)
                 out = Emit(self, stats).compute([v], [v.shape], lambda b, xs: [xs[0]])[0]
                 out.name = f"{v.name}_dense"
@@ -317,7 +327,8 @@ class Emit:
         self.lw.constants[symbol] = arr
         if tile:
             self.lw.tiles[symbol] = (int(arr.shape[0]), int(arr.shape[1]))
-            self.stats.crossbars += 1
+            self.stats.crossbars += self.lw.target.crossbars_of(arr.shape)
+            self.stats.groups += 1
         return self.lw.b.weight(symbol, _t(arr.shape))
 
     def batch(self, lanes: int, inputs: Sequence[Value], out_shape: Sequence[int],
@@ -411,9 +422,12 @@ def lowers(*kinds: str) -> Callable[[Lowerer], Lowerer]:
 
 # ---------------------------------------------------------------------- matrix plans
 def _tiles(target: Target, mat: np.ndarray) -> list[list[tuple[int, int, np.ndarray]]]:
-    """Row tiles × column tiles of a (K, M) matrix: [(k0, m0, tile)] per row tile."""
-    r, c = target.crossbar_rows, target.crossbar_cols
+    """Row tiles × column groups of a (K, M) matrix: [(k0, m0, tile)] per row tile. A tile
+    spans the column blocks of one array group (`Target.array_group`): its crossbars share
+    the tile's input rows and fire as one MVM."""
     k, m = mat.shape
+    r = target.crossbar_rows
+    c = target.crossbar_cols * target.array_group(-(-m // target.crossbar_cols))
     return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)] for k0 in range(0, k, r)]
 
 

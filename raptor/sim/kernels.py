@@ -221,9 +221,9 @@ class Template:
     """ns of one instance: lanes x the body's cost."""
     ops: int
     """Executed ops of one instance (every lane counts)."""
-    weights: tuple[int | str, ...]
+    weights: tuple[tuple[int | str, tuple[int, ...]], ...]
     """Per MVM: the index of its weight in the instance's reads, or a body weight's symbol
-    (-1: a weight the body computes)."""
+    (-1: a weight the body computes), and the weight's shape (its array group)."""
     loads: tuple[int, ...]
     """Body positions of the `pim.load`s (whose regions each instance supplies)."""
     load_reads: frozenset[int]
@@ -351,10 +351,11 @@ class _Builder:
         self.steps.append(_put(b, lambda fr: np.broadcast_to(fr[s], (fr[0], *shape))))
         return b
 
-    def body(self, reads: list[Value], params: int) -> tuple[list[int | str], list[int], int, int]:
+    def body(self, reads: list[Value], params: int
+             ) -> tuple[list[tuple[int | str, tuple[int, ...]]], list[int], int, int]:
         """Builds the steps; returns the MVMs' weights, the slots a single body yields, its
         cost and its op count."""
-        weights: list[int | str] = []
+        weights: list[tuple[int | str, tuple[int, ...]]] = []
         outs: list[int] = []
         cost = count = 0
         read_index = {v: i for i, v in enumerate(reads)}
@@ -381,7 +382,8 @@ class _Builder:
                 raise self.fail(inner, "spat.parallel_insert_slice outside a batch body")
             if isinstance(inner, MvmOp):
                 w = inner.weight
-                weights.append(symbols[w] if w in symbols else read_index.get(w, -1))
+                weights.append((symbols[w] if w in symbols else read_index.get(w, -1),
+                                info(w).shape))
             try:
                 if isinstance(inner, LoadOp):
                     self.steps.append(_load(params, self.define(inner.result),

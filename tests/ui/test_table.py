@@ -59,7 +59,8 @@ def test_solve_table_fits_the_terminal(width: int, tmp_path: Path,
 
 BIG = {
     "model": "nets/resnet18.onnx", "target": "default", "tasks": 15081, "edges": 54949,
-    "crossbars": 727, "inputs": "random normal (seed 0)", "lower_bound_ns": 4922604,
+    "crossbars": 727, "groups": 251, "mvms": 132500, "inputs": "random normal (seed 0)",
+    "lower_bound_ns": 4922604,
     "layouts": {"NHWCRowStrip": 47, "DenseNCHW": 2}, "layout_selector": "exact",
     "layout_costs": {"exact": -94, "iterative": 0, "disabled": 0},
     "rules": {"dir": "my-rules", "fired": {}},
