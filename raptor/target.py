@@ -76,6 +76,7 @@ class Target:
     input_bits: int = _key(8, 1, 64)
     mvm_cycles: int = _key(1305, *_CYCLES)
     array_group_max: int = _key(8, 1, 65536)
+    mvm_units: int = _key(1, 1, 1024)
     vector_lanes: int = _key(32, 1, 65536)
     vector_op_cycles: int = _key(4, *_CYCLES)
     local_memory_bytes: int = _key(65536, 1, 1 << 40)
@@ -126,6 +127,13 @@ class Target:
         """One matrix-vector multiplication of an array group (one crossbar or several
         sharing their input rows: the DACs drive them at once)."""
         return self.ns(self.mvm_cycles)
+
+    def mvm_group_ns(self, counts: list[int]) -> int:
+        """Independent MVMs of one body, `counts[g]` on array group g: a group fires one at a
+        time, `mvm_units` groups of a core fire at once (unit MVMs on chains, so the longest
+        chain or the work spread over the units, whichever is larger, is achievable)."""
+        total = sum(counts)
+        return max(max(counts, default=0), -(-total // self.mvm_units)) * self.mvm_ns()
 
     def crossbars_of(self, shape: tuple[int, ...]) -> int:
         """Crossbars a (rows, columns) weight occupies: an array group of column blocks."""

@@ -242,7 +242,8 @@ Fail = Callable[[Operation, str], SimError]
 class Templates:
     """The templates of one compilation, by signature."""
 
-    op_cost: Callable[[Operation], int]
+    body_cost: Callable[[list[Operation]], int]
+    """The cost of one execution of a body's ops (`raptor.solver.costs.body_cost_ns`)."""
     weight: Callable[[WeightOp], np.ndarray]
     by_key: dict[tuple[object, ...], Template] = field(default_factory=dict)
 
@@ -357,7 +358,8 @@ class _Builder:
         cost and its op count."""
         weights: list[tuple[int | str, tuple[int, ...]]] = []
         outs: list[int] = []
-        cost = count = 0
+        costed: list[Operation] = []
+        count = 0
         read_index = {v: i for i, v in enumerate(reads)}
         # An insert may write into its destination when that is a fresh buffer
         # (tensor.empty or an insert result) whose only use is this insert.
@@ -392,13 +394,13 @@ class _Builder:
                 else:
                     self.steps.append(self.step(inner, isinstance(inner, InsertSliceOp)
                                                 and inner.dest in fresh))
-                cost += self.t.op_cost(inner)
+                costed.append(inner)
             except KernelError as e:
                 raise self.fail(inner, str(e)) from None
             count += 1
         if not self.batch and not isinstance(self.op, ScheduledComputeOp):
             outs.extend(self.slot[r] for r in self.op.results())
-        return weights, outs, cost, count
+        return weights, outs, self.t.body_cost(costed), count
 
     def region(self, op: ExtractSliceOp | InsertSliceOp | ParallelInsertSliceOp
                ) -> Callable[[Frame], tuple[slice, ...]]:

@@ -50,7 +50,7 @@ from raptor.ir.types import TensorType
 from raptor.sim.errors import SimError
 from raptor.sim.kernels import Env, KernelError, Template, Templates, TypeInfo, info, resolve
 from raptor.sim.timing import OpTiming
-from raptor.solver.costs import op_cost_ns
+from raptor.solver.costs import body_cost_ns, op_cost_ns
 from raptor.target import Target
 
 COMPUTE, SEND, RECV, LOAD, STORE, SIGNAL, WAIT = range(7)
@@ -215,7 +215,7 @@ class _Compiler:
         self.symbols: dict[Value, str] = {}
         self.shared: dict[Value, np.ndarray] = {}
         self.inputs: set[Value] = set()
-        self.templates = Templates(lambda op: op_cost_ns(op, target), self.weight)
+        self.templates = Templates(lambda ops: body_cost_ns(ops, target), self.weight)
         self.store_boxes: list[tuple[int, int, Value, Box]] = []
         self.load_boxes: list[tuple[Instr, int, int, Value, Box]] = []
         self.stores: list[tuple[int, Instr]] = []

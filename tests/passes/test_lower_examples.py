@@ -126,3 +126,20 @@ def test_resnet18_lowers_to_727_crossbars(target: Target) -> None:
     assert sum(1 for s in low.stats if s.kind == "conv") == 20
     canonicalize(low.module)
     assert verify_module(low.module) == []
+
+
+@pytest.mark.parametrize("name", ["resnet_block", "mlp"])
+def test_mvm_units_put_row_tiles_in_one_lane(name: str, target: Target) -> None:
+    """With 4 MVM units a lane multiplies up to 4 row tiles of its column group (their array
+    groups fire at once) and adds their partial sums: the same MVMs in fewer lanes, and
+    the same numbers."""
+    one = compiled(name, target)
+    four = compile_model(EXAMPLES / f"{name}.onnx", dataclasses.replace(target, mvm_units=4))
+    assert four.lowered.mvms == one.lowered.mvms
+    assert four.lowered.crossbars == one.lowered.crossbars
+    assert four.lowered.lanes < one.lowered.lanes
+    inputs = sample(name)
+    got = Interpreter(four.module).run(ir_inputs(four.graph, inputs))
+    want = run_reference(EXAMPLES / f"{name}.onnx", inputs, "onnxruntime")
+    for v, g in zip(four.graph.outputs, got, strict=True):
+        np.testing.assert_allclose(g, want[v.name], rtol=1e-4, atol=1e-5)
