@@ -568,12 +568,13 @@ def _bundles(target: Target, tiles: list[Tile], lane_bytes: Callable[[int], int]
              ) -> list[list[Tile]]:
     """The row tiles of a column group, up to `mvm_units` per lane: their array groups fire
     at once on the core's MVM units and the lane adds their partial sums. With
-    `lane_bytes(n)` (a lane's buffers with n tiles), no more than fit half of a core's local
-    memory, so that lanes still fit beside the values they wait for."""
+    `lane_bytes(n)` (a lane's buffers with n tiles), no more than fit three quarters of a
+    core's local memory, leaving room for the values it waits for (ResNet-18 at 4 units:
+    half 3.53 ms, three quarters 2.82 ms, all of it 5.14 ms simulated, docs/benchmarks.md)."""
     units = target.mvm_units
     if lane_bytes is not None:
         units = max([n for n in range(1, units + 1)
-                     if lane_bytes(n) <= target.local_memory_bytes // 2], default=1)
+                     if lane_bytes(n) <= target.local_memory_bytes * 3 // 4], default=1)
     return [tiles[i:i + units] for i in range(0, len(tiles), units)]
 
 

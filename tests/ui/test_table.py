@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from raptor.cli import main
-from raptor.ui.table import print_results
+from raptor.ui.table import print_results, summary_lines
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -181,3 +181,9 @@ def test_pipeline_table_of_a_large_model_stays_whole(width: int) -> None:
     wide = io.StringIO()
     print_results(Console(file=wide, width=width), copy.deepcopy(BIG_PIPELINE), wide=True)
     _check_fits(wide.getvalue(), width, ["4,937,090", "223,864", "4.20"])
+
+
+def test_summary_counts_crossbars_groups_mvms_and_units() -> None:
+    first = summary_lines(BIG)[0]
+    assert "727 crossbars in 251 array groups, 132,500 MVMs, layouts" in first
+    assert "(4 MVM units per core), layouts" in summary_lines({**BIG, "mvm_units": 4})[0]
