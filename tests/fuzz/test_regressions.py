@@ -70,7 +70,7 @@ def _target(tmp_path: Path, data: bytes | str) -> str:
      "'a\\nb'"),
     ('"a\\nb" = 1\n', "{t}: unknown target key(s) 'a\\nb'; known keys: mesh, name, clock_ghz, "
      "mesh_rows, mesh_cols, crossbars_per_core, crossbar_rows, crossbar_cols, weight_bits, "
-     "input_bits, mvm_cycles, array_group_max, vector_lanes, vector_op_cycles, "
+     "input_bits, mvm_cycles, array_group_max, mvm_units, vector_lanes, vector_op_cycles, "
      "local_memory_bytes, "
      "local_bytes_per_cycle, flit_bytes, flit_cycles, hop_cycles, shared_memory_bytes, "
      "shared_access_bytes, shared_read_cycles, shared_write_cycles"),
