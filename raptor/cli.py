@@ -341,8 +341,8 @@ def _inspect_parser(sub: _Commands) -> None:
     n = _command(sub, "inspect", cmd_inspect,
                  help="per-plan crossbars, lanes and MVMs of an ONNX model",
                  description="Import and lower MODEL.onnx for the target and show, per plan, its "
-                 "op, shapes, crossbar tiles, lanes and MVMs, with totals: whether a model fits "
-                 "a target.")
+                 "op, shapes, crossbars, array groups (crossbars fired by one MVM), lanes "
+                 "and MVMs, with totals: whether a model fits a target.")
     n.add_argument("file", metavar="MODEL.onnx")
     n.add_argument("--inputs", metavar="X.npz", help="input values (their shapes fix dynamic "
                    "dimensions; weights and shape operands among them are bound)")
@@ -357,14 +357,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     low = comp.lowered
     table = Table("plan", "op", "inputs", "output", title=f"{args.file} on target "
                   f"{target.name} ({target.crossbar_rows}x{target.crossbar_cols} crossbars)")
-    for col in ("crossbars", "lanes", "MVMs"):
+    for col in ("crossbars", "groups", "lanes", "MVMs"):
         table.add_column(col, justify="right")
     for s in low.stats:
         op = s.kind + (f"+{s.fused}" if s.fused else "")
         table.add_row(s.name, op, ", ".join("x".join(map(str, i)) for i in s.inputs),
-                      "x".join(map(str, s.output)), str(s.crossbars), str(s.lanes), str(s.mvms))
+                      "x".join(map(str, s.output)), str(s.crossbars), str(s.groups),
+                      str(s.lanes), str(s.mvms))
     table.add_section()
-    table.add_row("total", "", "", "", str(low.crossbars), str(low.lanes), str(low.mvms))
+    table.add_row("total", "", "", "", str(low.crossbars), str(low.groups), str(low.lanes),
+                  str(low.mvms))
     out.print(table)
     cap = target.crossbar_capacity
     out.print(f"{low.crossbars} of {cap} crossbars ({target.num_cores} cores x "

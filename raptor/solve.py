@@ -931,6 +931,8 @@ def report(s: Solved) -> dict[str, Any]:
         "tasks": g.num_tasks,
         "edges": len(g.edges),
         "crossbars": len(g.distinct_weights()),
+        "groups": len(s.build.tiles),
+        "mvm_units": s.target.mvm_units,
         "lower_bound_ns": s.bounds.makespan_ns,
         **({"period_lower_bound_ns": s.problem.lower_bound(True), "inferences": s.stream,
             "pipeline_groups": s.problem.num_groups} if s.problem is not None else {}),

@@ -77,6 +77,8 @@ class Target:
     weight_bits: int = _key(8, 1, 64)
     input_bits: int = _key(8, 1, 64)
     mvm_cycles: int = _key(1305, *_CYCLES)
+    array_group_max: int = _key(8, 1, 65536)
+    mvm_units: int = _key(1, 1, 1024)
     vector_lanes: int = _key(32, 1, 65536)
     vector_op_cycles: int = _key(4, *_CYCLES)
     local_memory_bytes: int = _key(65536, 1, 1 << 40)
@@ -131,8 +133,27 @@ class Target:
         return -(-cycles * clock.denominator // clock.numerator)
 
     def mvm_ns(self) -> int:
-        """One crossbar matrix-vector multiplication."""
+        """One matrix-vector multiplication of an array group (one crossbar or several
+        sharing their input rows: the DACs drive them at once)."""
         return self.ns(self.mvm_cycles)
+
+    def mvm_group_ns(self, counts: list[int]) -> int:
+        """Independent MVMs of one body, `counts[g]` on array group g: a group fires one at a
+        time, `mvm_units` groups of a core fire at once (unit MVMs on chains, so the longest
+        chain or the work spread over the units, whichever is larger, is achievable)."""
+        total = sum(counts)
+        return max(max(counts, default=0), -(-total // self.mvm_units)) * self.mvm_ns()
+
+    def crossbars_of(self, shape: tuple[int, ...]) -> int:
+        """Crossbars a (rows, columns) weight occupies: an array group of column blocks."""
+        rows, cols = shape
+        return -(-rows // self.crossbar_rows) * -(-cols // self.crossbar_cols)
+
+    def array_group(self, column_tiles: int) -> int:
+        """Crossbars per array group for a matrix of `column_tiles` column tiles: as even
+        as the bound (`array_group_max`, one core's crossbars) allows."""
+        most = min(self.array_group_max, self.crossbars_per_core)
+        return -(-column_tiles // -(-column_tiles // most))
 
     def vector_ns(self, n_elems: int) -> int:
         """One elementwise vector operation over ``n_elems`` elements."""

@@ -102,12 +102,12 @@ class PimsimChip:
     def mvm_compute(self) -> int:
         return self.front + self.back + (self.target.input_bits - 1) * max(self.front, self.back)
 
-    def mvmul(self) -> int:
+    def mvmul(self, crossbars: int = 1) -> int:
         """Read a crossbar row of inputs (pimsim-nn reads 8 times the bytes), compute,
-        write the outputs of the group (one crossbar: every tile is its own group)."""
+        write the outputs of the array group (`crossbars` wide: only this part grows)."""
         t = self.target
         return (self.local(t.crossbar_rows * self.act * 8) + self.mvm_compute()
-                + self.local(t.crossbar_cols * self.act))
+                + self.local(crossbars * t.crossbar_cols * self.act))
 
     def vector(self, length: int, operands: int) -> int:
         """A vector op over `length` elements reading `operands` vectors."""

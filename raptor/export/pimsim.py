@@ -9,8 +9,8 @@ lowers the core's ops in program order, with the addresses of the local-memory p
 - `spat.channel_send` / `receive` -> `send` / `recv` (`rd` and `rs1` both name the buffer);
   a region that is not contiguous is packed into a staging buffer with `lmv` first;
 - `pim.load` / `pim.store` -> `ld` / `st` of the region's bytes;
-- `pim.mvm` -> one `mvmul` per input row, on the array group of its weight tile (one
-  crossbar per distinct tile on the core);
+- `pim.mvm` -> one `mvmul` per input row, on the array group of its weight (the crossbars
+  of `Target.crossbars_of` its shape; one group per distinct weight on the core);
 - `pim.vadd/vsub/vmul/vmax` -> `vvadd/vvsub/vvmul/vvmax`; `pim.relu/sigmoid/tanh` ->
   `vrelu/vsigm/vtanh`; `pim.silu` -> `vsigm`, `vvmul`; `pim.clip` -> `vrsl`, `vrsu`;
   `pim.vscale` -> `lldi` of the factor, `vvmul`; `pim.vreduce_*` -> one `vavg` per result
@@ -216,7 +216,8 @@ class _CoreLowering:
         self.out: list[Instruction] = [{"op": "setbw", "ibiw": ex.chip.target.input_bits,
                                         "obiw": ex.chip.target.input_bits}]
         self.regs = _Registers(self.emit)
-        self.groups: dict[str, int] = {}
+        self.groups: dict[str, tuple[int, int]] = {}
+        """Weight symbol -> (array group index, its crossbars)."""
         self.inputs: dict[Value, Value] = {}
         """Block argument -> the value it stands for."""
         self.cycles = 0
@@ -291,7 +292,8 @@ class _CoreLowering:
                 self.ex.repeated.append(timing)
             else:
                 self.ex.timings[(self.core, op)] = timing
-        return CoreProgram(self.core, self.out if len(self.out) > 1 else [], [1] * len(self.groups))
+        return CoreProgram(self.core, self.out if len(self.out) > 1 else [],
+                           [n for _, n in self.groups.values()])
 
     def top(self, op: Operation) -> OpTiming | None:
         if isinstance(op, ChannelReceiveOp):
@@ -481,12 +483,13 @@ class _CoreLowering:
         if not isinstance(w.owner, WeightOp):
             raise ExportError(f"{op.where()}: the MVM weight %{op.weight.name} is computed on "
                               "the core; pimsim-nn's crossbars hold weights programmed ahead")
-        group = self.groups.setdefault(w.owner.symbol, len(self.groups))
+        group, size = self.groups.setdefault(w.owner.symbol, (
+            len(self.groups), self.chip.target.crossbars_of(_shape(op.weight))))
         shape = _shape(op.vector)
         k, m = shape[-1], _shape(op.result)[-1]
         rows = math.prod(shape[:-1])
         src, dst = self.addr(op.vector), self.addr(op.result)
-        busy = self.chip.mvmul()
+        busy = self.chip.mvmul(size)
         act = self.chip.act
         for r in range(rows):
             ins = {"op": "mvmul", "rd": self.regs.get(dst + r * m * act),

@@ -1,8 +1,9 @@
 """Plan lowering: a plan graph becomes graph computes and graph batches (logical-assembly form).
 
-Every plan value becomes one logical tensor. Matrix plans are cut into crossbar tiles of the
-target's size (each tile one resident weight, `spat.weight @<plan>.g<g>.r<r>.c<c>`); a batch
-per (column block, row tile) has one lane per output row, each pixel one MVM. Partial sums over
+Every plan value becomes one logical tensor. Matrix plans are cut into tiles of the target's
+crossbar rows by the columns of an array group (crossbars sharing their input rows, fired by
+one MVM; each tile one resident weight, `spat.weight @<plan>.g<g>.r<r>.c<c>`); a batch per
+(column group, row tile) has one lane per output row, each pixel one MVM. Partial sums over
 row tiles are reduced by following batches in ceil(log2(row tiles)) stages; bias and a
 single-use activation fuse into the last stage. Grouped and depthwise convolutions pack several
 groups block-diagonally into one crossbar. Elementwise, pooling and resize plans become row-band
@@ -35,6 +36,7 @@ from raptor.ir.module import Module
 from raptor.ir.ops import Attr, ComputeOp, ConcatOp, FuncOp, GraphComputeBatchOp, GraphComputeOp
 from raptor.ir.types import MAX_ELEMENTS, TensorType
 from raptor.passes.layout import LayoutChoice
+from raptor.passes.memory import activation_bytes
 from raptor.target import Target
 
 ACTIVATIONS: dict[str, tuple[str, ...]] = {
@@ -64,6 +66,9 @@ class PlanStats:
     inputs: list[tuple[int, ...]]
     output: tuple[int, ...]
     crossbars: int = 0
+    groups: int = 0
+    """Array groups: crossbars holding column blocks of the same input rows, fired by one
+    MVM (a weight of `Target.crossbars_of` crossbars)."""
     lanes: int = 0
     mvms: int = 0
     fused: str = ""
@@ -74,12 +79,17 @@ class Lowered:
     module: Module
     stats: list[PlanStats]
     tiles: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Shape of every crossbar weight (one array group), by symbol."""
     layer_of: dict[ComputeOp, PlanStats] = field(default_factory=dict)
     """The plan (ONNX node) each graph compute was lowered from: charts and traces name
     their bars by it."""
 
     @property
     def crossbars(self) -> int:
+        return sum(s.crossbars for s in self.stats)
+
+    @property
+    def groups(self) -> int:
         return len(self.tiles)
 
     @property
@@ -185,12 +195,13 @@ class Tile:
 
 @dataclass(frozen=True)
 class ColumnBlock:
-    """The output columns one group block's crossbar column computes: its first input
-    channel, its bias (if any) and its tiles, one per row tile."""
+    """The output columns one group block's array group computes: its first input channel,
+    its bias (if any) and its tiles, one per row tile, in the bundles one lane multiplies
+    (`_bundles`)."""
 
     first_in: int
     bias: Value | None
-    tiles: list[Tile]
+    bundles: list[list[Tile]]
 
 
 @dataclass(frozen=True)
@@ -278,7 +289,8 @@ class Lowering:
         lowering of DenseNCHW storage and of materialize_layout R→D), with stats of its own."""
         if name not in self.dense:
             v = self.values[name]
-            if isinstance(v.owner, GraphComputeBatchOp):  # a single instance is already dense
+            if isinstance(v.owner, GraphComputeBatchOp) and v.owner.lanes > 1:
+                # a single instance (or a batch of one lane) is already dense
                 stats = PlanStats(f"{name}.dense", "dense_assembly", [v.shape], v.shape)
                 out = Emit(self, stats).compute([v], [v.shape], lambda b, xs: [xs[0]])[0]
                 out.name = f"{v.name}_dense"
@@ -317,7 +329,8 @@ class Emit:
         self.lw.constants[symbol] = arr
         if tile:
             self.lw.tiles[symbol] = (int(arr.shape[0]), int(arr.shape[1]))
-            self.stats.crossbars += 1
+            self.stats.crossbars += self.lw.target.crossbars_of(arr.shape)
+            self.stats.groups += 1
         return self.lw.b.weight(symbol, _t(arr.shape))
 
     def batch(self, lanes: int, inputs: Sequence[Value], out_shape: Sequence[int],
@@ -411,9 +424,12 @@ def lowers(*kinds: str) -> Callable[[Lowerer], Lowerer]:
 
 # ---------------------------------------------------------------------- matrix plans
 def _tiles(target: Target, mat: np.ndarray) -> list[list[tuple[int, int, np.ndarray]]]:
-    """Row tiles × column tiles of a (K, M) matrix: [(k0, m0, tile)] per row tile."""
-    r, c = target.crossbar_rows, target.crossbar_cols
+    """Row tiles × column groups of a (K, M) matrix: [(k0, m0, tile)] per row tile. A tile
+    spans the column blocks of one array group (`Target.array_group`): its crossbars share
+    the tile's input rows and fire as one MVM."""
     k, m = mat.shape
+    r = target.crossbar_rows
+    c = target.crossbar_cols * target.array_group(-(-m // target.crossbar_cols))
     return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)] for k0 in range(0, k, r)]
 
 
@@ -516,47 +532,85 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
         grid = _tiles(em.lw.target, blk.matrix)
         for ci in range(len(grid[0])):
             m0, mt = grid[0][ci][1], grid[0][ci][2].shape[1]
-            bvec = None
-            if bias is not None:
-                # (1, mt) beside the MVM result (ow, mt); (1, mt, 1, 1) beside NCHW partials
-                shape = (1, mt) if len(grid) == 1 else (1, mt, 1, 1)
-                o0 = blk.first_out + m0
-                bvec = em.weight(f"{name}.bias.b{bi}.c{ci}", bias[o0:o0 + mt].reshape(shape))
             tiles = [Tile(row[ci][0], em.weight(f"{name}.g{bi}.r{ri}.c{ci}", row[ci][2],
                                                 tile=True), row[ci][2].shape)
                      for ri, row in enumerate(grid)]
-            columns.append(ColumnBlock(blk.first_in, bvec, tiles))
+            bundles = _bundles(em.lw.target, tiles,
+                               partial(_conv_lane_bytes, em.lw.target, window, tiles))
+            bvec = None
+            if bias is not None:
+                # (1, mt) beside the MVM result (ow, mt) of a column's one lane; (1, mt, 1, 1)
+                # beside NCHW partials
+                shape = (1, mt) if len(bundles) == 1 else (1, mt, 1, 1)
+                o0 = blk.first_out + m0
+                bvec = em.weight(f"{name}.bias.b{bi}.c{ci}", bias[o0:o0 + mt].reshape(shape))
+            columns.append(ColumnBlock(blk.first_in, bvec, bundles))
     images = []
     for n in range(x.shape[0]):
         results = []
         for col in columns:
-            single = len(col.tiles) == 1
+            single = len(col.bundles) == 1
             partials = []
-            for tile in col.tiles:
-                ins = [x, tile.weight] + ([col.bias] if single and col.bias is not None else [])
-                # the input channels whose im2col rows the tile multiplies: (c, kh, kw) order
-                c0 = tile.row // (kh * kw)
-                c1 = -(-(tile.row + tile.shape[0]) // (kh * kw))
+            for tiles in col.bundles:
+                ins = [x, *(t.weight for t in tiles)] + (
+                    [col.bias] if single and col.bias is not None else [])
+                # the input channels whose im2col rows the tiles multiply: (c, kh, kw) order
+                c0 = tiles[0].row // (kh * kw)
+                c1 = -(-(tiles[-1].row + tiles[-1].shape[0]) // (kh * kw))
                 partials.append(_conv_batch(em, ins, Slab(n, col.first_in + c0, c1 - c0),
-                                            window, tile, single, act))
+                                            window, tiles, single, act))
             results.append(_reduce_partials(em, partials, col.bias, act))
         images.append(em.concat(results, (1, *out_shape[1:]), 1))
     return em.concat(images, out_shape, 0)
 
 
-def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile, single: bool,
-                act: Plan | None) -> Value:
+def _bundles(target: Target, tiles: list[Tile], lane_bytes: Callable[[int], int] | None = None
+             ) -> list[list[Tile]]:
+    """The row tiles of a column group, up to `mvm_units` per lane: their array groups fire
+    at once on the core's MVM units and the lane adds their partial sums. With
+    `lane_bytes(n)` (a lane's buffers with n tiles), no more than fit three quarters of a
+    core's local memory, leaving room for the values it waits for (ResNet-18 at 4 units:
+    half 3.53 ms, three quarters 2.82 ms, all of it 5.14 ms simulated, docs/benchmarks.md)."""
+    units = target.mvm_units
+    if lane_bytes is not None:
+        units = max([n for n in range(1, units + 1)
+                     if lane_bytes(n) <= target.local_memory_bytes * 3 // 4], default=1)
+    return [tiles[i:i + units] for i in range(0, len(tiles), units)]
+
+
+def _conv_lane_bytes(target: Target, win: Window, tiles: list[Tile], n: int) -> int:
+    """A convolution lane's buffers with `n` row tiles of 128 rows (the first's shape): its
+    input rows, their im2col matrix and its transpose, the MVM results and their sum."""
+    kh, kw = win.kernel
+    rows, mt = min(n, len(tiles)) * tiles[0].shape[0], tiles[0].shape[1]
+    channels = -(-rows // (kh * kw)) + 1
+    width = win.w + win.pads[1] * 2
+    return activation_bytes(target) * (channels * kh * width + 2 * rows * win.out[1]
+                                       + (n + 1) * mt * win.out[1])
+
+
+def _mvm_sum(b: Builder, weights: Sequence[Value], vectors: Sequence[Value]) -> Value:
+    """The partial sums of one lane's row tiles (independent MVMs, one per array group),
+    added."""
+    return reduce(lambda a, y: b.binary("vadd", a, y),
+                  [b.mvm(w, v) for w, v in zip(weights, vectors, strict=True)])
+
+
+def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tiles: list[Tile],
+                single: bool, act: Plan | None) -> Value:
     """Lanes = output rows. Each lane reads only the input rows its window covers (padding
-    is added inside the lane) of only the channels its tile multiplies (`slab`), builds
-    those channels' im2col rows, keeps the tile's rows and does one MVM per pixel. Building
-    the whole im2col window per tile would cost every row tile a copy of all channels, and
-    local memory for two of them (the window and its transpose). The `single` tile of its
-    column keeps all its rows and adds the bias and activation itself."""
+    is added inside the lane) of only the channels its tiles multiply (`slab`), builds
+    those channels' im2col rows, keeps each tile's rows and does one MVM per pixel and tile
+    (several tiles: one per MVM unit, added). Building the whole im2col window per tile
+    would cost every row tile a copy of all channels, and local memory for two of them (the
+    window and its transpose). The `single` lane of its column (all its row tiles) adds the
+    bias and activation itself."""
     kh, kw = win.kernel
     oh, ow = win.out
-    kt, mt = tile.shape
+    mt = tiles[0].shape[1]
     cn = slab.count
-    first = tile.row % (kh * kw)  # the slab starts at the channel of the tile's first row
+    base = tiles[0].row - tiles[0].row % (kh * kw)  # the slab's first im2col row
+    whole = len(tiles) == 1 and single  # one tile holding all of the slab's rows
 
     def body(b: Builder, rows: Value, args: list[Value]) -> Value:
         cols = []
@@ -565,14 +619,14 @@ def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tile: Tile,
             cols.append(b.reshape(e, _t((cn, kh, 1, ow))) if kw > 1 else e)
         patch = b.concat(cols, 2) if kw > 1 else cols[0]
         mat = b.reshape(patch, _t((cn * kh * kw, ow)))
-        if not single:  # the tile's rows: contiguous in the (K, ow) matrix
-            mat = b.extract(mat, [first, 0], [kt, ow])
-        mat = b.transpose(mat, [1, 0])
-        y = b.mvm(args[1], mat)
-        y = _tail(b, y, args[2:], act) if single else y
+        # each tile's rows: contiguous in the (K, ow) matrix
+        vecs = [b.transpose(mat if whole else b.extract(mat, [t.row - base, 0], [t.shape[0], ow]),
+                            [1, 0]) for t in tiles]
+        y = _mvm_sum(b, args[1:1 + len(tiles)], vecs)
+        y = _tail(b, y, args[1 + len(tiles):], act) if single else y
         return b.reshape(b.transpose(y, [1, 0]), _t((1, mt, 1, ow)))
 
-    return _window_rows(em, ins, slab, win, 0.0, (1, mt, oh, ow), body, ow)
+    return _window_rows(em, ins, slab, win, 0.0, (1, mt, oh, ow), body, ow * len(tiles))
 
 
 WindowBody = Callable[[Builder, Value, list[Value]], Value]
@@ -632,30 +686,30 @@ def _gemm(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
         bvec = None
         if full_bias is not None:
             bvec = em.weight(f"{name}.bias.c{ci}", full_bias[:, m0:m0 + mt])
-        partials = []
-        for ri, row in enumerate(grid):
-            k0, _, tile = row[ci]
-            wt = em.weight(f"{name}.r{ri}.c{ci}", tile, tile=True)
-            single = len(grid) == 1
-            ins = [x, wt] + ([bvec] if single and bvec is not None else [])
-            partials.append(_gemm_batch(em, ins, m, Tile(k0, wt, tile.shape), single, act))
+        tiles = [Tile(row[ci][0], em.weight(f"{name}.r{ri}.c{ci}", row[ci][2], tile=True),
+                      row[ci][2].shape) for ri, row in enumerate(grid)]
+        bundles = _bundles(em.lw.target, tiles)
+        single = len(bundles) == 1
+        partials = [_gemm_batch(em, [x, *(t.weight for t in ts)] + (
+            [bvec] if single and bvec is not None else []), m, ts, single, act)
+            for ts in bundles]
         results.append(_reduce_partials(em, partials, bvec, act))
     return em.concat(results, out_shape, 1)
 
 
-def _gemm_batch(em: Emit, ins: list[Value], m: int, tile: Tile, tail: bool,
+def _gemm_batch(em: Emit, ins: list[Value], m: int, tiles: list[Tile], tail: bool,
                 act: Plan | None) -> Value:
-    kt, mt = tile.shape
+    mt = tiles[0].shape[1]
 
     def body(b: Builder, lane: Value, args: list[Value]) -> tuple[Value, list[AffineLike]]:
-        v = b.extract(args[0], [lane, tile.row], [1, kt])
-        y = b.mvm(args[1], v)
+        vecs = [b.extract(args[0], [lane, t.row], [1, t.shape[0]]) for t in tiles]
+        y = _mvm_sum(b, args[1:1 + len(tiles)], vecs)
         if tail:  # a bias of one row per sample: this lane's row
             y = _tail(b, y, [b.extract(c, [lane, 0], [1, mt]) if c.shape[0] > 1 else c
-                             for c in args[2:]], act)
+                             for c in args[1 + len(tiles):]], act)
         return y, [lane, 0]
 
-    return em.batch(m, ins, (m, mt), body, mvms_per_lane=1)
+    return em.batch(m, ins, (m, mt), body, mvms_per_lane=len(tiles))
 
 
 def _bcast_index(idx: tuple[int, ...], dims: Sequence[int]) -> tuple[int, ...]:

@@ -221,9 +221,9 @@ class Template:
     """ns of one instance: lanes x the body's cost."""
     ops: int
     """Executed ops of one instance (every lane counts)."""
-    weights: tuple[int | str, ...]
+    weights: tuple[tuple[int | str, tuple[int, ...]], ...]
     """Per MVM: the index of its weight in the instance's reads, or a body weight's symbol
-    (-1: a weight the body computes)."""
+    (-1: a weight the body computes), and the weight's shape (its array group)."""
     loads: tuple[int, ...]
     """Body positions of the `pim.load`s (whose regions each instance supplies)."""
     load_reads: frozenset[int]
@@ -242,7 +242,8 @@ Fail = Callable[[Operation, str], SimError]
 class Templates:
     """The templates of one compilation, by signature."""
 
-    op_cost: Callable[[Operation], int]
+    body_cost: Callable[[list[Operation]], int]
+    """The cost of one execution of a body's ops (`raptor.solver.costs.body_cost_ns`)."""
     weight: Callable[[WeightOp], np.ndarray]
     by_key: dict[tuple[object, ...], Template] = field(default_factory=dict)
 
@@ -351,12 +352,14 @@ class _Builder:
         self.steps.append(_put(b, lambda fr: np.broadcast_to(fr[s], (fr[0], *shape))))
         return b
 
-    def body(self, reads: list[Value], params: int) -> tuple[list[int | str], list[int], int, int]:
+    def body(self, reads: list[Value], params: int
+             ) -> tuple[list[tuple[int | str, tuple[int, ...]]], list[int], int, int]:
         """Builds the steps; returns the MVMs' weights, the slots a single body yields, its
         cost and its op count."""
-        weights: list[int | str] = []
+        weights: list[tuple[int | str, tuple[int, ...]]] = []
         outs: list[int] = []
-        cost = count = 0
+        costed: list[Operation] = []
+        count = 0
         read_index = {v: i for i, v in enumerate(reads)}
         # An insert may write into its destination when that is a fresh buffer
         # (tensor.empty or an insert result) whose only use is this insert.
@@ -381,7 +384,8 @@ class _Builder:
                 raise self.fail(inner, "spat.parallel_insert_slice outside a batch body")
             if isinstance(inner, MvmOp):
                 w = inner.weight
-                weights.append(symbols[w] if w in symbols else read_index.get(w, -1))
+                weights.append((symbols[w] if w in symbols else read_index.get(w, -1),
+                                info(w).shape))
             try:
                 if isinstance(inner, LoadOp):
                     self.steps.append(_load(params, self.define(inner.result),
@@ -390,13 +394,13 @@ class _Builder:
                 else:
                     self.steps.append(self.step(inner, isinstance(inner, InsertSliceOp)
                                                 and inner.dest in fresh))
-                cost += self.t.op_cost(inner)
+                costed.append(inner)
             except KernelError as e:
                 raise self.fail(inner, str(e)) from None
             count += 1
         if not self.batch and not isinstance(self.op, ScheduledComputeOp):
             outs.extend(self.slot[r] for r in self.op.results())
-        return weights, outs, cost, count
+        return weights, outs, self.t.body_cost(costed), count
 
     def region(self, op: ExtractSliceOp | InsertSliceOp | ParallelInsertSliceOp
                ) -> Callable[[Frame], tuple[slice, ...]]:

@@ -51,7 +51,7 @@ from raptor.noc import NO_ROUTE, Network, Route
 from raptor.sim.errors import SimError
 from raptor.sim.kernels import Env, KernelError, Template, Templates, TypeInfo, info, resolve
 from raptor.sim.timing import OpTiming
-from raptor.solver.costs import op_cost_ns
+from raptor.solver.costs import body_cost_ns, op_cost_ns
 from raptor.target import Target
 
 COMPUTE, SEND, RECV, LOAD, STORE, SIGNAL, WAIT = range(7)
@@ -129,6 +129,7 @@ class Program:
     initial: dict[int, Env]
     """Each core's values before it runs: the weights it can read."""
     tiles: dict[int, int]
+    """Crossbars of weights each core holds."""
     shared: dict[Value, np.ndarray]
     """Function inputs and `pim.alloc_shared` buffers (closures hold these arrays)."""
     outputs: list[Value]
@@ -196,7 +197,7 @@ class _Compiler:
         self.symbols: dict[Value, str] = {}
         self.shared: dict[Value, np.ndarray] = {}
         self.inputs: set[Value] = set()
-        self.templates = Templates(lambda op: op_cost_ns(op, target), self.weight)
+        self.templates = Templates(lambda ops: body_cost_ns(ops, target), self.weight)
         self.store_boxes: list[tuple[int, int, Value, Box]] = []
         self.load_boxes: list[tuple[Instr, int, int, Value, Box]] = []
         self.stores: list[tuple[int, Instr]] = []
@@ -272,7 +273,7 @@ class _Compiler:
             cc = _CoreCompiler(self, core, fixed)
             cores[core] = cc.block(body)
             envs[core] = cc.env
-            tiles[core] = len(cc.tiles)
+            tiles[core] = sum(cc.tiles.values())
         self.check_capacity(tiles)
         channels = self.check_channels(cores)
         self.link_loads()
@@ -282,7 +283,7 @@ class _Compiler:
 
     def check_capacity(self, tiles: dict[int, int]) -> None:
         cap = self.target.crossbars_per_core
-        over = [f"core {c} holds {n} weight tiles but target {self.target.name} has {cap} "
+        over = [f"core {c} holds {n} crossbars of weights but target {self.target.name} has {cap} "
                 f"crossbars per core" for c, n in tiles.items() if n > cap]
         if over:
             raise SimError("crossbar capacity exceeded", over)
@@ -344,7 +345,8 @@ class _CoreCompiler:
         self.fixed = fixed
         self.env: Env = dict(ctx.weights)
         self.received: set[Value] = set()
-        self.tiles: set[object] = set()
+        self.tiles: dict[object, int] = {}
+        """Crossbars of each array group the core holds."""
         self.rn: dict[Value, Value] = {}
         """Inside a stream: this inference's copy of each value the body defined."""
         self.inference = -1
@@ -570,14 +572,11 @@ class _CoreCompiler:
         body = op.body.ops if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp) else []
         load_bufs = [reads[i] for i in tpl.load_reads]
         params = tuple(self.input_load(body[pos]) for pos in tpl.loads)
-        for k, w in enumerate(tpl.weights):
-            if isinstance(w, str):
-                self.tiles.add(w)
-            elif w >= 0:
-                v = reads[w]
-                self.tiles.add(self.ctx.symbols.get(v, v))
-            else:  # a weight computed in the body: a tile of its own
-                self.tiles.add((op, k))
+        for k, (w, shape) in enumerate(tpl.weights):
+            key: object = w if isinstance(w, str) else \
+                self.ctx.symbols.get(reads[w], reads[w]) if w >= 0 else (op, k)
+            # (op, k): a weight computed in the body, an array group of its own
+            self.tiles[key] = self.ctx.target.crossbars_of(shape)
         if tpl.load_reads:
             reads = tuple(v for i, v in enumerate(reads) if i not in tpl.load_reads)
         waits = self.waits(op, reads, load_bufs)

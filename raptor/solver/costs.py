@@ -4,9 +4,9 @@ with contention off the simulated latency equals the estimate."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from raptor.ir.core import Block, Operation
+from raptor.ir.core import Block, Operation, Value
 from raptor.ir.ops import MvmOp
 from raptor.target import Target
 
@@ -36,9 +36,29 @@ def op_cost_ns(op: Operation, target: Target) -> int:
     return sum(w.times * _NS[w.kind](target, w.amount) for w in op.work())
 
 
+def body_cost_ns(ops: Iterable[Operation], target: Target) -> int:
+    """One execution of a body's ops (one lane). Its MVMs run on the core's `mvm_units`
+    (`Target.mvm_group_ns`: one array group at a time, several groups at once) unless one
+    reads another's result (then one after another); everything else adds up."""
+    other = 0
+    counts: dict[Value, int] = {}
+    derived: set[Value] = set()
+    chained = False
+    for op in ops:
+        if isinstance(op, MvmOp):
+            chained = chained or op.vector in derived
+            counts[op.weight] = counts.get(op.weight, 0) + op.count
+        else:
+            other += op_cost_ns(op, target)
+        if isinstance(op, MvmOp) or any(v in derived for v in op.operands()):
+            derived.update(op.results())
+    mvms = list(counts.values())
+    return other + (sum(mvms) * target.mvm_ns() if chained else target.mvm_group_ns(mvms))
+
+
 def block_cost_ns(block: Block, target: Target) -> int:
     """One execution of a body (one lane)."""
-    return sum(op_cost_ns(op, target) for op in block.ops)
+    return body_cost_ns(block.ops, target)
 
 
 def block_mvms(block: Block) -> int:

@@ -25,7 +25,9 @@ class GraphBuild:
 
     graph: ComputeGraph
     projection: Projection
-    tiles: dict[str, int]
+    tiles: dict[str, range]
+    """The crossbar ids (task weights) of each weight symbol: one per crossbar of its array
+    group, so that capacity counts crossbars and a group stays on one core."""
     outputs: list[list[Piece]] = field(default_factory=list)
     mvms: int = 0
     fragment_keys: list[FragmentKey] = field(default_factory=list)
@@ -55,7 +57,8 @@ def output_pieces(proj: Projection, func: FuncOp) -> list[list[Piece]]:
 
 def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
     proj = Projection(func)
-    tiles: dict[str, int] = {}
+    tiles: dict[str, range] = {}
+    crossbars = 0
     graph = ComputeGraph()
     outputs = output_pieces(proj, func)
     store_ns: Counter[int] = Counter()
@@ -86,7 +89,12 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
             elif use.kind == "weight" and args[use.index] in mvm_weights:
                 owner = use.value.owner
                 assert isinstance(owner, WeightOp)
-                weights.add(tiles.setdefault(owner.symbol, len(tiles)))
+                ids = tiles.get(owner.symbol)
+                if ids is None:
+                    n = target.crossbars_of(owner.result.tensor.static_shape)
+                    ids = tiles[owner.symbol] = range(crossbars, crossbars + n)
+                    crossbars += n
+                weights.update(ids)
         graph.add_task(inst.name, cost, weights=frozenset(weights), batch=inst.batch,
                        lane=inst.lane or 0, shared_ns=store_ns[inst.id])
     # One fragment per (producer, result, slot, crop): what materialization sends once per

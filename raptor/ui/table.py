@@ -45,7 +45,10 @@ def shown_rules(directory: str) -> str:
 def summary_lines(rep: dict[str, Any]) -> list[str]:
     lay = rep["layouts"]
     first = (f"{rep['model']} on target {rep['target']}: {rep['tasks']:,} tasks, "
-             f"{rep['edges']:,} edges, {rep['crossbars']:,} crossbars, layouts "
+             f"{rep['edges']:,} edges, {rep['crossbars']:,} crossbars in "
+             f"{rep['groups']:,} array groups, {rep['mvms']:,} MVMs"
+             + (f" ({rep['mvm_units']} MVM units per core)" if rep.get("mvm_units", 1) > 1
+                else "") + ", layouts "
              f"{lay.get('NHWCRowStrip', 0)} row-strip / {lay.get('DenseNCHW', 0)} dense "
              f"({lay.get('materializations', 0)} materializations), inputs: {rep['inputs']}")
     if rep.get("bound_inputs"):

@@ -669,7 +669,8 @@ def rules_case(rng: Rng, index: int, profile: str) -> Case:
 
 # ================================================================== target TOML
 TARGET_KEYS = ["clock_ghz", "mesh_rows", "mesh_cols", "crossbars_per_core", "crossbar_rows",
-               "crossbar_cols", "weight_bits", "input_bits", "mvm_cycles", "vector_lanes",
+               "crossbar_cols", "weight_bits", "input_bits", "mvm_cycles", "array_group_max",
+               "mvm_units", "vector_lanes",
                "vector_op_cycles", "local_memory_bytes", "local_bytes_per_cycle", "flit_bytes",
                "flit_cycles", "hop_cycles", "shared_memory_bytes", "shared_access_bytes",
                "shared_read_cycles", "shared_write_cycles"]
@@ -677,7 +678,8 @@ TARGET_LIMITS: dict[str, tuple[float, float]] = {
     "clock_ghz": (0.01, 100.0), "mesh_rows": (1, 4096), "mesh_cols": (1, 4096),
     "crossbars_per_core": (1, 65536), "crossbar_rows": (1, 65536),
     "crossbar_cols": (1, 65536), "weight_bits": (1, 64), "input_bits": (1, 64),
-    "mvm_cycles": (1, 10**6), "vector_lanes": (1, 65536), "vector_op_cycles": (1, 10**6),
+    "mvm_cycles": (1, 10**6), "array_group_max": (1, 65536), "mvm_units": (1, 1024),
+    "vector_lanes": (1, 65536), "vector_op_cycles": (1, 10**6),
     "local_memory_bytes": (1, 1 << 40), "local_bytes_per_cycle": (1, 1 << 20),
     "flit_bytes": (1, 1 << 20), "flit_cycles": (1, 10**6), "hop_cycles": (1, 10**6),
     "shared_memory_bytes": (1, 1 << 40), "shared_access_bytes": (1, 1 << 20),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from raptor.driver import ir_inputs
+from raptor.driver import compile_model, ir_inputs
 from raptor.frontend import import_onnx
 from raptor.frontend.oracle import run_reference
 from raptor.ir.interpreter import Interpreter
@@ -52,10 +54,19 @@ def test_canonicalization_preserves_meaning(name: str, target: Target) -> None:
 
 
 def test_mlp_crossbars(target: Target) -> None:
-    """[196, 200, 200, 10] at 128x128 tiles: 2x2 + 2x2 + 2x1 = 10 crossbars."""
+    """[196, 200, 200, 10] at 128x128 tiles: 2x2 + 2x2 + 2x1 = 10 crossbars. A row tile's
+    column tiles form one array group (one weight, one MVM per input row); with
+    `array_group_max = 1` every crossbar is its own group, as before array groups."""
     comp = compiled("mlp", target)
     assert comp.lowered.crossbars == 10
-    assert [s.crossbars for s in comp.lowered.stats if s.kind == "gemm"] == [4, 4, 2]
+    gemms = [s for s in comp.lowered.stats if s.kind == "gemm"]
+    assert [s.crossbars for s in gemms] == [4, 4, 2]
+    assert [s.groups for s in gemms] == [2, 2, 2] and comp.lowered.mvms == 6
+    assert sorted(comp.lowered.tiles.values())[-1] == (128, 200)
+    single = compile_model(EXAMPLES / "mlp.onnx", dataclasses.replace(target, array_group_max=1))
+    assert single.lowered.crossbars == single.lowered.groups == 10
+    assert single.lowered.mvms == 10
+    assert all(c <= 128 for _, c in single.lowered.tiles.values())
 
 
 def _depthwise(channels: int) -> onnx.ModelProto:
@@ -109,6 +120,26 @@ def test_resnet18_lowers_to_727_crossbars(target: Target) -> None:
     _, layouts = select_layouts(graph)
     low = lower(graph, target, layouts)
     assert low.crossbars == 727
+    # array groups: a 256-wide layer's row tile fires its 2 crossbars as one MVM, a 512-wide
+    # one its 4 (163,888 MVMs one crossbar at a time); PIMCOMP-NN issues 132,500
+    assert low.mvms == 132_500 and low.groups == 251
     assert sum(1 for s in low.stats if s.kind == "conv") == 20
     canonicalize(low.module)
     assert verify_module(low.module) == []
+
+
+@pytest.mark.parametrize("name", ["resnet_block", "mlp"])
+def test_mvm_units_put_row_tiles_in_one_lane(name: str, target: Target) -> None:
+    """With 4 MVM units a lane multiplies up to 4 row tiles of its column group (their array
+    groups fire at once) and adds their partial sums: the same MVMs in fewer lanes, and
+    the same numbers."""
+    one = compiled(name, target)
+    four = compile_model(EXAMPLES / f"{name}.onnx", dataclasses.replace(target, mvm_units=4))
+    assert four.lowered.mvms == one.lowered.mvms
+    assert four.lowered.crossbars == one.lowered.crossbars
+    assert four.lowered.lanes < one.lowered.lanes
+    inputs = sample(name)
+    got = Interpreter(four.module).run(ir_inputs(four.graph, inputs))
+    want = run_reference(EXAMPLES / f"{name}.onnx", inputs, "onnxruntime")
+    for v, g in zip(four.graph.outputs, got, strict=True):
+        np.testing.assert_allclose(g, want[v.name], rtol=1e-4, atol=1e-5)

@@ -65,7 +65,7 @@ def _feeds(comp: Compiled) -> tuple[dict[str, np.ndarray], list[dict[str, np.nda
 @pytest.mark.parametrize("model", ["mlp.onnx", "lenet.onnx"])
 def test_stream_program_runs_every_inference_right(model: str) -> None:
     comp, build, res, mod, info = _stream(model)
-    assert len(res.stages) == 2 and info.pairs, "the examples cross a stage boundary"
+    assert len(res.stages) >= 2 and info.pairs, "the examples cross a stage boundary"
     assert verify_module(mod) == []
     assert all(isinstance(op.body.ops[0], StreamOp) for op in mod.main().body.ops
                if isinstance(op, CoreOp))

@@ -27,8 +27,9 @@ from raptor.rewrite.eggfile import resolve_rules_dir
 from raptor.solver.from_ir import build_compute_graph
 from raptor.target import load_target
 
-# Crossbars of 4 columns: an 8-channel conv publishes two channel tiles (c0, c1) per row.
-TARGET = dataclasses.replace(load_target("default"), crossbar_cols=4)
+# Crossbars of 4 columns, each its own array group: an 8-channel conv publishes two channel
+# tiles (c0, c1) per row.
+TARGET = dataclasses.replace(load_target("default"), crossbar_cols=4, array_group_max=1)
 C, H, W = 8, 4, 4
 
 

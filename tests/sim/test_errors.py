@@ -3,6 +3,7 @@
 # ruff: noqa: E501 - the scheduled IR programs keep one op per line
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 
@@ -143,8 +144,13 @@ def test_crossbar_capacity_names_the_core_and_counts() -> None:
     np.testing.assert_allclose(ok.outputs[0], x @ w0 @ w1 @ w0 @ w2, rtol=1e-4)
     with pytest.raises(SimError) as info:
         run(CAPACITY, weights, {"x": x}, target=Target(crossbars_per_core=2))
-    assert str(info.value) == ("crossbar capacity exceeded\ncore 3 holds 3 weight tiles but "
-                               "target default has 2 crossbars per core")
+    assert str(info.value) == ("crossbar capacity exceeded\ncore 3 holds 3 crossbars of "
+                               "weights but target default has 2 crossbars per core")
+    # 4x2 crossbars: every 4x4 weight is an array group of two
+    narrow = Target(crossbar_cols=2, crossbars_per_core=6)
+    assert run(CAPACITY, weights, {"x": x}, target=narrow).report.cores[0].crossbars == 6
+    with pytest.raises(SimError, match="core 3 holds 6 crossbars"):
+        run(CAPACITY, weights, {"x": x}, target=dataclasses.replace(narrow, crossbars_per_core=5))
 
 
 def test_unmatched_channels_are_listed() -> None:

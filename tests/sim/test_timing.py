@@ -2,6 +2,7 @@
 MVM 1305 ns per row, vector op 4 ns per 32 elements, local copy 1 ns per 64 B, a flit of
 8 B takes 2 ns and a hop 2 ns, shared memory 40 ns per 32 B read and 50 ns per 32 B write."""
 
+# ruff: noqa: E501 - the scheduled IR programs keep one op per line
 from __future__ import annotations
 
 import numpy as np
@@ -55,6 +56,48 @@ def test_costs_are_the_schedulers_table() -> None:
     want = sum(block_cost_ns(op.body, slow) if hasattr(op, "body") else op_cost_ns(op, slow)
                for op in core)
     assert simulate(module, slow, {"x": rand(4, 8)}).report.latency_ns == want
+
+
+UNITS = """
+func.func @main(%x: tensor<3x8xf32>) -> tensor<3x8xf32> {
+  %w0 = spat.weight @w0 : tensor<8x8xf32>
+  %w1 = spat.weight @w1 : tensor<8x8xf32>
+  %o = pim.alloc_shared : tensor<3x8xf32>
+  pim.core 0 {
+    %a = pim.load %x[0, 0] [3, 8] [1, 1] : tensor<3x8xf32> to tensor<3x8xf32>
+    %r = spat.scheduled_compute ins(%a : tensor<3x8xf32>, %w0 : tensor<8x8xf32>, %w1 : tensor<8x8xf32>) -> tensor<3x8xf32> {
+    ^bb0(%in: tensor<3x8xf32>, %k0: tensor<8x8xf32>, %k1: tensor<8x8xf32>):
+      %m0 = pim.mvm %k0, %in : tensor<8x8xf32>, tensor<3x8xf32> -> tensor<3x8xf32>
+      %m1 = pim.mvm %k1, %SRC : tensor<8x8xf32>, tensor<3x8xf32> -> tensor<3x8xf32>
+      %s = pim.vadd %m0, %m1 : tensor<3x8xf32>
+      spat.yield %s : tensor<3x8xf32>
+    }
+    pim.store %r into %o[0, 0] [3, 8] [1, 1] : tensor<3x8xf32> into tensor<3x8xf32>
+  }
+  return %o : tensor<3x8xf32>
+}
+"""
+
+
+@pytest.mark.parametrize(("units", "src", "mvms"), [
+    (1, "in", 6),  # one array group at a time: 3 + 3 MVMs
+    (2, "in", 3),  # two groups at once: each fires its 3 in turn, side by side
+    (4, "in", 3),  # more units than groups: a group still fires one MVM at a time
+    (2, "m0", 6),  # the second reads the first's result: one after the other
+])
+def test_mvm_units_fire_array_groups_at_once(units: int, src: str, mvms: int) -> None:
+    """`mvm_units` groups of a core fire at once (`Target.mvm_group_ns`); the simulator
+    charges what the schedulers' table says."""
+    target = Target(mvm_units=units)
+    text = UNITS.replace("%SRC", f"%{src}")
+    x, w0, w1 = rand(3, 8), rand(8, 8, seed=1), rand(8, 8, seed=2)
+    res = run(text, {"w0": w0, "w1": w1}, {"x": x}, target=target)
+    # load 96 B = 3 accesses x 40; vadd of 24 elements 4; store 3 x 50
+    assert res.report.latency_ns == 120 + mvms * 1305 + 4 + 150
+    compute = program(text).main().body.ops[3].body.ops[1]  # type: ignore[attr-defined]
+    assert block_cost_ns(compute.body, target) == mvms * 1305 + 4
+    h = x @ w0
+    np.testing.assert_allclose(res.outputs[0], h + (x if src == "in" else h) @ w1, rtol=1e-5)
 
 
 def _hop_program(dst: int) -> str:

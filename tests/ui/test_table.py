@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from raptor.cli import main
-from raptor.ui.table import print_results
+from raptor.ui.table import print_results, summary_lines
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -59,7 +59,8 @@ def test_solve_table_fits_the_terminal(width: int, tmp_path: Path,
 
 BIG = {
     "model": "nets/resnet18.onnx", "target": "default", "tasks": 15081, "edges": 54949,
-    "crossbars": 727, "inputs": "random normal (seed 0)", "lower_bound_ns": 4922604,
+    "crossbars": 727, "groups": 251, "mvms": 132500, "inputs": "random normal (seed 0)",
+    "lower_bound_ns": 4922604,
     "layouts": {"NHWCRowStrip": 47, "DenseNCHW": 2}, "layout_selector": "exact",
     "layout_costs": {"exact": -94, "iterative": 0, "disabled": 0},
     "rules": {"dir": "my-rules", "fired": {}},
@@ -185,3 +186,9 @@ def test_pipeline_table_of_a_large_model_stays_whole(width: int) -> None:
     print_results(Console(file=wide, width=width), copy.deepcopy(BIG_PIPELINE), wide=True)
     _check_fits(wide.getvalue(), width, ["4,937,090", "223,864", "4.20", "10,932,788",
                                          "4,832,537"])
+
+
+def test_summary_counts_crossbars_groups_mvms_and_units() -> None:
+    first = summary_lines(BIG)[0]
+    assert "727 crossbars in 251 array groups, 132,500 MVMs, layouts" in first
+    assert "(4 MVM units per core), layouts" in summary_lines({**BIG, "mvm_units": 4})[0]
