@@ -53,7 +53,7 @@ def module(text: str) -> Module:
 
 def mirror(m: Module, ex: Export) -> int:
     with pimsim_order(m, ex.rank):
-        sim = Simulator(m, T, timings=ex.timings)
+        sim = Simulator(m, ex.chip.target, timings=ex.timings)
     return sim.timing(SimOptions.pimsim(trace=False)).latency_ns
 
 
@@ -248,6 +248,16 @@ def mlp() -> tuple[Module, Export]:
     s = solve(EXAMPLES / "mlp.onnx", T, SolveOptions(solver="peft", simulate=False))
     m = s.runs[0].scheduled
     return m, export_pimsim(m, T)
+
+
+@pytest.fixture(scope="module")
+def mlp_ungrouped() -> tuple[Module, Export, Target]:
+    """mlp with one crossbar per MVM (`array_group_max = 1`): two partial sums per hidden
+    layer, so the order messages leave in beats the channel order under pimsim-nn's model."""
+    t = dataclasses.replace(T, array_group_max=1)
+    s = solve(EXAMPLES / "mlp.onnx", t, SolveOptions(solver="peft", simulate=False))
+    m = s.runs[0].scheduled
+    return m, export_pimsim(m, t), t
 
 
 def broken(ex: Export, core: int, edit: dict[str, object], op: str) -> Export:
@@ -466,17 +476,18 @@ def test_example_activations_and_reductions(model: str, opcodes: set[str]) -> No
     assert all(tm.total >= 0 for tm in ex.timings.values())
 
 
-def test_messages_follow_the_faster_order(mlp: tuple[Module, Export]) -> None:
+def test_messages_follow_the_faster_order(
+        mlp_ungrouped: tuple[Module, Export, Target]) -> None:
     """mlp's export walks its messages in the order they leave when receives do not block
     (`message_rank`): faster under Raptor's model of pimsim-nn than the channel order, a
     permutation of the channels, and each core's sends keep their program order."""
-    m, ex = mlp
+    m, ex, t = mlp_ungrouped
     assert ex.rank is not None and ex.model_ns is not None
     assert sorted(ex.rank.values()) == list(range(len(ex.rank)))
     assert mirror(m, ex) == ex.model_ns
-    by_channel = _export(m, T, None, False, None, None)
+    by_channel = _export(m, t, None, False, None, None)
     with pimsim_order(m):
-        channel_ns = Simulator(m, T, timings=by_channel.timings).timing(
+        channel_ns = Simulator(m, t, timings=by_channel.timings).timing(
             SimOptions.pimsim(trace=False)).latency_ns
     assert ex.model_ns < channel_ns
     for op in m.main().body.ops:
@@ -486,11 +497,12 @@ def test_messages_follow_the_faster_order(mlp: tuple[Module, Export]) -> None:
 
 
 def test_a_parsed_program_without_weight_data_chooses_the_same_order(
-        mlp: tuple[Module, Export]) -> None:
+        mlp_ungrouped: tuple[Module, Export, Target]) -> None:
     """`raptor export` reads a `.spat` without its weights: the order is chosen on the same
     timings all the same (zeros stand in for the weights, and are gone after)."""
-    m, ex = mlp
+    m, ex, t = mlp_ungrouped
+    assert ex.rank is not None
     parsed = parse_module(m.print(), "mlp.spat")
-    again = export_pimsim(parsed, T)
+    again = export_pimsim(parsed, t)
     assert (again.rank, again.model_ns) == (ex.rank, ex.model_ns)
     assert not parsed.constants
