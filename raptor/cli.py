@@ -441,7 +441,9 @@ def _solve_parser(sub: _Commands) -> None:
                    "crossbar tile on one core (no copies of bottleneck weights on spare crossbars)")
     s.add_argument("--time-limit", type=_positive(float), default=10.0, metavar="S",
                    help="CP-SAT search limit (default 10): a deterministic work budget "
-                   "of about S seconds on an idle 2-core machine, so reruns are identical; "
+                   "of S x 0.05 units of CP-SAT's deterministic time, about S seconds on an "
+                   "idle 2-core machine, so reruns are identical (the status says how many "
+                   "units the search used); "
                    "the best schedule found is used if it beats the heuristic one under the "
                    "communication model, else the heuristic one")
     s.add_argument("--workers", type=_positive(int), default=2, metavar="N",

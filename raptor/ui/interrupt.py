@@ -59,11 +59,24 @@ def at_startup() -> None:
             os.write(2, b"raptor: phase: starting\n")
 
 
+ENDING = "Ctrl-C: ending the search with its best schedule (Ctrl-C again stops)"
+"""What the progress line says once the first Ctrl-C ended a search."""
+
+
 def _stop_search() -> bool:
     """End a running CP-SAT search, if the solver is loaded at all (importing it here
     would cost the time of loading OR-Tools)."""
     watch = sys.modules.get("raptor.solver.watch")
-    return bool(watch is not None and watch.stop_search())
+    stopped = bool(watch is not None and watch.stop_search())
+    if stopped and phase_lines():
+        os.write(2, f"raptor: phase: {ENDING}\n".encode())
+    return stopped
+
+
+def searches_stopped() -> int:
+    """`raptor.solver.watch.searches_stopped`, 0 while OR-Tools is not loaded."""
+    watch = sys.modules.get("raptor.solver.watch")
+    return 0 if watch is None else int(watch.searches_stopped())
 
 
 class Interrupts:

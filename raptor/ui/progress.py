@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-from raptor.ui.interrupt import phase_lines
+from raptor.ui.interrupt import ENDING, phase_lines, searches_stopped
 
 
 class LiveProgress:
@@ -35,6 +35,8 @@ class LiveProgress:
         self.limit_s: float | None = None
         self.incumbent_ns: int | None = None
         self.bound_ns: int | None = None
+        self.stopped = 0
+        """Searches Ctrl-C had ended when this phase began."""
         self.spinner = Spinner("dots")
         self.live: Live | None = None
 
@@ -43,6 +45,7 @@ class LiveProgress:
         new = msg != self.phase
         if new:
             self.phase, self.phase_start = msg, time.perf_counter()
+            self.stopped = searches_stopped()
             self.limit_s = self.incumbent_ns = self.bound_ns = None
         self.limit_s = self.limit_s if limit_s is None else limit_s
         found = incumbent_ns is not None and incumbent_ns != self.incumbent_ns
@@ -63,6 +66,8 @@ class LiveProgress:
             parts.append(f"best {self.incumbent_ns:,} ns")
         if self.bound_ns is not None:
             parts.append(f"bound {self.bound_ns:,} ns")
+        if searches_stopped() > self.stopped:
+            parts.append(ENDING)
         return " · ".join(parts) + f"   (total {now - self.start:.1f} s)"
 
     def __rich__(self) -> RenderableType:

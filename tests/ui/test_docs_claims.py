@@ -25,3 +25,12 @@ def test_readme_names_every_status_word() -> None:
         assert f"`{word}`" in readme, word
     assert f"S × {DET_PER_SECOND:g} units of CP-SAT's deterministic time" in readme
     assert "130 stopped by Ctrl-C" in readme and "docs/report.schema.json" in readme
+
+
+def test_time_limit_help_says_how_seconds_become_units() -> None:
+    from raptor.cli import build_parser
+
+    solve = next(a for a in build_parser()._actions if a.dest == "command").choices["solve"]
+    limit = next(a for a in solve._actions if a.dest == "time_limit")
+    assert limit.help is not None
+    assert f"S x {DET_PER_SECOND:g} units of CP-SAT's deterministic time" in limit.help

@@ -17,30 +17,31 @@ from pathlib import Path
 
 import pytest
 
+from raptor.ui.interrupt import ENDING
+
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = str(ROOT / "examples" / "resnet_block.onnx")
 SEARCH = ["--time-limit", "60"]
 """A search of resnet_block that runs for half a minute unless Ctrl-C ends it."""
 
 
-def interrupt(args: list[str], marker: str, signals: int = 1,
+def interrupt(args: list[str], marker: str, then: str = "",
               timeout: float = 240) -> tuple[int, str, str]:
-    """Run `raptor ARGS`, send SIGINT `signals` times once a stderr line holds `marker`;
-    (exit code, stdout, stderr)."""
+    """Run `raptor ARGS`, send SIGINT once a stderr line holds `marker`, and again once a
+    later line holds `then` (if given); (exit code, stdout, stderr)."""
     env = {**os.environ, "RAPTOR_PROGRESS": "lines", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "raptor.cli", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if marker in line:
-            for _ in range(signals):
+    for wanted in [marker, then] if then else [marker]:
+        for line in proc.stderr:
+            seen.append(line)
+            if wanted in line:
                 proc.send_signal(signal.SIGINT)
-                time.sleep(0.05)
-            break
-    else:
-        pytest.fail(f"no line with {marker!r}: {''.join(seen)}")
+                break
+        else:
+            pytest.fail(f"no line with {wanted!r}: {''.join(seen)}")
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, "".join(seen) + err
 
@@ -69,6 +70,7 @@ def test_ctrl_c_during_the_search_keeps_its_best_schedule(tmp_path: Path) -> Non
     code, stdout, err = interrupt(["solve", BLOCK, *SEARCH, "--out", str(out)],
                                   "2 workers: best ")
     assert code == 0, err
+    assert f"raptor: phase: {ENDING}" in err
     assert time.perf_counter() - t0 < 50  # not the search's whole minute
     rep = json.loads((out / "report.json").read_text())
     cp = rep["schedules"]["cpsat"]
@@ -82,7 +84,7 @@ def test_ctrl_c_during_the_search_keeps_its_best_schedule(tmp_path: Path) -> Non
 def test_a_second_ctrl_c_during_the_search_stops(tmp_path: Path) -> None:
     out = tmp_path / "out"
     code, _, err = interrupt(["solve", BLOCK, *SEARCH, "--out", str(out)],
-                             "2 workers: best ", signals=2)
+                             "2 workers: best ", then=ENDING)
     assert code == 130 and said(err) == ["raptor: interrupted"], err
     assert not (out / "report.json").exists() and no_temporaries(out)
 
