@@ -1,4 +1,5 @@
-"""Real network shapes built with onnx.helper and fixed seeds (no downloads): ResNet-18."""
+"""Real network shapes built with onnx.helper and fixed seeds (no downloads): ResNet-18 and
+ResNet-50."""
 
 from __future__ import annotations
 
@@ -31,3 +32,30 @@ def resnet18(size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.ModelP
     b = net.const("fc_b", np.zeros(classes, np.float32))
     logits = net.node("Gemm", [f, w, b], out="logits", transB=1)
     return net.model("resnet18", {"input": [1, 3, size, size]}, logits)
+
+
+def resnet50(size: int = 224, classes: int = 1000, seed: int = 0) -> onnx.ModelProto:
+    """ResNet-50 (v1.5: the stride on the 3×3 conv of each bottleneck), built as `resnet18`."""
+    net = NetBuilder(seed)
+
+    def conv_bn(x: str, cin: int, cout: int, k: int, stride: int, relu: bool) -> str:
+        y = net.batch_norm(net.conv(x, cin, cout, k, stride, bias=False), cout)
+        return net.node("Relu", [y]) if relu else y
+
+    x = conv_bn("input", 3, 64, 7, 2, relu=True)
+    x = net.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    c = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            s = stride if i == 0 else 1
+            y = conv_bn(x, c, width, 1, 1, relu=True)
+            y = conv_bn(y, width, width, 3, s, relu=True)
+            y = conv_bn(y, width, 4 * width, 1, 1, relu=False)
+            skip = conv_bn(x, c, 4 * width, 1, s, relu=False) if i == 0 else x
+            x = net.node("Relu", [net.node("Add", [y, skip])])
+            c = 4 * width
+    f = net.node("Flatten", [net.node("GlobalAveragePool", [x])])
+    w = net.const("fc_w", (net.rng.standard_normal((classes, c)) * 0.02).astype(np.float32))
+    b = net.const("fc_b", np.zeros(classes, np.float32))
+    logits = net.node("Gemm", [f, w, b], out="logits", transB=1)
+    return net.model("resnet50", {"input": [1, 3, size, size]}, logits)
