@@ -31,7 +31,7 @@ from raptor.driver import (
 from raptor.frontend.oracle import compare, reference_outputs, reference_stream
 from raptor.frontend.plan import PlanGraph
 from raptor.ir.module import Module
-from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
+from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp, StoreOp
 from raptor.ir.verifier import verify_module
 from raptor.passes.layout import select_layouts
 from raptor.passes.materialize import Flow, ScheduleView, materialize
@@ -298,10 +298,12 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
 def _spill_replay(g: ComputeGraph, target: Target, res: MergeScheduleResult, spilled: Spill,
                   budget: list[int] | None, unspilled_ns: int) -> tuple[int, dict[int, int]]:
     """The communication model's makespan with the spill traffic, and per core the
-    shared-memory service the spills take: each spill store or load is served by the
-    chip's one shared-memory port after the compute of the task it follows on its core
-    (`Task.shared_ns`, queued in request order); one before the core's first task is part
-    of that task's own work."""
+    shared-memory service the spills take. A spill store follows the compute of the task
+    it comes after on its core and is served by the chip's one shared-memory port in
+    request order (`Task.shared_ns`), before that point's sends, as materialized; a spill
+    load comes just before the task that reads it, after the point's sends, so it is
+    charged to that task's own work (the queue it may meet is left out: it would delay
+    the sends too)."""
     tasks = list(g.tasks)
     per_core: dict[int, int] = {}
     for core, cs in spilled.cores.items():
@@ -309,9 +311,10 @@ def _spill_replay(g: ComputeGraph, target: Target, res: MergeScheduleResult, spi
         for op, done in cs.ops:
             ns = op_cost_ns(op, target)
             per_core[core] = per_core.get(core, 0) + ns
-            t = tasks[prog[max(done, 1) - 1]]
+            queued = isinstance(op, StoreOp) and done > 0
+            t = tasks[prog[done - 1 if queued else min(done, len(prog) - 1)]]
             tasks[t.id] = dataclasses.replace(t, cost_ns=t.cost_ns + ns,
-                                              shared_ns=t.shared_ns + ns * (done > 0))
+                                              shared_ns=t.shared_ns + ns * queued)
     if not per_core:
         return unspilled_ns, {}
     charged = dataclasses.replace(g, tasks=tasks)
@@ -688,8 +691,9 @@ def _numerics(errors: dict[str, tuple[float, float, bool]], outputs: bool = True
 
 def _memory_summary(run: ScheduleRun, target: Target) -> list[str]:
     """The worst core over local memory in one line (`MemoryPlan.over_summary`) and why:
-    its computes alone need more than the memory whatever the order of its receives (the
-    communication model's `needed_bytes`), or the receives could not be placed to fit."""
+    its computes alone need more than the memory whatever the order of its receives and
+    whatever is spilled (the communication model's `needed_bytes`), or neither placing the
+    receives nor spilling to shared memory freed enough."""
     assert run.memory is not None
     lines = run.memory.over_summary()
     top = run.memory.peak
@@ -698,10 +702,12 @@ def _memory_summary(run: ScheduleRun, target: Target) -> list[str]:
     need = run.flow.needed_bytes[top.core] if run.flow and run.flow.needed_bytes else 0
     if need > target.local_memory_bytes:
         why = (f"; its computes alone hold about {need:,} bytes at once there, whatever the "
-               "order of its receives (a --target file with more local_memory_bytes fits it)")
+               "order of its receives and whatever is spilled to shared memory (a --target "
+               "file with more local_memory_bytes fits it)")
     else:
-        why = (f"; its receives could not be placed to fit in {run.materializations} builds "
-               "of the program (a --target file with more local_memory_bytes fits it)")
+        why = (f"; neither placing its receives ({run.materializations} builds of the "
+               "program) nor spilling to shared memory freed enough (a --target file with "
+               "more local_memory_bytes fits it)")
     return [lines[0] + why, *lines[1:]]
 
 

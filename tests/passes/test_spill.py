@@ -4,9 +4,15 @@ program verifies, fits, and computes what it computed before."""
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from raptor.cli import main
+from raptor.export import export_pimsim
+from raptor.export.pimsim import Export, ExportError
 from raptor.ir.ops import LoadOp, StoreOp
 from raptor.ir.parser import parse_module
 from raptor.ir.verifier import verify_module
@@ -14,6 +20,8 @@ from raptor.passes.memory import gather_fits, plan_memory
 from raptor.passes.spill import spill
 from raptor.sim import SimError, Simulator, simulate
 from raptor.target import Target
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _row(name: str, row: int) -> str:
@@ -105,3 +113,31 @@ def test_simulator_refuses_a_program_over_capacity() -> None:
         Simulator(m, small, check_memory=True)
     spill(m, small)
     Simulator(m, small, check_memory=True)
+
+
+def test_cli_shared_memory_too_small_is_one_line_exit_1(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    toml = tmp_path / "t.toml"
+    toml.write_text('name = "tiny-shared"\nshared_memory_bytes = 64\n')
+    code = main(["solve", str(EXAMPLES / "mlp.onnx"), "--solver", "peft", "--no-simulate",
+                 "--target", str(toml), "--out", str(tmp_path / "out")])
+    err = [line for line in capsys.readouterr().err.splitlines() if "memory" in line]
+    assert code == 1 and len(err) == 1
+    assert "shared memory holds 256 bytes" in err[0] and "tiny-shared has 64" in err[0]
+
+
+def test_spilled_program_exports_st_and_ld() -> None:
+    """The exporter writes the spill store and load as pimsim-nn `st` / `ld` (one each more
+    than the unspilled program, which the exporter refuses at this capacity)."""
+    small = Target(local_memory_bytes=800)
+    m = parse_module(KEEPS, "t.spat")
+    with pytest.raises(ExportError):
+        export_pimsim(m, small)
+    plain = export_pimsim(parse_module(KEEPS, "t.spat"), Target())
+    spill(m, small)
+    ex = export_pimsim(m, small)
+
+    def ops(e: Export) -> Counter[str]:
+        return Counter(i["op"] for i in e.cores[0].instructions)
+
+    assert ops(ex)["st"] == ops(plain)["st"] + 1 and ops(ex)["ld"] == ops(plain)["ld"] + 1
