@@ -283,10 +283,11 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
             if spills and memory is not None and memory.over_capacity():
                 spilled = spill(scheduled, target)
                 estimate, spill_ns = _spill_replay(g, target, res, spilled, budget, estimate)
-                memory = None
-            if rounds > 1 or spilled is not None:
+            changed = spilled is not None and bool(spilled.cores)
+            if rounds > 1 or changed:
                 errors = [str(d) for d in verify_module(scheduled)]
-                memory = (memory or plan_memory(scheduled, target)) if not errors else None
+                memory = None if errors else plan_memory(scheduled, target) if changed \
+                    else memory
             if print_ir is not None:
                 print_ir("materialize", scheduled)
             return _Fitted(scheduled, errors, memory, rep, rounds, estimate, spilled, spill_ns)
