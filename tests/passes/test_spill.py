@@ -20,6 +20,7 @@ from raptor.passes.memory import gather_fits, plan_memory
 from raptor.passes.spill import spill
 from raptor.sim import SimError, Simulator, simulate
 from raptor.target import Target
+from raptor.ui.table import memory as table_memory
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -141,3 +142,11 @@ def test_spilled_program_exports_st_and_ld() -> None:
         return Counter(i["op"] for i in e.cores[0].instructions)
 
     assert ops(ex)["st"] == ops(plain)["st"] + 1 and ops(ex)["ld"] == ops(plain)["ld"] + 1
+
+
+def test_table_shows_spilled_bytes() -> None:
+    mem = {"peak_bytes": 60 * 1024, "capacity_bytes": 64 * 1024, "fits": True,
+           "spill": {"bytes": 3 * 1024}}
+    assert table_memory({"local_memory": mem}) == "60.0/64 KiB +3.0 KiB spilled"
+    mem["spill"] = {"bytes": 0}
+    assert table_memory({"local_memory": mem}) == "60.0/64 KiB"
