@@ -211,17 +211,15 @@ class _CoreSpiller:
     def finish(self) -> CoreSpill:
         """Record each spill op with the tasks run before it."""
         done = 0
+        buffers = set(self.home.values())
         for op in self.body.ops:
             if isinstance(op, ScheduledComputeOp):
                 done += 1
             elif isinstance(op, ScheduledComputeBatchOp):
                 done += op.lanes
-            elif isinstance(op, StoreOp | LoadOp) and op.buffer in self.spill_buffers():
+            elif isinstance(op, StoreOp | LoadOp) and op.buffer in buffers:
                 self.out.ops.append((op, done))
         return self.out
-
-    def spill_buffers(self) -> set[Value]:
-        return set(self.home.values())
 
 
 def spill(module: Module, target: Target) -> Spill:
