@@ -780,7 +780,8 @@ def _add_input_options(p: argparse.ArgumentParser) -> None:
 def _add_memory_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-memory-overflow", action="store_true",
                    help="let a program that needs more local (or shared) memory than the "
-                   "target has through with a warning instead of failing (exit 1)")
+                   "target has through with a warning instead of failing (exit 1); nothing "
+                   "is spilled to shared memory")
 
 
 def _add_target(p: argparse.ArgumentParser) -> None:

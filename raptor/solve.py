@@ -31,19 +31,22 @@ from raptor.driver import (
 from raptor.frontend.oracle import compare, reference_outputs, reference_stream
 from raptor.frontend.plan import PlanGraph
 from raptor.ir.module import Module
-from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp
+from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp, StoreOp
 from raptor.ir.verifier import verify_module
 from raptor.noc import Network
 from raptor.passes.layout import select_layouts
 from raptor.passes.materialize import Flow, ScheduleView, materialize
 from raptor.passes.memory import MemoryPlan, plan_memory
+from raptor.passes.spill import Spill, spill
 from raptor.passes.stream import RING, StreamInfo, StreamView, materialize_stream
 from raptor.sim import SimError, SimOptions, SimReport, SimResult, Simulator
 from raptor.sim.program import SEND
 from raptor.solver.comm import START, Replay, replay
+from raptor.solver.costs import op_cost_ns
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import LowerBounds, lower_bounds, validate_schedule
 from raptor.solver.from_ir import GraphBuild, build_compute_graph
+from raptor.solver.graph import ComputeGraph
 from raptor.solver.peft import peft_schedule
 from raptor.solver.pipeline import (
     CpSatPipelineOptions,
@@ -198,6 +201,10 @@ class ScheduleRun:
     stream)."""
     materializations: int = 1
     """How many times the program was built to fit local memory (`MEMORY_ROUNDS`)."""
+    spill: Spill | None = None
+    """What spilling to shared memory stored and loaded to fit local memory."""
+    spill_ns: dict[int, int] = field(default_factory=dict)
+    """Per core, the shared-memory service its spill stores and loads take."""
     memory_summary: list[str] = field(default_factory=list)
     """`memory_errors` (or warnings) in one line for local memory, with what stands in the
     way, and one for shared memory."""
@@ -278,17 +285,20 @@ overshoot, and the program is built again."""
 
 
 def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild, comp: Compiled,
-                  target: Target, print_ir: IRHook | None = None) -> ScheduleRun:
+                  target: Target, print_ir: IRHook | None = None, spills: bool = True
+                  ) -> ScheduleRun:
     """Validate and materialize a schedule in its plan's order (the order and send priorities
     its communication estimate assumed), with receives and sends where the communication
     model placed them to stay within local memory (`MEMORY_ROUNDS`)."""
     violations = validate_schedule(solved_build.graph, target, res)
     fit = _fit_memory(solved_build, target, res, lambda flow: materialize(
         comp.module, solved_build.projection, solved_build.outputs,
-        ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow), print_ir=print_ir)
-    return ScheduleRun(name, res, fit.flow.makespan_ns, violations, fit.scheduled, fit.errors,
+        ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow), print_ir=print_ir,
+        spills=spills)
+    return ScheduleRun(name, res, fit.estimate_ns, violations, fit.scheduled, fit.errors,
                        ideal_estimate_ns=res.summary["completion_ns"], memory=fit.memory,
-                       flow=fit.flow, materializations=fit.rounds)
+                       flow=fit.flow, materializations=fit.rounds, spill=fit.spill,
+                       spill_ns=fit.spill_ns)
 
 
 @dataclass
@@ -300,16 +310,22 @@ class _Fitted:
     memory: MemoryPlan | None
     flow: Replay
     rounds: int
+    estimate_ns: int
+    """The communication model's makespan, spill traffic included."""
+    spill: Spill | None = None
+    spill_ns: dict[int, int] = field(default_factory=dict)
 
 
 def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
                 make: Callable[[Flow], Module], first: Replay | None = None,
-                print_ir: IRHook | None = None) -> _Fitted:
+                print_ir: IRHook | None = None, spills: bool = True) -> _Fitted:
     """Build a program with `make` from the communication model's receive and send points
     (`raptor.solver.comm.replay` within a per-core budget), verify it and plan its local
     memory; while a core's footprint exceeds its memory and a tighter budget can help (its
     tasks alone need less), cut that core's budget by the overshoot and build again, at most
-    `MEMORY_ROUNDS` times. `first`: the first round's replay, if the caller has it;
+    `MEMORY_ROUNDS` times; what still does not fit is spilled to shared memory
+    (`raptor.passes.spill`, unless `spills` is off) and the estimate replayed with the spill
+    traffic (`_spill_replay`). `first`: the first round's replay, if the caller has it;
     `print_ir` sees the program kept."""
     g = build.graph
     budget: list[int] | None = None
@@ -328,15 +344,49 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
                 and rep.needed_bytes[c.core] < target.local_memory_bytes} \
             if memory is not None and g.memory is not None else {}
         if not over or rounds == MEMORY_ROUNDS:
-            if rounds > 1:
+            spilled: Spill | None = None
+            estimate, spill_ns = rep.makespan_ns, dict[int, int]()
+            if spills and memory is not None and memory.over_capacity():
+                spilled = spill(scheduled, target)
+                estimate, spill_ns = _spill_replay(g, target, res, spilled, budget, estimate)
+            changed = spilled is not None and bool(spilled.cores)
+            if rounds > 1 or changed:
                 errors = [str(d) for d in verify_module(scheduled)]
-                memory = memory if not errors else None
+                memory = None if errors else plan_memory(scheduled, target) if changed \
+                    else memory
             if print_ir is not None:
                 print_ir("materialize", scheduled)
-            return _Fitted(scheduled, errors, memory, rep, rounds)
+            return _Fitted(scheduled, errors, memory, rep, rounds, estimate, spilled, spill_ns)
         budget = list(rep.budget)
         for core, peak in over.items():  # cut by the overshoot and 3 % more
             budget[core] = budget[core] * target.local_memory_bytes * 97 // (peak * 100)
+
+
+def _spill_replay(g: ComputeGraph, target: Target, res: MergeScheduleResult, spilled: Spill,
+                  budget: list[int] | None, unspilled_ns: int) -> tuple[int, dict[int, int]]:
+    """The communication model's makespan with the spill traffic, and per core the
+    shared-memory service the spills take. A spill store follows the compute of the task
+    it comes after on its core and is served by the chip's one shared-memory port in
+    request order (`Task.shared_ns`), before that point's sends, as materialized; a spill
+    load comes just before the task that reads it, after the point's sends, so it is
+    charged to that task's own work (the queue it may meet is left out: it would delay
+    the sends too)."""
+    tasks = list(g.tasks)
+    per_core: dict[int, int] = {}
+    for core, cs in spilled.cores.items():
+        prog = res.core_tasks[core]
+        for op, done in cs.ops:
+            ns = op_cost_ns(op, target)
+            per_core[core] = per_core.get(core, 0) + ns
+            queued = isinstance(op, StoreOp) and done > 0
+            t = tasks[prog[done - 1 if queued else min(done, len(prog) - 1)]]
+            tasks[t.id] = dataclasses.replace(t, cost_ns=t.cost_ns + ns,
+                                              shared_ns=t.shared_ns + ns * queued)
+    if not per_core:
+        return unspilled_ns, {}
+    charged = dataclasses.replace(g, tasks=tasks)
+    return replay(charged, target, res.core_of, res.core_tasks, res.start_ns,
+                  budget=budget).makespan_ns, per_core
 
 
 def message_flow(build: GraphBuild, rep: Replay) -> Flow:
@@ -378,7 +428,8 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
     heuristic = _timed(seconds, "peft", peft_schedule, build.graph, target)
     if opts.solver in ("peft", "both"):
         say("materializing the peft schedule")
-        runs.append(_run_schedule("peft", heuristic, build, comp, target, opts.compile.print_ir))
+        runs.append(_run_schedule("peft", heuristic, build, comp, target, opts.compile.print_ir,
+                                     not opts.allow_memory_overflow))
     if opts.solver in ("cpsat", "both"):
         phase = f"CP-SAT: {on}, {counted(opts.workers, 'worker')}"
         say(phase, limit_s=opts.time_limit)
@@ -391,7 +442,8 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
             runs.append(dataclasses.replace(runs[0], name="cpsat", result=cp))
         else:
             say("materializing the cpsat schedule")
-            runs.append(_run_schedule("cpsat", cp, build, comp, target, opts.compile.print_ir))
+            runs.append(_run_schedule("cpsat", cp, build, comp, target, opts.compile.print_ir,
+                                     not opts.allow_memory_overflow))
         runs[-1].interrupted = searches_stopped() > stopped
     _memory_verdict(runs, opts, target)
     assert comp.feeds is not None
@@ -437,7 +489,8 @@ def _simulate(runs: list[ScheduleRun], inputs: dict[str, np.ndarray], target: Ta
         say(what.format(run.name))
         t0 = time.perf_counter()
         try:
-            sim = Simulator(run.scheduled, target)
+            sim = Simulator(run.scheduled, target, check_memory=not (
+                opts.allow_memory_overflow or run.memory_errors))
             with np.errstate(all="ignore"):  # NaN/Inf inputs propagate quietly
                 run.sim = sim.run(feeds, opts.sim)
             ideal = sim.timing(SimOptions.ideal(trace=False))
@@ -822,8 +875,9 @@ def _numerics(errors: dict[str, tuple[float, float, bool]], outputs: bool = True
 
 def _memory_summary(run: ScheduleRun, target: Target) -> list[str]:
     """The worst core over local memory in one line (`MemoryPlan.over_summary`) and why:
-    its computes alone need more than the memory whatever the order of its receives (the
-    communication model's `needed_bytes`), or the receives could not be placed to fit."""
+    its computes alone need more than the memory whatever the order of its receives and
+    whatever is spilled (the communication model's `needed_bytes`), or neither placing the
+    receives nor spilling to shared memory freed enough."""
     assert run.memory is not None
     lines = run.memory.over_summary()
     top = run.memory.peak
@@ -832,12 +886,34 @@ def _memory_summary(run: ScheduleRun, target: Target) -> list[str]:
     need = run.flow.needed_bytes[top.core] if run.flow and run.flow.needed_bytes else 0
     if need > target.local_memory_bytes:
         why = (f"; its computes alone hold about {need:,} bytes at once there, whatever the "
-               "order of its receives (a --target file with more local_memory_bytes fits it)")
+               "order of its receives and whatever is spilled to shared memory (a --target "
+               "file with more local_memory_bytes fits it)")
     else:
         builds = counted(run.materializations, "build")
-        why = (f"; its receives could not be placed to fit in {builds} of the program (a "
-               "--target file with more local_memory_bytes fits it)")
+        why = (f"; neither placing its receives ({builds} of the program) nor spilling to "
+               "shared memory freed enough (a --target file with more local_memory_bytes "
+               "fits it)")
     return [lines[0] + why, *lines[1:]]
+
+
+def _local_memory(run: ScheduleRun) -> dict[str, Any] | None:
+    """The memory plan's figures (`MemoryPlan.to_dict`) and what spilling to shared memory
+    did: bytes stored and loaded, the shared-memory service the spills take per core
+    (`ScheduleRun.spill_ns`), and the cores it could not fit."""
+    if run.memory is None:
+        return None
+    out = run.memory.to_dict()
+    sp = run.spill
+    per_core = {} if sp is None else {
+        str(c): {"stores": cs.stores, "loads": cs.loads, "stored_bytes": cs.stored_bytes,
+                 "loaded_bytes": cs.loaded_bytes, "added_ns": run.spill_ns.get(c, 0)}
+        for c, cs in sorted(sp.cores.items())}
+    out["spill"] = {"bytes": sp.bytes if sp else 0,
+                    "stores": sum(c["stores"] for c in per_core.values()),
+                    "loads": sum(c["loads"] for c in per_core.values()),
+                    "added_ns": sum(run.spill_ns.values()),
+                    "unfit_cores": sp.unfit if sp else [], "per_core": per_core}
+    return out
 
 
 def _flow_control(run: ScheduleRun) -> dict[str, Any] | None:
@@ -915,7 +991,7 @@ def report(s: Solved) -> dict[str, Any]:
             "violations": run.violations + run.scheduled_errors,
             "simulation_error": run.sim_error,
             "notes": list(res.notes),
-            "local_memory": run.memory.to_dict() if run.memory else None,
+            "local_memory": _local_memory(run),
             "flow_control": _flow_control(run),
             "memory_errors": run.memory_errors,
             "memory_warnings": run.memory_warnings,

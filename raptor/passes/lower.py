@@ -36,7 +36,7 @@ from raptor.ir.module import Module
 from raptor.ir.ops import Attr, ComputeOp, ConcatOp, FuncOp, GraphComputeBatchOp, GraphComputeOp
 from raptor.ir.types import MAX_ELEMENTS, TensorType
 from raptor.passes.layout import LayoutChoice
-from raptor.passes.memory import activation_bytes
+from raptor.passes.memory import activation_bytes, gather_fits
 from raptor.target import Target
 
 ACTIVATIONS: dict[str, tuple[str, ...]] = {
@@ -289,8 +289,11 @@ class Lowering:
         lowering of DenseNCHW storage and of materialize_layout R→D), with stats of its own."""
         if name not in self.dense:
             v = self.values[name]
-            if isinstance(v.owner, GraphComputeBatchOp) and v.owner.lanes > 1:
-                # a single instance (or a batch of one lane) is already dense
+            # a single instance (or a batch of one lane) is already dense; a gather that
+            # cannot fit one core's local memory is not made: consumers read the fragments
+            # they need (finer lanes)
+            if isinstance(v.owner, GraphComputeBatchOp) and v.owner.lanes > 1 \
+                    and gather_fits(v.shape, self.target):
                 stats = PlanStats(f"{name}.dense", "dense_assembly", [v.shape], v.shape)
                 out = Emit(self, stats).compute([v], [v.shape], lambda b, xs: [xs[0]])[0]
                 out.name = f"{v.name}_dense"

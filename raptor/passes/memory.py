@@ -27,6 +27,7 @@ buffers live at one step) is the lower bound any allocator would need.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -117,8 +118,9 @@ class MemoryPlan:
 
     def _shared_over(self) -> list[str]:
         t = self.target
-        return [f"shared memory holds {self.shared_bytes:,} bytes of inputs and results but "
-                f"target {t.name} has {t.shared_memory_bytes:,} (shared_memory_bytes)"
+        return [f"shared memory holds {self.shared_bytes:,} bytes of inputs, results and "
+                f"spilled values but target {t.name} has {t.shared_memory_bytes:,} "
+                "(shared_memory_bytes)"
                 ] if self.shared_bytes > t.shared_memory_bytes else []
 
     def over_capacity(self) -> list[str]:
@@ -173,6 +175,15 @@ def activation_bytes(target: Target) -> int:
     IR computes in f32 to check numerics; the chip stores and moves activations at its own
     precision (pimsim-nn's `setbw`), so that is what occupies local memory."""
     return -(-target.input_bits // 8)
+
+
+def gather_fits(shape: Sequence[int], target: Target) -> bool:
+    """Whether one core can gather a value of `shape` into dense storage: it holds the
+    received fragments and the dense copy at once (twice the value), within half its local
+    memory (the other half for what the core keeps meanwhile: a larger gather left cores
+    of PP-OCR's classifier without room). Lowering keeps a value that cannot distributed
+    instead (`Lowering.dense_of`)."""
+    return 4 * math.prod(shape) * activation_bytes(target) <= target.local_memory_bytes
 
 
 def is_contiguous(shape: Sequence[int], sizes: Sequence[int], strides: Sequence[int]) -> bool:

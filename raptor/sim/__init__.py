@@ -23,6 +23,7 @@ from raptor.ir.module import Module
 from raptor.sim.engine import Engine, SimOptions
 from raptor.sim.errors import Deadlock, SimError
 from raptor.sim.numerics import execute
+from raptor.sim.occupancy import check_occupancy
 from raptor.sim.program import compile_program
 from raptor.sim.report import CoreStats, SimReport, SimResult, Trace
 from raptor.sim.timing import OpTiming
@@ -41,10 +42,15 @@ class Simulator:
     and contended timing) should share one Simulator."""
 
     def __init__(self, module: Module, target: Target,
-                 timings: Mapping[tuple[int, Operation], OpTiming] | None = None) -> None:
+                 timings: Mapping[tuple[int, Operation], OpTiming] | None = None,
+                 check_memory: bool = False) -> None:
         """`timings` replaces the cost of the top-level ops it names, per (core, op): an
-        exporter's figures for another machine (run them with `SimOptions.pimsim()`)."""
+        exporter's figures for another machine (run them with `SimOptions.pimsim()`).
+        `check_memory`: refuse a program that exceeds the target's memory at any instant
+        (`raptor.sim.occupancy`)."""
         start = time.perf_counter()
+        if check_memory:
+            check_occupancy(module, target)
         with collector_paused():
             self.program = compile_program(module, target)
         if timings:

@@ -92,11 +92,15 @@ def _crossbars(s: dict[str, Any]) -> str:
 
 
 def memory(s: dict[str, Any]) -> str:
-    """Peak local memory of the fullest core over the capacity ("OVER" when it overflows)."""
+    """Peak local memory of the fullest core over the capacity ("OVER" when it overflows),
+    and the bytes spilled to shared memory to fit it."""
     mem = s.get("local_memory")
     if mem is None:
         return "-"
     text = f"{mem['peak_bytes'] / 1024:.1f}/{mem['capacity_bytes'] / 1024:g} KiB"
+    spilled = (mem.get("spill") or {}).get("bytes", 0)
+    if spilled:
+        text += f" +{spilled / 1024:.1f} KiB spilled"
     return text if mem["fits"] else text + " OVER"
 
 
