@@ -60,11 +60,15 @@ class LowerBounds:
     shared_memory_ns: int = 0
     """The graph outputs' shared-memory stores, served one at a time, each no earlier than
     its task's compute can end."""
+    layer_load_ns: int = 0
+    """Per graph batch (a layer's lanes): the earliest any lane can start, plus the lanes'
+    work spread over the cores that can run them, plus the shortest work that must follow
+    one of them (see :func:`layer_load`)."""
 
     @property
     def makespan_ns(self) -> int:
         return max(self.critical_path_ns, self.work_per_core_ns, self.fan_in_ns,
-                   self.shared_memory_ns)
+                   self.shared_memory_ns, self.layer_load_ns)
 
 
 def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
@@ -84,7 +88,33 @@ def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
         critical_path_ns=max(tail, default=0), work_per_core_ns=-(-sum(costs) // target.num_cores),
         min_cores=-(-n_w // target.crossbars_per_core),
         fan_in_ns=max((h + t for h, t in zip(head, tail, strict=True)), default=0),
-        shared_memory_ns=memory)
+        shared_memory_ns=memory, layer_load_ns=layer_load(graph, target, head, tail))
+
+
+def layer_load(graph: ComputeGraph, target: Target, head: Sequence[int],
+               tail: Sequence[int]) -> int:
+    """Largest over graph batches S of min head + ⌈work(S) / k⌉ + min (tail − cost): the
+    lanes run on at most k cores, none starts before the earliest head, and after the last
+    one ends its own successors' work remains. k ≤ the cores and the lanes; when every lane
+    multiplies on crossbars, also ≤ the copies its tiles can have: a core runs one of them
+    only if it holds one of their tiles, and beyond one copy of each distinct tile only the
+    chip's spare crossbars hold more (resident weights pin the MVMs)."""
+    costs = graph.costs()
+    spare = target.crossbar_capacity - len(graph.distinct_weights())
+    lanes: dict[int, list[int]] = {}
+    for t, task in enumerate(graph.tasks):
+        if task.batch >= 0:
+            lanes.setdefault(task.batch, []).append(t)
+    best = 0
+    for ts in lanes.values():
+        k = min(target.num_cores, len(ts))
+        if all(graph.tasks[t].weights for t in ts):
+            tiles = frozenset[int]().union(*(graph.tasks[t].weights for t in ts))
+            k = min(k, len(tiles) + spare)
+        work = sum(costs[t] for t in ts)
+        best = max(best, min(head[t] for t in ts) + -(-work // max(k, 1))
+                   + min(tail[t] - costs[t] for t in ts))
+    return best
 
 
 def fan_in_heads(graph: ComputeGraph, target: Target) -> list[int]:

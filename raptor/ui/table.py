@@ -145,7 +145,7 @@ def _title(rep: dict[str, Any]) -> str:
                 f"throughput (period lower bound {rep['period_lower_bound_ns']:,} ns: work / "
                 "cores, heaviest group, output stores)")
     return (f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns: critical path, "
-            "work / cores, fan-in, shared memory)")
+            "work / cores, fan-in, shared memory, layer load)")
 
 
 def _fitted(title: str, heads: Sequence[str], rows: Sequence[Sequence[str]],
