@@ -147,7 +147,7 @@ def part_b(sizes: list[int], limit: float) -> list[tuple[ComputeGraph, Target, i
         peft = free_link(g, target, peft_schedule(g, target))
         cp = cpsat_schedule(g, target, CpSatOptions(time_limit=limit, num_workers=2, seed=0,
                                                     injection=False), initial=peft)
-        lb = lower_bounds(g, target).makespan_ns
+        lb = lower_bounds(g, target, link_cut=False).makespan_ns
         word = cp.status.split()[0]
         print(f"| {n} | {len(g.edges)} | {lb} | {peft.makespan_ns} | "
               f"{cp.objective_ns} | {cp.bound_ns} | {word} ({cp.model}) | "

@@ -136,7 +136,7 @@ class _Model:
         self.head, self.tail = graph.top_levels(), graph.bottom_levels()
         self.ub = max(initial.makespan_ns, max((s + d for s, d in zip(
             self.hint_start, graph.max_durations(), strict=True)), default=0))
-        self.lb = lower_bounds(graph, target).makespan_ns
+        self.lb = lower_bounds(graph, target, link_cut=False).makespan_ns
         self.m = cp_model.CpModel()
         self.hints: list[tuple[cp_model.IntVar, int]] = []
         self.variables()
@@ -431,7 +431,7 @@ def _search(graph: ComputeGraph, target: Target, opts: CpSatOptions,
     if opts.on_progress is not None:
         opts.on_progress(start.estimate_ns, bound)
     best, stats = lns_schedule(graph, target, start, max(units, 0.0), opts.seed,
-                               opts.num_workers, wall, opts.on_progress)
+                               opts.num_workers, wall, opts.on_progress, bound)
     elapsed = time.perf_counter() - t0
     stopped = opts.deterministic and 0 < stats.units < units and \
         elapsed >= opts.time_limit * opts.wall_factor * 0.99
@@ -443,6 +443,8 @@ def _search(graph: ComputeGraph, target: Target, opts: CpSatOptions,
             + ("; stopped by the wall-clock limit, so a rerun may differ" if stopped else ""))
     if best is initial:
         what += "; the PEFT schedule is returned"
+    if best.estimate_ns <= bound:
+        what = "OPTIMAL" + what[len("FEASIBLE"):] + f" (it replays at the bound, {bound:,} ns)"
     return dataclasses.replace(
         best, solver="cpsat", status=what, bound_ns=bound,
         objective_ns=best.estimate_ns if best is not initial else None,

@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from raptor.solver.comm import Replay, replay
-from raptor.solver.evaluate import validate_schedule
+from raptor.solver.evaluate import retime, validate_schedule
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import nearest_cores
-from raptor.solver.schedule import MergeScheduleResult
+from raptor.solver.schedule import MergeScheduleResult, core_order
 from raptor.solver.watch import SearchReport
 from raptor.target import Target
 
@@ -272,13 +272,11 @@ class _Window:
         their cores, the free-link transfer where one of them may move."""
         ctx, m = self.ctx, self.m
         g, core_of, rep = ctx.graph, ctx.best.core_of, ctx.rep
-        target = ctx.target
         for e in g.edges:
             u, v = e.src, e.dst
             if self.frozen[v] or self.dropped[v]:
                 continue
             xu, xv = self.x.get(u), self.x.get(v)
-            b = ctx.largest[(u, v)]
             end_u: Expr = rep.end[u] if self.frozen[u] else self.end[u]
             if xu is None and xv is None:
                 m.add(self.start[v] >= end_u + ctx.delay(u, v))
@@ -286,18 +284,17 @@ class _Window:
                 assert xv is not None
                 cu = core_of[u]
                 m.add(self.start[v] >= end_u + sum(
-                    lit * (ctx.delay(u, v) if p == core_of[v] else target.transfer_ns(b, cu, p))
+                    lit * ctx.delay(u, v, cu, p)
                     for p, lit in xv.items()))
             elif xv is None:
                 cv = core_of[v]
                 m.add(self.start[v] >= end_u + sum(
-                    lit * (ctx.delay(u, v) if p == core_of[u] else target.transfer_ns(b, p, cv))
+                    lit * ctx.delay(u, v, p, cv)
                     for p, lit in xu.items()))
             else:
                 for p, lu in xu.items():
                     for q, lv in xv.items():
-                        d = ctx.delay(u, v) if (p, q) == (core_of[u], core_of[v]) else \
-                            target.transfer_ns(b, p, q)
+                        d = ctx.delay(u, v, p, q)
                         if d:
                             m.add(self.start[v] >= end_u + d).only_enforce_if([lu, lv])
                 m.add(self.start[v] >= end_u)
@@ -332,9 +329,7 @@ class _Window:
         if xu is None:
             return ctx.delay(u, v)
         cv = ctx.best.core_of[v]
-        b = ctx.largest.get((u, v), 0)
-        return sum(lit * (ctx.delay(u, v) if p == ctx.best.core_of[u] else
-                          ctx.target.transfer_ns(b, p, cv)) for p, lit in xu.items())
+        return sum(lit * ctx.delay(u, v, p, cv) for p, lit in xu.items())
 
     def capacity(self, cands: dict[int, list[int]]) -> None:
         """Crossbar room on every core a free task with tiles may move to: the tiles of the
@@ -413,15 +408,27 @@ class _Context:
         self.by_start = sorted(range(g.num_tasks), key=lambda t: (self.rep.start[t], t))
         self.chain = critical_chain(g, best.core_tasks, self.rep)
 
-    def delay(self, u: int, v: int) -> int:
-        """The incumbent's delay from u's end to v's data (its replay), at least free-link."""
+    def delay(self, u: int, v: int, p: int | None = None, q: int | None = None) -> int:
+        """From u's end to v's data with u on core p and v on q (default: their incumbent
+        cores): the free-link transfer plus the wait the message had in the incumbent's
+        replay (link contention at the reader's fan-in, the sender's rendezvous), which a
+        move keeps; nothing on one core."""
+        cu, cv = self.best.core_of[u], self.best.core_of[v]
+        p = cu if p is None else p
+        q = cv if q is None else q
+        if p == q:
+            return 0
+        return self.target.transfer_ns(self.largest[(u, v)], p, q) + self.wait(u, v)
+
+    def wait(self, u: int, v: int) -> int:
+        """The incumbent's wait of the message u -> v beyond its free-link transfer."""
         cu, cv = self.best.core_of[u], self.best.core_of[v]
         if cu == cv:
             return 0
         rep = self.rep
         seen = max((rep.arrival.get((f, cv), 0) for f in self.edge_frags.get((u, v), ())),
                    default=0)
-        return max(self.target.transfer_ns(self.largest[(u, v)], cu, cv), seen - rep.end[u])
+        return max(0, seen - rep.end[u] - self.target.transfer_ns(self.largest[(u, v)], cu, cv))
 
 
 def _neighbourhood(ctx: _Context, rng: random.Random, size: int
@@ -474,10 +481,12 @@ def _neighbourhood(ctx: _Context, rng: random.Random, size: int
 
 def lns_schedule(graph: ComputeGraph, target: Target, initial: MergeScheduleResult,
                  units: float, seed: int = 0, workers: int = 2, wall_s: float = float("inf"),
-                 on_progress: SearchReport | None = None
+                 on_progress: SearchReport | None = None, bound: int = 0
                  ) -> tuple[MergeScheduleResult, LnsStats]:
     """The best schedule found from ``initial`` within ``units`` deterministic units (and
-    ``wall_s`` seconds, a safety limit that only a heavily loaded machine reaches)."""
+    ``wall_s`` seconds, a safety limit that only a heavily loaded machine reaches); it stops
+    early at a schedule that replays at ``bound`` (a lower bound of the problem) or when a
+    window holding every task is solved to optimality without gain."""
     graph.freeze()
     stats = LnsStats()
     if not graph.num_tasks or units <= 0:
@@ -512,6 +521,9 @@ def lns_schedule(graph: ComputeGraph, target: Target, initial: MergeScheduleResu
         for obj, (core_of, start) in sorted(found.found, key=lambda f: f[0])[:3]:
             if obj >= incumbent:
                 continue
+            # ASAP in the solution's per-core order: canonical (a window's starts are free
+            # within their slack, and differ with the search's path)
+            start = retime(graph, target, core_of, core_order(graph, target, core_of, start))
             cand = MergeScheduleResult.build(graph, target, core_of, start, solver="cpsat",
                                              status="FEASIBLE", model="lns")
             stats.units += PYTHON_UNITS_PER_TASK * n
@@ -523,6 +535,10 @@ def lns_schedule(graph: ComputeGraph, target: Target, initial: MergeScheduleResu
                 if on_progress is not None:
                     on_progress(cand.estimate_ns, None)
                 break
+        if proved and not improved and len(free) == n:
+            break  # the whole schedule's window is optimal: nothing left to find
+        if ctx.best.estimate_ns <= bound:
+            break  # proven optimal
         if proved and not improved:
             size = min(MAX_SIZE, n, size + max(2, size // 4))
         elif not proved:
