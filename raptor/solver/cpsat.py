@@ -430,8 +430,8 @@ def _search(graph: ComputeGraph, target: Target, opts: CpSatOptions,
     wall = max(left - (time.perf_counter() - t0), 0.0)
     if opts.on_progress is not None:
         opts.on_progress(start.estimate_ns, bound)
-    best, stats = lns_schedule(graph, target, start, max(units, 0.0), opts.seed,
-                               opts.num_workers, wall, opts.on_progress, bound)
+    best, stats = lns_schedule(graph, target, start, max(units, 0.0), opts.seed, wall,
+                               opts.on_progress, bound)
     elapsed = time.perf_counter() - t0
     stopped = opts.deterministic and 0 < stats.units < units and \
         elapsed >= opts.time_limit * opts.wall_factor * 0.99

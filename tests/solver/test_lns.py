@@ -19,7 +19,7 @@ def test_search_keeps_only_what_replays_faster_and_reruns_alike() -> None:
         g = random_layered_dag(60, seed=seed, width=8, bytes_range=(2000, 20000),
                                tiles_per_batch=(0, 2))
         peft = peft_schedule(g, MESH)
-        runs = [lns_schedule(g, MESH, peft, 0.3, seed=0, workers=2) for _ in range(2)]
+        runs = [lns_schedule(g, MESH, peft, 0.3, seed=0) for _ in range(2)]
         (best, stats), (again, _) = runs
         assert (best.core_of, best.start_ns) == (again.core_of, again.start_ns)
         assert validate_schedule(g, MESH, best) == []
