@@ -59,7 +59,7 @@ from ortools.sat.python import cp_model
 
 from raptor.solver.evaluate import lower_bounds, retime, validate_schedule
 from raptor.solver.graph import ComputeGraph
-from raptor.solver.lns import lns_schedule
+from raptor.solver.lns import lns_schedule, tie_same
 from raptor.solver.peft import check_capacity, peft_schedule
 from raptor.solver.schedule import MergeScheduleResult, core_order
 from raptor.solver.watch import SearchReport, watch
@@ -226,15 +226,7 @@ class _Model:
             xu, xv, same = self.x[u], self.x[v], self.same[(u, v)]
             if not set(xu) & set(xv):
                 m.add(same == 0)
-            for p, lit in xu.items():
-                if p in xv:
-                    m.add_bool_or([same.Not(), lit.Not(), xv[p]])
-                    m.add_bool_or([lit.Not(), xv[p].Not(), same])
-                else:
-                    m.add_bool_or([same.Not(), lit.Not()])
-            for p, lit in xv.items():
-                if p not in xu:
-                    m.add_bool_or([same.Not(), lit.Not()])
+            tie_same(m, same, xu, xv)
             dr, dc = self.dist[(u, v)]
             for dist, axis in ((dr, lambda p: p // cols), (dc, lambda p: p % cols)):
                 at_u = sum(axis(p) * lit for p, lit in xu.items())

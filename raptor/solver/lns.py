@@ -120,6 +120,21 @@ def critical_chain(graph: ComputeGraph, core_tasks: Sequence[Sequence[int]], rep
         t = cause
 
 
+def tie_same(m: cp_model.CpModel, same: cp_model.IntVar, xu: dict[int, cp_model.IntVar],
+             xv: dict[int, cp_model.IntVar]) -> None:
+    """``same`` ⇔ two tasks with placement literals ``xu``, ``xv`` share a core, as clauses
+    (NOTES: ~10× faster than comparing core indices)."""
+    for p, lit in xu.items():
+        if p in xv:
+            m.add_bool_or([same.Not(), lit.Not(), xv[p]])
+            m.add_bool_or([lit.Not(), xv[p].Not(), same])
+        else:
+            m.add_bool_or([same.Not(), lit.Not()])
+    for p, lit in xv.items():
+        if p not in xu:
+            m.add_bool_or([same.Not(), lit.Not()])
+
+
 class _Window:
     """One neighbourhood's CP-SAT model (module docstring), hinted with the incumbent."""
 
@@ -256,15 +271,7 @@ class _Window:
         if same is None:
             m = self.m
             same = self._same[key] = m.new_bool_var(f"same{u}_{v}")
-            for p, lit in xu.items():
-                if p in xv:
-                    m.add_bool_or([same.Not(), lit.Not(), xv[p]])
-                    m.add_bool_or([lit.Not(), xv[p].Not(), same])
-                else:
-                    m.add_bool_or([same.Not(), lit.Not()])
-            for p, lit in xv.items():
-                if p not in xu:
-                    m.add_bool_or([same.Not(), lit.Not()])
+            tie_same(m, same, xu, xv)
         return same
 
     def precedence(self, cands: dict[int, list[int]]) -> None:
