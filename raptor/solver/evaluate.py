@@ -61,19 +61,24 @@ class LowerBounds:
     shared_memory_ns: int = 0
     """The graph outputs' shared-memory stores, served one at a time, each no earlier than
     its task's compute can end."""
+    layer_load_ns: int = 0
+    """Per graph batch (a layer's lanes): the earliest any lane can start, plus the lanes'
+    work spread over the cores that can run them, plus the shortest work that must follow
+    one of them (see :func:`layer_load`)."""
 
     @property
     def makespan_ns(self) -> int:
         return max(self.critical_path_ns, self.work_per_core_ns, self.fan_in_ns,
-                   self.shared_memory_ns)
+                   self.shared_memory_ns, self.layer_load_ns)
 
 
-def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
-    """Every bound of :class:`LowerBounds`; O((T + E) log E)."""
+def lower_bounds(graph: ComputeGraph, target: Target, link_cut: bool = True) -> LowerBounds:
+    """Every bound of :class:`LowerBounds`. ``link_cut=False`` leaves out the links' capacity
+    (see :func:`fan_in_heads`): then they also bound CP-SAT's free-link model."""
     graph.freeze()
     costs = graph.costs()
     tail = graph.bottom_levels()
-    head = fan_in_heads(graph, target)
+    head = fan_in_heads(graph, target, link_cut)
     stores = sorted((head[t] + costs[t] - task.shared_ns, task.shared_ns)
                     for t, task in enumerate(graph.tasks) if task.shared_ns)
     memory, after = 0, 0
@@ -85,18 +90,57 @@ def lower_bounds(graph: ComputeGraph, target: Target) -> LowerBounds:
         critical_path_ns=max(tail, default=0), work_per_core_ns=-(-sum(costs) // target.num_cores),
         min_cores=-(-n_w // target.crossbars_per_core),
         fan_in_ns=max((h + t for h, t in zip(head, tail, strict=True)), default=0),
-        shared_memory_ns=memory)
+        shared_memory_ns=memory, layer_load_ns=layer_load(graph, target, head, tail))
 
 
-def fan_in_heads(graph: ComputeGraph, target: Target) -> list[int]:
+def layer_load(graph: ComputeGraph, target: Target, head: Sequence[int],
+               tail: Sequence[int]) -> int:
+    """Largest over graph batches S of min head + ⌈work(S) / k⌉ + min (tail − cost): the
+    lanes run on at most k cores, none starts before the earliest head, and after the last
+    one ends its own successors' work remains. k ≤ the cores and the lanes; when every lane
+    multiplies on crossbars, also ≤ the copies its tiles can have: a core runs one of them
+    only if it holds one of their tiles, and beyond one copy of each distinct tile only the
+    chip's spare crossbars hold more (resident weights pin the MVMs)."""
+    costs = graph.costs()
+    spare = target.crossbar_capacity - len(graph.distinct_weights())
+    lanes: dict[int, list[int]] = {}
+    for t, task in enumerate(graph.tasks):
+        if task.batch >= 0:
+            lanes.setdefault(task.batch, []).append(t)
+    best = 0
+    for ts in lanes.values():
+        k = min(target.num_cores, len(ts))
+        if all(graph.tasks[t].weights for t in ts):
+            tiles = frozenset[int]().union(*(graph.tasks[t].weights for t in ts))
+            k = min(k, len(tiles) + spare)
+        work = sum(costs[t] for t in ts)
+        best = max(best, min(head[t] for t in ts) + -(-work // max(k, 1))
+                   + min(tail[t] - costs[t] for t in ts))
+    return best
+
+
+def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> list[int]:
     """Earliest start of each task under the fan-in argument (NOTES, CP-SAT): whichever
     predecessors share the task's core run one after another before it; the others' data
-    arrives one hop plus its flits after they end at the earliest. For a given set of
-    remote predecessors the latest arrival counts, so the best split keeps a prefix of the
-    predecessors sorted by arrival (latest first) local: O(k log k) per task."""
+    arrives one hop plus its flits after they end at the earliest, and all of it enters the
+    task's core through its at most four incoming mesh links, each carrying one
+    message at a time (a link cut): the last arrives no earlier than the earliest of them
+    ends, plus their serialisation times shared over those links, plus a hop. For a given
+    set of remote predecessors the latest arrival counts, so the best split keeps a prefix
+    of the predecessors sorted by arrival (latest first) local: O(k²) per task.
+    ``link_cut=False``: without the link cut (a bound of the free-link model too)."""
     graph.freeze()
     costs = graph.costs()
     largest = graph.largest_message()
+    cycles: dict[tuple[int, int], int] = {}
+    for v, frags in enumerate(graph.reads):
+        for f in frags:
+            key = (graph.fragments[f].producer, v)
+            cycles[key] = cycles.get(key, 0) + \
+                -(-graph.fragments[f].bytes // target.flit_bytes) * target.flit_cycles
+    rows, cols = target.mesh_rows, target.mesh_cols
+    # the most links into one core; without the cut, as many as there are messages
+    links = max(1, min(rows - 1, 2) + min(cols - 1, 2)) if link_cut else 1 << 62
     one_hop = target.num_cores > 1
     head = [0] * graph.num_tasks
     for v in graph.topo_order:
@@ -105,18 +149,28 @@ def fan_in_heads(graph: ComputeGraph, target: Target) -> list[int]:
             end = head[u] + costs[u]
             arrive = end + target.ns(free_cycles(target, 1, largest[(u, v)])) if one_hop \
                 else 1 << 62
-            preds.append((arrive, head[u], costs[u]))
+            preds.append((arrive, head[u], costs[u], cycles.get((u, v), 0)))
         if not preds:
             continue
         preds.sort(reverse=True)
-        best = preds[0][0]  # everything remote
+        k_all = len(preds)
+        # remote suffixes: the earliest end among them and their serialisation cycles
+        first = [1 << 62] * (k_all + 1)
+        ser = [0] * (k_all + 1)
+        for k in range(k_all - 1, -1, -1):
+            first[k] = min(first[k + 1], preds[k][1] + preds[k][2])
+            ser[k] = ser[k + 1] + preds[k][3]
+        # when the data of preds[k:] has arrived at the earliest
+        remote = [max(preds[k][0], first[k] + target.ns(target.hop_cycles + -(-ser[k] // links)))
+                  if one_hop else 1 << 62 for k in range(k_all)] + [0]
+        best = remote[0]  # everything remote
         local: list[tuple[int, int]] = []
-        for k, (_, release, cost) in enumerate(preds):
+        for k, (_, release, cost, _) in enumerate(preds):
             bisect.insort(local, (release, cost))
             done = 0
             for r, c in local:
                 done = max(done, r) + c
-            best = min(best, max(done, preds[k + 1][0] if k + 1 < len(preds) else 0))
+            best = min(best, max(done, remote[k + 1]))
         head[v] = best
     return head
 

@@ -161,7 +161,7 @@ def _title(rep: dict[str, Any]) -> str:
                 f"throughput; efficiency: period lower bound {rep['period_lower_bound_ns']:,} "
                 "ns (work / cores, heaviest group, output stores) / simulated period")
     return (f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns: critical path, "
-            "work / cores, fan-in, shared memory)")
+            "work / cores, fan-in, shared memory, layer load)")
 
 
 def _fitted(title: str, heads: Sequence[str], rows: Sequence[Sequence[str]],
