@@ -433,7 +433,7 @@ def _search(graph: ComputeGraph, target: Target, opts: CpSatOptions,
     stopped = opts.deterministic and 0 < stats.units < units and \
         elapsed >= opts.time_limit * opts.wall_factor * 0.99
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(stats.kinds.items()) if v)
-    what = (f"FEASIBLE: the large-neighbourhood search solved "
+    what = (f"FEASIBLE after a large-neighbourhood search that solved "
             f"{stats.windows} windows with CP-SAT ({stats.units:.2f} units of deterministic "
             f"time) and kept {stats.kept} that the communication model judged faster"
             + (f" ({kinds})" if kinds else "")
