@@ -110,7 +110,6 @@ STATUSES: dict[str, str] = {
                 "is used",
     "NO_SOLUTION": "the search found no schedule of its own within its limit; the "
                    "heuristic's is used",
-    "NOT_RUN": "the model was too large to build; the heuristic's schedule is used",
 }
 """report.json's `status` of a schedule, one of these words (docs/report.schema.json);
 `status_detail` says what happened in words, with no wall-clock seconds (those are in
@@ -126,19 +125,16 @@ def schedule_status(solver_status: str, notes: list[str], interrupted: bool = Fa
     the one place where the solvers' words become report.json's (`STATUSES`).
 
     The solvers say it thus: the heuristics `HEURISTIC`; CP-SAT (`raptor.solver.cpsat`)
-    `OPTIMAL ...` or `FEASIBLE ...`, `NOT RUN (...)` when the model was not built,
-    `... no solution of its own ...` or a status name of `_NO_SOLUTION` when the search
-    returned none, `..., which is returned` when it kept the heuristic's schedule; the
-    pipeline model (`raptor.solver.pipeline`) says the latter two in its notes ("hint
-    returned", "the hint's realization is kept")."""
+    `OPTIMAL ...` or `FEASIBLE ...`, `... no solution of its own ...` or a status name of
+    `_NO_SOLUTION` when the search returned none, `..., which is returned` when it kept the
+    heuristic's schedule; the pipeline model (`raptor.solver.pipeline`) says the latter two
+    in its notes ("hint returned", "the hint's realization is kept")."""
     text = " ".join(solver_status.split())
     first = text.split(" ", 1)[0].rstrip(":,;")
     kept = [n for n in notes if "hint returned" in n or "realization is kept" in n]
     if kept:  # the pipeline model says it in a note: the detail names it
         text = f"{text}; {kept[0]}"
-    if text.startswith("NOT RUN"):
-        word = "NOT_RUN"
-    elif first in _NO_SOLUTION or "no solution of its own" in text or "hint returned" in text:
+    if first in _NO_SOLUTION or "no solution of its own" in text or "hint returned" in text:
         word = "NO_SOLUTION"
     elif "which is returned" in text or "realization is kept" in text:
         word = "NOT_USED"

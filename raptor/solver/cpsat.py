@@ -63,7 +63,7 @@ from raptor.solver.graph import ComputeGraph
 from raptor.solver.lns import lns_schedule, tie_same
 from raptor.solver.peft import check_capacity, peft_schedule
 from raptor.solver.schedule import MergeScheduleResult, core_order
-from raptor.solver.watch import SearchReport, search
+from raptor.solver.watch import SearchReport, search, session
 from raptor.target import Target
 
 DET_PER_SECOND = 0.05
@@ -375,11 +375,13 @@ def _fallback(initial: MergeScheduleResult, status: str, seconds: float, model: 
 
 
 def _limit_words(opts: CpSatOptions, limit: float) -> str:
-    """The search limit (`limit` seconds asked for), and how a deterministic one follows."""
+    """The limit of a search given `limit` of the `opts.time_limit` seconds asked for, and
+    how a deterministic one follows from them."""
+    share = f", {limit / opts.time_limit:.0%} of it" if limit != opts.time_limit else ""
     if opts.deterministic:
         return (f"{limit * DET_PER_SECOND:g} units of deterministic time (time limit "
-                f"{limit:g} s x {DET_PER_SECOND:g} units per second)")
-    return f"{limit:g} s"
+                f"{opts.time_limit:g} s x {DET_PER_SECOND:g} units per second{share})")
+    return f"{limit:g} s (time limit {opts.time_limit:g} s{share})"
 
 
 def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | None = None,
@@ -387,8 +389,14 @@ def cpsat_schedule(graph: ComputeGraph, target: Target, options: CpSatOptions | 
     """Minimize single-inference latency as the communication model judges it; returns at
     least the initial (PEFT) schedule. Small graphs: the whole problem's model first; then,
     unless that proved an optimum the communication model confirms, the large-neighbourhood
-    search from the best schedule so far for the rest of the limit."""
-    opts = options or CpSatOptions()
+    search from the best schedule so far for the rest of the limit. A Ctrl-C anywhere in it
+    (`raptor.solver.watch.stop_search`) ends it with the best schedule so far."""
+    with session():
+        return _cpsat_schedule(graph, target, options or CpSatOptions(), initial)
+
+
+def _cpsat_schedule(graph: ComputeGraph, target: Target, opts: CpSatOptions,
+                    initial: MergeScheduleResult | None) -> MergeScheduleResult:
     t0 = time.perf_counter()
     graph.freeze()
     check_capacity(graph, target)

@@ -44,7 +44,7 @@ from raptor.solver.evaluate import retime, validate_schedule
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import nearest_cores
 from raptor.solver.schedule import MergeScheduleResult, core_order
-from raptor.solver.watch import SearchReport
+from raptor.solver.watch import SearchReport, search, session, stop_requested
 from raptor.target import Target
 
 PYTHON_UNITS_PER_TASK = 1.5e-5
@@ -503,53 +503,56 @@ def lns_schedule(graph: ComputeGraph, target: Target, initial: MergeScheduleResu
     rng = random.Random(seed)
     size = min(24, graph.num_tasks)
     n = graph.num_tasks
-    while stats.units < units and time.perf_counter() - t0 < wall_s:
-        kind, free, cands = _neighbourhood(ctx, rng, size)
-        window = _Window(ctx, free, cands)
-        solver = cp_model.CpSolver()
-        prm = solver.parameters
-        # one worker: a window is small, one thread is deterministic without the interleaved
-        # search (which aborted OR-Tools 9.15 on a YOLO-neck window: "Check failed:
-        # heuristics.fixed_search != nullptr"), and the other core stays free
-        prm.num_workers = 1
-        prm.random_seed = seed + stats.windows
-        prm.cp_model_probing_level = 0
-        prm.symmetry_level = 0
-        prm.max_deterministic_time = min(SUB_LIMIT, max(units - stats.units, 1e-3))
-        prm.max_time_in_seconds = WALL_PER_WINDOW
-        found = _Solutions(window)
-        code = solver.solve(window.m, found)
-        stats.windows += 1
-        stats.units += solver.response_proto.deterministic_time \
-            + PYTHON_UNITS_PER_TASK * len(window.live)
-        proved = code == cp_model.OPTIMAL
-        stats.proved += proved
-        improved = False
-        incumbent = ctx.rep.makespan_ns
-        for obj, (core_of, start) in sorted(found.found, key=lambda f: f[0])[:3]:
-            if obj >= incumbent:
-                continue
-            # ASAP in the solution's per-core order: canonical (a window's starts are free
-            # within their slack, and differ with the search's path)
-            start = retime(graph, target, core_of, core_order(graph, target, core_of, start))
-            cand = MergeScheduleResult.build(graph, target, core_of, start, solver="cpsat",
-                                             status="FEASIBLE", model="lns")
-            stats.units += PYTHON_UNITS_PER_TASK * n
-            if cand.estimate_ns < ctx.best.estimate_ns and \
-                    not validate_schedule(graph, target, cand):
-                ctx.adopt(cand)
-                stats.kept += 1
-                improved = True
-                if on_progress is not None:
-                    on_progress(cand.estimate_ns, None)
-                break
-        if proved and not improved and len(free) == n:
-            break  # the whole schedule's window is optimal: nothing left to find
-        if ctx.best.estimate_ns <= bound:
-            break  # proven optimal
-        if proved and not improved:
-            size = min(MAX_SIZE, n, size + max(2, size // 4))
-        elif not proved:
-            size = max(MIN_SIZE, size * 3 // 4)
-        stats.kinds[kind] = stats.kinds.get(kind, 0) + improved
+    with session():
+        # Ctrl-C (`stop_search`) ends the running window and the search with it
+        while stats.units < units and time.perf_counter() - t0 < wall_s \
+                and not stop_requested():
+            kind, free, cands = _neighbourhood(ctx, rng, size)
+            window = _Window(ctx, free, cands)
+            solver = cp_model.CpSolver()
+            prm = solver.parameters
+            # one worker: a window is small, one thread is deterministic without the interleaved
+            # search (which aborted OR-Tools 9.15 on a YOLO-neck window: "Check failed:
+            # heuristics.fixed_search != nullptr"), and the other core stays free
+            prm.num_workers = 1
+            prm.random_seed = seed + stats.windows
+            prm.cp_model_probing_level = 0
+            prm.symmetry_level = 0
+            prm.max_deterministic_time = min(SUB_LIMIT, max(units - stats.units, 1e-3))
+            prm.max_time_in_seconds = WALL_PER_WINDOW
+            found = _Solutions(window)
+            code = search(solver, window.m, solutions=found)
+            stats.windows += 1
+            stats.units += solver.response_proto.deterministic_time \
+                + PYTHON_UNITS_PER_TASK * len(window.live)
+            proved = code == cp_model.OPTIMAL
+            stats.proved += proved
+            improved = False
+            incumbent = ctx.rep.makespan_ns
+            for obj, (core_of, start) in sorted(found.found, key=lambda f: f[0])[:3]:
+                if obj >= incumbent:
+                    continue
+                # ASAP in the solution's per-core order: canonical (a window's starts are free
+                # within their slack, and differ with the search's path)
+                start = retime(graph, target, core_of, core_order(graph, target, core_of, start))
+                cand = MergeScheduleResult.build(graph, target, core_of, start, solver="cpsat",
+                                                 status="FEASIBLE", model="lns")
+                stats.units += PYTHON_UNITS_PER_TASK * n
+                if cand.estimate_ns < ctx.best.estimate_ns and \
+                        not validate_schedule(graph, target, cand):
+                    ctx.adopt(cand)
+                    stats.kept += 1
+                    improved = True
+                    if on_progress is not None:
+                        on_progress(cand.estimate_ns, None)
+                    break
+            if proved and not improved and len(free) == n:
+                break  # the whole schedule's window is optimal: nothing left to find
+            if ctx.best.estimate_ns <= bound:
+                break  # proven optimal
+            if proved and not improved:
+                size = min(MAX_SIZE, n, size + max(2, size // 4))
+            elif not proved:
+                size = max(MIN_SIZE, size * 3 // 4)
+            stats.kinds[kind] = stats.kinds.get(kind, 0) + improved
     return ctx.best, stats

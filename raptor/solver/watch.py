@@ -16,7 +16,8 @@ So a stop asked for before the search begins waits for its start, which CP-SAT's
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from ortools.sat.python import cp_model
 
@@ -31,6 +32,10 @@ _pending = False
 """A stop was asked for before the search started."""
 _stopped = 0
 """Searches ended by `stop_search` in this process."""
+_sessions = 0
+"""Open searches made of many CP-SAT solves (`session`)."""
+_session_stopped = False
+"""`stop_search` was asked for while a session was open."""
 
 
 class _Solutions(cp_model.CpSolverSolutionCallback):
@@ -55,10 +60,33 @@ def _log(line: str) -> None:
             threading.Thread(target=_running.stop_search, daemon=True).start()
 
 
+@contextmanager
+def session() -> Iterator[None]:
+    """A search made of many CP-SAT solves (the large-neighbourhood search): a stop asked for
+    between two of them ends it as well; the caller polls `stop_requested`."""
+    global _sessions, _session_stopped
+    with _lock:
+        if not _sessions:
+            _session_stopped = False
+        _sessions += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _sessions -= 1
+
+
+def stop_requested() -> bool:
+    """`stop_search` was asked for during the open `session`."""
+    return _session_stopped
+
+
 def search(solver: cp_model.CpSolver, model: cp_model.CpModel,
-           report: SearchReport | None = None) -> cp_model.CpSolverStatus:
-    """`solver.solve(model)`, told to `report` while it runs and stoppable by
-    `stop_search`."""
+           report: SearchReport | None = None,
+           solutions: cp_model.CpSolverSolutionCallback | None = None
+           ) -> cp_model.CpSolverStatus:
+    """`solver.solve(model)`, told to `report` (or to the callback `solutions`) while it runs
+    and stoppable by `stop_search`."""
     global _running, _started, _pending
     prm = solver.parameters
     prm.catch_sigint_signal = False
@@ -69,7 +97,9 @@ def search(solver: cp_model.CpSolver, model: cp_model.CpModel,
     with _lock:
         _running, _started, _pending = solver, False, False
     try:
-        return solver.solve(model, _Solutions(report) if report is not None else None)
+        if solutions is None and report is not None:
+            solutions = _Solutions(report)
+        return solver.solve(model, solutions)
     finally:
         with _lock:
             _running = None
@@ -78,10 +108,14 @@ def search(solver: cp_model.CpSolver, model: cp_model.CpModel,
 def stop_search() -> bool:
     """End the running search (it returns its best solution so far; asked for during
     presolve, when the search begins); False when none runs. Safe from any thread."""
-    global _stopped, _pending
+    global _stopped, _pending, _session_stopped
     with _lock:
+        if _sessions:
+            _session_stopped = True
         if _running is None:
-            return False
+            if _sessions:
+                _stopped += 1
+            return bool(_sessions)
         if _started:
             _running.stop_search()
         else:

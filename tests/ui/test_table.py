@@ -72,9 +72,9 @@ BIG = {
                  "numerics": {"ok": True, "max_abs_error": 3.8e-05}},
         "cpsat": {"estimate_ns": 5054411, "ideal_simulated_ns": 5054411,
                   "simulated_ns": 14180117, "bound_ns": None, "solve_seconds": 0.01,
-                  "status": "NOT_RUN",
-                  "status_detail": "(the restricted-4 model has 205,407 task-core pairs, "
-                                   "more than max_model_pairs 40,000; PEFT schedule returned)",
+                  "status": "NO_SOLUTION",
+                  "status_detail": "(the whole model of 205,407 task-core pairs registered "
+                                   "no solution of its own; PEFT schedule returned)",
                   "cores_used": 64, "model": "restricted-4", "valid": True,
                   "simulation_error": None, "simulation": {"messages": 28392},
                   "numerics": {"ok": False, "max_abs_error": 0.125}}}}
@@ -88,7 +88,7 @@ def test_large_figures_and_long_status_stay_whole(width: int) -> None:
     _check_fits(text, width, ["4,922,604", "5,054,411", "14,180,117", "3.8e-05", "1.2e-01",
                               "2.7%"])
     assert "MISMATCH" in text and "(my-rules/layout.egg)" in text
-    assert "cpsat: NOT_RUN (the restricted-4 model" in text.replace("\n", " ")
+    assert "cpsat: NO_SOLUTION (the whole model of 205,407" in text.replace("\n", " ")
     assert "lower bound 4,922,604 ns" in text.replace("\n", " ")
 
 
