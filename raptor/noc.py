@@ -164,13 +164,15 @@ class Network:
 
     def timing(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
         """A message's links, serialization and free-link latency, without a Route (cached
-        by pair and by hops and size: sizes vary too much to cache per message)."""
+        by pair and by hops and flits: sizes vary too much to cache per message)."""
         links = self.route(src, dst)
         hops = len(links)
-        got = self._timing.get((hops, nbytes))
+        t = self.target
+        key = (hops, flits(t, nbytes))  # sizes of one flit count time alike
+        got = self._timing.get(key)
         if got is None:
-            t, p = self.target, self.protocol
-            got = self._timing[(hops, nbytes)] = (
+            p = self.protocol
+            got = self._timing[key] = (
                 t.ns(hold_cycles(t, hops, nbytes, p)),
                 t.ns(message_cycles(t, hops, nbytes, p)) if links else 0)
         if self.protocol != "raptor" and links:

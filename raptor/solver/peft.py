@@ -437,8 +437,9 @@ class _ListScheduler:
                                + self.mesh.distance_transform(slack)).max(axis=0)
         return out
 
-    def exact_ready(self, t: int, p: int, commit: bool) -> int:
-        """Data-ready time of t on p with its new messages reserved on the links."""
+    def exact_ready(self, t: int, p: int, commit: bool, limit: int = INF) -> int:
+        """Data-ready time of t on p with its new messages reserved on the links (or, once
+        it exceeds ``limit``, a time past it: the caller has no use for more)."""
         ready = 0
         holders, producer, nbytes = self.holders, self.frag_producer, self.frag_bytes
         net, table = self.net, self.links
@@ -454,6 +455,8 @@ class _ListScheduler:
                     held[p] = a
             if a > ready:
                 ready = a
+                if ready > limit:
+                    break
         return ready
 
     def slot(self, t: int, p: int, ready: int) -> int:
@@ -488,8 +491,14 @@ class _ListScheduler:
                 break
             if best is not None and sc - slack > best[0]:
                 break  # no later candidate can beat the best exact score
-            s = self.slot(t, p, self.exact_ready(t, p, commit=False))
-            f = s + self.duration(t, p)
+            d = self.duration(t, p)
+            # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
+            limit = INF if best is None else best[0] - sc + ef - d
+            ready = self.exact_ready(t, p, False, limit)
+            if ready > limit:
+                continue
+            s = self.slot(t, p, ready)
+            f = s + d
             key = (sc - ef + f, f, p not in near, has_tiles and ne != 0, p)
             if best is None or key < best:
                 best, choice = key, (p, s)
