@@ -119,6 +119,8 @@ class Network:
         switch."""
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._messages: dict[tuple[int, int, int], Route] = {}
+        self._timing: dict[tuple[int, int], tuple[int, int]] = {}
+        self.switch_base = 4 * target.num_cores
 
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """Directed links from ``src`` to ``dst``: the row first, then the column."""
@@ -160,19 +162,29 @@ class Network:
                     out.append(a * 4 + d)
         return out
 
+    def timing(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
+        """A message's links, serialization and free-link latency, without a Route (cached
+        by pair and by hops and flits: sizes vary too much to cache per message)."""
+        links = self.route(src, dst)
+        hops = len(links)
+        t = self.target
+        key = (hops, flits(t, nbytes))  # sizes of one flit count time alike
+        got = self._timing.get(key)
+        if got is None:
+            p = self.protocol
+            got = self._timing[key] = (
+                t.ns(hold_cycles(t, hops, nbytes, p)),
+                t.ns(message_cycles(t, hops, nbytes, p)) if links else 0)
+        if self.protocol != "raptor" and links:
+            links = (self.switch_base + src,)
+        return links, got[0], got[1]
+
     def message(self, src: int, dst: int, nbytes: int) -> Route:
-        """A message's route, serialization and free-link latency."""
+        """A message's route, serialization and free-link latency (cached per message)."""
         key = (src, dst, nbytes)
         got = self._messages.get(key)
         if got is None:
-            t, p = self.target, self.protocol
-            links = self.route(src, dst)
-            hops = len(links)
-            if p != "raptor" and links:
-                links = (4 * t.num_cores + src,)
-            got = self._messages[key] = Route(
-                links, t.ns(hold_cycles(t, hops, nbytes, p)),
-                t.ns(message_cycles(t, hops, nbytes, p)) if links else 0)
+            got = self._messages[key] = Route(*self.timing(src, dst, nbytes))
         return got
 
     def cut_through(self, route: Route, inject: int, table: LinkTable) -> int:
@@ -180,29 +192,19 @@ class Network:
         route from ``table`` one hop after the previous one (or later, when the link is
         busy). Free links give exactly the route's ``transfer_ns``; waiting for links adds
         the head's delay."""
-        links = route.links
+        return self.pass_links(route.links, route.serial_ns, route.transfer_ns, inject, table)
+
+    def pass_links(self, links: tuple[int, ...], ser: int, transfer: int, inject: int,
+                   table: LinkTable) -> int:
+        """:meth:`cut_through` of a message given by its parts (no Route object)."""
         if not links:
             return inject
-        hop, ser = self.hop_ns, route.serial_ns
+        hop = self.hop_ns
         head = inject - hop
+        take = table.take
         for link in links:
-            head = table.take(link, head + hop, ser)
-        return route.transfer_ns + head - (len(links) - 1) * hop
-
-
-class LinkPlanner:
-    """Message reservations on the mesh links for a list scheduler: cut-through, inserted
-    into idle link time."""
-
-    def __init__(self, net: Network) -> None:
-        self.net = net
-        self.links = Timelines(net.num_links)
-
-    def arrival(self, src: int, dst: int, nbytes: int, inject: int, commit: bool) -> int:
-        """When a message of ``nbytes`` injected at ``inject`` arrives (``commit``: reserve
-        its links)."""
-        self.links.commit = commit
-        return self.net.cut_through(self.net.message(src, dst, nbytes), inject, self.links)
+            head = take(link, head + hop, ser)
+        return transfer + head - (len(links) - 1) * hop
 
 
 class FreeLinks:

@@ -61,7 +61,7 @@ import time
 
 import numpy as np
 
-from raptor.noc import LinkPlanner, Network, Timelines
+from raptor.noc import Network, Timelines
 from raptor.solver.comm import replay
 from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
@@ -236,6 +236,9 @@ class _Cores:
         self.gap_start: list[list[int]] = [[] for _ in range(P)]
         self.gap_end: list[list[int]] = [[] for _ in range(P)]
         self.gap_max = np.zeros(P, dtype=np.int64)
+        # list mirrors of last_end and gap_max for per-core look-ups (numpy scalars are slow)
+        self.last: list[int] = [0] * P
+        self.widest: list[int] = [0] * P
 
     def earliest(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
         start: IntArray = np.maximum(ready, self.last_end)
@@ -244,34 +247,38 @@ class _Cores:
         return start
 
     def occupy(self, p: int, s: int, e: int) -> None:
-        last = int(self.last_end[p])
+        last = self.last[p]
         gs_list, ge_list = self.gap_start[p], self.gap_end[p]
         if s >= last:
             if s > last:
                 gs_list.append(last)
                 ge_list.append(s)
-                self.gap_max[p] = max(int(self.gap_max[p]), s - last)
-            self.last_end[p] = max(last, e)
+                if s - last > self.widest[p]:
+                    self.widest[p] = self.gap_max[p] = s - last
+            if e > last:
+                self.last[p] = self.last_end[p] = e
             return
         i = bisect.bisect_left(ge_list, e)
         gs, ge = gs_list[i], ge_list[i]
         pieces = [(a, b) for a, b in ((gs, s), (e, ge)) if b > a]
         gs_list[i : i + 1] = [a for a, _ in pieces]
         ge_list[i : i + 1] = [b for _, b in pieces]
-        if ge - gs == self.gap_max[p]:
-            self.gap_max[p] = max((b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0)
+        if ge - gs == self.widest[p]:
+            self.widest[p] = self.gap_max[p] = max(
+                (b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0)
 
     def earliest_on(self, p: int, ready: int, d: int) -> int:
         """Earliest start >= ``ready`` of ``d`` idle ns on core ``p``."""
-        if ready >= self.last_end[p] or self.gap_max[p] < d:
-            return max(ready, int(self.last_end[p]))
+        last = self.last[p]
+        if ready >= last or self.widest[p] < d:
+            return max(ready, last)
         gs_list, ge_list = self.gap_start[p], self.gap_end[p]
         # Gaps are disjoint and sorted, so ends are sorted too: skip those ending too soon.
         for i in range(bisect.bisect_left(ge_list, ready + d), len(ge_list)):
             s = max(gs_list[i], ready)
             if s + d <= ge_list[i]:
                 return s
-        return max(ready, int(self.last_end[p]))
+        return last
 
 
 SHORTLIST = 64
@@ -292,6 +299,8 @@ class _ListScheduler:
         n, P = graph.num_tasks, mesh.P
         self.P, self.cap = P, target.crossbars_per_core
         self.costs = np.array(graph.costs(), dtype=np.int64)
+        self.cost_of: list[int] = self.costs.tolist()
+        self.shared_of = [task.shared_ns for task in graph.tasks]
         if pinned is None:
             self.resident = np.zeros((P, tiles.count), dtype=np.bool_)
             self.oct_table = static_oct(graph, mesh, None)
@@ -317,7 +326,9 @@ class _ListScheduler:
         self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
         self.pred_ready = np.zeros((n, P), dtype=np.int64)
         self.cores = _Cores(P)
-        self.links = LinkPlanner(Network(target))
+        self.net = Network(target)
+        self.links = Timelines(self.net.num_links)
+        """Message reservations on the mesh links: cut-through, inserted into idle time."""
         self.memory = Timelines(1)
         self.core_of = [-1] * n
         self.start = [0] * n
@@ -350,8 +361,11 @@ class _ListScheduler:
 
     def duration(self, t: int, p: int) -> int:
         """t's run time on p (local reads of cropped values cost an extra copy)."""
-        return int(self.costs[t]) + sum(ns for f, ns in self.g.local_reads.get(t, ())
-                                        if self.core_of[self.g.fragments[f].producer] == p)
+        extra = self.g.local_reads.get(t)
+        if extra is None:
+            return self.cost_of[t]
+        return self.cost_of[t] + sum(ns for f, ns in extra
+                                     if self.core_of[self.g.fragments[f].producer] == p)
 
     def place(self, t: int) -> None:
         d = int(self.costs[t]) + sum(ns for _, ns in self.g.local_reads.get(t, ()))
@@ -423,27 +437,33 @@ class _ListScheduler:
                                + self.mesh.distance_transform(slack)).max(axis=0)
         return out
 
-    def exact_ready(self, t: int, p: int, commit: bool) -> int:
-        """Data-ready time of t on p with its new messages reserved on the links."""
+    def exact_ready(self, t: int, p: int, commit: bool, limit: int = INF) -> int:
+        """Data-ready time of t on p with its new messages reserved on the links (or, once
+        it exceeds ``limit``, a time past it: the caller has no use for more)."""
         ready = 0
         holders, producer, nbytes = self.holders, self.frag_producer, self.frag_bytes
+        net, table = self.net, self.links
+        table.commit = commit
         for f in self.g.reads[t]:
             held = holders[f]
             a = held.get(p)
             if a is None:
                 u = producer[f]
-                a = self.links.arrival(self.core_of[u], p, nbytes[f], self.end[u], commit)
+                a = net.pass_links(*net.timing(self.core_of[u], p, nbytes[f]), self.end[u],
+                                   table)
                 if commit:
                     held[p] = a
             if a > ready:
                 ready = a
+                if ready > limit:
+                    break
         return ready
 
     def slot(self, t: int, p: int, ready: int) -> int:
         """Start of t on p. Its shared-memory part waits for the memory: the start moves
         later by that wait (the core idles before the task instead of inside it)."""
         d = self.duration(t, p)
-        sh = self.g.tasks[t].shared_ns
+        sh = self.shared_of[t]
         s = self.cores.earliest_on(p, ready, d)
         for _ in range(4 if sh else 0):
             store = self.memory.fit(0, s + d - sh, sh)
@@ -456,22 +476,30 @@ class _ListScheduler:
         """Judge the cores, best free-link score first, with t's new messages reserved on
         the links and its store on the shared memory (see SHORTLIST); ties go to the
         earliest finish, a core of a predecessor, a core holding t's tiles, the lowest id."""
-        order = np.lexsort((np.arange(self.P), eft, score))
+        order = np.lexsort((np.arange(self.P), eft, score))[:SHORTLIST]
+        scores = np.minimum(score[order], INF).tolist()
+        efts = eft[order].tolist()
+        needs = need[order].tolist()
         near = {self.core_of[u] for u, _ in self.g.preds[t]}
         has_tiles = len(self.tiles.of_task[t]) > 0
         # exact finishes are never earlier than the free-link ones, but for the local reads
         slack = sum(ns for _, ns in self.g.local_reads.get(t, ()))
         best: tuple[int, ...] | None = None
         choice = (-1, 0)
-        for p in order[:SHORTLIST].tolist():
-            if eft[p] >= INF:  # t does not fit there (nor on any later core)
+        for p, sc, ef, ne in zip(order.tolist(), scores, efts, needs, strict=True):
+            if ef >= INF:  # t does not fit there (nor on any later core)
                 break
-            if best is not None and min(int(score[p]), INF) - slack > best[0]:
+            if best is not None and sc - slack > best[0]:
                 break  # no later candidate can beat the best exact score
-            s = self.slot(t, p, self.exact_ready(t, p, commit=False))
-            f = s + self.duration(t, p)
-            key = (int(min(score[p], INF) - eft[p]) + f, f, p not in near,
-                   bool(has_tiles and need[p] != 0), p)
+            d = self.duration(t, p)
+            # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
+            limit = INF if best is None else best[0] - sc + ef - d
+            ready = self.exact_ready(t, p, False, limit)
+            if ready > limit:
+                continue
+            s = self.slot(t, p, ready)
+            f = s + d
+            key = (sc - ef + f, f, p not in near, has_tiles and ne != 0, p)
             if best is None or key < best:
                 best, choice = key, (p, s)
         return choice
@@ -482,7 +510,7 @@ class _ListScheduler:
             start = self.slot(t, p, ready)
         f = start + self.duration(t, p)
         self.cores.occupy(p, start, f)
-        sh = self.g.tasks[t].shared_ns
+        sh = self.shared_of[t]
         if sh:
             self.memory.reserve(0, self.memory.fit(0, f - sh, sh), sh)
         idx = self.tiles.of_task[t]

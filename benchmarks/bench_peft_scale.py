@@ -1,0 +1,91 @@
+"""PEFT at scale (issue #27): seconds against tasks on tile-free random layered DAGs.
+
+Graphs are ``random_layered_dag(n, seed 1, width 16, no tiles)``; targets a 16×16 mesh
+(256 cores) for 1k..100k tasks and an 8×8 mesh for 1,000 tasks × 64 cores. Each point is
+the best wall time of ``--repeat`` runs of ``peft_schedule`` (graph building excluded),
+the schedule checked by ``validate_schedule``; the makespan column is the schedule's
+communication-aware estimate (a plain makespan on versions that have none), so two
+versions can be compared for quality too.
+
+    PYTHONPATH=$PWD python benchmarks/bench_peft_scale.py [--sizes 1000,3000,...] [--repeat N]
+        [--small-repeat N] [--baseline DIR ...]
+
+``--baseline DIR`` times the 1,000 × 64 point of the checkout at DIR (in a subprocess with
+DIR first on PYTHONPATH), alternating with this checkout's runs so that both see the same
+machine load. Run the whole script with another checkout on PYTHONPATH to time that
+version's curve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from raptor.solver import peft_schedule, validate_schedule
+from raptor.solver.generate import random_layered_dag
+from raptor.target import Target
+
+SIZES = (1000, 3000, 10000, 30000, 100000)
+
+
+def point(n: int, rows: int, cols: int, repeat: int) -> tuple[float, float, int]:
+    """Best wall and CPU seconds of ``repeat`` PEFT runs and the schedule's makespan."""
+    graph = random_layered_dag(n, 1, width=16, tiles_per_batch=(0, 0))
+    target = Target(name=f"{rows}x{cols}", mesh_rows=rows, mesh_cols=cols)
+    best = cpu = float("inf")
+    makespan = 0
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = peft_schedule(graph, target)
+        best = min(best, time.perf_counter() - t0)
+        cpu = min(cpu, time.process_time() - c0)
+        errors = validate_schedule(graph, target, res)
+        if errors:
+            raise SystemExit(f"invalid schedule at {n} tasks: {errors[0]}")
+        makespan = getattr(res, "estimate_ns", res.makespan_ns)
+    return best, cpu, makespan
+
+
+def small_in(checkout: str) -> tuple[float, float, int]:
+    """One run of the 1,000 × 64 point by the checkout at ``checkout``."""
+    env = dict(os.environ, PYTHONPATH=checkout)
+    out = subprocess.run([sys.executable, __file__, "--small-only"], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    return float(out[0]), float(out[1]), int(out[2])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)),
+                    help="task counts on the 16x16 mesh (comma-separated)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per 16x16 point (best kept)")
+    ap.add_argument("--small-repeat", type=int, default=5,
+                    help="runs of the 1,000 tasks x 64 cores point (best kept)")
+    ap.add_argument("--baseline", action="append", default=[], metavar="DIR",
+                    help="also time the 1,000 x 64 point of the checkout at DIR")
+    ap.add_argument("--small-only", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.small_only:
+        print(*point(1000, 8, 8, 1))
+        return
+    print("| tasks | cores | wall s | CPU s | makespan ns | version |")
+    print("|---:|---:|---:|---:|---:|---|")
+    inf = float("inf")
+    runs = {d: (inf, inf, 0) for d in ["this", *args.baseline]}
+    for _ in range(args.small_repeat):
+        for d in runs:
+            s, c, m = point(1000, 8, 8, 1) if d == "this" else small_in(d)
+            runs[d] = (min(runs[d][0], s), min(runs[d][1], c), m)
+    for d, (s, c, m) in runs.items():
+        ratio = "" if d == "this" else f" (this: {runs['this'][1] / c:.2f}x its CPU)"
+        print(f"| 1000 | 64 | {s:.3f} | {c:.3f} | {m} | {d}{ratio} |", flush=True)
+    for n in (int(x) for x in args.sizes.split(",") if x):
+        s, c, m = point(n, 16, 16, args.repeat)
+        print(f"| {n} | 256 | {s:.2f} | {c:.2f} | {m} | this |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
