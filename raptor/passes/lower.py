@@ -363,9 +363,11 @@ class Emit:
 
     def rowwise(self, operands: Sequence[Value], out_shape: Sequence[int], body: LaneBody) -> Value:
         """Row-band lanes over `_lane_dim(out_shape)`; operands broadcast numpy-style. A lane
-        whose rows do not `lane_fits` (ResNet-50's 1,024-channel rows: two operands and the
-        sum, 172 KB) is split along the widest other dimension into chunks that do, one
-        batch each, placed side by side (finer lanes)."""
+        whose rows do not fit a quarter of a core's memory (`lane_fits`; ResNet-50's
+        1,024-channel rows: two operands and the sum, 43 KB, while the partial sums and
+        residual rows it waits for fill the rest: 31 of 64 cores over with three quarters)
+        is split along the widest other dimension into chunks that do, one batch each,
+        placed side by side (finer lanes)."""
         d = _lane_dim(out_shape)
         rank = len(out_shape)
         lanes = out_shape[d] if d is not None else 1
@@ -396,7 +398,7 @@ class Emit:
 
         full = out_shape[c] if c is not None else 1
         width = next((-(-full // n) for n in range(1, full + 1)
-                      if lane_fits(lane_bytes(-(-full // n)), self.lw.target)), 1)
+                      if lane_fits(lane_bytes(-(-full // n)), self.lw.target, 1)), 1)
         parts = []
         for lo in range(0, full, width):
             count = min(width, full - lo)
@@ -469,13 +471,25 @@ def lowers(*kinds: str) -> Callable[[Lowerer], Lowerer]:
 
 
 # ---------------------------------------------------------------------- matrix plans
-def _tiles(target: Target, mat: np.ndarray) -> list[list[tuple[int, int, np.ndarray]]]:
+def _tiles(target: Target, mat: np.ndarray, pixels: int = 0
+           ) -> list[list[tuple[int, int, np.ndarray]]]:
     """Row tiles × column groups of a (K, M) matrix: [(k0, m0, tile)] per row tile. A tile
     spans the column blocks of one array group (`Target.array_group`): its crossbars share
-    the tile's input rows and fire as one MVM."""
+    the tile's input rows and fire as one MVM. With `pixels` (a convolution lane's output
+    row), a group is only as wide as lets the lane's results (the MVM's and its transpose)
+    fit an eighth of a core's memory (`lane_fits` of twice that in a quarter): ResNet-50's
+    1,024-wide groups left 14 KB results waiting on 15 cores beyond what they hold (ResNet-18's
+    groups all fit as they were)."""
     k, m = mat.shape
     r = target.crossbar_rows
-    c = target.crossbar_cols * target.array_group(-(-m // target.crossbar_cols))
+    blocks = -(-m // target.crossbar_cols)
+    per = target.array_group(blocks)
+    groups = -(-blocks // per)
+    while pixels and per > 1 and not lane_fits(
+            4 * per * target.crossbar_cols * pixels * activation_bytes(target), target, 1):
+        groups += 1
+        per = -(-blocks // groups)  # as even as before
+    c = target.crossbar_cols * per
     return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)] for k0 in range(0, k, r)]
 
 
@@ -575,7 +589,7 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
     # weights once, shared by every image
     columns: list[ColumnBlock] = []
     for bi, blk in enumerate(_group_blocks(em.lw.target, w, group)):
-        grid = _tiles(em.lw.target, blk.matrix)
+        grid = _tiles(em.lw.target, blk.matrix, out_shape[3])
         for ci in range(len(grid[0])):
             m0, mt = grid[0][ci][1], grid[0][ci][2].shape[1]
             tiles = [Tile(row[ci][0], em.weight(f"{name}.g{bi}.r{ri}.c{ci}", row[ci][2],
