@@ -397,8 +397,10 @@ class Emit:
             return total * activation_bytes(self.lw.target)
 
         full = out_shape[c] if c is not None else 1
-        width = next((-(-full // n) for n in range(1, full + 1)
-                      if lane_fits(lane_bytes(-(-full // n)), self.lw.target, 1)), 1)
+        # halving: the chunks of consecutive row-wise ops (an add and its ReLU) line up,
+        # so no lane joins parts of two chunks
+        halvings = (-(-full // 2 ** i) for i in range(full.bit_length() + 1))
+        width = next((w for w in halvings if lane_fits(lane_bytes(w), self.lw.target, 1)), 1)
         parts = []
         for lo in range(0, full, width):
             count = min(width, full - lo)
