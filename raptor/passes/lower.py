@@ -36,7 +36,7 @@ from raptor.ir.module import Module
 from raptor.ir.ops import Attr, ComputeOp, ConcatOp, FuncOp, GraphComputeBatchOp, GraphComputeOp
 from raptor.ir.types import MAX_ELEMENTS, TensorType
 from raptor.passes.layout import LayoutChoice
-from raptor.passes.memory import activation_bytes, gather_fits
+from raptor.passes.memory import activation_bytes, gather_fits, lane_fits
 from raptor.target import Target
 
 ACTIVATIONS: dict[str, tuple[str, ...]] = {
@@ -362,25 +362,72 @@ class Emit:
         return op.outs
 
     def rowwise(self, operands: Sequence[Value], out_shape: Sequence[int], body: LaneBody) -> Value:
-        """Row-band lanes over `_lane_dim(out_shape)`; operands broadcast numpy-style."""
+        """Row-band lanes over `_lane_dim(out_shape)`; operands broadcast numpy-style. A lane
+        whose rows do not fit a quarter of a core's memory (`lane_fits`; ResNet-50's
+        1,024-channel rows: two operands and the sum, 43 KB, while the partial sums and
+        residual rows it waits for fill the rest: 31 of 64 cores over with three quarters)
+        is split along the widest other dimension into chunks that do, one batch each,
+        placed side by side (finer lanes)."""
         d = _lane_dim(out_shape)
         rank = len(out_shape)
         lanes = out_shape[d] if d is not None else 1
+        wide = [e for e in range(rank) if e != d and out_shape[e] > 1]
+        c = max(wide, key=lambda e: out_shape[e]) if wide else None
 
-        def lane_body(b: Builder, lane: Value, ins: list[Value]) -> tuple[Value, list[AffineLike]]:
-            parts = []
-            for x in ins:
-                k = -1 if d is None else d - rank + len(x.shape)  # x's lane dimension
-                rows = d is not None and k >= 0 and x.shape[k] == out_shape[d]
-                parts.append(_along(b, x, k, lane, 1) if rows
-                             else b.extract(x, [0] * len(x.shape), list(x.shape)))
-            frag = body(b, parts)
-            offsets: list[AffineLike] = [0] * rank
-            if d is not None:
-                offsets[d] = lane
-            return frag, offsets
+        def dims(x: Value) -> tuple[int, int]:
+            """x's lane and chunk dimensions (-1: x has none, it broadcasts)."""
+            k = -1 if d is None else d - rank + len(x.shape)
+            kc = -1 if c is None else c - rank + len(x.shape)
+            rows = d is not None and k >= 0 and x.shape[k] == out_shape[d]
+            split = c is not None and kc >= 0 and x.shape[kc] == out_shape[c]
+            return (k if rows else -1), (kc if split else -1)
 
-        return self.batch(lanes, operands, out_shape, lane_body)
+        def lane_bytes(width: int) -> int:
+            """A lane's operand slices and fragment with chunks `width` wide."""
+            total = 0
+            for shape in [*(x.shape for x in operands), tuple(out_shape)]:
+                k = -1 if d is None else d - rank + len(shape)
+                kc = -1 if c is None else c - rank + len(shape)
+                n = math.prod(shape)
+                if d is not None and k >= 0 and shape[k] == out_shape[d]:
+                    n //= shape[k]
+                if c is not None and kc >= 0 and shape[kc] == out_shape[c]:
+                    n = n // shape[kc] * width
+                total += n
+            return total * activation_bytes(self.lw.target)
+
+        full = out_shape[c] if c is not None else 1
+        # halving: the chunks of consecutive row-wise ops (an add and its ReLU) line up,
+        # so no lane joins parts of two chunks
+        halvings = (-(-full // 2 ** i) for i in range(full.bit_length() + 1))
+        width = next((w for w in halvings if lane_fits(lane_bytes(w), self.lw.target, 1)), 1)
+        parts = []
+        for lo in range(0, full, width):
+            count = min(width, full - lo)
+
+            def lane_body(b: Builder, lane: Value, ins: list[Value], lo: int = lo,
+                          count: int = count) -> tuple[Value, list[AffineLike]]:
+                parts = []
+                for x in ins:
+                    k, kc = dims(x)
+                    offs: list[AffineLike] = [0] * len(x.shape)
+                    sizes = list(x.shape)
+                    if k >= 0:
+                        offs[k], sizes[k] = lane, 1
+                    if kc >= 0 and count < full:
+                        offs[kc], sizes[kc] = lo, count
+                    parts.append(b.extract(x, offs, sizes))
+                frag = body(b, parts)
+                offsets: list[AffineLike] = [0] * rank
+                if d is not None:
+                    offsets[d] = lane
+                return frag, offsets
+
+            shape = list(out_shape)
+            if c is not None:
+                shape[c] = count
+            parts.append(self.batch(lanes, operands, shape, lane_body))
+        return parts[0] if len(parts) == 1 else self.concat(parts, out_shape, c or 0)
 
     def view(self, x: Value, shape: Sequence[int]) -> Value:
         if x.shape == tuple(shape):
@@ -426,13 +473,25 @@ def lowers(*kinds: str) -> Callable[[Lowerer], Lowerer]:
 
 
 # ---------------------------------------------------------------------- matrix plans
-def _tiles(target: Target, mat: np.ndarray) -> list[list[tuple[int, int, np.ndarray]]]:
+def _tiles(target: Target, mat: np.ndarray, pixels: int = 0
+           ) -> list[list[tuple[int, int, np.ndarray]]]:
     """Row tiles × column groups of a (K, M) matrix: [(k0, m0, tile)] per row tile. A tile
     spans the column blocks of one array group (`Target.array_group`): its crossbars share
-    the tile's input rows and fire as one MVM."""
+    the tile's input rows and fire as one MVM. With `pixels` (a convolution lane's output
+    row), a group is only as wide as lets the lane's results (the MVM's and its transpose)
+    fit an eighth of a core's memory (`lane_fits` of twice that in a quarter): ResNet-50's
+    1,024-wide groups left 14 KB results waiting on 15 cores beyond what they hold (ResNet-18's
+    groups all fit as they were)."""
     k, m = mat.shape
     r = target.crossbar_rows
-    c = target.crossbar_cols * target.array_group(-(-m // target.crossbar_cols))
+    blocks = -(-m // target.crossbar_cols)
+    per = target.array_group(blocks)
+    groups = -(-blocks // per)
+    while pixels and per > 1 and not lane_fits(
+            4 * per * target.crossbar_cols * pixels * activation_bytes(target), target, 1):
+        groups += 1
+        per = -(-blocks // groups)  # as even as before
+    c = target.crossbar_cols * per
     return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)] for k0 in range(0, k, r)]
 
 
@@ -532,7 +591,7 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
     # weights once, shared by every image
     columns: list[ColumnBlock] = []
     for bi, blk in enumerate(_group_blocks(em.lw.target, w, group)):
-        grid = _tiles(em.lw.target, blk.matrix)
+        grid = _tiles(em.lw.target, blk.matrix, out_shape[3])
         for ci in range(len(grid[0])):
             m0, mt = grid[0][ci][1], grid[0][ci][2].shape[1]
             tiles = [Tile(row[ci][0], em.weight(f"{name}.g{bi}.r{ri}.c{ci}", row[ci][2],
@@ -571,13 +630,11 @@ def _bundles(target: Target, tiles: list[Tile], lane_bytes: Callable[[int], int]
              ) -> list[list[Tile]]:
     """The row tiles of a column group, up to `mvm_units` per lane: their array groups fire
     at once on the core's MVM units and the lane adds their partial sums. With
-    `lane_bytes(n)` (a lane's buffers with n tiles), no more than fit three quarters of a
-    core's local memory, leaving room for the values it waits for (ResNet-18 at 4 units:
-    half 3.53 ms, three quarters 2.82 ms, all of it 5.14 ms simulated, docs/benchmarks.md)."""
+    `lane_bytes(n)` (a lane's buffers with n tiles), no more than `lane_fits`."""
     units = target.mvm_units
     if lane_bytes is not None:
-        units = max([n for n in range(1, units + 1)
-                     if lane_bytes(n) <= target.local_memory_bytes * 3 // 4], default=1)
+        units = max([n for n in range(1, units + 1) if lane_fits(lane_bytes(n), target)],
+                    default=1)
     return [tiles[i:i + units] for i in range(0, len(tiles), units)]
 
 
@@ -800,17 +857,43 @@ def _conv_transpose(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     if min(lo_h, lo_w, hi_h, hi_w) < 0:
         raise LoweringError(f"plan {plan.name!r}: ConvTranspose pads larger than "
                             "dilation*(kernel-1) are not supported")
-    nimg, _, h, wd = x.shape
-    zh, zw = (h - 1) * s[0] + 1 + lo_h + hi_h, (wd - 1) * s[1] + 1 + lo_w + hi_w
-    zshape = (nimg, cin, zh, zw)
-
-    def dilate(b: Builder, xs: list[Value]) -> list[Value]:
-        z = b.empty(_t(zshape))
-        return [b.insert(xs[0], z, [0, 0, lo_h, lo_w], [nimg, cin, h, wd], [1, 1, s[0], s[1]])]
-
-    z = em.compute([x], [zshape], dilate)[0]
+    z = _zero_inserted(em, x, s, (lo_h, hi_h), (lo_w, hi_w))
     return [_conv(em, plan.name, z, wc, plan.weights.get("bias"), [1, 1], [0, 0, 0, 0], dil,
                   group, em.out(plan), act)]
+
+
+def _zero_inserted(em: Emit, x: Value, s: list[int], pad_h: tuple[int, int],
+                   pad_w: tuple[int, int]) -> Value:
+    """`x` (N, C, H, W) with `s - 1` zeros between its rows and columns and `pad_*` zeros
+    around, as row lanes: each lane writes one input row and the zero rows before it, so
+    no compute holds the whole dilated map (ppocr-det's 24×65×65, 101 KB, did not fit one
+    core) and the convolution's lanes receive only the rows they read. Bands: the first row
+    with the top padding, the middle rows `s - 1` zero rows each, the last with the bottom
+    padding; they concatenate along H (placement)."""
+    nimg, cin, h, wd = x.shape
+    (lo_h, hi_h), (lo_w, hi_w) = pad_h, pad_w
+    zw = (wd - 1) * s[1] + 1 + lo_w + hi_w
+    # (first input row, lanes, zero rows before each row, zero rows after)
+    bands = [(0, 1, lo_h, hi_h if h == 1 else 0)]
+    if h > 2:
+        bands.append((1, h - 2, s[0] - 1, 0))
+    if h > 1:
+        bands.append((h - 1, 1, s[0] - 1, hi_h))
+    parts = []
+    for first, lanes, before, after in bands:
+        rows = before + 1 + after
+
+        def lane_body(b: Builder, lane: Value, args: list[Value], first: int = first,
+                      before: int = before, rows: int = rows
+                      ) -> tuple[Value, list[AffineLike]]:
+            row = _along(b, args[0], 2, Affine(first, ((1, lane),)), 1)
+            z = b.empty(_t((nimg, cin, rows, zw)))
+            z = b.insert(row, z, [0, 0, before, lo_w], [nimg, cin, 1, wd], [1, 1, 1, s[1]])
+            return z, [0, 0, Affine(0, ((rows, lane),)), 0]
+
+        parts.append(em.batch(lanes, [x], (nimg, cin, lanes * rows, zw), lane_body))
+    zh = sum(lanes * (before + 1 + after) for _, lanes, before, after in bands)
+    return em.concat(parts, (nimg, cin, zh, zw), 2)
 
 
 # ---------------------------------------------------------------------- vector plans

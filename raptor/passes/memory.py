@@ -186,6 +186,15 @@ def gather_fits(shape: Sequence[int], target: Target) -> bool:
     return 4 * math.prod(shape) * activation_bytes(target) <= target.local_memory_bytes
 
 
+def lane_fits(nbytes: int, target: Target, quarters: int = 3) -> bool:
+    """Whether one lane's buffers of `nbytes` leave a core room for the values it waits
+    for: at most `quarters` quarters of its local memory. Lowering makes lanes finer until
+    they do (`raptor.passes.lower`: fewer row tiles per convolution lane, three quarters:
+    ResNet-18 at 4 MVM units: half 3.53 ms, three quarters 2.82 ms, all of it 5.14 ms
+    simulated, docs/benchmarks.md; channel chunks of a row-wise op, one quarter)."""
+    return nbytes <= target.local_memory_bytes * quarters // 4
+
+
 def is_contiguous(shape: Sequence[int], sizes: Sequence[int], strides: Sequence[int]) -> bool:
     """Whether a strided region of a row-major tensor is one contiguous range: every
     dimension inside the outermost non-unit one is whole, and non-unit ones have stride 1."""
