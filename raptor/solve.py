@@ -106,8 +106,9 @@ STATUSES: dict[str, str] = {
     "HEURISTIC": "a heuristic's schedule (PEFT, the pipeline heuristic): no search",
     "INTERRUPTED": "Ctrl-C ended the search early: its best schedule so far, or the "
                    "heuristic's when it had none better (status_detail says which)",
-    "NOT_USED": "the search's best schedule was judged slower than the heuristic's, which "
-                "is used",
+    "NOT_USED": "the solver's own schedule was judged slower than another candidate's, which "
+                "is used (latency mode: CP-SAT's against PEFT's; pipeline mode: a row's "
+                "partition against the heuristic's or the latency schedule run as a stream)",
     "NO_SOLUTION": "the search found no schedule of its own within its limit; the "
                    "heuristic's is used",
 }
