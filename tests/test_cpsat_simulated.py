@@ -5,26 +5,20 @@ OPTIMAL only where the simulation equals its model's objective."""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import onnx
 from hypothesis import given, settings
 
 from raptor.sim import SimOptions
-from raptor.solve import SolveOptions, solve
+from raptor.solve import SolveOptions
 from raptor.target import Target
-from tests.test_random_networks import networks
+from tests.test_random_networks import networks, solve_proto
 
 
 @settings(max_examples=4, deadline=None, derandomize=True)
 @given(networks())
 def test_cpsat_simulates_no_slower_than_peft(proto: onnx.ModelProto) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "net.onnx"
-        onnx.save(proto, path)
-        solved = solve(path, Target(), SolveOptions(solver="both", time_limit=2, workers=2,
-                                                    sim=SimOptions(trace=False)))
+    solved = solve_proto(proto, Target(), SolveOptions(solver="both", time_limit=2, workers=2,
+                                                       sim=SimOptions(trace=False)))
     peft, cp = solved.runs
     assert peft.ok and cp.ok
     assert peft.sim is not None and cp.sim is not None

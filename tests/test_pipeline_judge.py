@@ -5,14 +5,13 @@ schedule looped, and the period lower bound stays below every simulated period."
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import onnx
 import pytest
 from hypothesis import given, settings
-from test_random_networks import networks
+from test_random_networks import networks, solve_proto
 
 from raptor.sim import SimOptions
 from raptor.solve import SolveOptions, report, solve
@@ -52,8 +51,5 @@ def test_rows_return_their_fastest_simulated_candidate(name: str) -> None:
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(networks())
 def test_random_networks_optimal_never_simulates_slower(proto: onnx.ModelProto) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "net.onnx"
-        onnx.save(proto, path)
-        solved = solve(path, Target(), SolveOptions(**OPTIONS, sim=SimOptions(trace=False)))
+    solved = solve_proto(proto, Target(), SolveOptions(**OPTIONS, sim=SimOptions(trace=False)))
     check_judge(report(solved))

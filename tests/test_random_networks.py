@@ -22,7 +22,7 @@ from examples.build_examples import NetBuilder
 from raptor.driver import ir_inputs
 from raptor.passes.materialize import ScheduleView, materialize
 from raptor.sim import SimOptions, simulate
-from raptor.solve import SolveOptions, solve
+from raptor.solve import Solved, SolveOptions, solve
 from raptor.target import Target
 
 
@@ -73,14 +73,18 @@ def networks(draw: st.DrawFn) -> onnx.ModelProto:
     return net.b.model("net", {"x": [1, c, h, w]}, net.b.node("Identity", [net.x], out="y"))
 
 
-@settings(max_examples=12, deadline=None, derandomize=True)
-@given(networks())
-def test_random_networks_simulate_to_the_reference(proto: onnx.ModelProto) -> None:
-    target = Target()
+def solve_proto(proto: onnx.ModelProto, target: Target, options: SolveOptions) -> Solved:
+    """`solve` on a model built in memory (written to a temporary file, as the CLI reads it)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "net.onnx"
         onnx.save(proto, path)
-        solved = solve(path, target, SolveOptions(solver="peft", sim=SimOptions(trace=False)))
+        return solve(path, target, options)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(networks())
+def test_random_networks_simulate_to_the_reference(proto: onnx.ModelProto) -> None:
+    solved = solve_proto(proto, Target(), SolveOptions(solver="peft", sim=SimOptions(trace=False)))
     (run,) = solved.runs
     assert run.ok, (run.violations, run.scheduled_errors, run.sim_error, run.numerics)
     assert run.numerics and run.sim is not None
