@@ -65,21 +65,86 @@ def flit_path_cycles(target: Target, hops: N) -> N:
     return hops * target.hop_cycles + serial_cycles(target, target.flit_bytes)
 
 
+IR_ELEMENT_BYTES = 4
+"""Bytes of an element in the IR (f32, to check numerics): what the schedulers' message
+sizes count."""
+
+
+def activation_bytes(target: Target) -> int:
+    """Bytes of one stored activation: the target's `input_bits`, rounded up to bytes. The
+    IR computes in f32 to check numerics; the chip stores and moves activations at its own
+    precision (pimsim-nn's `setbw`), so that is what occupies local memory."""
+    return -(-target.input_bits // 8)
+
+
+def wire_bytes(target: Target, nbytes: N) -> N:
+    """What a message of ``nbytes`` IR bytes carries on pimsim-nn's chip: its elements at
+    the chip's activation precision (Raptor's own mesh moves the IR's bytes)."""
+    return -(-nbytes // IR_ELEMENT_BYTES) * activation_bytes(target)
+
+
 def message_cycles(target: Target, hops: N, nbytes: N, protocol: str) -> N:
-    """A message's latency when nothing else is in its way, in cycles, under ``protocol``:
-    ``raptor``'s :func:`free_cycles`, or pimsim-nn's request, reply and data flits, each
-    charged the one-flit latency of the whole path."""
+    """A message of ``nbytes`` IR bytes: its latency when nothing else is in its way, in
+    cycles, under ``protocol``: ``raptor``'s :func:`free_cycles`, or pimsim-nn's request,
+    reply and data flits (:func:`wire_bytes`), each charged the one-flit latency of the
+    whole path."""
     if protocol == "raptor":
         return free_cycles(target, hops, nbytes)
-    return (flits(target, nbytes) + 2) * flit_path_cycles(target, hops)
+    return (flits(target, wire_bytes(target, nbytes)) + 2) * flit_path_cycles(target, hops)
 
 
 def hold_cycles(target: Target, hops: N, nbytes: N, protocol: str) -> N:
-    """How long a message holds what it crosses: each link (``raptor``'s serialization)
-    or its sender's switch (pimsim-nn: every data flit over the whole path)."""
+    """How long a message of ``nbytes`` IR bytes holds what it crosses: each link
+    (``raptor``'s serialization) or its sender's switch (pimsim-nn: every data flit over
+    the whole path)."""
     if protocol == "raptor":
         return serial_cycles(target, nbytes)
-    return flits(target, nbytes) * flit_path_cycles(target, hops)
+    return flits(target, wire_bytes(target, nbytes)) * flit_path_cycles(target, hops)
+
+
+def pimsim_read_cycles(target: Target, nbytes: int) -> int:
+    """pimsim-nn: a `send` reads its data from local memory (at least 2 cycles)."""
+    return max(-(-nbytes // target.local_bytes_per_cycle), 2)
+
+
+def pimsim_write_cycles(target: Target, nbytes: int) -> int:
+    """pimsim-nn: a `recv` writes the data into local memory once the last flit is in."""
+    return -(-nbytes // target.local_bytes_per_cycle)
+
+
+PIMSIM_SCALAR_CYCLES = 1
+"""pimsim-nn: a scalar instruction (`sldi`: a send's or receive's address register)."""
+PIMSIM_GAP_CYCLES = 2
+"""pimsim-nn: the cycles after a vector or transfer instruction (`send`, `recv`) before the
+next one starts."""
+
+PIMSIM_HANDLER_NS = 1
+"""pimsim-nn: the receiver's request handler holds the sender's switch 1 ns after the
+request."""
+
+
+def pimsim_request(ready: int, switch_free: int, flit_ns: int) -> tuple[int, int]:
+    """pimsim-nn: a send's one-flit request, issued at ``ready`` through its core's switch
+    (free from ``switch_free``), reaches the receiver at the first returned time; the
+    switch is free again from the second."""
+    request = max(ready, switch_free) + flit_ns
+    return request, request + PIMSIM_HANDLER_NS
+
+
+def pimsim_transfer(request: int, posted: int, receiver_switch: int, sender_switch: int,
+                    back_ns: int, flit_ns: int, read_ns: int, nflits: int
+                    ) -> tuple[int, int, int, int]:
+    """pimsim-nn's message once its request is in (``request``) and its `recv` is there
+    (``posted``): the receiver's one-flit reply (``back_ns``) leaves through its switch
+    and reaches the sender at ``reply``; the sender reads its data (``read_ns``) and is
+    done at ``done``; its switch then sends from ``start`` ``nflits`` flits of
+    ``flit_ns`` each, the last arriving at ``arrival``. Returns (reply, done, start,
+    arrival); the receiver's switch is taken until ``reply``, the sender's until
+    ``arrival``."""
+    reply = max(request, posted, receiver_switch) + back_ns
+    done = reply + read_ns
+    start = max(done, sender_switch)
+    return reply, done, start, start + nflits * flit_ns
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,17 +86,18 @@ def test_free_links_in_time_order_and_without_contention() -> None:
 
 
 def test_pimsim_protocol_charges_every_flit_the_path_on_the_senders_switch() -> None:
-    """0 -> 11 on the 3x4 grid: 5 hops, one flit 5 * 2 + 2 = 12 ns; 100 B are 13 flits,
-    after a one-flit request and reply. A second message from core 0 waits for the switch;
-    one from core 1 does not."""
+    """0 -> 11 on the 3x4 grid: 5 hops, one flit 5 * 2 + 2 = 12 ns; 100 IR bytes (25 f32
+    elements) are 25 bytes at the chip's 8 bits, 4 flits, after a one-flit request and
+    reply. A second message from core 0 waits for the switch; one from core 1 does not."""
     t = Target(mesh_rows=3, mesh_cols=4, protocol="pimsim-nn")
     net = Network(t)
+    assert noc.wire_bytes(t, 100) == 25
     route = net.message(0, 11, 100)
-    assert route == noc.Route((4 * 12 + 0,), 13 * 12, 15 * 12)
+    assert route == noc.Route((4 * 12 + 0,), 4 * 12, 6 * 12)
     switches = FreeLinks(net.num_links)
-    assert net.cut_through(route, 100, switches) == 100 + 180
-    assert net.cut_through(route, 100, switches) == 100 + 156 + 180
-    assert net.cut_through(net.message(1, 11, 100), 100, switches) == 100 + 15 * 10
+    assert net.cut_through(route, 100, switches) == 100 + 72
+    assert net.cut_through(route, 100, switches) == 100 + 48 + 72
+    assert net.cut_through(net.message(1, 11, 100), 100, switches) == 100 + 6 * 10
     assert Network(t, "raptor").message(0, 11, 100) == Network(GRID).message(0, 11, 100)
 
 

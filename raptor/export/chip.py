@@ -37,8 +37,8 @@ from raptor.target import Target
 GLOBAL_MEMORY = -10
 """pimsim-nn's switch id of the global memory."""
 START_CYCLES = 3
-SCALAR_CYCLES = 1
-GAP_CYCLES = 2
+SCALAR_CYCLES = noc.PIMSIM_SCALAR_CYCLES
+GAP_CYCLES = noc.PIMSIM_GAP_CYCLES
 MVM_GAP_CYCLES = 3
 
 
@@ -138,10 +138,10 @@ class PimsimChip:
                 accesses * t.shared_write_cycles)
 
     def send_read(self, nbytes: int) -> int:
-        return max(self.local(nbytes), 2)
+        return noc.pimsim_read_cycles(self.target, nbytes)
 
     def recv_write(self, nbytes: int) -> int:
-        return self.local(nbytes)
+        return noc.pimsim_write_cycles(self.target, nbytes)
 
     # -- files -------------------------------------------------------------------------
     def config(self, noc_file: str, latency_timeout_ms: float) -> dict[str, Any]:

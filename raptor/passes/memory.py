@@ -57,6 +57,7 @@ from raptor.ir.ops import (
     YieldOp,
 )
 from raptor.ir.types import TensorType
+from raptor.noc import activation_bytes
 from raptor.target import Target
 
 ALIGN = 4
@@ -168,13 +169,6 @@ def _tensor_numel(t: TensorType) -> int:
 def _numel(t: object) -> int:
     """Elements of a static tensor type (cached: programs repeat a few types many times)."""
     return _tensor_numel(t) if isinstance(t, TensorType) else 0
-
-
-def activation_bytes(target: Target) -> int:
-    """Bytes of one stored activation: the target's `input_bits`, rounded up to bytes. The
-    IR computes in f32 to check numerics; the chip stores and moves activations at its own
-    precision (pimsim-nn's `setbw`), so that is what occupies local memory."""
-    return -(-target.input_bits // 8)
 
 
 def gather_fits(shape: Sequence[int], target: Target) -> bool:

@@ -233,8 +233,8 @@ class PimsimNN(Mesh):
         tm = self.timing(ins)
         before = self.target.ns(tm.before)
         msg = Msg(st.cid, ins.peer, ins.channel, tm.nbytes, ins.route)
-        msg.request = max(st.clock + before, st.switch_free) + self.flit_ns(st.cid, ins.peer)
-        st.switch_free = msg.request + 1  # the receiver's handler holds the switch 1 ns
+        msg.request, st.switch_free = noc.pimsim_request(st.clock + before, st.switch_free,
+                                                         self.flit_ns(st.cid, ins.peer))
         st.clock += before
         st.busy += before
         return msg
@@ -249,9 +249,11 @@ class PimsimNN(Mesh):
         src, dst = sender.cid, receiver.cid
         tm = self.timing(sender.prog[sender.pc])
         rtm = self.timing(receiver.prog[receiver.pc])  # its blocking receive
-        reply = max(msg.request, posted_at, receiver.switch_free) + self.flit_ns(dst, src)
+        reply, done, start, arrival = noc.pimsim_transfer(
+            msg.request, posted_at, receiver.switch_free, sender.switch_free,
+            self.flit_ns(dst, src), self.flit_ns(src, dst), ns(tm.busy),
+            noc.flits(self.target, msg.nbytes))
         receiver.switch_free = reply
-        done = reply + ns(tm.busy)
         if self.e.spans is not None:
             self.e.spans.append((src, sender.clock, done - sender.clock, "spat.channel_send",
                                  COMM, f"to core {dst} channel {msg.channel} (pimsim-nn "
@@ -259,8 +261,6 @@ class PimsimNN(Mesh):
         sender.blocked += reply - sender.clock
         sender.busy += ns(tm.busy) + ns(tm.after)
         sender.clock = done + ns(tm.after)
-        start = max(done, sender.switch_free)
-        arrival = start + noc.flits(self.target, msg.nbytes) * self.flit_ns(src, dst)
         sender.switch_free = arrival
         msg.inject = start
         msg.arrival = arrival + ns(rtm.busy) + ns(rtm.after)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from raptor.noc import FreeLinks, Network
+from raptor.solver.blocking import blocking_makespan
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
 
@@ -108,6 +109,11 @@ class Replay:
     needed_bytes: list[int] = field(default_factory=list)
     """Per core, the most bytes its tasks hold at once with every receive posted just
     before its first reader and every send made at once: no posting can do with less."""
+    left: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(fragment, core) -> when its sender made the send."""
+    posted_ns: int = 0
+    """The makespan with receives that never block (``makespan_ns`` under Raptor's
+    protocol; under pimsim-nn's, ``makespan_ns`` is that of blocking receives)."""
 
     def link_utilization(self) -> tuple[float, float]:
         """(max, mean) over the mesh's links of busy time / makespan."""
@@ -191,7 +197,8 @@ class _Replayer:
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
                       self.bytes, self.links.busy, self.arrival, self.net.target.mesh_links,
                       fl.posts, fl.send_at, peaks, fl.forced, fl.send_wait, fl.held_sends,
-                      fl.cap, {q for q, ok in enumerate(fl.roomy) if not ok}, fl.needed)
+                      fl.cap, {q for q, ok in enumerate(fl.roomy) if not ok}, fl.needed,
+                      fl.left)
 
     # -- where a core stands -----------------------------------------------------------
     def point(self, p: int) -> int:
@@ -284,6 +291,7 @@ class _FlowControl:
         self.posted: dict[Message, int] = {}
         self.posts: dict[Message, int] = {}
         self.send_at: dict[Message, tuple[int, int]] = {}
+        self.left: dict[Message, int] = {}
         self.sent: set[Message] = set()
         self.blocked_send: list[Message | None] = [None] * P
         self.sender_of: dict[Message, int] = {}  # unposted message -> its parked sender
@@ -589,6 +597,7 @@ class _FlowControl:
         self.send_wait += meet - r.clock[p]
         r.clock[p] = meet
         self.send_at[key] = (r.point(p), len(self.send_at))
+        self.left[key] = meet
         self.holder.pop(key, None)
         self.sent.add(key)
         r.messages += 1
@@ -691,4 +700,21 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         for ts in core_tasks:
             for i, t in enumerate(ts):
                 priority[t] = i
-    return _Replayer(graph, target, core_of, core_tasks, priority, contention, budget).run()
+    rep = _Replayer(graph, target, core_of, core_tasks, priority, contention, budget).run()
+    rep.posted_ns = rep.makespan_ns
+    if target.protocol == "pimsim-nn" and rep.sends:
+        rep.makespan_ns = pimsim_makespan(graph, target, core_of, core_tasks, rep)
+    return rep
+
+
+def pimsim_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+                    core_tasks: Sequence[Sequence[int]], rep: Replay) -> int:
+    """The replayed program under pimsim-nn's protocol (`raptor.solver.blocking`), in the
+    faster of the two message orders the exporter chooses from: the channel numbers (the
+    replay's send order) and the order the messages left in the replay."""
+    channel = {k: rank for k, (_, rank) in rep.sends.items()}
+    left = sorted(rep.sends, key=lambda k: (rep.left[k], core_of[graph.fragments[k[0]].producer],
+                                            rep.sends[k][1]))
+    best = [blocking_makespan(graph, target, core_of, core_tasks, rep.sends, order)
+            for order in (channel, {k: i for i, k in enumerate(left)})]
+    return min((b for b in best if b is not None), default=rep.posted_ns)

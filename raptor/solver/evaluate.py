@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from raptor.noc import free_cycles
+from raptor.noc import Network, free_cycles
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
 
@@ -217,8 +217,10 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
 
 def _delays(graph: ComputeGraph, target: Target, core_of: Sequence[int]
             ) -> dict[tuple[int, int], int]:
-    """Per edge, the contention-free delay from the producer's end to the consumer's start."""
-    return {(u, v): target.transfer_ns(b, core_of[u], core_of[v])
+    """Per edge, the contention-free delay from the producer's end to the consumer's start
+    (under the target's protocol, `raptor.noc`)."""
+    net = Network(target)
+    return {(u, v): net.timing(core_of[u], core_of[v], b)[2]
             for (u, v), b in graph.largest_message().items()}
 
 

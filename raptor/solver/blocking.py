@@ -1,0 +1,168 @@
+"""The communication model under pimsim-nn's protocol: receives that block, in one message
+order (the replay's pimsim-nn policy; `raptor.solver.comm.replay` calls it).
+
+The flow-controlled replay (`raptor.solver.comm`) decides where materialization posts each
+receive and makes each send; its receives never block. pimsim-nn's do, so the exporter runs
+every core's sends and receives in one global message order, each receive just before its
+first reader or before a send later in that order (`raptor.export.order`), and keeps the
+faster of two orders: the channel numbers (the replay's send order) and the order messages
+leave in a run whose receives do not block. This module plays the program materialization
+builds from the replay in such an order, with pimsim-nn's message timing from `raptor.noc`
+(request and reply flits, the sender's read, every flit charged the whole path, one message
+at a time on each core's switch, the receiver's write; `raptor.sim.protocol.PimsimNN` runs
+the same functions) and the shared-memory stores through the core's switch, one request at
+a time chip-wide. Its makespan is the estimate under pimsim-nn's protocol.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+
+from raptor import noc
+from raptor.solver.graph import ComputeGraph
+from raptor.target import Target
+
+Message = tuple[int, int]
+"""(fragment, destination core)."""
+
+_TASK, _SEND, _RECV = range(3)
+
+
+def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequence[int]],
+             sends: Mapping[Message, tuple[int, int]], order: Mapping[Message, int]
+             ) -> list[list[tuple[int, int]]]:
+    """Each core's program in the blocking order of ``order`` (message -> place): its sends
+    where the replay made them (``sends``: message -> (point, rank), a point's sends in rank
+    order), its tasks in order, and each receive before its first reader or before a send
+    later in ``order``, whichever comes first (`raptor.export.order.blocking_order`).
+    Items are (kind, task or message index into ``list(sends)``)."""
+    keys = list(sends)
+    index = {k: i for i, k in enumerate(keys)}
+    frags = graph.fragments
+    at_point: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for i, (f, _) in enumerate(keys):
+        point, rank = sends[keys[i]]
+        at_point.setdefault((core_of[frags[f].producer], point), []).append((rank, i))
+    into: list[list[tuple[int, int]]] = [[] for _ in progs]
+    for i, k in enumerate(keys):
+        into[k[1]].append((order[k], i))
+    out: list[list[tuple[int, int]]] = []
+    for p, prog in enumerate(progs):
+        plain: list[tuple[int, int]] = []
+        for point in (-1, *prog):
+            if point >= 0:
+                plain.append((_TASK, point))
+            plain.extend((_SEND, i) for _, i in sorted(at_point.get((p, point), ())))
+        mine = sorted(into[p])
+        place = dict((i, o) for o, i in mine)
+        ops: list[tuple[int, int]] = []
+        nxt = 0
+
+        def upto(o: int, mine: list[tuple[int, int]] = mine, ops: list[tuple[int, int]] = ops
+                 ) -> None:
+            nonlocal nxt
+            while nxt < len(mine) and mine[nxt][0] <= o:
+                ops.append((_RECV, mine[nxt][1]))
+                nxt += 1
+
+        for kind, x in plain:
+            if kind == _TASK:
+                need = [place[index[(f, p)]] for f in graph.reads[x]
+                        if core_of[frags[f].producer] != p]
+                if need:
+                    upto(max(need))
+            else:
+                upto(order[keys[x]] - 1)
+            ops.append((kind, x))
+        upto(1 << 62)
+        out.append(ops)
+    return out
+
+
+def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+                      progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
+                      order: Mapping[Message, int]) -> int | None:
+    """The makespan of the program `programs` builds, under pimsim-nn's protocol; None if
+    it deadlocks (an order that contradicts the dependencies)."""
+    keys = list(sends)
+    frags = graph.fragments
+    ops = programs(graph, core_of, progs, sends, order)
+    wire = graph.memory.fragment if graph.memory is not None else \
+        [noc.wire_bytes(target, f.bytes) for f in frags]
+    dur = graph.durations(core_of)
+    ns = target.ns
+    setup, gap = ns(noc.PIMSIM_SCALAR_CYCLES), ns(noc.PIMSIM_GAP_CYCLES)
+    P = len(progs)
+    pc, clock, switch = [0] * P, [0] * P, [0] * P
+    request: dict[int, int] = {}
+    posted: dict[int, int] = {}
+    sender_waits: set[int] = set()
+    heap: list[tuple[int, int, int]] = []  # (time, rank, core): memory requests and runs
+    mem_free = 0
+
+    def transfer(i: int) -> None:
+        """Message i's request and receive are both there: time it, wake the other side."""
+        f, q = keys[i]
+        s = core_of[frags[f].producer]
+        n = wire[f]
+        switch[q], done, _, arrival = noc.pimsim_transfer(
+            request[i], posted[i], switch[q], switch[s], flit(q, s), flit(s, q),
+            ns(noc.pimsim_read_cycles(target, n)), noc.flits(target, n))
+        clock[s] = done + gap
+        switch[s] = arrival
+        clock[q] = arrival + ns(noc.pimsim_write_cycles(target, n)) + gap
+
+    flit_cache: dict[tuple[int, int], int] = {}
+
+    def flit(a: int, b: int) -> int:
+        got = flit_cache.get((a, b))
+        if got is None:
+            got = flit_cache[(a, b)] = target.transfer_ns(target.flit_bytes, a, b)
+        return got
+
+    def run(p: int) -> None:
+        prog = ops[p]
+        while pc[p] < len(prog):
+            kind, x = prog[pc[p]]
+            if kind == _TASK:
+                shared = graph.tasks[x].shared_ns
+                clock[p] += dur[x] - shared
+                if shared:  # through the core's switch, then the chip's one memory port
+                    heapq.heappush(heap, (max(clock[p], switch[p]), P - p, p))
+                    return
+            elif kind == _SEND:
+                q = keys[x][1]
+                request[x], switch[p] = noc.pimsim_request(clock[p] + setup, switch[p],
+                                                           flit(p, q))
+                clock[p] += setup
+                if x not in posted:
+                    sender_waits.add(x)
+                    return
+                transfer(x)
+                heapq.heappush(heap, (clock[q], P + 1, q))
+                pc[q] += 1
+            else:
+                clock[p] += setup
+                posted[x] = clock[p]
+                if x not in sender_waits:
+                    return
+                sender_waits.discard(x)
+                transfer(x)
+                s = core_of[frags[keys[x][0]].producer]
+                pc[s] += 1
+                heapq.heappush(heap, (clock[s], P + 1, s))
+            pc[p] += 1
+
+    for p in range(P):
+        heapq.heappush(heap, (0, P + 1, p))
+    while heap:
+        now, rank, p = heapq.heappop(heap)
+        if rank <= P:  # a memory request: served when the port is free
+            t = ops[p][pc[p]][1]
+            mem_free = clock[p] = switch[p] = max(now, mem_free) + graph.tasks[t].shared_ns
+            pc[p] += 1
+        run(p)
+    if any(pc[p] < len(ops[p]) for p in range(P)):
+        return None
+    return max(clock, default=0)
