@@ -59,3 +59,44 @@ def test_a_local_crop_costs_its_extra_copy_only_on_the_producers_core() -> None:
     g.freeze()
     assert g.durations([0, 0]) == [10, 13] and g.durations([0, 1]) == [10, 10]
     assert replay(g, LINE, [0, 0], [[0, 1], [], [], []]).makespan_ns == 23
+
+
+PIMSIM_LINE = Target(mesh_rows=1, mesh_cols=4, protocol="pimsim-nn")
+
+
+def test_pimsim_protocol_estimate_blocks_receives_and_shakes_hands() -> None:
+    """p (core 0, 10 ns) sends 64 IR bytes (16 B at 8 bits: 2 flits) to d (core 1, 10 ns).
+    Adjacent cores: one flit 2 + 2 = 4 ns. d's receive is posted after its address setup
+    (1); p's request leaves at 11 and arrives at 15, the reply at 19; p reads 2 cycles (21),
+    the flits arrive at 21 + 2 * 4 = 29, d's core writes 1 cycle and waits 2 (32), d ends
+    at 42. Without blocking receives and handshakes the replay's own run is shorter."""
+    g = ComputeGraph()
+    p, d = g.add_task("p", 10), g.add_task("d", 10)
+    f = g.add_fragment(p, 64)
+    g.add_edge(p, d, 64)
+    g.add_read(d, f)
+    g.freeze()
+    r = replay(g, PIMSIM_LINE, [0, 1], [[p], [d], [], []])
+    assert r.makespan_ns == 42
+    assert r.posted_ns < r.makespan_ns
+    raptor = replay(g, LINE, [0, 1], [[p], [d], [], []])
+    assert raptor.makespan_ns == raptor.posted_ns == 10 + 2 + 16 + 10
+
+
+def test_pimsim_protocol_estimate_follows_one_message_order() -> None:
+    """Core 1 sends m2 (ready at 10) before core 0 sends m1 (ready at 100). In the message
+    order m2 comes first, so core 0 receives m2 only after its task a, and core 1 waits in
+    its send until then before its long task e: the blocking run ends about 90 ns later
+    than the replay's own, whose receives are posted at the start."""
+    g = ComputeGraph()
+    a, b = g.add_task("a", 100), g.add_task("b", 10)
+    c, d, e = g.add_task("c", 10), g.add_task("d", 10), g.add_task("e", 200)
+    m1, m2 = g.add_fragment(a, 64), g.add_fragment(b, 64)
+    g.add_edge(a, c, 64)
+    g.add_read(c, m1)
+    g.add_edge(b, d, 64)
+    g.add_read(d, m2)
+    g.freeze()
+    r = replay(g, PIMSIM_LINE, [0, 1, 1, 0, 1], [[a, d], [b, e, c], [], []])
+    assert r.left[(m2, 0)] < r.left[(m1, 1)]
+    assert r.makespan_ns - r.posted_ns > 80

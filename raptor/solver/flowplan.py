@@ -1,0 +1,177 @@
+"""The static half of the replay's flow control (`raptor.solver.comm`): what each core
+receives, when its readers and senders are planned, and the local memory its tasks need
+anyway, task by task, against the budget its posts may fill.
+
+The flow control (`comm._FlowControl`, a subclass) posts receives and holds sends at run
+time; this plan says where a post fits (:meth:`ReceivePlan.room`) so that a post never
+takes what a later task must have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from raptor.target import Target
+
+if TYPE_CHECKING:
+    from raptor.solver.comm import _Replayer
+
+Message = tuple[int, int]
+"""(fragment, destination core)."""
+
+MEMORY_MARGIN = 0.88
+"""Share of a core's local memory the posting policy plans to fill: the allocator's
+addresses need some room beyond the bytes live at once (on ResNet-18 the footprint is up
+to a tenth above the live peak; at 0.92 one core of 64 came out 128 bytes over, at 0.88
+none, for an estimate 2 % longer)."""
+
+
+class ReceivePlan:
+    """Per core: its receives (first and last reader, planned reader and send times, the
+    orders to post them in, how early a post must be) and its memory (budget, bytes held
+    while each task runs and at each point when every receive is posted just before its
+    first reader)."""
+
+    r: _Replayer
+
+    def _plan_receives(self) -> tuple[list[int], dict[Message, int]]:
+        """What each core receives: its first and last reader's position, the planned times
+        of its reader and its send, the orders to post in, and how early a post must be.
+        Returns each task's position on its core and each receive's last reader position."""
+        r = self.r
+        graph, core_of, priority, dur = r.g, r.core_of, r.priority, r.dur
+        n, P = graph.num_tasks, r.P
+        pos = [0] * n
+        for prog in r.progs:
+            for i, t in enumerate(prog):
+                pos[t] = i
+        self.remote: list[list[int]] = [[] for _ in range(n)]
+        first: dict[Message, int] = {}
+        last: dict[Message, int] = {}
+        self.reader_plan: dict[Message, int] = {}
+        frags = graph.fragments
+        for t, fs in enumerate(graph.reads):
+            q = core_of[t]
+            for f in fs:
+                if core_of[frags[f].producer] == q:
+                    continue
+                self.remote[t].append(f)
+                key = (f, q)
+                if key not in first or pos[t] < first[key]:
+                    first[key] = pos[t]
+                    self.reader_plan[key] = priority[t]
+                last[key] = max(last.get(key, 0), pos[t])
+        self.first = first
+        self.send_plan = {m: priority[frags[m[0]].producer] + dur[frags[m[0]].producer]
+                          for m in first}
+        self.pending: list[list[int]] = [[] for _ in range(P)]
+        """Per core, the receives not yet posted in the order of their readers."""
+        self.early: list[list[int]] = [[] for _ in range(P)]
+        """Per core, the receives not yet posted in the order of their planned sends."""
+        for (f, q) in sorted(first, key=lambda m: (self.reader_plan[m], self.send_plan[m], *m)):
+            self.pending[q].append(f)
+        for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m], *m)):
+            self.early[q].append(f)
+        self.lead = {m: dur[frags[m[0]].producer] + r.net.message(
+            core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes).transfer_ns for m in first}
+        """How long before its reader a receive must be posted so that a sender holding the
+        message can still deliver it: its task's time and the transfer's."""
+        return pos, last
+
+    def _plan_memory(self, target: Target, budget: Sequence[int] | None, pos: list[int],
+                     last: dict[Message, int]) -> None:
+        """Each core's budget and the bytes its tasks need anyway, task by task; which cores
+        can post every receive at the start."""
+        r = self.r
+        n, P = r.g.num_tasks, r.P
+        self.mem = r.g.memory
+        self.cap = [int(target.local_memory_bytes * MEMORY_MARGIN)] * P if budget is None \
+            else list(budget)
+        """Per core, the bytes the policy plans to fill."""
+        self.usage: list[np.ndarray] = []
+        """Per core and task position, the bytes held while that task runs."""
+        self.at_point: list[np.ndarray] = []
+        """Per core and task position, the bytes held at the point before that task (the
+        last entry: the point after the last task)."""
+        self.kept_until = [-1] * n
+        self.needed = [0] * P
+        self.roomy = [True] * P
+        """Cores where every receive fits when posted at the start."""
+        if self.mem is None:
+            return
+        self.usage, self.at_point = self.static_usage(pos, self.first, last)
+        for q, use in enumerate(self.usage):
+            # what the tasks need anyway may exceed the budget (a task larger than the
+            # memory): posting may then fill up to that, no peak grows by it
+            self.needed[q] = max(int(use.max(initial=0)), int(self.at_point[q].max(initial=0)))
+            self.cap[q] = max(self.cap[q], self.needed[q])
+            self.roomy[q] = self._fits_at_start(q)
+
+    def _fits_at_start(self, q: int) -> bool:
+        """Whether core `q` stays within its budget with every receive posted at the start."""
+        assert self.mem is not None
+        use = self.usage[q]
+        early = np.zeros(len(use) + 1, dtype=np.int64)
+        for f in self.pending[q]:
+            early[0] += self.mem.fragment[f]
+            early[self.first[(f, q)]] -= self.mem.fragment[f]
+        ahead = np.cumsum(early)
+        return not len(use) or max(int((use + ahead[:-1]).max()),
+                                   int((self.at_point[q] + ahead).max())) <= self.cap[q]
+
+    def static_usage(self, pos: list[int], first: dict[Message, int], last: dict[Message, int]
+                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per core and task position, the bytes held while that task runs and at the point
+        before it when every receive is posted just before its first reader and every send
+        is made at once: the task's own buffers (while it runs), the results of earlier
+        tasks still to be read there or sent (at the point after them), received fragments
+        between their first and last reader, and the constants the core reads."""
+        r = self.r
+        mem = self.mem
+        assert mem is not None
+        g, core_of = r.g, r.core_of
+        usage = [np.zeros(len(prog), dtype=np.int64) for prog in r.progs]
+        point = [np.zeros(len(prog) + 1, dtype=np.int64) for prog in r.progs]
+        kept = self.kept_until
+        for t, fs in enumerate(g.reads):
+            for f in fs:
+                u = g.fragments[f].producer
+                if core_of[u] == core_of[t]:
+                    kept[u] = max(kept[u], pos[t])
+        for q, prog in enumerate(r.progs):
+            resident: set[int] = set()
+            for i, t in enumerate(prog):
+                usage[q][i] += mem.scratch[t]
+                if kept[t] <= i:  # sent at the point after it, then freed
+                    point[q][i + 1] += mem.output[t]
+                if mem.constants:
+                    resident.update(mem.constants[t])
+            const = sum(mem.constant[c] for c in resident)
+            usage[q] += const
+            point[q] += const
+        for u, upto in enumerate(kept):
+            if upto > pos[u]:
+                usage[core_of[u]][pos[u] + 1:upto + 1] += mem.output[u]
+                point[core_of[u]][pos[u] + 1:upto + 1] += mem.output[u]
+        for (f, q), lo in first.items():
+            usage[q][lo:last[(f, q)] + 1] += mem.fragment[f]
+            point[q][lo:last[(f, q)] + 1] += mem.fragment[f]
+        return usage, point
+
+    def room(self, key: Message, k: int | None = None) -> int:
+        """How far over its budget core key[1] would go posting ``key`` at position ``k``
+        (default: where it stands) until the fragment's first reader."""
+        r = self.r
+        if self.mem is None:
+            return 0
+        f, q = key
+        k = r.pc[q] if k is None else k
+        lo = self.first[key]
+        if lo <= k:
+            return 0
+        return max(int(self.usage[q][k:lo].max()), int(self.at_point[q][k:lo].max())) \
+            + self.mem.fragment[f] - self.cap[q]
+
