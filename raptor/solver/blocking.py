@@ -20,7 +20,8 @@ import heapq
 from collections.abc import Mapping, Sequence
 
 from raptor import noc
-from raptor.solver.graph import ComputeGraph
+from raptor.solver.costs import shared_read_ns, shared_write_ns
+from raptor.solver.graph import ComputeGraph, Task
 from raptor.target import Target
 
 Message = tuple[int, int]
@@ -80,6 +81,16 @@ def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequen
     return out
 
 
+def _shared(target: Target, task: Task) -> tuple[int, int]:
+    """A task's shared-memory loads and stores as pimsim-nn serves them: at the chip's
+    activation precision (`raptor.noc.wire_bytes`) where Raptor's prices count the IR's."""
+    store = task.shared_ns
+    if task.store_bytes:
+        store += shared_write_ns(target, noc.wire_bytes(target, task.store_bytes)) \
+            - shared_write_ns(target, task.store_bytes)
+    return shared_read_ns(target, noc.wire_bytes(target, task.load_bytes)), store
+
+
 def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                       progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
                       order: Mapping[Message, int]) -> int | None:
@@ -90,11 +101,13 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     ops = programs(graph, core_of, progs, sends, order)
     wire = graph.memory.fragment if graph.memory is not None else \
         [noc.wire_bytes(target, f.bytes) for f in frags]
-    dur = graph.durations(core_of)
+    queued = [_shared(target, t) for t in graph.tasks]
+    own = [d - t.shared_ns - shared_read_ns(target, t.load_bytes)
+           for d, t in zip(graph.durations(core_of), graph.tasks, strict=True)]
     ns = target.ns
     setup, gap = ns(noc.PIMSIM_SCALAR_CYCLES), ns(noc.PIMSIM_GAP_CYCLES)
     P = len(progs)
-    pc, clock, switch = [0] * P, [0] * P, [0] * P
+    pc, clock, switch, phase = [0] * P, [0] * P, [0] * P, [0] * P
     request: dict[int, int] = {}
     posted: dict[int, int] = {}
     sender_waits: set[int] = set()
@@ -125,12 +138,19 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
         prog = ops[p]
         while pc[p] < len(prog):
             kind, x = prog[pc[p]]
-            if kind == _TASK:
-                shared = graph.tasks[x].shared_ns
-                clock[p] += dur[x] - shared
-                if shared:  # through the core's switch, then the chip's one memory port
+            if kind == _TASK:  # loads, own work, stores; the shared memory through the
+                # core's switch and the chip's one port, ties from the highest core
+                if phase[p] == 0 and queued[x][0]:
+                    phase[p] = 1
                     heapq.heappush(heap, (max(clock[p], switch[p]), P - p, p))
                     return
+                if phase[p] < 2:
+                    clock[p] += own[x]
+                    if queued[x][1]:
+                        phase[p] = 2
+                        heapq.heappush(heap, (max(clock[p], switch[p]), P - p, p))
+                        return
+                phase[p] = 0
             elif kind == _SEND:
                 q = keys[x][1]
                 request[x], switch[p] = noc.pimsim_request(clock[p] + setup, switch[p],
@@ -160,8 +180,8 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
         now, rank, p = heapq.heappop(heap)
         if rank <= P:  # a memory request: served when the port is free
             t = ops[p][pc[p]][1]
-            mem_free = clock[p] = switch[p] = max(now, mem_free) + graph.tasks[t].shared_ns
-            pc[p] += 1
+            mem_free = clock[p] = switch[p] = max(now, mem_free) + queued[t][phase[p] - 1]
+            phase[p] += phase[p] == 2
         run(p)
     if any(pc[p] < len(ops[p]) for p in range(P)):
         return None

@@ -176,10 +176,12 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
 
 
 def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
-           core_tasks: Sequence[Sequence[int]]) -> list[int]:
+           core_tasks: Sequence[Sequence[int]], earliest: Sequence[int] | None = None
+           ) -> list[int]:
     """Earliest starts that respect dependencies, transfer delays and the per-core order,
     without contention: every fragment a task reads from another core arrives
-    ``Target.transfer_ns`` after its producer ends (the simulator's ideal run)."""
+    ``Target.transfer_ns`` after its producer ends (the simulator's ideal run); no task
+    before its ``earliest`` (a plan made under other prices) when given."""
     graph.freeze()
     n = graph.num_tasks
     dur = graph.durations(core_of)
@@ -195,7 +197,7 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         if prev[t] >= 0:
             nxt[prev[t]] = t
     delay = _delays(graph, target, core_of)
-    start = [0] * n
+    start = [0] * n if earliest is None else list(earliest)
     stack = [t for t in range(n) if indeg[t] == 0]
     done = 0
     while stack:

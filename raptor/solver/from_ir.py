@@ -62,9 +62,11 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
     graph = ComputeGraph()
     outputs = output_pieces(proj, func)
     store_ns: Counter[int] = Counter()
+    store_bytes: Counter[int] = Counter()
     for pieces in outputs:
         for p in pieces:
             store_ns[p.producer] += shared_write_ns(target, p.fragment.nbytes)
+            store_bytes[p.producer] += p.fragment.nbytes
     mvms = 0
     per_op: dict[int, tuple[int, int, set[Value]]] = {}  # every lane of an op costs the same
     for inst in proj.instances:
@@ -78,12 +80,14 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
         mvms += body_mvms
         cost = body_cost + store_ns[inst.id]
         weights: set[int] = set()
+        loaded = 0
         args = op.body.args[1:] if inst.lane is not None else op.body.args
         for use in inst.uses:
             if use.kind == "arg":
                 if all(use.box.sizes):
                     nbytes = math.prod(use.box.sizes) * use.value.tensor.itemsize
                     cost += shared_read_ns(target, nbytes)
+                    loaded += nbytes
             elif use.kind == "placed":
                 cost += sum(target.local_copy_ns(p.fragment.nbytes) for p in use.pieces)
             elif use.kind == "weight" and args[use.index] in mvm_weights:
@@ -96,7 +100,8 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
                     crossbars += n
                 weights.update(ids)
         graph.add_task(inst.name, cost, weights=frozenset(weights), batch=inst.batch,
-                       lane=inst.lane or 0, shared_ns=store_ns[inst.id])
+                       lane=inst.lane or 0, shared_ns=store_ns[inst.id], load_bytes=loaded,
+                       store_bytes=store_bytes[inst.id])
     # One fragment per (producer, result, slot, crop): what materialization sends once per
     # destination core (raptor.passes.materialize keys its messages the same way).
     # Ids follow the keys' order, as materialization orders a producer's equally urgent sends.

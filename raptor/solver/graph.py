@@ -38,6 +38,12 @@ class Task:
     shared_ns: int = 0
     """The part of ``cost_ns`` spent writing shared memory at the end of the task, which the
     chip serves one request at a time (the rest is the core's own work)."""
+    load_bytes: int = 0
+    """IR bytes the task reads from shared memory (function inputs) as it starts, priced in
+    ``cost_ns`` as the core's own work; pimsim-nn's protocol queues them
+    (`raptor.solver.blocking`)."""
+    store_bytes: int = 0
+    """IR bytes of the graph outputs it writes to shared memory (priced in ``shared_ns``)."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,8 @@ class ComputeGraph:
         return len(self.tasks)
 
     def add_task(self, name: str, cost_ns: int, weights: Iterable[int] = (), batch: int = -1,
-                 lane: int = 0, shared_ns: int = 0) -> int:
+                 lane: int = 0, shared_ns: int = 0, load_bytes: int = 0,
+                 store_bytes: int = 0) -> int:
         """Append a task and return its id."""
         if self._frozen:
             raise GraphError("graph is frozen")
@@ -110,7 +117,8 @@ class ComputeGraph:
         if not 0 <= shared_ns <= cost_ns:
             raise GraphError(f"task {name!r}: shared_ns {shared_ns} outside 0..{cost_ns}")
         tid = len(self.tasks)
-        self.tasks.append(Task(tid, name, cost_ns, frozenset(weights), batch, lane, shared_ns))
+        self.tasks.append(Task(tid, name, cost_ns, frozenset(weights), batch, lane, shared_ns,
+                               load_bytes, store_bytes))
         self.reads.append([])
         return tid
 

@@ -56,6 +56,7 @@ with the lookahead switched off (same priorities), to measure what it buys.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import time
 
@@ -555,6 +556,21 @@ def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool) -> Merg
                              pack_tiles(graph, target)).run())
         if len(runs) == 1 or runs[1].estimate_ns < runs[0].estimate_ns:
             notes.append("scheduled on a packed residency (largest-weight-first, reuse-first)")
+    if target.protocol != "raptor":
+        # pimsim-nn's receives block, which the list scheduler's message prices do not
+        # capture: a schedule made for Raptor's mesh is a candidate too, judged by the
+        # same estimate (`raptor.solver.blocking`)
+        mesh_target = dataclasses.replace(target, protocol="raptor")
+        try:
+            core_of, start = _ListScheduler(graph, mesh_target, Mesh(mesh_target), tiles,
+                                            lookahead, None).run()
+            keep(core_of, retime(graph, target, core_of,
+                                 core_order(graph, target, core_of, start), start))
+            if runs[-1].estimate_ns < min(r.estimate_ns for r in runs[:-1]):
+                notes.append("scheduled with Raptor's mesh prices (the faster under "
+                             f"{target.protocol}'s protocol)")
+        except _NoRoom:
+            pass
     best = min(runs, key=lambda r: r.estimate_ns)
     if graph.memory is not None:
         for most in FOLLOW_PREDS:
