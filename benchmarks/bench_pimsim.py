@@ -9,6 +9,7 @@ the peak core of the plan the export uses (the materialized order) and of a plan
 pimsim-nn's blocking order (receives posted where they block, never earlier).
 
     PIMSIM_NN=/path/to/ChipTest python benchmarks/bench_pimsim.py [--target default]
+        [--protocol raptor|pimsim-nn]      # schedule under that protocol (default: the target's)
         [--models mlp,lenet] [--resnet] [--pimsim-config latency_config.json] [--keep DIR]
 
 --pimsim-config also runs each exported program with another pimsim-nn configuration
@@ -26,6 +27,7 @@ counters as sync/wait), pimsim-nn runs each, and the steady-state period is
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -42,10 +44,11 @@ from benchmarks.models import resnet18
 from raptor.export import export_pimsim, pimsim_order, write_export
 from raptor.export.runner import PimsimError, chiptest, run_chiptest
 from raptor.gc_pause import collector_paused
+from raptor.noc import PROTOCOLS
 from raptor.passes.memory import plan_memory
 from raptor.sim import SimOptions, Simulator
 from raptor.solve import SolveOptions, report, solve
-from raptor.target import load_target
+from raptor.target import Target, load_target
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MODELS = ("mlp", "lenet", "resnet_block", "mobilenet_block", "torch_cnn_dynamo",
@@ -65,16 +68,17 @@ def foreign_config(path: Path, into: Path, timeout_ms: float) -> Path:
     return out
 
 
-def measure(model: Path, target_name: str, binary: str | None, keep: Path,
+def measure(model: Path, target: Target, binary: str | None, keep: Path,
             foreign: Path | None) -> dict[str, Any]:
-    target = load_target(target_name)
-    row: dict[str, Any] = {"model": model.stem, "target": target.name}
+    row: dict[str, Any] = {"model": model.stem, "target": target.name,
+                           "protocol": target.protocol}
     t0 = time.perf_counter()
     solved = solve(model, target, SolveOptions(solver="peft", allow_memory_overflow=True))
     row["solve_s"] = time.perf_counter() - t0
     run = solved.runs[0]
     assert run.sim is not None and run.memory is not None
     row.update(raptor_ns=run.sim.report.latency_ns, ideal_ns=run.ideal_ns,
+               estimate_ns=run.estimate_ns,
                numerics_ok=all(ok for *_, ok in (run.numerics or {}).values()))
     top = run.memory.peak
     row.update(peak_bytes=top.peak_bytes if top else 0, peak_core=top.core if top else None,
@@ -126,11 +130,10 @@ def measure(model: Path, target_name: str, binary: str | None, keep: Path,
     return row
 
 
-def measure_stream(model: Path, target_name: str, binary: str | None, keep: Path,
+def measure_stream(model: Path, target: Target, binary: str | None, keep: Path,
                    counts: list[int]) -> dict[str, Any]:
     """Pipeline mode: pimsim-nn's time for each stream length and the period between the
     last two, beside Raptor's simulated and estimated periods."""
-    target = load_target(target_name)
     row: dict[str, Any] = {"model": model.stem, "target": target.name, "counts": counts}
     t0 = time.perf_counter()
     solved = solve(model, target, SolveOptions(solver="pipeline", mode="pipeline",
@@ -193,12 +196,14 @@ def fmt(v: Any) -> str:
 
 def decomposition(rows: list[dict[str, Any]]) -> None:
     print("\n| model | Raptor ideal ns | pimsim-nn op costs, Raptor's channels ns | same, "
-          "blocking order ns | pimsim-nn's communication (model) ns | pimsim-nn ns |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "blocking order ns | pimsim-nn's communication (model) ns | pimsim-nn ns | "
+          "estimate ns (vs model) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        est = f"{fmt(r['estimate_ns'])} ({(r['estimate_ns'] - r['model_ns']) / r['model_ns']:+.1%})"
         print(f"| {r['model']} | {fmt(r['ideal_ns'])} | {fmt(r['costs_ns'])} | "
               f"{fmt(r['costs_blocking_ns'])} | {fmt(r['model_ns'])} | "
-              f"{fmt(r.get('pimsim_ns'))} |")
+              f"{fmt(r.get('pimsim_ns'))} | {est} |")
 
 
 def table(rows: list[dict[str, Any]]) -> None:
@@ -221,6 +226,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--target", default="default")
+    ap.add_argument("--protocol", choices=PROTOCOLS,
+                    help="schedule under this protocol (default: the target's)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--resnet", action="store_true", help="also ResNet-18 at 224x224")
     ap.add_argument("--pimsim-config", type=Path, help="also run with this pimsim-nn config")
@@ -243,11 +250,14 @@ def main() -> None:
         r18 = keep / "resnet18.onnx"
         onnx.save(resnet18(), r18)
         paths.append(r18)
+    target = load_target(args.target)
+    if args.protocol:
+        target = dataclasses.replace(target, protocol=args.protocol)
     rows = []
     with collector_paused():
         for p in paths:
-            row = (measure_stream(p, args.target, binary, keep, counts) if counts else
-                   measure(p, args.target, binary, keep, args.pimsim_config))
+            row = (measure_stream(p, target, binary, keep, counts) if counts else
+                   measure(p, target, binary, keep, args.pimsim_config))
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     if counts:

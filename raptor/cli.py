@@ -5,6 +5,7 @@ clear line on stderr, never a traceback."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import math
@@ -497,6 +498,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
     _folder(args.out, "--out")
     _folder(args.export_pimsim, "--export-pimsim")
     target = _target(args.target)
+    if args.export_pimsim and args.mode == "latency" and target.protocol == "raptor":
+        # a program for pimsim-nn is scheduled for its protocol (raptor.solver.blocking)
+        target = dataclasses.replace(target, protocol="pimsim-nn")
     compile_opts = _compile_options(args)
     with LiveProgress(Console(stderr=True), enabled=not args.json) as progress:
         with _expected(args.file):
