@@ -506,3 +506,22 @@ def test_a_parsed_program_without_weight_data_chooses_the_same_order(
     again = export_pimsim(parsed, t)
     assert (again.rank, again.model_ns) == (ex.rank, ex.model_ns)
     assert not parsed.constants
+
+
+@pytest.mark.parametrize("name", ["resnet_block", "mobilenet_block"])
+def test_estimate_under_pimsim_protocol_predicts_the_model(name: str) -> None:
+    """Scheduled under pimsim-nn's protocol, the communication estimate (blocking receives
+    in the exporter's message order, `raptor.solver.blocking`) predicts Raptor's model of
+    pimsim-nn on the export within 2 % (measured -1.1 % and -0.6 %; 13-46 % off before it
+    modelled blocking receives), and the program is faster on that model than the one
+    scheduled for Raptor's mesh."""
+    ns = {}
+    for protocol in ("pimsim-nn", "raptor"):
+        t = dataclasses.replace(T, protocol=protocol)
+        run = solve(EXAMPLES / f"{name}.onnx", t,
+                    SolveOptions(solver="peft", simulate=False)).runs[0]
+        ex = export_pimsim(run.scheduled, t, run.memory)
+        ns[protocol] = mirror(run.scheduled, ex)
+        if protocol == "pimsim-nn":
+            assert abs(run.estimate_ns - ns[protocol]) <= 0.02 * ns[protocol]
+    assert ns["pimsim-nn"] <= ns["raptor"]
