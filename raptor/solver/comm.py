@@ -557,18 +557,26 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     rep = _Replayer(graph, target, core_of, core_tasks, priority, contention, budget).run()
     rep.posted_ns = rep.makespan_ns
     if target.protocol == "pimsim-nn" and rep.sends:
-        rep.makespan_ns = pimsim_makespan(graph, target, core_of, core_tasks, rep)
+        blocking_estimate(graph, target, core_of, core_tasks, rep)
     return rep
 
 
-def pimsim_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int],
-                    core_tasks: Sequence[Sequence[int]], rep: Replay) -> int:
-    """The replayed program under pimsim-nn's protocol (`raptor.solver.blocking`), in the
-    faster of the two message orders the exporter chooses from: the channel numbers (the
-    replay's send order) and the order the messages left in the replay."""
-    channel = {k: rank for k, (_, rank) in rep.sends.items()}
+def blocking_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+                      core_tasks: Sequence[Sequence[int]], rep: Replay) -> None:
+    """Under pimsim-nn's protocol: ``rep``'s makespan becomes that of its program in
+    pimsim-nn's blocking order (`raptor.solver.blocking`), in the faster of two message
+    orders: the replay's send order, and the order the messages left in its run (a core's
+    sends keep their order in both, so either cannot deadlock). The ranks of
+    ``rep.sends`` (materialization's channel numbers, the exporter's channel order) become
+    the faster one."""
     left = sorted(rep.sends, key=lambda k: (rep.left[k], core_of[graph.fragments[k[0]].producer],
                                             rep.sends[k][1]))
+    orders = [{k: rank for k, (_, rank) in rep.sends.items()},
+              {k: i for i, k in enumerate(left)}]
     best = [blocking_makespan(graph, target, core_of, core_tasks, rep.sends, order)
-            for order in (channel, {k: i for i, k in enumerate(left)})]
-    return min((b for b in best if b is not None), default=rep.posted_ns)
+            for order in orders]
+    ok = [(b, i) for i, b in enumerate(best) if b is not None]
+    if not ok:
+        return
+    rep.makespan_ns, i = min(ok)
+    rep.sends = {k: (point, orders[i][k]) for k, (point, _) in rep.sends.items()}
