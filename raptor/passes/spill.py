@@ -1,7 +1,10 @@
 """Spilling: values a core cannot keep in its local memory go to shared memory and come back.
 
 Runs on a scheduled program (after materialization) for each `pim.core` program whose
-allocated footprint (`raptor.passes.memory`) exceeds the target's `local_memory_bytes`. At
+allocated footprint (`raptor.passes.memory`) exceeds the target's `local_memory_bytes`; for
+a stream program (`pim.stream`) on one iteration's body: a value is stored and loaded back
+within its inference, so one spill buffer serves every inference (the core runs them in
+order). At
 the step where the most bytes are live, it evicts, Belady-style, the live values whose next
 use is furthest away (not used at that step): the value is stored once to its own
 `pim.alloc_shared` buffer after its last use before the step (`pim.store`), and loaded back
@@ -33,11 +36,10 @@ from raptor.ir.ops import (
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
     StoreOp,
-    StreamOp,
 )
 from raptor.ir.rewriting import replace_uses
 from raptor.ir.types import TensorType
-from raptor.passes.memory import _breadth, _CoreAllocator, activation_bytes
+from raptor.passes.memory import _breadth, _CoreAllocator, _iteration, activation_bytes
 from raptor.target import Target
 
 MAX_SPILLS = 4000
@@ -93,7 +95,7 @@ class _CoreSpiller:
                  names: _Names) -> None:
         self.func_body = func_body
         self.names = names
-        self.body = core.body
+        self.body = _iteration(core.body)
         self.cap = target.local_memory_bytes
         self.eb = eb
         self.home: dict[Value, Value] = {}
@@ -230,10 +232,9 @@ def spill(module: Module, target: Target) -> Spill:
     out = Spill()
     names = _Names()
     for op in list(func.body.ops):
-        if not isinstance(op, CoreOp) or (len(op.body.ops) == 1
-                                          and isinstance(op.body.ops[0], StreamOp)):
+        if not isinstance(op, CoreOp):
             continue
-        if _allocate(op.body, op.core, eb)[1] <= target.local_memory_bytes:
+        if _allocate(_iteration(op.body), op.core, eb)[1] <= target.local_memory_bytes:
             continue
         sp = _CoreSpiller(func.body, op, target, eb, names)
         if not sp.run():
