@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from raptor.ir.core import Affine, Block, Operation, Value
 from raptor.ir.module import Module
 from raptor.ir.ops import (
@@ -39,7 +41,13 @@ from raptor.ir.ops import (
 )
 from raptor.ir.rewriting import replace_uses
 from raptor.ir.types import TensorType
-from raptor.passes.memory import _breadth, _CoreAllocator, _iteration, activation_bytes
+from raptor.passes.memory import (
+    _breadth,
+    _CoreAllocator,
+    _iteration,
+    _Storage,
+    activation_bytes,
+)
 from raptor.target import Target
 
 MAX_SPILLS = 4000
@@ -81,6 +89,16 @@ class _Names:
     count: int = 0
 
 
+def _heights(storages: list[_Storage], steps: int) -> np.ndarray:
+    """The highest address in use at each step (as `_breadth` counts steps), once the
+    buffers are placed."""
+    height = np.zeros(steps, dtype=np.int64)
+    for s in storages:
+        seg = height[s.start:s.end + 1]
+        np.maximum(seg, s.addr + s.size, out=seg)
+    return height
+
+
 def _allocate(body: Block, core: int, eb: int) -> tuple[_CoreAllocator, int]:
     """The core's allocation and its footprint."""
     alloc = _CoreAllocator(body, core, eb)
@@ -103,8 +121,10 @@ class _CoreSpiller:
         self.out = CoreSpill(core.core)
 
     def run(self) -> bool:
-        """Evict until the core fits; whether it does."""
-        goal = self.cap
+        """Evict until the core fits; whether it does. While more bytes are live at some
+        step than the memory holds, evict at the fullest step; once none is (the
+        allocation is fragmented), at the fullest of the steps whose buffers reach past
+        the memory that has anything to evict, the bytes above the memory there."""
         best, stale = -1, 0
         for _ in range(MAX_SPILLS):
             alloc, footprint = _allocate(self.body, self.out.core, self.eb)
@@ -114,18 +134,23 @@ class _CoreSpiller:
             if stale == STALE:
                 return False
             breadth = _breadth(alloc.storages, alloc.step)
-            if int(breadth.max()) <= goal:  # fragmented: ask the live bytes for less
-                goal = goal * 15 // 16
             step = int(breadth.argmax())
-            if not self.evict(alloc, step, int(breadth[step]) - goal,
-                              int(breadth[step]) - self.cap):
+            if int(breadth[step]) > self.cap:
+                over = int(breadth[step]) - self.cap
+                if not self.evict(alloc, step, over, over):
+                    return False
+                continue
+            height = _heights(alloc.storages, len(breadth))
+            high = np.flatnonzero(height > self.cap)
+            if not any(self.evict(alloc, int(t), int(height[t]) - self.cap, 1)
+                       for t in high[np.argsort(-breadth[high], kind="stable")]):
                 return False
         return False
 
-    def evict(self, alloc: _CoreAllocator, step: int, excess: int, over: int) -> bool:
+    def evict(self, alloc: _CoreAllocator, step: int, excess: int, need: int) -> bool:
         """Evict values live at `step` (furthest next use first) until `excess` bytes are
-        freed; False when evicting every candidate would not free the `over` bytes the step
-        has beyond the memory (what the compute there holds by itself does not fit)."""
+        freed; False when evicting every candidate would not free the `need` bytes (what
+        the compute there holds by itself does not fit)."""
         ops = self.body.ops
         index = {id(op): i for i, op in enumerate(ops)}
         where = alloc.where[min(step, len(alloc.where) - 1)]
@@ -163,7 +188,7 @@ class _CoreSpiller:
                 if not isinstance(op, ScheduledComputeOp | ChannelReceiveOp | LoadOp):
                     continue
                 cands.append((later[0], s.size, i, v))
-        if sum(c[1] for c in cands) < over:
+        if sum(c[1] for c in cands) < need:
             return False
         freed = 0
         chosen = list(ops)
