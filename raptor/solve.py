@@ -775,7 +775,8 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
         infos.append(info)
         return scheduled
 
-    fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir)
+    fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir,
+                      spills=not opts.allow_memory_overflow)
     est = stream_estimate(fit.charged, target, sch.core_of, sch.start_ns, pr.stage_of_task,
                           infos[-1], opts.stream, RING, len(pr.stages), fit.flow.sends)
     return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,
