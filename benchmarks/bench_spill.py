@@ -46,12 +46,14 @@ class Case:
     model: str
     """examples/<model>.onnx, a bench_pretrained name, or ``resnet50`` (benchmarks/models.py)."""
     mesh: int
-    local_kib: int
+    local_bytes: int
 
 
 CASES = (
-    Case("resnet50", "resnet50", 8, 64),
-    Case("resnet_block-2x2-6k", "resnet_block", 2, 6),
+    Case("resnet50", "resnet50", 8, 64 * 1024),
+    Case("resnet_block-2x2-6k", "resnet_block", 2, 6 * 1024),
+    Case("mobilenet_block-2x2-10k", "mobilenet_block", 2, 10 * 1024),
+    Case("yolo_neck-11000", "yolo_neck", 8, 11_000),
 )
 
 
@@ -93,8 +95,8 @@ def run(case: Case, mode: str, overflow: bool, work: Path) -> dict[str, object]:
 
 
 def target_of(case: Case) -> Target:
-    return Target(name=f"{case.mesh}x{case.mesh}-{case.local_kib}KiB", mesh_rows=case.mesh,
-                  mesh_cols=case.mesh, local_memory_bytes=case.local_kib * 1024)
+    return Target(name=f"{case.mesh}x{case.mesh}-{case.local_bytes}B", mesh_rows=case.mesh,
+                  mesh_cols=case.mesh, local_memory_bytes=case.local_bytes)
 
 
 def compare(case: Case, work: Path) -> int:
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         for case in cases:
             sp, free = run(case, args.mode, False, work), run(case, args.mode, True, work)
-            target = f"{case.mesh}x{case.mesh}, {case.local_kib} KiB"
+            target = f"{case.mesh}x{case.mesh}, {case.local_bytes:,} B"
             if "error" in sp:
                 failed += 1
                 print(f"| {case.name} | {target} | {sp['exit']}: {sp['error']} |")
