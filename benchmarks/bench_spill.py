@@ -53,7 +53,6 @@ CASES = (
     Case("resnet50", "resnet50", 8, 64 * 1024),
     Case("resnet_block-2x2-6k", "resnet_block", 2, 6 * 1024),
     Case("mobilenet_block-2x2-10k", "mobilenet_block", 2, 10 * 1024),
-    Case("yolo_neck-11000", "yolo_neck", 8, 11_000),
 )
 
 

@@ -4,13 +4,18 @@ Runs on a scheduled program (after materialization) for each `pim.core` program 
 allocated footprint (`raptor.passes.memory`) exceeds the target's `local_memory_bytes`; for
 a stream program (`pim.stream`) on one iteration's body: a value is stored and loaded back
 within its inference, so one spill buffer serves every inference (the core runs them in
-order). At
-the step where the most bytes are live, it evicts, Belady-style, the live values whose next
+order).
+
+At the step where the most bytes are live, it evicts, Belady-style, the live values whose next
 use is furthest away (not used at that step): the value is stored once to its own
 `pim.alloc_shared` buffer after its last use before the step (`pim.store`), and loaded back
 into a fresh value just before its next use (`pim.load`), which every later use then reads.
 A reloaded value evicted again is not stored again (shared memory still holds it). It
-repeats until the footprint fits or nothing is left to evict.
+repeats until the footprint fits or nothing is left to evict; once no step has more bytes
+live than the memory but the placed buffers still reach past it (fragmentation), it evicts
+at the fullest step where they do. `spill(..., exact=True)` first chooses the evictions with
+a small exact model instead (`_CoreSpiller.evict_exact`); Belady stays the default
+(docs/benchmarks.md §1d compares them).
 
 What may be evicted: a top-level value that owns its buffer alone — a compute's result, a
 received fragment already read once (storing one still in flight would wait for its data),
@@ -132,10 +137,8 @@ class _CoreSpiller:
         allocation is fragmented), at the fullest of the steps whose buffers reach past
         the memory that has anything to evict, the bytes above the memory there."""
         best, stale = -1, 0
-        if self.exact:
-            alloc, footprint = _allocate(self.body, self.out.core, self.eb)
-            if not self.evict_exact(alloc):
-                return False
+        if self.exact and not self.evict_exact(_allocate(self.body, self.out.core, self.eb)[0]):
+            return False
         for _ in range(MAX_SPILLS):
             alloc, footprint = _allocate(self.body, self.out.core, self.eb)
             if footprint <= self.cap:
