@@ -234,7 +234,8 @@ class _CoreSpiller:
             now = list(self.body.ops)
             at = next(i for i, op in enumerate(now) if op is ops[a])
             cur_uses = [i for i, op in enumerate(now) if cur in op.operands()]
-            assert any(now[u] is ops[b] for u in cur_uses if u > at)
+            if not any(now[u] is ops[b] for u in cur_uses if u > at):
+                continue  # an earlier choice moved this stretch's reader: Belady follows
             current[v] = self.spill(cur, now, cur_uses, at)
         return True
 
