@@ -309,6 +309,8 @@ class _Fitted:
     rounds: int
     estimate_ns: int
     """The communication model's makespan, spill traffic included."""
+    charged: ComputeGraph
+    """The graph with the spill traffic charged to its tasks (`_spill_replay`)."""
     spill: Spill | None = None
     spill_ns: dict[int, int] = field(default_factory=dict)
 
@@ -342,10 +344,11 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
             if memory is not None and g.memory is not None else {}
         if not over or rounds == MEMORY_ROUNDS:
             spilled: Spill | None = None
-            estimate, spill_ns = rep.makespan_ns, dict[int, int]()
+            estimate, spill_ns, charged = rep.makespan_ns, dict[int, int](), g
             if spills and memory is not None and memory.over_capacity():
                 spilled = spill(scheduled, target)
-                estimate, spill_ns = _spill_replay(g, target, res, spilled, budget, estimate)
+                estimate, spill_ns, charged = _spill_replay(g, target, res, spilled, budget,
+                                                            estimate)
             changed = spilled is not None and bool(spilled.cores)
             if rounds > 1 or changed:
                 errors = [str(d) for d in verify_module(scheduled)]
@@ -353,16 +356,19 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
                     else memory
             if print_ir is not None:
                 print_ir("materialize", scheduled)
-            return _Fitted(scheduled, errors, memory, rep, rounds, estimate, spilled, spill_ns)
+            return _Fitted(scheduled, errors, memory, rep, rounds, estimate, charged, spilled,
+                           spill_ns)
         budget = list(rep.budget)
         for core, peak in over.items():  # cut by the overshoot and 3 % more
             budget[core] = budget[core] * target.local_memory_bytes * 97 // (peak * 100)
 
 
 def _spill_replay(g: ComputeGraph, target: Target, res: MergeScheduleResult, spilled: Spill,
-                  budget: list[int] | None, unspilled_ns: int) -> tuple[int, dict[int, int]]:
-    """The communication model's makespan with the spill traffic, and per core the
-    shared-memory service the spills take. A spill store follows the compute of the task
+                  budget: list[int] | None, unspilled_ns: int
+                  ) -> tuple[int, dict[int, int], ComputeGraph]:
+    """The communication model's makespan with the spill traffic, per core the
+    shared-memory service the spills take, and the graph with the spills charged to its
+    tasks (what a stream estimate plays). A spill store follows the compute of the task
     it comes after on its core and is served by the chip's one shared-memory port in
     request order (`Task.shared_ns`), before that point's sends, as materialized; a spill
     load comes just before the task that reads it, after the point's sends, so it is
@@ -380,10 +386,10 @@ def _spill_replay(g: ComputeGraph, target: Target, res: MergeScheduleResult, spi
             tasks[t.id] = dataclasses.replace(t, cost_ns=t.cost_ns + ns,
                                               shared_ns=t.shared_ns + ns * queued)
     if not per_core:
-        return unspilled_ns, {}
+        return unspilled_ns, {}, g
     charged = dataclasses.replace(g, tasks=tasks)
     return replay(charged, target, res.core_of, res.core_tasks, res.start_ns,
-                  budget=budget).makespan_ns, per_core
+                  budget=budget).makespan_ns, per_core, charged
 
 
 def message_flow(build: GraphBuild, rep: Replay) -> Flow:
@@ -769,13 +775,15 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
         infos.append(info)
         return scheduled
 
-    fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir)
-    est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, infos[-1],
-                          opts.stream, RING, len(pr.stages), fit.flow.sends)
+    fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir,
+                      spills=not opts.allow_memory_overflow)
+    est = stream_estimate(fit.charged, target, sch.core_of, sch.start_ns, pr.stage_of_task,
+                          infos[-1], opts.stream, RING, len(pr.stages), fit.flow.sends)
     return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,
                        fit.errors, ideal_estimate_ns=est.ends[0] - est.starts[0],
                        pipeline=pr, stream=infos[-1], stream_estimate=est, memory=fit.memory,
-                       flow=fit.flow, materializations=fit.rounds)
+                       flow=fit.flow, materializations=fit.rounds, spill=fit.spill,
+                       spill_ns=fit.spill_ns)
 
 
 def _memory_verdict(runs: list[ScheduleRun], opts: SolveOptions, target: Target) -> None:
