@@ -771,7 +771,7 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
 
     fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir)
     est = stream_estimate(g, target, sch.core_of, sch.start_ns, pr.stage_of_task, infos[-1],
-                          opts.stream, RING, len(pr.stages), fit.flow.sends)
+                          opts.stream, RING, len(pr.stages), fit.flow)
     return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,
                        fit.errors, ideal_estimate_ns=est.ends[0] - est.starts[0],
                        pipeline=pr, stream=infos[-1], stream_estimate=est, memory=fit.memory,
