@@ -13,17 +13,17 @@ gathers of merged lanes.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
-from raptor.noc import Network, Timelines
+from raptor.noc import FreeLinks, Network
 from raptor.passes.stream import LoadGroup, StreamInfo
 from raptor.solver.comm import START, Replay
 from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
-from raptor.solver.pipeline.problem import topological_order
 from raptor.target import Target
 
 COUNTER_BYTES = 4
@@ -122,27 +122,6 @@ def _messages(graph: ComputeGraph, net: Network, core_of: Sequence[int],
     return waits, sends
 
 
-def _iteration_order(prev_on_core: dict[int, int], waits: list[list[_Message]],
-                     groups: Sequence[LoadGroup], signaller: Mapping[int, int],
-                     posts: bool) -> list[int] | None:
-    """A topological order of one iteration's steps: core order, messages, READY, and with
-    `posts` each posting step before the step its message is sent after; None if there is
-    none."""
-    n_tasks = len(waits)
-    succ: list[list[int]] = [[] for _ in range(n_tasks + len(groups))]
-    for b, a in prev_on_core.items():
-        succ[a].append(b)
-    for t in range(n_tasks):
-        for m in waits[t]:
-            succ[m.after].append(t)
-            if posts and m.post != START:
-                succ[m.post].append(m.after)
-    for i, g in enumerate(groups):
-        succ[signaller[g.pair]].append(n_tasks + i)
-    order = topological_order(succ)
-    return order if len(order) == len(succ) else None
-
-
 def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                     start: Sequence[int], stage_of: Sequence[int], info: StreamInfo,
                     inferences: int, ring: int, stages: int, flow: Replay | None = None
@@ -160,15 +139,9 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     net = Network(target, "raptor")
     per_core = _per_core_steps(n_tasks, core_of, start, groups)
     waits, sends = _messages(graph, net, core_of, start, stage_of, flow)
-    signaller = {k: u for u, ks in info.ready_signals.items() for k in ks}
-    prev_on_core = {b: a for steps in per_core.values() for a, b in itertools.pairwise(steps)}
-    order = _iteration_order(prev_on_core, waits, groups, signaller, False)
-    if order is None:
-        raise ValueError("the stream program's per-core order contradicts its dependencies")
-    posted = _iteration_order(prev_on_core, waits, groups, signaller, True) or order
-    play = _Play(graph, target, net, core_of, info, per_core, waits, sends, prev_on_core, ring)
-    starts, ends = play.run(order, inferences, False)
-    _, contended = play.run(posted, inferences, True)
+    play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring)
+    starts, ends = play.run(inferences, False)
+    _, contended = play.run(inferences, True)
     memory = sum(t.shared_ns for t in graph.tasks) + sum(map(sum, play.store_ns.values())) + \
         sum(play.group_ns) + sum(len(ks) for ks in info.free_waits.values()) * play.wait_ns + \
         sum(len(ks) for ks in info.ready_signals.values()) * play.signal_ns
@@ -178,15 +151,33 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     return StreamEstimate(ideal, memory, max(period, memory), latency, ends, starts)
 
 
+_RESUME, _WAIT, _MEM, _INJECT = range(4)
+"""What a core asks `_Play.run`'s loop: go on at a time, wait for a key, a shared-memory
+access, a message injection."""
+_POSTED, _DONE, _READY, _FREE, _ARRIVAL = range(5)
+"""Keys a core waits for: (core, step, inference) a receive posted after a step (START: at
+the iteration's start), (step, inference) done, (counter pair, inference) READY / FREE
+signalled, (fragment, core, inference) a message arrived."""
+
+
 class _Play:
     """Plays of a stream program, inference after inference (`stream_estimate`)."""
 
     def __init__(self, graph: ComputeGraph, target: Target, net: Network,
                  core_of: Sequence[int], info: StreamInfo, per_core: dict[int, list[int]],
                  waits: list[list[_Message]], sends: dict[int, list[_Message]],
-                 prev_on_core: dict[int, int], ring: int) -> None:
+                 ring: int) -> None:
         self.net, self.info, self.per_core, self.waits = net, info, per_core, waits
-        self.sends, self.prev_on_core, self.ring = sends, prev_on_core, ring
+        self.sends, self.ring = sends, ring
+        self.posts = {m.post for ms in sends.values() for m in ms}
+        """Steps after which a receive is posted."""
+        self.senders = {m.after for ms in sends.values() for m in ms}
+        self.messages = [m for ms in sends.values() for m in ms]
+        self.index = {m.key: i for i, m in enumerate(self.messages)}
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.wake: Callable[[tuple[int, ...], int], None] = lambda key, at: None
+        """`run`'s: a key becomes known at a time; the cores waiting for it go on."""
         self.dur = graph.durations(core_of)
         self.shared = [t.shared_ns for t in graph.tasks]
         self.wait_ns = shared_read_ns(target, COUNTER_BYTES)
@@ -198,71 +189,125 @@ class _Play:
         self.group_parts = [[self.wait_ns, *(shared_read_ns(target, nb) for *_, nb in g.loads),
                              self.signal_ns] for g in info.groups]
 
-    def run(self, order: list[int], inferences: int, contended: bool
-            ) -> tuple[list[int], list[int]]:
-        """Per inference, when its first core started it and its last core finished it,
-        visiting each iteration's steps in `order`. `contended`: every shared-memory
-        access waits for the memory (`raptor.noc.Timelines`, one resource), a send for its
-        receive to be posted, a message for the links of its route (`Network.pass_links`);
-        else none of them waits (the ideal options)."""
-        info, groups, waits, sends = self.info, self.info.groups, self.waits, self.sends
-        n_tasks, dur, ring = len(waits), self.dur, self.ring
-        wait_ns, signal_ns = self.wait_ns, self.signal_ns
-        memory, links = Timelines(1), Timelines(self.net.num_links)
+    def run(self, inferences: int, contended: bool) -> tuple[list[int], list[int]]:
+        """Per inference, when its first core started it and its last core finished it.
+        Each core runs its steps inference after inference; a core waits for what it reads
+        (a message's arrival, READY, FREE) once it is known. `contended`: every shared-
+        memory access and every message injection is a request served in time order, as
+        the simulator's event loop serves them — the shared memory one access at a time,
+        the links as `raptor.noc.FreeLinks` grants them — and a send first waits for its
+        receive to be posted; else nothing waits (the ideal options)."""
+        heap: list[tuple[int, int, int]] = []
+        known: dict[tuple[int, ...], int] = {}
+        parked: dict[tuple[int, ...], list[int]] = {}
+        cores = sorted(self.per_core)
+        progs = {c: self._core(c, inferences, contended, known) for c in cores}
+        pending: dict[int, tuple[int, ...]] = {}
+        starts = [-1] * inferences
+        ends = [0] * inferences
+        self.starts, self.ends = starts, ends
+        links = FreeLinks(self.net.num_links)
+        memory_free = 0
+        seq = itertools.count()
 
-        def access(clock: int, ns: int) -> int:
+        def advance(c: int, clock: int) -> None:
+            """Run core c from `clock` until its next request (or its end)."""
+            try:
+                req = progs[c].send(clock)
+            except StopIteration:
+                return
+            pending[c] = req
+            if req[0] == _WAIT:  # what it waits for is not known yet
+                parked.setdefault(req[2:], []).append(c)
+                return
+            heapq.heappush(heap, (req[1], next(seq), c))
+
+        def wake(key: tuple[int, ...], at: int) -> None:
+            known[key] = at
+            for c in parked.pop(key, ()):
+                req = pending[c]
+                pending[c] = (_RESUME,)
+                heapq.heappush(heap, (max(req[1], at), next(seq), c))
+
+        self.wake = wake
+        for c in cores:
+            next(progs[c])
+            advance(c, 0)
+        while heap:
+            now, _, c = heapq.heappop(heap)
+            req = pending[c]
+            if req[0] == _MEM:
+                start = max(now, memory_free)
+                memory_free = start + req[2]
+                advance(c, memory_free)
+            elif req[0] == _INJECT:
+                m = self.messages[req[2]]
+                wake((_ARRIVAL, *m.key, req[3]), self.net.pass_links(
+                    m.links, m.serial_ns, m.transfer_ns, now, links))
+                advance(c, now)
+            else:
+                advance(c, now)
+        if parked:
+            raise ValueError("the stream program's play deadlocked (a wait never met)")
+        return starts, ends
+
+    def _core(self, c: int, inferences: int, contended: bool,
+              known: dict[tuple[int, ...], int]) -> Generator[tuple[int, ...], int, None]:
+        """Core c's program as requests to `run`'s loop: it yields (_WAIT, clock, *key),
+        (_MEM, clock, ns) or (_INJECT, clock, message) and is sent back its clock."""
+        info, n_tasks, dur, ring = self.info, len(self.waits), self.dur, self.ring
+        wait_ns, signal_ns = self.wait_ns, self.signal_ns
+        steps = self.per_core[c]
+        clock = yield (_RESUME,)
+
+        def get(key: tuple[int, ...]) -> Generator[tuple[int, ...], int, int]:
+            """When `key` became known (waiting for it parks the core)."""
+            got = known.get(key)
+            if got is None:
+                yield (_WAIT, clock, *key)
+                got = known[key]
+            return got
+
+        def access(ns: int) -> Generator[tuple[int, ...], int, int]:
             if not contended or ns <= 0:
                 return clock + ns
-            at = memory.fit(0, clock, ns)
-            memory.reserve(0, at, ns)
-            return at + ns
+            return (yield (_MEM, clock, ns))
 
-        first_on_core = {steps[0]: c for c, steps in self.per_core.items()}
-        last_on_core = {c: steps[-1] for c, steps in self.per_core.items()}
-        ready_at: list[list[int]] = [[0] * inferences for _ in info.pairs]
-        free_at: list[list[int]] = [[0] * inferences for _ in info.pairs]
-        core_free = dict.fromkeys(self.per_core, 0)
-        end = [0] * (n_tasks + len(groups))
-        done = [0] * (n_tasks + len(groups))
-        arrival: dict[tuple[int, int], int] = {}
-        starts, ends = [], []
         for n in range(inferences):
-            began = dict(core_free)  # each core's iteration start: its START receives
-            starts.append(min(core_free.values(), default=0))
-            for s in order:
-                p = self.prev_on_core.get(s)
-                clock = end[p] if p is not None else core_free[first_on_core[s]]
+            if self.starts[n] < 0 or clock < self.starts[n]:
+                self.starts[n] = clock
+            self.wake((_POSTED, c, START, n), clock)
+            for s in steps:
                 if s >= n_tasks:
-                    g = groups[s - n_tasks]
-                    clock = max(clock, ready_at[g.pair][n])
+                    g = info.groups[s - n_tasks]
+                    clock = max(clock, (yield from get((_READY, g.pair, n))))
                     for ns in self.group_parts[s - n_tasks]:
-                        clock = access(clock, ns)
-                    free_at[g.pair][n] = clock
-                    end[s] = done[s] = clock
+                        clock = yield from access(ns)
+                    self.wake((_FREE, g.pair, n), clock)
                     continue
-                for m in waits[s]:
-                    clock = max(clock, arrival[m.key] if contended
-                                else done[m.after] + m.transfer_ns)
+                for m in self.waits[s]:
+                    if contended:
+                        clock = max(clock, (yield from get((_ARRIVAL, *m.key, n))))
+                    else:
+                        clock = max(clock, (yield from get((_DONE, m.after, n))) + m.transfer_ns)
                 sh = self.shared[s]
-                clock = access(clock + dur[s] - sh, sh)  # its output stores end its run
+                clock += dur[s] - sh
+                clock = yield from access(sh)  # its output stores end its run
                 for k in info.free_waits.get(s, ()):
                     if n - ring >= 0:
-                        clock = max(clock, free_at[k][n - ring])
-                    clock = access(clock, wait_ns)
+                        clock = max(clock, (yield from get((_FREE, k, n - ring))))
+                    clock = yield from access(wait_ns)
                 for ns in self.store_ns.get(s, ()):
-                    clock = access(clock, ns)
+                    clock = yield from access(ns)
                 for k in info.ready_signals.get(s, ()):
-                    clock = access(clock, signal_ns)
-                    ready_at[k][n] = clock
-                done[s] = clock
+                    clock = yield from access(signal_ns)
+                    self.wake((_READY, k, n), clock)
+                if s in self.senders:
+                    self.wake((_DONE, s, n), clock)
+                if s in self.posts:
+                    self.wake((_POSTED, c, s, n), clock)
                 if contended:
-                    for m in sends.get(s, ()):
-                        q = m.key[1]
-                        clock = max(clock, began[q] if m.post == START else done[m.post])
-                        arrival[m.key] = self.net.pass_links(m.links, m.serial_ns,
-                                                             m.transfer_ns, clock, links)
-                end[s] = clock
-            for c, last in last_on_core.items():
-                core_free[c] = end[last]
-            ends.append(max(core_free.values(), default=0))
-        return starts, ends
+                    for m in self.sends.get(s, ()):
+                        clock = max(clock, (yield from get((_POSTED, m.key[1], m.post, n))))
+                        clock = yield (_INJECT, clock, self.index[m.key], n)
+            self.ends[n] = max(self.ends[n], clock)
