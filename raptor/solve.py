@@ -57,6 +57,7 @@ from raptor.solver.pipeline import (
     follow_producers,
     heuristic_pipeline,
     latency_stream,
+    spread_stream,
     validate_pipeline,
 )
 from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
@@ -563,10 +564,14 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     say(f"PEFT: {counted(g.num_tasks, 'task')} on {counted(target.num_cores, 'core')} "
         "(the latency candidate)")
     latency = latency_stream(problem, _timed(seconds, "peft", peft_schedule, g, target))
+    spread, spread_flow = _timed(seconds, "spread", _follow, problem,
+                                 spread_stream(problem, opts.replication), target,
+                                 opts.replication)
     lat_flow = None
     rows: dict[str, list[tuple[str, PipelineResult, Replay | None]]] = {}
     if opts.solver in ("pipeline", "both"):
-        rows["pipeline"] = [("heuristic", followed, flow), ("latency", latency, lat_flow)]
+        rows["pipeline"] = [("heuristic", followed, flow), ("latency", latency, lat_flow),
+                            ("spread", spread, spread_flow)]
     if opts.solver in ("cpsat", "both"):
         phase = (f"CP-SAT pipeline model: {counted(problem.num_groups, 'group')}, "
                  f"{counted(opts.workers, 'worker')}")
@@ -583,7 +588,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         else:
             cp, cp_flow = _follow(problem, cp, target, opts.replication)
         rows["cpsat"] = [("cpsat", cp, cp_flow), ("heuristic", followed, flow),
-                         ("latency", latency, lat_flow)]
+                         ("latency", latency, lat_flow), ("spread", spread, spread_flow)]
     cands: list[_Candidate] = []
     for row in rows.values():
         for name, pr, fl in row:
@@ -640,7 +645,8 @@ class _Candidate:
     """A stream program a solver row may return (`_solve_pipeline`)."""
 
     name: str
-    """"heuristic", "cpsat" or "latency" (the latency schedule as one stage)."""
+    """"heuristic", "cpsat", "latency" (the latency schedule as one stage) or "spread"
+    (`spread_stream`)."""
     result: PipelineResult
     run: ScheduleRun
 
@@ -669,7 +675,8 @@ class _Candidate:
 
 
 WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition",
-         "latency": "the latency schedule as one stage"}
+         "latency": "the latency schedule as one stage",
+         "spread": "one stage spread over every core"}
 
 
 def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],

@@ -171,10 +171,12 @@ def lower_bound_budgets(problem: PipelineProblem, cuts: Sequence[int]) -> Partit
 
 
 def realize(problem: PipelineProblem, part: Partition, replication: bool,
-            follow: bool = False) -> Placement | PackFailure:
+            follow: bool = False, limits: Sequence[int] | None = None
+            ) -> Placement | PackFailure:
     """Home, place, list-schedule and evaluate ``part``; the best by :func:`better`.
     ``follow``: tasks without crossbars go right after their last same-stage producer, on
-    its core (see :class:`_ListSchedule`)."""
+    its core (see :class:`_ListSchedule`); ``limits``: the load each stage's list schedule
+    keeps its cores within (default: the model's stage times)."""
     stage_of_task = (np.searchsorted(part.cuts, problem.group_of, side="right") - 1).tolist()
     bounds_list = boundaries(problem, stage_of_task)
     memory = problem.baseline_ns + sum(b.store_ns + b.load_ns for b in bounds_list)
@@ -199,7 +201,7 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool,
                                                 strict=True)]
         for priority in PRIORITIES:
             cand = _ListSchedule(problem, part, homes, chunks, stage_of_task, replication,
-                                 follow).run(priority)
+                                 follow, limits).run(priority)
             cand.memory_ns = memory + sync_ns(problem.target, bounds_list, cand.core_of)
             cand.boundaries = bounds_list
             cand.recovery = list(notes)
@@ -228,7 +230,7 @@ class _ListSchedule:
 
     def __init__(self, problem: PipelineProblem, part: Partition, homes: list[StagePacking],
                  chunks: list[list[int]], stage_of_task: list[int], replication: bool,
-                 follow: bool) -> None:
+                 follow: bool, limits: Sequence[int] | None = None) -> None:
         graph, target = problem.graph, problem.target
         n, P = graph.num_tasks, problem.num_cores
         self.problem, self.part, self.chunks, self.sot = problem, part, chunks, stage_of_task
@@ -244,7 +246,8 @@ class _ListSchedule:
                     self.holders.setdefault(w, set()).add(chunk[c])
                 self.used_tiles[chunk[c]] |= ts
         self.free, self.load = [0] * P, [0] * P  # per core
-        self.limit = [max(t, 1) for t in evaluate_partition(problem, part).stage_times]
+        self.limit = [max(t, 1) for t in (
+            evaluate_partition(problem, part).stage_times if limits is None else limits)]
         sot = stage_of_task
         self.costs = [t.cost_ns for t in graph.tasks]
         self.same_preds = problem.preds_flit if len(chunks) == 1 else \

@@ -8,7 +8,13 @@ import time
 from raptor.solver.pipeline.cpsat_model import CpSatPipelineOptions, solve_cpsat
 from raptor.solver.pipeline.dp import exact_dp
 from raptor.solver.pipeline.heuristic import run_heuristic
-from raptor.solver.pipeline.model import Partition, allocate, evaluate_partition
+from raptor.solver.pipeline.model import (
+    Partition,
+    allocate,
+    evaluate_partition,
+    stage_kmin,
+    stage_time,
+)
 from raptor.solver.pipeline.pack import PackFailure
 from raptor.solver.pipeline.problem import PipelineCapacityError, PipelineProblem
 from raptor.solver.pipeline.realize import Placement, asap_starts, measure, realize
@@ -60,6 +66,25 @@ def latency_stream(problem: PipelineProblem, schedule: MergeScheduleResult) -> P
                         model_period=evaluate_partition(problem, part).period_ns,
                         bound_ns=None, solve_seconds=schedule.solve_seconds,
                         notes=[f"the {schedule.solver} latency schedule as one stage"])
+
+
+def spread_stream(problem: PipelineProblem, replication: bool = True) -> PipelineResult:
+    """One stage on every core with each core's load kept within the least the model allows
+    without the dependency path (work / cores, the heaviest group at its replication). Why:
+    a stage's cores run their loops on successive inferences as far as the dependencies
+    allow, so a stream's period follows its busiest core, not its path (docs/pipeline.md
+    §2); a judge candidate of every pipeline row."""
+    t0 = time.perf_counter()
+    P, G = problem.num_cores, problem.num_groups
+    T = stage_time(problem, 0, G, P, replication, path=False)
+    _, r = stage_kmin(problem, 0, G, T, replication, path=False)
+    part = Partition((0,), (P,), tuple(int(x) for x in r))
+    pl = realize(problem, part, replication, limits=[T])
+    if isinstance(pl, PackFailure):
+        raise PipelineCapacityError(pl.message)
+    return build_result(problem, pl, solver="spread", status="SPREAD", model_period=T,
+                        bound_ns=None, objective_ns=T, solve_seconds=time.perf_counter() - t0,
+                        notes=[f"one stage on {P} cores, loads within {T} ns"])
 
 
 def _realize_cuts(problem: PipelineProblem, cuts: tuple[int, ...], replication: bool
