@@ -564,14 +564,14 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     say(f"PEFT: {counted(g.num_tasks, 'task')} on {counted(target.num_cores, 'core')} "
         "(the latency candidate)")
     latency = latency_stream(problem, _timed(seconds, "peft", peft_schedule, g, target))
-    spread, spread_flow = _timed(seconds, "spread", _follow, problem,
-                                 spread_stream(problem, opts.replication), target,
-                                 opts.replication)
+    spreads = [(name, *_timed(seconds, name, _follow, problem,
+                              spread_stream(problem, opts.replication, name == "windows"),
+                              target, opts.replication)) for name in ("spread", "windows")]
     lat_flow = None
     rows: dict[str, list[tuple[str, PipelineResult, Replay | None]]] = {}
     if opts.solver in ("pipeline", "both"):
         rows["pipeline"] = [("heuristic", followed, flow), ("latency", latency, lat_flow),
-                            ("spread", spread, spread_flow)]
+                            *spreads]
     if opts.solver in ("cpsat", "both"):
         phase = (f"CP-SAT pipeline model: {counted(problem.num_groups, 'group')}, "
                  f"{counted(opts.workers, 'worker')}")
@@ -588,7 +588,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         else:
             cp, cp_flow = _follow(problem, cp, target, opts.replication)
         rows["cpsat"] = [("cpsat", cp, cp_flow), ("heuristic", followed, flow),
-                         ("latency", latency, lat_flow), ("spread", spread, spread_flow)]
+                         ("latency", latency, lat_flow), *spreads]
     cands: list[_Candidate] = []
     for row in rows.values():
         for name, pr, fl in row:
@@ -645,8 +645,8 @@ class _Candidate:
     """A stream program a solver row may return (`_solve_pipeline`)."""
 
     name: str
-    """"heuristic", "cpsat", "latency" (the latency schedule as one stage) or "spread"
-    (`spread_stream`)."""
+    """"heuristic", "cpsat", "latency" (the latency schedule as one stage), "spread" or
+    "windows" (`spread_stream` by loads or by windows)."""
     result: PipelineResult
     run: ScheduleRun
 
@@ -676,7 +676,8 @@ class _Candidate:
 
 WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition",
          "latency": "the latency schedule as one stage",
-         "spread": "one stage spread over every core"}
+         "spread": "one stage spread over every core",
+         "windows": "one stage spread over every core by windows"}
 
 
 def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from raptor.solver.pipeline.cpsat_model import CpSatPipelineOptions, solve_cpsat
 from raptor.solver.pipeline.dp import exact_dp
@@ -68,23 +69,43 @@ def latency_stream(problem: PipelineProblem, schedule: MergeScheduleResult) -> P
                         notes=[f"the {schedule.solver} latency schedule as one stage"])
 
 
-def spread_stream(problem: PipelineProblem, replication: bool = True) -> PipelineResult:
-    """One stage on every core with each core's load kept within the least the model allows
-    without the dependency path (work / cores, the heaviest group at its replication). Why:
-    a stage's cores run their loops on successive inferences as far as the dependencies
-    allow, so a stream's period follows its busiest core, not its path (docs/pipeline.md
-    §2); a judge candidate of every pipeline row."""
+def spread_stream(problem: PipelineProblem, replication: bool = True, window: bool = False
+                  ) -> PipelineResult:
+    """One stage on every core, each core kept within the least time the model allows
+    without the dependency path (work / cores, the heaviest group at its replication): its
+    load, or with `window` its window (first task's start to last task's end, cores in use
+    before fresh ones) at 1, 1.25, 1.5 or 2 times that time, whichever placement has the
+    shortest longest window. Why: a stage's cores run their loops on successive inferences
+    as far as the dependencies allow, so a stream's period follows its busiest core and its
+    cores' windows, not the stage's path (docs/pipeline.md §2). Both are judge candidates of
+    every pipeline row: which is faster depends on the contention the windows leave out."""
     t0 = time.perf_counter()
     P, G = problem.num_cores, problem.num_groups
     T = stage_time(problem, 0, G, P, replication, path=False)
     _, r = stage_kmin(problem, 0, G, T, replication, path=False)
     part = Partition((0,), (P,), tuple(int(x) for x in r))
-    pl = realize(problem, part, replication, limits=[T])
-    if isinstance(pl, PackFailure):
-        raise PipelineCapacityError(pl.message)
-    return build_result(problem, pl, solver="spread", status="SPREAD", model_period=T,
+    best: tuple[int, Placement, str] | None = None
+    for limit in [T * k // 4 for k in (4, 5, 6, 8)] if window else [T]:
+        pl = realize(problem, part, replication, limits=[limit], window=window)
+        if isinstance(pl, PackFailure):
+            raise PipelineCapacityError(pl.message)
+        w = longest_window(problem, pl.core_of, pl.order)
+        if best is None or w < best[0]:
+            best = (w, pl, f"{'windows' if window else 'loads'} within {limit} ns")
+    assert best is not None
+    return build_result(problem, best[1], solver="spread", status="SPREAD", model_period=T,
                         bound_ns=None, objective_ns=T, solve_seconds=time.perf_counter() - t0,
-                        notes=[f"one stage on {P} cores, loads within {T} ns"])
+                        notes=[f"one stage on {P} cores, {best[2]}: longest window "
+                               f"{best[0]} ns"])
+
+
+def longest_window(problem: PipelineProblem, core_of: Sequence[int],
+                   order: Sequence[Sequence[int]]) -> int:
+    """The longest time from a core's first task's start to its last task's end, one
+    inference alone (`asap_starts`): what a one-stage stream's period cannot go below."""
+    start = asap_starts(problem, core_of, order)
+    dur = problem.graph.durations(core_of)
+    return max((start[ts[-1]] + dur[ts[-1]] - start[ts[0]] for ts in order if ts), default=0)
 
 
 def _realize_cuts(problem: PipelineProblem, cuts: tuple[int, ...], replication: bool
