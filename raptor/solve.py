@@ -90,6 +90,9 @@ class SolveOptions:
     variations)."""
     replication: bool = True
     """Pipeline mode: let bottleneck groups copy their crossbar tiles onto spare crossbars."""
+    spread: bool = True
+    """Pipeline mode: the one-stage spread placements (`spread_stream`) are judge
+    candidates of every row."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -109,7 +112,8 @@ STATUSES: dict[str, str] = {
                    "heuristic's when it had none better (status_detail says which)",
     "NOT_USED": "the solver's own schedule was judged slower than another candidate's, which "
                 "is used (latency mode: CP-SAT's against PEFT's; pipeline mode: a row's "
-                "partition against the heuristic's or the latency schedule run as a stream)",
+                "partition against the heuristic's, the latency schedule run as a stream or a "
+                "one-stage spread placement)",
     "NO_SOLUTION": "the search found no schedule of its own within its limit; the "
                    "heuristic's is used",
 }
@@ -566,7 +570,8 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     latency = latency_stream(problem, _timed(seconds, "peft", peft_schedule, g, target))
     spreads = [(name, *_timed(seconds, name, _follow, problem,
                               spread_stream(problem, opts.replication, name == "windows"),
-                              target, opts.replication)) for name in ("spread", "windows")]
+                              target, opts.replication))
+               for name in (("spread", "windows") if opts.spread else ())]
     lat_flow = None
     rows: dict[str, list[tuple[str, PipelineResult, Replay | None]]] = {}
     if opts.solver in ("pipeline", "both"):
