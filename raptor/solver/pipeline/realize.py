@@ -249,6 +249,7 @@ class _ListSchedule:
                 self.used_tiles[chunk[c]] |= ts
         self.free, self.load = [0] * P, [0] * P  # per core
         self.window = window
+        self.explicit = limits is not None
         """Keep windows, not loads, within the limit: in a stream a core starts inference
         n + 1 once its last task of inference n ends, so its window bounds the period."""
         self.first = [-1] * P  # per core, its first task's start (-1: none yet)
@@ -376,7 +377,7 @@ class _ListSchedule:
         num, den, hop_c = self.num, self.den, self.hop_c
         end, core_of, free, load = self.end, self.core_of, self.free, self.load
         same = self.same_preds[t]
-        best: tuple[int, int, int, int, int] | None = None
+        best: tuple[int, int, int, int, int, int] | None = None
         cost = self.costs[t]
         if num == den:
             # integer ns per cycle: per producer core, the latest end and latest end + flits
@@ -408,11 +409,13 @@ class _ListSchedule:
                 est - self.first[c] if self.first[c] >= 0 else 0
             over = int(used + cost > self.limit[s])
             fresh = int(self.window and self.first[c] < 0)
-            k = (over, fresh, est + cost, int(c not in hold), c)
+            # beyond every core's limit (explicit limits only): the least load or window
+            excess = used + cost if over and self.explicit else 0
+            k = (over, excess, fresh, est + cost, int(c not in hold), c)
             if best is None or k < best:
                 best = k
         assert best is not None
-        return best[4], best[2]
+        return best[5], best[3]
 
     def commit(self, t: int, s: int, c: int, f: int, hold: set[int]) -> None:
         """Run t on core c until f: its tiles become resident there (a replica when c did not
