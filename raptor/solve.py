@@ -568,9 +568,12 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     say(f"PEFT: {counted(g.num_tasks, 'task')} on {counted(target.num_cores, 'core')} "
         "(the latency candidate)")
     latency = latency_stream(problem, _timed(seconds, "peft", peft_schedule, g, target))
-    spreads = [(name, *_timed(seconds, name, _follow, problem,
-                              spread_stream(problem, opts.replication, name == "windows"),
-                              target, opts.replication))
+    def spread(window: bool) -> tuple[PipelineResult, Replay | None]:
+        return _follow(problem, spread_stream(problem, opts.replication, window), target,
+                       opts.replication,
+                       lambda: spread_stream(problem, opts.replication, window, follow=True))
+
+    spreads = [(name, *_timed(seconds, name, spread, name == "windows"))
                for name in (("spread", "windows") if opts.spread else ())]
     lat_flow = None
     rows: dict[str, list[tuple[str, PipelineResult, Replay | None]]] = {}
@@ -744,12 +747,13 @@ def _as_solver(pr: PipelineResult, solver: PipelineResult, status: str | None = 
 
 
 def _follow(problem: PipelineProblem, pr: PipelineResult, target: Target,
-            replication: bool) -> tuple[PipelineResult, Replay | None]:
+            replication: bool, moved_by: Callable[[], PipelineResult] | None = None
+            ) -> tuple[PipelineResult, Replay | None]:
     """`pr`, or its partition with tasks without crossbars after their last producer
-    (`follow_producers`) when local memory is tight (the communication model cannot post
-    every receive at the start on some core) and that replays faster under the flow
-    control, as latency mode's PEFT refinement does; and the kept one's replay (the first
-    round of `_fit_memory`)."""
+    (`follow_producers`, or `moved_by` for a placement realized its own way) when local
+    memory is tight (the communication model cannot post every receive at the start on
+    some core) and that replays faster under the flow control, as latency mode's PEFT
+    refinement does; and the kept one's replay (the first round of `_fit_memory`)."""
     g = problem.graph
     if g.memory is None:
         return pr, None
@@ -757,7 +761,7 @@ def _follow(problem: PipelineProblem, pr: PipelineResult, target: Target,
     before = replay(g, target, sch.core_of, sch.core_tasks, sch.start_ns)
     if not before.tight:
         return pr, before
-    moved = follow_producers(problem, pr, replication)
+    moved = follow_producers(problem, pr, replication) if moved_by is None else moved_by()
     ms = moved.schedule
     after = replay(g, target, ms.core_of, ms.core_tasks, ms.start_ns)
     return (moved, after) if after.makespan_ns < before.makespan_ns else (pr, before)

@@ -69,8 +69,8 @@ def latency_stream(problem: PipelineProblem, schedule: MergeScheduleResult) -> P
                         notes=[f"the {schedule.solver} latency schedule as one stage"])
 
 
-def spread_stream(problem: PipelineProblem, replication: bool = True, window: bool = False
-                  ) -> PipelineResult:
+def spread_stream(problem: PipelineProblem, replication: bool = True, window: bool = False,
+                  follow: bool = False) -> PipelineResult:
     """One stage on every core, each core kept within the least time the model allows
     without the dependency path (work / cores, the heaviest group at its replication): its
     load, or with `window` its window (first task's start to last task's end, cores in use
@@ -78,7 +78,8 @@ def spread_stream(problem: PipelineProblem, replication: bool = True, window: bo
     shortest longest window. Why: a stage's cores run their loops on successive inferences
     as far as the dependencies allow, so a stream's period follows its busiest core and its
     cores' windows, not the stage's path (docs/pipeline.md §2). Both are judge candidates of
-    every pipeline row: which is faster depends on the contention the windows leave out."""
+    every pipeline row: which is faster depends on the contention the windows leave out.
+    `follow`: as `follow_producers` (where local memory is tight)."""
     t0 = time.perf_counter()
     P, G = problem.num_cores, problem.num_groups
     T = stage_time(problem, 0, G, P, replication, path=False)
@@ -86,7 +87,7 @@ def spread_stream(problem: PipelineProblem, replication: bool = True, window: bo
     part = Partition((0,), (P,), tuple(int(x) for x in r))
     best: tuple[int, Placement, str] | None = None
     for limit in [T * k // 4 for k in (4, 5, 6, 8)] if window else [T]:
-        pl = realize(problem, part, replication, limits=[limit], window=window)
+        pl = realize(problem, part, replication, follow=follow, limits=[limit], window=window)
         if isinstance(pl, PackFailure):
             raise PipelineCapacityError(pl.message)
         w = longest_window(problem, pl.core_of, pl.order)
