@@ -553,8 +553,9 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     target cannot hold the model's weights even with every stage on its own cores.
 
     The judge chooses (docs/pipeline.md §3, "The judge"): every candidate a solver row has —
-    its own partition, the latency schedule run as a stream, and for CP-SAT the heuristic's
-    choice — is materialized and ranked by its stream estimate; candidates are simulated best
+    its own partition, the latency schedule run as a stream, the two one-stage spreads
+    (`spread_stream`, unless `opts.spread` is off), and for CP-SAT the heuristic's choice —
+    is materialized and ranked by its stream estimate; candidates are simulated best
     estimate first (one whose contention-free floor cannot beat the best simulated period so
     far is not), and a row returns its fastest simulated candidate."""
     g = build.graph
