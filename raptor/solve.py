@@ -60,6 +60,7 @@ from raptor.solver.pipeline import (
     spread_stream,
     validate_pipeline,
 )
+from raptor.solver.pipeline.solve import longest_window
 from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.solver.watch import SearchReport, searches_stopped
@@ -575,7 +576,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                        lambda: spread_stream(problem, opts.replication, window, follow=True))
 
     spreads = [(name, *_timed(seconds, name, spread, name == "windows"))
-               for name in (("spread", "windows") if opts.spread else ())]
+               for name in (SPREADS if opts.spread else ())]
     lat_flow = None
     rows: dict[str, list[tuple[str, PipelineResult, Replay | None]]] = {}
     if opts.solver in ("pipeline", "both"):
@@ -599,16 +600,28 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         rows["cpsat"] = [("cpsat", cp, cp_flow), ("heuristic", followed, flow),
                          ("latency", latency, lat_flow), *spreads]
     cands: list[_Candidate] = []
+    notes = list(comp.notes)
     for row in rows.values():
         for name, pr, fl in row:
-            if not any(_same_placement(c.result, pr) for c in cands):
-                say(f"materializing the {name} stream")
-                run = _timed(seconds, f"stream.{name}", _run_stream, name, pr, problem, build,
-                             comp, target, opts, fl)
-                cands.append(_Candidate(name, pr, run))
+            if any(_same_placement(c.result, pr) for c in cands):
+                continue
+            if name in SPREADS and cands:
+                # a one-stage stream's ideal period measured within 0.8-1.3x its longest
+                # window on the examples and CNNs: one twice the best estimate cannot win
+                window = longest_window(problem, pr.schedule.core_of, pr.schedule.core_tasks)
+                lead = min(c.estimate_ns for c in cands)
+                if window > 2 * lead:
+                    notes.append(f"{WORDS[name]} not materialized: its longest window "
+                                 f"{window:,} ns is over twice the best estimate {lead:,} ns")
+                    continue
+            say(f"materializing the {name} stream")
+            run = _timed(seconds, f"stream.{name}", _run_stream, name, pr, problem, build,
+                         comp, target, opts, fl)
+            cands.append(_Candidate(name, pr, run))
+    for name, entries in rows.items():  # the candidates left out are no row's
+        rows[name] = [e for e in entries if any(_same_placement(c.result, e[1]) for c in cands)]
     _memory_verdict([c.run for c in cands], opts, target)
     assert comp.feeds is not None
-    notes = list(comp.notes)
     oracle = None
     if opts.simulate:
         say(f"running the ONNX reference on {counted(opts.stream, 'inference')}")
@@ -683,6 +696,8 @@ class _Candidate:
         return (0, sim) if sim is not None else (1, self.estimate_ns)
 
 
+SPREADS = ("spread", "windows")
+"""The candidates `spread_stream` makes."""
 WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition",
          "latency": "the latency schedule as one stage",
          "spread": "one stage spread over every core",
