@@ -440,6 +440,9 @@ def _solve_parser(sub: _Commands) -> None:
                    "(default 8): inference 0 on the given inputs, the others on seeded variations")
     s.add_argument("--no-replication", action="store_true", help="pipeline mode: keep every "
                    "crossbar tile on one core (no copies of bottleneck weights on spare crossbars)")
+    s.add_argument("--no-spread", action="store_true", help="pipeline mode: leave the one-stage "
+                   "spread placements out of the candidates a row is chosen from (a row then "
+                   "returns its partition or the latency schedule as a stream)")
     s.add_argument("--time-limit", type=_positive(float), default=10.0, metavar="S",
                    help="CP-SAT search limit (default 10): a deterministic work budget "
                    "of S x 0.05 units of CP-SAT's deterministic time, about S seconds on an "
@@ -490,6 +493,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise CliError(f"--stream must be at least 1 inference, got {args.stream}")
     if args.no_replication and args.mode != "pipeline":
         raise CliError("--no-replication applies to --mode pipeline")
+    if args.no_spread and args.mode != "pipeline":
+        raise CliError("--no-spread applies to --mode pipeline")
     if args.export_inferences is not None and not (args.export_pimsim and args.mode == "pipeline"):
         raise CliError("--export-inferences applies to --mode pipeline with --export-pimsim")
     if args.export_inferences is not None and not 1 <= args.export_inferences <= (args.stream or 8):
@@ -517,7 +522,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
                 seed=args.seed, simulate=not args.no_simulate, sim=sim, rtol=args.rtol,
                 atol=args.atol, compile=compile_opts,
                 allow_memory_overflow=args.allow_memory_overflow, mode=args.mode,
-                stream=args.stream or 8, replication=not args.no_replication)
+                stream=args.stream or 8, replication=not args.no_replication,
+                spread=not args.no_spread)
             solved = solve(args.file, target, opts, progress, imported=imported)
         rep = report(solved)
         rep["warnings"] = args.warnings.lines

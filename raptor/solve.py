@@ -57,8 +57,10 @@ from raptor.solver.pipeline import (
     follow_producers,
     heuristic_pipeline,
     latency_stream,
+    spread_stream,
     validate_pipeline,
 )
+from raptor.solver.pipeline.solve import longest_window
 from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.solver.watch import SearchReport, searches_stopped
@@ -89,6 +91,9 @@ class SolveOptions:
     variations)."""
     replication: bool = True
     """Pipeline mode: let bottleneck groups copy their crossbar tiles onto spare crossbars."""
+    spread: bool = True
+    """Pipeline mode: the one-stage spread placements (`spread_stream`) are judge
+    candidates of every row."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -108,7 +113,8 @@ STATUSES: dict[str, str] = {
                    "heuristic's when it had none better (status_detail says which)",
     "NOT_USED": "the solver's own schedule was judged slower than another candidate's, which "
                 "is used (latency mode: CP-SAT's against PEFT's; pipeline mode: a row's "
-                "partition against the heuristic's or the latency schedule run as a stream)",
+                "partition against the heuristic's, the latency schedule run as a stream or a "
+                "one-stage spread placement)",
     "NO_SOLUTION": "the search found no schedule of its own within its limit; the "
                    "heuristic's is used",
 }
@@ -554,8 +560,9 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     target cannot hold the model's weights even with every stage on its own cores.
 
     The judge chooses (docs/pipeline.md §3, "The judge"): every candidate a solver row has —
-    its own partition, the latency schedule run as a stream, and for CP-SAT the heuristic's
-    choice — is materialized and ranked by its stream estimate; candidates are simulated best
+    its own partition, the latency schedule run as a stream, the two one-stage spreads
+    (`spread_stream`, unless `opts.spread` is off), and for CP-SAT the heuristic's choice —
+    is materialized and ranked by its stream estimate; candidates are simulated best
     estimate first (one whose contention-free floor cannot beat the best simulated period so
     far is not), and a row returns its fastest simulated candidate."""
     g = build.graph
@@ -569,10 +576,18 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     say(f"PEFT: {counted(g.num_tasks, 'task')} on {counted(target.num_cores, 'core')} "
         "(the latency candidate)")
     latency = latency_stream(problem, _timed(seconds, "peft", peft_schedule, g, target))
+    def spread(window: bool) -> tuple[PipelineResult, Replay | None]:
+        return _follow(problem, spread_stream(problem, opts.replication, window), target,
+                       opts.replication,
+                       lambda: spread_stream(problem, opts.replication, window, follow=True))
+
+    spreads = [(name, *_timed(seconds, name, spread, name == "windows"))
+               for name in (SPREADS if opts.spread else ())]
     lat_flow = None
     rows: dict[str, list[tuple[str, PipelineResult, Replay | None]]] = {}
     if opts.solver in ("pipeline", "both"):
-        rows["pipeline"] = [("heuristic", followed, flow), ("latency", latency, lat_flow)]
+        rows["pipeline"] = [("heuristic", followed, flow), ("latency", latency, lat_flow),
+                            *spreads]
     if opts.solver in ("cpsat", "both"):
         phase = (f"CP-SAT pipeline model: {counted(problem.num_groups, 'group')}, "
                  f"{counted(opts.workers, 'worker')}")
@@ -589,18 +604,30 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         else:
             cp, cp_flow = _follow(problem, cp, target, opts.replication)
         rows["cpsat"] = [("cpsat", cp, cp_flow), ("heuristic", followed, flow),
-                         ("latency", latency, lat_flow)]
+                         ("latency", latency, lat_flow), *spreads]
     cands: list[_Candidate] = []
+    notes = list(comp.notes)
     for row in rows.values():
         for name, pr, fl in row:
-            if not any(_same_placement(c.result, pr) for c in cands):
-                say(f"materializing the {name} stream")
-                run = _timed(seconds, f"stream.{name}", _run_stream, name, pr, problem, build,
-                             comp, target, opts, fl)
-                cands.append(_Candidate(name, pr, run))
+            if any(_same_placement(c.result, pr) for c in cands):
+                continue
+            if name in SPREADS and cands:
+                # a one-stage stream's ideal period measured within 0.8-1.3x its longest
+                # window on the examples and CNNs: one twice the best estimate cannot win
+                window = longest_window(problem, pr.schedule.core_of, pr.schedule.core_tasks)
+                lead = min(c.estimate_ns for c in cands)
+                if window > 2 * lead:
+                    notes.append(f"{WORDS[name]} not materialized: its longest window "
+                                 f"{window:,} ns is over twice the best estimate {lead:,} ns")
+                    continue
+            say(f"materializing the {name} stream")
+            run = _timed(seconds, f"stream.{name}", _run_stream, name, pr, problem, build,
+                         comp, target, opts, fl)
+            cands.append(_Candidate(name, pr, run))
+    for name, entries in rows.items():  # the candidates left out are no row's
+        rows[name] = [e for e in entries if any(_same_placement(c.result, e[1]) for c in cands)]
     _memory_verdict([c.run for c in cands], opts, target)
     assert comp.feeds is not None
-    notes = list(comp.notes)
     oracle = None
     if opts.simulate:
         say(f"running the ONNX reference on {counted(opts.stream, 'inference')}")
@@ -646,7 +673,8 @@ class _Candidate:
     """A stream program a solver row may return (`_solve_pipeline`)."""
 
     name: str
-    """"heuristic", "cpsat" or "latency" (the latency schedule as one stage)."""
+    """"heuristic", "cpsat", "latency" (the latency schedule as one stage), "spread" or
+    "windows" (`spread_stream` by loads or by windows)."""
     result: PipelineResult
     run: ScheduleRun
 
@@ -674,8 +702,12 @@ class _Candidate:
         return (0, sim) if sim is not None else (1, self.estimate_ns)
 
 
+SPREADS = ("spread", "windows")
+"""The candidates `spread_stream` makes."""
 WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition",
-         "latency": "the latency schedule as one stage"}
+         "latency": "the latency schedule as one stage",
+         "spread": "one stage spread over every core",
+         "windows": "one stage spread over every core by windows"}
 
 
 def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
@@ -737,12 +769,13 @@ def _as_solver(pr: PipelineResult, solver: PipelineResult, status: str | None = 
 
 
 def _follow(problem: PipelineProblem, pr: PipelineResult, target: Target,
-            replication: bool) -> tuple[PipelineResult, Replay | None]:
+            replication: bool, moved_by: Callable[[], PipelineResult] | None = None
+            ) -> tuple[PipelineResult, Replay | None]:
     """`pr`, or its partition with tasks without crossbars after their last producer
-    (`follow_producers`) when local memory is tight (the communication model cannot post
-    every receive at the start on some core) and that replays faster under the flow
-    control, as latency mode's PEFT refinement does; and the kept one's replay (the first
-    round of `_fit_memory`)."""
+    (`follow_producers`, or `moved_by` for a placement realized its own way) when local
+    memory is tight (the communication model cannot post every receive at the start on
+    some core) and that replays faster under the flow control, as latency mode's PEFT
+    refinement does; and the kept one's replay (the first round of `_fit_memory`)."""
     g = problem.graph
     if g.memory is None:
         return pr, None
@@ -750,7 +783,7 @@ def _follow(problem: PipelineProblem, pr: PipelineResult, target: Target,
     before = replay(g, target, sch.core_of, sch.core_tasks, sch.start_ns)
     if not before.tight:
         return pr, before
-    moved = follow_producers(problem, pr, replication)
+    moved = follow_producers(problem, pr, replication) if moved_by is None else moved_by()
     ms = moved.schedule
     after = replay(g, target, ms.core_of, ms.core_tasks, ms.start_ns)
     return (moved, after) if after.makespan_ns < before.makespan_ns else (pr, before)
@@ -778,7 +811,7 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
     fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir,
                       spills=not opts.allow_memory_overflow)
     est = stream_estimate(fit.charged, target, sch.core_of, sch.start_ns, pr.stage_of_task,
-                          infos[-1], opts.stream, RING, len(pr.stages), fit.flow.sends)
+                          infos[-1], opts.stream, RING, len(pr.stages), fit.flow)
     return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,
                        fit.errors, ideal_estimate_ns=est.ends[0] - est.starts[0],
                        pipeline=pr, stream=infos[-1], stream_estimate=est, memory=fit.memory,

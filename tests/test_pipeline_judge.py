@@ -27,7 +27,7 @@ def check_judge(rep: dict[str, Any]) -> None:
         assert row["numerics"]["ok"], row["numerics"]
         sim = row["simulated_period_ns"]
         cands = row["candidates"]
-        assert cands[-1]["candidate"] == "latency" and cands[-1]["simulated_period_ns"]
+        assert next(c for c in cands if c["candidate"] == "latency")["simulated_period_ns"]
         assert sum(c["returned"] for c in cands) == 1
         assert next(c for c in cands if c["returned"])["simulated_period_ns"] == sim
         for c in cands:  # a candidate not simulated could not beat the returned one
@@ -45,7 +45,16 @@ def check_judge(rep: dict[str, Any]) -> None:
 @pytest.mark.parametrize("name", ["lenet", "resnet_block", "mlp"])
 def test_rows_return_their_fastest_simulated_candidate(name: str) -> None:
     solved = solve(EXAMPLES / f"{name}.onnx", load_target("default"), SolveOptions(**OPTIONS))
-    check_judge(report(solved))
+    rep = report(solved)
+    check_judge(rep)
+    for row in rep["schedules"].values():
+        # a one-stage spread reaches 80 % of the period bound on these (issue #22)
+        assert row["efficiency"] >= 0.8, row["candidates"]
+        if name != "resnet_block":  # its windows candidate simulates 10 % under the estimate
+            for c in row["candidates"]:  # the estimate predicts every simulated candidate
+                if c["simulated_period_ns"] is not None:
+                    assert abs(c["estimated_period_ns"] - c["simulated_period_ns"]) <= \
+                        0.05 * c["simulated_period_ns"], c
 
 
 @settings(max_examples=6, deadline=None, derandomize=True)

@@ -29,10 +29,10 @@ COUNT = 4
 
 @pytest.fixture(scope="module")
 def lenet() -> Module:
-    """A 2-stage stream program (so it has READY/FREE counters), 4 inferences: the MLP's,
-    whose heuristic partition the judge returns (LeNet's returns its latency schedule)."""
+    """A multi-stage stream program (so it has READY/FREE counters), 4 inferences: the
+    MLP's, whose heuristic partition the judge returns without the one-stage spreads."""
     s = solve(EXAMPLES / "mlp.onnx", T, SolveOptions(
-        solver="pipeline", mode="pipeline", stream=COUNT, simulate=False))
+        solver="pipeline", mode="pipeline", stream=COUNT, simulate=False, spread=False))
     return s.runs[0].scheduled
 
 
@@ -118,7 +118,7 @@ def test_cli_exports_a_stream(lenet: Module, tmp_path: Path,
                               capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "solve"
     code = main(["solve", str(EXAMPLES / "mlp.onnx"), "--mode", "pipeline", "--solver",
-                 "pipeline", "--stream", "3", "--no-simulate", "--out", str(out),
+                 "pipeline", "--stream", "3", "--no-simulate", "--no-spread", "--out", str(out),
                  "--export-pimsim", str(tmp_path / "px"), "--export-inferences", "2"])
     text = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "pipeline: exported 2 inferences unrolled" in text

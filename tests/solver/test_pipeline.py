@@ -6,11 +6,14 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from raptor.driver import compile_model
 from raptor.solver.costs import shared_read_ns, shared_write_ns
+from raptor.solver.from_ir import build_compute_graph
 from raptor.solver.generate import random_layered_dag
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.pipeline import (
@@ -19,13 +22,17 @@ from raptor.solver.pipeline import (
     build_problem,
     dp_pipeline,
     heuristic_pipeline,
+    spread_stream,
     validate_pipeline,
 )
 from raptor.solver.pipeline.dp import exact_dp
-from raptor.solver.pipeline.model import allocate, evaluate_partition, stage_kmin
+from raptor.solver.pipeline.model import allocate, evaluate_partition, stage_kmin, stage_time
 from raptor.solver.pipeline.problem import unit_bound
+from raptor.solver.pipeline.solve import longest_window
 from raptor.solver.schedule import MergeScheduleResult
-from raptor.target import Target
+from raptor.target import Target, load_target
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def random_instance(seed: int, max_groups: int = 10) -> tuple[ComputeGraph, Target]:
@@ -235,3 +242,27 @@ def test_stage_kmin_is_monotone_in_the_period() -> None:
                     k1, _ = stage_kmin(pr, j, i, T, True)
                     k2, _ = stage_kmin(pr, j, i, 2 * T, True)
                     assert k2 <= k1
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_spread_stream_is_one_valid_stage_within_its_model_time(window: bool) -> None:
+    """A spread (one stage on every core, docs/pipeline.md §3) validates on random problems;
+    its model time leaves the dependency path out, so it is never above the one-stage
+    model time with it; by loads on LeNet every core stays within it (the period bound)."""
+    for problem in problems(12):
+        res = spread_stream(problem, window=window)
+        assert validate_pipeline(problem.graph, problem.target, res, problem) == []
+        assert len(res.stages) == 1
+        G, P = problem.num_groups, problem.num_cores
+        assert res.model_period_ns <= stage_time(problem, 0, G, P, True)
+        sch = res.schedule
+        assert longest_window(problem, sch.core_of, sch.core_tasks) > 0
+    target = load_target("default")
+    build = build_compute_graph(compile_model(EXAMPLES / "lenet.onnx", target).module.main(),
+                                target)
+    problem = build_problem(build.graph, target, build=build)
+    res = spread_stream(problem, window=window)
+    loads = [sum(build.graph.tasks[t].cost_ns for t in ts) for ts in res.schedule.core_tasks]
+    assert res.model_period_ns == problem.lower_bound(True)
+    if not window:
+        assert max(loads) <= res.model_period_ns

@@ -18,9 +18,10 @@ from raptor.solver.pipeline.solve import (
     follow_producers,
     heuristic_pipeline,
     latency_stream,
+    spread_stream,
 )
 
 __all__ = ["CpSatPipelineOptions", "Partition", "PipelineCapacityError", "PipelineProblem",
            "PipelineResult", "StageInfo", "build_problem", "cpsat_pipeline", "dp_pipeline",
            "evaluate_partition", "follow_producers", "heuristic_pipeline", "latency_stream",
-           "validate_pipeline"]
+           "spread_stream", "validate_pipeline"]

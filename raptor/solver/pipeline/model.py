@@ -76,34 +76,36 @@ def kmin_table(problem: PipelineProblem, T: int, replication: bool) -> IntArray:
     return out
 
 
-def stage_kmin(problem: PipelineProblem, j: int, i: int, T: int, replication: bool
-               ) -> tuple[int, IntArray]:
-    """Cores and replication factors for groups j..i-1 to meet T (P+1 cores: impossible)."""
+def stage_kmin(problem: PipelineProblem, j: int, i: int, T: int, replication: bool,
+               path: bool = True) -> tuple[int, IntArray]:
+    """Cores and replication factors for groups j..i-1 to meet T (P+1 cores: impossible);
+    `path=False`: the stage's dependency path does not bound its time (a stream)."""
     P, cap = problem.num_cores, problem.target.crossbars_per_core
     r = rmin(problem, T, replication, slice(j, i))
-    if (r >= INFEASIBLE).any() or int(problem.path[j, i]) > T:
+    if (r >= INFEASIBLE).any() or (path and int(problem.path[j, i]) > T):
         return P + 1, r
     x = sum(g.crossbars * int(rg) for g, rg in zip(problem.groups[j:i], r, strict=True))
     k = max(-(-problem.work(j, i) // T), -(-x // cap), int(r.max()), 1)
     return (k if k <= P else P + 1), r
 
 
-def stage_time(problem: PipelineProblem, j: int, i: int, k: int, replication: bool) -> int:
+def stage_time(problem: PipelineProblem, j: int, i: int, k: int, replication: bool,
+               path: bool = True) -> int:
     """Smallest model time of groups j..i-1 on k cores (INFEASIBLE when the groups' crossbars
-    do not fit k cores)."""
+    do not fit k cores); `path=False`: without the dependency path (a stream)."""
     if k < 1 or problem.crossbars(j, i) > problem.target.crossbars_per_core * k:
         return INFEASIBLE
     rk = min(k, problem.num_cores) if replication else 1
-    base = max(-(-problem.work(j, i) // k), int(problem.path[j, i]), 1)
+    base = max(-(-problem.work(j, i) // k), int(problem.path[j, i]) if path else 0, 1)
     lo = max(base, int(problem.bounds[j:i, rk - 1].max()))
     hi = max(base, int(problem.bounds[j:i, 0].max()))
     while lo < hi:
         mid = (lo + hi) // 2
-        if stage_kmin(problem, j, i, mid, replication)[0] <= k:
+        if stage_kmin(problem, j, i, mid, replication, path)[0] <= k:
             hi = mid
         else:
             lo = mid + 1
-    assert stage_kmin(problem, j, i, lo, replication)[0] <= k
+    assert stage_kmin(problem, j, i, lo, replication, path)[0] <= k
     return lo
 
 

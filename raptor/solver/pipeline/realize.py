@@ -171,10 +171,13 @@ def lower_bound_budgets(problem: PipelineProblem, cuts: Sequence[int]) -> Partit
 
 
 def realize(problem: PipelineProblem, part: Partition, replication: bool,
-            follow: bool = False) -> Placement | PackFailure:
+            follow: bool = False, limits: Sequence[int] | None = None, window: bool = False
+            ) -> Placement | PackFailure:
     """Home, place, list-schedule and evaluate ``part``; the best by :func:`better`.
     ``follow``: tasks without crossbars go right after their last same-stage producer, on
-    its core (see :class:`_ListSchedule`)."""
+    its core (see :class:`_ListSchedule`); ``limits``: the load each stage's list schedule
+    keeps its cores within (default: the model's stage times); ``window``: keep each core's
+    window (its first task's start to its last task's end) within them instead."""
     stage_of_task = (np.searchsorted(part.cuts, problem.group_of, side="right") - 1).tolist()
     bounds_list = boundaries(problem, stage_of_task)
     memory = problem.baseline_ns + sum(b.store_ns + b.load_ns for b in bounds_list)
@@ -199,7 +202,7 @@ def realize(problem: PipelineProblem, part: Partition, replication: bool,
                                                 strict=True)]
         for priority in PRIORITIES:
             cand = _ListSchedule(problem, part, homes, chunks, stage_of_task, replication,
-                                 follow).run(priority)
+                                 follow, limits, window).run(priority)
             cand.memory_ns = memory + sync_ns(problem.target, bounds_list, cand.core_of)
             cand.boundaries = bounds_list
             cand.recovery = list(notes)
@@ -228,7 +231,8 @@ class _ListSchedule:
 
     def __init__(self, problem: PipelineProblem, part: Partition, homes: list[StagePacking],
                  chunks: list[list[int]], stage_of_task: list[int], replication: bool,
-                 follow: bool) -> None:
+                 follow: bool, limits: Sequence[int] | None = None,
+                 window: bool = False) -> None:
         graph, target = problem.graph, problem.target
         n, P = graph.num_tasks, problem.num_cores
         self.problem, self.part, self.chunks, self.sot = problem, part, chunks, stage_of_task
@@ -244,7 +248,13 @@ class _ListSchedule:
                     self.holders.setdefault(w, set()).add(chunk[c])
                 self.used_tiles[chunk[c]] |= ts
         self.free, self.load = [0] * P, [0] * P  # per core
-        self.limit = [max(t, 1) for t in evaluate_partition(problem, part).stage_times]
+        self.window = window
+        self.explicit = limits is not None
+        """Keep windows, not loads, within the limit: in a stream a core starts inference
+        n + 1 once its last task of inference n ends, so its window bounds the period."""
+        self.first = [-1] * P  # per core, its first task's start (-1: none yet)
+        self.limit = [max(t, 1) for t in (
+            evaluate_partition(problem, part).stage_times if limits is None else limits)]
         sot = stage_of_task
         self.costs = [t.cost_ns for t in graph.tasks]
         self.same_preds = problem.preds_flit if len(chunks) == 1 else \
@@ -255,6 +265,7 @@ class _ListSchedule:
         # per stage, free time and load of its cores in chunk order (views, no fancy indexing)
         self.free_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
         self.load_s = [np.zeros(len(ch), dtype=np.int64) for ch in chunks]
+        self.first_s = [np.full(len(ch), -1, dtype=np.int64) for ch in chunks]
         self.local = {c: k for ch in chunks for k, c in enumerate(ch)}
         self.end, self.core_of = [0] * n, [-1] * n  # per task
         self.order: list[list[int]] = [[] for _ in range(P)]
@@ -268,9 +279,9 @@ class _ListSchedule:
         self.nres = self.resident.sum(axis=1)
 
     def replica_budgets(self) -> None:
-        """Replicas: each unit may add copies in proportion to its work, out of the crossbars
-        its stage has spare after the homes, so early units cannot take the room of heavy
-        later ones."""
+        """Replicas: each unit may add copies in proportion to its work (keeping windows: as
+        many as fit), out of the crossbars its stage has spare after the homes, so early
+        units cannot take the room of heavy later ones."""
         problem, chunks, cap = self.problem, self.chunks, self.cap
         self.unit_of = [-1] * problem.graph.num_tasks
         self.copies: list[int] = []
@@ -281,7 +292,10 @@ class _ListSchedule:
             total = sum(x.work for x in units) or 1
             for unit in units:
                 home = len(set.intersection(*(self.holders.get(w, set()) for w in unit.tiles)))
-                extra = spare * unit.work // total // max(len(unit.tiles), 1)
+                # keeping windows, a light unit needs copies too: its home may be a core
+                # busy at the other end of the inference
+                extra = (spare if self.window else spare * unit.work // total) // \
+                    max(len(unit.tiles), 1)
                 for t in unit.tasks:
                     self.unit_of[t] = len(self.copies)
                 self.copies.append(home)
@@ -314,7 +328,11 @@ class _ListSchedule:
     def earliest(self, s: int, t: int) -> int:
         """Earliest-free stage core (with room for t's tiles), within the model time if
         possible (-1: no core has room)."""
-        keys = self.free_s[s] + (self.load_s[s] > self.limit[s] - self.costs[t]) * _BIG
+        used = self.free_s[s] - np.maximum(self.first_s[s], 0) if self.window else \
+            self.load_s[s]
+        keys = self.free_s[s] + (used > self.limit[s] - self.costs[t]) * _BIG
+        if self.window:  # a core in use whose window holds t before a fresh one
+            keys = keys + (self.first_s[s] < 0) * (_BIG // 2)
         idx = self.task_tiles[t]
         if len(idx):
             ch = self.chunk_arr[s]
@@ -359,7 +377,7 @@ class _ListSchedule:
         num, den, hop_c = self.num, self.den, self.hop_c
         end, core_of, free, load = self.end, self.core_of, self.free, self.load
         same = self.same_preds[t]
-        best: tuple[int, int, int, int] | None = None
+        best: tuple[int, int, int, int, int, int] | None = None
         cost = self.costs[t]
         if num == den:
             # integer ns per cycle: per producer core, the latest end and latest end + flits
@@ -387,12 +405,17 @@ class _ListSchedule:
                     arrive = end[u] if cu == c else end[u] + -(-((hop_c[cu][c] + fc) * den) // num)
                     if arrive > est:
                         est = arrive
-            over = int(load[c] + cost > self.limit[s])
-            k = (over, est + cost, int(c not in hold), c)
+            used = load[c] if not self.window else \
+                est - self.first[c] if self.first[c] >= 0 else 0
+            over = int(used + cost > self.limit[s])
+            fresh = int(self.window and self.first[c] < 0)
+            # beyond every core's limit (explicit limits only): the least load or window
+            excess = used + cost if over and self.explicit else 0
+            k = (over, excess, fresh, est + cost, int(c not in hold), c)
             if best is None or k < best:
                 best = k
         assert best is not None
-        return best[3], best[1]
+        return best[5], best[3]
 
     def commit(self, t: int, s: int, c: int, f: int, hold: set[int]) -> None:
         """Run t on core c until f: its tiles become resident there (a replica when c did not
@@ -413,6 +436,9 @@ class _ListSchedule:
         self.free_s[s][self.local[c]] = f
         self.load_s[s][self.local[c]] += cost
         self.core_of[t] = c
+        if self.first[c] < 0:
+            self.first[c] = f - cost
+            self.first_s[s][self.local[c]] = f - cost
         self.order[c].append(t)
         self.completion[s] = max(self.completion[s], f)
 

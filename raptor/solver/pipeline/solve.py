@@ -4,11 +4,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from raptor.solver.pipeline.cpsat_model import CpSatPipelineOptions, solve_cpsat
 from raptor.solver.pipeline.dp import exact_dp
 from raptor.solver.pipeline.heuristic import run_heuristic
-from raptor.solver.pipeline.model import Partition, allocate, evaluate_partition
+from raptor.solver.pipeline.model import (
+    Partition,
+    allocate,
+    evaluate_partition,
+    stage_kmin,
+    stage_time,
+)
 from raptor.solver.pipeline.pack import PackFailure
 from raptor.solver.pipeline.problem import PipelineCapacityError, PipelineProblem
 from raptor.solver.pipeline.realize import Placement, asap_starts, measure, realize
@@ -60,6 +67,46 @@ def latency_stream(problem: PipelineProblem, schedule: MergeScheduleResult) -> P
                         model_period=evaluate_partition(problem, part).period_ns,
                         bound_ns=None, solve_seconds=schedule.solve_seconds,
                         notes=[f"the {schedule.solver} latency schedule as one stage"])
+
+
+def spread_stream(problem: PipelineProblem, replication: bool = True, window: bool = False,
+                  follow: bool = False) -> PipelineResult:
+    """One stage on every core, each core kept within the least time the model allows
+    without the dependency path (work / cores, the heaviest group at its replication): its
+    load, or with `window` its window (first task's start to last task's end, cores in use
+    before fresh ones) at 1, 1.25, 1.5 or 2 times that time, whichever placement has the
+    shortest longest window. Why: a stage's cores run their loops on successive inferences
+    as far as the dependencies allow, so a stream's period follows its busiest core and its
+    cores' windows, not the stage's path (docs/pipeline.md §2). Both are judge candidates of
+    every pipeline row: which is faster depends on the contention the windows leave out.
+    `follow`: as `follow_producers` (where local memory is tight)."""
+    t0 = time.perf_counter()
+    P, G = problem.num_cores, problem.num_groups
+    T = stage_time(problem, 0, G, P, replication, path=False)
+    _, r = stage_kmin(problem, 0, G, T, replication, path=False)
+    part = Partition((0,), (P,), tuple(int(x) for x in r))
+    best: tuple[int, Placement, str] | None = None
+    for limit in [T * k // 4 for k in (4, 5, 6, 8)] if window else [T]:
+        pl = realize(problem, part, replication, follow=follow, limits=[limit], window=window)
+        if isinstance(pl, PackFailure):
+            raise PipelineCapacityError(pl.message)
+        w = longest_window(problem, pl.core_of, pl.order)
+        if best is None or w < best[0]:
+            best = (w, pl, f"{'windows' if window else 'loads'} within {limit} ns")
+    assert best is not None
+    return build_result(problem, best[1], solver="spread", status="SPREAD", model_period=T,
+                        bound_ns=None, objective_ns=T, solve_seconds=time.perf_counter() - t0,
+                        notes=[f"one stage on {P} cores, {best[2]}: longest window "
+                               f"{best[0]} ns"])
+
+
+def longest_window(problem: PipelineProblem, core_of: Sequence[int],
+                   order: Sequence[Sequence[int]]) -> int:
+    """The longest time from a core's first task's start to its last task's end, one
+    inference alone (`asap_starts`): what a one-stage stream's period cannot go below."""
+    start = asap_starts(problem, core_of, order)
+    dur = problem.graph.durations(core_of)
+    return max((start[ts[-1]] + dur[ts[-1]] - start[ts[0]] for ts in order if ts), default=0)
 
 
 def _realize_cuts(problem: PipelineProblem, cuts: tuple[int, ...], replication: bool

@@ -3,24 +3,27 @@ materialized pipeline program. Each core runs its per-inference program in a loo
 steady period is the longest cycle of that program per inference, between the busiest core
 and the stage's one-inference completion (`wave_period_ns`). :func:`stream_estimate` plays
 the program's steps task by task, inference after inference, as `SimOptions.ideal()` runs
-them, then again with every shared-memory access (output and boundary stores, boundary
-loads, READY/FREE) queued at the serialized shared memory, as the default options serve it;
-`memory_ns` is the service one inference asks of it. Left out: link contention, the
-rendezvous protocol and the gathers of merged lanes.
+them, then again as the default options do: every shared-memory access (output and
+boundary stores, boundary loads, READY/FREE) queued at the serialized shared memory, each
+send waiting for its receive to be posted (a core posts an iteration's receives when it
+starts it, or where the flow control put them), each message waiting for the links of its
+route (`raptor.noc`); `memory_ns` is the service one inference asks of it. Left out: the
+gathers of merged lanes.
 """
 
 from __future__ import annotations
 
-import bisect
+import heapq
 import itertools
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
+from raptor.noc import FreeLinks, Network
 from raptor.passes.stream import LoadGroup, StreamInfo
+from raptor.solver.comm import START, Replay
 from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
-from raptor.solver.pipeline.problem import topological_order
 from raptor.target import Target
 
 COUNTER_BYTES = 4
@@ -72,107 +75,109 @@ def _per_core_steps(n_tasks: int, core_of: Sequence[int], start: Sequence[int],
     return per_core
 
 
-def _message_waits(graph: ComputeGraph, target: Target, core_of: Sequence[int],
-                   stage_of: Sequence[int],
-                   sends: Mapping[tuple[int, int], tuple[int, int]] | None
-                   ) -> list[list[tuple[int, int]]]:
-    """The stage-internal messages each task waits for: (the step its sender sends it after,
-    delay after that step ends); a send the flow control held follows a later step of its
-    core."""
-    waits: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_tasks)]
+@dataclass(frozen=True, slots=True)
+class _Message:
+    """A stage-internal message of one iteration: sent after step `after` of its sender's
+    core (in `rank` order among that step's sends), its receive posted at step `post` of
+    the receiver's core (START: the iteration's start)."""
+
+    key: tuple[int, int]
+    """(fragment, receiving core)."""
+    after: int
+    rank: int
+    post: int
+    links: tuple[int, ...]
+    serial_ns: int
+    transfer_ns: int
+
+
+def _messages(graph: ComputeGraph, net: Network, core_of: Sequence[int],
+              start: Sequence[int], stage_of: Sequence[int], flow: Replay | None
+              ) -> tuple[list[list[_Message]], dict[int, list[_Message]]]:
+    """The stage-internal messages each task waits for, and the messages sent after each
+    step in send order. Where `flow` holds a message's send or posts its receive later,
+    the program does too; else it is sent right after its producer (earliest reader
+    first) and its receive posted at the iteration's start."""
+    waits: list[list[_Message]] = [[] for _ in range(graph.num_tasks)]
+    made: dict[tuple[int, int], _Message] = {}
     for t, frags in enumerate(graph.reads):
         q = core_of[t]
         for f in frags:
             frag = graph.fragments[f]
             u = frag.producer
-            if core_of[u] != q and stage_of[u] == stage_of[t]:
-                at = sends.get((f, q)) if sends is not None else None
-                waits[t].append((u if at is None else at[0],
-                                 target.transfer_ns(frag.bytes, core_of[u], q)))
-    return waits
-
-
-def _iteration_order(prev_on_core: dict[int, int], waits: list[list[tuple[int, int]]],
-                     groups: Sequence[LoadGroup], signaller: Mapping[int, int]) -> list[int]:
-    """A topological order of one iteration's steps: core order, messages, READY."""
-    n_tasks = len(waits)
-    succ: list[list[int]] = [[] for _ in range(n_tasks + len(groups))]
-    for b, a in prev_on_core.items():
-        succ[a].append(b)
-    for t in range(n_tasks):
-        for u, _ in waits[t]:
-            succ[u].append(t)
-    for i, g in enumerate(groups):
-        succ[signaller[g.pair]].append(n_tasks + i)
-    order = topological_order(succ)
-    if len(order) != len(succ):
-        raise ValueError("the stream program's per-core order contradicts its dependencies")
-    return order
-
-
-class _Queue:
-    """The serialized shared memory as a calendar of busy intervals: an access requested at
-    time t starts in the first gap from t that holds it. The simulator serves requests in
-    request order; the play visits them inference by inference, so a request it reaches
-    late but that was made early takes the gap before those already booked."""
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    def book(self, at: int, ns: int) -> int:
-        """Book `ns` of service requested at `at`; returns when it ends."""
-        if ns <= 0:
-            return at
-        i = bisect.bisect_right(self.ends, at)
-        while i < len(self.starts) and self.starts[i] < at + ns:
-            at = max(at, self.ends[i])
-            i += 1
-        self.starts.insert(i, at)
-        self.ends.insert(i, at + ns)
-        return at + ns
+            if core_of[u] == q or stage_of[u] != stage_of[t]:
+                continue
+            key = (f, q)
+            msg = made.get(key)
+            if msg is None:
+                sent = flow.sends.get(key) if flow is not None else None
+                after, rank = sent if sent is not None else (u, start[t])
+                post = flow.posts.get(key, START) if flow is not None else START
+                links, ser, transfer = net.timing(core_of[u], q, frag.bytes)
+                msg = made[key] = _Message(key, after, rank, post, links, ser, transfer)
+            waits[t].append(msg)
+    sends: dict[int, list[_Message]] = {}
+    for msg in sorted(made.values(), key=lambda m: (m.rank, m.key)):
+        sends.setdefault(msg.after, []).append(msg)
+    return waits, sends
 
 
 def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                     start: Sequence[int], stage_of: Sequence[int], info: StreamInfo,
-                    inferences: int, ring: int, stages: int,
-                    sends: Mapping[tuple[int, int], tuple[int, int]] | None = None
+                    inferences: int, ring: int, stages: int, flow: Replay | None = None
                     ) -> StreamEstimate:
     """Play the stream program of a pipeline placement (see the module docstring): once as
-    the ideal options run it, once with the shared memory serving one access at a time
-    (`period_ns`). `start` are the planned starts that ordered each core's events, `info`
-    the boundary plan materialization returned, `sends` where the program sends each
-    stage-internal message ((fragment, consumer core) -> (task after whose step it is sent,
-    rank), as `raptor.solver.comm.Replay.sends`; default: right after its producer)."""
+    the ideal options run it, once as the default options do (`period_ns`): the shared
+    memory serving one access at a time, rendezvous sends, links carrying one message at a
+    time. `start` are the planned starts that ordered each core's events, `info` the
+    boundary plan materialization returned, `flow` the communication model whose receive
+    posts and sends the program follows (`raptor.solver.comm.Replay`; default: receives
+    posted at the iteration's start, each send right after its producer)."""
     graph.freeze()
     n_tasks = graph.num_tasks
     groups = info.groups
+    net = Network(target, "raptor")
     per_core = _per_core_steps(n_tasks, core_of, start, groups)
-    waits = _message_waits(graph, target, core_of, stage_of, sends)
-    signaller = {k: u for u, ks in info.ready_signals.items() for k in ks}
-    prev_on_core = {b: a for steps in per_core.values() for a, b in itertools.pairwise(steps)}
-    order = _iteration_order(prev_on_core, waits, groups, signaller)
-    play = _Play(graph, target, core_of, info, per_core, waits, prev_on_core, order, ring)
-    starts, ends = play.run(inferences, None)
-    _, queued = play.run(inferences, _Queue())
+    waits, sends = _messages(graph, net, core_of, start, stage_of, flow)
+    play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring)
+    starts, ends = play.run(inferences, False)
+    _, contended = play.run(inferences, True)
     memory = sum(t.shared_ns for t in graph.tasks) + sum(map(sum, play.store_ns.values())) + \
         sum(play.group_ns) + sum(len(ks) for ks in info.free_waits.values()) * play.wait_ns + \
         sum(len(ks) for ks in info.ready_signals.values()) * play.signal_ns
     ideal = steady_period(ends, stages) or (ends[-1] if ends else 0)
-    contended = steady_period(queued, stages) or (queued[-1] if queued else 0)
+    period = steady_period(contended, stages) or (contended[-1] if contended else 0)
     latency = int(statistics.median([e - s for s, e in zip(starts, ends, strict=True)]))
-    return StreamEstimate(ideal, memory, max(contended, memory), latency, ends, starts)
+    return StreamEstimate(ideal, memory, max(period, memory), latency, ends, starts)
+
+
+_RESUME, _WAIT, _MEM, _INJECT = range(4)
+"""What a core asks `_Play.run`'s loop: go on at a time, wait for a key, a shared-memory
+access, a message injection."""
+_POSTED, _DONE, _READY, _FREE, _ARRIVAL = range(5)
+"""Keys a core waits for: (core, step, inference) a receive posted after a step (START: at
+the iteration's start), (step, inference) done, (counter pair, inference) READY / FREE
+signalled, (fragment, core, inference) a message arrived."""
 
 
 class _Play:
-    """One play of a stream program, inference after inference (`stream_estimate`)."""
+    """Plays of a stream program, inference after inference (`stream_estimate`)."""
 
-    def __init__(self, graph: ComputeGraph, target: Target, core_of: Sequence[int],
-                 info: StreamInfo, per_core: dict[int, list[int]],
-                 waits: list[list[tuple[int, int]]], prev_on_core: dict[int, int],
-                 order: list[int], ring: int) -> None:
-        self.graph, self.info, self.per_core, self.waits = graph, info, per_core, waits
-        self.prev_on_core, self.order, self.ring = prev_on_core, order, ring
+    def __init__(self, graph: ComputeGraph, target: Target, net: Network,
+                 core_of: Sequence[int], info: StreamInfo, per_core: dict[int, list[int]],
+                 waits: list[list[_Message]], sends: dict[int, list[_Message]],
+                 ring: int) -> None:
+        self.net, self.info, self.per_core, self.waits = net, info, per_core, waits
+        self.sends, self.ring = sends, ring
+        self.posts = {m.post for ms in sends.values() for m in ms}
+        """Steps after which a receive is posted."""
+        self.senders = {m.after for ms in sends.values() for m in ms}
+        self.messages = [m for ms in sends.values() for m in ms]
+        self.index = {m.key: i for i, m in enumerate(self.messages)}
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.wake: Callable[[tuple[int, ...], int], None] = lambda key, at: None
+        """`run`'s: a key becomes known at a time; the cores waiting for it go on."""
         self.dur = graph.durations(core_of)
         self.shared = [t.shared_ns for t in graph.tasks]
         self.wait_ns = shared_read_ns(target, COUNTER_BYTES)
@@ -184,51 +189,125 @@ class _Play:
         self.group_parts = [[self.wait_ns, *(shared_read_ns(target, nb) for *_, nb in g.loads),
                              self.signal_ns] for g in info.groups]
 
-    def run(self, inferences: int, queue: _Queue | None) -> tuple[list[int], list[int]]:
-        """Per inference, when its first core started it and its last core finished it;
-        with `queue`, every shared-memory access waits for the memory to be free."""
-        info, groups, waits = self.info, self.info.groups, self.waits
-        n_tasks, dur, ring = len(waits), self.dur, self.ring
+    def run(self, inferences: int, contended: bool) -> tuple[list[int], list[int]]:
+        """Per inference, when its first core started it and its last core finished it.
+        Each core runs its steps inference after inference; a core waits for what it reads
+        (a message's arrival, READY, FREE) once it is known. `contended`: every shared-
+        memory access and every message injection is a request served in time order, as
+        the simulator's event loop serves them — the shared memory one access at a time,
+        the links as `raptor.noc.FreeLinks` grants them — and a send first waits for its
+        receive to be posted; else nothing waits (the ideal options)."""
+        heap: list[tuple[int, int, int]] = []
+        known: dict[tuple[int, ...], int] = {}
+        parked: dict[tuple[int, ...], list[int]] = {}
+        cores = sorted(self.per_core)
+        progs = {c: self._core(c, inferences, contended, known) for c in cores}
+        pending: dict[int, tuple[int, ...]] = {}
+        starts = [-1] * inferences
+        ends = [0] * inferences
+        self.starts, self.ends = starts, ends
+        links = FreeLinks(self.net.num_links)
+        memory_free = 0
+        seq = itertools.count()
+
+        def advance(c: int, clock: int) -> None:
+            """Run core c from `clock` until its next request (or its end)."""
+            try:
+                req = progs[c].send(clock)
+            except StopIteration:
+                return
+            pending[c] = req
+            if req[0] == _WAIT:  # what it waits for is not known yet
+                parked.setdefault(req[2:], []).append(c)
+                return
+            heapq.heappush(heap, (req[1], next(seq), c))
+
+        def wake(key: tuple[int, ...], at: int) -> None:
+            known[key] = at
+            for c in parked.pop(key, ()):
+                req = pending[c]
+                pending[c] = (_RESUME,)
+                heapq.heappush(heap, (max(req[1], at), next(seq), c))
+
+        self.wake = wake
+        for c in cores:
+            next(progs[c])
+            advance(c, 0)
+        while heap:
+            now, _, c = heapq.heappop(heap)
+            req = pending[c]
+            if req[0] == _MEM:
+                start = max(now, memory_free)
+                memory_free = start + req[2]
+                advance(c, memory_free)
+            elif req[0] == _INJECT:
+                m = self.messages[req[2]]
+                wake((_ARRIVAL, *m.key, req[3]), self.net.pass_links(
+                    m.links, m.serial_ns, m.transfer_ns, now, links))
+                advance(c, now)
+            else:
+                advance(c, now)
+        if parked:
+            raise ValueError("the stream program's play deadlocked (a wait never met)")
+        return starts, ends
+
+    def _core(self, c: int, inferences: int, contended: bool,
+              known: dict[tuple[int, ...], int]) -> Generator[tuple[int, ...], int, None]:
+        """Core c's program as requests to `run`'s loop: it yields (_WAIT, clock, *key),
+        (_MEM, clock, ns) or (_INJECT, clock, message) and is sent back its clock."""
+        info, n_tasks, dur, ring = self.info, len(self.waits), self.dur, self.ring
         wait_ns, signal_ns = self.wait_ns, self.signal_ns
+        steps = self.per_core[c]
+        clock = yield (_RESUME,)
 
-        def access(clock: int, ns: int) -> int:
-            return queue.book(clock, ns) if queue is not None else clock + ns
+        def get(key: tuple[int, ...]) -> Generator[tuple[int, ...], int, int]:
+            """When `key` became known (waiting for it parks the core)."""
+            got = known.get(key)
+            if got is None:
+                yield (_WAIT, clock, *key)
+                got = known[key]
+            return got
 
-        first_on_core = {steps[0]: c for c, steps in self.per_core.items()}
-        last_on_core = {c: steps[-1] for c, steps in self.per_core.items()}
-        ready_at: list[list[int]] = [[0] * inferences for _ in info.pairs]
-        free_at: list[list[int]] = [[0] * inferences for _ in info.pairs]
-        core_free = dict.fromkeys(self.per_core, 0)
-        end = [0] * (n_tasks + len(groups))
-        starts, ends = [], []
+        def access(ns: int) -> Generator[tuple[int, ...], int, int]:
+            if not contended or ns <= 0:
+                return clock + ns
+            return (yield (_MEM, clock, ns))
+
         for n in range(inferences):
-            starts.append(min(core_free.values(), default=0))
-            for s in self.order:
-                p = self.prev_on_core.get(s)
-                clock = end[p] if p is not None else core_free[first_on_core[s]]
+            if self.starts[n] < 0 or clock < self.starts[n]:
+                self.starts[n] = clock
+            self.wake((_POSTED, c, START, n), clock)
+            for s in steps:
                 if s >= n_tasks:
-                    g = groups[s - n_tasks]
-                    clock = max(clock, ready_at[g.pair][n])
+                    g = info.groups[s - n_tasks]
+                    clock = max(clock, (yield from get((_READY, g.pair, n))))
                     for ns in self.group_parts[s - n_tasks]:
-                        clock = access(clock, ns)
-                    free_at[g.pair][n] = clock
-                    end[s] = clock
+                        clock = yield from access(ns)
+                    self.wake((_FREE, g.pair, n), clock)
                     continue
-                for u, delay in waits[s]:
-                    clock = max(clock, end[u] + delay)
+                for m in self.waits[s]:
+                    if contended:
+                        clock = max(clock, (yield from get((_ARRIVAL, *m.key, n))))
+                    else:
+                        clock = max(clock, (yield from get((_DONE, m.after, n))) + m.transfer_ns)
                 sh = self.shared[s]
-                clock = access(clock + dur[s] - sh, sh)  # its output stores end its run
+                clock += dur[s] - sh
+                clock = yield from access(sh)  # its output stores end its run
                 for k in info.free_waits.get(s, ()):
                     if n - ring >= 0:
-                        clock = max(clock, free_at[k][n - ring])
-                    clock = access(clock, wait_ns)
+                        clock = max(clock, (yield from get((_FREE, k, n - ring))))
+                    clock = yield from access(wait_ns)
                 for ns in self.store_ns.get(s, ()):
-                    clock = access(clock, ns)
+                    clock = yield from access(ns)
                 for k in info.ready_signals.get(s, ()):
-                    clock = access(clock, signal_ns)
-                    ready_at[k][n] = clock
-                end[s] = clock
-            for c, last in last_on_core.items():
-                core_free[c] = end[last]
-            ends.append(max(core_free.values(), default=0))
-        return starts, ends
+                    clock = yield from access(signal_ns)
+                    self.wake((_READY, k, n), clock)
+                if s in self.senders:
+                    self.wake((_DONE, s, n), clock)
+                if s in self.posts:
+                    self.wake((_POSTED, c, s, n), clock)
+                if contended:
+                    for m in self.sends.get(s, ()):
+                        clock = max(clock, (yield from get((_POSTED, m.key[1], m.post, n))))
+                        clock = yield (_INJECT, clock, self.index[m.key], n)
+            self.ends[n] = max(self.ends[n], clock)
