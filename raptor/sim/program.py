@@ -109,10 +109,15 @@ class Instr:
     """SIGNAL/WAIT: the counter array and index."""
     threshold: int = 0
     """WAIT: the count to reach."""
+    where_text: str | None = None
+    """`where`, once asked (traces ask for it on every run)."""
 
     @property
     def where(self) -> str:
-        return self.op.where()
+        w = self.where_text
+        if w is None:
+            w = self.where_text = self.op.where()
+        return w
 
     @property
     def name(self) -> str:
@@ -143,6 +148,8 @@ class Program:
     written: set[Value] = field(default_factory=set)
     """Shared buffers the program stores into (loads from them inside a stream are checked
     against races)."""
+    finished: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    """`executed` of each core run to its end."""
 
     def bind(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
         """Start a run: copy the inputs into their buffers, clear the others and the cores'
@@ -157,6 +164,19 @@ class Program:
             if v not in self.func.args:
                 buf.fill(0)
         self.envs = {c: dict(env) for c, env in self.initial.items()}
+
+    def executed(self, core: int, pc: int) -> tuple[int, int, int]:
+        """What the first `pc` instructions of `core` execute: body ops, loads of function
+        inputs inside bodies, and their bytes (a finished core's figures are kept)."""
+        done = self.finished.get(core)
+        if done is not None and pc == len(self.cores[core]):
+            return done
+        ran = self.cores[core][:pc]
+        got = (sum(i.body_ops for i in ran), sum(len(i.params) for i in ran),
+               sum(buf[sl].nbytes for i in ran for buf, sl in i.params))
+        if pc == len(self.cores[core]):
+            self.finished[core] = got
+        return got
 
     def output_data(self) -> list[np.ndarray]:
         """The returned buffers' final contents (copies)."""
