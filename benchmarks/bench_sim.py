@@ -5,6 +5,7 @@
         --inputs r18.inputs.npz [--repeat 3]     # a saved scheduled model instead
     python benchmarks/bench_sim.py --model examples/yolo_neck.onnx [--repeat 3]
                                                  # compile + PEFT-schedule a model first
+    (--trace with --spat or --model: trace on, as `raptor solve` simulates)
 
 Every core loads one row of the input, then runs `steps` rounds of: post a receive from a
 hypercube partner (distance 1, 2, 4, ... cores, so routes share links), a scheduled compute
@@ -100,19 +101,22 @@ def model_module(model: str) -> tuple[Module, dict[str | int, np.ndarray]]:
     from raptor.solve import SolveOptions, solve
 
     solved = solve(model, Target(), SolveOptions(solver="peft", simulate=False))
-    feeds: dict[str | int, np.ndarray] = dict(ir_inputs(solved.compiled.graph, solved.inputs))
+    feeds: dict[str | int, np.ndarray] = {}
+    feeds.update(ir_inputs(solved.compiled.graph, solved.inputs))
     return solved.runs[0].scheduled, feeds
 
 
 def run_module(name: str, module: Module, feeds: dict[str | int, np.ndarray],
-               repeat: int) -> None:
-    """Time one scheduled module (no trace): `simulate` as `raptor solve` calls it (compile
-    and run, the process's first call included), then one `Simulator` running it `repeat`
-    times: the sustained rate once the program is compiled."""
+               repeat: int, trace: bool = False) -> None:
+    """Time one scheduled module: `simulate` (compile and run, the process's first call
+    included), then one `Simulator` running it `repeat` times, as `raptor solve` runs it
+    once (`trace` on there): the rate once the program is compiled, by the report's own
+    counters over the run's wall time, and over the process's CPU time in the run (the
+    figure a loaded machine disturbs least)."""
     target = Target()
     for i in range(repeat):
         t = time.perf_counter()
-        rep = simulate(module, target, feeds, SimOptions(trace=False)).report
+        rep = simulate(module, target, feeds, SimOptions(trace=trace)).report
         wall = time.perf_counter() - t
         ops = rep.ops_executed + rep.body_ops_executed
         print(f"{name} simulate {i}: wall {wall:.3f} s (compile {rep.compile_time_s:.3f} s, "
@@ -120,17 +124,22 @@ def run_module(name: str, module: Module, feeds: dict[str | int, np.ndarray],
               f"{ops / wall:,.0f} ops/s end to end")
     sim = Simulator(module, target)
     print(f"{name} Simulator: compiled in {sim.compile_time_s:.3f} s")
-    total_ops, total_s = 0, 0.0
+    total_ops, total_s, walls, cpus = 0, 0.0, [], []
     for i in range(repeat):
-        t = time.perf_counter()
-        rep = sim.run(feeds, SimOptions(trace=False)).report
-        wall = time.perf_counter() - t
+        c = time.process_time()
+        rep = sim.run(feeds, SimOptions(trace=trace)).report
+        cpu = time.process_time() - c
+        wall = rep.wall_time_s
         ops = rep.ops_executed + rep.body_ops_executed
         total_ops, total_s = total_ops + ops, total_s + wall
-        print(f"{name} run {i}: {wall:.3f} s, latency {rep.latency_ns} ns, "
-              f"{ops / wall:,.0f} ops/s")
-    print(f"{name} sustained: {total_ops} ops in {total_s:.3f} s = {total_ops / total_s:,.0f} "
-          f"ops/s over {repeat} runs")
+        walls.append(ops / wall)
+        cpus.append(ops / cpu)
+        print(f"{name} run {i}: {wall:.3f} s wall, {cpu:.3f} s CPU, latency {rep.latency_ns} "
+              f"ns, {ops} ops: {ops / wall:,.0f} ops/s ({ops / cpu:,.0f} per CPU second)")
+    print(f"{name} sustained (trace {'on' if trace else 'off'}): {total_ops} ops in "
+          f"{total_s:.3f} s = {total_ops / total_s:,.0f} ops/s over {repeat} runs; best run "
+          f"{max(walls):,.0f} ops/s, median {sorted(walls)[len(walls) // 2]:,.0f}; per CPU "
+          f"second best {max(cpus):,.0f}, median {sorted(cpus)[len(cpus) // 2]:,.0f}")
 
 
 def main() -> None:
@@ -142,6 +151,8 @@ def main() -> None:
     ap.add_argument("--weights", help="npz of the module's constants by symbol (with --spat)")
     ap.add_argument("--inputs", help="npz of the inputs by argument name (with --spat)")
     ap.add_argument("--model", help="an ONNX model to compile and PEFT-schedule, then simulate")
+    ap.add_argument("--trace", action="store_true", help="--spat/--model: trace on, as "
+                    "`raptor solve` simulates")
     args = ap.parse_args()
     if args.spat or args.model:
         t0 = time.perf_counter()
@@ -149,7 +160,7 @@ def main() -> None:
                          else saved_module(args.spat, args.weights, args.inputs))
         name = args.model or args.spat
         print(f"{name}: prepared in {time.perf_counter() - t0:.1f} s")
-        run_module(name, module, feeds, args.repeat)
+        run_module(name, module, feeds, args.repeat, args.trace)
         return
     t0 = time.perf_counter()
     module = build(args.cores, args.steps)

@@ -524,7 +524,7 @@ def _simulate(runs: list[ScheduleRun], inputs: dict[str, np.ndarray], target: Ta
         t0 = time.perf_counter()
         try:
             sim = Simulator(run.scheduled, target, check_memory=not (
-                opts.allow_memory_overflow or run.memory_errors))
+                opts.allow_memory_overflow or run.memory_errors), memory=run.memory)
             with np.errstate(all="ignore"):  # NaN/Inf inputs propagate quietly
                 run.sim = sim.run(feeds, opts.sim)
             ideal = sim.timing(SimOptions.ideal(trace=False))

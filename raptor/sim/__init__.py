@@ -20,6 +20,7 @@ import numpy as np
 from raptor.gc_pause import collector_paused
 from raptor.ir.core import Operation
 from raptor.ir.module import Module
+from raptor.passes.memory import MemoryPlan
 from raptor.sim.engine import Engine, SimOptions
 from raptor.sim.errors import Deadlock, SimError
 from raptor.sim.numerics import execute
@@ -43,14 +44,14 @@ class Simulator:
 
     def __init__(self, module: Module, target: Target,
                  timings: Mapping[tuple[int, Operation], OpTiming] | None = None,
-                 check_memory: bool = False) -> None:
+                 check_memory: bool = False, memory: MemoryPlan | None = None) -> None:
         """`timings` replaces the cost of the top-level ops it names, per (core, op): an
         exporter's figures for another machine (run them with `SimOptions.pimsim()`).
         `check_memory`: refuse a program that exceeds the target's memory at any instant
-        (`raptor.sim.occupancy`)."""
+        (`raptor.sim.occupancy`), by `memory` if the caller planned it already."""
         start = time.perf_counter()
         if check_memory:
-            check_occupancy(module, target)
+            check_occupancy(module, target, memory)
         with collector_paused():
             self.program = compile_program(module, target)
         if timings:

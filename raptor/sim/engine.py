@@ -174,16 +174,14 @@ class Engine:
                                          if n in st.starts), default=latency)
                                     for n in range(m)]
         for st in self.cores:
-            done = st.prog[:st.pc]
+            body_ops, reads, read_bytes = self.program.executed(st.cid, st.pc)
             rep.cores.append(CoreStats(
                 st.cid, st.busy, st.blocked, latency - st.clock, st.clock, st.pc,
-                sum(i.body_ops for i in done), self.program.tiles[st.cid]))
+                body_ops, self.program.tiles[st.cid]))
             rep.ops_executed += st.pc
-            rep.body_ops_executed += rep.cores[-1].body_ops
-            for i in done:
-                for buf, sl in i.params:  # loads of function inputs inside bodies
-                    rep.input_reads += 1
-                    rep.input_read_bytes += buf[sl].nbytes
+            rep.body_ops_executed += body_ops
+            rep.input_reads += reads
+            rep.input_read_bytes += read_bytes
 
     def why(self, st: Core) -> str:
         """One line: where `st` is stuck and on what."""

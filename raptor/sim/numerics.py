@@ -16,43 +16,41 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from raptor.ir.core import Value
 from raptor.sim.errors import SimError
-from raptor.sim.kernels import Template
+from raptor.sim.kernels import Template, stack
 from raptor.sim.program import COMPUTE, LOAD, SEND, Instr, Program, value_name
 
 
 def levels(program: Program, order: Sequence[Instr]) -> list[list[Instr]]:
     """The recorded instructions by level (see the module docstring)."""
-    ready: dict[int, dict[Value, int]] = {c: {} for c in program.cores}
+    values, buffers = program.slots
+    ready = [0] * values  # per (core, value) slot, the level it exists from
+    memory = [0] * buffers  # per buffer, the level of its latest access
     store_done: dict[int, int] = {}
     out: list[list[Instr]] = []
-    memory: dict[Value, int] = {}  # per buffer, the level of its latest access
+    get = ready.__getitem__
     for ins in order:
-        have = ready[ins.core]
         kind = ins.kind
+        ins_in, ins_out = ins.slots_in, ins.slots_out
         if kind == COMPUTE:
-            level = max([have.get(v, 0) for v in ins.reads], default=0)
-            for v in ins.defines:
-                have[v] = level + 1
+            level = max(map(get, ins_in)) if ins_in else 0
+            for v in ins_out:
+                ready[v] = level + 1
         elif kind == SEND:
-            assert ins.value is not None and ins.partner is not None
-            assert ins.partner.value is not None
-            level = have.get(ins.value, 0)
-            ready[ins.peer][ins.partner.value] = level + 1
+            level = ready[ins_in[0]]
+            ready[ins_out[0]] = level + 1
         else:
-            assert ins.value is not None
-            buf = ins.op.buffer  # type: ignore[attr-defined]
+            buf = ins.buffer_slot
             if kind == LOAD:
-                level = max([memory.get(buf, 0), *[store_done[s] for s in ins.deps]])
-                have[ins.value] = level + 1
+                level = max([memory[buf], *[store_done[s] for s in ins.deps]])
+                ready[ins_out[0]] = level + 1
             else:
-                level = max(memory.get(buf, 0), have.get(ins.value, 0))
+                level = max(memory[buf], ready[ins_in[0]])
                 store_done[ins.store_id] = level + 1
             memory[buf] = level
-        out += [[] for _ in range(level + 1 - len(out))]
+        if level >= len(out):
+            out += [[] for _ in range(level + 1 - len(out))]
         out[level].append(ins)
     return out
 
@@ -102,7 +100,7 @@ def _run_group(envs: dict[int, dict[Value, Any]], group: list[Instr]) -> None:
             elif k == 1:
                 reads.append(envs[first.core][v][None])
             else:
-                reads.append(np.stack([envs[ins.core][ins.reads[i]] for ins in group]))
+                reads.append(stack([envs[ins.core][ins.reads[i]] for ins in group]))
         params = [[ins.params[j] for ins in group] for j in range(len(tpl.loads))]
         outs = tpl.run(k, reads, params)
     except (ValueError, IndexError) as e:

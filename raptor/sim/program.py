@@ -109,10 +109,21 @@ class Instr:
     """SIGNAL/WAIT: the counter array and index."""
     threshold: int = 0
     """WAIT: the count to reach."""
+    slots_in: tuple[int, ...] = ()
+    """The numerics' slots of what it reads (`number_slots`)."""
+    slots_out: tuple[int, ...] = ()
+    """The numerics' slots of what it makes."""
+    buffer_slot: int = -1
+    """LOAD/STORE: the numerics' number of its buffer."""
+    where_text: str | None = None
+    """`where`, once asked (traces ask for it on every run)."""
 
     @property
     def where(self) -> str:
-        return self.op.where()
+        w = self.where_text
+        if w is None:
+            w = self.where_text = self.op.where()
+        return w
 
     @property
     def name(self) -> str:
@@ -143,6 +154,10 @@ class Program:
     written: set[Value] = field(default_factory=set)
     """Shared buffers the program stores into (loads from them inside a stream are checked
     against races)."""
+    finished: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    """`executed` of each core run to its end."""
+    slots: tuple[int, int] = (0, 0)
+    """How many value and buffer slots the numerics use (`number_slots`)."""
 
     def bind(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
         """Start a run: copy the inputs into their buffers, clear the others and the cores'
@@ -158,10 +173,53 @@ class Program:
                 buf.fill(0)
         self.envs = {c: dict(env) for c, env in self.initial.items()}
 
+    def executed(self, core: int, pc: int) -> tuple[int, int, int]:
+        """What the first `pc` instructions of `core` execute: body ops, loads of function
+        inputs inside bodies, and their bytes (a finished core's figures are kept)."""
+        done = self.finished.get(core)
+        if done is not None and pc == len(self.cores[core]):
+            return done
+        ran = self.cores[core][:pc]
+        got = (sum(i.body_ops for i in ran), sum(len(i.params) for i in ran),
+               sum(buf[sl].nbytes for i in ran for buf, sl in i.params))
+        if pc == len(self.cores[core]):
+            self.finished[core] = got
+        return got
+
     def output_data(self) -> list[np.ndarray]:
         """The returned buffers' final contents (copies)."""
         return [np.array(self.shared[v] if v in self.shared else self.weights[v])
                 for v in self.outputs]
+
+
+def number_slots(program: Program) -> tuple[int, int]:
+    """Number every (core, value) an instruction reads or makes (`Instr.slots_in`,
+    `slots_out`; a send makes its receiver's value) and every buffer a load or store
+    touches (`Instr.buffer_slot`); returns how many of each. Values are keyed by core
+    because one `pim.core_batch` body runs on several cores."""
+    values: dict[tuple[int, Value], int] = {}
+    buffers: dict[Value, int] = {}
+
+    def slot(core: int, v: Value) -> int:
+        return values.setdefault((core, v), len(values))
+
+    for core, prog in program.cores.items():
+        for ins in prog:
+            kind = ins.kind
+            if kind == COMPUTE:
+                ins.slots_in = tuple(slot(core, v) for v in ins.reads)
+                ins.slots_out = tuple(slot(core, v) for v in ins.defines)
+            elif kind == SEND:
+                assert ins.value is not None and ins.partner is not None
+                assert ins.partner.value is not None
+                ins.slots_in = (slot(core, ins.value),)
+                ins.slots_out = (slot(ins.peer, ins.partner.value),)
+            elif kind in (LOAD, STORE):
+                assert ins.value is not None
+                buf = ins.op.buffer  # type: ignore[attr-defined]
+                ins.buffer_slot = buffers.setdefault(buf, len(buffers))
+                ins.slots_in = ins.slots_out = (slot(core, ins.value),)
+    return len(values), len(buffers)
 
 
 def op_name(op: Operation) -> str:
@@ -277,9 +335,11 @@ class _Compiler:
         self.check_capacity(tiles)
         channels = self.check_channels(cores)
         self.link_loads()
-        return Program(func, cores, envs, tiles, self.shared, outputs, channels, self.weights,
-                       self.stores, inferences=self.inferences,
-                       written={b for _, _, b, _ in self.store_boxes})
+        program = Program(func, cores, envs, tiles, self.shared, outputs, channels,
+                          self.weights, self.stores, inferences=self.inferences,
+                          written={b for _, _, b, _ in self.store_boxes})
+        program.slots = number_slots(program)
+        return program
 
     def check_capacity(self, tiles: dict[int, int]) -> None:
         cap = self.target.crossbars_per_core

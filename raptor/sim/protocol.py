@@ -17,8 +17,7 @@ requests from the highest core id down. Op costs come from the exporter's `timin
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raptor import noc
@@ -49,13 +48,16 @@ class Msg:
     """pimsim-nn: when the send's request reaches the receiver."""
 
 
-@dataclass
 class Channel:
-    """FIFO pairing state of one (source, destination, channel)."""
+    """FIFO pairing state of one (source, destination, channel). Lists, not deques: a
+    channel rarely holds more than one entry, and a run makes one Channel per channel."""
 
-    posted: deque[tuple[Core, Value, int]] = field(default_factory=deque)
-    unclaimed: deque[Msg] = field(default_factory=deque)
-    senders: deque[tuple[Core, Msg]] = field(default_factory=deque)
+    __slots__ = ("posted", "senders", "unclaimed")
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[Core, Value, int]] = []
+        self.unclaimed: list[Msg] = []
+        self.senders: list[tuple[Core, Msg]] = []
 
 
 class Mesh:
@@ -72,6 +74,8 @@ class Mesh:
         self.net = Network(engine.target, "raptor")
         self.links = FreeLinks(self.net.num_links, held=engine.trace.links
                                if engine.opts.trace else None)
+        self.buffered = self.opts.mode == "buffered"
+        self.contention = self.opts.link_contention
 
     # ---- receives ------------------------------------------------------------------
     def receive(self, st: Core, ins: Instr) -> bool:
@@ -89,13 +93,13 @@ class Mesh:
         assert v is not None
         chan = self.chans[ins.chan]
         if chan.senders:
-            sender, msg = chan.senders.popleft()
+            sender, msg = chan.senders.pop(0)
             msg.target = (st, v)
             self.handshake(sender, msg, st.clock)
             sender.pc += 1
             self.e.push(sender.clock, RUN, sender)
         elif chan.unclaimed:
-            msg = chan.unclaimed.popleft()
+            msg = chan.unclaimed.pop(0)
             msg.target = (st, v)
             if msg.arrival is not None:
                 self.deliver(msg)
@@ -108,10 +112,10 @@ class Mesh:
         rendezvous (the matching `post` completes it)."""
         msg = self.message(st, ins)
         chan = self.chans[ins.chan]
-        posted = chan.posted.popleft() if chan.posted else None
+        posted = chan.posted.pop(0) if chan.posted else None
         if posted is not None:
             msg.target = (posted[0], posted[1])
-        if self.opts.mode == "buffered":
+        if self.buffered:
             if posted is None:
                 chan.unclaimed.append(msg)
             self.launch(msg, st.clock)
@@ -142,18 +146,22 @@ class Mesh:
 
     def launch(self, msg: Msg, at: int) -> None:
         msg.inject = at
-        self.e.report.messages += 1
-        self.e.report.message_bytes += msg.nbytes
-        if self.opts.link_contention and msg.route.links:
+        rep = self.e.report
+        rep.messages += 1
+        rep.message_bytes += msg.nbytes
+        route = msg.route
+        if self.contention and route.links:
             self.e.push(at, INJECT, msg)
             return
-        msg.arrival = at + msg.route.transfer_ns
+        msg.arrival = at + route.transfer_ns
         if msg.target is not None:
             self.deliver(msg)
 
     def inject(self, msg: Msg) -> None:
         """Cut-through over the links (`raptor.noc`), granted in injection-time order."""
-        msg.arrival = self.net.cut_through(msg.route, msg.inject, self.links)
+        r = msg.route
+        msg.arrival = self.net.pass_links(r.links, r.serial_ns, r.transfer_ns, msg.inject,
+                                          self.links)
         if msg.target is not None:
             self.deliver(msg)
 
