@@ -121,6 +121,7 @@ class Network:
         self._messages: dict[tuple[int, int, int], Route] = {}
         self._timing: dict[tuple[int, int], tuple[int, int]] = {}
         self.switch_base = 4 * target.num_cores
+        self.flit_bytes = target.flit_bytes
 
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """Directed links from ``src`` to ``dst``: the row first, then the column."""
@@ -165,10 +166,12 @@ class Network:
     def timing(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
         """A message's links, serialization and free-link latency, without a Route (cached
         by pair and by hops and flits: sizes vary too much to cache per message)."""
-        links = self.route(src, dst)
+        links = self._routes.get((src, dst))
+        if links is None:
+            links = self.route(src, dst)
         hops = len(links)
         t = self.target
-        key = (hops, flits(t, nbytes))  # sizes of one flit count time alike
+        key = (hops, -(-nbytes // self.flit_bytes))  # sizes of one flit count time alike
         got = self._timing.get(key)
         if got is None:
             p = self.protocol
@@ -200,10 +203,13 @@ class Network:
         if not links:
             return inject
         hop = self.hop_ns
-        head = inject - hop
-        take = table.take
-        for link in links:
-            head = take(link, head + hop, ser)
+        if isinstance(table, Timelines):
+            head = table.heads(links, ser, hop, inject, table.commit)
+        else:
+            head = inject - hop
+            take = table.take
+            for link in links:
+                head = take(link, head + hop, ser)
         return transfer + head - (len(links) - 1) * hop
 
 
@@ -245,12 +251,30 @@ class Timelines:
         """Earliest start >= ``t`` of a free stretch of ``dur`` on resource ``r``."""
         if dur <= 0:
             return t
-        starts, ends = self.starts[r], self.ends[r]
-        i = bisect.bisect_right(ends, t)
-        while i < len(starts) and starts[i] < t + dur:
-            t = max(t, ends[i])
-            i += 1
-        return t
+        return self.heads((r,), dur, 0, t, False)
+
+    def heads(self, links: tuple[int, ...], ser: int, hop: int, head: int, commit: bool
+              ) -> int:
+        """:meth:`Network.pass_links`'s walk on this table, fused (the list scheduler's hot
+        loop): each link taken at the first free stretch of ``ser`` from one ``hop`` after
+        the previous head (from ``head`` on the first), reserved when ``commit``; returns
+        the head on the last link."""
+        starts_of, ends_of = self.starts, self.ends
+        head -= hop
+        for link in links:
+            head += hop
+            ends = ends_of[link]
+            if ends and ends[-1] > head:  # the link is busy at some point after head
+                starts = starts_of[link]
+                i = bisect.bisect_right(ends, head)
+                n = len(ends)
+                # ends are sorted and past head from i on: a clash moves head to that end
+                while i < n and starts[i] < head + ser:
+                    head = ends[i]
+                    i += 1
+            if commit:
+                self.reserve(link, head, ser)
+        return head
 
     def reserve(self, r: int, s: int, dur: int) -> None:
         """Mark [s, s + dur) busy (it must be free); touching intervals merge."""
@@ -270,9 +294,4 @@ class Timelines:
         ends.insert(i, e)
 
     def take(self, link: int, head: int, ser: int) -> int:
-        ends = self.ends[link]
-        if ends and ends[-1] > head:  # the link is busy at some point after head
-            head = self.fit(link, head, ser)
-        if self.commit:
-            self.reserve(link, head, ser)
-        return head
+        return self.heads((link,), ser, 0, head, self.commit)

@@ -236,14 +236,18 @@ class _Cores:
         self.gap_start: list[list[int]] = [[] for _ in range(P)]
         self.gap_end: list[list[int]] = [[] for _ in range(P)]
         self.gap_max = np.zeros(P, dtype=np.int64)
+        self.tail_gap_end = np.full(P, -1, dtype=np.int64)
+        """End of each core's last gap (-1: none): a start at ``ready`` needing ``d`` ns can
+        only move into a gap when that end is at least ``ready + d``."""
         # list mirrors of last_end and gap_max for per-core look-ups (numpy scalars are slow)
         self.last: list[int] = [0] * P
         self.widest: list[int] = [0] * P
 
     def earliest(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
         start: IntArray = np.maximum(ready, self.last_end)
-        for p in np.nonzero((ready < self.last_end) & (self.gap_max >= d) & feasible)[0]:
-            start[p] = self.earliest_on(int(p), int(ready[p]), d)
+        gap = (ready < self.last_end) & (self.gap_max >= d) & (self.tail_gap_end >= ready + d)
+        for p in np.nonzero(gap & feasible)[0].tolist():
+            start[p] = self.earliest_on(p, int(ready[p]), d)
         return start
 
     def occupy(self, p: int, s: int, e: int) -> None:
@@ -253,6 +257,7 @@ class _Cores:
             if s > last:
                 gs_list.append(last)
                 ge_list.append(s)
+                self.tail_gap_end[p] = s
                 if s - last > self.widest[p]:
                     self.widest[p] = self.gap_max[p] = s - last
             if e > last:
@@ -263,6 +268,8 @@ class _Cores:
         pieces = [(a, b) for a, b in ((gs, s), (e, ge)) if b > a]
         gs_list[i : i + 1] = [a for a, _ in pieces]
         ge_list[i : i + 1] = [b for _, b in pieces]
+        if i + len(pieces) == len(ge_list):  # the last gap changed
+            self.tail_gap_end[p] = ge_list[-1] if ge_list else -1
         if ge - gs == self.widest[p]:
             self.widest[p] = self.gap_max[p] = max(
                 (b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0)
@@ -320,9 +327,12 @@ class _ListScheduler:
         self.topo_pos = np.empty(n, dtype=np.int64)
         self.topo_pos[graph.topo_order] = np.arange(n)
         self.succ_ids = [np.array([c for c, _ in s], dtype=np.int64) for s in graph.succs]
-        self.succ_flit_cycles = [np.array([mesh.flit_cycles(b) for _, b in s], dtype=np.int64)
-                                 for s in graph.succs]
-        self.succ_flit_ns = [mesh.ns(f) for f in self.succ_flit_cycles]
+        self.succ_list = [[c for c, _ in s] for s in graph.succs]
+        self.succ_flits_list = [[mesh.flit_cycles(b) for _, b in s] for s in graph.succs]
+        self.succ_flit_ns = [mesh.ns(np.array(f, dtype=np.int64))[:, None]
+                             for f in self.succ_flits_list]
+        # w(c) + O(c, ·) per task when O has constant rows (the lookahead adds it per child)
+        self.child_cost = None if pinned is not None else self.costs + self.oct_table[:, 0]
         self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
         self.pred_ready = np.zeros((n, P), dtype=np.int64)
         self.cores = _Cores(P)
@@ -353,7 +363,7 @@ class _ListScheduler:
         while heap:
             _, _, t = heapq.heappop(heap)
             self.place(t)
-            for c in self.succ_ids[t].tolist():
+            for c in self.succ_list[t]:
                 indeg[c] -= 1
                 if indeg[c] == 0:
                     heapq.heappush(heap, (-int(self.rank[c]), int(self.topo_pos[c]), c))
@@ -373,8 +383,9 @@ class _ListScheduler:
         eft = self.cores.earliest(self.data_ready(t), d, feasible) + d
         eft = np.where(feasible, eft, INF)
         score = self.score(t, eft) if self.lookahead else eft
-        p, start = self.refine(t, score, eft, need)
-        self.commit(t, p, start, need)
+        reads = self.messages(t)
+        p, start = self.refine(t, reads, score, eft, need)
+        self.commit(t, reads, p, start, need)
 
     # -- phases ------------------------------------------------------------------------------
     def candidates(self, t: int) -> tuple[BoolArray, IntArray]:
@@ -428,29 +439,40 @@ class _ListScheduler:
             return eft
         slack = np.maximum(self.pred_ready[cs], self.cores.last_end) - int(eft.min())
         np.maximum(slack, 0, out=slack)
-        slack += self.costs[cs][:, None] + self.oct_table[cs]
+        if self.child_cost is None:
+            slack += self.costs[cs][:, None] + self.oct_table[cs]
+        else:
+            slack += self.child_cost[cs][:, None]
         if self.succ_has_tiles[t]:
             slack[~_fits(self.tiles, self.resident, self.cap - self.nres, cs.tolist())] = INF
         np.minimum(slack, INF, out=slack)
         # est >= eft, and est is beyond INF wherever t itself does not fit.
-        out: IntArray = eft + (self.succ_flit_ns[t][:, None]
+        out: IntArray = eft + (self.succ_flit_ns[t]
                                + self.mesh.distance_transform(slack)).max(axis=0)
         return out
 
-    def exact_ready(self, t: int, p: int, commit: bool, limit: int = INF) -> int:
-        """Data-ready time of t on p with its new messages reserved on the links (or, once
-        it exceeds ``limit``, a time past it: the caller has no use for more)."""
-        ready = 0
-        holders, producer, nbytes = self.holders, self.frag_producer, self.frag_bytes
-        net, table = self.net, self.links
-        table.commit = commit
+    def messages(self, t: int) -> list[tuple[dict[int, int], int, int, int]]:
+        """What t reads, in order: (where the fragment is, the producer's core, bytes, the
+        producer's end)."""
+        out = []
         for f in self.g.reads[t]:
-            held = holders[f]
+            u = self.frag_producer[f]
+            out.append((self.holders[f], self.core_of[u], self.frag_bytes[f], self.end[u]))
+        return out
+
+    def exact_ready(self, reads: list[tuple[dict[int, int], int, int, int]], p: int,
+                    commit: bool, limit: int = INF) -> int:
+        """Data-ready time on p of ``reads`` (:meth:`messages`) with their new messages
+        reserved on the links (or, once it exceeds ``limit``, a time past it: the caller
+        has no use for more)."""
+        ready = 0
+        net, table = self.net, self.links
+        timing, pass_links = net.timing, net.pass_links
+        table.commit = commit
+        for held, src, nbytes, inject in reads:
             a = held.get(p)
             if a is None:
-                u = producer[f]
-                a = net.pass_links(*net.timing(self.core_of[u], p, nbytes[f]), self.end[u],
-                                   table)
+                a = pass_links(*timing(src, p, nbytes), inject, table)
                 if commit:
                     held[p] = a
             if a > ready:
@@ -472,7 +494,8 @@ class _ListScheduler:
             s = self.cores.earliest_on(p, store + sh - d, d)
         return s
 
-    def refine(self, t: int, score: IntArray, eft: IntArray, need: IntArray) -> tuple[int, int]:
+    def refine(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], score: IntArray,
+               eft: IntArray, need: IntArray) -> tuple[int, int]:
         """Judge the cores, best free-link score first, with t's new messages reserved on
         the links and its store on the shared memory (see SHORTLIST); ties go to the
         earliest finish, a core of a predecessor, a core holding t's tiles, the lowest id."""
@@ -486,15 +509,22 @@ class _ListScheduler:
         slack = sum(ns for _, ns in self.g.local_reads.get(t, ()))
         best: tuple[int, ...] | None = None
         choice = (-1, 0)
+        # unreserved messages do not meet each other: the latest producers first reach the
+        # limit soonest
+        late_first = sorted(reads, key=lambda m: -m[3])
         for p, sc, ef, ne in zip(order.tolist(), scores, efts, needs, strict=True):
             if ef >= INF:  # t does not fit there (nor on any later core)
                 break
-            if best is not None and sc - slack > best[0]:
-                break  # no later candidate can beat the best exact score
+            if best is not None:
+                if sc - slack > best[0]:
+                    break  # no later candidate can beat the best exact score
+                # without local reads the exact key is at least this one (f >= ef)
+                if not slack and (sc, ef, p not in near, has_tiles and ne != 0, p) >= best:
+                    continue
             d = self.duration(t, p)
             # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
             limit = INF if best is None else best[0] - sc + ef - d
-            ready = self.exact_ready(t, p, False, limit)
+            ready = self.exact_ready(late_first, p, False, limit)
             if ready > limit:
                 continue
             s = self.slot(t, p, ready)
@@ -504,8 +534,9 @@ class _ListScheduler:
                 best, choice = key, (p, s)
         return choice
 
-    def commit(self, t: int, p: int, start: int, need: IntArray) -> None:
-        ready = self.exact_ready(t, p, commit=True)
+    def commit(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], p: int,
+               start: int, need: IntArray) -> None:
+        ready = self.exact_ready(reads, p, commit=True)
         if ready > start:  # the committed messages met each other on a link
             start = self.slot(t, p, ready)
         f = start + self.duration(t, p)
@@ -522,10 +553,10 @@ class _ListScheduler:
         self.core_of[t], self.start[t], self.end[t] = p, start, f
         for fr in self.produces[t]:
             self.holders[fr][p] = f
-        cs = self.succ_ids[t]
-        if len(cs):
-            arrive = f + self.mesh.comm_rows(p, self.succ_flit_cycles[t])
-            self.pred_ready[cs] = np.maximum(self.pred_ready[cs], arrive)
+        pred_ready = self.pred_ready
+        for c, fl in zip(self.succ_list[t], self.succ_flits_list[t], strict=True):
+            row = pred_ready[c]  # children are distinct (parallel edges are merged)
+            np.maximum(row, self.transfer_row(p, fl) + f, out=row)
 
 
 def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool) -> MergeScheduleResult:
