@@ -237,6 +237,8 @@ class _Cores:
         self.gap_end: list[list[int]] = [[] for _ in range(P)]
         self.gap_max = np.zeros(P, dtype=np.int64)
         self.tail_gap_end = np.full(P, -1, dtype=np.int64)
+        self.everywhere = np.ones(P, dtype=np.bool_)
+        """The ``feasible`` argument meaning every core."""
         """End of each core's last gap (-1: none): a start at ``ready`` needing ``d`` ns can
         only move into a gap when that end is at least ``ready + d``."""
         # list mirrors of last_end and gap_max for per-core look-ups (numpy scalars are slow)
@@ -245,8 +247,11 @@ class _Cores:
 
     def earliest(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
         start: IntArray = np.maximum(ready, self.last_end)
-        gap = (ready < self.last_end) & (self.gap_max >= d) & (self.tail_gap_end >= ready + d)
-        for p in np.nonzero(gap & feasible)[0].tolist():
+        # a gap ends by last_end: where ready >= last_end, tail_gap_end < ready + d
+        gap = (self.gap_max >= d) & (self.tail_gap_end >= ready + d)
+        if feasible is not self.everywhere:
+            gap &= feasible
+        for p in np.nonzero(gap)[0].tolist():
             start[p] = self.earliest_on(p, int(ready[p]), d)
         return start
 
@@ -352,7 +357,7 @@ class _ListScheduler:
         self.frag_producer = [frag.producer for frag in graph.fragments]
         self.frag_bytes = [frag.bytes for frag in graph.fragments]
         self._rows: dict[tuple[int, int], IntArray] = {}
-        self.all_cores = np.ones(P, dtype=np.bool_)
+        self.all_cores = self.cores.everywhere
         self.no_need = np.zeros(P, dtype=np.int64)
 
     def run(self) -> tuple[list[int], list[int]]:
@@ -381,7 +386,8 @@ class _ListScheduler:
         d = int(self.costs[t]) + sum(ns for _, ns in self.g.local_reads.get(t, ()))
         feasible, need = self.candidates(t)
         eft = self.cores.earliest(self.data_ready(t), d, feasible) + d
-        eft = np.where(feasible, eft, INF)
+        if feasible is not self.all_cores:
+            eft[~feasible] = INF
         score = self.score(t, eft) if self.lookahead else eft
         reads = self.messages(t)
         p, start = self.refine(t, reads, score, eft, need)
@@ -499,7 +505,7 @@ class _ListScheduler:
         """Judge the cores, best free-link score first, with t's new messages reserved on
         the links and its store on the shared memory (see SHORTLIST); ties go to the
         earliest finish, a core of a predecessor, a core holding t's tiles, the lowest id."""
-        order = np.lexsort((np.arange(self.P), eft, score))[:SHORTLIST]
+        order = np.lexsort((eft, score))[:SHORTLIST]  # stable: ties by core id
         scores = np.minimum(score[order], INF).tolist()
         efts = eft[order].tolist()
         needs = need[order].tolist()
