@@ -445,13 +445,13 @@ class _ListScheduler:
             return eft
         slack = np.maximum(self.pred_ready[cs], self.cores.last_end) - int(eft.min())
         np.maximum(slack, 0, out=slack)
-        if self.child_cost is None:
+        if self.child_cost is None:  # O may hold INF (cores a child's tiles never reach)
             slack += self.costs[cs][:, None] + self.oct_table[cs]
+            np.minimum(slack, INF, out=slack)
         else:
             slack += self.child_cost[cs][:, None]
         if self.succ_has_tiles[t]:
             slack[~_fits(self.tiles, self.resident, self.cap - self.nres, cs.tolist())] = INF
-        np.minimum(slack, INF, out=slack)
         # est >= eft, and est is beyond INF wherever t itself does not fit.
         out: IntArray = eft + (self.succ_flit_ns[t]
                                + self.mesh.distance_transform(slack)).max(axis=0)
