@@ -97,6 +97,10 @@ class Route:
 NO_ROUTE = Route((), 0, 0)
 
 
+NEVER = 1 << 62
+"""A delay no walk reaches (no early stop)."""
+
+
 class LinkTable(Protocol):
     """When links can be taken: ``take`` returns the time a message whose head reaches
     ``link`` at ``head`` gets it for ``ser`` ns (and records that, if the table does)."""
@@ -198,13 +202,16 @@ class Network:
         return self.pass_links(route.links, route.serial_ns, route.transfer_ns, inject, table)
 
     def pass_links(self, links: tuple[int, ...], ser: int, transfer: int, inject: int,
-                   table: LinkTable) -> int:
-        """:meth:`cut_through` of a message given by its parts (no Route object)."""
+                   table: LinkTable, limit: int | None = None) -> int:
+        """:meth:`cut_through` of a message given by its parts (no Route object). With a
+        ``limit``, a :class:`Timelines` walk that does not commit may stop once the arrival
+        is sure to pass it, returning a time past it (a lower bound of the arrival)."""
         if not links:
             return inject
         hop = self.hop_ns
         if isinstance(table, Timelines):
-            head = table.heads(links, ser, hop, inject, table.commit)
+            late = NEVER if limit is None or table.commit else limit - transfer - inject
+            head = table.heads(links, ser, hop, inject, table.commit, late)
         else:
             head = inject - hop
             take = table.take
@@ -253,16 +260,20 @@ class Timelines:
             return t
         return self.heads((r,), dur, 0, t, False)
 
-    def heads(self, links: tuple[int, ...], ser: int, hop: int, head: int, commit: bool
-              ) -> int:
+    def heads(self, links: tuple[int, ...], ser: int, hop: int, head: int, commit: bool,
+              late: int = NEVER) -> int:
         """:meth:`Network.pass_links`'s walk on this table, fused (the list scheduler's hot
         loop): each link taken at the first free stretch of ``ser`` from one ``hop`` after
         the previous head (from ``head`` on the first), reserved when ``commit``; returns
-        the head on the last link."""
-        starts_of, ends_of = self.starts, self.ends
+        the head on the last link. Once the head is more than ``late`` behind its free-link
+        time it returns that time plus the delay so far (the delay never shrinks on)."""
+        last_free = head + (len(links) - 1) * hop
         head -= hop
+        free = head
+        starts_of, ends_of = self.starts, self.ends
         for link in links:
             head += hop
+            free += hop
             ends = ends_of[link]
             if ends and ends[-1] > head:  # the link is busy at some point after head
                 starts = starts_of[link]
@@ -272,6 +283,8 @@ class Timelines:
                 while i < n and starts[i] < head + ser:
                     head = ends[i]
                     i += 1
+                if head - free > late:
+                    return last_free + head - free
             if commit:
                 self.reserve(link, head, ser)
         return head

@@ -478,7 +478,7 @@ class _ListScheduler:
         for held, src, nbytes, inject in reads:
             a = held.get(p)
             if a is None:
-                a = pass_links(*timing(src, p, nbytes), inject, table)
+                a = pass_links(*timing(src, p, nbytes), inject, table, limit)
                 if commit:
                     held[p] = a
             if a > ready:
