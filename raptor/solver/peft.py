@@ -229,18 +229,20 @@ def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
 
 
 class _Cores:
-    """Per-core timeline with idle gaps (sorted, disjoint), for insertion-based placement."""
+    """Per-core timeline with idle gaps (sorted, disjoint), for insertion-based placement.
+    Gaps shorter than ``least`` ns (the shortest task) are not kept: no task fits them."""
 
-    def __init__(self, P: int) -> None:
+    def __init__(self, P: int, least: int) -> None:
+        self.least = max(least, 1)
         self.last_end = np.zeros(P, dtype=np.int64)
         self.gap_start: list[list[int]] = [[] for _ in range(P)]
         self.gap_end: list[list[int]] = [[] for _ in range(P)]
         self.gap_max = np.zeros(P, dtype=np.int64)
         self.tail_gap_end = np.full(P, -1, dtype=np.int64)
-        self.everywhere = np.ones(P, dtype=np.bool_)
-        """The ``feasible`` argument meaning every core."""
         """End of each core's last gap (-1: none): a start at ``ready`` needing ``d`` ns can
         only move into a gap when that end is at least ``ready + d``."""
+        self.everywhere = np.ones(P, dtype=np.bool_)
+        """The ``feasible`` argument meaning every core."""
         # list mirrors of last_end and gap_max for per-core look-ups (numpy scalars are slow)
         self.last: list[int] = [0] * P
         self.widest: list[int] = [0] * P
@@ -259,7 +261,7 @@ class _Cores:
         last = self.last[p]
         gs_list, ge_list = self.gap_start[p], self.gap_end[p]
         if s >= last:
-            if s > last:
+            if s - last >= self.least:
                 gs_list.append(last)
                 ge_list.append(s)
                 self.tail_gap_end[p] = s
@@ -270,7 +272,7 @@ class _Cores:
             return
         i = bisect.bisect_left(ge_list, e)
         gs, ge = gs_list[i], ge_list[i]
-        pieces = [(a, b) for a, b in ((gs, s), (e, ge)) if b > a]
+        pieces = [(a, b) for a, b in ((gs, s), (e, ge)) if b - a >= self.least]
         gs_list[i : i + 1] = [a for a, _ in pieces]
         ge_list[i : i + 1] = [b for _, b in pieces]
         if i + len(pieces) == len(ge_list):  # the last gap changed
@@ -340,7 +342,7 @@ class _ListScheduler:
         self.child_cost = None if pinned is not None else self.costs + self.oct_table[:, 0]
         self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
         self.pred_ready = np.zeros((n, P), dtype=np.int64)
-        self.cores = _Cores(P)
+        self.cores = _Cores(P, min(self.cost_of, default=0))
         self.net = Network(target)
         self.links = Timelines(self.net.num_links)
         """Message reservations on the mesh links: cut-through, inserted into idle time."""
