@@ -61,7 +61,7 @@ import time
 
 import numpy as np
 
-from raptor.noc import Network, Timelines
+from raptor.noc import Network, Timelines, serial_cycles
 from raptor.solver.comm import replay
 from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
@@ -333,11 +333,15 @@ class _ListScheduler:
         self.rank = upward_rank(graph, mesh)
         self.topo_pos = np.empty(n, dtype=np.int64)
         self.topo_pos[graph.topo_order] = np.arange(n)
-        self.succ_ids = [np.array([c for c, _ in s], dtype=np.int64) for s in graph.succs]
-        self.succ_list = [[c for c, _ in s] for s in graph.succs]
-        self.succ_flits_list = [[mesh.flit_cycles(b) for _, b in s] for s in graph.succs]
-        self.succ_flit_ns = [mesh.ns(np.array(f, dtype=np.int64))[:, None]
-                             for f in self.succ_flits_list]
+        # per task: children, their flit cycles (lists) and flit ns (columns), from flat arrays
+        cut = np.cumsum(np.array([len(s) for s in graph.succs], dtype=np.int64))[:-1]
+        children = np.array([c for s in graph.succs for c, _ in s], dtype=np.int64)
+        flit_cycles = serial_cycles(target, np.array([b for s in graph.succs for _, b in s],
+                                                     dtype=np.int64))
+        self.succ_ids: list[IntArray] = np.split(children, cut)
+        self.succ_list: list[list[int]] = [a.tolist() for a in self.succ_ids]
+        self.succ_flits_list: list[list[int]] = [a.tolist() for a in np.split(flit_cycles, cut)]
+        self.succ_flit_ns: list[IntArray] = np.split(mesh.ns(flit_cycles)[:, None], cut)
         # w(c) + O(c, ·) per task when O has constant rows (the lookahead adds it per child)
         self.child_cost = None if pinned is not None else self.costs + self.oct_table[:, 0]
         self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
