@@ -345,7 +345,10 @@ class _ListScheduler:
         # w(c) + O(c, ·) per task when O has constant rows (the lookahead adds it per child)
         self.child_cost = None if pinned is not None else self.costs + self.oct_table[:, 0]
         self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
-        self.pred_ready = np.zeros((n, P), dtype=np.int64)
+        self.pred_ready: dict[int, IntArray] = {}
+        """R_c: when c's inputs from its placed producers could be on each core (free
+        links), kept from c's first placed producer until c is placed (a tasks x cores
+        table took 205 MB at 100k tasks on 256 cores)."""
         self.cores = _Cores(P, min(self.cost_of, default=0))
         self.net = Network(target)
         self.links = Timelines(self.net.num_links)
@@ -449,7 +452,10 @@ class _ListScheduler:
         cs = self.succ_ids[t]
         if not len(cs):
             return eft
-        slack = np.maximum(self.pred_ready[cs], self.cores.last_end) - int(eft.min())
+        pred_ready, none_yet = self.pred_ready, self.no_need
+        slack = np.array([pred_ready.get(c, none_yet) for c in self.succ_list[t]])
+        np.maximum(slack, self.cores.last_end, out=slack)
+        slack -= int(eft.min())
         np.maximum(slack, 0, out=slack)
         if self.child_cost is None:  # O may hold INF (cores a child's tiles never reach)
             slack += self.costs[cs][:, None] + self.oct_table[cs]
@@ -566,9 +572,12 @@ class _ListScheduler:
         for fr in self.produces[t]:
             self.holders[fr][p] = f
         pred_ready = self.pred_ready
+        pred_ready.pop(t, None)
         for c, fl in zip(self.succ_list[t], self.succ_flits_list[t], strict=True):
-            row = pred_ready[c]  # children are distinct (parallel edges are merged)
-            np.maximum(row, self.transfer_row(p, fl) + f, out=row)
+            arrive = self.transfer_row(p, fl) + f
+            row = pred_ready.setdefault(c, arrive)  # children are distinct (edges merged)
+            if row is not arrive:
+                np.maximum(row, arrive, out=row)
 
 
 def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool) -> MergeScheduleResult:
