@@ -125,7 +125,6 @@ class Network:
         self._messages: dict[tuple[int, int, int], Route] = {}
         self._timing: dict[tuple[int, int], tuple[int, int]] = {}
         self.switch_base = 4 * target.num_cores
-        self.flit_bytes = target.flit_bytes
 
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """Directed links from ``src`` to ``dst``: the row first, then the column."""
@@ -175,7 +174,7 @@ class Network:
             links = self.route(src, dst)
         hops = len(links)
         t = self.target
-        key = (hops, -(-nbytes // self.flit_bytes))  # sizes of one flit count time alike
+        key = (hops, flits(t, nbytes))  # sizes of one flit count time alike
         got = self._timing.get(key)
         if got is None:
             p = self.protocol
