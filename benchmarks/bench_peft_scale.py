@@ -8,12 +8,14 @@ communication-aware estimate (a plain makespan on versions that have none), so t
 versions can be compared for quality too.
 
     PYTHONPATH=$PWD python benchmarks/bench_peft_scale.py [--sizes 1000,3000,...] [--repeat N]
-        [--small-repeat N] [--baseline DIR ...]
+        [--small-repeat N] [--baseline DIR ...] [--baseline-rev REV ...]
 
 ``--baseline DIR`` times the 1,000 × 64 point of the checkout at DIR (in a subprocess with
 DIR first on PYTHONPATH), alternating with this checkout's runs so that both see the same
-machine load. Run the whole script with another checkout on PYTHONPATH to time that
-version's curve.
+machine load. ``--baseline-rev REV`` does the same for a git revision of this repository,
+extracted (``git archive REV raptor``) into a temporary directory for the run; the default
+baseline is the previous PEFT, :data:`PREVIOUS_PEFT`. Run the whole script with another
+checkout on PYTHONPATH to time that version's curve.
 """
 
 from __future__ import annotations
@@ -22,13 +24,17 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from raptor.solver import peft_schedule, validate_schedule
 from raptor.solver.generate import random_layered_dag
 from raptor.target import Target
 
 SIZES = (1000, 3000, 10000, 30000, 100000)
+PREVIOUS_PEFT = "f4707ad"
+"""The PEFT before link reservations (issue #27's "previous PEFT")."""
 
 
 def point(n: int, rows: int, cols: int, repeat: int) -> tuple[float, float, int]:
@@ -66,20 +72,46 @@ def main() -> None:
                     help="runs of the 1,000 tasks x 64 cores point (best kept)")
     ap.add_argument("--baseline", action="append", default=[], metavar="DIR",
                     help="also time the 1,000 x 64 point of the checkout at DIR")
+    ap.add_argument("--baseline-rev", action="append", default=None, metavar="REV",
+                    help="also time the 1,000 x 64 point of git revision REV of this "
+                         f"repository (default: {PREVIOUS_PEFT}, the previous PEFT; "
+                         "'none' for no revision)")
     ap.add_argument("--small-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.small_only:
         print(*point(1000, 8, 8, 1))
         return
+    revs = [r for r in (args.baseline_rev or [PREVIOUS_PEFT]) if r != "none"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for rev in revs:
+            extract(rev, Path(tmp) / rev)
+        run(args, {**{d: d for d in args.baseline}, **{rev: str(Path(tmp) / rev) for rev in revs}})
+
+
+def extract(rev: str, into: Path) -> None:
+    """The ``raptor`` package of git revision ``rev`` of this repository, under ``into``."""
+    repo = Path(__file__).resolve().parent.parent
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "raptor"],
+                             capture_output=True, check=False)
+    if archive.returncode:
+        print(f"git archive {rev}: {archive.stderr.decode().strip()}", file=sys.stderr)
+        raise SystemExit(2)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+
+
+def run(args: argparse.Namespace, baselines: dict[str, str]) -> None:
+    """The table: the 1,000 x 64 point against each baseline (label: checkout), then the
+    16x16 curve."""
     print("| tasks | cores | wall s | CPU s | makespan ns | version |")
     print("|---:|---:|---:|---:|---:|---|")
     inf = float("inf")
-    runs = {d: (inf, inf, 0) for d in ["this", *args.baseline]}
+    runs = {d: (inf, inf, 0) for d in ["this", *baselines]}
     for _ in range(args.small_repeat):
         for d in runs:
-            s, c, m = point(1000, 8, 8, 1) if d == "this" else small_in(d)
+            s, c, m = point(1000, 8, 8, 1) if d == "this" else small_in(baselines[d])
             runs[d] = (min(runs[d][0], s), min(runs[d][1], c), m)
-    for d, (s, c, m) in runs.items():
+    for d, (s, c, m) in runs.items() if args.small_repeat else ():
         ratio = "" if d == "this" else f" (this: {runs['this'][1] / c:.2f}x its CPU)"
         print(f"| 1000 | 64 | {s:.3f} | {c:.3f} | {m} | {d}{ratio} |", flush=True)
     for n in (int(x) for x in args.sizes.split(",") if x):

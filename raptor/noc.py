@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -162,11 +162,8 @@ class Route:
 NO_ROUTE = Route((), 0, 0)
 
 
-class LinkTable(Protocol):
-    """When links can be taken: ``take`` returns the time a message whose head reaches
-    ``link`` at ``head`` gets it for ``ser`` ns (and records that, if the table does)."""
-
-    def take(self, link: int, head: int, ser: int) -> int: ...
+NEVER = 1 << 62
+"""A delay no walk reaches (no early stop)."""
 
 
 class Network:
@@ -230,7 +227,9 @@ class Network:
     def timing(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
         """A message's links, serialization and free-link latency, without a Route (cached
         by pair and by hops and flits: sizes vary too much to cache per message)."""
-        links = self.route(src, dst)
+        links = self._routes.get((src, dst))
+        if links is None:
+            links = self.route(src, dst)
         hops = len(links)
         t = self.target
         key = (hops, flits(t, nbytes))  # sizes of one flit count time alike
@@ -252,7 +251,7 @@ class Network:
             got = self._messages[key] = Route(*self.timing(src, dst, nbytes))
         return got
 
-    def cut_through(self, route: Route, inject: int, table: LinkTable) -> int:
+    def cut_through(self, route: Route, inject: int, table: FreeLinks | Timelines) -> int:
         """When a message injected at ``inject`` arrives: its head takes each link of the
         route from ``table`` one hop after the previous one (or later, when the link is
         busy). Free links give exactly the route's ``transfer_ns``; waiting for links adds
@@ -260,18 +259,18 @@ class Network:
         return self.pass_links(route.links, route.serial_ns, route.transfer_ns, inject, table)
 
     def pass_links(self, links: tuple[int, ...], ser: int, transfer: int, inject: int,
-                   table: LinkTable) -> int:
-        """:meth:`cut_through` of a message given by its parts (no Route object)."""
+                   table: FreeLinks | Timelines, limit: int | None = None) -> int:
+        """:meth:`cut_through` of a message given by its parts (no Route object). With a
+        ``limit``, a :class:`Timelines` walk that does not commit may stop once the arrival
+        is sure to pass it, returning a time past it (a lower bound of the arrival)."""
         if not links:
             return inject
         hop = self.hop_ns
-        if table.__class__ is FreeLinks:  # the simulator's hot path: one call per message
+        if isinstance(table, Timelines):
+            late = NEVER if limit is None or table.commit else limit - transfer - inject
+            head = table.heads(links, ser, hop, inject, table.commit, late)
+        else:  # the simulator's hot path: one call per message
             head = table.walk(links, inject, hop, ser)
-        else:
-            head = inject - hop
-            take = table.take
-            for link in links:
-                head = take(link, head + hop, ser)
         return transfer + head - (len(links) - 1) * hop
 
 
@@ -286,9 +285,6 @@ class FreeLinks:
         self.busy = [0] * n
         self.contention = contention
         self.held = held
-
-    def take(self, link: int, head: int, ser: int) -> int:
-        return self.walk((link,), head, 0, ser)
 
     def walk(self, links: tuple[int, ...], head: int, hop: int, ser: int) -> int:
         """The head takes ``links`` in turn, reaching each ``hop`` after it took the
@@ -309,7 +305,7 @@ class FreeLinks:
 class Timelines:
     """Busy intervals of ``n`` exclusive resources (links, the shared memory), kept sorted
     and disjoint, so that a list scheduler can reserve them out of time order (insertion,
-    as it reserves core time). As a :class:`LinkTable` it fits messages into idle time,
+    as it reserves core time). As a link table it fits messages into idle time,
     reserving them when ``commit``."""
 
     def __init__(self, n: int) -> None:
@@ -321,12 +317,36 @@ class Timelines:
         """Earliest start >= ``t`` of a free stretch of ``dur`` on resource ``r``."""
         if dur <= 0:
             return t
-        starts, ends = self.starts[r], self.ends[r]
-        i = bisect.bisect_right(ends, t)
-        while i < len(starts) and starts[i] < t + dur:
-            t = max(t, ends[i])
-            i += 1
-        return t
+        return self.heads((r,), dur, 0, t, False)
+
+    def heads(self, links: tuple[int, ...], ser: int, hop: int, head: int, commit: bool,
+              late: int = NEVER) -> int:
+        """:meth:`Network.pass_links`'s walk on this table, fused (the list scheduler's hot
+        loop): each link taken at the first free stretch of ``ser`` from one ``hop`` after
+        the previous head (from ``head`` on the first), reserved when ``commit``; returns
+        the head on the last link. Once the head is more than ``late`` behind its free-link
+        time it returns that time plus the delay so far (the delay never shrinks on)."""
+        last_free = head + (len(links) - 1) * hop
+        head -= hop
+        free = head
+        starts_of, ends_of = self.starts, self.ends
+        for link in links:
+            head += hop
+            free += hop
+            ends = ends_of[link]
+            if ends and ends[-1] > head:  # the link is busy at some point after head
+                starts = starts_of[link]
+                i = bisect.bisect_right(ends, head)
+                n = len(ends)
+                # ends are sorted and past head from i on: a clash moves head to that end
+                while i < n and starts[i] < head + ser:
+                    head = ends[i]
+                    i += 1
+                if head - free > late:
+                    return last_free + head - free
+            if commit:
+                self.reserve(link, head, ser)
+        return head
 
     def reserve(self, r: int, s: int, dur: int) -> None:
         """Mark [s, s + dur) busy (it must be free); touching intervals merge."""
@@ -345,10 +365,3 @@ class Timelines:
         starts.insert(i, s)
         ends.insert(i, e)
 
-    def take(self, link: int, head: int, ser: int) -> int:
-        ends = self.ends[link]
-        if ends and ends[-1] > head:  # the link is busy at some point after head
-            head = self.fit(link, head, ser)
-        if self.commit:
-            self.reserve(link, head, ser)
-        return head

@@ -5,6 +5,7 @@ latency, and cut-through reservations (figures by hand at 1 GHz: a hop 2 ns, an 
 from __future__ import annotations
 
 import itertools
+import random
 
 import numpy as np
 import pytest
@@ -70,6 +71,30 @@ def test_messages_sharing_a_link_wait_for_each_other() -> None:
     assert arrival(0, 2, commit=False) == 116 + 2 * 2 + 16  # nothing was reserved
     # a message injected earlier on the free opposite direction is not delayed
     assert arrival(3, 0, commit=True) == 122
+
+
+def test_a_walk_with_a_limit_stops_only_past_it() -> None:
+    """Random reservations on a 4x4 mesh: with a limit, a walk that does not commit gives
+    the full walk's arrival when that is within the limit, and a time past the limit (and
+    not past the arrival) otherwise."""
+    target = Target(mesh_rows=4, mesh_cols=4)
+    net = Network(target)
+    links = Timelines(net.num_links)
+    rng = random.Random(3)
+    for _ in range(300):
+        link = rng.randrange(net.num_links)
+        links.reserve(link, links.fit(link, rng.randrange(5000), 20), 20)
+    links.commit = False
+    stopped = 0
+    for _ in range(500):
+        src, dst, inject = rng.randrange(16), rng.randrange(16), rng.randrange(5000)
+        timing = net.timing(src, dst, rng.randrange(1, 200))
+        full = net.pass_links(*timing, inject, links)
+        limit = rng.randrange(inject, full + 50)
+        got = net.pass_links(*timing, inject, links, limit)
+        assert got == full if full <= limit else limit < got <= full
+        stopped += got < full
+    assert stopped > 0
 
 
 def test_free_links_in_time_order_and_without_contention() -> None:

@@ -84,19 +84,20 @@ class Mesh:
         return out
 
     def distance_transform(self, f: IntArray) -> IntArray:
-        """``min_q f[..., q] + hop_ns * hops(p, q)`` for every p; f has shape (..., P).
+        """``min_q f[..., q] + hop_ns * hops(p, q)`` for every p; f has shape (..., P) and
+        values at most INF (so has the result: q = p is among the terms).
 
         Separable: a 1-D L1 transform along the columns, then along the rows. On small
         meshes one dense (P × P) minimum needs fewer numpy calls, with the same result.
         """
         if self.P <= 32:
             dense: IntArray = (f[..., None, :] + self._hop_ns_matrix).min(axis=-1)
-            return np.minimum(dense, INF)
+            return dense
         lead = f.shape[:-1]
         g = f.reshape(*lead, self.rows, self.cols)
         g = _dt1(g, self._col_idx, axis=-1)
         g = _dt1(g, self._row_idx, axis=-2)
-        return np.minimum(g.reshape(*lead, self.P), INF)
+        return g.reshape(*lead, self.P)
 
 
 def nearest_cores(target: Target, p: int, k: int) -> list[int]:

@@ -62,7 +62,7 @@ import time
 
 import numpy as np
 
-from raptor.noc import Network, Timelines
+from raptor.noc import Network, Timelines, serial_cycles
 from raptor.solver.comm import replay
 from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
@@ -230,30 +230,42 @@ def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
 
 
 class _Cores:
-    """Per-core timeline with idle gaps (sorted, disjoint), for insertion-based placement."""
+    """Per-core timeline with idle gaps (sorted, disjoint), for insertion-based placement.
+    Gaps shorter than ``least`` ns (the shortest task) are not kept: no task fits them."""
 
-    def __init__(self, P: int) -> None:
+    def __init__(self, P: int, least: int) -> None:
+        self.least = max(least, 1)
         self.last_end = np.zeros(P, dtype=np.int64)
         self.gap_start: list[list[int]] = [[] for _ in range(P)]
         self.gap_end: list[list[int]] = [[] for _ in range(P)]
         self.gap_max = np.zeros(P, dtype=np.int64)
+        self.tail_gap_end = np.full(P, -1, dtype=np.int64)
+        """End of each core's last gap (-1: none): a start at ``ready`` needing ``d`` ns can
+        only move into a gap when that end is at least ``ready + d``."""
+        self.everywhere = np.ones(P, dtype=np.bool_)
+        """The ``feasible`` argument meaning every core."""
         # list mirrors of last_end and gap_max for per-core look-ups (numpy scalars are slow)
         self.last: list[int] = [0] * P
         self.widest: list[int] = [0] * P
 
     def earliest(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
         start: IntArray = np.maximum(ready, self.last_end)
-        for p in np.nonzero((ready < self.last_end) & (self.gap_max >= d) & feasible)[0]:
-            start[p] = self.earliest_on(int(p), int(ready[p]), d)
+        # a gap ends by last_end: where ready >= last_end, tail_gap_end < ready + d
+        gap = (self.gap_max >= d) & (self.tail_gap_end >= ready + d)
+        if feasible is not self.everywhere:
+            gap &= feasible
+        for p in np.nonzero(gap)[0].tolist():
+            start[p] = self.earliest_on(p, int(ready[p]), d)
         return start
 
     def occupy(self, p: int, s: int, e: int) -> None:
         last = self.last[p]
         gs_list, ge_list = self.gap_start[p], self.gap_end[p]
         if s >= last:
-            if s > last:
+            if s - last >= self.least:
                 gs_list.append(last)
                 ge_list.append(s)
+                self.tail_gap_end[p] = s
                 if s - last > self.widest[p]:
                     self.widest[p] = self.gap_max[p] = s - last
             if e > last:
@@ -261,9 +273,11 @@ class _Cores:
             return
         i = bisect.bisect_left(ge_list, e)
         gs, ge = gs_list[i], ge_list[i]
-        pieces = [(a, b) for a, b in ((gs, s), (e, ge)) if b > a]
+        pieces = [(a, b) for a, b in ((gs, s), (e, ge)) if b - a >= self.least]
         gs_list[i : i + 1] = [a for a, _ in pieces]
         ge_list[i : i + 1] = [b for _, b in pieces]
+        if i + len(pieces) == len(ge_list):  # the last gap changed
+            self.tail_gap_end[p] = ge_list[-1] if ge_list else -1
         if ge - gs == self.widest[p]:
             self.widest[p] = self.gap_max[p] = max(
                 (b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0)
@@ -285,7 +299,9 @@ class _Cores:
 SHORTLIST = 64
 """At most this many candidate cores, in order of their free-link score, are judged with
 their messages reserved on the links; the search stops at the first core whose free-link
-score cannot beat the best exact one (reservations only ever delay). Judging only the best
+score cannot beat the best exact one (reservations only ever delay), skips a core whose
+free-link key cannot, and stops a core's messages once its arrival is past what could still
+win (``limit`` of :meth:`_ListScheduler.exact_ready`). Judging only the best
 4 made the schedules of two of the benchmark CNNs 30-40 % longer (and ResNet-18's 9 %)."""
 
 
@@ -320,13 +336,23 @@ class _ListScheduler:
         self.rank = upward_rank(graph, mesh)
         self.topo_pos = np.empty(n, dtype=np.int64)
         self.topo_pos[graph.topo_order] = np.arange(n)
-        self.succ_ids = [np.array([c for c, _ in s], dtype=np.int64) for s in graph.succs]
-        self.succ_flit_cycles = [np.array([mesh.flit_cycles(b) for _, b in s], dtype=np.int64)
-                                 for s in graph.succs]
-        self.succ_flit_ns = [mesh.ns(f) for f in self.succ_flit_cycles]
+        # per task: children, their flit cycles (lists) and flit ns (columns), from flat arrays
+        cut = np.cumsum(np.array([len(s) for s in graph.succs], dtype=np.int64))[:-1]
+        children = np.array([c for s in graph.succs for c, _ in s], dtype=np.int64)
+        flit_cycles = serial_cycles(target, np.array([b for s in graph.succs for _, b in s],
+                                                     dtype=np.int64))
+        self.succ_ids: list[IntArray] = np.split(children, cut)
+        self.succ_list: list[list[int]] = [a.tolist() for a in self.succ_ids]
+        self.succ_flits_list: list[list[int]] = [a.tolist() for a in np.split(flit_cycles, cut)]
+        self.succ_flit_ns: list[IntArray] = np.split(mesh.ns(flit_cycles)[:, None], cut)
+        # w(c) + O(c, ·) per task when O has constant rows (the lookahead adds it per child)
+        self.child_cost = None if pinned is not None else self.costs + self.oct_table[:, 0]
         self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
-        self.pred_ready = np.zeros((n, P), dtype=np.int64)
-        self.cores = _Cores(P)
+        self.pred_ready: dict[int, IntArray] = {}
+        """R_c: when c's inputs from its placed producers could be on each core (free
+        links), kept from c's first placed producer until c is placed (a tasks x cores
+        table took 205 MB at 100k tasks on 256 cores)."""
+        self.cores = _Cores(P, min(self.cost_of, default=0))
         self.net = Network(target)
         self.links = Timelines(self.net.num_links)
         """Message reservations on the mesh links: cut-through, inserted into idle time."""
@@ -343,7 +369,7 @@ class _ListScheduler:
         self.frag_producer = [frag.producer for frag in graph.fragments]
         self.frag_bytes = [frag.bytes for frag in graph.fragments]
         self._rows: dict[tuple[int, int], IntArray] = {}
-        self.all_cores = np.ones(P, dtype=np.bool_)
+        self.all_cores = self.cores.everywhere
         self.no_need = np.zeros(P, dtype=np.int64)
 
     def run(self) -> tuple[list[int], list[int]]:
@@ -354,7 +380,7 @@ class _ListScheduler:
         while heap:
             _, _, t = heapq.heappop(heap)
             self.place(t)
-            for c in self.succ_ids[t].tolist():
+            for c in self.succ_list[t]:
                 indeg[c] -= 1
                 if indeg[c] == 0:
                     heapq.heappush(heap, (-int(self.rank[c]), int(self.topo_pos[c]), c))
@@ -372,10 +398,12 @@ class _ListScheduler:
         d = int(self.costs[t]) + sum(ns for _, ns in self.g.local_reads.get(t, ()))
         feasible, need = self.candidates(t)
         eft = self.cores.earliest(self.data_ready(t), d, feasible) + d
-        eft = np.where(feasible, eft, INF)
+        if feasible is not self.all_cores:
+            eft[~feasible] = INF
         score = self.score(t, eft) if self.lookahead else eft
-        p, start = self.refine(t, score, eft, need)
-        self.commit(t, p, start, need)
+        reads = self.messages(t)
+        p, start = self.refine(t, reads, score, eft, need)
+        self.commit(t, reads, p, start, need)
 
     # -- phases ------------------------------------------------------------------------------
     def candidates(self, t: int) -> tuple[BoolArray, IntArray]:
@@ -427,31 +455,45 @@ class _ListScheduler:
         cs = self.succ_ids[t]
         if not len(cs):
             return eft
-        slack = np.maximum(self.pred_ready[cs], self.cores.last_end) - int(eft.min())
+        pred_ready, none_yet = self.pred_ready, self.no_need
+        slack = np.array([pred_ready.get(c, none_yet) for c in self.succ_list[t]])
+        np.maximum(slack, self.cores.last_end, out=slack)
+        slack -= int(eft.min())
         np.maximum(slack, 0, out=slack)
-        slack += self.costs[cs][:, None] + self.oct_table[cs]
+        if self.child_cost is None:  # O may hold INF (cores a child's tiles never reach)
+            slack += self.costs[cs][:, None] + self.oct_table[cs]
+            np.minimum(slack, INF, out=slack)
+        else:
+            slack += self.child_cost[cs][:, None]
         if self.succ_has_tiles[t]:
             slack[~_fits(self.tiles, self.resident, self.cap - self.nres, cs.tolist())] = INF
-        np.minimum(slack, INF, out=slack)
         # est >= eft, and est is beyond INF wherever t itself does not fit.
-        out: IntArray = eft + (self.succ_flit_ns[t][:, None]
+        out: IntArray = eft + (self.succ_flit_ns[t]
                                + self.mesh.distance_transform(slack)).max(axis=0)
         return out
 
-    def exact_ready(self, t: int, p: int, commit: bool, limit: int = INF) -> int:
-        """Data-ready time of t on p with its new messages reserved on the links (or, once
-        it exceeds ``limit``, a time past it: the caller has no use for more)."""
-        ready = 0
-        holders, producer, nbytes = self.holders, self.frag_producer, self.frag_bytes
-        net, table = self.net, self.links
-        table.commit = commit
+    def messages(self, t: int) -> list[tuple[dict[int, int], int, int, int]]:
+        """What t reads, in order: (where the fragment is, the producer's core, bytes, the
+        producer's end)."""
+        out = []
         for f in self.g.reads[t]:
-            held = holders[f]
+            u = self.frag_producer[f]
+            out.append((self.holders[f], self.core_of[u], self.frag_bytes[f], self.end[u]))
+        return out
+
+    def exact_ready(self, reads: list[tuple[dict[int, int], int, int, int]], p: int,
+                    commit: bool, limit: int = INF) -> int:
+        """Data-ready time on p of ``reads`` (:meth:`messages`) with their new messages
+        reserved on the links (or, once it exceeds ``limit``, a time past it: the caller
+        has no use for more)."""
+        ready = 0
+        net, table = self.net, self.links
+        timing, pass_links = net.timing, net.pass_links
+        table.commit = commit
+        for held, src, nbytes, inject in reads:
             a = held.get(p)
             if a is None:
-                u = producer[f]
-                a = net.pass_links(*net.timing(self.core_of[u], p, nbytes[f]), self.end[u],
-                                   table)
+                a = pass_links(*timing(src, p, nbytes), inject, table, limit)
                 if commit:
                     held[p] = a
             if a > ready:
@@ -473,11 +515,12 @@ class _ListScheduler:
             s = self.cores.earliest_on(p, store + sh - d, d)
         return s
 
-    def refine(self, t: int, score: IntArray, eft: IntArray, need: IntArray) -> tuple[int, int]:
+    def refine(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], score: IntArray,
+               eft: IntArray, need: IntArray) -> tuple[int, int]:
         """Judge the cores, best free-link score first, with t's new messages reserved on
         the links and its store on the shared memory (see SHORTLIST); ties go to the
         earliest finish, a core of a predecessor, a core holding t's tiles, the lowest id."""
-        order = np.lexsort((np.arange(self.P), eft, score))[:SHORTLIST]
+        order = np.lexsort((eft, score))[:SHORTLIST]  # stable: ties by core id
         scores = np.minimum(score[order], INF).tolist()
         efts = eft[order].tolist()
         needs = need[order].tolist()
@@ -487,15 +530,22 @@ class _ListScheduler:
         slack = sum(ns for _, ns in self.g.local_reads.get(t, ()))
         best: tuple[int, ...] | None = None
         choice = (-1, 0)
+        # unreserved messages do not meet each other: the latest producers first reach the
+        # limit soonest
+        late_first = sorted(reads, key=lambda m: -m[3])
         for p, sc, ef, ne in zip(order.tolist(), scores, efts, needs, strict=True):
             if ef >= INF:  # t does not fit there (nor on any later core)
                 break
-            if best is not None and sc - slack > best[0]:
-                break  # no later candidate can beat the best exact score
+            if best is not None:
+                if sc - slack > best[0]:
+                    break  # no later candidate can beat the best exact score
+                # without local reads the exact key is at least this one (f >= ef)
+                if not slack and (sc, ef, p not in near, has_tiles and ne != 0, p) >= best:
+                    continue
             d = self.duration(t, p)
             # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
             limit = INF if best is None else best[0] - sc + ef - d
-            ready = self.exact_ready(t, p, False, limit)
+            ready = self.exact_ready(late_first, p, False, limit)
             if ready > limit:
                 continue
             s = self.slot(t, p, ready)
@@ -505,8 +555,9 @@ class _ListScheduler:
                 best, choice = key, (p, s)
         return choice
 
-    def commit(self, t: int, p: int, start: int, need: IntArray) -> None:
-        ready = self.exact_ready(t, p, commit=True)
+    def commit(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], p: int,
+               start: int, need: IntArray) -> None:
+        ready = self.exact_ready(reads, p, commit=True)
         if ready > start:  # the committed messages met each other on a link
             start = self.slot(t, p, ready)
         f = start + self.duration(t, p)
@@ -523,10 +574,13 @@ class _ListScheduler:
         self.core_of[t], self.start[t], self.end[t] = p, start, f
         for fr in self.produces[t]:
             self.holders[fr][p] = f
-        cs = self.succ_ids[t]
-        if len(cs):
-            arrive = f + self.mesh.comm_rows(p, self.succ_flit_cycles[t])
-            self.pred_ready[cs] = np.maximum(self.pred_ready[cs], arrive)
+        pred_ready = self.pred_ready
+        pred_ready.pop(t, None)
+        for c, fl in zip(self.succ_list[t], self.succ_flits_list[t], strict=True):
+            arrive = self.transfer_row(p, fl) + f
+            row = pred_ready.setdefault(c, arrive)  # children are distinct (edges merged)
+            if row is not arrive:
+                np.maximum(row, arrive, out=row)
 
 
 def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool) -> MergeScheduleResult:

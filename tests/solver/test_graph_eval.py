@@ -14,7 +14,7 @@ from raptor.solver import (
     lower_bounds,
     validate_schedule,
 )
-from raptor.solver.mesh import Mesh
+from raptor.solver.mesh import INF, Mesh
 from raptor.target import Target
 
 LINE = Target(mesh_rows=1, mesh_cols=3, crossbars_per_core=2)
@@ -115,5 +115,8 @@ def test_mesh_distance_transform_matches_dense_minimum() -> None:
     for rows, cols in ((2, 3), (8, 8), (4, 16)):
         m = Mesh(Target(mesh_rows=rows, mesh_cols=cols, hop_cycles=3))
         f = rng.integers(0, 1000, size=(3, m.P))
+        f[0] = INF  # no core at all: INF everywhere, never beyond it
+        f[1, ::2] = INF
         dense = (f[:, None, :] + m.hops * m.hop_ns).min(axis=-1)
-        assert (m.distance_transform(f) == dense).all()
+        got = m.distance_transform(f)
+        assert (got == dense).all() and (got[0] == INF).all() and got.max() == INF
