@@ -103,9 +103,14 @@ class _Tiles:
         ids = sorted(graph.distinct_weights())
         dense = {w: i for i, w in enumerate(ids)}
         self.count = len(ids)
+        self.layer: dict[tuple[int, ...], str] = {}
+        """Each tile set's layer (`ComputeGraph.tile_layer` of its first tile)."""
         self.of_task: list[IntArray] = [np.array(sorted(dense[w] for w in t.weights),
                                                  dtype=np.int64) for t in graph.tasks]
         self.key: list[tuple[int, ...]] = [tuple(a.tolist()) for a in self.of_task]
+        for k in self.key:
+            if k:
+                self.layer[k] = graph.tile_layer.get(ids[k[0]], "")
 
 
 def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
@@ -174,6 +179,25 @@ def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
             f"largest set {len(sets[0])}) into {P} cores x {cap} crossbars = {P * cap} within "
             f"{PACK_DEVIATIONS} retries / {checks} core checks (bounded search, not a proof)")
     return res
+
+
+def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...], int]:
+    """The most cores each tile set may be resident on: its share of the cores its layer's
+    lanes compete for (n of the layer's L lanes: n × cores / L, at most n), all shares scaled
+    down alike when they would not fit the chip's crossbars (at least one each). Why:
+    greedy replication copied the first layers' tiles onto every core that freed up first
+    and left no room for the last ones, whose few lanes then ran one after another on their
+    tiles' single core (ResNet-18: its 512-wide layers on 9 of 64 cores)."""
+    lanes: dict[tuple[int, ...], int] = {}
+    for k in tiles.key:
+        if k:
+            lanes[k] = lanes.get(k, 0) + 1
+    per_layer: dict[str, int] = {}
+    for k, n in lanes.items():
+        per_layer[tiles.layer[k]] = per_layer.get(tiles.layer[k], 0) + n
+    want = {k: min(n, -(-n * cores // per_layer[tiles.layer[k]])) for k, n in lanes.items()}
+    scale = min(1.0, capacity / max(1, sum(len(k) * c for k, c in want.items())))
+    return {k: max(1, int(c * scale)) for k, c in want.items()}
 
 
 def _fits(tiles: _Tiles, resident: BoolArray, room: IntArray, tasks: list[int]) -> BoolArray:
@@ -315,6 +339,7 @@ class _ListScheduler:
         self.homed: BoolArray = self.resident.sum(axis=0) > 0
         self.unhomed = int(tiles.count - self.homed.sum())
         self.pending = sorted({k for k in tiles.key if k}, key=len, reverse=True)
+        self.copy_cap = copy_caps(tiles, P, target.crossbar_capacity)
         self.pending_pos = 0
         self.rank = upward_rank(graph, mesh)
         self.topo_pos = np.empty(n, dtype=np.int64)
@@ -385,6 +410,8 @@ class _ListScheduler:
             return self.all_cores, self.no_need
         room = self.cap - self.nres
         need: IntArray = len(idx) - self.resident[:, idx].sum(axis=1)
+        if int((need == 0).sum()) >= self.copy_cap[self.tiles.key[t]]:
+            return need == 0, need
         first = int((~self.homed[idx]).sum())
         pending = self.pending
         while self.pending_pos < len(pending) and self.homed[list(pending[self.pending_pos])].all():
