@@ -655,39 +655,55 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     multiplies a bundle's tiles, their array groups firing on the core's `mvm_units`, and
     adds their partial sums) and each output row of `width` pixels into chunks (one lane
     each). `lanes`: the plan's lanes per bundle and chunk (output rows × column groups ×
-    images), all competing for the cores. Chosen: the fewest lanes whose MVM rounds on the
-    cores (lanes / cores rounds of bundle / units × chunk pixels MVMs each) are within 3 %
-    of the fewest possible, so that lanes are only as fine as balancing the cores needs:
-    A bundle is at most `mvm_units` tiles, or all of them (no partial sums to send and
-    add): more would make each of its copies hold more crossbars for no faster MVMs.
-    ResNet-18 at one unit: its 112-pixel rows (224 one-tile lanes, 4 rounds of 146 µs on 64
-    cores) in quarters of both tiles (7 rounds of 73 µs), its 56-pixel 3×3 layers (280
-    lanes, 5 rounds of 73 µs) in eighths of all 5 tiles (7 rounds of 46 µs). With
-    `lane_bytes(n, k)` (a lane's buffers with n tiles and rows in k chunks), only what
-    `lane_fits`."""
-    options: list[tuple[int, int, int, int]] = []  # (lanes, MVM rounds, bundles, chunks)
+    images), all competing for the cores.
+
+    A bundle is at most `mvm_units` tiles, or all of them (no partial sums to send and add):
+    more would make each copy of it hold more crossbars for no faster MVMs. Among the cuts
+    whose MVM rounds on the cores (lanes / cores rounds of bundle / units × chunk pixels
+    MVMs) are within 3 % of the fewest: the fewest bundles; then, for one bundle and up to
+    `MANY_LANES` lanes per core, the shortest lanes (a run of a row is ready sooner, so the
+    next layer's windows start sooner: yolo_neck's last layer in eighths of a row rather
+    than quarters, 279 against 358 µs), else the fewest lanes (with partial sums, finer
+    lanes add messages: ResNet-18's 28- and 14-pixel layers in half rows took 3.96 ms
+    against 3.87). ResNet-18 at one unit: its 112-pixel rows (224 one-tile lanes, 4 rounds
+    of 146 µs on 64 cores) in quarters, both tiles per lane (7 rounds of 73 µs); its
+    56-pixel 3×3 layers (280 lanes, 5 rounds of 73 µs) in eighths, all 5 tiles per lane
+    (7 rounds of 46 µs). With `lane_bytes(n, k)` (a lane's buffers with n tiles and rows in
+    k chunks), only what `lane_fits`."""
+    # (bundles, more lanes than MANY_LANES, a lane's MVM rounds (or its lanes), lanes,
+    # MVM rounds, chunks)
+    options: list[tuple[int, bool, int, int, int, int]] = []
     for n in sorted({*range(1, min(target.mvm_units, len(tiles)) + 1), len(tiles)}):
         count = -(-len(tiles) // n)
-        if options and count == options[-1][2]:
+        if options and count == options[-1][0]:
             continue  # the same bundles as a smaller n
         size = -(-len(tiles) // count)  # as even as `count` bundles allow
         if size * target.crossbars_of(tiles[0].shape) > target.crossbars_per_core:
             continue
-        for k in range(1, min(width, MAX_CHUNKS) + 1):
+        for k in range(1, max(1, min(width // MIN_CHUNK, MAX_CHUNKS)) + 1):
             if (n > 1 or k > 1) and lane_bytes is not None \
                     and not lane_fits(lane_bytes(size, k), target):
                 continue
             total = count * k * lanes
             rounds = -(-total // target.num_cores) * -(-size // target.mvm_units) * -(-width // k)
-            options.append((total, rounds, count, k))
-    least = min(r for _, r, _, _ in options)
-    _, _, count, k = min(o for o in options if o[1] * 100 <= least * 103)
+            many = total > MANY_LANES * target.num_cores
+            lane = total if many or count > 1 else -(-size // target.mvm_units) * -(-width // k)
+            options.append((count, many, lane, total, rounds, k))
+    least = min(o[4] for o in options)
+    count, *_, k = min(o for o in options if o[4] * 100 <= least * 103)
     cuts = [len(tiles) * i // count for i in range(count + 1)]
     return [tiles[a:b] for a, b in pairwise(cuts)], k
 
 
 MAX_CHUNKS = 8
 """The most lanes an output row is cut into (`_lanes`)."""
+
+MIN_CHUNK = 4
+"""The fewest pixels of a row a lane takes when rows are cut (`_lanes`): a lane's fixed
+work (its window's rows, their copies, its messages) spreads over its pixels."""
+
+MANY_LANES = 8
+"""Lanes per core beyond which `_lanes` cuts no finer for shorter lanes."""
 
 
 def _column_windows(win: Window, chunks: int) -> list[tuple[int, Window]]:

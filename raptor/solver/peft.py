@@ -373,15 +373,20 @@ class _ListScheduler:
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
         indeg = [len(p) for p in g.preds]
-        heap = [(-int(self.rank[t]), int(self.topo_pos[t]), t) for t in range(n) if indeg[t] == 0]
+        # Equal ranks go lane by lane (a layer's row tiles' lanes of one output row side by
+        # side, so rows complete one after another and the next layer's windows can start),
+        # then in topological order.
+        lane = [task.lane for task in g.tasks]
+        heap = [(-int(self.rank[t]), lane[t], int(self.topo_pos[t]), t)
+                for t in range(n) if indeg[t] == 0]
         heapq.heapify(heap)
         while heap:
-            _, _, t = heapq.heappop(heap)
+            *_, t = heapq.heappop(heap)
             self.place(t)
             for c in self.succ_ids[t].tolist():
                 indeg[c] -= 1
                 if indeg[c] == 0:
-                    heapq.heappush(heap, (-int(self.rank[c]), int(self.topo_pos[c]), c))
+                    heapq.heappush(heap, (-int(self.rank[c]), lane[c], int(self.topo_pos[c]), c))
         return self.core_of, self.start
 
     def duration(self, t: int, p: int) -> int:

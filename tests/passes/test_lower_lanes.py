@@ -52,15 +52,25 @@ def test_bundles_are_as_wide_as_the_units(target: Target) -> None:
 
 
 def test_units_take_several_row_tiles_per_lane(target: Target) -> None:
-    """A 28-pixel layer of 9 row tiles: at one unit 252 one-tile lanes (4 rounds of 28
-    MVMs); at 4 units three tiles fire at once, so 3 bundles in thirds of a row (252 lanes,
-    4 rounds of 10)."""
+    """A 28-pixel layer of 9 row tiles: at one unit one tile per lane, whole rows (252
+    lanes, 4 rounds of 28 MVMs); at 4 units three tiles fire at once: 3 bundles in thirds
+    of a row (252 lanes, 4 rounds of 10)."""
     win, tiles = _conv3(28), _row_tiles(9, 128)
     for units, sizes, chunks in ((1, [1] * 9, 1), (4, [3, 3, 3], 3)):
         t = dataclasses.replace(target, mvm_units=units)
         bundles, k = _lanes(t, tiles, 28, 28, lambda n, k, t=t: _conv_lane_bytes(
             t, win, tiles, n, k))
         assert [len(b) for b in bundles] == sizes and k == chunks
+
+
+def test_one_bundle_takes_the_shortest_lanes(target: Target) -> None:
+    """yolo_neck's last layer (4 row tiles, 32 rows of 32 pixels): all tiles per lane, in
+    eighths of a row (256 lanes, 4 rounds of 16 MVMs) rather than quarters (128 lanes, 2
+    rounds of 32): the same balance, each run of a row ready twice as soon."""
+    win, tiles = _conv3(32), _row_tiles(4, 32)
+    bundles, chunks = _lanes(target, tiles, 32, 32, lambda n, k: _conv_lane_bytes(
+        target, win, tiles, n, k))
+    assert [len(b) for b in bundles] == [4] and chunks == 8
 
 
 def test_idle_cores_are_not_filled_with_tiny_lanes(target: Target) -> None:
