@@ -46,7 +46,8 @@ Local memory. With a :class:`raptor.solver.graph.MemoryDemand`, the best run is 
 with cheap tasks moved after their producer (:func:`follow_producers`), kept if it replays
 faster.
 
-Capacity. Reusing a resident tile takes no new crossbar slot. When greedy placement finds no
+Capacity. Reusing a resident tile takes no new crossbar slot. A tile set is copied onto at
+most its layer's share of the cores (`copy_caps`). When greedy placement finds no
 core with room (and, kept when better, whenever the tiles fill half of the chip), the
 scheduler restarts from a pinned constructive packing (:func:`pack_tiles`), so every task has
 a feasible core; remaining room still holds replicas. ``eft_schedule`` is the same scheduler
