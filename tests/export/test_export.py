@@ -433,7 +433,7 @@ def test_cli_solve_exports_and_reports_memory(tmp_path: Path,
                  "--export-pimsim", str(exp)])
     text = capsys.readouterr().out
     assert code == 0
-    assert "0.9/64 KiB" in text and "exported 59 pimsim-nn instructions" in text
+    assert "0.8/64 KiB" in text and "exported 97 pimsim-nn instructions" in text
     rep = json.loads((out / "report.json").read_text())["schedules"]["peft"]
     assert rep["local_memory"]["peak_bytes"] == 894 and rep["local_memory"]["fits"]
     assert rep["pimsim_export"]["pimsim_model_ns"] > 0
