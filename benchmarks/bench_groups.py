@@ -4,15 +4,19 @@ every example and the benchmarks/cnns.py CNNs (optionally ResNet-18), exactly as
 (8 inferences simulated).
 
     python benchmarks/bench_groups.py --json after.json [--target FILE.toml] [--resnet]
+    python benchmarks/bench_groups.py --array-group-max 1 --json before.json
+    python benchmarks/bench_groups.py --mvm-units 4 --json u4.json
     python benchmarks/bench_groups.py --compare before.json after.json   # Markdown table
 
-Run it once on a tree before a change (or with a target that sets `array_group_max = 1`)
-and once after; `--compare` prints the table docs/benchmarks.md holds. Older trees whose
+Run it with `--array-group-max 1` (one crossbar per MVM) and without, or once on a tree
+before a change and once after; `--compare` prints the table docs/benchmarks.md holds.
+`--array-group-max` and `--mvm-units` override those keys of the target. Older trees whose
 report has no `groups` field show "-" there."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -27,16 +31,16 @@ from benchmarks.cnns import CNNS
 from benchmarks.models import resnet18
 from raptor.sim import SimOptions
 from raptor.solve import SolveOptions, report, solve
-from raptor.target import load_target
+from raptor.target import Target, TargetError, load_target
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def measure(path: Path, target: str, pipeline: bool) -> dict[str, Any]:
+def measure(path: Path, target: Target, pipeline: bool) -> dict[str, Any]:
     opts = SolveOptions(solver="pipeline", mode="pipeline") if pipeline else \
         SolveOptions(solver="peft")
     opts.sim = SimOptions(trace=False)
-    rep = report(solve(path, load_target(target), opts))
+    rep = report(solve(path, target, opts))
     (s,) = rep["schedules"].values()
     num = s["numerics"]
     return {"mvms": rep["mvms"], "groups": rep.get("groups"), "crossbars": rep["crossbars"],
@@ -45,7 +49,7 @@ def measure(path: Path, target: str, pipeline: bool) -> dict[str, Any]:
             "numerics": None if num is None else num["ok"]}
 
 
-def run(target: str, resnet: bool) -> dict[str, dict[str, Any]]:
+def run(target: Target, resnet: bool) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         models = {p.stem: p for p in sorted(EXAMPLES.glob("*.onnx"))}
@@ -91,6 +95,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="default")
     ap.add_argument("--resnet", action="store_true", help="add ResNet-18 (224), latency only")
+    ap.add_argument("--array-group-max", type=int, metavar="N",
+                    help="override the target's array_group_max (1: one crossbar per MVM)")
+    ap.add_argument("--mvm-units", type=int, metavar="N", help="override the target's mvm_units")
     ap.add_argument("--json", metavar="FILE", help="write the figures here")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     args = ap.parse_args()
@@ -98,7 +105,14 @@ def main() -> None:
         before, after = (json.loads(Path(f).read_text()) for f in args.compare)
         print(compare(before, after))
         return
-    got = run(args.target, args.resnet)
+    keys = {"array_group_max": args.array_group_max, "mvm_units": args.mvm_units}
+    try:
+        target = dataclasses.replace(load_target(args.target),
+                                     **{k: v for k, v in keys.items() if v is not None})
+    except TargetError as e:
+        print(f"bench_groups: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    got = run(target, args.resnet)
     if args.json:
         Path(args.json).write_text(json.dumps(got, indent=1))
     print(json.dumps(got, indent=1))

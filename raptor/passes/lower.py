@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial, reduce
-from itertools import accumulate, groupby
+from itertools import accumulate, groupby, pairwise
 
 import numpy as np
 
@@ -105,6 +105,14 @@ def sanitize(name: str) -> str:
     """ONNX names → IR names ([A-Za-z0-9_.$-])."""
     clean = re.sub(r"[^A-Za-z0-9_.$]", "_", name)
     return clean or "v"
+
+
+_TILE_SUFFIX = re.compile(r"(\.[a-z]\d+)+$")
+
+
+def tile_plan(symbol: str) -> str:
+    """The plan a crossbar tile's weight symbol belongs to (`<plan>.g<g>.r<r>.c<c>`)."""
+    return _TILE_SUFFIX.sub("", symbol)
 
 
 def _t(shape: Sequence[int]) -> TensorType:
@@ -196,12 +204,14 @@ class Tile:
 @dataclass(frozen=True)
 class ColumnBlock:
     """The output columns one group block's array group computes: its first input channel,
-    its bias (if any) and its tiles, one per row tile, in the bundles one lane multiplies
-    (`_bundles`)."""
+    its bias (if any) and its tiles, one per row tile, in the bundles one lane multiplies,
+    and the lanes each output row is cut into (`_lanes`)."""
 
     first_in: int
     bias: Value | None
     bundles: list[list[Tile]]
+    chunks: int
+    """Lanes per output row: each multiplies a run of the row's pixels (`_column_windows`)."""
 
 
 @dataclass(frozen=True)
@@ -473,19 +483,25 @@ def lowers(*kinds: str) -> Callable[[Lowerer], Lowerer]:
 
 
 # ---------------------------------------------------------------------- matrix plans
-def _tiles(target: Target, mat: np.ndarray, pixels: int = 0
+def _tiles(target: Target, mat: np.ndarray, rows: int, pixels: int = 0
            ) -> list[list[tuple[int, int, np.ndarray]]]:
     """Row tiles × column groups of a (K, M) matrix: [(k0, m0, tile)] per row tile. A tile
     spans the column blocks of one array group (`Target.array_group`): its crossbars share
-    the tile's input rows and fire as one MVM. With `pixels` (a convolution lane's output
-    row), a group is only as wide as lets the lane's results (the MVM's and its transpose)
-    fit an eighth of a core's memory (`lane_fits` of twice that in a quarter): ResNet-50's
-    1,024-wide groups left 14 KB results waiting on 15 cores beyond what they hold (ResNet-18's
-    groups all fit as they were)."""
+    the tile's input rows and fire as one MVM. Unless the matrix's lanes with one crossbar
+    per column block (`rows` per row tile and block: its output rows × images) all run at
+    once on the cores anyway: then groups would save MVM instructions but no time, and
+    their partial sums would travel as one message instead of one per block in parallel
+    (mlp: 4,993 ns with one crossbar per MVM, 5,276 with groups of 2). With `pixels` (a
+    convolution lane's output row), a group is only as wide as lets the lane's results (the
+    MVM's and its transpose) fit an eighth of a core's memory (`lane_fits` of twice that in
+    a quarter): ResNet-50's 1,024-wide groups left 14 KB results waiting on 15 cores beyond
+    what they hold (ResNet-18's groups all fit as they were)."""
     k, m = mat.shape
     r = target.crossbar_rows
     blocks = -(-m // target.crossbar_cols)
     per = target.array_group(blocks)
+    if rows * -(-k // r) * blocks <= target.num_cores:
+        per = 1
     groups = -(-blocks // per)
     while pixels and per > 1 and not lane_fits(
             4 * per * target.crossbar_cols * pixels * activation_bytes(target), target, 1):
@@ -590,15 +606,18 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
                             "output channels")
     # weights once, shared by every image
     columns: list[ColumnBlock] = []
-    for bi, blk in enumerate(_group_blocks(em.lw.target, w, group)):
-        grid = _tiles(em.lw.target, blk.matrix, out_shape[3])
+    blocks = _group_blocks(em.lw.target, w, group)
+    grids = [_tiles(em.lw.target, blk.matrix, out_shape[0] * out_shape[2], out_shape[3])
+             for blk in blocks]
+    lanes = out_shape[0] * out_shape[2] * sum(len(grid[0]) for grid in grids)
+    for bi, (blk, grid) in enumerate(zip(blocks, grids, strict=True)):
         for ci in range(len(grid[0])):
             m0, mt = grid[0][ci][1], grid[0][ci][2].shape[1]
             tiles = [Tile(row[ci][0], em.weight(f"{name}.g{bi}.r{ri}.c{ci}", row[ci][2],
                                                 tile=True), row[ci][2].shape)
                      for ri, row in enumerate(grid)]
-            bundles = _bundles(em.lw.target, tiles,
-                               partial(_conv_lane_bytes, em.lw.target, window, tiles))
+            bundles, chunks = _lanes(em.lw.target, tiles, lanes, out_shape[3],
+                                     partial(_conv_lane_bytes, em.lw.target, window, tiles))
             bvec = None
             if bias is not None:
                 # (1, mt) beside the MVM result (ow, mt) of a column's one lane; (1, mt, 1, 1)
@@ -606,7 +625,7 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
                 shape = (1, mt) if len(bundles) == 1 else (1, mt, 1, 1)
                 o0 = blk.first_out + m0
                 bvec = em.weight(f"{name}.bias.b{bi}.c{ci}", bias[o0:o0 + mt].reshape(shape))
-            columns.append(ColumnBlock(blk.first_in, bvec, bundles))
+            columns.append(ColumnBlock(blk.first_in, bvec, bundles, chunks))
     images = []
     for n in range(x.shape[0]):
         results = []
@@ -619,34 +638,100 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
                 # the input channels whose im2col rows the tiles multiply: (c, kh, kw) order
                 c0 = tiles[0].row // (kh * kw)
                 c1 = -(-(tiles[-1].row + tiles[-1].shape[0]) // (kh * kw))
-                partials.append(_conv_batch(em, ins, Slab(n, col.first_in + c0, c1 - c0),
-                                            window, tiles, single, act))
+                slab = Slab(n, col.first_in + c0, c1 - c0)
+                parts = [_conv_batch(em, ins, slab, sub, col0, tiles, single, act)
+                         for col0, sub in _column_windows(window, col.chunks)]
+                mt = tiles[0].shape[1]
+                partials.append(em.concat(parts, (1, mt, *out_shape[2:]), 3))
             results.append(_reduce_partials(em, partials, col.bias, act))
         images.append(em.concat(results, (1, *out_shape[1:]), 1))
     return em.concat(images, out_shape, 0)
 
 
-def _bundles(target: Target, tiles: list[Tile], lane_bytes: Callable[[int], int] | None = None
-             ) -> list[list[Tile]]:
-    """The row tiles of a column group, up to `mvm_units` per lane: their array groups fire
-    at once on the core's MVM units and the lane adds their partial sums. With
-    `lane_bytes(n)` (a lane's buffers with n tiles), no more than `lane_fits`."""
-    units = target.mvm_units
-    if lane_bytes is not None:
-        units = max([n for n in range(1, units + 1) if lane_fits(lane_bytes(n), target)],
-                    default=1)
-    return [tiles[i:i + units] for i in range(0, len(tiles), units)]
+def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
+           lane_bytes: Callable[[int, int], int] | None = None
+           ) -> tuple[list[list[Tile]], int]:
+    """How a column group's lanes cut its work: its row tiles into bundles (one lane
+    multiplies a bundle's tiles, their array groups firing on the core's `mvm_units`, and
+    adds their partial sums) and each output row of `width` pixels into chunks (one lane
+    each). `lanes`: the plan's lanes per bundle and chunk (output rows × column groups ×
+    images), all competing for the cores.
+
+    A bundle is at most `mvm_units` tiles, or all of them (no partial sums to send and add):
+    more would make each copy of it hold more crossbars for no faster MVMs. Among the cuts
+    whose MVM rounds on the cores (lanes / cores rounds of bundle / units × chunk pixels
+    MVMs) are within 3 % of the fewest: the fewest bundles; then, for one bundle and up to
+    `MANY_LANES` lanes per core, the shortest lanes (a run of a row is ready sooner, so the
+    next layer's windows start sooner: yolo_neck's last layer in eighths of a row rather
+    than quarters, 279 against 358 µs), else the fewest lanes (with partial sums, finer
+    lanes add messages: ResNet-18's 28- and 14-pixel layers in half rows took 3.96 ms
+    against 3.87). ResNet-18 at one unit: its 112-pixel rows (224 one-tile lanes, 4 rounds
+    of 146 µs on 64 cores) in quarters, both tiles per lane (7 rounds of 73 µs); its
+    56-pixel 3×3 layers (280 lanes, 5 rounds of 73 µs) in eighths, all 5 tiles per lane
+    (7 rounds of 46 µs). With `lane_bytes(n, k)` (a lane's buffers with n tiles and rows in
+    k chunks), only what `lane_fits`."""
+    # (bundles, more lanes than MANY_LANES, a lane's MVM rounds (or its lanes), lanes,
+    # MVM rounds, chunks)
+    options: list[tuple[int, bool, int, int, int, int]] = []
+    for n in sorted({*range(1, min(target.mvm_units, len(tiles)) + 1), len(tiles)}):
+        count = -(-len(tiles) // n)
+        if options and count == options[-1][0]:
+            continue  # the same bundles as a smaller n
+        size = -(-len(tiles) // count)  # as even as `count` bundles allow
+        if size * target.crossbars_of(tiles[0].shape) > target.crossbars_per_core:
+            continue
+        for k in range(1, max(1, min(width // MIN_CHUNK, MAX_CHUNKS)) + 1):
+            if (n > 1 or k > 1) and lane_bytes is not None \
+                    and not lane_fits(lane_bytes(size, k), target):
+                continue
+            total = count * k * lanes
+            rounds = -(-total // target.num_cores) * -(-size // target.mvm_units) * -(-width // k)
+            many = total > MANY_LANES * target.num_cores
+            lane = total if many or count > 1 else -(-size // target.mvm_units) * -(-width // k)
+            options.append((count, many, lane, total, rounds, k))
+    least = min(o[4] for o in options)
+    count, *_, k = min(o for o in options if o[4] * 100 <= least * 103)
+    cuts = [len(tiles) * i // count for i in range(count + 1)]
+    return [tiles[a:b] for a, b in pairwise(cuts)], k
 
 
-def _conv_lane_bytes(target: Target, win: Window, tiles: list[Tile], n: int) -> int:
-    """A convolution lane's buffers with `n` row tiles of 128 rows (the first's shape): its
-    input rows, their im2col matrix and its transpose, the MVM results and their sum."""
+MAX_CHUNKS = 8
+"""The most lanes an output row is cut into (`_lanes`)."""
+
+MIN_CHUNK = 4
+"""The fewest pixels of a row a lane takes when rows are cut (`_lanes`): a lane's fixed
+work (its window's rows, their copies, its messages) spreads over its pixels."""
+
+MANY_LANES = 8
+"""Lanes per core beyond which `_lanes` cuts no finer for shorter lanes."""
+
+
+def _column_windows(win: Window, chunks: int) -> list[tuple[int, Window]]:
+    """`win` cut into `chunks` runs of output columns, as even as can be: per run, its
+    first input column and the window over the input columns it reads (its own padding)."""
+    ow, (_, kw), (_, sw), (_, dw), (top, left) = win.out[1], win.kernel, win.stride, \
+        win.dilation, win.pads
+    cuts = [ow * i // chunks for i in range(chunks + 1)]
+    out = []
+    for w0, w1 in pairwise(cuts):
+        lo, hi = w0 * sw - left, (w1 - 1) * sw - left + (kw - 1) * dw + 1
+        a, b = max(0, lo), min(win.w, hi)
+        out.append((a, Window(win.h, b - a, win.kernel, win.stride, win.dilation,
+                              (top, a - lo), (win.out[0], w1 - w0))))
+    return out
+
+
+def _conv_lane_bytes(target: Target, win: Window, tiles: list[Tile], n: int, chunks: int
+                     ) -> int:
+    """A convolution lane's buffers with `n` row tiles of 128 rows (the first's shape) and
+    its output row in `chunks` lanes (the widest one): its input rows, their im2col matrix
+    and its transpose, the MVM results and their sum."""
     kh, kw = win.kernel
+    ow = -(-win.out[1] // chunks)
     rows, mt = min(n, len(tiles)) * tiles[0].shape[0], tiles[0].shape[1]
     channels = -(-rows // (kh * kw)) + 1
-    width = win.w + win.pads[1] * 2
-    return activation_bytes(target) * (channels * kh * width + 2 * rows * win.out[1]
-                                       + (n + 1) * mt * win.out[1])
+    width = min(win.w + win.pads[1] * 2, (ow - 1) * win.stride[1] + (kw - 1) * win.dilation[1] + 1)
+    return activation_bytes(target) * (channels * kh * width + 2 * rows * ow + (n + 1) * mt * ow)
 
 
 def _mvm_sum(b: Builder, weights: Sequence[Value], vectors: Sequence[Value]) -> Value:
@@ -656,15 +741,16 @@ def _mvm_sum(b: Builder, weights: Sequence[Value], vectors: Sequence[Value]) -> 
                   [b.mvm(w, v) for w, v in zip(weights, vectors, strict=True)])
 
 
-def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tiles: list[Tile],
-                single: bool, act: Plan | None) -> Value:
+def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, col0: int,
+                tiles: list[Tile], single: bool, act: Plan | None) -> Value:
     """Lanes = output rows. Each lane reads only the input rows its window covers (padding
     is added inside the lane) of only the channels its tiles multiply (`slab`), builds
     those channels' im2col rows, keeps each tile's rows and does one MVM per pixel and tile
     (several tiles: one per MVM unit, added). Building the whole im2col window per tile
     would cost every row tile a copy of all channels, and local memory for two of them (the
     window and its transpose). The `single` lane of its column (all its row tiles) adds the
-    bias and activation itself."""
+    bias and activation itself. `win` reads input columns from `col0` on (a run of the output
+    row, `_column_windows`)."""
     kh, kw = win.kernel
     oh, ow = win.out
     mt = tiles[0].shape[1]
@@ -686,7 +772,8 @@ def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, tiles: list
         y = _tail(b, y, args[1 + len(tiles):], act) if single else y
         return b.reshape(b.transpose(y, [1, 0]), _t((1, mt, 1, ow)))
 
-    return _window_rows(em, ins, slab, win, 0.0, (1, mt, oh, ow), body, ow * len(tiles))
+    return _window_rows(em, ins, slab, win, 0.0, (1, mt, oh, ow), body, ow * len(tiles),
+                        col0=col0)
 
 
 WindowBody = Callable[[Builder, Value, list[Value]], Value]
@@ -695,10 +782,12 @@ WindowBody = Callable[[Builder, Value, list[Value]], Value]
 
 def _window_rows(em: Emit, ins: list[Value], slab: Slab, win: Window, fill: float,
                  out: tuple[int, ...], body: WindowBody, mvms: int = 0,
-                 extra: Callable[[Builder, Value, int], Value] | None = None) -> Value:
-    """Row lanes of a sliding window over ins[0] (N, C, H, W). Lanes whose window rows
-    all lie inside the input share one batch; border lanes get their own, with the
-    missing rows padded inside the lane. The parts concatenate along H (placement)."""
+                 extra: Callable[[Builder, Value, int], Value] | None = None,
+                 col0: int = 0) -> Value:
+    """Row lanes of a sliding window over ins[0] (N, C, H, W), whose input columns start at
+    `col0`. Lanes whose window rows all lie inside the input share one batch; border lanes
+    get their own, with the missing rows padded inside the lane. The parts concatenate along
+    H (placement)."""
     kh = win.kernel[0]
     sh, dh = win.stride[0], win.dilation[0]
     top, left = win.pads
@@ -710,7 +799,7 @@ def _window_rows(em: Emit, ins: list[Value], slab: Slab, win: Window, fill: floa
                       ) -> tuple[Value, list[AffineLike]]:
             first = Affine(run.lo * sh - top + run.first * dh, ((sh, lane),))
             taps = run.end - run.first
-            rows = b.extract(args[0], [slab.image, slab.first, first, 0],
+            rows = b.extract(args[0], [slab.image, slab.first, first, col0],
                              [1, slab.count, taps, win.w], [1, 1, dh, 1],
                              type=_t((slab.count, taps, win.w)))
             if run.first or run.end < kh or left or right:
@@ -735,7 +824,7 @@ def _gemm(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
           act: Plan | None, out_shape: tuple[int, ...]) -> Value:
     m, _ = x.shape
     n = w.shape[1]
-    grid = _tiles(em.lw.target, w)
+    grid = _tiles(em.lw.target, w, m)
     full_bias = None
     if bias is not None:
         full_bias = np.broadcast_to(bias, (m, n)) if bias.ndim == 2 and bias.shape[0] > 1 \
@@ -748,7 +837,7 @@ def _gemm(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
             bvec = em.weight(f"{name}.bias.c{ci}", full_bias[:, m0:m0 + mt])
         tiles = [Tile(row[ci][0], em.weight(f"{name}.r{ri}.c{ci}", row[ci][2], tile=True),
                       row[ci][2].shape) for ri, row in enumerate(grid)]
-        bundles = _bundles(em.lw.target, tiles)
+        bundles, _ = _lanes(em.lw.target, tiles, m * len(grid[0]))
         single = len(bundles) == 1
         partials = [_gemm_batch(em, [x, *(t.weight for t in ts)] + (
             [bvec] if single and bvec is not None else []), m, ts, single, act)

@@ -11,6 +11,7 @@ from raptor.ir.core import Value
 from raptor.ir.module import Module
 from raptor.ir.ops import FuncOp, MvmOp, ReturnOp, WeightOp
 from raptor.ir.types import TensorType
+from raptor.passes.lower import tile_plan
 from raptor.passes.materialize import received_compute
 from raptor.passes.memory import activation_bytes, compute_memory
 from raptor.passes.projection import Box, Piece, Projection
@@ -98,6 +99,7 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
                     n = target.crossbars_of(owner.result.tensor.static_shape)
                     ids = tiles[owner.symbol] = range(crossbars, crossbars + n)
                     crossbars += n
+                    graph.tile_layer.update(dict.fromkeys(ids, tile_plan(owner.symbol)))
                 weights.update(ids)
         graph.add_task(inst.name, cost, weights=frozenset(weights), batch=inst.batch,
                        lane=inst.lane or 0, shared_ns=store_ns[inst.id], load_bytes=loaded,

@@ -96,6 +96,9 @@ class ComputeGraph:
     one). See :meth:`durations`."""
     memory: MemoryDemand | None = None
     """Local memory the tasks need (None: not modelled)."""
+    tile_layer: dict[int, str] = field(default_factory=dict)
+    """Crossbar tile id -> the layer whose weight it holds (where known): the tiles of one
+    layer's lanes compete for the same cores at the same time (PEFT's replica caps)."""
     _frozen: bool = field(default=False, repr=False)
     # Filled by freeze(): adjacency as (neighbour, bytes) lists and a topological order.
     preds: list[list[tuple[int, int]]] = field(default_factory=list, repr=False)

@@ -46,7 +46,8 @@ Local memory. With a :class:`raptor.solver.graph.MemoryDemand`, the best run is 
 with cheap tasks moved after their producer (:func:`follow_producers`), kept if it replays
 faster.
 
-Capacity. Reusing a resident tile takes no new crossbar slot. When greedy placement finds no
+Capacity. Reusing a resident tile takes no new crossbar slot. A tile set is copied onto at
+most its layer's share of the cores (`copy_caps`). When greedy placement finds no
 core with room (and, kept when better, whenever the tiles fill half of the chip), the
 scheduler restarts from a pinned constructive packing (:func:`pack_tiles`), so every task has
 a feasible core; remaining room still holds replicas. ``eft_schedule`` is the same scheduler
@@ -104,9 +105,14 @@ class _Tiles:
         ids = sorted(graph.distinct_weights())
         dense = {w: i for i, w in enumerate(ids)}
         self.count = len(ids)
+        self.layer: dict[tuple[int, ...], str] = {}
+        """Each tile set's layer (`ComputeGraph.tile_layer` of its first tile)."""
         self.of_task: list[IntArray] = [np.array(sorted(dense[w] for w in t.weights),
                                                  dtype=np.int64) for t in graph.tasks]
         self.key: list[tuple[int, ...]] = [tuple(a.tolist()) for a in self.of_task]
+        for k in self.key:
+            if k:
+                self.layer[k] = graph.tile_layer.get(ids[k[0]], "")
 
 
 def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
@@ -175,6 +181,25 @@ def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
             f"largest set {len(sets[0])}) into {P} cores x {cap} crossbars = {P * cap} within "
             f"{PACK_DEVIATIONS} retries / {checks} core checks (bounded search, not a proof)")
     return res
+
+
+def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...], int]:
+    """The most cores each tile set may be resident on: its share of the cores its layer's
+    lanes compete for (n of the layer's L lanes: n × cores / L, at most n), all shares scaled
+    down alike when they would not fit the chip's crossbars (at least one each). Why:
+    greedy replication copied the first layers' tiles onto every core that freed up first
+    and left no room for the last ones, whose few lanes then ran one after another on their
+    tiles' single core (ResNet-18: its 512-wide layers on 9 of 64 cores)."""
+    lanes: dict[tuple[int, ...], int] = {}
+    for k in tiles.key:
+        if k:
+            lanes[k] = lanes.get(k, 0) + 1
+    per_layer: dict[str, int] = {}
+    for k, n in lanes.items():
+        per_layer[tiles.layer[k]] = per_layer.get(tiles.layer[k], 0) + n
+    want = {k: min(n, -(-n * cores // per_layer[tiles.layer[k]])) for k, n in lanes.items()}
+    scale = min(1.0, capacity / max(1, sum(len(k) * c for k, c in want.items())))
+    return {k: max(1, int(c * scale)) for k, c in want.items()}
 
 
 def _fits(tiles: _Tiles, resident: BoolArray, room: IntArray, tasks: list[int]) -> BoolArray:
@@ -332,6 +357,7 @@ class _ListScheduler:
         self.homed: BoolArray = self.resident.sum(axis=0) > 0
         self.unhomed = int(tiles.count - self.homed.sum())
         self.pending = sorted({k for k in tiles.key if k}, key=len, reverse=True)
+        self.copy_cap = copy_caps(tiles, P, target.crossbar_capacity)
         self.pending_pos = 0
         self.rank = upward_rank(graph, mesh)
         self.topo_pos = np.empty(n, dtype=np.int64)
@@ -375,15 +401,20 @@ class _ListScheduler:
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
         indeg = [len(p) for p in g.preds]
-        heap = [(-int(self.rank[t]), int(self.topo_pos[t]), t) for t in range(n) if indeg[t] == 0]
+        # Equal ranks go lane by lane (a layer's row tiles' lanes of one output row side by
+        # side, so rows complete one after another and the next layer's windows can start),
+        # then in topological order.
+        lane = [task.lane for task in g.tasks]
+        heap = [(-int(self.rank[t]), lane[t], int(self.topo_pos[t]), t)
+                for t in range(n) if indeg[t] == 0]
         heapq.heapify(heap)
         while heap:
-            _, _, t = heapq.heappop(heap)
+            *_, t = heapq.heappop(heap)
             self.place(t)
             for c in self.succ_list[t]:
                 indeg[c] -= 1
                 if indeg[c] == 0:
-                    heapq.heappush(heap, (-int(self.rank[c]), int(self.topo_pos[c]), c))
+                    heapq.heappush(heap, (-int(self.rank[c]), lane[c], int(self.topo_pos[c]), c))
         return self.core_of, self.start
 
     def duration(self, t: int, p: int) -> int:
@@ -414,6 +445,8 @@ class _ListScheduler:
             return self.all_cores, self.no_need
         room = self.cap - self.nres
         need: IntArray = len(idx) - self.resident[:, idx].sum(axis=1)
+        if int((need == 0).sum()) >= self.copy_cap[self.tiles.key[t]]:
+            return need == 0, need
         first = int((~self.homed[idx]).sum())
         pending = self.pending
         while self.pending_pos < len(pending) and self.homed[list(pending[self.pending_pos])].all():

@@ -255,14 +255,15 @@ def test_place_is_first_fit_with_few_and_many_overlapping_buffers() -> None:
 
 
 def test_a_small_memory_is_kept_by_posting_receives_late() -> None:
-    """resnet_block needs 5.5 KiB on a core when every receive is posted at the start; on
-    a 5 KiB target the communication model posts receives as they fit (and senders hold
+    """yolo_neck needs 12.6 KiB on a core when every receive is posted at the start; on a
+    12 KiB target the communication model posts receives as they fit (and senders hold
     messages), the program fits, computes the right numbers, and the estimate still
-    predicts the simulation. On the default target nothing changes."""
-    roomy = solve(EXAMPLES / "resnet_block.onnx", T, SolveOptions(solver="peft")).runs[0]
+    predicts the simulation. On the default target nothing changes. (resnet_block, which
+    needed 5.5 KiB, needs 1.7 KiB since its lanes take runs of rows.)"""
+    roomy = solve(EXAMPLES / "yolo_neck.onnx", T, SolveOptions(solver="peft")).runs[0]
     assert roomy.flow is not None and set(roomy.flow.posts.values()) == {START}
-    small = Target(local_memory_bytes=5 * 1024)
-    run = solve(EXAMPLES / "resnet_block.onnx", small, SolveOptions(solver="peft")).runs[0]
+    small = Target(local_memory_bytes=12 * 1024)
+    run = solve(EXAMPLES / "yolo_neck.onnx", small, SolveOptions(solver="peft")).runs[0]
     assert run.ok and run.memory is not None and not run.memory_errors
     assert roomy.memory is not None and \
         roomy.memory.peak is not None and roomy.memory.peak.peak_bytes > small.local_memory_bytes

@@ -3,6 +3,7 @@ crossbar tile reads; the reshape rule never drops an element."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -50,8 +51,10 @@ def test_row_tile_lanes_gather_only_their_channels(target: Target) -> None:
     """ResNet block, second conv: K = 16 channels x 9 taps = 144 rows, cut into crossbar
     tiles of 128 and 16 rows. A lane of the first tile uses channels 0..14 of its three
     input rows, one of the second tile channels 14..15; each input row arrives cropped, and
-    the lane's input buffer holds only its channels."""
-    proj = Projection(compiled("resnet_block", target).module.main())
+    the lane's input buffer holds only its channels. (One crossbar per core, so that a lane
+    takes one tile: with more, `_lanes` gives each lane both, with no partial sums.)"""
+    one = dataclasses.replace(target, crossbars_per_core=1)
+    proj = Projection(compiled("resnet_block", one).module.main())
     seen = set()
     for inst in proj.instances:
         mvm = next((o for o in inst.op.body.walk() if isinstance(o, MvmOp)), None)
