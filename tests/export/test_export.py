@@ -435,7 +435,7 @@ def test_cli_solve_exports_and_reports_memory(tmp_path: Path,
     assert code == 0
     assert "0.8/64 KiB" in text and "exported 97 pimsim-nn instructions" in text
     rep = json.loads((out / "report.json").read_text())["schedules"]["peft"]
-    assert rep["local_memory"]["peak_bytes"] == 790 and rep["local_memory"]["fits"]
+    assert rep["local_memory"]["peak_bytes"] == 768 and rep["local_memory"]["fits"]
     assert rep["pimsim_export"]["pimsim_model_ns"] > 0
     assert (exp / "program" / "config.json").exists()
     small = tmp_path / "small.toml"

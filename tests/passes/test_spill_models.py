@@ -1,7 +1,6 @@
-"""Spilling on a real ONNX model: examples/resnet_block.onnx on a 2×2 mesh with 6 KiB of
-local memory per core keeps its skip connection's rows on cores that also compute the
-block, more than the memory holds (7,312 B at 8 KiB); the flow control cannot fit it by
-placing receives, so values are spilled to shared memory. The program verifies, fits at
+"""Spilling on a real ONNX model: examples/mobilenet_block.onnx on a 2×2 mesh with 10 KiB
+of local memory per core holds more live rows on some cores than the memory does; the flow
+control cannot fit them by placing receives, so values are spilled to shared memory. The program verifies, fits at
 every instant (the simulator's capacity check), computes onnxruntime's numbers, and the
 estimate prices the spills; pimsim-nn (PIMSIM_NN) runs its export unpatched."""
 
@@ -20,18 +19,19 @@ from raptor.target import Target
 from tests.export.test_export import mirror
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SMALL = Target(name="2x2-6KiB", mesh_rows=2, mesh_cols=2, local_memory_bytes=6 * 1024)
+MODEL = EXAMPLES / "mobilenet_block.onnx"
+SMALL = Target(name="2x2-10KiB", mesh_rows=2, mesh_cols=2, local_memory_bytes=10 * 1024)
 PIMSIM = chiptest()
 
 
 @pytest.fixture(scope="module")
 def spilled() -> ScheduleRun:
-    s = solve(EXAMPLES / "resnet_block.onnx", SMALL, SolveOptions(solver="peft"))
+    s = solve(MODEL, SMALL, SolveOptions(solver="peft"))
     assert s.oracle == "onnxruntime"
     return s.runs[0]
 
 
-def test_resnet_block_spills_fits_and_computes_onnxruntimes_numbers(spilled: ScheduleRun
+def test_a_real_model_spills_fits_and_computes_onnxruntimes_numbers(spilled: ScheduleRun
                                                                      ) -> None:
     run = spilled
     assert run.ok and run.numerics and all(ok for *_, ok in run.numerics.values())
@@ -58,11 +58,11 @@ def test_pimsim_runs_the_spilling_program(spilled: ScheduleRun, tmp_path: Path) 
     assert abs(mirror(m, ex) - got.latency_ns) <= 2e-3 * got.latency_ns
 
 
-def test_resnet_block_stream_spills_within_each_inference() -> None:
+def test_its_stream_spills_within_each_inference() -> None:
     """Pipeline mode on the same target: the stream program spills inside its loop body,
     fits at every instant and computes every inference's outputs; the period estimate
     carries the spills."""
-    s = solve(EXAMPLES / "resnet_block.onnx", SMALL,
+    s = solve(MODEL, SMALL,
               SolveOptions(mode="pipeline", solver="pipeline", stream=2))
     run = s.runs[0]
     assert run.ok and run.inference_numerics
