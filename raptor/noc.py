@@ -147,6 +147,14 @@ def pimsim_transfer(request: int, posted: int, receiver_switch: int, sender_swit
     return reply, done, start, start + nflits * flit_ns
 
 
+def inject_rank(src: int, dst: int, cores: int) -> int:
+    """Messages injected at one time take the links from the lowest sender, then the lowest
+    receiver, each after every other event of that time: a rule of the chip, not of the
+    order a simulation happens to run its cores in (the simulator and the replay of
+    `raptor.solver.comm` both grant by it)."""
+    return 1 + src * cores + dst
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """One message's way through the mesh."""

@@ -151,14 +151,16 @@ class Mesh:
         rep.message_bytes += msg.nbytes
         route = msg.route
         if self.contention and route.links:
-            self.e.push(at, INJECT, msg)
+            self.e.push(at, INJECT, msg, noc.inject_rank(msg.src, msg.dst,
+                                                      self.target.num_cores))
             return
         msg.arrival = at + route.transfer_ns
         if msg.target is not None:
             self.deliver(msg)
 
     def inject(self, msg: Msg) -> None:
-        """Cut-through over the links (`raptor.noc`), granted in injection-time order."""
+        """Cut-through over the links (`raptor.noc`), granted in injection-time order
+        (simultaneous ones by `raptor.noc.inject_rank`)."""
         r = msg.route
         msg.arrival = self.net.pass_links(r.links, r.serial_ns, r.transfer_ns, msg.inject,
                                           self.links)

@@ -12,7 +12,9 @@ reported as the schedule's estimate). It models the simulator's default options
   holds it.
 * **Links.** :mod:`raptor.noc`'s XY routes and cut-through links (every directed link
   carries one message at a time, for its serialization), granted in injection-time order
-  as in the simulator; without waiting a message takes exactly ``Target.transfer_ns``.
+  as in the simulator (simultaneous ones by `raptor.noc.inject_rank`, not by the order
+  either happens to run its cores in); without waiting a message takes exactly
+  ``Target.transfer_ns``.
 * **Rendezvous.** A send completes when its receive is posted; the sender then continues
   and the data crosses on its own; the receiving task waits for the data. A posted receive
   costs nothing and never blocks, but its buffer occupies the receiver's local memory from
@@ -37,6 +39,7 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from raptor import noc
 from raptor.noc import FreeLinks, Network
 from raptor.solver.blocking import blocking_makespan
 from raptor.solver.flowplan import Message, ReceivePlan
@@ -155,23 +158,25 @@ class _Replayer:
         self.arrival: dict[Message, int] = {}
         self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
         self.pc, self.clock = [0] * P, [0] * P
-        self.heap: list[tuple[int, int, int, int]] = []
+        self.heap: list[tuple[int, int, int, int, int]] = []
         self.seq = 0
         self.links = FreeLinks(self.net.num_links, self.contention)
         self.mem_free = self.messages = self.bytes = self.now = 0
         self.wait_data: list[int] = [-1] * P
         """Per core, the fragment it waits for (-1: none)."""
 
-    def push(self, time: int, kind: int, payload: int) -> None:
+    def push(self, time: int, kind: int, payload: int, rank: int = 0) -> None:
+        """An event at ``time``; among events at one time, lower ``rank`` first, then in
+        the order they were pushed (as the simulator's)."""
         self.seq += 1
-        heapq.heappush(self.heap, (time, self.seq, kind, payload))
+        heapq.heappush(self.heap, (time, rank, self.seq, kind, payload))
 
     def run(self) -> Replay:
         for p in range(self.P):
             self.flow.decide(p, 0, START)
             self.push(0, _RUN, p)
         while self.heap:
-            time, _, kind, payload = heapq.heappop(self.heap)
+            time, _, _, kind, payload = heapq.heappop(self.heap)
             self.now = time
             if kind == _RUN:
                 self.run_core(payload)
@@ -456,7 +461,7 @@ class _FlowControl(ReceivePlan):
         self.sent.add(key)
         r.messages += 1
         r.bytes += r.g.fragments[key[0]].bytes
-        r.push(meet, _INJECT, key[0] * r.P + key[1])
+        r.push(meet, _INJECT, key[0] * r.P + key[1], noc.inject_rank(p, key[1], r.P))
 
     def release(self, p: int, key: Message) -> None:
         """Parked core p sends a message it holds at its current point (its receive is
