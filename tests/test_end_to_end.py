@@ -93,7 +93,8 @@ def test_consecutive_lanes_merge_into_scheduled_batches(name: str) -> None:
     g = build.graph
     order = list(range(g.num_tasks))  # instance ids follow program order: topological
     start = retime(g, target, [0] * g.num_tasks, [order])
-    end = [start[t] + g.tasks[t].cost_ns for t in order]
+    dur = g.durations([0] * g.num_tasks)  # with its local reads' extra, as retime's
+    end = [start[t] + dur[t] for t in order]
     view = ScheduleView([0] * g.num_tasks, start, end)
     merged = materialize(comp.module, build.projection, build.outputs, view)
     plain = materialize(comp.module, build.projection, build.outputs, view, merge=False)
