@@ -214,9 +214,10 @@ def part_d(seeds: int) -> None:
               f"{max(ratios):.3f} | {sum(r < 1 for r in ratios)}/{seeds} |", flush=True)
 
 
-def _solve_row(name: str, path: Path, extra: list[str], limit: float) -> str:
+def _solve_row(name: str, path: Path, extra: list[str], limit: float, simulate: bool) -> str:
     """One ``raptor solve --solver both`` run as a table row: lower bound, PEFT and CP-SAT
-    simulated, their gaps, CP-SAT's gain and status word."""
+    simulated (else estimated: the communication model's replay), their gaps, CP-SAT's gain
+    and status word."""
     import subprocess
     import tempfile
 
@@ -224,30 +225,33 @@ def _solve_row(name: str, path: Path, extra: list[str], limit: float) -> str:
         proc = subprocess.run(
             [sys.executable, "-m", "raptor.cli", "solve", str(path), *extra, "--solver", "both",
              "--allow-memory-overflow",
-             "--time-limit", f"{limit:g}", "--workers", "2", "--json", "--out", out],
+             "--time-limit", f"{limit:g}", "--workers", "2", "--json", "--out", out,
+             *([] if simulate else ["--no-simulate"])],
             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     if proc.returncode != 0:
         return f"| {name} | failed (exit {proc.returncode}): {proc.stderr.strip()[-120:]} |"
     rep = json.loads(proc.stdout)
     lb = rep["lower_bound_ns"]
     peft, cp = rep["schedules"]["peft"], rep["schedules"]["cpsat"]
-    ps, cs = peft["simulated_ns"], cp["simulated_ns"]
+    key = "simulated_ns" if simulate else "estimate_ns"
+    ps, cs = peft[key], cp[key]
     return (f"| {name} | {rep['tasks']:,} | {lb:,} | {ps:,} | {100 * (ps - lb) / lb:.1f}% | "
             f"{cs:,} | {100 * (cs - lb) / lb:.1f}% | {100 * (ps - cs) / ps:.2f}% | "
             f"{cp['status'].split()[0]} ({cp['model']}) | {rep['seconds']['cpsat']:.0f} |")
 
 
-def part_e(limit: float) -> None:
+def part_e(limit: float, simulate: bool) -> None:
     from benchmarks.bench_pretrained import MODELS, default_cache, fetch
     from benchmarks.cnns import CNNS
 
-    print(f"\n### (e) PEFT against CP-SAT on real networks, simulated ({limit:g} s, 2 workers)\n")
-    print("| model | tasks | lower bound ns | PEFT sim ns | PEFT gap | CP-SAT sim ns | CP-SAT gap"
-          " | CP-SAT gain | status (model) | CP-SAT s |")
+    how, col = ("simulated", "sim") if simulate else ("estimated (replay)", "est")
+    print(f"\n### (e) PEFT against CP-SAT on real networks, {how} ({limit:g} s, 2 workers)\n")
+    print(f"| model | tasks | lower bound ns | PEFT {col} ns | PEFT gap | CP-SAT {col} ns | "
+          "CP-SAT gap | CP-SAT gain | status (model) | CP-SAT s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     root = Path(__file__).resolve().parents[1]
     for path in sorted((root / "examples").glob("*.onnx")):
-        print(_solve_row(path.stem, path, [], limit), flush=True)
+        print(_solve_row(path.stem, path, [], limit, simulate), flush=True)
     import tempfile
 
     import onnx
@@ -256,10 +260,10 @@ def part_e(limit: float) -> None:
         for name, build in CNNS.items():
             path = Path(tmp) / f"{name}.onnx"
             onnx.save(build(), path)
-            print(_solve_row(name, path, [], limit), flush=True)
+            print(_solve_row(name, path, [], limit, simulate), flush=True)
     for model in MODELS:
         print(_solve_row(model.name, fetch(model, default_cache()),
-                         ["--input-shape", model.shape], limit), flush=True)
+                         ["--input-shape", model.shape], limit, simulate), flush=True)
 
 
 def main() -> None:
@@ -268,6 +272,8 @@ def main() -> None:
     ap.add_argument("--skip-saga", action="store_true")
     ap.add_argument("--parts", default="abcd")
     ap.add_argument("--limit", type=float, default=60.0, help="CP-SAT time limit of (e)")
+    ap.add_argument("--no-simulate", action="store_true",
+                    help="(e): the communication model's estimates, without the simulator")
     ap.add_argument("--saga-cache", help="JSON file to reuse SAGA results (they do not depend "
                     "on Raptor's code) across runs")
     args = ap.parse_args()
@@ -283,7 +289,7 @@ def main() -> None:
     if "d" in args.parts:
         part_d(2 if args.quick else 6)
     if "e" in args.parts:
-        part_e(10 if args.quick else args.limit)
+        part_e(10 if args.quick else args.limit, not args.no_simulate)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,13 @@ class LnsStats:
     """Windows solved to optimality (of their model)."""
     kinds: dict[str, int] = field(default_factory=dict)
     """Improvements kept per neighbourhood kind."""
+    rejected: int = 0
+    """Candidates better in their window's model that the replay did not judge faster."""
+    build_s: float = 0.0
+    solve_s: float = 0.0
+    replay_s: float = 0.0
+    """Wall seconds building windows' models, in CP-SAT, and replaying candidates (a
+    profile for reports; the search itself counts deterministic units)."""
 
 
 def critical_chain(graph: ComputeGraph, core_tasks: Sequence[Sequence[int]], rep: Replay
@@ -407,10 +414,10 @@ class _Context:
                 self.lanes.setdefault(task.batch, []).append(t)
         self.adopt(best)
 
-    def adopt(self, best: MergeScheduleResult) -> None:
+    def adopt(self, best: MergeScheduleResult, rep: Replay | None = None) -> None:
         g = self.graph
         self.best = best
-        self.rep = replay(g, self.target, best.core_of, best.core_tasks, best.start_ns)
+        self.rep = rep or replay(g, self.target, best.core_of, best.core_tasks, best.start_ns)
         self.dur = g.durations(best.core_of)
         self.by_start = sorted(range(g.num_tasks), key=lambda t: (self.rep.start[t], t))
         self.chain = critical_chain(g, best.core_tasks, self.rep)
@@ -507,8 +514,11 @@ def lns_schedule(graph: ComputeGraph, target: Target, initial: MergeScheduleResu
         # Ctrl-C (`stop_search`) ends the running window and the search with it
         while stats.units < units and time.perf_counter() - t0 < wall_s \
                 and not stop_requested():
+            t1 = time.perf_counter()
             kind, free, cands = _neighbourhood(ctx, rng, size)
             window = _Window(ctx, free, cands)
+            t2 = time.perf_counter()
+            stats.build_s += t2 - t1
             solver = cp_model.CpSolver()
             prm = solver.parameters
             # one worker: a window is small, one thread is deterministic without the interleaved
@@ -522,30 +532,39 @@ def lns_schedule(graph: ComputeGraph, target: Target, initial: MergeScheduleResu
             prm.max_time_in_seconds = WALL_PER_WINDOW
             found = _Solutions(window)
             code = search(solver, window.m, solutions=found)
+            t3 = time.perf_counter()
+            stats.solve_s += t3 - t2
             stats.windows += 1
             stats.units += solver.response_proto.deterministic_time \
                 + PYTHON_UNITS_PER_TASK * len(window.live)
             proved = code == cp_model.OPTIMAL
             stats.proved += proved
             improved = False
-            incumbent = ctx.rep.makespan_ns
             for obj, (core_of, start) in sorted(found.found, key=lambda f: f[0])[:3]:
-                if obj >= incumbent:
+                if obj >= ctx.rep.makespan_ns:
                     continue
                 # ASAP in the solution's per-core order: canonical (a window's starts are free
-                # within their slack, and differ with the search's path)
+                # within their slack, and differ with the search's path); replayed once, and
+                # built only when kept
                 start = retime(graph, target, core_of, core_order(graph, target, core_of, start))
+                rep = replay(graph, target, core_of, core_order(graph, target, core_of, start),
+                             start)
+                stats.units += PYTHON_UNITS_PER_TASK * n
+                if rep.makespan_ns >= ctx.rep.makespan_ns:
+                    stats.rejected += 1
+                    continue
                 cand = MergeScheduleResult.build(graph, target, core_of, start, solver="cpsat",
                                                  status="FEASIBLE", model="lns")
-                stats.units += PYTHON_UNITS_PER_TASK * n
-                if cand.estimate_ns < ctx.best.estimate_ns and \
-                        not validate_schedule(graph, target, cand):
-                    ctx.adopt(cand)
-                    stats.kept += 1
-                    improved = True
-                    if on_progress is not None:
-                        on_progress(cand.estimate_ns, None)
-                    break
+                if validate_schedule(graph, target, cand):
+                    stats.rejected += 1
+                    continue
+                ctx.adopt(cand, rep)
+                stats.kept += 1
+                improved = True
+                if on_progress is not None:
+                    on_progress(cand.estimate_ns, None)
+                break
+            stats.replay_s += time.perf_counter() - t3
             if proved and not improved and len(free) == n:
                 break  # the whole schedule's window is optimal: nothing left to find
             if ctx.best.estimate_ns <= bound:
