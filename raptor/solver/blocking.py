@@ -111,7 +111,11 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     request: dict[int, int] = {}
     posted: dict[int, int] = {}
     sender_waits: set[int] = set()
-    heap: list[tuple[int, int, int]] = []  # (time, rank, core): memory requests and runs
+    # (time, rank, core): runs (rank 0) before memory requests (rank P - core + 1) at
+    # the same time, so every request made at a time is in before one is served (the
+    # highest core first, as pimsim-nn; served in run order, all cores' first loads
+    # went from core 0 up)
+    heap: list[tuple[int, int, int]] = []
     mem_free = 0
 
     def transfer(i: int) -> None:
@@ -142,13 +146,13 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                 # core's switch and the chip's one port, ties from the highest core
                 if phase[p] == 0 and queued[x][0]:
                     phase[p] = 1
-                    heapq.heappush(heap, (max(clock[p], switch[p]), P - p, p))
+                    heapq.heappush(heap, (max(clock[p], switch[p]), P - p + 1, p))
                     return
                 if phase[p] < 2:
                     clock[p] += own[x]
                     if queued[x][1]:
                         phase[p] = 2
-                        heapq.heappush(heap, (max(clock[p], switch[p]), P - p, p))
+                        heapq.heappush(heap, (max(clock[p], switch[p]), P - p + 1, p))
                         return
                 phase[p] = 0
             elif kind == _SEND:
@@ -160,7 +164,7 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                     sender_waits.add(x)
                     return
                 transfer(x)
-                heapq.heappush(heap, (clock[q], P + 1, q))
+                heapq.heappush(heap, (clock[q], 0, q))
                 pc[q] += 1
             else:
                 clock[p] += setup
@@ -171,14 +175,14 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                 transfer(x)
                 s = core_of[frags[keys[x][0]].producer]
                 pc[s] += 1
-                heapq.heappush(heap, (clock[s], P + 1, s))
+                heapq.heappush(heap, (clock[s], 0, s))
             pc[p] += 1
 
     for p in range(P):
-        heapq.heappush(heap, (0, P + 1, p))
+        heapq.heappush(heap, (0, 0, p))
     while heap:
         now, rank, p = heapq.heappop(heap)
-        if rank <= P:  # a memory request: served when the port is free
+        if rank:  # a memory request: served when the port is free
             t = ops[p][pc[p]][1]
             mem_free = clock[p] = switch[p] = max(now, mem_free) + queued[t][phase[p] - 1]
             phase[p] += phase[p] == 2
