@@ -388,16 +388,22 @@ def test_examples_export_and_mirror_on_raptors_simulator(mlp: tuple[Module, Expo
                                    "torch_cnn_dynamo"])
 def test_networks_on_pimsim_match_the_mirror(model: str, tmp_path: Path) -> None:
     """Exported examples load and complete in pimsim-nn's latency mode; Raptor's simulator
-    under pimsim-nn's model is within 0.5 % (measured with lanes on runs of rows: mlp,
-    resnet_block and torch_cnn_dynamo within 0.1 %, lenet +0.31 %, mobilenet_block +0.48 %,
-    cause not found yet; with whole-row lanes all were exact but lenet's +12 ns)."""
+    under pimsim-nn's model is within 0.1 % (mlp and torch_cnn_dynamo exact, resnet_block
+    +0.06 %). Two measured residues (docs/pimsim.md, traced with a ChipTest that prints
+    every commit): lenet +0.31 %, two same-nanosecond global-memory requests queued behind
+    the port that pimsim-nn serves lowest core first (SystemC's event order; the model
+    serves highest first, as pimsim-nn does for the first loads), which delays core 15 by
+    80 ns and its receivers after it; mobilenet_block +0.48 %, runs of 20-30 sends of
+    row slices each about 1 ns slower in the model (core 0's 19 sends end 18 ns late),
+    +1,126 ns on every core by 15 us."""
     assert PIMSIM is not None
     s = solve(EXAMPLES / f"{model}.onnx", T, SolveOptions(solver="peft", simulate=False))
     m = s.runs[0].scheduled
     ex = export_pimsim(m, T)
     got = run_chiptest(PIMSIM, write_export(ex, tmp_path), timeout_s=300)
     assert set(got.finish_ns) >= {c for c, p in ex.cores.items() if p.instructions}
-    assert abs(mirror(m, ex) - got.latency_ns) <= 5e-3 * got.latency_ns
+    tolerance = {"lenet": 4e-3, "mobilenet_block": 5e-3}.get(model, 1e-3)
+    assert abs(mirror(m, ex) - got.latency_ns) <= tolerance * got.latency_ns
 
 
 def test_cli_export_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
