@@ -40,6 +40,10 @@ START_CYCLES = 3
 SCALAR_CYCLES = noc.PIMSIM_SCALAR_CYCLES
 GAP_CYCLES = noc.PIMSIM_GAP_CYCLES
 MVM_GAP_CYCLES = 3
+ROB_MVM_GAP_CYCLES = 1
+"""With a reorder buffer of more than one entry, cycles from an `mvmul`'s end to the next
+`mvmul` on its group, or an instruction that waited for it (measured on ChipTest f7446df:
+a group's `mvmul`s 1,324 cycles apart, one more than the busy time)."""
 
 
 class ChipError(ValueError):
@@ -103,11 +107,23 @@ class PimsimChip:
         return self.front + self.back + (self.target.input_bits - 1) * max(self.front, self.back)
 
     def mvmul(self, crossbars: int = 1) -> int:
-        """Read a crossbar row of inputs (pimsim-nn reads 8 times the bytes), compute,
-        write the outputs of the array group (`crossbars` wide: only this part grows)."""
+        return sum(self.mvmul_parts(crossbars))
+
+    def mvmul_parts(self, crossbars: int = 1) -> tuple[int, int, int]:
+        """(read, compute, write): read a crossbar row of inputs through the local port
+        (pimsim-nn reads 8 times the bytes), compute, write the outputs of the array group
+        through the port (`crossbars` wide: only this part grows)."""
         t = self.target
-        return (self.local(t.crossbar_rows * self.act * 8) + self.mvm_compute()
-                + self.local(crossbars * t.crossbar_cols * self.act))
+        return (self.local(t.crossbar_rows * self.act * 8), self.mvm_compute(),
+                self.local(crossbars * t.crossbar_cols * self.act))
+
+    def mvm_ranges(self, vec: int, out: int, crossbars: int) -> tuple[range, range]:
+        """The local bytes pimsim-nn holds an `mvmul` for against the instructions in
+        flight (its reorder buffer's conflict check): a crossbar row of inputs, whatever
+        the tile's rows, and the group's outputs."""
+        t = self.target
+        return (range(vec, vec + t.crossbar_rows * self.act),
+                range(out, out + crossbars * t.crossbar_cols * self.act))
 
     def vector(self, length: int, operands: int) -> int:
         """A vector op over `length` elements reading `operands` vectors."""
@@ -152,7 +168,7 @@ class PimsimChip:
             "chip_config": {
                 "core_config": {
                     "period": period,
-                    "rob_size": 1,
+                    "rob_size": t.mvm_units,
                     "matrix_config": {
                         "xbar_array_count": t.crossbars_per_core,
                         "period": period,

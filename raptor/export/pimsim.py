@@ -51,6 +51,7 @@ from typing import Any
 from raptor.export.chip import (
     GAP_CYCLES,
     MVM_GAP_CYCLES,
+    ROB_MVM_GAP_CYCLES,
     SCALAR_CYCLES,
     START_CYCLES,
     PimsimChip,
@@ -225,15 +226,46 @@ class _CoreLowering:
         self.gm_first: int | None = None
         """Cycle (since the core started) of the current op's first global-memory access."""
         self.gm_cycles = 0
+        self.overlap = ex.chip.target.mvm_units > 1
+        """A reorder buffer of more than one entry (`unit`, `flush`)."""
+        self.unit_free = 0
+        """With `overlap`: the cycle the last vector or local-copy instruction ends."""
+        self.mvms: list[list[tuple[int, int, int, int, int]]] = []
+        """With `mvm_units` > 1, the rows of the `pim.mvm`s in a row not yet emitted, per op
+        (output address, input address, array group, its crossbars, busy cycles): see
+        `flush`."""
 
     # -- emission and time ------------------------------------------------------------
-    def emit(self, ins: Instruction, cycles: int = SCALAR_CYCLES) -> None:
+    def emit(self, ins: Instruction, cycles: int | None = None) -> None:
+        """An instruction taking `cycles` of the core's time; a scalar one takes one, none
+        with `overlap` (it runs while the instruction before it does)."""
+        if cycles is None:
+            cycles = 0 if self.overlap else SCALAR_CYCLES
         self.out.append(ins)
         self.cycles += cycles
         self.ex.cycles[ins["op"]] += cycles
 
     def unit(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES) -> None:
+        """A vector or local-copy instruction. With a one-entry reorder buffer the core
+        waits for it; with more (`mvm_units` > 1) the scalar instructions after it run
+        meanwhile and the next unit instruction waits for it (`drain`)."""
+        if not self.overlap:
+            self.emit(ins, busy + gap)
+            return
+        start = max(self.cycles, self.unit_free)
+        self.out.append(ins)
+        self.ex.cycles[ins["op"]] += busy + gap
+        self.unit_free = start + busy + gap
+        self.cycles = start + SCALAR_CYCLES
+
+    def serial(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES) -> None:
+        """An instruction that waits for the others and that the core waits for (a
+        transfer or a global-memory access: the mirror times what it waits on)."""
+        self.drain()
         self.emit(ins, busy + gap)
+
+    def drain(self) -> None:
+        self.cycles = max(self.cycles, self.unit_free)
 
     def note(self, text: str) -> None:
         self.ex.notes[text] += 1
@@ -282,6 +314,7 @@ class _CoreLowering:
             before = self.cycles
             self.gm_first, self.gm_cycles = None, 0
             timing = self.top(op)
+            self.drain()
             if timing is None:
                 lead = 0 if self.gm_first is None else self.gm_first - before
                 timing = OpTiming(lead, self.cycles - before - lead, memory=self.gm_cycles)
@@ -309,6 +342,7 @@ class _CoreLowering:
             self.inputs.update(zip(op.body.args, op.inputs, strict=True))
             for inner in op.body.ops:
                 self.lower(inner)
+            self.flush()
             return None
         if isinstance(op, ScheduledComputeBatchOp):
             n = len(op.inputs)
@@ -319,8 +353,10 @@ class _CoreLowering:
                 self.env[args[0]] = lane
                 for inner in op.body.ops:
                     self.lower(inner)
+                self.flush()
             return None
         self.lower(op)
+        self.flush()
         return None
 
     def send(self, op: ChannelSendOp) -> OpTiming:
@@ -342,8 +378,9 @@ class _CoreLowering:
     def transfer(self, name: str, addr: int, n: int, core: int, before: int, busy: int) -> OpTiming:
         """A `send` or `recv` of `n` bytes at `addr`, timed from cycle `before`."""
         r = self.regs.get(addr)
+        self.drain()
         pre = self.cycles - before
-        self.unit({"op": name, "rd": r, "rs1": r, "core": core, "size": n}, busy)
+        self.serial({"op": name, "rd": r, "rs1": r, "core": core, "size": n}, busy)
         return OpTiming(pre, busy, GAP_CYCLES, n)
 
     def counter(self, op: SignalOp | WaitOp) -> None:
@@ -359,13 +396,13 @@ class _CoreLowering:
                               f"[{op.index}]; a signal needs one waiting core")
         reg = self.ex.event_register(waiter, key)
         if isinstance(op, SignalOp):
-            self.unit({"op": "sync", "core": waiter, "event_register": reg}, SCALAR_CYCLES)
+            self.serial({"op": "sync", "core": waiter, "event_register": reg}, SCALAR_CYCLES)
             return
         got = self.ex.consumed.get(key, 0)
         need = op.threshold[0].evaluate(self.env) - got
         if need > 0:
             self.ex.consumed[key] = got + need
-            self.unit({"op": "wait", "event_register": reg, "wait_value": need}, 0)
+            self.serial({"op": "wait", "event_register": reg, "wait_value": need}, 0)
         else:
             self.note("wait already satisfied (initial ring credits) dropped")
 
@@ -392,6 +429,8 @@ class _CoreLowering:
         act = self.chip.act
         if isinstance(op, ReshapeOp | EmptyOp | LaneResultOp | YieldOp | WeightOp):
             return
+        if not isinstance(op, MvmOp):
+            self.flush()
         if isinstance(op, LoadOp | StoreOp):
             self.memory(op)
         elif isinstance(op, ExtractSliceOp):
@@ -470,13 +509,14 @@ class _CoreLowering:
         pair = self.regs.global_address(glob)
         r = self.regs.get(self.addr(local))
         lead, service = self.chip.global_access(n, self.core, isinstance(op, LoadOp))
+        self.drain()
         if self.gm_first is None:
             self.gm_first = self.cycles + lead
         self.gm_cycles += service
         if isinstance(op, LoadOp):
-            self.unit({"op": "ld", "rd": r, "rs1": pair, "size": n}, self.chip.ld(n, self.core))
+            self.serial({"op": "ld", "rd": r, "rs1": pair, "size": n}, self.chip.ld(n, self.core))
         else:
-            self.unit({"op": "st", "rd": pair, "rs1": r, "size": n}, self.chip.st(n, self.core))
+            self.serial({"op": "st", "rd": pair, "rs1": r, "size": n}, self.chip.st(n, self.core))
 
     def mvm(self, op: MvmOp) -> None:
         w = self.resolve(op.weight)
@@ -491,11 +531,74 @@ class _CoreLowering:
         src, dst = self.addr(op.vector), self.addr(op.result)
         busy = self.chip.mvmul(size)
         act = self.chip.act
-        for r in range(rows):
-            ins = {"op": "mvmul", "rd": self.regs.get(dst + r * m * act),
-                   "rs1": self.regs.get(src + r * k * act), "group": group,
-                   "mbiw": self.chip.target.weight_bits, "relu": 0}
-            self.unit(ins, busy, MVM_GAP_CYCLES)
+        rows_of = [(dst + r * m * act, src + r * k * act, group, size, busy)
+                   for r in range(rows)]
+        if self.chip.target.mvm_units > 1:
+            self.mvms.append(rows_of)
+            return
+        for out, vec, _, _, _ in rows_of:
+            self.unit(self.mvmul(out, vec, group), busy, MVM_GAP_CYCLES)
+
+    def mvmul(self, out: int, vec: int, group: int) -> Instruction:
+        return {"op": "mvmul", "rd": self.regs.get(out), "rs1": self.regs.get(vec),
+                "group": group, "mbiw": self.chip.target.weight_bits, "relu": 0}
+
+    def flush(self) -> None:
+        """The MVMs held back (`mvm_units` > 1), row by row across their ops so that
+        different array groups follow each other, timed as pimsim-nn runs them with a
+        reorder buffer of `mvm_units` entries (`PimsimChip.config`, measured on ChipTest):
+        an instruction is dispatched in order once the entry `mvm_units` back has retired
+        (retirement is in order), an `mvmul` once its group is free and no instruction in
+        flight writes what it reads or reads what it writes (an `mvmul` reads a whole
+        crossbar row of inputs, `PimsimChip.mvm_ranges`); the groups' reads and writes take
+        the core's one local port in the order they ask for it; the op after them reads
+        their results and waits for the last one."""
+        runs, self.mvms = self.mvms, []
+        if not runs:
+            return
+        self.drain()
+        rob, gap = self.chip.target.mvm_units, ROB_MVM_GAP_CYCLES
+        mvms = [x for row in itertools.zip_longest(*runs) for x in row if x is not None]
+        port = 0  # the local port is free from
+        computed: list[int] = []  # per MVM: when it asks to write its outputs
+        done: list[int | None] = []
+        ranges: list[tuple[range, range]] = []
+        last: dict[int, int] = {}  # group -> its latest MVM
+
+        def write_until(t: int) -> None:
+            """The port serves the writes asked for by ``t``, in the order asked."""
+            nonlocal port
+            for i in sorted((i for i, d in enumerate(done) if d is None and computed[i] <= t),
+                            key=computed.__getitem__):
+                port = max(port, computed[i]) + self.chip.mvmul_parts(mvms[i][3])[2]
+                done[i] = port
+
+        def end(i: int) -> int:
+            write_until(computed[i])
+            d = done[i]
+            assert d is not None
+            return d
+
+        for j, (out, vec, group, size, busy) in enumerate(mvms):
+            if j >= rob:  # in-order retirement: the entry `rob` back and all before it
+                self.cycles = max(self.cycles, max(end(i) for i in range(j - rob + 1)) + gap)
+            ins = self.mvmul(out, vec, group)
+            reads, writes = self.chip.mvm_ranges(vec, out, size)
+            wait = [end(last[group])] if group in last else []
+            wait += [end(i) for i, (r, w) in enumerate(ranges)
+                     if (_meet(reads, w) or _meet(writes, r)) and end(i) > self.cycles]
+            start = max([self.cycles] + [t + gap for t in wait])
+            write_until(start)
+            read, compute, _ = self.chip.mvmul_parts(size)
+            port = max(port, start) + read
+            computed.append(port + compute)
+            done.append(None)
+            ranges.append((reads, writes))
+            last[group] = j
+            self.out.append(ins)
+            self.ex.cycles["mvmul"] += busy + gap
+            self.cycles = start + SCALAR_CYCLES
+        self.cycles = max(self.cycles, max(end(i) for i in range(len(mvms))) + gap)
 
     def unary(self, op: UnaryOp) -> None:
         n = math.prod(_shape(op.result))
@@ -538,6 +641,11 @@ class _CoreLowering:
         for j, idx in enumerate(itertools.product(*(range(shape[d]) for d in kept))):
             base = sum(i * strides[d] for i, d in zip(idx, kept, strict=True))
             self.vector("vavg", res + j * act, src + base * act, count, rs2=step)
+
+
+def _meet(a: range, b: range) -> bool:
+    """pimsim-nn's overlap test (`isOverlap`): ranges that only touch also meet."""
+    return a.start <= b.stop and b.start <= a.stop
 
 
 def _imm(x: float) -> int:
