@@ -186,13 +186,14 @@ def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
 def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...], int]:
     """The most cores each tile set may be resident on: its share of the cores its layer's
     lanes compete for (n of the layer's L lanes: n × cores / L, at most n), all shares scaled
-    down alike when they would not fit the chip's crossbars (at least one each). Why:
+    down alike when they would not fit the chip's crossbars (at least one each); a tile set
+    of no known layer (`ComputeGraph.tile_layer`: a generated graph) has no cap. Why:
     greedy replication copied the first layers' tiles onto every core that freed up first
     and left no room for the last ones, whose few lanes then ran one after another on their
     tiles' single core (ResNet-18: its 512-wide layers on 9 of 64 cores)."""
     lanes: dict[tuple[int, ...], int] = {}
     for k in tiles.key:
-        if k:
+        if k and tiles.layer[k]:  # tile sets of no known layer are not capped
             lanes[k] = lanes.get(k, 0) + 1
     per_layer: dict[str, int] = {}
     for k, n in lanes.items():
@@ -445,7 +446,8 @@ class _ListScheduler:
             return self.all_cores, self.no_need
         room = self.cap - self.nres
         need: IntArray = len(idx) - self.resident[:, idx].sum(axis=1)
-        if int((need == 0).sum()) >= self.copy_cap[self.tiles.key[t]]:
+        cap = self.copy_cap.get(self.tiles.key[t])
+        if cap is not None and int((need == 0).sum()) >= cap:
             return need == 0, need
         first = int((~self.homed[idx]).sum())
         pending = self.pending

@@ -159,11 +159,12 @@ def test_packing_failure_is_diagnosed() -> None:
 
 @pytest.mark.parametrize("seed", [1, 3])
 def test_tight_graphs_schedule_within_the_copy_caps(seed: int) -> None:
-    """48 and 42 distinct tiles in 52 slots: greedy placement (seed 1; it ran out of room
-    before copies were capped) or the packed fallback (seed 3) gives a valid schedule, and
-    no tile set is resident on more cores than its cap."""
+    """48 and 42 distinct tiles in 52 slots, all of one layer: greedy placement (seed 1; it
+    ran out of room before copies were capped) or the packed fallback (seed 3) gives a valid
+    schedule, and no tile set is resident on more cores than its cap."""
     target = Target(mesh_rows=2, mesh_cols=2, crossbars_per_core=13)
     g = random_layered_dag(80, seed=seed, width=8, tiles_per_batch=(1, 3), max_lanes=6)
+    g.tile_layer.update(dict.fromkeys(g.distinct_weights(), "all"))  # one layer: capped
     assert len(g.distinct_weights()) == (48 if seed == 1 else 42)
     r = peft_schedule(g, target)
     assert ("packed residency" in " ".join(r.notes)) == (seed == 3)
@@ -176,6 +177,13 @@ def test_tight_graphs_schedule_within_the_copy_caps(seed: int) -> None:
         if k:
             cores.setdefault(k, set()).add(r.core_of[t])
     assert all(len(c) <= caps[k] for k, c in cores.items())
+
+
+def test_a_graph_that_does_not_say_its_layers_has_no_copy_caps() -> None:
+    """Capping all tile sets of a generated graph as one layer slowed PEFT by up to 63 %
+    (random_layered_dag(40, seed=9, width=6) on 4x4: 15,736 ns against 9,676 uncapped)."""
+    g = random_layered_dag(40, seed=9, width=6)
+    assert copy_caps(_Tiles(g), 16, 16 * Target().crossbars_per_core) == {}
 
 
 def test_copy_caps_share_a_layers_cores_among_its_tile_sets() -> None:
