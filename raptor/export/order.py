@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+from raptor import noc
 from raptor.ir.core import Block, Operation
 from raptor.ir.module import Module
 from raptor.ir.ops import ChannelReceiveOp, ChannelSendOp, CoreOp, StreamOp
@@ -112,15 +113,17 @@ def pimsim_order(module: Module, rank: Rank | None = None) -> Iterator[Module]:
 
 def message_rank(module: Module, injected: Mapping[int, int]) -> dict[int, int] | None:
     """A message order from when each channel's message left in a run whose receives
-    never block (`injected`: channel -> time): by that time, ties in each sender's program
-    order. A message leaves before any op reading it starts (transfers take time), and a
-    core's later sends leave no earlier, so every receive keeps its place before its first
+    never block (`injected`: channel -> time), by `raptor.noc.pimsim_message_order`. A
+    message leaves before any op reading it starts (transfers take time), and a core's
+    later sends leave no earlier, so every receive keeps its place before its first
     reader and the order cannot deadlock. None if some send did not run."""
-    keys = []
+    made: list[tuple[int, int, int]] = []
+    channels: list[int] = []
     for i, body in enumerate(_programs(module)):
         sends = [op for op in body.ops if isinstance(op, ChannelSendOp)]
         for k, op in enumerate(sends):
             if op.channel not in injected:
                 return None
-            keys.append((injected[op.channel], i, k, op.channel))
-    return {key[-1]: r for r, key in enumerate(sorted(keys))}
+            made.append((injected[op.channel], i, k))
+            channels.append(op.channel)
+    return {channels[i]: r for r, i in enumerate(noc.pimsim_message_order(made))}

@@ -574,10 +574,11 @@ def blocking_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int
     sends keep their order in both, so either cannot deadlock). The ranks of
     ``rep.sends`` (materialization's channel numbers, the exporter's channel order) become
     the faster one."""
-    left = sorted(rep.sends, key=lambda k: (rep.left[k], core_of[graph.fragments[k[0]].producer],
-                                            rep.sends[k][1]))
+    keys = list(rep.sends)
+    left = noc.pimsim_message_order([(rep.left[k], core_of[graph.fragments[k[0]].producer],
+                                      rep.sends[k][1]) for k in keys])
     orders = [{k: rank for k, (_, rank) in rep.sends.items()},
-              {k: i for i, k in enumerate(left)}]
+              {keys[i]: r for r, i in enumerate(left)}]
     best = [blocking_makespan(graph, target, core_of, core_tasks, rep.sends, order)
             for order in orders]
     ok = [(b, i) for i, b in enumerate(best) if b is not None]
