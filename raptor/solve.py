@@ -1035,6 +1035,7 @@ def report(s: Solved) -> dict[str, Any]:
             "ideal_estimate_ns": run.ideal_estimate_ns,
             "plan_ns": res.makespan_ns,
             "simulated_ns": run.sim.report.latency_ns if run.sim else None,
+            "simulated_protocol": "raptor" if run.sim else None,
             "ideal_simulated_ns": run.ideal_ns,
             "communication": _communication(run),
             "period_ns": None,
@@ -1066,6 +1067,7 @@ def report(s: Solved) -> dict[str, Any]:
     return {
         "model": s.model,
         "target": s.target.name,
+        "protocol": s.target.protocol,
         "mode": s.mode,
         "tasks": g.num_tasks,
         "edges": len(g.edges),

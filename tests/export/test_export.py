@@ -434,9 +434,17 @@ def test_cli_solve_exports_and_reports_memory(tmp_path: Path,
     text = capsys.readouterr().out
     assert code == 0
     assert "0.8/64 KiB" in text and "exported 97 pimsim-nn instructions" in text
-    rep = json.loads((out / "report.json").read_text())["schedules"]["peft"]
+    full = json.loads((out / "report.json").read_text())
+    rep = full["schedules"]["peft"]
     assert rep["local_memory"]["peak_bytes"] == 768 and rep["local_memory"]["fits"]
-    assert rep["pimsim_export"]["pimsim_model_ns"] > 0
+    # scheduled for pimsim-nn's protocol, so "simulated" is the exported program under
+    # Raptor's model of pimsim-nn (the estimate's chip), Raptor's own mesh kept beside it
+    assert full["protocol"] == "pimsim-nn" and rep["simulated_protocol"] == "pimsim-nn"
+    assert rep["simulated_ns"] == rep["pimsim_export"]["pimsim_model_ns"] > 0
+    assert rep["mesh_simulated_ns"] > 0
+    assert abs(rep["estimate_ns"] - rep["simulated_ns"]) <= 0.02 * rep["simulated_ns"]
+    assert "simulated: the exported program under Raptor's model of pimsim-nn" in \
+        " ".join(text.split())
     assert (exp / "program" / "config.json").exists()
     small = tmp_path / "small.toml"
     small.write_text("local_memory_bytes = 256\n")
