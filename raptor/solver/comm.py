@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from raptor import noc
 from raptor.noc import FreeLinks, Network
-from raptor.solver.blocking import blocking_makespan
+from raptor.solver.blocking import START, blocking_makespan, meeting_posts
 from raptor.solver.flowplan import Message, ReceivePlan
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
@@ -66,10 +66,6 @@ def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[i
     return out
 
 
-START = -1
-"""The point at a core program's start. Every other *point* of a program is named by the
-task whose compute (with its shared-memory stores) it follows; the next task's compute
-follows it. At a point the core posts receives, then does sends, in that order."""
 
 
 @dataclass
@@ -124,6 +120,13 @@ class Replay:
         busy = self.link_busy_ns
         return (max(busy, default=0) / span, sum(busy) / max(self.links, 1) / span)
 
+
+MEETING_LEADS_NS = (2_000, 5_000)
+"""Under pimsim-nn's protocol, how long before a message leaves its receive may be due
+(`raptor.solver.blocking.meeting_posts`): each is tried, and posting just before the first
+reader. On the default target, with the message order chosen, lead 0 / 2 / 5 / 20 us /
+unbounded took yolo_neck 495 / 476 / 452 / 493 / 493 us and mobilenet_block 86.6 / 71.5 /
+79.6 / 109 / 109 us (778 and 112 us before their first readers)."""
 
 _RUN, _INJECT, _MEM = range(3)
 SKIPS = 8
@@ -619,20 +622,28 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         rep.sends = dict(built.sends)
         if target.protocol == "pimsim-nn" and rep.sends:
             got = blocking_makespan(graph, target, core_of, core_tasks, rep.sends,
-                                    {k: rank for k, (_, rank) in rep.sends.items()})
+                                    {k: rank for k, (_, rank) in rep.sends.items()},
+                                    built.posts)
             if got is not None:
                 rep.makespan_ns = got
     elif target.protocol == "pimsim-nn" and rep.sends:
-        # the same program on Raptor's mesh: when its messages leave is a third order
-        mesh = _Replayer(graph, dataclasses.replace(target, protocol="raptor"), core_of,
-                         core_tasks, priority, contention, budget, rep).run()
-        blocking_estimate(graph, target, core_of, core_tasks, rep, mesh.left)
+        def mesh(free: bool) -> dict[Message, int]:
+            """When the messages of ``rep``'s program leave on Raptor's mesh (links free
+            or not; empty if it cannot run there)."""
+            try:
+                return _Replayer(graph, dataclasses.replace(target, protocol="raptor"),
+                                 core_of, core_tasks, priority, not free, budget, rep
+                                 ).run().left
+            except ValueError:
+                return {}
+
+        blocking_estimate(graph, target, core_of, core_tasks, rep, mesh)
     return rep
 
 
 def blocking_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                       core_tasks: Sequence[Sequence[int]], rep: Replay,
-                      mesh_left: Mapping[Message, int]) -> None:
+                      mesh: Callable[[bool], Mapping[Message, int]]) -> None:
     """Under pimsim-nn's protocol: ``rep``'s makespan becomes that of its program in
     pimsim-nn's blocking order (`raptor.solver.blocking`), in the fastest of three message
     orders: the replay's send order, the order the messages left in its run, and the order
@@ -644,7 +655,9 @@ def blocking_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int
     become the fastest one."""
     keys = list(rep.sends)
     orders = [{k: rank for k, (_, rank) in rep.sends.items()}]
-    for when in (rep.left, mesh_left):
+    for when in (rep.left, mesh(False)):
+        if len(when) < len(keys):
+            continue
         made = noc.pimsim_message_order([(when[k], core_of[graph.fragments[k[0]].producer],
                                           rep.sends[k][1]) for k in keys])
         orders.append({keys[i]: r for r, i in enumerate(made)})
@@ -655,3 +668,30 @@ def blocking_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int
         return
     rep.makespan_ns, i = min(ok)
     rep.sends = {k: (point, orders[i][k]) for k, (point, _) in rep.sends.items()}
+    # then where the receives are posted: just before their first readers (what the
+    # orders were judged with), or where their senders will be (`meeting_posts`)
+    choices: list[tuple[int, int, int | None, dict[Message, int]]] = []
+    flow = rep.posts
+    for lead in (None, *MEETING_LEADS_NS):
+        posts = meeting_posts(graph, core_of, core_tasks, rep.start, flow, rep.left, lead,
+                              rep.sends, orders[i])
+        got = blocking_makespan(graph, target, core_of, core_tasks, rep.sends, orders[i],
+                                posts)
+        if got is not None:
+            choices.append((got, len(choices), lead, posts))
+    if not choices:
+        return
+    rep.makespan_ns, _, lead, rep.posts = min(choices)
+    # the program with these posts on Raptor's free mesh: its send order, a last candidate
+    free = mesh(True)
+    if len(free) < len(keys):
+        return
+    made = noc.pimsim_message_order([(free[k], core_of[graph.fragments[k[0]].producer],
+                                      rep.sends[k][1]) for k in keys])
+    order = {keys[i]: r for r, i in enumerate(made)}
+    posts = meeting_posts(graph, core_of, core_tasks, rep.start, flow, rep.left, lead,
+                          rep.sends, order)
+    got = blocking_makespan(graph, target, core_of, core_tasks, rep.sends, order, posts)
+    if got is not None and got < rep.makespan_ns:
+        rep.makespan_ns, rep.posts = got, posts
+        rep.sends = {k: (point, order[k]) for k, (point, _) in rep.sends.items()}

@@ -433,10 +433,10 @@ def test_cli_solve_exports_and_reports_memory(tmp_path: Path,
                  "--export-pimsim", str(exp)])
     text = capsys.readouterr().out
     assert code == 0
-    assert "0.8/64 KiB" in text and "exported 97 pimsim-nn instructions" in text
+    assert "0.6/64 KiB" in text and "exported 94 pimsim-nn instructions" in text
     full = json.loads((out / "report.json").read_text())
     rep = full["schedules"]["peft"]
-    assert rep["local_memory"]["peak_bytes"] == 768 and rep["local_memory"]["fits"]
+    assert rep["local_memory"]["peak_bytes"] == 640 and rep["local_memory"]["fits"]
     # scheduled for pimsim-nn's protocol, so "simulated" is the exported program under
     # Raptor's model of pimsim-nn (the estimate's chip), Raptor's own mesh kept beside it
     assert full["protocol"] == "pimsim-nn" and rep["simulated_protocol"] == "pimsim-nn"
