@@ -675,8 +675,8 @@ def blocking_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int
     for lead in (None, *MEETING_LEADS_NS):
         posts = meeting_posts(graph, core_of, core_tasks, rep.start, flow, rep.left, lead,
                               rep.sends, orders[i])
-        got = blocking_makespan(graph, target, core_of, core_tasks, rep.sends, orders[i],
-                                posts)
+        got = rep.makespan_ns if lead is None else blocking_makespan(
+            graph, target, core_of, core_tasks, rep.sends, orders[i], posts)
         if got is not None:
             choices.append((got, len(choices), lead, posts))
     if not choices:
