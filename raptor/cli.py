@@ -619,6 +619,10 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
         else:
             entry["pimsim_export"] = {"dir": str(d), "instructions": ex.instructions,
                                       "pimsim_model_ns": model_ns, "stand_ins": dict(ex.notes)}
+            if model_ns is not None and entry["simulated_ns"] is not None:
+                # the estimate is pimsim-nn's protocol's: "simulated" speaks of the same chip
+                entry.update(mesh_simulated_ns=entry["simulated_ns"], simulated_ns=model_ns,
+                             simulated_protocol="pimsim-nn")
             lines.append(f"{run.name}: exported {ex.instructions:,} pimsim-nn instructions on "
                          f"{cores} cores to {d}/ (Raptor's simulator under pimsim-nn's model: "
                          f"{ns(model_ns)} ns); {run_it}")

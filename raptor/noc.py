@@ -26,6 +26,7 @@ Nothing of Raptor's is imported at run time: ``raptor.target`` builds on this mo
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -145,6 +146,25 @@ def pimsim_transfer(request: int, posted: int, receiver_switch: int, sender_swit
     done = reply + read_ns
     start = max(done, sender_switch)
     return reply, done, start, start + nflits * flit_ns
+
+
+def pimsim_message_order(made: Sequence[tuple[int, int, int]]) -> list[int]:
+    """pimsim-nn's global message order from when each message was made in a run whose
+    receives do not block: ``made[i]`` = (time, sender, place in the sender's program).
+    By time; among messages made at one instant, every sender's first before any sender's
+    second, and so on, then by sender. Each sender's switch carries one message at a time,
+    so the j-th of a burst leaves j transfers later: ranking a whole burst of one core
+    before another core's first message keeps that core's receiver blocked behind the
+    burst (on mobilenet_block's program the order by (time, sender) took 239,504 ns under
+    `raptor.solver.blocking`, this one 124,217). A sender's messages keep their program
+    order, so a program walked in this order cannot deadlock when the run was valid."""
+    burst: dict[tuple[int, int], int] = {}
+    turn = [0] * len(made)
+    for i in sorted(range(len(made)), key=lambda i: (made[i][0], made[i][1], made[i][2])):
+        key = made[i][:2]
+        turn[i] = burst.get(key, 0)
+        burst[key] = turn[i] + 1
+    return sorted(range(len(made)), key=lambda i: (made[i][0], turn[i], made[i][1], made[i][2]))
 
 
 def inject_rank(src: int, dst: int, cores: int) -> int:

@@ -353,7 +353,7 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
             estimate, spill_ns, charged = rep.makespan_ns, dict[int, int](), g
             if spills and memory is not None and memory.over_capacity():
                 spilled = spill(scheduled, target)
-                estimate, spill_ns, charged = _spill_replay(g, target, res, spilled, budget,
+                estimate, spill_ns, charged = _spill_replay(g, target, res, spilled, rep,
                                                             estimate)
             changed = spilled is not None and bool(spilled.cores)
             if rounds > 1 or changed:
@@ -370,16 +370,17 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
 
 
 def _spill_replay(g: ComputeGraph, target: Target, res: MergeScheduleResult, spilled: Spill,
-                  budget: list[int] | None, unspilled_ns: int
+                  built: Replay, unspilled_ns: int
                   ) -> tuple[int, dict[int, int], ComputeGraph]:
     """The communication model's makespan with the spill traffic, per core the
     shared-memory service the spills take, and the graph with the spills charged to its
-    tasks (what a stream estimate plays). A spill store follows the compute of the task
-    it comes after on its core and is served by the chip's one shared-memory port in
-    request order (`Task.shared_ns`), before that point's sends, as materialized; a spill
-    load comes just before the task that reads it, after the point's sends, so it is
-    charged to that task's own work (the queue it may meet is left out: it would delay
-    the sends too)."""
+    tasks (what a stream estimate plays), replayed in the flow of the program ``built``
+    was materialized from (its posts and sends stay where they are). A spill store
+    follows the compute of the task it comes after on its core and is served by the
+    chip's one shared-memory port in request order (`Task.shared_ns`), before that
+    point's sends, as materialized; a spill load comes just before the task that reads
+    it, after the point's sends, so it is charged to that task's own work (the queue it
+    may meet is left out: it would delay the sends too)."""
     tasks = list(g.tasks)
     per_core: dict[int, int] = {}
     for core, cs in spilled.cores.items():
@@ -395,7 +396,7 @@ def _spill_replay(g: ComputeGraph, target: Target, res: MergeScheduleResult, spi
         return unspilled_ns, {}, g
     charged = dataclasses.replace(g, tasks=tasks)
     return replay(charged, target, res.core_of, res.core_tasks, res.start_ns,
-                  budget=budget).makespan_ns, per_core, charged
+                  built=built).makespan_ns, per_core, charged
 
 
 def message_flow(build: GraphBuild, rep: Replay) -> Flow:
@@ -1034,6 +1035,7 @@ def report(s: Solved) -> dict[str, Any]:
             "ideal_estimate_ns": run.ideal_estimate_ns,
             "plan_ns": res.makespan_ns,
             "simulated_ns": run.sim.report.latency_ns if run.sim else None,
+            "simulated_protocol": "raptor" if run.sim else None,
             "ideal_simulated_ns": run.ideal_ns,
             "communication": _communication(run),
             "period_ns": None,
@@ -1065,6 +1067,7 @@ def report(s: Solved) -> dict[str, Any]:
     return {
         "model": s.model,
         "target": s.target.name,
+        "protocol": s.target.protocol,
         "mode": s.mode,
         "tasks": g.num_tasks,
         "edges": len(g.edges),

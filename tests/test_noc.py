@@ -131,3 +131,12 @@ def test_protocol_is_a_target_key() -> None:
     assert load_target("pimsim-nn").protocol == "pimsim-nn"
     with pytest.raises(TargetError, match="'protocol' must be one of raptor, pimsim-nn"):
         target_from_dict({"protocol": "ethernet"}, "t")
+
+
+def test_pimsim_message_order_interleaves_the_bursts_of_one_instant() -> None:
+    """Messages (time, sender, place in its program): by time; at one instant every
+    sender's first before any sender's second; each sender's own order kept."""
+    made = [(5, 0, 0), (5, 0, 1), (5, 0, 2), (5, 1, 0), (5, 1, 1), (3, 2, 0), (9, 1, 2)]
+    order = noc.pimsim_message_order(made)
+    assert [made[i] for i in order] == [(3, 2, 0), (5, 0, 0), (5, 1, 0), (5, 0, 1),
+                                        (5, 1, 1), (5, 0, 2), (9, 1, 2)]

@@ -28,7 +28,14 @@ from typing import Any
 import numpy as np
 
 from raptor.export.chip import ChipError, PimsimChip
-from raptor.export.order import Rank, message_rank, pimsim_order, posts_earlier
+from raptor.export.order import (
+    PostedRank,
+    Rank,
+    channel_rank,
+    message_rank,
+    pimsim_order,
+    posts_earlier,
+)
 from raptor.export.pimsim import Export, ExportError, lower_module
 from raptor.export.validate import validate
 from raptor.fileio import write_text_atomic
@@ -68,9 +75,12 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
         if not 1 <= inferences <= count:
             raise ExportError(f"the stream program has inputs for {count} inferences; "
                               f"cannot unroll {inferences} (1..{count})")
-    ex = _export(module, target, plan, allow_overflow, inferences, None)
-    return ex if stream_count(module) is not None else _best_order(
-        module, target, plan, allow_overflow, ex)
+    if stream_count(module) is not None:
+        return _export(module, target, plan, allow_overflow, inferences, None)
+    # scheduled for pimsim-nn: receives go where the schedule posted them (`PostedRank`)
+    mine = channel_rank(module) if target.protocol == "pimsim-nn" else None
+    ex = _export(module, target, plan, allow_overflow, inferences, mine)
+    return _best_order(module, target, plan, allow_overflow, ex)
 
 
 def _export(module: Module, target: Target, plan: MemoryPlan | None, allow_overflow: bool,
@@ -110,7 +120,7 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
 
     try:
         with _stand_in_weights(module):
-            with pimsim_order(module):
+            with pimsim_order(module, ex.rank):
                 ex.model_ns = Simulator(module, target, timings=ex.timings).timing(
                     SimOptions.pimsim(trace=False)).latency_ns
             _, trace = Simulator(module, target, timings=ex.timings).traced(
@@ -118,6 +128,8 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
             rank = message_rank(module, {ch: t for _, _, ch, _, t, _ in trace.messages})
             if rank is None:
                 return ex
+            if isinstance(ex.rank, PostedRank):
+                rank = PostedRank(rank)
             other = _export(module, target, plan, allow_overflow, None, rank)
             with pimsim_order(module, rank):
                 other.model_ns = Simulator(module, target, timings=other.timings).timing(
@@ -178,7 +190,9 @@ def manifest(export: Export, timeout_ms: float) -> dict[str, Any]:
         "local_memory_bytes_written": export.chip.local_bytes,
         "over_capacity": export.overflow,
         "latency_timeout_ms": timeout_ms,
-        "message_order": "channel" if export.rank is None else "send time",
+        "message_order": "channel" if export.rank is None or all(
+            k == v for k, v in export.rank.items()) else "send time",
+        "receives_where_posted": isinstance(export.rank, PostedRank),
         "raptor_pimsim_model_ns": export.model_ns,
         "mvm": {"front_cycles": export.chip.front, "back_cycles": export.chip.back,
                 "compute_cycles": export.chip.mvm_compute(),

@@ -20,12 +20,28 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+from raptor import noc
 from raptor.ir.core import Block, Operation
 from raptor.ir.module import Module
 from raptor.ir.ops import ChannelReceiveOp, ChannelSendOp, CoreOp, StreamOp
 
 Rank = Mapping[int, int]
 """Channel -> its message's place in the global order (distinct integers)."""
+
+
+class PostedRank(dict[int, int]):
+    """A message order for a program scheduled under pimsim-nn's protocol: besides before
+    its first reader or a send later in the order, each receive goes as soon as the
+    program reaches where it is posted and no send earlier in the order is still to come
+    (materialization posts it where its sender will be,
+    `raptor.solver.blocking.meeting_posts`; the estimate's `blocking.programs` places it
+    by the same rule)."""
+
+
+def channel_rank(module: Module) -> PostedRank:
+    """The channel order as a `PostedRank`."""
+    return PostedRank({op.channel: op.channel for body in _programs(module)
+                       for op in body.ops if isinstance(op, ChannelSendOp)})
 
 
 def blocking_order(ops: list[Operation], rank: Rank | None = None) -> list[Operation]:
@@ -35,6 +51,12 @@ def blocking_order(ops: list[Operation], rank: Rank | None = None) -> list[Opera
     receives = sorted((op for op in ops if isinstance(op, ChannelReceiveOp)),
                       key=lambda op: key(op.channel))
     channel_of = {op.result: key(op.channel) for op in receives}
+    posted = isinstance(rank, PostedRank)
+    later = [1 << 62] * (len(ops) + 1)  # the place of the next send from each op on
+    for j in range(len(ops) - 1, -1, -1):
+        op = ops[j]
+        later[j] = key(op.channel) if isinstance(op, ChannelSendOp) else later[j + 1]
+    due: set[Operation] = set()
     out: list[Operation] = []
     next_recv = 0
 
@@ -44,9 +66,13 @@ def blocking_order(ops: list[Operation], rank: Rank | None = None) -> list[Opera
             out.append(receives[next_recv])
             next_recv += 1
 
-    for op in ops:
+    for j, op in enumerate(ops):
         if isinstance(op, ChannelReceiveOp):
+            due.add(op)
             continue
+        while posted and next_recv < len(receives) and receives[next_recv] in due and \
+                channel_of[receives[next_recv].result] < later[j]:
+            receive_upto(channel_of[receives[next_recv].result])
         needed = [channel_of[v] for v in op.operands() if v in channel_of]
         if isinstance(op, ChannelSendOp):
             needed.append(key(op.channel) - 1)
@@ -112,15 +138,17 @@ def pimsim_order(module: Module, rank: Rank | None = None) -> Iterator[Module]:
 
 def message_rank(module: Module, injected: Mapping[int, int]) -> dict[int, int] | None:
     """A message order from when each channel's message left in a run whose receives
-    never block (`injected`: channel -> time): by that time, ties in each sender's program
-    order. A message leaves before any op reading it starts (transfers take time), and a
-    core's later sends leave no earlier, so every receive keeps its place before its first
+    never block (`injected`: channel -> time), by `raptor.noc.pimsim_message_order`. A
+    message leaves before any op reading it starts (transfers take time), and a core's
+    later sends leave no earlier, so every receive keeps its place before its first
     reader and the order cannot deadlock. None if some send did not run."""
-    keys = []
+    made: list[tuple[int, int, int]] = []
+    channels: list[int] = []
     for i, body in enumerate(_programs(module)):
         sends = [op for op in body.ops if isinstance(op, ChannelSendOp)]
         for k, op in enumerate(sends):
             if op.channel not in injected:
                 return None
-            keys.append((injected[op.channel], i, k, op.channel))
-    return {key[-1]: r for r, key in enumerate(sorted(keys))}
+            made.append((injected[op.channel], i, k))
+            channels.append(op.channel)
+    return {channels[i]: r for r, i in enumerate(noc.pimsim_message_order(made))}

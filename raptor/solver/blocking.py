@@ -16,6 +16,7 @@ a time chip-wide. Its makespan is the estimate under pimsim-nn's protocol.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Mapping, Sequence
 
@@ -28,15 +29,21 @@ Message = tuple[int, int]
 """(fragment, destination core)."""
 
 _TASK, _SEND, _RECV = range(3)
+START = -1
+"""The point at a core program's start. Every other *point* of a program is named by the
+task whose compute (with its shared-memory stores) it follows; the next task's compute
+follows it. At a point the core posts receives, then does sends, in that order."""
 
 
 def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequence[int]],
-             sends: Mapping[Message, tuple[int, int]], order: Mapping[Message, int]
-             ) -> list[list[tuple[int, int]]]:
+             sends: Mapping[Message, tuple[int, int]], order: Mapping[Message, int],
+             posts: Mapping[Message, int] | None = None) -> list[list[tuple[int, int]]]:
     """Each core's program in the blocking order of ``order`` (message -> place): its sends
     where the replay made them (``sends``: message -> (point, rank), a point's sends in rank
     order), its tasks in order, and each receive before its first reader or before a send
-    later in ``order``, whichever comes first (`raptor.export.order.blocking_order`).
+    later in ``order``, whichever comes first; with ``posts`` (message -> point) also as
+    soon as its point has passed and no send earlier in ``order`` is still to come
+    (`raptor.export.order.blocking_order`, ``posted=True``).
     Items are (kind, task or message index into ``list(sends)``)."""
     keys = list(sends)
     index = {k: i for i, k in enumerate(keys)}
@@ -46,18 +53,26 @@ def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequen
         point, rank = sends[keys[i]]
         at_point.setdefault((core_of[frags[f].producer], point), []).append((rank, i))
     into: list[list[tuple[int, int]]] = [[] for _ in progs]
+    posted_at: dict[tuple[int, int], list[int]] = {}
     for i, k in enumerate(keys):
         into[k[1]].append((order[k], i))
+        if posts is not None:
+            posted_at.setdefault((k[1], posts[k]), []).append(i)
     out: list[list[tuple[int, int]]] = []
     for p, prog in enumerate(progs):
         plain: list[tuple[int, int]] = []
         for point in (-1, *prog):
             if point >= 0:
                 plain.append((_TASK, point))
+            plain.extend((_RECV, i) for i in posted_at.get((p, point), ()))
             plain.extend((_SEND, i) for _, i in sorted(at_point.get((p, point), ())))
+        later = [1 << 62] * (len(plain) + 1)  # the rank of the next send from each item
+        for j in range(len(plain) - 1, -1, -1):
+            later[j] = order[keys[plain[j][1]]] if plain[j][0] == _SEND else later[j + 1]
         mine = sorted(into[p])
         place = dict((i, o) for o, i in mine)
         ops: list[tuple[int, int]] = []
+        due: set[int] = set()
         nxt = 0
 
         def upto(o: int, mine: list[tuple[int, int]] = mine, ops: list[tuple[int, int]] = ops
@@ -67,7 +82,12 @@ def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequen
                 ops.append((_RECV, mine[nxt][1]))
                 nxt += 1
 
-        for kind, x in plain:
+        for j, (kind, x) in enumerate(plain):
+            if kind == _RECV:
+                due.add(x)
+                continue
+            while nxt < len(mine) and mine[nxt][1] in due and mine[nxt][0] < later[j]:
+                upto(mine[nxt][0])
             if kind == _TASK:
                 need = [place[index[(f, p)]] for f in graph.reads[x]
                         if core_of[frags[f].producer] != p]
@@ -78,6 +98,54 @@ def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequen
             ops.append((kind, x))
         upto(1 << 62)
         out.append(ops)
+    return out
+
+
+def meeting_posts(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequence[int]],
+                  start: Sequence[int], posts: Mapping[Message, int],
+                  left: Mapping[Message, int], lead: int | None,
+                  sends: Mapping[Message, tuple[int, int]], order: Mapping[Message, int]
+                  ) -> dict[Message, int]:
+    """Receives posted where their sender will be: each at the point before the first task
+    of its core planned to start after the message left, less ``lead`` ns (``start``,
+    ``left``: a run whose receives do not block), never earlier than ``posts`` (the flow
+    control's points, which keep local memory within budget) nor after the point before
+    its first reader (where every receive goes with ``lead`` None). pimsim-nn's `recv`
+    blocks its core and its `send` waits for the `recv`: a receive left just before its
+    first reader keeps the sender waiting through the receiver's computes before it, and
+    the sender's own receivers behind it. Nor is one posted after a send of its core
+    later in ``order`` (the blocking order puts it before that send): the program as
+    materialized is then the blocking order but for receives posted earlier, and runs on
+    Raptor's own mesh, where posted receives never block, as surely as on pimsim-nn."""
+    pos: dict[int, int] = {START: -1}
+    for prog in progs:
+        for i, t in enumerate(prog):
+            pos[t] = i
+    first: dict[Message, int] = {}
+    for t, fs in enumerate(graph.reads):
+        q = core_of[t]
+        for f in fs:
+            key = (f, q)
+            if key in posts and pos[t] < first.get(key, 1 << 62):
+                first[key] = pos[t]
+    starts = [[start[t] for t in prog] for prog in progs]
+    mine: list[list[tuple[int, int]]] = [[] for _ in progs]  # (rank, position) per core
+    for key, (point, _) in sends.items():
+        mine[core_of[graph.fragments[key[0]].producer]].append((order[key], pos[point]))
+    for m in mine:
+        m.sort()
+    ranks = [[r for r, _ in m] for m in mine]
+    out: dict[Message, int] = {}
+    for key, point in posts.items():
+        prog = progs[key[1]]
+        at = first[key]
+        k = bisect.bisect_right(ranks[key[1]], order[key])
+        if k < len(mine[key[1]]):  # a later send at position x: post by the point x
+            at = min(at, mine[key[1]][k][1] + 1)
+        if lead is not None:  # `at` tasks start before the message leaves (less lead)
+            at = min(at, bisect.bisect_right(starts[key[1]], left[key] - lead))
+        meet = prog[at - 1] if at else START
+        out[key] = meet if pos[meet] > pos[point] else point
     return out
 
 
@@ -93,12 +161,13 @@ def _shared(target: Target, task: Task) -> tuple[int, int]:
 
 def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                       progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
-                      order: Mapping[Message, int]) -> int | None:
+                      order: Mapping[Message, int], posts: Mapping[Message, int] | None = None
+                      ) -> int | None:
     """The makespan of the program `programs` builds, under pimsim-nn's protocol; None if
     it deadlocks (an order that contradicts the dependencies)."""
     keys = list(sends)
     frags = graph.fragments
-    ops = programs(graph, core_of, progs, sends, order)
+    ops = programs(graph, core_of, progs, sends, order, posts)
     wire = graph.memory.fragment if graph.memory is not None else \
         [noc.wire_bytes(target, f.bytes) for f in frags]
     queued = [_shared(target, t) for t in graph.tasks]

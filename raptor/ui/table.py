@@ -160,8 +160,14 @@ def _title(rep: dict[str, Any]) -> str:
         return (f"pipeline schedules, {counted(n, 'inference')} simulated; inf/s: "
                 f"throughput; efficiency: period lower bound {rep['period_lower_bound_ns']:,} "
                 "ns (work / cores, heaviest group, output stores) / simulated period")
-    return (f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns: critical path, "
-            "work / cores, fan-in, shared memory, layer load)")
+    title = (f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns: critical path, "
+             "work / cores, fan-in, shared memory, layer load)")
+    if rep.get("protocol", "raptor") == "raptor":
+        return title
+    simulated = {s.get("simulated_protocol") for s in rep["schedules"].values()} - {None}
+    return title + "; estimate under pimsim-nn's protocol" + (
+        "; simulated: the exported program under Raptor's model of pimsim-nn"
+        if simulated == {"pimsim-nn"} else "; simulated: Raptor's mesh" if simulated else "")
 
 
 def _fitted(title: str, heads: Sequence[str], rows: Sequence[Sequence[str]],

@@ -502,10 +502,18 @@ def test_cli_solve_exports_and_reports_memory(tmp_path: Path,
                  "--export-pimsim", str(exp)])
     text = capsys.readouterr().out
     assert code == 0
-    assert "0.8/64 KiB" in text and "exported 97 pimsim-nn instructions" in text
-    rep = json.loads((out / "report.json").read_text())["schedules"]["peft"]
-    assert rep["local_memory"]["peak_bytes"] == 768 and rep["local_memory"]["fits"]
-    assert rep["pimsim_export"]["pimsim_model_ns"] > 0
+    assert "0.6/64 KiB" in text and "exported 94 pimsim-nn instructions" in text
+    full = json.loads((out / "report.json").read_text())
+    rep = full["schedules"]["peft"]
+    assert rep["local_memory"]["peak_bytes"] == 640 and rep["local_memory"]["fits"]
+    # scheduled for pimsim-nn's protocol, so "simulated" is the exported program under
+    # Raptor's model of pimsim-nn (the estimate's chip), Raptor's own mesh kept beside it
+    assert full["protocol"] == "pimsim-nn" and rep["simulated_protocol"] == "pimsim-nn"
+    assert rep["simulated_ns"] == rep["pimsim_export"]["pimsim_model_ns"] > 0
+    assert rep["mesh_simulated_ns"] > 0
+    assert abs(rep["estimate_ns"] - rep["simulated_ns"]) <= 0.02 * rep["simulated_ns"]
+    assert "simulated: the exported program under Raptor's model of pimsim-nn" in \
+        " ".join(text.split())
     assert (exp / "program" / "config.json").exists()
     small = tmp_path / "small.toml"
     small.write_text("local_memory_bytes = 256\n")
@@ -582,8 +590,9 @@ def test_a_parsed_program_without_weight_data_chooses_the_same_order(
 def test_estimate_under_pimsim_protocol_predicts_the_model(name: str) -> None:
     """Scheduled under pimsim-nn's protocol, the communication estimate (blocking receives
     in the exporter's message order, `raptor.solver.blocking`) predicts Raptor's model of
-    pimsim-nn on the export within 2 % (measured -1.1 % and -0.6 %; 13-46 % off before it
-    modelled blocking receives), and the program is faster on that model than the one
+    pimsim-nn on the export within 2 % (measured -0.4 % and -1.05 %; 13-46 % off before it
+    modelled blocking receives, +4.8 % on mobilenet_block when the exporter kept an order
+    the estimate never saw), and the program is faster on that model than the one
     scheduled for Raptor's mesh."""
     ns = {}
     for protocol in ("pimsim-nn", "raptor"):

@@ -127,3 +127,24 @@ def test_peft_keeps_a_refinement_only_when_it_replays_faster() -> None:
     refined = peft_schedule(g, LINE)
     assert refined.estimate_ns <= replay(g, LINE, plain.core_of, plain.core_tasks,
                                          plain.start_ns).makespan_ns
+
+
+def test_a_built_program_replays_in_its_own_flow_when_costs_change() -> None:
+    """A program is materialized from one replay's posts and sends; replaying it with new
+    costs (a spilled program's loads and stores) keeps them (`replay(..., built=)`). Here
+    the receive was posted
+    after x (it did not fit before): with x 60 ns longer, the send still waits for that
+    post and the message arrives 60 ns later; with the same costs nothing changes."""
+    g = _late_reader(900)
+    progs = [[0], [1, 2], [], []]
+    first = replay(g, LINE, [0, 1, 1], progs, budget=BUDGET)
+    same = replay(g, LINE, [0, 1, 1], progs, built=first)
+    assert (same.posts, same.sends, same.makespan_ns) == (first.posts, first.sends,
+                                                          first.makespan_ns)
+    tasks = list(g.tasks)
+    tasks[1] = dataclasses.replace(tasks[1], cost_ns=160)
+    longer = dataclasses.replace(g, tasks=tasks)
+    again = replay(longer, LINE, [0, 1, 1], progs, built=first)
+    assert again.posts == first.posts and again.sends == first.sends
+    assert again.arrival[(0, 1)] == first.arrival[(0, 1)] + 60
+    assert again.makespan_ns == first.makespan_ns + 60
