@@ -877,7 +877,7 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
     ideal = run.ideal.period_ns(fill) if run.ideal is not None else None
     lat = rep.inference_latency_ns() if rep is not None else []
     assert s.problem is not None
-    bound = s.problem.lower_bound(True)
+    bound = s.problem.period_bound(True)
     out: dict[str, Any] = {
         "period_ns": est.period_ns,
         "ideal_period_ns": est.ideal_period_ns,
@@ -1072,7 +1072,7 @@ def report(s: Solved) -> dict[str, Any]:
         "groups": len(s.build.tiles),
         "mvm_units": s.target.mvm_units,
         "lower_bound_ns": s.bounds.makespan_ns,
-        **({"period_lower_bound_ns": s.problem.lower_bound(True), "inferences": s.stream,
+        **({"period_lower_bound_ns": s.problem.period_bound(True), "inferences": s.stream,
             "pipeline_groups": s.problem.num_groups} if s.problem is not None else {}),
         "lower_bounds": {"critical_path_ns": s.bounds.critical_path_ns,
                          "work_per_core_ns": s.bounds.work_per_core_ns,

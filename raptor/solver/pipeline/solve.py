@@ -82,7 +82,8 @@ def spread_stream(problem: PipelineProblem, replication: bool = True, window: bo
     `follow`: as `follow_producers` (where local memory is tight)."""
     t0 = time.perf_counter()
     P, G = problem.num_cores, problem.num_groups
-    T = stage_time(problem, 0, G, P, replication, path=False)
+    T = max(stage_time(problem, 0, G, P, replication, path=False),
+            problem.period_bound(replication))
     _, r = stage_kmin(problem, 0, G, T, replication, path=False)
     part = Partition((0,), (P,), tuple(int(x) for x in r))
     best: tuple[int, Placement, str] | None = None
