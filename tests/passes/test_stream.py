@@ -34,6 +34,7 @@ from raptor.solver.from_ir import GraphBuild, build_compute_graph
 from raptor.solver.pipeline import (
     PipelineResult,
     build_problem,
+    cone_stream,
     follow_producers,
     heuristic_pipeline,
     spread_stream,
@@ -233,10 +234,14 @@ def test_a_tight_stream_fits_local_memory_where_the_flow_control_placed_its_mess
     problem = solved.problem
     assert problem is not None
     name = next(c["candidate"] for c in run.candidates if c["returned"])
-    assert name in ("heuristic", "spread", "windows")
+    assert name in ("heuristic", "spread", "windows", "cones")
     if name == "heuristic":
         base = heuristic_pipeline(problem)
         moved = follow_producers(problem, base)
+    elif name == "cones":  # no refinement of its own
+        cones = cone_stream(problem)
+        assert cones is not None
+        base = moved = cones
     else:
         base = spread_stream(problem, window=name == "windows")
         moved = spread_stream(problem, window=name == "windows", follow=True)
