@@ -63,20 +63,26 @@ def latency_stream(problem: PipelineProblem, schedule: MergeScheduleResult) -> P
     cores and per-core order, so a core starts inference n + 1 once it has finished its part
     of inference n (as far as the dependencies allow). Why: it is a candidate of every
     pipeline solver, so pipeline mode is never slower than looping latency mode."""
-    P, G = problem.num_cores, problem.num_groups
-    part = Partition((0,), (P,), (1,) * G)
-    order = [list(ts) for ts in schedule.core_tasks]
-    core_of = list(schedule.core_of)
+    pl = _one_stage(problem, list(schedule.core_of), [list(ts) for ts in schedule.core_tasks])
+    return build_result(problem, pl, solver=schedule.solver, status="LATENCY",
+                        model_period=evaluate_partition(problem, pl.partition).period_ns,
+                        bound_ns=None, solve_seconds=schedule.solve_seconds,
+                        notes=[f"the {schedule.solver} latency schedule as one stage"])
+
+
+def _one_stage(problem: PipelineProblem, core_of: list[int], order: list[list[int]]
+               ) -> Placement:
+    """A placement of one stage on every core given its cores and per-core order (no
+    replication factors of the model: tiles sit where their tasks do)."""
+    P = problem.num_cores
+    part = Partition((0,), (P,), (1,) * problem.num_groups)
     starts = asap_starts(problem, core_of, order)
     dur = problem.graph.durations(core_of)
     completion = max((s + d for s, d in zip(starts, dur, strict=True)), default=0)
     pl = measure(problem, part, [list(range(P))], core_of, order, [0] * len(core_of),
                  [completion])
     pl.memory_ns = problem.baseline_ns
-    return build_result(problem, pl, solver=schedule.solver, status="LATENCY",
-                        model_period=evaluate_partition(problem, part).period_ns,
-                        bound_ns=None, solve_seconds=schedule.solve_seconds,
-                        notes=[f"the {schedule.solver} latency schedule as one stage"])
+    return pl
 
 
 def spread_stream(problem: PipelineProblem, replication: bool = True, window: bool = False,
@@ -123,7 +129,7 @@ def cone_stream(problem: PipelineProblem) -> PipelineResult | None:
     so a lane's producers — a row's column runs and the halo rows they read — sit on its
     core or the next ones, and every core works on one region through the layers: the
     ResNet block's spreads, their lanes scattered, simulated at 35,500-37,675 ns (long
-    rendezvous and the output stores bunching), this placement at about 29,000 ns."""
+    rendezvous and the output stores bunching), this placement at 29,522 ns."""
     t0 = time.perf_counter()
     graph, target, P = problem.graph, problem.target, problem.num_cores
     seq = _cone_order(problem)
@@ -147,14 +153,7 @@ def cone_stream(problem: PipelineProblem) -> PipelineResult | None:
             core_of[t] = c
     rank = {t: k for k, t in enumerate(topological_order(
         [[v for v, _ in vs] for vs in graph.succs], problem.top_level))}
-    order = [sorted(ts, key=rank.__getitem__) for ts in bins]
-    part = Partition((0,), (P,), (1,) * problem.num_groups)
-    starts = asap_starts(problem, core_of, order)
-    dur = graph.durations(core_of)
-    completion = max((s + d for s, d in zip(starts, dur, strict=True)), default=0)
-    pl = measure(problem, part, [list(range(P))], core_of, order, [0] * len(core_of),
-                 [completion])
-    pl.memory_ns = problem.baseline_ns
+    pl = _one_stage(problem, core_of, [sorted(ts, key=rank.__getitem__) for ts in bins])
     return build_result(problem, pl, solver="cones", status="CONES", model_period=bound,
                         bound_ns=None, objective_ns=bound,
                         solve_seconds=time.perf_counter() - t0,
