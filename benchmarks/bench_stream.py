@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             wall = time.perf_counter() - t0
             for run in solved.runs:
                 assert solved.problem is not None
-                print(row(name, replication, run, args.stream, solved.problem.lower_bound(True)))
+                print(row(name, replication, run, args.stream, solved.problem.period_bound(True)))
                 if args.causes and run.sim is not None:
                     cause_rows.append(causes(name, run, target))
             print(f"<!-- {name} replication={replication}: solve() {wall:.1f} s wall; "

@@ -53,6 +53,7 @@ from raptor.solver.pipeline import (
     PipelineProblem,
     PipelineResult,
     build_problem,
+    cone_stream,
     cpsat_pipeline,
     follow_producers,
     heuristic_pipeline,
@@ -577,13 +578,18 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     say(f"PEFT: {counted(g.num_tasks, 'task')} on {counted(target.num_cores, 'core')} "
         "(the latency candidate)")
     latency = latency_stream(problem, _timed(seconds, "peft", peft_schedule, g, target))
-    def spread(window: bool) -> tuple[PipelineResult, Replay | None]:
+    def spread(name: str) -> tuple[PipelineResult, Replay | None] | None:
+        if name == "cones":  # it copies tiles freely; no refinement of its own
+            cones = cone_stream(problem) if opts.replication else None
+            return None if cones is None else \
+                _follow(problem, cones, target, opts.replication, lambda: cones)
+        window = name == "windows"
         return _follow(problem, spread_stream(problem, opts.replication, window), target,
                        opts.replication,
                        lambda: spread_stream(problem, opts.replication, window, follow=True))
 
-    spreads = [(name, *_timed(seconds, name, spread, name == "windows"))
-               for name in (SPREADS if opts.spread else ())]
+    spreads = [(name, *made) for name in (SPREADS if opts.spread else ())
+               if (made := _timed(seconds, name, spread, name)) is not None]
     lat_flow = None
     rows: dict[str, list[tuple[str, PipelineResult, Replay | None]]] = {}
     if opts.solver in ("pipeline", "both"):
@@ -675,7 +681,7 @@ class _Candidate:
 
     name: str
     """"heuristic", "cpsat", "latency" (the latency schedule as one stage), "spread" or
-    "windows" (`spread_stream` by loads or by windows)."""
+    "windows" (`spread_stream` by loads or by windows), "cones" (`cone_stream`)."""
     result: PipelineResult
     run: ScheduleRun
 
@@ -703,12 +709,13 @@ class _Candidate:
         return (0, sim) if sim is not None else (1, self.estimate_ns)
 
 
-SPREADS = ("spread", "windows")
-"""The candidates `spread_stream` makes."""
+SPREADS = ("spread", "windows", "cones")
+"""The one-stage candidates: `spread_stream` by loads or by windows, `cone_stream`."""
 WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition",
          "latency": "the latency schedule as one stage",
          "spread": "one stage spread over every core",
-         "windows": "one stage spread over every core by windows"}
+         "windows": "one stage spread over every core by windows",
+         "cones": "one stage in dependency-cone order"}
 
 
 def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
@@ -878,7 +885,7 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
     ideal = run.ideal.period_ns(fill) if run.ideal is not None else None
     lat = rep.inference_latency_ns() if rep is not None else []
     assert s.problem is not None
-    bound = s.problem.lower_bound(True)
+    bound = s.problem.period_bound(True)
     out: dict[str, Any] = {
         "period_ns": est.period_ns,
         "ideal_period_ns": est.ideal_period_ns,
@@ -1075,7 +1082,7 @@ def report(s: Solved) -> dict[str, Any]:
         "groups": len(s.build.tiles),
         "mvm_units": s.target.mvm_units,
         "lower_bound_ns": s.bounds.makespan_ns,
-        **({"period_lower_bound_ns": s.problem.lower_bound(True), "inferences": s.stream,
+        **({"period_lower_bound_ns": s.problem.period_bound(True), "inferences": s.stream,
             "pipeline_groups": s.problem.num_groups} if s.problem is not None else {}),
         "lower_bounds": {"critical_path_ns": s.bounds.critical_path_ns,
                          "work_per_core_ns": s.bounds.work_per_core_ns,

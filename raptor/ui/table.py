@@ -159,7 +159,7 @@ def _title(rep: dict[str, Any]) -> str:
         n = rep["inferences"]
         return (f"pipeline schedules, {counted(n, 'inference')} simulated; inf/s: "
                 f"throughput; efficiency: period lower bound {rep['period_lower_bound_ns']:,} "
-                "ns (work / cores, heaviest group, output stores) / simulated period")
+                "ns (work packed on the cores, heaviest group, output stores) / simulated period")
     title = (f"latency schedules (lower bound {rep['lower_bound_ns']:,} ns: critical path, "
              "work / cores, fan-in, shared memory, layer load)")
     if rep.get("protocol", "raptor") == "raptor":

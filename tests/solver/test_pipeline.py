@@ -19,7 +19,9 @@ from raptor.solver.graph import ComputeGraph
 from raptor.solver.pipeline import (
     PipelineCapacityError,
     PipelineProblem,
+    PipelineResult,
     build_problem,
+    cone_stream,
     dp_pipeline,
     heuristic_pipeline,
     spread_stream,
@@ -244,25 +246,60 @@ def test_stage_kmin_is_monotone_in_the_period() -> None:
                     assert k2 <= k1
 
 
+def test_cone_stream_is_one_valid_stage_keeping_producers_near() -> None:
+    """The cone placement (docs/pipeline.md §3) validates on random problems and keeps
+    every core within its limit; on the ResNet block its messages travel fewer byte-hops
+    than the spread's (a row's column runs and their halo rows on neighbouring cores)."""
+    for problem in problems(12):
+        res = cone_stream(problem)
+        if res is None:  # some task fits no core within twice the period bound
+            continue
+        assert validate_pipeline(problem.graph, problem.target, res, problem) == []
+        assert len(res.stages) == 1
+        loads = [sum(problem.graph.tasks[t].cost_ns for t in ts)
+                 for ts in res.schedule.core_tasks]
+        assert max(loads) <= 2 * problem.period_bound(True)  # the largest limit it tries
+    target = load_target("default")
+    build = build_compute_graph(
+        compile_model(EXAMPLES / "resnet_block.onnx", target).module.main(), target)
+    problem = build_problem(build.graph, target, build=build)
+    cones = cone_stream(problem)
+    assert cones is not None
+
+    def byte_hops(res: PipelineResult) -> int:
+        core = res.schedule.core_of
+        return sum(e.bytes * int(problem.hops[core[e.src], core[e.dst]])
+                   for e in build.graph.edges)
+
+    assert byte_hops(cones) < byte_hops(spread_stream(problem)) / 2
+
+
 @pytest.mark.parametrize("window", [False, True])
 def test_spread_stream_is_one_valid_stage_within_its_model_time(window: bool) -> None:
     """A spread (one stage on every core, docs/pipeline.md §3) validates on random problems;
     its model time leaves the dependency path out, so it is never above the one-stage
-    model time with it; by loads on LeNet every core stays within it (the period bound)."""
+    model time with it (raised to the packing bound, `packed_work`); by loads on the MLP
+    every core stays within it (the period bound)."""
     for problem in problems(12):
         res = spread_stream(problem, window=window)
         assert validate_pipeline(problem.graph, problem.target, res, problem) == []
         assert len(res.stages) == 1
         G, P = problem.num_groups, problem.num_cores
-        assert res.model_period_ns <= stage_time(problem, 0, G, P, True)
+        assert res.model_period_ns <= max(stage_time(problem, 0, G, P, True),
+                                          problem.packed_work)
         sch = res.schedule
         assert longest_window(problem, sch.core_of, sch.core_tasks) > 0
     target = load_target("default")
-    build = build_compute_graph(compile_model(EXAMPLES / "lenet.onnx", target).module.main(),
-                                target)
-    problem = build_problem(build.graph, target, build=build)
-    res = spread_stream(problem, window=window)
-    loads = [sum(build.graph.tasks[t].cost_ns for t in ts) for ts in res.schedule.core_tasks]
-    assert res.model_period_ns == problem.lower_bound(True)
-    if not window:
-        assert max(loads) <= res.model_period_ns
+    for name in ("lenet", "mlp"):
+        build = build_compute_graph(
+            compile_model(EXAMPLES / f"{name}.onnx", target).module.main(), target)
+        problem = build_problem(build.graph, target, build=build)
+        res = spread_stream(problem, window=window)
+        loads = [sum(build.graph.tasks[t].cost_ns for t in ts) for ts in res.schedule.core_tasks]
+        if name == "lenet":  # lumpy lanes: work / cores (21,011 ns) cannot be packed
+            assert res.model_period_ns == problem.packed_work > problem.lower_bound(True)
+            assert problem.packed_work <= max(loads)
+        else:
+            assert res.model_period_ns == problem.lower_bound(True)
+            if not window:
+                assert max(loads) <= res.model_period_ns

@@ -13,6 +13,7 @@ from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.problem import PipelineCapacityError, PipelineProblem, build_problem
 from raptor.solver.pipeline.result import PipelineResult, StageInfo, validate_pipeline
 from raptor.solver.pipeline.solve import (
+    cone_stream,
     cpsat_pipeline,
     dp_pipeline,
     follow_producers,
@@ -22,6 +23,6 @@ from raptor.solver.pipeline.solve import (
 )
 
 __all__ = ["CpSatPipelineOptions", "Partition", "PipelineCapacityError", "PipelineProblem",
-           "PipelineResult", "StageInfo", "build_problem", "cpsat_pipeline", "dp_pipeline",
-           "evaluate_partition", "follow_producers", "heuristic_pipeline", "latency_stream",
-           "spread_stream", "validate_pipeline"]
+           "PipelineResult", "StageInfo", "build_problem", "cone_stream", "cpsat_pipeline",
+           "dp_pipeline", "evaluate_partition", "follow_producers", "heuristic_pipeline",
+           "latency_stream", "spread_stream", "validate_pipeline"]

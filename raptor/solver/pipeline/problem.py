@@ -27,6 +27,7 @@ from raptor.noc import serial_cycles
 from raptor.solver.costs import shared_write_ns
 from raptor.solver.from_ir import GraphBuild
 from raptor.solver.graph import ComputeGraph
+from raptor.solver.pipeline.packing import packing_bound
 from raptor.target import Target
 
 IntArray = npt.NDArray[np.int64]
@@ -170,6 +171,19 @@ class PipelineProblem:
         r = P if replication else 1
         heaviest = int(self.bounds[:, r - 1].max()) if self.groups else 0
         return max(-(-self.total_work // P), heaviest, self.baseline_ns, 1)
+
+    def period_bound(self, replication: bool) -> int:
+        """`lower_bound` raised to the least load at which the tasks can be packed onto the
+        cores at all (`packing.packing_bound`): what no stream's steady period goes below
+        (the report's `period_lower_bound_ns`). The partitioners keep `lower_bound`, the
+        period model's own bound."""
+        return max(self.lower_bound(replication), self.packed_work)
+
+    @cached_property
+    def packed_work(self) -> int:
+        """The least load at which the tasks may be packed onto the cores (≥ work / cores)."""
+        return packing_bound([t.cost_ns for t in self.graph.tasks], self.num_cores,
+                             max(-(-self.total_work // self.num_cores), 1))
 
 
 def _atoms(graph: ComputeGraph) -> list[list[int]]:

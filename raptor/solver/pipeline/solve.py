@@ -17,8 +17,18 @@ from raptor.solver.pipeline.model import (
     stage_time,
 )
 from raptor.solver.pipeline.pack import PackFailure
-from raptor.solver.pipeline.problem import PipelineCapacityError, PipelineProblem
-from raptor.solver.pipeline.realize import Placement, asap_starts, measure, realize
+from raptor.solver.pipeline.problem import (
+    PipelineCapacityError,
+    PipelineProblem,
+    topological_order,
+)
+from raptor.solver.pipeline.realize import (
+    Placement,
+    asap_starts,
+    core_sequence,
+    measure,
+    realize,
+)
 from raptor.solver.pipeline.result import PipelineResult, build_result
 from raptor.solver.schedule import MergeScheduleResult
 
@@ -53,27 +63,34 @@ def latency_stream(problem: PipelineProblem, schedule: MergeScheduleResult) -> P
     cores and per-core order, so a core starts inference n + 1 once it has finished its part
     of inference n (as far as the dependencies allow). Why: it is a candidate of every
     pipeline solver, so pipeline mode is never slower than looping latency mode."""
-    P, G = problem.num_cores, problem.num_groups
-    part = Partition((0,), (P,), (1,) * G)
-    order = [list(ts) for ts in schedule.core_tasks]
-    core_of = list(schedule.core_of)
+    pl = _one_stage(problem, list(schedule.core_of), [list(ts) for ts in schedule.core_tasks])
+    return build_result(problem, pl, solver=schedule.solver, status="LATENCY",
+                        model_period=evaluate_partition(problem, pl.partition).period_ns,
+                        bound_ns=None, solve_seconds=schedule.solve_seconds,
+                        notes=[f"the {schedule.solver} latency schedule as one stage"])
+
+
+def _one_stage(problem: PipelineProblem, core_of: list[int], order: list[list[int]]
+               ) -> Placement:
+    """A placement of one stage on every core given its cores and per-core order (no
+    replication factors of the model: tiles sit where their tasks do)."""
+    P = problem.num_cores
+    part = Partition((0,), (P,), (1,) * problem.num_groups)
     starts = asap_starts(problem, core_of, order)
     dur = problem.graph.durations(core_of)
     completion = max((s + d for s, d in zip(starts, dur, strict=True)), default=0)
     pl = measure(problem, part, [list(range(P))], core_of, order, [0] * len(core_of),
                  [completion])
     pl.memory_ns = problem.baseline_ns
-    return build_result(problem, pl, solver=schedule.solver, status="LATENCY",
-                        model_period=evaluate_partition(problem, part).period_ns,
-                        bound_ns=None, solve_seconds=schedule.solve_seconds,
-                        notes=[f"the {schedule.solver} latency schedule as one stage"])
+    return pl
 
 
 def spread_stream(problem: PipelineProblem, replication: bool = True, window: bool = False,
                   follow: bool = False) -> PipelineResult:
     """One stage on every core, each core kept within the least time the model allows
     without the dependency path (work / cores, the heaviest group at its replication): its
-    load, or with `window` its window (first task's start to last task's end, cores in use
+    load (at least `packed_work`, below which no packing exists; the model period then),
+    or with `window` its window (first task's start to last task's end, cores in use
     before fresh ones) at 1, 1.25, 1.5 or 2 times that time, whichever placement has the
     shortest longest window. Why: a stage's cores run their loops on successive inferences
     as far as the dependencies allow, so a stream's period follows its busiest core and its
@@ -82,11 +99,14 @@ def spread_stream(problem: PipelineProblem, replication: bool = True, window: bo
     `follow`: as `follow_producers` (where local memory is tight)."""
     t0 = time.perf_counter()
     P, G = problem.num_cores, problem.num_groups
-    T = stage_time(problem, 0, G, P, replication, path=False)
-    _, r = stage_kmin(problem, 0, G, T, replication, path=False)
+    model = stage_time(problem, 0, G, P, replication, path=False)
+    _, r = stage_kmin(problem, 0, G, model, replication, path=False)
     part = Partition((0,), (P,), tuple(int(x) for x in r))
+    # loads cannot all be packed below `packed_work`; windows keep the model's ladder (from
+    # the packing bound, the torch CNNs' windows simulated 15-17 % slower)
+    T = max(model, problem.packed_work)
     best: tuple[int, Placement, str] | None = None
-    for limit in [T * k // 4 for k in (4, 5, 6, 8)] if window else [T]:
+    for limit in [model * k // 4 for k in (4, 5, 6, 8)] if window else [T]:
         pl = realize(problem, part, replication, follow=follow, limits=[limit], window=window)
         if isinstance(pl, PackFailure):
             raise PipelineCapacityError(pl.message)
@@ -98,6 +118,96 @@ def spread_stream(problem: PipelineProblem, replication: bool = True, window: bo
                         bound_ns=None, objective_ns=T, solve_seconds=time.perf_counter() - t0,
                         notes=[f"one stage on {P} cores, {best[2]}: longest window "
                                f"{best[0]} ns"])
+
+
+def cone_stream(problem: PipelineProblem) -> PipelineResult | None:
+    """One stage on every core, each group's tasks spread over the serpentine walk of the
+    cores in depth-first order from the outputs (`_cone_order`): its i-th of n tasks to
+    the core at i·P/n along the walk, or the nearest one whose load and crossbars stay
+    within the limit (the period bound, raised by quarters until all fit; None when twice
+    it does not). Why: each layer's lanes then lie in the order of the outputs they feed,
+    so a lane's producers — a row's column runs and the halo rows they read — sit on its
+    core or the next ones, and every core works on one region through the layers: the
+    ResNet block's spreads, their lanes scattered, simulated at 35,500-37,675 ns (long
+    rendezvous and the output stores bunching), this placement at 29,522 ns."""
+    t0 = time.perf_counter()
+    graph, target, P = problem.graph, problem.target, problem.num_cores
+    seq = _cone_order(problem)
+    walk = core_sequence(target, "rows")
+    rank_in_group: dict[int, int] = {}
+    counts = [0] * problem.num_groups
+    for t in seq:
+        g = problem.group_of[t]
+        rank_in_group[t] = counts[g]
+        counts[g] += 1
+    bound = problem.period_bound(True)
+    for limit in (bound * k // 4 for k in (4, 5, 6, 7, 8)):
+        bins = _spread_cones(problem, seq, walk, rank_in_group, counts, limit)
+        if bins is not None:
+            break
+    else:
+        return None
+    core_of = [0] * graph.num_tasks
+    for c, ts in enumerate(bins):
+        for t in ts:
+            core_of[t] = c
+    rank = {t: k for k, t in enumerate(topological_order(
+        [[v for v, _ in vs] for vs in graph.succs], problem.top_level))}
+    pl = _one_stage(problem, core_of, [sorted(ts, key=rank.__getitem__) for ts in bins])
+    return build_result(problem, pl, solver="cones", status="CONES", model_period=bound,
+                        bound_ns=None, objective_ns=bound,
+                        solve_seconds=time.perf_counter() - t0,
+                        notes=[f"one stage on {P} cores, each group in dependency-cone "
+                               f"order, loads within {limit} ns"])
+
+
+def _spread_cones(problem: PipelineProblem, seq: Sequence[int], walk: Sequence[int],
+                  rank: dict[int, int], counts: Sequence[int], limit: int
+                  ) -> list[list[int]] | None:
+    """Per core the tasks `cone_stream` gives it at `limit` (None: some task fits none)."""
+    graph, cap, P = problem.graph, problem.target.crossbars_per_core, problem.num_cores
+    load = [0] * P
+    tiles: list[set[int]] = [set() for _ in range(P)]
+    bins: list[list[int]] = [[] for _ in range(P)]
+    for t in seq:
+        task = graph.tasks[t]
+        at = (2 * rank[t] + 1) * P // (2 * counts[problem.group_of[t]])
+        for d in range(P):
+            k = next((k for k in (at - d, at + d) if 0 <= k < P and
+                      load[walk[k]] + task.cost_ns <= limit and
+                      len(tiles[walk[k]] | task.weights) <= cap), None)
+            if k is not None:
+                c = walk[k]
+                break
+        else:
+            return None
+        load[c] += task.cost_ns
+        tiles[c] |= task.weights
+        bins[c].append(t)
+    return bins
+
+
+def _cone_order(problem: PipelineProblem) -> list[int]:
+    """Every task once, depth first from the outputs (sinks by id), a task after its
+    producers (by id): a topological order that keeps each task's producers beside it."""
+    graph = problem.graph
+    preds = [sorted(u for u, _ in ps) for ps in graph.preds]
+    seen = [False] * graph.num_tasks
+    out: list[int] = []
+    for sink in (t for t in range(graph.num_tasks) if not graph.succs[t]):
+        stack = [(sink, 0)]
+        seen[sink] = True
+        while stack:
+            t, i = stack.pop()
+            if i < len(preds[t]):
+                stack.append((t, i + 1))
+                u = preds[t][i]
+                if not seen[u]:
+                    seen[u] = True
+                    stack.append((u, 0))
+            else:
+                out.append(t)
+    return out
 
 
 def longest_window(problem: PipelineProblem, core_of: Sequence[int],
