@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from raptor import noc
-from raptor.noc import FreeLinks, Network
+from raptor.noc import FreeLinks, shared_network
 from raptor.solver.blocking import blocking_makespan
 from raptor.solver.flowplan import Message, ReceivePlan
 from raptor.solver.graph import ComputeGraph
@@ -140,7 +140,7 @@ class _Replayer:
                  core_tasks: Sequence[Sequence[int]], priority: Sequence[int],
                  contention: bool, budget: Sequence[int] | None = None) -> None:
         self.g = graph
-        self.net = Network(target)
+        self.net = shared_network(target)
         self.core_of = core_of
         self.progs = [list(ts) for ts in core_tasks]
         self.contention = contention

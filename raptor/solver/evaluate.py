@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from raptor.noc import Network, free_cycles
+from raptor.noc import free_cycles, shared_network
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
 
@@ -221,7 +221,7 @@ def _delays(graph: ComputeGraph, target: Target, core_of: Sequence[int]
             ) -> dict[tuple[int, int], int]:
     """Per edge, the contention-free delay from the producer's end to the consumer's start
     (under the target's protocol, `raptor.noc`)."""
-    net = Network(target)
+    net = shared_network(target)
     return {(u, v): net.timing(core_of[u], core_of[v], b)[2]
             for (u, v), b in graph.largest_message().items()}
 
