@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -211,6 +212,8 @@ class Network:
         self._messages: dict[tuple[int, int, int], Route] = {}
         self._timing: dict[tuple[int, int], tuple[int, int]] = {}
         self.switch_base = 4 * target.num_cores
+        self.switched = self.protocol != "raptor"
+        """A message's route is its sender's switch (pimsim-nn), not its links."""
 
     def route(self, src: int, dst: int) -> tuple[int, ...]:
         """Directed links from ``src`` to ``dst``: the row first, then the column."""
@@ -259,15 +262,14 @@ class Network:
         if links is None:
             links = self.route(src, dst)
         hops = len(links)
-        t = self.target
-        key = (hops, flits(t, nbytes))  # sizes of one flit count time alike
+        key = (hops, flits(self.target, nbytes))  # sizes of one flit count time alike
         got = self._timing.get(key)
         if got is None:
-            p = self.protocol
+            t, p = self.target, self.protocol
             got = self._timing[key] = (
                 t.ns(hold_cycles(t, hops, nbytes, p)),
                 t.ns(message_cycles(t, hops, nbytes, p)) if links else 0)
-        if self.protocol != "raptor" and links:
+        if self.switched and links:
             links = (self.switch_base + src,)
         return links, got[0], got[1]
 
@@ -300,6 +302,14 @@ class Network:
         else:  # the simulator's hot path: one call per message
             head = table.walk(links, inject, hop, ser)
         return transfer + head - (len(links) - 1) * hop
+
+
+@lru_cache(maxsize=8)
+def shared_network(target: Target, protocol: str | None = None) -> Network:
+    """One :class:`Network` per (target, protocol) for the schedulers and the replay: its
+    routes and timings depend on nothing else, so its caches stay warm from one scheduler
+    run (and one solve phase) to the next instead of starting cold each time."""
+    return Network(target, protocol)
 
 
 class FreeLinks:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raptor import noc
-from raptor.noc import FreeLinks, Network
+from raptor.noc import FreeLinks, shared_network
 from raptor.solver.blocking import START, blocking_makespan, meeting_posts
 from raptor.solver.flowplan import Message, ReceivePlan
 from raptor.solver.graph import ComputeGraph
@@ -55,14 +55,17 @@ def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[i
     destination core and the fragment. Materialization orders its sends by the same rule."""
     graph.freeze()
     urgency: dict[tuple[int, int], int] = {}
+    producer = [frag.producer for frag in graph.fragments]
     for t, frags in enumerate(graph.reads):
-        q = core_of[t]
+        q, at = core_of[t], priority[t]
         for f in frags:
-            if core_of[graph.fragments[f].producer] != q:
-                urgency[(f, q)] = min(urgency.get((f, q), priority[t]), priority[t])
+            if core_of[producer[f]] != q:
+                was = urgency.get((f, q))
+                if was is None or at < was:
+                    urgency[(f, q)] = at
     out: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_tasks)]
-    for (f, q), _ in sorted(urgency.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][0])):
-        out[graph.fragments[f].producer].append((f, q))
+    for _, q, f in sorted([(at, q, f) for (f, q), at in urgency.items()]):
+        out[producer[f]].append((f, q))
     return out
 
 
@@ -145,7 +148,7 @@ class _Replayer:
                  contention: bool, budget: Sequence[int] | None = None,
                  built: Replay | None = None) -> None:
         self.g = graph
-        self.net = Network(target)
+        self.net = shared_network(target)
         self.core_of = core_of
         self.progs = [list(ts) for ts in core_tasks]
         self.contention = contention

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from raptor.noc import Network, free_cycles
+from raptor.noc import free_cycles, shared_network
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
 
@@ -143,12 +143,15 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     links = max(1, min(rows - 1, 2) + min(cols - 1, 2)) if link_cut else 1 << 62
     one_hop = target.num_cores > 1
     head = [0] * graph.num_tasks
+    hop_ns: dict[int, int] = {}  # one hop of a message of so many bytes
     for v in graph.topo_order:
         preds = []
         for u, _ in graph.preds[v]:
             end = head[u] + costs[u]
-            arrive = end + target.ns(free_cycles(target, 1, largest[(u, v)])) if one_hop \
-                else 1 << 62
+            b = largest[(u, v)]
+            if b not in hop_ns:
+                hop_ns[b] = target.ns(free_cycles(target, 1, b))
+            arrive = end + hop_ns[b] if one_hop else 1 << 62
             preds.append((arrive, head[u], costs[u], cycles.get((u, v), 0)))
         if not preds:
             continue
@@ -221,7 +224,7 @@ def _delays(graph: ComputeGraph, target: Target, core_of: Sequence[int]
             ) -> dict[tuple[int, int], int]:
     """Per edge, the contention-free delay from the producer's end to the consumer's start
     (under the target's protocol, `raptor.noc`)."""
-    net = Network(target)
+    net = shared_network(target)
     return {(u, v): net.timing(core_of[u], core_of[v], b)[2]
             for (u, v), b in graph.largest_message().items()}
 

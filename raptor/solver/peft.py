@@ -63,7 +63,7 @@ import time
 
 import numpy as np
 
-from raptor.noc import Network, Timelines, serial_cycles
+from raptor.noc import Timelines, serial_cycles, shared_network
 from raptor.solver.comm import replay
 from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
@@ -380,7 +380,7 @@ class _ListScheduler:
         links), kept from c's first placed producer until c is placed (a tasks x cores
         table took 205 MB at 100k tasks on 256 cores)."""
         self.cores = _Cores(P, min(self.cost_of, default=0))
-        self.net = Network(target)
+        self.net = shared_network(target)
         self.links = Timelines(self.net.num_links)
         """Message reservations on the mesh links: cut-through, inserted into idle time."""
         self.memory = Timelines(1)
