@@ -87,7 +87,11 @@ def _loaded(*names: str, base: tuple[type[Exception], ...] = ()) -> tuple[type[E
 @contextmanager
 def _expected(path: str) -> Iterator[None]:
     """An expected failure of compiling or scheduling `path` as its one-line `CliError` (exit
-    1 for a model the target cannot run or IR that does not verify, 2 for bad input)."""
+    1 for a model the target cannot run or IR that does not verify, 2 for bad input). Bad
+    input has its own classes (the frontend's, the input files', the rules', the layout's);
+    any other exception, a bare `ValueError` included, is Raptor's bug and reaches `main`'s
+    internal-error line: the checks before compiling (the parser's, `cmd_solve`'s, the
+    frontend's, `raptor.fileio`'s, onnx.checker's) leave no bare `ValueError` to user input."""
     try:
         yield
     except _loaded("raptor.rewrite.eggfile.RuleError", base=(InputFileError,)) as e:
@@ -99,7 +103,7 @@ def _expected(path: str) -> Iterator[None]:
                    "raptor.solver.pipeline.problem.PipelineCapacityError") as e:
         raise CliError(_about(path, e), EXIT_FAIL) from None
     except _loaded("raptor.passes.lower.LoweringError", "raptor.rewrite.layout.LayoutError",
-                   base=(FrontendError, ValueError)) as e:
+                   base=(FrontendError,)) as e:
         raise CliError(_about(path, e)) from None
 
 
