@@ -122,9 +122,9 @@ STATUSES: dict[str, str] = {
 """report.json's `status` of a schedule, one of these words (docs/report.schema.json);
 `status_detail` says what happened in words, with no wall-clock seconds (those are in
 `solve_seconds` and `seconds`). When the word is not the solver's own (a search's schedule
-`NOT_USED`, or `NO_SOLUTION` after a search that kept its hint), the detail begins with what
-the search ended as: `after a search that ended OPTIMAL; ...` (a heuristic's row, which did
-not search, says only which candidate is returned)."""
+`NOT_USED`, or `NO_SOLUTION`), the detail begins with CP-SAT's word for how the search
+ended: `after a search that ended OPTIMAL; ...`, `... ended UNKNOWN: ...` (a heuristic's row,
+which did not search, says only which candidate is returned)."""
 
 _NO_SOLUTION = ("UNKNOWN", "INFEASIBLE", "MODEL_INVALID")
 """CP-SAT's own words for a search that returned no solution."""
@@ -170,7 +170,8 @@ def _reworded(first: str, rest: str, text: str) -> str:
     if first == "HEURISTIC":  # no search: only which candidate is returned, and why
         inner = rest.strip()
         return inner[1:-1] if inner[:1] == "(" and inner[-1:] == ")" else inner
-    return f"after a search that ended {first}{rest}" if first in STATUSES else text
+    known = first in STATUSES or first in _NO_SOLUTION
+    return f"after a search that ended {first}{rest}" if known else text
 
 
 @dataclass

@@ -71,6 +71,7 @@ def test_every_solver_outcome_is_one_documented_word() -> None:
     assert "units of deterministic time (time limit 1 s x 0.05 units per second" in \
         got["solved"][1]
     assert got["no solution"][0] == "NO_SOLUTION" and "hint verified" in got["no solution"][1]
+    assert got["no solution"][1].startswith("after a search that ended ")  # one verdict
     for word, detail in got.values():
         assert word in STATUSES and " s of search" not in detail
 
