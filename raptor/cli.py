@@ -87,7 +87,11 @@ def _loaded(*names: str, base: tuple[type[Exception], ...] = ()) -> tuple[type[E
 @contextmanager
 def _expected(path: str) -> Iterator[None]:
     """An expected failure of compiling or scheduling `path` as its one-line `CliError` (exit
-    1 for a model the target cannot run or IR that does not verify, 2 for bad input)."""
+    1 for a model the target cannot run or IR that does not verify, 2 for bad input). Bad
+    input has its own classes (the frontend's, the input files', the rules', the layout's);
+    any other exception, a bare `ValueError` included, is Raptor's bug and reaches `main`'s
+    internal-error line: the checks before compiling (the parser's, `cmd_solve`'s, the
+    frontend's, `raptor.fileio`'s, onnx.checker's) leave no bare `ValueError` to user input."""
     try:
         yield
     except _loaded("raptor.rewrite.eggfile.RuleError", base=(InputFileError,)) as e:
@@ -99,7 +103,7 @@ def _expected(path: str) -> Iterator[None]:
                    "raptor.solver.pipeline.problem.PipelineCapacityError") as e:
         raise CliError(_about(path, e), EXIT_FAIL) from None
     except _loaded("raptor.passes.lower.LoweringError", "raptor.rewrite.layout.LayoutError",
-                   base=(FrontendError, ValueError)) as e:
+                   base=(FrontendError,)) as e:
         raise CliError(_about(path, e)) from None
 
 
@@ -460,7 +464,9 @@ def _solve_parser(sub: _Commands) -> None:
                    "random inputs)")
     _add_input_options(s)
     s.add_argument("--no-simulate", action="store_true",
-                   help="schedule and materialize only; simulated fields are null")
+                   help="schedule and materialize only: no simulation on Raptor's mesh, no "
+                   "numerics check (simulated fields are null; with --export-pimsim, "
+                   "'simulated' is the exported program under Raptor's model of pimsim-nn)")
     s.add_argument("--send-mode", choices=["rendezvous", "buffered"], default="rendezvous",
                    help="simulated channel semantics (default rendezvous)")
     s.add_argument("--no-contention", action="store_true",
@@ -561,6 +567,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return EXIT_FAIL if failed else EXIT_OK
 
 
+_PIMSIM_FIGURES = ("pimsim_export", "simulated_ns", "mesh_simulated_ns", "simulated_protocol")
+"""What `_export_runs` adds to a schedule's report entry."""
+
+
 def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
                  inferences: int | None = None) -> tuple[list[str], list[str]]:
     """`--export-pimsim DIR`: every valid schedule's program (into DIR, or DIR/<solver>
@@ -582,6 +592,9 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
             continue
         d = Path(out_dir) if len(solved.runs) == 1 else Path(out_dir) / run.name
         if id(run.scheduled) in done:  # the same program (a schedule that fell back)
+            first = rep["schedules"][done[id(run.scheduled)]]
+            rep["schedules"][run.name].update(  # and so the same figures on pimsim-nn
+                {k: first[k] for k in _PIMSIM_FIGURES if k in first})
             lines.append(f"{run.name}: same program as {done[id(run.scheduled)]}")
             continue
         try:
@@ -619,8 +632,9 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
         else:
             entry["pimsim_export"] = {"dir": str(d), "instructions": ex.instructions,
                                       "pimsim_model_ns": model_ns, "stand_ins": dict(ex.notes)}
-            if model_ns is not None and entry["simulated_ns"] is not None:
-                # the estimate is pimsim-nn's protocol's: "simulated" speaks of the same chip
+            if model_ns is not None:
+                # the estimate is pimsim-nn's protocol's: "simulated" speaks of the same chip,
+                # under --no-simulate too (the export ran the model; Raptor's mesh did not)
                 entry.update(mesh_simulated_ns=entry["simulated_ns"], simulated_ns=model_ns,
                              simulated_protocol="pimsim-nn")
             lines.append(f"{run.name}: exported {ex.instructions:,} pimsim-nn instructions on "

@@ -121,7 +121,10 @@ STATUSES: dict[str, str] = {
 }
 """report.json's `status` of a schedule, one of these words (docs/report.schema.json);
 `status_detail` says what happened in words, with no wall-clock seconds (those are in
-`solve_seconds` and `seconds`)."""
+`solve_seconds` and `seconds`). When the word is not the solver's own (a search's schedule
+`NOT_USED`, or `NO_SOLUTION`), the detail begins with CP-SAT's word for how the search
+ended: `after a search that ended OPTIMAL; ...`, `... ended UNKNOWN: ...` (a heuristic's row,
+which did not search, says only which candidate is returned)."""
 
 _NO_SOLUTION = ("UNKNOWN", "INFEASIBLE", "MODEL_INVALID")
 """CP-SAT's own words for a search that returned no solution."""
@@ -151,12 +154,24 @@ def schedule_status(solver_status: str, notes: list[str], interrupted: bool = Fa
     else:  # a solver's word this function does not know: a bug, said in the detail
         word = "FEASIBLE"
         text = f"(solver said: {text})"
-    detail = text.removeprefix(first).lstrip(" :") if word == first else text
+    rest = text.removeprefix(first)
+    detail = rest.lstrip(" :") if word == first else _reworded(first, rest, text)
     if interrupted and word != "OPTIMAL":  # (a proof that completed stands)
         detail = "Ctrl-C ended the search" + (f"; {word}" if word != "FEASIBLE" else "") + \
             (f": {detail}" if detail else "")
         word = "INTERRUPTED"
     return word, detail
+
+
+def _reworded(first: str, rest: str, text: str) -> str:
+    """The detail of a status word that is not the solver's own word `first` (`rest`
+    follows it in the solver's `text`): the solver's word as how its search ended, so that
+    the status line never reads as two verdicts (`NOT_USED OPTIMAL`)."""
+    if first == "HEURISTIC":  # no search: only which candidate is returned, and why
+        inner = rest.strip()
+        return inner[1:-1] if inner[:1] == "(" and inner[-1:] == ")" else inner
+    known = first in STATUSES or first in _NO_SOLUTION
+    return f"after a search that ended {first}{rest}" if known else text
 
 
 @dataclass

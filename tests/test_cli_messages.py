@@ -117,3 +117,21 @@ def test_a_missing_parenthesis_is_reported_where_its_form_opens(
     assert main(["rules", "check", str(rules)]) == 1
     err = one_line(capsys.readouterr().err)
     assert err.startswith(f"{layout}:{line + 1}:1: error: ") and "never closed" in err
+
+
+def test_an_internal_value_error_is_not_dressed_as_bad_input(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # a ValueError from Raptor's own code (an invariant it broke) is a bug: exit 1 and
+    # "internal error", not exit 2 as if the model were at fault; bad input stays exit 2
+    import raptor.solve
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("an invariant broke")
+
+    monkeypatch.setattr(raptor.solve, "solve", broken)
+    model = str(EXAMPLES / "mlp.onnx")
+    assert main(["solve", model, "--solver", "peft", "--no-simulate"]) == 1
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith("raptor: internal error (ValueError: an invariant broke)")
+    assert main(["solve", model, "--inputs", "/nonexistent/x.npz"]) == 2
+    assert "no such file" in one_line(capsys.readouterr().err)

@@ -164,9 +164,12 @@ def _title(rep: dict[str, Any]) -> str:
              "work / cores, fan-in, shared memory, layer load)")
     if rep.get("protocol", "raptor") == "raptor":
         return title
-    simulated = {s.get("simulated_protocol") for s in rep["schedules"].values()} - {None}
+    schedules = rep["schedules"].values()
+    simulated = {s.get("simulated_protocol") for s in schedules} - {None}
+    mesh = "" if any(s.get("mesh_simulated_ns") is not None for s in schedules) else \
+        " (Raptor's mesh not simulated)"  # --no-simulate: the export's model ran alone
     return title + "; estimate under pimsim-nn's protocol" + (
-        "; simulated: the exported program under Raptor's model of pimsim-nn"
+        "; simulated: the exported program under Raptor's model of pimsim-nn" + mesh
         if simulated == {"pimsim-nn"} else "; simulated: Raptor's mesh" if simulated else "")
 
 

@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -493,6 +494,30 @@ def test_cli_export_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str
     bad.write_text(VADD.replace("pim.vadd %a, %b", "pim.vmin %a, %b"))
     assert main(["export", "--pimsim", str(out), str(bad)]) == 1
     assert "pim.vmin has no pimsim-nn instruction" in capsys.readouterr().err
+
+
+def test_no_simulate_still_shows_the_exports_pimsim_model(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --no-simulate skips Raptor's mesh; the export's model of pimsim-nn still runs, and
+    # "simulated" (the column the title names as that model) shows its figure
+    out, exp = tmp_path / "out", tmp_path / "pim"
+    assert main(["solve", str(EXAMPLES / "mlp.onnx"), "--out", str(out), "--time-limit", "1",
+                 "--workers", "1", "--no-simulate", "--export-pimsim", str(exp)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    full = json.loads((out / "report.json").read_text())
+    schema = json.loads((EXAMPLES.parent / "docs" / "report.schema.json").read_text())
+    jsonschema.validate(full, schema)  # the fields the export adds are documented there
+    assert full["protocol"] == "pimsim-nn"
+    reps = full["schedules"]
+    assert "simulated: the exported program under Raptor's model of pimsim-nn (Raptor's mesh " \
+        "not simulated)" in text
+    for name, rep in reps.items():  # a schedule that is the same program has its figures
+        model = rep["pimsim_export"]["pimsim_model_ns"]
+        assert model > 0 and rep["simulated_ns"] == model
+        assert rep["simulated_protocol"] == "pimsim-nn"
+        assert rep["mesh_simulated_ns"] is None and rep["numerics"] is None
+        row = next(line for line in text.split(f"{name} ")[1:] if line[:1].isdigit())
+        assert f"{model:,}" in row.split()[:3]  # the table's "simulated" cell, not "-"
 
 
 def test_cli_solve_exports_and_reports_memory(tmp_path: Path,

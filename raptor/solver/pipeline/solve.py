@@ -258,7 +258,7 @@ def cpsat_pipeline(problem: PipelineProblem, replication: bool = True,
     dp_value = None
     if opts.dp_bound:
         dp_value = exact_dp(problem, replication).period_ns
-        notes.append(f"period bounded below by the exact DP's optimum {dp_value} ns")
+        notes.append(f"period bounded below by the exact DP's optimum {dp_value:,} ns")
     out = solve_cpsat(problem, replication, hint, opts, dp_value)
     notes.append(f"model: {out.variables} variables, {out.constraints} constraints")
     hint_model = evaluate_partition(problem, hint).period_ns
@@ -269,8 +269,8 @@ def cpsat_pipeline(problem: PipelineProblem, replication: bool = True,
         part, pl = _realize_cuts(problem, out.cuts, replication)
         model = evaluate_partition(problem, part).period_ns
         if pl.period_ns > initial.period_ns:
-            notes.append(f"CP-SAT's partition realizes at {pl.period_ns} ns after packing, "
-                         f"the hint at {initial.period_ns} ns: the hint's realization is kept")
+            notes.append(f"CP-SAT's partition realizes at {pl.period_ns:,} ns after packing, "
+                         f"the hint at {initial.period_ns:,} ns: the hint's realization is kept")
             pl = None
     if pl is None:
         pl, model = realize(problem, hint, replication), hint_model
