@@ -681,7 +681,7 @@ class _Exporter:
         self.consumed: dict[tuple[Value, int], int] = {}
         self.repeated: list[OpTiming] = []
         self.timings: dict[tuple[int, Operation], OpTiming] = {}
-        self.notes: Counter[str] = Counter()
+        self.notes: Counter[str] = Counter(plan.notes)
         self.cycles: Counter[str] = Counter()
 
     def event_register(self, core: int, key: tuple[Value, int]) -> int:
