@@ -204,6 +204,13 @@ def lane_fits(nbytes: int, target: Target, quarters: int = 3) -> bool:
     return nbytes <= target.local_memory_bytes * quarters // 4
 
 
+def mvm_row_elements(target: Target, crossbars: int) -> tuple[int, int]:
+    """The elements pimsim-nn holds one row of an `mvmul` on an array group of `crossbars`
+    for against the instructions in flight: a whole crossbar row of inputs, whatever the
+    tile's rows, and the group's outputs (`PimsimChip.mvm_ranges`, `_CoreAllocator.close_run`)."""
+    return target.crossbar_rows, crossbars * target.crossbar_cols
+
+
 def is_contiguous(shape: Sequence[int], sizes: Sequence[int], strides: Sequence[int]) -> bool:
     """Whether a strided region of a row-major tensor is one contiguous range: every
     dimension inside the outermost non-unit one is whole, and non-unit ones have stride 1."""
@@ -387,10 +394,10 @@ class _CoreAllocator:
                     and isinstance(w, TensorType)):
                 continue
             rows = _numel(vec) // vec.static_shape[-1]
-            groups = t.crossbars_of(w.static_shape)
+            reads, writes_n = mvm_row_elements(t, t.crossbars_of(w.static_shape))
             for v, writes, row, width in (
-                    (mvm.vector, False, vec.static_shape[-1], t.crossbar_rows),
-                    (mvm.result, True, res.static_shape[-1], groups * t.crossbar_cols)):
+                    (mvm.vector, False, vec.static_shape[-1], reads),
+                    (mvm.result, True, res.static_shape[-1], writes_n)):
                 got = self.place(v)
                 if got is None:
                     continue
