@@ -221,6 +221,9 @@ def is_contiguous(shape: Sequence[int], sizes: Sequence[int], strides: Sequence[
         all(sizes[e] == shape[e] for e in range(dims[0] + 1, len(shape)))
 
 
+NO_INSTRUCTION = (ReshapeOp, EmptyOp, LaneResultOp, YieldOp, WeightOp)
+"""Ops the pimsim-nn export emits nothing for: they do not end a body's run of MVMs."""
+
 IN_PLACE_UNARY = frozenset({"relu", "sigmoid", "tanh"})
 """Unary ops that may write over their dying operand: one elementwise pass each (the
 exporter emits them as one vector instruction). Binary ops always may."""
@@ -374,7 +377,7 @@ class _CoreAllocator:
             return
         if isinstance(op, MvmOp):
             self.run_mvms.append((op, self.step))
-        elif not isinstance(op, ReshapeOp | EmptyOp | LaneResultOp | YieldOp | WeightOp):
+        elif not isinstance(op, NO_INSTRUCTION):
             self.close_run()
 
     def close_run(self) -> None:

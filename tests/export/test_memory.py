@@ -18,17 +18,13 @@ from raptor.ir.module import Module
 from raptor.ir.ops import (
     CoreBatchOp,
     CoreOp,
-    EmptyOp,
-    LaneResultOp,
     MvmOp,
-    ReshapeOp,
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
-    WeightOp,
-    YieldOp,
 )
 from raptor.ir.parser import parse_module
 from raptor.passes.memory import (
+    NO_INSTRUCTION,
     MemoryPlan,
     _addresses,
     _live_peak,
@@ -299,7 +295,7 @@ def _mvm_runs(body: Block) -> list[list[MvmOp]]:
         for op in [*compute.body.ops, None]:
             if isinstance(op, MvmOp):
                 run.append(op)
-            elif not isinstance(op, ReshapeOp | EmptyOp | LaneResultOp | YieldOp | WeightOp):
+            elif not isinstance(op, NO_INSTRUCTION):
                 runs.append(run) if len(run) > 1 else None
                 run = []
     return runs
