@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raptor import noc
-from raptor.passes.memory import activation_bytes
+from raptor.passes.memory import activation_bytes, mvm_row_elements
 from raptor.target import Target
 
 GLOBAL_MEMORY = -10
@@ -121,9 +121,8 @@ class PimsimChip:
         """The local bytes pimsim-nn holds an `mvmul` for against the instructions in
         flight (its reorder buffer's conflict check): a crossbar row of inputs, whatever
         the tile's rows, and the group's outputs."""
-        t = self.target
-        return (range(vec, vec + t.crossbar_rows * self.act),
-                range(out, out + crossbars * t.crossbar_cols * self.act))
+        reads, writes = mvm_row_elements(self.target, crossbars)
+        return range(vec, vec + reads * self.act), range(out, out + writes * self.act)
 
     def vector(self, length: int, operands: int) -> int:
         """A vector op over `length` elements reading `operands` vectors."""

@@ -66,17 +66,14 @@ from raptor.ir.ops import (
     ConcatOp,
     CoreBatchOp,
     CoreOp,
-    EmptyOp,
     ExtractSliceOp,
     InsertSliceOp,
-    LaneResultOp,
     LoadOp,
     MaterializeLayoutOp,
     MvmOp,
     PadOp,
     ParallelInsertSliceOp,
     ReduceOp,
-    ReshapeOp,
     ReturnOp,
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
@@ -87,10 +84,9 @@ from raptor.ir.ops import (
     UnaryOp,
     WaitOp,
     WeightOp,
-    YieldOp,
 )
 from raptor.ir.types import TensorType
-from raptor.passes.memory import CoreMemory, MemoryPlan, is_contiguous
+from raptor.passes.memory import NO_INSTRUCTION, CoreMemory, MemoryPlan, is_contiguous
 from raptor.sim.timing import OpTiming
 
 Instruction = dict[str, Any]
@@ -427,7 +423,7 @@ class _CoreLowering:
 
     def lower(self, op: Operation) -> None:
         act = self.chip.act
-        if isinstance(op, ReshapeOp | EmptyOp | LaneResultOp | YieldOp | WeightOp):
+        if isinstance(op, NO_INSTRUCTION):
             return
         if not isinstance(op, MvmOp):
             self.flush()
@@ -681,7 +677,7 @@ class _Exporter:
         self.consumed: dict[tuple[Value, int], int] = {}
         self.repeated: list[OpTiming] = []
         self.timings: dict[tuple[int, Operation], OpTiming] = {}
-        self.notes: Counter[str] = Counter()
+        self.notes: Counter[str] = Counter(plan.notes)
         self.cycles: Counter[str] = Counter()
 
     def event_register(self, core: int, key: tuple[Value, int]) -> int:

@@ -470,6 +470,27 @@ def test_four_mvm_units_on_pimsim_match_the_mirror(model: str, tmp_path: Path) -
     assert abs(mirror(m, ex) - got.latency_ns) <= tolerance * got.latency_ns
 
 
+@needs_pimsim
+def test_four_units_overlap_on_pimsim_once_their_buffers_are_apart(tmp_path: Path) -> None:
+    """mlp at `mvm_units` = 4: with the serial memory layout its interleaved `mvmul`s touch
+    each other's bytes and pimsim-nn's reorder buffer serializes them (8,888 ns); laid out
+    apart (`plan_memory`) pimsim-nn overlaps them (4,966 ns), within 1 % of Raptor's model
+    of it and faster than Raptor's own simulation (5,376 ns)."""
+    assert PIMSIM is not None
+    four = dataclasses.replace(T, mvm_units=4)
+    s = solve(EXAMPLES / "mlp.onnx", four, SolveOptions(solver="peft", simulate=False))
+    m = s.runs[0].scheduled
+    ns = {}
+    for name, plan in (("apart", plan_memory(m, four)),
+                       ("serial", plan_memory(m, dataclasses.replace(four, mvm_units=1)))):
+        ex = export_pimsim(m, four, plan)
+        ns[name] = run_chiptest(PIMSIM, write_export(ex, tmp_path / name),
+                                timeout_s=300).latency_ns
+        assert abs(mirror(m, ex) - ns[name]) <= 1e-2 * ns[name]
+    assert ns["apart"] < 0.6 * ns["serial"]
+    assert ns["apart"] < Simulator(m, four).timing().latency_ns
+
+
 def test_cli_export_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spat = tmp_path / "send.spat"
     spat.write_text(SEND)

@@ -4,15 +4,27 @@ the bundled examples on the default target."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from pathlib import Path
 
 import pytest
 
+from raptor.export.chip import PimsimChip
+from raptor.export.pimsim import _meet
+from raptor.ir.core import Block
 from raptor.ir.module import Module
+from raptor.ir.ops import (
+    CoreBatchOp,
+    CoreOp,
+    MvmOp,
+    ScheduledComputeBatchOp,
+    ScheduledComputeOp,
+)
 from raptor.ir.parser import parse_module
 from raptor.passes.memory import (
+    NO_INSTRUCTION,
     MemoryPlan,
     _addresses,
     _live_peak,
@@ -270,3 +282,80 @@ def test_a_small_memory_is_kept_by_posting_receives_late() -> None:
     assert run.flow is not None and sum(p != START for p in run.flow.posts.values()) > 0
     assert run.sim is not None
     assert abs(run.estimate_ns - run.sim.report.latency_ns) <= run.sim.report.latency_ns // 50
+
+
+def _mvm_runs(body: Block) -> list[list[MvmOp]]:
+    """Each compute body's runs of consecutive MVMs, as the pimsim-nn export interleaves
+    them (views between them do not end a run)."""
+    runs: list[list[MvmOp]] = []
+    for compute in body.walk():
+        if not isinstance(compute, ScheduledComputeOp | ScheduledComputeBatchOp):
+            continue
+        run: list[MvmOp] = []
+        for op in [*compute.body.ops, None]:
+            if isinstance(op, MvmOp):
+                run.append(op)
+            elif not isinstance(op, NO_INSTRUCTION):
+                runs.append(run) if len(run) > 1 else None
+                run = []
+    return runs
+
+
+def _clashes(m: Module, plan: MemoryPlan, target: Target) -> int:
+    """Pairs of rows of different MVMs of one run whose bytes pimsim-nn finds in conflict
+    (one reads what the other writes, `PimsimChip.mvm_ranges`, touching ranges meet)."""
+    chip = PimsimChip.of(target)
+    eb = plan.element_bytes
+    clashes = 0
+    for op in m.main().body.ops:
+        if not isinstance(op, CoreOp | CoreBatchOp):
+            continue
+        mem = plan.cores[op.core if isinstance(op, CoreOp) else op.cores[0]]
+        for run in _mvm_runs(op.body):
+            rows = []
+            for i, mvm in enumerate(run):
+                k = mvm.vector.type.static_shape[-1]
+                n = mvm.result.type.static_shape[-1]
+                size = target.crossbars_of(mvm.weight.type.static_shape)
+                vec, out = mem.slots[mvm.vector].addr, mem.slots[mvm.result].addr
+                rows += [(i, *chip.mvm_ranges(vec + r * k * eb, out + r * n * eb, size))
+                         for r in range(mvm.vector.type.numel // k)]
+            clashes += sum(1 for (i, r1, w1), (j, r2, w2) in itertools.combinations(rows, 2)
+                           if i != j and (_meet(r1, w2) or _meet(r2, w1)))
+    return clashes
+
+
+def test_concurrent_array_groups_get_disjoint_bytes() -> None:
+    """At `mvm_units` = 4 the MVMs mlp's bodies run at once read and write disjoint bytes
+    (its serial layout has them share or touch bytes, which pimsim-nn's reorder buffer
+    serializes: 8,888 ns on pimsim-nn, 4,966 apart); with too little memory for that, the
+    plan keeps the serial layout and says so."""
+    four = dataclasses.replace(T, mvm_units=4)
+    s = solve(EXAMPLES / "mlp.onnx", four, SolveOptions(solver="peft", simulate=False))
+    m = s.runs[0].scheduled
+    concurrent = plan_memory(m, four)
+    serial = plan_memory(m, dataclasses.replace(four, mvm_units=1))
+    assert _clashes(m, serial, four) > 0
+    assert _clashes(m, concurrent, four) == 0 and not concurrent.notes
+    assert all(c.concurrent for c in concurrent.cores.values())
+    assert concurrent.over_capacity() == []
+    top = concurrent.peak
+    assert top is not None and top.peak_bytes > serial.cores[top.core].peak_bytes
+    tight = dataclasses.replace(four, local_memory_bytes=serial.cores[top.core].peak_bytes)
+    fallback = plan_memory(m, tight)
+    assert not fallback.cores[top.core].concurrent
+    assert fallback.cores[top.core].peak_bytes == serial.cores[top.core].peak_bytes
+    assert any(n.startswith(f"core {top.core}: buffers laid out for MVMs one after another")
+               for n in fallback.notes)
+
+
+def test_a_layout_without_meeting_mvms_stays_serial() -> None:
+    """Only a core whose serial layout has running MVMs meet is laid out apart: lenet's
+    cores at 4 units keep their serial layout, byte for byte."""
+    four = dataclasses.replace(T, mvm_units=4)
+    s = solve(EXAMPLES / "lenet.onnx", four, SolveOptions(solver="peft", simulate=False))
+    m = s.runs[0].scheduled
+    plan, serial = plan_memory(m, four), plan_memory(m, dataclasses.replace(four, mvm_units=1))
+    assert _clashes(m, plan, four) == 0
+    assert {c: mem.slots for c, mem in plan.cores.items()} == \
+        {c: mem.slots for c, mem in serial.cores.items()}
