@@ -7,8 +7,9 @@ them, then again as the default options do: every shared-memory access (output a
 boundary stores, boundary loads, READY/FREE) queued at the serialized shared memory, each
 send waiting for its receive to be posted (a core posts an iteration's receives when it
 starts it, or where the flow control put them), each message waiting for the links of its
-route (`raptor.noc`); `memory_ns` is the service one inference asks of it. Left out: the
-gathers of merged lanes.
+route (`raptor.noc`), injections at one time granted in `raptor.noc.inject_rank` order while
+their senders go on, as the simulator's; `memory_ns` is the service one inference asks of
+it. Left out: the gathers of merged lanes.
 """
 
 from __future__ import annotations
