@@ -143,6 +143,8 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     net = Network(target, "raptor")
     per_core = _per_core_steps(n_tasks, core_of, start, groups)
     waits, sends = _messages(graph, net, core_of, start, stage_of, flow)
+    for run in info.merged:  # one batch: its first lane waits for every lane's inputs
+        waits[run[0]] = list(dict.fromkeys(m for t in run for m in waits[t]))
     play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring)
     starts, ends = play.run(inferences, False)
     _, contended = play.run(inferences, True)
