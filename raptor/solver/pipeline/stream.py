@@ -9,7 +9,8 @@ send waiting for its receive to be posted (a core posts an iteration's receives 
 starts it, or where the flow control put them), each message waiting for the links of its
 route (`raptor.noc`), injections at one time granted in `raptor.noc.inject_rank` order while
 their senders go on, as the simulator's; `memory_ns` is the service one inference asks of
-it. Left out: the gathers of merged lanes.
+it. A run of lanes materialized as one batch (`StreamInfo.merged`) starts once every lane's
+inputs are there; its gathers' few ns are left out.
 """
 
 from __future__ import annotations
