@@ -234,6 +234,8 @@ class Materializer:
             for p in pieces:
                 self.stores.setdefault(p.producer, []).append((k, p))
         self.events: dict[int, list[Operation]] = {}
+        self.merged_runs: list[list[int]] = []
+        """The instances of each run merged into one batch (`merge_runs`), in lane order."""
 
     def weight(self, v: Value) -> Value:
         got = self.weights.get(v)
@@ -450,6 +452,7 @@ class Materializer:
         each lane's fragment as a view for its stores, sends and local consumers."""
         op = run[0].op
         assert isinstance(op, GraphComputeBatchOp)
+        self.merged_runs.append([inst.id for inst in run])
         gathered = self.gather_lanes(core, run, op)
         batch = self.lane_batch(op, run, gathered)
         ops: list[Operation] = [*gathered.ops, batch]

@@ -97,6 +97,9 @@ class StreamInfo:
     """Per producer task, the pairs whose FREE it waits for before its boundary stores."""
     ready_signals: dict[int, list[int]] = field(default_factory=dict)
     """Per producer task, the pairs whose READY it signals after its boundary stores."""
+    merged: list[list[int]] = field(default_factory=list)
+    """Tasks of each run of lanes materialized as one batch (it starts once every lane's
+    inputs are there)."""
 
 
 class _StreamMaterializer(Materializer):
@@ -243,4 +246,6 @@ def materialize_stream(module: Module, proj: Projection, outputs: list[list[Piec
         raise ValueError(f"a stream needs at least one inference and one ring slot, got "
                          f"{inferences} and {ring}")
     m = _StreamMaterializer(module, proj, outputs, view, inferences, ring, merge, flow)
-    return m.run(), m.plan
+    scheduled = m.run()
+    m.plan.merged = m.merged_runs
+    return scheduled, m.plan

@@ -17,7 +17,7 @@ import onnx
 import pytest
 
 from benchmarks.cnns import CNNS
-from raptor.driver import Compiled, compile_model, ir_inputs
+from raptor.driver import Compiled, CompileOptions, InputOptions, compile_model, ir_inputs
 from raptor.ir.core import IRError
 from raptor.ir.interpreter import Interpreter
 from raptor.ir.module import Module
@@ -264,3 +264,45 @@ def test_follow_producers_puts_tasks_without_crossbars_after_a_same_stage_produc
     for t in followers:
         assert any(core[u] == core[t] for u, _ in g.preds[t] if stage[u] == stage[t])
     assert moved.schedule.core_of != res.schedule.core_of  # lenet's list schedule differs
+
+
+@pytest.mark.parametrize("model", ["torch_cnn_dynamo.onnx", "torch_cnn_torchscript.onnx"])
+def test_the_estimate_predicts_every_simulated_candidates_period_within_5_percent(
+        model: str) -> None:
+    """#22: the stream estimate beside the default simulation. Injections at one time take
+    the links in `raptor.noc.inject_rank` order, the sender going on meanwhile, as in the
+    simulator: served in the order cores asked, the estimate was 7.7 % (dynamo) and 5.8 %
+    (torchscript) under the simulated period of the returned `windows` spread."""
+    solved = solve(EXAMPLES / model, TARGET, SolveOptions(
+        mode="pipeline", solver="pipeline", stream=8, workers=1, time_limit=5))
+    run = solved.runs[0]
+    assert run.ok and run.numerics is not None
+    simulated = [c for c in run.candidates if c["simulated_period_ns"] is not None]
+    assert len(simulated) >= 2  # the latency stream and the returned candidate at least
+    for c in simulated:
+        est, sim = c["estimated_period_ns"], c["simulated_period_ns"]
+        assert abs(sim - est) <= 0.05 * est, (c["candidate"], est, sim)
+
+
+def test_a_merged_run_of_lanes_starts_on_every_lanes_inputs_in_the_estimate() -> None:
+    """#22: MTCNN O-net's windows spread merges back-to-back lanes into one batch, which
+    the simulator starts once every lane's inputs arrived; the estimate ran the lanes one
+    by one and was 6.1 % under the simulated period. (The pretrained net from
+    benchmarks/bench_pretrained.py's cache: skipped where it was never fetched.)"""
+    from benchmarks.bench_pretrained import MODELS, default_cache
+    net = next(m for m in MODELS if m.name == "mtcnn-onet")
+    path = default_cache() / f"{net.name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} not fetched (python -m benchmarks.bench_pretrained)")
+    name, dims = net.shape.split("=")
+    solved = solve(path, TARGET, SolveOptions(
+        mode="pipeline", solver="pipeline", stream=8, workers=1, time_limit=5,
+        allow_memory_overflow=True, compile=CompileOptions(inputs=InputOptions(
+            shapes={name: tuple(int(d) for d in dims.split("x"))}))))
+    run = solved.runs[0]
+    assert run.ok and run.stream is not None and run.stream.merged
+    simulated = [c for c in run.candidates if c["simulated_period_ns"] is not None]
+    assert len(simulated) >= 2
+    for c in simulated:
+        est, sim = c["estimated_period_ns"], c["simulated_period_ns"]
+        assert abs(sim - est) <= 0.05 * est, (c["candidate"], est, sim)

@@ -7,8 +7,10 @@ them, then again as the default options do: every shared-memory access (output a
 boundary stores, boundary loads, READY/FREE) queued at the serialized shared memory, each
 send waiting for its receive to be posted (a core posts an iteration's receives when it
 starts it, or where the flow control put them), each message waiting for the links of its
-route (`raptor.noc`); `memory_ns` is the service one inference asks of it. Left out: the
-gathers of merged lanes.
+route (`raptor.noc`), injections at one time granted in `raptor.noc.inject_rank` order while
+their senders go on, as the simulator's; `memory_ns` is the service one inference asks of
+it. A run of lanes materialized as one batch (`StreamInfo.merged`) starts once every lane's
+inputs are there; its gathers' few ns are left out.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import statistics
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
-from raptor.noc import FreeLinks, Network
+from raptor.noc import FreeLinks, Network, inject_rank
 from raptor.passes.stream import LoadGroup, StreamInfo
 from raptor.solver.comm import START, Replay
 from raptor.solver.costs import shared_read_ns, shared_write_ns
@@ -89,6 +91,8 @@ class _Message:
     links: tuple[int, ...]
     serial_ns: int
     transfer_ns: int
+    grant: int
+    """Its rank among injections at one time (`raptor.noc.inject_rank`)."""
 
 
 def _messages(graph: ComputeGraph, net: Network, core_of: Sequence[int],
@@ -114,7 +118,8 @@ def _messages(graph: ComputeGraph, net: Network, core_of: Sequence[int],
                 after, rank = sent if sent is not None else (u, start[t])
                 post = flow.posts.get(key, START) if flow is not None else START
                 links, ser, transfer = net.timing(core_of[u], q, frag.bytes)
-                msg = made[key] = _Message(key, after, rank, post, links, ser, transfer)
+                msg = made[key] = _Message(key, after, rank, post, links, ser, transfer,
+                                           inject_rank(core_of[u], q, net.target.num_cores))
             waits[t].append(msg)
     sends: dict[int, list[_Message]] = {}
     for msg in sorted(made.values(), key=lambda m: (m.rank, m.key)):
@@ -139,6 +144,8 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     net = Network(target, "raptor")
     per_core = _per_core_steps(n_tasks, core_of, start, groups)
     waits, sends = _messages(graph, net, core_of, start, stage_of, flow)
+    for run in info.merged:  # one batch: its first lane waits for every lane's inputs
+        waits[run[0]] = list(dict.fromkeys(m for t in run for m in waits[t]))
     play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring)
     starts, ends = play.run(inferences, False)
     _, contended = play.run(inferences, True)
@@ -197,12 +204,14 @@ class _Play:
         the simulator's event loop serves them — the shared memory one access at a time,
         the links as `raptor.noc.FreeLinks` grants them — and a send first waits for its
         receive to be posted; else nothing waits (the ideal options)."""
-        heap: list[tuple[int, int, int]] = []
+        heap: list[tuple[int, int, int, int]] = []
         known: dict[tuple[int, ...], int] = {}
         parked: dict[tuple[int, ...], list[int]] = {}
         cores = sorted(self.per_core)
         progs = {c: self._core(c, inferences, contended, known) for c in cores}
         pending: dict[int, tuple[int, ...]] = {}
+        injections: dict[int, tuple[int, int]] = {}
+        """An injection event's (message, inference), by its sequence number."""
         starts = [-1] * inferences
         ends = [0] * inferences
         self.starts, self.ends = starts, ends
@@ -211,40 +220,51 @@ class _Play:
         seq = itertools.count()
 
         def advance(c: int, clock: int) -> None:
-            """Run core c from `clock` until its next request (or its end)."""
-            try:
-                req = progs[c].send(clock)
-            except StopIteration:
-                return
+            """Run core c from `clock` until its next request (or its end). An injection
+            does not stop it: like the simulator's sender it goes on, and the message
+            takes the links at its own event, ranked among the injections of its time by
+            `raptor.noc.inject_rank` after every other event of that time."""
+            while True:
+                try:
+                    req = progs[c].send(clock)
+                except StopIteration:
+                    return
+                if req[0] != _INJECT:
+                    break
+                k = next(seq)
+                injections[k] = (req[2], req[3])
+                heapq.heappush(heap, (req[1], self.messages[req[2]].grant, k, -1))
+                clock = req[1]
             pending[c] = req
             if req[0] == _WAIT:  # what it waits for is not known yet
                 parked.setdefault(req[2:], []).append(c)
                 return
-            heapq.heappush(heap, (req[1], next(seq), c))
+            heapq.heappush(heap, (req[1], 0, next(seq), c))
 
         def wake(key: tuple[int, ...], at: int) -> None:
             known[key] = at
             for c in parked.pop(key, ()):
                 req = pending[c]
                 pending[c] = (_RESUME,)
-                heapq.heappush(heap, (max(req[1], at), next(seq), c))
+                heapq.heappush(heap, (max(req[1], at), 0, next(seq), c))
 
         self.wake = wake
         for c in cores:
             next(progs[c])
             advance(c, 0)
         while heap:
-            now, _, c = heapq.heappop(heap)
+            now, _, k, c = heapq.heappop(heap)
+            if c < 0:
+                i, n = injections.pop(k)
+                m = self.messages[i]
+                wake((_ARRIVAL, *m.key, n), self.net.pass_links(
+                    m.links, m.serial_ns, m.transfer_ns, now, links))
+                continue
             req = pending[c]
             if req[0] == _MEM:
                 start = max(now, memory_free)
                 memory_free = start + req[2]
                 advance(c, memory_free)
-            elif req[0] == _INJECT:
-                m = self.messages[req[2]]
-                wake((_ARRIVAL, *m.key, req[3]), self.net.pass_links(
-                    m.links, m.serial_ns, m.transfer_ns, now, links))
-                advance(c, now)
             else:
                 advance(c, now)
         if parked:
@@ -309,5 +329,5 @@ class _Play:
                 if contended:
                     for m in self.sends.get(s, ()):
                         clock = max(clock, (yield from get((_POSTED, m.key[1], m.post, n))))
-                        clock = yield (_INJECT, clock, self.index[m.key], n)
+                        yield (_INJECT, clock, self.index[m.key], n)
             self.ends[n] = max(self.ends[n], clock)
