@@ -12,8 +12,9 @@ the PEFT plan — and interchangeable lanes) -> variables -> constraints -> obje
 * **Constraints** (the terms of :mod:`raptor.solver.comm`): one task at a time per core; a
   task that crops a value produced on its own core copies it once more (its interval grows
   with ``same``); precedence with the free-link transfer of the edge's largest fragment,
-  ``num·(s_v − e_u) ≥ den·(flit_cycles·(1 − same) + hop_cycles·(dr + dc))`` (clock num/den
-  GHz: exactly ``s_v ≥ e_u + transfer_ns``); the graph outputs' shared-memory stores one at
+  ``num·(s_v − e_u) ≥ den·(fixed·(1 − same) + per_hop·(dr + dc))`` (clock num/den GHz; the
+  message's free latency under the target's protocol, :func:`raptor.noc.message_cycles`,
+  is exactly ``fixed + per_hop·hops`` cycles); the graph outputs' shared-memory stores one at
   a time; the per-core link capacity (:meth:`_Model.injection`); crossbar capacity where the
   candidate tiles could overflow. Per-link cut-through contention is not modelled: it needs
   an interval per (fragment, source, destination, link) — about 290,000 for the 15-task
@@ -57,7 +58,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from raptor.noc import serial_cycles
+from raptor.noc import hold_cycles, message_cycles, shared_network
 from raptor.solver.evaluate import lower_bounds, retime, validate_schedule
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.lns import lns_schedule, tie_same
@@ -132,8 +133,12 @@ class _Model:
             slots = sorted((initial.start_ns[t], initial.core_of[t]) for t in members)
             for t, (s, p) in zip(members, slots, strict=True):
                 self.hint_start[t], self.hint_core[t] = s, p
-        self.edge_flit_cycles = {e: serial_cycles(target, b)
-                                 for e, b in graph.largest_message().items()}
+        # a message's free latency is linear in its hops under either protocol
+        # (`raptor.noc.message_cycles`): a fixed part plus a part per hop, per edge
+        self.edge_cycles = {e: (message_cycles(target, 0, b, target.protocol),
+                                message_cycles(target, 1, b, target.protocol)
+                                - message_cycles(target, 0, b, target.protocol))
+                            for e, b in graph.largest_message().items()}
         self.head, self.tail = graph.top_levels(), graph.bottom_levels()
         self.ub = max(initial.makespan_ns, max((s + d for s, d in zip(
             self.hint_start, graph.max_durations(), strict=True)), default=0))
@@ -234,9 +239,9 @@ class _Model:
                 at_v = sum(axis(p) * lit for p, lit in xv.items())
                 m.add(dist >= at_u - at_v)
                 m.add(dist >= at_v - at_u)
+            fixed, per_hop = self.edge_cycles[(u, v)]
             m.add(clock.numerator * (self.start[v] - self.end[u])
-                  >= clock.denominator * (self.edge_flit_cycles[(u, v)] * (1 - same)
-                                          + self.target.hop_cycles * (dr + dc)))
+                  >= clock.denominator * (fixed * (1 - same) + per_hop * (dr + dc)))
 
     def shared_memory(self) -> None:
         """The stores of graph outputs, one at a time chip-wide, at the end of their task."""
@@ -249,8 +254,9 @@ class _Model:
 
     def injection(self) -> None:
         """Aggregated link capacity, per core: every message leaving a core crosses one of
-        its outgoing links, so their serialisation times add up to at most (outgoing links
-        × makespan). A fragment read on another core leaves its producer's core at least
+        its outgoing links (pimsim-nn: holds its one switch), so their hold times
+        (:func:`raptor.noc.hold_cycles`, over one hop at least) add up to at most (outgoing
+        links × makespan). A fragment read on another core leaves its producer's core at least
         once (``remote``); counting it once is exact for one remote core and a relaxation
         for more, so the model's bound stays a bound."""
         m, g = self.m, self.graph
@@ -258,7 +264,7 @@ class _Model:
         for f, frag in enumerate(g.fragments):
             u = frag.producer
             readers = [v for v in self.readers[f] if (u, v) in self.same]
-            ser = self.target.ns(serial_cycles(self.target, frag.bytes))
+            ser = self.target.ns(hold_cycles(self.target, 1, frag.bytes, self.target.protocol))
             if not readers or not ser:
                 continue
             remote = m.new_bool_var(f"remote_{f}")
@@ -272,9 +278,10 @@ class _Model:
                 self.hints.append((out, int(leaves and self.hint_core[u] == p)))
                 load.setdefault(p, []).append(ser * out)
         rows, cols = self.target.mesh_rows, self.target.mesh_cols
+        switched = shared_network(self.target).switched  # pimsim-nn: one switch per core
         for p, terms in load.items():
             r, c = divmod(p, cols)
-            links = (r > 0) + (r < rows - 1) + (c > 0) + (c < cols - 1)
+            links = 1 if switched else (r > 0) + (r < rows - 1) + (c > 0) + (c < cols - 1)
             m.add(sum(terms) <= links * self.makespan)
 
     def capacity(self) -> None:
@@ -465,7 +472,11 @@ def _solve_full(graph: ComputeGraph, target: Target, opts: CpSatOptions,
     the deterministic time it took."""
     cands = [list(range(target.num_cores)) for _ in range(graph.num_tasks)]
     model = _Model(graph, target, initial, cands, "full", opts)
-    notes = []
+    notes: list[str] = []
+    invalid = model.m.validate()
+    if invalid:  # CP-SAT's own reason, not a search that ends in 0.00 units
+        return _fallback(initial, f"MODEL_INVALID: {invalid}; the PEFT schedule is returned",
+                         time.perf_counter() - t0, "full", notes, -1), 0.0
     hint_ok, hint_note = model.check_hint(opts)
     notes.append(hint_note)
     if hint_ok is False:  # a hint that breaks the model only misleads the search

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from raptor.noc import free_cycles, shared_network
+from raptor.noc import hold_cycles, message_cycles, shared_network
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
 
@@ -122,25 +122,30 @@ def layer_load(graph: ComputeGraph, target: Target, head: Sequence[int],
 def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> list[int]:
     """Earliest start of each task under the fan-in argument (NOTES, CP-SAT): whichever
     predecessors share the task's core run one after another before it; the others' data
-    arrives one hop plus its flits after they end at the earliest, and all of it enters the
+    arrives a one-hop message's latency after they end at the earliest (under the target's
+    protocol, :func:`raptor.noc.message_cycles`), and all of it enters the
     task's core through its at most four incoming mesh links, each carrying one
     message at a time (a link cut): the last arrives no earlier than the earliest of them
     ends, plus their serialisation times shared over those links, plus a hop. For a given
     set of remote predecessors the latest arrival counts, so the best split keeps a prefix
     of the predecessors sorted by arrival (latest first) local: O(k²) per task.
-    ``link_cut=False``: without the link cut (a bound of the free-link model too)."""
+    ``link_cut=False``: without the link cut (a bound of the free-link model too); pimsim-nn's
+    protocol has no link cut either (its messages hold the sender's switch)."""
     graph.freeze()
     costs = graph.costs()
     largest = graph.largest_message()
+    protocol = target.protocol
     cycles: dict[tuple[int, int], int] = {}
     for v, frags in enumerate(graph.reads):
         for f in frags:
             key = (graph.fragments[f].producer, v)
             cycles[key] = cycles.get(key, 0) + \
-                -(-graph.fragments[f].bytes // target.flit_bytes) * target.flit_cycles
+                hold_cycles(target, 1, graph.fragments[f].bytes, protocol)
     rows, cols = target.mesh_rows, target.mesh_cols
-    # the most links into one core; without the cut, as many as there are messages
-    links = max(1, min(rows - 1, 2) + min(cols - 1, 2)) if link_cut else 1 << 62
+    # the most links into one core; without the cut (or under pimsim-nn's protocol, whose
+    # messages hold their sender's switch, not the reader's links), as many as messages
+    cut = link_cut and not shared_network(target).switched
+    links = max(1, min(rows - 1, 2) + min(cols - 1, 2)) if cut else 1 << 62
     one_hop = target.num_cores > 1
     head = [0] * graph.num_tasks
     hop_ns: dict[int, int] = {}  # one hop of a message of so many bytes
@@ -150,7 +155,7 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
             end = head[u] + costs[u]
             b = largest[(u, v)]
             if b not in hop_ns:
-                hop_ns[b] = target.ns(free_cycles(target, 1, b))
+                hop_ns[b] = target.ns(message_cycles(target, 1, b, protocol))
             arrive = end + hop_ns[b] if one_hop else 1 << 62
             preds.append((arrive, head[u], costs[u], cycles.get((u, v), 0)))
         if not preds:
