@@ -278,14 +278,14 @@ def cmd_interpret(args: argparse.Namespace) -> int:
     if weights:
         try:
             module.constants.update(load_npz(weights))
-        except ValueError as e:
+        except InputFileError as e:
             raise CliError(str(e)) from None
-    from raptor.ir.interpreter import Interpreter
+    from raptor.ir.interpreter import InputBindError, Interpreter
 
     inputs = _inputs_for(args.inputs, module)
     try:
         results = Interpreter(module).run(inputs)
-    except ValueError as e:
+    except InputBindError as e:
         raise CliError(_about(args.file, e)) from None
     except IRError as e:
         raise CliError(str(e), EXIT_FAIL) from None

@@ -295,3 +295,15 @@ def test_shape_from_file_that_the_network_cannot_take(tmp_path: Path,
     assert (code, one_line(err)) == (
         2, f"{model}: Reshape node 'flat': cannot reshape [1, 4, 1, 1] to [3, 1] (with the "
            f"input shapes of {bad}: x [1, 3, 1, 1])")
+
+
+def test_interpret_spat_without_its_input_is_exit_2(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """An input file that binds no argument of the IR's main function is the user's input
+    error (exit 2, one line), distinct from a failure inside the interpreter."""
+    bogus = tmp_path / "bogus.npz"
+    np.savez(bogus, zzz=np.zeros(3, np.float32))
+    spat = Path(__file__).parents[1] / "examples" / "column_pairs.spat"
+    code, _, err = run(capsys, "interpret", str(spat), "--inputs", str(bogus))
+    assert code == 2
+    assert one_line(err) == f"{spat}: no input for argument %x of @main (given: zzz)"

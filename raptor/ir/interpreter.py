@@ -334,6 +334,10 @@ def reconstruct(op: BlueprintOp, sources: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+class InputBindError(ValueError):
+    """Inputs that do not fit the function's arguments: the user's input, not Raptor's bug."""
+
+
 def bind_inputs(f: FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]
                 ) -> list[np.ndarray]:
     """Match inputs to arguments by name (`x` or `%x`) or position; check shapes."""
@@ -343,19 +347,19 @@ def bind_inputs(f: FuncOp, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarra
         for i, a in enumerate(f.args):
             key = next((k for k in (a.name, f"arg{i}", str(i)) if k in by_name), None)
             if key is None:
-                raise ValueError(f"no input for argument %{a.name} of @{f.sym_name} (given: "
+                raise InputBindError(f"no input for argument %{a.name} of @{f.sym_name} (given: "
                                  f"{', '.join(sorted(by_name)) or 'nothing'})")
             args.append(by_name[key])
     else:
         args = list(inputs)
         if len(args) != len(f.args):
-            raise ValueError(f"@{f.sym_name} takes {len(f.args)} inputs, got {len(args)}")
+            raise InputBindError(f"@{f.sym_name} takes {len(f.args)} inputs, got {len(args)}")
     out = []
     for a, x in zip(f.args, args, strict=True):
         t = a.tensor
         arr = np.asarray(x)
         if t.is_static and arr.shape != t.static_shape:
-            raise ValueError(f"input %{a.name} has shape {list(arr.shape)} but @{f.sym_name} "
+            raise InputBindError(f"input %{a.name} has shape {list(arr.shape)} but @{f.sym_name} "
                              f"expects {t}")
         out.append(arr.astype(t.np_dtype))
     return out
