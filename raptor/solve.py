@@ -35,7 +35,7 @@ from raptor.ir.ops import ScheduledComputeBatchOp, ScheduledComputeOp, StoreOp
 from raptor.ir.verifier import verify_module
 from raptor.noc import Network
 from raptor.passes.layout import select_layouts
-from raptor.passes.materialize import Flow, ScheduleView, materialize
+from raptor.passes.materialize import CropKey, Flow, ScheduleView, materialize
 from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.passes.spill import Spill, spill
 from raptor.passes.stream import RING, StreamInfo, StreamView, materialize_stream
@@ -420,9 +420,13 @@ def message_flow(build: GraphBuild, rep: Replay) -> Flow:
     communication model did (within the local-memory budget, see
     `raptor.solver.comm.replay`), keyed as materialization keys messages."""
     keys = build.fragment_keys
-    return Flow({(keys[f][0], keys[f][1], q, keys[f][3]): at for (f, q), at in rep.posts.items()},
-                {(keys[f][0], keys[f][1], q, keys[f][3]): at for (f, q), at in rep.sends.items()},
-                frozenset(rep.tight))
+
+    def key(f: int, q: int) -> tuple[int, int, int, CropKey | None]:
+        return keys[f][0], keys[f][1], q, keys[f][3]
+
+    return Flow({key(*m): at for m, at in rep.posts.items()},
+                {key(*m): at for m, at in rep.sends.items()}, frozenset(rep.tight),
+                {key(*m): key(*lead) for m, lead in rep.merged.items()})
 
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,

@@ -671,3 +671,26 @@ def test_lower_bound_holds_under_pimsim_protocol(name: str) -> None:
     bound = solved.bounds.makespan_ns
     assert 0 < bound <= run.estimate_ns
     assert bound <= mirror(run.scheduled, export_pimsim(run.scheduled, t, run.memory))
+
+
+def test_merged_messages_compute_onnxruntimes_numbers(tmp_path: Path) -> None:
+    """Scheduled under pimsim-nn's protocol, torch_cnn_dynamo's messages from one core to
+    one core at one point of its program travel as one where the estimate finds that
+    faster (`raptor.solver.blocking.merge_messages`): the program sends fewer messages
+    than the replay's, still computes onnxruntime's numbers, exports, and the estimate,
+    Raptor's model of pimsim-nn and pimsim-nn itself see the same merged program."""
+    t = dataclasses.replace(T, protocol="pimsim-nn")
+    solved = solve(EXAMPLES / "torch_cnn_dynamo.onnx", t,
+                   SolveOptions(solver="peft", sim=SimOptions(trace=False)))
+    run = solved.runs[0]
+    assert run.flow is not None and run.flow.merged
+    sends = [op for op in run.scheduled.walk() if isinstance(op, ChannelSendOp)]
+    assert len(sends) == len(run.flow.sends) - len(run.flow.merged)
+    assert solved.oracle == "onnxruntime" and run.numerics
+    assert all(ok for *_, ok in run.numerics.values())
+    ex = export_pimsim(run.scheduled, t, run.memory)
+    model = mirror(run.scheduled, ex)
+    assert abs(run.estimate_ns - model) <= 0.01 * model
+    if PIMSIM is not None:
+        got = run_chiptest(PIMSIM, write_export(ex, tmp_path), timeout_s=60)
+        assert abs(model - got.latency_ns) <= 0.001 * got.latency_ns
