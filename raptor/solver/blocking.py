@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from raptor import noc
 from raptor.solver.costs import shared_read_ns, shared_write_ns
@@ -200,13 +201,27 @@ def _shared(target: Target, task: Task) -> tuple[int, int]:
     return shared_read_ns(target, noc.wire_bytes(target, task.load_bytes)), store
 
 
+class Priced(NamedTuple):
+    """A task as pimsim-nn runs it, in ns: ``lead`` before its global-memory load is
+    requested, the ``load`` service, its ``work`` until its stores are requested, their
+    ``store`` service, and the ``tail`` after it (`raptor.export.task_costs`)."""
+
+    lead: int
+    load: int
+    work: int
+    store: int
+    tail: int
+
+
 def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                       progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
                       order: Mapping[Message, int], posts: Mapping[Message, int] | None = None,
-                      merged: Mapping[Message, Message] | None = None) -> int | None:
+                      merged: Mapping[Message, Message] | None = None,
+                      priced: Sequence[Priced] | None = None) -> int | None:
     """The makespan of the program `programs` builds, under pimsim-nn's protocol; None if
     it deadlocks (an order that contradicts the dependencies). A merged message carries
-    its parts' bytes, packed by its sender first (`raptor.noc.pimsim_pack_cycles`)."""
+    its parts' bytes, packed by its sender first (`raptor.noc.pimsim_pack_cycles`). Tasks
+    cost what the target's op costs say, or ``priced`` (per task, pimsim-nn's own)."""
     keys = leaders(sends, merged)
     frags = graph.fragments
     ops = programs(graph, core_of, progs, sends, order, posts, merged)
@@ -218,9 +233,14 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     wire = [sum(parts[k]) for k in keys]
     pack = [target.ns(noc.pimsim_pack_cycles(target, parts[k])) if len(parts[k]) > 1 else 0
             for k in keys]
-    queued = [_shared(target, t) for t in graph.tasks]
-    own = [d - t.shared_ns - shared_read_ns(target, t.load_bytes)
-           for d, t in zip(graph.durations(core_of), graph.tasks, strict=True)]
+    if priced is None:
+        priced = []
+        for d, task in zip(graph.durations(core_of), graph.tasks, strict=True):
+            load, store = _shared(target, task)
+            priced.append(Priced(0, load, d - task.shared_ns - shared_read_ns(
+                target, task.load_bytes), store, 0))
+    queued = [(c.load, c.store) for c in priced]
+    own = [c.work for c in priced]
     ns = target.ns
     setup, gap = ns(noc.PIMSIM_SCALAR_CYCLES), ns(noc.PIMSIM_GAP_CYCLES)
     P = len(progs)
@@ -263,6 +283,7 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                 # core's switch and the chip's one port, ties from the highest core
                 if phase[p] == 0 and queued[x][0]:
                     phase[p] = 1
+                    clock[p] += priced[x].lead
                     heapq.heappush(heap, (max(clock[p], switch[p]), P - p + 1, p))
                     return
                 if phase[p] < 2:
@@ -271,6 +292,7 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                         phase[p] = 2
                         heapq.heappush(heap, (max(clock[p], switch[p]), P - p + 1, p))
                         return
+                clock[p] += priced[x].tail
                 phase[p] = 0
             elif kind == _SEND:
                 q = keys[x][1]
