@@ -35,6 +35,10 @@ while the receiver has no room. That model ran the same program to completion, a
 program of blocking sends, non-blocking posts and waiting computes either completes
 whatever the timing or never does (each wait is on one partner reaching one place in its
 program), so this one cannot deadlock; channel numbers then follow the model's send order.
+Under pimsim-nn's protocol the flow may also merge the messages one core sends another at
+one point (`Flow.merged`): the sender copies their parts into one flat buffer
+(`tensor.concat`) and sends it in the first part's place, and each reader takes its part's
+range of the one receive (views), so one handshake carries them all.
 
 The graph invariant is not imposed on scheduled values (spec, "Scheduled IR exclusion"):
 fragments and Blueprint metadata are resolved here, from the projection, before the graph
