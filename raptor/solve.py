@@ -28,7 +28,7 @@ from raptor.driver import (
     compile_model,
     ir_inputs,
 )
-from raptor.export import ExportError, leave_rank, lowered, task_costs
+from raptor.export import ExportError, leave_rank, lowered, stream_count, task_costs
 from raptor.frontend.oracle import compare, reference_outputs, reference_stream
 from raptor.frontend.plan import PlanGraph
 from raptor.ir.module import Module
@@ -378,7 +378,8 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
                 errors = [str(d) for d in verify_module(scheduled)]
                 memory = None if errors else plan_memory(scheduled, target) if changed \
                     else memory
-            if target.protocol == "pimsim-nn" and memory is not None and not errors:
+            if target.protocol == "pimsim-nn" and memory is not None and not errors \
+                    and stream_count(scheduled) is None:
                 estimate = _pimsim_estimate(g, target, res, rep, scheduled, memory, estimate)
             if print_ir is not None:
                 print_ir("materialize", scheduled)
@@ -856,9 +857,10 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
     view = StreamView(sch.core_of, sch.start_ns, sch.end_ns, pr.stage_of_task)
     infos: list[StreamInfo] = []
 
-    def make(flow: Flow) -> Module:
+    def make(flow: Flow) -> Module:  # the stream estimate plays messages one by one
         scheduled, info = materialize_stream(comp.module, build.projection, build.outputs,
-                                             view, opts.stream, flow=flow)
+                                             view, opts.stream,
+                                             flow=dataclasses.replace(flow, merged={}))
         infos.append(info)
         return scheduled
 
