@@ -114,6 +114,19 @@ def pimsim_write_cycles(target: Target, nbytes: int) -> int:
     return -(-nbytes // target.local_bytes_per_cycle)
 
 
+def pimsim_copy_cycles(target: Target, nbytes: int) -> int:
+    """pimsim-nn: an `lmv` of ``nbytes`` reads and then writes local memory."""
+    return 2 * -(-nbytes // target.local_bytes_per_cycle)
+
+
+def pimsim_pack_cycles(target: Target, parts: Sequence[int]) -> int:
+    """pimsim-nn: a merged message's parts (their bytes) copied one after another into the
+    buffer it is sent from (a `tensor.concat`: per part an `lmv`, its gap and the two
+    address registers)."""
+    return sum(pimsim_copy_cycles(target, n) + PIMSIM_GAP_CYCLES + 2 * PIMSIM_SCALAR_CYCLES
+               for n in parts)
+
+
 PIMSIM_SCALAR_CYCLES = 1
 """pimsim-nn: a scalar instruction (`sldi`: a send's or receive's address register)."""
 PIMSIM_GAP_CYCLES = 2

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,9 +40,20 @@ from raptor.export.pimsim import Export, ExportError, lower_module
 from raptor.export.validate import validate
 from raptor.fileio import write_text_atomic
 from raptor.ir.module import Module
-from raptor.ir.ops import StreamOp, WeightOp
+from raptor.ir.ops import (
+    ChannelReceiveOp,
+    ChannelSendOp,
+    CoreOp,
+    ScheduledComputeBatchOp,
+    ScheduledComputeOp,
+    StoreOp,
+    StreamOp,
+    WeightOp,
+)
 from raptor.passes.memory import MemoryPlan, plan_memory
 from raptor.sim.kernels import info
+from raptor.sim.timing import OpTiming
+from raptor.solver.blocking import Priced
 from raptor.target import Target
 
 __all__ = ["ChipError", "Export", "ExportError", "PimsimChip", "export_pimsim",
@@ -94,12 +105,7 @@ def _export(module: Module, target: Target, plan: MemoryPlan | None, allow_overf
     over = plan.over_capacity()
     if over and not allow_overflow:
         raise ExportError("the program does not fit the target's memory", over)
-    top = plan.peak
-    need = top.peak_bytes if top is not None else 0
-    try:
-        chip = PimsimChip.of(target, need if need > target.local_memory_bytes else 0)
-    except ChipError as e:
-        raise ExportError(str(e)) from None
+    chip = _chip(target, plan)
     with pimsim_order(module, rank):
         export = lower_module(module, plan, chip, inferences)
     export.overflow, export.rank = over, rank
@@ -107,6 +113,64 @@ def _export(module: Module, target: Target, plan: MemoryPlan | None, allow_overf
     if problems:
         raise ExportError("the exported program would not run as intended on pimsim-nn", problems)
     return export
+
+
+def _chip(target: Target, plan: MemoryPlan) -> PimsimChip:
+    """The chip for `target`, with the local memory `plan` needs when that is more."""
+    top = plan.peak
+    need = top.peak_bytes if top is not None else 0
+    try:
+        return PimsimChip.of(target, need if need > target.local_memory_bytes else 0)
+    except ChipError as e:
+        raise ExportError(str(e)) from None
+
+
+def lowered(module: Module, target: Target, plan: MemoryPlan) -> Export:
+    """Latency program `module` lowered in its channel order with `plan`'s addresses,
+    unchecked: what the exporter prices its ops at (`ExportError` if it cannot)."""
+    with pimsim_order(module, channel_rank(module)):
+        return lower_module(module, plan, _chip(target, plan))
+
+
+def task_costs(module: Module, ex: Export, core_tasks: Sequence[Sequence[int]], tasks: int
+               ) -> list[Priced]:
+    """Per task of the schedule latency program `module` was materialized from
+    (``core_tasks``: each core's tasks in program order), its time on pimsim-nn as export
+    `ex` prices its ops, for the estimate (`raptor.solver.blocking.blocking_makespan`):
+    a scheduled compute's first lane takes its global-memory load and the gathers before
+    it, its lanes share the rest evenly, and the last takes the stores after it. Sends,
+    receives and the packing of merged messages are the protocol's, priced there."""
+    ns = ex.chip.target.ns
+    out = [Priced(0, 0, 0, 0, 0)] * tasks
+    for core in module.main().body.ops:
+        if not isinstance(core, CoreOp):
+            continue
+        todo = iter(core_tasks[core.core])
+        before = OpTiming()  # what runs before the next compute: gathers, or packing
+        last = -1
+        for op in core.body.ops:
+            tm = ex.timings.get((core.core, op), OpTiming())
+            if isinstance(op, ScheduledComputeOp | ScheduledComputeBatchOp):
+                lanes = [next(todo) for _ in range(op.lanes if isinstance(
+                    op, ScheduledComputeBatchOp) else 1)]
+                lead = tm.before + before.total - before.memory if tm.memory else 0
+                work = tm.total + before.total - before.memory - lead - tm.memory
+                for i, t in enumerate(lanes):
+                    out[t] = Priced(ns(lead) if i == 0 else 0,
+                                    ns(tm.memory + before.memory) if i == 0 else 0,
+                                    ns(work // len(lanes) + (work % len(lanes) if i == 0 else 0)),
+                                    0, 0)
+                last, before = lanes[-1], OpTiming()
+            elif isinstance(op, StoreOp) and last >= 0:
+                c = out[last]
+                out[last] = Priced(c.lead, c.load, c.work + ns(tm.before) + c.tail,
+                                   c.store + ns(tm.memory),
+                                   ns(tm.total - tm.before - tm.memory))
+            elif isinstance(op, ChannelSendOp):
+                before = OpTiming()  # a merged message's packing: the protocol's
+            elif not isinstance(op, ChannelReceiveOp):
+                before = OpTiming(busy=before.busy + tm.total, memory=before.memory + tm.memory)
+    return out
 
 
 def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
@@ -123,9 +187,7 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
             with pimsim_order(module, ex.rank):
                 ex.model_ns = Simulator(module, target, timings=ex.timings).timing(
                     SimOptions.pimsim(trace=False)).latency_ns
-            _, trace = Simulator(module, target, timings=ex.timings).traced(
-                SimOptions(link_contention=False))
-            rank = message_rank(module, {ch: t for _, _, ch, _, t, _ in trace.messages})
+            rank = leave_rank(module, target, ex)
             if rank is None:
                 return ex
             if isinstance(ex.rank, PostedRank):
@@ -137,6 +199,17 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
     except (SimError, ExportError):
         return ex
     return other if other.model_ns < ex.model_ns else ex
+
+
+def leave_rank(module: Module, target: Target, ex: Export) -> dict[int, int] | None:
+    """The order `module`'s messages leave in a run of `ex`'s op costs over Raptor's
+    channels, where receives never block (`message_rank`); None if some send did not
+    run. Raises `raptor.sim.SimError` when the program cannot be simulated."""
+    from raptor.sim import SimOptions, Simulator
+
+    _, trace = Simulator(module, target, timings=ex.timings).traced(
+        SimOptions(link_contention=False))
+    return message_rank(module, {ch: t for _, _, ch, _, t, _ in trace.messages})
 
 
 @contextmanager

@@ -131,7 +131,7 @@ class PimsimChip:
                 * self.target.vector_op_cycles + self.local(nbytes))
 
     def lmv(self, nbytes: int) -> int:
-        return 2 * self.local(nbytes)
+        return noc.pimsim_copy_cycles(self.target, nbytes)
 
     def lldi(self, nbytes: int) -> int:
         return max(self.local(nbytes), 2)

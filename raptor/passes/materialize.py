@@ -35,6 +35,10 @@ while the receiver has no room. That model ran the same program to completion, a
 program of blocking sends, non-blocking posts and waiting computes either completes
 whatever the timing or never does (each wait is on one partner reaching one place in its
 program), so this one cannot deadlock; channel numbers then follow the model's send order.
+Under pimsim-nn's protocol the flow may also merge the messages one core sends another at
+one point (`Flow.merged`): the sender copies their parts into one flat buffer
+(`tensor.concat`) and sends it in the first part's place, and each reader takes its part's
+range of the one receive (views), so one handshake carries them all.
 
 The graph invariant is not imposed on scheduled values (spec, "Scheduled IR exclusion"):
 fragments and Blueprint metadata are resolved here, from the projection, before the graph
@@ -57,6 +61,7 @@ from raptor.ir.ops import (
     ChannelReceiveOp,
     ChannelSendOp,
     ComputeOp,
+    ConcatOp,
     CoreOp,
     EmptyOp,
     ExtractSliceOp,
@@ -66,6 +71,7 @@ from raptor.ir.ops import (
     LaneResultOp,
     LoadOp,
     ParallelInsertSliceOp,
+    ReshapeOp,
     ReturnOp,
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
@@ -118,10 +124,17 @@ def _insert(ops: list[Operation], src: Value, buf: Value, p: Piece, box: Box) ->
     return op.result
 
 
-def _cropped(ops: list[Operation], whole: Value, p: Piece | None) -> Value:
-    """`whole`, or the part of it piece `p` reads (one copy, appended to `ops`)."""
+def _cropped(ops: list[Operation], whole: Value, p: Piece | Part | None) -> Value:
+    """`whole`, or the part of it piece `p` reads (one copy, appended to `ops`), or the
+    range of a merged message `p` is (two views)."""
     if p is None:
         return whole
+    if isinstance(p, Part):
+        n = p.type.numel
+        flat = owned(ExtractSliceOp(whole, Value(TensorType((n,), p.type.dtype), "part"),
+                                    (Affine(p.offset),), (n,), (1,)))
+        ops.extend((flat, owned(ReshapeOp(flat.result, Value(p.type, "part")))))
+        return ops[-1].results()[0]
     assert p.crop is not None
     ops.append(_slice(whole, Value(p.fragment, "part"), p.crop))
     return ops[-1].results()[0]
@@ -143,6 +156,20 @@ class Flow:
     """Cores whose memory was planned instance by instance: their lanes are not merged
     into scheduled batches (a batch gathers every lane's inputs at once and keeps every
     lane's result until the last is read)."""
+    merged: Mapping[Message, Message] = field(default_factory=dict)
+    """Message -> the message it travels in, when that is another's (under pimsim-nn's
+    protocol, `raptor.solver.blocking.merge_messages`): the sender packs the parts, in
+    rank order, into one flat buffer (`tensor.concat`) and sends it at the first part's
+    place and channel; each reader takes its part's range of the one receive (views)."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """Where a message's value lies in the merged message it travels in: from element
+    `offset` of the flat buffer, as `type`."""
+
+    offset: int
+    type: TensorType
 
 
 @dataclass
@@ -212,9 +239,9 @@ class Materializer:
         self.merge = merge
         self.flow = flow or Flow({}, {})  # none: every receive posted at the start
         self.anchored: dict[int, tuple[list[ChannelReceiveOp],
-                                       list[tuple[int, ChannelSendOp]]]] = {}
+                                       list[tuple[int, list[Operation]]]]] = {}
         """Instance -> the receives posted and the (ranked) sends made at the point after
-        its compute."""
+        its compute (a send with the ops that pack a merged message before it)."""
         self.src = module
         self.func = module.main()
         self.proj = proj
@@ -234,6 +261,10 @@ class Materializer:
             for p in pieces:
                 self.stores.setdefault(p.producer, []).append((k, p))
         self.events: dict[int, list[Operation]] = {}
+        self.parts: dict[Message, Part] = {}
+        """Messages that travel inside a merged one: where they lie in it."""
+        self.types: dict[Message, TensorType] = {}
+        """Per message, the type of what travels."""
         self.merged_runs: list[list[int]] = []
         """The instances of each run merged into one batch (`merge_runs`), in lane order."""
 
@@ -263,6 +294,8 @@ class Materializer:
                     if self.s.core_of[p.producer] != q and self.by_channel(p, inst.id):
                         m = (p.producer, p.result, q, crop_key(p))
                         urgency[m] = min(urgency.get(m, start), start)
+                        self.types[m] = p.fragment if p.crop is None else \
+                            TensorType(p.sizes, p.fragment.dtype)
         self.messages = sorted(urgency, key=lambda m: (self.s.end[m[0]], m[0], urgency[m], m[2],
                                                        m[1], m[3] or ((), ())))
 
@@ -291,12 +324,13 @@ class Materializer:
         """The body of `core`'s `pim.core` from its ordered ops."""
         return ops
 
-    def piece_value(self, p: Piece, core: int) -> tuple[Value, Piece | None]:
+    def piece_value(self, p: Piece, core: int) -> tuple[Value, Piece | Part | None]:
         """The value standing for piece `p` on `core`, and the piece again when only a crop
-        of that (whole, local) value is wanted."""
+        of that (whole, local) value is wanted, or its part of a merged message."""
         if self.s.core_of[p.producer] == core:
             return self.local[(p.producer, p.result, core, None)], p if p.crop else None
-        return self.local[(p.producer, p.result, core, crop_key(p))], None
+        key = (p.producer, p.result, core, crop_key(p))
+        return self.local[key], self.parts.get(key)
 
     # -------------------------------------------------------------- instances
     def gather(self, inst: Instance, core: int) -> tuple[list[Value], list[Value],
@@ -379,8 +413,8 @@ class Materializer:
             got = self.anchored.get(key[2]) if key[1] == 1 else None
             if got is not None:
                 recvs, sends = got
-                out.append(((key[0], 0, -1), [*recvs, *(op for _, op in sorted(
-                    sends, key=lambda s: s[0]))]))
+                out.append(((key[0], 0, -1), [*recvs, *(op for _, ops in sorted(
+                    sends, key=lambda s: s[0]) for op in ops)]))
         return out
 
     # -------------------------------------------------------------- equivalence classes
@@ -550,9 +584,17 @@ class Materializer:
         for seq, m in enumerate(self.messages):
             pending.setdefault(m[0], []).append((seq, m))
         flow = self.flow
+        groups: dict[Message, list[Message]] = {}
+        for m, lead in flow.merged.items():
+            groups.setdefault(lead, [lead]).append(m)
+        for lead, parts in groups.items():  # before any reader is built
+            parts.sort(key=lambda m: flow.sends[m][1])
+            self.post(lead, self.merged_receive(lead, parts))
         for inst in sorted(self.proj.instances, key=lambda i: (self.s.start[i.id], i.id)):
             self.instance(inst)
             for seq, m in pending.get(inst.id, []):
+                if m in groups or m in flow.merged:
+                    continue
                 u, r, q, crop = m
                 # channels follow the flow's sends
                 seq = flow.sends[m][1] if m in flow.sends else len(flow.sends) + seq
@@ -575,12 +617,12 @@ class Materializer:
                 if at is None:
                     self.emit(p, key, [send])
                 else:
-                    self.anchored.setdefault(at[0], ([], []))[1].append((at[1], send))
-                post = flow.posts.get(m, -1)
-                if post < 0:
-                    self.emit(q, (-1, 0, seq), [recv])  # posted when the program starts
-                else:
-                    self.anchored.setdefault(post, ([], []))[0].append(recv)
+                    self.anchored.setdefault(at[0], ([], []))[1].append((at[1], [send]))
+                self.post(m, recv)
+        for lead, parts in groups.items():  # every part's value exists now
+            at = flow.sends[lead]
+            self.anchored.setdefault(at[0], ([], []))[1].append(
+                (at[1], self.merged_send(parts, at[1])))
         cores = []
         for core in sorted(self.programs):
             events = self.place_messages(sorted(self.programs[core], key=lambda e: e[0]))
@@ -590,6 +632,53 @@ class Materializer:
             cores.append(CoreOp(core, body))
         self.new_func.body.ops = [*self.top, *cores, ReturnOp(list(self.buffers))]
         return Module([self.new_func], dict(self.src.constants), filename=self.src.filename)
+
+
+    def post(self, m: Message, recv: ChannelReceiveOp) -> None:
+        """Place message `m`'s receive where the flow posts it (the program's start
+        without one)."""
+        post = self.flow.posts.get(m, -1)
+        if post < 0:
+            self.emit(m[2], (-1, 0, recv.channel), [recv])
+        else:
+            self.anchored.setdefault(post, ([], []))[0].append(recv)
+
+    def merged_receive(self, lead: Message, parts: list[Message]) -> ChannelReceiveOp:
+        """The one receive of a merged message: its parts flattened one after another,
+        each read where it lies (`Part`)."""
+        dtype = self.types[lead].dtype
+        at = 0
+        for m in parts:
+            t = self.types[m]
+            if t.dtype != dtype:
+                raise ValueError(f"cannot merge messages of {dtype} and {t.dtype}")
+            self.parts[m] = Part(at, t)
+            at += t.numel
+        got = Value(TensorType((at,), dtype), f"r{lead[0]}")
+        for m in parts:
+            self.local[m] = got
+        return owned(ChannelReceiveOp(got, self.s.core_of[lead[0]], self.flow.sends[lead][1]))
+
+    def merged_send(self, parts: list[Message], channel: int) -> list[Operation]:
+        """The sender's side of a merged message: each part (a crop copied out) flattened
+        (a view) and the parts copied into one buffer, then its send."""
+        lead = parts[0]
+        p = self.s.core_of[lead[0]]
+        ops: list[Operation] = []
+        flats: list[Value] = []
+        for u, r, _, crop in parts:
+            v = self.local[(u, r, p, None)]
+            if crop is not None:
+                ops.append(_slice(v, Value(TensorType(crop[1], v.tensor.dtype), "part"),
+                                  crop[0]))
+                v = ops[-1].results()[0]
+            ops.append(owned(ReshapeOp(v, Value(TensorType((v.tensor.numel,), v.tensor.dtype),
+                                                "flat"))))
+            flats.append(ops[-1].results()[0])
+        total = sum(f.tensor.numel for f in flats)
+        cat = owned(ConcatOp(flats, Value(TensorType((total,), flats[0].tensor.dtype), "msg"),
+                             0))
+        return [*ops, cat, ChannelSendOp(cat.result, lead[2], channel)]
 
 
 def received_compute(module: Module, proj: Projection, inst: Instance) -> ScheduledComputeOp:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from raptor import noc
 from raptor.solver.costs import shared_read_ns, shared_write_ns
@@ -37,16 +38,19 @@ follows it. At a point the core posts receives, then does sends, in that order."
 
 def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequence[int]],
              sends: Mapping[Message, tuple[int, int]], order: Mapping[Message, int],
-             posts: Mapping[Message, int] | None = None) -> list[list[tuple[int, int]]]:
+             posts: Mapping[Message, int] | None = None,
+             merged: Mapping[Message, Message] | None = None) -> list[list[tuple[int, int]]]:
     """Each core's program in the blocking order of ``order`` (message -> place): its sends
     where the replay made them (``sends``: message -> (point, rank), a point's sends in rank
     order), its tasks in order, and each receive before its first reader or before a send
     later in ``order``, whichever comes first; with ``posts`` (message -> point) also as
     soon as its point has passed and no send earlier in ``order`` is still to come
-    (`raptor.export.order.blocking_order`, ``posted=True``).
-    Items are (kind, task or message index into ``list(sends)``)."""
-    keys = list(sends)
+    (`raptor.export.order.blocking_order`, ``posted=True``). A message in ``merged``
+    travels inside the one it maps to (`merge_messages`) and has no send or receive of
+    its own. Items are (kind, task or message index into `leaders`)."""
+    keys = leaders(sends, merged)
     index = {k: i for i, k in enumerate(keys)}
+    alias = merged or {}
     frags = graph.fragments
     at_point: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for i, (f, _) in enumerate(keys):
@@ -89,7 +93,7 @@ def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequen
             while nxt < len(mine) and mine[nxt][1] in due and mine[nxt][0] < later[j]:
                 upto(mine[nxt][0])
             if kind == _TASK:
-                need = [place[index[(f, p)]] for f in graph.reads[x]
+                need = [place[index[alias.get((f, p), (f, p))]] for f in graph.reads[x]
                         if core_of[frags[f].producer] != p]
                 if need:
                     upto(max(need))
@@ -149,6 +153,44 @@ def meeting_posts(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[S
     return out
 
 
+def leaders(sends: Mapping[Message, tuple[int, int]],
+            merged: Mapping[Message, Message] | None) -> list[Message]:
+    """The messages that travel: those of ``sends`` not merged into another."""
+    return list(sends) if not merged else [k for k in sends if k not in merged]
+
+
+def merge_messages(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequence[int]],
+                   sends: Mapping[Message, tuple[int, int]], posts: Mapping[Message, int]
+                   ) -> tuple[dict[Message, Message], dict[Message, int]]:
+    """Fewer, larger messages where pimsim-nn's handshake dominates: the messages one core
+    sends to one core at one point of its program (``sends``: message -> (point, rank))
+    travel as one, in the place of the first of them by rank, its receive posted where
+    the first of theirs was (``posts``). Their data is ready there for all of them, so
+    no consumer waits for a later producer, and each core still walks the messages in one
+    order, which keeps the blocking program deadlock-free. Returns (part -> the message
+    it travels in, for every part but the first; the posts with each merged message's
+    receive at its parts' first)."""
+    frags = graph.fragments
+    pos: dict[int, int] = {START: -1}
+    for prog in progs:
+        for i, t in enumerate(prog):
+            pos[t] = i
+    groups: dict[tuple[int, int, int], list[Message]] = {}
+    for key in sorted(sends, key=lambda k: sends[k][1]):
+        at = (core_of[frags[key[0]].producer], sends[key][0], key[1])
+        groups.setdefault(at, []).append(key)
+    merged: dict[Message, Message] = {}
+    out = dict(posts)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        lead = group[0]
+        out[lead] = min((posts[k] for k in group), key=pos.__getitem__)
+        for k in group[1:]:
+            merged[k] = lead
+    return merged, out
+
+
 def _shared(target: Target, task: Task) -> tuple[int, int]:
     """A task's shared-memory loads and stores as pimsim-nn serves them: at the chip's
     activation precision (`raptor.noc.wire_bytes`) where Raptor's prices count the IR's."""
@@ -159,20 +201,46 @@ def _shared(target: Target, task: Task) -> tuple[int, int]:
     return shared_read_ns(target, noc.wire_bytes(target, task.load_bytes)), store
 
 
+class Priced(NamedTuple):
+    """A task as pimsim-nn runs it, in ns: ``lead`` before its global-memory load is
+    requested, the ``load`` service, its ``work`` until its stores are requested, their
+    ``store`` service, and the ``tail`` after it (`raptor.export.task_costs`)."""
+
+    lead: int
+    load: int
+    work: int
+    store: int
+    tail: int
+
+
 def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                       progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
-                      order: Mapping[Message, int], posts: Mapping[Message, int] | None = None
-                      ) -> int | None:
+                      order: Mapping[Message, int], posts: Mapping[Message, int] | None = None,
+                      merged: Mapping[Message, Message] | None = None,
+                      priced: Sequence[Priced] | None = None) -> int | None:
     """The makespan of the program `programs` builds, under pimsim-nn's protocol; None if
-    it deadlocks (an order that contradicts the dependencies)."""
-    keys = list(sends)
+    it deadlocks (an order that contradicts the dependencies). A merged message carries
+    its parts' bytes, packed by its sender first (`raptor.noc.pimsim_pack_cycles`). Tasks
+    cost what the target's op costs say, or ``priced`` (per task, pimsim-nn's own)."""
+    keys = leaders(sends, merged)
     frags = graph.fragments
-    ops = programs(graph, core_of, progs, sends, order, posts)
-    wire = graph.memory.fragment if graph.memory is not None else \
+    ops = programs(graph, core_of, progs, sends, order, posts, merged)
+    fbytes = graph.memory.fragment if graph.memory is not None else \
         [noc.wire_bytes(target, f.bytes) for f in frags]
-    queued = [_shared(target, t) for t in graph.tasks]
-    own = [d - t.shared_ns - shared_read_ns(target, t.load_bytes)
-           for d, t in zip(graph.durations(core_of), graph.tasks, strict=True)]
+    parts: dict[Message, list[int]] = {k: [fbytes[k[0]]] for k in keys}
+    for k, lead in (merged or {}).items():
+        parts[lead].append(fbytes[k[0]])
+    wire = [sum(parts[k]) for k in keys]
+    pack = [target.ns(noc.pimsim_pack_cycles(target, parts[k])) if len(parts[k]) > 1 else 0
+            for k in keys]
+    if priced is None:
+        priced = []
+        for d, task in zip(graph.durations(core_of), graph.tasks, strict=True):
+            load, store = _shared(target, task)
+            priced.append(Priced(0, load, d - task.shared_ns - shared_read_ns(
+                target, task.load_bytes), store, 0))
+    queued = [(c.load, c.store) for c in priced]
+    own = [c.work for c in priced]
     ns = target.ns
     setup, gap = ns(noc.PIMSIM_SCALAR_CYCLES), ns(noc.PIMSIM_GAP_CYCLES)
     P = len(progs)
@@ -191,7 +259,7 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
         """Message i's request and receive are both there: time it, wake the other side."""
         f, q = keys[i]
         s = core_of[frags[f].producer]
-        n = wire[f]
+        n = wire[i]
         switch[q], done, _, arrival = noc.pimsim_transfer(
             request[i], posted[i], switch[q], switch[s], flit(q, s), flit(s, q),
             ns(noc.pimsim_read_cycles(target, n)), noc.flits(target, n))
@@ -215,6 +283,7 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                 # core's switch and the chip's one port, ties from the highest core
                 if phase[p] == 0 and queued[x][0]:
                     phase[p] = 1
+                    clock[p] += priced[x].lead
                     heapq.heappush(heap, (max(clock[p], switch[p]), P - p + 1, p))
                     return
                 if phase[p] < 2:
@@ -223,9 +292,11 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                         phase[p] = 2
                         heapq.heappush(heap, (max(clock[p], switch[p]), P - p + 1, p))
                         return
+                clock[p] += priced[x].tail
                 phase[p] = 0
             elif kind == _SEND:
                 q = keys[x][1]
+                clock[p] += pack[x]
                 request[x], switch[p] = noc.pimsim_request(clock[p] + setup, switch[p],
                                                            flit(p, q))
                 clock[p] += setup

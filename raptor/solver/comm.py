@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from raptor import noc
 from raptor.noc import FreeLinks, shared_network
-from raptor.solver.blocking import START, blocking_makespan, meeting_posts
+from raptor.solver.blocking import START, blocking_makespan, meeting_posts, merge_messages
 from raptor.solver.flowplan import Message, ReceivePlan
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
@@ -116,6 +116,9 @@ class Replay:
     posted_ns: int = 0
     """The makespan with receives that never block (``makespan_ns`` under Raptor's
     protocol; under pimsim-nn's, ``makespan_ns`` is that of blocking receives)."""
+    merged: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    """Under pimsim-nn's protocol, (fragment, core) -> the message it travels in, when
+    that is another's (`raptor.solver.blocking.merge_messages`)."""
 
     def link_utilization(self) -> tuple[float, float]:
         """(max, mean) over the mesh's links of busy time / makespan."""
@@ -622,11 +625,11 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                     built).run()
     rep.posted_ns = rep.makespan_ns
     if built is not None:
-        rep.sends = dict(built.sends)
+        rep.sends, rep.merged = dict(built.sends), dict(built.merged)
         if target.protocol == "pimsim-nn" and rep.sends:
             got = blocking_makespan(graph, target, core_of, core_tasks, rep.sends,
                                     {k: rank for k, (_, rank) in rep.sends.items()},
-                                    built.posts)
+                                    built.posts, built.merged)
             if got is not None:
                 rep.makespan_ns = got
     elif target.protocol == "pimsim-nn" and rep.sends:
@@ -641,7 +644,24 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                 return {}
 
         blocking_estimate(graph, target, core_of, core_tasks, rep, mesh)
+        merge(graph, target, core_of, core_tasks, rep)
     return rep
+
+
+def merge(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+          core_tasks: Sequence[Sequence[int]], rep: Replay) -> None:
+    """Under pimsim-nn's protocol, ``rep``'s messages from one core to one core at one
+    point travel as one (`raptor.solver.blocking.merge_messages`) when that is faster
+    under the blocking model: each message saves a handshake and a rendezvous, and pays
+    for packing its parts."""
+    merged, posts = merge_messages(graph, core_of, core_tasks, rep.sends, rep.posts)
+    if not merged:
+        return
+    order = {k: rank for k, (_, rank) in rep.sends.items()}
+    got = blocking_makespan(graph, target, core_of, core_tasks, rep.sends, order, posts,
+                            merged)
+    if got is not None and got < rep.makespan_ns:
+        rep.makespan_ns, rep.posts, rep.merged = got, posts, merged
 
 
 def blocking_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],

@@ -642,11 +642,12 @@ def test_a_parsed_program_without_weight_data_chooses_the_same_order(
 @pytest.mark.parametrize("name", ["resnet_block", "mobilenet_block"])
 def test_estimate_under_pimsim_protocol_predicts_the_model(name: str) -> None:
     """Scheduled under pimsim-nn's protocol, the communication estimate (blocking receives
-    in the exporter's message order, `raptor.solver.blocking`) predicts Raptor's model of
-    pimsim-nn on the export within 2 % (measured -0.4 % and -1.05 %; 13-46 % off before it
-    modelled blocking receives, +4.8 % on mobilenet_block when the exporter kept an order
-    the estimate never saw), and the program is faster on that model than the one
-    scheduled for Raptor's mesh."""
+    in the exporter's message order, `raptor.solver.blocking`, tasks priced as the
+    exporter prices them) predicts Raptor's model of pimsim-nn on the export within 1 %
+    (measured -0.00 % and -0.06 %; -0.4 % and -1.05 % with the target's op costs; 13-46 %
+    off before it modelled blocking receives, +4.8 % on mobilenet_block when the exporter
+    kept an order the estimate never saw), and the program is faster on that model than
+    the one scheduled for Raptor's mesh."""
     ns = {}
     for protocol in ("pimsim-nn", "raptor"):
         t = dataclasses.replace(T, protocol=protocol)
@@ -655,7 +656,7 @@ def test_estimate_under_pimsim_protocol_predicts_the_model(name: str) -> None:
         ex = export_pimsim(run.scheduled, t, run.memory)
         ns[protocol] = mirror(run.scheduled, ex)
         if protocol == "pimsim-nn":
-            assert abs(run.estimate_ns - ns[protocol]) <= 0.02 * ns[protocol]
+            assert abs(run.estimate_ns - ns[protocol]) <= 0.01 * ns[protocol]
     assert ns["pimsim-nn"] <= ns["raptor"]
 
 
@@ -669,5 +670,33 @@ def test_lower_bound_holds_under_pimsim_protocol(name: str) -> None:
     solved = solve(EXAMPLES / f"{name}.onnx", t, SolveOptions(solver="peft", simulate=False))
     run = solved.runs[0]
     bound = solved.bounds.makespan_ns
+    model = mirror(run.scheduled, export_pimsim(run.scheduled, t, run.memory))
     assert 0 < bound <= run.estimate_ns
-    assert bound <= mirror(run.scheduled, export_pimsim(run.scheduled, t, run.memory))
+    assert bound <= model
+    # and the estimate predicts that model within 1 % (measured within 0.1 % on every
+    # example since it prices tasks as the exporter does, `raptor.export.task_costs`;
+    # up to -1.8 % with the target's op costs)
+    assert abs(run.estimate_ns - model) <= 0.01 * model
+
+
+def test_merged_messages_compute_onnxruntimes_numbers(tmp_path: Path) -> None:
+    """Scheduled under pimsim-nn's protocol, torch_cnn_dynamo's messages from one core to
+    one core at one point of its program travel as one where the estimate finds that
+    faster (`raptor.solver.blocking.merge_messages`): the program sends fewer messages
+    than the replay's, still computes onnxruntime's numbers, exports, and the estimate,
+    Raptor's model of pimsim-nn and pimsim-nn itself see the same merged program."""
+    t = dataclasses.replace(T, protocol="pimsim-nn")
+    solved = solve(EXAMPLES / "torch_cnn_dynamo.onnx", t,
+                   SolveOptions(solver="peft", sim=SimOptions(trace=False)))
+    run = solved.runs[0]
+    assert run.flow is not None and run.flow.merged
+    sends = [op for op in run.scheduled.walk() if isinstance(op, ChannelSendOp)]
+    assert len(sends) == len(run.flow.sends) - len(run.flow.merged)
+    assert solved.oracle == "onnxruntime" and run.numerics
+    assert all(ok for *_, ok in run.numerics.values())
+    ex = export_pimsim(run.scheduled, t, run.memory)
+    model = mirror(run.scheduled, ex)
+    assert abs(run.estimate_ns - model) <= 0.01 * model
+    if PIMSIM is not None:
+        got = run_chiptest(PIMSIM, write_export(ex, tmp_path), timeout_s=60)
+        assert abs(model - got.latency_ns) <= 0.001 * got.latency_ns

@@ -4,6 +4,7 @@ queue, and the replay (figures computed by hand at 1 GHz: a hop 2 ns, a 8-byte f
 from __future__ import annotations
 
 from raptor.solver import ComputeGraph
+from raptor.solver.blocking import blocking_makespan
 from raptor.solver.comm import replay, send_order
 from raptor.target import Target
 
@@ -100,3 +101,29 @@ def test_pimsim_protocol_estimate_follows_one_message_order() -> None:
     r = replay(g, PIMSIM_LINE, [0, 1, 1, 0, 1], [[a, d], [b, e, c], [], []])
     assert r.left[(m2, 0)] < r.left[(m1, 1)]
     assert r.makespan_ns - r.posted_ns > 80
+
+
+def test_pimsim_protocol_merges_what_one_core_sends_another_at_one_point() -> None:
+    """p (core 0, 10 ns) produces two fragments of 64 IR bytes (16 B each at 8 bits) that
+    d1 and d2 (core 3, 10 ns each) read: one message of 32 B instead of two. One flit over
+    3 hops costs 3 * 2 + 2 = 8 ns. p packs the parts (`noc.pimsim_pack_cycles`: per part a
+    2-cycle copy, its 2-cycle gap and 2 address setups: 12 ns), requests at 23 (arrives
+    31), the reply is back at 39, p reads 2 cycles (41), 4 flits of 8 ns arrive at 73; the
+    receiver writes 1 and waits 2 (76), then d1 and d2 run: 96 ns, against 98 for two
+    messages, each with its own handshake. Next door (core 1) the handshake is cheap and
+    two messages let d1 start before the second arrives: nothing is merged."""
+    g = ComputeGraph()
+    p, d1, d2 = g.add_task("p", 10), g.add_task("d1", 10), g.add_task("d2", 10)
+    for d in (d1, d2):
+        f = g.add_fragment(p, 64)
+        g.add_edge(p, d, 64)
+        g.add_read(d, f)
+    g.freeze()
+    r = replay(g, PIMSIM_LINE, [0, 3, 3], [[p], [], [], [d1, d2]])
+    assert r.merged == {(1, 3): (0, 3)}
+    assert r.makespan_ns == 96
+    two = blocking_makespan(g, PIMSIM_LINE, [0, 3, 3], [[p], [], [], [d1, d2]], r.sends,
+                            {k: rank for k, (_, rank) in r.sends.items()}, r.posts)
+    assert two == 98
+    near = replay(g, PIMSIM_LINE, [0, 1, 1], [[p], [d1, d2], [], []])
+    assert near.merged == {} and near.makespan_ns == 70
