@@ -13,7 +13,7 @@ from raptor.passes.stream import RING, StreamInfo
 from raptor.solver.comm import Replay, replay
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.pipeline.cpsat_model import CpSatPipelineOptions, solve_cpsat
-from raptor.solver.pipeline.dp import exact_dp
+from raptor.solver.pipeline.dp import exact_dp, wave_dp
 from raptor.solver.pipeline.heuristic import run_heuristic
 from raptor.solver.pipeline.model import (
     Partition,
@@ -130,8 +130,9 @@ def spread_stream(problem: PipelineProblem, replication: bool = True, window: bo
 def layered_stream(problem: PipelineProblem, replication: bool = True,
                    inferences: int = 8) -> PipelineResult | None:
     """One stage on every core whose cores are nevertheless split by layers: the group
-    chain cut into 2 to 16 ranges of about equal work (`RANGES`), each range's cores and tile
-    copies allocated by the period model with its boundaries free of shared memory
+    chain cut into ranges with their cores and tile copies by the wave model's exact DP
+    (`wave_dp`), or into 2 to 16 ranges of about equal work (`RANGES`) with cores and copies
+    allocated by the period model with its boundaries free of shared memory
     (`PipelineProblem.on_chip`: they are messages over the mesh), realized range by range
     on disjoint runs of cores and run as one stage; a message between ranges is sent at the
     end of its producer's iteration (`defer_sends`). Of the `ESTIMATED` range counts with
@@ -150,13 +151,14 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
     free, G = problem.on_chip, problem.num_groups
     graph, target = problem.graph, problem.target
     made: dict[tuple[int, ...], tuple[int, PipelineResult]] = {}
-    for n in RANGES:
-        cuts = equal_work_cuts(problem, n)
-        if len(cuts) < 2 or cuts in made:
+    wave = wave_dp(free, replication)
+    parts: list[Partition | None] = [Partition(wave.cuts, wave.cores, wave.replication)]
+    parts += [allocate(free, cuts, replication) for cuts in
+              dict.fromkeys(equal_work_cuts(problem, n) for n in RANGES)]
+    for part in parts:
+        if part is None or len(part.cuts) < 2 or part.cuts in made:
             continue
-        part = allocate(free, cuts, replication)
-        if part is None:
-            continue
+        cuts = part.cuts
         limits = [stage_time(free, j, i, k, replication)
                   for (j, i), k in zip(part.ranges(G), part.cores, strict=True)]
         pl = realize(free, part, replication, limits=limits)
