@@ -138,10 +138,11 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
     end of its producer's iteration (`defer_sends`). Of the `ESTIMATED` cut sets with
     the shortest longest windows, the one whose stream estimate (`stream_estimate` without
     materialization: no boundary plan) is shortest is kept; None when no cut set gives a
-    placement or the graph has over `LAYERED_MAX_TASKS` tasks. Why: a one-stage stream's period follows its cores'
-    windows (docs/pipeline.md §2), and on the CNNs every spread's core holds tasks from the
-    first layer to the last; a range's cores hold a window about the range's own path, the
-    model gives the heavy layers (high MVM load) cores and copies in proportion (as ISAAC
+    placement or the graph has over `LAYERED_MAX_TASKS` tasks. Why: a one-stage stream's
+    period follows its cores' windows (docs/pipeline.md §2), and on the CNNs every spread's
+    core holds tasks from the first layer to the last; a range's cores hold a window about
+    the range's own time, the wave model gives the heavy layers (high MVM load) cores and
+    copies in proportion (as ISAAC
     and PIMCOMP-NN give conv1 its copies), and a producer that sends to the next range only
     once its iteration is done is not held, mid-iteration, by a receiver still on the
     previous inference (rendezvous): each range then works on its own inference, as the
