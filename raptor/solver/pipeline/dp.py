@@ -12,8 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raptor.solver.pipeline.model import allocate, evaluate_partition, kmin_table
-from raptor.solver.pipeline.problem import INFEASIBLE, IntArray, PipelineProblem
+from raptor.solver.pipeline.model import allocate, evaluate_partition, kmin_table, least_feasible
+from raptor.solver.pipeline.problem import (
+    INFEASIBLE,
+    IntArray,
+    PipelineCapacityError,
+    PipelineProblem,
+)
 
 LEVELS = 8
 
@@ -172,15 +177,11 @@ def wave_dp(problem: PipelineProblem, replication: bool) -> WaveResult:
             i = cuts[-1]
         return int(f[G]), cuts[::-1]
 
-    lo, hi = 0, int(time[0, 0, G])  # one range on one core always meets the serial time
-    while chain(hi) is None:
-        hi *= 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if chain(mid) is None:
-            lo = mid
-        else:
-            hi = mid
+    # every range on its least cores within the serial time of all groups on one core
+    least = least_feasible(0, int(time[0, 0, G]), chain, int(time[0, 0, G]) + 1)
+    if least is None:
+        raise PipelineCapacityError("the layers' crossbars fit no split of the cores")
+    hi = least
     found = chain(hi)
     assert found is not None
     cuts = found[1]

@@ -154,8 +154,12 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
     free, G = problem.on_chip, problem.num_groups
     graph, target = problem.graph, problem.target
     made: dict[tuple[int, ...], tuple[int, PipelineResult]] = {}
-    wave = wave_dp(free, replication)
-    parts: list[Partition | None] = [Partition(wave.cuts, wave.cores, wave.replication)]
+    parts: list[Partition | None] = []
+    try:
+        wave = wave_dp(free, replication)
+        parts.append(Partition(wave.cuts, wave.cores, wave.replication))
+    except PipelineCapacityError:  # no wave-model split fits; the equal-work cuts may
+        pass
     parts += [allocate(free, cuts, replication) for cuts in
               dict.fromkeys(equal_work_cuts(problem, n) for n in RANGES)]
     for part in parts:
