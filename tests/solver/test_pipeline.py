@@ -27,7 +27,7 @@ from raptor.solver.pipeline import (
     spread_stream,
     validate_pipeline,
 )
-from raptor.solver.pipeline.dp import exact_dp
+from raptor.solver.pipeline.dp import exact_dp, wave_dp
 from raptor.solver.pipeline.model import allocate, evaluate_partition, stage_kmin, stage_time
 from raptor.solver.pipeline.problem import unit_bound
 from raptor.solver.pipeline.solve import longest_window
@@ -133,6 +133,49 @@ def test_exact_dp_equals_brute_force(replication: bool) -> None:
         assert part is not None
         ev = evaluate_partition(pr, part)
         assert ev.feasible and ev.period_ns == dp.period_ns
+
+
+def wave_time(problem: PipelineProblem, j: int, i: int, k: int, replication: bool
+              ) -> int | None:
+    """Groups j..i-1 one after another, each on all k cores with its least replication
+    reaching max(work / k, its best bound with up to k copies); None when their crossbars
+    do not fit k cores."""
+    total, xbars = 0, 0
+    for g in problem.groups[j:i]:
+        rs = range(1, min(k, problem.num_cores) + 1) if replication else range(1, 2)
+        t = max(-(-g.work // k), min(int(problem.bounds[g.id, r - 1]) for r in rs))
+        r = next(r for r in rs if problem.bounds[g.id, r - 1] <= t)
+        total += t
+        xbars += g.crossbars * r
+    return total if xbars <= problem.target.crossbars_per_core * k else None
+
+
+@pytest.mark.parametrize("replication", [False, True])
+def test_wave_dp_equals_brute_force(replication: bool) -> None:
+    for pr in problems(8, max_groups=5):
+        G, P = pr.num_groups, pr.num_cores
+        best = None
+        for mask in range(1 << (G - 1)):
+            cuts = (0, *(g for g in range(1, G) if mask >> (g - 1) & 1))
+            ranges = list(zip(cuts, [*cuts[1:], G], strict=True))
+            for cores in itertools.product(range(1, P + 1), repeat=len(ranges)):
+                if sum(cores) > P:
+                    continue
+                times = [wave_time(pr, j, i, k, replication)
+                         for (j, i), k in zip(ranges, cores, strict=True)]
+                if None not in times:
+                    worst = max(t for t in times if t is not None)
+                    best = worst if best is None else min(best, worst)
+        wave = wave_dp(pr, replication)
+        assert wave.period_ns == best
+        assert sum(wave.cores) <= P
+        for (j, i), k in zip(zip(wave.cuts, [*wave.cuts[1:], G], strict=True), wave.cores,
+                             strict=True):
+            t = wave_time(pr, j, i, k, replication)
+            assert t is not None and t <= wave.period_ns
+            assert sum(g.crossbars * r for g, r in zip(pr.groups[j:i], wave.replication[j:i],
+                                                        strict=True)) <= \
+                pr.target.crossbars_per_core * k
 
 
 def test_groups_keep_tile_users_together_and_follow_the_dependencies() -> None:

@@ -19,10 +19,11 @@ from raptor.solver.pipeline.solve import (
     follow_producers,
     heuristic_pipeline,
     latency_stream,
+    layered_stream,
     spread_stream,
 )
 
 __all__ = ["CpSatPipelineOptions", "Partition", "PipelineCapacityError", "PipelineProblem",
            "PipelineResult", "StageInfo", "build_problem", "cone_stream", "cpsat_pipeline",
            "dp_pipeline", "evaluate_partition", "follow_producers", "heuristic_pipeline",
-           "latency_stream", "spread_stream", "validate_pipeline"]
+           "latency_stream", "layered_stream", "spread_stream", "validate_pipeline"]

@@ -12,8 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raptor.solver.pipeline.model import allocate, evaluate_partition, kmin_table
-from raptor.solver.pipeline.problem import INFEASIBLE, IntArray, PipelineProblem
+from raptor.solver.pipeline.model import allocate, evaluate_partition, kmin_table, least_feasible
+from raptor.solver.pipeline.problem import (
+    INFEASIBLE,
+    IntArray,
+    PipelineCapacityError,
+    PipelineProblem,
+)
 
 LEVELS = 8
 
@@ -106,3 +111,94 @@ def _feasible_upper(problem: PipelineProblem, replication: bool) -> int:
             raise ValueError("no partition meets any period (crossbars do not fit)")
         hi = min(hi * 2, ceiling)
     return hi
+
+
+@dataclass(frozen=True)
+class WaveResult:
+    period_ns: int
+    """The wave model's optimum: the longest range time."""
+    cuts: tuple[int, ...]
+    cores: tuple[int, ...]
+    replication: tuple[int, ...]
+
+
+def wave_dp(problem: PipelineProblem, replication: bool) -> WaveResult:
+    """Cut the group chain into ranges of cores minimizing the longest range time under the
+    *wave* model of a layered stream (`layered_stream`): a range's cores run its groups
+    one after another, each group spread over all of them,
+
+        time(j, i, k) = Σ_{g=j}^{i-1} max(ceil(work_g / k), bound_g(r_g(k)))
+
+    with r_g(k) the least replication (≤ k) reaching the group's best time on k cores and
+    the range's crossbars Σ crossbars_g · r_g(k) within k cores. Why: a core of a one-stage
+    stream works on one inference from its first task to its last (its window), and on k
+    cores a range of layers takes about this long, dependencies between layers included,
+    where the period model's work / cores does not see them. Exact for the model: a binary
+    search on T over the least cores per range (`kmin`), a chain DP per T; spare cores go
+    to the range whose time they shorten most."""
+    G, P, cap = problem.num_groups, problem.num_cores, problem.target.crossbars_per_core
+    b = problem.bounds if replication else problem.bounds[:, :1]
+    R = b.shape[1]
+    work = np.diff(problem.work_prefix)
+    xb = np.array([g.crossbars for g in problem.groups], dtype=np.int64)
+    ks = np.arange(1, P + 1)
+    share = -(-work[None, :] // ks[:, None])  # (P, G)
+    best = b[:, np.minimum(ks, R) - 1].T  # (P, G): the best bound with up to k copies
+    t = np.maximum(share, best)
+    # least replication reaching t on k cores (bounds fall with r)
+    reach = b[None, :, :] <= t[:, :, None]  # (P, G, R)
+    r = reach.argmax(axis=2) + 1
+    x = xb[None, :] * r
+    tp = np.concatenate([np.zeros((P, 1), np.int64), np.cumsum(t, axis=1)], axis=1)
+    xp = np.concatenate([np.zeros((P, 1), np.int64), np.cumsum(x, axis=1)], axis=1)
+    time = tp[:, None, :] - tp[:, :, None]  # (P, j, i)
+    xbars = xp[:, None, :] - xp[:, :, None]
+    fits = xbars <= cap * ks[:, None, None]
+
+    def kmin(T: int) -> IntArray:
+        ok = (time <= T) & fits
+        k: IntArray = np.where(ok.any(axis=0), ok.argmax(axis=0) + 1, P + 1)
+        return k
+
+    def chain(T: int) -> tuple[int, list[int]] | None:
+        K = kmin(T)
+        f = np.full(G + 1, INFEASIBLE, dtype=np.int64)
+        f[0] = 0
+        back = np.zeros(G + 1, dtype=np.int64)
+        for i in range(1, G + 1):
+            vals = f[:i] + K[:i, i]
+            back[i] = int(vals.argmin())
+            f[i] = vals[back[i]]
+        if f[G] > P:
+            return None
+        cuts, i = [], G
+        while i > 0:
+            cuts.append(int(back[i]))
+            i = cuts[-1]
+        return int(f[G]), cuts[::-1]
+
+    # every range on its least cores within the serial time of all groups on one core
+    least = least_feasible(0, int(time[0, 0, G]), chain, int(time[0, 0, G]) + 1)
+    if least is None:
+        raise PipelineCapacityError("the layers' crossbars fit no split of the cores")
+    hi = least
+    found = chain(hi)
+    assert found is not None
+    cuts = found[1]
+    K = kmin(hi)
+    ends = [*cuts[1:], G]
+    cores = [int(K[j, i]) for j, i in zip(cuts, ends, strict=True)]
+    for _ in range(P - sum(cores)):  # a spare core to the range it shortens most
+        def gain(s: int) -> tuple[int, float]:
+            j, i, k = cuts[s], ends[s], cores[s]
+            per = problem.work(j, i) / k
+            if k >= P or not fits[k, j, i]:
+                return 0, per
+            return int(time[k - 1, j, i] - time[k, j, i]), per
+        s = max(range(len(cuts)), key=gain)
+        cores[s] += 1
+    rep = [1] * G
+    for j, i, k in zip(cuts, ends, cores, strict=True):
+        rep[j:i] = [int(v) for v in r[k - 1, j:i]]
+    period = max(int(time[k - 1, j, i]) for j, i, k in zip(cuts, ends, cores, strict=True))
+    return WaveResult(period, tuple(cuts), tuple(cores), tuple(rep))

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from raptor.solver.pipeline.dp import LEVELS, level_dp
-from raptor.solver.pipeline.model import Partition, allocate, evaluate_partition, rmin
+from raptor.solver.pipeline.model import (
+    Partition,
+    allocate,
+    evaluate_partition,
+    least_feasible,
+    rmin,
+)
 from raptor.solver.pipeline.pack import PackFailure
 from raptor.solver.pipeline.problem import (
     INFEASIBLE,
@@ -151,19 +157,11 @@ def phase1(problem: PipelineProblem, replication: bool) -> Partition | None:
         return cuts, cores, r
 
     lo = problem.lower_bound(replication) - 1
-    hi = max(lo + 1, 1)
     ceiling = problem.total_work + problem.baseline_ns + \
         int(problem.mem_nominal.max()) * max(G, 1) + 1
-    while greedy(hi) is None:
-        if hi >= ceiling:
-            return None
-        hi = min(2 * hi, ceiling)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if greedy(mid) is None:
-            lo = mid
-        else:
-            hi = mid
+    hi = least_feasible(lo, lo + 1, greedy, ceiling)
+    if hi is None:
+        return None
     res = greedy(hi)
     assert res is not None
     cuts, cores, r = res

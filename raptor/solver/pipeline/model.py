@@ -14,7 +14,7 @@ core allocation for fixed cuts is a binary search plus greedy water-filling.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +40,24 @@ class ModelEval:
     memory_ns: int
     feasible: bool
     reason: str = ""
+
+
+def least_feasible(lo: int, hi: int, feasible: Callable[[int], object | None],
+                   ceiling: int) -> int | None:
+    """The least T in (lo, ceiling] with `feasible(T)` not None, for a feasibility
+    monotone in T: `hi` doubled until feasible (None past `ceiling`), then bisected."""
+    hi = max(hi, lo + 1, 1)
+    while feasible(hi) is None:
+        if hi >= ceiling:
+            return None
+        hi = min(2 * hi, ceiling)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if feasible(mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def rmin(problem: PipelineProblem, T: int, replication: bool,

@@ -10,6 +10,7 @@ model. Range sums are O(1) lookups in (G+1)×(G+1) tables built with prefix sums
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections import Counter, defaultdict
@@ -178,6 +179,18 @@ class PipelineProblem:
         (the report's `period_lower_bound_ns`). The partitioners keep `lower_bound`, the
         period model's own bound."""
         return max(self.lower_bound(replication), self.packed_work)
+
+    @cached_property
+    def on_chip(self) -> PipelineProblem:
+        """This problem with stage boundaries free of shared-memory service and stage times
+        free of the dependency path: stages whose boundaries are messages over the mesh and
+        whose cores run their loops on successive inferences (`layered_stream`), so spare
+        cores balance loads; the outputs' stores stay."""
+        zero = np.zeros_like(self.mem_shared)
+        return dataclasses.replace(self, path=np.zeros_like(self.path), mem_shared=zero,
+                                   mem_transfer=zero,
+                                   mem_nominal=np.zeros_like(self.mem_nominal),
+                                   pair_memory=np.zeros_like(self.pair_memory))
 
     @cached_property
     def packed_work(self) -> int:

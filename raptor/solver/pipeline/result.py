@@ -70,6 +70,9 @@ class PipelineResult:
     objective_ns: int | None = None  # the solver's own objective (CP-SAT / DP model value)
     solve_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    core_range: list[int] | None = None
+    """A layered stream's layer range per core (-1: unused; `layered_stream`): a message
+    between ranges is sent at the end of its producer's iteration (`defer_sends`)."""
 
     @property
     def throughput_per_s(self) -> float:
