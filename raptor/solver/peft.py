@@ -201,9 +201,9 @@ def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...],
     single core (ResNet-18: its 512-wide layers on 9 of 64 cores).
 
     When the shares would not fit the chip's crossbars, each is scaled by
-    min(1, λ·sqrt(work per crossbar of its full share)), at least one copy, with the largest
-    λ that fits: with a set's time ~ work / copies, this minimizes the sum of the sets'
-    times for the crossbars (Lagrange). Scaling all shares alike had given ResNet-18's
+    min(1, λ·sqrt(work per crossbar of its full share)), rounded, at least one copy, with
+    the largest λ that fits: with a set's time ~ work / copies, this minimizes the sum of
+    the sets' times for the crossbars (Lagrange). Scaling all shares alike had given ResNet-18's
     first convolution (19 % of the MVMs, two crossbars a copy) 33 of 64 cores at 4 MVM
     units, for the crossbars of its last layers (16 a copy, 0.3 % of the work each)."""
     lanes: dict[tuple[int, ...], int] = {}
@@ -219,7 +219,7 @@ def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...],
     root = {k: math.sqrt(tiles.work[k] / (len(k) * c)) for k, c in want.items()}
 
     def scaled(lam: float) -> dict[tuple[int, ...], int]:
-        return {k: max(1, int(c * min(1.0, lam * root[k]))) for k, c in want.items()}
+        return {k: max(1, round(c * min(1.0, lam * root[k]))) for k, c in want.items()}
 
     lo, hi = 0.0, 1.0 / max(min(root.values()), 1e-9)
     for _ in range(60):  # bisection on λ: the crossbars taken grow with it
