@@ -581,26 +581,28 @@ def _describe(op: Operation, parent: Operation | None) -> str:
     return text
 
 
-def _lifetimes(storages: Sequence[_Storage]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Starts, ends and sizes of the buffers."""
+def _lifetimes(storages: Sequence[_Storage], kept: bool = False
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Starts, ends and sizes of the buffers (`kept`: the bytes each keeps free, its reach)."""
     n = len(storages)
     return (np.fromiter((s.start for s in storages), np.int64, n),
             np.fromiter((s.end for s in storages), np.int64, n),
-            np.fromiter((s.size for s in storages), np.int64, n))
+            np.fromiter((s.reach if kept else s.size for s in storages), np.int64, n))
 
 
-def _breadth(storages: Sequence[_Storage], steps: int) -> np.ndarray:
-    """Bytes live at each step (0 to steps + 1)."""
-    start, end, size = _lifetimes(storages)
+def _breadth(storages: Sequence[_Storage], steps: int, kept: bool = False) -> np.ndarray:
+    """Bytes live (`kept`: kept free, `_lifetimes`) at each step (0 to steps + 1)."""
+    start, end, size = _lifetimes(storages, kept)
     delta = np.zeros(steps + 2, dtype=np.int64)
     np.add.at(delta, start, size)
     np.add.at(delta, end + 1, -size)
     return np.cumsum(delta)
 
 
-def _live_peak(storages: Sequence[_Storage], steps: int) -> tuple[int, int]:
-    """(largest sum of live bytes, the first step where it is reached)."""
-    breadth = _breadth(storages, steps)
+def _live_peak(storages: Sequence[_Storage], steps: int, kept: bool = False
+               ) -> tuple[int, int]:
+    """(largest sum of live (`kept`: kept free) bytes, the first step where it is reached)."""
+    breadth = _breadth(storages, steps, kept)
     at = int(breadth.argmax())
     return int(breadth[at]), at
 
@@ -613,17 +615,21 @@ def _iteration(body: Block) -> Block:
     return body
 
 
-def compute_memory(op: ScheduledComputeOp | ScheduledComputeBatchOp, element_bytes: int
-                   ) -> tuple[int, dict[str, int]]:
+def compute_memory(op: ScheduledComputeOp | ScheduledComputeBatchOp, element_bytes: int,
+                   target: Target | None = None) -> tuple[int, dict[str, int]]:
     """What one compute needs of local memory by itself, by the rules above: the most
     bytes its gathered inputs, intermediates and results hold at once (not the values
     defined outside it that it reads: a scheduler adds those, where they live), and the
-    constants it reads as data by symbol (resident on its core for the whole program)."""
-    alloc = _CoreAllocator(Block([], [op]), -1, element_bytes)
-    alloc.run()
+    constants it reads as data by symbol (resident on its core for the whole program).
+    With a `target` of `mvm_units` > 1, in the layout `plan_memory` gives it
+    (`_laid_out`): where its MVMs' buffers are laid out apart, each counts until the last
+    MVM of its run and with the bytes kept free past it (mlp at 4 units: 515 bytes for each
+    of its five computes, whose serial layout counts 220-456)."""
+    alloc = _laid_out(Block([], [op]), -1, element_bytes, target)[0]
     consts = {v.owner.symbol: alloc.loc[v][0] for v in alloc.loc if isinstance(v.owner, WeightOp)}
     held = {id(s) for s in consts.values()}
-    peak = _live_peak([s for s in alloc.storages if id(s) not in held], alloc.step)[0]
+    peak = _live_peak([s for s in alloc.storages if id(s) not in held], alloc.step,
+                      alloc.disjoint)[0]
     return peak, {k: s.size for k, s in consts.items()}
 
 
@@ -645,22 +651,34 @@ def plan_memory(module: Module, target: Target, element_bytes: int | None = None
         if isinstance(op, CoreOp | CoreBatchOp):  # a batch's sizes do not depend on the lane
             ids, body = ((op.core,), _iteration(op.body)) if isinstance(op, CoreOp) \
                 else (op.cores, op.body)
-            mem = _allocate(body, ids[0], eb, target)
-            if not mem.concurrent:  # the serial layout has running MVMs share bytes
-                apart = _allocate(body, ids[0], eb, target, disjoint=True)
-                if apart.peak_bytes <= max(mem.peak_bytes, target.local_memory_bytes):
-                    mem = apart
-                else:
-                    notes.append(f"core {ids[0]}: buffers laid out for MVMs one after another "
-                                 f"({mem.peak_bytes:,} bytes; {apart.peak_bytes:,} for "
-                                 f"{target.mvm_units} at once exceed local memory)")
+            _, mem, note = _laid_out(body, ids[0], eb, target)
+            assert mem is not None  # a core's allocation has addresses
+            if note is not None:
+                notes.append(note)
             cores.update((c, dataclasses.replace(mem, core=c)) for c in ids)
     return MemoryPlan(target, cores, shared, top, eb, notes)
 
 
-def _allocate(body: Block, core: int, element_bytes: int, target: Target,
-              disjoint: bool = False) -> CoreMemory:
-    """One core's allocation; `disjoint`: the buffers of MVMs running at once apart."""
-    alloc = _CoreAllocator(body, core, element_bytes, target, disjoint)
-    alloc.run()
-    return alloc.allocate()
+def _laid_out(body: Block, core: int, element_bytes: int, target: Target | None
+              ) -> tuple[_CoreAllocator, CoreMemory | None, str | None]:
+    """One core's allocation in the layout the memory plan uses: serial, or at
+    `mvm_units` > 1 where the serial layout has MVMs running at once share bytes, their
+    buffers apart if that fits (the larger of the serial footprint and local memory; else
+    a note says why not). Returns the allocator, its addresses (none for a serial layout
+    that no MVMs run concurrently in, when `core` is -1: a compute measured alone needs no
+    addresses) and the note."""
+    serial = _CoreAllocator(body, core, element_bytes, target)
+    serial.run()
+    if target is None or serial.target is None:
+        return serial, None if core < 0 else serial.allocate(), None
+    mem = serial.allocate()
+    if mem.concurrent:
+        return serial, mem, None
+    apart = _CoreAllocator(body, core, element_bytes, target, disjoint=True)
+    apart.run()
+    laid = apart.allocate()
+    if laid.peak_bytes <= max(mem.peak_bytes, target.local_memory_bytes):
+        return apart, laid, None
+    return serial, mem, (f"core {core}: buffers laid out for MVMs one after another "
+                         f"({mem.peak_bytes:,} bytes; {laid.peak_bytes:,} for "
+                         f"{target.mvm_units} at once exceed local memory)")

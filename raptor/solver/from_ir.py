@@ -158,7 +158,7 @@ def memory_demand(func: FuncOp, proj: Projection, fragment_numel: list[int],
         got = seen.get(key)
         if got is None:
             sc = received_compute(module, proj, inst)
-            peak, consts = compute_memory(sc, eb)
+            peak, consts = compute_memory(sc, eb, target)
             for name, nbytes in consts.items():
                 if name not in ids:
                     ids[name] = len(sizes)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from raptor.driver import compile_model
 from raptor.export.chip import PimsimChip
 from raptor.export.pimsim import _meet
 from raptor.ir.core import Block
@@ -23,6 +24,7 @@ from raptor.ir.ops import (
     ScheduledComputeOp,
 )
 from raptor.ir.parser import parse_module
+from raptor.passes.materialize import received_compute
 from raptor.passes.memory import (
     NO_INSTRUCTION,
     MemoryPlan,
@@ -31,11 +33,14 @@ from raptor.passes.memory import (
     _meetings,
     _place,
     _Storage,
+    activation_bytes,
+    compute_memory,
     is_contiguous,
     plan_memory,
 )
 from raptor.solve import SolveOptions, solve
 from raptor.solver.comm import START
+from raptor.solver.from_ir import build_compute_graph
 from raptor.target import Target
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -359,3 +364,23 @@ def test_a_layout_without_meeting_mvms_stays_serial() -> None:
     assert _clashes(m, plan, four) == 0
     assert {c: mem.slots for c, mem in plan.cores.items()} == \
         {c: mem.slots for c, mem in serial.cores.items()}
+
+
+def test_compute_memory_counts_the_layout_the_plan_uses() -> None:
+    """The schedulers' memory demand (`compute_memory`, `MemoryDemand.scratch`) at 4 MVM
+    units counts the buffers of MVMs running at once laid out apart, as `plan_memory` lays
+    them out: never less than the serial layout, more where its MVMs would meet (mlp's
+    lanes of two array groups), and the serial figure at one unit."""
+    for units in (1, 4):
+        target = dataclasses.replace(T, mvm_units=units)
+        comp = compile_model(EXAMPLES / "mlp.onnx", target)
+        build = build_compute_graph(comp.module.main(), target)
+        module, eb = Module([comp.module.main()]), activation_bytes(target)
+        assert build.graph.memory is not None
+        pairs = []
+        for i, inst in enumerate(build.projection.instances):
+            sc = received_compute(module, build.projection, inst)
+            laid, serial = compute_memory(sc, eb, target)[0], compute_memory(sc, eb)[0]
+            assert build.graph.memory.scratch[i] == laid >= serial
+            pairs.append((serial, laid))
+        assert any(s < c for s, c in pairs) == (units > 1), pairs

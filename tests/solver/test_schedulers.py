@@ -189,7 +189,7 @@ def test_a_graph_that_does_not_say_its_layers_has_no_copy_caps() -> None:
 def test_copy_caps_share_a_layers_cores_among_its_tile_sets() -> None:
     """Layer a: one tile set of 8 lanes; layer b: four sets of 2 lanes. On 4 cores, a's set
     may be copied onto all 4, each of b's onto 1 (4 sets already fill them); when the
-    copies would not fit the crossbars they shrink alike, never below one."""
+    copies would not fit the crossbars they shrink, never below one."""
     g = ComputeGraph()
     for i in range(8):
         g.add_task(f"a{i}", 10, weights=[0])
@@ -198,7 +198,23 @@ def test_copy_caps_share_a_layers_cores_among_its_tile_sets() -> None:
     g.tile_layer.update({0: "a", 1: "b", 2: "b", 3: "b", 4: "b"})
     tiles = _Tiles(g.freeze())
     assert sorted(copy_caps(tiles, 4, 64).values()) == [1, 1, 1, 1, 4]
-    assert sorted(copy_caps(tiles, 4, 4).values()) == [1, 1, 1, 1, 2]
+    assert sorted(copy_caps(tiles, 4, 6).values()) == [1, 1, 1, 1, 2]
+    assert sorted(copy_caps(tiles, 4, 4).values()) == [1, 1, 1, 1, 1]
+
+
+def test_copy_caps_that_do_not_fit_keep_the_copies_that_save_the_most_time() -> None:
+    """Two layers of one tile set and 8 lanes each, a's lanes 10x longer: on 4 cores both
+    may go on all 4 (8 crossbars); in 6, a keeps its 4 copies and b gets 2 (copies scaled
+    by the square root of their work per crossbar, which minimizes the summed time), where
+    scaling alike gave 3 and 3: a's lanes, 80 % of the work, on 3 cores."""
+    g = ComputeGraph()
+    for i in range(8):
+        g.add_task(f"a{i}", 100, weights=[0])
+        g.add_task(f"b{i}", 10, weights=[1])
+    g.tile_layer.update({0: "a", 1: "b"})
+    tiles = _Tiles(g.freeze())
+    assert copy_caps(tiles, 4, 8) == {(0,): 4, (1,): 4}
+    assert copy_caps(tiles, 4, 6) == {(0,): 4, (1,): 2}
 
 
 def test_peft_lookahead_keeps_a_child_near_its_other_producer() -> None:
