@@ -135,12 +135,17 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     costs = graph.costs()
     largest = graph.largest_message()
     protocol = target.protocol
+    frags = graph.fragments
+    hold: dict[int, int] = {}  # a fragment of so many bytes over one hop
     cycles: dict[tuple[int, int], int] = {}
-    for v, frags in enumerate(graph.reads):
-        for f in frags:
-            key = (graph.fragments[f].producer, v)
-            cycles[key] = cycles.get(key, 0) + \
-                hold_cycles(target, 1, graph.fragments[f].bytes, protocol)
+    for v, fs in enumerate(graph.reads):
+        for f in fs:
+            frag = frags[f]
+            c = hold.get(frag.bytes)
+            if c is None:
+                c = hold[frag.bytes] = hold_cycles(target, 1, frag.bytes, protocol)
+            key = (frag.producer, v)
+            cycles[key] = cycles.get(key, 0) + c
     rows, cols = target.mesh_rows, target.mesh_cols
     # the most links into one core; without the cut (or under pimsim-nn's protocol, whose
     # messages hold their sender's switch, not the reader's links), as many as messages
@@ -149,9 +154,15 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     one_hop = target.num_cores > 1
     head = [0] * graph.num_tasks
     hop_ns: dict[int, int] = {}  # one hop of a message of so many bytes
+    cut_ns: dict[int, int] = {}  # a hop plus so many serialisation cycles over the links
     for v in graph.topo_order:
+        pv = graph.preds[v]
+        if len(pv) == 1:  # its one predecessor local is never later than its data remote
+            u = pv[0][0]
+            head[v] = head[u] + costs[u]
+            continue
         preds = []
-        for u, _ in graph.preds[v]:
+        for u, _ in pv:
             end = head[u] + costs[u]
             b = largest[(u, v)]
             if b not in hop_ns:
@@ -162,15 +173,21 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
             continue
         preds.sort(reverse=True)
         k_all = len(preds)
-        # remote suffixes: the earliest end among them and their serialisation cycles
-        first = [1 << 62] * (k_all + 1)
-        ser = [0] * (k_all + 1)
+        # when the data of preds[k:] has arrived at the earliest: after the latest of them,
+        # and after the earliest end among them plus their serialisation over the links
+        remote = [0] * (k_all + 1)
+        first, ser = 1 << 62, 0
         for k in range(k_all - 1, -1, -1):
-            first[k] = min(first[k + 1], preds[k][1] + preds[k][2])
-            ser[k] = ser[k + 1] + preds[k][3]
-        # when the data of preds[k:] has arrived at the earliest
-        remote = [max(preds[k][0], first[k] + target.ns(target.hop_cycles + -(-ser[k] // links)))
-                  if one_hop else 1 << 62 for k in range(k_all)] + [0]
+            arrive, release, cost, cyc = preds[k]
+            first = min(first, release + cost)
+            ser += cyc
+            if one_hop:
+                wait = cut_ns.get(ser)
+                if wait is None:
+                    wait = cut_ns[ser] = target.ns(target.hop_cycles + -(-ser // links))
+                remote[k] = max(arrive, first + wait)
+            else:
+                remote[k] = 1 << 62
         best = remote[0]  # everything remote
         local: list[tuple[int, int]] = []
         for k, (_, release, cost, _) in enumerate(preds):
