@@ -396,7 +396,6 @@ class _ListScheduler:
         self.frag_flits = [mesh.flit_cycles(frag.bytes) for frag in graph.fragments]
         self.frag_producer = [frag.producer for frag in graph.fragments]
         self.frag_bytes = [frag.bytes for frag in graph.fragments]
-        self._rows: dict[tuple[int, int], IntArray] = {}
         self.all_cores = self.cores.everywhere
         self.no_need = np.zeros(P, dtype=np.int64)
 
@@ -464,27 +463,23 @@ class _ListScheduler:
             raise _NoRoom(t)
         return feasible, need
 
-    def transfer_row(self, src: int, flits: int) -> IntArray:
-        key = (src, flits)
-        row = self._rows.get(key)
-        if row is None:
-            row = self._rows[key] = self.mesh.comm_rows(src, np.array([flits], dtype=np.int64))[0]
-        return row
-
     def data_ready(self, t: int) -> IntArray:
         """When every fragment t reads could be on each core: where a fragment already is
         (or is planned to arrive), that time; elsewhere a new message over free links."""
-        ready = np.zeros(self.P, dtype=np.int64)
+        ready: IntArray | None = None
+        arrival_row, end, core_of = self.mesh.arrival_row, self.end, self.core_of
         for f in self.g.reads[t]:
-            u = self.g.fragments[f].producer
-            row = self.end[u] + self.transfer_row(self.core_of[u], self.frag_flits[f])
+            u = self.frag_producer[f]
+            row = arrival_row(core_of[u], self.frag_flits[f], end[u])
             held = self.holders[f]
             if len(held) > 1:
-                row = row.copy()
                 for q, a in held.items():
                     row[q] = a
-            np.maximum(ready, row, out=ready)
-        return ready
+            if ready is None:
+                ready = row
+            else:
+                np.maximum(ready, row, out=ready)
+        return np.zeros(self.P, dtype=np.int64) if ready is None else ready
 
     def score(self, t: int, eft: IntArray) -> IntArray:
         """EFT plus the optimistic finish of t's children (module docstring)."""
@@ -610,10 +605,10 @@ class _ListScheduler:
         self.core_of[t], self.start[t], self.end[t] = p, start, f
         for fr in self.produces[t]:
             self.holders[fr][p] = f
-        pred_ready = self.pred_ready
+        pred_ready, arrival_row = self.pred_ready, self.mesh.arrival_row
         pred_ready.pop(t, None)
         for c, fl in zip(self.succ_list[t], self.succ_flits_list[t], strict=True):
-            arrive = self.transfer_row(p, fl) + f
+            arrive = arrival_row(p, fl, f)
             row = pred_ready.setdefault(c, arrive)  # children are distinct (edges merged)
             if row is not arrive:
                 np.maximum(row, arrive, out=row)
