@@ -257,8 +257,9 @@ class _Replayer:
     def inject(self, key: int, now: int) -> None:
         f, q = divmod(key, self.P)
         frag = self.g.fragments[f]
-        route = self.net.message(self.core_of[frag.producer], q, frag.bytes)
-        arrived = self.net.cut_through(route, now, self.links)
+        net = self.net
+        arrived = net.pass_links(*net.timing(self.core_of[frag.producer], q, frag.bytes), now,
+                                 self.links)
         self.arrival[(f, q)] = arrived
         if self.waiting.pop((f, q), None) is not None:
             self.push(arrived, _RUN, q)

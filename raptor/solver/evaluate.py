@@ -224,18 +224,25 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     delay = _delays(graph, target, core_of)
     start = [0] * n if earliest is None else list(earliest)
     stack = [t for t in range(n) if indeg[t] == 0]
+    succs = graph.succs
     done = 0
-    while stack:
+    while stack:  # the order of the pops does not matter: each start is a maximum
         t = stack.pop()
         done += 1
         end = start[t] + dur[t]
-        after = [(s, end + delay[(t, s)]) for s, _ in graph.succs[t]]
-        if nxt[t] >= 0:
-            after.append((nxt[t], end))
-        for s, ready in after:
-            start[s] = max(start[s], ready)
+        for s, _ in succs[t]:
+            ready = end + delay[(t, s)]
+            if ready > start[s]:
+                start[s] = ready
             indeg[s] -= 1
-            if indeg[s] == 0:
+            if not indeg[s]:
+                stack.append(s)
+        s = nxt[t]
+        if s >= 0:
+            if end > start[s]:
+                start[s] = end
+            indeg[s] -= 1
+            if not indeg[s]:
                 stack.append(s)
     if done != n:
         raise ValueError("per-core order contradicts the dependencies (cycle)")
@@ -256,8 +263,10 @@ def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
     graph.freeze()
     costs = graph.costs()
     per_core = [sum(costs[t] for t in tasks) for tasks in schedule.core_tasks]
-    transfer = sum(target.transfer_ns(e.bytes, schedule.core_of[e.src], schedule.core_of[e.dst])
-                   for e in graph.edges)
+    # `Target.transfer_ns` of each edge, which is Raptor's free-link latency, via the
+    # network's timing cache (per pair and per hops and flits)
+    timing, core_of = shared_network(target, "raptor").timing, schedule.core_of
+    transfer = sum(timing(core_of[e.src], core_of[e.dst], e.bytes)[2] for e in graph.edges)
     start = retime(graph, target, schedule.core_of, schedule.core_tasks)
     dur = graph.durations(schedule.core_of)
     completion = max((s + c for s, c in zip(start, dur, strict=True)), default=0)

@@ -75,10 +75,6 @@ class ReceivePlan:
             self.pending[q].append(f)
         for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m], *m)):
             self.early[q].append(f)
-        self.lead = {m: dur[frags[m[0]].producer] + r.net.message(
-            core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes).transfer_ns for m in first}
-        """How long before its reader a receive must be posted so that a sender holding the
-        message can still deliver it: its task's time and the transfer's."""
         return pos, last
 
     def _plan_memory(self, target: Target, budget: Sequence[int] | None, pos: list[int],
@@ -100,8 +96,16 @@ class ReceivePlan:
         self.needed = [0] * P
         self.roomy = [True] * P
         """Cores where every receive fits when posted at the start."""
+        self.lead: dict[Message, int] = {}
+        """How long before its reader a receive must be posted so that a sender holding the
+        message can still deliver it: its task's time and the transfer's (only a core whose
+        receives do not all fit at the start needs it)."""
         if self.mem is None:
             return
+        frags, timing = r.g.fragments, r.net.timing
+        for m in self.first:
+            u = frags[m[0]].producer
+            self.lead[m] = r.dur[u] + timing(r.core_of[u], m[1], frags[m[0]].bytes)[2]
         self.usage, self.at_point = self.static_usage(pos, self.first, last)
         for q, use in enumerate(self.usage):
             # what the tasks need anyway may exceed the budget (a task larger than the
