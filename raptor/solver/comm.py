@@ -306,6 +306,9 @@ class _FlowControl(ReceivePlan):
         self.forced = self.send_wait = self.held_sends = 0
         pos, last = self._plan_receives()
         self._plan_memory(target, budget, pos, last)
+        self.unbounded = self.mem is None
+        """No local memory to plan: every receive is posted at the start, so no later point
+        has receives to decide and no send waits or is held (the run's hot path)."""
 
     def parked(self, q: int) -> bool:
         """Whether q waits with nothing scheduled to wake it."""
@@ -355,6 +358,9 @@ class _FlowControl(ReceivePlan):
     def after_task(self, p: int, sends: list[Message]) -> None:
         """Core p has done a task: the receives of the point after it, then its sends
         (what it held back first)."""
+        if self.unbounded:
+            self.outbox[p] = sends  # read, not consumed, by `flush`
+            return
         r = self.r
         self.decide(p, r.pc[p], r.clock[p])
         self.outbox[p] = [*self.held[p], *sends]
@@ -416,6 +422,8 @@ class _FlowControl(ReceivePlan):
         for that is itself parked and holds its data sends it; a send it waits in is taken
         by its receiver if that one is parked and has room; a cycle of waiting cores is
         broken by forcing a post."""
+        if self.unbounded:
+            return
         r = self.r
         k = r.pc[p]
         for key in list(self.blocked_on[p]):
@@ -526,6 +534,11 @@ class _FlowControl(ReceivePlan):
         """Do core p's sends at its point; False when one waits for its receive."""
         r = self.r
         box = self.outbox[p]
+        if self.unbounded:
+            for key in box:
+                self.send(p, key, self.posted[key])
+            self.outbox[p] = []
+            return True
         while box:
             key = box[0]
             got = self.posted.get(key)

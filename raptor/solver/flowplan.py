@@ -70,11 +70,12 @@ class ReceivePlan:
         self.pending: list[list[int]] = [[] for _ in range(P)]
         """Per core, the receives not yet posted in the order of their readers."""
         self.early: list[list[int]] = [[] for _ in range(P)]
-        """Per core, the receives not yet posted in the order of their planned sends."""
-        for (f, q) in sorted(first, key=lambda m: (self.reader_plan[m], self.send_plan[m], *m)):
+        """Per core, the receives not yet posted in the order of their planned sends (with a
+        memory plan only)."""
+        plans = [(self.reader_plan[m], self.send_plan[m], *m) for m in first]
+        plans.sort()
+        for _, _, f, q in plans:
             self.pending[q].append(f)
-        for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m], *m)):
-            self.early[q].append(f)
         return pos, last
 
     def _plan_memory(self, target: Target, budget: Sequence[int] | None, pos: list[int],
@@ -102,6 +103,9 @@ class ReceivePlan:
         receives do not all fit at the start needs it)."""
         if self.mem is None:
             return
+        for (f, q) in sorted(self.first, key=lambda m: (self.send_plan[m], self.reader_plan[m],
+                                                        *m)):
+            self.early[q].append(f)
         frags, timing = r.g.fragments, r.net.timing
         for m in self.first:
             u = frags[m[0]].producer
