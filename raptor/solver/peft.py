@@ -281,7 +281,7 @@ class _Cores:
         gap = (self.gap_max >= d) & (self.tail_gap_end >= ready + d)
         if feasible is not self.everywhere:
             gap &= feasible
-        for p in np.nonzero(gap)[0].tolist():
+        for p in gap.nonzero()[0].tolist():
             start[p] = self.earliest_on(p, int(ready[p]), d)
         return start
 
@@ -375,6 +375,10 @@ class _ListScheduler:
         self.succ_flit_ns: list[IntArray] = np.split(mesh.ns(flit_cycles)[:, None], cut)
         # w(c) + O(c, ·) per task when O has constant rows (the lookahead adds it per child)
         self.child_cost = None if pinned is not None else self.costs + self.oct_table[:, 0]
+        # ... and, with the edge's flit ns, per task's children (a column): a constant per row
+        # may go into the transform's input instead of its output (it shifts with it)
+        self.succ_const: list[IntArray] | None = None if self.child_cost is None else np.split(
+            (self.child_cost[children] + mesh.ns(flit_cycles))[:, None], cut)
         self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
         self.pred_ready: dict[int, IntArray] = {}
         """R_c: when c's inputs from its placed producers could be on each core (free
@@ -427,7 +431,7 @@ class _ListScheduler:
                                      if self.core_of[self.g.fragments[f].producer] == p)
 
     def place(self, t: int) -> None:
-        d = int(self.costs[t]) + sum(ns for _, ns in self.g.local_reads.get(t, ()))
+        d = self.cost_of[t] + sum(ns for _, ns in self.g.local_reads.get(t, ()))
         feasible, need = self.candidates(t)
         eft = self.cores.earliest(self.data_ready(t), d, feasible) + d
         if feasible is not self.all_cores:
@@ -489,8 +493,13 @@ class _ListScheduler:
         pred_ready, none_yet = self.pred_ready, self.no_need
         slack = np.array([pred_ready.get(c, none_yet) for c in self.succ_list[t]])
         np.maximum(slack, self.cores.last_end, out=slack)
-        slack -= int(eft.min())
-        np.maximum(slack, 0, out=slack)
+        x0 = int(np.minimum.reduce(eft))
+        np.maximum(slack, x0, out=slack)  # the slack past x0 is what the children wait
+        if self.succ_const is not None and not self.succ_has_tiles[t]:
+            slack += self.succ_const[t] - x0
+            fast: IntArray = eft + np.maximum.reduce(self.mesh.distance_transform(slack), axis=0)
+            return fast
+        slack -= x0
         if self.child_cost is None:  # O may hold INF (cores a child's tiles never reach)
             slack += self.costs[cs][:, None] + self.oct_table[cs]
             np.minimum(slack, INF, out=slack)
@@ -499,8 +508,8 @@ class _ListScheduler:
         if self.succ_has_tiles[t]:
             slack[~_fits(self.tiles, self.resident, self.cap - self.nres, cs.tolist())] = INF
         # est >= eft, and est is beyond INF wherever t itself does not fit.
-        out: IntArray = eft + (self.succ_flit_ns[t]
-                               + self.mesh.distance_transform(slack)).max(axis=0)
+        out: IntArray = eft + np.maximum.reduce(
+            self.succ_flit_ns[t] + self.mesh.distance_transform(slack), axis=0)
         return out
 
     def messages(self, t: int) -> list[tuple[dict[int, int], int, int, int]]:
