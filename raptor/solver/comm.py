@@ -341,8 +341,7 @@ class _FlowControl(ReceivePlan):
         if self.mem is not None:
             lo = self.first[key]
             if k < lo:
-                self.usage[q][k:lo] += self.mem.fragment[f]
-                self.at_point[q][k:lo] += self.mem.fragment[f]
+                self.held_bytes[q][:, k:lo] += self.mem.fragment[f]
         holder = self.holder.get(key)
         if holder is not None and self.blocked_send[holder] is None and self.parked(holder) \
                 and time <= max(r.clock[holder], r.now):

@@ -253,8 +253,8 @@ def _delays(graph: ComputeGraph, target: Target, core_of: Sequence[int]
             ) -> dict[tuple[int, int], int]:
     """Per edge, the contention-free delay from the producer's end to the consumer's start
     (under the target's protocol, `raptor.noc`)."""
-    net = shared_network(target)
-    return {(u, v): net.timing(core_of[u], core_of[v], b)[2]
+    timing = shared_network(target).timing
+    return {(u, v): timing(p, q, b)[2] if (p := core_of[u]) != (q := core_of[v]) else 0
             for (u, v), b in graph.largest_message().items()}
 
 
