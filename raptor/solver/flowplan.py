@@ -116,10 +116,11 @@ class ReceivePlan:
         self.held_bytes = self.static_usage(pos, self.first, last)
         self.usage = [both[0, :-1] for both in self.held_bytes]
         self.at_point = [both[1] for both in self.held_bytes]
-        for q, use in enumerate(self.usage):
+        for q, both in enumerate(self.held_bytes):
             # what the tasks need anyway may exceed the budget (a task larger than the
-            # memory): posting may then fill up to that, no peak grows by it
-            self.needed[q] = max(int(use.max(initial=0)), int(self.at_point[q].max(initial=0)))
+            # memory): posting may then fill up to that, no peak grows by it (the padding
+            # holds the constants, which every task and point holds too)
+            self.needed[q] = int(both.max())
             self.cap[q] = max(self.cap[q], self.needed[q])
             self.roomy[q] = self._fits_at_start(q)
 
@@ -195,5 +196,6 @@ class ReceivePlan:
         lo = self.first[key]
         if lo <= k:
             return 0
-        return int(self.held_bytes[q][:, k:lo].max()) + self.mem.fragment[f] - self.cap[q]
+        return int(np.maximum.reduce(self.held_bytes[q][:, k:lo], axis=None)) \
+            + self.mem.fragment[f] - self.cap[q]
 
