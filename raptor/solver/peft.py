@@ -59,6 +59,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import heapq
+import itertools
 import time
 
 import numpy as np
@@ -222,12 +223,12 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
     n = graph.num_tasks
     costs = np.array(graph.costs(), dtype=np.int64)
     if eligible is None:
-        o = np.zeros(n, dtype=np.int64)
+        cost, o = graph.costs(), [0] * n
         for t in reversed(graph.topo_order):
             succ = graph.succs[t]
             if succ:
-                o[t] = max(int(costs[c] + o[c]) for c, _ in succ)
-        return np.broadcast_to(o[:, None], (n, mesh.P))
+                o[t] = max(cost[c] + o[c] for c, _ in succ)
+        return np.broadcast_to(np.array(o, dtype=np.int64)[:, None], (n, mesh.P))
     table = np.zeros((n, mesh.P), dtype=np.int64)
     for t in reversed(graph.topo_order):
         succ = graph.succs[t]
@@ -244,16 +245,19 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
 
 def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
     """HEFT upward rank: cost plus the longest path below with mean cross-core transfers."""
-    mean_hop_cycles = mesh.mean_hop_cycles()
-    rank = np.zeros(graph.num_tasks, dtype=np.int64)
+    # each edge's mean transfer, in one array (succs order); none on one core
+    flat = np.array([b for s in graph.succs for _, b in s], dtype=np.int64)
+    comm = (mesh.ns(mesh.mean_hop_cycles() + serial_cycles(mesh.target, flat)) if mesh.P > 1
+            else np.zeros_like(flat)).tolist()
+    rank = [0] * graph.num_tasks
     costs = graph.costs()
+    first = np.cumsum([0, *(len(s) for s in graph.succs)]).tolist()
     for t in reversed(graph.topo_order):
         below = 0
-        for c, b in graph.succs[t]:
-            comm = mesh.target.ns(mean_hop_cycles + mesh.flit_cycles(b)) if mesh.P > 1 else 0
-            below = max(below, comm + int(rank[c]))
+        for i, (c, _) in enumerate(graph.succs[t], first[t]):
+            below = max(below, comm[i] + rank[c])
         rank[t] = costs[t] + below
-    return rank
+    return np.array(rank, dtype=np.int64)
 
 
 class _Cores:
@@ -365,20 +369,25 @@ class _ListScheduler:
         self.topo_pos = np.empty(n, dtype=np.int64)
         self.topo_pos[graph.topo_order] = np.arange(n)
         # per task: children, their flit cycles (lists) and flit ns (columns), from flat arrays
-        cut = np.cumsum(np.array([len(s) for s in graph.succs], dtype=np.int64))[:-1]
+        ends = np.cumsum([len(s) for s in graph.succs]).tolist()
+        cut = list(itertools.pairwise([0, *ends]))
         children = np.array([c for s in graph.succs for c, _ in s], dtype=np.int64)
         flit_cycles = serial_cycles(target, np.array([b for s in graph.succs for _, b in s],
                                                      dtype=np.int64))
-        self.succ_ids: list[IntArray] = np.split(children, cut)
-        self.succ_list: list[list[int]] = [a.tolist() for a in self.succ_ids]
-        self.succ_flits_list: list[list[int]] = [a.tolist() for a in np.split(flit_cycles, cut)]
-        self.succ_flit_ns: list[IntArray] = np.split(mesh.ns(flit_cycles)[:, None], cut)
+        self.succ_ids: list[IntArray] = [children[a:b] for a, b in cut]
+        self.succ_list: list[list[int]] = [[c for c, _ in s] for s in graph.succs]
+        flit_list = flit_cycles.tolist()
+        self.succ_flits_list: list[list[int]] = [flit_list[a:b] for a, b in cut]
+        flit_ns = mesh.ns(flit_cycles)[:, None]
+        self.succ_flit_ns: list[IntArray] = [flit_ns[a:b] for a, b in cut]
         # w(c) + O(c, ·) per task when O has constant rows (the lookahead adds it per child)
         self.child_cost = None if pinned is not None else self.costs + self.oct_table[:, 0]
         # ... and, with the edge's flit ns, per task's children (a column): a constant per row
         # may go into the transform's input instead of its output (it shifts with it)
-        self.succ_const: list[IntArray] | None = None if self.child_cost is None else np.split(
-            (self.child_cost[children] + mesh.ns(flit_cycles))[:, None], cut)
+        self.succ_const: list[IntArray] | None = None
+        if self.child_cost is not None:
+            const = self.child_cost[children][:, None] + flit_ns
+            self.succ_const = [const[a:b] for a, b in cut]
         self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
         self.pred_ready: dict[int, IntArray] = {}
         """R_c: when c's inputs from its placed producers could be on each core (free
