@@ -577,11 +577,15 @@ class _ListScheduler:
         has_tiles = len(self.tiles.of_task[t]) > 0
         # exact finishes are never earlier than the free-link ones, but for the local reads
         slack = sum(ns for _, ns in self.g.local_reads.get(t, ()))
+        # without local reads and shared-memory stores, t takes d ns on every core and
+        # starts at the core's first idle stretch (`slot`)
+        plain = not slack and not self.shared_of[t]
+        d, earliest_on = self.cost_of[t], self.cores.earliest_on
         best: tuple[int, ...] | None = None
         choice = (-1, 0)
         # unreserved messages do not meet each other: the latest producers first reach the
         # limit soonest
-        late_first = sorted(reads, key=lambda m: -m[3])
+        late_first = sorted(reads, key=lambda m: -m[3]) if len(reads) > 1 else reads
         for p, sc, ef, ne in zip(order.tolist(), scores, efts, needs, strict=True):
             if ef >= INF:  # t does not fit there (nor on any later core)
                 break
@@ -591,13 +595,14 @@ class _ListScheduler:
                 # without local reads the exact key is at least this one (f >= ef)
                 if not slack and (sc, ef, p not in near, has_tiles and ne != 0, p) >= best:
                     continue
-            d = self.duration(t, p)
+            if not plain:
+                d = self.duration(t, p)
             # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
             limit = INF if best is None else best[0] - sc + ef - d
             ready = self.exact_ready(late_first, p, False, limit)
             if ready > limit:
                 continue
-            s = self.slot(t, p, ready)
+            s = earliest_on(p, ready, d) if plain else self.slot(t, p, ready)
             f = s + d
             key = (sc - ef + f, f, p not in near, has_tiles and ne != 0, p)
             if best is None or key < best:
