@@ -13,8 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from raptor.noc import hold_cycles, message_cycles, shared_network
 from raptor.solver.graph import ComputeGraph
+from raptor.solver.mesh import Mesh
 from raptor.target import Target
 
 
@@ -136,16 +139,18 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     largest = graph.largest_message()
     protocol = target.protocol
     frags = graph.fragments
-    hold: dict[int, int] = {}  # a fragment of so many bytes over one hop
+    # each fragment's hold over one hop, summed per (producer, reader); each edge's largest
+    # message over one hop in ns (sizes vary too much to cache: as arrays)
+    sizes = np.array([fr.bytes for fr in frags], dtype=np.int64)
+    hold = hold_cycles(target, np.ones_like(sizes), sizes, protocol).tolist()
     cycles: dict[tuple[int, int], int] = {}
     for v, fs in enumerate(graph.reads):
         for f in fs:
-            frag = frags[f]
-            c = hold.get(frag.bytes)
-            if c is None:
-                c = hold[frag.bytes] = hold_cycles(target, 1, frag.bytes, protocol)
-            key = (frag.producer, v)
-            cycles[key] = cycles.get(key, 0) + c
+            key = (frags[f].producer, v)
+            cycles[key] = cycles.get(key, 0) + hold[f]
+    sizes = np.array(list(largest.values()), dtype=np.int64)
+    hop_ns = dict(zip(largest, Mesh(target).ns(message_cycles(
+        target, np.ones_like(sizes), sizes, protocol)).tolist(), strict=True))
     rows, cols = target.mesh_rows, target.mesh_cols
     # the most links into one core; without the cut (or under pimsim-nn's protocol, whose
     # messages hold their sender's switch, not the reader's links), as many as messages
@@ -153,7 +158,6 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     links = max(1, min(rows - 1, 2) + min(cols - 1, 2)) if cut else 1 << 62
     one_hop = target.num_cores > 1
     head = [0] * graph.num_tasks
-    hop_ns: dict[int, int] = {}  # one hop of a message of so many bytes
     cut_ns: dict[int, int] = {}  # a hop plus so many serialisation cycles over the links
     for v in graph.topo_order:
         pv = graph.preds[v]
@@ -164,10 +168,7 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
         preds = []
         for u, _ in pv:
             end = head[u] + costs[u]
-            b = largest[(u, v)]
-            if b not in hop_ns:
-                hop_ns[b] = target.ns(message_cycles(target, 1, b, protocol))
-            arrive = end + hop_ns[b] if one_hop else 1 << 62
+            arrive = end + hop_ns[(u, v)] if one_hop else 1 << 62
             preds.append((arrive, head[u], costs[u], cycles.get((u, v), 0)))
         if not preds:
             continue
