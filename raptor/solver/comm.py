@@ -181,6 +181,15 @@ class _Replayer:
         heapq.heappush(self.heap, (time, rank, self.seq, kind, payload))
 
     def run(self) -> Replay:
+        """Play the program (once: the flow control, which refers back to this replayer, is
+        dropped at the end, so that no cycle is left for the collector, which the
+        schedulers pause, to find)."""
+        try:
+            return self._run()
+        finally:
+            del self.flow
+
+    def _run(self) -> Replay:
         for p in range(self.P):
             self.flow.decide(p, 0, START)
             self.push(0, _RUN, p)
@@ -200,9 +209,6 @@ class _Replayer:
         fl = self.flow
         peaks = [max(int(u.max(initial=0)), int(a.max(initial=0)))
                  for u, a in zip(fl.usage, fl.at_point, strict=True)]
-        # the flow control refers back to this replayer: no cycle is left for the collector
-        # (which the schedulers pause) to find
-        del self.flow
         return Replay(self.start, self.end, max(self.clock, default=0), self.messages,
                       self.bytes, self.links.busy, self.arrival, self.net.target.mesh_links,
                       fl.posts, fl.send_at, peaks, fl.forced, fl.send_wait, fl.held_sends,
