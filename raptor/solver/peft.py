@@ -411,6 +411,7 @@ class _ListScheduler:
         self.frag_bytes = [frag.bytes for frag in graph.fragments]
         self.all_cores = self.cores.everywhere
         self.no_need = np.zeros(P, dtype=np.int64)
+        self.no_needs = [0] * min(P, SHORTLIST)
 
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
@@ -572,9 +573,9 @@ class _ListScheduler:
         order = np.lexsort((eft, score))[:SHORTLIST]  # stable: ties by core id
         scores = np.minimum(score[order], INF).tolist()
         efts = eft[order].tolist()
-        needs = need[order].tolist()
-        near = {self.core_of[u] for u, _ in self.g.preds[t]}
         has_tiles = len(self.tiles.of_task[t]) > 0
+        needs = need[order].tolist() if has_tiles else self.no_needs  # (unread without tiles)
+        near = {self.core_of[u] for u, _ in self.g.preds[t]}
         # exact finishes are never earlier than the free-link ones, but for the local reads
         slack = sum(ns for _, ns in self.g.local_reads.get(t, ()))
         # without local reads and shared-memory stores, t takes d ns on every core and
