@@ -419,9 +419,9 @@ class _ListScheduler:
         # Equal ranks go lane by lane (a layer's row tiles' lanes of one output row side by
         # side, so rows complete one after another and the next layer's windows can start),
         # then in topological order.
-        lane = [task.lane for task in g.tasks]
-        heap = [(-int(self.rank[t]), lane[t], int(self.topo_pos[t]), t)
-                for t in range(n) if indeg[t] == 0]
+        key = [(-r, task.lane, pos) for r, task, pos in
+               zip(self.rank.tolist(), g.tasks, self.topo_pos.tolist(), strict=True)]
+        heap = [(*key[t], t) for t in range(n) if indeg[t] == 0]
         heapq.heapify(heap)
         while heap:
             *_, t = heapq.heappop(heap)
@@ -429,7 +429,7 @@ class _ListScheduler:
             for c in self.succ_list[t]:
                 indeg[c] -= 1
                 if indeg[c] == 0:
-                    heapq.heappush(heap, (-int(self.rank[c]), lane[c], int(self.topo_pos[c]), c))
+                    heapq.heappush(heap, (*key[c], c))
         return self.core_of, self.start
 
     def duration(self, t: int, p: int) -> int:
