@@ -184,6 +184,15 @@ class _Replayer:
         heapq.heappush(self.heap, (time, rank, self.seq, kind, payload))
 
     def run(self) -> Replay:
+        """Play the program (once: the flow control, which refers back to this replayer, is
+        dropped at the end, so that no cycle is left for the collector, which the
+        schedulers pause, to find)."""
+        try:
+            return self._run()
+        finally:
+            del self.flow
+
+    def _run(self) -> Replay:
         for p in range(self.P):
             self.flow.decide(p, 0, START)
             self.push(0, _RUN, p)
@@ -260,8 +269,9 @@ class _Replayer:
     def inject(self, key: int, now: int) -> None:
         f, q = divmod(key, self.P)
         frag = self.g.fragments[f]
-        route = self.net.message(self.core_of[frag.producer], q, frag.bytes)
-        arrived = self.net.cut_through(route, now, self.links)
+        net = self.net
+        arrived = net.pass_links(*net.timing(self.core_of[frag.producer], q, frag.bytes), now,
+                                 self.links)
         self.arrival[(f, q)] = arrived
         if self.waiting.pop((f, q), None) is not None:
             self.push(arrived, _RUN, q)
@@ -308,6 +318,9 @@ class _FlowControl(ReceivePlan):
         self.forced = self.send_wait = self.held_sends = 0
         pos, last = self._plan_receives()
         self._plan_memory(target, budget, pos, last)
+        self.unbounded = self.mem is None
+        """No local memory to plan: every receive is posted at the start, so no later point
+        has receives to decide and no send waits or is held (the run's hot path)."""
 
     def parked(self, q: int) -> bool:
         """Whether q waits with nothing scheduled to wake it."""
@@ -340,8 +353,7 @@ class _FlowControl(ReceivePlan):
         if self.mem is not None:
             lo = self.first[key]
             if k < lo:
-                self.usage[q][k:lo] += self.mem.fragment[f]
-                self.at_point[q][k:lo] += self.mem.fragment[f]
+                self.held_bytes[q][:, k:lo] += self.mem.fragment[f]
         holder = self.holder.get(key)
         if holder is not None and self.blocked_send[holder] is None and self.parked(holder) \
                 and time <= max(r.clock[holder], r.now):
@@ -357,6 +369,9 @@ class _FlowControl(ReceivePlan):
     def after_task(self, p: int, sends: list[Message]) -> None:
         """Core p has done a task: the receives of the point after it, then its sends
         (what it held back first)."""
+        if self.unbounded:
+            self.outbox[p] = sends  # read, not consumed, by `flush`
+            return
         r = self.r
         self.decide(p, r.pc[p], r.clock[p])
         self.outbox[p] = [*self.held[p], *sends]
@@ -418,6 +433,8 @@ class _FlowControl(ReceivePlan):
         for that is itself parked and holds its data sends it; a send it waits in is taken
         by its receiver if that one is parked and has room; a cycle of waiting cores is
         broken by forcing a post."""
+        if self.unbounded:
+            return
         r = self.r
         k = r.pc[p]
         for key in list(self.blocked_on[p]):
@@ -528,6 +545,11 @@ class _FlowControl(ReceivePlan):
         """Do core p's sends at its point; False when one waits for its receive."""
         r = self.r
         box = self.outbox[p]
+        if self.unbounded:
+            for key in box:
+                self.send(p, key, self.posted[key])
+            self.outbox[p] = []
+            return True
         while box:
             key = box[0]
             got = self.posted.get(key)

@@ -13,8 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from raptor.noc import hold_cycles, message_cycles, shared_network
 from raptor.solver.graph import ComputeGraph
+from raptor.solver.mesh import Mesh
 from raptor.target import Target
 
 
@@ -135,12 +138,19 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     costs = graph.costs()
     largest = graph.largest_message()
     protocol = target.protocol
+    frags = graph.fragments
+    # each fragment's hold over one hop, summed per (producer, reader); each edge's largest
+    # message over one hop in ns (sizes vary too much to cache: as arrays)
+    sizes = np.array([fr.bytes for fr in frags], dtype=np.int64)
+    hold = hold_cycles(target, np.ones_like(sizes), sizes, protocol).tolist()
     cycles: dict[tuple[int, int], int] = {}
-    for v, frags in enumerate(graph.reads):
-        for f in frags:
-            key = (graph.fragments[f].producer, v)
-            cycles[key] = cycles.get(key, 0) + \
-                hold_cycles(target, 1, graph.fragments[f].bytes, protocol)
+    for v, fs in enumerate(graph.reads):
+        for f in fs:
+            key = (frags[f].producer, v)
+            cycles[key] = cycles.get(key, 0) + hold[f]
+    sizes = np.array(list(largest.values()), dtype=np.int64)
+    hop_ns = dict(zip(largest, Mesh(target).ns(message_cycles(
+        target, np.ones_like(sizes), sizes, protocol)).tolist(), strict=True))
     rows, cols = target.mesh_rows, target.mesh_cols
     # the most links into one core; without the cut (or under pimsim-nn's protocol, whose
     # messages hold their sender's switch, not the reader's links), as many as messages
@@ -148,29 +158,37 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     links = max(1, min(rows - 1, 2) + min(cols - 1, 2)) if cut else 1 << 62
     one_hop = target.num_cores > 1
     head = [0] * graph.num_tasks
-    hop_ns: dict[int, int] = {}  # one hop of a message of so many bytes
+    cut_ns: dict[int, int] = {}  # a hop plus so many serialisation cycles over the links
     for v in graph.topo_order:
+        pv = graph.preds[v]
+        if len(pv) == 1:  # its one predecessor local is never later than its data remote
+            u = pv[0][0]
+            head[v] = head[u] + costs[u]
+            continue
         preds = []
-        for u, _ in graph.preds[v]:
+        for u, _ in pv:
             end = head[u] + costs[u]
-            b = largest[(u, v)]
-            if b not in hop_ns:
-                hop_ns[b] = target.ns(message_cycles(target, 1, b, protocol))
-            arrive = end + hop_ns[b] if one_hop else 1 << 62
+            arrive = end + hop_ns[(u, v)] if one_hop else 1 << 62
             preds.append((arrive, head[u], costs[u], cycles.get((u, v), 0)))
         if not preds:
             continue
         preds.sort(reverse=True)
         k_all = len(preds)
-        # remote suffixes: the earliest end among them and their serialisation cycles
-        first = [1 << 62] * (k_all + 1)
-        ser = [0] * (k_all + 1)
+        # when the data of preds[k:] has arrived at the earliest: after the latest of them,
+        # and after the earliest end among them plus their serialisation over the links
+        remote = [0] * (k_all + 1)
+        first, ser = 1 << 62, 0
         for k in range(k_all - 1, -1, -1):
-            first[k] = min(first[k + 1], preds[k][1] + preds[k][2])
-            ser[k] = ser[k + 1] + preds[k][3]
-        # when the data of preds[k:] has arrived at the earliest
-        remote = [max(preds[k][0], first[k] + target.ns(target.hop_cycles + -(-ser[k] // links)))
-                  if one_hop else 1 << 62 for k in range(k_all)] + [0]
+            arrive, release, cost, cyc = preds[k]
+            first = min(first, release + cost)
+            ser += cyc
+            if one_hop:
+                wait = cut_ns.get(ser)
+                if wait is None:
+                    wait = cut_ns[ser] = target.ns(target.hop_cycles + -(-ser // links))
+                remote[k] = max(arrive, first + wait)
+            else:
+                remote[k] = 1 << 62
         best = remote[0]  # everything remote
         local: list[tuple[int, int]] = []
         for k, (_, release, cost, _) in enumerate(preds):
@@ -207,18 +225,25 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     delay = _delays(graph, target, core_of)
     start = [0] * n if earliest is None else list(earliest)
     stack = [t for t in range(n) if indeg[t] == 0]
+    succs = graph.succs
     done = 0
-    while stack:
+    while stack:  # the order of the pops does not matter: each start is a maximum
         t = stack.pop()
         done += 1
         end = start[t] + dur[t]
-        after = [(s, end + delay[(t, s)]) for s, _ in graph.succs[t]]
-        if nxt[t] >= 0:
-            after.append((nxt[t], end))
-        for s, ready in after:
-            start[s] = max(start[s], ready)
+        for s, _ in succs[t]:
+            ready = end + delay[(t, s)]
+            if ready > start[s]:
+                start[s] = ready
             indeg[s] -= 1
-            if indeg[s] == 0:
+            if not indeg[s]:
+                stack.append(s)
+        s = nxt[t]
+        if s >= 0:
+            if end > start[s]:
+                start[s] = end
+            indeg[s] -= 1
+            if not indeg[s]:
                 stack.append(s)
     if done != n:
         raise ValueError("per-core order contradicts the dependencies (cycle)")
@@ -229,8 +254,8 @@ def _delays(graph: ComputeGraph, target: Target, core_of: Sequence[int]
             ) -> dict[tuple[int, int], int]:
     """Per edge, the contention-free delay from the producer's end to the consumer's start
     (under the target's protocol, `raptor.noc`)."""
-    net = shared_network(target)
-    return {(u, v): net.timing(core_of[u], core_of[v], b)[2]
+    timing = shared_network(target).timing
+    return {(u, v): timing(p, q, b)[2] if (p := core_of[u]) != (q := core_of[v]) else 0
             for (u, v), b in graph.largest_message().items()}
 
 
@@ -239,8 +264,10 @@ def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
     graph.freeze()
     costs = graph.costs()
     per_core = [sum(costs[t] for t in tasks) for tasks in schedule.core_tasks]
-    transfer = sum(target.transfer_ns(e.bytes, schedule.core_of[e.src], schedule.core_of[e.dst])
-                   for e in graph.edges)
+    # `Target.transfer_ns` of each edge, which is Raptor's free-link latency, via the
+    # network's timing cache (per pair and per hops and flits)
+    timing, core_of = shared_network(target, "raptor").timing, schedule.core_of
+    transfer = sum(timing(core_of[e.src], core_of[e.dst], e.bytes)[2] for e in graph.edges)
     start = retime(graph, target, schedule.core_of, schedule.core_tasks)
     dur = graph.durations(schedule.core_of)
     completion = max((s + c for s, c in zip(start, dur, strict=True)), default=0)

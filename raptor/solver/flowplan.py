@@ -70,15 +70,12 @@ class ReceivePlan:
         self.pending: list[list[int]] = [[] for _ in range(P)]
         """Per core, the receives not yet posted in the order of their readers."""
         self.early: list[list[int]] = [[] for _ in range(P)]
-        """Per core, the receives not yet posted in the order of their planned sends."""
-        for (f, q) in sorted(first, key=lambda m: (self.reader_plan[m], self.send_plan[m], *m)):
+        """Per core, the receives not yet posted in the order of their planned sends (with a
+        memory plan only)."""
+        plans = [(self.reader_plan[m], self.send_plan[m], *m) for m in first]
+        plans.sort()
+        for _, _, f, q in plans:
             self.pending[q].append(f)
-        for (f, q) in sorted(first, key=lambda m: (self.send_plan[m], self.reader_plan[m], *m)):
-            self.early[q].append(f)
-        self.lead = {m: dur[frags[m[0]].producer] + r.net.message(
-            core_of[frags[m[0]].producer], m[1], frags[m[0]].bytes).transfer_ns for m in first}
-        """How long before its reader a receive must be posted so that a sender holding the
-        message can still deliver it: its task's time and the transfer's."""
         return pos, last
 
     def _plan_memory(self, target: Target, budget: Sequence[int] | None, pos: list[int],
@@ -96,17 +93,34 @@ class ReceivePlan:
         self.at_point: list[np.ndarray] = []
         """Per core and task position, the bytes held at the point before that task (the
         last entry: the point after the last task)."""
+        self.held_bytes: list[np.ndarray] = []
+        """Per core, ``usage`` (padded) over ``at_point``: the two as views of one (2 × tasks
+        + 1) array, so that a post adds to both and :meth:`room` reads both in one call."""
         self.kept_until = [-1] * n
         self.needed = [0] * P
         self.roomy = [True] * P
         """Cores where every receive fits when posted at the start."""
+        self.lead: dict[Message, int] = {}
+        """How long before its reader a receive must be posted so that a sender holding the
+        message can still deliver it: its task's time and the transfer's (only a core whose
+        receives do not all fit at the start needs it)."""
         if self.mem is None:
             return
-        self.usage, self.at_point = self.static_usage(pos, self.first, last)
-        for q, use in enumerate(self.usage):
+        for (f, q) in sorted(self.first, key=lambda m: (self.send_plan[m], self.reader_plan[m],
+                                                        *m)):
+            self.early[q].append(f)
+        frags, timing = r.g.fragments, r.net.timing
+        for m in self.first:
+            u = frags[m[0]].producer
+            self.lead[m] = r.dur[u] + timing(r.core_of[u], m[1], frags[m[0]].bytes)[2]
+        self.held_bytes = self.static_usage(pos, self.first, last)
+        self.usage = [both[0, :-1] for both in self.held_bytes]
+        self.at_point = [both[1] for both in self.held_bytes]
+        for q, both in enumerate(self.held_bytes):
             # what the tasks need anyway may exceed the budget (a task larger than the
-            # memory): posting may then fill up to that, no peak grows by it
-            self.needed[q] = max(int(use.max(initial=0)), int(self.at_point[q].max(initial=0)))
+            # memory): posting may then fill up to that, no peak grows by it (the padding
+            # holds the constants, which every task and point holds too)
+            self.needed[q] = int(both.max())
             self.cap[q] = max(self.cap[q], self.needed[q])
             self.roomy[q] = self._fits_at_start(q)
 
@@ -114,52 +128,62 @@ class ReceivePlan:
         """Whether core `q` stays within its budget with every receive posted at the start."""
         assert self.mem is not None
         use = self.usage[q]
-        early = np.zeros(len(use) + 1, dtype=np.int64)
+        early = [0] * (len(use) + 1)
+        fragment = self.mem.fragment
         for f in self.pending[q]:
-            early[0] += self.mem.fragment[f]
-            early[self.first[(f, q)]] -= self.mem.fragment[f]
+            early[0] += fragment[f]
+            early[self.first[(f, q)]] -= fragment[f]
         ahead = np.cumsum(early)
-        return not len(use) or max(int((use + ahead[:-1]).max()),
-                                   int((self.at_point[q] + ahead).max())) <= self.cap[q]
+        return not len(use) or int((self.held_bytes[q] + ahead).max()) <= self.cap[q]
 
     def static_usage(self, pos: list[int], first: dict[Message, int], last: dict[Message, int]
-                     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Per core and task position, the bytes held while that task runs and at the point
-        before it when every receive is posted just before its first reader and every send
-        is made at once: the task's own buffers (while it runs), the results of earlier
+                     ) -> list[np.ndarray]:
+        """Per core, the bytes held while each task runs (row 0, one entry per task and an
+        unused last one) and at the point before it (row 1, the last entry: the point after
+        the last task) when every receive is posted just before its first reader and every
+        send is made at once: the task's own buffers (while it runs), the results of earlier
         tasks still to be read there or sent (at the point after them), received fragments
         between their first and last reader, and the constants the core reads."""
         r = self.r
         mem = self.mem
         assert mem is not None
         g, core_of = r.g, r.core_of
-        usage = [np.zeros(len(prog), dtype=np.int64) for prog in r.progs]
-        point = [np.zeros(len(prog) + 1, dtype=np.int64) for prog in r.progs]
         kept = self.kept_until
+        frags = g.fragments
         for t, fs in enumerate(g.reads):
             for f in fs:
-                u = g.fragments[f].producer
-                if core_of[u] == core_of[t]:
-                    kept[u] = max(kept[u], pos[t])
+                u = frags[f].producer
+                if core_of[u] == core_of[t] and pos[t] > kept[u]:
+                    kept[u] = pos[t]
+        # what is held over a range of positions, while tasks run and at points alike:
+        # results kept for later readers on their core, received fragments
+        ranges = [[0] * (len(prog) + 2) for prog in r.progs]
+        for u, upto in enumerate(kept):
+            if upto > pos[u]:
+                d = ranges[core_of[u]]
+                d[pos[u] + 1] += mem.output[u]
+                d[upto + 1] -= mem.output[u]
+        for (f, q), lo in first.items():
+            d = ranges[q]
+            d[lo] += mem.fragment[f]
+            d[last[(f, q)] + 1] -= mem.fragment[f]
+        out = []
         for q, prog in enumerate(r.progs):
+            use = [mem.scratch[t] for t in prog]
+            use.append(0)
+            point = [0] * (len(prog) + 1)
             resident: set[int] = set()
             for i, t in enumerate(prog):
-                usage[q][i] += mem.scratch[t]
                 if kept[t] <= i:  # sent at the point after it, then freed
-                    point[q][i + 1] += mem.output[t]
+                    point[i + 1] += mem.output[t]
                 if mem.constants:
                     resident.update(mem.constants[t])
             const = sum(mem.constant[c] for c in resident)
-            usage[q] += const
-            point[q] += const
-        for u, upto in enumerate(kept):
-            if upto > pos[u]:
-                usage[core_of[u]][pos[u] + 1:upto + 1] += mem.output[u]
-                point[core_of[u]][pos[u] + 1:upto + 1] += mem.output[u]
-        for (f, q), lo in first.items():
-            usage[q][lo:last[(f, q)] + 1] += mem.fragment[f]
-            point[q][lo:last[(f, q)] + 1] += mem.fragment[f]
-        return usage, point
+            both = np.array([use, point], dtype=np.int64)
+            both += np.cumsum(ranges[q][:-1])
+            both += const
+            out.append(both)
+        return out
 
     def room(self, key: Message, k: int | None = None) -> int:
         """How far over its budget core key[1] would go posting ``key`` at position ``k``
@@ -172,6 +196,6 @@ class ReceivePlan:
         lo = self.first[key]
         if lo <= k:
             return 0
-        return max(int(self.usage[q][k:lo].max()), int(self.at_point[q][k:lo].max())) \
+        return int(np.maximum.reduce(self.held_bytes[q][:, k:lo], axis=None)) \
             + self.mem.fragment[f] - self.cap[q]
 

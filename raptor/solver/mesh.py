@@ -42,6 +42,8 @@ class Mesh:
         self.hop_ns = target.ns(target.hop_cycles)
         self._col_idx = (np.arange(self.cols, dtype=np.int64) * self.hop_ns)
         self._row_idx = (np.arange(self.rows, dtype=np.int64) * self.hop_ns)[:, None]
+        self._rows: dict[tuple[int, int], IntArray] = {}
+        """:meth:`arrival_row`'s rows by (source, flit cycles) where it calls comm_rows."""
 
     @cached_property
     def hops(self) -> IntArray:
@@ -92,6 +94,34 @@ class Mesh:
         out[:, src_core] = 0
         return out
 
+    @cached_property
+    def _hop_cycle_rows(self) -> IntArray | None:
+        """P × P hop cycles where a message's transfer ns are exactly its hop cycles plus its
+        flit cycles (Raptor's protocol at 1 GHz, up to 256 cores), else None."""
+        t = self.target
+        if t.protocol != "raptor" or self._num != self._den or self.P > 256:
+            return None
+        out: IntArray = self.hops * t.hop_cycles
+        return out
+
+    def arrival_row(self, src_core: int, flit_cycles: int, at: int) -> IntArray:
+        """When a message of ``flit_cycles`` leaving ``src_core`` at ``at`` is on each core
+        over free links (``at`` on ``src_core``): :meth:`comm_rows` plus ``at``, as a new
+        array; one numpy call where :attr:`_hop_cycle_rows` applies (the list scheduler
+        calls this once per read and per child, with sizes too varied to cache)."""
+        rows = self._hop_cycle_rows
+        if rows is None:
+            key = (src_core, flit_cycles)
+            row = self._rows.get(key)
+            if row is None:
+                row = self._rows[key] = self.comm_rows(
+                    src_core, np.array([flit_cycles], dtype=np.int64))[0]
+            moved: IntArray = row + at
+            return moved
+        out: IntArray = rows[src_core] + (flit_cycles + at)
+        out[src_core] = at
+        return out
+
     def distance_transform(self, f: IntArray) -> IntArray:
         """``min_q f[..., q] + hop_ns * hops(p, q)`` for every p; f has shape (..., P) and
         values at most INF (so has the result: q = p is among the terms).
@@ -101,7 +131,7 @@ class Mesh:
         one dense (P × P) minimum needs fewer numpy calls, with the same result.
         """
         if self.P <= 32 or f.size * self.P <= DENSE_TRANSFORM:
-            dense: IntArray = (f[..., None, :] + self._hop_ns_matrix).min(axis=-1)
+            dense: IntArray = np.minimum.reduce(f[..., None, :] + self._hop_ns_matrix, axis=-1)
             return dense
         lead = f.shape[:-1]
         g = f.reshape(*lead, self.rows, self.cols)
