@@ -127,8 +127,8 @@ class Target:
         """Exact rational clock, so that cycle → ns rounding is integer arithmetic."""
         return Fraction(str(self.clock_ghz))
 
-    def ns(self, cycles: int) -> int:
-        """Cycles → integer ns, rounded up."""
+    def ns(self, cycles: noc.N) -> noc.N:
+        """Cycles → integer ns, rounded up (an int or an integer array)."""
         clock = self.clock_fraction
         return -(-cycles * clock.denominator // clock.numerator)
 
@@ -164,10 +164,19 @@ class Target:
         return self.ns(-(-n_bytes // self.local_bytes_per_cycle))
 
     def transfer_ns(self, n_bytes: int, a: int, b: int) -> int:
-        """NoC transfer between cores ``a`` and ``b`` in ns (0 on the same core)."""
+        """A message of ``n_bytes`` between cores ``a`` and ``b`` over a free network, in ns,
+        under the target's protocol (:func:`raptor.noc.message_cycles`; 0 on the same
+        core)."""
         if a == b:
             return 0
-        return self.ns(noc.free_cycles(self, self.hops(a, b), n_bytes))
+        return self.ns(noc.message_cycles(self, self.hops(a, b), n_bytes, self.protocol))
+
+    def flit_ns(self, a: int, b: int) -> int:
+        """One flit from core ``a`` to ``b`` over free links (pimsim-nn's NoC table entry;
+        0 on the same core)."""
+        if a == b:
+            return 0
+        return self.ns(noc.flit_path_cycles(self, self.hops(a, b)))
 
     # -- mesh -------------------------------------------------------------------------------
 

@@ -29,6 +29,17 @@ def test_costs_and_mesh() -> None:
     assert slow.ns(1) == 4 and slow.ns(3) == 10  # ceil(cycles / GHz)
 
 
+def test_a_message_costs_what_the_targets_protocol_charges() -> None:
+    """Raptor's mesh pipelines the flits behind the head; pimsim-nn charges a request, a
+    reply and every data flit the whole path (data at the chip's 1-byte activations: 9 IR
+    bytes are 3 elements, one flit). A flit's path is the same under both."""
+    mesh, pim = Target(), Target(protocol="pimsim-nn", input_bits=8)
+    assert mesh.transfer_ns(9, 0, 9) == 2 * 2 + 2 * 2
+    assert pim.transfer_ns(9, 0, 9) == (1 + 2) * (2 * 2 + 2)
+    assert pim.transfer_ns(9, 4, 4) == 0
+    assert mesh.flit_ns(0, 9) == pim.flit_ns(0, 9) == 2 * 2 + 2
+
+
 def test_toml_overrides_and_round_trip(tmp_path: Path) -> None:
     f = tmp_path / "small.toml"
     f.write_text('mesh = [2, 3]\ncrossbars_per_core = 16\nclock_ghz = 1.5\n')

@@ -93,7 +93,7 @@ class PimsimChip:
         """pimsim-nn's NoC table entry: one flit from `src` to `dst` (0 for the memory)."""
         if src == GLOBAL_MEMORY or dst == GLOBAL_MEMORY:
             return 0
-        return self.target.transfer_ns(self.target.flit_bytes, src, dst)
+        return self.target.flit_ns(src, dst)
 
     def flits(self, nbytes: int) -> int:
         return noc.flits(self.target, nbytes)

@@ -209,7 +209,7 @@ class PimsimNN(Mesh):
 
     def flit_ns(self, src: int, dst: int) -> int:
         """One flit from `src` to `dst` over free links (pimsim-nn's NoC table entry)."""
-        return self.target.transfer_ns(self.target.flit_bytes, src, dst)
+        return self.target.flit_ns(src, dst)
 
     def receive(self, st: Core, ins: Instr) -> bool:
         """Post the receive after its register setup; the core blocks until the data is

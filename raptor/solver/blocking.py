@@ -272,7 +272,7 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     def flit(a: int, b: int) -> int:
         got = flit_cache.get((a, b))
         if got is None:
-            got = flit_cache[(a, b)] = target.transfer_ns(target.flit_bytes, a, b)
+            got = flit_cache[(a, b)] = target.flit_ns(a, b)
         return got
 
     def run(p: int) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from raptor.noc import free_cycles
+from raptor.noc import message_cycles
 from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.pack import PackFailure, StagePacking, pack_stage
@@ -39,9 +39,7 @@ def transfer_ns(target: Target, src: IntArray, dst: IntArray, nbytes: IntArray) 
     """Vectorized :meth:`Target.transfer_ns` (0 on the same core)."""
     C = target.mesh_cols
     hops = np.abs(src // C - dst // C) + np.abs(src % C - dst % C)
-    cycles = free_cycles(target, hops, nbytes)
-    clock = target.clock_fraction
-    ns = -(-(cycles * clock.denominator) // clock.numerator)
+    ns = target.ns(message_cycles(target, hops, nbytes, target.protocol))
     out: IntArray = np.where(src == dst, 0, ns)
     return out
 
