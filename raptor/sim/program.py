@@ -378,14 +378,14 @@ class _Compiler:
                 elif ins.kind == RECV:
                     recvs.setdefault((ins.peer, core, ins.channel), []).append(ins)
         lines = []
-        msgs = 0
+        msgs, num_cores = 0, self.target.num_cores
         for key in sorted(set(sends) | set(recvs)):
             src, dst, ch = key
             ss, rr = sends.get(key, []), recvs.get(key, [])
-            for who, role in ((src, "source"), (dst, "destination")):
-                if who not in cores:
-                    lines.append(f"channel {ch} from core {src} to core {dst}: {role} core {who} "
-                                 "has no program")
+            if src not in cores or dst not in cores:
+                lines += [f"channel {ch} from core {src} to core {dst}: {role} core {who} has "
+                          "no program" for who, role in ((src, "source"), (dst, "destination"))
+                          if who not in cores]
             if len(ss) != len(rr):
                 at = ", ".join(f"{w} at {i.where}" for w, xs in (("send", ss), ("receive", rr))
                                for i in xs)
@@ -395,7 +395,7 @@ class _Compiler:
                 assert s.value is not None and r.value is not None
                 s.partner = r
                 s.msg = r.msg = msgs
-                s.rank = noc.inject_rank(src, dst, self.target.num_cores)
+                s.rank = noc.inject_rank(src, dst, num_cores)
                 msgs += 1
                 sent = s.op.message_type if isinstance(s.op, ChannelSendOp) else s.value.type
                 if sent != r.value.type:
