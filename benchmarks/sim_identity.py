@@ -2,7 +2,8 @@
 the same outputs (bytes), reports (wall times aside), trace spans, messages and link
 reservations, and the same timing-only reports, on saved scheduled programs under five
 option sets (default, ideal, buffered, contention-free with `rendezvous_ns`, and pimsim-nn's
-model for latency programs).
+model for latency programs), and each latency program as exported for pimsim-nn, run under
+pimsim-nn's model with the export's timings and message order.
 
     PYTHONPATH=$PWD python benchmarks/sim_identity.py --save DIR [MODEL.onnx ...]
     PYTHONPATH=$PWD python benchmarks/sim_identity.py DIR --baseline-rev REV
@@ -103,13 +104,41 @@ def dump(programs: Path, out: Path) -> None:
                 report.pop("compile_time_s", None)
             got[key] = (rep, timing, [np.asarray(x).tobytes() for x in r.outputs], r.names,
                         r.trace.spans, r.trace.messages, r.trace.links)
+        if ".lat" in name:
+            got["pimsim-export"] = exported(module, feeds)
         results[name] = got
     with open(out, "wb") as f:
         pickle.dump(results, f)
 
 
+def exported(module: Any, feeds: dict[str | int, np.ndarray]) -> Any:
+    """The latency program as exported for pimsim-nn, run under the pimsim-nn model with
+    the export's timings and message order (as `raptor solve --export-pimsim` does)."""
+    from raptor.export import ExportError, export_pimsim
+    from raptor.export.order import pimsim_order
+    from raptor.sim import SimError, SimOptions, Simulator
+    from raptor.target import Target
+
+    try:
+        ex = export_pimsim(module, Target(), allow_overflow=True)
+        with pimsim_order(module, ex.rank):
+            sim = Simulator(module, Target(), timings=ex.timings)
+            r = sim.run(feeds, SimOptions.pimsim())
+    except (SimError, ExportError) as e:
+        return ("error", str(e))
+    rep = r.report.to_dict()
+    rep.pop("wall_time_s", None)
+    rep.pop("compile_time_s", None)
+    return (rep, ex.model_ns, [np.asarray(x).tobytes() for x in r.outputs], r.names,
+            r.trace.spans, r.trace.messages, r.trace.links)
+
+
 FIELDS = ("report", "timing-only report", "outputs", "output names", "trace spans",
           "messages", "link reservations")
+
+
+PIMSIM_FIELDS = ("report", "exporter's model ns", "outputs", "output names", "trace spans",
+                 "messages", "link reservations")
 
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -123,7 +152,8 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
             if y is None or x[0] == "error" or y[0] == "error":
                 lines.append(f"{name} {key}: {str(x)[:200]} | {str(y)[:200]}")
                 continue
-            lines += [f"{name} {key}: {field} differ" for field, p, q in zip(FIELDS, x, y,
+            fields = PIMSIM_FIELDS if key == "pimsim-export" else FIELDS
+            lines += [f"{name} {key}: {field} differ" for field, p, q in zip(fields, x, y,
                                                                               strict=True)
                       if p != q]
     return lines

@@ -100,6 +100,8 @@ class Core:
     """pimsim-nn model: the value a posted (blocking) receive waits for."""
     switch_free: int = 0
     """pimsim-nn model: when this core's switch has sent its last message."""
+    request: int = 0
+    """pimsim-nn model: when the request of the send this core is in reaches its receiver."""
     wait_count: Instr | None = None
     """The `pim.wait` this core is parked on."""
     wake: int = 0
@@ -146,14 +148,14 @@ class Engine:
     def run(self) -> None:
         for st in self.cores:
             self.push(0, RUN, st)
-        heap, pop = self.heap, heapq.heappop
+        heap, pop, inject = self.heap, heapq.heappop, self.proto.inject
         while heap:
             time, _, _, kind, payload = pop(heap)
             self.now = time
             if kind == RUN:
                 self.run_core(payload)
             elif kind == INJECT:
-                self.proto.inject(payload)
+                inject(payload, time)
             else:
                 self.serve(payload)
         self.finish()
@@ -209,6 +211,7 @@ class Engine:
         """Run `st` until it finishes, parks, or hands a shared-memory request to the heap.
         Computes only touch the core's own state, so they run in a tight local loop."""
         proto, memory = self.proto, self.memory
+        receive, send = proto.receive, proto.send
         if st.sync is not None:
             if not proto.resume(st):
                 return
@@ -233,16 +236,16 @@ class Engine:
                         ready = a
                 if ready > clock:
                     if spans is not None:
-                        what = ", ".join(value_name(v) for v in ins.waits)
                         spans.append((cid, clock, ready - clock, "blocked", BLOCKED,
-                                      f"waiting for {what}"))
+                                      ins.waiting))
                     st.blocked += ready - clock
                     clock = ready
             kind = ins.kind
             if kind == COMPUTE and (not timed or ins.timing is None or not ins.timing.memory):
                 record(ins)
                 if spans is not None:
-                    spans.append((cid, clock, ins.cost, ins.label, BUSY, ins.where))
+                    spans.append((cid, clock, ins.cost, ins.label, BUSY,
+                                  ins.where_text or ins.where))
                 clock += ins.cost
                 busy += ins.cost
                 pc += 1
@@ -251,11 +254,11 @@ class Engine:
             st.busy += busy
             busy = 0
             if kind == RECV:
-                if not proto.receive(st, ins):
+                if not receive(st, ins):
                     return
             elif kind == SEND:
                 record(ins)
-                if not proto.send(st, ins):
+                if not send(st, ins):
                     return
             elif kind == WAIT and not memory.counter_ready(st, ins):
                 return

@@ -490,14 +490,17 @@ def _k_mvm(b: _Builder, op: MvmOp, _: bool) -> Step | None:
     if not (tw.dtype == _F32 and tv.dtype == _F32 and len(tw.shape) == 2):
         return None
     w, vec, matmul = b.slot[op.weight], b.stacked(op.vector), np.matmul
-    res, rank = b.define(op.result), len(tv.shape)
+    res, rank, shape = b.define(op.result), len(tv.shape), info(op.result).shape
     if w in b.flat:
 
         def shared(fr: Frame) -> Any:
             ws = fr[w]
-            if ws.__class__ is list:  # one weight per instance (tiles differ)
-                v = fr[vec]
-                return stack([matmul(v[i], ws[i]) for i in range(len(ws))])
+            if ws.__class__ is list:  # one weight per instance (tiles differ): each
+                v = fr[vec]           # product straight into its row of the result
+                out = np.empty((len(ws), *shape), _F32)
+                for i, wi in enumerate(ws):
+                    matmul(v[i], wi, out=out[i])
+                return out
             return matmul(fr[vec], ws)
 
         return _put(res, shared)

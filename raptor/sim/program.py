@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from raptor import noc
 from raptor.ir.core import Block, Operation, Value
 from raptor.ir.interpreter import bind_inputs, slices
 from raptor.ir.module import Module
@@ -80,7 +81,10 @@ class Instr:
     body_ops: int = 0
     peer: int = -1
     channel: int = -1
-    chan: int = -1
+    msg: int = -1
+    """SEND/RECV: the message's number (a send and its matching receive share it)."""
+    rank: int = 0
+    """SEND: its rank among messages injected at one time (`raptor.noc.inject_rank`)."""
     route: Route = NO_ROUTE
     value: Value | None = None
     """SEND: what is sent; RECV: what arrives; LOAD: what is loaded; STORE: what is stored."""
@@ -117,6 +121,8 @@ class Instr:
     """LOAD/STORE: the numerics' number of its buffer."""
     where_text: str | None = None
     """`where`, once asked (traces ask for it on every run)."""
+    waiting_text: str | None = None
+    """`waiting`, once asked."""
 
     @property
     def where(self) -> str:
@@ -128,6 +134,14 @@ class Instr:
     @property
     def name(self) -> str:
         return self.op.name
+
+    @property
+    def waiting(self) -> str:
+        """The trace's reason when the op waits for its received operands."""
+        w = self.waiting_text
+        if w is None:
+            w = self.waiting_text = "waiting for " + ", ".join(value_name(v) for v in self.waits)
+        return w
 
 
 @dataclass(eq=False)
@@ -144,7 +158,8 @@ class Program:
     shared: dict[Value, np.ndarray]
     """Function inputs and `pim.alloc_shared` buffers (closures hold these arrays)."""
     outputs: list[Value]
-    channels: int
+    messages: int
+    """Sends (each paired with one receive) in the program."""
     weights: dict[Value, np.ndarray] = field(default_factory=dict)
     stores: list[tuple[int, Instr]] = field(default_factory=list)
     envs: dict[int, Env] = field(default_factory=dict)
@@ -333,9 +348,9 @@ class _Compiler:
             envs[core] = cc.env
             tiles[core] = sum(cc.tiles.values())
         self.check_capacity(tiles)
-        channels = self.check_channels(cores)
+        messages = self.check_channels(cores)
         self.link_loads()
-        program = Program(func, cores, envs, tiles, self.shared, outputs, channels,
+        program = Program(func, cores, envs, tiles, self.shared, outputs, messages,
                           self.weights, self.stores, inferences=self.inferences,
                           written={b for _, _, b, _ in self.store_boxes})
         program.slots = number_slots(program)
@@ -351,7 +366,9 @@ class _Compiler:
     def check_channels(self, cores: dict[int, list[Instr]]) -> int:
         """Every (source, destination, channel) needs as many sends as receives, paired in
         program order with equal types; anything else would hang or corrupt data. Numbers
-        the channels (`Instr.chan`) and returns how many there are."""
+        the messages (`Instr.msg`: the k-th send and the k-th receive of a channel are one
+        message, since each side runs its channel's ops in program order) and returns how
+        many there are."""
         sends: dict[tuple[int, int, int], list[Instr]] = {}
         recvs: dict[tuple[int, int, int], list[Instr]] = {}
         for core, prog in cores.items():
@@ -361,16 +378,14 @@ class _Compiler:
                 elif ins.kind == RECV:
                     recvs.setdefault((ins.peer, core, ins.channel), []).append(ins)
         lines = []
-        keys = sorted(set(sends) | set(recvs))
-        for idx, key in enumerate(keys):
+        msgs, num_cores = 0, self.target.num_cores
+        for key in sorted(set(sends) | set(recvs)):
             src, dst, ch = key
             ss, rr = sends.get(key, []), recvs.get(key, [])
-            for ins in (*ss, *rr):
-                ins.chan = idx
-            for who, role in ((src, "source"), (dst, "destination")):
-                if who not in cores:
-                    lines.append(f"channel {ch} from core {src} to core {dst}: {role} core {who} "
-                                 "has no program")
+            if src not in cores or dst not in cores:
+                lines += [f"channel {ch} from core {src} to core {dst}: {role} core {who} has "
+                          "no program" for who, role in ((src, "source"), (dst, "destination"))
+                          if who not in cores]
             if len(ss) != len(rr):
                 at = ", ".join(f"{w} at {i.where}" for w, xs in (("send", ss), ("receive", rr))
                                for i in xs)
@@ -379,13 +394,16 @@ class _Compiler:
             for s, r in zip(ss, rr, strict=False):
                 assert s.value is not None and r.value is not None
                 s.partner = r
+                s.msg = r.msg = msgs
+                s.rank = noc.inject_rank(src, dst, num_cores)
+                msgs += 1
                 sent = s.op.message_type if isinstance(s.op, ChannelSendOp) else s.value.type
                 if sent != r.value.type:
                     lines.append(f"channel {ch} from core {src} to core {dst}: {s.where} sends "
                                  f"{sent} but {r.where} receives {r.value.type}")
         if lines:
             raise SimError("unmatched channels", lines)
-        return len(keys)
+        return msgs
 
     def link_loads(self) -> None:
         by_buffer: dict[Value, list[tuple[int, int, Box, int]]] = {}

@@ -17,12 +17,11 @@ requests from the highest core id down. Op costs come from the exporter's `timin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
 from typing import TYPE_CHECKING
 
 from raptor import noc
-from raptor.ir.core import Value
-from raptor.noc import FreeLinks, Network, Route
+from raptor.noc import FreeLinks, Network
 from raptor.sim.program import Instr
 from raptor.sim.report import BLOCKED, COMM, MEMORY
 from raptor.sim.timing import OpTiming
@@ -34,34 +33,14 @@ RUN, INJECT, MEM = range(3)
 """The event loop's kinds: run a core, inject a message, serve a memory request."""
 
 
-@dataclass(slots=True, eq=False)
-class Msg:
-    src: int
-    dst: int
-    channel: int
-    nbytes: int
-    route: Route
-    inject: int = 0
-    arrival: int | None = None
-    target: tuple[Core, Value] | None = None
-    request: int = 0
-    """pimsim-nn: when the send's request reaches the receiver."""
-
-
-class Channel:
-    """FIFO pairing state of one (source, destination, channel). Lists, not deques: a
-    channel rarely holds more than one entry, and a run makes one Channel per channel."""
-
-    __slots__ = ("posted", "senders", "unclaimed")
-
-    def __init__(self) -> None:
-        self.posted: list[tuple[Core, Value, int]] = []
-        self.unclaimed: list[Msg] = []
-        self.senders: list[tuple[Core, Msg]] = []
-
-
 class Mesh:
-    """Raptor's mesh: posted receives, pipelined flits, link contention."""
+    """Raptor's mesh: posted receives, pipelined flits, link contention.
+
+    A message is its send instruction: the k-th send of a channel meets the channel's k-th
+    receive (`Instr.partner`, numbered `Instr.msg`), so a run keeps per message only what
+    has happened (a posted receive's time, a parked sender, an unclaimed buffered message)
+    and no pairing queues (about ten Python calls per message: this is the loop's
+    hottest code)."""
 
     memory_computes = False
     """Whether a compute with a global-memory `timing` is queued like a load."""
@@ -70,7 +49,15 @@ class Mesh:
         self.e = engine
         self.opts = engine.opts
         self.target = engine.target
-        self.chans = [Channel() for _ in range(engine.program.channels)]
+        n = engine.program.messages
+        self.posted = [-1] * n
+        """Per message: when its receive was posted (-1: not yet)."""
+        self.parked: list[Core | None] = [None] * n
+        """Per message: its sender, waiting for the receive (rendezvous)."""
+        self.unclaimed: dict[int, tuple[Instr, list[int]]] = {}
+        """Buffered messages sent before their receive was posted: the send and [inject,
+        arrival] (arrival -1 while on the links)."""
+        self.core_of = {st.cid: st for st in engine.cores}
         self.net = Network(engine.target, "raptor")
         self.links = FreeLinks(self.net.num_links, held=engine.trace.links
                                if engine.opts.trace else None)
@@ -80,103 +67,102 @@ class Mesh:
     # ---- receives ------------------------------------------------------------------
     def receive(self, st: Core, ins: Instr) -> bool:
         """A receive at the core's clock; False parks the core (`resume` continues it)."""
-        self.post(st, ins)
-        return True
+        return self.post(st, ins)
 
     def resume(self, st: Core) -> bool:
         """Whether a core parked in a receive may go on past it."""
         return True
 
-    def post(self, st: Core, ins: Instr) -> None:
-        """Post a receive at the core's clock: pair it with a waiting sender or message."""
-        v = ins.value
-        assert v is not None
-        chan = self.chans[ins.chan]
-        if chan.senders:
-            sender, msg = chan.senders.pop(0)
-            msg.target = (st, v)
-            self.handshake(sender, msg, st.clock)
+    def post(self, st: Core, ins: Instr) -> bool:
+        """Post a receive at the core's clock: meet a waiting sender or message."""
+        m = ins.msg
+        sender = self.parked[m]
+        if sender is not None:
+            self.parked[m] = None
+            self.handshake(sender, sender.prog[sender.pc], st.clock)
             sender.pc += 1
             self.e.push(sender.clock, RUN, sender)
-        elif chan.unclaimed:
-            msg = chan.unclaimed.pop(0)
-            msg.target = (st, v)
-            if msg.arrival is not None:
-                self.deliver(msg)
+        elif m in self.unclaimed:
+            send, (inject, arrival) = self.unclaimed.pop(m)
+            if arrival >= 0:
+                self.deliver(send, inject, arrival)
         else:
-            chan.posted.append((st, v, st.clock))
+            self.posted[m] = st.clock
+        return True
 
     # ---- sends ---------------------------------------------------------------------
     def send(self, st: Core, ins: Instr) -> bool:
         """Start a send at the core's clock; False when the sender must wait for the
         rendezvous (the matching `post` completes it)."""
-        msg = self.message(st, ins)
-        chan = self.chans[ins.chan]
-        posted = chan.posted.pop(0) if chan.posted else None
-        if posted is not None:
-            msg.target = (posted[0], posted[1])
+        m = ins.msg
+        posted = self.posted[m]
         if self.buffered:
-            if posted is None:
-                chan.unclaimed.append(msg)
-            self.launch(msg, st.clock)
+            if posted < 0:
+                self.unclaimed[m] = (ins, [st.clock, -1])
+            self.launch(ins, st.clock)
             return True
-        if posted is None:
-            chan.senders.append((st, msg))
+        if posted < 0:
+            self.parked[m] = st
             return False
-        self.handshake(st, msg, posted[2])
+        self.handshake(st, ins, posted)
         return True
 
-    def message(self, st: Core, ins: Instr) -> Msg:
-        return Msg(st.cid, ins.peer, ins.channel, ins.nbytes, ins.route)
-
-    def handshake(self, st: Core, msg: Msg, posted_at: int) -> None:
+    def handshake(self, st: Core, ins: Instr, posted_at: int) -> None:
         """Rendezvous: the sender waits for the posted receive, pays `rendezvous_ns`, then
         injects and continues."""
-        meet = max(st.clock, posted_at)
+        meet = posted_at if posted_at > st.clock else st.clock
         rz = self.opts.rendezvous_ns
         if meet > st.clock:
-            self.e.block(st, meet, f"waiting for core {msg.dst} to post channel {msg.channel}")
+            self.e.block(st, meet, f"waiting for core {ins.peer} to post channel {ins.channel}")
         if rz:
             if self.e.spans is not None:
                 self.e.spans.append((st.cid, meet, rz, "rendezvous", COMM,
-                                     f"to core {msg.dst} channel {msg.channel}"))
+                                     f"to core {ins.peer} channel {ins.channel}"))
             st.busy += rz
         st.clock = meet + rz
-        self.launch(msg, st.clock)
+        self.launch(ins, st.clock)
 
-    def launch(self, msg: Msg, at: int) -> None:
-        msg.inject = at
-        rep = self.e.report
+    def launch(self, ins: Instr, at: int) -> None:
+        """The message leaves its sender at `at`: onto the links (an `INJECT` event, granted
+        in time order), or straight to its receiver."""
+        e = self.e
+        rep = e.report
         rep.messages += 1
-        rep.message_bytes += msg.nbytes
-        route = msg.route
+        rep.message_bytes += ins.nbytes
+        route = ins.route
         if self.contention and route.links:
-            self.e.push(at, INJECT, msg, noc.inject_rank(msg.src, msg.dst,
-                                                      self.target.num_cores))
+            e.seq += 1
+            heapq.heappush(e.heap, (at, ins.rank, e.seq, INJECT, ins))
             return
-        msg.arrival = at + route.transfer_ns
-        if msg.target is not None:
-            self.deliver(msg)
+        self.deliver(ins, at, at + route.transfer_ns)
 
-    def inject(self, msg: Msg) -> None:
+    def inject(self, ins: Instr, at: int) -> None:
         """Cut-through over the links (`raptor.noc`), granted in injection-time order
         (simultaneous ones by `raptor.noc.inject_rank`)."""
-        r = msg.route
-        msg.arrival = self.net.pass_links(r.links, r.serial_ns, r.transfer_ns, msg.inject,
-                                          self.links)
-        if msg.target is not None:
-            self.deliver(msg)
+        r = ins.route
+        self.deliver(ins, at, self.net.pass_links(r.links, r.serial_ns, r.transfer_ns, at,
+                                                  self.links))
 
-    def deliver(self, msg: Msg, traced: int | None = None) -> None:
-        """The value is at its receiver at `msg.arrival` (traced as arrived at `traced` if
-        given: pimsim-nn's receiver writes it later); wake a core waiting for it."""
-        assert msg.target is not None and msg.arrival is not None
+    def deliver(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
+                nbytes: int = -1) -> None:
+        """The message injected at `inject` is at its receiver at `arrival` (traced as
+        arrived at `traced` if given: pimsim-nn's receiver writes it later, and as `nbytes`
+        if given); wake a core waiting for it. A buffered message whose receive is not
+        posted yet waits for it (`post` delivers it)."""
+        if self.buffered:
+            waiting = self.unclaimed.get(ins.msg)
+            if waiting is not None:
+                waiting[1][1] = arrival
+                return
         e = self.e
         if e.spans is not None:
-            e.trace.messages.append((msg.src, msg.dst, msg.channel, msg.nbytes, msg.inject,
-                                     msg.arrival if traced is None else traced))
-        st, v = msg.target
-        st.arrival[v] = msg.arrival
+            e.trace.messages.append((ins.core, ins.peer, ins.channel,
+                                     ins.nbytes if nbytes < 0 else nbytes, inject,
+                                     arrival if traced < 0 else traced))
+        st, recv = self.core_of[ins.peer], ins.partner
+        assert recv is not None and recv.value is not None
+        v = recv.value
+        st.arrival[v] = arrival
         if st.wait_value is v:
             st.wait_value = None
             e.push(e.now, RUN, st)
@@ -237,46 +223,42 @@ class PimsimNN(Mesh):
         st.sync = None
         return True
 
-    def message(self, st: Core, ins: Instr) -> Msg:
+    def send(self, st: Core, ins: Instr) -> bool:
         """The send's request leaves through the sender's switch; the sender then waits for
         the reply (`handshake`)."""
-        tm = self.timing(ins)
-        before = self.target.ns(tm.before)
-        msg = Msg(st.cid, ins.peer, ins.channel, tm.nbytes, ins.route)
-        msg.request, st.switch_free = noc.pimsim_request(st.clock + before, st.switch_free,
-                                                         self.flit_ns(st.cid, ins.peer))
+        before = self.target.ns(self.timing(ins).before)
+        st.request, st.switch_free = noc.pimsim_request(st.clock + before, st.switch_free,
+                                                        self.flit_ns(st.cid, ins.peer))
         st.clock += before
         st.busy += before
-        return msg
+        return super().send(st, ins)
 
-    def handshake(self, sender: Core, msg: Msg, posted_at: int) -> None:
+    def handshake(self, sender: Core, ins: Instr, posted_at: int) -> None:
         """The receiver replies when both the request and the receive are there; the
         sender reads its data and queues the message on its switch; the receiver's core
         continues once the data is written."""
         ns = self.target.ns
-        assert msg.target is not None
-        receiver = msg.target[0]
+        assert ins.partner is not None
+        receiver = self.core_of[ins.peer]
         src, dst = sender.cid, receiver.cid
-        tm = self.timing(sender.prog[sender.pc])
-        rtm = self.timing(receiver.prog[receiver.pc])  # its blocking receive
+        tm = self.timing(ins)
+        rtm = self.timing(ins.partner)  # its blocking receive
         reply, done, start, arrival = noc.pimsim_transfer(
-            msg.request, posted_at, receiver.switch_free, sender.switch_free,
+            sender.request, posted_at, receiver.switch_free, sender.switch_free,
             self.flit_ns(dst, src), self.flit_ns(src, dst), ns(tm.busy),
-            noc.flits(self.target, msg.nbytes))
+            noc.flits(self.target, tm.nbytes))
         receiver.switch_free = reply
         if self.e.spans is not None:
             self.e.spans.append((src, sender.clock, done - sender.clock, "spat.channel_send",
-                                 COMM, f"to core {dst} channel {msg.channel} (pimsim-nn "
+                                 COMM, f"to core {dst} channel {ins.channel} (pimsim-nn "
                                  "handshake)"))
         sender.blocked += reply - sender.clock
         sender.busy += ns(tm.busy) + ns(tm.after)
         sender.clock = done + ns(tm.after)
         sender.switch_free = arrival
-        msg.inject = start
-        msg.arrival = arrival + ns(rtm.busy) + ns(rtm.after)
         self.e.report.messages += 1
-        self.e.report.message_bytes += msg.nbytes
-        self.deliver(msg, arrival)
+        self.e.report.message_bytes += tm.nbytes
+        self.deliver(ins, start, arrival + ns(rtm.busy) + ns(rtm.after), arrival, tm.nbytes)
 
     def request(self, st: Core, ins: Instr) -> tuple[int, int]:
         """The request leaves through the core's switch, behind its queued messages;

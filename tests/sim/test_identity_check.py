@@ -28,8 +28,14 @@ def test_equal_runs_are_identical_and_a_changed_output_is_named(tmp_path: Path) 
     np.savez(tmp_path / "syn.lat.inputs.npz", x=x)
     a = _dumped(tmp_path, tmp_path / "a.pkl")
     b = _dumped(tmp_path, tmp_path / "b.pkl")
-    assert set(a["syn.lat"]) == {"default", "ideal", "buffered", "free", "pimsim"}
+    assert set(a["syn.lat"]) == {"default", "ideal", "buffered", "free", "pimsim",
+                                 "pimsim-export"}
     assert differences(a, b) == []
     rep, timing, outs, *rest = b["syn.lat"]["ideal"]
     b["syn.lat"]["ideal"] = (rep, timing, [outs[0][:-1] + bytes([outs[0][-1] ^ 1])], *rest)
     assert differences(a, b) == ["syn.lat ideal: outputs differ"]
+    # the exchange deadlocks under pimsim-nn's blocking receives: the export refuses it,
+    # and a different refusal is a difference too
+    assert b["syn.lat"]["pimsim-export"][0] == "error"
+    b["syn.lat"]["pimsim-export"] = ("error", "another reason")
+    assert differences(a, b)[1].startswith("syn.lat pimsim-export: ")
