@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from raptor.solver import peft_schedule, validate_schedule
 from raptor.solver.generate import random_layered_dag
@@ -86,6 +87,15 @@ def main() -> None:
         for rev in revs:
             extract(rev, Path(tmp) / rev)
         run(args, {**{d: d for d in args.baseline}, **{rev: str(Path(tmp) / rev) for rev in revs}})
+
+
+def verdict(bad: list[str], what: str) -> NoReturn:
+    """End a comparison against a revision: each difference on a line, then `what` and
+    whether it was identical; exit 1 on any difference."""
+    for line in bad:
+        print("DIFF", line)
+    print(f"{what}: " + ("identical" if not bad else f"{len(bad)} differ"))
+    raise SystemExit(1 if bad else 0)
 
 
 def extract(rev: str, into: Path) -> None:

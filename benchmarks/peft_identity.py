@@ -69,17 +69,14 @@ def main() -> None:
     if args.hashes:
         hashes()
         return
-    from benchmarks.bench_peft_scale import extract
+    from benchmarks.bench_peft_scale import extract, verdict
 
     with tempfile.TemporaryDirectory() as tmp:
         extract(args.baseline_rev, Path(tmp) / "base")
         base = run_with(str(Path(tmp) / "base"))
     this = run_with(str(ROOT))
-    bad = [f"{a}  vs  {b}" for a, b in zip(base, this, strict=True) if a != b]
-    for line in bad:
-        print("DIFF", line)
-    print(f"{len(this)} schedules: " + ("identical" if not bad else f"{len(bad)} differ"))
-    raise SystemExit(1 if bad else 0)
+    verdict([f"{a}  vs  {b}" for a, b in zip(base, this, strict=True) if a != b],
+            f"{len(this)} schedules")
 
 
 if __name__ == "__main__":

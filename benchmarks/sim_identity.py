@@ -189,7 +189,7 @@ def main() -> None:
     if not list(programs.glob("*.spat")):
         print(f"{programs}: no saved programs (make them with --save)", file=sys.stderr)
         raise SystemExit(2)
-    from benchmarks.bench_peft_scale import extract
+    from benchmarks.bench_peft_scale import extract, verdict
 
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base"
@@ -200,11 +200,7 @@ def main() -> None:
             a = pickle.load(f)
         with open(Path(tmp) / "this.pkl", "rb") as f:
             b = pickle.load(f)
-    bad = differences(a, b)
-    for line in bad:
-        print("DIFF", line)
-    print(f"{len(a)} programs: " + ("identical" if not bad else f"{len(bad)} differences"))
-    raise SystemExit(1 if bad else 0)
+    verdict(differences(a, b), f"{len(a)} programs")
 
 
 if __name__ == "__main__":
