@@ -364,10 +364,17 @@ class _Builder:
         # An insert may write into its destination when that is a fresh buffer
         # (tensor.empty or an insert result) whose only use is this insert.
         uses = Counter(v for o in self.ops for v in o.operands())
-        fresh = {o.result for o in self.ops
-                 if isinstance(o, EmptyOp | InsertSliceOp) and uses[o.result] == 1}
+        covering = self.covering(uses)
+        fresh = {o.result for o in self.ops if isinstance(o, EmptyOp | InsertSliceOp)
+                 and uses[o.result] == 1 and o not in covering}
         symbols: dict[Value, str] = {}
         for inner in self.ops:
+            if inner in covering or (isinstance(inner, EmptyOp) and inner.result in covering):
+                if isinstance(inner, InsertSliceOp):
+                    self.steps.append(_k_reshape(self, inner, False))
+                costed.append(inner)
+                count += 1
+                continue
             if isinstance(inner, WeightOp):
                 s = self.define(inner.result)
                 self.flat.add(s)
@@ -401,6 +408,21 @@ class _Builder:
         if not self.batch and not isinstance(self.op, ScheduledComputeOp):
             outs.extend(self.slot[r] for r in self.op.results())
         return weights, outs, self.t.body_cost(costed), count
+
+    def covering(self, uses: Counter[Value]) -> set[Operation | Value]:
+        """Inserts that fill all of a `tensor.empty` used by nothing else, and those
+        empties: the insert's result is its source reshaped (a view; nothing writes into
+        it, as it is not fresh), and the empty is never made."""
+        empties = {o.result for o in self.ops if isinstance(o, EmptyOp) and uses[o.result] == 1}
+        found: set[Operation | Value] = set()
+        for o in self.ops:
+            if isinstance(o, InsertSliceOp) and o.dest in empties:
+                dest, src = info(o.dest), info(o.source)
+                if (src.dtype == dest.dtype and tuple(o.sizes) == dest.shape
+                        and all(a.is_const and a.const == 0 for a in o.offsets)
+                        and all(st == 1 for st in o.strides)):
+                    found.update((o, o.dest))
+        return found
 
     def region(self, op: ExtractSliceOp | InsertSliceOp | ParallelInsertSliceOp
                ) -> Callable[[Frame], tuple[slice, ...]]:
@@ -573,7 +595,7 @@ def _k_empty(b: _Builder, op: EmptyOp, _: bool) -> Step:
     return _put(b.define(op.result), lambda fr: np.zeros((fr[0], *t.shape), t.dtype))
 
 
-def _k_reshape(b: _Builder, op: ReshapeOp, _: bool) -> Step:
+def _k_reshape(b: _Builder, op: ReshapeOp | InsertSliceOp, _: bool) -> Step:
     src, shape = b.stacked(op.source), info(op.result).shape
     return _put(b.define(op.result), lambda fr: fr[src].reshape((fr[0], *shape)))
 
