@@ -220,11 +220,11 @@ class Engine:
             st.pc += 1
         prog, arrival, spans, cid = st.prog, self.arrival, self.spans, st.cid
         record = self.order.append
-        n, timed = len(prog), proto.memory_computes
+        n, timed, stream = len(prog), proto.memory_computes, self.program.inferences > 0
         clock, pc, busy = st.clock, st.pc, 0
         while pc < n:
             ins = prog[pc]
-            if ins.first >= 0 and ins.first not in st.starts:
+            if stream and ins.first >= 0 and ins.first not in st.starts:
                 st.starts[ins.first] = clock
             if ins.wait_slots:
                 ready = clock
