@@ -39,7 +39,7 @@ class Mesh:
     A message is its send instruction: the k-th send of a channel meets the channel's k-th
     receive (`Instr.partner`, numbered `Instr.msg`), so a run keeps per message only what
     has happened (a posted receive's time, a parked sender, an unclaimed buffered message)
-    and no pairing queues (about ten Python calls per message: this is the loop's
+    and no pairing queues (about eight Python calls per message: this is the loop's
     hottest code)."""
 
     memory_computes = False
