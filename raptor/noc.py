@@ -309,11 +309,11 @@ class Network:
         if not links:
             return inject
         hop = self.hop_ns
-        if isinstance(table, FreeLinks):  # the simulator's hot path: one call per message
-            head = table.walk(links, inject, hop, ser)
-        else:
+        if isinstance(table, Timelines):
             late = NEVER if limit is None or table.commit else limit - transfer - inject
             head = table.heads(links, ser, hop, inject, table.commit, late)
+        else:  # the simulator's hot path: one call per message
+            head = table.walk(links, inject, hop, ser)
         return transfer + head - (len(links) - 1) * hop
 
 
@@ -323,6 +323,34 @@ def shared_network(target: Target, protocol: str | None = None) -> Network:
     routes and timings depend on nothing else, so its caches stay warm from one scheduler
     run (and one solve phase) to the next instead of starting cold each time."""
     return Network(target, protocol)
+
+
+class FreeLinks:
+    """Links taken in time order: each is free from the end of its last message.
+    ``contention=False`` never waits (but still counts busy time); ``held`` collects
+    (link, start, end) of every reservation when given."""
+
+    def __init__(self, n: int, contention: bool = True,
+                 held: list[tuple[int, int, int]] | None = None) -> None:
+        self.free = [0] * n
+        self.busy = [0] * n
+        self.contention = contention
+        self.held = held
+
+    def walk(self, links: tuple[int, ...], head: int, hop: int, ser: int) -> int:
+        """The head takes ``links`` in turn, reaching each ``hop`` after it took the
+        previous one (the first at ``head``); when it took the last."""
+        free, busy, held, contention = self.free, self.busy, self.held, self.contention
+        head -= hop
+        for link in links:
+            head += hop
+            if contention and free[link] > head:
+                head = free[link]
+            free[link] = head + ser
+            busy[link] += ser
+            if held is not None:
+                held.append((link, head, head + ser))
+        return head
 
 
 class Timelines:
@@ -388,39 +416,3 @@ class Timelines:
         starts.insert(i, s)
         ends.insert(i, e)
 
-
-class FreeLinks(Timelines):
-    """Links as the simulator grants them, message by message in injection-time order:
-    a message's head takes each link of its route at the link's first idle stretch of its
-    serialization from when the head reaches it. A message granted earlier whose head was
-    held up reaches a later link only later, and the link carries others until then (as
-    cut-through does: a blocked message holds the links its head has taken, not those it
-    has yet to reach). Each link free from the end of its last message instead, ResNet-18's
-    PEFT schedule took 3,409,988 ns, 3,317,987 so (its plan 3,200,825; simulated equal to
-    the replay's either way). ``contention=False``
-    never waits (but still counts busy time); ``held`` collects (link, start, end) of
-    every reservation when given."""
-
-    def __init__(self, n: int, contention: bool = True,
-                 held: list[tuple[int, int, int]] | None = None) -> None:
-        super().__init__(n)
-        self.busy = [0] * n
-        self.contention = contention
-        self.held = held
-
-    def walk(self, links: tuple[int, ...], head: int, hop: int, ser: int) -> int:
-        """The head takes ``links`` in turn, reaching each ``hop`` after it took the
-        previous one (the first at ``head``); when it took the last."""
-        busy, held, contention, ends = self.busy, self.held, self.contention, self.ends
-        head -= hop
-        for link in links:
-            head += hop
-            if contention:
-                last = ends[link]
-                if last and last[-1] > head:  # busy at some point after head
-                    head = self.fit(link, head, ser)
-                self.reserve(link, head, ser)
-            busy[link] += ser
-            if held is not None:
-                held.append((link, head, head + ser))
-        return head

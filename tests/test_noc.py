@@ -110,18 +110,6 @@ def test_free_links_in_time_order_and_without_contention() -> None:
     assert [net.cut_through(route, 100, free) for _ in range(2)] == [122, 122]
 
 
-def test_a_link_carries_a_later_message_until_a_held_up_head_reaches_it() -> None:
-    """0 -> 3 is held at its first link behind 0 -> 1 and takes 2 -> 3 at 120; 2 -> 3,
-    granted after it but there at 100, fits before (16 ns of serialisation) and is not
-    delayed; a third that does not fit before 120 goes after the held-up message."""
-    net = Network(LINE)
-    links = FreeLinks(net.num_links)
-    assert net.cut_through(net.message(0, 1, 64), 100, links) == 118
-    assert net.cut_through(net.message(0, 3, 64), 100, links) == 116 + 3 * 2 + 16
-    assert net.cut_through(net.message(2, 3, 64), 100, links) == 100 + 2 + 16
-    assert net.cut_through(net.message(2, 3, 64), 105, links) == 136 + 2 + 16
-
-
 def test_pimsim_protocol_charges_every_flit_the_path_on_the_senders_switch() -> None:
     """0 -> 11 on the 3x4 grid: 5 hops, one flit 5 * 2 + 2 = 12 ns; 100 IR bytes (25 f32
     elements) are 25 bytes at the chip's 8 bits, 4 flits, after a one-flit request and

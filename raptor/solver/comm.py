@@ -13,9 +13,8 @@ reported as the schedule's estimate). It models the simulator's default options
 * **Links.** :mod:`raptor.noc`'s XY routes and cut-through links (every directed link
   carries one message at a time, for its serialization), granted in injection-time order
   as in the simulator (simultaneous ones by `raptor.noc.inject_rank`, not by the order
-  either happens to run its cores in), each at its first idle stretch from when the
-  message's head reaches it (`raptor.noc.FreeLinks`); without waiting a message takes
-  exactly ``Target.transfer_ns``.
+  either happens to run its cores in); without waiting a message takes exactly
+  ``Target.transfer_ns``.
 * **Rendezvous.** A send completes when its receive is posted; the sender then continues
   and the data crosses on its own; the receiving task waits for the data. A posted receive
   costs nothing and never blocks, but its buffer occupies the receiver's local memory from
