@@ -349,15 +349,14 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     return max(clock, default=0)
 
 
-REFINE_ROUNDS = 12
-"""Rounds of `refine` (one blocking run each). ResNet-18's last replay on the default
-target under pimsim-nn, from 17.07 ms before refining: 6 rounds 13.19, 12 rounds 12.80."""
+REFINE_ROUNDS = 6
+"""Rounds of `refine`, each trying every lead of `REFINE_LEADS_NS` (one blocking run
+each)."""
 
-REFINE_LEAD_NS = 1_000
+REFINE_LEADS_NS = (0, 2_000)
 """How long before its sender's send `refine` posts a receive (`meeting_posts`'s lead):
-the run's times place it only approximately. Leads of 0 and 2 µs, both tried every round
-(the faster seeding the next), in 6 rounds for the same runs, ended lower on one of
-ResNet-18's six replays measured (-1.3 %) and higher on five (up to +3.9 %)."""
+the run's times place it only approximately, and which lead is faster changes from round
+to round."""
 
 
 def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
@@ -370,9 +369,10 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     (`noc.pimsim_message_order`), each receive posted where its sender was
     (`meeting_posts` with the run's task starts; ``flow``: the flow control's posts). The
     order and posts planned from a run whose receives do not block meet a blocking run
-    3-4 times longer, where senders and receivers come at other times. A round slower than
-    the fastest so far still seeds the next (stopping at it ended higher on four of
-    ResNet-18's six replays measured, by up to 3.1 %, and equal on two). Returns
+    3-4 times longer, where senders and receivers come at other times. Each round's
+    fastest run seeds the next, even when slower than the fastest so far (with one lead a
+    round, stopping there ended higher on four of six of ResNet-18's replays, by up to
+    3.1 %). Returns
     (makespan, order, posts) of the fastest, or None if the program as given deadlocks."""
     keys = list(sends)
     seen = Seen([0] * graph.num_tasks, {})
@@ -384,12 +384,18 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         made = noc.pimsim_message_order([(seen.ready[k], core_of[graph.fragments[k[0]].producer],
                                           sends[k][1]) for k in keys])
         ranked = {keys[i]: r for r, i in enumerate(made)}
-        moved = meeting_posts(graph, core_of, progs, seen.start, flow, seen.ready,
-                              REFINE_LEAD_NS, sends, ranked)
-        seen = Seen([0] * graph.num_tasks, {})
-        got = blocking_makespan(graph, target, core_of, progs, sends, ranked, moved, seen=seen)
-        if got is None:
+        tried = []
+        for lead in REFINE_LEADS_NS:
+            moved = meeting_posts(graph, core_of, progs, seen.start, flow, seen.ready, lead,
+                                  sends, ranked)
+            now = Seen([0] * graph.num_tasks, {})
+            got = blocking_makespan(graph, target, core_of, progs, sends, ranked, moved,
+                                    seen=now)
+            if got is not None:
+                tried.append((got, lead, moved, now))
+        if not tried:
             break
+        got, _, moved, seen = min(tried, key=lambda c: (c[0], c[1]))
         if got < out[0]:
             out = (got, ranked, moved)
     return out
