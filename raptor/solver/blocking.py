@@ -222,6 +222,17 @@ class Priced(NamedTuple):
     tail: int
 
 
+def target_priced(graph: ComputeGraph, target: Target, core_of: Sequence[int]) -> list[Priced]:
+    """Each task as the target's op costs price it, its shared-memory traffic as pimsim-nn
+    serves it (`_shared`)."""
+    out = []
+    for d, task in zip(graph.durations(core_of), graph.tasks, strict=True):
+        load, store = _shared(target, task)
+        out.append(Priced(0, load, d - task.shared_ns - shared_read_ns(target, task.load_bytes),
+                          store, 0))
+    return out
+
+
 def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                       progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
                       order: Mapping[Message, int], posts: Mapping[Message, int] | None = None,
@@ -244,18 +255,16 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     pack = [target.ns(noc.pimsim_pack_cycles(target, parts[k])) if len(parts[k]) > 1 else 0
             for k in keys]
     if priced is None:
-        priced = []
-        for d, task in zip(graph.durations(core_of), graph.tasks, strict=True):
-            load, store = _shared(target, task)
-            priced.append(Priced(0, load, d - task.shared_ns - shared_read_ns(
-                target, task.load_bytes), store, 0))
+        priced = target_priced(graph, target, core_of)
     queued = [(c.load, c.store) for c in priced]
     own = [c.work for c in priced]
     ns = target.ns
     setup, gap = ns(noc.PIMSIM_SCALAR_CYCLES), ns(noc.PIMSIM_GAP_CYCLES)
-    read = [ns(noc.pimsim_read_cycles(target, n)) for n in wire]
-    written = [ns(noc.pimsim_write_cycles(target, n)) + gap for n in wire]
-    nflits = [noc.flits(target, n) for n in wire]
+    sizes = {n: (ns(noc.pimsim_read_cycles(target, n)),
+                 ns(noc.pimsim_write_cycles(target, n)) + gap, noc.flits(target, n))
+             for n in set(wire)}  # a few sizes, many messages
+    read, written, nflits = (list(c) for c in zip(*(sizes[n] for n in wire), strict=True)) \
+        if wire else ([], [], [])
     P = len(progs)
     pc, clock, switch, phase = [0] * P, [0] * P, [0] * P, [0] * P
     request: dict[int, int] = {}
@@ -375,8 +384,10 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     3.1 %). Returns
     (makespan, order, posts) of the fastest, or None if the program as given deadlocks."""
     keys = list(sends)
+    priced = target_priced(graph, target, core_of)
     seen = Seen([0] * graph.num_tasks, {})
-    best = blocking_makespan(graph, target, core_of, progs, sends, order, posts, seen=seen)
+    best = blocking_makespan(graph, target, core_of, progs, sends, order, posts, priced=priced,
+                             seen=seen)
     if best is None:
         return None
     out = (best, dict(order), dict(posts))
@@ -390,7 +401,7 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                                   sends, ranked)
             now = Seen([0] * graph.num_tasks, {})
             got = blocking_makespan(graph, target, core_of, progs, sends, ranked, moved,
-                                    seen=now)
+                                    priced=priced, seen=now)
             if got is not None:
                 tried.append((got, lead, moved, now))
         if not tried:
