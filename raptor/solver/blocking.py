@@ -11,7 +11,8 @@ builds from the replay in such an order, with pimsim-nn's message timing from `r
 (request and reply flits, the sender's read, every flit charged the whole path, one message
 at a time on each core's switch, the receiver's write; `raptor.sim.protocol.PimsimNN` runs
 the same functions) and the shared-memory stores through the core's switch, one request at
-a time chip-wide. Its makespan is the estimate under pimsim-nn's protocol.
+a time chip-wide. Its makespan is the estimate under pimsim-nn's protocol. `refine` makes
+the order and the receive posts again from such a run.
 """
 
 from __future__ import annotations
@@ -360,7 +361,8 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
 
 REFINE_ROUNDS = 6
 """Rounds of `refine`, each trying every lead of `REFINE_LEADS_NS` (one blocking run
-each)."""
+each). ResNet-18's estimate on pimsim-nn: 14.16 ms unrefined, 11.99 after 6 rounds, 11.88 after 10
+for 55 % more of `refine`'s CPU."""
 
 REFINE_LEADS_NS = (0, 2_000)
 """How long before its sender's send `refine` posts a receive (`meeting_posts`'s lead):
@@ -381,8 +383,8 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     3-4 times longer, where senders and receivers come at other times. Each round's
     fastest run seeds the next, even when slower than the fastest so far (with one lead a
     round, stopping there ended higher on four of six of ResNet-18's replays, by up to
-    3.1 %). Returns
-    (makespan, order, posts) of the fastest, or None if the program as given deadlocks."""
+    3.1 %). Returns (makespan, order, posts) of the fastest, or None if the program as
+    given deadlocks."""
     keys = list(sends)
     priced = target_priced(graph, target, core_of)
     seen = Seen([0] * graph.num_tasks, {})
