@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from raptor import noc
 from raptor.noc import FreeLinks, shared_network
-from raptor.solver.blocking import START, blocking_makespan, meeting_posts, merge_messages
+from raptor.solver.blocking import START, blocking_makespan, meeting_posts, merge_messages, refine
 from raptor.solver.flowplan import Message, ReceivePlan
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
@@ -676,7 +676,13 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
             except ValueError:
                 return {}
 
+        flow = dict(rep.posts)
         blocking_estimate(graph, target, core_of, core_tasks, rep, mesh)
+        refined = refine(graph, target, core_of, core_tasks, rep.sends,
+                         {k: rank for k, (_, rank) in rep.sends.items()}, rep.posts, flow)
+        if refined is not None and refined[0] < rep.makespan_ns:
+            rep.makespan_ns, ranked, rep.posts = refined
+            rep.sends = {k: (point, ranked[k]) for k, (point, _) in rep.sends.items()}
         merge(graph, target, core_of, core_tasks, rep)
     return rep
 
