@@ -461,12 +461,12 @@ _RACE = pytest.mark.xfail(strict=True, reason="pimsim-nn checks no `vmv` and pla
                                    pytest.param("mobilenet_block", marks=_RACE)])
 def test_four_mvm_units_on_pimsim_match_the_mirror(model: str, tmp_path: Path) -> None:
     """At `mvm_units` = 4 (`rob_size` 4) Raptor's model of pimsim-nn is within 1 % of
-    pimsim-nn. mobilenet_block is not (+3.5 %, 132,721 vs 128,216 ns on 2f1fa90), and is
+    pimsim-nn. mobilenet_block is not (+3.25 %, 132,383 vs 128,216 ns on 4e159f2), and is
     marked as a known failure so that a fix shows: pimsim-nn's conflict check gives `vmv`
     no memory ranges and every `ld` the local range [0, size) whatever its `rd` (the
     double-word register read leaves the single-word value 0), so each core's first `vmv`
     and the `mvmul`s after it run while the load they read is still in flight, a time the
-    chip could not reach."""
+    chip could not reach (with both fixed in pimsim-nn: 132,212 ns, docs/pimsim.md)."""
     assert PIMSIM is not None
     target = dataclasses.replace(T, mvm_units=4)
     s = solve(EXAMPLES / f"{model}.onnx", target, SolveOptions(solver="peft", simulate=False))
