@@ -230,6 +230,15 @@ class _CoreLowering:
         """With `mvm_units` > 1, the rows of the `pim.mvm`s in a row not yet emitted, per op
         (output address, input address, array group, its crossbars, busy cycles): see
         `flush`."""
+        self.flight: list[tuple[int, int, range, range]] = []
+        """The `mvmul`s of the last `flush` in dispatch order (end cycle, retire cycle:
+        in order, reads, writes), while the vector instructions after them may still
+        overlap them."""
+        self.after = 0
+        """Reorder-buffer entries dispatched since those `mvmul`s."""
+        self.pending: list[tuple[int, list[range], range] | None] = []
+        """The vector and copy instructions since the core last waited for all (`drain`):
+        when each frees its unit, its reads and writes (None: not known)."""
 
     # -- emission and time ------------------------------------------------------------
     def emit(self, ins: Instruction, cycles: int | None = None) -> None:
@@ -241,17 +250,27 @@ class _CoreLowering:
         self.cycles += cycles
         self.ex.cycles[ins["op"]] += cycles
 
-    def unit(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES) -> None:
+    def unit(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES,
+             ranges: tuple[list[range], range] | None = None) -> None:
         """A vector or local-copy instruction. With a one-entry reorder buffer the core
         waits for it; with more (`mvm_units` > 1) the scalar instructions after it run
-        meanwhile and the next unit instruction waits for it (`drain`)."""
+        meanwhile and the next unit instruction waits for it. After `mvmul`s
+        (`flight`) an instruction whose local `ranges` (reads, writes) are known waits
+        only for a free reorder-buffer entry (the one `mvm_units` back retired) and for
+        the `mvmul`s it conflicts with, as pimsim-nn dispatches it; others wait for all."""
         if not self.overlap:
             self.emit(ins, busy + gap)
             return
+        if self.flight:
+            if ranges is None:
+                self.drain()
+            else:
+                self.overlap_flight(*ranges)
         start = max(self.cycles, self.unit_free)
         self.out.append(ins)
         self.ex.cycles[ins["op"]] += busy + gap
         self.unit_free = start + busy + gap
+        self.pending.append(None if ranges is None else (self.unit_free, *ranges))
         self.cycles = start + SCALAR_CYCLES
 
     def serial(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES) -> None:
@@ -261,7 +280,25 @@ class _CoreLowering:
         self.emit(ins, busy + gap)
 
     def drain(self) -> None:
+        if self.flight:
+            self.cycles = max(self.cycles, self.flight[-1][1] + ROB_MVM_GAP_CYCLES)
+            self.flight = []
         self.cycles = max(self.cycles, self.unit_free)
+        self.pending = []
+
+    def overlap_flight(self, reads: list[range], writes: range) -> None:
+        """Hold the next instruction for `flight` (see `unit`); forget it once all ended."""
+        gap, rob = ROB_MVM_GAP_CYCLES, self.chip.target.mvm_units
+        back = len(self.flight) + self.after - rob  # the entry that must have retired
+        if back >= 0:
+            self.cycles = max(self.cycles, self.flight[min(back, len(self.flight) - 1)][1]
+                              + gap)
+        for t, _, r, w in self.flight:
+            if t + gap > self.cycles and (any(_meet(x, w) for x in reads) or _meet(writes, r)):
+                self.cycles = t + gap
+        self.after += 1
+        if self.flight[-1][1] + gap <= self.cycles:
+            self.flight = []
 
     def note(self, text: str) -> None:
         self.ex.notes[text] += 1
@@ -372,12 +409,14 @@ class _CoreLowering:
         return self.transfer("send", src, n, op.core, before, self.chip.send_read(n))
 
     def transfer(self, name: str, addr: int, n: int, core: int, before: int, busy: int) -> OpTiming:
-        """A `send` or `recv` of `n` bytes at `addr`, timed from cycle `before`."""
+        """A `send` or `recv` of `n` bytes at `addr`, timed from cycle `before`. With a
+        reorder buffer of more entries the next instruction is dispatched as it ends."""
         r = self.regs.get(addr)
         self.drain()
         pre = self.cycles - before
-        self.serial({"op": name, "rd": r, "rs1": r, "core": core, "size": n}, busy)
-        return OpTiming(pre, busy, GAP_CYCLES, n)
+        gap = 0 if self.overlap else GAP_CYCLES
+        self.serial({"op": name, "rd": r, "rs1": r, "core": core, "size": n}, busy, gap)
+        return OpTiming(pre, busy, gap, n)
 
     def counter(self, op: SignalOp | WaitOp) -> None:
         """READY/FREE counters as pimsim-nn's event registers of the one core that waits
@@ -407,7 +446,8 @@ class _CoreLowering:
         if n == 0 or dst == src:
             return
         rd, rs1 = self.regs.get(dst), self.regs.get(src)
-        self.unit({"op": "lmv", "rd": rd, "rs1": rs1, "len": n, "size": n}, self.chip.lmv(n))
+        self.unit({"op": "lmv", "rd": rd, "rs1": rs1, "len": n, "size": n}, self.chip.lmv(n),
+                  ranges=([range(src, src + n)], range(dst, dst + n)))
 
     def copy(self, dst: int, src: int, n: int, contiguous: bool) -> None:
         if not contiguous:
@@ -419,7 +459,12 @@ class _CoreLowering:
         if rs2 is not None:
             ins["rs2"] = self.regs.get(rs2)
         ins["len"] = length
-        self.unit(ins, self.chip.vector(length, VECTOR_OPERANDS[name]))
+        act = self.chip.act
+        reads = [range(rs1, rs1 + length * act)]
+        if rs2 is not None and name not in ("vmv", "vavg"):  # there rs2 is a stride
+            reads.append(range(rs2, rs2 + length * act))
+        writes = range(rd, rd + (1 if name == "vavg" else length) * act)
+        self.unit(ins, self.chip.vector(length, VECTOR_OPERANDS[name]), ranges=(reads, writes))
 
     def lower(self, op: Operation) -> None:
         act = self.chip.act
@@ -546,13 +591,19 @@ class _CoreLowering:
         an instruction is dispatched in order once the entry `mvm_units` back has retired
         (retirement is in order), an `mvmul` once its group is free and no instruction in
         flight writes what it reads or reads what it writes (an `mvmul` reads a whole
-        crossbar row of inputs, `PimsimChip.mvm_ranges`); the groups' reads and writes take
-        the core's one local port in the order they ask for it; the op after them reads
-        their results and waits for the last one."""
+        crossbar row of inputs, `PimsimChip.mvm_ranges`): the vector and copy instructions
+        before them (`pending`, when all their ranges are known) as well; the groups' reads
+        and writes take the core's one local port in the order they ask for it; the vector
+        and copy instructions after them wait for those they conflict with and for
+        reorder-buffer entries (`overlap_flight`), any other for the last one (`drain`)."""
         runs, self.mvms = self.mvms, []
         if not runs:
             return
-        self.drain()
+        if self.flight or None in self.pending:
+            self.drain()
+        pending = [p for p in self.pending if p is not None]
+        self.pending = []
+        freed = list(itertools.accumulate((t for t, _, _ in pending), max))
         rob, gap = self.chip.target.mvm_units, ROB_MVM_GAP_CYCLES
         mvms = [x for row in itertools.zip_longest(*runs) for x in row if x is not None]
         port = 0  # the local port is free from
@@ -576,14 +627,20 @@ class _CoreLowering:
             return d
 
         for j, (out, vec, group, size, busy) in enumerate(mvms):
-            if j >= rob:  # in-order retirement: the entry `rob` back and all before it
-                self.cycles = max(self.cycles, max(end(i) for i in range(j - rob + 1)) + gap)
+            back = len(pending) + j - rob  # in-order retirement: this entry and all before
+            if 0 <= back < len(pending):
+                self.cycles = max(self.cycles, freed[back])
+            elif back >= len(pending):
+                self.cycles = max(self.cycles, max(freed[-1:] + [end(i) for i in range(
+                    back - len(pending) + 1)]) + gap)
             ins = self.mvmul(out, vec, group)
             reads, writes = self.chip.mvm_ranges(vec, out, size)
             wait = [end(last[group])] if group in last else []
             wait += [end(i) for i, (r, w) in enumerate(ranges)
                      if (_meet(reads, w) or _meet(writes, r)) and end(i) > self.cycles]
-            start = max([self.cycles] + [t + gap for t in wait])
+            units = [t for t, r, w in pending
+                     if _meet(reads, w) or any(_meet(writes, x) for x in r)]
+            start = max([self.cycles] + [t + gap for t in wait] + units)
             write_until(start)
             read, compute, _ = self.chip.mvmul_parts(size)
             port = max(port, start) + read
@@ -594,7 +651,10 @@ class _CoreLowering:
             self.out.append(ins)
             self.ex.cycles["mvmul"] += busy + gap
             self.cycles = start + SCALAR_CYCLES
-        self.cycles = max(self.cycles, max(end(i) for i in range(len(mvms))) + gap)
+        ends = [end(i) for i in range(len(mvms))]
+        self.flight = [(t, done, r, w) for t, done, (r, w)
+                       in zip(ends, itertools.accumulate(ends, max), ranges, strict=True)]
+        self.after = 0
 
     def unary(self, op: UnaryOp) -> None:
         n = math.prod(_shape(op.result))

@@ -451,24 +451,23 @@ def test_networks_on_pimsim_match_the_mirror(model: str, tmp_path: Path) -> None
     assert abs(mirror(m, ex) - got.latency_ns) <= tolerance * got.latency_ns
 
 
-_RACE = pytest.mark.xfail(strict=True, reason="pimsim-nn's reorder buffer runs an instruction "
-                          "right behind its producer unchecked; the model waits (docs/pimsim.md)")
+_RACE = pytest.mark.xfail(strict=True, reason="pimsim-nn checks no `vmv` and places every `ld` "
+                          "at local address 0, so loads race their readers; the model waits "
+                          "(docs/pimsim.md)")
 
 
 @needs_pimsim
 @pytest.mark.parametrize("model", ["mlp", "lenet", "resnet_block", "torch_cnn_dynamo",
-                                   "torch_cnn_torchscript",
-                                   pytest.param("mobilenet_block", marks=_RACE),
-                                   pytest.param("yolo_neck", marks=pytest.mark.xfail(
-                                       strict=True, reason="+1.1 %, not traced"))])
+                                   "torch_cnn_torchscript", "yolo_neck",
+                                   pytest.param("mobilenet_block", marks=_RACE)])
 def test_four_mvm_units_on_pimsim_match_the_mirror(model: str, tmp_path: Path) -> None:
     """At `mvm_units` = 4 (`rob_size` 4) Raptor's model of pimsim-nn is within 1 % of
-    pimsim-nn. Two examples are not, and are marked as known failures so that a fix shows:
-    mobilenet_block +3.5 % (132,721 vs 128,216 ns on 2f1fa90): pimsim-nn's reorder buffer
-    lets each core's first `vmv` read the bytes its first `ld` is still loading (a hazard
-    its conflict check misses, traced on all 64 cores), a time the chip could not reach;
-    yolo_neck +1.1 % (536,384 vs 530,364 ns; +0.9 % before the pimsim-nn message order of
-    52458f9), not traced."""
+    pimsim-nn. mobilenet_block is not (+3.25 %, 132,383 vs 128,216 ns on 4e159f2), and is
+    marked as a known failure so that a fix shows: pimsim-nn's conflict check gives `vmv`
+    no memory ranges and every `ld` the local range [0, size) whatever its `rd` (the
+    double-word register read leaves the single-word value 0), so each core's first `vmv`
+    and the `mvmul`s after it run while the load they read is still in flight, a time the
+    chip could not reach (with both fixed in pimsim-nn: 132,212 ns, docs/pimsim.md)."""
     assert PIMSIM is not None
     target = dataclasses.replace(T, mvm_units=4)
     s = solve(EXAMPLES / f"{model}.onnx", target, SolveOptions(solver="peft", simulate=False))
