@@ -344,7 +344,8 @@ class _Fitted:
 def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
                 make: Callable[[Flow], Module], first: Replay | None = None,
                 print_ir: IRHook | None = None, spills: bool = True,
-                adjust: Callable[[Replay], Replay] | None = None) -> _Fitted:
+                adjust: Callable[[Replay], Replay] | None = None, verify: bool = True
+                ) -> _Fitted:
     """Build a program with `make` from the communication model's receive and send points
     (`raptor.solver.comm.replay` within a per-core budget), verify it and plan its local
     memory; while a core's footprint exceeds its memory and a tighter budget can help (its
@@ -353,7 +354,8 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
     (`raptor.passes.spill`, unless `spills` is off) and the estimate replayed with the spill
     traffic (`_spill_replay`). `first`: the first round's replay, if the caller has it;
     `print_ir` sees the program kept; `adjust` moves sends of every round's replay (a
-    layered stream's sends between ranges, `defer_sends`)."""
+    layered stream's sends between ranges, `defer_sends`); `verify` off: the caller
+    verifies the program kept once it uses it (`_Candidate.verify`)."""
     g = build.graph
     budget: list[int] | None = None
     rounds = 0
@@ -366,7 +368,7 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
         scheduled = make(message_flow(build, rep))
         # the first build is verified before its memory is planned; a rebuild (the same
         # materialization, receives and sends elsewhere) once it is kept
-        errors = [str(d) for d in verify_module(scheduled)] if rounds == 1 else []
+        errors = [str(d) for d in verify_module(scheduled)] if rounds == 1 and verify else []
         memory = plan_memory(scheduled, target) if not errors else None
         over = {c.core: c.peak_bytes for c in memory.cores.values()
                 if c.peak_bytes > target.local_memory_bytes
@@ -381,7 +383,7 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
                                                             estimate)
             changed = spilled is not None and bool(spilled.cores)
             if rounds > 1 or changed:
-                errors = [str(d) for d in verify_module(scheduled)]
+                errors = [str(d) for d in verify_module(scheduled)] if verify else []
                 memory = None if errors else plan_memory(scheduled, target) if changed \
                     else memory
             if target.protocol == "pimsim-nn" and memory is not None and not errors \
@@ -745,9 +747,12 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
             if c is not lat and best is not None and (
                     c.floor_ns >= best or c.estimate_ns > best * ESTIMATE_LOSES):
                 continue
+            c.verify(seconds)
             _simulate([c.run], ir_inputs(comp.graph, stacked), target, opts, say, seconds,
                       f"simulating {counted(opts.stream, 'inference')} of the {{}} stream", check)
             _drop_beaten_traces(list(members.values()))
+    for mine in members.values():  # what each row returns (`_judge`), verified
+        min(mine, key=lambda c: c.rank).verify(seconds)
     runs = [_judge(row, kept[row], members[row], _candidate(cands, latency)) for row in kept]
     if "cpsat" in kept:
         runs[-1].interrupted = cp_interrupted
@@ -766,6 +771,17 @@ class _Candidate:
     (`layered_stream`)."""
     result: PipelineResult
     run: ScheduleRun
+    verified: bool = False
+
+    def verify(self, seconds: dict[str, float]) -> None:
+        """Verify the program `_run_stream` built (once), its time counted in its stream's
+        `seconds`; the errors make the run not ok (so not simulated)."""
+        if not self.verified:
+            t0 = time.perf_counter()
+            self.run.scheduled_errors = [str(d) for d in verify_module(self.run.scheduled)]
+            self.verified = True
+            key = f"stream.{self.name}"
+            seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - t0
 
     @property
     def estimate_ns(self) -> int:
@@ -922,8 +938,10 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
                 first: Replay | None = None) -> ScheduleRun:
     """Validate a pipeline result, materialize its stream program with the stage-internal
     receives and sends where the communication model placed them to fit local memory
-    (`_fit_memory`, as in latency mode), verify it, plan its local memory and estimate its
-    period."""
+    (`_fit_memory`, as in latency mode), plan its local memory and estimate its period.
+    The program is not verified here: the judge verifies the candidates it simulates or
+    returns (`_Candidate.verify`; a stream program's verification is a fifth of its
+    materialization on ResNet-18)."""
     g = build.graph
     sch = pr.schedule
     violations = validate_pipeline(g, target, pr, problem)
@@ -941,7 +959,8 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
     fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir,
                       spills=not opts.allow_memory_overflow,
                       adjust=None if ranges is None else
-                      lambda rep: defer_sends(rep, g, sch.core_of, sch.core_tasks, ranges))
+                      lambda rep: defer_sends(rep, g, sch.core_of, sch.core_tasks, ranges),
+                      verify=False)
     est = stream_estimate(fit.charged, target, sch.core_of, sch.start_ns, pr.stage_of_task,
                           infos[-1], opts.stream, RING, len(pr.stages), fit.flow)
     return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,

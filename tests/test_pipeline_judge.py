@@ -90,3 +90,19 @@ def test_a_candidate_no_row_can_return_loses_its_trace() -> None:
     first = cand(10)
     _drop_beaten_traces([[first, est], [fast, first]])
     assert first.run.sim.trace.spans and fast.run.sim.trace.spans
+
+
+@pytest.mark.parametrize("simulate", [True, False])
+def test_the_program_a_row_returns_is_verified(monkeypatch: pytest.MonkeyPatch,
+                                               simulate: bool) -> None:
+    """The judge verifies the candidates it simulates or returns (`_Candidate.verify`,
+    deferred from the materialization): a program the verifier rejects is not simulated
+    and its row is not ok, with or without the simulation."""
+    import raptor.solve as solve_module
+
+    monkeypatch.setattr(solve_module, "verify_module", lambda module: ["rejected"])
+    solved = solve(EXAMPLES / "mlp.onnx", load_target("default"), SolveOptions(
+        mode="pipeline", solver="pipeline", stream=2, workers=1, time_limit=1,
+        simulate=simulate))
+    (run,) = solved.runs
+    assert run.scheduled_errors == ["rejected"] and run.sim is None and not run.ok
