@@ -92,6 +92,17 @@ Key = tuple[int, int, int]
 Events = list[tuple[Key, list[Operation]]]
 
 
+@dataclass
+class MergedRun:
+    """A run of lanes materialized as one batch (`Materializer.merge_runs`)."""
+
+    lanes: list[int]
+    """Its instances, in lane order."""
+    compute: list[Operation]
+    """The ops that gather the union of the lanes' inputs, then the batch: what runs
+    before the first lane's stores (each lane's stores follow, in lane order)."""
+
+
 def crop_key(p: Piece) -> CropKey | None:
     return None if p.crop is None else (p.crop, p.sizes)
 
@@ -265,8 +276,8 @@ class Materializer:
         """Messages that travel inside a merged one: where they lie in it."""
         self.types: dict[Message, TensorType] = {}
         """Per message, the type of what travels."""
-        self.merged_runs: list[list[int]] = []
-        """The instances of each run merged into one batch (`merge_runs`), in lane order."""
+        self.merged_runs: list[MergedRun] = []
+        """The runs merged into one batch (`merge_runs`)."""
 
     def weight(self, v: Value) -> Value:
         got = self.weights.get(v)
@@ -486,10 +497,10 @@ class Materializer:
         each lane's fragment as a view for its stores, sends and local consumers."""
         op = run[0].op
         assert isinstance(op, GraphComputeBatchOp)
-        self.merged_runs.append([inst.id for inst in run])
         gathered = self.gather_lanes(core, run, op)
         batch = self.lane_batch(op, run, gathered)
         ops: list[Operation] = [*gathered.ops, batch]
+        self.merged_runs.append(MergedRun([inst.id for inst in run], list(ops)))
         for i, inst in enumerate(run):
             first = self.events[inst.id][0]
             assert isinstance(first, ScheduledComputeOp)

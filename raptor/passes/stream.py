@@ -51,7 +51,15 @@ from raptor.ir.core import Affine, Block, Operation, Value
 from raptor.ir.module import Module
 from raptor.ir.ops import AllocSharedOp, LoadOp, SignalOp, StoreOp, StreamOp, WaitOp
 from raptor.ir.types import INDEX, TensorType, Type
-from raptor.passes.materialize import CropKey, Flow, Materializer, ScheduleView, crop_key, owned
+from raptor.passes.materialize import (
+    CropKey,
+    Flow,
+    Materializer,
+    MergedRun,
+    ScheduleView,
+    crop_key,
+    owned,
+)
 from raptor.passes.projection import Instance, Piece, Projection
 
 RING = 2
@@ -97,9 +105,9 @@ class StreamInfo:
     """Per producer task, the pairs whose FREE it waits for before its boundary stores."""
     ready_signals: dict[int, list[int]] = field(default_factory=dict)
     """Per producer task, the pairs whose READY it signals after its boundary stores."""
-    merged: list[list[int]] = field(default_factory=list)
-    """Tasks of each run of lanes materialized as one batch (it starts once every lane's
-    inputs are there)."""
+    merged: list[MergedRun] = field(default_factory=list)
+    """The runs of lanes materialized as one batch (it starts once every lane's inputs are
+    there, gathers their union once and computes every lane before the first's stores)."""
 
 
 class _StreamMaterializer(Materializer):

@@ -81,7 +81,7 @@ class Simulator:
             report, trace = engine.report, engine.trace
             # Drop this run's values while the collector is still paused: what is left
             # when it resumes is what its first collection scans.
-            program.envs = {}
+            program.values = []
             del engine
         names = [v.name or f"out{i}" for i, v in enumerate(program.outputs)]
         return SimResult(outputs, names, report, trace)

@@ -20,7 +20,6 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
-from raptor.ir.core import Value
 from raptor.sim.errors import Deadlock, SimError
 from raptor.sim.program import COMPUTE, RECV, SEND, WAIT, Instr, Program, value_name
 from raptor.sim.protocol import INJECT, MEM, PROTOCOLS, RUN
@@ -93,11 +92,11 @@ class Core:
     clock: int = 0
     busy: int = 0
     blocked: int = 0
-    arrival: dict[Value, int] = field(default_factory=dict)
-    wait_value: Value | None = None
+    wait_slot: int = -1
+    """The slot of the received value the core is parked on (-1: none)."""
     wait_store: int = -1
-    sync: Value | None = None
-    """pimsim-nn model: the value a posted (blocking) receive waits for."""
+    sync: int = -1
+    """pimsim-nn model: the slot of the value a posted (blocking) receive waits for."""
     switch_free: int = 0
     """pimsim-nn model: when this core's switch has sent its last message."""
     request: int = 0
@@ -116,6 +115,8 @@ class Engine:
         self.target = target
         self.opts = options
         self.cores = [Core(c, prog, not prog) for c, prog in program.cores.items()]
+        self.arrival = [-1] * program.slots[0]
+        """Per received value's slot (`Instr.wait_slots`), when it arrived (-1: not yet)."""
         self.heap: list[tuple[int, int, int, int, Any]] = []
         self.seq = 0
         self.now = 0
@@ -189,10 +190,11 @@ class Engine:
         """One line: where `st` is stuck and on what."""
         ins = st.prog[st.pc]
         head = f"core {st.cid} blocked at {ins.where} {ins.name}"
-        if st.wait_value is not None:
-            recv = next(i for i in st.prog if i.kind == RECV and i.value is st.wait_value)
+        if st.wait_slot >= 0:
+            recv = next(i for i in st.prog if i.kind == RECV and i.slots_out[0] == st.wait_slot)
             src, ch = recv.peer, recv.channel
-            return (f"{head} waiting for {value_name(st.wait_value)} from core {src} channel "
+            assert recv.value is not None
+            return (f"{head} waiting for {value_name(recv.value)} from core {src} channel "
                     f"{ch}: core {src} has not sent it")
         if st.wait_store >= 0:
             sc, sins = self.program.stores[st.wait_store]
@@ -212,24 +214,24 @@ class Engine:
         Computes only touch the core's own state, so they run in a tight local loop."""
         proto, memory = self.proto, self.memory
         receive, send = proto.receive, proto.send
-        if st.sync is not None:
+        if st.sync >= 0:
             if not proto.resume(st):
                 return
             st.pc += 1
-        prog, arrival, spans, cid = st.prog, st.arrival, self.spans, st.cid
+        prog, arrival, spans, cid = st.prog, self.arrival, self.spans, st.cid
         record = self.order.append
-        n, timed = len(prog), proto.memory_computes
+        n, timed, stream = len(prog), proto.memory_computes, self.program.inferences > 0
         clock, pc, busy = st.clock, st.pc, 0
         while pc < n:
             ins = prog[pc]
-            if ins.first >= 0 and ins.first not in st.starts:
+            if stream and ins.first >= 0 and ins.first not in st.starts:
                 st.starts[ins.first] = clock
-            if ins.waits:
+            if ins.wait_slots:
                 ready = clock
-                for v in ins.waits:
-                    a = arrival.get(v)
-                    if a is None:
-                        st.clock, st.pc, st.wait_value = clock, pc, v
+                for v in ins.wait_slots:
+                    a = arrival[v]
+                    if a < 0:
+                        st.clock, st.pc, st.wait_slot = clock, pc, v
                         st.busy += busy
                         return
                     if a > ready:

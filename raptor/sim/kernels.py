@@ -290,6 +290,8 @@ class _Builder:
         """Slots holding one array for all instances (not stacked)."""
         self.size = 1  # slot 0 holds the instance count
         self.steps: list[Step] = []
+        self.unzeroed: set[Value] = set()
+        """Empties every element of which is written before anything reads it."""
 
     def define(self, v: Value) -> int:
         s = self.slot[v] = self.size
@@ -364,10 +366,18 @@ class _Builder:
         # An insert may write into its destination when that is a fresh buffer
         # (tensor.empty or an insert result) whose only use is this insert.
         uses = Counter(v for o in self.ops for v in o.operands())
-        fresh = {o.result for o in self.ops
-                 if isinstance(o, EmptyOp | InsertSliceOp) and uses[o.result] == 1}
+        covering = self.covering(uses)
+        self.unzeroed = self.filled(uses)
+        fresh = {o.result for o in self.ops if isinstance(o, EmptyOp | InsertSliceOp)
+                 and uses[o.result] == 1 and o not in covering}
         symbols: dict[Value, str] = {}
         for inner in self.ops:
+            if inner in covering or (isinstance(inner, EmptyOp) and inner.result in covering):
+                if isinstance(inner, InsertSliceOp):
+                    self.steps.append(_k_reshape(self, inner, False))
+                costed.append(inner)
+                count += 1
+                continue
             if isinstance(inner, WeightOp):
                 s = self.define(inner.result)
                 self.flat.add(s)
@@ -401,6 +411,45 @@ class _Builder:
         if not self.batch and not isinstance(self.op, ScheduledComputeOp):
             outs.extend(self.slot[r] for r in self.op.results())
         return weights, outs, self.t.body_cost(costed), count
+
+    def covering(self, uses: Counter[Value]) -> set[Operation | Value]:
+        """Inserts that fill all of a `tensor.empty` used by nothing else, and those
+        empties: the insert's result is its source reshaped (a view; nothing writes into
+        it, as it is not fresh), and the empty is never made."""
+        empties = {o.result for o in self.ops if isinstance(o, EmptyOp) and uses[o.result] == 1}
+        found: set[Operation | Value] = set()
+        for o in self.ops:
+            if isinstance(o, InsertSliceOp) and o.dest in empties:
+                dest, src = info(o.dest), info(o.source)
+                if (src.dtype == dest.dtype and tuple(o.sizes) == dest.shape
+                        and all(a.is_const and a.const == 0 for a in o.offsets)
+                        and all(st == 1 for st in o.strides)):
+                    found.update((o, o.dest))
+        return found
+
+    def filled(self, uses: Counter[Value]) -> set[Value]:
+        """Empties that a chain of inserts at constant offsets fills completely before
+        anything reads it (each link of the chain used only as the next insert's
+        destination): they need no zeros."""
+        into = {o.dest: o for o in self.ops if isinstance(o, InsertSliceOp)}
+        found = set()
+        for o in self.ops:
+            if not isinstance(o, EmptyOp) or uses[o.result] != 1:
+                continue
+            written = np.zeros(info(o.result).shape, bool)
+            v: Value = o.result
+            while (ins := into.get(v)) is not None:
+                offs = resolve(ins.offsets, self.fixed)
+                if not all(a.is_const for a in offs):
+                    break
+                written[const_slices(tuple(a.const for a in offs), tuple(ins.sizes),
+                                     tuple(ins.strides))] = True
+                v = ins.result
+                if uses[v] != 1:
+                    break
+            if written.all():
+                found.add(o.result)
+        return found
 
     def region(self, op: ExtractSliceOp | InsertSliceOp | ParallelInsertSliceOp
                ) -> Callable[[Frame], tuple[slice, ...]]:
@@ -569,11 +618,14 @@ def _k_concat(b: _Builder, op: ConcatOp, _: bool) -> Step:
 
 
 def _k_empty(b: _Builder, op: EmptyOp, _: bool) -> Step:
+    """Zeros, or uninitialised memory where inserts fill it all before it is read (no
+    pass over memory that is overwritten anyway)."""
     t = info(op.result)
-    return _put(b.define(op.result), lambda fr: np.zeros((fr[0], *t.shape), t.dtype))
+    make = np.empty if op.result in b.unzeroed else np.zeros
+    return _put(b.define(op.result), lambda fr: make((fr[0], *t.shape), t.dtype))
 
 
-def _k_reshape(b: _Builder, op: ReshapeOp, _: bool) -> Step:
+def _k_reshape(b: _Builder, op: ReshapeOp | InsertSliceOp, _: bool) -> Step:
     src, shape = b.stacked(op.source), info(op.result).shape
     return _put(b.define(op.result), lambda fr: fr[src].reshape((fr[0], *shape)))
 

@@ -16,19 +16,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from raptor.ir.core import Value
 from raptor.sim.errors import SimError
 from raptor.sim.kernels import Template, stack
-from raptor.sim.program import COMPUTE, LOAD, SEND, Instr, Program, value_name
+from raptor.sim.program import COMPUTE, LOAD, SEND, Instr, Program
+
+Level = tuple[dict[Template, list[Instr]], list[Instr]]
+"""One level: its computes by template (instances in the order the loop performed them),
+then its sends and memory accesses in that order."""
 
 
-def levels(program: Program, order: Sequence[Instr]) -> list[list[Instr]]:
+def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
     """The recorded instructions by level (see the module docstring)."""
     values, buffers = program.slots
     ready = [0] * values  # per (core, value) slot, the level it exists from
     memory = [0] * buffers  # per buffer, the level of its latest access
     store_done: dict[int, int] = {}
-    out: list[list[Instr]] = []
+    out: list[Level] = []
     get = ready.__getitem__
     for ins in order:
         kind = ins.kind
@@ -50,41 +53,48 @@ def levels(program: Program, order: Sequence[Instr]) -> list[list[Instr]]:
                 store_done[ins.store_id] = level + 1
             memory[buf] = level
         if level >= len(out):
-            out += [[] for _ in range(level + 1 - len(out))]
-        out[level].append(ins)
+            out += [({}, []) for _ in range(level + 1 - len(out))]
+        if kind == COMPUTE:
+            assert ins.template is not None
+            group = out[level][0].get(ins.template)
+            if group is None:
+                out[level][0][ins.template] = [ins]
+            else:
+                group.append(ins)
+        else:
+            out[level][1].append(ins)
     return out
 
 
 def execute(program: Program, order: Sequence[Instr]) -> None:
-    """Compute every value of a run whose event loop performed `order`; fills the cores'
-    envs and the shared buffers. Raises SimError naming the core and op that fails."""
-    envs = program.envs
-    for level in levels(program, order):
-        groups: dict[Template, list[Instr]] = {}
-        for ins in level:
-            if ins.kind == COMPUTE:
-                assert ins.template is not None
-                groups.setdefault(ins.template, []).append(ins)
+    """Compute every value of a run whose event loop performed `order`; fills the run's
+    values (`Program.values`, by slot) and the shared buffers. Raises SimError naming the
+    core and op that fails."""
+    values = program.values
+    for groups, rest in levels(program, order):
         for group in groups.values():
-            _run_group(envs, group)
-        for ins in level:
-            if ins.kind == COMPUTE:
-                continue
-            env = envs[ins.core]
+            _run_group(values, group)
+        for ins in rest:
             try:
                 if ins.kind == SEND:
-                    assert ins.value is not None and ins.partner is not None
-                    assert ins.partner.value is not None
-                    data = env[ins.value] if ins.payload is None else ins.payload(env)
-                    envs[ins.peer][ins.partner.value] = data
+                    data = values[ins.slots_in[0]]
+                    cut = ins.cut
+                    if cut is not None:
+                        sl, shape = cut
+                        data = data[sl] if shape is None else data[sl].reshape(shape)
+                    values[ins.slots_out[0]] = data
                 else:
-                    assert ins.fn is not None
-                    ins.fn(env)
+                    assert ins.access is not None
+                    buf, sl, shape = ins.access
+                    if ins.kind == LOAD:
+                        values[ins.slots_out[0]] = buf[sl].copy().reshape(shape)
+                    else:
+                        buf[sl] = values[ins.slots_in[0]].reshape(shape)
             except (ValueError, IndexError) as e:
                 raise _failed(ins, e) from None
 
 
-def _run_group(envs: dict[int, dict[Value, Any]], group: list[Instr]) -> None:
+def _run_group(values: list[Any], group: list[Instr]) -> None:
     """Run k instances of one template at once and hand each its slice of the results."""
     first = group[0]
     tpl = first.template
@@ -92,28 +102,34 @@ def _run_group(envs: dict[int, dict[Value, Any]], group: list[Instr]) -> None:
     k = len(group)
     try:
         reads: list[Any] = []
-        for i, v in enumerate(first.reads):
-            if i in tpl.shared:
-                arrays = [envs[ins.core][ins.reads[i]] for ins in group]
-                same = all(a is arrays[0] for a in arrays)
-                reads.append(arrays[0] if same else arrays)
-            elif k == 1:
-                reads.append(envs[first.core][v][None])
-            else:
-                reads.append(stack([envs[ins.core][ins.reads[i]] for ins in group]))
+        if k == 1:
+            for i, s in enumerate(first.slots_in):
+                x = values[s]
+                reads.append(x if i in tpl.shared else x[None])
+        else:
+            for i, col in enumerate(zip(*[ins.slots_in for ins in group], strict=True)):
+                arrays = [values[s] for s in col]
+                if i in tpl.shared:
+                    x = arrays[0]
+                    reads.append(x if all(a is x for a in arrays) else arrays)
+                else:
+                    reads.append(stack(arrays))
         params = [[ins.params[j] for ins in group] for j in range(len(tpl.loads))]
         outs = tpl.run(k, reads, params)
     except (ValueError, IndexError) as e:
         raise _failed(first, e) from None
-    except KeyError as e:
-        bad = next(ins for ins in group for v in ins.reads if v not in envs[ins.core])
-        missing = next(v for v in bad.reads if v not in envs[bad.core])
-        raise SimError(f"core {bad.core} failed at {bad.where} {bad.name}: "
-                       f"{value_name(missing)} is used before it is defined") from e
-    for j, ins in enumerate(group):
-        env = envs[ins.core]
-        for t, v in enumerate(ins.defines):
-            env[v] = outs[t][j] if tpl.stacked[t] else outs[t]
+    if k == 1:
+        for t, s in enumerate(first.slots_out):
+            values[s] = outs[t][0] if tpl.stacked[t] else outs[t]
+        return
+    for t, col in enumerate(zip(*[ins.slots_out for ins in group], strict=True)):
+        out = outs[t]
+        if tpl.stacked[t]:
+            for s, row in zip(col, out, strict=True):
+                values[s] = row
+        else:
+            for s in col:
+                values[s] = out
 
 
 def _failed(ins: Instr, e: Exception) -> SimError:

@@ -16,7 +16,7 @@ stored for its own inference.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,8 +75,9 @@ class Instr:
     label: str
     core: int = -1
     cost: int = 0
-    fn: Callable[[Env], None] | None = None
-    """LOAD/STORE: the access on the core's env."""
+    access: tuple[np.ndarray, tuple[slice, ...], tuple[int, ...]] | None = None
+    """LOAD/STORE: the shared buffer, the region it touches, and the value's shape (the
+    numerics copy the region into the value or the value into the region)."""
     waits: tuple[Value, ...] = ()
     body_ops: int = 0
     peer: int = -1
@@ -91,8 +92,9 @@ class Instr:
     nbytes: int = 0
     store_id: int = -1
     deps: tuple[int, ...] = ()
-    payload: Callable[[Env], Any] | None = None
-    """For a send of a region: what the message carries (a view of the value)."""
+    cut: tuple[tuple[slice, ...], tuple[int, ...] | None] | None = None
+    """For a send of a region: the region of the value the message carries (a view, DMA
+    without a copy), and the message's shape if the view needs reshaping to it."""
     partner: Instr | None = None
     """A send's matching receive."""
     template: Template | None = None
@@ -116,13 +118,17 @@ class Instr:
     slots_in: tuple[int, ...] = ()
     """The numerics' slots of what it reads (`number_slots`)."""
     slots_out: tuple[int, ...] = ()
-    """The numerics' slots of what it makes."""
+    """The numerics' slots of what it makes (RECV: of what arrives, the event loop's)."""
+    wait_slots: tuple[int, ...] = ()
+    """The slots of `waits` (the event loop keeps arrival times by slot)."""
     buffer_slot: int = -1
     """LOAD/STORE: the numerics' number of its buffer."""
     where_text: str | None = None
     """`where`, once asked (traces ask for it on every run)."""
     waiting_text: str | None = None
     """`waiting`, once asked."""
+    note: str | None = None
+    """A protocol's trace text for this instruction, made once (`noted`)."""
 
     @property
     def where(self) -> str:
@@ -134,6 +140,11 @@ class Instr:
     @property
     def name(self) -> str:
         return self.op.name
+
+    def noted(self, text: str) -> str:
+        """Keep `text` as `note` (a trace text asked for on every run)."""
+        self.note = text
+        return text
 
     @property
     def waiting(self) -> str:
@@ -162,8 +173,10 @@ class Program:
     """Sends (each paired with one receive) in the program."""
     weights: dict[Value, np.ndarray] = field(default_factory=dict)
     stores: list[tuple[int, Instr]] = field(default_factory=list)
-    envs: dict[int, Env] = field(default_factory=dict)
-    """Each core's values during a run."""
+    values: list[Any] = field(default_factory=list)
+    """The values of a run, by slot (`number_slots`)."""
+    start: list[Any] = field(default_factory=list)
+    """The values by slot before a run: the weights the cores read (None elsewhere)."""
     inferences: int = 0
     """The stream length of a pipeline program (0: a latency program)."""
     written: set[Value] = field(default_factory=set)
@@ -186,7 +199,7 @@ class Program:
         for v, buf in self.shared.items():
             if v not in self.func.args:
                 buf.fill(0)
-        self.envs = {c: dict(env) for c, env in self.initial.items()}
+        self.values = self.start.copy()
 
     def executed(self, core: int, pc: int) -> tuple[int, int, int]:
         """What the first `pc` instructions of `core` execute: body ops, loads of function
@@ -208,25 +221,36 @@ class Program:
 
 
 def number_slots(program: Program) -> tuple[int, int]:
-    """Number every (core, value) an instruction reads or makes (`Instr.slots_in`,
-    `slots_out`; a send makes its receiver's value) and every buffer a load or store
-    touches (`Instr.buffer_slot`); returns how many of each. Values are keyed by core
-    because one `pim.core_batch` body runs on several cores."""
+    """Number every (core, value) an instruction reads, makes or waits for (`Instr.slots_in`,
+    `slots_out`, `wait_slots`; a send makes its receiver's value) and every buffer a load or
+    store touches (`Instr.buffer_slot`); returns how many of each and fills
+    `Program.start`. Values are keyed by core because one `pim.core_batch` body runs on
+    several cores. A value read before anything on its core made it is refused here: the
+    numerics would find no value there."""
     values: dict[tuple[int, Value], int] = {}
     buffers: dict[Value, int] = {}
+    start: dict[int, Any] = {}
 
     def slot(core: int, v: Value) -> int:
         return values.setdefault((core, v), len(values))
 
     for core, prog in program.cores.items():
+        initial = program.initial[core]
+        made: set[Value] = set()
         for ins in prog:
             kind = ins.kind
+            reads: Sequence[Value] = ()
+            if ins.waits:
+                ins.wait_slots = tuple(slot(core, v) for v in ins.waits)
             if kind == COMPUTE:
-                ins.slots_in = tuple(slot(core, v) for v in ins.reads)
+                reads = ins.reads
+                ins.slots_in = tuple(slot(core, v) for v in reads)
                 ins.slots_out = tuple(slot(core, v) for v in ins.defines)
+                made.update(ins.defines)
             elif kind == SEND:
                 assert ins.value is not None and ins.partner is not None
                 assert ins.partner.value is not None
+                reads = (ins.value,)
                 ins.slots_in = (slot(core, ins.value),)
                 ins.slots_out = (slot(ins.peer, ins.partner.value),)
             elif kind in (LOAD, STORE):
@@ -234,6 +258,23 @@ def number_slots(program: Program) -> tuple[int, int]:
                 buf = ins.op.buffer  # type: ignore[attr-defined]
                 ins.buffer_slot = buffers.setdefault(buf, len(buffers))
                 ins.slots_in = ins.slots_out = (slot(core, ins.value),)
+                if kind == STORE:
+                    reads = (ins.value,)
+                made.add(ins.value)
+            elif kind == RECV:
+                assert ins.value is not None
+                ins.slots_out = (slot(core, ins.value),)
+                made.add(ins.value)
+            for v in reads:
+                if v in made:
+                    continue
+                if v not in initial:
+                    raise SimError(f"core {core} failed at {ins.where} {ins.name}: "
+                                   f"{value_name(v)} is used before it is defined")
+                start[slot(core, v)] = initial[v]
+    program.start = [None] * len(values)
+    for i, x in start.items():
+        program.start[i] = x
     return len(values), len(buffers)
 
 
@@ -536,15 +577,16 @@ class _CoreCompiler:
             nbytes = msg_t.nbytes
             if not 0 <= op.core < self.ctx.target.num_cores:
                 raise self.fail(op, f"send to core {op.core}, outside the mesh")
-            payload = None
+            cut = None
             value = self.r(op.value)
             if op.message is not None:  # a strided region of the value (DMA, no copy)
                 offs = resolve(op.offsets, self.fixed)
                 sl = slices([a.const for a in offs], op.sizes, op.strides)
-                payload = _Region(value, sl, msg_t.static_shape)
+                shape = msg_t.static_shape
+                cut = (sl, None if tuple(op.sizes) == shape else shape)
             return Instr(SEND, op, "spat.channel_send", self.core, waits=self.waits(op, [value]),
                          peer=op.core, channel=op.channel, value=value, nbytes=nbytes,
-                         payload=payload, route=self.ctx.net.message(self.core, op.core, nbytes))
+                         cut=cut, route=self.ctx.net.message(self.core, op.core, nbytes))
         if isinstance(op, SignalOp | WaitOp):
             return self.counter(op)
         if isinstance(op, LoadOp | StoreOp):
@@ -566,22 +608,16 @@ class _CoreCompiler:
         looped = self.inference >= 0
         region = (buf_v, box) if looped else None
         if isinstance(op, LoadOp):
-            res, shape = self.fresh(op.result), info(op.result).shape
-
-            def load(env: Env) -> None:
-                env[res] = buf[sl].copy().reshape(shape)
-
-            ins = Instr(LOAD, op, f"pim.load {value_name(buf_v)}", self.core, cost=cost, fn=load,
-                        value=res, nbytes=info(res).nbytes, region=region)
+            res = self.fresh(op.result)
+            ins = Instr(LOAD, op, f"pim.load {value_name(buf_v)}", self.core, cost=cost,
+                        access=(buf, sl, info(op.result).shape), value=res,
+                        nbytes=info(res).nbytes, region=region)
             if not looped:  # inside a stream, counters order loads and stores
                 self.ctx.load_boxes.append((ins, self.core, pos, buf_v, box))
             return ins
-        val, sizes = self.r(op.value), tuple(op.sizes)
-
-        def store(env: Env) -> None:
-            buf[sl] = env[val].reshape(sizes)
-
-        ins = Instr(STORE, op, f"pim.store {value_name(buf_v)}", self.core, cost=cost, fn=store,
+        val = self.r(op.value)
+        ins = Instr(STORE, op, f"pim.store {value_name(buf_v)}", self.core, cost=cost,
+                    access=(buf, sl, tuple(op.sizes)),
                     waits=self.waits(op, [val]), value=val, nbytes=info(val).nbytes,
                     store_id=len(self.ctx.store_boxes), region=region)
         self.ctx.store_boxes.append((self.core, pos, buf_v, box))
@@ -618,12 +654,10 @@ class _CoreCompiler:
         to, without redoing what does not change)."""
         if proto.kind == SEND:
             assert isinstance(op, ChannelSendOp)
-            value, payload = self.r(op.value), proto.payload
-            if isinstance(payload, _Region):  # the same region of this inference's value
-                payload = _Region(value, payload.sl, payload.shape)
+            value = self.r(op.value)
             return Instr(SEND, op, proto.label, self.core, waits=self.waits(op, [value]),
                          peer=proto.peer, channel=proto.channel, value=value,
-                         nbytes=proto.nbytes, payload=payload, route=proto.route)
+                         nbytes=proto.nbytes, cut=proto.cut, route=proto.route)
         tpl = proto.template
         assert tpl is not None
         if tpl.loads:
@@ -676,18 +710,6 @@ class _CoreCompiler:
         buf = self.ctx.shared[op.buffer]
         _, sl = self.buffer_region(op, buf)
         return buf, sl
-
-
-@dataclass(frozen=True, slots=True)
-class _Region:
-    """What a region send carries: a view of `src`'s region `sl` (DMA, no copy)."""
-
-    src: Value
-    sl: tuple[slice, ...]
-    shape: tuple[int, ...]
-
-    def __call__(self, env: Env) -> Any:
-        return env[self.src][self.sl].reshape(self.shape)
 
 
 def _uses_any(op: Operation, names: set[Value]) -> bool:

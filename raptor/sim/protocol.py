@@ -39,7 +39,7 @@ class Mesh:
     A message is its send instruction: the k-th send of a channel meets the channel's k-th
     receive (`Instr.partner`, numbered `Instr.msg`), so a run keeps per message only what
     has happened (a posted receive's time, a parked sender, an unclaimed buffered message)
-    and no pairing queues (about ten Python calls per message: this is the loop's
+    and no pairing queues (about eight Python calls per message: this is the loop's
     hottest code)."""
 
     memory_computes = False
@@ -58,23 +58,21 @@ class Mesh:
         """Buffered messages sent before their receive was posted: the send and [inject,
         arrival] (arrival -1 while on the links)."""
         self.core_of = {st.cid: st for st in engine.cores}
+        self.arrival = engine.arrival
         self.net = Network(engine.target, "raptor")
         self.links = FreeLinks(self.net.num_links, held=engine.trace.links
                                if engine.opts.trace else None)
         self.buffered = self.opts.mode == "buffered"
         self.contention = self.opts.link_contention
+        self.rendezvous = self.opts.rendezvous_ns
+        self.report = engine.report
+        self.heap = engine.heap
+        self.messages = engine.trace.messages if engine.opts.trace else None
 
     # ---- receives ------------------------------------------------------------------
     def receive(self, st: Core, ins: Instr) -> bool:
-        """A receive at the core's clock; False parks the core (`resume` continues it)."""
-        return self.post(st, ins)
-
-    def resume(self, st: Core) -> bool:
-        """Whether a core parked in a receive may go on past it."""
-        return True
-
-    def post(self, st: Core, ins: Instr) -> bool:
-        """Post a receive at the core's clock: meet a waiting sender or message."""
+        """A receive at the core's clock; False parks the core (`resume` continues it).
+        Here it posts the receive (`post`) and never parks."""
         m = ins.msg
         sender = self.parked[m]
         if sender is not None:
@@ -88,6 +86,13 @@ class Mesh:
                 self.deliver(send, inject, arrival)
         else:
             self.posted[m] = st.clock
+        return True
+
+    post = receive
+    """Post a receive at the core's clock: meet a waiting sender or message."""
+
+    def resume(self, st: Core) -> bool:
+        """Whether a core parked in a receive may go on past it."""
         return True
 
     # ---- sends ---------------------------------------------------------------------
@@ -110,31 +115,33 @@ class Mesh:
     def handshake(self, st: Core, ins: Instr, posted_at: int) -> None:
         """Rendezvous: the sender waits for the posted receive, pays `rendezvous_ns`, then
         injects and continues."""
-        meet = posted_at if posted_at > st.clock else st.clock
-        rz = self.opts.rendezvous_ns
-        if meet > st.clock:
-            self.e.block(st, meet, f"waiting for core {ins.peer} to post channel {ins.channel}")
+        clock = st.clock
+        if posted_at > clock:
+            self.e.block(st, posted_at, ins.note or ins.noted(
+                f"waiting for core {ins.peer} to post channel {ins.channel}"))
+            clock = posted_at
+        rz = self.rendezvous
         if rz:
             if self.e.spans is not None:
-                self.e.spans.append((st.cid, meet, rz, "rendezvous", COMM,
+                self.e.spans.append((st.cid, clock, rz, "rendezvous", COMM,
                                      f"to core {ins.peer} channel {ins.channel}"))
             st.busy += rz
-        st.clock = meet + rz
-        self.launch(ins, st.clock)
+            clock += rz
+        st.clock = clock
+        self.launch(ins, clock)
 
     def launch(self, ins: Instr, at: int) -> None:
         """The message leaves its sender at `at`: onto the links (an `INJECT` event, granted
         in time order), or straight to its receiver."""
-        e = self.e
-        rep = e.report
+        rep = self.report
         rep.messages += 1
         rep.message_bytes += ins.nbytes
-        route = ins.route
-        if self.contention and route.links:
+        if self.contention and ins.route.links:
+            e = self.e
             e.seq += 1
-            heapq.heappush(e.heap, (at, ins.rank, e.seq, INJECT, ins))
+            heapq.heappush(self.heap, (at, ins.rank, e.seq, INJECT, ins))
             return
-        self.deliver(ins, at, at + route.transfer_ns)
+        self.deliver(ins, at, at + ins.route.transfer_ns)
 
     def inject(self, ins: Instr, at: int) -> None:
         """Cut-through over the links (`raptor.noc`), granted in injection-time order
@@ -154,18 +161,18 @@ class Mesh:
             if waiting is not None:
                 waiting[1][1] = arrival
                 return
-        e = self.e
-        if e.spans is not None:
-            e.trace.messages.append((ins.core, ins.peer, ins.channel,
-                                     ins.nbytes if nbytes < 0 else nbytes, inject,
-                                     arrival if traced < 0 else traced))
-        st, recv = self.core_of[ins.peer], ins.partner
-        assert recv is not None and recv.value is not None
-        v = recv.value
-        st.arrival[v] = arrival
-        if st.wait_value is v:
-            st.wait_value = None
-            e.push(e.now, RUN, st)
+        if self.messages is not None:
+            self.messages.append((ins.core, ins.peer, ins.channel,
+                                  ins.nbytes if nbytes < 0 else nbytes, inject,
+                                  arrival if traced < 0 else traced))
+        v = ins.slots_out[0]  # the receiver's value
+        self.arrival[v] = arrival
+        st = self.core_of[ins.peer]
+        if st.wait_slot == v:
+            st.wait_slot = -1
+            e = self.e
+            e.seq += 1
+            heapq.heappush(self.heap, (e.now, 0, e.seq, RUN, st))
 
     # ---- global memory -------------------------------------------------------------
     def request(self, st: Core, ins: Instr) -> tuple[int, int]:
@@ -204,23 +211,21 @@ class PimsimNN(Mesh):
         st.clock += before
         st.busy += before
         self.post(st, ins)
-        st.sync = ins.value
+        st.sync = ins.slots_out[0]
         if self.resume(st):
             return True
-        st.wait_value = ins.value
+        st.wait_slot = st.sync
         return False
 
     def resume(self, st: Core) -> bool:
         """The blocking receive is done once its data is written: advance the clock."""
-        v = st.sync
-        assert v is not None
-        a = st.arrival.get(v)
-        if a is None:
+        a = self.arrival[st.sync]
+        if a < 0:
             return False
         if a > st.clock:
             self.e.block(st, a, "receive (pimsim-nn: blocks until written)",
                          "spat.channel_receive", COMM)
-        st.sync = None
+        st.sync = -1
         return True
 
     def send(self, st: Core, ins: Instr) -> bool:

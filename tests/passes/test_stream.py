@@ -204,11 +204,14 @@ def test_a_wait_that_can_never_be_met_is_a_deadlock() -> None:
 
 
 def test_a_tight_stream_fits_local_memory_where_the_flow_control_placed_its_messages() -> None:
-    """8 KiB per core: with every receive posted at the start YOLO's stream program does
-    not fit its busiest core; posted (and sends held) where the flow-controlled communication model
-    placed them, the stream program fits, runs every inference right under rendezvous
-    sends (the simulator's deadlock detector on), and the estimate follows the held sends
-    to the nanosecond of the ideal run."""
+    """8 KiB per core: with every receive posted at the start YOLO's stream program needs
+    more on its busiest core than the share of it the flow control plans to fill
+    (`MEMORY_MARGIN`: 7,680 bytes against 7,208 since the replay runs each core's points in
+    time order; before, more than the 8,192); posted (and sends held) where the
+    flow-controlled communication model placed them, the stream program fits that share
+    (6,944), runs every inference right under rendezvous sends (the simulator's deadlock
+    detector on), and the estimate follows the held sends to the nanosecond of the ideal
+    run."""
     target = dataclasses.replace(TARGET, local_memory_bytes=8 * 1024)
     solved = solve(EXAMPLES / "yolo_neck.onnx", target, SolveOptions(
         mode="pipeline", solver="pipeline", stream=M, workers=1, time_limit=5))
@@ -227,7 +230,10 @@ def test_a_tight_stream_fits_local_memory_where_the_flow_control_placed_its_mess
                                   solved.build.outputs, StreamView(
                                       sch.core_of, sch.start_ns, sch.end_ns,
                                       pr.stage_of_task), M)
-    assert plan_memory(loose, target).over_capacity()  # every receive at the start: over
+    budget = max(run.flow.budget)  # every receive at the start: over the planned share
+    loose_peak, placed_peak = plan_memory(loose, target).peak, run.memory.peak
+    assert loose_peak is not None and placed_peak is not None
+    assert loose_peak.peak_bytes > budget >= placed_peak.peak_bytes
     # memory is tight, so the refinement was tried on the returned candidate (since
     # run-of-row lanes, the spread by loads beats the heuristic's partition here): the
     # placement kept replays faster

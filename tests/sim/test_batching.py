@@ -12,7 +12,7 @@ import pytest
 from raptor.sim import SimOptions, Simulator, simulate
 from raptor.sim.engine import Engine
 from raptor.sim.numerics import levels
-from raptor.sim.program import COMPUTE, compile_program
+from raptor.sim.program import compile_program
 
 from .util import TARGET, program, rand, run
 
@@ -80,9 +80,9 @@ def test_one_level_runs_as_one_group_whatever_the_weights() -> None:
     prog.bind({"x": rand(4, 4, 8)})
     engine = Engine(prog, TARGET, SimOptions(trace=False))
     engine.run()
-    computes = [[i for i in level if i.kind == COMPUTE] for level in levels(prog, engine.order)]
-    (level,) = [c for c in computes if c]
-    assert len(level) == 4 and len({id(i.template) for i in level}) == 1
+    (level,) = [groups for groups, _ in levels(prog, engine.order) if groups]
+    (group,) = level.values()
+    assert len(group) == 4 and len({id(i.template) for i in group}) == 1
 
 
 def _vector_instance(i: int) -> str:

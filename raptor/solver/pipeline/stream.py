@@ -9,8 +9,9 @@ send waiting for its receive to be posted (a core posts an iteration's receives 
 starts it, or where the flow control put them), each message waiting for the links of its
 route (`raptor.noc`), injections at one time granted in `raptor.noc.inject_rank` order while
 their senders go on, as the simulator's; `memory_ns` is the service one inference asks of
-it. A run of lanes materialized as one batch (`StreamInfo.merged`) starts once every lane's
-inputs are there; its gathers' few ns are left out.
+it. A run of lanes materialized as one batch (`StreamInfo.merged`) runs as the program
+does: once every lane's inputs are there, its gathers (the union of the lanes' inputs, once;
+loads of inputs at the shared memory) and the batch, then each lane's stores.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import statistics
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
+from raptor.ir.core import Operation
+from raptor.ir.ops import LoadOp, ScheduledComputeBatchOp
 from raptor.noc import FreeLinks, Network, inject_rank
 from raptor.passes.stream import LoadGroup, StreamInfo
 from raptor.solver.comm import START, Replay
-from raptor.solver.costs import shared_read_ns, shared_write_ns
+from raptor.solver.costs import block_cost_ns, op_cost_ns, shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
 
@@ -145,17 +148,26 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     per_core = _per_core_steps(n_tasks, core_of, start, groups)
     waits, sends = _messages(graph, net, core_of, start, stage_of, flow)
     for run in info.merged:  # one batch: its first lane waits for every lane's inputs
-        waits[run[0]] = list(dict.fromkeys(m for t in run for m in waits[t]))
+        waits[run.lanes[0]] = list(dict.fromkeys(m for t in run.lanes for m in waits[t]))
     play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring)
     starts, ends = play.run(inferences, False)
     _, contended = play.run(inferences, True)
     memory = sum(t.shared_ns for t in graph.tasks) + sum(map(sum, play.store_ns.values())) + \
+        sum(ns for parts in play.parts.values() for shared, ns in parts if shared) + \
         sum(play.group_ns) + sum(len(ks) for ks in info.free_waits.values()) * play.wait_ns + \
         sum(len(ks) for ks in info.ready_signals.values()) * play.signal_ns
     ideal = steady_period(ends, stages) or (ends[-1] if ends else 0)
     period = steady_period(contended, stages) or (contended[-1] if contended else 0)
     latency = int(statistics.median([e - s for s, e in zip(starts, ends, strict=True)]))
     return StreamEstimate(ideal, memory, max(period, memory), latency, ends, starts)
+
+
+def _priced(op: Operation, target: Target) -> tuple[bool, int]:
+    """(whether it is a shared-memory access, its ns) of a core-level op of a merged run,
+    as the simulator charges it: a batch its lanes' bodies, a load at the shared memory."""
+    if isinstance(op, ScheduledComputeBatchOp):
+        return False, op.lanes * block_cost_ns(op.body, target)
+    return isinstance(op, LoadOp), op_cost_ns(op, target)
 
 
 _RESUME, _WAIT, _MEM, _INJECT = range(4)
@@ -195,6 +207,12 @@ class _Play:
                          + self.signal_ns for g in info.groups]
         self.group_parts = [[self.wait_ns, *(shared_read_ns(target, nb) for *_, nb in g.loads),
                              self.signal_ns] for g in info.groups]
+        self.parts: dict[int, list[tuple[bool, int]]] = {}
+        """Steps whose compute is not their task's own: a merged run's first lane computes
+        the run (its ops as (at the shared memory?, ns)), its other lanes nothing."""
+        for run in info.merged:
+            self.parts[run.lanes[0]] = [_priced(op, target) for op in run.compute]
+            self.parts.update({t: [] for t in run.lanes[1:]})
 
     def run(self, inferences: int, contended: bool) -> tuple[list[int], list[int]]:
         """Per inference, when its first core started it and its last core finished it.
@@ -311,7 +329,12 @@ class _Play:
                     else:
                         clock = max(clock, (yield from get((_DONE, m.after, n))) + m.transfer_ns)
                 sh = self.shared[s]
-                clock += dur[s] - sh
+                parts = self.parts.get(s)
+                if parts is None:
+                    clock += dur[s] - sh
+                else:
+                    for shared, ns in parts:
+                        clock = (yield from access(ns)) if shared else clock + ns
                 clock = yield from access(sh)  # its output stores end its run
                 for k in info.free_waits.get(s, ()):
                     if n - ring >= 0:
