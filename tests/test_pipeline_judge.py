@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from test_random_networks import networks, solve_proto
 
 from raptor.sim import SimOptions
-from raptor.solve import SolveOptions, report, solve
+from raptor.solve import ESTIMATE_LOSES, SolveOptions, report, solve
 from raptor.target import Target, load_target
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -31,7 +31,10 @@ def check_judge(rep: dict[str, Any]) -> None:
         assert sum(c["returned"] for c in cands) == 1
         assert next(c for c in cands if c["returned"])["simulated_period_ns"] == sim
         for c in cands:  # a candidate not simulated could not beat the returned one
-            assert (c["simulated_period_ns"] or c["floor_ns"]) >= sim
+            if c["simulated_period_ns"] is None:
+                assert c["floor_ns"] >= sim or c["estimated_period_ns"] > ESTIMATE_LOSES * sim
+            else:  # nor would one the estimate left out (by over ESTIMATE_LOSES times)
+                assert c["estimated_period_ns"] <= ESTIMATE_LOSES * c["simulated_period_ns"]
         assert sim <= row["latency_mode_ns"]  # never slower than the latency schedule looped
         # the bound holds for the steady period; over a short stream the median interval
         # once full can dip below it (a 4-stage net measured one interval of 5), the mean
@@ -62,3 +65,44 @@ def test_rows_return_their_fastest_simulated_candidate(name: str) -> None:
 def test_random_networks_optimal_never_simulates_slower(proto: onnx.ModelProto) -> None:
     solved = solve_proto(proto, Target(), SolveOptions(**OPTIONS, sim=SimOptions(trace=False)))
     check_judge(report(solved))
+
+
+def test_a_candidate_no_row_can_return_loses_its_trace() -> None:
+    """`_drop_beaten_traces`: a simulated candidate keeps its trace while some row could
+    still return it (`_judge`: fastest simulated, the earlier on a tie)."""
+    from types import SimpleNamespace
+
+    from raptor.sim import Trace
+    from raptor.solve import _drop_beaten_traces
+
+    def cand(sim: int | None) -> Any:
+        trace = Trace(spans=[(0, 0, 1, "x", "busy", "")])
+        return SimpleNamespace(simulated_ns=sim, run=SimpleNamespace(
+            sim=SimpleNamespace(trace=trace) if sim is not None else None))
+
+    own, lat, tie, est, cp = cand(10), cand(10), cand(10), cand(None), cand(12)
+    _drop_beaten_traces([[own, lat, tie, est], [cp, own, lat, tie, est]])
+    kept = {name: c.run.sim.trace.spans != [] for name, c in
+            [("own", own), ("lat", lat), ("tie", tie), ("cp", cp)]}
+    # lat and tie lose to own on the tie in both rows; cp is slower than own in its row
+    assert kept == {"own": True, "lat": False, "tie": False, "cp": False}
+    fast = cand(9)  # the fastest, but only in the second row: own may still win the first
+    first = cand(10)
+    _drop_beaten_traces([[first, est], [fast, first]])
+    assert first.run.sim.trace.spans and fast.run.sim.trace.spans
+
+
+@pytest.mark.parametrize("simulate", [True, False])
+def test_the_program_a_row_returns_is_verified(monkeypatch: pytest.MonkeyPatch,
+                                               simulate: bool) -> None:
+    """The judge verifies the candidates it simulates or returns (`_Candidate.verify`,
+    deferred from the materialization): a program the verifier rejects is not simulated
+    and its row is not ok, with or without the simulation."""
+    import raptor.solve as solve_module
+
+    monkeypatch.setattr(solve_module, "verify_module", lambda module: ["rejected"])
+    solved = solve(EXAMPLES / "mlp.onnx", load_target("default"), SolveOptions(
+        mode="pipeline", solver="pipeline", stream=2, workers=1, time_limit=1,
+        simulate=simulate))
+    (run,) = solved.runs
+    assert run.scheduled_errors == ["rejected"] and run.sim is None and not run.ok

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from functools import partial
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from raptor.sim.charts import noc_svg, timeline_svg
 from raptor.solve import Progress, ScheduleRun, Solved
 from raptor.solver.evaluate import retime
 from raptor.solver.gantt import gantt_svg
-from raptor.ui.labels import SpanLabel, legend, span_labels, task_layers
+from raptor.ui.labels import legend, span_labels, task_layers
 from raptor.ui.table import counted
 
 PER_SOLVER = ("scheduled.{}.spat", "gantt.{}.svg", "gantt.{}.simulated.svg", "noc.{}.svg",
@@ -67,6 +67,13 @@ def _planned(head: str, run: ScheduleRun, span: int) -> str:
     return head + plan
 
 
+def _retitled(svg: str, was: str, title: str) -> str:
+    """A chart drawn under the title `was` (its first bold text) under `title` instead."""
+    return svg if was == title else svg.replace(
+        f'font-weight="bold">{escape(was)}</text>', f'font-weight="bold">{escape(title)}</text>',
+        1)
+
+
 def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
                   say: Progress | None = None) -> str:
     """Write every file (report.json last, with the seconds this took as
@@ -90,7 +97,8 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
     lanes = [t.lane for t in g.tasks]
     model = Path(solved.model).name
     printed: dict[int, str] = {}
-    traced: dict[int, tuple[dict[int, list[SpanLabel]], str]] = {}
+    planned: dict[tuple[int, int], tuple[int, str, str]] = {}
+    traced: dict[int, tuple[str, str, str, str, str]] = {}
     for run in solved.runs:
         if say is not None:
             say(f"writing the {run.name} outputs")
@@ -98,20 +106,25 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
         if text is None:
             text = printed[id(run.scheduled)] = run.scheduled.print()
         put(f"scheduled.{run.name}.spat", text)
-        start = retime(g, target, run.result.core_of, run.result.core_tasks)
+        # a schedule that shares another's placement (a pipeline row returning another's
+        # candidate) shares its chart, retitled: only the title names the row
         head = f"{model}: {run.name} schedule ({rep['schedules'][run.name]['status']}), "
-        put(f"gantt.{run.name}.svg", gantt_svg(
-            g, run.result, title=partial(_planned, head, run), keys=keys, legend=names,
-            start=start))
+        placement = (id(run.result.core_of), id(run.result.core_tasks))
+        if placement not in planned:
+            drawn: list[int] = []  # the span the chart's bars end at
+
+            def title(span: int, head: str = head, run: ScheduleRun = run,
+                      drawn: list[int] = drawn) -> str:
+                drawn.append(span)
+                return _planned(head, run, span)
+            start = retime(g, target, run.result.core_of, run.result.core_tasks)
+            chart = gantt_svg(g, run.result, title=title, keys=keys, legend=names,
+                              start=start)
+            planned[placement] = drawn[-1], _planned(head, run, drawn[-1]), chart
+        span, was, chart = planned[placement]
+        put(f"gantt.{run.name}.svg", _retitled(chart, was, _planned(head, run, span)))
         if run.sim is None:
             continue
-        # a schedule that shares another's program (and simulation) shares its labels and
-        # trace; its charts are its own, titled with its solver
-        if id(run.sim) not in traced:
-            labels = span_labels(run.scheduled, layers, lanes)
-            traced[id(run.sim)] = labels, json.dumps(run.sim.chrome_trace(labels,
-                                                                          target.mesh_links))
-        labels, trace = traced[id(run.sim)]
         latency = run.sim.report.latency_ns
         sim_title = f"{model}: {run.name} schedule, simulated {latency:,} ns"
         if run.pipeline is not None:
@@ -119,12 +132,20 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
             sim_title = (f"{model}: {run.name} schedule, "
                          f"{counted(solved.stream, 'inference')} simulated in "
                          f"{latency:,} ns, period {period or 0:,} ns")
-        texts = (timeline_svg(run.sim, labels, legend=names, title=sim_title,
-                              stage_of_core=run.result.stage_of_core),
-                 noc_svg(run.sim, target, title=f"{model}: NoC traffic of the {run.name} "
-                         "schedule (simulated)"), trace)
-        for name, text in zip(PER_SOLVER[2:5], texts, strict=True):
-            put(name.format(run.name), text)
+        noc_title = f"{model}: NoC traffic of the {run.name} schedule (simulated)"
+        # a schedule that shares another's program (and simulation) shares its labels,
+        # trace and charts, the charts retitled with its solver
+        if id(run.sim) not in traced:
+            labels = span_labels(run.scheduled, layers, lanes)
+            traced[id(run.sim)] = (
+                json.dumps(run.sim.chrome_trace(labels, target.mesh_links)), sim_title,
+                timeline_svg(run.sim, labels, legend=names, title=sim_title,
+                             stage_of_core=run.result.stage_of_core),
+                noc_title, noc_svg(run.sim, target, title=noc_title))
+        trace, was_sim, timeline, was_noc, noc = traced[id(run.sim)]
+        put(f"gantt.{run.name}.simulated.svg", _retitled(timeline, was_sim, sim_title))
+        put(f"noc.{run.name}.svg", _retitled(noc, was_noc, noc_title))
+        put(f"trace.{run.name}.json", trace)
         first = run.pipeline is not None  # a stream: inference 0's outputs
         outs = {v.name: o[0] if first else o for v, o in zip(
             solved.compiled.graph.outputs, run.sim.outputs, strict=True)}
