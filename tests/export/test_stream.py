@@ -12,11 +12,21 @@ from pathlib import Path
 import pytest
 
 from raptor.cli import main
-from raptor.export import Export, ExportError, export_pimsim, serial_bound_ns, write_export
+from raptor.export import (
+    Export,
+    ExportError,
+    export_pimsim,
+    pimsim_order,
+    serial_bound_ns,
+    write_export,
+)
 from raptor.export.runner import chiptest, run_chiptest
 from raptor.export.validate import validate
 from raptor.ir.module import Module
 from raptor.ir.ops import SignalOp, StreamOp, WaitOp
+from raptor.sim import SimOptions, Simulator
+from raptor.sim.errors import SimError
+from raptor.sim.report import SimReport
 from raptor.solve import SolveOptions, solve
 from raptor.target import Target
 
@@ -147,3 +157,40 @@ def test_stream_runs_to_completion_on_pimsim(lenet: Module, tmp_path: Path) -> N
     period = (got[COUNT] - got[2]) / (COUNT - 2)
     assert got[1] < got[2] < got[COUNT]
     assert 0 < period < got[1]
+
+
+@pytest.fixture(scope="module")
+def one_stage() -> Module:
+    """A one-stage stream (no READY/FREE counters), 4 inferences: the MLP's spread, which
+    the judge returns when nothing is simulated."""
+    s = solve(EXAMPLES / "mlp.onnx", T, SolveOptions(
+        solver="pipeline", mode="pipeline", stream=COUNT, simulate=False))
+    assert s.runs[0].pipeline is not None and len(s.runs[0].pipeline.stages) == 1
+    return s.runs[0].scheduled
+
+
+def pimsim_model(module: Module, ex: Export) -> SimReport:
+    """Raptor's model of pimsim-nn on the export of `module` (in its blocking order)."""
+    with pimsim_order(module, ex.rank):
+        mirror = Simulator(module, T, timings=ex.timings)
+    return mirror.timing(SimOptions.pimsim(trace=False))
+
+
+def test_the_pimsim_model_plays_a_one_stage_stream_not_counters(
+        one_stage: Module, lenet: Module) -> None:
+    assert not any(isinstance(op, SignalOp | WaitOp) for op in one_stage.walk())
+    rep = pimsim_model(one_stage, export_pimsim(one_stage, T, inferences=COUNT))
+    ends = rep.inference_end_ns
+    assert len(ends) == COUNT and ends == sorted(ends) and ends[-1] == rep.latency_ns
+    with pytest.raises(SimError, match="not a stream with counters"):
+        pimsim_model(lenet, export_pimsim(lenet, T, inferences=COUNT))
+
+
+@needs_pimsim
+def test_the_pimsim_model_of_a_stream_matches_pimsim(one_stage: Module,
+                                                      tmp_path: Path) -> None:
+    """The whole stream's time, as pimsim-nn runs it, within 1 %."""
+    assert PIMSIM is not None
+    ex = export_pimsim(one_stage, T, inferences=COUNT)
+    got = run_chiptest(PIMSIM, write_export(ex, tmp_path), timeout_s=300).latency_ns
+    assert pimsim_model(one_stage, ex).latency_ns == pytest.approx(got, rel=0.01)
