@@ -133,7 +133,9 @@ def test_cli_exports_a_stream(lenet: Module, tmp_path: Path,
                  "--export-pimsim", str(tmp_path / "px"), "--export-inferences", "2"])
     text = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "pipeline: exported 2 inferences unrolled" in text
-    rep = json.loads((out / "report.json").read_text())["schedules"]["pipeline"]
+    full = json.loads((out / "report.json").read_text())
+    rep = full["schedules"]["pipeline"]
+    assert full["protocol"] == "pimsim-nn"  # scheduled for the chip it is exported to
     assert rep["pimsim_export"]["inferences"] == 2
     assert (tmp_path / "px" / "program" / "config.json").exists()
     spat = str(out / "scheduled.pipeline.spat")
