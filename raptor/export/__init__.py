@@ -88,8 +88,7 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
             raise ExportError(f"the stream program has inputs for {count} inferences; "
                               f"cannot unroll {inferences} (1..{count})")
     # scheduled for pimsim-nn: receives go where the schedule posted them (`PostedRank`)
-    mine = channel_rank(module) if target.protocol == "pimsim-nn" and \
-        stream_count(module) is None else None
+    mine = channel_rank(module) if target.protocol == "pimsim-nn" else None
     ex = _export(module, target, plan, allow_overflow, inferences, mine)
     return _best_order(module, target, plan, allow_overflow, ex, inferences)
 
