@@ -21,7 +21,8 @@ pipeline mode (the `pipeline` heuristic, a stream of the largest M), the stream 
 exported unrolled for each M (straight-line code for pimsim-nn's latency mode, READY/FREE
 counters as sync/wait), pimsim-nn runs each, and the steady-state period is
 (T(M_last) - T(M_prev)) / (M_last - M_prev), beside the period Raptor's simulator measured
-(default options) and its estimate.
+(default options) and its estimate; for a one-stage stream (no counters) also Raptor's
+model of pimsim-nn on the export of M_last: its T(M_last), median period, blocked share.
 """
 
 from __future__ import annotations
@@ -163,6 +164,15 @@ def measure_stream(model: Path, target: Target, binary: str | None, keep: Path,
                        pimsim_rss_mb=res.max_rss_mb)
         row["runs"].append(got)
         print(json.dumps(got), file=sys.stderr, flush=True)
+    if row["stages"] == 1:  # Raptor's model of pimsim-nn plays streams without counters
+        t0 = time.perf_counter()
+        with pimsim_order(run.scheduled, ex.rank):  # the export of all M_last inferences
+            mirror = Simulator(run.scheduled, target, timings=ex.timings)
+        rep = mirror.timing(SimOptions.pimsim(trace=False))
+        row.update(model_ns=rep.latency_ns, model_period_ns=rep.period_ns(),
+                   model_s=time.perf_counter() - t0,
+                   model_blocked=sum(c.blocked_ns for c in rep.cores) / max(
+                       1, sum(c.finish_ns for c in rep.cores)))
     a, b = row["runs"][-2:] if len(row["runs"]) > 1 else (None, None)
     if a is not None and b is not None and "pimsim_ns" in b:
         row["pimsim_period_ns"] = (b["pimsim_ns"] - a["pimsim_ns"]) / (
@@ -172,16 +182,20 @@ def measure_stream(model: Path, target: Target, binary: str | None, keep: Path,
 
 def stream_table(rows: list[dict[str, Any]]) -> None:
     print("| model | stages / cores | M: instructions, pimsim-nn ns | pimsim-nn period ns |"
-          " pimsim-nn inf/s | Raptor simulated period ns | Raptor inf/s |"
+          " pimsim-nn inf/s | model of pimsim-nn: largest M ns, period ns, blocked |"
+          " Raptor simulated period ns | Raptor inf/s |"
           " Raptor estimated period ns | export s (largest M) | pimsim wall s (largest M) |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for r in rows:
         runs = "; ".join(f"{g['inferences']}: {fmt(g['instructions'])}, "
                          f"{fmt(g.get('pimsim_ns'))}" for g in r["runs"])
         p, q = r.get("pimsim_period_ns"), r["raptor_period_ns"]
         last = r["runs"][-1]
+        model = (f"{fmt(r['model_ns'])}, {fmt(r['model_period_ns'])}, "
+                 f"{r['model_blocked']:.0%}" if "model_ns" in r else "- (counters)")
         print(f"| {r['model']} | {r['stages']} / {r['cores']} | {runs} | {fmt(p)} | "
-              f"{fmt(1e9 / p if p else None)} | {fmt(q)} | {fmt(1e9 / q if q else None)} | "
+              f"{fmt(1e9 / p if p else None)} | {model} | {fmt(q)} | "
+              f"{fmt(1e9 / q if q else None)} | "
               f"{fmt(r['estimated_period_ns'])} | {last['export_s']:.1f} | "
               f"{fmt(last.get('pimsim_wall_s'))} |")
 

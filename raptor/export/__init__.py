@@ -72,7 +72,8 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     timings inside `pimsim_order(module, export.rank)` too. `plan` (made in the
     materialized order, planned here if None) is used unless the blocking order posts some
     receive earlier: then memory is planned in that order. A latency program follows the
-    message order Raptor's model of pimsim-nn finds faster (`_best_order`).
+    message order Raptor's model of pimsim-nn finds faster (`_best_order`), and so
+    does a one-stage stream (no READY/FREE counters).
 
     A stream program (pipeline mode, `pim.stream` per core) is unrolled for `inferences`
     (default: its own count; at most that many, the inputs it has) into straight-line
@@ -86,12 +87,10 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
         if not 1 <= inferences <= count:
             raise ExportError(f"the stream program has inputs for {count} inferences; "
                               f"cannot unroll {inferences} (1..{count})")
-    if stream_count(module) is not None:
-        return _export(module, target, plan, allow_overflow, inferences, None)
     # scheduled for pimsim-nn: receives go where the schedule posted them (`PostedRank`)
     mine = channel_rank(module) if target.protocol == "pimsim-nn" else None
     ex = _export(module, target, plan, allow_overflow, inferences, mine)
-    return _best_order(module, target, plan, allow_overflow, ex)
+    return _best_order(module, target, plan, allow_overflow, ex, inferences)
 
 
 def _export(module: Module, target: Target, plan: MemoryPlan | None, allow_overflow: bool,
@@ -174,12 +173,14 @@ def task_costs(module: Module, ex: Export, core_tasks: Sequence[Sequence[int]], 
 
 
 def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
-                allow_overflow: bool, ex: Export) -> Export:
+                allow_overflow: bool, ex: Export, inferences: int | None) -> Export:
     """pimsim-nn's receives block, so the message order decides how long its cores wait:
     the channel order (`ex`), or the order the messages leave in when receives do not block
     (`message_rank`, from a run of `ex`'s op costs over Raptor's channels), whichever Raptor's
     model of pimsim-nn finds faster (the channel order on a tie, or when the other cannot be
-    exported or simulated)."""
+    exported or simulated: a stream with READY/FREE counters). A stream is judged on all
+    the inferences it has inputs for: on pimsim-nn its cores walk one order per inference,
+    and the order decides how far a core runs ahead into the next."""
     from raptor.sim import SimError, SimOptions, Simulator
 
     try:
@@ -192,7 +193,7 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
                 return ex
             if isinstance(ex.rank, PostedRank):
                 rank = PostedRank(rank)
-            other = _export(module, target, plan, allow_overflow, None, rank)
+            other = _export(module, target, plan, allow_overflow, inferences, rank)
             with pimsim_order(module, rank):
                 other.model_ns = Simulator(module, target, timings=other.timings).timing(
                     SimOptions.pimsim(trace=False)).latency_ns
@@ -209,7 +210,10 @@ def leave_rank(module: Module, target: Target, ex: Export) -> dict[int, int] | N
 
     _, trace = Simulator(module, target, timings=ex.timings).traced(
         SimOptions(link_contention=False))
-    return message_rank(module, {ch: t for _, _, ch, _, t, _ in trace.messages})
+    first: dict[int, int] = {}  # a stream's channel carries one message per inference
+    for _, _, ch, _, t, _ in trace.messages:
+        first[ch] = min(t, first.get(ch, t))
+    return message_rank(module, first)
 
 
 @contextmanager

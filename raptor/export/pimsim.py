@@ -141,7 +141,8 @@ class Export:
     rank: Mapping[int, int] | None = None
     """The message order its programs follow (`order.pimsim_order`; None: channel order)."""
     model_ns: int | None = None
-    """A latency program's time under Raptor's model of pimsim-nn, when known."""
+    """A latency program's time under Raptor's model of pimsim-nn, when known (a stream's:
+    of all the inferences it has inputs for, however many are unrolled)."""
     repeated: list[OpTiming] = field(default_factory=list)
     """A stream program unrolled: the times of the ops of every inference after the first
     (`timings` holds the first's; together they are everything the cores run)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raptor.sim.errors import Deadlock, SimError
-from raptor.sim.program import COMPUTE, RECV, SEND, WAIT, Instr, Program, value_name
+from raptor.sim.program import COMPUTE, RECV, SEND, SIGNAL, WAIT, Instr, Program, value_name
 from raptor.sim.protocol import INJECT, MEM, PROTOCOLS, RUN
 from raptor.sim.report import BLOCKED, BUSY, CoreStats, SimReport, Trace
 from raptor.sim.shared import SharedMemory
@@ -126,8 +126,12 @@ class Engine:
         self.report = SimReport(0, [], options=options.to_dict())
         self.order: list[Instr] = []
         """Computes, sends and memory accesses in the order the loop performed them."""
-        if options.model == "pimsim-nn" and program.inferences:
-            raise SimError("the pimsim-nn model runs latency programs only, not a pim.stream")
+        if options.model == "pimsim-nn" and program.inferences and any(
+                i.kind in (SIGNAL, WAIT) for prog in program.cores.values() for i in prog):
+            # the exporter makes counters pimsim-nn's sync/wait (one-flit messages on event
+            # registers), which this model does not play; a one-stage stream has none
+            raise SimError("the pimsim-nn model runs latency programs and streams without "
+                           "READY/FREE counters (one stage), not a stream with counters")
         self.proto = PROTOCOLS[options.model](self)
         self.memory = SharedMemory(self)
 

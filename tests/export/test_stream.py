@@ -5,6 +5,7 @@ validator's replay and, with PIMSIM_NN set, run to completion in pimsim-nn."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -12,11 +13,23 @@ from pathlib import Path
 import pytest
 
 from raptor.cli import main
-from raptor.export import Export, ExportError, export_pimsim, serial_bound_ns, write_export
+from raptor.export import (
+    Export,
+    ExportError,
+    _export,
+    export_pimsim,
+    pimsim_order,
+    serial_bound_ns,
+    write_export,
+)
+from raptor.export.order import PostedRank
 from raptor.export.runner import chiptest, run_chiptest
 from raptor.export.validate import validate
 from raptor.ir.module import Module
 from raptor.ir.ops import SignalOp, StreamOp, WaitOp
+from raptor.sim import SimOptions, Simulator
+from raptor.sim.errors import SimError
+from raptor.sim.report import SimReport
 from raptor.solve import SolveOptions, solve
 from raptor.target import Target
 
@@ -122,7 +135,9 @@ def test_cli_exports_a_stream(lenet: Module, tmp_path: Path,
                  "--export-pimsim", str(tmp_path / "px"), "--export-inferences", "2"])
     text = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "pipeline: exported 2 inferences unrolled" in text
-    rep = json.loads((out / "report.json").read_text())["schedules"]["pipeline"]
+    full = json.loads((out / "report.json").read_text())
+    rep = full["schedules"]["pipeline"]
+    assert full["protocol"] == "pimsim-nn"  # scheduled for the chip it is exported to
     assert rep["pimsim_export"]["inferences"] == 2
     assert (tmp_path / "px" / "program" / "config.json").exists()
     spat = str(out / "scheduled.pipeline.spat")
@@ -147,3 +162,81 @@ def test_stream_runs_to_completion_on_pimsim(lenet: Module, tmp_path: Path) -> N
     period = (got[COUNT] - got[2]) / (COUNT - 2)
     assert got[1] < got[2] < got[COUNT]
     assert 0 < period < got[1]
+
+
+@pytest.fixture(scope="module")
+def one_stage() -> Module:
+    """A one-stage stream (no READY/FREE counters), 4 inferences: the MLP's spread, which
+    the judge returns when nothing is simulated."""
+    s = solve(EXAMPLES / "mlp.onnx", T, SolveOptions(
+        solver="pipeline", mode="pipeline", stream=COUNT, simulate=False))
+    assert s.runs[0].pipeline is not None and len(s.runs[0].pipeline.stages) == 1
+    return s.runs[0].scheduled
+
+
+def pimsim_model(module: Module, ex: Export) -> SimReport:
+    """Raptor's model of pimsim-nn on the export of `module` (in its blocking order)."""
+    with pimsim_order(module, ex.rank):
+        mirror = Simulator(module, T, timings=ex.timings)
+    return mirror.timing(SimOptions.pimsim(trace=False))
+
+
+def test_the_pimsim_model_plays_a_one_stage_stream_not_counters(
+        one_stage: Module, lenet: Module) -> None:
+    assert not any(isinstance(op, SignalOp | WaitOp) for op in one_stage.walk())
+    rep = pimsim_model(one_stage, export_pimsim(one_stage, T, inferences=COUNT))
+    ends = rep.inference_end_ns
+    assert len(ends) == COUNT and ends == sorted(ends) and ends[-1] == rep.latency_ns
+    with pytest.raises(SimError, match="not a stream with counters"):
+        pimsim_model(lenet, export_pimsim(lenet, T, inferences=COUNT))
+
+
+@needs_pimsim
+def test_the_pimsim_model_of_a_stream_matches_pimsim(one_stage: Module,
+                                                      tmp_path: Path) -> None:
+    """The whole stream's time, as pimsim-nn runs it, within 1 %."""
+    assert PIMSIM is not None
+    ex = export_pimsim(one_stage, T, inferences=COUNT)
+    got = run_chiptest(PIMSIM, write_export(ex, tmp_path), timeout_s=300).latency_ns
+    assert pimsim_model(one_stage, ex).latency_ns == pytest.approx(got, rel=0.01)
+
+
+@pytest.fixture(scope="module")
+def layered() -> Module:
+    """LeNet's one-stage stream (split by layers), 4 inferences, which the judge returns
+    when nothing is simulated: its messages leave in another order than their channels'."""
+    s = solve(EXAMPLES / "lenet.onnx", T, SolveOptions(
+        solver="pipeline", mode="pipeline", stream=COUNT, simulate=False))
+    assert s.runs[0].pipeline is not None and len(s.runs[0].pipeline.stages) == 1
+    return s.runs[0].scheduled
+
+
+def test_a_one_stage_stream_follows_the_faster_message_order(layered: Module,
+                                                              tmp_path: Path) -> None:
+    """As a latency program does (`_best_order`): here the order the messages leave in,
+    faster under Raptor's model of pimsim-nn than the channel order, and on pimsim-nn."""
+    chosen = export_pimsim(layered, T, inferences=2)
+    channel = _export(layered, T, None, False, 2, None)
+    assert chosen.rank is not None and chosen.model_ns is not None
+    assert chosen.model_ns < pimsim_model(layered, channel).latency_ns
+    if PIMSIM is not None:
+        got = {name: run_chiptest(PIMSIM, write_export(ex, tmp_path / name),
+                                  timeout_s=300).latency_ns
+               for name, ex in (("chosen", chosen), ("channel", channel))}
+        assert got["chosen"] < got["channel"]
+
+
+def test_a_stream_scheduled_for_pimsim_keeps_its_posted_receives() -> None:
+    """Scheduled under pimsim-nn's protocol, a stream's receives go where materialization
+    posted them (`PostedRank`), as a latency program's do: LeNet's one stage then runs
+    in less than half the time of the plain channel order under the model."""
+    pim = dataclasses.replace(T, protocol="pimsim-nn")
+    run = solve(EXAMPLES / "lenet.onnx", pim, SolveOptions(
+        solver="pipeline", mode="pipeline", stream=COUNT, simulate=False)).runs[0]
+    chosen = export_pimsim(run.scheduled, pim, run.memory, inferences=2)
+    channel = _export(run.scheduled, pim, None, False, 2, None)
+    with pimsim_order(run.scheduled, None):
+        plain = Simulator(run.scheduled, pim, timings=channel.timings).timing(
+            SimOptions.pimsim(trace=False)).latency_ns
+    assert isinstance(chosen.rank, PostedRank) and chosen.model_ns is not None
+    assert 2 * chosen.model_ns < plain
