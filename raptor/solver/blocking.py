@@ -370,6 +370,36 @@ the run's times place it only approximately, and which lead is faster changes fr
 to round."""
 
 
+def pulls_receives(graph: ComputeGraph, core_of: Sequence[int],
+                   progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
+                   order: Mapping[Message, int], flow: Mapping[Message, int]) -> bool:
+    """Whether ``order`` puts some receive before where the flow control posted it
+    (``flow``). The blocking program takes its core's receives in the order, each before
+    every send of its core later in the order and before every reader of a receive later
+    in the order (`raptor.export.order.blocking_order`): one of those at or before the
+    receive's point pulls it there, and the local memory the flow control kept within
+    budget overflows."""
+    pos: dict[int, int] = {START: -1}
+    for prog in progs:
+        for i, t in enumerate(prog):
+            pos[t] = i
+    # per core and position, the highest rank sent or read up to there (a running maximum)
+    top: list[list[int]] = [[-1] * (len(prog) + 1) for prog in progs]
+    for key, (point, _) in sends.items():
+        row = top[core_of[graph.fragments[key[0]].producer]]
+        row[pos[point] + 1] = max(row[pos[point] + 1], order[key])
+    for t, fs in enumerate(graph.reads):
+        q = core_of[t]
+        for f in fs:
+            if (f, q) in flow:
+                top[q][pos[t]] = max(top[q][pos[t]], order[(f, q)])
+    for row in top:
+        for i in range(1, len(row)):
+            row[i] = max(row[i], row[i - 1])
+    return any(top[key[1]][pos[point]] > order[key] for key, point in flow.items()
+               if pos[point] >= 0)
+
+
 def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
            progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
            order: Mapping[Message, int], posts: Mapping[Message, int],
@@ -397,6 +427,8 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         made = noc.pimsim_message_order([(seen.ready[k], core_of[graph.fragments[k[0]].producer],
                                           sends[k][1]) for k in keys])
         ranked = {keys[i]: r for r, i in enumerate(made)}
+        if pulls_receives(graph, core_of, progs, sends, ranked, flow):
+            break
         tried = []
         for lead in REFINE_LEADS_NS:
             moved = meeting_posts(graph, core_of, progs, seen.start, flow, seen.ready, lead,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from raptor.solver import ComputeGraph, blocking
-from raptor.solver.blocking import blocking_makespan
+from raptor.solver.blocking import START, blocking_makespan, pulls_receives
 from raptor.solver.comm import Replay, replay, send_order
 from raptor.solver.generate import random_layered_dag
 from raptor.solver.peft import peft_schedule
@@ -152,3 +152,23 @@ def test_pimsim_protocol_refines_the_order_from_its_own_blocking_run(
     order = {k: rank for k, (_, rank) in refined.sends.items()}
     assert blocking_makespan(g, target, res.core_of, res.core_tasks, refined.sends, order,
                              refined.posts, refined.merged) == refined.makespan_ns
+
+
+def test_an_order_that_pulls_a_receive_before_its_post_is_refused() -> None:
+    """`refine` keeps only orders whose blocking program takes no receive before the flow
+    control's post: a message ranked first is pulled ahead of its post by any send of
+    its core earlier in the program, and the replay's own order pulls none."""
+    g = random_layered_dag(40, seed=8, width=6, tiles_per_batch=(0, 0))
+    target = Target(mesh_rows=2, mesh_cols=2, protocol="pimsim-nn")
+    res = peft_schedule(g, target)
+    rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns)
+    order = {k: rank for k, (_, rank) in rep.sends.items()}
+    assert not pulls_receives(g, res.core_of, res.core_tasks, rep.sends, order, rep.posts)
+    pos = {t: i for prog in res.core_tasks for i, t in enumerate(prog)} | {START: -1}
+    sent_before = [(key, point) for key, point in rep.posts.items()
+                   if any(res.core_of[g.fragments[k[0]].producer] == key[1]
+                          and pos[p] < pos[point] for k, (p, _) in rep.sends.items())]
+    assert sent_before
+    key, _ = sent_before[0]
+    assert pulls_receives(g, res.core_of, res.core_tasks, rep.sends, order | {key: -1},
+                          rep.posts)
