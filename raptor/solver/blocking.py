@@ -461,7 +461,8 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     """The message order and receive posts made from the program's own blocking run, each
     round from the last round's run: messages ranked by when their senders reached them
     (`noc.pimsim_message_order`), each receive posted where its sender was
-    (`meeting_posts` with the run's task starts; ``flow``: the flow control's posts). The
+    (`meeting_posts` with the run's task starts; ``flow``: the flow control's posts), the
+    order first made to pull no receive ahead of ``flow`` (`respecting_posts`). The
     order and posts planned from a run whose receives do not block meet a blocking run
     3-4 times longer, where senders and receivers come at other times. Each round's
     fastest run seeds the next, even when slower than the fastest so far (with one lead a
