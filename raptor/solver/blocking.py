@@ -400,6 +400,59 @@ def pulls_receives(graph: ComputeGraph, core_of: Sequence[int],
                if pos[point] >= 0)
 
 
+def respecting_posts(graph: ComputeGraph, core_of: Sequence[int],
+                     progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
+                     order: Mapping[Message, int], flow: Mapping[Message, int]
+                     ) -> dict[Message, int] | None:
+    """``order`` made one that pulls no receive (`pulls_receives`): each message ranked
+    above every send of its receiving core before its flow post and every receive read
+    there up to its post, otherwise as close to ``order`` as that allows (the messages
+    taken by rank as soon as those are in; ``order`` itself if it pulls none). None if
+    no order does. A core's prefixes chain through one barrier per position, so the
+    constraints stay linear in the program."""
+    pos: dict[int, int] = {START: -1}
+    for prog in progs:
+        for i, t in enumerate(prog):
+            pos[t] = i
+    keys = list(sends)
+    index = {k: i for i, k in enumerate(keys)}
+    base = [len(keys)]  # barrier (core, i) is node base[core] + i: items up to position i
+    for prog in progs:
+        base.append(base[-1] + len(prog) + 1)
+    n = base[-1]
+    after: list[list[int]] = [[] for _ in range(n)]
+    for q, prog in enumerate(progs):
+        for i in range(len(prog)):
+            after[base[q] + i].append(base[q] + i + 1)
+    for key, (point, _) in sends.items():  # a send at a point precedes the next position
+        after[index[key]].append(base[core_of[graph.fragments[key[0]].producer]]
+                                 + pos[point] + 1)
+    for t, fs in enumerate(graph.reads):
+        q = core_of[t]
+        for f in fs:
+            if (f, q) in flow:
+                after[index[(f, q)]].append(base[q] + pos[t])
+    for key, point in flow.items():
+        if pos[point] >= 0:
+            after[base[key[1]] + pos[point]].append(index[key])
+    needs = [0] * n
+    for succ in after:
+        for j in succ:
+            needs[j] += 1
+    ready = [(-1 if j >= len(keys) else order[keys[j]], j) for j in range(n) if not needs[j]]
+    heapq.heapify(ready)
+    out: dict[Message, int] = {}
+    while ready:
+        _, j = heapq.heappop(ready)
+        if j < len(keys):
+            out[keys[j]] = len(out)
+        for k in after[j]:
+            needs[k] -= 1
+            if not needs[k]:
+                heapq.heappush(ready, (-1 if k >= len(keys) else order[keys[k]], k))
+    return out if len(out) == len(keys) else None
+
+
 def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
            progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
            order: Mapping[Message, int], posts: Mapping[Message, int],
@@ -408,7 +461,8 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     """The message order and receive posts made from the program's own blocking run, each
     round from the last round's run: messages ranked by when their senders reached them
     (`noc.pimsim_message_order`), each receive posted where its sender was
-    (`meeting_posts` with the run's task starts; ``flow``: the flow control's posts). The
+    (`meeting_posts` with the run's task starts; ``flow``: the flow control's posts), the
+    order first made to pull no receive ahead of ``flow`` (`respecting_posts`). The
     order and posts planned from a run whose receives do not block meet a blocking run
     3-4 times longer, where senders and receivers come at other times. Each round's
     fastest run seeds the next, even when slower than the fastest so far (with one lead a
@@ -426,8 +480,9 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     for _ in range(REFINE_ROUNDS):
         made = noc.pimsim_message_order([(seen.ready[k], core_of[graph.fragments[k[0]].producer],
                                           sends[k][1]) for k in keys])
-        ranked = {keys[i]: r for r, i in enumerate(made)}
-        if pulls_receives(graph, core_of, progs, sends, ranked, flow):
+        ranked = respecting_posts(graph, core_of, progs, sends,
+                                  {keys[i]: r for r, i in enumerate(made)}, flow)
+        if ranked is None or pulls_receives(graph, core_of, progs, sends, ranked, flow):
             break
         tried = []
         for lead in REFINE_LEADS_NS:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from raptor.solver import ComputeGraph, blocking
-from raptor.solver.blocking import START, blocking_makespan, pulls_receives
+from raptor.solver.blocking import START, blocking_makespan, pulls_receives, respecting_posts
 from raptor.solver.comm import Replay, replay, send_order
 from raptor.solver.generate import random_layered_dag
 from raptor.solver.peft import peft_schedule
@@ -172,3 +172,29 @@ def test_an_order_that_pulls_a_receive_before_its_post_is_refused() -> None:
     key, _ = sent_before[0]
     assert pulls_receives(g, res.core_of, res.core_tasks, rep.sends, order | {key: -1},
                           rep.posts)
+
+
+def test_an_order_that_pulls_receives_is_repaired_to_one_that_pulls_none() -> None:
+    """`respecting_posts` keeps an order that pulls no receive as it is, and moves a
+    message ranked first (pulled ahead of its post) below every send of its core earlier
+    in the program, the others keeping their relative order."""
+    g = random_layered_dag(40, seed=8, width=6, tiles_per_batch=(0, 0))
+    target = Target(mesh_rows=2, mesh_cols=2, protocol="pimsim-nn")
+    res = peft_schedule(g, target)
+    rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns)
+    order = {k: rank for k, (_, rank) in rep.sends.items()}
+    args = (g, res.core_of, res.core_tasks, rep.sends)
+    kept = respecting_posts(*args, order, rep.posts)
+    assert kept is not None and sorted(kept, key=kept.__getitem__) == sorted(
+        order, key=order.__getitem__)
+    pos = {t: i for prog in res.core_tasks for i, t in enumerate(prog)} | {START: -1}
+    key = next(key for key, point in rep.posts.items()
+               if any(res.core_of[g.fragments[k[0]].producer] == key[1]
+                      and pos[p] < pos[point] for k, (p, _) in rep.sends.items()))
+    pulling = order | {key: -1}
+    assert pulls_receives(*args, pulling, rep.posts)
+    fixed = respecting_posts(*args, pulling, rep.posts)
+    assert fixed is not None and fixed[key] > 0
+    assert not pulls_receives(*args, fixed, rep.posts)
+    rest = [k for k in order if k != key]
+    assert sorted(rest, key=fixed.__getitem__) == sorted(rest, key=order.__getitem__)
