@@ -229,7 +229,8 @@ def test_a_one_stage_stream_follows_the_faster_message_order(layered: Module,
 def test_a_stream_scheduled_for_pimsim_keeps_its_posted_receives() -> None:
     """Scheduled under pimsim-nn's protocol, a stream's receives go where materialization
     posted them (`PostedRank`), as a latency program's do: LeNet's one stage then runs
-    in less than half the time of the plain channel order under the model."""
+    in 55 % of the time of the plain channel order under the model (175,888 against
+    319,775 ns once the replay ran in time order and `refine` re-ranked its messages)."""
     pim = dataclasses.replace(T, protocol="pimsim-nn")
     run = solve(EXAMPLES / "lenet.onnx", pim, SolveOptions(
         solver="pipeline", mode="pipeline", stream=COUNT, simulate=False)).runs[0]
@@ -239,4 +240,4 @@ def test_a_stream_scheduled_for_pimsim_keeps_its_posted_receives() -> None:
         plain = Simulator(run.scheduled, pim, timings=channel.timings).timing(
             SimOptions.pimsim(trace=False)).latency_ns
     assert isinstance(chosen.rank, PostedRank) and chosen.model_ns is not None
-    assert 2 * chosen.model_ns < plain
+    assert chosen.model_ns * 10 < plain * 6
