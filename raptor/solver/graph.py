@@ -11,8 +11,9 @@ crosses the mesh as one message per destination core, however many tasks there r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 
 class GraphError(ValueError):
@@ -104,6 +105,7 @@ class ComputeGraph:
     preds: list[list[tuple[int, int]]] = field(default_factory=list, repr=False)
     succs: list[list[tuple[int, int]]] = field(default_factory=list, repr=False)
     topo_order: list[int] = field(default_factory=list, repr=False)
+    _largest: Mapping[tuple[int, int], int] | None = field(default=None, init=False, repr=False)
 
     @property
     def num_tasks(self) -> int:
@@ -224,16 +226,19 @@ class ComputeGraph:
                 if (u, t) not in pairs:
                     raise GraphError(f"task {t} reads fragment {f} of task {u} without an edge")
 
-    def largest_message(self) -> dict[tuple[int, int], int]:
+    def largest_message(self) -> Mapping[tuple[int, int], int]:
         """Per edge (u, v), the bytes of the largest fragment of u that v reads: without
-        contention, v can start that long (plus hops) after u ends on another core."""
+        contention, v can start that long (plus hops) after u ends on another core. Made
+        once (the frozen graph does not change; every bound, CP-SAT and LNS ask)."""
         self.freeze()
-        out = {(e.src, e.dst): 0 for e in self.edges}
-        for t, frags in enumerate(self.reads):
-            for f in frags:
-                key = (self.fragments[f].producer, t)
-                out[key] = max(out[key], self.fragments[f].bytes)
-        return out
+        if self._largest is None:
+            out = {(e.src, e.dst): 0 for e in self.edges}
+            for t, frags in enumerate(self.reads):
+                for f in frags:
+                    key = (self.fragments[f].producer, t)
+                    out[key] = max(out[key], self.fragments[f].bytes)
+            self._largest = MappingProxyType(out)
+        return self._largest
 
     def _find_cycle(self, remaining: list[int]) -> list[int]:
         # Every task left after Kahn's algorithm has a remaining predecessor: walk backwards
