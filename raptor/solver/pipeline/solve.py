@@ -235,6 +235,8 @@ def _layered_estimate(problem: PipelineProblem, res: PipelineResult, inferences:
                        graph, sch.core_of, sch.core_tasks, res.core_range)
     first = stream_estimate(graph, target, sch.core_of, sch.start_ns, res.stage_of_task,
                             StreamInfo(), inferences, RING, 1, flow)
+    if flow.tight:  # posts inside iterations: another order could deadlock (`rank_by_posts`)
+        return first.period_ns
     ranked = rank_by_posts(flow, first.posted)
     est = stream_estimate(graph, target, sch.core_of, sch.start_ns, res.stage_of_task,
                           StreamInfo(), inferences, RING, 1, ranked).period_ns
@@ -305,7 +307,10 @@ def rank_by_posts(rep: Replay, posted: dict[tuple[int, int], int]) -> Replay:
     range's cores start their iterations at different times, and a producer sending first
     to a core that starts late kept the early ones waiting (PreAct-ResNet-8: a broadcast
     from one core to 35 waited on the late ones, 221,288 ns per inference; ordered by the
-    posts, 201,330)."""
+    posts, 201,330). Only where every receive is posted at its iteration's start (no core
+    `tight`): a send then waits only for an iteration to start, which waits only for
+    earlier iterations, so any order within a step is deadlock-free; with receives posted
+    inside iterations an order the flow control did not make can wait in a cycle."""
     order = sorted(rep.sends, key=lambda k: (rep.sends[k][0], posted.get(k, 0),
                                              rep.sends[k][1], k))
     return dataclasses.replace(rep, sends={k: (rep.sends[k][0], i) for i, k in enumerate(order)})
