@@ -960,7 +960,8 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
     def adjust(rep: Replay) -> Replay:  # a layered stream's sends (`layered_stream`)
         assert ranges is not None
         moved = defer_sends(rep, g, sch.core_of, sch.core_tasks, ranges)
-        return moved if order is None else ordered_sends(moved, order)
+        # ordered by posts only while every receive is posted at the start (`rank_by_posts`)
+        return moved if order is None or moved.tight else ordered_sends(moved, order)
 
     fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir,
                       spills=not opts.allow_memory_overflow,
