@@ -317,8 +317,8 @@ def rank_by_posts(rep: Replay, posted: dict[tuple[int, int], int]) -> Replay:
 
 
 def ordered_sends(rep: Replay, order: dict[tuple[int, int], int]) -> Replay:
-    """`rep` with the sends `order` ranks (`PipelineResult.send_order`) ranked so, from the
-    same steps."""
+    """`rep` with each send that `order` ranks (`PipelineResult.send_order`) given that
+    rank, at its own step: a layered stream's order applied to a materialization round."""
     sends = dict(rep.sends)
     for k, rank in order.items():
         if k in sends:
