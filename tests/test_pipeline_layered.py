@@ -14,13 +14,19 @@ import onnx
 from test_pipeline_judge import check_judge
 
 from benchmarks.cnns import mobilenet, preact_resnet8
-from raptor.driver import compile_model
+from raptor.driver import Compiled, compile_model
 from raptor.passes.stream import RING, StreamInfo
 from raptor.sim import SimOptions, Simulator
 from raptor.solve import SolveOptions, _run_stream, report, solve
 from raptor.solver.comm import replay
-from raptor.solver.from_ir import build_compute_graph
-from raptor.solver.pipeline import build_problem, layered_stream, validate_pipeline
+from raptor.solver.from_ir import GraphBuild, build_compute_graph
+from raptor.solver.pipeline import (
+    PipelineProblem,
+    PipelineResult,
+    build_problem,
+    layered_stream,
+    validate_pipeline,
+)
 from raptor.solver.pipeline.solve import defer_sends, ordered_sends, rank_by_posts
 from raptor.solver.pipeline.stream import stream_estimate
 from raptor.target import load_target
@@ -35,12 +41,20 @@ def _mobilenet() -> Path:
     return path
 
 
-def test_messages_between_ranges_leave_at_the_end_of_their_producers_iteration() -> None:
-    comp = compile_model(_mobilenet(), TARGET)
+@cache
+def _layered(model: Path) -> tuple[Compiled, GraphBuild, PipelineProblem, PipelineResult]:
+    """The model compiled, its problem and its layered stream (read only)."""
+    comp = compile_model(model, TARGET)
     build = build_compute_graph(comp.module.main(), TARGET)
     problem = build_problem(build.graph, TARGET, build=build)
     res = layered_stream(problem)
     assert res is not None and res.core_range is not None
+    return comp, build, problem, res
+
+
+def test_messages_between_ranges_leave_at_the_end_of_their_producers_iteration() -> None:
+    _, build, problem, res = _layered(_mobilenet())
+    assert res.core_range is not None
     assert validate_pipeline(build.graph, TARGET, res, problem) == []
     ranges, sch, g = res.core_range, res.schedule, build.graph
     assert len(set(ranges) - {-1}) > 1
@@ -83,11 +97,8 @@ def test_a_real_cnn_returns_the_layered_stream_by_simulated_period() -> None:
 
 
 def test_rank_by_posts_orders_each_steps_sends_by_when_their_receives_are_posted() -> None:
-    comp = compile_model(_mobilenet(), TARGET)
-    build = build_compute_graph(comp.module.main(), TARGET)
-    problem = build_problem(build.graph, TARGET, build=build)
-    res = layered_stream(problem)
-    assert res is not None and res.core_range is not None
+    _, build, _, res = _layered(_mobilenet())
+    assert res.core_range is not None
     g, sch = build.graph, res.schedule
     rep = defer_sends(replay(g, TARGET, sch.core_of, sch.core_tasks, sch.start_ns), g,
                       sch.core_of, sch.core_tasks, res.core_range)
@@ -118,11 +129,8 @@ def test_a_broadcasting_group_alone_in_its_range_and_sends_by_posts_pay_on_preac
     the bound, before)."""
     model = Path(tempfile.mkdtemp()) / "preact_resnet8.onnx"
     onnx.save(preact_resnet8(), model)
-    comp = compile_model(model, TARGET)
-    build = build_compute_graph(comp.module.main(), TARGET)
-    problem = build_problem(build.graph, TARGET, build=build)
-    res = layered_stream(problem)
-    assert res is not None and res.send_order is not None
+    comp, build, problem, res = _layered(model)
+    assert res.send_order is not None
     opts = SolveOptions(mode="pipeline", stream=8, allow_memory_overflow=True)
     run = _run_stream("layered", res, problem, build, comp, TARGET, opts)
     assert run.stream_estimate is not None
