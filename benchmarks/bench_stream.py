@@ -2,7 +2,7 @@
 simulator (ideal options and contention), throughput, numerics of every inference.
 
     python -m benchmarks.bench_stream [--stream 8] [--time-limit 60] [--workers 2]
-                                      [--models NAME ...] [--resnet] [--cnns] [--cli]
+                                      [--models NAME ...] [--resnet] [--cnns [NAME ...]] [--cli]
 
 For every example (and ResNet-18 224×224 with `--resnet`, with and without replication)
 this runs `raptor.solve.solve(mode="pipeline", solver="both")` — the spec's heuristic and
@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--models", nargs="*", help="example names (default: all)")
     ap.add_argument("--resnet", action="store_true", help="ResNet-18 224x224 too")
-    ap.add_argument("--cnns", action="store_true", help="benchmarks/cnns.py's three CNNs "
-                    "and bench_pretrained.py's five pretrained nets too")
+    ap.add_argument("--cnns", nargs="*", metavar="NAME", help="benchmarks/cnns.py's three "
+                    "CNNs and bench_pretrained.py's five pretrained nets too (or those named)")
     ap.add_argument("--cli", action="store_true",
                     help="time `raptor solve --mode pipeline` on ResNet-18")
     ap.add_argument("--causes", action="store_true", help="also the simulated period with "
@@ -133,13 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.resnet:
         models.append(("resnet18", r18))
     shapes: dict[str, dict[str, tuple[int, ...]]] = {}
-    if args.cnns:
+    if args.cnns is not None:
         from benchmarks.bench_pretrained import MODELS, default_cache, fetch
         from benchmarks.cnns import CNNS
         for cnn, build in CNNS.items():
-            onnx.save(build(), str(tmp / f"{cnn}.onnx"))
-            models.append((cnn, tmp / f"{cnn}.onnx"))
-        for m in MODELS:
+            if not args.cnns or cnn in args.cnns:
+                onnx.save(build(), str(tmp / f"{cnn}.onnx"))
+                models.append((cnn, tmp / f"{cnn}.onnx"))
+        for m in (m for m in MODELS if not args.cnns or m.name in args.cnns):
             models.append((m.name, fetch(m, default_cache())))
             k, v = m.shape.split("=")
             shapes[m.name] = {k: tuple(int(d) for d in v.split("x"))}

@@ -65,7 +65,7 @@ from raptor.solver.pipeline import (
     spread_stream,
     validate_pipeline,
 )
-from raptor.solver.pipeline.solve import defer_sends, longest_window
+from raptor.solver.pipeline.solve import defer_sends, longest_window, ordered_sends
 from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.solver.watch import SearchReport, searches_stopped
@@ -955,12 +955,17 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
         infos.append(info)
         return scheduled
 
-    ranges = pr.core_range
+    ranges, order = pr.core_range, pr.send_order
+
+    def adjust(rep: Replay) -> Replay:  # a layered stream's sends (`layered_stream`)
+        assert ranges is not None
+        moved = defer_sends(rep, g, sch.core_of, sch.core_tasks, ranges)
+        # ordered by posts only while every receive is posted at the start (`rank_by_posts`)
+        return moved if order is None or moved.tight else ordered_sends(moved, order)
+
     fit = _fit_memory(build, target, sch, make, first, opts.compile.print_ir,
                       spills=not opts.allow_memory_overflow,
-                      adjust=None if ranges is None else
-                      lambda rep: defer_sends(rep, g, sch.core_of, sch.core_tasks, ranges),
-                      verify=False)
+                      adjust=None if ranges is None else adjust, verify=False)
     est = stream_estimate(fit.charged, target, sch.core_of, sch.start_ns, pr.stage_of_task,
                           infos[-1], opts.stream, RING, len(pr.stages), fit.flow)
     return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, fit.scheduled,

@@ -73,6 +73,9 @@ class PipelineResult:
     core_range: list[int] | None = None
     """A layered stream's layer range per core (-1: unused; `layered_stream`): a message
     between ranges is sent at the end of its producer's iteration (`defer_sends`)."""
+    send_order: dict[tuple[int, int], int] | None = None
+    """A layered stream's send rank per message (fragment, receiving core) where
+    `rank_by_posts` ordered them (`layered_stream`); None: the communication model's."""
 
     @property
     def throughput_per_s(self) -> float:

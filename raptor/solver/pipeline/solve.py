@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Sequence
 
@@ -151,8 +152,7 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
     if problem.graph.num_tasks > LAYERED_MAX_TASKS:
         return None
     t0 = time.perf_counter()
-    free, G = problem.on_chip, problem.num_groups
-    graph, target = problem.graph, problem.target
+    free = problem.on_chip
     made: dict[tuple[int, ...], tuple[int, PipelineResult]] = {}
     parts: list[Partition | None] = []
     try:
@@ -165,42 +165,102 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
     for part in parts:
         if part is None or len(part.cuts) < 2 or part.cuts in made:
             continue
-        cuts = part.cuts
-        limits = [stage_time(free, j, i, k, replication)
-                  for (j, i), k in zip(part.ranges(G), part.cores, strict=True)]
-        pl = realize(free, part, replication, limits=limits)
-        if isinstance(pl, PackFailure):
-            continue
-        core_range = [-1] * problem.num_cores
-        for k, cores in enumerate(pl.stage_cores):
-            for c in cores:
-                core_range[c] = k
-        one = _one_stage(problem, pl.core_of, pl.order)
-        res = build_result(problem, one, solver="layered", status="LAYERED",
-                           model_period=evaluate_partition(free, part).period_ns,
-                           notes=[f"one stage on {problem.num_cores} cores split into "
-                                  f"{len(cuts)} layer ranges (groups from {list(cuts)}) of "
-                                  f"{', '.join(map(str, part.cores))} cores"])
-        res.core_range = core_range
-        made[cuts] = (longest_window(problem, one.core_of, one.order), res)
-    best: tuple[int, PipelineResult] | None = None
-    for _, res in sorted(made.values(), key=lambda x: x[0])[:ESTIMATED]:
-        sch = res.schedule
-        assert res.core_range is not None
-        flow = defer_sends(replay(graph, target, sch.core_of, sch.core_tasks, sch.start_ns),
-                           graph, sch.core_of, sch.core_tasks, res.core_range)
-        est = stream_estimate(graph, target, sch.core_of, sch.start_ns, res.stage_of_task,
-                              StreamInfo(), inferences, RING, 1, flow).period_ns
+        res = _layered(problem, part, replication)
+        if res is not None:
+            made[part.cuts] = (longest_window(problem, res.schedule.core_of,
+                                              res.schedule.core_tasks), res)
+    best: tuple[int, tuple[int, ...], PipelineResult] | None = None
+    for cuts, (_, res) in sorted(made.items(), key=lambda x: x[1][0])[:ESTIMATED]:
+        est = _layered_estimate(problem, res, inferences)
         if best is None or est < best[0]:
-            best = (est, res)
+            best = (est, cuts, res)
     if best is None:
         return None
-    est, res = best
+    tried = 0
+    for g, alone in itertools.product(_broadcasters(problem), (False, True)):
+        # each last in its range, then alone in it
+        cuts = tuple(sorted({*best[1], g + 1, *([g] if alone else [])} -
+                            {problem.num_groups}))
+        part = allocate(free, cuts, replication) if cuts != best[1] else None
+        res = _layered(problem, part, replication) if part is not None else None
+        if res is None:
+            continue
+        tried += 1
+        est = _layered_estimate(problem, res, inferences)
+        if est < best[0]:
+            best = (est, cuts, res)
+    est, _, res = best
+    if res.send_order is not None:
+        res.notes.append("sends ordered by when their receives are posted")
     res.solve_seconds = time.perf_counter() - t0
     res.notes.append(f"kept by the stream estimate ({est:,} ns before materialization) of "
                      f"the {min(len(made), ESTIMATED)} shortest longest windows of "
-                     f"{len(made)} cut sets")
+                     f"{len(made)} cut sets and {tried} with a broadcasting group last or alone in "
+                     "its range")
     return res
+
+
+def _layered(problem: PipelineProblem, part: Partition, replication: bool
+             ) -> PipelineResult | None:
+    """`part`'s ranges realized on disjoint runs of cores and run as one stage
+    (`layered_stream`); None when it gives no placement."""
+    free, G = problem.on_chip, problem.num_groups
+    limits = [stage_time(free, j, i, k, replication)
+              for (j, i), k in zip(part.ranges(G), part.cores, strict=True)]
+    pl = realize(free, part, replication, limits=limits)
+    if isinstance(pl, PackFailure):
+        return None
+    core_range = [-1] * problem.num_cores
+    for k, cores in enumerate(pl.stage_cores):
+        for c in cores:
+            core_range[c] = k
+    one = _one_stage(problem, pl.core_of, pl.order)
+    res = build_result(problem, one, solver="layered", status="LAYERED",
+                       model_period=evaluate_partition(free, part).period_ns,
+                       notes=[f"one stage on {problem.num_cores} cores split into "
+                              f"{len(part.cuts)} layer ranges (groups from {list(part.cuts)}) "
+                              f"of {', '.join(map(str, part.cores))} cores"])
+    res.core_range = core_range
+    return res
+
+
+def _layered_estimate(problem: PipelineProblem, res: PipelineResult, inferences: int) -> int:
+    """The stream estimate of a layered candidate (no materialization: no boundary plan),
+    its sends between ranges deferred (`defer_sends`) and, where that plays faster,
+    ordered by when their receives are posted (`rank_by_posts`, kept in
+    `res.send_order`)."""
+    graph, target, sch = problem.graph, problem.target, res.schedule
+    assert res.core_range is not None
+    flow = defer_sends(replay(graph, target, sch.core_of, sch.core_tasks, sch.start_ns),
+                       graph, sch.core_of, sch.core_tasks, res.core_range)
+    first = stream_estimate(graph, target, sch.core_of, sch.start_ns, res.stage_of_task,
+                            StreamInfo(), inferences, RING, 1, flow)
+    if flow.tight:  # posts inside iterations: another order could deadlock (`rank_by_posts`)
+        return first.period_ns
+    ranked = rank_by_posts(flow, first.posted)
+    est = stream_estimate(graph, target, sch.core_of, sch.start_ns, res.stage_of_task,
+                          StreamInfo(), inferences, RING, 1, ranked).period_ns
+    if est < first.period_ns:
+        res.send_order = {k: rank for k, (_, rank) in ranked.sends.items()}
+    return min(est, first.period_ns)
+
+
+def _broadcasters(problem: PipelineProblem) -> list[int]:
+    """Groups of one task that send to at least `BROADCAST` others, most receivers first
+    (at most `BROADCASTERS`). Why: such a task (a layout's dense assembly: PreAct-ResNet-8's
+    sends a 960-byte crop to each of 256 conv lanes) is a barrier; in a range with its
+    receivers they all wait for its fan-out; alone in a range of one core its sends leave
+    at the start of each receiver's iteration, in the order they post."""
+    graph = problem.graph
+    fan = [(len(graph.succs[g.tasks[0]]), k) for k, g in enumerate(problem.groups)
+           if len(g.tasks) == 1 and len(graph.succs[g.tasks[0]]) >= BROADCAST]
+    return [k for _, k in sorted(fan, key=lambda x: (-x[0], x[1]))[:BROADCASTERS]]
+
+
+BROADCAST = 32
+"""Receivers that make a one-task group a broadcaster (`_broadcasters`)."""
+BROADCASTERS = 3
+"""Broadcasters `layered_stream` tries last or alone in a range, most receivers first."""
 
 
 ESTIMATED = 4
@@ -237,6 +297,32 @@ def defer_sends(rep: Replay, graph: ComputeGraph, core_of: Sequence[int],
         p = core_of[graph.fragments[f].producer]
         if core_range[p] != core_range[q]:
             sends[(f, q)] = (core_tasks[p][-1], top + rank)
+    return dataclasses.replace(rep, sends=sends)
+
+
+def rank_by_posts(rep: Replay, posted: dict[tuple[int, int], int]) -> Replay:
+    """`rep` with each step's sends ranked by when their receives were posted (`posted`, a
+    contended play's `StreamEstimate.posted`), then by their rank. Why: a send waits for
+    its receive's post and holds its core's later sends meanwhile; in a layered stream a
+    range's cores start their iterations at different times, and a producer sending first
+    to a core that starts late kept the early ones waiting (PreAct-ResNet-8: a broadcast
+    from one core to 35 waited on the late ones, 221,288 ns per inference; ordered by the
+    posts, 201,330). Only where every receive is posted at its iteration's start (no core
+    `tight`): a send then waits only for an iteration to start, which waits only for
+    earlier iterations, so any order within a step is deadlock-free; with receives posted
+    inside iterations an order the flow control did not make can wait in a cycle."""
+    order = sorted(rep.sends, key=lambda k: (rep.sends[k][0], posted.get(k, 0),
+                                             rep.sends[k][1], k))
+    return dataclasses.replace(rep, sends={k: (rep.sends[k][0], i) for i, k in enumerate(order)})
+
+
+def ordered_sends(rep: Replay, order: dict[tuple[int, int], int]) -> Replay:
+    """`rep` with each send that `order` ranks (`PipelineResult.send_order`) given that
+    rank, at its own step: a layered stream's order applied to a materialization round."""
+    sends = dict(rep.sends)
+    for k, rank in order.items():
+        if k in sends:
+            sends[k] = (sends[k][0], rank)
     return dataclasses.replace(rep, sends=sends)
 
 

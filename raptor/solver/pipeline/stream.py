@@ -49,6 +49,9 @@ class StreamEstimate:
     ends: list[int] = field(default_factory=list)
     """When each inference's iteration ended on its last core (ideal)."""
     starts: list[int] = field(default_factory=list)
+    posted: dict[tuple[int, int], int] = field(default_factory=dict)
+    """Per message (fragment, receiving core), when its receive was posted in the contended
+    play's last inference (`rank_by_posts` orders sends by it)."""
 
     @property
     def floor_ns(self) -> int:
@@ -152,6 +155,8 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring)
     starts, ends = play.run(inferences, False)
     _, contended = play.run(inferences, True)
+    last = inferences - 1
+    posted = {m.key: play.known[(_POSTED, m.key[1], m.post, last)] for m in play.messages}
     memory = sum(t.shared_ns for t in graph.tasks) + sum(map(sum, play.store_ns.values())) + \
         sum(ns for parts in play.parts.values() for shared, ns in parts if shared) + \
         sum(play.group_ns) + sum(len(ks) for ks in info.free_waits.values()) * play.wait_ns + \
@@ -159,7 +164,7 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     ideal = steady_period(ends, stages) or (ends[-1] if ends else 0)
     period = steady_period(contended, stages) or (contended[-1] if contended else 0)
     latency = int(statistics.median([e - s for s, e in zip(starts, ends, strict=True)]))
-    return StreamEstimate(ideal, memory, max(period, memory), latency, ends, starts)
+    return StreamEstimate(ideal, memory, max(period, memory), latency, ends, starts, posted)
 
 
 def _priced(op: Operation, target: Target) -> tuple[bool, int]:
@@ -195,6 +200,8 @@ class _Play:
         self.index = {m.key: i for i, m in enumerate(self.messages)}
         self.starts: list[int] = []
         self.ends: list[int] = []
+        self.known: dict[tuple[int, ...], int] = {}
+        """The last `run`'s: when each key became known."""
         self.wake: Callable[[tuple[int, ...], int], None] = lambda key, at: None
         """`run`'s: a key becomes known at a time; the cores waiting for it go on."""
         self.dur = graph.durations(core_of)
@@ -224,6 +231,7 @@ class _Play:
         receive to be posted; else nothing waits (the ideal options)."""
         heap: list[tuple[int, int, int, int]] = []
         known: dict[tuple[int, ...], int] = {}
+        self.known = known
         parked: dict[tuple[int, ...], list[int]] = {}
         cores = sorted(self.per_core)
         progs = {c: self._core(c, inferences, contended, known) for c in cores}
