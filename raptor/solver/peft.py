@@ -313,8 +313,11 @@ class _Cores:
         gap = (self.gap_max >= d) & (self.tail_gap_end >= ready + d)
         if feasible is not self.everywhere:
             gap &= feasible
-        for p in gap.nonzero()[0].tolist():
-            start[p] = self.earliest_on(p, int(ready[p]), d)
+        cores = gap.nonzero()[0]
+        if len(cores):
+            gap_start, gap_end, in_gap = self.gap_start, self.gap_end, self.in_gap
+            start[cores] = [in_gap(gap_start[p], gap_end[p], r, d, self.last[p])
+                            for p, r in zip(cores.tolist(), ready[cores].tolist(), strict=True)]
         return start
 
     def occupy(self, p: int, s: int, e: int) -> None:
@@ -346,10 +349,15 @@ class _Cores:
         last = self.last[p]
         if ready >= last or self.widest[p] < d:
             return max(ready, last)
-        gs_list, ge_list = self.gap_start[p], self.gap_end[p]
+        return self.in_gap(self.gap_start[p], self.gap_end[p], ready, d, last)
+
+    @staticmethod
+    def in_gap(gs_list: list[int], ge_list: list[int], ready: int, d: int, last: int) -> int:
+        """The earliest start >= ``ready`` of ``d`` ns in one of a core's gaps, else its
+        ``last`` end (where ``ready`` is before it)."""
         # Gaps are disjoint and sorted, so ends are sorted too: skip those ending too soon.
         for i in range(bisect.bisect_left(ge_list, ready + d), len(ge_list)):
-            s = max(gs_list[i], ready)
+            s = gs_list[i] if gs_list[i] > ready else ready
             if s + d <= ge_list[i]:
                 return s
         return last
