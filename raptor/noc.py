@@ -26,6 +26,7 @@ Nothing of Raptor's is imported at run time: ``raptor.target`` builds on this mo
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -288,20 +289,21 @@ class Network:
         return links, got[0], got[1]
 
     def first_links(self, src: int) -> np.ndarray:
-        """The link (or switch) a message from ``src`` takes first towards every core (-1
-        towards ``src``): a head never makes up the time it waits there, so that wait is a
-        lower bound of the message's delay to every core behind it. A route's first link
-        depends only on which way the destination lies along each axis (dimension order),
-        so one route per direction gives them all."""
+        """The link a message from ``src`` takes first towards every core (-1 towards
+        ``src``) on the mesh's links (a switched protocol's message takes its switch): a
+        head never makes up the time it waits there, so that wait is a lower bound of the
+        message's delay to every core behind it. A route's first link depends only on which
+        way the destination lies along each axis (dimension order), so the routes to the
+        neighbours give them all."""
         got = self._first.get(src)
         if got is None:
-            cols, cores = self.cols, np.arange(self.target.num_cores)
-            way = (3 * (np.sign(cores // cols - src // cols) + 1)
-                   + np.sign(cores % cols - src % cols) + 1)
+            cols, rows, cores = self.cols, self.target.mesh_rows, np.arange(self.target.num_cores)
+            r, c = divmod(src, cols)
             first = np.full(9, -1, dtype=np.int64)
-            for w, dst in zip(*np.unique(way, return_index=True), strict=True):
-                if dst != src:
-                    first[w] = self.timing(src, int(dst), self.target.flit_bytes)[0][0]
+            for dr, dc in itertools.product((-1, 0, 1), repeat=2):  # the nearest core each way
+                if (dr or dc) and 0 <= r + dr < rows and 0 <= c + dc < cols:
+                    first[3 * dr + dc + 4] = self.route(src, src + dr * cols + dc)[0]
+            way = 3 * np.sign(cores // cols - r) + np.sign(cores % cols - c) + 4
             got = self._first[src] = first[way]
         return got
 
