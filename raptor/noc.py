@@ -26,6 +26,7 @@ Nothing of Raptor's is imported at run time: ``raptor.target`` builds on this mo
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -224,6 +225,7 @@ class Network:
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._messages: dict[tuple[int, int, int], Route] = {}
         self._timing: dict[tuple[int, int], tuple[int, int]] = {}
+        self._first: dict[int, np.ndarray] = {}
         self.switch_base = 4 * target.num_cores
         self.switched = self.protocol != "raptor"
         """A message's route is its sender's switch (pimsim-nn), not its links."""
@@ -286,6 +288,25 @@ class Network:
             links = (self.switch_base + src,)
         return links, got[0], got[1]
 
+    def first_links(self, src: int) -> np.ndarray:
+        """The link a message from ``src`` takes first towards every core (-1 towards
+        ``src``) on the mesh's links (a switched protocol's message takes its switch): a
+        head never makes up the time it waits there, so that wait is a lower bound of the
+        message's delay to every core behind it. A route's first link depends only on which
+        way the destination lies along each axis (dimension order), so the routes to the
+        neighbours give them all."""
+        got = self._first.get(src)
+        if got is None:
+            cols, rows, cores = self.cols, self.target.mesh_rows, np.arange(self.target.num_cores)
+            r, c = divmod(src, cols)
+            first = np.full(9, -1, dtype=np.int64)
+            for dr, dc in itertools.product((-1, 0, 1), repeat=2):  # the nearest core each way
+                if (dr or dc) and 0 <= r + dr < rows and 0 <= c + dc < cols:
+                    first[3 * dr + dc + 4] = self.route(src, src + dr * cols + dc)[0]
+            way = 3 * np.sign(cores // cols - r) + np.sign(cores % cols - c) + 4
+            got = self._first[src] = first[way]
+        return got
+
     def message(self, src: int, dst: int, nbytes: int) -> Route:
         """A message's route, serialization and free-link latency (cached per message)."""
         key = (src, dst, nbytes)
@@ -306,15 +327,13 @@ class Network:
         """:meth:`cut_through` of a message given by its parts (no Route object). With a
         ``limit``, a :class:`Timelines` walk that does not commit may stop once the arrival
         is sure to pass it, returning a time past it (a lower bound of the arrival)."""
-        if not links:
-            return inject
         hop = self.hop_ns
         if isinstance(table, Timelines):
-            late = NEVER if limit is None or table.commit else limit - transfer - inject
-            head = table.heads(links, ser, hop, inject, table.commit, late)
-        else:  # the simulator's hot path: one call per message
-            head = table.walk(links, inject, hop, ser)
-        return transfer + head - (len(links) - 1) * hop
+            return table.arrival(links, ser, transfer, hop, inject, table.commit, limit)
+        if not links:
+            return inject
+        # the simulator's hot path: one call per message
+        return transfer + table.walk(links, inject, hop, ser) - (len(links) - 1) * hop
 
 
 @lru_cache(maxsize=8)
@@ -368,17 +387,20 @@ class Timelines:
         """Earliest start >= ``t`` of a free stretch of ``dur`` on resource ``r``."""
         if dur <= 0:
             return t
-        return self.heads((r,), dur, 0, t, False)
+        return self.arrival((r,), dur, 0, 0, t, False)
 
-    def heads(self, links: tuple[int, ...], ser: int, hop: int, head: int, commit: bool,
-              late: int = NEVER) -> int:
-        """:meth:`Network.pass_links`'s walk on this table, fused (the list scheduler's hot
-        loop): each link taken at the first free stretch of ``ser`` from one ``hop`` after
-        the previous head (from ``head`` on the first), reserved when ``commit``; returns
-        the head on the last link. Once the head is more than ``late`` behind its free-link
-        time it returns that time plus the delay so far (the delay never shrinks on)."""
-        last_free = head + (len(links) - 1) * hop
-        head -= hop
+    def arrival(self, links: tuple[int, ...], ser: int, transfer: int, hop: int, inject: int,
+                commit: bool, limit: int | None = None) -> int:
+        """:meth:`Network.pass_links` on this table, its walk fused in (the list scheduler's
+        hot loop): the head takes each link at its first free stretch of ``ser`` from one
+        ``hop`` after the previous one (the first from ``inject``), reserved when
+        ``commit``. A walk that does not commit stops once the head is far enough behind
+        its free-link time for the arrival to pass ``limit`` (the delay never shrinks on),
+        returning a time past it."""
+        if not links:
+            return inject
+        late = NEVER if limit is None or commit else limit - transfer - inject
+        head = inject - hop
         free = head
         starts_of, ends_of = self.starts, self.ends
         for link in links:
@@ -394,10 +416,10 @@ class Timelines:
                     head = ends[i]
                     i += 1
                 if head - free > late:
-                    return last_free + head - free
+                    return transfer + inject + head - free
             if commit:
                 self.reserve(link, head, ser)
-        return head
+        return transfer + head - (len(links) - 1) * hop
 
     def reserve(self, r: int, s: int, dur: int) -> None:
         """Mark [s, s + dur) busy (it must be free); touching intervals merge."""

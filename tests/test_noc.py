@@ -140,3 +140,12 @@ def test_pimsim_message_order_interleaves_the_bursts_of_one_instant() -> None:
     order = noc.pimsim_message_order(made)
     assert [made[i] for i in order] == [(3, 2, 0), (5, 0, 0), (5, 1, 0), (5, 0, 1),
                                         (5, 1, 1), (5, 0, 2), (9, 1, 2)]
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (3, 4), (4, 4), (5, 2)])
+def test_first_links_are_the_routes_first_links(shape: tuple[int, int]) -> None:
+    net = Network(Target(mesh_rows=shape[0], mesh_cols=shape[1]))
+    cores = shape[0] * shape[1]
+    for src in range(cores):
+        assert net.first_links(src).tolist() == [net.route(src, q)[0] if q != src else -1
+                                                 for q in range(cores)]

@@ -281,3 +281,32 @@ def test_peft_leaves_no_cyclic_garbage(protocol: str) -> None:
     finally:
         if collecting:
             gc.enable()
+
+
+def test_the_ready_floor_is_a_lower_bound_and_prunes_nothing_that_wins(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_ListScheduler.ready_floor` is at most the exact data-ready time on every core at
+    every task of a congested run, and the schedule is the same without it."""
+    from raptor.solver import peft
+    from raptor.solver.mesh import Mesh
+
+    g = random_layered_dag(400, 2, width=12, tiles_per_batch=(0, 0))
+    target = Target(mesh_rows=4, mesh_cols=4)
+    checked = 0
+
+    class Checked(peft._ListScheduler):
+        def refine(self, t, reads, score, eft, need):  # type: ignore[no-untyped-def]
+            nonlocal checked
+            floor = self.ready_floor(reads).tolist()
+            exact = [self.exact_ready(reads, p, False) for p in range(self.P)]
+            assert all(f <= e for f, e in zip(floor, exact, strict=True))
+            checked += floor != exact
+            return super().refine(t, reads, score, eft, need)
+
+    def run(cls: type[peft._ListScheduler]) -> tuple[list[int], list[int]]:
+        return cls(g.freeze(), target, Mesh(target), peft._Tiles(g), True, None).run()
+
+    with_floor = run(Checked)
+    assert checked > 0  # the links were busy somewhere
+    monkeypatch.setattr(peft, "FLOOR_AFTER", 1 << 30)
+    assert run(peft._ListScheduler) == with_floor
