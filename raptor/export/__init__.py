@@ -73,7 +73,8 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     materialized order, planned here if None) is used unless the blocking order posts some
     receive earlier: then memory is planned in that order. A latency program follows the
     message order Raptor's model of pimsim-nn finds faster (`_best_order`), and so
-    does a one-stage stream (no READY/FREE counters).
+    does a one-stage stream (no READY/FREE counters); a program whose channel order
+    deadlocks follows the order its messages leave (`_leave_order`).
 
     A stream program (pipeline mode, `pim.stream` per core) is unrolled for `inferences`
     (default: its own count; at most that many, the inputs it has) into straight-line
@@ -109,19 +110,23 @@ def _leave_order(module: Module, target: Target, plan: MemoryPlan | None, allow_
     mobilenet_block), where the leave order keeps every core's sends in program order."""
     from raptor.sim import SimError, SimOptions, Simulator
 
-    try:
-        with _stand_in_weights(module):
-            rank = leave_rank(module, target, lowered(module, target, plan or plan_memory(
-                module, target), inferences))
+    if plan is None:
+        plan = plan_memory(module, target)
+    with _stand_in_weights(module):
+        try:
+            rank = leave_rank(module, target, lowered(module, target, plan, inferences))
             if rank is None:
                 raise failed
             ex = _export(module, target, plan, allow_overflow, inferences,
                          PostedRank(rank) if isinstance(mine, PostedRank) else rank)
+        except (SimError, ExportError):
+            raise failed from None
+        try:  # a stream with READY/FREE counters is not in the model
             with pimsim_order(module, ex.rank):
                 ex.model_ns = Simulator(module, target, timings=ex.timings).timing(
                     SimOptions.pimsim(trace=False)).latency_ns
-    except (SimError, ExportError):
-        raise failed from None
+        except SimError:
+            pass
     return ex
 
 
