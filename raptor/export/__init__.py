@@ -73,7 +73,8 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     materialized order, planned here if None) is used unless the blocking order posts some
     receive earlier: then memory is planned in that order. A latency program follows the
     message order Raptor's model of pimsim-nn finds faster (`_best_order`), and so
-    does a one-stage stream (no READY/FREE counters).
+    does a one-stage stream (no READY/FREE counters); a program whose channel order
+    deadlocks follows the order its messages leave (`_leave_order`).
 
     A stream program (pipeline mode, `pim.stream` per core) is unrolled for `inferences`
     (default: its own count; at most that many, the inputs it has) into straight-line
@@ -89,8 +90,44 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
                               f"cannot unroll {inferences} (1..{count})")
     # scheduled for pimsim-nn: receives go where the schedule posted them (`PostedRank`)
     mine = channel_rank(module) if target.protocol == "pimsim-nn" else None
-    ex = _export(module, target, plan, allow_overflow, inferences, mine)
+    try:
+        ex = _export(module, target, plan, allow_overflow, inferences, mine)
+    except ExportError as e:
+        if not any(d.startswith("deadlock") for d in e.details):
+            raise
+        return _leave_order(module, target, plan, allow_overflow, inferences, mine, e)
     return _best_order(module, target, plan, allow_overflow, ex, inferences)
+
+
+def _leave_order(module: Module, target: Target, plan: MemoryPlan | None, allow_overflow: bool,
+                 inferences: int | None, mine: Rank | None, failed: ExportError) -> Export:
+    """The export in the order the messages leave (`leave_rank`, posted as `mine` is),
+    for a program whose channel order deadlocks (raises `failed` if this one cannot be
+    made either). Why: a core's sends need not follow the channel order; a layered stream
+    (`raptor.solver.pipeline.layered_stream`) sends between its layer ranges at the end of
+    its iteration, after sends of later channels, and on pimsim-nn its cores then all
+    waited in sends whose receivers walk the channel order (resnet_block,
+    mobilenet_block), where the leave order keeps every core's sends in program order."""
+    from raptor.sim import SimError, SimOptions, Simulator
+
+    if plan is None:
+        plan = plan_memory(module, target)
+    with _stand_in_weights(module):
+        try:
+            rank = leave_rank(module, target, lowered(module, target, plan, inferences))
+            if rank is None:
+                raise failed
+            ex = _export(module, target, plan, allow_overflow, inferences,
+                         PostedRank(rank) if isinstance(mine, PostedRank) else rank)
+        except (SimError, ExportError):
+            raise failed from None
+        try:  # a stream with READY/FREE counters is not in the model
+            with pimsim_order(module, ex.rank):
+                ex.model_ns = Simulator(module, target, timings=ex.timings).timing(
+                    SimOptions.pimsim(trace=False)).latency_ns
+        except SimError:
+            pass
+    return ex
 
 
 def _export(module: Module, target: Target, plan: MemoryPlan | None, allow_overflow: bool,
@@ -124,11 +161,13 @@ def _chip(target: Target, plan: MemoryPlan) -> PimsimChip:
         raise ExportError(str(e)) from None
 
 
-def lowered(module: Module, target: Target, plan: MemoryPlan) -> Export:
-    """Latency program `module` lowered in its channel order with `plan`'s addresses,
-    unchecked: what the exporter prices its ops at (`ExportError` if it cannot)."""
+def lowered(module: Module, target: Target, plan: MemoryPlan, inferences: int | None = None
+            ) -> Export:
+    """`module` (a stream unrolled for `inferences`) lowered in its channel order with
+    `plan`'s addresses, unchecked: what the exporter prices its ops at (`ExportError` if
+    it cannot)."""
     with pimsim_order(module, channel_rank(module)):
-        return lower_module(module, plan, _chip(target, plan))
+        return lower_module(module, plan, _chip(target, plan), inferences)
 
 
 def task_costs(module: Module, ex: Export, core_tasks: Sequence[Sequence[int]], tasks: int

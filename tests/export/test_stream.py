@@ -22,7 +22,7 @@ from raptor.export import (
     serial_bound_ns,
     write_export,
 )
-from raptor.export.order import PostedRank
+from raptor.export.order import PostedRank, channel_rank
 from raptor.export.runner import chiptest, run_chiptest
 from raptor.export.validate import validate
 from raptor.ir.module import Module
@@ -241,3 +241,27 @@ def test_a_stream_scheduled_for_pimsim_keeps_its_posted_receives() -> None:
             SimOptions.pimsim(trace=False)).latency_ns
     assert isinstance(chosen.rank, PostedRank) and chosen.model_ns is not None
     assert chosen.model_ns * 10 < plain * 6
+
+
+def test_a_stream_whose_channel_order_deadlocks_is_exported_in_its_leave_order(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A layered stream (the judge offered only that spread returns it by its estimate)
+    sends between its layer ranges at the end of its iteration, after sends of later
+    channels: scheduled for pimsim-nn, its channel order with posted receives leaves every
+    core waiting (the export was refused); it is exported in the order its messages leave
+    instead, and pimsim-nn runs it as Raptor's model does."""
+    import raptor.solve
+
+    monkeypatch.setattr(raptor.solve, "SPREADS", ("layered",))
+    pim = dataclasses.replace(T, protocol="pimsim-nn")
+    run = solve(EXAMPLES / "resnet_block.onnx", pim, SolveOptions(
+        solver="pipeline", mode="pipeline", stream=COUNT, simulate=False)).runs[0]
+    assert [c["candidate"] for c in run.candidates if c["returned"]] == ["layered"]
+    with pytest.raises(ExportError, match="deadlock"):
+        _export(run.scheduled, pim, run.memory, False, COUNT, channel_rank(run.scheduled))
+    ex = export_pimsim(run.scheduled, pim, run.memory, inferences=COUNT)
+    assert isinstance(ex.rank, PostedRank) and ex.model_ns is not None
+    assert validate(ex) == []
+    if PIMSIM is not None:
+        got = run_chiptest(PIMSIM, write_export(ex, tmp_path), timeout_s=300).latency_ns
+        assert ex.model_ns == pytest.approx(got, rel=0.01)
