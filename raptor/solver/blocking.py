@@ -434,16 +434,24 @@ def pulls_receives(graph: ComputeGraph, core_of: Sequence[int],
                if pos[point] >= 0)
 
 
-def respecting_posts(graph: ComputeGraph, core_of: Sequence[int],
-                     progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
-                     order: Mapping[Message, int], flow: Mapping[Message, int]
-                     ) -> dict[Message, int] | None:
-    """``order`` made one that pulls no receive (`pulls_receives`): each message ranked
-    above every send of its receiving core before its flow post and every receive read
-    there up to its post, otherwise as close to ``order`` as that allows (the messages
-    taken by rank as soon as those are in; ``order`` itself if it pulls none). None if
-    no order does. A core's prefixes chain through one barrier per position, so the
-    constraints stay linear in the program."""
+class PostGraph(NamedTuple):
+    """The constraints `respecting_posts` orders messages by, which no order changes
+    (`post_graph`): nodes are the messages (by index into ``keys``), then one barrier per
+    core and position."""
+
+    keys: list[Message]
+    after: list[list[int]]
+    """Per node, the nodes that must come after it."""
+    needs: list[int]
+    """Per node, how many nodes must come before it."""
+
+
+def post_graph(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequence[int]],
+               sends: Mapping[Message, tuple[int, int]], flow: Mapping[Message, int]
+               ) -> PostGraph:
+    """Each message before every send of its receiving core before its flow post (``flow``)
+    and every receive read there up to its post. A core's prefixes chain through one
+    barrier per position, so the constraints stay linear in the program."""
     pos: dict[int, int] = {START: -1}
     for prog in progs:
         for i, t in enumerate(prog):
@@ -473,18 +481,34 @@ def respecting_posts(graph: ComputeGraph, core_of: Sequence[int],
     for succ in after:
         for j in succ:
             needs[j] += 1
-    ready = [(-1 if j >= len(keys) else order[keys[j]], j) for j in range(n) if not needs[j]]
+    return PostGraph(keys, after, needs)
+
+
+def respecting_posts(graph: ComputeGraph, core_of: Sequence[int],
+                     progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
+                     order: Mapping[Message, int], flow: Mapping[Message, int],
+                     constraints: PostGraph | None = None) -> dict[Message, int] | None:
+    """``order`` made one that pulls no receive (`pulls_receives`): the constraints of
+    `post_graph` (``constraints``, if the caller has them), otherwise as close to
+    ``order`` as they allow (the messages taken by rank as soon as those are in;
+    ``order`` itself if it pulls none). None if no order does."""
+    if constraints is None:
+        constraints = post_graph(graph, core_of, progs, sends, flow)
+    keys, after = constraints.keys, constraints.after
+    needs = list(constraints.needs)
+    m = len(keys)
+    ready = [(-1 if j >= m else order[keys[j]], j) for j in range(len(needs)) if not needs[j]]
     heapq.heapify(ready)
     out: dict[Message, int] = {}
     while ready:
         _, j = heapq.heappop(ready)
-        if j < len(keys):
+        if j < m:
             out[keys[j]] = len(out)
         for k in after[j]:
             needs[k] -= 1
             if not needs[k]:
-                heapq.heappush(ready, (-1 if k >= len(keys) else order[keys[k]], k))
-    return out if len(out) == len(keys) else None
+                heapq.heappush(ready, (-1 if k >= m else order[keys[k]], k))
+    return out if len(out) == m else None
 
 
 def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
@@ -506,6 +530,7 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     keys = list(sends)
     priced = target_priced(graph, target, core_of)
     framed = frame(graph, target, core_of, progs, sends)
+    constraints = post_graph(graph, core_of, progs, sends, flow)
     seen = Seen([0] * graph.num_tasks, {})
     best = blocking_makespan(graph, target, core_of, progs, sends, order, posts, priced=priced,
                              seen=seen, framed=framed)
@@ -517,7 +542,7 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         made = noc.pimsim_message_order([(seen.ready[k], core_of[graph.fragments[k[0]].producer],
                                           sends[k][1]) for k in keys])
         ranked = respecting_posts(graph, core_of, progs, sends,
-                                  {keys[i]: r for r, i in enumerate(made)}, flow)
+                                  {keys[i]: r for r, i in enumerate(made)}, flow, constraints)
         if ranked is None or pulls_receives(graph, core_of, progs, sends, ranked, flow):
             break
         tried = []
