@@ -90,7 +90,7 @@ def frame(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                   for ps in parts])
 
 
-def programs(frame: Frame, progs: Sequence[Sequence[int]], order: Mapping[Message, int],
+def programs(framed: Frame, progs: Sequence[Sequence[int]], order: Mapping[Message, int],
              posts: Mapping[Message, int] | None = None) -> list[list[tuple[int, int]]]:
     """Each core's program in the blocking order of ``order`` (message -> place): its sends
     where the replay made them (`Frame.sent`), its tasks in order, and each receive before
@@ -99,7 +99,7 @@ def programs(frame: Frame, progs: Sequence[Sequence[int]], order: Mapping[Messag
     in ``order`` is still to come (`raptor.export.order.blocking_order`, ``posted=True``).
     A message merged into another (`merge_messages`) has no send or receive of its own.
     Items are (kind, task or message index into `Frame.keys`)."""
-    keys = frame.keys
+    keys = framed.keys
     rank = [order[k] for k in keys]
     into: list[list[tuple[int, int]]] = [[] for _ in progs]
     posted_at: dict[tuple[int, int], list[int]] = {}
@@ -110,7 +110,7 @@ def programs(frame: Frame, progs: Sequence[Sequence[int]], order: Mapping[Messag
     out: list[list[tuple[int, int]]] = []
     for p, prog in enumerate(progs):
         plain: list[tuple[int, int]] = []
-        sent = frame.sent[p]
+        sent = framed.sent[p]
         for j, point in enumerate((START, *prog)):
             if point >= 0:
                 plain.append((_TASK, point))
@@ -139,7 +139,7 @@ def programs(frame: Frame, progs: Sequence[Sequence[int]], order: Mapping[Messag
             while nxt < len(mine) and mine[nxt][1] in due and mine[nxt][0] < later[j]:
                 upto(mine[nxt][0])
             if kind == _TASK:
-                need = frame.needs[x]
+                need = framed.needs[x]
                 if need:
                     upto(max([place[i] for i in need]))
             else:

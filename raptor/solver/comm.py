@@ -649,8 +649,8 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     (default ``MEMORY_MARGIN`` of its local memory), or, for a program already built from
     the replay ``built``, where that one put them (:class:`_Built`; the message order too).
     ``blocking`` off: under pimsim-nn's protocol, only the run's task times are wanted, not
-    the blocking model's makespan, order and posts (on ResNet-18 a third of a replay and
-    the whole of `raptor.solver.blocking.refine`)."""
+    the blocking model's makespan, order and posts (the estimate's blocking runs and
+    `raptor.solver.blocking.refine`'s are skipped)."""
     graph.freeze()
     if priority is None:
         priority = [0] * graph.num_tasks
