@@ -316,8 +316,8 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     violations = validate_schedule(solved_build.graph, target, res)
     fit = _fit_memory(solved_build, target, res, lambda flow: materialize(
         comp.module, solved_build.projection, solved_build.outputs,
-        ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow), print_ir=print_ir,
-        spills=spills)
+        ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow), res.comm,
+        print_ir=print_ir, spills=spills)
     return ScheduleRun(name, res, fit.estimate_ns, violations, fit.scheduled, fit.errors,
                        ideal_estimate_ns=res.summary["completion_ns"], memory=fit.memory,
                        flow=fit.flow, materializations=fit.rounds, spill=fit.spill,

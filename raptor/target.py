@@ -173,10 +173,19 @@ class Target:
 
     def flit_ns(self, a: int, b: int) -> int:
         """One flit from core ``a`` to ``b`` over free links (pimsim-nn's NoC table entry;
-        0 on the same core)."""
-        if a == b:
-            return 0
-        return self.ns(noc.flit_path_cycles(self, self.hops(a, b)))
+        0 on the same core). Kept per pair: the blocking model asks it for every message it
+        plays (priced each time, it was a fifth of
+        `raptor.solver.blocking.blocking_makespan`)."""
+        got = self._flits.get((a, b))
+        if got is None:
+            got = self._flits[(a, b)] = \
+                0 if a == b else self.ns(noc.flit_path_cycles(self, self.hops(a, b)))
+        return got
+
+    @cached_property
+    def _flits(self) -> dict[tuple[int, int], int]:
+        """`flit_ns` of the pairs asked so far."""
+        return {}
 
     # -- mesh -------------------------------------------------------------------------------
 

@@ -37,43 +37,88 @@ task whose compute (with its shared-memory stores) it follows; the next task's c
 follows it. At a point the core posts receives, then does sends, in that order."""
 
 
-def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequence[int]],
-             sends: Mapping[Message, tuple[int, int]], order: Mapping[Message, int],
-             posts: Mapping[Message, int] | None = None,
-             merged: Mapping[Message, Message] | None = None) -> list[list[tuple[int, int]]]:
-    """Each core's program in the blocking order of ``order`` (message -> place): its sends
-    where the replay made them (``sends``: message -> (point, rank), a point's sends in rank
-    order), its tasks in order, and each receive before its first reader or before a send
-    later in ``order``, whichever comes first; with ``posts`` (message -> point) also as
-    soon as its point has passed and no send earlier in ``order`` is still to come
-    (`raptor.export.order.blocking_order`, ``posted=True``). A message in ``merged``
-    travels inside the one it maps to (`merge_messages`) and has no send or receive of
-    its own. Items are (kind, task or message index into `leaders`)."""
+class Frame(NamedTuple):
+    """What `programs` needs of a program that no message order or receive posts change
+    (`frame`): a blocking run played again and again on one program (`refine`, 13 runs)
+    builds it once."""
+
+    keys: list[Message]
+    """The messages that travel (`leaders`); a message is named by its index here."""
+    sent: list[list[list[int]]]
+    """Per core and position (0: its start, i + 1: after its i-th task), the messages it
+    sends there, in rank order."""
+    needs: list[list[int]]
+    """Per task, the travelling messages it reads."""
+    wire: list[int]
+    """Per message, its bytes (a merged one's parts' together)."""
+    pack: list[int]
+    """Per message, the ns its sender takes to pack a merged one's parts (else 0)."""
+
+
+def frame(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+          progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
+          merged: Mapping[Message, Message] | None = None) -> Frame:
+    """The `Frame` of the program with these sends (message -> (point, rank)) and merges.
+    A merged message carries its parts' bytes, packed by its sender first
+    (`raptor.noc.pimsim_pack_cycles`)."""
     keys = leaders(sends, merged)
     index = {k: i for i, k in enumerate(keys)}
     alias = merged or {}
     frags = graph.fragments
-    at_point: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for i, (f, _) in enumerate(keys):
-        point, rank = sends[keys[i]]
-        at_point.setdefault((core_of[frags[f].producer], point), []).append((rank, i))
+    pos: dict[int, int] = {START: -1}
+    for prog in progs:
+        for i, t in enumerate(prog):
+            pos[t] = i
+    sent: list[list[list[tuple[int, int]]]] = [[[] for _ in range(len(prog) + 1)]
+                                               for prog in progs]
+    for i, k in enumerate(keys):
+        point, rank = sends[k]
+        sent[core_of[frags[k[0]].producer]][pos[point] + 1].append((rank, i))
+    needs: list[list[int]] = [[] for _ in range(graph.num_tasks)]
+    for x, fs in enumerate(graph.reads):
+        p = core_of[x]
+        needs[x] = [index[alias.get((f, p), (f, p))] for f in fs
+                    if core_of[frags[f].producer] != p]
+    fbytes = graph.memory.fragment if graph.memory is not None else \
+        [noc.wire_bytes(target, f.bytes) for f in frags]
+    parts: list[list[int]] = [[fbytes[k[0]]] for k in keys]
+    for k, lead in alias.items():
+        parts[index[lead]].append(fbytes[k[0]])
+    return Frame(keys, [[[i for _, i in sorted(at)] for at in row] for row in sent], needs,
+                 [sum(ps) for ps in parts],
+                 [target.ns(noc.pimsim_pack_cycles(target, ps)) if len(ps) > 1 else 0
+                  for ps in parts])
+
+
+def programs(framed: Frame, progs: Sequence[Sequence[int]], order: Mapping[Message, int],
+             posts: Mapping[Message, int] | None = None) -> list[list[tuple[int, int]]]:
+    """Each core's program in the blocking order of ``order`` (message -> place): its sends
+    where the replay made them (`Frame.sent`), its tasks in order, and each receive before
+    its first reader or before a send later in ``order``, whichever comes first; with
+    ``posts`` (message -> point) also as soon as its point has passed and no send earlier
+    in ``order`` is still to come (`raptor.export.order.blocking_order`, ``posted=True``).
+    A message merged into another (`merge_messages`) has no send or receive of its own.
+    Items are (kind, task or message index into `Frame.keys`)."""
+    keys = framed.keys
+    rank = [order[k] for k in keys]
     into: list[list[tuple[int, int]]] = [[] for _ in progs]
     posted_at: dict[tuple[int, int], list[int]] = {}
     for i, k in enumerate(keys):
-        into[k[1]].append((order[k], i))
+        into[k[1]].append((rank[i], i))
         if posts is not None:
             posted_at.setdefault((k[1], posts[k]), []).append(i)
     out: list[list[tuple[int, int]]] = []
     for p, prog in enumerate(progs):
         plain: list[tuple[int, int]] = []
-        for point in (-1, *prog):
+        sent = framed.sent[p]
+        for j, point in enumerate((START, *prog)):
             if point >= 0:
                 plain.append((_TASK, point))
             plain.extend((_RECV, i) for i in posted_at.get((p, point), ()))
-            plain.extend((_SEND, i) for _, i in sorted(at_point.get((p, point), ())))
+            plain.extend((_SEND, i) for i in sent[j])
         later = [1 << 62] * (len(plain) + 1)  # the rank of the next send from each item
         for j in range(len(plain) - 1, -1, -1):
-            later[j] = order[keys[plain[j][1]]] if plain[j][0] == _SEND else later[j + 1]
+            later[j] = rank[plain[j][1]] if plain[j][0] == _SEND else later[j + 1]
         mine = sorted(into[p])
         place = dict((i, o) for o, i in mine)
         ops: list[tuple[int, int]] = []
@@ -94,12 +139,11 @@ def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequen
             while nxt < len(mine) and mine[nxt][1] in due and mine[nxt][0] < later[j]:
                 upto(mine[nxt][0])
             if kind == _TASK:
-                need = [place[index[alias.get((f, p), (f, p))]] for f in graph.reads[x]
-                        if core_of[frags[f].producer] != p]
+                need = framed.needs[x]
                 if need:
-                    upto(max(need))
+                    upto(max([place[i] for i in need]))
             else:
-                upto(order[keys[x]] - 1)
+                upto(rank[x] - 1)
             ops.append((kind, x))
         upto(1 << 62)
         out.append(ops)
@@ -108,9 +152,9 @@ def programs(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequen
 
 def meeting_posts(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequence[int]],
                   start: Sequence[int], posts: Mapping[Message, int],
-                  left: Mapping[Message, int], lead: int | None,
+                  left: Mapping[Message, int], leads: Sequence[int | None],
                   sends: Mapping[Message, tuple[int, int]], order: Mapping[Message, int]
-                  ) -> dict[Message, int]:
+                  ) -> list[dict[Message, int]]:
     """Receives posted where their sender will be: each at the point before the first task
     of its core planned to start after the message left, less ``lead`` ns (``start``,
     ``left``: a run whose receives do not block), never earlier than ``posts`` (the flow
@@ -121,7 +165,8 @@ def meeting_posts(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[S
     the sender's own receivers behind it. Nor is one posted after a send of its core
     later in ``order`` (the blocking order puts it before that send): the program as
     materialized is then the blocking order but for receives posted earlier, and runs on
-    Raptor's own mesh, where posted receives never block, as surely as on pimsim-nn."""
+    Raptor's own mesh, where posted receives never block, as surely as on pimsim-nn.
+    One set of posts per lead of ``leads``."""
     pos: dict[int, int] = {START: -1}
     for prog in progs:
         for i, t in enumerate(prog):
@@ -140,18 +185,20 @@ def meeting_posts(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[S
     for m in mine:
         m.sort()
     ranks = [[r for r, _ in m] for m in mine]
-    out: dict[Message, int] = {}
+    outs: list[dict[Message, int]] = [{} for _ in leads]
     for key, point in posts.items():
         prog = progs[key[1]]
-        at = first[key]
+        latest = first[key]
         k = bisect.bisect_right(ranks[key[1]], order[key])
         if k < len(mine[key[1]]):  # a later send at position x: post by the point x
-            at = min(at, mine[key[1]][k][1] + 1)
-        if lead is not None:  # `at` tasks start before the message leaves (less lead)
-            at = min(at, bisect.bisect_right(starts[key[1]], left[key] - lead))
-        meet = prog[at - 1] if at else START
-        out[key] = meet if pos[meet] > pos[point] else point
-    return out
+            latest = min(latest, mine[key[1]][k][1] + 1)
+        for out, lead in zip(outs, leads, strict=True):
+            at = latest if lead is None else \
+                min(latest, bisect.bisect_right(starts[key[1]], left[key] - lead))
+            # `at` tasks start before the message leaves (less lead)
+            meet = prog[at - 1] if at else START
+            out[key] = meet if pos[meet] > pos[point] else point
+    return outs
 
 
 def leaders(sends: Mapping[Message, tuple[int, int]],
@@ -239,22 +286,16 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                       order: Mapping[Message, int], posts: Mapping[Message, int] | None = None,
                       merged: Mapping[Message, Message] | None = None,
                       priced: Sequence[Priced] | None = None,
-                      seen: Seen | None = None) -> int | None:
+                      seen: Seen | None = None, framed: Frame | None = None) -> int | None:
     """The makespan of the program `programs` builds, under pimsim-nn's protocol; None if
-    it deadlocks (an order that contradicts the dependencies). A merged message carries
-    its parts' bytes, packed by its sender first (`raptor.noc.pimsim_pack_cycles`). Tasks
-    cost what the target's op costs say, or ``priced`` (per task, pimsim-nn's own)."""
-    keys = leaders(sends, merged)
+    it deadlocks (an order that contradicts the dependencies). Tasks cost what the
+    target's op costs say, or ``priced`` (per task, pimsim-nn's own). ``framed``: the
+    program's `frame`, if the caller has it."""
+    if framed is None:
+        framed = frame(graph, target, core_of, progs, sends, merged)
+    keys, wire, pack = framed.keys, framed.wire, framed.pack
     frags = graph.fragments
-    ops = programs(graph, core_of, progs, sends, order, posts, merged)
-    fbytes = graph.memory.fragment if graph.memory is not None else \
-        [noc.wire_bytes(target, f.bytes) for f in frags]
-    parts: dict[Message, list[int]] = {k: [fbytes[k[0]]] for k in keys}
-    for k, lead in (merged or {}).items():
-        parts[lead].append(fbytes[k[0]])
-    wire = [sum(parts[k]) for k in keys]
-    pack = [target.ns(noc.pimsim_pack_cycles(target, parts[k])) if len(parts[k]) > 1 else 0
-            for k in keys]
+    ops = programs(framed, progs, order, posts)
     if priced is None:
         priced = target_priced(graph, target, core_of)
     queued = [(c.load, c.store) for c in priced]
@@ -278,6 +319,7 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     heap: list[tuple[int, int, int]] = []
     mem_free = 0
     began, ready = (seen.start, seen.ready) if seen is not None else (None, None)
+    flit = target.flit_ns
 
     def transfer(i: int) -> None:
         """Message i's request and receive are both there: time it, wake the other side."""
@@ -289,14 +331,6 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
         clock[s] = done + gap
         switch[s] = arrival
         clock[q] = arrival + written[i]
-
-    flit_cache: dict[tuple[int, int], int] = {}
-
-    def flit(a: int, b: int) -> int:
-        got = flit_cache.get((a, b))
-        if got is None:
-            got = flit_cache[(a, b)] = target.flit_ns(a, b)
-        return got
 
     def run(p: int) -> None:
         prog = ops[p]
@@ -400,16 +434,24 @@ def pulls_receives(graph: ComputeGraph, core_of: Sequence[int],
                if pos[point] >= 0)
 
 
-def respecting_posts(graph: ComputeGraph, core_of: Sequence[int],
-                     progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
-                     order: Mapping[Message, int], flow: Mapping[Message, int]
-                     ) -> dict[Message, int] | None:
-    """``order`` made one that pulls no receive (`pulls_receives`): each message ranked
-    above every send of its receiving core before its flow post and every receive read
-    there up to its post, otherwise as close to ``order`` as that allows (the messages
-    taken by rank as soon as those are in; ``order`` itself if it pulls none). None if
-    no order does. A core's prefixes chain through one barrier per position, so the
-    constraints stay linear in the program."""
+class PostGraph(NamedTuple):
+    """The constraints `respecting_posts` orders messages by, which no order changes
+    (`post_graph`): nodes are the messages (by index into ``keys``), then one barrier per
+    core and position."""
+
+    keys: list[Message]
+    after: list[list[int]]
+    """Per node, the nodes that must come after it."""
+    needs: list[int]
+    """Per node, how many nodes must come before it."""
+
+
+def post_graph(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[Sequence[int]],
+               sends: Mapping[Message, tuple[int, int]], flow: Mapping[Message, int]
+               ) -> PostGraph:
+    """Each message before every send of its receiving core before its flow post (``flow``)
+    and every receive read there up to its post. A core's prefixes chain through one
+    barrier per position, so the constraints stay linear in the program."""
     pos: dict[int, int] = {START: -1}
     for prog in progs:
         for i, t in enumerate(prog):
@@ -439,18 +481,34 @@ def respecting_posts(graph: ComputeGraph, core_of: Sequence[int],
     for succ in after:
         for j in succ:
             needs[j] += 1
-    ready = [(-1 if j >= len(keys) else order[keys[j]], j) for j in range(n) if not needs[j]]
+    return PostGraph(keys, after, needs)
+
+
+def respecting_posts(graph: ComputeGraph, core_of: Sequence[int],
+                     progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
+                     order: Mapping[Message, int], flow: Mapping[Message, int],
+                     constraints: PostGraph | None = None) -> dict[Message, int] | None:
+    """``order`` made one that pulls no receive (`pulls_receives`): the constraints of
+    `post_graph` (``constraints``, if the caller has them), otherwise as close to
+    ``order`` as they allow (the messages taken by rank as soon as those are in;
+    ``order`` itself if it pulls none). None if no order does."""
+    if constraints is None:
+        constraints = post_graph(graph, core_of, progs, sends, flow)
+    keys, after = constraints.keys, constraints.after
+    needs = list(constraints.needs)
+    m = len(keys)
+    ready = [(-1 if j >= m else order[keys[j]], j) for j in range(len(needs)) if not needs[j]]
     heapq.heapify(ready)
     out: dict[Message, int] = {}
     while ready:
         _, j = heapq.heappop(ready)
-        if j < len(keys):
+        if j < m:
             out[keys[j]] = len(out)
         for k in after[j]:
             needs[k] -= 1
             if not needs[k]:
-                heapq.heappush(ready, (-1 if k >= len(keys) else order[keys[k]], k))
-    return out if len(out) == len(keys) else None
+                heapq.heappush(ready, (-1 if k >= m else order[keys[k]], k))
+    return out if len(out) == m else None
 
 
 def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
@@ -471,26 +529,29 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     given deadlocks."""
     keys = list(sends)
     priced = target_priced(graph, target, core_of)
+    framed = frame(graph, target, core_of, progs, sends)
+    constraints = post_graph(graph, core_of, progs, sends, flow)
     seen = Seen([0] * graph.num_tasks, {})
     best = blocking_makespan(graph, target, core_of, progs, sends, order, posts, priced=priced,
-                             seen=seen)
+                             seen=seen, framed=framed)
     if best is None:
         return None
     out = (best, dict(order), dict(posts))
+    played: tuple[dict[Message, int], dict[Message, int]] | None = None
     for _ in range(REFINE_ROUNDS):
         made = noc.pimsim_message_order([(seen.ready[k], core_of[graph.fragments[k[0]].producer],
                                           sends[k][1]) for k in keys])
         ranked = respecting_posts(graph, core_of, progs, sends,
-                                  {keys[i]: r for r, i in enumerate(made)}, flow)
+                                  {keys[i]: r for r, i in enumerate(made)}, flow, constraints)
         if ranked is None or pulls_receives(graph, core_of, progs, sends, ranked, flow):
             break
         tried = []
-        for lead in REFINE_LEADS_NS:
-            moved = meeting_posts(graph, core_of, progs, seen.start, flow, seen.ready, lead,
-                                  sends, ranked)
+        for lead, moved in zip(REFINE_LEADS_NS, meeting_posts(
+                graph, core_of, progs, seen.start, flow, seen.ready, REFINE_LEADS_NS, sends,
+                ranked), strict=True):
             now = Seen([0] * graph.num_tasks, {})
             got = blocking_makespan(graph, target, core_of, progs, sends, ranked, moved,
-                                    priced=priced, seen=now)
+                                    priced=priced, seen=now, framed=framed)
             if got is not None:
                 tried.append((got, lead, moved, now))
         if not tried:
@@ -498,4 +559,7 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         got, _, moved, seen = min(tried, key=lambda c: (c[0], c[1]))
         if got < out[0]:
             out = (got, ranked, moved)
+        if played == (ranked, moved):  # the run the last round played: so would the rest
+            break
+        played = (ranked, moved)
     return out

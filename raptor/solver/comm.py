@@ -637,7 +637,7 @@ class _Built(_FlowControl):
 def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
            core_tasks: Sequence[Sequence[int]], priority: Sequence[int] | None = None,
            contention: bool = True, budget: Sequence[int] | None = None,
-           built: Replay | None = None) -> Replay:
+           built: Replay | None = None, blocking: bool = True) -> Replay:
     """Play a placement and per-core order through the model, as the simulator would run
     the materialized program: each core runs its tasks in order, a task starts when its
     core is free and every fragment it reads has arrived, its messages leave when it ends
@@ -647,7 +647,10 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     start, a task starts exactly at its :func:`raptor.solver.evaluate.retime` time).
     Receives and held sends follow :class:`_Replayer`, within ``budget`` bytes per core
     (default ``MEMORY_MARGIN`` of its local memory), or, for a program already built from
-    the replay ``built``, where that one put them (:class:`_Built`; the message order too)."""
+    the replay ``built``, where that one put them (:class:`_Built`; the message order too).
+    ``blocking`` off: under pimsim-nn's protocol, only the run's task times are wanted, not
+    the blocking model's makespan, order and posts (the estimate's blocking runs and
+    `raptor.solver.blocking.refine`'s are skipped)."""
     graph.freeze()
     if priority is None:
         priority = [0] * graph.num_tasks
@@ -665,7 +668,7 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                                     built.posts, built.merged)
             if got is not None:
                 rep.makespan_ns = got
-    elif target.protocol == "pimsim-nn" and rep.sends:
+    elif target.protocol == "pimsim-nn" and rep.sends and blocking:
         def mesh(free: bool) -> dict[Message, int]:
             """When the messages of ``rep``'s program leave on Raptor's mesh (links free
             or not; empty if it cannot run there)."""
@@ -740,9 +743,10 @@ def blocking_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int
     # orders were judged with), or where their senders will be (`meeting_posts`)
     choices: list[tuple[int, int, int | None, dict[Message, int]]] = []
     flow = rep.posts
-    for lead in (None, *MEETING_LEADS_NS):
-        posts = meeting_posts(graph, core_of, core_tasks, rep.start, flow, rep.left, lead,
-                              rep.sends, orders[i])
+    leads = (None, *MEETING_LEADS_NS)
+    for lead, posts in zip(leads, meeting_posts(graph, core_of, core_tasks, rep.start, flow,
+                                                rep.left, leads, rep.sends, orders[i]),
+                           strict=True):
         got = rep.makespan_ns if lead is None else blocking_makespan(
             graph, target, core_of, core_tasks, rep.sends, orders[i], posts)
         if got is not None:
@@ -757,8 +761,8 @@ def blocking_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int
     made = noc.pimsim_message_order([(free[k], core_of[graph.fragments[k[0]].producer],
                                       rep.sends[k][1]) for k in keys])
     order = {keys[i]: r for r, i in enumerate(made)}
-    posts = meeting_posts(graph, core_of, core_tasks, rep.start, flow, rep.left, lead,
-                          rep.sends, order)
+    posts, = meeting_posts(graph, core_of, core_tasks, rep.start, flow, rep.left, (lead,),
+                           rep.sends, order)
     got = blocking_makespan(graph, target, core_of, core_tasks, rep.sends, order, posts)
     if got is not None and got < rep.makespan_ns:
         rep.makespan_ns, rep.posts = got, posts

@@ -835,7 +835,8 @@ def follow_producers(graph: ComputeGraph, target: Target, res: MergeScheduleResu
     # the plan: the order as the communication model runs it (links, the shared-memory
     # queue and local memory included), each task ending when it ends there, so that it is
     # as attainable as a list scheduler's plan (whose reservations include the same)
-    run = replay(graph, target, core, order, retime(graph, target, core, order))
+    run = replay(graph, target, core, order, retime(graph, target, core, order),
+                 blocking=False)
     times = [e - d for e, d in zip(run.end, graph.durations(core), strict=True)]
     return MergeScheduleResult.build(graph, target, core, times, solver=res.solver,
                                      status=res.status, bound_ns=res.bound_ns)

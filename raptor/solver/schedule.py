@@ -8,13 +8,14 @@ batch implies neither core identity nor order, so runs are computed from the sch
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from raptor.solver.comm import replay
+from raptor.solver.comm import Replay, replay
 from raptor.solver.evaluate import evaluate_schedule
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
@@ -69,6 +70,10 @@ class MergeScheduleResult:
     (:func:`raptor.solver.comm.replay`: link contention, rendezvous, shared-memory queue):
     the figure the simulator's default run should show. ``makespan_ns`` is the plan's own
     (the scheduler's times, exact without contention)."""
+    comm: Replay | None = field(default=None, repr=False, compare=False)
+    """The communication model's run that gave ``estimate_ns`` (not serialized):
+    materializing the schedule starts from it (`raptor.solve._fit_memory`), where it would
+    replay the same (under pimsim-nn's protocol its blocking runs are most of a replay)."""
 
     @classmethod
     def build(cls, graph: ComputeGraph, target: Target, core_of: Sequence[int],
@@ -103,7 +108,7 @@ class MergeScheduleResult:
         result.estimate_ns = result.makespan_ns
         if communication:
             comm = replay(graph, target, result.core_of, result.core_tasks, result.start_ns)
-            result.estimate_ns = comm.makespan_ns
+            result.estimate_ns, result.comm = comm.makespan_ns, comm
             util_max, util_mean = comm.link_utilization()
             summary.update(estimate_ns=comm.makespan_ns, bytes_moved=comm.bytes_moved,
                            messages=comm.messages,
@@ -117,7 +122,9 @@ class MergeScheduleResult:
         return result
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        data = asdict(dataclasses.replace(self, comm=None))
+        del data["comm"]
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> MergeScheduleResult:
