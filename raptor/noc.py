@@ -327,12 +327,14 @@ def shared_network(target: Target, protocol: str | None = None) -> Network:
 
 class LinkLog:
     """The reservations a :class:`FreeLinks` walk made, kept as cheaply as the walk can
-    write them (the simulator's trace asks for every one): per walk its links and
-    serialization, and the head's time on each link in order. :meth:`reservations` lists
-    them as (link, start, end) when asked."""
+    write them (the simulator's trace asks for every one): per walk its links (the route's
+    own tuple) and serialization, and the head's time on each link in order, in flat lists
+    (no object per reservation for the collector to scan once a run is over).
+    :meth:`reservations` lists them as (link, start, end) when asked."""
 
     def __init__(self) -> None:
-        self.walks: list[tuple[tuple[int, ...], int]] = []
+        self.routes: list[tuple[int, ...]] = []
+        self.serial: list[int] = []
         self.heads: list[int] = []
         self._listed: list[tuple[int, int, int]] = []
 
@@ -340,7 +342,8 @@ class LinkLog:
         """(link, start, end) of every reservation, in the order they were made."""
         if len(self._listed) != len(self.heads):
             heads = iter(self.heads)  # each walk takes as many heads as it has links
-            self._listed = [(link, h, h + ser) for links, ser in self.walks
+            self._listed = [(link, h, h + ser)
+                            for links, ser in zip(self.routes, self.serial, strict=True)
                             for link, h in zip(links, heads, strict=False)]
         return self._listed
 
@@ -361,7 +364,8 @@ class FreeLinks:
         previous one (the first at ``head``); when it took the last."""
         free, busy, log, contention = self.free, self.busy, self.log, self.contention
         if log is not None:
-            log.walks.append((links, ser))
+            log.routes.append(links)
+            log.serial.append(ser)
             note = log.heads.append
         head -= hop
         for link in links:
