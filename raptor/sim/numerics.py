@@ -87,12 +87,12 @@ def execute(program: Program, order: Sequence[Instr]) -> None:
             _run_group(values, group)
         try:
             for move in moves:  # a send is a view of what it sends
-                src, dst, sl, shape, _ = move
+                src, dst, sl, shape = move
                 data = values[src]
                 values[dst] = data if sl is None else data[sl] if shape is None \
                     else data[sl].reshape(shape)
         except (ValueError, IndexError) as e:
-            raise _failed(move[4], e) from None
+            raise _failed(next(i for i in order if i.move is move), e) from None
         for ins in accesses:
             assert ins.access is not None
             buf, sl, shape = ins.access

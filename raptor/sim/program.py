@@ -64,10 +64,10 @@ take together: a larger program is refused before anything is allocated."""
 Box = tuple[tuple[int, int, int], ...]
 """A strided region: per dimension (first index, count, step)."""
 
-Move = tuple[int, int, "tuple[slice, ...] | None", "tuple[int, ...] | None", "Instr"]
+Move = tuple[int, int, "tuple[slice, ...] | None", "tuple[int, ...] | None"]
 """A send in the numerics: the sender's slot, the receiver's, the region of the value the
-message carries (None: all of it) and the shape to give it (None: the region's), and the
-send itself (to name it in errors)."""
+message carries (None: all of it) and the shape to give it (None: the region's). It holds
+no reference to its send (no cycle: a dropped program is freed without the collector)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -261,7 +261,7 @@ def number_slots(program: Program) -> tuple[int, int]:
                 ins.slots_in = (slot(core, ins.value),)
                 ins.slots_out = (slot(ins.peer, ins.partner.value),)
                 sl, shape = ins.cut if ins.cut is not None else (None, None)
-                ins.move = (ins.slots_in[0], ins.slots_out[0], sl, shape, ins)
+                ins.move = (ins.slots_in[0], ins.slots_out[0], sl, shape)
             elif kind in (LOAD, STORE):
                 assert ins.value is not None
                 buf = ins.op.buffer  # type: ignore[attr-defined]
