@@ -344,22 +344,48 @@ def shared_network(target: Target, protocol: str | None = None) -> Network:
     return Network(target, protocol)
 
 
+class LinkLog:
+    """The reservations a :class:`FreeLinks` walk made, kept as cheaply as the walk can
+    write them (the simulator's trace asks for every one): per walk its links (the route's
+    own tuple) and serialization, and the head's time on each link in order, in flat lists
+    (no object per reservation for the collector to scan once a run is over).
+    :meth:`reservations` lists them as (link, start, end) when asked."""
+
+    def __init__(self) -> None:
+        self.routes: list[tuple[int, ...]] = []
+        self.serial: list[int] = []
+        self.heads: list[int] = []
+        self._listed: list[tuple[int, int, int]] = []
+
+    def reservations(self) -> list[tuple[int, int, int]]:
+        """(link, start, end) of every reservation, in the order they were made."""
+        if len(self._listed) != len(self.heads):
+            heads = iter(self.heads)  # each walk takes as many heads as it has links
+            self._listed = [(link, h, h + ser)
+                            for links, ser in zip(self.routes, self.serial, strict=True)
+                            for link, h in zip(links, heads, strict=False)]
+        return self._listed
+
+
 class FreeLinks:
     """Links taken in time order: each is free from the end of its last message.
-    ``contention=False`` never waits (but still counts busy time); ``held`` collects
-    (link, start, end) of every reservation when given."""
+    ``contention=False`` never waits (but still counts busy time); ``log`` records every
+    reservation when given."""
 
-    def __init__(self, n: int, contention: bool = True,
-                 held: list[tuple[int, int, int]] | None = None) -> None:
+    def __init__(self, n: int, contention: bool = True, log: LinkLog | None = None) -> None:
         self.free = [0] * n
         self.busy = [0] * n
         self.contention = contention
-        self.held = held
+        self.log = log
 
     def walk(self, links: tuple[int, ...], head: int, hop: int, ser: int) -> int:
         """The head takes ``links`` in turn, reaching each ``hop`` after it took the
         previous one (the first at ``head``); when it took the last."""
-        free, busy, held, contention = self.free, self.busy, self.held, self.contention
+        free, busy, log, contention = self.free, self.busy, self.log, self.contention
+        if log is not None:
+            log.routes.append(links)
+            log.serial.append(ser)
+            note = log.heads.append
         head -= hop
         for link in links:
             head += hop
@@ -367,8 +393,8 @@ class FreeLinks:
                 head = free[link]
             free[link] = head + ser
             busy[link] += ser
-            if held is not None:
-                held.append((link, head, head + ser))
+            if log is not None:
+                note(head)
         return head
 
 

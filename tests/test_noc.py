@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from raptor import noc
-from raptor.noc import FreeLinks, Network, Timelines
+from raptor.noc import FreeLinks, LinkLog, Network, Timelines
 from raptor.target import Target, TargetError, load_target, target_from_dict
 
 LINE = Target(mesh_rows=1, mesh_cols=4)
@@ -100,11 +100,11 @@ def test_a_walk_with_a_limit_stops_only_past_it() -> None:
 def test_free_links_in_time_order_and_without_contention() -> None:
     net = Network(LINE)
     route = net.message(0, 3, 64)
-    held: list[tuple[int, int, int]] = []
-    links = FreeLinks(net.num_links, held=held)
+    log = LinkLog()
+    links = FreeLinks(net.num_links, log=log)
     assert net.cut_through(route, 100, links) == 122
     assert net.cut_through(route, 100, links) == 138  # behind the first at every link
-    assert held[:3] == [(0, 100, 116), (4, 102, 118), (8, 104, 120)]
+    assert log.reservations()[:3] == [(0, 100, 116), (4, 102, 118), (8, 104, 120)]
     assert links.busy[0] == 32
     free = FreeLinks(net.num_links, contention=False)
     assert [net.cut_through(route, 100, free) for _ in range(2)] == [122, 122]

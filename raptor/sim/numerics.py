@@ -18,11 +18,12 @@ from typing import Any
 
 from raptor.sim.errors import SimError
 from raptor.sim.kernels import Template, stack
-from raptor.sim.program import COMPUTE, LOAD, SEND, Instr, Program
+from raptor.sim.program import COMPUTE, LOAD, SEND, Instr, Move, Program
 
-Level = tuple[dict[Template, list[Instr]], list[Instr]]
+Level = tuple[dict[Template, list[Instr]], list[Move], list[Instr]]
 """One level: its computes by template (instances in the order the loop performed them),
-then its sends and memory accesses in that order."""
+its sends, then its memory accesses in that order (nothing a send writes is read in its
+own level, so sends and accesses need no order between them)."""
 
 
 def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
@@ -32,17 +33,25 @@ def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
     memory = [0] * buffers  # per buffer, the level of its latest access
     store_done: dict[int, int] = {}
     out: list[Level] = []
+    top = 0  # len(out)
     get = ready.__getitem__
     for ins in order:
         kind = ins.kind
+        if kind == SEND:  # most of a run's instructions: kept short
+            move = ins.move
+            assert move is not None
+            level = ready[move[0]]
+            ready[move[1]] = level + 1
+            if level >= top:
+                out += [({}, [], []) for _ in range(level + 1 - top)]
+                top = level + 1
+            out[level][1].append(move)
+            continue
         ins_in, ins_out = ins.slots_in, ins.slots_out
         if kind == COMPUTE:
             level = max(map(get, ins_in)) if ins_in else 0
             for v in ins_out:
                 ready[v] = level + 1
-        elif kind == SEND:
-            level = ready[ins_in[0]]
-            ready[ins_out[0]] = level + 1
         else:
             buf = ins.buffer_slot
             if kind == LOAD:
@@ -52,17 +61,19 @@ def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
                 level = max(memory[buf], ready[ins_in[0]])
                 store_done[ins.store_id] = level + 1
             memory[buf] = level
-        if level >= len(out):
-            out += [({}, []) for _ in range(level + 1 - len(out))]
+        if level >= top:
+            out += [({}, [], []) for _ in range(level + 1 - top)]
+            top = level + 1
         if kind == COMPUTE:
             assert ins.template is not None
-            group = out[level][0].get(ins.template)
+            groups = out[level][0]
+            group = groups.get(ins.template)
             if group is None:
-                out[level][0][ins.template] = [ins]
+                groups[ins.template] = [ins]
             else:
                 group.append(ins)
         else:
-            out[level][1].append(ins)
+            out[level][2].append(ins)
     return out
 
 
@@ -71,25 +82,25 @@ def execute(program: Program, order: Sequence[Instr]) -> None:
     values (`Program.values`, by slot) and the shared buffers. Raises SimError naming the
     core and op that fails."""
     values = program.values
-    for groups, rest in levels(program, order):
+    for groups, moves, accesses in levels(program, order):
         for group in groups.values():
             _run_group(values, group)
-        for ins in rest:
+        try:
+            for move in moves:  # a send is a view of what it sends
+                src, dst, sl, shape = move
+                data = values[src]
+                values[dst] = data if sl is None else data[sl] if shape is None \
+                    else data[sl].reshape(shape)
+        except (ValueError, IndexError) as e:
+            raise _failed(next(i for i in order if i.move is move), e) from None
+        for ins in accesses:
+            assert ins.access is not None
+            buf, sl, shape = ins.access
             try:
-                if ins.kind == SEND:
-                    data = values[ins.slots_in[0]]
-                    cut = ins.cut
-                    if cut is not None:
-                        sl, shape = cut
-                        data = data[sl] if shape is None else data[sl].reshape(shape)
-                    values[ins.slots_out[0]] = data
+                if ins.kind == LOAD:
+                    values[ins.slots_out[0]] = buf[sl].copy().reshape(shape)
                 else:
-                    assert ins.access is not None
-                    buf, sl, shape = ins.access
-                    if ins.kind == LOAD:
-                        values[ins.slots_out[0]] = buf[sl].copy().reshape(shape)
-                    else:
-                        buf[sl] = values[ins.slots_in[0]].reshape(shape)
+                    buf[sl] = values[ins.slots_in[0]].reshape(shape)
             except (ValueError, IndexError) as e:
                 raise _failed(ins, e) from None
 

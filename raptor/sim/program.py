@@ -64,6 +64,11 @@ take together: a larger program is refused before anything is allocated."""
 Box = tuple[tuple[int, int, int], ...]
 """A strided region: per dimension (first index, count, step)."""
 
+Move = tuple[int, int, "tuple[slice, ...] | None", "tuple[int, ...] | None"]
+"""A send in the numerics: the sender's slot, the receiver's, the region of the value the
+message carries (None: all of it) and the shape to give it (None: the region's). It holds
+no reference to its send (no cycle: a dropped program is freed without the collector)."""
+
 
 @dataclass(eq=False, slots=True)
 class Instr:
@@ -97,6 +102,8 @@ class Instr:
     without a copy), and the message's shape if the view needs reshaping to it."""
     partner: Instr | None = None
     """A send's matching receive."""
+    move: Move | None = None
+    """SEND: what the numerics do (`number_slots`)."""
     template: Template | None = None
     reads: tuple[Value, ...] = ()
     """The env values the compute reads (its inputs, then values from outside its body)."""
@@ -253,6 +260,8 @@ def number_slots(program: Program) -> tuple[int, int]:
                 reads = (ins.value,)
                 ins.slots_in = (slot(core, ins.value),)
                 ins.slots_out = (slot(ins.peer, ins.partner.value),)
+                sl, shape = ins.cut if ins.cut is not None else (None, None)
+                ins.move = (ins.slots_in[0], ins.slots_out[0], sl, shape)
             elif kind in (LOAD, STORE):
                 assert ins.value is not None
                 buf = ins.op.buffer  # type: ignore[attr-defined]

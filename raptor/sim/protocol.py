@@ -60,7 +60,7 @@ class Mesh:
         self.core_of = {st.cid: st for st in engine.cores}
         self.arrival = engine.arrival
         self.net = Network(engine.target, "raptor")
-        self.links = FreeLinks(self.net.num_links, held=engine.trace.links
+        self.links = FreeLinks(self.net.num_links, log=engine.trace.link_log
                                if engine.opts.trace else None)
         self.buffered = self.opts.mode == "buffered"
         self.contention = self.opts.link_contention

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from raptor.fileio import write_text_atomic
+from raptor.noc import LinkLog
 from raptor.sim.errors import SimError
 
 BUSY, BLOCKED, MEMORY, COMM = "compute", "blocked", "memory", "comm"
@@ -129,7 +130,13 @@ class Trace:
 
     spans: list[tuple[int, int, int, str, str, str]] = field(default_factory=list)
     messages: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
-    links: list[tuple[int, int, int]] = field(default_factory=list)
+    link_log: LinkLog = field(default_factory=LinkLog)
+    """The mesh links' reservations as the run recorded them (`links` lists them)."""
+
+    @property
+    def links(self) -> list[tuple[int, int, int]]:
+        """Mesh link occupancy: (link, start ns, end ns) per reservation."""
+        return self.link_log.reservations()
 
     def labelled(self, labels: Labels | None) -> list[SpanLabel | None]:
         """The label of each span (None for waiting, rendezvous and unlabelled spans)."""

@@ -80,7 +80,7 @@ def test_one_level_runs_as_one_group_whatever_the_weights() -> None:
     prog.bind({"x": rand(4, 4, 8)})
     engine = Engine(prog, TARGET, SimOptions(trace=False))
     engine.run()
-    (level,) = [groups for groups, _ in levels(prog, engine.order) if groups]
+    (level,) = [groups for groups, _, _ in levels(prog, engine.order) if groups]
     (group,) = level.values()
     assert len(group) == 4 and len({id(i.template) for i in group}) == 1
 
