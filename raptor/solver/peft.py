@@ -63,6 +63,7 @@ import heapq
 import itertools
 import math
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -244,6 +245,17 @@ def _fits(tiles: _Tiles, resident: BoolArray, room: IntArray, tasks: list[int]) 
                 cache[k] = len(k) - resident[:, tiles.of_task[t]].sum(axis=1) <= room
             out[i] = cache[k]
     return out
+
+
+def _latest(rows: Iterator[IntArray], cores: int) -> IntArray:
+    """Per core, the latest of the rows (all zero when there are none): when a task's
+    last input could be there. The first row is reused as the accumulator."""
+    ready = next(rows, None)
+    if ready is None:
+        return np.zeros(cores, dtype=np.int64)
+    for row in rows:
+        np.maximum(ready, row, out=ready)
+    return ready
 
 
 def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> IntArray:
@@ -533,20 +545,18 @@ class _ListScheduler:
     def data_ready(self, t: int) -> IntArray:
         """When every fragment t reads could be on each core: where a fragment already is
         (or is planned to arrive), that time; elsewhere a new message over free links."""
-        ready: IntArray | None = None
         arrival_row, end, core_of = self.mesh.arrival_row, self.end, self.core_of
-        for f in self.g.reads[t]:
-            u = self.frag_producer[f]
-            row = arrival_row(core_of[u], self.frag_flits[f], end[u])
-            held = self.holders[f]
-            if len(held) > 1:
-                for q, a in held.items():
-                    row[q] = a
-            if ready is None:
-                ready = row
-            else:
-                np.maximum(ready, row, out=ready)
-        return np.zeros(self.P, dtype=np.int64) if ready is None else ready
+
+        def rows() -> Iterator[IntArray]:
+            for f in self.g.reads[t]:
+                u = self.frag_producer[f]
+                row = arrival_row(core_of[u], self.frag_flits[f], end[u])
+                held = self.holders[f]
+                if len(held) > 1:
+                    for q, a in held.items():
+                        row[q] = a
+                yield row
+        return _latest(rows(), self.P)
 
     def score(self, t: int, eft: IntArray) -> IntArray:
         """EFT plus the optimistic finish of t's children (module docstring)."""
@@ -609,20 +619,18 @@ class _ListScheduler:
         message's free-link arrival plus what its head waits on its first link
         (`Network.first_links`), four walks of one link instead of one walk per core."""
         net, arrival, wait = self.net, self.links.arrival, self.first_wait
-        ready: IntArray | None = None
-        for held, src, nbytes, inject in reads:
-            ser = net.timing(src, 1 if src == 0 else 0, nbytes)[1]
-            for link in range(4 * src, 4 * src + 4):
-                wait[link] = arrival((link,), ser, 0, 0, inject, False) - inject
-            row = self.mesh.arrival_row(src, self.mesh.flit_cycles(nbytes), inject)
-            row += wait[net.first_links(src)]
-            for q, a in held.items():
-                row[q] = a
-            if ready is None:
-                ready = row
-            else:
-                np.maximum(ready, row, out=ready)
-        return np.zeros(self.P, dtype=np.int64) if ready is None else ready
+
+        def rows() -> Iterator[IntArray]:
+            for held, src, nbytes, inject in reads:
+                ser = net.timing(src, 1 if src == 0 else 0, nbytes)[1]
+                for link in range(4 * src, 4 * src + 4):
+                    wait[link] = arrival((link,), ser, 0, 0, inject, False) - inject
+                row = self.mesh.arrival_row(src, self.mesh.flit_cycles(nbytes), inject)
+                row += wait[net.first_links(src)]
+                for q, a in held.items():
+                    row[q] = a
+                yield row
+        return _latest(rows(), self.P)
 
     def slot(self, t: int, p: int, ready: int) -> int:
         """Start of t on p. Its shared-memory part waits for the memory: the start moves
