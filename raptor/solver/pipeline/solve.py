@@ -330,8 +330,9 @@ SEARCH_WORK = 9_000_000_000
 the task count cubed neighbours: a neighbour's cost grew faster than the task count
 (MTCNN R-net, 354 tasks: 0.065 s; PreAct-ResNet-8, 1,359: 1.2 s), so small nets get a
 real search and big ones little or none. R-net gets 202 neighbours (its search: 40,832 →
-38,308, 36,320, 33,034 ns after 54, 104, 156; 31,737 after 209), MobileNet (447) 100,
-P-net (717) 24, PreAct-ResNet-8 3, PP-OCR (6,492 and 7,021 tasks) none."""
+38,308, 36,320, 33,034 ns after 54, 104, 156, then 31,737 among the next 46; no better
+one by 262), MobileNet (447) 100, P-net (717) 24, PreAct-ResNet-8 3, PP-OCR (6,492 and
+7,021 tasks) none."""
 
 LAYERED_MAX_TASKS = 8000
 """Above this many tasks `layered_stream` gives no candidate: on ResNet-18 (8,753 tasks)
