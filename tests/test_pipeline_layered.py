@@ -27,7 +27,17 @@ from raptor.solver.pipeline import (
     layered_stream,
     validate_pipeline,
 )
-from raptor.solver.pipeline.solve import defer_sends, ordered_sends, rank_by_posts
+from raptor.solver.pipeline.model import allocate
+from raptor.solver.pipeline.solve import _layered as realize_cuts
+from raptor.solver.pipeline.solve import (
+    _layered_estimate,
+    cut_neighbours,
+    defer_sends,
+    equal_work_cuts,
+    ordered_sends,
+    rank_by_posts,
+    search_cuts,
+)
 from raptor.solver.pipeline.stream import stream_estimate
 from raptor.target import load_target
 
@@ -137,3 +147,26 @@ def test_a_broadcasting_group_alone_in_its_range_and_sends_by_posts_pay_on_preac
     sim = Simulator(run.scheduled, TARGET).timing(SimOptions(trace=False)).period_ns(1)
     assert sim == run.stream_estimate.period_ns
     assert problem.period_bound(True) >= 0.8 * sim
+
+
+def test_the_cut_search_improves_on_its_start_and_never_returns_worse() -> None:
+    """`search_cuts` from MobileNet's two equal-work ranges: within its budget it finds a
+    faster cut set by the stream estimate, the estimate it returns is the cut set's own,
+    and with no budget it returns its start."""
+    _, _, problem, _ = _layered(_mobilenet())
+    cuts = equal_work_cuts(problem, 2)
+    part = allocate(problem.on_chip, cuts, True)
+    assert part is not None
+    res = realize_cuts(problem, part, True)
+    assert res is not None
+    start = (_layered_estimate(problem, res, 8), cuts, res)
+    assert search_cuts(problem, start, True, 8, 0) == (start, 0)
+    (est, found, best), spent = search_cuts(problem, start, True, 8, 12)
+    assert 0 < spent <= 12
+    assert est < start[0] and found != cuts and best.core_range is not None
+    part = allocate(problem.on_chip, found, True)
+    assert part is not None
+    again = realize_cuts(problem, part, True)
+    assert again is not None and _layered_estimate(problem, again, 8) == est
+    assert all(n[0] == 0 and list(n) == sorted(set(n)) and n[-1] < problem.num_groups
+               for n in cut_neighbours(problem, found))

@@ -135,15 +135,17 @@ def _messages(graph: ComputeGraph, net: Network, core_of: Sequence[int],
 
 def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                     start: Sequence[int], stage_of: Sequence[int], info: StreamInfo,
-                    inferences: int, ring: int, stages: int, flow: Replay | None = None
-                    ) -> StreamEstimate:
+                    inferences: int, ring: int, stages: int, flow: Replay | None = None,
+                    ideal: bool = True) -> StreamEstimate:
     """Play the stream program of a pipeline placement (see the module docstring): once as
     the ideal options run it, once as the default options do (`period_ns`): the shared
     memory serving one access at a time, rendezvous sends, links carrying one message at a
     time. `start` are the planned starts that ordered each core's events, `info` the
     boundary plan materialization returned, `flow` the communication model whose receive
     posts and sends the program follows (`raptor.solver.comm.Replay`; default: receives
-    posted at the iteration's start, each send right after its producer)."""
+    posted at the iteration's start, each send right after its producer). `ideal` off: the
+    ideal play is skipped and its fields hold the contended play's (half the cost, for a
+    caller that ranks by `period_ns` and `posted` alone: `search_cuts`)."""
     graph.freeze()
     n_tasks = graph.num_tasks
     groups = info.groups
@@ -153,18 +155,20 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     for run in info.merged:  # one batch: its first lane waits for every lane's inputs
         waits[run.lanes[0]] = list(dict.fromkeys(m for t in run.lanes for m in waits[t]))
     play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring)
-    starts, ends = play.run(inferences, False)
-    _, contended = play.run(inferences, True)
+    starts, ends = play.run(inferences, False) if ideal else ([], [])
+    cstarts, contended = play.run(inferences, True)
+    if not ideal:
+        starts, ends = cstarts, contended
     last = inferences - 1
     posted = {m.key: play.known[(_POSTED, m.key[1], m.post, last)] for m in play.messages}
     memory = sum(t.shared_ns for t in graph.tasks) + sum(map(sum, play.store_ns.values())) + \
         sum(ns for parts in play.parts.values() for shared, ns in parts if shared) + \
         sum(play.group_ns) + sum(len(ks) for ks in info.free_waits.values()) * play.wait_ns + \
         sum(len(ks) for ks in info.ready_signals.values()) * play.signal_ns
-    ideal = steady_period(ends, stages) or (ends[-1] if ends else 0)
+    ideal_ns = steady_period(ends, stages) or (ends[-1] if ends else 0)
     period = steady_period(contended, stages) or (contended[-1] if contended else 0)
     latency = int(statistics.median([e - s for s, e in zip(starts, ends, strict=True)]))
-    return StreamEstimate(ideal, memory, max(period, memory), latency, ends, starts, posted)
+    return StreamEstimate(ideal_ns, memory, max(period, memory), latency, ends, starts, posted)
 
 
 def _priced(op: Operation, target: Target) -> tuple[bool, int]:
