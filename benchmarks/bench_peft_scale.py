@@ -8,45 +8,85 @@ communication-aware estimate (a plain makespan on versions that have none), so t
 versions can be compared for quality too.
 
     PYTHONPATH=$PWD python benchmarks/bench_peft_scale.py [--sizes 1000,3000,...] [--repeat N]
-        [--small-repeat N] [--baseline DIR ...] [--baseline-rev REV ...]
+        [--side N] [--phases] [--small-repeat N] [--baseline DIR ...] [--baseline-rev REV ...]
 
 ``--baseline DIR`` times the 1,000 × 64 point of the checkout at DIR (in a subprocess with
 DIR first on PYTHONPATH), alternating with this checkout's runs so that both see the same
 machine load. ``--baseline-rev REV`` does the same for a git revision of this repository,
 extracted (``git archive REV raptor``) into a temporary directory for the run; the default
 baseline is the previous PEFT, :data:`PREVIOUS_PEFT`. Run the whole script with another
-checkout on PYTHONPATH to time that version's curve.
+checkout on PYTHONPATH to time that version's curve. ``--side N`` runs the curve on an N×N
+mesh instead; ``--phases`` adds, per curve point, the CPU µs per task of each phase of the
+list scheduler (every run of it: :data:`PHASES`, each timed by a wrapper, which adds a little).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from raptor.solver import peft_schedule, validate_schedule
+from raptor.solver import peft, peft_schedule, validate_schedule
 from raptor.solver.generate import random_layered_dag
 from raptor.target import Target
 
 SIZES = (1000, 3000, 10000, 30000, 100000)
 PREVIOUS_PEFT = "f4707ad"
 """The PEFT before link reservations (issue #27's "previous PEFT")."""
+_LS = peft._ListScheduler
+PHASES = (("loop", _LS, "run"), ("tile room", _LS, "candidates"), ("ready rows", _LS, "data_ready"),
+          ("EFT + gaps", peft._Cores, "earliest"), ("lookahead", _LS, "score"),
+          ("judging", _LS, "refine"), ("commit", _LS, "commit"))
+"""--phases: (label, class, method); "loop" is the whole list-scheduling loop of a run, the
+others its parts (the rest of the loop is the ready queue and reading the task's messages)."""
 
 
-def point(n: int, rows: int, cols: int, repeat: int) -> tuple[float, float, int]:
-    """Best wall and CPU seconds of ``repeat`` PEFT runs and the schedule's makespan."""
+@contextlib.contextmanager
+def phase_clock() -> Iterator[collections.Counter[str]]:
+    """CPU ns spent in each of :data:`PHASES` while the context is open."""
+    spent: collections.Counter[str] = collections.Counter()
+
+    def timed(label: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            c0 = time.process_time_ns()
+            try:
+                return method(*args)
+            finally:
+                spent[label] += time.process_time_ns() - c0
+        return run
+
+    originals = [(cls, name, cls.__dict__[name]) for _, cls, name in PHASES]
+    for (label, _, _), (cls, name, method) in zip(PHASES, originals, strict=True):
+        setattr(cls, name, timed(label, method))
+    try:
+        yield spent
+    finally:
+        for cls, name, method in originals:
+            setattr(cls, name, method)
+
+
+def point(n: int, rows: int, cols: int, repeat: int,
+          phases: collections.Counter[str] | None = None) -> tuple[float, float, int]:
+    """Best wall and CPU seconds of ``repeat`` PEFT runs and the schedule's makespan (and
+    the CPU ns of :data:`PHASES` over all runs, added to ``phases``)."""
     graph = random_layered_dag(n, 1, width=16, tiles_per_batch=(0, 0))
     target = Target(name=f"{rows}x{cols}", mesh_rows=rows, mesh_cols=cols)
     best = cpu = float("inf")
     makespan = 0
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        res = peft_schedule(graph, target)
+        with phase_clock() if phases is not None else contextlib.nullcontext() as spent:
+            res = peft_schedule(graph, target)
+        if spent is not None and phases is not None:
+            phases.update(spent)
         best = min(best, time.perf_counter() - t0)
         cpu = min(cpu, time.process_time() - c0)
         errors = validate_schedule(graph, target, res)
@@ -68,7 +108,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)),
                     help="task counts on the 16x16 mesh (comma-separated)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per 16x16 point (best kept)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per curve point (best kept)")
+    ap.add_argument("--side", type=int, default=16, help="the curve's mesh is SIDE x SIDE")
+    ap.add_argument("--phases", action="store_true",
+                    help="CPU us per task of each list-scheduling phase, per curve point")
     ap.add_argument("--small-repeat", type=int, default=5,
                     help="runs of the 1,000 tasks x 64 cores point (best kept)")
     ap.add_argument("--baseline", action="append", default=[], metavar="DIR",
@@ -112,7 +155,7 @@ def extract(rev: str, into: Path) -> None:
 
 def run(args: argparse.Namespace, baselines: dict[str, str]) -> None:
     """The table: the 1,000 x 64 point against each baseline (label: checkout), then the
-    16x16 curve."""
+    curve (on a --side mesh)."""
     print("| tasks | cores | wall s | CPU s | makespan ns | version |")
     print("|---:|---:|---:|---:|---:|---|")
     inf = float("inf")
@@ -124,9 +167,15 @@ def run(args: argparse.Namespace, baselines: dict[str, str]) -> None:
     for d, (s, c, m) in runs.items() if args.small_repeat else ():
         ratio = "" if d == "this" else f" (this: {runs['this'][1] / c:.2f}x its CPU)"
         print(f"| 1000 | 64 | {s:.3f} | {c:.3f} | {m} | {d}{ratio} |", flush=True)
+    side = args.side
     for n in (int(x) for x in args.sizes.split(",") if x):
-        s, c, m = point(n, 16, 16, args.repeat)
-        print(f"| {n} | 256 | {s:.2f} | {c:.2f} | {m} | this |", flush=True)
+        spent: collections.Counter[str] | None = collections.Counter() if args.phases else None
+        s, c, m = point(n, side, side, args.repeat, spent)
+        print(f"| {n} | {side * side} | {s:.2f} | {c:.2f} | {m} | this |", flush=True)
+        if spent is not None:
+            print("  CPU us per task (all runs of the list scheduler): " + ", ".join(
+                f"{label} {spent[label] / 1000 / n / args.repeat:.1f}" for label, *_ in PHASES),
+                flush=True)
 
 
 if __name__ == "__main__":
