@@ -41,12 +41,13 @@ from raptor.target import Target
 SIZES = (1000, 3000, 10000, 30000, 100000)
 PREVIOUS_PEFT = "f4707ad"
 """The PEFT before link reservations (issue #27's "previous PEFT")."""
-_LS = peft._ListScheduler
-PHASES = (("loop", _LS, "run"), ("tile room", _LS, "candidates"), ("ready rows", _LS, "data_ready"),
-          ("EFT + gaps", peft._Cores, "earliest"), ("lookahead", _LS, "score"),
-          ("judging", _LS, "refine"), ("commit", _LS, "commit"))
-"""--phases: (label, class, method); "loop" is the whole list-scheduling loop of a run, the
-others its parts (the rest of the loop is the ready queue and reading the task's messages)."""
+PHASES = (("loop", "_ListScheduler", "run"), ("tile room", "_ListScheduler", "candidates"),
+          ("ready rows", "_ListScheduler", "data_ready"), ("EFT + gaps", "_Cores", "earliest"),
+          ("lookahead", "_ListScheduler", "score"), ("judging", "_ListScheduler", "refine"),
+          ("commit", "_ListScheduler", "commit"))
+"""--phases: (label, class and method of `raptor.solver.peft`); "loop" is the whole
+list-scheduling loop of a run, the others its parts (the rest of the loop is the ready queue
+and reading the task's messages). Looked up when used: a baseline's version may lack them."""
 
 
 @contextlib.contextmanager
@@ -63,7 +64,8 @@ def phase_clock() -> Iterator[collections.Counter[str]]:
                 spent[label] += time.process_time_ns() - c0
         return run
 
-    originals = [(cls, name, cls.__dict__[name]) for _, cls, name in PHASES]
+    originals = [(getattr(peft, cls), name, getattr(peft, cls).__dict__[name])
+                 for _, cls, name in PHASES]
     for (label, _, _), (cls, name, method) in zip(PHASES, originals, strict=True):
         setattr(cls, name, timed(label, method))
     try:
