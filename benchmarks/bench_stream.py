@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             models.append((m.name, fetch(m, default_cache())))
             k, v = m.shape.split("=")
             shapes[m.name] = {k: tuple(int(d) for d in v.split("x"))}
-        models += [(n.name, p) for n, p in cached() if not args.cnns or n.name in args.cnns]
+        models += [(n.label, p) for n, p in cached() if not args.cnns or n.label in args.cnns]
     print(HEAD)
     cause_rows = []
     for name, path in models:

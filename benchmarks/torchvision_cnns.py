@@ -30,6 +30,12 @@ class TorchvisionNet:
     size: int  # input height = width, pixels
 
     @property
+    def label(self) -> str:
+        """The benchmark rows' name: the architecture at its input size (`resnet18-64`,
+        not ResNet-18 at 224, which `bench_stream --resnet` names `resnet18`)."""
+        return f"{self.name}-{self.size}"
+
+    @property
     def shape(self) -> tuple[int, int, int, int]:
         return (1, 3, self.size, self.size)
 
