@@ -3,9 +3,10 @@ ONNX with ``torch.onnx.export``, for the pipeline benchmarks (``bench_stream --c
 
 No weights can be downloaded here, so every net has torchvision's own random
 initialization under a fixed seed (``torch.manual_seed``) with its batch-norm statistics
-randomized too (else they fold to identities); the architecture, the operators the exporter
-emits and the crossbar footprint are those of the published nets. Input sizes are small
-(64–96 px) so that each net's weights fit the default target's 64 × 64 crossbars.
+randomized too (else they fold to identities); the architecture, the operators the
+exporter emits and the crossbar footprint are those of the published nets. Inputs are
+64 × 64 px: the weights fit the default target's 64 × 64 crossbars at any size, but the
+tasks, and so the solve time, grow with the pixels.
 
 Torch is a benchmark-only dependency (a CUDA build of several GB from PyPI by default), so
 the export runs in any interpreter that has it, e.g. a venv of its own, and writes the cache
@@ -50,7 +51,7 @@ NETS = (
     TorchvisionNet("regnet_x_400mf", 64),
     TorchvisionNet("efficientnet_b0", 64),
 )
-"""The nets, smallest inputs the architecture's downsampling still leaves ≥ 2 × 2 at."""
+"""The nets: at 64 px the last stage of the /32 downsampling ones is still 2 × 2."""
 
 
 def default_cache() -> Path:
