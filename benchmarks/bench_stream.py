@@ -13,8 +13,10 @@ crossbars (+ copies), the solvers' period model, the stream estimate (ideal and 
 shared-memory service) beside the simulated period (ideal options and default options), the
 latency of one inference in the pipeline, throughput, efficiency (period lower bound /
 simulated period), the latency-mode latency, the numerics of every inference against
-onnxruntime, and seconds. `--cnns` adds the three CNNs of `benchmarks/cnns.py` and the five
-pretrained nets of `benchmarks/bench_pretrained.py` (from its cache). `--cli` also times
+onnxruntime, and seconds. `--cnns` adds the three CNNs of `benchmarks/cnns.py`, the five
+pretrained nets of `benchmarks/bench_pretrained.py` (from its cache) and the torchvision
+nets of `benchmarks/torchvision_cnns.py` that its cache holds (exported there with torch,
+which this script does not need). `--cli` also times
 `raptor solve MODEL --mode pipeline` on ResNet-18 as a user runs it (outputs written).
 """
 
@@ -116,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="*", help="example names (default: all)")
     ap.add_argument("--resnet", action="store_true", help="ResNet-18 224x224 too")
     ap.add_argument("--cnns", nargs="*", metavar="NAME", help="benchmarks/cnns.py's three "
-                    "CNNs and bench_pretrained.py's five pretrained nets too (or those named)")
+                    "CNNs, bench_pretrained.py's five pretrained nets and the cached exports "
+                    "of torchvision_cnns.py too (or those named)")
     ap.add_argument("--cli", action="store_true",
                     help="time `raptor solve --mode pipeline` on ResNet-18")
     ap.add_argument("--causes", action="store_true", help="also the simulated period with "
@@ -136,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cnns is not None:
         from benchmarks.bench_pretrained import MODELS, default_cache, fetch
         from benchmarks.cnns import CNNS
+        from benchmarks.torchvision_cnns import cached
         for cnn, build in CNNS.items():
             if not args.cnns or cnn in args.cnns:
                 onnx.save(build(), str(tmp / f"{cnn}.onnx"))
@@ -144,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             models.append((m.name, fetch(m, default_cache())))
             k, v = m.shape.split("=")
             shapes[m.name] = {k: tuple(int(d) for d in v.split("x"))}
+        models += [(n.label, p) for n, p in cached() if not args.cnns or n.label in args.cnns]
     print(HEAD)
     cause_rows = []
     for name, path in models:
