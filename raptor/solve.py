@@ -634,7 +634,8 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                             opts.replication, replays=replays)
     say(f"PEFT: {counted(g.num_tasks, 'task')} on {counted(target.num_cores, 'core')} "
         "(the latency candidate)")
-    latency = latency_stream(problem, _timed(seconds, "peft", peft_schedule, g, target))
+    latency = latency_stream(problem, _timed(seconds, "peft", peft_schedule, g, target,
+                                             opts.replication))
     lat_flow = None
     rows: dict[str, list[tuple[str, PipelineResult | None, Replay | None]]] = {}
     spreads: list[tuple[str, None, None]] = [(name, None, None)

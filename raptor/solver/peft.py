@@ -396,7 +396,8 @@ class _ListScheduler:
     EFT, the lookahead score, exact link reservations on a shortlist, then the commit."""
 
     def __init__(self, graph: ComputeGraph, target: Target, mesh: Mesh, tiles: _Tiles,
-                 lookahead: bool, pinned: BoolArray | None, eager: bool = False) -> None:
+                 lookahead: bool, pinned: BoolArray | None, eager: bool = False,
+                 copies: bool = True) -> None:
         self.g, self.mesh, self.tiles = graph, mesh, tiles
         self.lookahead = lookahead
         self.eager = eager
@@ -424,7 +425,8 @@ class _ListScheduler:
         self.homed: BoolArray = self.resident.sum(axis=0) > 0
         self.unhomed = int(tiles.count - self.homed.sum())
         self.pending = sorted({k for k in tiles.key if k}, key=len, reverse=True)
-        self.copy_cap = copy_caps(tiles, P, int(target.crossbar_capacity * COPY_ROOM))
+        self.copy_cap = (copy_caps(tiles, P, int(target.crossbar_capacity * COPY_ROOM))
+                         if copies else dict.fromkeys(tiles.key, 1))
         self.pending_pos = 0
         self.rank = upward_rank(graph, mesh)
         self.topo_pos = np.empty(n, dtype=np.int64)
@@ -728,16 +730,17 @@ class _ListScheduler:
                 np.maximum(row, arrive, out=row)
 
 
-def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool) -> MergeScheduleResult:
+def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool, copies: bool = True
+                   ) -> MergeScheduleResult:
     """The scheduler's runs, judged by the replay; the collector is paused (`raptor.gc_pause`):
     its state is acyclic lists, dicts and arrays, which full collections only rescan (a tenth
     of 1,000 tasks x 64 cores and up to a fifth of 10,000 x 256 when called outside the CLI,
     which pauses it already)."""
     with collector_paused():
-        return _list_schedule_runs(graph, target, lookahead)
+        return _list_schedule_runs(graph, target, lookahead, copies)
 
 
-def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool
+def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, copies: bool
                         ) -> MergeScheduleResult:
     t0 = time.perf_counter()
     graph.freeze()
@@ -755,7 +758,8 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool
                                                      status="HEURISTIC", bound_ns=bound)))
 
     try:
-        keep("", *_ListScheduler(graph, target, mesh, tiles, lookahead, None).run())
+        keep("", *_ListScheduler(graph, target, mesh, tiles, lookahead, None,
+                                 copies=copies).run())
     except _NoRoom as exc:
         notes.append(f"capacity fallback: greedy placement found no room for task {exc.args[0]}")
     # Under crossbar pressure greedy replication strands later tasks on the few cores that
@@ -764,14 +768,15 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool
     if not runs or 2 * tiles.count >= target.crossbar_capacity:
         keep("scheduled on a packed residency (largest-weight-first, reuse-first)",
              *_ListScheduler(graph, target, mesh, tiles, lookahead,
-                             pack_tiles(graph, target)).run())
+                             pack_tiles(graph, target), copies=copies).run())
     if graph.tile_layer:
         # a lowered network: its tasks without crossbars placed as soon as their producers
         # are (`_ListScheduler.eager`) is a candidate too (ResNet-18: 3,862,205 -> 3,460,811
         # ns estimated; a few examples are slower so, up to 1.2 %)
         with contextlib.suppress(_NoRoom):
             keep("tasks without crossbars placed as soon as their producers are",
-                 *_ListScheduler(graph, target, mesh, tiles, lookahead, None, eager=True).run())
+                 *_ListScheduler(graph, target, mesh, tiles, lookahead, None, eager=True,
+                                 copies=copies).run())
         if lookahead:
             # ... and without the lookahead: on ResNet-18 its plan is 17 us longer (3,218,055
             # ns) but loses 168 us to link contention where the lookahead's loses 209
@@ -780,7 +785,7 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool
             with contextlib.suppress(_NoRoom):
                 keep("tasks without crossbars placed as soon as their producers are, without "
                      "the lookahead", *_ListScheduler(graph, target, mesh, tiles, False, None,
-                                                     eager=True).run())
+                                                     eager=True, copies=copies).run())
     if target.protocol != "raptor":
         # pimsim-nn's receives block, which the list scheduler's message prices do not
         # capture: a schedule made for Raptor's mesh is a candidate too, judged by the
@@ -788,7 +793,7 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool
         mesh_target = dataclasses.replace(target, protocol="raptor")
         try:
             core_of, start = _ListScheduler(graph, mesh_target, Mesh(mesh_target), tiles,
-                                            lookahead, None).run()
+                                            lookahead, None, copies=copies).run()
             keep(f"scheduled with Raptor's mesh prices (the faster under {target.protocol}'s "
                  "protocol)", core_of, retime(graph, target, core_of,
                                               core_order(graph, target, core_of, start), start))
@@ -850,9 +855,12 @@ def follow_producers(graph: ComputeGraph, target: Target, res: MergeScheduleResu
                                      status=res.status, bound_ns=res.bound_ns)
 
 
-def peft_schedule(graph: ComputeGraph, target: Target) -> MergeScheduleResult:
-    """Capacity-aware PEFT with the state-dependent lookahead described in the module doc."""
-    return _list_schedule(graph, target, lookahead=True)
+def peft_schedule(graph: ComputeGraph, target: Target, copies: bool = True
+                  ) -> MergeScheduleResult:
+    """Capacity-aware PEFT with the state-dependent lookahead described in the module doc.
+    ``copies=False`` keeps every crossbar tile on one core (pipeline mode without
+    replication: its latency candidate must not hold copies the row's bound assumes absent)."""
+    return _list_schedule(graph, target, lookahead=True, copies=copies)
 
 
 def eft_schedule(graph: ComputeGraph, target: Target) -> MergeScheduleResult:

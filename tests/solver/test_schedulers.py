@@ -12,6 +12,7 @@ from raptor.solver import (
     CapacityError,
     ComputeGraph,
     CpSatOptions,
+    MergeScheduleResult,
     cpsat_schedule,
     eft_schedule,
     lower_bounds,
@@ -310,3 +311,23 @@ def test_the_ready_floor_is_a_lower_bound_and_prunes_nothing_that_wins(
     assert checked > 0  # the links were busy somewhere
     monkeypatch.setattr(peft, "FLOOR_AFTER", 1 << 30)
     assert run(peft._ListScheduler) == with_floor
+
+
+def test_peft_without_copies_keeps_every_tile_set_on_one_core() -> None:
+    """Pipeline mode without replication takes PEFT's latency schedule as a candidate: it
+    must not hold copies (by default this graph's tile sets are copied onto several cores)."""
+    target = Target(mesh_rows=4, mesh_cols=4)
+    g = random_layered_dag(40, seed=9, width=6)
+    tiles = _Tiles(g)
+
+    def homes(r: MergeScheduleResult) -> dict[tuple[int, ...], set[int]]:
+        out: dict[tuple[int, ...], set[int]] = {}
+        for t, k in enumerate(tiles.key):
+            if k:
+                out.setdefault(k, set()).add(r.core_of[t])
+        return out
+
+    assert max(map(len, homes(peft_schedule(g, target)).values())) > 1
+    single = peft_schedule(g, target, copies=False)
+    assert validate_schedule(g, target, single) == []
+    assert all(len(c) == 1 for c in homes(single).values())
