@@ -65,7 +65,12 @@ from raptor.solver.pipeline import (
     spread_stream,
     validate_pipeline,
 )
-from raptor.solver.pipeline.solve import defer_sends, longest_window, ordered_sends
+from raptor.solver.pipeline.solve import (
+    LAYERED_KEPT,
+    defer_sends,
+    longest_window,
+    ordered_sends,
+)
 from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.solver.watch import SearchReport, searches_stopped
@@ -663,6 +668,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     cands: list[_Candidate] = []
     notes = list(comp.notes)
     made: dict[str, tuple[PipelineResult, Replay | None] | None] = {}
+    layers: list[list[PipelineResult]] = []
 
     def spread(name: str, lead: int | None) -> tuple[PipelineResult, Replay | None] | None:
         """Spread `name` refined (`_follow`), or None when it gives no placement or, with
@@ -672,8 +678,11 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         before the refinement (which moves only tasks without crossbars), so a spread left
         out costs no communication replay."""
         window = name == "windows"
-        if name == "layered":
-            base = layered_stream(problem, opts.replication, opts.stream)
+        if name in LAYERED:  # the search's best, then its steps before (`layered_stream`)
+            if not layers:
+                layers.append(layered_stream(problem, opts.replication, opts.stream))
+            k = LAYERED.index(name)
+            base = layers[0][k] if k < len(layers[0]) else None
         elif name == "cones":
             base = cone_stream(problem) if opts.replication else None
         else:
@@ -686,7 +695,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                 notes.append(f"{WORDS[name]} not materialized: its longest window "
                              f"{span:,} ns is over twice the best estimate {lead:,} ns")
                 return None
-        if name in ("layered", "cones"):  # their own placement of tasks without crossbars
+        if name in LAYERED or name == "cones":  # their own placement of tasks without crossbars
             return _follow(problem, base, target, opts.replication, lambda: base, replays)
         return _follow(problem, base, target, opts.replication,
                        lambda: spread_stream(problem, opts.replication, window, follow=True),
@@ -816,7 +825,9 @@ most are exact, `tests/test_pipeline_judge.py` checks every simulated candidate)
 stream's simulation costs a minute on ResNet-50, where the heuristic's and the spread's
 estimates (4.31 and 4.39 ms against the latency stream's simulated 3.24 ms) were simulated
 at exactly their estimates."""
-SPREADS = ("spread", "windows", "cones", "layered")
+LAYERED = ("layered", *(f"layered{k}" for k in range(2, LAYERED_KEPT + 1)))
+"""`layered_stream`'s candidates: the search's best, then the steps before it."""
+SPREADS = ("spread", "windows", "cones", *LAYERED)
 """The one-stage candidates: `spread_stream` by loads or by windows, `cone_stream`,
 `layered_stream` (cores split by layer ranges)."""
 WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition",
@@ -824,7 +835,9 @@ WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition"
          "spread": "one stage spread over every core",
          "windows": "one stage spread over every core by windows",
          "cones": "one stage in dependency-cone order",
-         "layered": "one stage split by layers"}
+         "layered": "one stage split by layers",
+         **{name: f"one stage split by layers (the search's step {k} before its best)"
+            for k, name in enumerate(LAYERED[1:], 1)}}
 
 
 def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
