@@ -9,8 +9,10 @@ from __future__ import annotations
 import tempfile
 from functools import cache
 from pathlib import Path
+from typing import NoReturn
 
 import onnx
+import pytest
 from test_pipeline_judge import EXAMPLES, check_judge
 
 from benchmarks.cnns import mobilenet, preact_resnet8
@@ -27,6 +29,7 @@ from raptor.solver.pipeline import (
     layered_stream,
     validate_pipeline,
 )
+from raptor.solver.pipeline import solve as pipeline_solve
 from raptor.solver.pipeline.model import allocate
 from raptor.solver.pipeline.solve import (
     LAYERED_CLOSE,
@@ -39,7 +42,7 @@ from raptor.solver.pipeline.solve import (
     search_cuts,
 )
 from raptor.solver.pipeline.solve import _layered as realize_cuts
-from raptor.solver.pipeline.stream import stream_estimate
+from raptor.solver.pipeline.stream import StreamDeadlock, stream_estimate
 from raptor.target import load_target
 
 TARGET = load_target("default")
@@ -199,3 +202,17 @@ def test_the_searchs_steps_before_its_best_are_candidates_returned_only_when_fas
     (returned,) = [n for n, c in cands.items() if c["returned"]]
     assert sims[returned] == min(sims.values()) == row["simulated_period_ns"]
     assert returned == "layered" or sims[returned] < sims.get("layered", sims[returned] + 1)
+
+
+def test_a_cut_set_whose_deferred_sends_deadlock_is_no_candidate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layered placement whose play deadlocks (deferred sends into a core that posts its
+    receives inside its iterations) is skipped, not raised out of the solve: with every
+    play deadlocking, `layered_stream` offers no candidate."""
+    _, _, problem, _ = _layered(_mobilenet())
+
+    def deadlocks(*_: object, **__: object) -> NoReturn:
+        raise StreamDeadlock("the stream program's play deadlocked (a wait never met)")
+
+    monkeypatch.setattr(pipeline_solve, "stream_estimate", deadlocks)
+    assert layered_stream(problem) == []

@@ -37,7 +37,7 @@ from raptor.solver.pipeline.realize import (
     realize,
 )
 from raptor.solver.pipeline.result import PipelineResult, build_result
-from raptor.solver.pipeline.stream import stream_estimate
+from raptor.solver.pipeline.stream import StreamDeadlock, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 
 
@@ -176,7 +176,7 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
     best: tuple[int, tuple[int, ...], PipelineResult] | None = None
     for cuts, (_, res) in sorted(made.items(), key=lambda x: x[1][0])[:ESTIMATED]:
         est = _layered_estimate(problem, res, inferences)
-        if best is None or est < best[0]:
+        if est is not None and (best is None or est < best[0]):
             best = (est, cuts, res)
     if best is None:
         return []
@@ -191,7 +191,7 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
             continue
         tried += 1
         est = _layered_estimate(problem, res, inferences)
-        if est < best[0]:
+        if est is not None and est < best[0]:
             best = (est, cuts, res)
     start = best[0]
     trail, searched = search_cuts(problem, best, replication, inferences,
@@ -244,7 +244,7 @@ def search_cuts(problem: PipelineProblem, start: Layered, replication: bool,
             if res is None:
                 continue
             est = _layered_estimate(problem, res, inferences)
-            if est < step[0]:
+            if est is not None and est < step[0]:
                 step = (est, cuts, res)
         if step is best:
             break
@@ -296,17 +296,22 @@ def _layered(problem: PipelineProblem, part: Partition, replication: bool
     return res
 
 
-def _layered_estimate(problem: PipelineProblem, res: PipelineResult, inferences: int) -> int:
+def _layered_estimate(problem: PipelineProblem, res: PipelineResult, inferences: int
+                      ) -> int | None:
     """The stream estimate of a layered candidate (no materialization: no boundary plan),
     its sends between ranges deferred (`defer_sends`) and, where that plays faster,
     ordered by when their receives are posted (`rank_by_posts`, kept in
-    `res.send_order`)."""
+    `res.send_order`); None when the deferred sends deadlock (a core tight in local memory
+    posts its receives inside its iterations): that cut set is no candidate."""
     graph, target, sch = problem.graph, problem.target, res.schedule
     assert res.core_range is not None
     flow = defer_sends(replay(graph, target, sch.core_of, sch.core_tasks, sch.start_ns),
                        graph, sch.core_of, sch.core_tasks, res.core_range)
-    first = stream_estimate(graph, target, sch.core_of, sch.start_ns, res.stage_of_task,
-                            StreamInfo(), inferences, RING, 1, flow, ideal=False)
+    try:
+        first = stream_estimate(graph, target, sch.core_of, sch.start_ns, res.stage_of_task,
+                                StreamInfo(), inferences, RING, 1, flow, ideal=False)
+    except StreamDeadlock:
+        return None
     if flow.tight:  # posts inside iterations: another order could deadlock (`rank_by_posts`)
         return first.period_ns
     ranked = rank_by_posts(flow, first.posted)

@@ -35,6 +35,11 @@ COUNTER_BYTES = 4
 """One i32 counter word."""
 
 
+class StreamDeadlock(ValueError):
+    """The stream program's play met a wait that never ends (a send waiting on a receive
+    its core posts only after the send's own core waits on it)."""
+
+
 @dataclass
 class StreamEstimate:
     ideal_period_ns: int
@@ -298,7 +303,7 @@ class _Play:
             else:
                 advance(c, now)
         if parked:
-            raise ValueError("the stream program's play deadlocked (a wait never met)")
+            raise StreamDeadlock("the stream program's play deadlocked (a wait never met)")
         return starts, ends
 
     def _core(self, c: int, inferences: int, contended: bool,
