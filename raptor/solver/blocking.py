@@ -397,11 +397,11 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     return max(clock, default=0)
 
 
-REFINE_ROUNDS = 3
+REFINE_ROUNDS = 6
 """Rounds of `refine`, each trying every lead of `REFINE_LEADS_NS` (one blocking run
 each). ResNet-18's estimate on pimsim-nn: 14.16 ms unrefined, 11.99 after 6 rounds, 11.88 after 10
-for 55 % more of `refine`'s CPU. Three rank its six candidate replays as six do, and the
-one built is refined further (`raptor.solver.comm.deepen`)."""
+for 55 % more of `refine`'s CPU. The replay a program is built from is refined further
+(`raptor.solver.comm.deepen`)."""
 
 REFINE_LEADS_NS = (0, 2_000)
 """How long before its sender's send `refine` posts a receive (`meeting_posts`'s lead):
@@ -519,7 +519,8 @@ def respecting_posts(graph: ComputeGraph, core_of: Sequence[int],
 def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
            progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
            order: Mapping[Message, int], posts: Mapping[Message, int],
-           flow: Mapping[Message, int], rounds: int | None = None, meet: bool = False
+           flow: Mapping[Message, int], rounds: int | None = None, meet: bool = False,
+           leads: tuple[int, ...] = REFINE_LEADS_NS
            ) -> tuple[int, dict[Message, int], dict[Message, int]] | None:
     """The message order and receive posts made from the program's own blocking run, each
     round from the last round's run: messages ranked by when their senders reached them
@@ -530,10 +531,10 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     3-4 times longer, where senders and receivers come at other times. Each round's
     fastest run seeds the next, even when slower than the fastest so far (with one lead a
     round, stopping there ended higher on four of six of ResNet-18's replays, by up to
-    3.1 %). ``rounds``: default `REFINE_ROUNDS`. With ``meet``, each round also tries
-    the order of when each message could meet its receive (`meeting_order`), posted with
-    lead 0. Returns (makespan, order, posts) of the fastest, or None if the program as
-    given deadlocks."""
+    3.1 %). ``rounds``: default `REFINE_ROUNDS`; ``leads``: `meeting_posts`' leads tried
+    each round. With ``meet``, each round also tries the order of when each message could
+    meet its receive (`meeting_order`), posted with lead 0. Returns (makespan, order,
+    posts) of the fastest, or None if the program as given deadlocks."""
     keys = list(sends)
     senders = [core_of[graph.fragments[k[0]].producer] for k in keys]
     priced = target_priced(graph, target, core_of)
@@ -549,7 +550,7 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     for _ in range(REFINE_ROUNDS if rounds is None else rounds):
         tried: list[tuple[int, int, int, dict[Message, int], dict[Message, int], Seen]] = []
         kinds: list[tuple[int, list[int], tuple[int, ...]]] = [
-            (0, [seen.ready[k] for k in keys], REFINE_LEADS_NS)]
+            (0, [seen.ready[k] for k in keys], leads)]
         if meet:
             kinds.append((1, meeting_order(keys, senders, sends, seen), (0,)))
         for kind, times, leads in kinds:

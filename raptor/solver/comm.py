@@ -694,9 +694,12 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
 
 
 DEEPEN_ROUNDS = 10
-"""Rounds of `deepen`. ResNet-18's kept replay (default target, estimate under pimsim-nn):
-11.75 ms after 6 rounds of `refine`; 11.91 after 3, then 11.10 after 10 rounds of `deepen`,
-which cost what the 3 rounds saved on the 6 replays refined."""
+"""Rounds of `deepen`, two blocking runs each (the two orders, lead 0). ResNet-18's kept
+replay (default target, estimate under pimsim-nn): 11.75 ms after `refine`, then 11.37
+after 6 rounds, 11.05 after 10 (for about 1.6 times `refine`'s CPU). Fewer rounds of
+`refine` on every replay to pay for it rank the candidates otherwise: with 3,
+torch_cnn_torchscript took 42,902 ns on pimsim-nn instead of 40,199, yolo_neck 380,014
+instead of 366,126."""
 
 
 def deepen(graph: ComputeGraph, target: Target, core_of: Sequence[int],
@@ -709,7 +712,7 @@ def deepen(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         return rep
     order = {k: rank for k, (_, rank) in rep.sends.items()}
     got = refine(graph, target, core_of, core_tasks, rep.sends, order, rep.posts, rep.flow,
-                 DEEPEN_ROUNDS, meet=True)
+                 DEEPEN_ROUNDS, meet=True, leads=(0,))
     if got is None or got[0] >= rep.makespan_ns:
         return rep
     return dataclasses.replace(rep, makespan_ns=got[0], posts=got[2], sends={
