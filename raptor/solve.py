@@ -44,7 +44,7 @@ from raptor.sim import SimError, SimOptions, SimReport, SimResult, Simulator
 from raptor.sim.program import SEND
 from raptor.sim.report import Trace
 from raptor.solver.blocking import blocking_makespan
-from raptor.solver.comm import START, Replay, replay
+from raptor.solver.comm import START, Replay, deepen, replay
 from raptor.solver.costs import op_cost_ns
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import LowerBounds, lower_bounds, validate_schedule
@@ -322,7 +322,8 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
     fit = _fit_memory(solved_build, target, res, lambda flow: materialize(
         comp.module, solved_build.projection, solved_build.outputs,
         ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow), res.comm,
-        print_ir=print_ir, spills=spills)
+        print_ir=print_ir, spills=spills,
+        adjust=lambda rep: deepen(solved_build.graph, target, res.core_of, res.core_tasks, rep))
     return ScheduleRun(name, res, fit.estimate_ns, violations, fit.scheduled, fit.errors,
                        ideal_estimate_ns=res.summary["completion_ns"], memory=fit.memory,
                        flow=fit.flow, materializations=fit.rounds, spill=fit.spill,
@@ -358,8 +359,9 @@ def _fit_memory(build: GraphBuild, target: Target, res: MergeScheduleResult,
     `MEMORY_ROUNDS` times; what still does not fit is spilled to shared memory
     (`raptor.passes.spill`, unless `spills` is off) and the estimate replayed with the spill
     traffic (`_spill_replay`). `first`: the first round's replay, if the caller has it;
-    `print_ir` sees the program kept; `adjust` moves sends of every round's replay (a
-    layered stream's sends between ranges, `defer_sends`); `verify` off: the caller
+    `print_ir` sees the program kept; `adjust` remakes every round's replay (a
+    layered stream's sends between ranges, `defer_sends`; under pimsim-nn's protocol the
+    latency program's order and posts, `deepen`); `verify` off: the caller
     verifies the program kept once it uses it (`_Candidate.verify`)."""
     g = build.graph
     budget: list[int] | None = None

@@ -115,7 +115,7 @@ def programs(framed: Frame, progs: Sequence[Sequence[int]], order: Mapping[Messa
             if point >= 0:
                 plain.append((_TASK, point))
             plain.extend((_RECV, i) for i in posted_at.get((p, point), ()))
-            plain.extend((_SEND, i) for i in sent[j])
+            plain.extend((_SEND, i) for i in sorted(sent[j], key=rank.__getitem__))
         later = [1 << 62] * (len(plain) + 1)  # the rank of the next send from each item
         for j in range(len(plain) - 1, -1, -1):
             later[j] = rank[plain[j][1]] if plain[j][0] == _SEND else later[j + 1]
@@ -251,11 +251,12 @@ def _shared(target: Target, task: Task) -> tuple[int, int]:
 
 class Seen(NamedTuple):
     """What a blocking run saw (`blocking_makespan`'s ``seen``): when each task began
-    (``start``, by task) and when each travelling message's sender reached its send
-    (``ready``)."""
+    (``start``, by task), when each travelling message's sender reached its send
+    (``ready``) and when its receiver posted its receive (``posted``)."""
 
     start: list[int]
     ready: dict[Message, int]
+    posted: dict[Message, int]
 
 
 class Priced(NamedTuple):
@@ -318,7 +319,8 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     # went from core 0 up)
     heap: list[tuple[int, int, int]] = []
     mem_free = 0
-    began, ready = (seen.start, seen.ready) if seen is not None else (None, None)
+    began, ready, saw = (seen.start, seen.ready, seen.posted) if seen is not None else \
+        (None, None, None)
     flit = target.flit_ns
 
     def transfer(i: int) -> None:
@@ -370,6 +372,8 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
             else:
                 clock[p] += setup
                 posted[x] = clock[p]
+                if saw is not None:
+                    saw[keys[x]] = clock[p]
                 if x not in sender_waits:
                     return
                 sender_waits.discard(x)
@@ -396,7 +400,8 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
 REFINE_ROUNDS = 6
 """Rounds of `refine`, each trying every lead of `REFINE_LEADS_NS` (one blocking run
 each). ResNet-18's estimate on pimsim-nn: 14.16 ms unrefined, 11.99 after 6 rounds, 11.88 after 10
-for 55 % more of `refine`'s CPU."""
+for 55 % more of `refine`'s CPU. The replay a program is built from is refined further
+(`raptor.solver.comm.deepen`)."""
 
 REFINE_LEADS_NS = (0, 2_000)
 """How long before its sender's send `refine` posts a receive (`meeting_posts`'s lead):
@@ -514,7 +519,8 @@ def respecting_posts(graph: ComputeGraph, core_of: Sequence[int],
 def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
            progs: Sequence[Sequence[int]], sends: Mapping[Message, tuple[int, int]],
            order: Mapping[Message, int], posts: Mapping[Message, int],
-           flow: Mapping[Message, int]
+           flow: Mapping[Message, int], rounds: int | None = None, meet: bool = False,
+           leads: tuple[int, ...] = REFINE_LEADS_NS
            ) -> tuple[int, dict[Message, int], dict[Message, int]] | None:
     """The message order and receive posts made from the program's own blocking run, each
     round from the last round's run: messages ranked by when their senders reached them
@@ -525,41 +531,65 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     3-4 times longer, where senders and receivers come at other times. Each round's
     fastest run seeds the next, even when slower than the fastest so far (with one lead a
     round, stopping there ended higher on four of six of ResNet-18's replays, by up to
-    3.1 %). Returns (makespan, order, posts) of the fastest, or None if the program as
-    given deadlocks."""
+    3.1 %). ``rounds``: default `REFINE_ROUNDS`; ``leads``: `meeting_posts`' leads tried
+    each round. With ``meet``, each round also tries the order of when each message could
+    meet its receive (`meeting_order`), posted with lead 0. Returns (makespan, order,
+    posts) of the fastest, or None if the program as given deadlocks."""
     keys = list(sends)
+    senders = [core_of[graph.fragments[k[0]].producer] for k in keys]
     priced = target_priced(graph, target, core_of)
     framed = frame(graph, target, core_of, progs, sends)
     constraints = post_graph(graph, core_of, progs, sends, flow)
-    seen = Seen([0] * graph.num_tasks, {})
+    seen = Seen([0] * graph.num_tasks, {}, {})
     best = blocking_makespan(graph, target, core_of, progs, sends, order, posts, priced=priced,
                              seen=seen, framed=framed)
     if best is None:
         return None
     out = (best, dict(order), dict(posts))
     played: tuple[dict[Message, int], dict[Message, int]] | None = None
-    for _ in range(REFINE_ROUNDS):
-        made = noc.pimsim_message_order([(seen.ready[k], core_of[graph.fragments[k[0]].producer],
-                                          sends[k][1]) for k in keys])
-        ranked = respecting_posts(graph, core_of, progs, sends,
-                                  {keys[i]: r for r, i in enumerate(made)}, flow, constraints)
-        if ranked is None or pulls_receives(graph, core_of, progs, sends, ranked, flow):
-            break
-        tried = []
-        for lead, moved in zip(REFINE_LEADS_NS, meeting_posts(
-                graph, core_of, progs, seen.start, flow, seen.ready, REFINE_LEADS_NS, sends,
-                ranked), strict=True):
-            now = Seen([0] * graph.num_tasks, {})
-            got = blocking_makespan(graph, target, core_of, progs, sends, ranked, moved,
-                                    priced=priced, seen=now, framed=framed)
-            if got is not None:
-                tried.append((got, lead, moved, now))
+    for _ in range(REFINE_ROUNDS if rounds is None else rounds):
+        tried: list[tuple[int, int, int, dict[Message, int], dict[Message, int], Seen]] = []
+        kinds: list[tuple[int, list[int], tuple[int, ...]]] = [
+            (0, [seen.ready[k] for k in keys], leads)]
+        if meet:
+            kinds.append((1, meeting_order(keys, senders, sends, seen), (0,)))
+        for kind, times, leads in kinds:
+            made = noc.pimsim_message_order([(t, s, sends[k][1]) for t, s, k in
+                                             zip(times, senders, keys, strict=True)])
+            ranked = respecting_posts(graph, core_of, progs, sends,
+                                      {keys[i]: r for r, i in enumerate(made)}, flow,
+                                      constraints)
+            if ranked is None or pulls_receives(graph, core_of, progs, sends, ranked, flow):
+                continue
+            for lead, moved in zip(leads, meeting_posts(
+                    graph, core_of, progs, seen.start, flow, seen.ready, leads, sends, ranked),
+                    strict=True):
+                now = Seen([0] * graph.num_tasks, {}, {})
+                got = blocking_makespan(graph, target, core_of, progs, sends, ranked, moved,
+                                        priced=priced, seen=now, framed=framed)
+                if got is not None:
+                    tried.append((got, lead, kind, ranked, moved, now))
         if not tried:
             break
-        got, _, moved, seen = min(tried, key=lambda c: (c[0], c[1]))
+        got, _, _, ranked, moved, seen = min(tried, key=lambda c: (c[0], c[1], c[2]))
         if got < out[0]:
             out = (got, ranked, moved)
         if played == (ranked, moved):  # the run the last round played: so would the rest
             break
         played = (ranked, moved)
     return out
+
+
+def meeting_order(keys: Sequence[Message], senders: Sequence[int],
+                  sends: Mapping[Message, tuple[int, int]], seen: Seen) -> list[int]:
+    """Per message, when it could have met its receive in the run ``seen``: once its sender
+    reached the point it is sent at (its first send there) and its receive was posted.
+    Ranked by these times, a sender's messages at one point go to the receivers that wait
+    first: in the run's own order one whose receiver came late kept the sender, and every
+    receiver behind it, waiting."""
+    reach: dict[tuple[int, int], int] = {}
+    for k, s in zip(keys, senders, strict=True):
+        at = (s, sends[k][0])
+        reach[at] = min(reach.get(at, 1 << 62), seen.ready[k])
+    return [max(reach[(s, sends[k][0])], seen.posted[k])
+            for k, s in zip(keys, senders, strict=True)]

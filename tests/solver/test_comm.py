@@ -7,7 +7,7 @@ import pytest
 
 from raptor.solver import ComputeGraph, blocking
 from raptor.solver.blocking import START, blocking_makespan, pulls_receives, respecting_posts
-from raptor.solver.comm import Replay, replay, send_order
+from raptor.solver.comm import DEEPEN_ROUNDS, Replay, deepen, replay, send_order
 from raptor.solver.generate import random_layered_dag
 from raptor.solver.peft import peft_schedule
 from raptor.target import Target
@@ -198,3 +198,23 @@ def test_an_order_that_pulls_receives_is_repaired_to_one_that_pulls_none() -> No
     assert not pulls_receives(*args, fixed, rep.posts)
     rest = [k for k in order if k != key]
     assert sorted(rest, key=fixed.__getitem__) == sorted(rest, key=order.__getitem__)
+
+
+def test_the_program_built_is_refined_further_with_the_meeting_order() -> None:
+    """`deepen` refines the replay a program is built from beyond `refine`'s rounds, also
+    ranking messages by when they could meet their receives (`blocking.meeting_order`):
+    on this PEFT schedule 6 % faster, faster than as many rounds without that order, and
+    its makespan is that of the program it describes."""
+    g = random_layered_dag(80, seed=0, width=8, tiles_per_batch=(0, 0))
+    target = Target(mesh_rows=3, mesh_cols=3, protocol="pimsim-nn")
+    res = peft_schedule(g, target)
+    rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns)
+    deep = deepen(g, target, res.core_of, res.core_tasks, rep)
+    assert deep.makespan_ns * 100 < rep.makespan_ns * 95
+    order = {k: rank for k, (_, rank) in deep.sends.items()}
+    assert blocking_makespan(g, target, res.core_of, res.core_tasks, deep.sends, order,
+                             deep.posts) == deep.makespan_ns
+    plain = blocking.refine(g, target, res.core_of, res.core_tasks, rep.sends,
+                            {k: rank for k, (_, rank) in rep.sends.items()}, rep.posts,
+                            rep.flow, DEEPEN_ROUNDS)
+    assert plain is not None and deep.makespan_ns < plain[0]
