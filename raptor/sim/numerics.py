@@ -1,7 +1,8 @@
 """The values of a simulated run, computed after its timing (values never depend on time).
 
 An instruction's level is the first level at which all its operands exist (a value made at
-level L exists from L + 1; a message's value from one level after its send); the accesses to
+level L exists from L + 1; a region a message carries from one level after its send, a
+whole value sent from where the sender has it); the accesses to
 one shared buffer also keep the event loop's order among themselves, which settles every race
 on a buffer exactly as the timed run did (accesses to different buffers cannot race, so they
 keep no order: the inferences of a stream then share levels, and their computes stack). The
@@ -39,7 +40,8 @@ def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
         kind = ins.kind
         if kind == SEND:  # most of a run's instructions: kept short
             move = ins.move
-            assert move is not None
+            if move is None:  # the receiver reads the sender's value
+                continue
             level = ready[move[0]]
             ready[move[1]] = level + 1
             if level >= top:
@@ -86,11 +88,9 @@ def execute(program: Program, order: Sequence[Instr]) -> None:
         for group in groups.values():
             _run_group(values, group)
         try:
-            for move in moves:  # a send is a view of what it sends
+            for move in moves:  # a send is a view of the region it sends
                 src, dst, sl, shape = move
-                data = values[src]
-                values[dst] = data if sl is None else data[sl] if shape is None \
-                    else data[sl].reshape(shape)
+                values[dst] = values[src][sl] if shape is None else values[src][sl].reshape(shape)
         except (ValueError, IndexError) as e:
             raise _failed(next(i for i in order if i.move is move), e) from None
         for ins in accesses:
