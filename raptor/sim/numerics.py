@@ -1,7 +1,9 @@
 """The values of a simulated run, computed after its timing (values never depend on time).
 
 An instruction's level is the first level at which all its operands exist (a value made at
-level L exists from L + 1; a message's value from one level after its send); the accesses to
+level L exists from L + 1, a message's value from the level of its send: a level's sends
+run first, on what earlier levels made, and a whole value sent is the sender's own); the
+accesses to
 one shared buffer also keep the event loop's order among themselves, which settles every race
 on a buffer exactly as the timed run did (accesses to different buffers cannot race, so they
 keep no order: the inferences of a stream then share levels, and their computes stack). The
@@ -22,8 +24,8 @@ from raptor.sim.program import COMPUTE, LOAD, SEND, Instr, Move, Program
 
 Level = tuple[dict[Template, list[Instr]], list[Move], list[Instr]]
 """One level: its computes by template (instances in the order the loop performed them),
-its sends, then its memory accesses in that order (nothing a send writes is read in its
-own level, so sends and accesses need no order between them)."""
+its sends of regions (run first, in that order: a send that forwards what another sent
+comes after it), then its memory accesses in that order."""
 
 
 def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
@@ -39,9 +41,10 @@ def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
         kind = ins.kind
         if kind == SEND:  # most of a run's instructions: kept short
             move = ins.move
-            assert move is not None
+            if move is None:  # the receiver reads the sender's value
+                continue
             level = ready[move[0]]
-            ready[move[1]] = level + 1
+            ready[move[1]] = level
             if level >= top:
                 out += [({}, [], []) for _ in range(level + 1 - top)]
                 top = level + 1
@@ -83,16 +86,14 @@ def execute(program: Program, order: Sequence[Instr]) -> None:
     core and op that fails."""
     values = program.values
     for groups, moves, accesses in levels(program, order):
-        for group in groups.values():
-            _run_group(values, group)
         try:
-            for move in moves:  # a send is a view of what it sends
+            for move in moves:  # a send is a view of the region it sends
                 src, dst, sl, shape = move
-                data = values[src]
-                values[dst] = data if sl is None else data[sl] if shape is None \
-                    else data[sl].reshape(shape)
+                values[dst] = values[src][sl] if shape is None else values[src][sl].reshape(shape)
         except (ValueError, IndexError) as e:
             raise _failed(next(i for i in order if i.move is move), e) from None
+        for group in groups.values():
+            _run_group(values, group)
         for ins in accesses:
             assert ins.access is not None
             buf, sl, shape = ins.access

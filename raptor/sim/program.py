@@ -64,10 +64,10 @@ take together: a larger program is refused before anything is allocated."""
 Box = tuple[tuple[int, int, int], ...]
 """A strided region: per dimension (first index, count, step)."""
 
-Move = tuple[int, int, "tuple[slice, ...] | None", "tuple[int, ...] | None"]
-"""A send in the numerics: the sender's slot, the receiver's, the region of the value the
-message carries (None: all of it) and the shape to give it (None: the region's). It holds
-no reference to its send (no cycle: a dropped program is freed without the collector)."""
+Move = tuple[int, int, "tuple[slice, ...]", "tuple[int, ...] | None"]
+"""A send of a region in the numerics: the sender's slot, the receiver's, the region of the
+value the message carries and the shape to give it (None: the region's). It holds no
+reference to its send (no cycle: a dropped program is freed without the collector)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -103,7 +103,7 @@ class Instr:
     partner: Instr | None = None
     """A send's matching receive."""
     move: Move | None = None
-    """SEND: what the numerics do (`number_slots`)."""
+    """SEND of a region: what the numerics do (`number_slots`; None: nothing)."""
     template: Template | None = None
     reads: tuple[Value, ...] = ()
     """The env values the compute reads (its inputs, then values from outside its body)."""
@@ -233,13 +233,31 @@ def number_slots(program: Program) -> tuple[int, int]:
     store touches (`Instr.buffer_slot`); returns how many of each and fills
     `Program.start`. Values are keyed by core because one `pim.core_batch` body runs on
     several cores. A value read before anything on its core made it is refused here: the
-    numerics would find no value there."""
+    numerics would find no value there.
+
+    A message carrying all of its value makes no copy and no view, so in the numerics its
+    receiver's value is the sender's (`data`: what reads it name, found through forwarding
+    chains) and the send does nothing there (`Instr.move` None); the event loop keeps one
+    arrival slot per received value (`slots_out` of sends and receives, `wait_slots`)."""
     values: dict[tuple[int, Value], int] = {}
     buffers: dict[Value, int] = {}
     start: dict[int, Any] = {}
+    sent: dict[tuple[int, Value], tuple[int, Value]] = {}
+    for core, prog in program.cores.items():
+        for ins in prog:
+            if ins.kind == SEND and ins.cut is None:
+                assert ins.value is not None and ins.partner is not None
+                assert ins.partner.value is not None
+                sent[ins.peer, ins.partner.value] = (core, ins.value)
 
     def slot(core: int, v: Value) -> int:
         return values.setdefault((core, v), len(values))
+
+    def data(core: int, v: Value) -> int:
+        key = (core, v)
+        while key in sent:
+            key = sent[key]
+        return slot(*key)
 
     for core, prog in program.cores.items():
         initial = program.initial[core]
@@ -251,22 +269,21 @@ def number_slots(program: Program) -> tuple[int, int]:
                 ins.wait_slots = tuple(slot(core, v) for v in ins.waits)
             if kind == COMPUTE:
                 reads = ins.reads
-                ins.slots_in = tuple(slot(core, v) for v in reads)
+                ins.slots_in = tuple(data(core, v) for v in reads)
                 ins.slots_out = tuple(slot(core, v) for v in ins.defines)
                 made.update(ins.defines)
             elif kind == SEND:
                 assert ins.value is not None and ins.partner is not None
                 assert ins.partner.value is not None
                 reads = (ins.value,)
-                ins.slots_in = (slot(core, ins.value),)
                 ins.slots_out = (slot(ins.peer, ins.partner.value),)
-                sl, shape = ins.cut if ins.cut is not None else (None, None)
-                ins.move = (ins.slots_in[0], ins.slots_out[0], sl, shape)
+                if ins.cut is not None:
+                    ins.move = (data(core, ins.value), ins.slots_out[0], *ins.cut)
             elif kind in (LOAD, STORE):
                 assert ins.value is not None
                 buf = ins.op.buffer  # type: ignore[attr-defined]
                 ins.buffer_slot = buffers.setdefault(buf, len(buffers))
-                ins.slots_in = ins.slots_out = (slot(core, ins.value),)
+                ins.slots_in = ins.slots_out = (data(core, ins.value),)
                 if kind == STORE:
                     reads = (ins.value,)
                 made.add(ins.value)

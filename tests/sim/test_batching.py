@@ -85,6 +85,44 @@ def test_one_level_runs_as_one_group_whatever_the_weights() -> None:
     assert len(group) == 4 and len({id(i.template) for i in group}) == 1
 
 
+def test_a_whole_value_sent_is_the_senders_own() -> None:
+    """Forwarded over two hops, the loaded fragment reaches core 9 with no copy and no
+    view: its compute reads the slot core 0 loaded into, so it runs in the same level and
+    group as core 0's."""
+    load = "%a0 = pim.load %x[0, 0, 0] [1, 4, 8] [1, 1, 1] : tensor<4x4x8xf32> to tensor<4x8xf32>"
+    text = _grouped().split("  pim.core 0")[0] + f"""  pim.core 0 {{
+    {load}
+    spat.channel_send %a0 to core(5) channel(0) : tensor<4x8xf32>
+{_instance(0, "%w0")}
+  }}
+  pim.core 5 {{
+    %c = spat.channel_receive from core(0) channel(0) : tensor<4x8xf32>
+    spat.channel_send %c to core(9) channel(0) : tensor<4x8xf32>
+  }}
+  pim.core 9 {{
+    %a1 = spat.channel_receive from core(5) channel(0) : tensor<4x8xf32>
+{_instance(1, "%w1")}
+  }}
+  return %o : tensor<4x4x6xf32>
+}}
+"""
+    ws = [rand(8, 6), rand(8, 6)]
+    b, x = rand(6), rand(4, 4, 8)
+    module = program(text, {"w0": ws[0], "w1": ws[1], "b": b})
+    prog = compile_program(module, TARGET)
+    computes = [i for c in (0, 9) for i in prog.cores[c] if i.template is not None]
+    assert computes[0].slots_in[0] == computes[1].slots_in[0]
+    assert all(i.move is None for c in (0, 5) for i in prog.cores[c] if i.partner is not None)
+    prog.bind({"x": x})
+    engine = Engine(prog, TARGET, SimOptions(trace=False))
+    engine.run()
+    (level,) = [groups for groups, _, _ in levels(prog, engine.order) if groups]
+    assert [len(g) for g in level.values()] == [2]
+    out = simulate(module, TARGET, {"x": x}).outputs[0]
+    want = _reference(np.stack([x[0]] * 4), ws, b)[:2]
+    np.testing.assert_allclose(out[:2], want, rtol=1e-5, atol=1e-6)
+
+
 def _vector_instance(i: int) -> str:
     """A rank-1 vector times the instance's own tile, minus the tile's first row (which
     reads the weight outside the MVM too, so the weights are stacked per instance)."""
