@@ -102,3 +102,21 @@ def test_a_wide_pool_runs_channel_groups_per_lane(kind: str) -> None:
     x = np.random.default_rng(0).standard_normal((1, 8, 6, 20)).astype(np.float32)
     ours = Interpreter(low.module).run([x])[0]
     np.testing.assert_allclose(ours, run_plan_graph(g, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_large_global_average_pool_sums_row_blocks_then_adds_them() -> None:
+    """A channel chunk's whole map must fit a quarter of a core with its dense copy: on a
+    4 KiB target 8 channels of 16x16 (2 KiB, 4 KiB with the copy) are summed in 4-row
+    blocks (8 lanes of 2x256 bytes), one batch per block, then added and scaled by one more
+    batch; the result is the mean. A small map stays one batch."""
+    small = Target(local_memory_bytes=4096)
+    gap = Plan("global_avgpool", "g0", ["x"], ["y"])
+    for shape, batches_expected in (((1, 8, 16, 16), 5), ((1, 8, 4, 4), 1)):
+        g = graph(gap, shape, (*shape[:2], 1, 1))
+        low = lower(g, small)
+        batches = [op for op in low.module.walk() if isinstance(op, GraphComputeBatchOp)]
+        assert len(batches) == batches_expected
+        x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        ours = Interpreter(low.module).run([x])[0]
+        np.testing.assert_allclose(ours, run_plan_graph(g, {"x": x})["y"], rtol=1e-5,
+                                   atol=1e-6)
