@@ -131,19 +131,24 @@ def programs(framed: Frame, progs: Sequence[Sequence[int]], order: Mapping[Messa
         if posts is not None:
             posted_at.setdefault((k[1], posts[k]), []).append(i)
     out: list[list[tuple[int, int]]] = []
+    by_rank = rank.__getitem__
     for p, prog in enumerate(progs):
         plain: list[tuple[int, int]] = []
         sent = framed.sent[p]
         for j, point in enumerate((START, *prog)):
             if point >= 0:
                 plain.append((_TASK, point))
-            plain.extend((_RECV, i) for i in posted_at.get((p, point), ()))
-            plain.extend((_SEND, i) for i in sorted(sent[j], key=rank.__getitem__))
+            got = posted_at.get((p, point))
+            if got:
+                plain.extend([(_RECV, i) for i in got])
+            at = sent[j]
+            if at:
+                plain.extend([(_SEND, i) for i in (sorted(at, key=by_rank) if len(at) > 1
+                                                   else at)])
         later = [1 << 62] * (len(plain) + 1)  # the rank of the next send from each item
         for j in range(len(plain) - 1, -1, -1):
             later[j] = rank[plain[j][1]] if plain[j][0] == _SEND else later[j + 1]
         mine = sorted(into[p])
-        place = dict((i, o) for o, i in mine)
         ops: list[tuple[int, int]] = []
         due: set[int] = set()
         nxt = 0
@@ -164,7 +169,7 @@ def programs(framed: Frame, progs: Sequence[Sequence[int]], order: Mapping[Messa
             if kind == _TASK:
                 need = framed.needs[x]
                 if need:
-                    upto(max([place[i] for i in need]))
+                    upto(max([rank[i] for i in need]))
             else:
                 upto(rank[x] - 1)
             ops.append((kind, x))
