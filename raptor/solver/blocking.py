@@ -580,7 +580,7 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
             ranked = respecting_posts(graph, core_of, progs, sends,
                                       {keys[i]: r for r, i in enumerate(made)}, flow,
                                       constraints)
-            if ranked is None or pulls_receives(graph, core_of, progs, sends, ranked, flow):
+            if ranked is None:  # what it returns pulls no receive (`post_graph`)
                 continue
             for lead, moved in zip(leads, meeting_posts(
                     graph, core_of, progs, seen.start, flow, seen.ready, leads, sends, ranked),
