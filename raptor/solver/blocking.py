@@ -38,9 +38,9 @@ follows it. At a point the core posts receives, then does sends, in that order."
 
 
 class Frame(NamedTuple):
-    """What `programs` needs of a program that no message order or receive posts change
-    (`frame`): a blocking run played again and again on one program (`refine`, 13 runs)
-    builds it once."""
+    """What `programs` and `blocking_makespan` need of a program that no message order or
+    receive posts change (`frame`): a blocking run played again and again on one program
+    (`refine`, 13 runs) builds it once."""
 
     keys: list[Message]
     """The messages that travel (`leaders`); a message is named by its index here."""
@@ -53,6 +53,18 @@ class Frame(NamedTuple):
     """Per message, its bytes (a merged one's parts' together)."""
     pack: list[int]
     """Per message, the ns its sender takes to pack a merged one's parts (else 0)."""
+    sender: list[int]
+    """Per message, its sending core."""
+    there: list[int]
+    """Per message, one flit's ns from its sender to its receiver."""
+    back: list[int]
+    """Per message, one flit's ns from its receiver to its sender (the reply)."""
+    read: list[int]
+    """Per message, the ns its sender takes to read it (`raptor.noc.pimsim_read_cycles`)."""
+    written: list[int]
+    """Per message, the ns its receiver takes to write it, and the gap after."""
+    nflits: list[int]
+    """Per message, its flits."""
 
 
 def frame(graph: ComputeGraph, target: Target, core_of: Sequence[int],
@@ -71,9 +83,10 @@ def frame(graph: ComputeGraph, target: Target, core_of: Sequence[int],
             pos[t] = i
     sent: list[list[list[tuple[int, int]]]] = [[[] for _ in range(len(prog) + 1)]
                                                for prog in progs]
+    sender = [core_of[frags[k[0]].producer] for k in keys]
     for i, k in enumerate(keys):
         point, rank = sends[k]
-        sent[core_of[frags[k[0]].producer]][pos[point] + 1].append((rank, i))
+        sent[sender[i]][pos[point] + 1].append((rank, i))
     needs: list[list[int]] = [[] for _ in range(graph.num_tasks)]
     for x, fs in enumerate(graph.reads):
         p = core_of[x]
@@ -84,10 +97,20 @@ def frame(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     parts: list[list[int]] = [[fbytes[k[0]]] for k in keys]
     for k, lead in alias.items():
         parts[index[lead]].append(fbytes[k[0]])
+    wire = [sum(ps) for ps in parts]
+    ns, gap = target.ns, target.ns(noc.PIMSIM_GAP_CYCLES)
+    sizes = {n: (ns(noc.pimsim_read_cycles(target, n)),
+                 ns(noc.pimsim_write_cycles(target, n)) + gap, noc.flits(target, n))
+             for n in set(wire)}  # a few sizes, many messages
+    read, written, nflits = ([sizes[n][j] for n in wire] for j in range(3))
+    flit = target.flit_ns
     return Frame(keys, [[[i for _, i in sorted(at)] for at in row] for row in sent], needs,
-                 [sum(ps) for ps in parts],
+                 wire,
                  [target.ns(noc.pimsim_pack_cycles(target, ps)) if len(ps) > 1 else 0
-                  for ps in parts])
+                  for ps in parts],
+                 sender, [flit(s, k[1]) for s, k in zip(sender, keys, strict=True)],
+                 [flit(k[1], s) for s, k in zip(sender, keys, strict=True)],
+                 read, written, nflits)
 
 
 def programs(framed: Frame, progs: Sequence[Sequence[int]], order: Mapping[Message, int],
@@ -108,19 +131,24 @@ def programs(framed: Frame, progs: Sequence[Sequence[int]], order: Mapping[Messa
         if posts is not None:
             posted_at.setdefault((k[1], posts[k]), []).append(i)
     out: list[list[tuple[int, int]]] = []
+    by_rank = rank.__getitem__
     for p, prog in enumerate(progs):
         plain: list[tuple[int, int]] = []
         sent = framed.sent[p]
         for j, point in enumerate((START, *prog)):
             if point >= 0:
                 plain.append((_TASK, point))
-            plain.extend((_RECV, i) for i in posted_at.get((p, point), ()))
-            plain.extend((_SEND, i) for i in sorted(sent[j], key=rank.__getitem__))
+            got = posted_at.get((p, point))
+            if got:
+                plain.extend([(_RECV, i) for i in got])
+            at = sent[j]
+            if at:
+                plain.extend([(_SEND, i) for i in (sorted(at, key=by_rank) if len(at) > 1
+                                                   else at)])
         later = [1 << 62] * (len(plain) + 1)  # the rank of the next send from each item
         for j in range(len(plain) - 1, -1, -1):
             later[j] = rank[plain[j][1]] if plain[j][0] == _SEND else later[j + 1]
         mine = sorted(into[p])
-        place = dict((i, o) for o, i in mine)
         ops: list[tuple[int, int]] = []
         due: set[int] = set()
         nxt = 0
@@ -141,7 +169,7 @@ def programs(framed: Frame, progs: Sequence[Sequence[int]], order: Mapping[Messa
             if kind == _TASK:
                 need = framed.needs[x]
                 if need:
-                    upto(max([place[i] for i in need]))
+                    upto(max([rank[i] for i in need]))
             else:
                 upto(rank[x] - 1)
             ops.append((kind, x))
@@ -294,8 +322,9 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     program's `frame`, if the caller has it."""
     if framed is None:
         framed = frame(graph, target, core_of, progs, sends, merged)
-    keys, wire, pack = framed.keys, framed.wire, framed.pack
-    frags = graph.fragments
+    keys, pack, sender = framed.keys, framed.pack, framed.sender
+    there, back, read, written, nflits = (framed.there, framed.back, framed.read,
+                                          framed.written, framed.nflits)
     ops = programs(framed, progs, order, posts)
     if priced is None:
         priced = target_priced(graph, target, core_of)
@@ -303,16 +332,11 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     own = [c.work for c in priced]
     ns = target.ns
     setup, gap = ns(noc.PIMSIM_SCALAR_CYCLES), ns(noc.PIMSIM_GAP_CYCLES)
-    sizes = {n: (ns(noc.pimsim_read_cycles(target, n)),
-                 ns(noc.pimsim_write_cycles(target, n)) + gap, noc.flits(target, n))
-             for n in set(wire)}  # a few sizes, many messages
-    read, written, nflits = (list(c) for c in zip(*(sizes[n] for n in wire), strict=True)) \
-        if wire else ([], [], [])
     P = len(progs)
     pc, clock, switch, phase = [0] * P, [0] * P, [0] * P, [0] * P
-    request: dict[int, int] = {}
-    posted: dict[int, int] = {}
-    sender_waits: set[int] = set()
+    request = [0] * len(keys)
+    posted = [-1] * len(keys)  # when its receive was posted (-1: not yet)
+    sender_waits = [False] * len(keys)
     # (time, rank, core): runs (rank 0) before memory requests (rank P - core + 1) at
     # the same time, so every request made at a time is in before one is served (the
     # highest core first, as pimsim-nn; served in run order, all cores' first loads
@@ -321,15 +345,13 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     mem_free = 0
     began, ready, saw = (seen.start, seen.ready, seen.posted) if seen is not None else \
         (None, None, None)
-    flit = target.flit_ns
+    transfer_ns, request_ns = noc.pimsim_transfer, noc.pimsim_request
 
     def transfer(i: int) -> None:
         """Message i's request and receive are both there: time it, wake the other side."""
-        f, q = keys[i]
-        s = core_of[frags[f].producer]
-        switch[q], done, _, arrival = noc.pimsim_transfer(
-            request[i], posted[i], switch[q], switch[s], flit(q, s), flit(s, q), read[i],
-            nflits[i])
+        q, s = keys[i][1], sender[i]
+        switch[q], done, _, arrival = transfer_ns(request[i], posted[i], switch[q], switch[s],
+                                                  back[i], there[i], read[i], nflits[i])
         clock[s] = done + gap
         switch[s] = arrival
         clock[q] = arrival + written[i]
@@ -356,17 +378,16 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                 clock[p] += priced[x].tail
                 phase[p] = 0
             elif kind == _SEND:
-                q = keys[x][1]
                 clock[p] += pack[x]
                 if ready is not None:
                     ready[keys[x]] = clock[p]
-                request[x], switch[p] = noc.pimsim_request(clock[p] + setup, switch[p],
-                                                           flit(p, q))
+                request[x], switch[p] = request_ns(clock[p] + setup, switch[p], there[x])
                 clock[p] += setup
-                if x not in posted:
-                    sender_waits.add(x)
+                if posted[x] < 0:
+                    sender_waits[x] = True
                     return
                 transfer(x)
+                q = keys[x][1]
                 heapq.heappush(heap, (clock[q], 0, q))
                 pc[q] += 1
             else:
@@ -374,11 +395,11 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                 posted[x] = clock[p]
                 if saw is not None:
                     saw[keys[x]] = clock[p]
-                if x not in sender_waits:
+                if not sender_waits[x]:
                     return
-                sender_waits.discard(x)
+                sender_waits[x] = False
                 transfer(x)
-                s = core_of[frags[keys[x][0]].producer]
+                s = sender[x]
                 pc[s] += 1
                 heapq.heappush(heap, (clock[s], 0, s))
             pc[p] += 1
@@ -559,7 +580,7 @@ def refine(graph: ComputeGraph, target: Target, core_of: Sequence[int],
             ranked = respecting_posts(graph, core_of, progs, sends,
                                       {keys[i]: r for r, i in enumerate(made)}, flow,
                                       constraints)
-            if ranked is None or pulls_receives(graph, core_of, progs, sends, ranked, flow):
+            if ranked is None:  # what it returns pulls no receive (`post_graph`)
                 continue
             for lead, moved in zip(leads, meeting_posts(
                     graph, core_of, progs, seen.start, flow, seen.ready, leads, sends, ranked),

@@ -719,13 +719,13 @@ def _timed_as_built(rep: Replay, built: Replay) -> Replay:
         send_wait_ns=built.send_wait_ns)
 
 
-DEEPEN_ROUNDS = 10
+DEEPEN_ROUNDS = 20
 """Rounds of `deepen`, two blocking runs each (the two orders, lead 0). ResNet-18's kept
 replay (default target, estimate under pimsim-nn): 11.75 ms after `refine`, then 11.37
-after 6 rounds, 11.05 after 10 (for about 1.6 times `refine`'s CPU). Fewer rounds of
-`refine` on every replay to pay for it rank the candidates otherwise: with 3,
-torch_cnn_torchscript took 42,902 ns on pimsim-nn instead of 40,199, yolo_neck 380,014
-instead of 366,126."""
+after 6 rounds, 11.05 after 10, 10.69 after 20 (pimsim-nn 10,989,811 -> 10,692,970 ns).
+Fewer rounds of `refine` on every replay to pay for it rank the candidates otherwise:
+with 3, torch_cnn_torchscript took 42,902 ns on pimsim-nn instead of 40,199, yolo_neck
+380,014 instead of 366,126."""
 
 
 def deepen(graph: ComputeGraph, target: Target, core_of: Sequence[int],
