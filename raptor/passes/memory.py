@@ -517,7 +517,7 @@ def _place(storages: Sequence[_Storage], order: Sequence[int],
     lifetime meets its own (`meets`); returns the footprint. A placed buffer hands its
     span to the neighbours still to place, as one int (start above `_SPAN_BITS`, end
     below): sorting ints, where gathering and sorting (start, end) pairs per buffer was
-    a quarter of `plan_memory` (13 % less CPU on ResNet-18's stream programs,
+    a sixth of `plan_memory` (13 % less CPU on ResNet-18's stream programs,
     docs/benchmarks.md)."""
     placed = [False] * len(storages)
     near: list[list[int]] = [[] for _ in storages]
