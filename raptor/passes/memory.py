@@ -514,10 +514,14 @@ def _meetings(storages: Sequence[_Storage]) -> list[list[int]]:
 def _place(storages: Sequence[_Storage], order: Sequence[int],
            meets: Sequence[Sequence[int]]) -> int:
     """Give each buffer, in `order`, the lowest address free of every placed buffer whose
-    lifetime meets its own (`meets`); returns the footprint."""
+    lifetime meets its own (`meets`); returns the footprint. A placed buffer hands its
+    span to the neighbours still to place, as one int (start above `_SPAN_BITS`, end
+    below): sorting ints, where gathering and sorting (start, end) pairs per buffer was
+    a sixth of `plan_memory` (13 % less CPU on ResNet-18's stream programs,
+    docs/benchmarks.md)."""
     placed = [False] * len(storages)
-    lo = [0] * len(storages)
-    hi = [0] * len(storages)
+    near: list[list[int]] = [[] for _ in storages]
+    """Per buffer not yet placed, the spans of its placed neighbours."""
     peak = 0
     for i in order:
         s = storages[i]
@@ -526,15 +530,28 @@ def _place(storages: Sequence[_Storage], order: Sequence[int],
         # highest end seen so far; the first buffer starting `size` past it leaves the gap
         # (the order among equal starts does not matter: each ends past its start)
         addr = 0
-        for x, y in sorted([(lo[j], hi[j]) for j in meets[i] if placed[j]]):
-            if x - addr >= size:
+        spans, near[i] = near[i], []
+        spans.sort()
+        for v in spans:
+            if (v >> _SPAN_BITS) - addr >= size:
                 break
-            if y > addr:
-                addr = y
+            end = v & _SPAN_MASK
+            if end > addr:
+                addr = end
         s.addr = addr
-        placed[i], lo[i], hi[i] = True, addr, addr + size
+        placed[i] = True
+        span = (addr << _SPAN_BITS) | (addr + size)
+        for j in meets[i]:
+            if not placed[j]:
+                near[j].append(span)
         peak = max(peak, addr + s.reach)
     return peak
+
+
+_SPAN_BITS = 48
+"""`_place`'s spans: an address or end below 2**48 bytes (256 TiB), far above any local
+memory, so start << 48 | end orders spans by start."""
+_SPAN_MASK = (1 << _SPAN_BITS) - 1
 
 
 def _addresses(storages: Sequence[_Storage], steps: int) -> int:
