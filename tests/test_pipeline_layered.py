@@ -30,16 +30,13 @@ from raptor.solver.pipeline import (
     validate_pipeline,
 )
 from raptor.solver.pipeline import solve as pipeline_solve
-from raptor.solver.pipeline.model import Partition, allocate
+from raptor.solver.pipeline.model import allocate
 from raptor.solver.pipeline.solve import (
-    ESTIMATED,
-    FINE_RANGES,
     LAYERED_CLOSE,
     _layered_estimate,
     cut_neighbours,
     defer_sends,
     equal_work_cuts,
-    longest_window,
     ordered_sends,
     rank_by_posts,
     search_cuts,
@@ -219,38 +216,3 @@ def test_a_cut_set_whose_deferred_sends_deadlock_is_no_candidate(
 
     monkeypatch.setattr(pipeline_solve, "stream_estimate", deadlocks)
     assert layered_stream(problem) == []
-
-
-def test_the_finest_equal_work_cut_sets_are_estimated_beside_the_shortest_windows(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """`layered_stream` estimates the `ESTIMATED` cut sets with the shortest longest windows
-    and, beside them, the `FINE_RANGES` equal-work ones, whose windows on MobileNet rank
-    below those four. Why: PP-OCR det's 20 ranges estimate at 695,443 ns, its best of the
-    others at 839,380; competing for the window slots they pushed ShuffleNetV2's best out."""
-    _, _, problem, _ = _layered(_mobilenet())
-    cuts_of: dict[int, tuple[int, ...]] = {}
-    windows: dict[tuple[int, ...], int] = {}
-    estimated: list[tuple[int, ...]] = []
-
-    def realized(problem: PipelineProblem, part: Partition, replication: bool
-                 ) -> PipelineResult | None:
-        res = realize_cuts(problem, part, replication)
-        if res is not None:
-            cuts_of[id(res)] = part.cuts
-            windows[part.cuts] = longest_window(problem, res.schedule.core_of,
-                                                res.schedule.core_tasks)
-        return res
-
-    def estimate(problem: PipelineProblem, res: PipelineResult, inferences: int) -> int | None:
-        estimated.append(cuts_of[id(res)])
-        return _layered_estimate(problem, res, inferences)
-
-    monkeypatch.setattr(pipeline_solve, "_layered", realized)
-    monkeypatch.setattr(pipeline_solve, "_layered_estimate", estimate)
-    monkeypatch.setattr(pipeline_solve, "SEARCH_WORK", 0)
-    assert layered_stream(problem)
-    fine = {equal_work_cuts(problem, n) for n in FINE_RANGES}
-    shortest = sorted((c for c in windows if c not in fine), key=windows.__getitem__)[:ESTIMATED]
-    assert fine <= set(windows) and len(estimated) == len(set(estimated))
-    assert set(estimated) == {*shortest, *fine}
-    assert not fine <= set(sorted(windows, key=windows.__getitem__)[:ESTIMATED])

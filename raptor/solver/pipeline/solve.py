@@ -132,14 +132,13 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
                    inferences: int = 8) -> list[PipelineResult]:
     """One stage on every core whose cores are nevertheless split by layers: the group
     chain cut into ranges with their cores and tile copies by the wave model's exact DP
-    (`wave_dp`), or into 2 to 24 ranges of about equal work (`RANGES`, `FINE_RANGES`) with
-    cores and copies allocated by the period model with its boundaries free of shared memory
+    (`wave_dp`), or into 2 to 16 ranges of about equal work (`RANGES`) with cores and copies
+    allocated by the period model with its boundaries free of shared memory
     (`PipelineProblem.on_chip`: they are messages over the mesh), realized range by range
     on disjoint runs of cores and run as one stage; a message between ranges is sent at the
     end of its producer's iteration (`defer_sends`). Of the `ESTIMATED` cut sets with
-    the shortest longest windows and the `FINE_RANGES` ones, the one whose stream estimate
-    (`stream_estimate` without materialization: no boundary plan) is shortest is kept and
-    searched from
+    the shortest longest windows, the one whose stream estimate (`stream_estimate` without
+    materialization: no boundary plan) is shortest is kept and searched from
     (`search_cuts`). Returned: the search's best, then up to `LAYERED_KEPT` - 1 of its last
     steps before it whose estimate is within `LAYERED_CLOSE` of the best's (the judge
     materializes and simulates each: R-net's last step ranked ahead before materialization
@@ -165,9 +164,8 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
         parts.append(Partition(wave.cuts, wave.cores, wave.replication))
     except PipelineCapacityError:  # no wave-model split fits; the equal-work cuts may
         pass
-    fine = {equal_work_cuts(problem, n) for n in FINE_RANGES}
     parts += [allocate(free, cuts, replication) for cuts in
-              dict.fromkeys(equal_work_cuts(problem, n) for n in (*RANGES, *FINE_RANGES))]
+              dict.fromkeys(equal_work_cuts(problem, n) for n in RANGES)]
     for part in parts:
         if part is None or len(part.cuts) < 2 or part.cuts in made:
             continue
@@ -175,11 +173,8 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
         if res is not None:
             made[part.cuts] = (longest_window(problem, res.schedule.core_of,
                                               res.schedule.core_tasks), res)
-    by_window = sorted(made.items(), key=lambda x: x[1][0])
-    estimated = [x for x in by_window if x[0] not in fine][:ESTIMATED] + \
-        [x for x in by_window if x[0] in fine]
     best: tuple[int, tuple[int, ...], PipelineResult] | None = None
-    for cuts, (_, res) in estimated:
+    for cuts, (_, res) in sorted(made.items(), key=lambda x: x[1][0])[:ESTIMATED]:
         est = _layered_estimate(problem, res, inferences)
         if est is not None and (best is None or est < best[0]):
             best = (est, cuts, res)
@@ -210,9 +205,8 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
         res.solve_seconds = seconds
         which = "kept" if k == 0 else f"the search's step {k} before the best, kept too"
         res.notes.append(f"{which} by the stream estimate ({est:,} ns before materialization) "
-                         f"of {len(estimated)} of {len(made)} cut sets (the shortest longest "
-                         f"windows and the finest equal-work cuts), {tried} with a broadcasting "
-                         f"group last or "
+                         f"of the {min(len(made), ESTIMATED)} shortest longest windows of "
+                         f"{len(made)} cut sets, {tried} with a broadcasting group last or "
                          f"alone in its range and {searched} neighbours of the best "
                          f"({start:,} ns)")
     return [res for _, _, res in kept]
@@ -372,12 +366,6 @@ its realizations and estimates took 180 s and the best estimated at 8.9 ms again
 latency stream's 3.85 ms (PP-OCR's classifier, 6,492 tasks, is below)."""
 RANGES = (2, 3, 4, 6, 8, 10, 12, 16)
 """Layer-range counts `layered_stream` tries."""
-FINE_RANGES = (20, 24)
-"""Layer-range counts whose equal-work cut sets `layered_stream` always estimates, beside the
-`ESTIMATED` shortest longest windows of the others: PP-OCR det's 20 ranges estimate at
-695,443 ns where its best of the others is 839,380 (55 % of the bound), but their windows
-do not rank among the shortest; competing for those slots instead, they pushed
-ShuffleNetV2's best cut set out (93,340 -> 93,932 ns)."""
 
 
 def equal_work_cuts(problem: PipelineProblem, n: int) -> tuple[int, ...]:
