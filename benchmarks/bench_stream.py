@@ -149,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
             k, v = m.shape.split("=")
             shapes[m.name] = {k: tuple(int(d) for d in v.split("x"))}
         models += [(n.label, p) for n, p in cached() if not args.cnns or n.label in args.cnns]
+        known = {*CNNS, *(m.name for m in MODELS), *(n.label for n, _ in cached())}
+        if unknown := [n for n in args.cnns if n not in known]:
+            # a misspelt net gave a table of no rows (`efficientnet_b0`, not `-64`)
+            ap.error(f"--cnns: no net named {', '.join(unknown)} (known: "
+                     f"{', '.join(sorted(known))})")
     print(HEAD)
     cause_rows = []
     for name, path in models:
