@@ -477,11 +477,18 @@ def measure(problem: PipelineProblem, part: Partition, chunks: list[list[int]],
 
 
 def asap_starts(problem: PipelineProblem, core_of: Sequence[int],
-                order: Sequence[Sequence[int]]) -> list[int]:
+                order: Sequence[Sequence[int]], core_range: Sequence[int] | None = None
+                ) -> list[int]:
     """One inference alone through the placed program: earliest starts under the per-core
-    order and NoC transfer delays on every edge (what the latency validator checks)."""
+    order and NoC transfer delays on every edge (what the latency validator checks).
+    `core_range` (a layered stream's range of each core): edges between ranges left out,
+    their data there at the start, as a stream's deferred sends leave it (`defer_sends`)."""
     src, dst, nbytes = problem.edge_arrays
     cores = np.asarray(core_of, dtype=np.int64)
+    if core_range is not None:
+        rng = np.asarray(core_range, dtype=np.int64)[cores]
+        keep = rng[src] == rng[dst]
+        src, dst, nbytes = src[keep], dst[keep], nbytes[keep]
     delay = transfer_ns(problem.target, cores[src], cores[dst], nbytes).tolist()
     out: list[list[tuple[int, int]]] = [[] for _ in range(problem.graph.num_tasks)]
     for u, v, d in zip(src.tolist(), dst.tolist(), delay, strict=True):
