@@ -139,7 +139,7 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
     end of its producer's iteration (`defer_sends`). Of the `ESTIMATED` cut sets with
     the shortest longest windows and the `ESTIMATED` with the shortest longest windows of
     each range from its inputs (`longest_window` with the ranges: RegNetX's best cut set
-    estimated, 317,802 ns, has a whole window of 473,655 ns, the 11th of 13, and a range
+    estimated, 317,802 ns, has a whole window of 473,655 ns, the 7th of 9, and a range
     window of 305,315, the shortest), the one whose stream estimate (`stream_estimate`
     without materialization: no boundary plan) is shortest is kept and searched from
     (`search_cuts`). Returned: the search's best, then up to `LAYERED_KEPT` - 1 of its last
