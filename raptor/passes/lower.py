@@ -1077,8 +1077,12 @@ def _pool(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
             return b.binary("vmul", frag, r, frag.tensor)
 
     # channels per lane: the most (dividing c) whose input window stays within an eighth of
-    # a core's local memory, so that a wide map's pooling lane does not fill the core
-    cap = em.lw.target.local_memory_bytes // 8 // max(1, -(-em.lw.target.input_bits // 8))
+    # a core's local memory, so that a wide map's pooling lane does not fill the core; under
+    # pimsim-nn's protocol within half, since each channel group is one more blocking
+    # message from every producer row and to every reader (ResNet-18's 64-channel pool in
+    # one group, not 4: 9.99 ms on pimsim-nn's estimate against 10.25)
+    share = 2 if em.lw.target.protocol == "pimsim-nn" else 8
+    cap = em.lw.target.local_memory_bytes // share // max(1, -(-em.lw.target.input_bits // 8))
     cg = max((d for d in range(1, c + 1) if c % d == 0 and d * kh * (wd + left + right) <= cap),
              default=1)
 

@@ -86,19 +86,23 @@ def test_a_huge_output_is_refused_before_anything_is_built(target: Target) -> No
         lower(graph(relu, (1, 4), (1 << 20, 1 << 20)), target)
 
 
-@pytest.mark.parametrize("kind", ["maxpool", "avgpool"])
-def test_a_wide_pool_runs_channel_groups_per_lane(kind: str) -> None:
+@pytest.mark.parametrize(("kind", "protocol", "channels"), [
+    ("maxpool", "raptor", 4), ("avgpool", "raptor", 4), ("maxpool", "pimsim-nn", 8)])
+def test_a_wide_pool_runs_channel_groups_per_lane(kind: str, protocol: str, channels: int
+                                                  ) -> None:
     """A pooling lane's input window stays within an eighth of a core's memory: on a
     4 KiB target (512 one-byte activations per lane) an 8-channel, 20-wide map pools 4
-    channels per lane (3 rows x 22 padded columns each) and still computes the pool."""
-    small = Target(local_memory_bytes=4096)
+    channels per lane (3 rows x 22 padded columns each) and still computes the pool.
+    Under pimsim-nn's protocol within half (2,048 bytes): all 8 channels, one message
+    fewer from every producer row and to every reader."""
+    small = Target(local_memory_bytes=4096, protocol=protocol)
     pool = Plan(kind, "p0", ["x"], ["y"], {
         "kernel": [3, 3], "strides": [2, 2], "dilations": [1, 1], "pads": [1, 1, 1, 1],
         "ceil_mode": 0, "count_include_pad": 0})
     g = graph(pool, (1, 8, 6, 20), (1, 8, 3, 10))
     low = lower(g, small)
     batches = [op for op in low.module.walk() if isinstance(op, GraphComputeBatchOp)]
-    assert batches and {b.outs[0].type.static_shape[1] for b in batches} == {4}  # type: ignore[attr-defined]
+    assert batches and {b.outs[0].type.static_shape[1] for b in batches} == {channels}  # type: ignore[union-attr]
     x = np.random.default_rng(0).standard_normal((1, 8, 6, 20)).astype(np.float32)
     ours = Interpreter(low.module).run([x])[0]
     np.testing.assert_allclose(ours, run_plan_graph(g, {"x": x})["y"], rtol=1e-5, atol=1e-6)

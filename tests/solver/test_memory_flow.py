@@ -123,6 +123,34 @@ def test_follow_producers_moves_additions_next_to_their_last_producer() -> None:
     assert (plan.estimate_ns, moved.estimate_ns) == (138 + 5, 120 + 5)
 
 
+
+def test_follow_producers_apart_moves_only_additions_with_no_input_on_their_core() -> None:
+    """pimsim-nn's variant (`peft._list_schedule_runs`): an addition whose two inputs both
+    come from other cores costs two blocking meetings, one once it follows its last
+    producer; one with an input already on its core (or a single input) stays put."""
+    g = ComputeGraph()
+    p = g.add_task("p", 100, weights=[0])
+    q = g.add_task("q", 120, weights=[1])
+    x = g.add_task("x", 90, weights=[2])
+    s = g.add_task("s", 5)  # reads p and q, planned on core 2
+    t = g.add_task("t", 5)  # reads q and x, planned on x's core 2
+    u = g.add_task("u", 5)  # reads p only, planned on core 3
+    for a, b in ((p, s), (q, s), (q, t), (x, t), (p, u)):
+        f = g.add_fragment(a, 64)
+        g.add_edge(a, b, 64)
+        g.add_read(b, f)
+    g.memory = MemoryDemand(scratch=[100, 100, 100, 50, 50, 50], output=[64] * 6,
+                            fragment=[64] * 5)
+    g.freeze()
+    plan = MergeScheduleResult.build(g, LINE, [0, 1, 2, 2, 2, 3], [0, 0, 0, 140, 145, 120],
+                                     solver="peft", status="HEURISTIC")
+    moved = follow_producers(g, LINE, plan, 2, apart=True)
+    assert [moved.core_of[k] for k in (s, t, u)] == [1, 2, 3]
+    assert moved.core_tasks[1] == [q, s] and moved.start_ns[s] == 120
+    assert not validate_schedule(g, LINE, moved)
+    assert follow_producers(g, LINE, plan, 2).core_of[u] == 0  # what `apart` leaves alone
+
+
 def test_peft_keeps_a_refinement_only_when_it_replays_faster() -> None:
     g = _late_reader(100)
     base = dataclasses.replace(g, memory=None)
