@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import shutil
@@ -55,9 +54,10 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 
 def save_npz_atomic(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, **dict(arrays))  # type: ignore[arg-type]
-    write_bytes_atomic(path, buf.getvalue())
+    """Zipped into the temporary file itself: no copy of the archive in memory (a
+    model's weights, 100 MB on ResNet-50)."""
+    with open_atomic(path) as fh:
+        np.savez(fh, **dict(arrays))  # type: ignore[arg-type]
 
 
 class InputFileError(ValueError):
