@@ -101,8 +101,10 @@ def link_traffic(sim: SimResult, net: Network) -> dict[int, tuple[int, int, int]
             t = traffic.setdefault(link, [0, 0, 0])
             t[0] += nbytes
             t[1] += count
-    for link, start, end in sim.trace.links:
-        traffic.setdefault(link, [0, 0, 0])[2] += end - start
+    log = sim.trace.link_log  # each walk holds each of its links for its serialization
+    for links, ser in zip(log.routes, log.serial, strict=True):
+        for link in links:
+            traffic.setdefault(link, [0, 0, 0])[2] += ser
     return {k: (v[0], v[1], v[2]) for k, v in traffic.items()}
 
 

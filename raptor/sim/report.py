@@ -5,14 +5,14 @@ from __future__ import annotations
 import itertools
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from raptor.fileio import write_text_atomic
+from raptor.fileio import open_atomic
 from raptor.noc import LinkLog
 from raptor.sim.errors import SimError
 
@@ -152,43 +152,42 @@ class Trace:
             out.append(mine[k] if k < len(mine) else None)
         return out
 
-    def to_chrome(self, cores: list[int], labels: Labels | None = None,
-                  mesh_links: int = 0, flows_until: int | None = None) -> dict[str, Any]:
-        """Chrome trace-event JSON: a track per core whose compute slices are named by layer
-        and op (lanes, tiles and bytes in their args), a flow arrow per message from the
-        compute that produced it to the first compute on the receiver after it arrived,
-        and counter tracks for mesh link utilization and the shared-memory queue.
-        `flows_until` keeps the arrows of messages sent by then only (a stream's first
-        inference: the others repeat its pattern, and a long stream would carry hundreds of
-        thousands of them)."""
+    def chrome_events(self, cores: list[int], labels: Labels | None = None,
+                      mesh_links: int = 0, flows_until: int | None = None
+                      ) -> Iterator[dict[str, Any]]:
+        """Chrome trace events, one at a time (a long stream's trace is too large to hold as
+        one list): a track per core whose compute slices are named by layer and op (lanes,
+        tiles and bytes in their args), a flow arrow per message from the compute that
+        produced it to the first compute on the receiver after it arrived, and counter
+        tracks for mesh link utilization and the shared-memory queue. `flows_until` keeps
+        the arrows of messages sent by then only (a stream's first inference: the others
+        repeat its pattern, and a long stream would carry hundreds of thousands of them)."""
         meta = [(0, "process_name", {"name": "raptor simulator"})] + [
             m for c in cores for m in ((c, "thread_name", {"name": f"core {c}"}),
                                        (c, "thread_sort_index", {"sort_index": c}))]
-        events: list[dict[str, Any]] = [{"ph": "M", "name": name, "pid": 0, "tid": t,
-                                          "args": args} for t, name, args in meta]
-        work: dict[int, list[tuple[int, int]]] = {}  # per core: compute spans (start, end)
+        for t, kind, value in meta:
+            yield {"ph": "M", "name": kind, "pid": 0, "tid": t, "args": value}
+        starts: dict[int, list[int]] = {}  # per core: its compute spans' starts and ends
+        ends: dict[int, list[int]] = {}
         for (core, start, dur, name, cat, detail), label in zip(
                 self.spans, self.labelled(labels), strict=True):
             args: dict[str, Any] = {"detail": detail}
             if label is not None:  # the detail is a source location, if the IR has one
                 name = label.name
                 args = label.args if detail.startswith("<") else {**label.args, "detail": detail}
-            events.append({"ph": "X", "name": name, "cat": cat, "pid": 0, "tid": core,
-                           "ts": start / 1000, "dur": dur / 1000, "args": args})
+            yield {"ph": "X", "name": name, "cat": cat, "pid": 0, "tid": core,
+                   "ts": start / 1000, "dur": dur / 1000, "args": args}
             if cat == BUSY and dur > 0:
-                work.setdefault(core, []).append((start, start + dur))
-        events.extend(self._flows(work, flows_until))
-        events.extend(self._counters(mesh_links))
-        return {"traceEvents": events, "displayTimeUnit": "ns"}
+                starts.setdefault(core, []).append(start)
+                ends.setdefault(core, []).append(start + dur)
+        yield from self._flows(starts, ends, flows_until)
+        yield from self._counters(mesh_links)
 
-    def _flows(self, work: dict[int, list[tuple[int, int]]], until: int | None = None
-               ) -> list[dict[str, Any]]:
+    def _flows(self, starts: dict[int, list[int]], ends: dict[int, list[int]],
+               until: int | None = None) -> Iterator[dict[str, Any]]:
         """Flow events bind to the slice enclosing their timestamp: the start sits in the
         middle of the last compute that ended by the send, the end in the middle of the
         first compute that starts after the arrival (the one that waited for it)."""
-        starts = {c: [s for s, _ in spans] for c, spans in work.items()}
-        ends = {c: [e for _, e in spans] for c, spans in work.items()}
-        out: list[dict[str, Any]] = []
         for i, (src, dst, ch, nbytes, sent, arrived) in enumerate(self.messages):
             if until is not None and sent > until:
                 continue
@@ -196,45 +195,51 @@ class Trace:
             j = bisect_left(starts.get(dst, []), arrived)
             if k < 0 or j >= len(starts.get(dst, [])):
                 continue  # nothing computed it (a forwarded weight) or nothing reads it
-            a, b = work[src][k]
-            c, d = work[dst][j]
             common = {"name": "message", "cat": "message", "pid": 0, "id": i,
                       "args": {"bytes": nbytes, "from": src, "to": dst, "channel": ch,
                                "sent_ns": sent, "arrived_ns": arrived}}
-            out.append({**common, "ph": "s", "tid": src, "ts": (a + b) / 2000})
-            out.append({**common, "ph": "f", "bp": "e", "tid": dst, "ts": (c + d) / 2000})
-        return out
+            yield {**common, "ph": "s", "tid": src, "ts": (starts[src][k] + ends[src][k]) / 2000}
+            yield {**common, "ph": "f", "bp": "e", "tid": dst,
+                   "ts": (starts[dst][j] + ends[dst][j]) / 2000}
 
-    def _counters(self, mesh_links: int) -> list[dict[str, Any]]:
+    def _link_spans(self) -> np.ndarray:
+        """`links`' (start, end) pairs as an n x 2 array, read from the log's flat lists (a
+        stream's reservations listed as tuples took over a GiB on ResNet-50)."""
+        log = self.link_log
+        heads = np.asarray(log.heads, dtype=np.int64)
+        serial = np.repeat(np.asarray(log.serial, dtype=np.int64),
+                           np.fromiter(map(len, log.routes), np.int64, len(log.routes)))
+        return np.stack([heads, heads + serial], axis=1)
+
+    def _counters(self, mesh_links: int) -> Iterator[dict[str, Any]]:
         """Time-binned averages: busy mesh links (percent of `mesh_links`, else a count) and
         shared-memory requests waiting or in service."""
+        links = self._link_spans()
         end = max((s + d for _, s, d, _, _, _ in self.spans), default=0)
-        end = max(end, max((e for _, _, e in self.links), default=0))
+        end = max(end, int(links[:, 1].max(initial=0)))
         if end <= 0:
-            return []
+            return
         width = -(-end // COUNTER_BINS)
         edges = np.arange(0, end + width, width, dtype=np.int64)
         memory = [(s, s + d) for _, s, d, _, cat, detail in self.spans
                   if cat == MEMORY or detail == QUEUE]
         tracks = (("NoC links busy", "percent" if mesh_links else "links",
-                   [(s, e) for _, s, e in self.links],
+                   links,
                    100.0 / mesh_links if mesh_links else 1.0),
                   ("shared memory queue", "requests", memory, 1.0))
-        out: list[dict[str, Any]] = []
         for name, unit, spans, scale in tracks:
-            if not spans:
+            if not len(spans):
                 continue
             level = busy_per_bin(spans, edges) * (scale / width)
             prev = None
             for t, v in zip(edges[:-1].tolist(), np.round(level, 3).tolist(), strict=True):
                 if v != prev:
-                    out.append({"ph": "C", "name": name, "pid": 0, "tid": 0, "ts": t / 1000,
-                                "args": {unit: v}})
+                    yield {"ph": "C", "name": name, "pid": 0, "tid": 0, "ts": t / 1000,
+                           "args": {unit: v}}
                     prev = v
-        return out
 
 
-def busy_per_bin(spans: Sequence[tuple[int, int]], edges: np.ndarray) -> np.ndarray:
+def busy_per_bin(spans: Sequence[tuple[int, int]] | np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Σ over spans of their overlap with each bin [edges[k], edges[k+1]), in ns: the integral
     F(t) = Σ max(0, min(t, end) - start) at the edges, differenced (O((n + bins) log n))."""
     arr = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
@@ -264,13 +269,36 @@ class SimResult:
                            f"{', '.join('%' + n for n in self.names)})")
         return self.outputs[self.names.index(key)]
 
-    def chrome_trace(self, labels: Labels | None = None, mesh_links: int = 0) -> dict[str, Any]:
+    def chrome_events(self, labels: Labels | None = None, mesh_links: int = 0
+                      ) -> Iterator[dict[str, Any]]:
         """A stream's trace draws the message arrows of its first inference only."""
         ends = self.report.inference_end_ns
-        return self.trace.to_chrome([c.core for c in self.report.cores], labels, mesh_links,
-                                    flows_until=ends[0] if ends else None)
+        return self.trace.chrome_events([c.core for c in self.report.cores], labels,
+                                        mesh_links, flows_until=ends[0] if ends else None)
+
+    def chrome_trace(self, labels: Labels | None = None, mesh_links: int = 0) -> dict[str, Any]:
+        """The trace-event document in memory (`write_trace` writes it without)."""
+        return _chrome_document(list(self.chrome_events(labels, mesh_links)))
 
     def write_trace(self, path: str | Path, labels: Labels | None = None,
                     mesh_links: int = 0) -> None:
-        """Whole or not at all (`raptor.fileio`): a reader never sees a half-written trace."""
-        write_text_atomic(path, json.dumps(self.chrome_trace(labels, mesh_links)))
+        """`json.dumps(self.chrome_trace(...))`, byte for byte, written TRACE_BATCH events
+        at a time (a long stream's events would take gigabytes as dicts), whole or not at
+        all (`raptor.fileio`): a reader never sees a half-written trace."""
+        head, tail = json.dumps(_chrome_document([])).split("[]")
+        events = self.chrome_events(labels, mesh_links)
+        with open_atomic(path) as fh:
+            fh.write(head.encode() + b"[")
+            sep = b""
+            while batch := list(itertools.islice(events, TRACE_BATCH)):
+                fh.write(sep + json.dumps(batch)[1:-1].encode())  # the list's items
+                sep = b", "
+            fh.write(b"]" + tail.encode())
+
+
+TRACE_BATCH = 4096
+"""Trace events encoded per write."""
+
+
+def _chrome_document(events: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"traceEvents": events, "displayTimeUnit": "ns"}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from raptor.driver import MODES
-from raptor.fileio import save_npz_atomic, write_text_atomic
+from raptor.fileio import copy_atomic, save_npz_atomic, write_text_atomic
 from raptor.sim.charts import noc_svg, timeline_svg
 from raptor.solve import Progress, ScheduleRun, Solved
 from raptor.solver.evaluate import retime
@@ -98,7 +98,7 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
     model = Path(solved.model).name
     printed: dict[int, str] = {}
     planned: dict[tuple[int, int], tuple[int, str, str]] = {}
-    traced: dict[int, tuple[str, str, str, str, str]] = {}
+    traced: dict[int, tuple[Path, str, str, str, str]] = {}
     for run in solved.runs:
         if say is not None:
             say(f"writing the {run.name} outputs")
@@ -134,18 +134,22 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
                          f"{latency:,} ns, period {period or 0:,} ns")
         noc_title = f"{model}: NoC traffic of the {run.name} schedule (simulated)"
         # a schedule that shares another's program (and simulation) shares its labels,
-        # trace and charts, the charts retitled with its solver
+        # trace and charts, the charts retitled with its solver, the trace copied
+        trace = d / f"trace.{run.name}.json"
         if id(run.sim) not in traced:
             labels = span_labels(run.scheduled, layers, lanes)
+            run.sim.write_trace(trace, labels, target.mesh_links)  # streamed: it can be large
             traced[id(run.sim)] = (
-                json.dumps(run.sim.chrome_trace(labels, target.mesh_links)), sim_title,
+                trace, sim_title,
                 timeline_svg(run.sim, labels, legend=names, title=sim_title,
                              stage_of_core=run.result.stage_of_core),
                 noc_title, noc_svg(run.sim, target, title=noc_title))
-        trace, was_sim, timeline, was_noc, noc = traced[id(run.sim)]
+        first_trace, was_sim, timeline, was_noc, noc = traced[id(run.sim)]
+        if first_trace != trace:
+            copy_atomic(first_trace, trace)
+        written.add(trace)
         put(f"gantt.{run.name}.simulated.svg", _retitled(timeline, was_sim, sim_title))
         put(f"noc.{run.name}.svg", _retitled(noc, was_noc, noc_title))
-        put(f"trace.{run.name}.json", trace)
         first = run.pipeline is not None  # a stream: inference 0's outputs
         outs = {v.name: o[0] if first else o for v, o in zip(
             solved.compiled.graph.outputs, run.sim.outputs, strict=True)}

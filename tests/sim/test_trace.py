@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from raptor.noc import Network
-from raptor.sim import SimOptions
+from raptor.sim import SimOptions, report
 from raptor.sim.report import SpanLabel, busy_per_bin
 
 from .test_timing import CONTENTION
@@ -39,6 +41,36 @@ def test_chrome_trace_has_one_track_per_core_with_spans(tmp_path: Path) -> None:
     assert sorted((e["ph"], e["tid"], e["ts"]) for e in flows) == [
         ("f", 2, 0.038), ("s", 1, 0.002)]
     assert {e["id"] for e in flows} == {1} and flows[0]["args"]["bytes"] == 64
+
+
+def test_written_trace_is_the_document_byte_for_byte(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`write_trace` streams the events in batches (3 here, so several batches and a short
+    last one) and writes what `json.dumps` of the whole document would."""
+    monkeypatch.setattr(report, "TRACE_BATCH", 3)
+    res = run(CONTENTION, {"w": rand(16)})
+    labels = {1: [SpanLabel("relu3 (relu)", "relu3", {"lanes": [0], "bytes": 64})]}
+    path = tmp_path / "trace.json"
+    res.write_trace(path, labels, mesh_links=4)
+    doc = res.chrome_trace(labels, mesh_links=4)
+    assert len(doc["traceEvents"]) > 2 * report.TRACE_BATCH
+    assert path.read_text() == json.dumps(doc)
+    assert json.loads(path.read_text()) == doc
+
+
+def test_a_trace_cut_short_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    res = run(CONTENTION, {"w": rand(16)})
+    (tmp_path / "trace.json").write_text("earlier")
+
+    def failing(*_: object, **__: object) -> Iterator[dict[str, object]]:
+        yield {"ph": "M"}
+        raise OSError("disk full")
+    monkeypatch.setattr(res.trace, "chrome_events", failing)
+    with pytest.raises(OSError, match="disk full"):
+        res.write_trace(tmp_path / "trace.json")
+    assert [p.name for p in tmp_path.iterdir()] == ["trace.json"]  # no temporary left over
+    assert (tmp_path / "trace.json").read_text() == "earlier"  # the old file untouched
 
 
 def test_link_occupancy_and_counter_tracks() -> None:
