@@ -190,6 +190,14 @@ def inject_rank(src: int, dst: int, cores: int) -> int:
     return 1 + src * cores + dst
 
 
+def memory_rank(core: int, cores: int) -> int:
+    """Shared-memory requests made at one time are served from the lowest core, each after
+    every other event of that time (injections included): a rule of the chip like
+    `inject_rank`, so the simulator and the replay of `raptor.solver.comm` serve them in one
+    order, not in the order either happens to run its cores in."""
+    return 1 + cores * cores + core
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """One message's way through the mesh."""

@@ -177,8 +177,8 @@ class Mesh:
     # ---- global memory -------------------------------------------------------------
     def request(self, st: Core, ins: Instr) -> tuple[int, int]:
         """When a load/store/counter access asks for the memory, and its rank among
-        requests at that time (lower first)."""
-        return st.clock, 0
+        requests at that time (lower first; `raptor.noc.memory_rank`)."""
+        return st.clock, noc.memory_rank(st.cid, self.target.num_cores)
 
     def access(self, st: Core, ins: Instr, start: int) -> None:
         """Perform the access from `start` (>= its request) and advance the core."""

@@ -21,7 +21,8 @@ reported as the schedule's estimate). It models the simulator's default options
   the post on: posts and held sends follow :class:`_Replayer`, and materialization places
   them where the replay did (:attr:`Replay.posts`, :attr:`Replay.sends`).
 * **Shared memory.** The chip serves one shared-memory request at a time: the part of a
-  task that stores graph outputs (``Task.shared_ns``) queues, in request order. Loads of
+  task that stores graph outputs (``Task.shared_ns``) queues, in request order
+  (simultaneous ones by `raptor.noc.memory_rank`, as in the simulator). Loads of
   function inputs inside compute bodies are part of the task's own cost (no queue).
 * **Endpoint copies.** Inserting a received fragment into the consumer's input buffer is a
   local copy already in the consumer's cost (`raptor.solver.costs`); a region send is a DMA
@@ -264,7 +265,7 @@ class _Replayer:
             clock = ready + self.dur[t] - task.shared_ns
             self.clock[p] = clock
             if task.shared_ns:
-                self.push(clock, _MEM, p)
+                self.push(clock, _MEM, p, noc.memory_rank(p, self.P))
                 return
             if clock > self.now:  # its point comes after what other cores do before it
                 self.push(clock, _END, p)
