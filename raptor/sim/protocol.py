@@ -184,11 +184,17 @@ class Mesh:
         """Perform the access from `start` (>= its request) and advance the core."""
         self.e.memory.access(st, ins, start)
 
-    def serve(self, st: Core, ins: Instr) -> None:
-        """A queued request, taken in request-time order: served when memory is free."""
-        mem = self.e.memory
-        self.access(st, ins, max(st.clock, mem.free))
+    def serve(self, st: Core, ins: Instr) -> bool:
+        """A queued request: served if the memory is free, else asked again when it frees
+        (False), so the requests waiting then are served from the lowest core."""
+        e = self.e
+        mem = e.memory
+        if mem.free > e.now:
+            e.push(mem.free, MEM, st, noc.memory_rank(st.cid, self.target.num_cores))
+            return False
+        self.access(st, ins, e.now)
         mem.free = st.clock
+        return True
 
 
 class PimsimNN(Mesh):
@@ -292,8 +298,9 @@ class PimsimNN(Mesh):
         st.switch_free = e.memory.free  # the switch waits for the memory's response
         e.memory.accessed(ins, st.clock)
 
-    def serve(self, st: Core, ins: Instr) -> None:
+    def serve(self, st: Core, ins: Instr) -> bool:
         self.access(st, ins, max(self.e.now, self.e.memory.free))
+        return True
 
 
 PROTOCOLS: dict[str, type[Mesh]] = {"raptor": Mesh, "pimsim-nn": PimsimNN}

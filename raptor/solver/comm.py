@@ -21,8 +21,9 @@ reported as the schedule's estimate). It models the simulator's default options
   the post on: posts and held sends follow :class:`_Replayer`, and materialization places
   them where the replay did (:attr:`Replay.posts`, :attr:`Replay.sends`).
 * **Shared memory.** The chip serves one shared-memory request at a time: the part of a
-  task that stores graph outputs (``Task.shared_ns``) queues, in request order
-  (simultaneous ones by `raptor.noc.memory_rank`, as in the simulator). Loads of
+  task that stores graph outputs (``Task.shared_ns``) queues, served by the chip's
+  arbitration (`raptor.noc.memory_rank`: the lowest waiting core first), as in the
+  simulator. Loads of
   function inputs inside compute bodies are part of the task's own cost (no queue).
 * **Endpoint copies.** Inserting a received fragment into the consumer's input buffer is a
   local copy already in the consumer's cost (`raptor.solver.costs`); a region send is a DMA
@@ -279,9 +280,14 @@ class _Replayer:
         self.flow.after_task(p, self.sends[t])
 
     def serve(self, p: int) -> None:
+        """Core p's stores, if the shared memory is free; else p asks again when it frees,
+        so the requests waiting then are served from the lowest core (as the simulator's)."""
+        if self.contention and self.mem_free > self.now:
+            self.push(self.mem_free, _MEM, p, noc.memory_rank(p, self.P))
+            return
         t = self.progs[p][self.pc[p]]
         task = self.g.tasks[t]
-        begin = max(self.clock[p], self.mem_free) if self.contention else self.clock[p]
+        begin = max(self.clock[p], self.now) if self.contention else self.clock[p]
         self.mem_free = self.clock[p] = begin + task.shared_ns
         self.finish(t, p)
         self.run_core(p)

@@ -186,8 +186,8 @@ def test_free_keeps_a_fast_producer_from_overwriting_unread_data() -> None:
     np.testing.assert_allclose(good.outputs[0], s + relu, rtol=1e-6, atol=1e-6)
     assert good.report.signals == 12 and good.report.waits == 12
     assert np.allclose(Interpreter(mod).run([x])[0], good.outputs[0])
-    with pytest.raises(Race, match=r"race on %mid: core 1 .* loads for inference 2 .* holds "
-                                   r"inference 4's data"):
+    with pytest.raises(Race, match=r"race on %mid: core 1 .* loads for inference 1 .* holds "
+                                   r"inference 5's data"):
         Simulator(_without(mod, WaitOp, "free"), TARGET).run([x])
 
 

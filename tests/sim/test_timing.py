@@ -150,10 +150,11 @@ def test_shared_memory_serves_one_request_at_a_time() -> None:
     x = rand(2, 32)
     queued = run(TWO_LOADS, inputs={"x": x})
     free = run(TWO_LOADS, inputs={"x": x}, options=NO_QUEUE)
-    # 128 B: load 160, store 200. FIFO by request time: load0 [0,160), load1 [160,320),
-    # store0 (asked at 160) [320,520), store1 (asked at 320) [520,720)
-    assert [c.finish_ns for c in queued.report.cores] == [520, 720]
-    assert [c.blocked_ns for c in queued.report.cores] == [160, 360]
+    # 128 B: load 160, store 200. Both ask at 0: load0 [0,160) (the lower core first);
+    # load1 asks again at 160 with store0, which goes first: [160,360), load1 [360,520),
+    # store1 [520,720)
+    assert [c.finish_ns for c in queued.report.cores] == [360, 720]
+    assert [c.blocked_ns for c in queued.report.cores] == [0, 360]
     assert free.report.latency_ns == 360
     np.testing.assert_array_equal(queued.outputs[0], x)
     np.testing.assert_array_equal(free.outputs[0], x)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from raptor.ir.core import Operation
 from raptor.ir.ops import LoadOp, ScheduledComputeBatchOp
-from raptor.noc import FreeLinks, Network, inject_rank
+from raptor.noc import FreeLinks, Network, inject_rank, memory_rank
 from raptor.passes.stream import LoadGroup, StreamInfo
 from raptor.solver.comm import START, Replay
 from raptor.solver.costs import block_cost_ns, op_cost_ns, shared_read_ns, shared_write_ns
@@ -252,6 +252,7 @@ class _Play:
         self.starts, self.ends = starts, ends
         links = FreeLinks(self.net.num_links)
         memory_free = 0
+        cores_n = self.net.target.num_cores
         seq = itertools.count()
 
         def advance(c: int, clock: int) -> None:
@@ -274,7 +275,8 @@ class _Play:
             if req[0] == _WAIT:  # what it waits for is not known yet
                 parked.setdefault(req[2:], []).append(c)
                 return
-            heapq.heappush(heap, (req[1], 0, next(seq), c))
+            rank = memory_rank(c, cores_n) if req[0] == _MEM else 0
+            heapq.heappush(heap, (req[1], rank, next(seq), c))
 
         def wake(key: tuple[int, ...], at: int) -> None:
             known[key] = at
@@ -297,8 +299,10 @@ class _Play:
                 continue
             req = pending[c]
             if req[0] == _MEM:
-                start = max(now, memory_free)
-                memory_free = start + req[2]
+                if memory_free > now:  # busy: asked again when it frees, lowest core first
+                    heapq.heappush(heap, (memory_free, memory_rank(c, cores_n), next(seq), c))
+                    continue
+                memory_free = now + req[2]
                 advance(c, memory_free)
             else:
                 advance(c, now)
