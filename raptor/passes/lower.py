@@ -658,7 +658,12 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     images), all competing for the cores.
 
     A bundle is at most `mvm_units` tiles, or all of them (no partial sums to send and add):
-    more would make each copy of it hold more crossbars for no faster MVMs. Among the cuts
+    more would make each copy of it hold more crossbars for no faster MVMs. Under the
+    `pimsim-nn` protocol any number, since each partial sum is one more blocking message:
+    ResNet-18's 7-pixel layers of 36 row tiles in 9 bundles of 4 (63 lanes, one round of
+    28 MVMs, as 252 one-tile lanes take 4 rounds of 7), its 14-pixel ones of 18 in 9 of 2
+    (9.87 ms on pimsim-nn's estimate against 9.99, docs/benchmarks.md "Issue #24, ninth
+    session"). Among the cuts
     whose MVM rounds on the cores (lanes / cores rounds of bundle / units × chunk pixels
     MVMs) are within 3 % of the fewest: the fewest bundles; then, for one bundle and up to
     `MANY_LANES` lanes per core, the shortest lanes (a run of a row is ready sooner, so the
@@ -673,7 +678,8 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     # (bundles, more lanes than MANY_LANES, a lane's MVM rounds (or its lanes), lanes,
     # MVM rounds, chunks)
     options: list[tuple[int, bool, int, int, int, int]] = []
-    for n in sorted({*range(1, min(target.mvm_units, len(tiles)) + 1), len(tiles)}):
+    most = len(tiles) if target.protocol == "pimsim-nn" else min(target.mvm_units, len(tiles))
+    for n in sorted({*range(1, most + 1), len(tiles)}):
         count = -(-len(tiles) // n)
         if options and count == options[-1][0]:
             continue  # the same bundles as a smaller n
