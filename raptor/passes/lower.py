@@ -658,22 +658,27 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     images), all competing for the cores.
 
     A bundle is at most `mvm_units` tiles, or all of them (no partial sums to send and add):
-    more would make each copy of it hold more crossbars for no faster MVMs. Among the cuts
-    whose MVM rounds on the cores (lanes / cores rounds of bundle / units × chunk pixels
-    MVMs) are within 3 % of the fewest: the fewest bundles; then, for one bundle and up to
-    `MANY_LANES` lanes per core, the shortest lanes (a run of a row is ready sooner, so the
-    next layer's windows start sooner: yolo_neck's last layer in eighths of a row rather
-    than quarters, 279 against 358 µs), else the fewest lanes (with partial sums, finer
-    lanes add messages: ResNet-18's 28- and 14-pixel layers in half rows took 3.96 ms
-    against 3.87). ResNet-18 at one unit: its 112-pixel rows (224 one-tile lanes, 4 rounds
-    of 146 µs on 64 cores) in quarters, both tiles per lane (7 rounds of 73 µs); its
-    56-pixel 3×3 layers (280 lanes, 5 rounds of 73 µs) in eighths, all 5 tiles per lane
-    (7 rounds of 46 µs). With `lane_bytes(n, k)` (a lane's buffers with n tiles and rows in
-    k chunks), only what `lane_fits`."""
+    more would make each copy of it hold more crossbars for no faster MVMs. Under the
+    `pimsim-nn` protocol any number, since each partial sum is one more blocking message:
+    ResNet-18's 7-pixel layers of 36 row tiles in 9 bundles of 4 (63 lanes, one round of
+    28 MVMs, as 252 one-tile lanes take 4 rounds of 7), its 14-pixel ones of 18 in 9 of 2
+    (9.88 ms on pimsim-nn against 9.98, docs/benchmarks.md "Issue #24, ninth session").
+    Among the cuts whose MVM rounds on the cores (lanes / cores rounds of bundle / units ×
+    chunk pixels MVMs) are within 3 % of the fewest: the fewest bundles; then, for one
+    bundle and up to `MANY_LANES` lanes per core, the shortest lanes (a run of a row is
+    ready sooner, so the next layer's windows start sooner: yolo_neck's last layer in
+    eighths of a row rather than quarters, 279 against 358 µs), else the fewest lanes
+    (with partial sums, finer lanes add messages: ResNet-18's 28- and 14-pixel layers in
+    half rows took 3.96 ms against 3.87). ResNet-18 at one unit: its 112-pixel rows (224
+    one-tile lanes, 4 rounds of 146 µs on 64 cores) in quarters, both tiles per lane (7
+    rounds of 73 µs); its 56-pixel 3×3 layers (280 lanes, 5 rounds of 73 µs) in eighths,
+    all 5 tiles per lane (7 rounds of 46 µs). With `lane_bytes(n, k)` (a lane's buffers
+    with n tiles and rows in k chunks), only what `lane_fits`."""
     # (bundles, more lanes than MANY_LANES, a lane's MVM rounds (or its lanes), lanes,
     # MVM rounds, chunks)
     options: list[tuple[int, bool, int, int, int, int]] = []
-    for n in sorted({*range(1, min(target.mvm_units, len(tiles)) + 1), len(tiles)}):
+    most = len(tiles) if target.protocol == "pimsim-nn" else min(target.mvm_units, len(tiles))
+    for n in sorted({*range(1, most + 1), len(tiles)}):
         count = -(-len(tiles) // n)
         if options and count == options[-1][0]:
             continue  # the same bundles as a smaller n

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from raptor.frontend import run_plan_graph
 from raptor.frontend.plan import KINDS, Plan, PlanGraph, PlanValue
 from raptor.ir.interpreter import Interpreter
-from raptor.ir.ops import GraphComputeBatchOp
+from raptor.ir.ops import GraphComputeBatchOp, MvmOp
 from raptor.passes.lower import LOWERERS, LoweringError, RowRun, Window, lower
 from raptor.target import Target
 
@@ -124,3 +124,26 @@ def test_a_large_global_average_pool_sums_row_blocks_then_adds_them() -> None:
         ours = Interpreter(low.module).run([x])[0]
         np.testing.assert_allclose(ours, run_plan_graph(g, {"x": x})["y"], rtol=1e-5,
                                    atol=1e-6)
+
+
+@pytest.mark.parametrize(("protocol", "tiles_per_lane"), [("raptor", 1), ("pimsim-nn", 2)])
+def test_pimsim_bundles_row_tiles_at_equal_mvm_rounds(protocol: str, tiles_per_lane: int
+                                                      ) -> None:
+    """A 3x3 convolution of 7 channels on 16-row crossbars has 4 row tiles; on 4 cores its
+    2 rows of 2 pixels take 2 MVM rounds either in 4 one-tile bundles (8 lanes, 2 rounds
+    of 1 MVM) or in 2 bundles of 2 (4 lanes, 1 round of 2). At one MVM unit Raptor's
+    protocol keeps one tile per lane; under pimsim-nn's, where each partial sum is one
+    more blocking message, 2 tiles per lane: half the partial sums. Both compute the
+    convolution."""
+    t = Target(mesh_rows=2, mesh_cols=2, crossbar_rows=16, crossbar_cols=16, protocol=protocol)
+    w = np.random.default_rng(2).standard_normal((8, 7, 3, 3)).astype(np.float32)
+    conv = Plan("conv", "c0", ["x"], ["y"], {"strides": [1, 1], "pads": [1, 1, 1, 1],
+                                             "dilations": [1, 1], "group": 1}, {"weight": w})
+    g = graph(conv, (1, 7, 2, 2), (1, 8, 2, 2))
+    low = lower(g, t)
+    batches = [op for op in low.module.walk() if isinstance(op, GraphComputeBatchOp)]
+    mvms = [sum(isinstance(op, MvmOp) for op in b.walk()) for b in batches]
+    assert {m for m in mvms if m} == {tiles_per_lane}  # one mvm op per tile of its bundle
+    x = np.random.default_rng(3).standard_normal((1, 7, 2, 2)).astype(np.float32)
+    ours = Interpreter(low.module).run([x])[0]
+    np.testing.assert_allclose(ours, run_plan_graph(g, {"x": x})["y"], rtol=1e-4, atol=1e-5)
