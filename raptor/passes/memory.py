@@ -491,42 +491,35 @@ class _CoreAllocator:
                           concurrent=self.disjoint or not self.clashes())
 
 
-def _meetings(storages: Sequence[_Storage]) -> tuple[np.ndarray, np.ndarray]:
-    """The pairs of buffers whose lifetimes meet, each pair once (two arrays of buffer
-    indices). Two lifetimes meet when the later-starting one starts before the other
-    ends, so one sweep in order of start finds every pair: O(n log n + pairs), where
-    testing every placed buffer at each placement was quadratic (ResNet-18's cores hold
-    ~2,700 buffers, each meeting ~70)."""
+def _meetings(storages: Sequence[_Storage]) -> list[list[int]]:
+    """Per buffer, the other buffers whose lifetimes meet its own. Two lifetimes meet when
+    the later-starting one starts before the other ends, so one sweep in order of start
+    finds every pair once: O(n log n + pairs), where testing every placed buffer at each
+    placement was quadratic (ResNet-18's cores hold ~2,700 buffers, each meeting ~70)."""
     n = len(storages)
     start, end, _ = _lifetimes(storages)
     by_start = np.lexsort((np.arange(n), start))
-    # the buffer at position k meets those at positions k + 1 to upto[k] - 1
-    upto = np.searchsorted(start[by_start], end[by_start], side="right")
-    counts = upto - np.arange(1, n + 1)
-    first = np.repeat(np.arange(n), counts)
-    later = np.arange(len(first)) - np.repeat(np.cumsum(counts) - counts, counts) + first + 1
-    return by_start[first], by_start[later]
+    sorted_start = start[by_start]
+    upto = np.searchsorted(sorted_start, end[by_start], side="right").tolist()
+    ids = by_start.tolist()
+    meets: list[list[int]] = [[] for _ in range(n)]
+    for pos, i in enumerate(ids):
+        later = ids[pos + 1:upto[pos]]
+        meets[i].extend(later)
+        for j in later:
+            meets[j].append(i)
+    return meets
 
 
 def _place(storages: Sequence[_Storage], order: Sequence[int],
-           meets: tuple[np.ndarray, np.ndarray]) -> int:
+           meets: Sequence[Sequence[int]]) -> int:
     """Give each buffer, in `order`, the lowest address free of every placed buffer whose
-    lifetime meets its own (`meets`, `_meetings`' pairs); returns the footprint. A placed
-    buffer hands its span to the neighbours placed after it, as one int (start above
-    `_SPAN_BITS`, end below): sorting ints, where gathering and sorting (start, end)
-    pairs per buffer was a sixth of `plan_memory` (13 % less CPU on ResNet-18's stream
-    programs, docs/benchmarks.md); who comes after whom is found for all pairs at once,
-    so the hand-off visits each pair once (a third of `_place` on ResNet-18's, ninth
-    session)."""
-    n = len(storages)
-    a, b = meets
-    rank = np.empty(n, dtype=np.int64)
-    rank[np.asarray(order, dtype=np.int64)] = np.arange(n)
-    a_first = rank[a] < rank[b]
-    giver, taker = np.where(a_first, a, b), np.where(a_first, b, a)
-    by_giver = np.argsort(giver, kind="stable")
-    takers = taker[by_giver].tolist()
-    bounds = np.searchsorted(giver[by_giver], np.arange(n + 1)).tolist()
+    lifetime meets its own (`meets`); returns the footprint. A placed buffer hands its
+    span to the neighbours still to place, as one int (start above `_SPAN_BITS`, end
+    below): sorting ints, where gathering and sorting (start, end) pairs per buffer was
+    a sixth of `plan_memory` (13 % less CPU on ResNet-18's stream programs,
+    docs/benchmarks.md)."""
+    placed = [False] * len(storages)
     near: list[list[int]] = [[] for _ in storages]
     """Per buffer not yet placed, the spans of its placed neighbours."""
     peak = 0
@@ -546,9 +539,11 @@ def _place(storages: Sequence[_Storage], order: Sequence[int],
             if end > addr:
                 addr = end
         s.addr = addr
+        placed[i] = True
         span = (addr << _SPAN_BITS) | (addr + size)
-        for j in takers[bounds[i]:bounds[i + 1]]:
-            near[j].append(span)
+        for j in meets[i]:
+            if not placed[j]:
+                near[j].append(span)
         peak = max(peak, addr + s.reach)
     return peak
 
