@@ -609,8 +609,8 @@ class _Built(_FlowControl):
 
     Only the run's times are read of it (a late replay's, `_timed_as_built`; a spilled
     program's makespan; the mesh's send times under pimsim-nn's protocol), so no memory is
-    planned: its memory figures stay empty (the plan was a third of a late replay's second
-    run on ResNet-18)."""
+    planned: its memory figures stay empty (the plan was about a quarter of a late
+    replay's second run on ResNet-18)."""
 
     def __init__(self, r: _Replayer, target: Target, built: Replay) -> None:
         self._start(r)
