@@ -47,7 +47,6 @@ owners are gone.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -222,17 +221,22 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane
     slices of gathered inputs (`shift`, keyed by the new values) on their local box."""
     for r in op.results():
         vmap[r] = Value(r.type, r.name)
-    changes: dict[str, object] = {}
-    for name in op.DEF.kinds:  # every field, in declaration order
-        cur = getattr(op, name)
-        if isinstance(cur, Value):
-            changes[name] = vmap.get(cur, cur)
-        elif isinstance(cur, list) and cur and isinstance(cur[0], Value):
-            changes[name] = [vmap.get(x, x) for x in cur]
-        elif isinstance(cur, tuple) and cur and isinstance(cur[0], Affine):
+    cls = type(op)
+    kinds, names = _cloned(cls)
+    fields = {name: getattr(op, name) for name in names}
+    for name, kind in kinds:
+        cur = fields[name]
+        if kind == "value":
+            fields[name] = vmap.get(cur, cur)
+        elif kind == "values":
+            fields[name] = [vmap.get(x, x) for x in cur]
+        elif cur:  # affines
             offs = []
             for a in cur:
-                k = a.coef(lane) if lane is not None else 0
+                if lane is None or all(v is not lane for _, v in a.terms):
+                    offs.append(a)  # the same offset (an Affine is immutable)
+                    continue
+                k = a.coef(lane)
                 rest = tuple((c, v) for c, v in a.terms if v is not lane)
                 offs.append(Affine(a.const + k * new_lane.const,
                                    rest + tuple((k * c, v) for c, v in new_lane.terms if k)))
@@ -240,8 +244,25 @@ def _clone(op: Operation, vmap: dict[Value, Value], lane: Value | None, new_lane
             if isinstance(op, ExtractSliceOp) and src in shift:
                 offs = [Affine(a.const - lo, a.terms) for a, lo in zip(offs, shift[src],
                                                                       strict=True)]
-            changes[name] = tuple(offs)
-    return owned(dataclasses.replace(op, **changes), op.loc)  # type: ignore[type-var]
+            fields[name] = tuple(offs)
+    return owned(cls(**fields), op.loc)
+
+
+def _cloned(cls: type[Operation]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """`_clone`'s view of an op class: the fields it remaps ("value", "values" or
+    "affines"), and every field, in declaration order (its constructor's keywords)."""
+    got = _CLONED.get(cls)
+    if got is None:
+        kinds = cls.DEF.kinds
+        got = _CLONED[cls] = (tuple((name, _REMAP[kind]) for name, kind in kinds.items()
+                                    if kind in _REMAP), tuple(kinds))
+    return got
+
+
+_REMAP = {"operand": "value", "result": "value", "operands": "values", "results": "values",
+          "affines": "affines"}
+"""`_cloned`: the field kinds (`raptor.ir.opdef`) that hold values or offsets."""
+_CLONED: dict[type[Operation], tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
 
 
 class Materializer:

@@ -324,6 +324,15 @@ class _FlowControl(ReceivePlan):
     def __init__(self, r: _Replayer, target: Target, budget: Sequence[int] | None) -> None:
         """What each core has to send, holds back, has posted and waits for; what it
         receives and the memory it has for it."""
+        self._start(r)
+        pos, last = self._plan_receives()
+        self._plan_memory(target, budget, pos, last)
+        self.unbounded = self.mem is None
+        """No local memory to plan: every receive is posted at the start, so no later point
+        has receives to decide and no send waits or is held (the run's hot path)."""
+
+    def _start(self, r: _Replayer) -> None:
+        """The run's state: nothing sent, held, posted or waited for yet."""
         self.r = r
         P = r.P
         self.outbox: list[list[Message]] = [[] for _ in range(P)]
@@ -342,11 +351,6 @@ class _FlowControl(ReceivePlan):
         self.sender_of: dict[Message, int] = {}  # unposted message -> its parked sender
         self.blocked_on: list[list[Message]] = [[] for _ in range(P)]
         self.forced = self.send_wait = self.held_sends = 0
-        pos, last = self._plan_receives()
-        self._plan_memory(target, budget, pos, last)
-        self.unbounded = self.mem is None
-        """No local memory to plan: every receive is posted at the start, so no later point
-        has receives to decide and no send waits or is held (the run's hot path)."""
 
     def parked(self, q: int) -> bool:
         """Whether q waits with nothing scheduled to wake it."""
@@ -607,10 +611,19 @@ class _Built(_FlowControl):
     placed), whatever the costs are now; a send waits for its receive. Replaying the same
     placement with new costs (a spilled program's loads and stores) must not decide the
     flow again: on mobilenet_block spilling on a 2x2 target, deciding again moved 13 posts
-    and sends and put the estimate 5.8 % above the simulation."""
+    and sends and put the estimate 5.8 % above the simulation.
+
+    Only the run's times are read of it (a late replay's, `_timed_as_built`; a spilled
+    program's makespan; the mesh's send times under pimsim-nn's protocol), so no memory is
+    planned: its memory figures stay empty (the plan was about a quarter of a late
+    replay's second run on ResNet-18)."""
 
     def __init__(self, r: _Replayer, target: Target, built: Replay) -> None:
-        super().__init__(r, target, None)
+        self._start(r)
+        self._remote_reads()
+        self.mem = None
+        self.cap, self.needed, self.roomy = [], [], []
+        self.usage, self.at_point, self.held_bytes = [], [], []
         self.post_at: dict[tuple[int, int], list[Message]] = {}
         for key, point in built.posts.items():
             self.post_at.setdefault((key[1], point), []).append(key)

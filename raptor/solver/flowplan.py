@@ -48,17 +48,14 @@ class ReceivePlan:
         for prog in r.progs:
             for i, t in enumerate(prog):
                 pos[t] = i
-        self.remote: list[list[int]] = [[] for _ in range(n)]
+        self._remote_reads()
         first: dict[Message, int] = {}
         last: dict[Message, int] = {}
         self.reader_plan: dict[Message, int] = {}
         frags = graph.fragments
-        for t, fs in enumerate(graph.reads):
+        for t, fs in enumerate(self.remote):
             q = core_of[t]
             for f in fs:
-                if core_of[frags[f].producer] == q:
-                    continue
-                self.remote[t].append(f)
                 key = (f, q)
                 if key not in first or pos[t] < first[key]:
                     first[key] = pos[t]
@@ -77,6 +74,13 @@ class ReceivePlan:
         for _, _, f, q in plans:
             self.pending[q].append(f)
         return pos, last
+
+    def _remote_reads(self) -> None:
+        """Per task, the fragments it reads from other cores (`remote`)."""
+        r = self.r
+        core_of, frags = r.core_of, r.g.fragments
+        self.remote = [[f for f in fs if core_of[frags[f].producer] != core_of[t]]
+                       for t, fs in enumerate(r.g.reads)]
 
     def _plan_memory(self, target: Target, budget: Sequence[int] | None, pos: list[int],
                      last: dict[Message, int]) -> None:
