@@ -53,6 +53,7 @@ from raptor.solver.graph import ComputeGraph
 from raptor.solver.peft import peft_schedule
 from raptor.solver.pipeline import (
     CpSatPipelineOptions,
+    PipelineCapacityError,
     PipelineProblem,
     PipelineResult,
     build_problem,
@@ -67,9 +68,12 @@ from raptor.solver.pipeline import (
 )
 from raptor.solver.pipeline.solve import (
     LAYERED_KEPT,
+    LAYERED_MAX_TASKS,
     defer_sends,
     longest_window,
     ordered_sends,
+    wave_cpsat,
+    wave_partition,
 )
 from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
@@ -227,6 +231,9 @@ class ScheduleRun:
     latency_mode_ns: int | None = None
     """Pipeline mode: the latency schedule's latency, simulated (the first inference of its
     stream)."""
+    wave_model: bool = False
+    """Pipeline mode: the row returns CP-SAT's own candidate of the wave model
+    (`_wave_layered`), so its objective and bound are that model's."""
     materializations: int = 1
     """How many times the program was built to fit local memory (`MEMORY_ROUNDS`)."""
     spill: Spill | None = None
@@ -665,12 +672,22 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
             cp = _as_solver(followed, cp)
         else:
             cp, cp_flow = _follow(problem, cp, target, opts.replication, replays=replays)
-        rows["cpsat"] = [("cpsat", cp, cp_flow), ("heuristic", followed, flow),
+        waves: list[tuple[str, None, None]] = [(name, None, None)
+                                               for name in (WAVES if opts.spread else ())]
+        rows["cpsat"] = [("cpsat", cp, cp_flow), *waves, ("heuristic", followed, flow),
                          ("latency", latency, lat_flow), *spreads]
     cands: list[_Candidate] = []
     notes = list(comp.notes)
     made: dict[str, tuple[PipelineResult, Replay | None] | None] = {}
-    layers: list[list[PipelineResult]] = []
+    layers: dict[bool, list[PipelineResult]] = {}
+
+    def layered(own: bool) -> list[PipelineResult]:
+        """`layered_stream`'s candidates, or with `own` the CP-SAT row's (`_wave_layered`),
+        each made once."""
+        if own not in layers:
+            layers[own] = (_wave_layered(problem, opts, layered) if own else
+                           layered_stream(problem, opts.replication, opts.stream))
+        return layers[own]
 
     def spread(name: str, lead: int | None) -> tuple[PipelineResult, Replay | None] | None:
         """Spread `name` refined (`_follow`), or None when it gives no placement or, with
@@ -680,11 +697,10 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         before the refinement (which moves only tasks without crossbars), so a spread left
         out costs no communication replay."""
         window = name == "windows"
-        if name in LAYERED:  # the search's best, then its steps before (`layered_stream`)
-            if not layers:
-                layers.append(layered_stream(problem, opts.replication, opts.stream))
-            k = LAYERED.index(name)
-            base = layers[0][k] if k < len(layers[0]) else None
+        if name in LAYERED or name in WAVES:  # the search's best, then its steps before
+            found = layered(name in WAVES)
+            k = (WAVES if name in WAVES else LAYERED).index(name)
+            base = found[k] if k < len(found) else None
         elif name == "cones":
             base = cone_stream(problem) if opts.replication else None
         else:
@@ -697,7 +713,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
                 notes.append(f"{WORDS[name]} not materialized: its longest window "
                              f"{span:,} ns is over twice the best estimate {lead:,} ns")
                 return None
-        if name in LAYERED or name == "cones":  # their own placement of tasks without crossbars
+        if name in (*LAYERED, *WAVES, "cones"):  # their own placement of tasks without crossbars
             return _follow(problem, base, target, opts.replication, lambda: base, replays)
         return _follow(problem, base, target, opts.replication,
                        lambda: spread_stream(problem, opts.replication, window, follow=True),
@@ -829,6 +845,9 @@ estimates (4.31 and 4.39 ms against the latency stream's simulated 3.24 ms) were
 at exactly their estimates."""
 LAYERED = ("layered", *(f"layered{k}" for k in range(2, LAYERED_KEPT + 1)))
 """`layered_stream`'s candidates: the search's best, then the steps before it."""
+WAVES = ("wave", *(f"wave{k}" for k in range(2, LAYERED_KEPT + 1)))
+"""The CP-SAT row's own candidates (`_wave_layered`): `layered_stream` from CP-SAT's cut set
+of the wave model, the search's best, then the steps before it."""
 SPREADS = ("spread", "windows", "cones", *LAYERED)
 """The one-stage candidates: `spread_stream` by loads or by windows, `cone_stream`,
 `layered_stream` (cores split by layer ranges)."""
@@ -839,7 +858,39 @@ WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition"
          "cones": "one stage in dependency-cone order",
          "layered": "one stage split by layers",
          **{name: f"one stage split by layers (the search's step {k} before its best)"
-            for k, name in enumerate(LAYERED[1:], 1)}}
+            for k, name in enumerate(LAYERED[1:], 1)},
+         "wave": "one stage split by layers from CP-SAT's wave-model cut set",
+         **{name: f"one stage split by layers from CP-SAT's wave-model cut set (the search's "
+                  f"step {k} before its best)" for k, name in enumerate(WAVES[1:], 1)}}
+
+
+def _wave_layered(problem: PipelineProblem, opts: SolveOptions,
+                  layered: Callable[[bool], list[PipelineResult]]) -> list[PipelineResult]:
+    """The CP-SAT row's own layered candidates: `layered_stream` started from CP-SAT's
+    optimum of the wave model (`wave_cpsat`; `layered(False)`, the DP's candidates, when it
+    is the DP's optimum: the same realization and search), each with CP-SAT's status,
+    objective and bound on that model (`_judge` reports them when it returns one). None
+    above `LAYERED_MAX_TASKS` tasks (no layered candidate there)."""
+    if problem.graph.num_tasks > LAYERED_MAX_TASKS:
+        return []
+    try:
+        out, dp = wave_cpsat(problem, opts.replication, CpSatPipelineOptions(
+            time_limit=opts.time_limit, num_workers=opts.workers, seed=opts.seed))
+    except PipelineCapacityError:
+        return []
+    if out.wave is None:
+        return []
+    part = wave_partition(out.wave)
+    found = (layered(False) if part == wave_partition(dp) else
+             layered_stream(problem, opts.replication, opts.stream, wave=part))
+    note = (f"CP-SAT on the wave model ({out.variables} variables, {out.constraints} "
+            f"constraints): {out.status} at {out.wave.period_ns:,} ns (the DP's optimum "
+            f"{dp.period_ns:,} ns), ranges from groups {list(out.wave.cuts)} on "
+            f"{list(out.wave.cores)} cores, the first cut set the layered search realizes")
+    return [dataclasses.replace(res, solver="cpsat", status=out.status,
+                                objective_ns=out.wave.period_ns, bound_ns=out.bound_ns,
+                                model_period_ns=out.wave.period_ns, notes=[note, *res.notes])
+            for res in found]
 
 
 def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
@@ -850,8 +901,15 @@ def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
     the report (`ScheduleRun.candidates`); `latency` is the latency schedule's."""
     k = min(range(len(mine)), key=lambda i: mine[i].rank)
     best, own = mine[k], entries[0][1]
+    wave = entries[k][0] in WAVES  # CP-SAT's own on the wave model (`_wave_layered`)
     status = None
-    if best is not mine[0]:
+    if wave:
+        own = entries[k][1]
+        assert own.objective_ns is not None
+        if own.status.startswith("OPTIMAL") and _period_of(best) != own.objective_ns:
+            status = (f"FEASIBLE (simulated at {_period_of(best):,} ns, the wave model's "
+                      f"optimum is {own.objective_ns:,} ns): {own.status}")
+    elif best is not mine[0]:
         how = "simulates" if mine[0].simulated_ns is not None else "is estimated"
         status = (f"{own.status} ({WORDS[entries[0][0]]} {how} at "
                   f"{_period_of(mine[0]):,} ns, {WORDS[entries[k][0]]} at "
@@ -861,7 +919,7 @@ def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
               "simulated_period_ns": c.simulated_ns, "returned": i == k}
              for i, ((name, _, _), c) in enumerate(zip(entries, mine, strict=True))]
     run = dataclasses.replace(best.run, name=row, pipeline=pr, result=pr.schedule,
-                              candidates=table)
+                              candidates=table, wave_model=wave)
     if latency.run.sim is not None:
         rep = latency.run.sim.report
         run.latency_mode_ns = rep.inference_end_ns[0] - rep.inference_start_ns[0]
@@ -1071,7 +1129,9 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
         "solver_memory_service_ns": pr.memory_service_ns,
         "objective_ns": pr.objective_ns,
         "bound_ns": pr.bound_ns,
-        "bound_of": "the period model (docs/pipeline.md §2)",
+        "model": "wave" if run.wave_model else "period",
+        "bound_of": ("the wave model (docs/pipeline.md §3)" if run.wave_model else
+                     "the period model (docs/pipeline.md §2)"),
         "gap_to_lower_bound": None,
         "stages": [{"groups": st.groups,
                     "cores": [c for c in st.cores if pr.schedule.core_tasks[c]],

@@ -1,9 +1,11 @@
-"""CP-SAT pipeline model: the same period model as the DP (:mod:`.model`), stated directly;
-docs/pipeline.md §3 lists its variables and constraints, which :class:`_Model` adds in that
-order. Stages are numbered in chain order and cores are only counted, never named, so
-neither stage labels nor cores carry symmetry (NOTES: explicit core-symmetry breaking only
-slowed CP-SAT down). The hint is complete (every variable) from a feasible partition,
-normally the heuristic's.
+"""CP-SAT pipeline models (docs/pipeline.md §3). :func:`solve_cpsat`: the same period model
+as the DP (:mod:`.model`), stated directly; :class:`_Model` adds its variables and
+constraints in the order §3 lists them. Stages are numbered in chain order and cores are
+only counted, never named, so neither stage labels nor cores carry symmetry (NOTES:
+explicit core-symmetry breaking only slowed CP-SAT down). The hint is complete (every
+variable) from a feasible partition, normally the heuristic's. It proposes the CP-SAT
+row's staged (shared-memory) candidate. :func:`solve_wave`: the wave model of a layered
+stream (`dp.wave_dp`), whose optimum starts the row's layered candidates.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
+from raptor.solver.pipeline.dp import WaveResult, wave_tables
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.problem import PipelineProblem
 from raptor.solver.watch import SearchReport, search
@@ -252,3 +255,108 @@ class _Model:
             m.add_hint(pv, int(problem.path[hstart[g], g + 1]))
         for (a, b), e in self.apart.items():
             m.add_hint(e, int(hstage[a] != hstage[b]))
+
+
+@dataclass(frozen=True)
+class WaveOutcome:
+    status: str
+    wave: WaveResult | None
+    """CP-SAT's best solution (None: none found)."""
+    bound_ns: int | None
+    variables: int
+    constraints: int
+
+
+def solve_wave(problem: PipelineProblem, replication: bool, hint: WaveResult,
+               options: CpSatPipelineOptions) -> WaveOutcome:
+    """Minimize the wave model's period (`dp.wave_dp`: ranges of consecutive groups on
+    disjoint core counts k, a range's time Σ_g max(ceil(work_g / k), bound_g(r_g(k))), its
+    crossbars Σ crossbars_g · r_g(k) within k cores, the period the longest range time) with
+    CP-SAT, from the complete hint ``hint`` (normally `wave_dp`'s optimum, whose value
+    bounds the period below when ``options.dp_bound``; its value bounds it above).
+
+    Data → model → solve → extract, as the OR-Tools samples do. Per group g the one-hot
+    ``cores_{g,k}`` (its range has k cores; only the k its crossbars fit and its time stays
+    within the hint's period), equal between g - 1 and g unless ``cut_g``; the range's time
+    and crossbars so far accumulate along the chain (``time_g``, ``xbars_g``, restarted at a
+    cut), ``period ≥ time_g``, ``xbars_g ≤ cap · k_g``; Σ over range starts of k ≤ P."""
+    G, P, cap = problem.num_groups, problem.num_cores, problem.target.crossbars_per_core
+    tables = wave_tables(problem, replication)
+    ub = hint.period_ns
+    lb = max(min(hint.period_ns, problem.lower_bound(replication)), 0)
+    if options.dp_bound:
+        lb = ub
+    m = cp_model.CpModel()
+    period = m.new_int_var(lb, ub, "period")
+    cut = [m.new_constant(1)] + [m.new_bool_var(f"cut_{g}") for g in range(1, G)]
+    k_of: list[cp_model.IntVar] = []
+    lits: list[dict[int, cp_model.IntVar]] = []
+    for g in range(G):
+        ks = [k for k in range(1, P + 1) if tables.crossbars[k - 1, g] <= cap * k
+              and tables.time[k - 1, g] <= ub]
+        k_of.append(m.new_int_var_from_domain(cp_model.Domain.from_values(ks), f"k_{g}"))
+        lits.append({k: m.new_bool_var(f"cores_{g}_{k}") for k in ks})
+    time = [m.new_int_var(0, ub, f"time_{g}") for g in range(G)]
+    xbars = [m.new_int_var(0, cap * P, f"xbars_{g}") for g in range(G)]
+    start_k = [m.new_int_var(0, P, f"start_cores_{g}") for g in range(G)]
+    for g in range(G):
+        m.add_exactly_one(lits[g].values())
+        m.add(k_of[g] == sum(k * lit for k, lit in lits[g].items()))
+        own_t = sum(int(tables.time[k - 1, g]) * lit for k, lit in lits[g].items())
+        own_x = sum(int(tables.crossbars[k - 1, g]) * lit for k, lit in lits[g].items())
+        if g == 0:
+            m.add(time[g] == own_t)
+            m.add(xbars[g] == own_x)
+        else:
+            m.add(k_of[g] == k_of[g - 1]).only_enforce_if(cut[g].Not())
+            m.add(time[g] == time[g - 1] + own_t).only_enforce_if(cut[g].Not())
+            m.add(xbars[g] == xbars[g - 1] + own_x).only_enforce_if(cut[g].Not())
+            m.add(time[g] == own_t).only_enforce_if(cut[g])
+            m.add(xbars[g] == own_x).only_enforce_if(cut[g])
+        m.add(xbars[g] <= cap * k_of[g])
+        m.add(period >= time[g])
+        m.add(start_k[g] == k_of[g]).only_enforce_if(cut[g])
+        m.add(start_k[g] == 0).only_enforce_if(cut[g].Not())
+    m.add(sum(start_k) <= P)
+    m.minimize(period)
+    # the hint: every variable's value in `hint`
+    m.add_hint(period, ub)
+    ends = [*hint.cuts[1:], G]
+    for j, i, k in zip(hint.cuts, ends, hint.cores, strict=True):
+        t = x = 0
+        for g in range(j, i):
+            t += int(tables.time[k - 1, g])
+            x += int(tables.crossbars[k - 1, g])
+            if g:
+                m.add_hint(cut[g], int(g == j))
+            m.add_hint(k_of[g], k)
+            for kk, lit in lits[g].items():
+                m.add_hint(lit, int(kk == k))
+            m.add_hint(time[g], t)
+            m.add_hint(xbars[g], x)
+            m.add_hint(start_k[g], k if g == j else 0)
+
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.max_time_in_seconds = options.time_limit
+    prm.num_workers = options.num_workers
+    prm.random_seed = options.seed
+    if options.deterministic_time is not None:
+        prm.max_deterministic_time = options.deterministic_time
+    prm.fix_variables_to_their_hinted_value = options.fix_hint
+    code = search(solver, m, options.on_progress)
+    status = solver.status_name(code)
+    size = len(m.proto.variables), len(m.proto.constraints)
+    if code == cp_model.MODEL_INVALID:
+        raise ValueError(f"invalid CP-SAT wave model: {m.validate()}")
+    if code == cp_model.INFEASIBLE:
+        status = (f"INFEASIBLE (no cut set meets period ≤ {ub} on {P} cores x {cap} "
+                  f"crossbars, which the hint's ranges {list(hint.cuts)} on "
+                  f"{list(hint.cores)} cores do: a model bug or a hint over the crossbars)")
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return WaveOutcome(status, None, None, *size)
+    cuts = tuple(g for g in range(G) if solver.boolean_value(cut[g]))
+    cores = tuple(int(solver.value(k_of[g])) for g in cuts)
+    copies = tuple(int(tables.copies[solver.value(k_of[g]) - 1, g]) for g in range(G))
+    wave = WaveResult(int(solver.objective_value), cuts, cores, copies)
+    return WaveOutcome(status, wave, int(solver.best_objective_bound), *size)

@@ -122,6 +122,34 @@ class WaveResult:
     replication: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class WaveTables:
+    """The wave model's figures of each group g on k = 1..P cores (row k - 1, column g):
+    its time max(ceil(work_g / k), bound_g(r)) at the least replication r ≤ k reaching the
+    best bound with up to k copies, that r and its crossbars. `wave_dp` and the CP-SAT wave
+    model (`cpsat_model.solve_wave`) both read these, so the model is stated once."""
+
+    time: IntArray
+    copies: IntArray
+    crossbars: IntArray
+
+
+def wave_tables(problem: PipelineProblem, replication: bool) -> WaveTables:
+    P = problem.num_cores
+    b = problem.bounds if replication else problem.bounds[:, :1]
+    R = b.shape[1]
+    work = np.diff(problem.work_prefix)
+    xb = np.array([g.crossbars for g in problem.groups], dtype=np.int64)
+    ks = np.arange(1, P + 1)
+    share = -(-work[None, :] // ks[:, None])  # (P, G)
+    best = b[:, np.minimum(ks, R) - 1].T  # (P, G): the best bound with up to k copies
+    t = np.maximum(share, best)
+    # least replication reaching t on k cores (bounds fall with r)
+    reach = b[None, :, :] <= t[:, :, None]  # (P, G, R)
+    r = reach.argmax(axis=2) + 1
+    return WaveTables(t, r, xb[None, :] * r)
+
+
 def wave_dp(problem: PipelineProblem, replication: bool) -> WaveResult:
     """Cut the group chain into ranges of cores minimizing the longest range time under the
     *wave* model of a layered stream (`layered_stream`): a range's cores run its groups
@@ -137,18 +165,9 @@ def wave_dp(problem: PipelineProblem, replication: bool) -> WaveResult:
     search on T over the least cores per range (`kmin`), a chain DP per T; spare cores go
     to the range whose time they shorten most."""
     G, P, cap = problem.num_groups, problem.num_cores, problem.target.crossbars_per_core
-    b = problem.bounds if replication else problem.bounds[:, :1]
-    R = b.shape[1]
-    work = np.diff(problem.work_prefix)
-    xb = np.array([g.crossbars for g in problem.groups], dtype=np.int64)
+    tables = wave_tables(problem, replication)
+    t, r, x = tables.time, tables.copies, tables.crossbars
     ks = np.arange(1, P + 1)
-    share = -(-work[None, :] // ks[:, None])  # (P, G)
-    best = b[:, np.minimum(ks, R) - 1].T  # (P, G): the best bound with up to k copies
-    t = np.maximum(share, best)
-    # least replication reaching t on k cores (bounds fall with r)
-    reach = b[None, :, :] <= t[:, :, None]  # (P, G, R)
-    r = reach.argmax(axis=2) + 1
-    x = xb[None, :] * r
     tp = np.concatenate([np.zeros((P, 1), np.int64), np.cumsum(t, axis=1)], axis=1)
     xp = np.concatenate([np.zeros((P, 1), np.int64), np.cumsum(x, axis=1)], axis=1)
     time = tp[:, None, :] - tp[:, :, None]  # (P, j, i)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import time
@@ -13,8 +14,13 @@ import numpy as np
 from raptor.passes.stream import RING, StreamInfo
 from raptor.solver.comm import Replay, replay
 from raptor.solver.graph import ComputeGraph
-from raptor.solver.pipeline.cpsat_model import CpSatPipelineOptions, solve_cpsat
-from raptor.solver.pipeline.dp import exact_dp, wave_dp
+from raptor.solver.pipeline.cpsat_model import (
+    CpSatPipelineOptions,
+    WaveOutcome,
+    solve_cpsat,
+    solve_wave,
+)
+from raptor.solver.pipeline.dp import WaveResult, exact_dp, wave_dp
 from raptor.solver.pipeline.heuristic import run_heuristic
 from raptor.solver.pipeline.model import (
     Partition,
@@ -129,10 +135,12 @@ def spread_stream(problem: PipelineProblem, replication: bool = True, window: bo
 
 
 def layered_stream(problem: PipelineProblem, replication: bool = True,
-                   inferences: int = 8) -> list[PipelineResult]:
+                   inferences: int = 8, wave: Partition | None = None
+                   ) -> list[PipelineResult]:
     """One stage on every core whose cores are nevertheless split by layers: the group
     chain cut into ranges with their cores and tile copies by the wave model's exact DP
-    (`wave_dp`), or into 2 to 16 ranges of about equal work (`RANGES`) with cores and copies
+    (`wave_dp`; or `wave`, CP-SAT's optimum of that model for the CP-SAT row,
+    `wave_cpsat`), or into 2 to 16 ranges of about equal work (`RANGES`) with cores and copies
     allocated by the period model with its boundaries free of shared memory
     (`PipelineProblem.on_chip`: they are messages over the mesh), realized range by range
     on disjoint runs of cores and run as one stage; a message between ranges is sent at the
@@ -161,12 +169,10 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
     t0 = time.perf_counter()
     free = problem.on_chip
     made: dict[tuple[int, ...], tuple[tuple[int, int], PipelineResult]] = {}
-    parts: list[Partition | None] = []
-    try:
-        wave = wave_dp(free, replication)
-        parts.append(Partition(wave.cuts, wave.cores, wave.replication))
-    except PipelineCapacityError:  # no wave-model split fits; the equal-work cuts may
-        pass
+    parts: list[Partition | None] = [wave]
+    if wave is None:  # none when no wave-model split fits; the equal-work cuts may
+        with contextlib.suppress(PipelineCapacityError):
+            parts = [wave_partition(wave_dp(free, replication))]
     parts += [allocate(free, cuts, replication) for cuts in
               dict.fromkeys(equal_work_cuts(problem, n) for n in RANGES)]
     for part in parts:
@@ -219,6 +225,23 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
                          f"the best "
                          f"({start:,} ns)")
     return [res for _, _, res in kept]
+
+
+def wave_partition(wave: WaveResult) -> Partition:
+    return Partition(wave.cuts, wave.cores, wave.replication)
+
+
+def wave_cpsat(problem: PipelineProblem, replication: bool = True,
+               options: CpSatPipelineOptions | None = None
+               ) -> tuple[WaveOutcome, WaveResult]:
+    """CP-SAT on the wave model of `problem`'s layered streams (`solve_wave` on
+    `PipelineProblem.on_chip`, as `layered_stream` reads it), hinted by `wave_dp`'s optimum,
+    which bounds it below with `options.dp_bound`; its outcome and the DP's optimum. Raises
+    `PipelineCapacityError` when no wave-model split fits. Why: the CP-SAT row's layered
+    candidates start from CP-SAT's cut set (`raptor.solve`, `_wave_layered`)."""
+    free = problem.on_chip
+    dp = wave_dp(free, replication)
+    return solve_wave(free, replication, dp, options or CpSatPipelineOptions()), dp
 
 
 Layered = tuple[int, tuple[int, ...], PipelineResult]

@@ -1,0 +1,67 @@
+"""The CP-SAT wave model (`cpsat_model.solve_wave`) against `wave_dp`: on random small
+problems CP-SAT proves on its own (no DP bound) the DP's optimum; wave_dp's solution is a
+complete, feasible hint; CP-SAT's solution meets its own value under the model."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from raptor.solver.generate import random_layered_dag
+from raptor.solver.graph import ComputeGraph
+from raptor.solver.pipeline import CpSatPipelineOptions, PipelineCapacityError, build_problem
+from raptor.solver.pipeline.cpsat_model import solve_wave
+from raptor.solver.pipeline.dp import WaveResult, wave_dp, wave_tables
+from raptor.solver.pipeline.problem import PipelineProblem
+from raptor.target import Target
+
+
+@st.composite
+def instances(draw: st.DrawFn) -> tuple[ComputeGraph, Target]:
+    g = random_layered_dag(
+        draw(st.integers(4, 36)), draw(st.integers(0, 10**6)), width=draw(st.integers(2, 6)),
+        max_lanes=draw(st.integers(1, 5)), tiles_per_batch=(0, draw(st.integers(0, 3))),
+        cost_range=(100, draw(st.integers(200, 5000))), bytes_range=(8, 1024),
+        symmetric=draw(st.booleans()))
+    t = Target(mesh_rows=draw(st.integers(1, 3)), mesh_cols=draw(st.integers(2, 4)),
+               crossbars_per_core=draw(st.sampled_from([3, 4, 8])))
+    return g, t
+
+
+def model_value(pr: PipelineProblem, wave: WaveResult, replication: bool) -> int:
+    """The longest range time of `wave`'s ranges and cores, each range's crossbars checked
+    against its cores (the wave model, read from its tables)."""
+    tables, G = wave_tables(pr, replication), pr.num_groups
+    assert sum(wave.cores) <= pr.num_cores
+    worst = 0
+    for j, i, k in zip(wave.cuts, [*wave.cuts[1:], G], wave.cores, strict=True):
+        assert sum(int(tables.crossbars[k - 1, g]) for g in range(j, i)) <= \
+            pr.target.crossbars_per_core * k
+        worst = max(worst, sum(int(tables.time[k - 1, g]) for g in range(j, i)))
+    return worst
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(instances(), st.booleans())
+def test_cpsat_proves_the_wave_dps_optimum(inst: tuple[ComputeGraph, Target],
+                                           replication: bool) -> None:
+    g, t = inst
+    try:
+        pr = build_problem(g, t, max_groups=12)
+        dp = wave_dp(pr, replication)
+    except PipelineCapacityError:
+        return
+    assert model_value(pr, dp, replication) <= dp.period_ns
+    # the hint alone, every variable fixed to it: complete and feasible
+    fixed = solve_wave(pr, replication, dp, CpSatPipelineOptions(
+        time_limit=10, num_workers=1, dp_bound=False, fix_hint=True))
+    assert fixed.status == "OPTIMAL", fixed.status
+    assert fixed.wave is not None and fixed.wave.cuts == dp.cuts
+    # on its own (no DP bound) CP-SAT proves the DP's optimum
+    out = solve_wave(pr, replication, dp, CpSatPipelineOptions(
+        time_limit=10, num_workers=1, seed=0, dp_bound=False))
+    assert out.status == "OPTIMAL", out.status
+    assert out.wave is not None
+    assert out.wave.period_ns == out.bound_ns == dp.period_ns
+    assert model_value(pr, out.wave, replication) == dp.period_ns
