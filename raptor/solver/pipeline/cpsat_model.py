@@ -268,12 +268,13 @@ class WaveOutcome:
 
 
 def solve_wave(problem: PipelineProblem, replication: bool, hint: WaveResult,
-               options: CpSatPipelineOptions) -> WaveOutcome:
+               options: CpSatPipelineOptions, granular: bool = False) -> WaveOutcome:
     """Minimize the wave model's period (`dp.wave_dp`: ranges of consecutive groups on
     disjoint core counts k, a range's time Σ_g max(ceil(work_g / k), bound_g(r_g(k))), its
     crossbars Σ crossbars_g · r_g(k) within k cores, the period the longest range time) with
     CP-SAT, from the complete hint ``hint`` (normally `wave_dp`'s optimum, whose value
     bounds the period below when ``options.dp_bound``; its value bounds it above).
+    `granular`: the tables' granularity term (`dp.WaveTables`).
 
     Data → model → solve → extract, as the OR-Tools samples do. Per group g the one-hot
     ``cores_{g,k}`` (its range has k cores; only the k its crossbars fit and its time stays
@@ -281,7 +282,7 @@ def solve_wave(problem: PipelineProblem, replication: bool, hint: WaveResult,
     and crossbars so far accumulate along the chain (``time_g``, ``xbars_g``, restarted at a
     cut), ``period ≥ time_g``, ``xbars_g ≤ cap · k_g``; Σ over range starts of k ≤ P."""
     G, P, cap = problem.num_groups, problem.num_cores, problem.target.crossbars_per_core
-    tables = wave_tables(problem, replication)
+    tables = wave_tables(problem, replication, granular)
     ub = hint.period_ns
     lb = max(min(hint.period_ns, problem.lower_bound(replication)), 0)
     if options.dp_bound:

@@ -18,6 +18,7 @@ from raptor.solver.pipeline.problem import (
     IntArray,
     PipelineCapacityError,
     PipelineProblem,
+    unit_bound,
 )
 
 LEVELS = 8
@@ -127,14 +128,21 @@ class WaveTables:
     """The wave model's figures of each group g on k = 1..P cores (row k - 1, column g):
     its time max(ceil(work_g / k), bound_g(r)) at the least replication r ≤ k reaching the
     best bound with up to k copies, that r and its crossbars. `wave_dp` and the CP-SAT wave
-    model (`cpsat_model.solve_wave`) both read these, so the model is stated once."""
+    model (`cpsat_model.solve_wave`) both read these, so the model is stated once.
+
+    `granular`: the time is also at least the group's tasks' makespan bound on k cores
+    (`unit_bound` of all its tasks, not only of each unit's lanes): a group of a few long
+    tasks does not spread over k cores. MTCNN O-net's wave cut set put two such groups on a
+    range of one core and estimated at 145,896 ns; with the term, 88,320 (docs/benchmarks.md,
+    "tenth session")."""
 
     time: IntArray
     copies: IntArray
     crossbars: IntArray
 
 
-def wave_tables(problem: PipelineProblem, replication: bool) -> WaveTables:
+def wave_tables(problem: PipelineProblem, replication: bool, granular: bool = False
+                ) -> WaveTables:
     P = problem.num_cores
     b = problem.bounds if replication else problem.bounds[:, :1]
     R = b.shape[1]
@@ -144,13 +152,18 @@ def wave_tables(problem: PipelineProblem, replication: bool) -> WaveTables:
     share = -(-work[None, :] // ks[:, None])  # (P, G)
     best = b[:, np.minimum(ks, R) - 1].T  # (P, G): the best bound with up to k copies
     t = np.maximum(share, best)
+    if granular:
+        for g, grp in enumerate(problem.groups):
+            costs = sorted((problem.graph.tasks[x].cost_ns for x in grp.tasks), reverse=True)
+            t[:, g] = np.maximum(t[:, g], [unit_bound(costs, k) for k in range(1, P + 1)])
     # least replication reaching t on k cores (bounds fall with r)
     reach = b[None, :, :] <= t[:, :, None]  # (P, G, R)
     r = reach.argmax(axis=2) + 1
     return WaveTables(t, r, xb[None, :] * r)
 
 
-def wave_dp(problem: PipelineProblem, replication: bool) -> WaveResult:
+def wave_dp(problem: PipelineProblem, replication: bool, granular: bool = False
+            ) -> WaveResult:
     """Cut the group chain into ranges of cores minimizing the longest range time under the
     *wave* model of a layered stream (`layered_stream`): a range's cores run its groups
     one after another, each group spread over all of them,
@@ -163,9 +176,9 @@ def wave_dp(problem: PipelineProblem, replication: bool) -> WaveResult:
     cores a range of layers takes about this long, dependencies between layers included,
     where the period model's work / cores does not see them. Exact for the model: a binary
     search on T over the least cores per range (`kmin`), a chain DP per T; spare cores go
-    to the range whose time they shorten most."""
+    to the range whose time they shorten most. `granular`: as `WaveTables`."""
     G, P, cap = problem.num_groups, problem.num_cores, problem.target.crossbars_per_core
-    tables = wave_tables(problem, replication)
+    tables = wave_tables(problem, replication, granular)
     t, r, x = tables.time, tables.copies, tables.crossbars
     ks = np.arange(1, P + 1)
     tp = np.concatenate([np.zeros((P, 1), np.int64), np.cumsum(t, axis=1)], axis=1)

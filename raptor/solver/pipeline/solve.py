@@ -234,14 +234,17 @@ def wave_partition(wave: WaveResult) -> Partition:
 def wave_cpsat(problem: PipelineProblem, replication: bool = True,
                options: CpSatPipelineOptions | None = None
                ) -> tuple[WaveOutcome, WaveResult]:
-    """CP-SAT on the wave model of `problem`'s layered streams (`solve_wave` on
-    `PipelineProblem.on_chip`, as `layered_stream` reads it), hinted by `wave_dp`'s optimum,
-    which bounds it below with `options.dp_bound`; its outcome and the DP's optimum. Raises
+    """CP-SAT on the wave model with its granularity term (`solve_wave(..., granular=True)`,
+    `dp.WaveTables`) of `problem`'s layered streams (on `PipelineProblem.on_chip`, as
+    `layered_stream` reads it), hinted by `wave_dp`'s optimum of that model, which bounds
+    it below with `options.dp_bound`; its outcome and `wave_dp`'s optimum of the model
+    without the term (the start of `layered_stream`'s own candidates). Raises
     `PipelineCapacityError` when no wave-model split fits. Why: the CP-SAT row's layered
     candidates start from CP-SAT's cut set (`raptor.solve`, `_wave_layered`)."""
     free = problem.on_chip
-    dp = wave_dp(free, replication)
-    return solve_wave(free, replication, dp, options or CpSatPipelineOptions()), dp
+    hint = wave_dp(free, replication, granular=True)
+    out = solve_wave(free, replication, hint, options or CpSatPipelineOptions(), granular=True)
+    return out, wave_dp(free, replication)
 
 
 Layered = tuple[int, tuple[int, ...], PipelineResult]
