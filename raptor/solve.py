@@ -1129,7 +1129,6 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
         "solver_memory_service_ns": pr.memory_service_ns,
         "objective_ns": pr.objective_ns,
         "bound_ns": pr.bound_ns,
-        "model": "wave" if run.wave_model else "period",
         "bound_of": ("the wave model (docs/pipeline.md §3)" if run.wave_model else
                      "the period model (docs/pipeline.md §2)"),
         "gap_to_lower_bound": None,

@@ -239,7 +239,9 @@ def status_lines(rep: dict[str, Any]) -> list[str]:
         said = f"; solver bound {bound} ns" if bound != "-" else ""
         if pipeline:
             said = (f"; period model {s['solver_period_ns']:,} ns"
-                    + (f", proven bound {s['bound_ns']:,} ns" if s["bound_ns"] is not None
+                    + (f", proven bound {s['bound_ns']:,} ns"
+                       + (" of the wave model" if "wave" in s.get("bound_of", "") else "")
+                       if s["bound_ns"] is not None
                        and not s["status"].startswith("HEURISTIC") else ""))
         mem = f"; local memory {memory(s)}" if s.get("local_memory") else ""
         detail = f" {s['status_detail']}" if s.get("status_detail") else ""
