@@ -7,26 +7,14 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from solver.test_pipeline_cpsat import instances
 
-from raptor.solver.generate import random_layered_dag
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.pipeline import CpSatPipelineOptions, PipelineCapacityError, build_problem
 from raptor.solver.pipeline.cpsat_model import solve_wave
 from raptor.solver.pipeline.dp import WaveResult, wave_dp, wave_tables
 from raptor.solver.pipeline.problem import PipelineProblem
 from raptor.target import Target
-
-
-@st.composite
-def instances(draw: st.DrawFn) -> tuple[ComputeGraph, Target]:
-    g = random_layered_dag(
-        draw(st.integers(4, 36)), draw(st.integers(0, 10**6)), width=draw(st.integers(2, 6)),
-        max_lanes=draw(st.integers(1, 5)), tiles_per_batch=(0, draw(st.integers(0, 3))),
-        cost_range=(100, draw(st.integers(200, 5000))), bytes_range=(8, 1024),
-        symmetric=draw(st.booleans()))
-    t = Target(mesh_rows=draw(st.integers(1, 3)), mesh_cols=draw(st.integers(2, 4)),
-               crossbars_per_core=draw(st.sampled_from([3, 4, 8])))
-    return g, t
 
 
 def model_value(pr: PipelineProblem, wave: WaveResult, replication: bool, granular: bool

@@ -60,14 +60,7 @@ def solve_cpsat(problem: PipelineProblem, replication: bool, hint: Partition,
     ``dp_value`` (the exact DP's optimum) bounds the period below when ``options.dp_bound``.
     The cuts only when the search found a solution."""
     model = _Model(problem, replication, hint, options, dp_value)
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.max_time_in_seconds = options.time_limit
-    prm.num_workers = options.num_workers
-    prm.random_seed = options.seed
-    if options.deterministic_time is not None:
-        prm.max_deterministic_time = options.deterministic_time
-    prm.fix_variables_to_their_hinted_value = options.fix_hint
+    solver = _solver(options)
     code = search(solver, model.m, options.on_progress)
     status = solver.status_name(code)
     size = len(model.m.proto.variables), len(model.m.proto.constraints)
@@ -80,6 +73,19 @@ def solve_cpsat(problem: PipelineProblem, replication: bool, hint: Partition,
     cuts = (0, *(g for g in range(1, len(model.cut)) if solver.boolean_value(model.cut[g])))
     return CpSatOutcome(status, cuts, int(solver.objective_value),
                         int(solver.best_objective_bound), *size)
+
+
+def _solver(options: CpSatPipelineOptions) -> cp_model.CpSolver:
+    """A CP-SAT solver with `options`' limits, workers and seed."""
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.max_time_in_seconds = options.time_limit
+    prm.num_workers = options.num_workers
+    prm.random_seed = options.seed
+    if options.deterministic_time is not None:
+        prm.max_deterministic_time = options.deterministic_time
+    prm.fix_variables_to_their_hinted_value = options.fix_hint
+    return solver
 
 
 class _Model:
@@ -337,14 +343,7 @@ def solve_wave(problem: PipelineProblem, replication: bool, hint: WaveResult,
             m.add_hint(xbars[g], x)
             m.add_hint(start_k[g], k if g == j else 0)
 
-    solver = cp_model.CpSolver()
-    prm = solver.parameters
-    prm.max_time_in_seconds = options.time_limit
-    prm.num_workers = options.num_workers
-    prm.random_seed = options.seed
-    if options.deterministic_time is not None:
-        prm.max_deterministic_time = options.deterministic_time
-    prm.fix_variables_to_their_hinted_value = options.fix_hint
+    solver = _solver(options)
     code = search(solver, m, options.on_progress)
     status = solver.status_name(code)
     size = len(m.proto.variables), len(m.proto.constraints)
