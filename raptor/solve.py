@@ -866,7 +866,7 @@ def _wave_layered(problem: PipelineProblem, opts: SolveOptions,
                   layered: Callable[[bool], list[PipelineResult]]) -> list[PipelineResult]:
     """The CP-SAT row's own layered candidates: `layered_stream` started from CP-SAT's
     optimum of the wave model (`wave_cpsat`; `layered(False)`, the DP's candidates, when it
-    is the DP's optimum: the same realization and search), each with CP-SAT's status,
+    is the DP's cut set: the same realization and search), each with CP-SAT's status,
     objective and bound on that model (`_judge` reports them when it returns one). None
     above `LAYERED_MAX_TASKS` tasks (no layered candidate there)."""
     if problem.graph.num_tasks > LAYERED_MAX_TASKS:
@@ -878,9 +878,12 @@ def _wave_layered(problem: PipelineProblem, opts: SolveOptions,
         return []
     if out.wave is None:
         return []
-    part = wave_partition(out.wave)
-    found = (layered(False) if part == wave_partition(dp) else
-             layered_stream(problem, opts.replication, opts.stream, wave=part))
+    # the DP's cut set again (its cores may differ): the DP's candidates, not a second search
+    # (on MTCNN R-net the cores alone differed; its search took 224 s again, loaded, and
+    # returned the same period)
+    found = (layered(False) if out.wave.cuts == dp.cuts else
+             layered_stream(problem, opts.replication, opts.stream,
+                            wave=wave_partition(out.wave)))
     note = (f"CP-SAT on the wave model ({out.variables} variables, {out.constraints} "
             f"constraints): {out.status} at {out.wave.period_ns:,} ns (the DP's optimum "
             f"{dp.period_ns:,} ns), ranges from groups {list(out.wave.cuts)} on "
