@@ -65,6 +65,7 @@ from raptor.solver.pipeline import (
     spread_stream,
     validate_pipeline,
 )
+from raptor.solver.pipeline.realize import Skew, skew_lags
 from raptor.solver.pipeline.solve import (
     LAYERED_KEPT,
     defer_sends,
@@ -720,6 +721,17 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
             run = _timed(seconds, f"stream.{name}", _run_stream, name, given, problem, build,
                          comp, target, opts, fl)
             cands.append(_Candidate(name, given, run))
+    if target.protocol == "pimsim-nn":
+        notes.append("no skewed stream body offered: the pimsim-nn export unrolls a stream "
+                     "without lags")
+    else:
+        skewed = _timed(seconds, "stream.skewed", _skewed, cands, problem, build, comp,
+                        target, opts, notes)
+        if skewed is not None:
+            say("materialized the skewed stream")
+            cands.append(skewed)
+            for row in rows.values():
+                row.append(("skewed", skewed.result, None))
     replays.clear()  # the kept ones are the candidates' flows
     kept: dict[str, list[tuple[str, PipelineResult, Replay | None]]] = {
         name: [(n, pr, fl) for n, pr, fl in entries  # the candidates left out are no row's
@@ -838,6 +850,7 @@ WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition"
          "windows": "one stage spread over every core by windows",
          "cones": "one stage in dependency-cone order",
          "layered": "one stage split by layers",
+         "skewed": "a one-stage stream with a skewed body",
          **{name: f"one stage split by layers (the search's step {k} before its best)"
             for k, name in enumerate(LAYERED[1:], 1)}}
 
@@ -868,6 +881,64 @@ def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
     return run
 
 
+SKEW_AT = (0.4, 0.5, 0.6)
+"""Where `_skewed` tries the lag-1 threshold, as fractions of the base candidate's planned
+makespan (tasks planned to start after it serve the previous inference)."""
+
+
+def _skewed(cands: list[_Candidate], problem: PipelineProblem, build: GraphBuild,
+            comp: Compiled, target: Target, opts: SolveOptions, notes: list[str]
+            ) -> _Candidate | None:
+    """The skewed (software-pipelined) body of the one-stage candidate with the best
+    estimate whose receives all fit at the iteration's start (no flow control, no
+    spilling): lag 1 for the tasks planned after a threshold (`skew_lags`, at each of
+    `SKEW_AT`), the threshold whose stream estimate (lanes played one by one, the base's
+    merged runs of one lag kept) is best materialized, and offered when its estimate beats
+    the base's and its local memory (carried values included) fits. Why: a core holding an
+    early and a late task of one inference has its window, not its load, as its period;
+    with the late tasks on the inference before, its iteration is its load."""
+    base = min((c for c in cands if len(c.result.stages) == 1 and c.run.ok
+                and c.run.flow is not None and not c.run.flow.tight and not c.run.spill_ns
+                and c.run.stream is not None), key=lambda c: c.estimate_ns, default=None)
+    if base is None:
+        return None
+    pr, info = base.result, base.run.stream
+    assert info is not None
+    sch, g = pr.schedule, build.graph
+    makespan = max(sch.end_ns, default=0)
+    best: tuple[int, Skew] | None = None
+    for frac in SKEW_AT:
+        skew = skew_lags(sch.start_ns, int(frac * makespan))
+        if all(skew.lag) or not any(skew.lag):
+            continue
+        merged = [r for r in info.merged if len({skew.lag[t] for t in r.lanes}) == 1]
+        est = stream_estimate(g, target, sch.core_of, skew.shifted(sch.start_ns),
+                              pr.stage_of_task, StreamInfo(merged=merged), opts.stream, RING,
+                              1, ideal=False, lag=skew.lag).period_ns
+        if best is None or est < best[0]:
+            best = (est, skew)
+    if best is None or best[0] >= base.estimate_ns:
+        if best is not None:
+            notes.append(f"the skewed body of {WORDS[base.name]} is estimated at "
+                         f"{best[0]:,} ns, not under its {base.estimate_ns:,} ns: not offered")
+        return None
+    skewed = dataclasses.replace(pr, skew=best[1], notes=[*pr.notes, (
+        f"skewed body: tasks planned from {best[1].shift_ns:,} ns on serve the previous "
+        "inference")])
+    run = _run_stream("skewed", skewed, problem, build, comp, target, opts)
+    assert run.memory is not None and run.stream_estimate is not None
+    if run.memory.over_capacity():
+        notes.append(f"the skewed body of {WORDS[base.name]} does not fit local memory "
+                     "(its carried values): not offered")
+        return None
+    if run.stream_estimate.period_ns >= base.estimate_ns:
+        notes.append(f"the skewed body of {WORDS[base.name]} materialized is estimated at "
+                     f"{run.stream_estimate.period_ns:,} ns, not under its "
+                     f"{base.estimate_ns:,} ns: not offered")
+        return None
+    return _Candidate("skewed", skewed, run)
+
+
 def _drop_beaten_traces(rows: list[list[_Candidate]]) -> None:
     """Free the trace of every simulated candidate no row can return any more: in each row
     that has it, a simulated candidate ranks before it (`_judge`: faster, or as fast and
@@ -896,7 +967,7 @@ def _period_of(c: _Candidate) -> int:
 
 def _same_placement(a: PipelineResult, b: PipelineResult) -> bool:
     return a.schedule.core_of == b.schedule.core_of and \
-        a.schedule.core_tasks == b.schedule.core_tasks
+        a.schedule.core_tasks == b.schedule.core_tasks and a.skew == b.skew
 
 
 def _as_solver(pr: PipelineResult, solver: PipelineResult, status: str | None = None
@@ -961,6 +1032,20 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
     g = build.graph
     sch = pr.schedule
     violations = validate_pipeline(g, target, pr, problem)
+    if pr.skew is not None:  # one stage, every receive at the iteration's start (`_skewed`)
+        start = pr.skew.shifted(sch.start_ns)
+        view = StreamView(sch.core_of, start, pr.skew.shifted(sch.end_ns), pr.stage_of_task,
+                          pr.skew.lag)
+        scheduled, info = materialize_stream(comp.module, build.projection, build.outputs,
+                                             view, opts.stream)
+        if opts.compile.print_ir is not None:
+            opts.compile.print_ir("materialize", scheduled)
+        est = stream_estimate(g, target, sch.core_of, start, pr.stage_of_task, info,
+                              opts.stream, RING, len(pr.stages), lag=pr.skew.lag)
+        return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, scheduled, [],
+                           ideal_estimate_ns=est.ends[0] - est.starts[0], pipeline=pr,
+                           stream=info, stream_estimate=est,
+                           memory=plan_memory(scheduled, target))
     view = StreamView(sch.core_of, sch.start_ns, sch.end_ns, pr.stage_of_task)
     infos: list[StreamInfo] = []
 

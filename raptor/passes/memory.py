@@ -650,7 +650,7 @@ def _iteration(body: Block) -> tuple[Block, dict[Value, int]]:
             at, home = defs.get(v, (i, lag))
             if home < lag:
                 carried[v] = max(carried.get(v, 0), lag - home + (i > at))
-    return Block(body.ops[0].body.args, [op for _, op in staged]), carried
+    return Block([], [op for _, op in staged]), carried
 
 
 def compute_memory(op: ScheduledComputeOp | ScheduledComputeBatchOp, element_bytes: int,

@@ -44,16 +44,18 @@ so iteration n's sends meet iteration n's receives.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from raptor.ir.core import Affine, Block, Operation, Value
 from raptor.ir.module import Module
-from raptor.ir.ops import AllocSharedOp, LoadOp, SignalOp, StoreOp, StreamOp, WaitOp
+from raptor.ir.ops import AllocSharedOp, LagOp, LoadOp, SignalOp, StoreOp, StreamOp, WaitOp
 from raptor.ir.types import INDEX, TensorType, Type
 from raptor.passes.materialize import (
     CropKey,
     Flow,
+    Key,
     Materializer,
     MergedRun,
     ScheduleView,
@@ -73,9 +75,12 @@ Transfer = tuple[int, int, int, CropKey | None]
 @dataclass
 class StreamView(ScheduleView):
     """What stream materialization needs of a pipeline schedule: placement, the estimated times of
-    one inference (they fix each core's order, as in latency mode), and the stage of every task."""
+    one inference (they fix each core's order, as in latency mode), and the stage of every task;
+    for a skewed body each task's lag (empty: none), the times then those of the iteration
+    that runs each task (`raptor.solver.pipeline.result.Skew.shifted`)."""
 
     stage_of: Sequence[int]
+    lag: Sequence[int] = ()
 
 
 @dataclass
@@ -114,9 +119,15 @@ class _StreamMaterializer(Materializer):
     def __init__(self, module: Module, proj: Projection, outputs: list[list[Piece]],
                  view: StreamView, inferences: int, ring: int, merge: bool,
                  flow: Flow | None) -> None:
+        if view.lag and (flow is not None or len(set(view.stage_of)) > 1):
+            raise ValueError("a skewed stream body is materialized for one stage, every "
+                             "receive posted at the iteration's start")
         self.count = inferences
         self.ring = ring
         self.stage = view.stage_of
+        self.lag = view.lag
+        self.lag_of: dict[int, int] = {}
+        """id(op) -> its lag (a skewed body: its task's; a message's, its producer's)."""
         self.loop: dict[int, tuple[Value, Value]] = {}
         super().__init__(module, proj, outputs, view, merge, flow)
         self.ring_of: dict[tuple[int, int], Value] = {}
@@ -165,8 +176,35 @@ class _StreamMaterializer(Materializer):
         ops.extend(SignalOp(self.ready, k) for k in self.plan.ready_signals.get(inst.id, []))
         return ops
 
+    def emit(self, core: int, key: Key, ops: list[Operation]) -> None:
+        super().emit(core, key, ops)
+        if self.lag:  # a task's key names it, a message's (end, phase, channel) its channel
+            task = key[2] if key[1] == 1 else self.messages[key[2]][0]
+            self.lag_of.update((id(op), self.lag[task]) for op in ops)
+
+    def build_order(self) -> list[Instance]:
+        """By lag, then planned start: a skewed body's times are shifted per lag, and a
+        lag never decreases along a dependency."""
+        lag = self.lag or [0] * len(self.proj.instances)
+        return sorted(self.proj.instances, key=lambda i: (lag[i.id], self.s.start[i.id], i.id))
+
+    def mergeable(self, run: list[Instance]) -> bool:  # type: ignore[override]
+        """Lanes of one lag only (one batch works on one inference)."""
+        return super().mergeable(run) and (not self.lag or len({self.lag[i.id] for i in run}) == 1)
+
+    def merged(self, core: int, run: list[Instance]) -> list[Operation]:
+        ops = super().merged(core, run)
+        if self.lag:
+            self.lag_of.update((id(op), self.lag[run[0].id]) for op in ops)
+        return ops
+
     def program(self, core: int, ops: list[Operation]) -> list[Operation]:
-        return [StreamOp(self.count, self.ring, Block(list(self.vars(core)), ops))]
+        """The stream loop; a skewed body's runs of lagged ops in `pim.lag` regions."""
+        body: list[Operation] = []
+        for lag, run in itertools.groupby(ops, key=lambda op: self.lag_of.get(id(op), 0)):
+            group = list(run)
+            body += [LagOp(lag, Block([], group))] if lag else group
+        return [StreamOp(self.count, self.ring, Block(list(self.vars(core)), body))]
 
     # -------------------------------------------------------------- boundaries
     def plan_messages(self) -> None:

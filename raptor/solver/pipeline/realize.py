@@ -507,3 +507,24 @@ def asap_starts(problem: PipelineProblem, core_of: Sequence[int],
             if end + d > start[v]:
                 start[v] = end + d
     return start
+
+
+@dataclass(frozen=True)
+class Skew:
+    """A skewed (software-pipelined) stream body (docs/pipeline.md §6): in iteration k task
+    t works on inference k - lag[t]; a core orders its body by planned start minus lag
+    times `shift_ns`, so a lagged task fills the time its core is idle early in the
+    iteration."""
+
+    shift_ns: int
+    lag: tuple[int, ...]
+
+    def shifted(self, times: Sequence[int]) -> list[int]:
+        """Planned times moved into the iteration that runs them."""
+        return [t - k * self.shift_ns for t, k in zip(times, self.lag, strict=True)]
+
+
+def skew_lags(start: Sequence[int], shift_ns: int) -> Skew:
+    """Every task planned to start at or after `shift_ns` at lag 1, the others at lag 0:
+    monotone along every dependency (a consumer starts after its producers end)."""
+    return Skew(shift_ns, tuple(int(t >= shift_ns) for t in start))
