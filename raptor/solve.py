@@ -881,47 +881,57 @@ def _judge(row: str, entries: list[tuple[str, PipelineResult, Replay | None]],
     return run
 
 
-SKEW_AT = (0.4, 0.5, 0.6)
-"""Where `_skewed` tries the lag-1 threshold, as fractions of the base candidate's planned
+SKEW_AT = (0.3, 0.4, 0.5, 0.6, 0.7)
+"""Where `_skewed` tries the lag-1 threshold, as fractions of a base candidate's planned
 makespan (tasks planned to start after it serve the previous inference)."""
+SKEW_BASES = 3
+"""How many one-stage candidates (best estimates first) `_skewed` skews: at most
+`SKEW_BASES` * len(`SKEW_AT`) estimates and one materialization."""
 
 
 def _skewed(cands: list[_Candidate], problem: PipelineProblem, build: GraphBuild,
             comp: Compiled, target: Target, opts: SolveOptions, notes: list[str]
             ) -> _Candidate | None:
-    """The skewed (software-pipelined) body of the one-stage candidate with the best
-    estimate whose receives all fit at the iteration's start (no flow control, no
-    spilling): lag 1 for the tasks planned after a threshold (`skew_lags`, at each of
-    `SKEW_AT`), the threshold whose stream estimate (lanes played one by one, the base's
-    merged runs of one lag kept) is best materialized, and offered when its estimate beats
-    the base's and its local memory (carried values included) fits. Why: a core holding an
-    early and a late task of one inference has its window, not its load, as its period;
-    with the late tasks on the inference before, its iteration is its load."""
-    base = min((c for c in cands if len(c.result.stages) == 1 and c.run.ok
-                and c.run.flow is not None and not c.run.flow.tight and not c.run.spill_ns
-                and c.run.stream is not None), key=lambda c: c.estimate_ns, default=None)
-    if base is None:
+    """A skewed (software-pipelined) body for one of the `SKEW_BASES` one-stage candidates
+    with the best estimates whose receives all fit at the iteration's start (no flow
+    control, no spilling): lag 1 for the tasks planned after a threshold (`skew_lags`, at
+    each of `SKEW_AT`); the skew whose stream estimate (the base's merged runs of one lag
+    kept) is best is materialized, and offered when its estimate beats every candidate's
+    and its local memory (carried values included) fits. Why: a core holding an early and
+    a late task of one inference has its window, not its load, as its period; with the
+    late tasks on the inference before, its iteration is nearer its load."""
+    bases = sorted((c for c in cands if len(c.result.stages) == 1 and c.run.ok
+                    and c.run.flow is not None and not c.run.flow.tight and not c.run.spill_ns
+                    and c.run.stream is not None), key=lambda c: c.estimate_ns)[:SKEW_BASES]
+    if not bases:
         return None
-    pr, info = base.result, base.run.stream
-    assert info is not None
-    sch, g = pr.schedule, build.graph
-    makespan = max(sch.end_ns, default=0)
-    best: tuple[int, Skew] | None = None
-    for frac in SKEW_AT:
-        skew = skew_lags(sch.start_ns, int(frac * makespan))
-        if all(skew.lag) or not any(skew.lag):
-            continue
-        merged = [r for r in info.merged if len({skew.lag[t] for t in r.lanes}) == 1]
-        est = stream_estimate(g, target, sch.core_of, skew.shifted(sch.start_ns),
-                              pr.stage_of_task, StreamInfo(merged=merged), opts.stream, RING,
-                              1, ideal=False, lag=skew.lag).period_ns
-        if best is None or est < best[0]:
-            best = (est, skew)
-    if best is None or best[0] >= base.estimate_ns:
+    g = build.graph
+    best: tuple[int, Skew, _Candidate] | None = None
+    for base in bases:
+        pr, info = base.result, base.run.stream
+        assert info is not None
+        sch = pr.schedule
+        makespan = max(sch.end_ns, default=0)
+        for frac in SKEW_AT:
+            skew = skew_lags(sch.start_ns, int(frac * makespan))
+            if all(skew.lag) or not any(skew.lag):
+                continue
+            merged = [r for r in info.merged if len({skew.lag[t] for t in r.lanes}) == 1]
+            est = stream_estimate(g, target, sch.core_of,
+                                  skew.times(sch.core_of, sch.start_ns, sch.end_ns)[0],
+                                  pr.stage_of_task, StreamInfo(merged=merged), opts.stream,
+                                  RING, 1, ideal=False, lag=skew.lag).period_ns
+            if best is None or est < best[0]:
+                best = (est, skew, base)
+    lead = min(c.estimate_ns for c in cands)
+    if best is None or best[0] >= lead:
         if best is not None:
-            notes.append(f"the skewed body of {WORDS[base.name]} is estimated at "
-                         f"{best[0]:,} ns, not under its {base.estimate_ns:,} ns: not offered")
+            notes.append(f"the skewed body of {WORDS[best[2].name]} is estimated at "
+                         f"{best[0]:,} ns, not under the best estimate {lead:,} ns: not "
+                         "offered")
         return None
+    base = best[2]
+    pr = base.result
     skewed = dataclasses.replace(pr, skew=best[1], notes=[*pr.notes, (
         f"skewed body: tasks planned from {best[1].shift_ns:,} ns on serve the previous "
         "inference")])
@@ -931,10 +941,10 @@ def _skewed(cands: list[_Candidate], problem: PipelineProblem, build: GraphBuild
         notes.append(f"the skewed body of {WORDS[base.name]} does not fit local memory "
                      "(its carried values): not offered")
         return None
-    if run.stream_estimate.period_ns >= base.estimate_ns:
+    if run.stream_estimate.period_ns >= lead:
         notes.append(f"the skewed body of {WORDS[base.name]} materialized is estimated at "
-                     f"{run.stream_estimate.period_ns:,} ns, not under its "
-                     f"{base.estimate_ns:,} ns: not offered")
+                     f"{run.stream_estimate.period_ns:,} ns, not under the best estimate "
+                     f"{lead:,} ns: not offered")
         return None
     return _Candidate("skewed", skewed, run)
 
@@ -1033,9 +1043,8 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
     sch = pr.schedule
     violations = validate_pipeline(g, target, pr, problem)
     if pr.skew is not None:  # one stage, every receive at the iteration's start (`_skewed`)
-        start = pr.skew.shifted(sch.start_ns)
-        view = StreamView(sch.core_of, start, pr.skew.shifted(sch.end_ns), pr.stage_of_task,
-                          pr.skew.lag)
+        start, end = pr.skew.times(sch.core_of, sch.start_ns, sch.end_ns)
+        view = StreamView(sch.core_of, start, end, pr.stage_of_task, pr.skew.lag)
         scheduled, info = materialize_stream(comp.module, build.projection, build.outputs,
                                              view, opts.stream)
         if opts.compile.print_ir is not None:

@@ -44,6 +44,7 @@ so iteration n's sends meet iteration n's receives.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -77,7 +78,7 @@ class StreamView(ScheduleView):
     """What stream materialization needs of a pipeline schedule: placement, the estimated times of
     one inference (they fix each core's order, as in latency mode), and the stage of every task;
     for a skewed body each task's lag (empty: none), the times then those of the iteration
-    that runs each task (`raptor.solver.pipeline.result.Skew.shifted`)."""
+    that runs each task (`raptor.solver.pipeline.realize.Skew.times`)."""
 
     stage_of: Sequence[int]
     lag: Sequence[int] = ()
@@ -183,10 +184,32 @@ class _StreamMaterializer(Materializer):
             self.lag_of.update((id(op), self.lag[task]) for op in ops)
 
     def build_order(self) -> list[Instance]:
-        """By lag, then planned start: a skewed body's times are shifted per lag, and a
-        lag never decreases along a dependency."""
-        lag = self.lag or [0] * len(self.proj.instances)
-        return sorted(self.proj.instances, key=lambda i: (lag[i.id], self.s.start[i.id], i.id))
+        """A skewed body's times are those of the iteration that runs each task, packed per
+        core (`Skew.times`), so no longer in dependency order: producers first, then by
+        lag and time."""
+        if not self.lag:
+            return super().build_order()
+        insts = self.proj.instances
+        consumers: dict[int, set[int]] = {}
+        for inst in insts:
+            for use in inst.uses:
+                for p in use.pieces:
+                    consumers.setdefault(p.producer, set()).add(inst.id)
+        waiting = [0] * len(insts)
+        for users in consumers.values():
+            for t in users:
+                waiting[t] += 1
+        ready = [(self.lag[i.id], self.s.start[i.id], i.id) for i in insts if not waiting[i.id]]
+        heapq.heapify(ready)
+        out: list[Instance] = []
+        while ready:
+            *_, u = heapq.heappop(ready)
+            out.append(insts[u])
+            for t in consumers.get(u, ()):
+                waiting[t] -= 1
+                if not waiting[t]:
+                    heapq.heappush(ready, (self.lag[t], self.s.start[t], t))
+        return out
 
     def mergeable(self, run: list[Instance]) -> bool:  # type: ignore[override]
         """Lanes of one lag only (one batch works on one inference)."""

@@ -519,9 +519,20 @@ class Skew:
     shift_ns: int
     lag: tuple[int, ...]
 
-    def shifted(self, times: Sequence[int]) -> list[int]:
-        """Planned times moved into the iteration that runs them."""
-        return [t - k * self.shift_ns for t, k in zip(times, self.lag, strict=True)]
+    def times(self, core_of: Sequence[int], start: Sequence[int], end: Sequence[int]
+              ) -> tuple[list[int], list[int]]:
+        """The times that order each core's iteration: planned times moved into the
+        iteration that runs them (minus lag times `shift_ns`), then each core's tasks in
+        that order one after another, so that a task's sends (made at its end) stay before
+        the core's next task, as the stream estimate plays them."""
+        moved = [t - k * self.shift_ns for t, k in zip(start, self.lag, strict=True)]
+        new_start, new_end = list(moved), [0] * len(moved)
+        free: dict[int, int] = {}
+        for t in sorted(range(len(moved)), key=lambda t: (moved[t], t)):
+            c = core_of[t]
+            new_start[t] = max(moved[t], free.get(c, moved[t]))
+            new_end[t] = free[c] = new_start[t] + end[t] - start[t]
+        return new_start, new_end
 
 
 def skew_lags(start: Sequence[int], shift_ns: int) -> Skew:

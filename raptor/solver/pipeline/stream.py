@@ -151,7 +151,7 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     posted at the iteration's start, each send right after its producer). `ideal` off: the
     ideal play is skipped and its fields hold the contended play's (half the cost, for a
     caller that ranks by `period_ns` and `posted` alone: `search_cuts`). `lag`: a skewed
-    body's lag per task (`start` then the shifted times that ordered it): iteration k runs
+    body's lag per task (`start` then the times that ordered it, `Skew.times`): iteration k runs
     each task on inference k - lag, a message's receive posted at the start of its
     producer's iteration."""
     graph.freeze()
