@@ -935,7 +935,7 @@ def _skewed(cands: list[_Candidate], problem: PipelineProblem, build: GraphBuild
     skewed = dataclasses.replace(pr, skew=best[1], notes=[*pr.notes, (
         f"skewed body: tasks planned from {best[1].shift_ns:,} ns on serve the previous "
         "inference")])
-    run = _run_stream("skewed", skewed, problem, build, comp, target, opts)
+    run = _run_stream("skewed", skewed, problem, build, comp, target, opts, base.run.flow)
     assert run.memory is not None and run.stream_estimate is not None
     if run.memory.over_capacity():
         notes.append(f"the skewed body of {WORDS[base.name]} does not fit local memory "
@@ -1042,7 +1042,8 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
     g = build.graph
     sch = pr.schedule
     violations = validate_pipeline(g, target, pr, problem)
-    if pr.skew is not None:  # one stage, every receive at the iteration's start (`_skewed`)
+    if pr.skew is not None:  # one stage, every receive at the iteration's start (`_skewed`;
+        # `first`: its base's communication model run, the report's message figures)
         start, end = pr.skew.times(sch.core_of, sch.start_ns, sch.end_ns)
         view = StreamView(sch.core_of, start, end, pr.stage_of_task, pr.skew.lag)
         scheduled, info = materialize_stream(comp.module, build.projection, build.outputs,
@@ -1054,7 +1055,7 @@ def _run_stream(name: str, pr: PipelineResult, problem: PipelineProblem, build: 
         return ScheduleRun(name, sch, est.ends[0] - est.starts[0], violations, scheduled, [],
                            ideal_estimate_ns=est.ends[0] - est.starts[0], pipeline=pr,
                            stream=info, stream_estimate=est,
-                           memory=plan_memory(scheduled, target))
+                           memory=plan_memory(scheduled, target), flow=first)
     view = StreamView(sch.core_of, sch.start_ns, sch.end_ns, pr.stage_of_task)
     infos: list[StreamInfo] = []
 
