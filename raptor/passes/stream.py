@@ -40,6 +40,16 @@ completion (a program of blocking sends, non-blocking posts and waiting computes
 whatever the timing, `raptor.passes.materialize`); loads from earlier stages only add waits
 of kind (c), stores waits of kind (d), and a channel carries its messages in program order,
 so iteration n's sends meet iteration n's receives.
+
+A skewed body (`StreamView.lag`, one stage, no flow control) runs M + L iterations, an op
+at lag l working in iteration k on inference k - l (in a `pim.lag` region); each core's
+times are those of the iteration that runs each task (`Skew.times`), a message travels at
+its producer's lag (its receive posted at the start of the producer's iteration). Still
+deadlock-free: order core c's work by (iteration, planned time moved into the iteration:
+packing keeps each core's order); a task of inference i runs in iteration i + lag, and
+lags never decrease along a dependency, so a data wait is on an earlier iteration or
+earlier in the same one; a send of iteration k waits for a receive its receiver posts on
+starting iteration k, after finishing k - 1.
 """
 
 from __future__ import annotations

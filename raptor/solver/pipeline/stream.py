@@ -344,12 +344,12 @@ class _Play:
 
         lag = self.lag
         deepest = max((lag[s] for s in steps if s < n_tasks), default=0)
-        for k in range(inferences + max(lag, default=0)):
-            if k < inferences and (self.starts[k] < 0 or clock < self.starts[k]):
-                self.starts[k] = clock
-            self.wake((_POSTED, c, START, k), clock)
+        for it in range(inferences + max(lag, default=0)):
+            if it < inferences and (self.starts[it] < 0 or clock < self.starts[it]):
+                self.starts[it] = clock
+            self.wake((_POSTED, c, START, it), clock)
             for s in steps:
-                n = k - lag[s] if s < n_tasks else k
+                n = it - lag[s] if s < n_tasks else it
                 if not 0 <= n < inferences:
                     continue
                 if s >= n_tasks:
@@ -389,5 +389,5 @@ class _Play:
                     for m in self.sends.get(s, ()):
                         clock = max(clock, (yield from get(self.post_key(m, n))))
                         yield (_INJECT, clock, self.index[m.key], n)
-            if 0 <= k - deepest < inferences:  # the iteration that ends its inference
-                self.ends[k - deepest] = max(self.ends[k - deepest], clock)
+            if 0 <= it - deepest < inferences:  # the iteration that ends its inference
+                self.ends[it - deepest] = max(self.ends[it - deepest], clock)
