@@ -893,7 +893,8 @@ SKEW_REGULAR = 1.002
 over the long estimate) exceeds its period over the stream (what the judge ranks by and
 the report shows) by more than this factor is not offered: that period would overstate its
 throughput (the ResNet block's: 26,640 ns over 8 inferences, mean 27,149 ns over 32; our
-O-net's: 89,718 ns over 8, 90,376 ns over 32)."""
+O-net's: 89,718 ns over 8, 90,376 ns over 32); so is one whose period is under the period
+lower bound (torch_cnn_torchscript's: 16,020 ns, bound 16,021 ns)."""
 SKEW_CHECK = 4
 """The skewed stream and its base are estimated again over this many times the stream's
 inferences: the skewed one is offered only if it is still faster there (steady state)."""
@@ -967,12 +968,14 @@ def _skewed(cands: list[_Candidate], problem: PipelineProblem, build: GraphBuild
     # (torch_cnn_dynamo: 14,803 against 16,021, its busiest core's 16,028 per inference)
     ends = played.ends[len(played.ends) // 2:-1]
     steady = max(played.period_ns, -(-(ends[-1] - ends[0]) // max(len(ends) - 1, 1)))
-    if steady > run.stream_estimate.period_ns * SKEW_REGULAR:
+    if steady > run.stream_estimate.period_ns * SKEW_REGULAR or \
+            run.stream_estimate.period_ns < problem.period_bound(opts.replication):
         notes.append(f"the skewed body of {WORDS[base.name]} is estimated at "
                      f"{run.stream_estimate.period_ns:,} ns over {opts.stream} inferences but "
                      f"{steady:,} ns over {long} (its mean interval; median "
-                     f"{played.period_ns:,} ns): not offered, its period would overstate its "
-                     "throughput")
+                     f"{played.period_ns:,} ns; period lower bound "
+                     f"{problem.period_bound(opts.replication):,} ns): not offered, its "
+                     "period would overstate its throughput")
         return None
     if max(run.stream_estimate.period_ns, steady) >= min(lead, unskewed):
         notes.append(f"the skewed body of {WORDS[base.name]} materialized is estimated at "
