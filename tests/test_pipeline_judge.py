@@ -40,6 +40,8 @@ def check_judge(rep: dict[str, Any]) -> None:
         # once full can dip below it (a 4-stage net measured one interval of 5), the mean
         # interval over the whole stream does not
         ends = row["inference_end_ns"]
+        if next(c for c in cands if c["returned"])["candidate"] == "skewed":
+            ends = ends[:-1]  # its last iteration runs only the lagged tasks (a short drain)
         assert rep["period_lower_bound_ns"] <= (ends[-1] - ends[0]) / (len(ends) - 1)
         assert row["efficiency"] == round(rep["period_lower_bound_ns"] / sim, 4)
     assert rows["cpsat"]["simulated_period_ns"] <= rows["pipeline"]["simulated_period_ns"]

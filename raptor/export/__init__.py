@@ -44,6 +44,7 @@ from raptor.ir.ops import (
     ChannelReceiveOp,
     ChannelSendOp,
     CoreOp,
+    LagOp,
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
     StoreOp,
@@ -79,7 +80,13 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     A stream program (pipeline mode, `pim.stream` per core) is unrolled for `inferences`
     (default: its own count; at most that many, the inputs it has) into straight-line
     code for pimsim-nn's latency mode, READY/FREE counters as `sync`/`wait` on event
-    registers (`pimsim.py`); pimsim-nn's latency is then the time of the whole stream."""
+    registers (`pimsim.py`); pimsim-nn's latency is then the time of the whole stream.
+    A skewed stream body (`pim.lag`) is refused: its carried values would need their own
+    addresses per inference in the unrolled code (not done; the judge does not offer one
+    under pimsim-nn's protocol)."""
+    if any(isinstance(op, LagOp) for op in module.walk()):
+        raise ExportError("a skewed stream body (pim.lag) is not exported to pimsim-nn: "
+                          "its carried values would need an address per inference")
     if inferences is not None:
         count = stream_count(module)
         if count is None:

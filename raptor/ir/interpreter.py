@@ -57,6 +57,9 @@ from raptor.ir.ops import (
 )
 
 Env = MutableMapping[Value, Any]
+Step = tuple[Operation, dict[Value, int], bool, Env]
+"""An op a core executes: the op, its variable values, whether inside a stream loop, the
+environment it reads and defines in."""
 Index = Mapping[Value, int]
 Semantics = Callable[[Any, Env, Index], Any]
 """`fn(op, env, idx)`: the value of the op's result (None for a store, which writes)."""
@@ -220,44 +223,44 @@ class Interpreter:
         except inside a `pim.stream` loop, whose iterations (unrolled here, `%n` and `%s`
         bound) synchronize through counters: `pim.wait` blocks until its counter reaches
         the threshold, `pim.signal` adds one."""
-        runs: list[tuple[int, list[tuple[Operation, dict[Value, int], bool]], Env]] = []
+        runs: list[tuple[int, list[Step]]] = []
         for prog in programs:
             lanes = [{}] if isinstance(prog, CoreOp) else \
                 [{prog.body.args[0]: i} for i in range(len(prog.cores))]
             for core, at in zip(prog.cores, lanes, strict=True):
-                runs.append((core, _unrolled(prog.body.ops, at), ChainMap({}, env)))
-        env_of = {core: cenv for core, _, cenv in runs}
+                runs.append((core, _unrolled(prog.body.ops, at, ChainMap({}, env))))
         stores: dict[Value, list[tuple[int, int, Box]]] = {}
-        for r, (_, ops, _) in enumerate(runs):
-            for pos, (op, at, looped) in enumerate(ops):
+        for r, (_, ops) in enumerate(runs):
+            for pos, (op, at, looped, _) in enumerate(ops):
                 if isinstance(op, StoreOp) and not looped:
                     stores.setdefault(op.buffer, []).append((r, pos, _box(op, at)))
         done: set[tuple[int, int]] = set()
         Key = tuple[int, int, int]
         queues: dict[Key, deque[np.ndarray]] = {}
-        posted: dict[Key, deque[ChannelReceiveOp]] = {}
-        unfilled: dict[Value, ChannelReceiveOp] = {}
-        """Received values whose send has not come yet, with their receive."""
+        posted: dict[Key, deque[tuple[ChannelReceiveOp, Env]]] = {}
+        unfilled: dict[tuple[Value, int], ChannelReceiveOp] = {}
+        """Received values (with the id of their inference's environment) whose send has
+        not come yet, with their receive."""
 
         def deliver(key: Key) -> None:
             q, waiting = queues.get(key), posted.get(key)
             while q and waiting:
-                recv = waiting.popleft()
-                env_of[key[1]][recv.result] = q.popleft().reshape(recv.result.shape)
-                unfilled.pop(recv.result, None)
+                recv, renv = waiting.popleft()
+                renv[recv.result] = q.popleft().reshape(recv.result.shape)
+                unfilled.pop((recv.result, id(renv)), None)
 
         pcs = [0] * len(runs)
         while True:
             moved = False
-            for r, (core, ops, cenv) in enumerate(runs):
+            for r, (core, ops) in enumerate(runs):
                 while pcs[r] < len(ops):
-                    op, at, looped = ops[pcs[r]]
+                    op, at, looped, cenv = ops[pcs[r]]
                     if isinstance(op, ChannelReceiveOp):
                         key = (op.core, core, op.channel)
-                        posted.setdefault(key, deque()).append(op)
-                        unfilled[op.result] = op
+                        posted.setdefault(key, deque()).append((op, cenv))
+                        unfilled[(op.result, id(cenv))] = op
                         deliver(key)
-                    elif any(v in unfilled for v in op.operands()) or (
+                    elif any((v, id(cenv)) in unfilled for v in op.operands()) or (
                             isinstance(op, LoadOp) and not looped and any(
                                 s != r and (s, p) not in done and _overlap(_box(op, at), b)
                                 for s, p, b in stores.get(op.buffer, ()))) or (
@@ -280,42 +283,47 @@ class Interpreter:
                             done.add((r, pcs[r]))
                     pcs[r] += 1
                     moved = True
-            if all(pc == len(ops) for pc, (_, ops, _) in zip(pcs, runs, strict=True)) \
+            if all(pc == len(ops) for pc, (_, ops) in zip(pcs, runs, strict=True)) \
                     and not unfilled:
                 return
             if not moved:
                 stuck = []
-                for r, (core, ops, cenv) in enumerate(runs):
+                for r, (core, ops) in enumerate(runs):
                     if pcs[r] < len(ops):
-                        op, at, _ = ops[pcs[r]]
-                        why = next((f" waits for %{v.name} from core {unfilled[v].core} "
-                                    f"channel {unfilled[v].channel}"
-                                    for v in op.operands() if v in unfilled), "")
+                        op, at, _, cenv = ops[pcs[r]]
+                        got = [unfilled[(v, id(cenv))] for v in op.operands()
+                               if (v, id(cenv)) in unfilled]
+                        why = f" waits for %{got[0].result.name} from core {got[0].core} " \
+                            f"channel {got[0].channel}" if got else ""
                         if isinstance(op, WaitOp):
                             why = (f" waits for %{op.counters.name}[{op.index}] to reach "
                                    f"{_ev(op.threshold, at)[0]} (it is "
                                    f"{int(cenv[op.counters][op.index])})")
                         stuck.append(f"core {core} at {op.where()} ({op.name}){why}")
                 stuck += [f"the receive at {recv.where()} is never sent"
-                          for waiting in posted.values() for recv in waiting
-                          if all(pc == len(ops) for pc, (_, ops, _)
+                          for waiting in posted.values() for recv, _ in waiting
+                          if all(pc == len(ops) for pc, (_, ops)
                                  in zip(pcs, runs, strict=True))][:8]
                 raise IRError([Diagnostic(programs[0].loc, "INTERP-3", "the core programs "
                                           f"deadlock: {'; '.join(stuck)}")])
 
 
-def _unrolled(ops: list[Operation], at: dict[Value, int]
-              ) -> list[tuple[Operation, dict[Value, int], bool]]:
+def _unrolled(ops: list[Operation], at: dict[Value, int], env: Env) -> list[Step]:
     """A core program as the sequence it executes: (op, variable values, inside a stream
-    loop), each `pim.stream` body repeated per inference with `%n` and `%s` bound."""
-    out: list[tuple[Operation, dict[Value, int], bool]] = []
+    loop, the environment it reads and defines in), each `pim.stream` body repeated per
+    iteration, each op of it on its inference (`StreamOp`) with `%n` and `%s` bound and an
+    environment of that inference's values over the core's `env`."""
+    out: list[Step] = []
     for op in ops:
         if isinstance(op, StreamOp):
-            for n in range(op.count):
-                inner = {**at, op.inference: n, op.slot: n % op.ring}
-                out.extend((o, inner, True) for o in op.body.ops)
+            body = list(op.staged())
+            inner = [{**at, op.inference: n, op.slot: n % op.ring} for n in range(op.count)]
+            envs = [ChainMap({}, env) for _ in range(op.count)]
+            for k in range(op.count + op.lags):
+                out.extend((o, inner[k - lag], True, envs[k - lag]) for lag, o in body
+                           if 0 <= k - lag < op.count)
         else:
-            out.append((op, at, False))
+            out.append((op, at, False, env))
     return out
 
 

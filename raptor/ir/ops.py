@@ -10,7 +10,7 @@ it can check alone (`verify`; the graph-batch invariant, which needs the body, l
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -776,10 +776,14 @@ class StoreOp(Strided):
 @op_def
 class StreamOp(Operation):
     """`pim.stream inferences(M) ring(B) { ^bb0(%n: index, %s: index): ... }`: a core's
-    program for a stream of M inferences. The body runs once per inference, n = 0..M-1 in
-    order, with `%s` = n mod B, the slot of B-deep ring buffers in shared memory (double
-    buffering: B = 2). Nothing the body defines outlives its iteration; inferences meet only
-    through channels (paired in order, one message per iteration) and shared memory."""
+    program for a stream of M inferences. The body is one inference's program; it runs
+    M + L times (L: the largest `pim.lag` in it), iteration k = 0..M+L-1 in order, an op at
+    lag l working on inference n = k - l (skipped when that is outside 0..M-1) with `%n` = n
+    and `%s` = n mod B, the slot of B-deep ring buffers in shared memory (double buffering:
+    B = 2). Every value the body defines is its inference's: an op reads the value of its
+    own inference, defined earlier in the same iteration (same lag) or in an earlier one
+    (a lower lag: a value carried across the loop's back edge, STREAM-4). Inferences meet
+    only through channels (paired in order, one message per iteration) and shared memory."""
 
     NAME: ClassVar[str] = "pim.stream"
     FORMAT: ClassVar[str] = "inferences($count) ring($ring) $body"
@@ -797,6 +801,19 @@ class StreamOp(Operation):
         """`%s` = n mod ring."""
         return self.body.args[1]
 
+    def staged(self) -> Iterator[tuple[int, Operation]]:
+        """(lag, op) of every op of the body in program order, `pim.lag` regions opened."""
+        for op in self.body.ops:
+            if isinstance(op, LagOp):
+                yield from ((op.lag, o) for o in op.body.ops)
+            else:
+                yield 0, op
+
+    @property
+    def lags(self) -> int:
+        """L, the largest lag: the loop runs M + L iterations."""
+        return max((op.lag for op in self.body.ops if isinstance(op, LagOp)), default=0)
+
     def verify(self) -> None:
         if [a.type for a in self.body.args] != [IndexType(), IndexType()]:
             raise VerifyError("REGION-1", "pim.stream takes two block arguments (%n: index, "
@@ -804,6 +821,24 @@ class StreamOp(Operation):
         if self.count < 1 or self.ring < 1:
             raise VerifyError("STREAM-1", f"pim.stream needs inferences >= 1 and ring >= 1, "
                               f"got inferences({self.count}) ring({self.ring})")
+
+
+@op_def
+class LagOp(Operation):
+    """`pim.lag 1 { ... }`, directly in a `pim.stream` body: ops that work on an earlier
+    inference, in iteration k on inference k - lag (the software-pipelined loop body of a
+    core whose late tasks serve the inference before the one its early tasks start). What
+    they define stays visible to the rest of the body: the region orders ops, it does not
+    scope values."""
+
+    NAME: ClassVar[str] = "pim.lag"
+    FORMAT: ClassVar[str] = "$lag $body"
+    lag: int
+    body: BareRegion
+
+    def verify(self) -> None:
+        if self.lag < 1:
+            raise VerifyError("STREAM-3", f"pim.lag needs a lag >= 1, got {self.lag}")
 
 
 class _Counter(Operation):

@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - pure-Python lark, same results
 from raptor.ir.core import Affine, Block, Location, Operation, Value
 from raptor.ir.module import Module
 from raptor.ir.opdef import BOUNDARY, REGISTRY, Syntax, keyword
-from raptor.ir.ops import CoreBatchOp, CoreOp, FuncOp
+from raptor.ir.ops import CoreBatchOp, CoreOp, FuncOp, LagOp
 from raptor.ir.types import INDEX, Type, parse_type
 
 _FIXED = r"""
@@ -156,6 +156,11 @@ class Parser:
         self.scopes: list[dict[str, Value]] = [{}]
         self.on_core: dict[str, int] = {}
         self.closed: dict[str, Value] = {}
+        self.ahead: dict[str, tuple[Value, Token]] = {}
+        """Values used before their definition (a skewed stream's carried values), with
+        their first use; the verifier judges such uses (STREAM-4, SSA-1)."""
+        self.untyped: set[Value] = set()
+        """Of those, the ones no annotation has typed yet."""
         self.type_cache: dict[str, Type] = {}
 
     # ---- errors ---------------------------------------------------------------------
@@ -176,7 +181,12 @@ class Parser:
         for scope in self.scopes:
             if name in scope:
                 self.fail(tok, "SSA-2", f"value %{name} is defined twice")
-        return self.scopes[-1].setdefault(name, Value(type, name))
+        v = self.ahead.pop(name, (Value(type, name), tok))[0]
+        if v in self.untyped:
+            self.untyped.discard(v)
+            v.type = type
+        self.check(v, type, tok)
+        return self.scopes[-1].setdefault(name, v)
 
     def USE(self, tok: Token) -> tuple[Value, Token]:
         """A use of a value, resolved when shifted (so in text order), with its token."""
@@ -188,10 +198,17 @@ class Parser:
         if name in self.on_core:
             self.fail(tok, "SCH-3", f"%{name} is defined on core {self.on_core[name]} and "
                       "not visible here; cross-core values need spat.channel_send/receive")
-        self.fail(tok, "SSA-1", f"use of undefined value %{name}")
+        got = self.ahead.get(name)
+        if got is None:  # perhaps defined further on (`define`), else SSA-1 at `func`'s end
+            got = self.ahead[name] = (Value(INDEX, name), tok)
+            self.untyped.add(got[0])
+        return got[0], tok
 
     def check(self, v: Value, t: Type, tok: Token) -> Value:
         """`v`, which the text annotates with type `t` at `tok`."""
+        if v in self.untyped:
+            self.untyped.discard(v)
+            v.type = t
         if v.type is not t and v.type != t:
             self.fail(tok, "TYPE-0", f"%{v.name} has type {v.type} but is annotated {t}")
         return v
@@ -258,6 +275,8 @@ class Parser:
     def func(self, c: list[Any]) -> FuncOp:
         sym, args, results, _, *ops = c
         del self.scopes[-2:]
+        for _, tok in self.ahead.values():
+            self.fail(tok, "SSA-1", f"use of undefined value {tok.value}")
         op = FuncOp(sym.value[1:], Block(args or [], ops), results or [])
         op.loc = Location(self.filename, sym.line, sym.column)
         return op
@@ -292,6 +311,8 @@ class Parser:
         if isinstance(op, CoreOp | CoreBatchOp):
             for name in self.closed:  # name cross-core uses as SCH-3, not SSA-1
                 self.on_core[name] = op.cores[0]
+        elif isinstance(op, LagOp):  # it orders ops, it does not scope values
+            self.scopes[-1].update(self.closed)
         return op
 
     def typed_use(self, c: list[Any]) -> Value:

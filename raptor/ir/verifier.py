@@ -31,6 +31,7 @@ from raptor.ir.ops import (
     FuncOp,
     GraphComputeBatchOp,
     GraphComputeOp,
+    LagOp,
     LoadOp,
     ParallelInsertSliceOp,
     ReturnOp,
@@ -119,6 +120,10 @@ def _name(v: Value) -> str:
     return f"the result of {v.owner.name}" if isinstance(v.owner, Operation) else "a value"
 
 
+Lags = tuple[dict[Value, int], int] | None
+"""Inside a `pim.stream` body: the lag of every value the body defines, and the lag of the
+ops being verified."""
+
 Channels = dict[tuple[int, int, int], list[Any]]
 """(source core, destination core, channel) → its sends (or receives) in program order."""
 
@@ -156,8 +161,23 @@ def _verify_func(func: FuncOp, rep: _Report, allow_assembly: bool) -> tuple[Chan
         rep.add(op, "SSA-1", f"uses {_name(v)} " + ("before its definition" if later else
                 "but it is not defined in this function or an enclosing region"))
 
+    def use(op: Operation, v: Value, core: int | None, lags: Lags) -> None:
+        """STREAM-4 for a use inside a stream body, SSA-1 / SCH-3 for one not visible."""
+        if lags is not None and v in lags[0]:
+            if lags[0][v] > lags[1]:
+                rep.add(op, "STREAM-4", f"at lag {lags[1]} uses {_name(v)} of lag "
+                        f"{lags[0][v]}, an inference it has not reached yet; a lag must not "
+                        "decrease along a dependency")
+                return
+            if lags[0][v] < lags[1]:
+                return  # carried: defined in an earlier iteration, wherever it stands
+        if v not in visible:
+            undefined(op, v, core)
+
     def block(b: Block, owner: Operation, terminator: type[Operation] | None,
-              core: int | None) -> None:
+              core: int | None, lags: Lags) -> list[Value]:
+        """Verify block `b`; returns what stays visible after it (a `pim.lag` region's
+        definitions: it orders ops, it does not scope values)."""
         scope = list(b.args)
         for a in b.args:
             define(a, b, owner)
@@ -168,8 +188,8 @@ def _verify_func(func: FuncOp, rep: _Report, allow_assembly: bool) -> tuple[Chan
                 continue
             placed.add(id(op))
             for v in op.operands():
-                if v not in visible:
-                    undefined(op, v, core)
+                if v not in visible or lags is not None:
+                    use(op, v, core, lags)
             affines = op.offsets if isinstance(op, Strided) else \
                 op.threshold if isinstance(op, WaitOp) else ()
             for off in affines:  # offset and threshold variables are uses too
@@ -183,23 +203,33 @@ def _verify_func(func: FuncOp, rep: _Report, allow_assembly: bool) -> tuple[Chan
             elif isinstance(op, StreamOp) and not isinstance(owner, CoreOp | CoreBatchOp):
                 rep.add(op, "STREAM-2", "pim.stream must stand directly in a pim.core or "
                         "pim.core_batch program")
+            elif isinstance(op, LagOp) and not isinstance(owner, StreamOp):
+                rep.add(op, "STREAM-3", "pim.lag must stand directly in a pim.stream body")
             if isinstance(op, ReturnOp | YieldOp) and (i != last or type(op) is not terminator):
                 where = f"inside {owner.name}" if type(op) is not terminator else \
                     "before the end of its block"
                 rep.add(op, "REGION-4", f"{op.name} {where}")
             _verify_op(op, rep, allow_assembly)
+            inner = lags
+            if isinstance(op, StreamOp):
+                inner = ({v: lag for lag, o in op.staged() for v in o.results()}, 0)
+            elif isinstance(op, LagOp) and lags is not None:
+                inner = (lags[0], op.lag)
             for r in op.regions():
-                block(r, op, YieldOp if isinstance(op, SingleComputeOp) else None,
-                      op.core if isinstance(op, CoreOp) else core)
+                scope += block(r, op, YieldOp if isinstance(op, SingleComputeOp) else None,
+                               op.core if isinstance(op, CoreOp) else core, inner)
             for v in op.results():
                 if v in defined or v.owner is not op:
                     define(v, op, op)
                 defined.add(v)
                 visible.add(v)
                 scope.append(v)
+        if isinstance(owner, LagOp):
+            return scope
         visible.difference_update(scope)
+        return []
 
-    block(func.body, func, ReturnOp, None)
+    block(func.body, func, ReturnOp, None, None)
     return sends, recvs
 
 

@@ -622,7 +622,7 @@ class Materializer:
         for lead, parts in groups.items():  # before any reader is built
             parts.sort(key=lambda m: flow.sends[m][1])
             self.post(lead, self.merged_receive(lead, parts))
-        for inst in sorted(self.proj.instances, key=lambda i: (self.s.start[i.id], i.id)):
+        for inst in self.build_order():
             self.instance(inst)
             for seq, m in pending.get(inst.id, []):
                 if m in groups or m in flow.merged:
@@ -665,6 +665,11 @@ class Materializer:
         self.new_func.body.ops = [*self.top, *cores, ReturnOp(list(self.buffers))]
         return Module([self.new_func], dict(self.src.constants), filename=self.src.filename)
 
+
+    def build_order(self) -> list[Instance]:
+        """The instances in an order that builds every producer before its consumers (the
+        messages of a producer exist once it is built): by planned start."""
+        return sorted(self.proj.instances, key=lambda i: (self.s.start[i.id], i.id))
 
     def post(self, m: Message, recv: ChannelReceiveOp) -> None:
         """Place message `m`'s receive where the flow posts it (the program's start

@@ -248,8 +248,12 @@ class _CoreAllocator:
     """Lifetimes of one core's program, then addresses."""
 
     def __init__(self, body: Block, core: int, element_bytes: int,
-                 target: Target | None = None, disjoint: bool = False) -> None:
+                 target: Target | None = None, disjoint: bool = False,
+                 carried: dict[Value, int] | None = None) -> None:
         self.core = core
+        self.carried = carried or {}
+        """A stream's values carried across iterations, with their live copies
+        (`_iteration`): held for the whole iteration on top of their own lifetimes."""
         self.eb = element_bytes
         self.target = target if target is not None and target.mvm_units > 1 else None
         """Set when a body's consecutive MVMs run at once (`mvm_units` > 1)."""
@@ -321,6 +325,10 @@ class _CoreAllocator:
             else:
                 self.tick(op)
                 self.op(op, local_from=0)
+        for v, copies in self.carried.items():
+            held = _Storage(self.nbytes(v) * copies, 0, pinned=True)
+            held.end = self.step
+            self.storages.append(held)
 
     def enter(self, op: ScheduledComputeOp | ScheduledComputeBatchOp,
               args: Sequence[Value]) -> None:
@@ -624,12 +632,25 @@ def _live_peak(storages: Sequence[_Storage], steps: int, kept: bool = False
     return int(breadth[at]), at
 
 
-def _iteration(body: Block) -> Block:
+def _iteration(body: Block) -> tuple[Block, dict[Value, int]]:
     """What a core holds at once: its program, or for a stream program (`pim.stream`, one
-    loop) one iteration's body, since nothing an iteration defines outlives it."""
-    if len(body.ops) == 1 and isinstance(body.ops[0], StreamOp):
-        return body.ops[0].body
-    return body
+    loop) one iteration's ops (`pim.lag` regions opened), and the values it carries across
+    the loop's back edge (read at a higher lag than defined) with how many inferences' copies
+    of each can be live at once: the lag difference, one more where a reader stands after
+    the definition (the next inference's copy is made before the reader takes the last)."""
+    if not (len(body.ops) == 1 and isinstance(body.ops[0], StreamOp)):
+        return body, {}
+    if not body.ops[0].lags:
+        return body.ops[0].body, {}
+    staged = list(body.ops[0].staged())
+    defs = {v: (i, lag) for i, (lag, op) in enumerate(staged) for v in op.results()}
+    carried: dict[Value, int] = {}
+    for i, (lag, op) in enumerate(staged):
+        for v in {v for o in op.walk() for v in o.operands()}:
+            at, home = defs.get(v, (i, lag))
+            if home < lag:
+                carried[v] = max(carried.get(v, 0), lag - home + (i > at))
+    return Block([], [op for _, op in staged]), carried
 
 
 def compute_memory(op: ScheduledComputeOp | ScheduledComputeBatchOp, element_bytes: int,
@@ -666,9 +687,9 @@ def plan_memory(module: Module, target: Target, element_bytes: int | None = None
     notes: list[str] = []
     for op in func.body.ops:
         if isinstance(op, CoreOp | CoreBatchOp):  # a batch's sizes do not depend on the lane
-            ids, body = ((op.core,), _iteration(op.body)) if isinstance(op, CoreOp) \
-                else (op.cores, op.body)
-            _, mem, note = _laid_out(body, ids[0], eb, target)
+            ids, (body, carried) = ((op.core,), _iteration(op.body)) \
+                if isinstance(op, CoreOp) else (op.cores, (op.body, {}))
+            _, mem, note = _laid_out(body, ids[0], eb, target, carried)
             assert mem is not None  # a core's allocation has addresses
             if note is not None:
                 notes.append(note)
@@ -676,7 +697,8 @@ def plan_memory(module: Module, target: Target, element_bytes: int | None = None
     return MemoryPlan(target, cores, shared, top, eb, notes)
 
 
-def _laid_out(body: Block, core: int, element_bytes: int, target: Target | None
+def _laid_out(body: Block, core: int, element_bytes: int, target: Target | None,
+              carried: dict[Value, int] | None = None
               ) -> tuple[_CoreAllocator, CoreMemory | None, str | None]:
     """One core's allocation in the layout the memory plan uses: serial, or at
     `mvm_units` > 1 where the serial layout has MVMs running at once share bytes, their
@@ -684,14 +706,14 @@ def _laid_out(body: Block, core: int, element_bytes: int, target: Target | None
     a note says why not). Returns the allocator, its addresses (none for a serial layout
     that no MVMs run concurrently in, when `core` is -1: a compute measured alone needs no
     addresses) and the note."""
-    serial = _CoreAllocator(body, core, element_bytes, target)
+    serial = _CoreAllocator(body, core, element_bytes, target, carried=carried)
     serial.run()
     if target is None or serial.target is None:
         return serial, None if core < 0 else serial.allocate(), None
     mem = serial.allocate()
     if mem.concurrent:
         return serial, mem, None
-    apart = _CoreAllocator(body, core, element_bytes, target, disjoint=True)
+    apart = _CoreAllocator(body, core, element_bytes, target, disjoint=True, carried=carried)
     apart.run()
     laid = apart.allocate()
     if laid.peak_bytes <= max(mem.peak_bytes, target.local_memory_bytes):

@@ -46,6 +46,7 @@ from raptor.ir.ops import (
     ScheduledComputeBatchOp,
     ScheduledComputeOp,
     StoreOp,
+    StreamOp,
 )
 from raptor.ir.rewriting import replace_uses
 from raptor.ir.types import TensorType
@@ -109,9 +110,10 @@ def _heights(storages: list[_Storage], steps: int) -> np.ndarray:
     return height
 
 
-def _allocate(body: Block, core: int, eb: int) -> tuple[_CoreAllocator, int]:
+def _allocate(body: Block, core: int, eb: int, carried: dict[Value, int] | None = None
+              ) -> tuple[_CoreAllocator, int]:
     """The core's allocation and its footprint."""
-    alloc = _CoreAllocator(body, core, eb)
+    alloc = _CoreAllocator(body, core, eb, carried=carried)
     alloc.run()
     return alloc, alloc.allocate().peak_bytes
 
@@ -124,7 +126,7 @@ class _CoreSpiller:
         self.func_body = func_body
         self.exact = exact
         self.names = names
-        self.body = _iteration(core.body)
+        self.body = _iteration(core.body)[0]
         self.cap = target.local_memory_bytes
         self.eb = eb
         self.home: dict[Value, Value] = {}
@@ -354,7 +356,11 @@ def spill(module: Module, target: Target, exact: bool = False) -> Spill:
     for op in list(func.body.ops):
         if not isinstance(op, CoreOp):
             continue
-        if _allocate(_iteration(op.body), op.core, eb)[1] <= target.local_memory_bytes:
+        body, carried = _iteration(op.body)
+        if _allocate(body, op.core, eb, carried)[1] <= target.local_memory_bytes:
+            continue
+        if body not in (op.body, *(o.body for o in op.body.ops if isinstance(o, StreamOp))):
+            out.unfit.append(op.core)  # spilling a skewed loop body is not done
             continue
         sp = _CoreSpiller(func.body, op, target, eb, names, exact)
         if not sp.run():

@@ -40,20 +40,33 @@ completion (a program of blocking sends, non-blocking posts and waiting computes
 whatever the timing, `raptor.passes.materialize`); loads from earlier stages only add waits
 of kind (c), stores waits of kind (d), and a channel carries its messages in program order,
 so iteration n's sends meet iteration n's receives.
+
+A skewed body (`StreamView.lag`, one stage, no flow control) runs M + L iterations, an op
+at lag l working in iteration k on inference k - l (in a `pim.lag` region); each core's
+times are those of the iteration that runs each task (`Skew.times`), a message travels at
+its producer's lag (its receive posted at the start of the producer's iteration). Still
+deadlock-free: order core c's work by (iteration, planned time moved into the iteration:
+packing keeps each core's order); a task of inference i runs in iteration i + lag, and
+lags never decrease along a dependency, so a data wait is on an earlier iteration or
+earlier in the same one; a send of iteration k waits for a receive its receiver posts on
+starting iteration k, after finishing k - 1.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from raptor.ir.core import Affine, Block, Operation, Value
 from raptor.ir.module import Module
-from raptor.ir.ops import AllocSharedOp, LoadOp, SignalOp, StoreOp, StreamOp, WaitOp
+from raptor.ir.ops import AllocSharedOp, LagOp, LoadOp, SignalOp, StoreOp, StreamOp, WaitOp
 from raptor.ir.types import INDEX, TensorType, Type
 from raptor.passes.materialize import (
     CropKey,
     Flow,
+    Key,
     Materializer,
     MergedRun,
     ScheduleView,
@@ -73,9 +86,12 @@ Transfer = tuple[int, int, int, CropKey | None]
 @dataclass
 class StreamView(ScheduleView):
     """What stream materialization needs of a pipeline schedule: placement, the estimated times of
-    one inference (they fix each core's order, as in latency mode), and the stage of every task."""
+    one inference (they fix each core's order, as in latency mode), and the stage of every task;
+    for a skewed body each task's lag (empty: none), the times then those of the iteration
+    that runs each task (`raptor.solver.pipeline.realize.Skew.times`)."""
 
     stage_of: Sequence[int]
+    lag: Sequence[int] = ()
 
 
 @dataclass
@@ -114,9 +130,15 @@ class _StreamMaterializer(Materializer):
     def __init__(self, module: Module, proj: Projection, outputs: list[list[Piece]],
                  view: StreamView, inferences: int, ring: int, merge: bool,
                  flow: Flow | None) -> None:
+        if view.lag and (flow is not None or len(set(view.stage_of)) > 1):
+            raise ValueError("a skewed stream body is materialized for one stage, every "
+                             "receive posted at the iteration's start")
         self.count = inferences
         self.ring = ring
         self.stage = view.stage_of
+        self.lag = view.lag
+        self.lag_of: dict[int, int] = {}
+        """id(op) -> its lag (a skewed body: its task's; a message's, its producer's)."""
         self.loop: dict[int, tuple[Value, Value]] = {}
         super().__init__(module, proj, outputs, view, merge, flow)
         self.ring_of: dict[tuple[int, int], Value] = {}
@@ -165,8 +187,57 @@ class _StreamMaterializer(Materializer):
         ops.extend(SignalOp(self.ready, k) for k in self.plan.ready_signals.get(inst.id, []))
         return ops
 
+    def emit(self, core: int, key: Key, ops: list[Operation]) -> None:
+        super().emit(core, key, ops)
+        if self.lag:  # a task's key names it, a message's (end, phase, channel) its channel
+            task = key[2] if key[1] == 1 else self.messages[key[2]][0]
+            self.lag_of.update((id(op), self.lag[task]) for op in ops)
+
+    def build_order(self) -> list[Instance]:
+        """A skewed body's times are those of the iteration that runs each task, packed per
+        core (`Skew.times`), so no longer in dependency order: producers first, then by
+        lag and time."""
+        if not self.lag:
+            return super().build_order()
+        insts = self.proj.instances
+        consumers: dict[int, set[int]] = {}
+        for inst in insts:
+            for use in inst.uses:
+                for p in use.pieces:
+                    consumers.setdefault(p.producer, set()).add(inst.id)
+        waiting = [0] * len(insts)
+        for users in consumers.values():
+            for t in users:
+                waiting[t] += 1
+        ready = [(self.lag[i.id], self.s.start[i.id], i.id) for i in insts if not waiting[i.id]]
+        heapq.heapify(ready)
+        out: list[Instance] = []
+        while ready:
+            *_, u = heapq.heappop(ready)
+            out.append(insts[u])
+            for t in consumers.get(u, ()):
+                waiting[t] -= 1
+                if not waiting[t]:
+                    heapq.heappush(ready, (self.lag[t], self.s.start[t], t))
+        return out
+
+    def mergeable(self, run: list[Instance]) -> bool:  # type: ignore[override]
+        """Lanes of one lag only (one batch works on one inference)."""
+        return super().mergeable(run) and (not self.lag or len({self.lag[i.id] for i in run}) == 1)
+
+    def merged(self, core: int, run: list[Instance]) -> list[Operation]:
+        ops = super().merged(core, run)
+        if self.lag:
+            self.lag_of.update((id(op), self.lag[run[0].id]) for op in ops)
+        return ops
+
     def program(self, core: int, ops: list[Operation]) -> list[Operation]:
-        return [StreamOp(self.count, self.ring, Block(list(self.vars(core)), ops))]
+        """The stream loop; a skewed body's runs of lagged ops in `pim.lag` regions."""
+        body: list[Operation] = []
+        for lag, run in itertools.groupby(ops, key=lambda op: self.lag_of.get(id(op), 0)):
+            group = list(run)
+            body += [LagOp(lag, Block([], group))] if lag else group
+        return [StreamOp(self.count, self.ring, Block(list(self.vars(core)), body))]
 
     # -------------------------------------------------------------- boundaries
     def plan_messages(self) -> None:

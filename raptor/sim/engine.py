@@ -177,8 +177,10 @@ class Engine:
             active = [st for st in self.cores if st.starts]
             rep.inference_start_ns = [min((st.starts[n] for st in active if n in st.starts),
                                           default=latency) for n in range(m)]
-            rep.inference_end_ns = [max((st.starts.get(n + 1, st.clock) for st in active
-                                         if n in st.starts), default=latency)
+            lag = self.program.lags
+            rep.inference_end_ns = [max((st.starts.get(k + 1, st.clock) for st in active
+                                         for k in (n + lag.get(st.cid, 0),)
+                                         if k in st.starts), default=latency)
                                     for n in range(m)]
         for st in self.cores:
             body_ops, reads, read_bytes = self.program.executed(st.cid, st.pc)

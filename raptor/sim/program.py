@@ -186,6 +186,9 @@ class Program:
     """The values by slot before a run: the weights the cores read (None elsewhere)."""
     inferences: int = 0
     """The stream length of a pipeline program (0: a latency program)."""
+    lags: dict[int, int] = field(default_factory=dict)
+    """Per core of a stream, its loop's largest lag: inference n ends in its iteration
+    n + lag."""
     written: set[Value] = field(default_factory=set)
     """Shared buffers the program stores into (loads from them inside a stream are checked
     against races)."""
@@ -344,6 +347,7 @@ class _Compiler:
         self.net = Network(target, "raptor")
         self.shared_bytes = 0
         self.inferences = 0
+        self.lags: dict[int, int] = {}
 
     # ---- func level ----------------------------------------------------------------
     def weight(self, op: WeightOp) -> np.ndarray:
@@ -419,7 +423,7 @@ class _Compiler:
         self.link_loads()
         program = Program(func, cores, envs, tiles, self.shared, outputs, messages,
                           self.weights, self.stores, inferences=self.inferences,
-                          written={b for _, _, b, _ in self.store_boxes})
+                          lags=self.lags, written={b for _, _, b, _ in self.store_boxes})
         program.slots = number_slots(program)
         return program
 
@@ -529,20 +533,28 @@ class _CoreCompiler:
         return out
 
     def stream(self, loop: StreamOp, out: list[Instr]) -> None:
-        """One copy of the body per inference, `%n` and `%s` bound, values renamed."""
+        """One copy of the body per iteration, each op on its inference (the iteration
+        minus its lag; none outside the stream), `%n` and `%s` bound, values renamed per
+        inference (a lagged op reads the copy an earlier iteration made)."""
         if self.ctx.inferences not in (0, loop.count):
             raise self.fail(loop, f"pim.stream of {loop.count} inferences in a program of "
                             f"{self.ctx.inferences}")
         self.ctx.inferences = loop.count
+        self.ctx.lags[self.core] = loop.lags
         outer = self.fixed
         first: dict[Operation, Instr] = {}
-        for n in range(loop.count):
-            self.fixed = {**outer, loop.inference: n, loop.slot: n % loop.ring}
-            self.inference, self.rn = n, {}
+        body = list(loop.staged())
+        copies: dict[int, dict[Value, Value]] = {}
+        for k in range(loop.count + loop.lags):
             begin = len(out)
-            for op in loop.body.ops:
+            for lag, op in body:
+                n = k - lag
+                if not 0 <= n < loop.count:
+                    continue
                 if isinstance(op, StreamOp):
                     raise self.fail(op, "pim.stream inside pim.stream")
+                self.fixed = {**outer, loop.inference: n, loop.slot: n % loop.ring}
+                self.inference, self.rn = n, copies.setdefault(n, {})
                 try:  # an op is in `first` once its first inference is compiled
                     ins = self.again(op, first[op]) if op in first else self.op(op, len(out))
                 except KernelError as e:
@@ -553,8 +565,9 @@ class _CoreCompiler:
                     if not n and ((ins.kind == SEND and not _uses_any(op, set(self.fixed)))
                                   or (ins.kind == COMPUTE and op in self.cached)):
                         first[op] = ins
+            copies.pop(k - loop.lags, None)  # no later iteration reads that inference
             if len(out) > begin:
-                out[begin].first = n
+                out[begin].first = k
         self.fixed, self.inference, self.rn = outer, -1, {}
 
     def waits(self, op: Operation, uses: Sequence[Value],

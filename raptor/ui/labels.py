@@ -116,14 +116,22 @@ def span_labels(scheduled: Module, layers: list[Layer], lanes: list[int]
             continue
         body = core_op.body.ops
         loop = body[0] if len(body) == 1 and isinstance(body[0], StreamOp) else None
-        if loop is not None:
-            once = _core_labels(loop.body.ops, layers, lanes)
+        if loop is not None:  # iteration k runs each op on inference k - its lag
+            staged = list(loop.staged())
+            once = _core_labels([op for _, op in staged], layers, lanes)
+            lags = [lag for lag, op in staged if not _untimed(op)]
             out[core_op.core] = [
-                SpanLabel(f"{lb.name} #{n}", lb.key, {**lb.args, "inference": n})
-                for n in range(loop.count) for lb in once]
+                SpanLabel(f"{lb.name} #{k - lag}", lb.key, {**lb.args, "inference": k - lag})
+                for k in range(loop.count + loop.lags)
+                for lb, lag in zip(once, lags, strict=True) if 0 <= k - lag < loop.count]
         else:
             out[core_op.core] = _core_labels(body, layers, lanes)
     return out
+
+
+def _untimed(op: Operation) -> bool:
+    """Ops without a span (and so without a label)."""
+    return isinstance(op, WeightOp | ChannelReceiveOp | ChannelSendOp)
 
 
 def _core_labels(body: list[Operation], layers: list[Layer], lanes: list[int]) -> list[SpanLabel]:
@@ -146,7 +154,7 @@ def _core_labels(body: list[Operation], layers: list[Layer], lanes: list[int]) -
             last = layer
         elif isinstance(op, LoadOp | StoreOp):
             labels.append(_memory_label(op, task_of, layers))
-        elif not isinstance(op, WeightOp | ChannelReceiveOp | ChannelSendOp):
+        elif not _untimed(op):
             waiting.append((len(labels), op))  # ... or else follows the last (a lane view)
             labels.append(_bare_label(op, last))
     return labels

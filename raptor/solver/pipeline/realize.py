@@ -507,3 +507,35 @@ def asap_starts(problem: PipelineProblem, core_of: Sequence[int],
             if end + d > start[v]:
                 start[v] = end + d
     return start
+
+
+@dataclass(frozen=True)
+class Skew:
+    """A skewed (software-pipelined) stream body (docs/pipeline.md §6): in iteration k task
+    t works on inference k - lag[t]; a core orders its body by planned start minus lag
+    times `shift_ns`, so a lagged task fills the time its core is idle early in the
+    iteration."""
+
+    shift_ns: int
+    lag: tuple[int, ...]
+
+    def times(self, core_of: Sequence[int], start: Sequence[int], end: Sequence[int]
+              ) -> tuple[list[int], list[int]]:
+        """The times that order each core's iteration: planned times moved into the
+        iteration that runs them (minus lag times `shift_ns`), then each core's tasks in
+        that order one after another, so that a task's sends (made at its end) stay before
+        the core's next task, as the stream estimate plays them."""
+        moved = [t - k * self.shift_ns for t, k in zip(start, self.lag, strict=True)]
+        new_start, new_end = list(moved), [0] * len(moved)
+        free: dict[int, int] = {}
+        for t in sorted(range(len(moved)), key=lambda t: (moved[t], t)):
+            c = core_of[t]
+            new_start[t] = max(moved[t], free.get(c, moved[t]))
+            new_end[t] = free[c] = new_start[t] + end[t] - start[t]
+        return new_start, new_end
+
+
+def skew_lags(start: Sequence[int], shift_ns: int) -> Skew:
+    """Every task planned to start at or after `shift_ns` at lag 1, the others at lag 0:
+    monotone along every dependency (a consumer starts after its producers end)."""
+    return Skew(shift_ns, tuple(int(t >= shift_ns) for t in start))

@@ -13,7 +13,7 @@ from raptor.solver.costs import shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.pipeline.model import Partition
 from raptor.solver.pipeline.problem import PipelineProblem
-from raptor.solver.pipeline.realize import Boundary, Placement, asap_starts
+from raptor.solver.pipeline.realize import Boundary, Placement, Skew, asap_starts
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.target import Target
 
@@ -76,6 +76,8 @@ class PipelineResult:
     send_order: dict[tuple[int, int], int] | None = None
     """A layered stream's send rank per message (fragment, receiving core) where
     `rank_by_posts` ordered them (`layered_stream`); None: the communication model's."""
+    skew: Skew | None = None
+    """Lags of a skewed stream body (`skewed_stream`); None: every task at lag 0."""
 
     @property
     def throughput_per_s(self) -> float:

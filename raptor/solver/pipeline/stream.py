@@ -141,7 +141,7 @@ def _messages(graph: ComputeGraph, net: Network, core_of: Sequence[int],
 def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                     start: Sequence[int], stage_of: Sequence[int], info: StreamInfo,
                     inferences: int, ring: int, stages: int, flow: Replay | None = None,
-                    ideal: bool = True) -> StreamEstimate:
+                    ideal: bool = True, lag: Sequence[int] = ()) -> StreamEstimate:
     """Play the stream program of a pipeline placement (see the module docstring): once as
     the ideal options run it, once as the default options do (`period_ns`): the shared
     memory serving one access at a time, rendezvous sends, links carrying one message at a
@@ -150,7 +150,10 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     posts and sends the program follows (`raptor.solver.comm.Replay`; default: receives
     posted at the iteration's start, each send right after its producer). `ideal` off: the
     ideal play is skipped and its fields hold the contended play's (half the cost, for a
-    caller that ranks by `period_ns` and `posted` alone: `search_cuts`)."""
+    caller that ranks by `period_ns` and `posted` alone: `search_cuts`). `lag`: a skewed
+    body's lag per task (`start` then the times that ordered it, `Skew.times`): iteration k runs
+    each task on inference k - lag, a message's receive posted at the start of its
+    producer's iteration."""
     graph.freeze()
     n_tasks = graph.num_tasks
     groups = info.groups
@@ -159,13 +162,14 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     waits, sends = _messages(graph, net, core_of, start, stage_of, flow)
     for run in info.merged:  # one batch: its first lane waits for every lane's inputs
         waits[run.lanes[0]] = list(dict.fromkeys(m for t in run.lanes for m in waits[t]))
-    play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring)
+    play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring,
+                 list(lag) or [0] * n_tasks)
     starts, ends = play.run(inferences, False) if ideal else ([], [])
     cstarts, contended = play.run(inferences, True)
     if not ideal:
         starts, ends = cstarts, contended
     last = inferences - 1
-    posted = {m.key: play.known[(_POSTED, m.key[1], m.post, last)] for m in play.messages}
+    posted = {m.key: play.known[play.post_key(m, last)] for m in play.messages}
     memory = sum(t.shared_ns for t in graph.tasks) + sum(map(sum, play.store_ns.values())) + \
         sum(ns for parts in play.parts.values() for shared, ns in parts if shared) + \
         sum(play.group_ns) + sum(len(ks) for ks in info.free_waits.values()) * play.wait_ns + \
@@ -199,9 +203,9 @@ class _Play:
     def __init__(self, graph: ComputeGraph, target: Target, net: Network,
                  core_of: Sequence[int], info: StreamInfo, per_core: dict[int, list[int]],
                  waits: list[list[_Message]], sends: dict[int, list[_Message]],
-                 ring: int) -> None:
+                 ring: int, lag: list[int]) -> None:
         self.net, self.info, self.per_core, self.waits = net, info, per_core, waits
-        self.sends, self.ring = sends, ring
+        self.sends, self.ring, self.lag = sends, ring, lag
         self.posts = {m.post for ms in sends.values() for m in ms}
         """Steps after which a receive is posted."""
         self.senders = {m.after for ms in sends.values() for m in ms}
@@ -229,6 +233,12 @@ class _Play:
         for run in info.merged:
             self.parts[run.lanes[0]] = [_priced(op, target) for op in run.compute]
             self.parts.update({t: [] for t in run.lanes[1:]})
+
+    def post_key(self, m: _Message, n: int) -> tuple[int, ...]:
+        """The key of message m's receive posted for inference n: a post at the iteration's
+        start is its iteration's (the producer's inference plus its lag), one after a step
+        that step's inference's."""
+        return (_POSTED, m.key[1], m.post, n + self.lag[m.after] if m.post == START else n)
 
     def run(self, inferences: int, contended: bool) -> tuple[list[int], list[int]]:
         """Per inference, when its first core started it and its last core finished it.
@@ -332,11 +342,16 @@ class _Play:
                 return clock + ns
             return (yield (_MEM, clock, ns))
 
-        for n in range(inferences):
-            if self.starts[n] < 0 or clock < self.starts[n]:
-                self.starts[n] = clock
-            self.wake((_POSTED, c, START, n), clock)
+        lag = self.lag
+        deepest = max((lag[s] for s in steps if s < n_tasks), default=0)
+        for it in range(inferences + max(lag, default=0)):
+            if it < inferences and (self.starts[it] < 0 or clock < self.starts[it]):
+                self.starts[it] = clock
+            self.wake((_POSTED, c, START, it), clock)
             for s in steps:
+                n = it - lag[s] if s < n_tasks else it
+                if not 0 <= n < inferences:
+                    continue
                 if s >= n_tasks:
                     g = info.groups[s - n_tasks]
                     clock = max(clock, (yield from get((_READY, g.pair, n))))
@@ -372,6 +387,7 @@ class _Play:
                     self.wake((_POSTED, c, s, n), clock)
                 if contended:
                     for m in self.sends.get(s, ()):
-                        clock = max(clock, (yield from get((_POSTED, m.key[1], m.post, n))))
+                        clock = max(clock, (yield from get(self.post_key(m, n))))
                         yield (_INJECT, clock, self.index[m.key], n)
-            self.ends[n] = max(self.ends[n], clock)
+            if 0 <= it - deepest < inferences:  # the iteration that ends its inference
+                self.ends[it - deepest] = max(self.ends[it - deepest], clock)
