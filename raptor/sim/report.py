@@ -15,6 +15,7 @@ import numpy as np
 from raptor.fileio import open_atomic
 from raptor.noc import LinkLog
 from raptor.sim.errors import SimError
+from raptor.solver.pipeline.stream import steady_period
 
 BUSY, BLOCKED, MEMORY, COMM = "compute", "blocked", "memory", "comm"
 """Span categories; `memory` and `comm` spans are busy time, `blocked` is waiting."""
@@ -67,16 +68,11 @@ class SimReport:
         return asdict(self)
 
     def period_ns(self, fill: int = 1) -> int | None:
-        """Steady-state period of a stream: the median interval between consecutive
-        completions once the pipeline is full (from inference `fill` on, `fill` being its
-        number of stages; all intervals when the stream is shorter). None for a latency
-        program or a single inference."""
-        ends = self.inference_end_ns
-        if len(ends) < 2:
-            return None
-        steps = [b - a for a, b in itertools.pairwise(ends)]
-        tail = steps[max(0, fill - 1):] or steps
-        return int(np.median(tail))
+        """Steady-state period of a stream: the mean interval between consecutive
+        completions once the pipeline is full (`steady_period`: from inference `fill` on,
+        `fill` being its number of stages). None for a latency program or a single
+        inference."""
+        return steady_period(self.inference_end_ns, fill)
 
     def inference_latency_ns(self) -> list[int]:
         """Per inference of a stream: its end minus its start (its latency in the pipeline)."""

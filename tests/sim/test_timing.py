@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from raptor.sim import SimOptions, simulate
+from raptor.sim.report import SimReport
 from raptor.solver.costs import block_cost_ns, op_cost_ns
 from raptor.target import Target
 
@@ -252,3 +253,17 @@ def test_core_time_adds_up() -> None:
     for c in res.report.cores:
         assert c.busy_ns + c.blocked_ns == c.finish_ns
         assert c.finish_ns + c.idle_ns == res.report.latency_ns
+
+
+@pytest.mark.parametrize(("ends", "fill", "period"), [
+    ([100, 200, 300, 400], 1, 100),  # regular
+    ([606, 736, 1226, 1343, 1828], 1, 306),  # in pairs: one per mean interval (1222 / 4 -> 306)
+    ([50, 500, 600, 700], 2, 100),  # the fill (two stages) left out
+    ([10, 40], 3, 30),  # shorter than the fill: the whole stream
+    ([10], 1, None),
+])
+def test_stream_period_is_the_mean_interval_once_full(ends: list[int], fill: int,
+                                                       period: int | None) -> None:
+    """A stream whose inferences end in bursts delivers one per mean interval; the median
+    of its intervals (130 here for the pairs) would overstate its throughput."""
+    assert SimReport(latency_ns=0, cores=[], inference_end_ns=ends).period_ns(fill) == period
