@@ -257,13 +257,15 @@ def test_core_time_adds_up() -> None:
 
 @pytest.mark.parametrize(("ends", "fill", "period"), [
     ([100, 200, 300, 400], 1, 100),  # regular
-    ([606, 736, 1226, 1343, 1828], 1, 306),  # in pairs: one per mean interval (1222 / 4 -> 306)
-    ([50, 500, 600, 700], 2, 100),  # the fill (two stages) left out
+    ([606, 736, 1226, 1343, 1828], 1, 301),  # in pairs: one per mean interval (602 / 2)
+    ([643, 859, 1054, 1238, 1434, 1629, 1825, 2020], 1, 196),  # filling: the second half
+    ([50, 500, 600, 700, 800, 900], 4, 100),  # the fill (four stages) left out
     ([10, 40], 3, 30),  # shorter than the fill: the whole stream
     ([10], 1, None),
 ])
 def test_stream_period_is_the_mean_interval_once_full(ends: list[int], fill: int,
                                                        period: int | None) -> None:
     """A stream whose inferences end in bursts delivers one per mean interval; the median
-    of its intervals (130 here for the pairs) would overstate its throughput."""
+    of its intervals (130 here for the pairs) would overstate its throughput; while the
+    stream fills a completion can come early, so only its second half counts."""
     assert SimReport(latency_ns=0, cores=[], inference_end_ns=ends).period_ns(fill) == period
