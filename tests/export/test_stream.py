@@ -229,8 +229,9 @@ def test_a_one_stage_stream_follows_the_faster_message_order(layered: Module,
 def test_a_stream_scheduled_for_pimsim_keeps_its_posted_receives() -> None:
     """Scheduled under pimsim-nn's protocol, a stream's receives go where materialization
     posted them (`PostedRank`), as a latency program's do: LeNet's one stage then runs
-    in 55 % of the time of the plain channel order under the model (175,888 against
-    319,775 ns once the replay ran in time order and `refine` re-ranked its messages)."""
+    faster than in the plain channel order under the model (165,551 against 177,115 ns
+    since the period is the mean interval and the judge returns another stream; 175,888
+    against 319,775 ns before)."""
     pim = dataclasses.replace(T, protocol="pimsim-nn")
     run = solve(EXAMPLES / "lenet.onnx", pim, SolveOptions(
         solver="pipeline", mode="pipeline", stream=COUNT, simulate=False)).runs[0]
@@ -240,7 +241,7 @@ def test_a_stream_scheduled_for_pimsim_keeps_its_posted_receives() -> None:
         plain = Simulator(run.scheduled, pim, timings=channel.timings).timing(
             SimOptions.pimsim(trace=False)).latency_ns
     assert isinstance(chosen.rank, PostedRank) and chosen.model_ns is not None
-    assert chosen.model_ns * 10 < plain * 6
+    assert chosen.model_ns < plain
 
 
 def test_a_stream_whose_channel_order_deadlocks_is_exported_in_its_leave_order(
@@ -249,14 +250,15 @@ def test_a_stream_whose_channel_order_deadlocks_is_exported_in_its_leave_order(
     sends between its layer ranges at the end of its iteration, after sends of later
     channels: scheduled for pimsim-nn, its channel order with posted receives can leave
     every core waiting (the export was refused); it is exported in the order its messages
-    leave instead, and pimsim-nn runs it as Raptor's model does. YOLO's neck still
-    deadlocks so; resnet_block no longer does since layered streams order their sends by
-    their receives' posts."""
+    leave instead, and pimsim-nn runs it as Raptor's model does. mobilenet_block's does
+    (YOLO's neck's did until the period became the mean interval and its layered search
+    settled on another cut set; resnet_block's until layered streams ordered their sends
+    by their receives' posts)."""
     import raptor.solve
 
     monkeypatch.setattr(raptor.solve, "SPREADS", ("layered",))
     pim = dataclasses.replace(T, protocol="pimsim-nn")
-    run = solve(EXAMPLES / "yolo_neck.onnx", pim, SolveOptions(
+    run = solve(EXAMPLES / "mobilenet_block.onnx", pim, SolveOptions(
         solver="pipeline", mode="pipeline", stream=COUNT, simulate=False)).runs[0]
     assert [c["candidate"] for c in run.candidates if c["returned"]] == ["layered"]
     with pytest.raises(ExportError, match="deadlock"):
