@@ -57,20 +57,26 @@ class Printer:
         return hint
 
     def v(self, value: Value) -> str:
-        return "%" + self.name(value)
+        got = self.names.get(value)  # named already: most uses (hot, no second call)
+        return "%" + (self.name(value) if got is None else got)
 
     def vs(self, values: Iterable[Value]) -> str:
-        return ", ".join(self.v(x) for x in values)
+        return ", ".join([self.v(x) for x in values])
 
     def affs(self, xs: Sequence[Affine]) -> str:
+        out = []
         for a in xs:
-            for _, var in a.terms:
-                self.name(var)
-        return "[" + ", ".join(a.render(self.names) for a in xs) + "]"
+            if a.terms:
+                for _, var in a.terms:
+                    self.name(var)
+                out.append(a.render(self.names))
+            else:  # `render` of a constant, without the call
+                out.append(str(a.const))
+        return "[" + ", ".join(out) + "]"
 
     @staticmethod
     def ints(xs: Sequence[int]) -> str:
-        return "[" + ", ".join(str(x) for x in xs) + "]"
+        return "[" + ", ".join(map(str, xs)) + "]"
 
     @staticmethod
     def types(ts: Sequence[Type]) -> str:

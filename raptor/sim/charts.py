@@ -102,7 +102,10 @@ def link_traffic(sim: SimResult, net: Network) -> dict[int, tuple[int, int, int]
             t[0] += nbytes
             t[1] += count
     log = sim.trace.link_log  # each walk holds each of its links for its serialization
+    held: dict[tuple[int, ...], int] = {}  # summed per route first (a few thousand of them)
     for links, ser in zip(log.routes, log.serial, strict=True):
+        held[links] = held.get(links, 0) + ser
+    for links, ser in held.items():
         for link in links:
             traffic.setdefault(link, [0, 0, 0])[2] += ser
     return {k: (v[0], v[1], v[2]) for k, v in traffic.items()}

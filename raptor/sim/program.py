@@ -262,6 +262,7 @@ def number_slots(program: Program) -> tuple[int, int]:
             key = sent[key]
         return slot(*key)
 
+    at = values.setdefault  # `slot` inlined in the loop below (half a million calls)
     for core, prog in program.cores.items():
         initial = program.initial[core]
         made: set[Value] = set()
@@ -269,17 +270,17 @@ def number_slots(program: Program) -> tuple[int, int]:
             kind = ins.kind
             reads: Sequence[Value] = ()
             if ins.waits:
-                ins.wait_slots = tuple(slot(core, v) for v in ins.waits)
+                ins.wait_slots = tuple([at((core, v), len(values)) for v in ins.waits])
             if kind == COMPUTE:
                 reads = ins.reads
-                ins.slots_in = tuple(data(core, v) for v in reads)
-                ins.slots_out = tuple(slot(core, v) for v in ins.defines)
+                ins.slots_in = tuple([data(core, v) for v in reads])
+                ins.slots_out = tuple([at((core, v), len(values)) for v in ins.defines])
                 made.update(ins.defines)
             elif kind == SEND:
                 assert ins.value is not None and ins.partner is not None
                 assert ins.partner.value is not None
                 reads = (ins.value,)
-                ins.slots_out = (slot(ins.peer, ins.partner.value),)
+                ins.slots_out = (at((ins.peer, ins.partner.value), len(values)),)
                 if ins.cut is not None:
                     ins.move = (data(core, ins.value), ins.slots_out[0], *ins.cut)
             elif kind in (LOAD, STORE):
@@ -292,7 +293,7 @@ def number_slots(program: Program) -> tuple[int, int]:
                 made.add(ins.value)
             elif kind == RECV:
                 assert ins.value is not None
-                ins.slots_out = (slot(core, ins.value),)
+                ins.slots_out = (at((core, ins.value), len(values)),)
                 made.add(ins.value)
             for v in reads:
                 if v in made:
@@ -462,11 +463,12 @@ class _Compiler:
                                for i in xs)
                 lines.append(f"channel {ch} from core {src} to core {dst}: {len(ss)} send(s), "
                              f"{len(rr)} receive(s) ({at})")
+            rank = noc.inject_rank(src, dst, num_cores)
             for s, r in zip(ss, rr, strict=False):
                 assert s.value is not None and r.value is not None
                 s.partner = r
                 s.msg = r.msg = msgs
-                s.rank = noc.inject_rank(src, dst, num_cores)
+                s.rank = rank
                 msgs += 1
                 sent = s.op.message_type if isinstance(s.op, ChannelSendOp) else s.value.type
                 if sent != r.value.type:
@@ -539,33 +541,43 @@ class _CoreCompiler:
         if self.ctx.inferences not in (0, loop.count):
             raise self.fail(loop, f"pim.stream of {loop.count} inferences in a program of "
                             f"{self.ctx.inferences}")
-        self.ctx.inferences = loop.count
-        self.ctx.lags[self.core] = loop.lags
+        count, ring, lags = loop.count, loop.ring, loop.lags
+        self.ctx.inferences = count
+        self.ctx.lags[self.core] = lags
         outer = self.fixed
         first: dict[Operation, Instr] = {}
         body = list(loop.staged())
         copies: dict[int, dict[Value, Value]] = {}
-        for k in range(loop.count + loop.lags):
+        fixed: dict[int, dict[Value, int]] = {}  # per inference, made once (not per op)
+        n_var, s_var = loop.inference, loop.slot
+        for k in range(count + lags):
             begin = len(out)
             for lag, op in body:
                 n = k - lag
-                if not 0 <= n < loop.count:
+                if not 0 <= n < count:
                     continue
                 if isinstance(op, StreamOp):
                     raise self.fail(op, "pim.stream inside pim.stream")
-                self.fixed = {**outer, loop.inference: n, loop.slot: n % loop.ring}
-                self.inference, self.rn = n, copies.setdefault(n, {})
+                if n != self.inference:
+                    got = fixed.get(n)
+                    if got is None:
+                        got = fixed[n] = {**outer, n_var: n, s_var: n % ring}
+                    self.fixed, self.inference, self.rn = got, n, copies.setdefault(n, {})
+                proto = first.get(op)
                 try:  # an op is in `first` once its first inference is compiled
-                    ins = self.again(op, first[op]) if op in first else self.op(op, len(out))
+                    ins = self.op(op, len(out)) if proto is None else self.again(op, proto)
                 except KernelError as e:
                     raise self.fail(op, str(e)) from None
                 if ins is not None:
                     ins.inference = n
                     out.append(ins)
-                    if not n and ((ins.kind == SEND and not _uses_any(op, set(self.fixed)))
-                                  or (ins.kind == COMPUTE and op in self.cached)):
+                    if not n and proto is None and (
+                            ins.kind == RECV
+                            or (ins.kind == SEND and not _uses_any(op, set(self.fixed)))
+                            or (ins.kind == COMPUTE and op in self.cached)):
                         first[op] = ins
-            copies.pop(k - loop.lags, None)  # no later iteration reads that inference
+            copies.pop(k - lags, None)  # no later iteration reads that inference
+            fixed.pop(k - lags, None)
             if len(out) > begin:
                 out[begin].first = k
         self.fixed, self.inference, self.rn = outer, -1, {}
@@ -688,13 +700,22 @@ class _CoreCompiler:
         return got
 
     def again(self, op: Operation, proto: Instr) -> Instr:
-        """A send or compute of a later inference, from its first inference's
+        """A receive, send or compute of a later inference, from its first inference's
         instruction: the same work on this inference's values (what `op` would compile
         to, without redoing what does not change)."""
-        if proto.kind == SEND:
+        kind = proto.kind
+        if kind == RECV:
+            got = self.fresh(op.result)  # type: ignore[attr-defined]
+            self.received.add(got)
+            return Instr(RECV, op, proto.label, self.core, peer=proto.peer,
+                         channel=proto.channel, value=got, nbytes=proto.nbytes)
+        if kind == SEND:
             assert isinstance(op, ChannelSendOp)
-            value = self.r(op.value)
-            return Instr(SEND, op, proto.label, self.core, waits=self.waits(op, [value]),
+            value = self.rn.get(op.value, op.value)
+            # the first inference checked that it sends no shared buffer: a later one
+            # sends the same value or its own copy of one the body defines
+            return Instr(SEND, op, proto.label, self.core,
+                         waits=(value,) if value in self.received else (),
                          peer=proto.peer, channel=proto.channel, value=value,
                          nbytes=proto.nbytes, cut=proto.cut, route=proto.route)
         tpl = proto.template
