@@ -894,7 +894,7 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     rendezvous across the layer). Placed by position, a lane's column of input rows is on
     its own core but at a band's edge, its one-column halos come from its two neighbours
     on the mesh (a fragment travels once per core: a core's lanes share them), and every
-    core works down its band at once (9.88 -> ? ms on pimsim-nn, docs/benchmarks.md,
+    core works down its band at once (9.88 -> 8.78 ms on pimsim-nn, docs/benchmarks.md,
     "Issue #24, twelfth session")."""
     rows, cols, cores = target.mesh_rows, target.mesh_cols, target.num_cores
     layers: dict[frozenset[int], list[int]] = {}
