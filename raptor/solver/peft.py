@@ -885,8 +885,10 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     all of them, as many lanes on each) placed by their position in its output
     (`ComputeGraph.position`): the rows cut into as many bands as the mesh has rows, the
     columns into as many as it has columns, band (i, j) on core (i, j), each core's lanes
-    row by row, the k-th of every core in the layer's k-th slots of the plan. None when no
-    layer qualifies.
+    row by row, the k-th of every core in the layer's k-th slots of the plan; then each
+    task without crossbars that has a position and reads several of those lanes (a
+    residual addition of a row) on the core of one of them, the j-th by column for its
+    j-th row (a band's rows spread over its cores). None when no layer qualifies.
 
     Why: under pimsim-nn's protocol every message is a rendezvous. Placed by the list
     scheduler, a 7-pixel lane of ResNet-18's 56-pixel layers read its 3 input rows × 3
@@ -894,7 +896,8 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     rendezvous across the layer). Placed by position, a lane's column of input rows is on
     its own core but at a band's edge, its one-column halos come from its two neighbours
     on the mesh (a fragment travels once per core: a core's lanes share them), and every
-    core works down its band at once (9.88 -> 8.78 ms on pimsim-nn, docs/benchmarks.md,
+    core works down its band at once (9.88 -> 8.78 ms on pimsim-nn; 7.67 with the rows'
+    additions, which PEFT then lets the tasks after them follow: docs/benchmarks.md,
     "Issue #24, twelfth session")."""
     rows, cols, cores = target.mesh_rows, target.mesh_cols, target.num_cores
     layers: dict[frozenset[int], list[int]] = {}
@@ -902,7 +905,8 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
         if task.weights:
             layers.setdefault(task.weights, []).append(task.id)
     core, start = list(res.core_of), list(res.start_ns)
-    placed = False
+    position = graph.position
+    moved: set[int] = set()
     for lanes in layers.values():
         at = [graph.position.get(t) for t in lanes]
         if len(lanes) % cores or len({core[t] for t in lanes}) < cores or None in at:
@@ -922,9 +926,13 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
             k[home[i]] += 1
         for (_, p, i), s in zip(sorted(nth), sorted(start[t] for t in lanes), strict=True):
             core[lanes[i]], start[lanes[i]] = p, s
-        placed = True
-    if not placed:
+        moved.update(lanes)
+    if not moved:
         return None
+    for t in graph.topo_order:
+        ins = sorted((u for u, _ in graph.preds[t] if u in moved), key=lambda u: position[u][1])
+        if len(ins) > 1 and not graph.tasks[t].weights and t in position:
+            core[t] = core[ins[position[t][0] % len(ins)]]
     for t in graph.topo_order:  # each task after its producers: an order without deadlock
         start[t] = max([start[t], *(start[u] + 1 for u, _ in graph.preds[t])])
     return _replanned(graph, target, res, core, start)
