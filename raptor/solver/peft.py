@@ -881,8 +881,9 @@ def _replanned(graph: ComputeGraph, target: Target, res: MergeScheduleResult,
 
 def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleResult
                       ) -> MergeScheduleResult | None:
-    """``res`` with the lanes of each layer that runs on every core (its tiles resident on
-    all of them, as many lanes on each) placed by their position in its output
+    """``res`` with the lanes of each layer that runs on every core (so its tiles are
+    resident on all of them) and cuts into bands of as many lanes each placed by their
+    position in its output
     (`ComputeGraph.position`): the rows cut into as many bands as the mesh has rows, the
     columns into as many as it has columns, band (i, j) on core (i, j), each core's lanes
     row by row, the k-th of every core in the layer's k-th slots of the plan; then each
@@ -908,8 +909,8 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     position = graph.position
     moved: set[int] = set()
     for lanes in layers.values():
-        at = [graph.position.get(t) for t in lanes]
-        if len(lanes) % cores or len({core[t] for t in lanes}) < cores or None in at:
+        at = [position.get(t) for t in lanes]
+        if len({core[t] for t in lanes}) < cores or None in at:
             continue
         ys = {r: i for i, r in enumerate(sorted({a[0] for a in at if a is not None}))}
         xs = {c: i for i, c in enumerate(sorted({a[1] for a in at if a is not None}))}
