@@ -115,6 +115,9 @@ def build_compute_graph(func: FuncOp, target: Target) -> GraphBuild:
                 if p.producer != inst.id:
                     frag_bytes[fragment_key(p)] = p.fragment.nbytes
                     frag_numel[fragment_key(p)] = math.prod(p.sizes) if p.crop else p.fragment.numel
+                if len(p.offsets) == 4 and p.fragment.rank >= 2:  # an NCHW activation
+                    crop = p.crop or (0, 0)
+                    graph.position[p.producer] = (p.offsets[2] - crop[-2], p.offsets[3] - crop[-1])
     keys = sorted(frag_bytes, key=lambda k: (*k[:3], k[3] or ((), ())))
     frag_ids = {key: graph.add_fragment(key[0], frag_bytes[key]) for key in keys}
     for inst in proj.instances:

@@ -100,6 +100,10 @@ class ComputeGraph:
     tile_layer: dict[int, str] = field(default_factory=dict)
     """Crossbar tile id -> the layer whose weight it holds (where known): the tiles of one
     layer's lanes compete for the same cores at the same time (PEFT's replica caps)."""
+    position: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Task -> (row, column) where its output starts in the NCHW activation its readers
+    see (where known: lowering's row-band lanes): PEFT's placement by position
+    (`raptor.solver.peft.place_by_position`)."""
     _frozen: bool = field(default=False, repr=False)
     # Filled by freeze(): adjacency as (neighbour, bytes) lists and a topological order.
     preds: list[list[tuple[int, int]]] = field(default_factory=list, repr=False)

@@ -84,3 +84,24 @@ def test_merged_lanes_copy_a_local_value_once(target: Target) -> None:
     assert a.report.latency_ns == max(s + d for s, d in zip(start, dur, strict=True))
     assert b.report.latency_ns <= a.report.latency_ns
     np.testing.assert_allclose(b.outputs[0], a.outputs[0], rtol=1e-6)
+
+
+def test_the_graph_knows_where_each_lane_of_a_convolution_starts(target: Target) -> None:
+    """`ComputeGraph.position`: a 3x3 convolution over 32 x 32 pixels read by another runs in
+    row lanes; each lane's (row, column) is where its output starts, one lane per place,
+    every row of the output covered (PEFT places lanes by it under pimsim-nn's protocol)."""
+    b = NetBuilder(seed=3)
+    h = b.node("Relu", [b.conv("x", 16, 16, 3)])
+    model = b.model("two", {"x": [1, 16, 32, 32]}, b.node("Relu", [b.conv(h, 16, 16, 3)], out="y"))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "two.onnx"
+        onnx.save(model, path)
+        comp = compile_model(path, target)
+    g = build_compute_graph(comp.module.main(), target).graph
+    first = min(w for t in g.tasks for w in t.weights)
+    lanes = [t.id for t in g.tasks if first in t.weights]
+    at = [g.position[t] for t in lanes]
+    assert len(set(at)) == len(lanes)
+    assert {r for r, _ in at} == set(range(32))
+    columns = sorted({c for _, c in at})
+    assert columns[0] == 0 and len(at) == 32 * len(columns)

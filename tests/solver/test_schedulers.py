@@ -20,7 +20,7 @@ from raptor.solver import (
     validate_schedule,
 )
 from raptor.solver.generate import random_layered_dag
-from raptor.solver.peft import _Tiles, copy_caps
+from raptor.solver.peft import _Tiles, copy_caps, place_by_position
 from raptor.target import Target
 
 FAST = CpSatOptions(time_limit=20.0, num_workers=2, seed=1, injection=False)
@@ -331,3 +331,62 @@ def test_peft_without_copies_keeps_every_tile_set_on_one_core() -> None:
     single = peft_schedule(g, target, copies=False)
     assert validate_schedule(g, target, single) == []
     assert all(len(c) == 1 for c in homes(single).values())
+
+
+def _two_layers() -> tuple[ComputeGraph, list[list[int]]]:
+    """Two convolution-like layers of 4 rows x 2 column runs each (a lane per run, tiles 0
+    and 1; a lane of the second reads the first's lanes of the rows next to its own), then
+    an addition per row of the second's two runs (no tiles)."""
+    g = ComputeGraph()
+    layers: list[list[int]] = []
+    for tile in (0, 1):
+        lanes = []
+        for r, c in itertools.product(range(4), range(2)):
+            t = g.add_task(f"l{tile}.{r}.{c}", 100, weights=[tile])
+            g.position[t] = (r, 4 * c)
+            lanes.append(t)
+        layers.append(lanes)
+    for r, c in itertools.product(range(4), range(2)):
+        for u in layers[0]:
+            if abs(g.position[u][0] - r) <= 1:
+                f = g.add_fragment(u, 64)
+                g.add_edge(u, layers[1][2 * r + c], 64)
+                g.add_read(layers[1][2 * r + c], f)
+    adds = []
+    for r in range(4):
+        t = g.add_task(f"add.{r}", 10)
+        g.position[t] = (r, 0)
+        for u in layers[1][2 * r:2 * r + 2]:
+            f = g.add_fragment(u, 64)
+            g.add_edge(u, t, 64)
+            g.add_read(t, f)
+        adds.append(t)
+    return g.freeze(), [*layers, adds]
+
+
+def test_place_by_position_puts_a_layer_on_every_core_in_bands() -> None:
+    """Each layer that runs on all four cores of a 2 x 2 mesh: its lanes of rows 0-1 on the
+    top cores, 2-3 on the bottom ones, column run c on column c, each core's row by row;
+    the additions of a row on the core of one of its runs, the rows of a band spread."""
+    target = Target(mesh_rows=2, mesh_cols=2, protocol="pimsim-nn")
+    g, layers = _two_layers()
+    scattered = [0, 1, 2, 3, 3, 2, 1, 0] * 2 + [0] * 4  # two lanes of each layer per core
+    start = [100 * (i % 8 // 4) for i in range(8)] + [300 + 100 * (i // 4) for i in range(8)] \
+        + [600 + 10 * r for r in range(4)]
+    plan = MergeScheduleResult.build(g, target, scattered, start, solver="peft",
+                                     status="HEURISTIC")
+    placed = place_by_position(g, target, plan)
+    assert placed is not None and not validate_schedule(g, target, placed)
+    for lanes in layers[:2]:
+        for t in lanes:
+            r, col = g.position[t]
+            assert placed.core_of[t] == r // 2 * 2 + col // 4
+    assert [placed.core_of[t] for t in layers[2]] == [0, 1, 2, 3]
+    for p in range(4):
+        rows = [g.position[t][0] for t in placed.core_tasks[p]]
+        assert rows == [p // 2 * 2, p // 2 * 2 + 1] * 2 + [p]  # each layer down its band
+    assert placed.summary["messages"] < plan.summary["messages"]
+    # a layer on fewer cores than the chip has is left alone
+    assert place_by_position(g, target, MergeScheduleResult.build(
+        g, target, [0, 1, 2, 0, 0, 1, 2, 0] * 2 + [0] * 4, start, solver="peft",
+        status="HEURISTIC")) is None
