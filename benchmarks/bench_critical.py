@@ -7,10 +7,12 @@ task not yet started: its core was sending), and, for a message, the send's wait
 producer ended, its free-link transfer and its wait for links.
 
     PYTHONPATH=$PWD python benchmarks/bench_critical.py /work/snap/r18.onnx [--target u4.toml]
-                                                        [--window 500000]
+                                                        [--window 500000] [--since 0]
 
-Prints the totals (they add up to the makespan) and the same split per `--window` ns of
-the path (by the time each step starts)."""
+Prints the totals (they add up to the makespan), the same split per `--window` ns of the
+path (by the time each step starts), and the path's messages by size from `--since` ns on
+(count, mean links of their routes, transfer and link wait): ResNet-18's 14,336 B rows
+are its layers 2-4's partial sums (7 × 512, 14 × 256 or 28 × 128 f32)."""
 
 from __future__ import annotations
 
@@ -29,9 +31,13 @@ from raptor.target import Target, load_target
 PARTS = ("compute", "memory wait", "core idle", "send wait", "transfer", "link wait")
 
 
-def critical_path(model: str, target: Target) -> tuple[int, list[tuple[int, Counter[str]]]]:
-    """The makespan of PEFT's returned schedule and its critical path, latest step first:
-    (start ns, the step's split into `PARTS`)."""
+Step = tuple[int, Counter[str], tuple[int, int] | None]
+"""A step of the path: its start ns, its split into `PARTS`, and for a message its bytes and
+route's links (None: the core's previous task)."""
+
+
+def critical_path(model: str, target: Target) -> tuple[int, list[Step]]:
+    """The makespan of PEFT's returned schedule and its critical path, latest step first."""
     solved = solve(model, target, SolveOptions(solver="peft", simulate=False))
     graph, res = solved.build.graph, solved.runs[0].result
     rep = res.comm
@@ -39,7 +45,7 @@ def critical_path(model: str, target: Target) -> tuple[int, list[tuple[int, Coun
     net = shared_network(target)
     cost = graph.durations(res.core_of)
     before = {b: a for ts in res.core_tasks for a, b in itertools.pairwise(ts)}
-    steps: list[tuple[int, Counter[str]]] = []
+    steps: list[Step] = []
     t: int | None = max(range(graph.num_tasks), key=lambda x: rep.end[x])
     while t is not None:
         core, start = res.core_of[t], rep.start[t]
@@ -49,17 +55,20 @@ def critical_path(model: str, target: Target) -> tuple[int, list[tuple[int, Coun
         came, frag = max(((rep.arrival[(f, core)], f) for f in graph.reads[t]
                           if res.core_of[graph.fragments[f].producer] != core),
                          default=(-1, -1))
+        msg = None
         if came > free:
             u = graph.fragments[frag].producer
             left = rep.left[(frag, core)]
-            transfer = net.timing(res.core_of[u], core, graph.fragments[frag].bytes)[2]
+            nbytes = graph.fragments[frag].bytes
+            links, _, transfer = net.timing(res.core_of[u], core, nbytes)
             part.update({"core idle": start - came, "send wait": left - rep.end[u],
                          "transfer": transfer, "link wait": came - left - transfer})
+            msg = (nbytes, len(links))
             t = u
         else:
             part["core idle"] = start - free
             t = before.get(t)
-        steps.append((start, part))
+        steps.append((start, part, msg))
     return rep.makespan_ns, steps
 
 
@@ -68,20 +77,31 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("--target", help="target TOML (default: the default target)")
     ap.add_argument("--window", type=int, default=500_000, help="ns per row of the split")
+    ap.add_argument("--since", type=int, default=0, help="the messages by size from this ns on")
     args = ap.parse_args()
     target = load_target(args.target) if args.target else Target()
     makespan, steps = critical_path(args.model, target)
     total: Counter[str] = Counter()
     windows: dict[int, Counter[str]] = {}
-    for start, part in steps:
+    sizes: dict[int, Counter[str]] = {}
+    for start, part, msg in steps:
         total.update(part)
         windows.setdefault(start // args.window, Counter()).update(part)
+        if msg is not None and start >= args.since:
+            size = sizes.setdefault(msg[0], Counter())
+            size.update({"messages": 1, "links": msg[1], "transfer": part["transfer"],
+                         "link wait": part["link wait"]})
     print(f"makespan {makespan:,} ns, {len(steps)} steps on the path")
     print("| from ns | " + " | ".join(PARTS) + " |")
     print("|---:|" + "---:|" * len(PARTS))
     for w in sorted(windows):
         print(f"| {w * args.window:,} | " + " | ".join(f"{windows[w][k]:,}" for k in PARTS) + " |")
     print("| total | " + " | ".join(f"{total[k]:,}" for k in PARTS) + " |")
+    print(f"\nthe path's messages from {args.since:,} ns on, by size")
+    print("| bytes | messages | mean links | transfer | link wait |\n|---:|---:|---:|---:|---:|")
+    for nbytes, c in sorted(sizes.items(), key=lambda kv: -kv[1]["transfer"] - kv[1]["link wait"]):
+        print(f"| {nbytes:,} | {c['messages']} | {c['links'] / c['messages']:.1f} | "
+              f"{c['transfer']:,} | {c['link wait']:,} |")
 
 
 if __name__ == "__main__":
