@@ -36,13 +36,7 @@ def check_judge(rep: dict[str, Any]) -> None:
             else:  # nor would one the estimate left out (by over ESTIMATE_LOSES times)
                 assert c["estimated_period_ns"] <= ESTIMATE_LOSES * c["simulated_period_ns"]
         assert sim <= row["latency_mode_ns"]  # never slower than the latency schedule looped
-        # the bound holds for the steady period; over a short stream the median interval
-        # once full can dip below it (a 4-stage net measured one interval of 5), the mean
-        # interval over the whole stream does not
-        ends = row["inference_end_ns"]
-        if next(c for c in cands if c["returned"])["candidate"] == "skewed":
-            ends = ends[:-1]  # its last iteration runs only the lagged tasks (a short drain)
-        assert rep["period_lower_bound_ns"] <= (ends[-1] - ends[0]) / (len(ends) - 1)
+        assert rep["period_lower_bound_ns"] <= sim  # the bound holds for the long-run period
         assert row["efficiency"] == round(rep["period_lower_bound_ns"] / sim, 4)
     assert rows["cpsat"]["simulated_period_ns"] <= rows["pipeline"]["simulated_period_ns"]
 
