@@ -218,7 +218,7 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
 SETTLED = 0.002
 """A stream of n inferences shows its long-run period once n and 2n give periods
 (`steady_period`) within this fraction of each other."""
-LONGEST = 8
+LONGEST = 4
 """`settled` doubles a stream at most to this many times its requested length."""
 
 
