@@ -226,7 +226,8 @@ def settled(play: Callable[[int], tuple[list[int], list[int]]], inferences: int,
             longest: int = LONGEST) -> tuple[int, int, list[int], list[int]]:
     """(n, its period, starts and ends of the 2n stream): the shortest stream length n, from
     `inferences` doubling, whose period agrees with twice as long a stream's within
-    `SETTLED` (the longest, `longest` times `inferences`, when none does); `play(n)` runs n
+    `SETTLED` (the longest, `longest` times `inferences`, when none does; when even that is
+    too short to tell, its mean interval, drain included); `play(n)` runs n
     inferences. One play of 2n gives both: n inferences' shared completions are the 2n
     stream's first ones (`steady_period`). Why: a stream's fill can outlast a short stream
     (the ResNet block's at four MVM units: 28,383 ns over 16 inferences, 25,664 over 32,
@@ -242,8 +243,8 @@ def settled(play: Callable[[int], tuple[list[int], list[int]]], inferences: int,
         long = steady_period(starts, ends, stages)
         if short is not None and long is not None and abs(long - short) <= SETTLED * long:
             return n, short, starts, ends
-        if 2 * n >= longest * inferences:
-            return 2 * n, long if long is not None else ends[-1], starts, ends
+        if 2 * n >= longest * inferences:  # none too short to tell: its mean interval
+            return 2 * n, long or -(-(ends[-1] - ends[0]) // (len(ends) - 1)), starts, ends
         n *= 2
 
 
