@@ -68,7 +68,7 @@ def row(model: str, replication: bool, run: ScheduleRun, stream: int, bound: int
     fill = len(pr.stages)
     sim = run.sim.report if run.sim is not None else None
     ideal = run.ideal
-    period = sim.period_ns(fill) if sim is not None else None
+    period = run.period_ns
     ideal_p = ideal.period_ns(fill) if ideal is not None else None
     lat = sorted(sim.inference_latency_ns()) if sim is not None else []
     extra = sum(r.extra_crossbars for r in pr.replicated)

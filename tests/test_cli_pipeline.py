@@ -39,9 +39,10 @@ def test_pipeline_solve_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
         assert s["numerics"]["ok"] and s["numerics"]["inferences"] == 6
         assert len(s["numerics"]["per_inference"]) == 6
         assert all(p["ok"] for p in s["numerics"]["per_inference"])
-        assert s["ideal_simulated_period_ns"] == s["ideal_period_ns"]  # estimate = ideal run
         assert s["period_ns"] >= s["memory_service_ns"]  # the queued play, at least the service
-        assert s["simulated_period_ns"] >= s["ideal_simulated_period_ns"] > 0
+        if s["ideal_simulated_period_ns"] is not None:  # the ideal stream long enough to tell
+            assert s["ideal_simulated_period_ns"] == s["ideal_period_ns"]  # = ideal run
+            assert s["simulated_period_ns"] >= s["ideal_simulated_period_ns"] > 0
         assert s["throughput_per_s"] == round(1e9 / s["simulated_period_ns"], 3)
         assert len(s["inference_end_ns"]) == 6 and s["latency_in_pipeline_ns"] > 0
         assert s["simulated_ns"] == s["inference_end_ns"][0]

@@ -5,6 +5,7 @@ schedule looped, and the period lower bound stays below every simulated period."
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,7 @@ def check_judge(rep: dict[str, Any]) -> None:
             else:  # nor would one the estimate left out (by over ESTIMATE_LOSES times)
                 assert c["estimated_period_ns"] <= ESTIMATE_LOSES * c["simulated_period_ns"]
         assert sim <= row["latency_mode_ns"]  # never slower than the latency schedule looped
-        # the bound holds for the steady period; over a short stream the median interval
-        # once full can dip below it (a 4-stage net measured one interval of 5), the mean
-        # interval over the whole stream does not
-        ends = row["inference_end_ns"]
-        if next(c for c in cands if c["returned"])["candidate"] == "skewed":
-            ends = ends[:-1]  # its last iteration runs only the lagged tasks (a short drain)
-        assert rep["period_lower_bound_ns"] <= (ends[-1] - ends[0]) / (len(ends) - 1)
+        assert rep["period_lower_bound_ns"] <= sim  # the bound holds for the long-run period
         assert row["efficiency"] == round(rep["period_lower_bound_ns"] / sim, 4)
     assert rows["cpsat"]["simulated_period_ns"] <= rows["pipeline"]["simulated_period_ns"]
 
@@ -61,6 +56,25 @@ def test_rows_return_their_fastest_simulated_candidate(name: str) -> None:
                 if c["simulated_period_ns"] is not None:
                     assert abs(c["estimated_period_ns"] - c["simulated_period_ns"]) <= \
                         0.05 * c["simulated_period_ns"], c
+
+
+@pytest.mark.parametrize(("name", "units"), [
+    ("lenet", 4), ("resnet_block", 4), ("torch_cnn_dynamo", 1), ("torch_cnn_dynamo", 4),
+    pytest.param("mlp", 4, marks=pytest.mark.xfail(strict=True, reason=(
+        "the bound is not one at four MVM units here: its heaviest task costs 2,366 ns in "
+        "the graph, and its spread stream completes every 2,354 ns"))),
+])
+def test_the_simulated_period_is_never_under_the_bound(name: str, units: int) -> None:
+    """The period is the long-run one (`steady_period`): the ResNet block's stream at four
+    MVM units completed every 20,824 ns over the second half of 8 inferences, under its
+    bound of 25,600 ns, while a long stream's completions come every 25,600 ns. (At one
+    unit, lenet, resnet_block and mlp are checked by `check_judge` above.)"""
+    target = dataclasses.replace(load_target("default"), mvm_units=units)
+    solved = solve(EXAMPLES / f"{name}.onnx", target,
+                   SolveOptions(**{**OPTIONS, "solver": "pipeline"}))
+    rep = report(solved)
+    for row in rep["schedules"].values():
+        assert row["simulated_period_ns"] >= rep["period_lower_bound_ns"], row["candidates"]
 
 
 @settings(max_examples=6, deadline=None, derandomize=True)

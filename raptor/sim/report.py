@@ -68,11 +68,10 @@ class SimReport:
         return asdict(self)
 
     def period_ns(self, fill: int = 1) -> int | None:
-        """Steady-state period of a stream: the mean interval between consecutive
-        completions once the pipeline is full (`steady_period`: from inference `fill` on,
-        `fill` being its number of stages). None for a latency program or a single
-        inference."""
-        return steady_period(self.inference_end_ns, fill)
+        """Long-run period of a stream (`steady_period`: the mean completion interval
+        without the stream's fill and drain, `fill` being its number of stages). None for a
+        latency program, a single inference, or a stream too short to tell."""
+        return steady_period(self.inference_start_ns, self.inference_end_ns, fill)
 
     def inference_latency_ns(self) -> list[int]:
         """Per inference of a stream: its end minus its start (its latency in the pipeline)."""

@@ -128,7 +128,7 @@ def write_outputs(out_dir: str | Path, solved: Solved, rep: dict[str, Any],
         latency = run.sim.report.latency_ns
         sim_title = f"{model}: {run.name} schedule, simulated {latency:,} ns"
         if run.pipeline is not None:
-            period = run.sim.report.period_ns(len(run.pipeline.stages))
+            period = run.period_ns
             sim_title = (f"{model}: {run.name} schedule, "
                          f"{counted(solved.stream, 'inference')} simulated in "
                          f"{latency:,} ns, period {period or 0:,} ns")

@@ -255,17 +255,33 @@ def test_core_time_adds_up() -> None:
         assert c.finish_ns + c.idle_ns == res.report.latency_ns
 
 
-@pytest.mark.parametrize(("ends", "fill", "period"), [
-    ([100, 200, 300, 400], 1, 100),  # regular
-    ([606, 736, 1226, 1343, 1828], 1, 301),  # in pairs: one per mean interval (602 / 2)
-    ([643, 859, 1054, 1238, 1434, 1629, 1825, 2020], 1, 196),  # filling: the second half
-    ([50, 500, 600, 700, 800, 900], 4, 100),  # the fill (four stages) left out
-    ([10, 40], 3, 30),  # shorter than the fill: the whole stream
-    ([10], 1, None),
+MLP_GAPS = [1953, 1953, 1825, 1953, 1953, 2081] * 4
+"""The MLP's layered stream once full: a pattern of six intervals, 1,953 ns on average."""
+MLP_ENDS = [6680 + sum(MLP_GAPS[:i]) for i in range(len(MLP_GAPS) + 1)]
+
+
+@pytest.mark.parametrize(("starts", "ends", "fill", "period"), [
+    ([0, 100, 200, 300, 400, 500], [150, 250, 350, 450, 550, 650], 1, 100),  # regular
+    # the drain left out: the last inferences end faster once the first cores are done
+    # (the second half's mean would be 18)
+    ([0, 30, 60, 90, 120, 150, 180, 210], [100, 130, 160, 190, 215, 235, 250, 262], 1, 30),
+    # in pairs: one per mean interval over the shared completions (the median: 131)
+    ([0, 300, 600, 900, 1200, 1500, 1800, 2100, 2400, 2700],
+     [606, 736, 1226, 1343, 1828, 1959, 2449, 2566, 3070, 3190], 1, 306),
+    # filling: the first completions (early ones among them) left out
+    ([0, 10, 20, 200, 400, 600, 800, 1000, 1200, 1400],
+     [100, 130, 500, 700, 900, 1100, 1300, 1500, 1700, 1900], 1, 200),
+    ([0, 100, 200, 300, 400, 500, 600], [50, 160, 300, 400, 500, 600, 700], 4, 100),  # 4 stages
+    # a repeated pattern: whole repeats (its mean over part of one is off)
+    ([e - 4000 for e in MLP_ENDS], MLP_ENDS, 1, 1953),
+    ([0, 50], [100, 200], 1, None),  # too short: no completion before the last start
+    ([0], [10], 1, None),
 ])
-def test_stream_period_is_the_mean_interval_once_full(ends: list[int], fill: int,
-                                                       period: int | None) -> None:
-    """A stream whose inferences end in bursts delivers one per mean interval; the median
-    of its intervals (130 here for the pairs) would overstate its throughput; while the
-    stream fills a completion can come early, so only its second half counts."""
-    assert SimReport(latency_ns=0, cores=[], inference_end_ns=ends).period_ns(fill) == period
+def test_stream_period_is_the_long_run_mean_interval(starts: list[int], ends: list[int],
+                                                     fill: int, period: int | None) -> None:
+    """The period a longer stream shows: the mean interval over the completions it shares
+    (no later than the last start: no drain), from their middle on (no fill), over whole
+    repeats of a pattern they end in. The mean, not the median: a stream whose inferences
+    end in bursts delivers one per mean interval."""
+    rep = SimReport(latency_ns=0, cores=[], inference_start_ns=starts, inference_end_ns=ends)
+    assert rep.period_ns(fill) == period

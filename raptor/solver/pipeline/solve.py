@@ -346,14 +346,16 @@ def _layered_estimate(problem: PipelineProblem, res: PipelineResult, inferences:
                        graph, sch.core_of, sch.core_tasks, res.core_range)
     try:
         first = stream_estimate(graph, target, sch.core_of, sch.start_ns, res.stage_of_task,
-                                StreamInfo(), inferences, RING, 1, flow, ideal=False)
+                                StreamInfo(), inferences, RING, 1, flow, ideal=False,
+                                settle=False)
     except StreamDeadlock:
         return None
     if flow.tight:  # posts inside iterations: another order could deadlock (`rank_by_posts`)
         return first.period_ns
     ranked = rank_by_posts(flow, first.posted)
     est = stream_estimate(graph, target, sch.core_of, sch.start_ns, res.stage_of_task,
-                          StreamInfo(), inferences, RING, 1, ranked, ideal=False).period_ns
+                          StreamInfo(), inferences, RING, 1, ranked, ideal=False,
+                          settle=False).period_ns
     if est < first.period_ns:
         res.send_order = {k: rank for k, (_, rank) in ranked.sends.items()}
     return min(est, first.period_ns)

@@ -16,6 +16,7 @@ loads of inputs at the shared memory) and the batch, then each lane's stores.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import statistics
@@ -43,7 +44,8 @@ class StreamDeadlock(ValueError):
 @dataclass
 class StreamEstimate:
     ideal_period_ns: int
-    """Steady period under the simulator's ideal options."""
+    """Period under the simulator's ideal options over `ends` (`steady_period`; a stream
+    too short to tell: its mean interval)."""
     memory_ns: int
     """Serialized shared-memory service per inference."""
     period_ns: int
@@ -57,6 +59,9 @@ class StreamEstimate:
     posted: dict[tuple[int, int], int] = field(default_factory=dict)
     """Per message (fragment, receiving core), when its receive was posted in the contended
     play's last inference (`rank_by_posts` orders sends by it)."""
+    inferences: int = 0
+    """The stream length `period_ns` was measured over (`settled`): the simulated period
+    needs as many."""
 
     @property
     def floor_ns(self) -> int:
@@ -65,20 +70,39 @@ class StreamEstimate:
         return max(self.ideal_period_ns, self.memory_ns)
 
 
-def steady_period(ends: Sequence[int], fill: int) -> int | None:
-    """Mean interval between consecutive completions over the stream's second half, or
-    from inference `fill` on when that is later (the whole stream when it is shorter),
-    rounded up; the simulator's `SimReport.period_ns` calls this. The mean, not the median:
-    a stream whose inferences end in bursts (two close, then a long gap) delivers one per
-    mean interval, and the median of its intervals would overstate its throughput (YOLO's
-    neck under the shared-memory arbiter: median 130,558 ns, one inference per 305,689 ns
-    over the second half). The second half: while a stream fills, a core can work ahead
-    and a completion come early (the MLP's stream of 8: one interval of 1,840 ns among
-    1,953s; its mean from the first completion 1,937 ns, under the period bound)."""
-    if len(ends) < 2:
+def steady_period(starts: Sequence[int], ends: Sequence[int], fill: int) -> int | None:
+    """A stream's long-run period: the mean interval between consecutive completions among
+    those any longer stream shares, from the later of their middle and inference `fill` on,
+    over the whole repeats of a pattern they end in (repeated twice, over at least half
+    of them), rounded up; None when fewer
+    than two (a stream too short to tell). The simulator's `SimReport.period_ns` calls this.
+    Shared: a completion no later than the last inference's start (`starts`, when its first
+    core began it) happens before any core runs out of inferences, so a longer stream has it
+    at the same time; the drain after it (the last inferences finishing with less
+    contention) is left out. It put the ResNet block's stream at four MVM units at 20,824 ns
+    over 8 inferences by the second half's mean, under its period lower bound of 25,600
+    (25,003 over 64). From their middle: while the stream fills, cores work ahead and
+    completions come early or late. Whole repeats: a steady state can repeat a pattern of
+    intervals (the MLP's layered stream: 1,953, 1,953, 1,825, 1,953, 1,953, 2,081 ns),
+    whose mean over part of a repeat is off (1,935 ns over 8 inferences, under its bound of
+    1,953). The mean, not the median: a stream whose inferences end in bursts delivers one
+    per mean interval (YOLO's neck: median 130,558 ns, one inference per 305,689 ns)."""
+    if not ends:
         return None
-    first = min(max(fill - 1, (len(ends) - 1) // 2), len(ends) - 2)
-    return -(-(ends[-1] - ends[first]) // (len(ends) - 1 - first))
+    last = bisect.bisect_right(ends, starts[-1]) - 1
+    if last < 1:
+        return None
+    first = min(max(fill - 1, last // 2), last - 1)
+    gaps = [b - a for a, b in zip(ends[first:last], ends[first + 1:last + 1], strict=True)]
+    span = len(gaps)
+    for p in range(1, len(gaps) // 2 + 1):
+        run = p  # the intervals at the window's end that repeat p apart
+        while run < len(gaps) and gaps[-run - 1] == gaps[-run - 1 + p]:
+            run += 1
+        if run >= max(2 * p, (len(gaps) + 1) // 2):
+            span = run // p * p
+            break
+    return -(-(ends[last] - ends[last - span]) // span)
 
 
 def _per_core_steps(n_tasks: int, core_of: Sequence[int], start: Sequence[int],
@@ -147,7 +171,8 @@ def _messages(graph: ComputeGraph, net: Network, core_of: Sequence[int],
 def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                     start: Sequence[int], stage_of: Sequence[int], info: StreamInfo,
                     inferences: int, ring: int, stages: int, flow: Replay | None = None,
-                    ideal: bool = True, lag: Sequence[int] = ()) -> StreamEstimate:
+                    ideal: bool = True, lag: Sequence[int] = (), settle: bool = True
+                    ) -> StreamEstimate:
     """Play the stream program of a pipeline placement (see the module docstring): once as
     the ideal options run it, once as the default options do (`period_ns`): the shared
     memory serving one access at a time, rendezvous sends, links carrying one message at a
@@ -159,7 +184,8 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     caller that ranks by `period_ns` and `posted` alone: `search_cuts`). `lag`: a skewed
     body's lag per task (`start` then the times that ordered it, `Skew.times`): iteration k runs
     each task on inference k - lag, a message's receive posted at the start of its
-    producer's iteration."""
+    producer's iteration. The period is measured over the stream length `settled` finds;
+    `settle` off: over twice `inferences` alone (a search's many estimates)."""
     graph.freeze()
     n_tasks = graph.num_tasks
     groups = info.groups
@@ -171,19 +197,55 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring,
                  list(lag) or [0] * n_tasks)
     starts, ends = play.run(inferences, False) if ideal else ([], [])
-    cstarts, contended = play.run(inferences, True)
+    length, period, cstarts, contended = settled(lambda n: play.run(n, True), inferences,
+                                                 stages, LONGEST if settle else 2)
     if not ideal:
         starts, ends = cstarts, contended
-    last = inferences - 1
-    posted = {m.key: play.known[play.post_key(m, last)] for m in play.messages}
+    posted = {m.key: play.known[play.post_key(m, len(contended) - 1)] for m in play.messages}
     memory = sum(t.shared_ns for t in graph.tasks) + sum(map(sum, play.store_ns.values())) + \
         sum(ns for parts in play.parts.values() for shared, ns in parts if shared) + \
         sum(play.group_ns) + sum(len(ks) for ks in info.free_waits.values()) * play.wait_ns + \
         sum(len(ks) for ks in info.ready_signals.values()) * play.signal_ns
-    ideal_ns = steady_period(ends, stages) or (ends[-1] if ends else 0)
-    period = steady_period(contended, stages) or (contended[-1] if contended else 0)
+    # a stream too short to tell: its mean interval, drain included (under its long-run
+    # period: `floor_ns` stays a floor)
+    ideal_ns = steady_period(starts, ends, stages) or \
+        (-(-(ends[-1] - ends[0]) // (len(ends) - 1)) if len(ends) > 1 else ends[-1])
     latency = int(statistics.median([e - s for s, e in zip(starts, ends, strict=True)]))
-    return StreamEstimate(ideal_ns, memory, max(period, memory), latency, ends, starts, posted)
+    return StreamEstimate(ideal_ns, memory, max(period, memory), latency, ends, starts, posted,
+                          length)
+
+
+SETTLED = 0.002
+"""A stream of n inferences shows its long-run period once n and 2n give periods
+(`steady_period`) within this fraction of each other."""
+LONGEST = 4
+"""`settled` doubles a stream at most to this many times its requested length."""
+
+
+def settled(play: Callable[[int], tuple[list[int], list[int]]], inferences: int, stages: int,
+            longest: int = LONGEST) -> tuple[int, int, list[int], list[int]]:
+    """(n, its period, starts and ends of the 2n stream): the shortest stream length n, from
+    `inferences` doubling, whose period agrees with twice as long a stream's within
+    `SETTLED` (the longest, `longest` times `inferences`, when none does; when even that is
+    too short to tell, its mean interval, drain included); `play(n)` runs n
+    inferences. One play of 2n gives both: n inferences' shared completions are the 2n
+    stream's first ones (`steady_period`). Why: a stream's fill can outlast a short stream
+    (the ResNet block's at four MVM units: 28,383 ns over 16 inferences, 25,664 over 32,
+    25,600 long-run), and a fixed longer stream would cost every stream that needs none
+    (ResNet-18's completes at exact intervals). A single inference's period is its end."""
+    if inferences < 2:
+        starts, ends = play(inferences)
+        return inferences, ends[-1], starts, ends
+    n = inferences
+    while True:
+        starts, ends = play(2 * n)
+        short = steady_period(starts[:n], ends[:n], stages)
+        long = steady_period(starts, ends, stages)
+        if short is not None and long is not None and abs(long - short) <= SETTLED * long:
+            return n, short, starts, ends
+        if 2 * n >= longest * inferences:  # none too short to tell: its mean interval
+            return 2 * n, long or -(-(ends[-1] - ends[0]) // (len(ends) - 1)), starts, ends
+        n *= 2
 
 
 def _priced(op: Operation, target: Target) -> tuple[bool, int]:
