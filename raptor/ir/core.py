@@ -112,6 +112,9 @@ class Operation:
     """The textual format after `results = name` (see `opdef`)."""
     DEF: ClassVar[OpDef]
     """The declaration as `op_def` read it."""
+    SCOPES: ClassVar[bool] = True
+    """Whether the values its region defines are invisible after it (the printer may reuse
+    their names there; the parser forgets them)."""
     loc: Location | None = None
 
     def operands(self) -> list[Value]:

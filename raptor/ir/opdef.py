@@ -236,7 +236,8 @@ def _printer_source(cls: type[Operation], d: OpDef) -> str:
     if last is None:
         call = f"p.line({header})"
     elif last.kind == "region":
-        call = f"p.region({header}, self.{last.fields[0]}, {last.text == 'region'})"
+        call = f"p.region({header}, self.{last.fields[0]}, {last.text == 'region'}, " \
+            f"{cls.SCOPES})"
     else:
         call = f"self.print_{last.text}(p, {header})"
     return f"def print(self, p):\n    {call}\n"

@@ -833,6 +833,7 @@ class LagOp(Operation):
 
     NAME: ClassVar[str] = "pim.lag"
     FORMAT: ClassVar[str] = "$lag $body"
+    SCOPES: ClassVar[bool] = False
     lag: int
     body: BareRegion
 

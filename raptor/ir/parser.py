@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - pure-Python lark, same results
 from raptor.ir.core import Affine, Block, Location, Operation, Value
 from raptor.ir.module import Module
 from raptor.ir.opdef import BOUNDARY, REGISTRY, Syntax, keyword
-from raptor.ir.ops import CoreBatchOp, CoreOp, FuncOp, LagOp
+from raptor.ir.ops import CoreBatchOp, CoreOp, FuncOp
 from raptor.ir.types import INDEX, Type, parse_type
 
 _FIXED = r"""
@@ -311,7 +311,7 @@ class Parser:
         if isinstance(op, CoreOp | CoreBatchOp):
             for name in self.closed:  # name cross-core uses as SCH-3, not SSA-1
                 self.on_core[name] = op.cores[0]
-        elif isinstance(op, LagOp):  # it orders ops, it does not scope values
+        elif not op.SCOPES:  # a region that orders ops (`pim.lag`) leaves its values visible
             self.scopes[-1].update(self.closed)
         return op
 

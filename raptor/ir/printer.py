@@ -90,8 +90,9 @@ class Printer:
     def line(self, text: str) -> None:
         self.lines.append("  " * self.depth + text)
 
-    def region(self, header: str, block: Block, show_args: bool) -> None:
-        """`header {`, optional `^bb0(...)` line, nested ops, `}`."""
+    def region(self, header: str, block: Block, show_args: bool, scoped: bool = True) -> None:
+        """`header {`, optional `^bb0(...)` line, nested ops, `}`; the names it defines are
+        free again after it when `scoped` (`Operation.SCOPES`)."""
         self.line(header + " {")
         mark = len(self.added)  # names are scoped: sibling regions may reuse them
         if show_args:
@@ -101,8 +102,9 @@ class Printer:
         for op in block.ops:
             op.print(self)
         self.depth -= 1
-        self.used.difference_update(self.added[mark:])  # not a copy per region: quadratic
-        del self.added[mark:]
+        if scoped:
+            self.used.difference_update(self.added[mark:])  # not a copy per region: quadratic
+            del self.added[mark:]
         self.line("}")
 
     def text(self) -> str:
