@@ -22,6 +22,7 @@ import itertools
 import statistics
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from raptor.ir.core import Operation
 from raptor.ir.ops import LoadOp, ScheduledComputeBatchOp
@@ -31,6 +32,9 @@ from raptor.solver.comm import START, Replay
 from raptor.solver.costs import block_cost_ns, op_cost_ns, shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
+
+if TYPE_CHECKING:
+    from raptor.sim.report import SimReport
 
 COUNTER_BYTES = 4
 """One i32 counter word."""
@@ -70,12 +74,20 @@ class StreamEstimate:
         return max(self.ideal_period_ns, self.memory_ns)
 
 
-def steady_period(starts: Sequence[int], ends: Sequence[int], fill: int) -> int | None:
+def steady_period(starts: Sequence[int], ends: Sequence[int], fill: int,
+                  busiest_ns: int = 0) -> int | None:
     """A stream's long-run period: the mean interval between consecutive completions among
     those any longer stream shares, from the later of their middle and inference `fill` on,
     over the whole repeats of a pattern they end in (repeated twice, over at least half
-    of them), rounded up; None when fewer
-    than two (a stream too short to tell). The simulator's `SimReport.period_ns` calls this.
+    of them), rounded up, and at least `busiest_ns`, its busiest core's work per inference;
+    None when fewer than two (a stream too short to tell). The simulator's
+    `SimReport.period_ns` calls this (without `busiest_ns`).
+    The busiest core: no stream completes inferences faster than one of its cores works
+    one, but a core upstream of slack can fall behind for longer than a stream lasts while
+    the completions, set by the cores after it, come faster: torch_cnn's skewed body
+    completes every 16,020 ns over 64 inferences while its busiest core works 16,028 per
+    inference, the MLP's spread at four MVM units every 2,354 ns over 8 (2,366 per
+    inference on its core 0, which the completions show after 11).
     Shared: a completion no later than the last inference's start (`starts`, when its first
     core began it) happens before any core runs out of inferences, so a longer stream has it
     at the same time; the drain after it (the last inferences finishing with less
@@ -102,7 +114,15 @@ def steady_period(starts: Sequence[int], ends: Sequence[int], fill: int) -> int 
         if run >= max(2 * p, (len(gaps) + 1) // 2):
             span = run // p * p
             break
-    return -(-(ends[last] - ends[last - span]) // span)
+    return max(-(-(ends[last] - ends[last - span]) // span), busiest_ns)
+
+
+def simulated_period(rep: SimReport, fill: int) -> int | None:
+    """A simulated stream's long-run period: `steady_period` of its completions, at least
+    its busiest core's work per inference (`CoreStats.busy_ns` over the inferences)."""
+    busiest = max((c.busy_ns for c in rep.cores), default=0)
+    return steady_period(rep.inference_start_ns, rep.inference_end_ns, fill,
+                         -(-busiest // max(len(rep.inference_end_ns), 1)))
 
 
 def _per_core_steps(n_tasks: int, core_of: Sequence[int], start: Sequence[int],
@@ -196,9 +216,10 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         waits[run.lanes[0]] = list(dict.fromkeys(m for t in run.lanes for m in waits[t]))
     play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring,
                  list(lag) or [0] * n_tasks)
+    busiest = play.busiest_ns()
     starts, ends = play.run(inferences, False) if ideal else ([], [])
     length, period, cstarts, contended = settled(lambda n: play.run(n, True), inferences,
-                                                 stages, LONGEST if settle else 2)
+                                                 stages, LONGEST if settle else 2, busiest)
     if not ideal:
         starts, ends = cstarts, contended
     posted = {m.key: play.known[play.post_key(m, len(contended) - 1)] for m in play.messages}
@@ -208,7 +229,7 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         sum(len(ks) for ks in info.ready_signals.values()) * play.signal_ns
     # a stream too short to tell: its mean interval, drain included (under its long-run
     # period: `floor_ns` stays a floor)
-    ideal_ns = steady_period(starts, ends, stages) or \
+    ideal_ns = steady_period(starts, ends, stages, busiest) or \
         (-(-(ends[-1] - ends[0]) // (len(ends) - 1)) if len(ends) > 1 else ends[-1])
     latency = int(statistics.median([e - s for s, e in zip(starts, ends, strict=True)]))
     return StreamEstimate(ideal_ns, memory, max(period, memory), latency, ends, starts, posted,
@@ -223,7 +244,7 @@ LONGEST = 4
 
 
 def settled(play: Callable[[int], tuple[list[int], list[int]]], inferences: int, stages: int,
-            longest: int = LONGEST) -> tuple[int, int, list[int], list[int]]:
+            longest: int = LONGEST, busiest_ns: int = 0) -> tuple[int, int, list[int], list[int]]:
     """(n, its period, starts and ends of the 2n stream): the shortest stream length n, from
     `inferences` doubling, whose period agrees with twice as long a stream's within
     `SETTLED` (the longest, `longest` times `inferences`, when none does; when even that is
@@ -232,15 +253,16 @@ def settled(play: Callable[[int], tuple[list[int], list[int]]], inferences: int,
     stream's first ones (`steady_period`). Why: a stream's fill can outlast a short stream
     (the ResNet block's at four MVM units: 28,383 ns over 16 inferences, 25,664 over 32,
     25,600 long-run), and a fixed longer stream would cost every stream that needs none
-    (ResNet-18's completes at exact intervals). A single inference's period is its end."""
+    (ResNet-18's completes at exact intervals). A single inference's period is its end;
+    `busiest_ns`: `steady_period`'s."""
     if inferences < 2:
         starts, ends = play(inferences)
         return inferences, ends[-1], starts, ends
     n = inferences
     while True:
         starts, ends = play(2 * n)
-        short = steady_period(starts[:n], ends[:n], stages)
-        long = steady_period(starts, ends, stages)
+        short = steady_period(starts[:n], ends[:n], stages, busiest_ns)
+        long = steady_period(starts, ends, stages, busiest_ns)
         if short is not None and long is not None and abs(long - short) <= SETTLED * long:
             return n, short, starts, ends
         if 2 * n >= longest * inferences:  # none too short to tell: its mean interval
@@ -281,6 +303,8 @@ class _Play:
         self.index = {m.key: i for i, m in enumerate(self.messages)}
         self.starts: list[int] = []
         self.ends: list[int] = []
+        self.busy: dict[int, int] = {}
+        """The last `run`'s: per core, the time it worked (waits left out)."""
         self.known: dict[tuple[int, ...], int] = {}
         """The last `run`'s: when each key became known."""
         self.wake: Callable[[tuple[int, ...], int], None] = lambda key, at: None
@@ -301,6 +325,12 @@ class _Play:
         for run in info.merged:
             self.parts[run.lanes[0]] = [_priced(op, target) for op in run.compute]
             self.parts.update({t: [] for t in run.lanes[1:]})
+
+    def busiest_ns(self) -> int:
+        """The busiest core's work per inference (`steady_period`'s floor): what one
+        inference's play, waits left out, keeps it busy."""
+        self.run(1, False)
+        return max(self.busy.values(), default=0)
 
     def post_key(self, m: _Message, n: int) -> tuple[int, ...]:
         """The key of message m's receive posted for inference n: a post at the iteration's
@@ -327,7 +357,7 @@ class _Play:
         """An injection event's (message, inference), by its sequence number."""
         starts = [-1] * inferences
         ends = [0] * inferences
-        self.starts, self.ends = starts, ends
+        self.starts, self.ends, self.busy = starts, ends, dict.fromkeys(cores, 0)
         links = FreeLinks(self.net.num_links)
         memory_free = 0
         cores_n = self.net.target.num_cores
@@ -394,7 +424,7 @@ class _Play:
         (_MEM, clock, ns) or (_INJECT, clock, message) and is sent back its clock."""
         info, n_tasks, dur, ring = self.info, len(self.waits), self.dur, self.ring
         wait_ns, signal_ns = self.wait_ns, self.signal_ns
-        steps = self.per_core[c]
+        steps, busy = self.per_core[c], self.busy
         clock = yield (_RESUME,)
 
         def get(key: tuple[int, ...]) -> Generator[tuple[int, ...], int, int]:
@@ -406,6 +436,7 @@ class _Play:
             return got
 
         def access(ns: int) -> Generator[tuple[int, ...], int, int]:
+            busy[c] += ns
             if not contended or ns <= 0:
                 return clock + ns
             return (yield (_MEM, clock, ns))
@@ -436,9 +467,14 @@ class _Play:
                 parts = self.parts.get(s)
                 if parts is None:
                     clock += dur[s] - sh
+                    busy[c] += dur[s] - sh
                 else:
                     for shared, ns in parts:
-                        clock = (yield from access(ns)) if shared else clock + ns
+                        if shared:
+                            clock = yield from access(ns)
+                        else:
+                            clock += ns
+                            busy[c] += ns
                 clock = yield from access(sh)  # its output stores end its run
                 for k in info.free_waits.get(s, ()):
                     if n - ring >= 0:
