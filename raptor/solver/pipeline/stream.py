@@ -22,6 +22,7 @@ import itertools
 import statistics
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from raptor.ir.core import Operation
@@ -216,10 +217,9 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         waits[run.lanes[0]] = list(dict.fromkeys(m for t in run.lanes for m in waits[t]))
     play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring,
                  list(lag) or [0] * n_tasks)
-    busiest = play.busiest_ns()
-    starts, ends = play.run(inferences, False) if ideal else ([], [])
-    length, period, cstarts, contended = settled(lambda n: play.run(n, True), inferences,
-                                                 stages, LONGEST if settle else 2, busiest)
+    starts, ends, busiest = play.run(inferences, False) if ideal else ([], [], 0)
+    length, period, (cstarts, contended, busiest) = settled(
+        lambda n: play.run(n, True), inferences, stages, LONGEST if settle else 2)
     if not ideal:
         starts, ends = cstarts, contended
     posted = {m.key: play.known[play.post_key(m, len(contended) - 1)] for m in play.messages}
@@ -243,9 +243,13 @@ LONGEST = 4
 """`settled` doubles a stream at most to this many times its requested length."""
 
 
-def settled(play: Callable[[int], tuple[list[int], list[int]]], inferences: int, stages: int,
-            longest: int = LONGEST, busiest_ns: int = 0) -> tuple[int, int, list[int], list[int]]:
-    """(n, its period, starts and ends of the 2n stream): the shortest stream length n, from
+Played = tuple[list[int], list[int], int]
+"""A play's per-inference starts and ends and its busiest core's work per inference."""
+
+
+def settled(play: Callable[[int], Played], inferences: int, stages: int,
+            longest: int = LONGEST) -> tuple[int, int, Played]:
+    """(n, its period, the 2n stream's play): the shortest stream length n, from
     `inferences` doubling, whose period agrees with twice as long a stream's within
     `SETTLED` (the longest, `longest` times `inferences`, when none does; when even that is
     too short to tell, its mean interval, drain included); `play(n)` runs n
@@ -253,20 +257,19 @@ def settled(play: Callable[[int], tuple[list[int], list[int]]], inferences: int,
     stream's first ones (`steady_period`). Why: a stream's fill can outlast a short stream
     (the ResNet block's at four MVM units: 28,383 ns over 16 inferences, 25,664 over 32,
     25,600 long-run), and a fixed longer stream would cost every stream that needs none
-    (ResNet-18's completes at exact intervals). A single inference's period is its end;
-    `busiest_ns`: `steady_period`'s."""
+    (ResNet-18's completes at exact intervals). A single inference's period is its end."""
     if inferences < 2:
-        starts, ends = play(inferences)
-        return inferences, ends[-1], starts, ends
+        got = play(inferences)
+        return inferences, got[1][-1], got
     n = inferences
     while True:
-        starts, ends = play(2 * n)
-        short = steady_period(starts[:n], ends[:n], stages, busiest_ns)
-        long = steady_period(starts, ends, stages, busiest_ns)
+        got = starts, ends, busiest = play(2 * n)
+        short = steady_period(starts[:n], ends[:n], stages, busiest)
+        long = steady_period(starts, ends, stages, busiest)
         if short is not None and long is not None and abs(long - short) <= SETTLED * long:
-            return n, short, starts, ends
+            return n, short, got
         if 2 * n >= longest * inferences:  # none too short to tell: its mean interval
-            return 2 * n, long or -(-(ends[-1] - ends[0]) // (len(ends) - 1)), starts, ends
+            return 2 * n, long or -(-(ends[-1] - ends[0]) // (len(ends) - 1)), got
         n *= 2
 
 
@@ -303,8 +306,6 @@ class _Play:
         self.index = {m.key: i for i, m in enumerate(self.messages)}
         self.starts: list[int] = []
         self.ends: list[int] = []
-        self.busy: dict[int, int] = {}
-        """The last `run`'s: per core, the time it worked (waits left out)."""
         self.known: dict[tuple[int, ...], int] = {}
         """The last `run`'s: when each key became known."""
         self.wake: Callable[[tuple[int, ...], int], None] = lambda key, at: None
@@ -326,20 +327,32 @@ class _Play:
             self.parts[run.lanes[0]] = [_priced(op, target) for op in run.compute]
             self.parts.update({t: [] for t in run.lanes[1:]})
 
-    def busiest_ns(self) -> int:
-        """The busiest core's work per inference (`steady_period`'s floor): what one
-        inference's play, waits left out, keeps it busy."""
-        self.run(1, False)
-        return max(self.busy.values(), default=0)
-
     def post_key(self, m: _Message, n: int) -> tuple[int, ...]:
         """The key of message m's receive posted for inference n: a post at the iteration's
         start is its iteration's (the producer's inference plus its lag), one after a step
         that step's inference's."""
         return (_POSTED, m.key[1], m.post, n + self.lag[m.after] if m.post == START else n)
 
-    def run(self, inferences: int, contended: bool) -> tuple[list[int], list[int]]:
-        """Per inference, when its first core started it and its last core finished it.
+    @cached_property
+    def busiest(self) -> int:
+        """The busiest core's work per inference (`steady_period`'s floor): what `_core`
+        charges its steps, the waits left out (every inference asks the same of a core)."""
+        n_tasks, info = len(self.waits), self.info
+
+        def work(s: int) -> int:
+            if s >= n_tasks:
+                return sum(self.group_parts[s - n_tasks])
+            parts = self.parts.get(s)
+            return (self.dur[s] if parts is None else sum(ns for _, ns in parts)
+                    + self.shared[s]) + sum(self.store_ns.get(s, ())) + \
+                len(info.free_waits.get(s, ())) * self.wait_ns + \
+                len(info.ready_signals.get(s, ())) * self.signal_ns
+
+        return max((sum(map(work, steps)) for steps in self.per_core.values()), default=0)
+
+    def run(self, inferences: int, contended: bool) -> Played:
+        """Per inference, when its first core started it and its last core finished it,
+        and the busiest core's work per inference (`busiest`).
         Each core runs its steps inference after inference; a core waits for what it reads
         (a message's arrival, READY, FREE) once it is known. `contended`: every shared-
         memory access and every message injection is a request served in time order, as
@@ -357,7 +370,7 @@ class _Play:
         """An injection event's (message, inference), by its sequence number."""
         starts = [-1] * inferences
         ends = [0] * inferences
-        self.starts, self.ends, self.busy = starts, ends, dict.fromkeys(cores, 0)
+        self.starts, self.ends = starts, ends
         links = FreeLinks(self.net.num_links)
         memory_free = 0
         cores_n = self.net.target.num_cores
@@ -416,7 +429,7 @@ class _Play:
                 advance(c, now)
         if parked:
             raise StreamDeadlock("the stream program's play deadlocked (a wait never met)")
-        return starts, ends
+        return starts, ends, self.busiest
 
     def _core(self, c: int, inferences: int, contended: bool,
               known: dict[tuple[int, ...], int]) -> Generator[tuple[int, ...], int, None]:
@@ -424,7 +437,7 @@ class _Play:
         (_MEM, clock, ns) or (_INJECT, clock, message) and is sent back its clock."""
         info, n_tasks, dur, ring = self.info, len(self.waits), self.dur, self.ring
         wait_ns, signal_ns = self.wait_ns, self.signal_ns
-        steps, busy = self.per_core[c], self.busy
+        steps = self.per_core[c]
         clock = yield (_RESUME,)
 
         def get(key: tuple[int, ...]) -> Generator[tuple[int, ...], int, int]:
@@ -436,7 +449,6 @@ class _Play:
             return got
 
         def access(ns: int) -> Generator[tuple[int, ...], int, int]:
-            busy[c] += ns
             if not contended or ns <= 0:
                 return clock + ns
             return (yield (_MEM, clock, ns))
@@ -467,14 +479,9 @@ class _Play:
                 parts = self.parts.get(s)
                 if parts is None:
                     clock += dur[s] - sh
-                    busy[c] += dur[s] - sh
                 else:
                     for shared, ns in parts:
-                        if shared:
-                            clock = yield from access(ns)
-                        else:
-                            clock += ns
-                            busy[c] += ns
+                        clock = (yield from access(ns)) if shared else clock + ns
                 clock = yield from access(sh)  # its output stores end its run
                 for k in info.free_waits.get(s, ()):
                     if n - ring >= 0:
