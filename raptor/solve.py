@@ -76,7 +76,7 @@ from raptor.solver.pipeline.solve import (
     wave_cpsat,
     wave_partition,
 )
-from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
+from raptor.solver.pipeline.stream import StreamEstimate, simulated_period, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.solver.watch import SearchReport, searches_stopped
 from raptor.target import Target
@@ -253,12 +253,12 @@ class ScheduleRun:
 
     @property
     def period_ns(self) -> int | None:
-        """Pipeline mode: the simulated period (`SimReport.period_ns`), over the stream the
+        """Pipeline mode: the simulated period (`simulated_period`), over the stream the
         estimate's period settled on; None when not simulated."""
         rep = self.long_run or (self.sim.report if self.sim is not None else None)
         if rep is None or self.pipeline is None:
             return None
-        return rep.period_ns(len(self.pipeline.stages))
+        return simulated_period(rep, len(self.pipeline.stages))
 
     @property
     def ok(self) -> bool:
@@ -1007,8 +1007,7 @@ def _skewed(cands: list[_Candidate], problem: PipelineProblem, build: GraphBuild
     control, no spilling): lag 1 for the tasks planned after a threshold (`skew_lags`, at
     each of `SKEW_AT`); the skew whose stream estimate (the base's merged runs of one lag
     kept) is best is materialized, and offered when its estimate beats every candidate's
-    without going under the period lower bound, and its local memory (carried values
-    included) fits. Why: a core holding an early and
+    and its local memory (carried values included) fits. Why: a core holding an early and
     a late task of one inference has its window, not its load, as its period; with the
     late tasks on the inference before, its iteration is nearer its load."""
     bases = sorted((c for c in cands if len(c.result.stages) == 1 and c.run.ok
@@ -1057,13 +1056,6 @@ def _skewed(cands: list[_Candidate], problem: PipelineProblem, build: GraphBuild
         notes.append(f"the skewed body of {WORDS[base.name]} materialized is estimated at "
                      f"{run.stream_estimate.period_ns:,} ns, not under the best estimate "
                      f"{lead:,} ns: not offered")
-        return None
-    if run.stream_estimate.period_ns < problem.period_bound(opts.replication):
-        # the bound prices tasks by the graph's costs, which can exceed the program's by
-        # a nanosecond (torch_cnn's skewed body: 16,020 ns at exact intervals, bound 16,021)
-        notes.append(f"the skewed body of {WORDS[base.name]} is estimated at "
-                     f"{run.stream_estimate.period_ns:,} ns, under the period lower bound "
-                     f"{problem.period_bound(opts.replication):,} ns: not offered")
         return None
     return _Candidate("skewed", skewed, run, base.run.flow)
 
@@ -1263,7 +1255,7 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
     fill = len(pr.stages)
     rep = run.sim.report if run.sim is not None else None
     period = run.period_ns
-    ideal = run.ideal.period_ns(fill) if run.ideal is not None else None
+    ideal = simulated_period(run.ideal, fill) if run.ideal is not None else None
     lat = rep.inference_latency_ns() if rep is not None else []
     assert s.problem is not None
     bound = s.problem.period_bound(True)

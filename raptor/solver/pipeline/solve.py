@@ -150,9 +150,11 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
     window of 305,315, the shortest), the one whose stream estimate (`stream_estimate`
     without materialization: no boundary plan) is shortest is kept and searched from
     (`search_cuts`). Returned: the search's best, then up to `LAYERED_KEPT` - 1 of its last
-    steps before it whose estimate is within `LAYERED_CLOSE` of the best's (the judge
-    materializes and simulates each: R-net's last step ranked ahead before materialization
-    and simulated slower than the step before it); none when no cut set gives a placement
+    steps before it, then of the cut sets it estimated and did not take, the best, whose
+    estimates are within `LAYERED_CLOSE` of the best's (the judge materializes each and
+    skews the best estimated: R-net's last step ranked ahead before materialization and
+    simulated slower than the step before it; its fastest skewed body is a neighbour's
+    its search did not take); none when no cut set gives a placement
     or the graph has over `LAYERED_MAX_TASKS` tasks. Why: a one-stage stream's
     period follows its cores' windows (docs/pipeline.md §2), and on the CNNs every spread's
     core holds tasks from the first layer to the last; a range's cores hold a window about
@@ -189,11 +191,14 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
     best: tuple[int, tuple[int, ...], PipelineResult] | None = None
     shortest = list(dict.fromkeys(itertools.chain(
         *(sorted(made, key=lambda c: made[c][0][k])[:ESTIMATED] for k in (0, 1)))))
+    estimated: list[Layered] = []  # every cut set estimated (the runners-up)
     for cuts in shortest:
         res = made[cuts][1]
         est = _layered_estimate(problem, res, inferences)
-        if est is not None and (best is None or est < best[0]):
-            best = (est, cuts, res)
+        if est is not None:
+            _record(estimated, (est, cuts, res))
+            if best is None or est < best[0]:
+                best = (est, cuts, res)
     if best is None:
         return []
     tried = 0
@@ -207,19 +212,27 @@ def layered_stream(problem: PipelineProblem, replication: bool = True,
             continue
         tried += 1
         est = _layered_estimate(problem, res, inferences)
-        if est is not None and est < best[0]:
-            best = (est, cuts, res)
+        if est is not None:
+            _record(estimated, (est, cuts, res))
+            if est < best[0]:
+                best = (est, cuts, res)
     start = best[0]
     trail, searched = search_cuts(problem, best, replication, inferences,
-                                  SEARCH_WORK // max(problem.graph.num_tasks, 1) ** 3)
+                                  SEARCH_WORK // max(problem.graph.num_tasks, 1) ** 3,
+                                  estimated)
     top = trail[-1][0]
     kept = [x for x in reversed(trail[-LAYERED_KEPT:]) if x[0] <= top * LAYERED_CLOSE]
+    steps = len(kept)
+    on_trail = {x[1] for x in trail}
+    kept += [x for x in estimated if x[1] not in on_trail
+             and x[0] <= top * LAYERED_CLOSE][:LAYERED_KEPT - steps]
     seconds = time.perf_counter() - t0
     for k, (est, _, res) in enumerate(kept):
         if res.send_order is not None:
             res.notes.append("sends ordered by when their receives are posted")
         res.solve_seconds = seconds
-        which = "kept" if k == 0 else f"the search's step {k} before the best, kept too"
+        which = ("kept" if k == 0 else f"the search's step {k} before the best, kept too"
+                 if k < steps else "a cut set the search estimated and did not take, kept too")
         res.notes.append(f"{which} by the stream estimate ({est:,} ns before materialization) "
                          f"of {len(shortest)} cut sets of {len(made)} with the shortest "
                          f"longest windows, whole or by range, {tried} with a broadcasting "
@@ -254,14 +267,16 @@ Layered = tuple[int, tuple[int, ...], PipelineResult]
 
 
 def search_cuts(problem: PipelineProblem, start: Layered, replication: bool,
-                inferences: int, budget: int) -> tuple[list[Layered], int]:
+                inferences: int, budget: int, estimated: list[Layered] | None = None
+                ) -> tuple[list[Layered], int]:
     """A best-improvement search from `start` over cut sets (`cut_neighbours`), ranked by the
     stream estimate, of at most `budget` neighbours realized; returns its trail (`start`,
     then each step's best: the last is the best found, never worse than `start`) and the
-    number realized. Why: the wave model and the equal-work cuts
-    leave the contention out; on MTCNN R-net their best cut set estimated 72 % of the bound
-    while its neighbours reach past 80 %. The budget is a count, so the search is
-    deterministic; `layered_stream` scales it by the task count (`SEARCH_WORK`)."""
+    number realized; the neighbours estimated go into `estimated` (`_record`). Why: the
+    wave model and the equal-work cuts leave the contention out; on MTCNN R-net their best
+    cut set estimated 72 % of the bound while its neighbours reach past 80 %. The budget
+    is a count, so the search is deterministic; `layered_stream` scales it by the task
+    count (`SEARCH_WORK`)."""
     free, best, spent = problem.on_chip, start, 0
     seen = {start[1]}
     trail = [start]
@@ -281,13 +296,25 @@ def search_cuts(problem: PipelineProblem, start: Layered, replication: bool,
             if res is None:
                 continue
             est = _layered_estimate(problem, res, inferences)
-            if est is not None and est < step[0]:
+            if est is None:
+                continue
+            if estimated is not None:
+                _record(estimated, (est, cuts, res))
+            if est < step[0]:
                 step = (est, cuts, res)
         if step is best:
             break
         best = step
         trail.append(step)
     return trail, spent
+
+
+def _record(estimated: list[Layered], found: Layered) -> None:
+    """Keep `found` among the `estimated` cut sets if it is one of the 2 * `LAYERED_KEPT`
+    best (by estimate, then cuts; the search's own steps among them), sorted so."""
+    estimated.append(found)
+    estimated.sort(key=lambda x: (x[0], x[1]))
+    del estimated[2 * LAYERED_KEPT:]
 
 
 def cut_neighbours(problem: PipelineProblem, cuts: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -392,8 +419,11 @@ one by 262), MobileNet (447) 100, P-net (717) 24, PreAct-ResNet-8 3, PP-OCR (6,4
 7,021 tasks) none."""
 
 LAYERED_KEPT = 3
-"""Layered candidates `layered_stream` returns at most: the search's best and the steps
-before it (`LAYERED_CLOSE`)."""
+"""Layered candidates `layered_stream` returns at most: the search's best, the steps
+before it, then the best cut sets it estimated and did not take (`LAYERED_CLOSE`). Why
+the last: MTCNN R-net's search takes no step, and the base of its fastest skewed body
+(35,801 ns, against 41,268 from its best's) is a neighbour it estimated 1.2 % over its
+best (42,237 ns against 41,718 before materialization)."""
 LAYERED_CLOSE = 1.05
 """How far over the best's estimate (before materialization) a step before it may be and
 still be returned: before materialization MTCNN R-net's last step estimated 4.1 % under

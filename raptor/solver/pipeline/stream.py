@@ -22,6 +22,8 @@ import itertools
 import statistics
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from raptor.ir.core import Operation
 from raptor.ir.ops import LoadOp, ScheduledComputeBatchOp
@@ -31,6 +33,9 @@ from raptor.solver.comm import START, Replay
 from raptor.solver.costs import block_cost_ns, op_cost_ns, shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
+
+if TYPE_CHECKING:
+    from raptor.sim.report import SimReport
 
 COUNTER_BYTES = 4
 """One i32 counter word."""
@@ -70,12 +75,20 @@ class StreamEstimate:
         return max(self.ideal_period_ns, self.memory_ns)
 
 
-def steady_period(starts: Sequence[int], ends: Sequence[int], fill: int) -> int | None:
+def steady_period(starts: Sequence[int], ends: Sequence[int], fill: int,
+                  busiest_ns: int = 0) -> int | None:
     """A stream's long-run period: the mean interval between consecutive completions among
     those any longer stream shares, from the later of their middle and inference `fill` on,
     over the whole repeats of a pattern they end in (repeated twice, over at least half
-    of them), rounded up; None when fewer
-    than two (a stream too short to tell). The simulator's `SimReport.period_ns` calls this.
+    of them), rounded up, and at least `busiest_ns`, its busiest core's work per inference;
+    None when fewer than two (a stream too short to tell). The simulator's
+    `SimReport.period_ns` calls this (without `busiest_ns`).
+    The busiest core: no stream completes inferences faster than one of its cores works
+    one, but a core upstream of slack can fall behind for longer than a stream lasts while
+    the completions, set by the cores after it, come faster: torch_cnn's skewed body
+    completes every 16,020 ns over 64 inferences while its busiest core works 16,028 per
+    inference, the MLP's spread at four MVM units every 2,354 ns over 8 (2,366 per
+    inference on its core 0, which the completions show after 11).
     Shared: a completion no later than the last inference's start (`starts`, when its first
     core began it) happens before any core runs out of inferences, so a longer stream has it
     at the same time; the drain after it (the last inferences finishing with less
@@ -102,7 +115,15 @@ def steady_period(starts: Sequence[int], ends: Sequence[int], fill: int) -> int 
         if run >= max(2 * p, (len(gaps) + 1) // 2):
             span = run // p * p
             break
-    return -(-(ends[last] - ends[last - span]) // span)
+    return max(-(-(ends[last] - ends[last - span]) // span), busiest_ns)
+
+
+def simulated_period(rep: SimReport, fill: int) -> int | None:
+    """A simulated stream's long-run period: `steady_period` of its completions, at least
+    its busiest core's work per inference (`CoreStats.busy_ns` over the inferences)."""
+    busiest = max((c.busy_ns for c in rep.cores), default=0)
+    return steady_period(rep.inference_start_ns, rep.inference_end_ns, fill,
+                         -(-busiest // max(len(rep.inference_end_ns), 1)))
 
 
 def _per_core_steps(n_tasks: int, core_of: Sequence[int], start: Sequence[int],
@@ -196,9 +217,9 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         waits[run.lanes[0]] = list(dict.fromkeys(m for t in run.lanes for m in waits[t]))
     play = _Play(graph, target, net, core_of, info, per_core, waits, sends, ring,
                  list(lag) or [0] * n_tasks)
-    starts, ends = play.run(inferences, False) if ideal else ([], [])
-    length, period, cstarts, contended = settled(lambda n: play.run(n, True), inferences,
-                                                 stages, LONGEST if settle else 2)
+    starts, ends, busiest = play.run(inferences, False) if ideal else ([], [], 0)
+    length, period, (cstarts, contended, busiest) = settled(
+        lambda n: play.run(n, True), inferences, stages, LONGEST if settle else 2)
     if not ideal:
         starts, ends = cstarts, contended
     posted = {m.key: play.known[play.post_key(m, len(contended) - 1)] for m in play.messages}
@@ -208,7 +229,7 @@ def stream_estimate(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         sum(len(ks) for ks in info.ready_signals.values()) * play.signal_ns
     # a stream too short to tell: its mean interval, drain included (under its long-run
     # period: `floor_ns` stays a floor)
-    ideal_ns = steady_period(starts, ends, stages) or \
+    ideal_ns = steady_period(starts, ends, stages, busiest) or \
         (-(-(ends[-1] - ends[0]) // (len(ends) - 1)) if len(ends) > 1 else ends[-1])
     latency = int(statistics.median([e - s for s, e in zip(starts, ends, strict=True)]))
     return StreamEstimate(ideal_ns, memory, max(period, memory), latency, ends, starts, posted,
@@ -222,9 +243,13 @@ LONGEST = 4
 """`settled` doubles a stream at most to this many times its requested length."""
 
 
-def settled(play: Callable[[int], tuple[list[int], list[int]]], inferences: int, stages: int,
-            longest: int = LONGEST) -> tuple[int, int, list[int], list[int]]:
-    """(n, its period, starts and ends of the 2n stream): the shortest stream length n, from
+Played = tuple[list[int], list[int], int]
+"""A play's per-inference starts and ends and its busiest core's work per inference."""
+
+
+def settled(play: Callable[[int], Played], inferences: int, stages: int,
+            longest: int = LONGEST) -> tuple[int, int, Played]:
+    """(n, its period, the 2n stream's play): the shortest stream length n, from
     `inferences` doubling, whose period agrees with twice as long a stream's within
     `SETTLED` (the longest, `longest` times `inferences`, when none does; when even that is
     too short to tell, its mean interval, drain included); `play(n)` runs n
@@ -234,17 +259,17 @@ def settled(play: Callable[[int], tuple[list[int], list[int]]], inferences: int,
     25,600 long-run), and a fixed longer stream would cost every stream that needs none
     (ResNet-18's completes at exact intervals). A single inference's period is its end."""
     if inferences < 2:
-        starts, ends = play(inferences)
-        return inferences, ends[-1], starts, ends
+        got = play(inferences)
+        return inferences, got[1][-1], got
     n = inferences
     while True:
-        starts, ends = play(2 * n)
-        short = steady_period(starts[:n], ends[:n], stages)
-        long = steady_period(starts, ends, stages)
+        got = starts, ends, busiest = play(2 * n)
+        short = steady_period(starts[:n], ends[:n], stages, busiest)
+        long = steady_period(starts, ends, stages, busiest)
         if short is not None and long is not None and abs(long - short) <= SETTLED * long:
-            return n, short, starts, ends
+            return n, short, got
         if 2 * n >= longest * inferences:  # none too short to tell: its mean interval
-            return 2 * n, long or -(-(ends[-1] - ends[0]) // (len(ends) - 1)), starts, ends
+            return 2 * n, long or -(-(ends[-1] - ends[0]) // (len(ends) - 1)), got
         n *= 2
 
 
@@ -308,8 +333,26 @@ class _Play:
         that step's inference's."""
         return (_POSTED, m.key[1], m.post, n + self.lag[m.after] if m.post == START else n)
 
-    def run(self, inferences: int, contended: bool) -> tuple[list[int], list[int]]:
-        """Per inference, when its first core started it and its last core finished it.
+    @cached_property
+    def busiest(self) -> int:
+        """The busiest core's work per inference (`steady_period`'s floor): what `_core`
+        charges its steps, the waits left out (every inference asks the same of a core)."""
+        n_tasks, info = len(self.waits), self.info
+
+        def work(s: int) -> int:
+            if s >= n_tasks:
+                return sum(self.group_parts[s - n_tasks])
+            parts = self.parts.get(s)
+            return (self.dur[s] if parts is None else sum(ns for _, ns in parts)
+                    + self.shared[s]) + sum(self.store_ns.get(s, ())) + \
+                len(info.free_waits.get(s, ())) * self.wait_ns + \
+                len(info.ready_signals.get(s, ())) * self.signal_ns
+
+        return max((sum(map(work, steps)) for steps in self.per_core.values()), default=0)
+
+    def run(self, inferences: int, contended: bool) -> Played:
+        """Per inference, when its first core started it and its last core finished it,
+        and the busiest core's work per inference (`busiest`).
         Each core runs its steps inference after inference; a core waits for what it reads
         (a message's arrival, READY, FREE) once it is known. `contended`: every shared-
         memory access and every message injection is a request served in time order, as
@@ -386,7 +429,7 @@ class _Play:
                 advance(c, now)
         if parked:
             raise StreamDeadlock("the stream program's play deadlocked (a wait never met)")
-        return starts, ends
+        return starts, ends, self.busiest
 
     def _core(self, c: int, inferences: int, contended: bool,
               known: dict[tuple[int, ...], int]) -> Generator[tuple[int, ...], int, None]:
