@@ -37,7 +37,6 @@ from raptor.driver import CompileOptions, InputOptions
 from raptor.gc_pause import collector_paused
 from raptor.sim import SimOptions, Simulator
 from raptor.solve import ScheduleRun, SolveOptions, solve
-from raptor.solver.pipeline.stream import simulated_period
 from raptor.target import Target, load_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +69,7 @@ def row(model: str, replication: bool, run: ScheduleRun, stream: int, bound: int
     sim = run.sim.report if run.sim is not None else None
     ideal = run.ideal
     period = run.period_ns
-    ideal_p = simulated_period(ideal, fill) if ideal is not None else None
+    ideal_p = ideal.period_ns(fill) if ideal is not None else None
     lat = sorted(sim.inference_latency_ns()) if sim is not None else []
     extra = sum(r.extra_crossbars for r in pr.replicated)
     used = sum(1 for c in range(len(pr.schedule.core_tasks)) if pr.schedule.core_tasks[c])
@@ -107,7 +106,7 @@ def causes(model: str, run: ScheduleRun, target: Target) -> str:
     assert run.pipeline is not None
     sim = Simulator(run.scheduled, target)
     fill = len(run.pipeline.stages)
-    cells = [fmt(simulated_period(sim.timing(o), fill)) for _, o in CAUSES]
+    cells = [fmt(sim.timing(o).period_ns(fill)) for _, o in CAUSES]
     return f"| {model} | {run.name} | " + " | ".join(cells) + " |"
 
 

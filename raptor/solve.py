@@ -76,7 +76,7 @@ from raptor.solver.pipeline.solve import (
     wave_cpsat,
     wave_partition,
 )
-from raptor.solver.pipeline.stream import StreamEstimate, simulated_period, stream_estimate
+from raptor.solver.pipeline.stream import StreamEstimate, stream_estimate
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.solver.watch import SearchReport, searches_stopped
 from raptor.target import Target
@@ -253,12 +253,12 @@ class ScheduleRun:
 
     @property
     def period_ns(self) -> int | None:
-        """Pipeline mode: the simulated period (`simulated_period`), over the stream the
+        """Pipeline mode: the simulated period (`SimReport.period_ns`), over the stream the
         estimate's period settled on; None when not simulated."""
         rep = self.long_run or (self.sim.report if self.sim is not None else None)
         if rep is None or self.pipeline is None:
             return None
-        return simulated_period(rep, len(self.pipeline.stages))
+        return rep.period_ns(len(self.pipeline.stages))
 
     @property
     def ok(self) -> bool:
@@ -1255,7 +1255,7 @@ def _pipeline_fields(s: Solved, run: ScheduleRun) -> dict[str, Any]:
     fill = len(pr.stages)
     rep = run.sim.report if run.sim is not None else None
     period = run.period_ns
-    ideal = simulated_period(run.ideal, fill) if run.ideal is not None else None
+    ideal = run.ideal.period_ns(fill) if run.ideal is not None else None
     lat = rep.inference_latency_ns() if rep is not None else []
     assert s.problem is not None
     bound = s.problem.period_bound(True)

@@ -69,9 +69,12 @@ class SimReport:
 
     def period_ns(self, fill: int = 1) -> int | None:
         """Long-run period of a stream (`steady_period`: the mean completion interval
-        without the stream's fill and drain, `fill` being its number of stages). None for a
-        latency program, a single inference, or a stream too short to tell."""
-        return steady_period(self.inference_start_ns, self.inference_end_ns, fill)
+        without the stream's fill and drain, `fill` being its number of stages, at least its
+        busiest core's work per inference). None for a latency program, a single
+        inference, or a stream too short to tell."""
+        busiest = max((c.busy_ns for c in self.cores), default=0)
+        return steady_period(self.inference_start_ns, self.inference_end_ns, fill,
+                             -(-busiest // max(len(self.inference_end_ns), 1)))
 
     def inference_latency_ns(self) -> list[int]:
         """Per inference of a stream: its end minus its start (its latency in the pipeline)."""

@@ -23,7 +23,6 @@ import statistics
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from raptor.ir.core import Operation
 from raptor.ir.ops import LoadOp, ScheduledComputeBatchOp
@@ -33,9 +32,6 @@ from raptor.solver.comm import START, Replay
 from raptor.solver.costs import block_cost_ns, op_cost_ns, shared_read_ns, shared_write_ns
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
-
-if TYPE_CHECKING:
-    from raptor.sim.report import SimReport
 
 COUNTER_BYTES = 4
 """One i32 counter word."""
@@ -82,7 +78,7 @@ def steady_period(starts: Sequence[int], ends: Sequence[int], fill: int,
     over the whole repeats of a pattern they end in (repeated twice, over at least half
     of them), rounded up, and at least `busiest_ns`, its busiest core's work per inference;
     None when fewer than two (a stream too short to tell). The simulator's
-    `SimReport.period_ns` calls this (without `busiest_ns`).
+    `SimReport.period_ns` calls this.
     The busiest core: no stream completes inferences faster than one of its cores works
     one, but a core upstream of slack can fall behind for longer than a stream lasts while
     the completions, set by the cores after it, come faster: torch_cnn's skewed body
@@ -116,14 +112,6 @@ def steady_period(starts: Sequence[int], ends: Sequence[int], fill: int,
             span = run // p * p
             break
     return max(-(-(ends[last] - ends[last - span]) // span), busiest_ns)
-
-
-def simulated_period(rep: SimReport, fill: int) -> int | None:
-    """A simulated stream's long-run period: `steady_period` of its completions, at least
-    its busiest core's work per inference (`CoreStats.busy_ns` over the inferences)."""
-    busiest = max((c.busy_ns for c in rep.cores), default=0)
-    return steady_period(rep.inference_start_ns, rep.inference_end_ns, fill,
-                         -(-busiest // max(len(rep.inference_end_ns), 1)))
 
 
 def _per_core_steps(n_tasks: int, core_of: Sequence[int], start: Sequence[int],
