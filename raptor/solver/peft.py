@@ -881,15 +881,18 @@ def _replanned(graph: ComputeGraph, target: Target, res: MergeScheduleResult,
 
 def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleResult
                       ) -> MergeScheduleResult | None:
-    """``res`` with the lanes of each layer that runs on every core (so its tiles are
-    resident on all of them) and cuts into bands of as many lanes each placed by their
-    position in its output
-    (`ComputeGraph.position`): the rows cut into as many bands as the mesh has rows, the
-    columns into as many as it has columns, band (i, j) on core (i, j), each core's lanes
-    row by row, the k-th of every core in the layer's k-th slots of the plan; then each
-    task without crossbars that has a position and reads several of those lanes (a
-    residual addition of a row) on the core of one of them, the j-th by column for its
-    j-th row (a band's rows spread over its cores). None when no layer qualifies.
+    """``res`` with the lanes of each layer (each set of crossbar tiles) placed by their
+    position in its output (`ComputeGraph.position`), on the cores they run on. A layer
+    that runs on every core (so its tiles are resident on all of them) and cuts into bands
+    of as many lanes each: the rows cut into as many bands as the mesh has rows, the
+    columns into as many as it has columns, band (i, j) on core (i, j). A layer on fewer
+    cores: its lanes in row-major order cut into as many runs (of as near equal length)
+    as it has cores, the i-th run on the i-th of its cores by id (its tiles stay where
+    they are). Each core's lanes row by row, the k-th of every core in the layer's k-th
+    slots of the plan; then each task without crossbars that has a position and reads
+    several of those lanes (a residual addition of a row, a sum of two partial sums) on
+    the core of one of them, the j-th by column for its j-th row (a band's rows spread
+    over its cores). None when no layer qualifies.
 
     Why: under pimsim-nn's protocol every message is a rendezvous. Placed by the list
     scheduler, a 7-pixel lane of ResNet-18's 56-pixel layers read its 3 input rows × 3
@@ -899,7 +902,10 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     on the mesh (a fragment travels once per core: a core's lanes share them), and every
     core works down its band at once (9.88 -> 8.78 ms on pimsim-nn; 7.67 with the rows'
     additions, which PEFT then lets the tasks after them follow: docs/benchmarks.md,
-    "Issue #24, twelfth session")."""
+    "Issue #24, twelfth session"). The layers on fewer cores (ResNet-18's 28-, 14- and
+    7-pixel ones, each row tile's lanes on 2-13 cores) so run their rows in order, the
+    i-th band of every row tile of a layer on its i-th core by id, about the same part of
+    the mesh for each ("thirteenth session")."""
     rows, cols, cores = target.mesh_rows, target.mesh_cols, target.num_cores
     layers: dict[frozenset[int], list[int]] = {}
     for task in graph.tasks:
@@ -909,20 +915,26 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     position = graph.position
     moved: set[int] = set()
     for lanes in layers.values():
-        at = [position.get(t) for t in lanes]
-        if len({core[t] for t in lanes}) < cores or None in at:
+        at = [position[t] for t in lanes if t in position]
+        used = sorted({core[t] for t in lanes})
+        if len(at) < len(lanes) or len(used) < 2:
             continue
-        ys = {r: i for i, r in enumerate(sorted({a[0] for a in at if a is not None}))}
-        xs = {c: i for i, c in enumerate(sorted({a[1] for a in at if a is not None}))}
-        if len(ys) < rows or len(xs) < cols or len(ys) * len(xs) != len(lanes):
-            continue
-        grid = [(ys[a[0]], xs[a[1]]) for a in at if a is not None]
-        home = [y * rows // len(ys) * cols + x * cols // len(xs) for y, x in grid]
-        if len(set(Counter(home).values())) > 1:
-            continue  # bands of unequal lanes
+        if len(used) < cores:
+            ranked = sorted(range(len(lanes)), key=lambda i: at[i])
+            home = [0] * len(lanes)
+            for r, i in enumerate(ranked):
+                home[i] = used[r * len(used) // len(lanes)]
+        else:
+            ys = {r: i for i, r in enumerate(sorted({a[0] for a in at}))}
+            xs = {c: i for i, c in enumerate(sorted({a[1] for a in at}))}
+            if len(ys) < rows or len(xs) < cols or len(ys) * len(xs) != len(lanes):
+                continue
+            home = [ys[y] * rows // len(ys) * cols + xs[x] * cols // len(xs) for y, x in at]
+            if len(set(Counter(home).values())) > 1:
+                continue  # bands of unequal lanes
         k: Counter[int] = Counter()
         nth = []
-        for i in sorted(range(len(lanes)), key=lambda i: grid[i]):
+        for i in sorted(range(len(lanes)), key=lambda i: at[i]):
             nth.append((k[home[i]], home[i], i))
             k[home[i]] += 1
         for (_, p, i), s in zip(sorted(nth), sorted(start[t] for t in lanes), strict=True):
