@@ -907,39 +907,63 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     i-th band of every row tile of a layer on its i-th core by id, about the same part of
     the mesh for each ("thirteenth session")."""
     rows, cols, cores = target.mesh_rows, target.mesh_cols, target.num_cores
-    layers: dict[frozenset[int], list[int]] = {}
+    sets: dict[frozenset[int], list[int]] = {}
     for task in graph.tasks:
         if task.weights:
-            layers.setdefault(task.weights, []).append(task.id)
+            sets.setdefault(task.weights, []).append(task.id)
+    layers: dict[object, list[list[int]]] = {}  # a layer's tile sets' lanes
+    for w, lanes in sets.items():
+        layers.setdefault(graph.tile_layer.get(min(w), w), []).append(lanes)
     core, start = list(res.core_of), list(res.start_ns)
     position = graph.position
     moved: set[int] = set()
-    for lanes in layers.values():
-        at = [position[t] for t in lanes if t in position]
-        used = sorted({core[t] for t in lanes})
-        if len(at) < len(lanes) or len(used) < 2:
-            continue
-        if len(used) < cores:
-            ranked = sorted(range(len(lanes)), key=lambda i: at[i])
-            home = [0] * len(lanes)
-            for r, i in enumerate(ranked):
-                home[i] = used[r * len(used) // len(lanes)]
-        else:
-            ys = {r: i for i, r in enumerate(sorted({a[0] for a in at}))}
-            xs = {c: i for i, c in enumerate(sorted({a[1] for a in at}))}
-            if len(ys) < rows or len(xs) < cols or len(ys) * len(xs) != len(lanes):
-                continue
-            home = [ys[y] * rows // len(ys) * cols + xs[x] * cols // len(xs) for y, x in at]
-            if len(set(Counter(home).values())) > 1:
-                continue  # bands of unequal lanes
+
+    def slotted(lanes: list[int]) -> None:
+        """The k-th lane of every core (by position) in the k-th of the lanes' slots."""
         k: Counter[int] = Counter()
         nth = []
-        for i in sorted(range(len(lanes)), key=lambda i: at[i]):
-            nth.append((k[home[i]], home[i], i))
-            k[home[i]] += 1
-        for (_, p, i), s in zip(sorted(nth), sorted(start[t] for t in lanes), strict=True):
-            core[lanes[i]], start[lanes[i]] = p, s
+        for t in sorted(lanes, key=lambda t: position[t]):
+            nth.append((k[core[t]], core[t], t))
+            k[core[t]] += 1
+        for (*_, t), s in zip(sorted(nth), sorted(start[t] for t in lanes), strict=True):
+            start[t] = s
         moved.update(lanes)
+
+    for layer in layers.values():
+        if any(t not in position for lanes in layer for t in lanes):
+            continue
+        used = [sorted({core[t] for t in lanes}) for lanes in layer]
+        for lanes, on in zip(layer, used, strict=True):
+            if len(on) < cores:
+                continue
+            ys = {r: i for i, r in enumerate(sorted({position[t][0] for t in lanes}))}
+            xs = {c: i for i, c in enumerate(sorted({position[t][1] for t in lanes}))}
+            if len(ys) < rows or len(xs) < cols or len(ys) * len(xs) != len(lanes):
+                continue
+            home = {t: ys[position[t][0]] * rows // len(ys) * cols
+                    + xs[position[t][1]] * cols // len(xs) for t in lanes}
+            if len(set(Counter(home.values()).values())) > 1:
+                continue  # bands of unequal lanes
+            for t in lanes:
+                core[t] = home[t]
+            slotted(lanes)
+        fewer = [(lanes, on) for lanes, on in zip(layer, used, strict=True) if len(on) < cores]
+        if not fewer or min(len(on) for _, on in fewer) < 2:
+            continue
+        held = Counter(p for _, on in fewer for p in on)  # the layer's tiles a core holds
+        bands = []
+        for k, (lanes, on) in enumerate(fewer):
+            ranked = sorted(lanes, key=lambda t: position[t])
+            bands += [(b / len(on), k, ranked[b * len(ranked) // len(on):
+                                              (b + 1) * len(ranked) // len(on)])
+                      for b in range(len(on))]
+        bands.sort(key=lambda b: b[:2])
+        for p, (*_, band) in zip([c for c in sorted(held) for _ in range(held[c])], bands,
+                                 strict=True):
+            for t in band:
+                core[t] = p
+        for lanes, _ in fewer:
+            slotted(lanes)
     if not moved:
         return None
     for t in graph.topo_order:
