@@ -74,6 +74,7 @@ from raptor.solver.comm import replay
 from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import INF, BoolArray, IntArray, Mesh
+from raptor.solver.pipeline.realize import core_sequence
 from raptor.solver.schedule import MergeScheduleResult, core_order
 from raptor.target import Target
 
@@ -807,7 +808,7 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
         by_position = place_by_position(graph, target, best)
         if by_position is not None and by_position.estimate_ns < best.estimate_ns:
             best = by_position
-            notes.append("the lanes of layers on every core placed by their position")
+            notes.append("the lanes of layers placed by their position")
     if graph.memory is not None:
         for most in FOLLOW_PREDS:
             moved = follow_producers(graph, target, best, most)
@@ -881,18 +882,20 @@ def _replanned(graph: ComputeGraph, target: Target, res: MergeScheduleResult,
 
 def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleResult
                       ) -> MergeScheduleResult | None:
-    """``res`` with the lanes of each layer (each set of crossbar tiles) placed by their
-    position in its output (`ComputeGraph.position`), on the cores they run on. A layer
-    that runs on every core (so its tiles are resident on all of them) and cuts into bands
+    """``res`` with the lanes of each layer placed by their position in its output
+    (`ComputeGraph.position`), on the cores they run on. A set of crossbar tiles whose
+    lanes run on every core (so its tiles are resident on all of them) and cut into bands
     of as many lanes each: the rows cut into as many bands as the mesh has rows, the
-    columns into as many as it has columns, band (i, j) on core (i, j). A layer on fewer
-    cores: its lanes in row-major order cut into as many runs (of as near equal length)
-    as it has cores, the i-th run on the i-th of its cores by id (its tiles stay where
-    they are). Each core's lanes row by row, the k-th of every core in the layer's k-th
-    slots of the plan; then each task without crossbars that has a position and reads
-    several of those lanes (a residual addition of a row, a sum of two partial sums) on
-    the core of one of them, the j-th by column for its j-th row (a band's rows spread
-    over its cores). None when no layer qualifies.
+    columns into as many as it has columns, band (i, j) on core (i, j). A layer's tile
+    sets on fewer cores (a convolution cut into row tiles, each set on some cores): each
+    set's lanes in row-major order cut into as many runs as it has cores, the runs of all
+    the sets by where they start (then by set) on the layer's cores along the mesh's
+    serpentine walk, a core taking as many runs as it holds of the layer's tile sets (so
+    every core keeps as many crossbars). Each core's lanes row by row, the k-th of every
+    core in the set's k-th slots of the plan; then each task without crossbars that has a
+    position and reads several of those lanes (a residual addition of a row, a sum of two
+    partial sums) on the core of one of them, the j-th by column for its j-th row (a
+    band's rows spread over its cores). None when no layer qualifies.
 
     Why: under pimsim-nn's protocol every message is a rendezvous. Placed by the list
     scheduler, a 7-pixel lane of ResNet-18's 56-pixel layers read its 3 input rows × 3
@@ -902,10 +905,9 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     on the mesh (a fragment travels once per core: a core's lanes share them), and every
     core works down its band at once (9.88 -> 8.78 ms on pimsim-nn; 7.67 with the rows'
     additions, which PEFT then lets the tasks after them follow: docs/benchmarks.md,
-    "Issue #24, twelfth session"). The layers on fewer cores (ResNet-18's 28-, 14- and
-    7-pixel ones, each row tile's lanes on 2-13 cores) so run their rows in order, the
-    i-th band of every row tile of a layer on its i-th core by id, about the same part of
-    the mesh for each ("thirteenth session")."""
+    "Issue #24, twelfth session"). The 28-, 14- and 7-pixel layers of 5-16 row tiles
+    (sets on 2-13 cores each) so make a band of rows of every row tile on neighbouring
+    cores, where its partial sums are added (7.67 -> 7.30 ms, "thirteenth session")."""
     rows, cols, cores = target.mesh_rows, target.mesh_cols, target.num_cores
     sets: dict[frozenset[int], list[int]] = {}
     for task in graph.tasks:
@@ -954,12 +956,11 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
         bands = []
         for k, (lanes, on) in enumerate(fewer):
             ranked = sorted(lanes, key=lambda t: position[t])
-            bands += [(b / len(on), k, ranked[b * len(ranked) // len(on):
-                                              (b + 1) * len(ranked) // len(on)])
+            bands += [(k, ranked[b * len(ranked) // len(on):(b + 1) * len(ranked) // len(on)])
                       for b in range(len(on))]
-        bands.sort(key=lambda b: b[:2])
-        for p, (*_, band) in zip([c for c in sorted(held) for _ in range(held[c])], bands,
-                                 strict=True):
+        bands.sort(key=lambda b: (position[b[1][0]], b[0]))
+        walk = [c for c in core_sequence(target, "rows") if c in held]  # mesh neighbours
+        for p, (_, band) in zip([c for c in walk for _ in range(held[c])], bands, strict=True):
             for t in band:
                 core[t] = p
         for lanes, _ in fewer:
