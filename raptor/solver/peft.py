@@ -907,7 +907,7 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     additions, which PEFT then lets the tasks after them follow: docs/benchmarks.md,
     "Issue #24, twelfth session"). The 28-, 14- and 7-pixel layers of 5-16 row tiles
     (sets on 2-13 cores each) so make a band of rows of every row tile on neighbouring
-    cores, where its partial sums are added (7.67 -> 7.30 ms, "thirteenth session")."""
+    cores, where its partial sums are added (7.67 -> 6.97 ms, "thirteenth session")."""
     rows, cols, cores = target.mesh_rows, target.mesh_cols, target.num_cores
     sets: dict[frozenset[int], list[int]] = {}
     for task in graph.tasks:
