@@ -74,6 +74,7 @@ from raptor.solver.comm import replay
 from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import INF, BoolArray, IntArray, Mesh
+from raptor.solver.pipeline.realize import core_sequence
 from raptor.solver.schedule import MergeScheduleResult, core_order
 from raptor.target import Target
 
@@ -807,7 +808,7 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
         by_position = place_by_position(graph, target, best)
         if by_position is not None and by_position.estimate_ns < best.estimate_ns:
             best = by_position
-            notes.append("the lanes of layers on every core placed by their position")
+            notes.append("the lanes of layers placed by their position")
     if graph.memory is not None:
         for most in FOLLOW_PREDS:
             moved = follow_producers(graph, target, best, most)
@@ -881,15 +882,20 @@ def _replanned(graph: ComputeGraph, target: Target, res: MergeScheduleResult,
 
 def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleResult
                       ) -> MergeScheduleResult | None:
-    """``res`` with the lanes of each layer that runs on every core (so its tiles are
-    resident on all of them) and cuts into bands of as many lanes each placed by their
-    position in its output
-    (`ComputeGraph.position`): the rows cut into as many bands as the mesh has rows, the
-    columns into as many as it has columns, band (i, j) on core (i, j), each core's lanes
-    row by row, the k-th of every core in the layer's k-th slots of the plan; then each
-    task without crossbars that has a position and reads several of those lanes (a
-    residual addition of a row) on the core of one of them, the j-th by column for its
-    j-th row (a band's rows spread over its cores). None when no layer qualifies.
+    """``res`` with the lanes of each layer placed by their position in its output
+    (`ComputeGraph.position`), on the cores they run on. A set of crossbar tiles whose
+    lanes run on every core (so its tiles are resident on all of them) and cut into bands
+    of as many lanes each: the rows cut into as many bands as the mesh has rows, the
+    columns into as many as it has columns, band (i, j) on core (i, j). A layer's tile
+    sets on fewer cores (a convolution cut into row tiles, each set on some cores): each
+    set's lanes in row-major order cut into as many runs as it has cores, the runs of all
+    the sets by where they start (then by set) on the layer's cores along the mesh's
+    serpentine walk, a core taking as many runs as it holds of the layer's tile sets (so
+    every core keeps as many crossbars). Each core's lanes row by row, the k-th of every
+    core in the set's k-th slots of the plan; then each task without crossbars that has a
+    position and reads several of those lanes (a residual addition of a row, a sum of two
+    partial sums) on the core of one of them, the j-th by column for its j-th row (a
+    band's rows spread over its cores). None when no layer qualifies.
 
     Why: under pimsim-nn's protocol every message is a rendezvous. Placed by the list
     scheduler, a 7-pixel lane of ResNet-18's 56-pixel layers read its 3 input rows × 3
@@ -899,35 +905,66 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     on the mesh (a fragment travels once per core: a core's lanes share them), and every
     core works down its band at once (9.88 -> 8.78 ms on pimsim-nn; 7.67 with the rows'
     additions, which PEFT then lets the tasks after them follow: docs/benchmarks.md,
-    "Issue #24, twelfth session")."""
+    "Issue #24, twelfth session"). The 28-, 14- and 7-pixel layers of 5-16 row tiles
+    (sets on 2-13 cores each) so make a band of rows of every row tile on neighbouring
+    cores, where its partial sums are added (7.67 -> 6.97 ms, "thirteenth session")."""
     rows, cols, cores = target.mesh_rows, target.mesh_cols, target.num_cores
-    layers: dict[frozenset[int], list[int]] = {}
+    sets: dict[frozenset[int], list[int]] = {}
     for task in graph.tasks:
         if task.weights:
-            layers.setdefault(task.weights, []).append(task.id)
+            sets.setdefault(task.weights, []).append(task.id)
+    layers: dict[object, list[list[int]]] = {}  # a layer's tile sets' lanes
+    for w, lanes in sets.items():
+        layers.setdefault(graph.tile_layer.get(min(w), w), []).append(lanes)
     core, start = list(res.core_of), list(res.start_ns)
     position = graph.position
     moved: set[int] = set()
-    for lanes in layers.values():
-        at = [position.get(t) for t in lanes]
-        if len({core[t] for t in lanes}) < cores or None in at:
-            continue
-        ys = {r: i for i, r in enumerate(sorted({a[0] for a in at if a is not None}))}
-        xs = {c: i for i, c in enumerate(sorted({a[1] for a in at if a is not None}))}
-        if len(ys) < rows or len(xs) < cols or len(ys) * len(xs) != len(lanes):
-            continue
-        grid = [(ys[a[0]], xs[a[1]]) for a in at if a is not None]
-        home = [y * rows // len(ys) * cols + x * cols // len(xs) for y, x in grid]
-        if len(set(Counter(home).values())) > 1:
-            continue  # bands of unequal lanes
+
+    def slotted(lanes: list[int]) -> None:
+        """The k-th lane of every core (by position) in the k-th of the lanes' slots."""
         k: Counter[int] = Counter()
         nth = []
-        for i in sorted(range(len(lanes)), key=lambda i: grid[i]):
-            nth.append((k[home[i]], home[i], i))
-            k[home[i]] += 1
-        for (_, p, i), s in zip(sorted(nth), sorted(start[t] for t in lanes), strict=True):
-            core[lanes[i]], start[lanes[i]] = p, s
+        for t in sorted(lanes, key=lambda t: position[t]):
+            nth.append((k[core[t]], core[t], t))
+            k[core[t]] += 1
+        for (*_, t), s in zip(sorted(nth), sorted(start[t] for t in lanes), strict=True):
+            start[t] = s
         moved.update(lanes)
+
+    for layer in layers.values():
+        if any(t not in position for lanes in layer for t in lanes):
+            continue
+        used = [sorted({core[t] for t in lanes}) for lanes in layer]
+        for lanes, on in zip(layer, used, strict=True):
+            if len(on) < cores:
+                continue
+            ys = {r: i for i, r in enumerate(sorted({position[t][0] for t in lanes}))}
+            xs = {c: i for i, c in enumerate(sorted({position[t][1] for t in lanes}))}
+            if len(ys) < rows or len(xs) < cols or len(ys) * len(xs) != len(lanes):
+                continue
+            home = {t: ys[position[t][0]] * rows // len(ys) * cols
+                    + xs[position[t][1]] * cols // len(xs) for t in lanes}
+            if len(set(Counter(home.values()).values())) > 1:
+                continue  # bands of unequal lanes
+            for t in lanes:
+                core[t] = home[t]
+            slotted(lanes)
+        fewer = [(lanes, on) for lanes, on in zip(layer, used, strict=True) if len(on) < cores]
+        if not fewer or min(len(on) for _, on in fewer) < 2:
+            continue
+        held = Counter(p for _, on in fewer for p in on)  # the layer's tiles a core holds
+        bands = []
+        for k, (lanes, on) in enumerate(fewer):
+            ranked = sorted(lanes, key=lambda t: position[t])
+            bands += [(k, ranked[b * len(ranked) // len(on):(b + 1) * len(ranked) // len(on)])
+                      for b in range(len(on))]
+        bands.sort(key=lambda b: (position[b[1][0]], b[0]))
+        walk = [c for c in core_sequence(target, "rows") if c in held]  # mesh neighbours
+        for p, (_, band) in zip([c for c in walk for _ in range(held[c])], bands, strict=True):
+            for t in band:
+                core[t] = p
+        for lanes, _ in fewer:
+            slotted(lanes)
     if not moved:
         return None
     for t in graph.topo_order:

@@ -364,10 +364,11 @@ def _two_layers() -> tuple[ComputeGraph, list[list[int]]]:
     return g.freeze(), [*layers, adds]
 
 
-def test_place_by_position_puts_a_layer_on_every_core_in_bands() -> None:
+def test_place_by_position_puts_a_layer_in_bands() -> None:
     """Each layer that runs on all four cores of a 2 x 2 mesh: its lanes of rows 0-1 on the
     top cores, 2-3 on the bottom ones, column run c on column c, each core's row by row;
-    the additions of a row on the core of one of its runs, the rows of a band spread."""
+    the additions of a row on the core of one of its runs, the rows of a band spread. A
+    layer on three of the cores: in runs of its lanes by position over those three."""
     target = Target(mesh_rows=2, mesh_cols=2, protocol="pimsim-nn")
     g, layers = _two_layers()
     scattered = [0, 1, 2, 3, 3, 2, 1, 0] * 2 + [0] * 4  # two lanes of each layer per core
@@ -386,7 +387,12 @@ def test_place_by_position_puts_a_layer_on_every_core_in_bands() -> None:
         rows = [g.position[t][0] for t in placed.core_tasks[p]]
         assert rows == [p // 2 * 2, p // 2 * 2 + 1] * 2 + [p]  # each layer down its band
     assert placed.summary["messages"] < plan.summary["messages"]
-    # a layer on fewer cores than the chip has is left alone
-    assert place_by_position(g, target, MergeScheduleResult.build(
+    # a layer on fewer cores than the chip has: its lanes in row-major order, cut into
+    # runs of 2, 3 and 3 on its cores 0, 1 and 2
+    fewer = place_by_position(g, target, MergeScheduleResult.build(
         g, target, [0, 1, 2, 0, 0, 1, 2, 0] * 2 + [0] * 4, start, solver="peft",
-        status="HEURISTIC")) is None
+        status="HEURISTIC"))
+    assert fewer is not None and not validate_schedule(g, target, fewer)
+    for lanes in layers[:2]:
+        by_place = sorted(lanes, key=lambda t: g.position[t])
+        assert [fewer.core_of[t] for t in by_place] == [0, 0, 1, 1, 1, 2, 2, 2]
