@@ -753,15 +753,20 @@ def deepen(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     """Under pimsim-nn's protocol, the replay a program is built from refined further: every
     replay's `refine` ranks the schedules, the one built gets `DEEPEN_ROUNDS` more rounds,
     also trying the order in which messages meet their receives (`refine`'s ``meet``).
-    ``rep`` if that finds nothing faster or it travels in merged messages."""
-    if target.protocol != "pimsim-nn" or not rep.flow or rep.merged:
+    A replay that merged messages (`merge`) is refined with them apart (each merged
+    message's receive from the flow control's post), and kept merged unless that is
+    faster: ResNet-18 with its last convolution's one-core tile set on two cores, 7,130,574
+    ns merged, 6,899,656 refined apart. ``rep`` if nothing is faster."""
+    if target.protocol != "pimsim-nn" or not rep.flow:
         return rep
     order = {k: rank for k, (_, rank) in rep.sends.items()}
-    got = refine(graph, target, core_of, core_tasks, rep.sends, order, rep.posts, rep.flow,
+    carriers = set(rep.merged.values())
+    posts = {k: rep.flow[k] if k in carriers else at for k, at in rep.posts.items()}
+    got = refine(graph, target, core_of, core_tasks, rep.sends, order, posts, rep.flow,
                  DEEPEN_ROUNDS, meet=True, leads=(0,))
     if got is None or got[0] >= rep.makespan_ns:
         return rep
-    return dataclasses.replace(rep, makespan_ns=got[0], posts=got[2], sends={
+    return dataclasses.replace(rep, makespan_ns=got[0], posts=got[2], merged={}, sends={
         k: (point, got[1][k]) for k, (point, _) in rep.sends.items()})
 
 

@@ -822,6 +822,11 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
                 best = moved
                 notes.append("tasks without crossbars of two inputs, neither on their core, "
                              "follow their last producer on its core")
+    if target.protocol == "pimsim-nn":
+        shared = share_lone_sets(graph, target, best)
+        if shared is not None and shared.estimate_ns < best.estimate_ns:
+            best = shared
+            notes.append("tile sets of several crossbars held by one core given a second core")
     best.notes = notes
     best.solve_seconds = time.perf_counter() - t0
     return best
@@ -974,6 +979,63 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
     for t in graph.topo_order:  # each task after its producers: an order without deadlock
         start[t] = max([start[t], *(start[u] + 1 for u, _ in graph.preds[t])])
     return _replanned(graph, target, res, core, start)
+
+
+def share_lone_sets(graph: ComputeGraph, target: Target, res: MergeScheduleResult
+                    ) -> MergeScheduleResult | None:
+    """``res`` with every tile set of several crossbars whose lanes (more than one) all run
+    on one core given a second core: the nearest that can hold it once the fewest of its
+    one-crossbar sets (those that start last first) move to the nearest cores with a free
+    crossbar (ties: the nearer);
+    the later half of the set's lanes by position go there. None when no set qualifies or
+    no core can take one.
+
+    Why: under pimsim-nn's protocol a layer's lanes on one core run one after another.
+    ResNet-18's last convolution has nine sets of sixteen crossbars; the one no other core
+    had room for ran its seven lanes on core 0 after the others had ended, the end of
+    the inference (6,526-7,000 us of 7,016 us); on two cores 6,900 us (the replay
+    `comm.deepen` refines, docs/benchmarks.md "Issue #24, fourteenth session")."""
+    core = list(res.core_of)
+    lanes_of: dict[frozenset[int], list[int]] = {}
+    for task in graph.tasks:
+        if task.weights:
+            lanes_of.setdefault(task.weights, []).append(task.id)
+    position = graph.position
+    changed = False
+    for w, lanes in lanes_of.items():
+        home = {core[t] for t in lanes}
+        if len(w) < 2 or len(lanes) < 2 or len(home) > 1 or any(t not in position
+                                                                  for t in lanes):
+            continue
+        held = [set[int]() for _ in range(target.num_cores)]
+        for task in graph.tasks:
+            held[core[task.id]] |= task.weights
+        free = [target.crossbars_per_core - len(h) for h in held]
+        ones: list[list[frozenset[int]]] = [[] for _ in range(target.num_cores)]
+        for t in sorted(range(graph.num_tasks), key=lambda t: -res.start_ns[t]):
+            v = graph.tasks[t].weights  # the sets that start last move first
+            if len(v) == 1 and v not in ones[core[t]]:
+                ones[core[t]].append(v)
+        (src,) = home
+        fits = [(len(w) - free[p], target.hops(src, p), p) for p in range(target.num_cores)
+                if p != src and free[p] + len(ones[p]) >= len(w)]
+        if not fits:
+            continue
+        need, _, dst = min(fits)
+        for v in ones[dst][:max(0, need)]:
+            to = min((p for p in range(target.num_cores) if p not in (src, dst)
+                      and (free[p] > 0 or v <= held[p])),
+                     key=lambda p: (target.hops(dst, p), p))
+            free[to] -= not v <= held[to]
+            held[to] |= v
+            for t in lanes_of[v]:
+                if core[t] == dst:
+                    core[t] = to
+        ranked = sorted(lanes, key=lambda t: position[t])
+        for t in ranked[len(ranked) // 2:]:
+            core[t] = dst
+        changed = True
+    return _replanned(graph, target, res, core, list(res.start_ns)) if changed else None
 
 
 def peft_schedule(graph: ComputeGraph, target: Target, copies: bool = True
