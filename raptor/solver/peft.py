@@ -1022,12 +1022,19 @@ def share_lone_sets(graph: ComputeGraph, target: Target, res: MergeScheduleResul
         if not fits:
             continue
         need, _, dst = min(fits)
+        moves: list[tuple[frozenset[int], int]] = []
         for v in ones[dst][:max(0, need)]:
-            to = min((p for p in range(target.num_cores) if p not in (src, dst)
-                      and (free[p] > 0 or v <= held[p])),
-                     key=lambda p: (target.hops(dst, p), p))
+            room = [p for p in range(target.num_cores)
+                    if p not in (src, dst) and (free[p] > 0 or v <= held[p])]
+            if not room:
+                break
+            to = min(room, key=lambda p: (target.hops(dst, p), p))
             free[to] -= not v <= held[to]
             held[to] |= v
+            moves.append((v, to))
+        if len(moves) < need:
+            continue
+        for v, to in moves:
             for t in lanes_of[v]:
                 if core[t] == dst:
                     core[t] = to

@@ -20,7 +20,7 @@ from raptor.solver import (
     validate_schedule,
 )
 from raptor.solver.generate import random_layered_dag
-from raptor.solver.peft import _Tiles, copy_caps, place_by_position
+from raptor.solver.peft import _Tiles, copy_caps, place_by_position, share_lone_sets
 from raptor.target import Target
 
 FAST = CpSatOptions(time_limit=20.0, num_workers=2, seed=1, injection=False)
@@ -396,3 +396,43 @@ def test_place_by_position_puts_a_layer_in_bands() -> None:
     for lanes in layers[:2]:
         by_place = sorted(lanes, key=lambda t: g.position[t])
         assert [fewer.core_of[t] for t in by_place] == [0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def test_share_lone_sets_gives_a_one_core_tile_set_a_second_core() -> None:
+    """A layer whose tile set of two crossbars runs its four lanes on core 0 (three
+    crossbars a core, all of core 0's taken): core 1, one hop away, makes room by moving
+    its one-crossbar set that starts last to the nearest core with a free crossbar (core
+    3: core 2 is full), and takes the layer's later two lanes by position."""
+    target = Target(mesh_rows=2, mesh_cols=2, crossbars_per_core=3, protocol="pimsim-nn")
+    g = ComputeGraph()
+    layer = []
+    for r in range(4):
+        t = g.add_task(f"l.{r}", 100, weights=[0, 1])
+        g.position[t] = (r, 0)
+        layer.append(t)
+    ones = {tile: g.add_task(f"one.{tile}", 50, weights=[tile]) for tile in range(2, 10)}
+    g.freeze()
+    home = {2: 0, 3: 1, 4: 1, 5: 2, 6: 2, 7: 2, 8: 3, 9: 3}
+    core = [0] * 4 + [home[tile] for tile in ones]
+    start = [300, 0, 200, 100] + [400 + 10 * tile for tile in ones]
+    plan = MergeScheduleResult.build(g, target, core, start, solver="peft",
+                                     status="HEURISTIC")
+    shared = share_lone_sets(g, target, plan)
+    assert shared is not None and not validate_schedule(g, target, shared)
+    assert [shared.core_of[t] for t in layer] == [0, 0, 1, 1]
+    assert shared.core_of[ones[4]] == 3 and shared.core_of[ones[3]] == 1
+    for p in range(4):
+        assert len(set().union(*(g.tasks[t].weights for t in shared.core_tasks[p]))) <= 3
+    # no core can make room (every other core full of sets of two): left as it is
+    g2 = ComputeGraph()
+    for r in range(2):
+        g2.position[g2.add_task(f"l.{r}", 100, weights=[0, 1])] = (r, 0)
+    for p in range(1, 4):
+        g2.add_task(f"two.{p}", 50, weights=[2 * p, 2 * p + 1])
+    g2.freeze()
+    full = MergeScheduleResult.build(g2, Target(mesh_rows=2, mesh_cols=2, crossbars_per_core=2,
+                                                protocol="pimsim-nn"),
+                                     [0, 0, 1, 2, 3], [0, 100, 0, 0, 0], solver="peft",
+                                     status="HEURISTIC")
+    assert share_lone_sets(g2, Target(mesh_rows=2, mesh_cols=2, crossbars_per_core=2,
+                                      protocol="pimsim-nn"), full) is None
