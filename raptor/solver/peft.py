@@ -984,11 +984,10 @@ def place_by_position(graph: ComputeGraph, target: Target, res: MergeScheduleRes
 def share_lone_sets(graph: ComputeGraph, target: Target, res: MergeScheduleResult
                     ) -> MergeScheduleResult | None:
     """``res`` with every tile set of several crossbars whose lanes (more than one) all run
-    on one core given a second core: the nearest that can hold it once the fewest of its
-    one-crossbar sets (those that start last first) move to the nearest cores with a free
-    crossbar (ties: the nearer);
-    the later half of the set's lanes by position go there. None when no set qualifies or
-    no core can take one.
+    on one core given a second core, the later half of its lanes by position: of the
+    cores that can hold it once some of their one-crossbar sets (those that start last
+    first) move to the nearest cores with a free crossbar, the one that moves the fewest,
+    then the nearest. None when no set qualifies or no core can take one.
 
     Why: under pimsim-nn's protocol a layer's lanes on one core run one after another.
     ResNet-18's last convolution has nine sets of sixteen crossbars; the one no other core
@@ -1029,8 +1028,9 @@ def share_lone_sets(graph: ComputeGraph, target: Target, res: MergeScheduleResul
             if not room:
                 break
             to = min(room, key=lambda p: (target.hops(dst, p), p))
-            free[to] -= not v <= held[to]
-            held[to] |= v
+            if not v <= held[to]:
+                free[to] -= 1
+                held[to] |= v
             moves.append((v, to))
         if len(moves) < need:
             continue
