@@ -10,11 +10,12 @@ reported as the schedule's estimate). It models the simulator's default options
   Materialization sends exactly these messages, each after its producer (and its
   shared-memory stores) in :func:`send_order`, or later where the flow control below
   holds it.
-* **Links.** :mod:`raptor.noc`'s XY routes and cut-through links (every directed link
+* **Links.** :mod:`raptor.noc`'s routes and cut-through links (every directed link
   carries one message at a time, for its serialization), granted in injection-time order
   as in the simulator (simultaneous ones by `raptor.noc.inject_rank`, not by the order
   either happens to run its cores in); without waiting a message takes exactly
-  ``Target.transfer_ns``.
+  ``Target.transfer_ns``. Under ``routing = "xy-yx"`` the replay picks each message's
+  route when it is injected (`raptor.noc.Network.yx_sooner`), and the program follows.
 * **Rendezvous.** A send completes when its receive is posted; the sender then continues
   and the data crosses on its own; the receiving task waits for the data. A posted receive
   costs nothing and never blocks, but its buffer occupies the receiver's local memory from
@@ -124,6 +125,10 @@ class Replay:
     flow: dict[tuple[int, int], int] = field(default_factory=dict)
     """Under pimsim-nn's protocol, the flow control's receive points (``posts`` before the
     blocking model moved them): none may move earlier (`deepen`)."""
+    yx: set[tuple[int, int]] = field(default_factory=set)
+    """(fragment, core) of the messages that took their YX route (the target's
+    ``routing = "xy-yx"``: `raptor.noc.Network.yx_sooner` when each was injected, or as
+    the program ``built`` recorded them); the program records them."""
 
     def link_utilization(self) -> tuple[float, float]:
         """(max, mean) over the mesh's links of busy time / makespan."""
@@ -165,6 +170,8 @@ class _Replayer:
         self._init_events()
         self.flow = _FlowControl(self, target, budget) if built is None else \
             _Built(self, target, built)
+        self.routed = None if built is None else built.yx
+        """The routes of a program already built (None: chosen here)."""
 
     def _init_events(self) -> None:
         """The event loop's state: task times, the event heap, cores, links, counters."""
@@ -178,6 +185,8 @@ class _Replayer:
         self.heap: list[tuple[int, int, int, int, int]] = []
         self.seq = 0
         self.links = FreeLinks(self.net.num_links, self.contention)
+        self.yx: set[Message] = set()
+        """Messages sent over their YX route."""
         self.mem_free = self.messages = self.bytes = self.now = 0
         self.late = False
         """Whether an event ran at a time the loop had already passed: a flow-control
@@ -229,7 +238,7 @@ class _Replayer:
                       self.bytes, self.links.busy, self.arrival, self.net.target.mesh_links,
                       fl.posts, fl.send_at, peaks, fl.forced, fl.send_wait, fl.held_sends,
                       fl.cap, {q for q, ok in enumerate(fl.roomy) if not ok}, fl.needed,
-                      fl.left)
+                      fl.left, yx=self.yx)
 
     # -- where a core stands -----------------------------------------------------------
     def point(self, p: int) -> int:
@@ -295,10 +304,13 @@ class _Replayer:
     def inject(self, key: int, now: int) -> None:
         f, q = divmod(key, self.P)
         frag = self.g.fragments[f]
-        net = self.net
-        arrived = net.pass_links(*net.timing(self.core_of[frag.producer], q, frag.bytes), now,
-                                 self.links)
-        self.arrival[(f, q)] = arrived
+        net, p, links = self.net, self.core_of[frag.producer], self.links
+        timing = net.timing(p, q, frag.bytes)
+        if (f, q) in self.routed if self.routed is not None else \
+                net.yx_sooner(p, q, timing[1], now, links):
+            timing = net.timing(p, q, frag.bytes, True)
+            self.yx.add((f, q))
+        self.arrival[(f, q)] = arrived = net.pass_links(*timing, now, links)
         if self.waiting.pop((f, q), None) is not None:
             self.push(arrived, _RUN, q)
 
