@@ -149,9 +149,9 @@ def test_pimsim_message_order_interleaves_the_bursts_of_one_instant() -> None:
 def test_first_links_are_the_routes_first_links(shape: tuple[int, int]) -> None:
     net = Network(Target(mesh_rows=shape[0], mesh_cols=shape[1]))
     cores = shape[0] * shape[1]
-    for src in range(cores):
-        assert net.first_links(src).tolist() == [net.route(src, q)[0] if q != src else -1
-                                                 for q in range(cores)]
+    for src, yx in itertools.product(range(cores), (False, True)):
+        assert net.first_links(src, yx).tolist() == [
+            net.route(src, q, yx)[0] if q != src else -1 for q in range(cores)]
 
 
 def test_yx_routes_go_along_the_column_then_the_row_with_the_same_hops() -> None:
