@@ -601,18 +601,14 @@ class _ListScheduler:
     def exact_ready(self, reads: list[tuple[dict[int, int], int, int, int]], p: int,
                     commit: bool, limit: int = INF) -> int:
         """Data-ready time on p of ``reads`` (:meth:`messages`) with their new messages
-        reserved on the links, each over the route `raptor.noc.Network.yx_sooner` picks
-        (or, once it exceeds ``limit``, a time past it: the caller has no use for more)."""
+        reserved on the links (or, once it exceeds ``limit``, a time past it: the caller
+        has no use for more)."""
         ready = 0
-        net, links = self.net, self.links
-        timing, arrival, hop = net.timing, links.arrival, net.hop_ns
+        timing, arrival, hop = self.net.timing, self.links.arrival, self.net.hop_ns
         for held, src, nbytes, inject in reads:
             a = held.get(p)
             if a is None:
-                route, ser, transfer = timing(src, p, nbytes)
-                if net.yx_sooner(src, p, ser, inject, links):
-                    route = net.route(src, p, True)
-                a = arrival(route, ser, transfer, hop, inject, commit, limit)
+                a = arrival(*timing(src, p, nbytes), hop, inject, commit, limit)
                 if commit:
                     held[p] = a
             if a > ready:
@@ -625,8 +621,7 @@ class _ListScheduler:
         """A lower bound of :meth:`exact_ready` on every core (on Raptor's links, where a
         message holds each link for its serialization whatever its route): each new
         message's free-link arrival plus what its head waits on its first link
-        (`Network.first_links`; the lesser of its XY and YX routes' where it may take
-        either), four walks of one link instead of one walk per core."""
+        (`Network.first_links`), four walks of one link instead of one walk per core."""
         net, arrival, wait = self.net, self.links.arrival, self.first_wait
 
         def rows() -> Iterator[IntArray]:
@@ -635,8 +630,7 @@ class _ListScheduler:
                 for link in range(4 * src, 4 * src + 4):
                     wait[link] = arrival((link,), ser, 0, 0, inject, False) - inject
                 row = self.mesh.arrival_row(src, self.mesh.flit_cycles(nbytes), inject)
-                row += wait[net.first_links(src)] if not net.choosing else \
-                    np.minimum(wait[net.first_links(src)], wait[net.first_links(src, True)])
+                row += wait[net.first_links(src)]
                 for q, a in held.items():
                     row[q] = a
                 yield row
