@@ -249,7 +249,7 @@ class Network:
         self._routes: dict[tuple[int, int, bool], tuple[int, ...]] = {}
         self._messages: dict[tuple[int, int, int, bool], Route] = {}
         self._timing: dict[tuple[int, int], tuple[int, int]] = {}
-        self._first: dict[int, np.ndarray] = {}
+        self._first: dict[tuple[int, bool], np.ndarray] = {}
         self.switch_base = 4 * target.num_cores
         self.switched = self.protocol != "raptor"
         """A message's route is its sender's switch (pimsim-nn), not its links."""
@@ -277,20 +277,22 @@ class Network:
         got = self._routes[(src, dst, yx)] = tuple(links)
         return got
 
-    def yx_sooner(self, src: int, dst: int, ser: int, inject: int, table: FreeLinks) -> bool:
+    def yx_sooner(self, src: int, dst: int, ser: int, inject: int,
+                  table: FreeLinks | Timelines) -> bool:
         """The choice of route, made once for every user (source routing, the target's
         ``routing = "xy-yx"``): whether a message from ``src`` to ``dst`` holding each link
         ``ser``, about to be injected at ``inject`` on ``table``, arrives strictly sooner
         over its YX route than over its XY one (ties, a single route, free links and
-        ``routing = "xy"``: XY). Nothing is reserved. (Choosing in PEFT's link planner too,
-        on its :class:`Timelines`, was measured and dropped: docs/benchmarks.md, issue #25,
-        fourteenth session.)"""
+        ``routing = "xy"``: XY). Nothing is reserved."""
         if not self.choosing:
             return False
         xy, yx = self.route(src, dst), self.route(src, dst, True)
         if xy == yx:
             return False
         hop = self.hop_ns
+        if isinstance(table, Timelines):
+            a = table.arrival(xy, ser, 0, hop, inject, False)
+            return a > inject and table.arrival(yx, ser, 0, hop, inject, False, a) < a
         a = table.probe(xy, inject, hop, ser)
         return a > inject + (len(xy) - 1) * hop and table.probe(yx, inject, hop, ser) < a
 
@@ -336,24 +338,23 @@ class Network:
             links = (self.switch_base + src,)
         return links, got[0], got[1]
 
-    def first_links(self, src: int) -> np.ndarray:
+    def first_links(self, src: int, yx: bool = False) -> np.ndarray:
         """The link a message from ``src`` takes first towards every core (-1 towards
-        ``src``) on the mesh's links over its XY route (a YX route's differs; a switched
-        protocol's message takes its switch): a head never makes up the time it waits there,
-        so that wait is a lower bound of an XY message's delay to every core behind it (the
-        list scheduler plans every message XY). An XY route's first link depends only on
-        which way the destination lies along each axis (dimension order), so the routes to
-        the neighbours give them all."""
-        got = self._first.get(src)
+        ``src``) on the mesh's links over its XY route, or its YX one (a switched protocol's
+        message takes its switch): a head never makes up the time it waits there, so that
+        wait is a lower bound of the message's delay to every core behind it. A route's
+        first link depends only on which way the destination lies along each axis (both
+        orders are dimension orders), so the routes to the neighbours give them all."""
+        got = self._first.get((src, yx))
         if got is None:
             cols, rows, cores = self.cols, self.target.mesh_rows, np.arange(self.target.num_cores)
             r, c = divmod(src, cols)
             first = np.full(9, -1, dtype=np.int64)
             for dr, dc in itertools.product((-1, 0, 1), repeat=2):  # the nearest core each way
                 if (dr or dc) and 0 <= r + dr < rows and 0 <= c + dc < cols:
-                    first[3 * dr + dc + 4] = self.route(src, src + dr * cols + dc)[0]
+                    first[3 * dr + dc + 4] = self.route(src, src + dr * cols + dc, yx)[0]
             way = 3 * np.sign(cores // cols - r) + np.sign(cores % cols - c) + 4
-            got = self._first[src] = first[way]
+            got = self._first[(src, yx)] = first[way]
         return got
 
     def message(self, src: int, dst: int, nbytes: int, yx: bool = False) -> Route:
