@@ -149,9 +149,9 @@ def test_pimsim_message_order_interleaves_the_bursts_of_one_instant() -> None:
 def test_first_links_are_the_routes_first_links(shape: tuple[int, int]) -> None:
     net = Network(Target(mesh_rows=shape[0], mesh_cols=shape[1]))
     cores = shape[0] * shape[1]
-    for src in range(cores):
-        assert net.first_links(src).tolist() == [net.route(src, q)[0] if q != src else -1
-                                                 for q in range(cores)]
+    for src, yx in itertools.product(range(cores), (False, True)):
+        assert net.first_links(src, yx).tolist() == [
+            net.route(src, q, yx)[0] if q != src else -1 for q in range(cores)]
 
 
 def test_yx_routes_go_along_the_column_then_the_row_with_the_same_hops() -> None:
@@ -186,30 +186,32 @@ def test_a_fan_out_leaves_on_two_links_when_yx_is_sooner() -> None:
     first, free, and arrives as over free links. Under ``routing = "xy"``, or on free
     links, XY; a destination in the sender's row has one route."""
     net = Network(dataclasses.replace(GRID, routing="xy-yx"))
-    table = FreeLinks(net.num_links)
-    links, ser, transfer = net.timing(0, 5, 64)
-    assert not net.yx_sooner(0, 5, ser, 100, table)  # all free: XY
-    assert net.pass_links(links, ser, transfer, 100, table) == 100 + transfer
-    assert net.yx_sooner(0, 6, ser, 100, table)
-    assert not net.yx_sooner(0, 2, ser, 100, table)  # along the row: one route
-    assert not Network(GRID).yx_sooner(0, 6, ser, 100, table)
-    assert net.pass_links(*net.timing(0, 6, 64, True), 100, table) == \
-        100 + net.timing(0, 6, 64)[2]
+    for table in (FreeLinks(net.num_links), Timelines(net.num_links)):
+        links, ser, transfer = net.timing(0, 5, 64)
+        assert not net.yx_sooner(0, 5, ser, 100, table)  # all free: XY
+        assert net.pass_links(links, ser, transfer, 100, table) == 100 + transfer
+        assert net.yx_sooner(0, 6, ser, 100, table)
+        assert not net.yx_sooner(0, 2, ser, 100, table)  # along the row: one route
+        assert not Network(GRID).yx_sooner(0, 6, ser, 100, table)
+        assert net.pass_links(*net.timing(0, 6, 64, True), 100, table) == \
+            100 + net.timing(0, 6, 64)[2]
     assert not net.yx_sooner(0, 6, ser, 100, FreeLinks(net.num_links, contention=False))
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.integers(1, 4), st.integers(1, 4), st.lists(
     st.tuples(st.integers(0, 15), st.integers(0, 15), st.integers(1, 200),
-              st.integers(0, 60)), min_size=1, max_size=12))
+              st.integers(0, 60)), min_size=1, max_size=12), st.booleans())
 def test_a_chosen_route_is_minimal_and_never_later_than_xy(
-        rows: int, cols: int, messages: list[tuple[int, int, int, int]]) -> None:
+        rows: int, cols: int, messages: list[tuple[int, int, int, int]],
+        timelines: bool) -> None:
     """Random messages on a small mesh, each injected in turn on one link table: the
     chosen route runs from the sender to the receiver over neighbours, as many hops as
     XY, and arrives no later than XY would have on the same table."""
     net = Network(Target(mesh_rows=rows, mesh_cols=cols, routing="xy-yx"))
     cores = rows * cols
-    table = FreeLinks(net.num_links)
+    table: FreeLinks | Timelines = Timelines(net.num_links) if timelines \
+        else FreeLinks(net.num_links)
     for src, dst, nbytes, inject in sorted(messages, key=lambda m: m[3]):
         src, dst = src % cores, dst % cores
         xy = net.timing(src, dst, nbytes)
@@ -222,6 +224,10 @@ def test_a_chosen_route_is_minimal_and_never_later_than_xy(
             here = b
         assert here == dst and len(links) == len(xy[0])
         hop, (xy_links, ser, transfer) = net.hop_ns, xy
-        was = transfer + table.probe(xy_links, inject, hop, ser) - (len(links) - 1) * hop \
-            if xy_links else inject
+        if not xy_links:
+            was = inject
+        elif isinstance(table, Timelines):
+            was = table.arrival(xy_links, ser, transfer, hop, inject, False)
+        else:
+            was = transfer + table.probe(xy_links, inject, hop, ser) - (len(links) - 1) * hop
         assert net.pass_links(*net.timing(src, dst, nbytes, yx), inject, table) <= was
