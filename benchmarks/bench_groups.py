@@ -6,12 +6,13 @@ every example and the benchmarks/cnns.py CNNs (optionally ResNet-18), exactly as
     python benchmarks/bench_groups.py --json after.json [--target FILE.toml] [--resnet]
     python benchmarks/bench_groups.py --array-group-max 1 --json before.json
     python benchmarks/bench_groups.py --mvm-units 4 --json u4.json
+    python benchmarks/bench_groups.py --routing xy-yx --json yx.json
     python benchmarks/bench_groups.py --compare before.json after.json   # Markdown table
 
 Run it with `--array-group-max 1` (one crossbar per MVM) and without, or once on a tree
 before a change and once after; `--compare` prints the table docs/benchmarks.md holds.
-`--array-group-max` and `--mvm-units` override those keys of the target. Older trees whose
-report has no `groups` field show "-" there."""
+`--array-group-max`, `--mvm-units` and `--routing` override those keys of the target.
+Older trees whose report has no `groups` field show "-" there."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.cnns import CNNS
 from benchmarks.models import resnet18
+from raptor.noc import ROUTINGS
 from raptor.sim import SimOptions
 from raptor.solve import SolveOptions, report, solve
 from raptor.target import Target, TargetError, load_target
@@ -98,6 +100,7 @@ def main() -> None:
     ap.add_argument("--array-group-max", type=int, metavar="N",
                     help="override the target's array_group_max (1: one crossbar per MVM)")
     ap.add_argument("--mvm-units", type=int, metavar="N", help="override the target's mvm_units")
+    ap.add_argument("--routing", choices=ROUTINGS, help="override the target's routing")
     ap.add_argument("--json", metavar="FILE", help="write the figures here")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     args = ap.parse_args()
@@ -105,7 +108,8 @@ def main() -> None:
         before, after = (json.loads(Path(f).read_text()) for f in args.compare)
         print(compare(before, after))
         return
-    keys = {"array_group_max": args.array_group_max, "mvm_units": args.mvm_units}
+    keys = {"array_group_max": args.array_group_max, "mvm_units": args.mvm_units,
+            "routing": args.routing}
     try:
         target = dataclasses.replace(load_target(args.target),
                                      **{k: v for k, v in keys.items() if v is not None})

@@ -1,4 +1,4 @@
-"""The network-on-chip's timing, written once: serialization, XY routes, cut-through links.
+"""The network-on-chip's timing, written once: serialization, routes, cut-through links.
 
 Every user — PEFT's link planner, the communication replay, CP-SAT's coefficients, the
 pipeline models, the simulator and the pimsim-nn exporter — prices a message here:
@@ -7,7 +7,10 @@ pipeline models, the simulator and the pimsim-nn exporter — prices a message h
   ``flit_cycles`` on a link (:func:`flits`, :func:`serial_cycles`).
 * **Free-link latency.** The head crosses ``hop_cycles`` per hop, the tail follows one
   serialization later (:func:`free_cycles`; ``Target.transfer_ns`` in ns).
-* **Routes.** XY routing (along the row, then along the column). Directed link
+* **Routes.** XY routing (along the row, then along the column), or, under the target's
+  ``routing = "xy-yx"``, source routing: each message takes its XY or its YX route, chosen
+  when it is injected by :meth:`Network.yx_sooner` (the one rule; the communication replay
+  applies it, the program records it, the simulator follows it). Directed link
   ``core * 4 + direction`` (:data:`EAST`, :data:`WEST`, :data:`SOUTH`, :data:`NORTH`)
   leaves ``core``; :meth:`Network.links` lists the links that exist, border cores' missing
   ones left out.
@@ -44,6 +47,15 @@ PROTOCOLS = ("raptor", "pimsim-nn")
 links, each held for the serialization. ``pimsim-nn``: a one-flit request and a one-flit
 reply before the data, every flit charged the whole path, the sender's switch carrying one
 message at a time (no link contention); a route is then that switch alone."""
+
+ROUTINGS = ("xy", "xy-yx")
+"""Which routes messages take on Raptor's links (the target's ``routing``): ``xy`` every
+message its XY route; ``xy-yx`` each its XY or its YX route, whichever the link table says
+arrives sooner when it is injected (`Network.yx_sooner`), recorded in the program (the
+send's ``yx``). Mixing the two orders can deadlock a wormhole mesh unless they use separate
+virtual channels (O1TURN, Seo et al. 2005); Raptor's cut-through model reserves each link
+for a whole message and never holds one while waiting for the next, so it assumes those
+channels rather than modelling them."""
 
 N = TypeVar("N", int, "np.ndarray")
 
@@ -222,7 +234,7 @@ NEVER = 1 << 62
 
 
 class Network:
-    """XY routes and message timing of a target's mesh (integer ns), cached per pair, under
+    """Routes and message timing of a target's mesh (integer ns), cached per pair, under
     ``protocol`` (default: the target's). Under pimsim-nn's a message's route is its
     sender's switch, resource ``4 * cores + sender``."""
 
@@ -234,31 +246,55 @@ class Network:
         self.num_links = (4 if self.protocol == "raptor" else 5) * target.num_cores
         """Size of a table indexed by link (border cores' missing links included) or
         switch."""
-        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._messages: dict[tuple[int, int, int], Route] = {}
+        self._routes: dict[tuple[int, int, bool], tuple[int, ...]] = {}
+        self._messages: dict[tuple[int, int, int, bool], Route] = {}
         self._timing: dict[tuple[int, int], tuple[int, int]] = {}
-        self._first: dict[int, np.ndarray] = {}
+        self._first: dict[tuple[int, bool], np.ndarray] = {}
         self.switch_base = 4 * target.num_cores
         self.switched = self.protocol != "raptor"
         """A message's route is its sender's switch (pimsim-nn), not its links."""
+        self.choosing = target.routing == "xy-yx" and not self.switched
+        """Whether a message may take its YX route (`yx_sooner`)."""
 
-    def route(self, src: int, dst: int) -> tuple[int, ...]:
-        """Directed links from ``src`` to ``dst``: the row first, then the column."""
-        got = self._routes.get((src, dst))
+    def route(self, src: int, dst: int, yx: bool = False) -> tuple[int, ...]:
+        """Directed links from ``src`` to ``dst``: along the row, then along the column (XY),
+        or the column first (``yx``). Both are minimal: the same hops, the same free-link
+        latency; they differ only when ``src`` and ``dst`` share neither row nor column."""
+        got = self._routes.get((src, dst, yx))
         if got is not None:
             return got
         cols = self.cols
         r, c = divmod(src, cols)
         rd, cd = divmod(dst, cols)
         links = []
-        while c != cd:
-            links.append((r * cols + c) * 4 + (EAST if cd > c else WEST))
-            c += 1 if cd > c else -1
-        while r != rd:
-            links.append((r * cols + c) * 4 + (SOUTH if rd > r else NORTH))
-            r += 1 if rd > r else -1
-        got = self._routes[(src, dst)] = tuple(links)
+        for along_row in (False, True) if yx else (True, False):
+            while along_row and c != cd:
+                links.append((r * cols + c) * 4 + (EAST if cd > c else WEST))
+                c += 1 if cd > c else -1
+            while not along_row and r != rd:
+                links.append((r * cols + c) * 4 + (SOUTH if rd > r else NORTH))
+                r += 1 if rd > r else -1
+        got = self._routes[(src, dst, yx)] = tuple(links)
         return got
+
+    def yx_sooner(self, src: int, dst: int, ser: int, inject: int,
+                  table: FreeLinks | Timelines) -> bool:
+        """The choice of route, made once for every user (source routing, the target's
+        ``routing = "xy-yx"``): whether a message from ``src`` to ``dst`` holding each link
+        ``ser``, about to be injected at ``inject`` on ``table``, arrives strictly sooner
+        over its YX route than over its XY one (ties, a single route, free links and
+        ``routing = "xy"``: XY). Nothing is reserved."""
+        if not self.choosing:
+            return False
+        xy, yx = self.route(src, dst), self.route(src, dst, True)
+        if xy == yx:
+            return False
+        hop = self.hop_ns
+        if isinstance(table, Timelines):
+            a = table.arrival(xy, ser, 0, hop, inject, False)
+            return a > inject and table.arrival(yx, ser, 0, hop, inject, False, a) < a
+        a = table.probe(xy, inject, hop, ser)
+        return a > inject + (len(xy) - 1) * hop and table.probe(yx, inject, hop, ser) < a
 
     def link_ends(self, link: int) -> tuple[int, int]:
         """The (from, to) cores of a directed link."""
@@ -282,12 +318,14 @@ class Network:
                     out.append(a * 4 + d)
         return out
 
-    def timing(self, src: int, dst: int, nbytes: int) -> tuple[tuple[int, ...], int, int]:
-        """A message's links, serialization and free-link latency, without a Route (cached
-        by pair and by hops and flits: sizes vary too much to cache per message)."""
-        links = self._routes.get((src, dst))
+    def timing(self, src: int, dst: int, nbytes: int, yx: bool = False
+               ) -> tuple[tuple[int, ...], int, int]:
+        """A message's links (its XY route, or YX), serialization and free-link latency,
+        without a Route (cached by pair and by hops and flits: sizes vary too much to cache
+        per message)."""
+        links = self._routes.get((src, dst, yx))
         if links is None:
-            links = self.route(src, dst)
+            links = self.route(src, dst, yx)
         hops = len(links)
         key = (hops, flits(self.target, nbytes))  # sizes of one flit count time alike
         got = self._timing.get(key)
@@ -300,31 +338,32 @@ class Network:
             links = (self.switch_base + src,)
         return links, got[0], got[1]
 
-    def first_links(self, src: int) -> np.ndarray:
+    def first_links(self, src: int, yx: bool = False) -> np.ndarray:
         """The link a message from ``src`` takes first towards every core (-1 towards
-        ``src``) on the mesh's links (a switched protocol's message takes its switch): a
-        head never makes up the time it waits there, so that wait is a lower bound of the
-        message's delay to every core behind it. A route's first link depends only on which
-        way the destination lies along each axis (dimension order), so the routes to the
-        neighbours give them all."""
-        got = self._first.get(src)
+        ``src``) on the mesh's links over its XY route, or its YX one (a switched protocol's
+        message takes its switch): a head never makes up the time it waits there, so that
+        wait is a lower bound of the message's delay to every core behind it. A route's
+        first link depends only on which way the destination lies along each axis (both
+        orders are dimension orders), so the routes to the neighbours give them all."""
+        got = self._first.get((src, yx))
         if got is None:
             cols, rows, cores = self.cols, self.target.mesh_rows, np.arange(self.target.num_cores)
             r, c = divmod(src, cols)
             first = np.full(9, -1, dtype=np.int64)
             for dr, dc in itertools.product((-1, 0, 1), repeat=2):  # the nearest core each way
                 if (dr or dc) and 0 <= r + dr < rows and 0 <= c + dc < cols:
-                    first[3 * dr + dc + 4] = self.route(src, src + dr * cols + dc)[0]
+                    first[3 * dr + dc + 4] = self.route(src, src + dr * cols + dc, yx)[0]
             way = 3 * np.sign(cores // cols - r) + np.sign(cores % cols - c) + 4
-            got = self._first[src] = first[way]
+            got = self._first[(src, yx)] = first[way]
         return got
 
-    def message(self, src: int, dst: int, nbytes: int) -> Route:
-        """A message's route, serialization and free-link latency (cached per message)."""
-        key = (src, dst, nbytes)
+    def message(self, src: int, dst: int, nbytes: int, yx: bool = False) -> Route:
+        """A message's route (XY, or YX), serialization and free-link latency (cached per
+        message)."""
+        key = (src, dst, nbytes, yx)
         got = self._messages.get(key)
         if got is None:
-            got = self._messages[key] = Route(*self.timing(src, dst, nbytes))
+            got = self._messages[key] = Route(*self.timing(src, dst, nbytes, yx))
         return got
 
     def cut_through(self, route: Route, inject: int, table: FreeLinks | Timelines) -> int:
@@ -407,6 +446,16 @@ class FreeLinks:
             busy[link] += ser
             if log is not None:
                 note(head)
+        return head
+
+    def probe(self, links: tuple[int, ...], head: int, hop: int, ser: int) -> int:
+        """What :meth:`walk` would return, reserving nothing."""
+        free, contention = self.free, self.contention
+        head -= hop
+        for link in links:
+            head += hop
+            if contention and free[link] > head:
+                head = free[link]
         return head
 
 

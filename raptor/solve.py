@@ -490,7 +490,8 @@ def message_flow(build: GraphBuild, rep: Replay) -> Flow:
 
     return Flow({key(*m): at for m, at in rep.posts.items()},
                 {key(*m): at for m, at in rep.sends.items()}, frozenset(rep.tight),
-                {key(*m): key(*lead) for m, lead in rep.merged.items()})
+                {key(*m): key(*lead) for m, lead in rep.merged.items()},
+                frozenset(key(*m) for m in rep.yx))
 
 
 def solve(model: str | Path, target: Target, opts: SolveOptions,

@@ -94,6 +94,9 @@ class Target:
     """How messages cross the mesh, and so what the schedulers optimize (`raptor.noc`):
     ``raptor`` (posted receives, pipelined flits, link contention) or ``pimsim-nn``
     (handshake, every flit charged the whole path, one message at a time per core)."""
+    routing: str = "xy"
+    """Which route each message takes on Raptor's links (`raptor.noc.ROUTINGS`): ``xy``, or
+    ``xy-yx`` (source routing: the compiler picks XY or YX per message)."""
 
     def __post_init__(self) -> None:
         """Types first, then the core count, then each key's range (`LIMITS`)."""
@@ -103,7 +106,12 @@ class Target:
         if self.protocol not in noc.PROTOCOLS:
             raise TargetError("target key 'protocol' must be one of "
                               f"{', '.join(noc.PROTOCOLS)}, got {_shown(self.protocol)}")
-        for f in dataclasses.fields(self)[1:-1]:
+        if self.routing not in noc.ROUTINGS:
+            raise TargetError("target key 'routing' must be one of "
+                              f"{', '.join(noc.ROUTINGS)}, got {_shown(self.routing)}")
+        for f in dataclasses.fields(self):
+            if f.type == "str":  # name, protocol, routing: checked above
+                continue
             value, real = getattr(self, f.name), f.type in ("float", float)
             if isinstance(value, bool) or not isinstance(value, int | float if real else int):
                 kind = "a number" if real else "an integer"

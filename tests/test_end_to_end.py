@@ -5,12 +5,14 @@ exactly once contention, queueing and rendezvous waits are switched off."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from raptor.driver import ir_inputs
+from raptor.ir.ops import ChannelSendOp
 from raptor.ir.parser import parse_module
 from raptor.sim import SimOptions, simulate
 from raptor.solve import Solved, SolveOptions, solve
@@ -156,3 +158,23 @@ def test_identical_reruns() -> None:
                                       sim=SimOptions(trace=False))))
             for w in (2, 2, 1)]
     assert _untimed(reps[0]) == _untimed(reps[1]) == _untimed(reps[2])
+
+
+def test_routes_chosen_by_the_replay_are_the_simulators() -> None:
+    """Under ``routing = "xy-yx"`` the program records the routes the replay chose (the
+    sends' ``yx``), the simulation follows them to the estimate's nanosecond, and the same
+    program with every route XY runs otherwise."""
+    target = dataclasses.replace(load_target("default"), routing="xy-yx")
+    solved = solve(EXAMPLES / "resnet_block.onnx", target, SolveOptions(solver="peft"))
+    (run,) = solved.runs
+    assert run.sim is not None and run.flow is not None and run.numerics
+    sends = [op for op in run.scheduled.walk() if isinstance(op, ChannelSendOp)]
+    assert 0 < sum(op.yx for op in sends) == len(run.flow.yx) < len(sends)
+    assert run.sim.report.latency_ns == run.estimate_ns
+    text = run.scheduled.print()
+    assert " yx : " in text and parse_module(text, "scheduled.spat").print() == text
+    for op in sends:
+        op.yx = False
+    feeds = ir_inputs(solved.compiled.graph, solved.inputs)
+    xy = simulate(run.scheduled, target, feeds, SimOptions(trace=False))
+    assert xy.report.latency_ns != run.estimate_ns

@@ -4,11 +4,14 @@ latency, and cut-through reservations (figures by hand at 1 GHz: a hop 2 ns, an 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raptor import noc
 from raptor.noc import FreeLinks, LinkLog, Network, Timelines
@@ -146,6 +149,85 @@ def test_pimsim_message_order_interleaves_the_bursts_of_one_instant() -> None:
 def test_first_links_are_the_routes_first_links(shape: tuple[int, int]) -> None:
     net = Network(Target(mesh_rows=shape[0], mesh_cols=shape[1]))
     cores = shape[0] * shape[1]
-    for src in range(cores):
-        assert net.first_links(src).tolist() == [net.route(src, q)[0] if q != src else -1
-                                                 for q in range(cores)]
+    for src, yx in itertools.product(range(cores), (False, True)):
+        assert net.first_links(src, yx).tolist() == [
+            net.route(src, q, yx)[0] if q != src else -1 for q in range(cores)]
+
+
+def test_yx_routes_go_along_the_column_then_the_row_with_the_same_hops() -> None:
+    net = Network(GRID)
+    for src, dst in itertools.product(range(GRID.num_cores), repeat=2):
+        links = net.route(src, dst, yx=True)
+        assert len(links) == GRID.hops(src, dst)
+        here, turned = src, False
+        for link in links:
+            a, b = net.link_ends(link)
+            assert a == here and net.link(a, b) == link
+            horizontal = abs(b - a) == 1
+            assert not (turned and not horizontal)  # no column move after a row move
+            turned |= horizontal
+            here = b
+        assert here == dst
+        assert net.timing(src, dst, 100, True)[1:] == net.timing(src, dst, 100)[1:]
+        same_line = src // 4 == dst // 4 or src % 4 == dst % 4
+        assert (links == net.route(src, dst)) == same_line
+
+
+def test_routing_is_a_target_key() -> None:
+    assert Target().routing == "xy"
+    assert target_from_dict({"routing": "xy-yx"}, "t").routing == "xy-yx"
+    with pytest.raises(TargetError, match="'routing' must be one of xy, xy-yx"):
+        target_from_dict({"routing": "west-first"}, "t")
+
+
+def test_a_fan_out_leaves_on_two_links_when_yx_is_sooner() -> None:
+    """Core 0 of the 3x4 grid sends 64 B to core 5 (one hop east, one south), then the same
+    to core 6: XY, the second waits 16 ns on link 0->1 behind the first; YX takes 0->4
+    first, free, and arrives as over free links. Under ``routing = "xy"``, or on free
+    links, XY; a destination in the sender's row has one route."""
+    net = Network(dataclasses.replace(GRID, routing="xy-yx"))
+    for table in (FreeLinks(net.num_links), Timelines(net.num_links)):
+        links, ser, transfer = net.timing(0, 5, 64)
+        assert not net.yx_sooner(0, 5, ser, 100, table)  # all free: XY
+        assert net.pass_links(links, ser, transfer, 100, table) == 100 + transfer
+        assert net.yx_sooner(0, 6, ser, 100, table)
+        assert not net.yx_sooner(0, 2, ser, 100, table)  # along the row: one route
+        assert not Network(GRID).yx_sooner(0, 6, ser, 100, table)
+        assert net.pass_links(*net.timing(0, 6, 64, True), 100, table) == \
+            100 + net.timing(0, 6, 64)[2]
+    assert not net.yx_sooner(0, 6, ser, 100, FreeLinks(net.num_links, contention=False))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.integers(1, 4), st.integers(1, 4), st.lists(
+    st.tuples(st.integers(0, 15), st.integers(0, 15), st.integers(1, 200),
+              st.integers(0, 60)), min_size=1, max_size=12), st.booleans())
+def test_a_chosen_route_is_minimal_and_never_later_than_xy(
+        rows: int, cols: int, messages: list[tuple[int, int, int, int]],
+        timelines: bool) -> None:
+    """Random messages on a small mesh, each injected in turn on one link table: the
+    chosen route runs from the sender to the receiver over neighbours, as many hops as
+    XY, and arrives no later than XY would have on the same table."""
+    net = Network(Target(mesh_rows=rows, mesh_cols=cols, routing="xy-yx"))
+    cores = rows * cols
+    table: FreeLinks | Timelines = Timelines(net.num_links) if timelines \
+        else FreeLinks(net.num_links)
+    for src, dst, nbytes, inject in sorted(messages, key=lambda m: m[3]):
+        src, dst = src % cores, dst % cores
+        xy = net.timing(src, dst, nbytes)
+        yx = net.yx_sooner(src, dst, xy[1], inject, table)
+        links = net.route(src, dst, yx)
+        here = src
+        for link in links:
+            a, b = net.link_ends(link)
+            assert a == here and abs(b - a) in (1, cols)
+            here = b
+        assert here == dst and len(links) == len(xy[0])
+        hop, (xy_links, ser, transfer) = net.hop_ns, xy
+        if not xy_links:
+            was = inject
+        elif isinstance(table, Timelines):
+            was = table.arrival(xy_links, ser, transfer, hop, inject, False)
+        else:
+            was = transfer + table.probe(xy_links, inject, hop, ser) - (len(links) - 1) * hop
+        assert net.pass_links(*net.timing(src, dst, nbytes, yx), inject, table) <= was

@@ -696,12 +696,14 @@ class LaneResultOp(Operation):
 @op_def
 class ChannelSendOp(Strided):
     """Send a value, or a strided region of it (a DMA descriptor: no copy on the sender),
-    to another core: `spat.channel_send %v[offs] [sizes] [strides] to core(c) channel(k) :
-    T -> M` where M is the message type (the region's sizes, unit dims dropped freely)."""
+    to another core: `spat.channel_send %v[offs] [sizes] [strides] to core(c) channel(k)
+    [yx] : T -> M` where M is the message type (the region's sizes, unit dims dropped
+    freely). `yx`: the message takes its YX route, not its XY one (source routing: the
+    compiler chose it, `raptor.noc.Network.yx_sooner`; the simulator follows it)."""
 
     NAME: ClassVar[str] = "spat.channel_send"
     FORMAT: ClassVar[str] = ("$value($offsets^ $sizes $strides)? to core($core) "
-                             "channel($channel) : type($value) (-> $message^)?")
+                             "channel($channel) $yx : type($value) (-> $message^)?")
     value: Operand
     core: int
     channel: int
@@ -709,6 +711,7 @@ class ChannelSendOp(Strided):
     sizes: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()
     message: TensorType | None = None
+    yx: bool = False
 
     @property
     def message_type(self) -> Type:

@@ -171,6 +171,9 @@ class Flow:
     protocol, `raptor.solver.blocking.merge_messages`): the sender packs the parts, in
     rank order, into one flat buffer (`tensor.concat`) and sends it at the first part's
     place and channel; each reader takes its part's range of the one receive (views)."""
+    yx: frozenset[Message] = frozenset()
+    """Messages that take their YX route (the send's ``yx``), as the communication model
+    chose them (`raptor.noc.Network.yx_sooner`)."""
 
 
 @dataclass(frozen=True)
@@ -634,14 +637,15 @@ class Materializer:
                 frag = self.local[(u, r, p, None)]
                 phase = 0 if self.s.end[u] > self.s.start[u] else 2
                 key = (self.s.end[u], phase, seq)
+                yx = m in flow.yx
                 if crop is None:
-                    send = ChannelSendOp(frag, q, seq)
+                    send = ChannelSendOp(frag, q, seq, yx=yx)
                     got = Value(frag.type, f"r{u}")
                 else:  # a region of the value travels (DMA), not the whole of it
                     offs, sizes = crop
                     msg = TensorType(sizes, frag.tensor.dtype)
                     send = ChannelSendOp(frag, q, seq, tuple(map(Affine, offs)), sizes,
-                                         (1,) * len(sizes), msg)
+                                         (1,) * len(sizes), msg, yx)
                     got = Value(msg, f"r{u}")
                 recv = owned(ChannelReceiveOp(got, p, seq))
                 self.local[(u, r, q, crop)] = got

@@ -637,7 +637,7 @@ class _CoreCompiler:
                 cut = (sl, None if tuple(op.sizes) == shape else shape)
             return Instr(SEND, op, "spat.channel_send", self.core, waits=self.waits(op, [value]),
                          peer=op.core, channel=op.channel, value=value, nbytes=nbytes,
-                         cut=cut, route=self.ctx.net.message(self.core, op.core, nbytes))
+                         cut=cut, route=self.ctx.net.message(self.core, op.core, nbytes, op.yx))
         if isinstance(op, SignalOp | WaitOp):
             return self.counter(op)
         if isinstance(op, LoadOp | StoreOp):

@@ -399,8 +399,11 @@ class _ListScheduler:
 
     def __init__(self, graph: ComputeGraph, target: Target, mesh: Mesh, tiles: _Tiles,
                  lookahead: bool, pinned: BoolArray | None, eager: bool = False,
-                 copies: bool = True) -> None:
+                 copies: bool = True, routes: bool = False) -> None:
         self.g, self.mesh, self.tiles = graph, mesh, tiles
+        self.routes = routes
+        """Whether its link planner picks each message's route (`Network.yx_sooner`), as
+        the replay does under ``routing = "xy-yx"``, rather than planning every one XY."""
         self.lookahead = lookahead
         self.eager = eager
         """Whether a task without crossbars (a partial-sum addition, a pool, a residual
@@ -601,14 +604,19 @@ class _ListScheduler:
     def exact_ready(self, reads: list[tuple[dict[int, int], int, int, int]], p: int,
                     commit: bool, limit: int = INF) -> int:
         """Data-ready time on p of ``reads`` (:meth:`messages`) with their new messages
-        reserved on the links (or, once it exceeds ``limit``, a time past it: the caller
-        has no use for more)."""
+        reserved on the links, over the route `raptor.noc.Network.yx_sooner` picks when
+        ``routes`` (or, once it exceeds ``limit``, a time past it: the caller has no use
+        for more)."""
         ready = 0
-        timing, arrival, hop = self.net.timing, self.links.arrival, self.net.hop_ns
+        net, links, routes = self.net, self.links, self.routes
+        timing, arrival, hop = net.timing, links.arrival, net.hop_ns
         for held, src, nbytes, inject in reads:
             a = held.get(p)
             if a is None:
-                a = arrival(*timing(src, p, nbytes), hop, inject, commit, limit)
+                route, ser, transfer = timing(src, p, nbytes)
+                if routes and net.yx_sooner(src, p, ser, inject, links):
+                    route = net.route(src, p, True)
+                a = arrival(route, ser, transfer, hop, inject, commit, limit)
                 if commit:
                     held[p] = a
             if a > ready:
@@ -621,7 +629,8 @@ class _ListScheduler:
         """A lower bound of :meth:`exact_ready` on every core (on Raptor's links, where a
         message holds each link for its serialization whatever its route): each new
         message's free-link arrival plus what its head waits on its first link
-        (`Network.first_links`), four walks of one link instead of one walk per core."""
+        (`Network.first_links`; the lesser of its two routes' when ``routes``), four walks
+        of one link instead of one walk per core."""
         net, arrival, wait = self.net, self.links.arrival, self.first_wait
 
         def rows() -> Iterator[IntArray]:
@@ -630,7 +639,8 @@ class _ListScheduler:
                 for link in range(4 * src, 4 * src + 4):
                     wait[link] = arrival((link,), ser, 0, 0, inject, False) - inject
                 row = self.mesh.arrival_row(src, self.mesh.flit_cycles(nbytes), inject)
-                row += wait[net.first_links(src)]
+                row += wait[net.first_links(src)] if not self.routes else \
+                    np.minimum(wait[net.first_links(src)], wait[net.first_links(src, True)])
                 for q, a in held.items():
                     row[q] = a
                 yield row
@@ -739,11 +749,22 @@ def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool, copies:
     of 1,000 tasks x 64 cores and up to a fifth of 10,000 x 256 when called outside the CLI,
     which pauses it already)."""
     with collector_paused():
-        return _list_schedule_runs(graph, target, lookahead, copies)
+        best = _list_schedule_runs(graph, target, lookahead, copies)
+        if shared_network(target).choosing:
+            # the replay picks each message's route; the link planner picking them too makes
+            # other schedules, sometimes faster (ResNet-18 at four units: 1,668,651 ns, all
+            # planned XY 1,707,371), sometimes slower (mobilenet_block: 67,670, XY 67,418)
+            routed = _list_schedule_runs(graph, target, lookahead, copies, routes=True)
+            if routed.estimate_ns < best.estimate_ns:
+                t = best.solve_seconds
+                best = routed
+                best.notes.append("the link planner picked each message's route")
+                best.solve_seconds += t
+        return best
 
 
-def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, copies: bool
-                        ) -> MergeScheduleResult:
+def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, copies: bool,
+                        routes: bool = False) -> MergeScheduleResult:
     t0 = time.perf_counter()
     graph.freeze()
     check_capacity(graph, target)
@@ -761,7 +782,7 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
 
     try:
         keep("", *_ListScheduler(graph, target, mesh, tiles, lookahead, None,
-                                 copies=copies).run())
+                                 copies=copies, routes=routes).run())
     except _NoRoom as exc:
         notes.append(f"capacity fallback: greedy placement found no room for task {exc.args[0]}")
     # Under crossbar pressure greedy replication strands later tasks on the few cores that
@@ -770,7 +791,7 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
     if not runs or 2 * tiles.count >= target.crossbar_capacity:
         keep("scheduled on a packed residency (largest-weight-first, reuse-first)",
              *_ListScheduler(graph, target, mesh, tiles, lookahead,
-                             pack_tiles(graph, target), copies=copies).run())
+                             pack_tiles(graph, target), copies=copies, routes=routes).run())
     if graph.tile_layer:
         # a lowered network: its tasks without crossbars placed as soon as their producers
         # are (`_ListScheduler.eager`) is a candidate too (ResNet-18: 3,862,205 -> 3,460,811
@@ -778,7 +799,7 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
         with contextlib.suppress(_NoRoom):
             keep("tasks without crossbars placed as soon as their producers are",
                  *_ListScheduler(graph, target, mesh, tiles, lookahead, None, eager=True,
-                                 copies=copies).run())
+                                 copies=copies, routes=routes).run())
         if lookahead:
             # ... and without the lookahead: on ResNet-18 its plan is 17 us longer (3,218,055
             # ns) but loses 168 us to link contention where the lookahead's loses 209
@@ -787,7 +808,8 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
             with contextlib.suppress(_NoRoom):
                 keep("tasks without crossbars placed as soon as their producers are, without "
                      "the lookahead", *_ListScheduler(graph, target, mesh, tiles, False, None,
-                                                     eager=True, copies=copies).run())
+                                                     eager=True, copies=copies,
+                                                     routes=routes).run())
     if target.protocol != "raptor":
         # pimsim-nn's receives block, which the list scheduler's message prices do not
         # capture: a schedule made for Raptor's mesh is a candidate too, judged by the

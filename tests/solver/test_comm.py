@@ -3,6 +3,8 @@ queue, and the replay (figures computed by hand at 1 GHz: a hop 2 ns, a 8-byte f
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from raptor.solver import ComputeGraph, blocking
@@ -218,3 +220,25 @@ def test_the_program_built_is_refined_further_with_the_meeting_order() -> None:
                             {k: rank for k, (_, rank) in rep.sends.items()}, rep.posts,
                             rep.flow, DEEPEN_ROUNDS)
     assert plain is not None and deep.makespan_ns < plain[0]
+
+
+def test_the_replay_routes_a_fan_out_over_yx_when_that_arrives_sooner() -> None:
+    """p on core 0 of a 3x4 mesh sends its 64-byte fragment to b on core 5 (one hop east,
+    one south) and then to c on core 6: XY, the second waits 16 ns on link 0->1 behind the
+    first; under ``routing = "xy-yx"`` it leaves south instead and arrives as over free
+    links. A replay of the program built follows the routes recorded, whatever its times."""
+    grid = Target(mesh_rows=3, mesh_cols=4)
+    g = ComputeGraph()
+    p, b, c = (g.add_task(n, 10) for n in "pbc")
+    f = g.add_fragment(p, 64)
+    for t in (b, c):
+        g.add_edge(p, t, 64)
+        g.add_read(t, f)
+    g.freeze()
+    core_of, tasks = [0, 5, 6], [[0], [], [], [], [], [1], [2]] + [[]] * 5
+    xy = replay(g, grid, core_of, tasks, priority=[0, 1, 2])
+    assert xy.yx == set() and xy.start[2] == 10 + 16 + 3 * 2 + 16
+    both = dataclasses.replace(grid, routing="xy-yx")
+    yx = replay(g, both, core_of, tasks, priority=[0, 1, 2])
+    assert yx.yx == {(f, 6)} and yx.start[2] == 10 + 3 * 2 + 16
+    assert replay(g, both, core_of, tasks, priority=[0, 1, 2], built=xy).start == xy.start

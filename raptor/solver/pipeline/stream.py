@@ -7,11 +7,12 @@ them, then again as the default options do: every shared-memory access (output a
 boundary stores, boundary loads, READY/FREE) queued at the serialized shared memory, each
 send waiting for its receive to be posted (a core posts an iteration's receives when it
 starts it, or where the flow control put them), each message waiting for the links of its
-route (`raptor.noc`), injections at one time granted in `raptor.noc.inject_rank` order while
-their senders go on, as the simulator's; `memory_ns` is the service one inference asks of
-it. A run of lanes materialized as one batch (`StreamInfo.merged`) runs as the program
-does: once every lane's inputs are there, its gathers (the union of the lanes' inputs, once;
-loads of inputs at the shared memory) and the batch, then each lane's stores.
+route (`raptor.noc`; YX where the flow chose it, `Replay.yx`), injections at one time
+granted in `raptor.noc.inject_rank` order while their senders go on, as the simulator's;
+`memory_ns` is the service one inference asks of it. A run of lanes materialized as one
+batch (`StreamInfo.merged`) runs as the program does: once every lane's inputs are there,
+its gathers (the union of the lanes' inputs, once; loads of inputs at the shared memory)
+and the batch, then each lane's stores.
 """
 
 from __future__ import annotations
@@ -167,7 +168,8 @@ def _messages(graph: ComputeGraph, net: Network, core_of: Sequence[int],
                 sent = flow.sends.get(key) if flow is not None else None
                 after, rank = sent if sent is not None else (u, start[t])
                 post = flow.posts.get(key, START) if flow is not None else START
-                links, ser, transfer = net.timing(core_of[u], q, frag.bytes)
+                links, ser, transfer = net.timing(core_of[u], q, frag.bytes,
+                                                  flow is not None and key in flow.yx)
                 msg = made[key] = _Message(key, after, rank, post, links, ser, transfer,
                                            inject_rank(core_of[u], q, net.target.num_cores))
             waits[t].append(msg)
