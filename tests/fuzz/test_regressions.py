@@ -73,7 +73,7 @@ def _target(tmp_path: Path, data: bytes | str) -> str:
      "input_bits, mvm_cycles, array_group_max, mvm_units, vector_lanes, vector_op_cycles, "
      "local_memory_bytes, "
      "local_bytes_per_cycle, flit_bytes, flit_cycles, hop_cycles, shared_memory_bytes, "
-     "shared_access_bytes, shared_read_cycles, shared_write_cycles, protocol"),
+     "shared_access_bytes, shared_read_cycles, shared_write_cycles, protocol, routing"),
     ("# pad\n" * 200_000, "target file {t} is larger than 1,048,576 bytes; a target is a short "
      "TOML file"),
 ])
