@@ -344,7 +344,9 @@ def _run_schedule(name: str, res: MergeScheduleResult, solved_build: GraphBuild,
         comp.module, solved_build.projection, solved_build.outputs,
         ScheduleView(res.core_of, res.start_ns, res.end_ns), flow=flow), res.comm,
         print_ir=print_ir, spills=spills,
-        adjust=lambda rep: deepen(solved_build.graph, target, res.core_of, res.core_tasks, rep))
+        adjust=lambda rep: inputs_first(solved_build.graph, target, res.core_of, res.core_tasks,
+                                        deepen(solved_build.graph, target, res.core_of,
+                                               res.core_tasks, rep)))
     return ScheduleRun(name, res, fit.estimate_ns, violations, fit.scheduled, fit.errors,
                        ideal_estimate_ns=res.summary["completion_ns"], memory=fit.memory,
                        flow=fit.flow, materializations=fit.rounds, spill=fit.spill,
