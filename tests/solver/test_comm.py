@@ -224,10 +224,11 @@ def test_the_program_built_is_refined_further_with_the_meeting_order() -> None:
 
 def test_inputs_first_computes_a_cores_leading_input_lanes_before_its_messages() -> None:
     """`inputs_first` moves the sends and receive posts at the points of a core's leading
-    run of tasks reading no fragment (two or more) to the run's end, leaves every other
-    one where it was, and its makespan is that of the program it describes; under
-    Raptor's protocol (posted receives never block) it changes nothing."""
-    g = random_layered_dag(60, seed=1, width=12, tiles_per_batch=(0, 0))
+    run of tasks reading no fragment (two or more) to the run's end and leaves every other
+    one where it was: on this PEFT schedule 8 % faster under the blocking model, its
+    makespan that of the program it describes. It keeps the replay where that is slower
+    (another seed), and under Raptor's protocol (posted receives never block)."""
+    g = random_layered_dag(60, seed=0, width=12, tiles_per_batch=(0, 0))
     target = Target(mesh_rows=2, mesh_cols=2, protocol="pimsim-nn")
     res = peft_schedule(g, target)
     rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns)
@@ -246,12 +247,16 @@ def test_inputs_first_computes_a_cores_leading_input_lanes_before_its_messages()
     sender = [res.core_of[f.producer] for f in g.fragments]
     assert got.sends == {k: (moved(p, sender[k[0]]), r) for k, (p, r) in rep.sends.items()}
     assert got.posts == {k: moved(p, k[1]) for k, p in rep.posts.items()}
-    assert got.sends != rep.sends
+    assert got.makespan_ns * 100 < rep.makespan_ns * 93
     order = {k: r for k, (_, r) in got.sends.items()}
     assert blocking_makespan(g, target, res.core_of, res.core_tasks, got.sends, order,
                              got.posts) == got.makespan_ns
     raptor = dataclasses.replace(target, protocol="raptor")
     assert inputs_first(g, raptor, res.core_of, res.core_tasks, rep) is rep
+    g = random_layered_dag(60, seed=1, width=12, tiles_per_batch=(0, 0))
+    res = peft_schedule(g, target)
+    rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns)
+    assert inputs_first(g, target, res.core_of, res.core_tasks, rep) is rep
 
 
 def test_the_replay_routes_a_fan_out_over_yx_when_that_arrives_sooner() -> None:
