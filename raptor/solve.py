@@ -672,7 +672,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     # (`deepen`); replayed from the stream's own times (`_one_stage`), ResNet-18's stream
     # took 8.77 ms an inference on pimsim-nn where the latency program took 7.67, and
     # without `deepen` 7.11 where it took 6.97; its stem lanes computed before their
-    # sends (`inputs_first`): 6.83 ms a period on pimsim-nn, then 6.72
+    # sends (`inputs_first`): 6.84 ms a period on pimsim-nn, then 6.71
     lat_flow = inputs_first(g, target, lat_schedule.core_of, lat_schedule.core_tasks,
                             deepen(g, target, lat_schedule.core_of, lat_schedule.core_tasks,
                                    lat_schedule.comm)) if target.protocol == "pimsim-nn" \

@@ -811,8 +811,8 @@ def inputs_first(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     once it ended the last, and a send blocks until its receiver is there, so a lane's
     send to a core still ending the last inference kept the sender from its next lanes
     (ResNet-18: lanes started from 5.6 ms, sends blocked up to 1.4 ms, every core's stem
-    ended at 7.7 ms; pimsim-nn's period 6.83 ms, then 6.71). A latency program gains a
-    little too (ResNet-18 on pimsim-nn 6,897,855 ns, then 6,870,358: its lanes wait less
+    ended at 7.7 ms; pimsim-nn's period 6.84 ms, then 6.71). A latency program gains a
+    little too (ResNet-18 on pimsim-nn 6,897,855 ns, then 6,870,355: its lanes wait less
     for receivers still computing theirs). ``rep`` if no core has such a run of two tasks
     or more, or if the program so built deadlocks or is slower under the blocking model."""
     if target.protocol != "pimsim-nn":
