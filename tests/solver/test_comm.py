@@ -9,7 +9,7 @@ import pytest
 
 from raptor.solver import ComputeGraph, blocking
 from raptor.solver.blocking import START, blocking_makespan, pulls_receives, respecting_posts
-from raptor.solver.comm import DEEPEN_ROUNDS, Replay, deepen, replay, send_order
+from raptor.solver.comm import DEEPEN_ROUNDS, Replay, deepen, inputs_first, replay, send_order
 from raptor.solver.generate import random_layered_dag
 from raptor.solver.peft import peft_schedule
 from raptor.target import Target
@@ -220,6 +220,43 @@ def test_the_program_built_is_refined_further_with_the_meeting_order() -> None:
                             {k: rank for k, (_, rank) in rep.sends.items()}, rep.posts,
                             rep.flow, DEEPEN_ROUNDS)
     assert plain is not None and deep.makespan_ns < plain[0]
+
+
+def test_inputs_first_computes_a_cores_leading_input_lanes_before_its_messages() -> None:
+    """`inputs_first` moves the sends and receive posts at the points of a core's leading
+    run of tasks reading no fragment (two or more) to the run's end and leaves every other
+    one where it was: on this PEFT schedule 8 % faster under the blocking model, its
+    makespan that of the program it describes. It keeps the replay where that is slower
+    (another seed), and under Raptor's protocol (posted receives never block)."""
+    g = random_layered_dag(60, seed=0, width=12, tiles_per_batch=(0, 0))
+    target = Target(mesh_rows=2, mesh_cols=2, protocol="pimsim-nn")
+    res = peft_schedule(g, target)
+    rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns)
+    runs: dict[int, list[int]] = {}
+    for c, tasks in enumerate(res.core_tasks):
+        k = next((i for i, t in enumerate(tasks) if g.reads[t]), len(tasks))
+        if k >= 2:
+            runs[c] = tasks[:k]
+    assert runs
+    got = inputs_first(g, target, res.core_of, res.core_tasks, rep)
+
+    def moved(point: int, core: int) -> int:
+        run = runs.get(core)
+        return run[-1] if run is not None and (point == START or point in run[:-1]) else point
+
+    sender = [res.core_of[f.producer] for f in g.fragments]
+    assert got.sends == {k: (moved(p, sender[k[0]]), r) for k, (p, r) in rep.sends.items()}
+    assert got.posts == {k: moved(p, k[1]) for k, p in rep.posts.items()}
+    assert got.makespan_ns * 100 < rep.makespan_ns * 93
+    order = {k: r for k, (_, r) in got.sends.items()}
+    assert blocking_makespan(g, target, res.core_of, res.core_tasks, got.sends, order,
+                             got.posts) == got.makespan_ns
+    raptor = dataclasses.replace(target, protocol="raptor")
+    assert inputs_first(g, raptor, res.core_of, res.core_tasks, rep) is rep
+    g = random_layered_dag(60, seed=1, width=12, tiles_per_batch=(0, 0))
+    res = peft_schedule(g, target)
+    rep = replay(g, target, res.core_of, res.core_tasks, res.start_ns)
+    assert inputs_first(g, target, res.core_of, res.core_tasks, rep) is rep
 
 
 def test_the_replay_routes_a_fan_out_over_yx_when_that_arrives_sooner() -> None:
