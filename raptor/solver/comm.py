@@ -854,7 +854,7 @@ def lanes_moved(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     gained least), the lane's sends ranked before all others. Why: a stream's core starts
     an inference once it ended the last, so the late cores computed their lanes after it
     while the next inference's layers waited for them (ResNet-18: 26 late cores, 7 lanes
-    each; one lane moved, pimsim-nn's period 6,711,493 ns, then 6,646,334, docs/
+    each; one lane moved, pimsim-nn's period 6,711,493 ns, then 6,655,303, docs/
     benchmarks.md). The placement and ``rep`` with it (makespan under the blocking model),
     or None when no lane moves or the program deadlocks. A latency program is slower
     so (6.92 to 7.00 ms on ResNet-18's estimate): the judge keeps it by its period."""
