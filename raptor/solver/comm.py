@@ -802,6 +802,15 @@ def deepen(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         k: (point, got[1][k]) for k, (point, _) in rep.sends.items()})
 
 
+def _input_run(graph: ComputeGraph, tasks: Sequence[int]) -> int:
+    """How many of a core's ``tasks`` lead it reading no fragment (their inputs come from
+    global memory: a stem's lanes)."""
+    k = 0
+    while k < len(tasks) and not graph.reads[tasks[k]]:
+        k += 1
+    return k
+
+
 def inputs_first(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                  core_tasks: Sequence[Sequence[int]], rep: Replay) -> Replay:
     """Under pimsim-nn's protocol, ``rep`` with each core's leading run of tasks that read
@@ -820,9 +829,7 @@ def inputs_first(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     end: dict[int, int] = {}  # a core's run: its points, then the point at its end
     inside: dict[int, set[int]] = {}
     for c, tasks in enumerate(core_tasks):
-        k = 0
-        while k < len(tasks) and not graph.reads[tasks[k]]:
-            k += 1
+        k = _input_run(graph, tasks)
         if k >= 2:
             end[c], inside[c] = tasks[k - 1], {START, *tasks[:k - 1]}
     if not end:
@@ -860,12 +867,7 @@ def lanes_moved(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     so (6.92 to 7.00 ms on ResNet-18's estimate): the judge keeps it by its period."""
     if target.protocol != "pimsim-nn":
         return None
-    runs = []
-    for tasks in core_tasks:
-        k = 0
-        while k < len(tasks) and not graph.reads[tasks[k]]:
-            k += 1
-        runs.append(list(tasks[:k]))
+    runs = [list(tasks[:_input_run(graph, tasks)]) for tasks in core_tasks]
     ends = [rep.end[ts[-1]] if ts else 0 for ts in core_tasks]
     last = max(ends, default=0)
     lane = min((graph.tasks[t].cost_ns for run in runs for t in run), default=0)
