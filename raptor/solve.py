@@ -44,7 +44,7 @@ from raptor.sim import SimError, SimOptions, SimReport, SimResult, Simulator
 from raptor.sim.program import SEND
 from raptor.sim.report import Trace
 from raptor.solver.blocking import blocking_makespan
-from raptor.solver.comm import START, Replay, deepen, inputs_first, replay
+from raptor.solver.comm import START, Replay, deepen, inputs_first, lanes_moved, replay
 from raptor.solver.costs import op_cost_ns
 from raptor.solver.cpsat import CpSatOptions, cpsat_schedule
 from raptor.solver.evaluate import LowerBounds, lower_bounds, validate_schedule
@@ -673,16 +673,25 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     # took 8.77 ms an inference on pimsim-nn where the latency program took 7.67, and
     # without `deepen` 7.11 where it took 6.97; its stem lanes computed before their
     # sends (`inputs_first`): 6.84 ms a period on pimsim-nn, then 6.71
-    lat_flow = inputs_first(g, target, lat_schedule.core_of, lat_schedule.core_tasks,
-                            deepen(g, target, lat_schedule.core_of, lat_schedule.core_tasks,
-                                   lat_schedule.comm)) if target.protocol == "pimsim-nn" \
+    deepened = deepen(g, target, lat_schedule.core_of, lat_schedule.core_tasks,
+                      lat_schedule.comm) if target.protocol == "pimsim-nn" \
         and lat_schedule.comm is not None else None
+    lat_flow = None if deepened is None else inputs_first(
+        g, target, lat_schedule.core_of, lat_schedule.core_tasks, deepened)
+    # and a stem lane off each core that ends last (`lanes_moved`): ResNet-18's stream
+    # 6.71 ms a period on pimsim-nn, then 6.65 (docs/benchmarks.md, wip/pim17)
+    moved = None if deepened is None else lanes_moved(
+        g, target, lat_schedule.core_of, lat_schedule.core_tasks, deepened)
+    lanes: list[tuple[str, PipelineResult | None, Replay | None]] = [] if moved is None else [
+        ("lanes", latency_stream(problem, dataclasses.replace(
+            lat_schedule, core_of=moved[0], core_tasks=moved[1])),
+         inputs_first(g, target, moved[0], moved[1], moved[2]))]
     rows: dict[str, list[tuple[str, PipelineResult | None, Replay | None]]] = {}
     spreads: list[tuple[str, None, None]] = [(name, None, None)
                                              for name in (SPREADS if opts.spread else ())]
     if opts.solver in ("pipeline", "both"):
         rows["pipeline"] = [("heuristic", followed, flow), ("latency", latency, lat_flow),
-                            *spreads]
+                            *lanes, *spreads]
     if opts.solver in ("cpsat", "both"):
         phase = (f"CP-SAT pipeline model: {counted(problem.num_groups, 'group')}, "
                  f"{counted(opts.workers, 'worker')}")
@@ -701,7 +710,7 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
         waves: list[tuple[str, None, None]] = [(name, None, None)
                                                for name in (WAVES if opts.spread else ())]
         rows["cpsat"] = [("cpsat", cp, cp_flow), *waves, ("heuristic", followed, flow),
-                         ("latency", latency, lat_flow), *spreads]
+                         ("latency", latency, lat_flow), *lanes, *spreads]
     cands: list[_Candidate] = []
     notes = list(comp.notes)
     made: dict[str, tuple[PipelineResult, Replay | None] | None] = {}
@@ -830,7 +839,8 @@ class _Candidate:
     """A stream program a solver row may return (`_solve_pipeline`)."""
 
     name: str
-    """"heuristic", "cpsat", "latency" (the latency schedule as one stage), "spread" or
+    """"heuristic", "cpsat", "latency" (the latency schedule as one stage), "lanes" (it with
+    stem lanes moved off its late cores, `comm.lanes_moved`), "spread" or
     "windows" (`spread_stream` by loads or by windows), "cones" (`cone_stream`), "layered"
     (`layered_stream`)."""
     result: PipelineResult
@@ -891,6 +901,7 @@ SPREADS = ("spread", "windows", "cones", *LAYERED)
 `layered_stream` (cores split by layer ranges)."""
 WORDS = {"heuristic": "the heuristic's partition", "cpsat": "CP-SAT's partition",
          "latency": "the latency schedule as one stage",
+         "lanes": "the latency schedule as one stage, stem lanes moved off its late cores",
          "spread": "one stage spread over every core",
          "windows": "one stage spread over every core by windows",
          "cones": "one stage in dependency-cone order",

@@ -802,6 +802,15 @@ def deepen(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         k: (point, got[1][k]) for k, (point, _) in rep.sends.items()})
 
 
+def _input_run(graph: ComputeGraph, tasks: Sequence[int]) -> int:
+    """How many of a core's ``tasks`` lead it reading no fragment (their inputs come from
+    global memory: a stem's lanes)."""
+    k = 0
+    while k < len(tasks) and not graph.reads[tasks[k]]:
+        k += 1
+    return k
+
+
 def inputs_first(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                  core_tasks: Sequence[Sequence[int]], rep: Replay) -> Replay:
     """Under pimsim-nn's protocol, ``rep`` with each core's leading run of tasks that read
@@ -820,9 +829,7 @@ def inputs_first(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     end: dict[int, int] = {}  # a core's run: its points, then the point at its end
     inside: dict[int, set[int]] = {}
     for c, tasks in enumerate(core_tasks):
-        k = 0
-        while k < len(tasks) and not graph.reads[tasks[k]]:
-            k += 1
+        k = _input_run(graph, tasks)
         if k >= 2:
             end[c], inside[c] = tasks[k - 1], {START, *tasks[:k - 1]}
     if not end:
@@ -841,6 +848,84 @@ def inputs_first(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         return rep
     return dataclasses.replace(rep, makespan_ns=got, sends=sends, posts=posts)
 
+
+
+def lanes_moved(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+                core_tasks: Sequence[Sequence[int]], rep: Replay
+                ) -> tuple[list[int], list[list[int]], Replay] | None:
+    """Under pimsim-nn's protocol, for a stream: each core whose last task ends within the
+    shortest leading input lane (a task that reads no fragment: a stem's lane) of ``rep``'s
+    last end gives its last such lane (one it does not read itself) to a core that ends
+    earlier, which computes it first (one of the lane's receivers when it has gained none
+    yet, so that message becomes a local read, else the lowest-numbered core of those that
+    gained least), the lane's sends ranked before all others. Why: a stream's core starts
+    an inference once it ended the last, so the late cores computed their lanes after it
+    while the next inference's layers waited for them (ResNet-18: 26 late cores, 7 lanes
+    each; one lane moved, pimsim-nn's period 6,711,493 ns, then 6,655,303, docs/
+    benchmarks.md). The placement and ``rep`` with it (makespan under the blocking model),
+    or None when no lane moves or the program deadlocks. A latency program is slower
+    so (6.92 to 7.00 ms on ResNet-18's estimate): the judge keeps it by its period."""
+    if target.protocol != "pimsim-nn":
+        return None
+    runs = [list(tasks[:_input_run(graph, tasks)]) for tasks in core_tasks]
+    ends = [rep.end[ts[-1]] if ts else 0 for ts in core_tasks]
+    last = max(ends, default=0)
+    lane = min((graph.tasks[t].cost_ns for run in runs for t in run), default=0)
+    late = [c for c, run in enumerate(runs) if run and last - ends[c] < lane]
+    early = [c for c in range(len(core_tasks)) if c not in late and runs[c]]
+    if not late or not early:
+        return None
+    made: dict[int, list[int]] = {}
+    for fi, f in enumerate(graph.fragments):
+        made.setdefault(f.producer, []).append(fi)
+    to: dict[int, set[int]] = {}
+    for fr, dest in rep.sends:
+        to.setdefault(fr, set()).add(dest)
+    cores, order = list(core_of), [list(ts) for ts in core_tasks]
+    sends, posts, flow = dict(rep.sends), dict(rep.posts), dict(rep.flow)
+    gained = dict.fromkeys(early, 0)
+    for c in late:
+        own = [t for t in reversed(runs[c]) if t in made
+               and not any(f in graph.reads[x] for x in order[c] for f in made[t])]
+        if not own:
+            continue
+        t, frs = own[0], set(made[own[0]])
+        fewest = min(gained.values())
+        near = [e for e in early if gained[e] == fewest
+                and any(e in to.get(f, ()) for f in frs)]
+        e = near[0] if near else min(early, key=lambda d: (gained[d], d))
+        gained[e] += 1
+        i = order[c].index(t)
+        before = order[c][i - 1] if i else START
+        del order[c][i]
+        for key, point in posts.items():
+            if point == t and key[1] == c:
+                posts[key] = before
+        for key, point in flow.items():
+            if point == t and key[1] == c:
+                flow[key] = before
+        for key, (point, rank) in sends.items():
+            if point == t and key[0] not in frs:
+                sends[key] = (before, rank)
+        order[e].insert(0, t)
+        cores[t] = e
+        for key in [key for key in sends if key[0] in frs]:
+            if key[1] == e:  # now read where it is made
+                del sends[key]
+                posts.pop(key, None)
+                flow.pop(key, None)
+            else:
+                sends[key] = (sends[key][0], -1)
+        ranked = sorted(sends, key=lambda key: sends[key][1])
+        sends = {key: (sends[key][0], r) for r, key in enumerate(ranked)}
+    if not any(gained.values()):
+        return None
+    ranks = {key: r for key, (_, r) in sends.items()}
+    got = blocking_makespan(graph, target, cores, order, sends, ranks, posts, {})
+    if got is None:
+        return None
+    return cores, order, dataclasses.replace(rep, makespan_ns=got, sends=sends, posts=posts,
+                                             flow=flow, merged={})
 
 def merge(graph: ComputeGraph, target: Target, core_of: Sequence[int],
           core_tasks: Sequence[Sequence[int]], rep: Replay) -> None:
