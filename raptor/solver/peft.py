@@ -64,7 +64,7 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -750,18 +750,16 @@ def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool, copies:
     which pauses it already)."""
     with collector_paused():
         routes = shared_network(target).choosing
-        best, variant = _list_schedule_runs(graph, target, lookahead, copies, routes=routes)
+        best, ranked = _list_schedule_runs(graph, target, lookahead, copies, routes=routes)
         if routes:
             # the replay picks each message's route; the link planner picking them too makes
             # other schedules, mostly faster (ResNet-18 at four units: 1,668,651 ns, all
             # planned XY 1,707,371), sometimes slower (mobilenet_block: 67,670, XY 67,418):
-            # the variant that won is planned XY too and the faster kept (every variant
-            # planned both ways cost twice the CPU, docs/benchmarks.md "Issue #25,
-            # fifteenth session")
+            # the `XY_RUNS` runs that did best are planned XY too and the fastest kept
             try:
                 planned_xy, _ = _list_schedule_runs(graph, target, lookahead, copies,
-                                                    only=variant)
-            except _NoRoom:  # that variant found no room when planned so
+                                                    only=ranked[:XY_RUNS])
+            except _NoRoom:  # those runs found no room when planned so
                 planned_xy = best
             seconds = best.solve_seconds + planned_xy.solve_seconds
             if planned_xy.estimate_ns < best.estimate_ns:
@@ -772,11 +770,20 @@ def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool, copies:
         return best
 
 
+XY_RUNS = 2
+"""Under ``routing = "xy-yx"``, how many of PEFT's candidate runs, best first, are planned
+again with every route XY once all were planned with routes. PEFT's CPU on ResNet-18 at
+four units: 21.4-22.8 s with every run planned both ways, 19.7-20.7 with two, 18.5-18.8
+with the best alone; but onet's best planned XY is its second best planned with routes
+(108,938 ns against 109,148 at one unit, 89,510 against 90,046 at four: docs/benchmarks.md
+"Issue #25, fifteenth session")."""
+
+
 def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, copies: bool,
-                        routes: bool = False, only: str | None = None
-                        ) -> tuple[MergeScheduleResult, str]:
+                        routes: bool = False, only: Sequence[str] | None = None
+                        ) -> tuple[MergeScheduleResult, list[str]]:
     """The candidate runs of the list scheduler, then the refinements of the best; with it
-    the note of the run that won. ``only``: that run alone (a run's note)."""
+    the runs' notes, fastest first. ``only``: those runs alone (by their notes)."""
     t0 = time.perf_counter()
     graph.freeze()
     check_capacity(graph, target)
@@ -789,7 +796,7 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
     bound = lower_bounds(graph, target).makespan_ns
 
     def wanted(note: str) -> bool:
-        return only is None or note == only
+        return only is None or note in only
 
     def keep(note: str, core_of: list[int], start: list[int]) -> None:
         runs.append((note, MergeScheduleResult.build(graph, target, core_of, start, solver=name,
@@ -872,7 +879,7 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
             notes.append("tile sets of several crossbars held by one core given a second core")
     best.notes = notes
     best.solve_seconds = time.perf_counter() - t0
-    return best, note
+    return best, [n for n, _ in sorted(runs, key=lambda r: r[1].estimate_ns)]
 
 
 FOLLOW_PREDS = (2, 1 << 30)
