@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from raptor.noc import shared_network
 from raptor.solve import SolveOptions, solve
+from raptor.solver.comm import critical_path
 from raptor.target import Target, load_target
 
 PARTS = ("compute", "memory wait", "core idle", "send wait", "transfer", "link wait")
@@ -36,7 +37,7 @@ Step = tuple[int, Counter[str], tuple[int, int] | None]
 route's links (None: the core's previous task)."""
 
 
-def critical_path(model: str, target: Target) -> tuple[int, list[Step]]:
+def path_split(model: str, target: Target) -> tuple[int, list[Step]]:
     """The makespan of PEFT's returned schedule and its critical path, latest step first."""
     solved = solve(model, target, SolveOptions(solver="peft", simulate=False))
     graph, res = solved.build.graph, solved.runs[0].result
@@ -44,19 +45,15 @@ def critical_path(model: str, target: Target) -> tuple[int, list[Step]]:
     assert rep is not None  # PEFT's results carry their replay
     net = shared_network(target)
     cost = graph.durations(res.core_of)
-    before = {b: a for ts in res.core_tasks for a, b in itertools.pairwise(ts)}
+    ends = {b: rep.end[a] for ts in res.core_tasks for a, b in itertools.pairwise(ts)}
     steps: list[Step] = []
-    t: int | None = max(range(graph.num_tasks), key=lambda x: rep.end[x])
-    while t is not None:
+    for t, frag in critical_path(graph, res.core_of, res.core_tasks, rep):
         core, start = res.core_of[t], rep.start[t]
         part: Counter[str] = Counter({"compute": cost[t],
                                       "memory wait": rep.end[t] - start - cost[t]})
-        free = rep.end[before[t]] if t in before else 0
-        came, frag = max(((rep.arrival[(f, core)], f) for f in graph.reads[t]
-                          if res.core_of[graph.fragments[f].producer] != core),
-                         default=(-1, -1))
         msg = None
-        if came > free:
+        if frag >= 0:
+            came = rep.arrival[(frag, core)]
             u = graph.fragments[frag].producer
             left = rep.left[(frag, core)]
             nbytes = graph.fragments[frag].bytes
@@ -64,10 +61,8 @@ def critical_path(model: str, target: Target) -> tuple[int, list[Step]]:
             part.update({"core idle": start - came, "send wait": left - rep.end[u],
                          "transfer": transfer, "link wait": came - left - transfer})
             msg = (nbytes, len(links))
-            t = u
         else:
-            part["core idle"] = start - free
-            t = before.get(t)
+            part["core idle"] = start - ends.get(t, 0)
         steps.append((start, part, msg))
     return rep.makespan_ns, steps
 
@@ -80,7 +75,7 @@ def main() -> None:
     ap.add_argument("--since", type=int, default=0, help="the messages by size from this ns on")
     args = ap.parse_args()
     target = load_target(args.target) if args.target else Target()
-    makespan, steps = critical_path(args.model, target)
+    makespan, steps = path_split(args.model, target)
     total: Counter[str] = Counter()
     windows: dict[int, Counter[str]] = {}
     sizes: dict[int, Counter[str]] = {}

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -754,6 +755,28 @@ def replay(graph: ComputeGraph, target: Target, core_of: Sequence[int],
             rep.sends = {k: (point, ranked[k]) for k, (point, _) in rep.sends.items()}
         merge(graph, target, core_of, core_tasks, rep)
     return rep
+
+
+def critical_path(graph: ComputeGraph, core_of: Sequence[int],
+                  core_tasks: Sequence[Sequence[int]], rep: Replay) -> list[tuple[int, int]]:
+    """The path that fixed ``rep``'s makespan, read back from the task that ends last: at
+    each task whichever came later, the message that arrived last (the step's fragment) or
+    its core's previous task (fragment -1), latest step first."""
+    before = {b: a for ts in core_tasks for a, b in itertools.pairwise(ts)}
+    steps: list[tuple[int, int]] = []
+    t: int | None = max(range(graph.num_tasks), key=lambda x: rep.end[x])
+    while t is not None:
+        q = core_of[t]
+        free = rep.end[before[t]] if t in before else 0
+        came, frag = max(((rep.arrival[(f, q)], f) for f in graph.reads[t]
+                          if core_of[graph.fragments[f].producer] != q), default=(-1, -1))
+        if came > free:
+            steps.append((t, frag))
+            t = graph.fragments[frag].producer
+        else:
+            steps.append((t, -1))
+            t = before.get(t)
+    return steps
 
 
 def _timed_as_built(rep: Replay, built: Replay) -> Replay:

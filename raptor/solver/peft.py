@@ -64,7 +64,7 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -749,22 +749,41 @@ def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool, copies:
     of 1,000 tasks x 64 cores and up to a fifth of 10,000 x 256 when called outside the CLI,
     which pauses it already)."""
     with collector_paused():
-        best = _list_schedule_runs(graph, target, lookahead, copies)
-        if shared_network(target).choosing:
+        routes = shared_network(target).choosing
+        best, ranked = _list_schedule_runs(graph, target, lookahead, copies, routes=routes)
+        if routes:
             # the replay picks each message's route; the link planner picking them too makes
-            # other schedules, sometimes faster (ResNet-18 at four units: 1,668,651 ns, all
-            # planned XY 1,707,371), sometimes slower (mobilenet_block: 67,670, XY 67,418)
-            routed = _list_schedule_runs(graph, target, lookahead, copies, routes=True)
-            if routed.estimate_ns < best.estimate_ns:
-                t = best.solve_seconds
-                best = routed
+            # other schedules, mostly faster (ResNet-18 at four units: 1,668,651 ns, all
+            # planned XY 1,707,371), sometimes slower (mobilenet_block: 67,670, XY 67,418):
+            # the `XY_RUNS` runs that did best are planned XY too and the fastest kept
+            try:
+                planned_xy, _ = _list_schedule_runs(graph, target, lookahead, copies,
+                                                    only=ranked[:XY_RUNS])
+            except _NoRoom:  # those runs found no room when planned so
+                planned_xy = best
+            seconds = best.solve_seconds + planned_xy.solve_seconds
+            if planned_xy.estimate_ns < best.estimate_ns:
+                best = planned_xy
+            else:
                 best.notes.append("the link planner picked each message's route")
-                best.solve_seconds += t
+            best.solve_seconds = seconds
         return best
 
 
+XY_RUNS = 2
+"""Under ``routing = "xy-yx"``, how many of PEFT's candidate runs, best first, are planned
+again with every route XY once all were planned with routes. PEFT's CPU on ResNet-18 at
+four units: 21.4-22.8 s with every run planned both ways, 19.7-20.7 with two, 18.5-18.8
+with the best alone; but onet's best planned XY is its second best planned with routes
+(108,938 ns against 109,148 at one unit, 89,510 against 90,046 at four: docs/benchmarks.md
+"Issue #25, fifteenth session")."""
+
+
 def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, copies: bool,
-                        routes: bool = False) -> MergeScheduleResult:
+                        routes: bool = False, only: Sequence[str] | None = None
+                        ) -> tuple[MergeScheduleResult, list[str]]:
+    """The candidate runs of the list scheduler, then the refinements of the best; with it
+    the runs' notes, fastest first. ``only``: those runs alone (by their notes)."""
     t0 = time.perf_counter()
     graph.freeze()
     check_capacity(graph, target)
@@ -776,41 +795,48 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
     name = "peft" if lookahead else "eft"
     bound = lower_bounds(graph, target).makespan_ns
 
+    def wanted(note: str) -> bool:
+        return only is None or note in only
+
     def keep(note: str, core_of: list[int], start: list[int]) -> None:
         runs.append((note, MergeScheduleResult.build(graph, target, core_of, start, solver=name,
                                                      status="HEURISTIC", bound_ns=bound)))
 
+    greedy = wanted("")
     try:
-        keep("", *_ListScheduler(graph, target, mesh, tiles, lookahead, None,
-                                 copies=copies, routes=routes).run())
+        if greedy:
+            keep("", *_ListScheduler(graph, target, mesh, tiles, lookahead, None,
+                                     copies=copies, routes=routes).run())
     except _NoRoom as exc:
+        greedy = False
         notes.append(f"capacity fallback: greedy placement found no room for task {exc.args[0]}")
     # Under crossbar pressure greedy replication strands later tasks on the few cores that
     # hold their tiles; a work-balanced packing decided up front often schedules better, so
     # both are tried when the tiles fill at least half of the chip (the better estimate wins).
-    if not runs or 2 * tiles.count >= target.crossbar_capacity:
-        keep("scheduled on a packed residency (largest-weight-first, reuse-first)",
-             *_ListScheduler(graph, target, mesh, tiles, lookahead,
+    packed = "scheduled on a packed residency (largest-weight-first, reuse-first)"
+    if wanted(packed) and (only is not None or not greedy
+                           or 2 * tiles.count >= target.crossbar_capacity):
+        keep(packed, *_ListScheduler(graph, target, mesh, tiles, lookahead,
                              pack_tiles(graph, target), copies=copies, routes=routes).run())
     if graph.tile_layer:
         # a lowered network: its tasks without crossbars placed as soon as their producers
         # are (`_ListScheduler.eager`) is a candidate too (ResNet-18: 3,862,205 -> 3,460,811
         # ns estimated; a few examples are slower so, up to 1.2 %)
+        eager = "tasks without crossbars placed as soon as their producers are"
         with contextlib.suppress(_NoRoom):
-            keep("tasks without crossbars placed as soon as their producers are",
-                 *_ListScheduler(graph, target, mesh, tiles, lookahead, None, eager=True,
-                                 copies=copies, routes=routes).run())
-        if lookahead:
+            if wanted(eager):
+                keep(eager, *_ListScheduler(graph, target, mesh, tiles, lookahead, None,
+                                            eager=True, copies=copies, routes=routes).run())
+        if lookahead and wanted(eager + ", without the lookahead"):
             # ... and without the lookahead: on ResNet-18 its plan is 17 us longer (3,218,055
             # ns) but loses 168 us to link contention where the lookahead's loses 209
             # (3,409,988 -> 3,386,608 ns estimated; at four units 1,779,018, the
             # lookahead's 1,707,371 kept)
             with contextlib.suppress(_NoRoom):
-                keep("tasks without crossbars placed as soon as their producers are, without "
-                     "the lookahead", *_ListScheduler(graph, target, mesh, tiles, False, None,
-                                                     eager=True, copies=copies,
-                                                     routes=routes).run())
-    if target.protocol != "raptor":
+                keep(eager + ", without the lookahead",
+                     *_ListScheduler(graph, target, mesh, tiles, False, None, eager=True,
+                                     copies=copies, routes=routes).run())
+    if target.protocol != "raptor" and only is None:
         # pimsim-nn's receives block, which the list scheduler's message prices do not
         # capture: a schedule made for Raptor's mesh is a candidate too, judged by the
         # same estimate (`raptor.solver.blocking`)
@@ -823,6 +849,8 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
                                               core_order(graph, target, core_of, start), start))
         except _NoRoom:
             pass
+    if not runs:  # ``only`` found no room
+        raise _NoRoom(-1)
     note, best = min(runs, key=lambda r: r[1].estimate_ns)
     if note:
         notes.append(note)
@@ -851,7 +879,7 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
             notes.append("tile sets of several crossbars held by one core given a second core")
     best.notes = notes
     best.solve_seconds = time.perf_counter() - t0
-    return best
+    return best, [n for n, _ in sorted(runs, key=lambda r: r[1].estimate_ns)]
 
 
 FOLLOW_PREDS = (2, 1 << 30)

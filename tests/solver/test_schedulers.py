@@ -20,7 +20,15 @@ from raptor.solver import (
     validate_schedule,
 )
 from raptor.solver.generate import random_layered_dag
-from raptor.solver.peft import _Tiles, copy_caps, place_by_position, share_lone_sets
+from raptor.solver.peft import (
+    XY_RUNS,
+    _list_schedule_runs,
+    _NoRoom,
+    _Tiles,
+    copy_caps,
+    place_by_position,
+    share_lone_sets,
+)
 from raptor.target import Target
 
 FAST = CpSatOptions(time_limit=20.0, num_workers=2, seed=1, injection=False)
@@ -331,6 +339,28 @@ def test_peft_without_copies_keeps_every_tile_set_on_one_core() -> None:
     single = peft_schedule(g, target, copies=False)
     assert validate_schedule(g, target, single) == []
     assert all(len(c) == 1 for c in homes(single).values())
+
+
+@pytest.mark.parametrize(("seed", "routed_wins"), [(1, True), (5, False)])
+def test_xy_yx_plans_xy_only_the_runs_that_did_best_with_routes(seed: int,
+                                                                 routed_wins: bool) -> None:
+    """Under ``routing = "xy-yx"`` PEFT's candidate runs plan each message's route; only
+    the `XY_RUNS` that did best are planned again with every route XY, and the fastest of
+    all is returned."""
+    target = Target(mesh_rows=4, mesh_cols=4, routing="xy-yx")
+    g = random_layered_dag(80, seed=seed, width=12, bytes_range=(2048, 16384))
+    g.tile_layer = {w: f"layer{w % 3}" for task in g.tasks for w in task.weights}
+    routed, ranked = _list_schedule_runs(g, target, True, True, routes=True)
+    assert routed.comm is not None and routed.comm.yx  # some messages take their YX route
+    assert len(ranked) > XY_RUNS
+    xy, again = _list_schedule_runs(g, target, True, True, only=ranked[:XY_RUNS])
+    assert sorted(again) == sorted(ranked[:XY_RUNS])
+    assert (routed.estimate_ns < xy.estimate_ns) == routed_wins
+    got = peft_schedule(g, target)
+    assert got.estimate_ns == min(routed.estimate_ns, xy.estimate_ns)
+    assert ("the link planner picked each message's route" in got.notes) == routed_wins
+    with pytest.raises(_NoRoom):
+        _list_schedule_runs(g, target, True, True, only=["a run that does not exist"])
 
 
 def _two_layers() -> tuple[ComputeGraph, list[list[int]]]:
