@@ -118,9 +118,13 @@ class _Tiles:
         self.count = len(ids)
         self.layer: dict[tuple[int, ...], str] = {}
         """Each tile set's layer (`ComputeGraph.tile_layer` of its first tile)."""
+        none = np.zeros(0, dtype=np.int64)  # shared by the tasks without tiles (read only)
+        none.flags.writeable = False
         self.of_task: list[IntArray] = [np.array(sorted(dense[w] for w in t.weights),
-                                                 dtype=np.int64) for t in graph.tasks]
-        self.key: list[tuple[int, ...]] = [tuple(a.tolist()) for a in self.of_task]
+                                                 dtype=np.int64) if t.weights else none
+                                        for t in graph.tasks]
+        self.key: list[tuple[int, ...]] = [tuple(a.tolist()) if len(a) else ()
+                                           for a in self.of_task]
         self.work: dict[tuple[int, ...], int] = {}
         """Each tile set's work: the run time of the tasks that multiply with it."""
         for k, task in zip(self.key, graph.tasks, strict=True):
@@ -265,11 +269,13 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
     n = graph.num_tasks
     costs = np.array(graph.costs(), dtype=np.int64)
     if eligible is None:
-        cost, o = graph.costs(), [0] * n
+        cost, o, succs = graph.costs(), [0] * n, graph.succs
         for t in reversed(graph.topo_order):
-            succ = graph.succs[t]
-            if succ:
-                o[t] = max(cost[c] + o[c] for c, _ in succ)
+            below = 0
+            for c, _ in succs[t]:
+                if cost[c] + o[c] > below:
+                    below = cost[c] + o[c]
+            o[t] = below
         return np.broadcast_to(np.array(o, dtype=np.int64)[:, None], (n, mesh.P))
     table = np.zeros((n, mesh.P), dtype=np.int64)
     for t in reversed(graph.topo_order):
@@ -294,10 +300,12 @@ def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
     rank = [0] * graph.num_tasks
     costs = graph.costs()
     first = np.cumsum([0, *(len(s) for s in graph.succs)]).tolist()
+    succs = graph.succs
     for t in reversed(graph.topo_order):
         below = 0
-        for i, (c, _) in enumerate(graph.succs[t], first[t]):
-            below = max(below, comm[i] + rank[c])
+        for i, (c, _) in enumerate(succs[t], first[t]):
+            if comm[i] + rank[c] > below:
+                below = comm[i] + rank[c]
         rank[t] = costs[t] + below
     return np.array(rank, dtype=np.int64)
 
@@ -456,7 +464,8 @@ class _ListScheduler:
         if self.child_cost is not None:
             const = self.child_cost[children][:, None] + flit_ns
             self.succ_const = [const[a:b] for a, b in cut]
-        self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
+        self.succ_has_tiles = ([any(tiles.key[c] for c in s) for s in self.succ_list]
+                               if tiles.count else [False] * n)
         self.pred_ready: dict[int, IntArray] = {}
         """R_c: when c's inputs from its placed producers could be on each core (free
         links), kept from c's first placed producer until c is placed (a tasks x cores
@@ -474,9 +483,10 @@ class _ListScheduler:
         self.produces: list[list[int]] = [[] for _ in range(n)]
         for f, frag in enumerate(graph.fragments):
             self.produces[frag.producer].append(f)
-        self.frag_flits = [mesh.flit_cycles(frag.bytes) for frag in graph.fragments]
         self.frag_producer = [frag.producer for frag in graph.fragments]
         self.frag_bytes = [frag.bytes for frag in graph.fragments]
+        self.frag_flits: list[int] = serial_cycles(
+            target, np.array(self.frag_bytes, dtype=np.int64)).tolist()
         self.all_cores = self.cores.everywhere
         self.no_need = np.zeros(P, dtype=np.int64)
         self.no_needs = [0] * min(P, SHORTLIST)
