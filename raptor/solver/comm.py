@@ -450,7 +450,7 @@ class _FlowControl(ReceivePlan):
         # senders plan to send before it (in send order), each while it fits.
         nxt = r.priority[prog[k]] + r.dur[prog[k]] if k < len(prog) else 1 << 62
         self.scan(q, k, time, pending, lambda key: self.reader_plan[key] - nxt < self.lead[key])
-        self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key] < nxt)
+        self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key[0]] < nxt)
 
     def scan(self, q: int, k: int, time: int, queue: list[int],
              due: Callable[[Message], bool]) -> None:

@@ -65,17 +65,18 @@ class ReceivePlan:
                 if was is None or i > last[key]:
                     last[key] = i
         self.first, self.reader_plan = first, reader_plan
-        send_at = [priority[frag.producer] + dur[frag.producer] for frag in graph.fragments]
-        self.send_plan = {m: send_at[m[0]] for m in first}
+        self.send_plan = [priority[frag.producer] + dur[frag.producer]
+                          for frag in graph.fragments]
+        """Per fragment, when its producer is planned to send it."""
         self.pending: list[list[int]] = [[] for _ in range(P)]
         """Per core, the receives not yet posted in the order of their readers."""
         self.early: list[list[int]] = [[] for _ in range(P)]
         """Per core, the receives not yet posted in the order of their planned sends (with a
         memory plan only)."""
         send_plan = self.send_plan
-        plans = [(reader_plan[m], send_plan[m], *m) for m in first]
+        plans = [(reader_plan[m], send_plan[m[0]], m) for m in first]
         plans.sort()
-        for _, _, f, q in plans:
+        for _, _, (f, q) in plans:
             self.pending[q].append(f)
         return pos, last
 
@@ -114,7 +115,7 @@ class ReceivePlan:
         receives do not all fit at the start needs it)."""
         if self.mem is None:
             return
-        for (f, q) in sorted(self.first, key=lambda m: (self.send_plan[m], self.reader_plan[m],
+        for (f, q) in sorted(self.first, key=lambda m: (self.send_plan[m[0]], self.reader_plan[m],
                                                         *m)):
             self.early[q].append(f)
         frags, timing = r.g.fragments, r.net.timing

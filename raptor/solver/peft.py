@@ -319,26 +319,29 @@ class _Cores:
         self.last_end = np.zeros(P, dtype=np.int64)
         self.gap_start: list[list[int]] = [[] for _ in range(P)]
         self.gap_end: list[list[int]] = [[] for _ in range(P)]
-        self.gap_max = np.zeros(P, dtype=np.int64)
         self.tail_gap_end = np.full(P, -1, dtype=np.int64)
         """End of each core's last gap (-1: none): a start at ``ready`` needing ``d`` ns can
         only move into a gap when that end is at least ``ready + d``."""
         self.everywhere = np.ones(P, dtype=np.bool_)
         """The ``feasible`` argument meaning every core."""
-        # list mirrors of last_end and gap_max for per-core look-ups (numpy scalars are slow)
+        # a list mirror of last_end and each core's widest gap, for per-core look-ups (numpy
+        # scalars are slow)
         self.last: list[int] = [0] * P
         self.widest: list[int] = [0] * P
 
     def earliest(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
         start: IntArray = np.maximum(ready, self.last_end)
-        # a gap ends by last_end: where ready >= last_end, tail_gap_end < ready + d
-        gap = (self.gap_max >= d) & (self.tail_gap_end >= ready + d)
+        # a gap ends by last_end: where ready >= last_end, tail_gap_end < ready + d; where
+        # it is not, the start is last_end, which a core without a gap as wide as d keeps
+        gap = self.tail_gap_end >= ready + d
         if feasible is not self.everywhere:
             gap &= feasible
         cores = gap.nonzero()[0]
         if len(cores):
             gap_start, gap_end, in_gap = self.gap_start, self.gap_end, self.in_gap
-            start[cores] = [in_gap(gap_start[p], gap_end[p], r, d, self.last[p])
+            last, widest = self.last, self.widest
+            start[cores] = [in_gap(gap_start[p], gap_end[p], r, d, last[p]) if widest[p] >= d
+                            else last[p]
                             for p, r in zip(cores.tolist(), ready[cores].tolist(), strict=True)]
         return start
 
@@ -351,7 +354,7 @@ class _Cores:
                 ge_list.append(s)
                 self.tail_gap_end[p] = s
                 if s - last > self.widest[p]:
-                    self.widest[p] = self.gap_max[p] = s - last
+                    self.widest[p] = s - last
             if e > last:
                 self.last[p] = self.last_end[p] = e
             return
@@ -363,7 +366,7 @@ class _Cores:
         if i + len(pieces) == len(ge_list):  # the last gap changed
             self.tail_gap_end[p] = ge_list[-1] if ge_list else -1
         if ge - gs == self.widest[p]:
-            self.widest[p] = self.gap_max[p] = max(
+            self.widest[p] = max(
                 (b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0)
 
     def earliest_on(self, p: int, ready: int, d: int) -> int:
@@ -423,6 +426,8 @@ class _ListScheduler:
         self.P, self.cap = P, target.crossbars_per_core
         self.costs = np.array(graph.costs(), dtype=np.int64)
         self.cost_of: list[int] = self.costs.tolist()
+        self.longest = graph.max_durations()
+        """Each task's cost with every local read's extra (its free-link EFT's duration)."""
         self.shared_of = [task.shared_ns for task in graph.tasks]
         if pinned is None:
             self.resident = np.zeros((P, tiles.count), dtype=np.bool_)
@@ -523,7 +528,7 @@ class _ListScheduler:
                                      if self.core_of[self.g.fragments[f].producer] == p)
 
     def place(self, t: int) -> None:
-        d = self.cost_of[t] + sum(ns for _, ns in self.g.local_reads.get(t, ()))
+        d = self.longest[t]
         feasible, need = self.candidates(t)
         eft = self.cores.earliest(self.data_ready(t), d, feasible) + d
         if feasible is not self.all_cores:
@@ -681,7 +686,7 @@ class _ListScheduler:
         needs = need[order].tolist() if has_tiles else self.no_needs  # (unread without tiles)
         near = {self.core_of[u] for u, _ in self.g.preds[t]}
         # exact finishes are never earlier than the free-link ones, but for the local reads
-        slack = sum(ns for _, ns in self.g.local_reads.get(t, ()))
+        slack = self.longest[t] - self.cost_of[t]
         # without local reads and shared-memory stores, t takes d ns on every core and
         # starts at the core's first idle stretch (`slot`)
         plain = not slack and not self.shared_of[t]
