@@ -310,16 +310,17 @@ class _Replayer:
 
     def inject(self, key: int, now: int) -> None:
         f, q = divmod(key, self.P)
+        m = (f, q)
         net, p, links, nbytes = self.net, self.frag_core[f], self.links, self.frag_bytes[f]
         timing = net.timing(p, q, nbytes)
         routed = self.routed
-        yx = (f, q) in routed if routed is not None else \
+        yx = m in routed if routed is not None else \
             net.choosing and net.yx_sooner(p, q, timing[1], now, links)
         if yx:
             timing = net.timing(p, q, nbytes, True)
-            self.yx.add((f, q))
-        self.arrival[(f, q)] = arrived = net.pass_links(*timing, now, links)
-        if self.waiting.pop((f, q), None) is not None:
+            self.yx.add(m)
+        self.arrival[m] = arrived = net.pass_links(*timing, now, links)
+        if self.waiting and self.waiting.pop(m, None) is not None:
             self.push(arrived, _RUN, q)
 
 
