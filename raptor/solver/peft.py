@@ -474,8 +474,11 @@ class _ListScheduler:
                                if tiles.count else [False] * n)
         self.pred_ready: dict[int, IntArray] = {}
         """R_c: when c's inputs from its placed producers could be on each core (free
-        links), kept from c's first placed producer until c is placed (a tasks x cores
-        table took 205 MB at 100k tasks on 256 cores)."""
+        links), kept from c's first placed producer while another producer, whose lookahead
+        reads it, is still to be placed (a tasks x cores table took 205 MB at 100k tasks on
+        256 cores; made for the last producer too, half of the rows were never read)."""
+        self.unplaced = [len(p) for p in graph.preds]
+        """Per task, how many of its producers are still to be placed."""
         self.cores = _Cores(P, min(self.cost_of, default=0))
         self.net = shared_network(target)
         self.links = Timelines(self.net.num_links)
@@ -502,21 +505,20 @@ class _ListScheduler:
 
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
-        indeg = [len(p) for p in g.preds]
+        unplaced = self.unplaced  # `commit` counts the placed producers down
         # Tasks without crossbars first when `eager`; equal ranks go lane by lane (a
         # layer's row tiles' lanes of one output row side by side, so rows complete one
         # after another and the next layer's windows can start), then in topological order.
         key = [(bool(k) or not self.eager, -r, task.lane, pos) for k, r, task, pos in
                zip(self.tiles.key, self.rank.tolist(), g.tasks, self.topo_pos.tolist(),
                    strict=True)]
-        heap = [(*key[t], t) for t in range(n) if indeg[t] == 0]
+        heap = [(*key[t], t) for t in range(n) if unplaced[t] == 0]
         heapq.heapify(heap)
         while heap:
             *_, t = heapq.heappop(heap)
             self.place(t)
             for c in self.succ_list[t]:
-                indeg[c] -= 1
-                if indeg[c] == 0:
+                if unplaced[c] == 0:
                     heapq.heappush(heap, (*key[c], c))
         return self.core_of, self.start
 
@@ -750,9 +752,12 @@ class _ListScheduler:
         self.core_of[t], self.start[t], self.end[t] = p, start, f
         for fr in self.produces[t]:
             self.holders[fr][p] = f
-        pred_ready, arrival_row = self.pred_ready, self.mesh.arrival_row
-        pred_ready.pop(t, None)
+        pred_ready, arrival_row, unplaced = self.pred_ready, self.mesh.arrival_row, self.unplaced
         for c, fl in zip(self.succ_list[t], self.succ_flits_list[t], strict=True):
+            unplaced[c] -= 1
+            if not unplaced[c] or not self.lookahead:  # no lookahead left to read R_c
+                pred_ready.pop(c, None)
+                continue
             arrive = arrival_row(p, fl, f)
             row = pred_ready.setdefault(c, arrive)  # children are distinct (edges merged)
             if row is not arrive:
