@@ -532,39 +532,20 @@ class _FlowControl(ReceivePlan):
     # -- sends -------------------------------------------------------------------------
     def send(self, p: int, key: Message, posted: int) -> None:
         r = self.r
-        meet = max(r.clock[p], posted)
-        self.send_wait += meet - r.clock[p]
-        r.clock[p] = meet
-        self.send_at[key] = (r.point(p), len(self.send_at))
+        meet = r.clock[p]
+        if posted > meet:
+            self.send_wait += posted - meet
+            r.clock[p] = meet = posted
+        send_at = self.send_at
+        send_at[key] = (r.point(p), len(send_at))
         self.left[key] = meet
-        self.holder.pop(key, None)
+        if self.holder:
+            self.holder.pop(key, None)
         self.sent.add(key)
         r.messages += 1
-        r.bytes += r.g.fragments[key[0]].bytes
-        r.push(meet, _INJECT, key[0] * r.P + key[1], noc.inject_rank(p, key[1], r.P))
-
-    def send_all(self, p: int, box: list[Message]) -> None:
-        """:meth:`send` of each message of ``box`` in turn, at p's current point (the run's
-        hot path without a memory plan, where no message is held: `holder` stays empty)."""
-        r = self.r
-        point, clock, P = r.point(p), r.clock[p], r.P
-        posted, send_at, left, sent = self.posted, self.send_at, self.left, self.sent
-        frag_bytes, heap, rank = r.frag_bytes, r.heap, noc.inject_rank
-        for key in box:
-            got = posted[key]
-            if got > clock:
-                self.send_wait += got - clock
-                clock = got
-            send_at[key] = (point, len(send_at))
-            left[key] = clock
-            sent.add(key)
-            f, q = key
-            r.bytes += frag_bytes[f]
-            r.seq += 1
-            heapq.heappush(heap, (clock, rank(p, q, P), r.seq, _INJECT, f * P + q))
-        r.messages += len(box)
-        r.clock[p] = clock
-        self.outbox[p] = []
+        f, q = key
+        r.bytes += r.frag_bytes[f]
+        r.push(meet, _INJECT, f * r.P + q, noc.inject_rank(p, q, r.P))
 
     def release(self, p: int, key: Message) -> None:
         """Parked core p sends a message it holds at its current point (its receive is
@@ -621,7 +602,9 @@ class _FlowControl(ReceivePlan):
         box = self.outbox[p]
         if self.unbounded:
             if box:
-                self.send_all(p, box)
+                for key in box:
+                    self.send(p, key, self.posted[key])
+                self.outbox[p] = []
             return True
         while box:
             key = box[0]
