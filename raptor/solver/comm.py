@@ -181,6 +181,10 @@ class _Replayer:
         self.start, self.end = [0] * n, [0] * n
         self.sends = send_order(self.g, self.core_of, self.priority)
         self.dur = self.g.durations(self.core_of)
+        self.frag_bytes = [frag.bytes for frag in self.g.fragments]
+        self.frag_core = [self.core_of[frag.producer] for frag in self.g.fragments]
+        """Each fragment's bytes and its producer's core."""
+        self.shared_ns = [task.shared_ns for task in self.g.tasks]
         self.arrival: dict[Message, int] = {}
         self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
         self.pc, self.clock = [0] * P, [0] * P
@@ -257,26 +261,27 @@ class _Replayer:
         ResNet-18's first lanes held sends for four points, 400 us, for receives posted
         when the first was made; 12,116 held sends and 3,460,811 ns estimated, 3,637
         and 3,409,988 with the points in time order.)"""
-        g, prog = self.g, self.progs[p]
+        prog, flow, arrival, shared_ns = self.progs[p], self.flow, self.arrival, self.shared_ns
+        remote = flow.remote
         while True:
-            if not self.flow.flush(p) or self.pc[p] >= len(prog):
+            if not flow.flush(p) or self.pc[p] >= len(prog):
                 return
             t = prog[self.pc[p]]
             ready = self.clock[p]
-            for f in self.flow.remote[t]:
-                a = self.arrival.get((f, p))
+            for f in remote[t]:
+                a = arrival.get((f, p))
                 if a is None:
                     self.waiting[(f, p)] = p
                     self.wait_data[p] = f
-                    self.flow.parked_now(p)
+                    flow.parked_now(p)
                     return
-                ready = max(ready, a)
+                if a > ready:
+                    ready = a
             self.wait_data[p] = -1
-            task = g.tasks[t]
             self.start[t] = ready
-            clock = ready + self.dur[t] - task.shared_ns
+            clock = ready + self.dur[t] - shared_ns[t]
             self.clock[p] = clock
-            if task.shared_ns:
+            if shared_ns[t]:
                 self.push(clock, _MEM, p, noc.memory_rank(p, self.P))
                 return
             if clock > self.now:  # its point comes after what other cores do before it
@@ -305,17 +310,17 @@ class _Replayer:
 
     def inject(self, key: int, now: int) -> None:
         f, q = divmod(key, self.P)
-        frag = self.g.fragments[f]
-        net, p, links = self.net, self.core_of[frag.producer], self.links
-        timing = net.timing(p, q, frag.bytes)
+        m = (f, q)
+        net, p, links, nbytes = self.net, self.frag_core[f], self.links, self.frag_bytes[f]
+        timing = net.timing(p, q, nbytes)
         routed = self.routed
-        yx = (f, q) in routed if routed is not None else \
-            net.yx_sooner(p, q, timing[1], now, links)
+        yx = m in routed if routed is not None else \
+            net.choosing and net.yx_sooner(p, q, timing[1], now, links)
         if yx:
-            timing = net.timing(p, q, frag.bytes, True)
-            self.yx.add((f, q))
-        self.arrival[(f, q)] = arrived = net.pass_links(*timing, now, links)
-        if self.waiting.pop((f, q), None) is not None:
+            timing = net.timing(p, q, nbytes, True)
+            self.yx.add(m)
+        self.arrival[m] = arrived = net.pass_links(*timing, now, links)
+        if self.waiting and self.waiting.pop(m, None) is not None:
             self.push(arrived, _RUN, q)
 
 
@@ -446,7 +451,7 @@ class _FlowControl(ReceivePlan):
         # senders plan to send before it (in send order), each while it fits.
         nxt = r.priority[prog[k]] + r.dur[prog[k]] if k < len(prog) else 1 << 62
         self.scan(q, k, time, pending, lambda key: self.reader_plan[key] - nxt < self.lead[key])
-        self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key] < nxt)
+        self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key[0]] < nxt)
 
     def scan(self, q: int, k: int, time: int, queue: list[int],
              due: Callable[[Message], bool]) -> None:
@@ -527,16 +532,20 @@ class _FlowControl(ReceivePlan):
     # -- sends -------------------------------------------------------------------------
     def send(self, p: int, key: Message, posted: int) -> None:
         r = self.r
-        meet = max(r.clock[p], posted)
-        self.send_wait += meet - r.clock[p]
-        r.clock[p] = meet
-        self.send_at[key] = (r.point(p), len(self.send_at))
+        meet = r.clock[p]
+        if posted > meet:
+            self.send_wait += posted - meet
+            r.clock[p] = meet = posted
+        send_at = self.send_at
+        send_at[key] = (r.point(p), len(send_at))
         self.left[key] = meet
-        self.holder.pop(key, None)
+        if self.holder:
+            self.holder.pop(key, None)
         self.sent.add(key)
         r.messages += 1
-        r.bytes += r.g.fragments[key[0]].bytes
-        r.push(meet, _INJECT, key[0] * r.P + key[1], noc.inject_rank(p, key[1], r.P))
+        f, q = key
+        r.bytes += r.frag_bytes[f]
+        r.push(meet, _INJECT, f * r.P + q, noc.inject_rank(p, q, r.P))
 
     def release(self, p: int, key: Message) -> None:
         """Parked core p sends a message it holds at its current point (its receive is
@@ -592,9 +601,10 @@ class _FlowControl(ReceivePlan):
         r = self.r
         box = self.outbox[p]
         if self.unbounded:
-            for key in box:
-                self.send(p, key, self.posted[key])
-            self.outbox[p] = []
+            if box:
+                for key in box:
+                    self.send(p, key, self.posted[key])
+                self.outbox[p] = []
             return True
         while box:
             key = box[0]

@@ -10,14 +10,14 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 
 from raptor.noc import hold_cycles, message_cycles, shared_network
 from raptor.solver.graph import ComputeGraph
-from raptor.solver.mesh import Mesh
+from raptor.solver.mesh import transfer_ns
 from raptor.target import Target
 
 
@@ -104,22 +104,26 @@ def layer_load(graph: ComputeGraph, target: Target, head: Sequence[int],
     multiplies on crossbars, also ≤ the copies its tiles can have: a core runs one of them
     only if it holds one of their tiles, and beyond one copy of each distinct tile only the
     chip's spare crossbars hold more (resident weights pin the MVMs)."""
-    costs = graph.costs()
+    costs = np.array(graph.costs(), dtype=np.int64)
     spare = target.crossbar_capacity - len(graph.distinct_weights())
-    lanes: dict[int, list[int]] = {}
-    for t, task in enumerate(graph.tasks):
-        if task.batch >= 0:
-            lanes.setdefault(task.batch, []).append(t)
-    best = 0
-    for ts in lanes.values():
-        k = min(target.num_cores, len(ts))
-        if all(graph.tasks[t].weights for t in ts):
-            tiles = frozenset[int]().union(*(graph.tasks[t].weights for t in ts))
-            k = min(k, len(tiles) + spare)
-        work = sum(costs[t] for t in ts)
-        best = max(best, min(head[t] for t in ts) + -(-work // max(k, 1))
-                   + min(tail[t] - costs[t] for t in ts))
-    return best
+    batch = np.array([task.batch for task in graph.tasks], dtype=np.int64)
+    # the tasks of each batch side by side (by batch, then id), and where each batch begins
+    lanes = np.nonzero(batch >= 0)[0]
+    if not len(lanes):
+        return 0
+    lanes = lanes[np.argsort(batch[lanes], kind="stable")]
+    begin = np.flatnonzero(np.diff(batch[lanes], prepend=-1))
+    count = np.diff(np.append(begin, len(lanes)))
+    k = np.minimum(target.num_cores, count)
+    weighted = np.array([bool(task.weights) for task in graph.tasks])[lanes]
+    for i in np.flatnonzero(np.logical_and.reduceat(weighted, begin)).tolist():
+        ts = lanes[begin[i]:begin[i] + count[i]].tolist()
+        tiles = frozenset[int]().union(*(graph.tasks[t].weights for t in ts))
+        k[i] = min(int(k[i]), len(tiles) + spare)
+    load = (np.minimum.reduceat(np.array(head, dtype=np.int64)[lanes], begin)
+            - (-np.add.reduceat(costs[lanes], begin) // np.maximum(k, 1))
+            + np.minimum.reduceat((np.array(tail, dtype=np.int64) - costs)[lanes], begin))
+    return max(0, int(load.max()))
 
 
 def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> list[int]:
@@ -136,21 +140,25 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     protocol has no link cut either (its messages hold the sender's switch)."""
     graph.freeze()
     costs = graph.costs()
-    largest = graph.largest_message()
     protocol = target.protocol
-    frags = graph.fragments
-    # each fragment's hold over one hop, summed per (producer, reader); each edge's largest
-    # message over one hop in ns (sizes vary too much to cache: as arrays)
-    sizes = np.array([fr.bytes for fr in frags], dtype=np.int64)
-    hold = hold_cycles(target, np.ones_like(sizes), sizes, protocol).tolist()
-    cycles: dict[tuple[int, int], int] = {}
-    for v, fs in enumerate(graph.reads):
-        for f in fs:
-            key = (frags[f].producer, v)
-            cycles[key] = cycles.get(key, 0) + hold[f]
-    sizes = np.array(list(largest.values()), dtype=np.int64)
-    hop_ns = dict(zip(largest, Mesh(target).ns(message_cycles(
-        target, np.ones_like(sizes), sizes, protocol)).tolist(), strict=True))
+    n = graph.num_tasks
+    # per edge (`edges` order: by producer, then reader), its largest message over one hop
+    # in ns and its fragments' holds over one hop summed; then in the order of `preds`
+    # (by reader, then producer), as flat lists beside the predecessors
+    src, dst, _, sizes = graph.edge_arrays()
+    hop = target.ns(message_cycles(target, np.ones_like(sizes), sizes, protocol))
+    read = np.array([f for fs in graph.reads for f in fs], dtype=np.int64)
+    reader = np.repeat(np.arange(n, dtype=np.int64), [len(fs) for fs in graph.reads])
+    frag_bytes = np.array([fr.bytes for fr in graph.fragments], dtype=np.int64)
+    frag_producer = np.array([fr.producer for fr in graph.fragments], dtype=np.int64)
+    cycles = np.zeros(len(src), dtype=np.int64)
+    if len(read):
+        edge = np.searchsorted(src * n + dst, frag_producer[read] * n + reader)
+        np.add.at(cycles, edge, hold_cycles(target, np.ones_like(read), frag_bytes[read],
+                                            protocol))
+    by_reader = np.argsort(dst, kind="stable")
+    pred_of, hop_of, cyc_of = (a[by_reader].tolist() for a in (src, hop, cycles))
+    bounds = np.cumsum([0, *(len(p) for p in graph.preds)]).tolist()
     rows, cols = target.mesh_rows, target.mesh_cols
     # the most links into one core; without the cut (or under pimsim-nn's protocol, whose
     # messages hold their sender's switch, not the reader's links), as many as messages
@@ -160,16 +168,16 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     head = [0] * graph.num_tasks
     cut_ns: dict[int, int] = {}  # a hop plus so many serialisation cycles over the links
     for v in graph.topo_order:
-        pv = graph.preds[v]
-        if len(pv) == 1:  # its one predecessor local is never later than its data remote
-            u = pv[0][0]
+        a, b = bounds[v], bounds[v + 1]
+        if b - a == 1:  # its one predecessor local is never later than its data remote
+            u = pred_of[a]
             head[v] = head[u] + costs[u]
             continue
         preds = []
-        for u, _ in pv:
+        for i in range(a, b):
+            u = pred_of[i]
             end = head[u] + costs[u]
-            arrive = end + hop_ns[(u, v)] if one_hop else 1 << 62
-            preds.append((arrive, head[u], costs[u], cycles.get((u, v), 0)))
+            preds.append((end + hop_of[i] if one_hop else 1 << 62, head[u], costs[u], cyc_of[i]))
         if not preds:
             continue
         preds.sort(reverse=True)
@@ -180,23 +188,28 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
         first, ser = 1 << 62, 0
         for k in range(k_all - 1, -1, -1):
             arrive, release, cost, cyc = preds[k]
-            first = min(first, release + cost)
+            if release + cost < first:
+                first = release + cost
             ser += cyc
             if one_hop:
                 wait = cut_ns.get(ser)
                 if wait is None:
                     wait = cut_ns[ser] = target.ns(target.hop_cycles + -(-ser // links))
-                remote[k] = max(arrive, first + wait)
+                wait += first
+                remote[k] = arrive if arrive > wait else wait
             else:
                 remote[k] = 1 << 62
         best = remote[0]  # everything remote
         local: list[tuple[int, int]] = []
-        for k, (_, release, cost, _) in enumerate(preds):
+        for k, (_, release, cost, _) in enumerate(preds, 1):
             bisect.insort(local, (release, cost))
             done = 0
             for r, c in local:
-                done = max(done, r) + c
-            best = min(best, max(done, remote[k + 1]))
+                done = (done if done > r else r) + c
+            if done < remote[k]:
+                done = remote[k]
+            if done < best:
+                best = done
         head[v] = best
     return head
 
@@ -222,7 +235,8 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     for t in range(n):
         if prev[t] >= 0:
             nxt[prev[t]] = t
-    delay = _delays(graph, target, core_of)
+    delay = _delays(graph, target, core_of)  # edges order: the succs lists end to end
+    first = np.cumsum([0, *(len(s) for s in graph.succs)]).tolist()
     start = [0] * n if earliest is None else list(earliest)
     stack = [t for t in range(n) if indeg[t] == 0]
     succs = graph.succs
@@ -231,8 +245,8 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
         t = stack.pop()
         done += 1
         end = start[t] + dur[t]
-        for s, _ in succs[t]:
-            ready = end + delay[(t, s)]
+        for i, (s, _) in enumerate(succs[t], first[t]):
+            ready = end + delay[i]
             if ready > start[s]:
                 start[s] = ready
             indeg[s] -= 1
@@ -250,13 +264,13 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     return start
 
 
-def _delays(graph: ComputeGraph, target: Target, core_of: Sequence[int]
-            ) -> dict[tuple[int, int], int]:
-    """Per edge, the contention-free delay from the producer's end to the consumer's start
-    (under the target's protocol, `raptor.noc`)."""
-    timing = shared_network(target).timing
-    return {(u, v): timing(p, q, b)[2] if (p := core_of[u]) != (q := core_of[v]) else 0
-            for (u, v), b in graph.largest_message().items()}
+def _delays(graph: ComputeGraph, target: Target, core_of: Sequence[int]) -> list[int]:
+    """Per edge (`ComputeGraph.edges` order), the contention-free delay from the producer's
+    end to the consumer's start (under the target's protocol, `raptor.noc`)."""
+    src, dst, _, largest = graph.edge_arrays()
+    core = np.asarray(core_of, dtype=np.int64)
+    delays: list[int] = transfer_ns(target, core[src], core[dst], largest).tolist()
+    return delays
 
 
 def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
@@ -264,15 +278,18 @@ def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
     graph.freeze()
     costs = graph.costs()
     per_core = [sum(costs[t] for t in tasks) for tasks in schedule.core_tasks]
-    # `Target.transfer_ns` of each edge, which is Raptor's free-link latency, via the
-    # network's timing cache (per pair and per hops and flits)
-    timing, core_of = shared_network(target, "raptor").timing, schedule.core_of
-    transfer = sum(timing(core_of[e.src], core_of[e.dst], e.bytes)[2] for e in graph.edges)
+    # `Target.transfer_ns` of each edge under Raptor's protocol: its free-link latency
+    src, dst, nbytes, _ = graph.edge_arrays()
+    core = np.asarray(schedule.core_of, dtype=np.int64)
+    raptor = target if target.protocol == "raptor" else replace(target, protocol="raptor")
+    transfer = int(transfer_ns(raptor, core[src], core[dst], nbytes).sum())
     start = retime(graph, target, schedule.core_of, schedule.core_tasks)
     dur = graph.durations(schedule.core_of)
     completion = max((s + c for s, c in zip(start, dur, strict=True)), default=0)
-    xbars = sum(len(frozenset().union(*(graph.tasks[t].weights for t in tasks)))
-                for tasks in schedule.core_tasks if tasks)
+    # each core's distinct tiles: the distinct (core, tile) pairs
+    weights = [task.weights for task in graph.tasks]
+    xbars = len({(core, w) for core, tasks in enumerate(schedule.core_tasks) for t in tasks
+                 for w in weights[t]})
     return ScheduleEvaluation(
         serial_work_ns=sum(costs), per_core_work_ns=per_core,
         critical_path_ns=max(graph.bottom_levels(), default=0), transfer_work_ns=transfer,
@@ -312,9 +329,7 @@ def validate_schedule(graph: ComputeGraph, target: Target, schedule: Placement) 
     start = schedule.start_ns
     dur = graph.durations(schedule.core_of)
     end = [start[t] + dur[t] for t in range(n)]
-    delays = _delays(graph, target, schedule.core_of)
-    for e in graph.edges:
-        delay = delays[(e.src, e.dst)]
+    for e, delay in zip(graph.edges, _delays(graph, target, schedule.core_of), strict=True):
         if start[e.dst] < end[e.src] + delay:
             errors.append(f"edge {e.src} -> {e.dst}: start {start[e.dst]} < end {end[e.src]} + "
                           f"transfer {delay}")

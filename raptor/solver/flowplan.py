@@ -51,36 +51,41 @@ class ReceivePlan:
         self._remote_reads()
         first: dict[Message, int] = {}
         last: dict[Message, int] = {}
-        self.reader_plan: dict[Message, int] = {}
-        frags = graph.fragments
+        reader_plan: dict[Message, int] = {}
         for t, fs in enumerate(self.remote):
-            q = core_of[t]
+            if not fs:
+                continue
+            q, i = core_of[t], pos[t]
             for f in fs:
                 key = (f, q)
-                if key not in first or pos[t] < first[key]:
-                    first[key] = pos[t]
-                    self.reader_plan[key] = priority[t]
-                last[key] = max(last.get(key, 0), pos[t])
-        self.first = first
-        self.send_plan = {m: priority[frags[m[0]].producer] + dur[frags[m[0]].producer]
-                          for m in first}
+                was = first.get(key)
+                if was is None or i < was:
+                    first[key] = i
+                    reader_plan[key] = priority[t]
+                if was is None or i > last[key]:
+                    last[key] = i
+        self.first, self.reader_plan = first, reader_plan
+        self.send_plan = [priority[frag.producer] + dur[frag.producer]
+                          for frag in graph.fragments]
+        """Per fragment, when its producer is planned to send it."""
         self.pending: list[list[int]] = [[] for _ in range(P)]
         """Per core, the receives not yet posted in the order of their readers."""
         self.early: list[list[int]] = [[] for _ in range(P)]
         """Per core, the receives not yet posted in the order of their planned sends (with a
         memory plan only)."""
-        plans = [(self.reader_plan[m], self.send_plan[m], *m) for m in first]
+        send_plan = self.send_plan
+        plans = [(reader_plan[m], send_plan[m[0]], m) for m in first]
         plans.sort()
-        for _, _, f, q in plans:
+        for _, _, (f, q) in plans:
             self.pending[q].append(f)
         return pos, last
 
     def _remote_reads(self) -> None:
         """Per task, the fragments it reads from other cores (`remote`)."""
         r = self.r
-        core_of, frags = r.core_of, r.g.fragments
-        self.remote = [[f for f in fs if core_of[frags[f].producer] != core_of[t]]
-                       for t, fs in enumerate(r.g.reads)]
+        frag_core = r.frag_core
+        self.remote = [[f for f in fs if frag_core[f] != q]
+                       for q, fs in zip(r.core_of, r.g.reads, strict=True)]
 
     def _plan_memory(self, target: Target, budget: Sequence[int] | None, pos: list[int],
                      last: dict[Message, int]) -> None:
@@ -110,7 +115,7 @@ class ReceivePlan:
         receives do not all fit at the start needs it)."""
         if self.mem is None:
             return
-        for (f, q) in sorted(self.first, key=lambda m: (self.send_plan[m], self.reader_plan[m],
+        for (f, q) in sorted(self.first, key=lambda m: (self.send_plan[m[0]], self.reader_plan[m],
                                                         *m)):
             self.early[q].append(f)
         frags, timing = r.g.fragments, r.net.timing

@@ -15,6 +15,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+
 
 class GraphError(ValueError):
     """Malformed compute graph (bad ids, self loops, cycles)."""
@@ -110,6 +115,10 @@ class ComputeGraph:
     succs: list[list[tuple[int, int]]] = field(default_factory=list, repr=False)
     topo_order: list[int] = field(default_factory=list, repr=False)
     _largest: Mapping[tuple[int, int], int] | None = field(default=None, init=False, repr=False)
+    _costs: list[int] | None = field(default=None, init=False, repr=False)
+    _tail: list[int] | None = field(default=None, init=False, repr=False)
+    _edge_arrays: tuple[IntArray, IntArray, IntArray, IntArray] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     @property
     def num_tasks(self) -> int:
@@ -244,6 +253,23 @@ class ComputeGraph:
             self._largest = MappingProxyType(out)
         return self._largest
 
+    def edge_arrays(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """The edges as read-only arrays in `edges` order (by producer, then reader, which is
+        also the order of the `succs` lists laid end to end): producers, readers, bytes and
+        each edge's :meth:`largest_message`. Made once, like it: the bounds and every
+        retiming price all edges at once."""
+        if self._edge_arrays is None:
+            self.freeze()
+            largest = self.largest_message()
+            arrays = (np.array([e.src for e in self.edges], dtype=np.int64),
+                      np.array([e.dst for e in self.edges], dtype=np.int64),
+                      np.array([e.bytes for e in self.edges], dtype=np.int64),
+                      np.array([largest[e.src, e.dst] for e in self.edges], dtype=np.int64))
+            for a in arrays:
+                a.flags.writeable = False
+            self._edge_arrays = arrays
+        return self._edge_arrays
+
     def _find_cycle(self, remaining: list[int]) -> list[int]:
         # Every task left after Kahn's algorithm has a remaining predecessor: walk backwards
         # until a task repeats.
@@ -262,7 +288,12 @@ class ComputeGraph:
     # -- derived quantities used by every algorithm --------------------------------------------
 
     def costs(self) -> list[int]:
-        return [t.cost_ns for t in self.tasks]
+        """Each task's cost (a new list; read once from the tasks of a frozen graph)."""
+        if not self._frozen:
+            return [t.cost_ns for t in self.tasks]
+        if self._costs is None:
+            self._costs = [t.cost_ns for t in self.tasks]
+        return list(self._costs)
 
     def distinct_weights(self) -> frozenset[int]:
         return frozenset[int]().union(*(t.weights for t in self.tasks))
@@ -278,9 +309,18 @@ class ComputeGraph:
         return head
 
     def bottom_levels(self) -> list[int]:
-        """Longest pure-work path from the start of each task to the end of the graph."""
+        """Longest pure-work path from the start of each task to the end of the graph (a new
+        list; made once)."""
         self.freeze()
-        tail = [0] * self.num_tasks
+        if self._tail is not None:
+            return list(self._tail)
+        tail = self.costs()
+        succs = self.succs
         for t in reversed(self.topo_order):
-            tail[t] = self.tasks[t].cost_ns + max((tail[s] for s, _ in self.succs[t]), default=0)
-        return tail
+            below = 0
+            for s, _ in succs[t]:
+                if tail[s] > below:
+                    below = tail[s]
+            tail[t] += below
+        self._tail = tail
+        return list(tail)

@@ -118,9 +118,13 @@ class _Tiles:
         self.count = len(ids)
         self.layer: dict[tuple[int, ...], str] = {}
         """Each tile set's layer (`ComputeGraph.tile_layer` of its first tile)."""
+        none = np.zeros(0, dtype=np.int64)  # shared by the tasks without tiles (read only)
+        none.flags.writeable = False
         self.of_task: list[IntArray] = [np.array(sorted(dense[w] for w in t.weights),
-                                                 dtype=np.int64) for t in graph.tasks]
-        self.key: list[tuple[int, ...]] = [tuple(a.tolist()) for a in self.of_task]
+                                                 dtype=np.int64) if t.weights else none
+                                        for t in graph.tasks]
+        self.key: list[tuple[int, ...]] = [tuple(a.tolist()) if len(a) else ()
+                                           for a in self.of_task]
         self.work: dict[tuple[int, ...], int] = {}
         """Each tile set's work: the run time of the tasks that multiply with it."""
         for k, task in zip(self.key, graph.tasks, strict=True):
@@ -265,11 +269,13 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
     n = graph.num_tasks
     costs = np.array(graph.costs(), dtype=np.int64)
     if eligible is None:
-        cost, o = graph.costs(), [0] * n
+        cost, o, succs = graph.costs(), [0] * n, graph.succs
         for t in reversed(graph.topo_order):
-            succ = graph.succs[t]
-            if succ:
-                o[t] = max(cost[c] + o[c] for c, _ in succ)
+            below = 0
+            for c, _ in succs[t]:
+                if cost[c] + o[c] > below:
+                    below = cost[c] + o[c]
+            o[t] = below
         return np.broadcast_to(np.array(o, dtype=np.int64)[:, None], (n, mesh.P))
     table = np.zeros((n, mesh.P), dtype=np.int64)
     for t in reversed(graph.topo_order):
@@ -294,10 +300,12 @@ def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
     rank = [0] * graph.num_tasks
     costs = graph.costs()
     first = np.cumsum([0, *(len(s) for s in graph.succs)]).tolist()
+    succs = graph.succs
     for t in reversed(graph.topo_order):
         below = 0
-        for i, (c, _) in enumerate(graph.succs[t], first[t]):
-            below = max(below, comm[i] + rank[c])
+        for i, (c, _) in enumerate(succs[t], first[t]):
+            if comm[i] + rank[c] > below:
+                below = comm[i] + rank[c]
         rank[t] = costs[t] + below
     return np.array(rank, dtype=np.int64)
 
@@ -311,26 +319,29 @@ class _Cores:
         self.last_end = np.zeros(P, dtype=np.int64)
         self.gap_start: list[list[int]] = [[] for _ in range(P)]
         self.gap_end: list[list[int]] = [[] for _ in range(P)]
-        self.gap_max = np.zeros(P, dtype=np.int64)
         self.tail_gap_end = np.full(P, -1, dtype=np.int64)
         """End of each core's last gap (-1: none): a start at ``ready`` needing ``d`` ns can
         only move into a gap when that end is at least ``ready + d``."""
         self.everywhere = np.ones(P, dtype=np.bool_)
         """The ``feasible`` argument meaning every core."""
-        # list mirrors of last_end and gap_max for per-core look-ups (numpy scalars are slow)
+        # a list mirror of last_end and each core's widest gap, for per-core look-ups (numpy
+        # scalars are slow)
         self.last: list[int] = [0] * P
         self.widest: list[int] = [0] * P
 
     def earliest(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
         start: IntArray = np.maximum(ready, self.last_end)
-        # a gap ends by last_end: where ready >= last_end, tail_gap_end < ready + d
-        gap = (self.gap_max >= d) & (self.tail_gap_end >= ready + d)
+        # a gap ends by last_end: where ready >= last_end, tail_gap_end < ready + d; where
+        # it is not, the start is last_end, which a core without a gap as wide as d keeps
+        gap = self.tail_gap_end >= ready + d
         if feasible is not self.everywhere:
             gap &= feasible
         cores = gap.nonzero()[0]
         if len(cores):
             gap_start, gap_end, in_gap = self.gap_start, self.gap_end, self.in_gap
-            start[cores] = [in_gap(gap_start[p], gap_end[p], r, d, self.last[p])
+            last, widest = self.last, self.widest
+            start[cores] = [in_gap(gap_start[p], gap_end[p], r, d, last[p]) if widest[p] >= d
+                            else last[p]
                             for p, r in zip(cores.tolist(), ready[cores].tolist(), strict=True)]
         return start
 
@@ -343,7 +354,7 @@ class _Cores:
                 ge_list.append(s)
                 self.tail_gap_end[p] = s
                 if s - last > self.widest[p]:
-                    self.widest[p] = self.gap_max[p] = s - last
+                    self.widest[p] = s - last
             if e > last:
                 self.last[p] = self.last_end[p] = e
             return
@@ -355,7 +366,7 @@ class _Cores:
         if i + len(pieces) == len(ge_list):  # the last gap changed
             self.tail_gap_end[p] = ge_list[-1] if ge_list else -1
         if ge - gs == self.widest[p]:
-            self.widest[p] = self.gap_max[p] = max(
+            self.widest[p] = max(
                 (b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0)
 
     def earliest_on(self, p: int, ready: int, d: int) -> int:
@@ -388,9 +399,10 @@ win (``limit`` of :meth:`_ListScheduler.exact_ready`). Judging only the best
 
 FLOOR_AFTER = 2
 """After this many cores of one task judged exactly, the rest of its shortlist is checked
-against a lower bound of the exact key first (`_ListScheduler.ready_floor`): a task whose
-messages wait at their source had every one of its 64 cores judged (6.7 % of the tasks of
-10,000 x 256)."""
+against a lower bound of the exact key first (`_ListScheduler.ready_floor`, computed when a
+core first reaches that check: 1,153 of 10,000 tasks on 16x16, where computing it once the
+second core was judged took 1,633): a task whose messages wait at their source had every
+one of its 64 cores judged (6.7 % of the tasks of 10,000 x 256)."""
 
 
 class _ListScheduler:
@@ -415,6 +427,8 @@ class _ListScheduler:
         self.P, self.cap = P, target.crossbars_per_core
         self.costs = np.array(graph.costs(), dtype=np.int64)
         self.cost_of: list[int] = self.costs.tolist()
+        self.longest = graph.max_durations()
+        """Each task's cost with every local read's extra (its free-link EFT's duration)."""
         self.shared_of = [task.shared_ns for task in graph.tasks]
         if pinned is None:
             self.resident = np.zeros((P, tiles.count), dtype=np.bool_)
@@ -456,11 +470,15 @@ class _ListScheduler:
         if self.child_cost is not None:
             const = self.child_cost[children][:, None] + flit_ns
             self.succ_const = [const[a:b] for a, b in cut]
-        self.succ_has_tiles = [any(tiles.key[c] for c, _ in s) for s in graph.succs]
+        self.succ_has_tiles = ([any(tiles.key[c] for c in s) for s in self.succ_list]
+                               if tiles.count else [False] * n)
         self.pred_ready: dict[int, IntArray] = {}
         """R_c: when c's inputs from its placed producers could be on each core (free
-        links), kept from c's first placed producer until c is placed (a tasks x cores
-        table took 205 MB at 100k tasks on 256 cores)."""
+        links), kept from c's first placed producer while another producer, whose lookahead
+        reads it, is still to be placed (a tasks x cores table took 205 MB at 100k tasks on
+        256 cores; made for the last producer too, half of the rows were never read)."""
+        self.unplaced = [len(p) for p in graph.preds]
+        """Per task, how many of its producers are still to be placed."""
         self.cores = _Cores(P, min(self.cost_of, default=0))
         self.net = shared_network(target)
         self.links = Timelines(self.net.num_links)
@@ -474,9 +492,10 @@ class _ListScheduler:
         self.produces: list[list[int]] = [[] for _ in range(n)]
         for f, frag in enumerate(graph.fragments):
             self.produces[frag.producer].append(f)
-        self.frag_flits = [mesh.flit_cycles(frag.bytes) for frag in graph.fragments]
         self.frag_producer = [frag.producer for frag in graph.fragments]
         self.frag_bytes = [frag.bytes for frag in graph.fragments]
+        self.frag_flits: list[int] = serial_cycles(
+            target, np.array(self.frag_bytes, dtype=np.int64)).tolist()
         self.all_cores = self.cores.everywhere
         self.no_need = np.zeros(P, dtype=np.int64)
         self.no_needs = [0] * min(P, SHORTLIST)
@@ -486,21 +505,20 @@ class _ListScheduler:
 
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
-        indeg = [len(p) for p in g.preds]
+        unplaced = self.unplaced  # `commit` counts the placed producers down
         # Tasks without crossbars first when `eager`; equal ranks go lane by lane (a
         # layer's row tiles' lanes of one output row side by side, so rows complete one
         # after another and the next layer's windows can start), then in topological order.
         key = [(bool(k) or not self.eager, -r, task.lane, pos) for k, r, task, pos in
                zip(self.tiles.key, self.rank.tolist(), g.tasks, self.topo_pos.tolist(),
                    strict=True)]
-        heap = [(*key[t], t) for t in range(n) if indeg[t] == 0]
+        heap = [(*key[t], t) for t in range(n) if unplaced[t] == 0]
         heapq.heapify(heap)
         while heap:
             *_, t = heapq.heappop(heap)
             self.place(t)
             for c in self.succ_list[t]:
-                indeg[c] -= 1
-                if indeg[c] == 0:
+                if unplaced[c] == 0:
                     heapq.heappush(heap, (*key[c], c))
         return self.core_of, self.start
 
@@ -513,7 +531,7 @@ class _ListScheduler:
                                      if self.core_of[self.g.fragments[f].producer] == p)
 
     def place(self, t: int) -> None:
-        d = self.cost_of[t] + sum(ns for _, ns in self.g.local_reads.get(t, ()))
+        d = self.longest[t]
         feasible, need = self.candidates(t)
         eft = self.cores.earliest(self.data_ready(t), d, feasible) + d
         if feasible is not self.all_cores:
@@ -671,7 +689,7 @@ class _ListScheduler:
         needs = need[order].tolist() if has_tiles else self.no_needs  # (unread without tiles)
         near = {self.core_of[u] for u, _ in self.g.preds[t]}
         # exact finishes are never earlier than the free-link ones, but for the local reads
-        slack = sum(ns for _, ns in self.g.local_reads.get(t, ()))
+        slack = self.longest[t] - self.cost_of[t]
         # without local reads and shared-memory stores, t takes d ns on every core and
         # starts at the core's first idle stretch (`slot`)
         plain = not slack and not self.shared_of[t]
@@ -692,19 +710,20 @@ class _ListScheduler:
                 # without local reads the exact key is at least this one (f >= ef)
                 if not slack and (sc, ef, p not in near, has_tiles and ne != 0, p) >= best:
                     continue
-                if floor is not None and floor[p] > best[0]:
-                    continue
+                if judged >= FLOOR_AFTER and not self.net.switched:  # (so more than one core)
+                    if floor is None:
+                        # t's messages wait; where they wait on a first link, every core
+                        # behind that link waits as long, and most of the shortlist cannot win
+                        floor = (np.minimum(score, INF) - eft + self.ready_floor(reads)
+                                 + self.cost_of[t]).tolist()
+                    if floor[p] > best[0]:
+                        continue
             if not plain:
                 d = self.duration(t, p)
             # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
             limit = INF if best is None else best[0] - sc + ef - d
             ready = self.exact_ready(late_first, p, False, limit)
             judged += 1
-            if judged == FLOOR_AFTER and not self.net.switched:  # (so more than one core)
-                # t's messages wait; where they wait on a first link, every core behind
-                # that link waits as long, and most of the shortlist cannot win
-                floor = (np.minimum(score, INF) - eft + self.ready_floor(reads)
-                         + self.cost_of[t]).tolist()
             if ready > limit:
                 continue
             s = earliest_on(p, ready, d) if plain else self.slot(t, p, ready)
@@ -733,9 +752,12 @@ class _ListScheduler:
         self.core_of[t], self.start[t], self.end[t] = p, start, f
         for fr in self.produces[t]:
             self.holders[fr][p] = f
-        pred_ready, arrival_row = self.pred_ready, self.mesh.arrival_row
-        pred_ready.pop(t, None)
+        pred_ready, arrival_row, unplaced = self.pred_ready, self.mesh.arrival_row, self.unplaced
         for c, fl in zip(self.succ_list[t], self.succ_flits_list[t], strict=True):
+            unplaced[c] -= 1
+            if not unplaced[c] or not self.lookahead:  # no lookahead left to read R_c
+                pred_ready.pop(c, None)
+                continue
             arrive = arrival_row(p, fl, f)
             row = pred_ready.setdefault(c, arrive)  # children are distinct (edges merged)
             if row is not arrive:

@@ -140,3 +140,54 @@ def test_mesh_arrival_row_is_comm_row_plus_send_time(target: Target) -> None:
         assert (got == want).all() and got[src] == at
         got[:] = -1  # a new array each time: the caller may write into it
         assert (m.arrival_row(src, fl, at) == want).all()
+
+
+def test_edge_arrays_follow_edges_and_succs() -> None:
+    g = ComputeGraph()
+    for name in "abc":
+        g.add_task(name, 1)
+    g.add_edge(0, 2, 4)
+    g.add_edge(0, 1, 8)
+    g.add_edge(0, 2, 4)  # merged: one edge of 8 bytes, which carries two fragments of 4
+    g.add_edge(1, 2, 16)
+    for reader, producer, nbytes in ((2, 0, 4), (1, 0, 8), (2, 0, 4), (2, 1, 16)):
+        g.add_read(reader, g.add_fragment(producer, nbytes))
+    g.freeze()
+    src, dst, nbytes, largest = g.edge_arrays()
+    assert [(int(s), int(d), int(b)) for s, d, b in zip(src, dst, nbytes, strict=True)] == \
+        [(e.src, e.dst, e.bytes) for e in g.edges] == [(0, 1, 8), (0, 2, 8), (1, 2, 16)]
+    assert largest.tolist() == [g.largest_message()[e.src, e.dst] for e in g.edges] == [8, 4, 16]
+    assert [(int(s), int(d)) for s, d in zip(src, dst, strict=True)] == \
+        [(u, v) for u, s in enumerate(g.succs) for v, _ in s]  # succs laid end to end
+    assert not src.flags.writeable and g.edge_arrays()[0] is src
+
+
+def test_costs_and_bottom_levels_are_new_lists() -> None:
+    g = diamond()
+    tail, costs = g.bottom_levels(), g.costs()
+    assert tail == [35, 25, 25, 5] and costs == [10, 20, 20, 5]
+    tail[0] = costs[0] = -1  # a caller's change does not reach the graph's copies
+    assert g.bottom_levels() == [35, 25, 25, 5] and g.costs() == [10, 20, 20, 5]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_layer_load_is_its_definition(seed: int) -> None:
+    """Per batch: its earliest head, plus its work over the cores its lanes can use (no more
+    than its tiles and the spare crossbars allow when every lane has tiles), plus its least
+    work after a lane; the largest over the batches."""
+    from raptor.solver.evaluate import fan_in_heads, layer_load
+    from raptor.solver.generate import random_layered_dag
+
+    g = random_layered_dag(300, seed, width=8, tiles_per_batch=(0, 2))
+    target = Target(mesh_rows=2, mesh_cols=3, crossbars_per_core=64)
+    head, tail, costs = fan_in_heads(g, target), g.bottom_levels(), g.costs()
+    spare = target.crossbar_capacity - len(g.distinct_weights())
+    want = 0
+    for b in {task.batch for task in g.tasks}:
+        ts = [t for t, task in enumerate(g.tasks) if task.batch == b]
+        k = min(target.num_cores, len(ts))
+        if all(g.tasks[t].weights for t in ts):
+            k = min(k, len(frozenset().union(*(g.tasks[t].weights for t in ts))) + spare)
+        want = max(want, min(head[t] for t in ts) + -(-sum(costs[t] for t in ts) // max(k, 1))
+                   + min(tail[t] - costs[t] for t in ts))
+    assert layer_load(g, target, head, tail) == want > 0

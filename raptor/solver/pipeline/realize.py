@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from raptor.noc import message_cycles
 from raptor.solver.costs import shared_read_ns, shared_write_ns
+from raptor.solver.mesh import transfer_ns
 from raptor.solver.pipeline.model import Partition, evaluate_partition
 from raptor.solver.pipeline.pack import PackFailure, StagePacking, pack_stage
-from raptor.solver.pipeline.problem import IntArray, PipelineProblem, service_ns, topological_order
+from raptor.solver.pipeline.problem import PipelineProblem, service_ns, topological_order
 from raptor.target import Target
 
 SEQUENCES = ("rows", "columns")
@@ -33,15 +33,6 @@ def core_sequence(target: Target, kind: str) -> list[int]:
     if kind == "rows":
         return [r * C + (c if r % 2 == 0 else C - 1 - c) for r in range(R) for c in range(C)]
     return [(r if c % 2 == 0 else R - 1 - r) * C + c for c in range(C) for r in range(R)]
-
-
-def transfer_ns(target: Target, src: IntArray, dst: IntArray, nbytes: IntArray) -> IntArray:
-    """Vectorized :meth:`Target.transfer_ns` (0 on the same core)."""
-    C = target.mesh_cols
-    hops = np.abs(src // C - dst // C) + np.abs(src % C - dst % C)
-    ns = target.ns(message_cycles(target, hops, nbytes, target.protocol))
-    out: IntArray = np.where(src == dst, 0, ns)
-    return out
 
 
 @dataclass(frozen=True)
