@@ -381,10 +381,7 @@ class Network:
         hop = self.hop_ns
         if isinstance(table, Timelines):
             return table.arrival(links, ser, transfer, hop, inject, table.commit, limit)
-        if not links:
-            return inject
-        # the simulator's hot path: one call per message
-        return transfer + table.walk(links, inject, hop, ser) - (len(links) - 1) * hop
+        return table.arrival(links, ser, transfer, hop, inject)
 
 
 @lru_cache(maxsize=8)
@@ -473,6 +470,14 @@ class FreeLinks:
             if note is not None:
                 note(head)
         return head
+
+    def arrival(self, links: tuple[int, ...], ser: int, transfer: int, hop: int, inject: int
+                ) -> int:
+        """:meth:`Network.pass_links` on this table (the simulator's hot path: one call per
+        message): free links give ``transfer``, waiting for links adds the head's delay."""
+        if not links:
+            return inject
+        return transfer + self.walk(links, inject, hop, ser) - (len(links) - 1) * hop
 
     def probe(self, links: tuple[int, ...], head: int, hop: int, ser: int) -> int:
         """What :meth:`walk` would return, reserving nothing."""
