@@ -512,11 +512,18 @@ def _k_insert(b: _Builder, op: InsertSliceOp, in_place: bool) -> Step:
     """Writes into the destination only when the caller proved nobody else sees it; SSA
     values are otherwise never written (extract_slice and reshape share views)."""
     src, dst, at, sizes = b.stacked(op.source), b.stacked(op.dest), b.region(op), tuple(op.sizes)
+    if info(op.source).shape == sizes:  # no reshape to the region's shape
 
-    def insert(fr: Frame) -> Any:
-        out = fr[dst] if in_place else fr[dst].copy()
-        out[at(fr)] = fr[src].reshape((fr[0], *sizes))
-        return out
+        def insert(fr: Frame) -> Any:
+            out = fr[dst] if in_place else fr[dst].copy()
+            out[at(fr)] = fr[src]
+            return out
+    else:
+
+        def insert(fr: Frame) -> Any:
+            out = fr[dst] if in_place else fr[dst].copy()
+            out[at(fr)] = fr[src].reshape((fr[0], *sizes))
+            return out
 
     return _put(b.define(op.result), insert)
 
