@@ -588,16 +588,18 @@ def _k_binary(b: _Builder, op: BinaryOp, _: bool) -> Step | None:
         return None
     fn, rank = BINARY[op.op], len(tr.shape)
     x, y, res = b.stacked(op.lhs), b.stacked(op.rhs), b.define(op.result)
-    into = ta.shape == tr.shape and op.lhs in b.owned and b.uses[op.lhs] == 1
+    # the lhs is a new array nothing else reads (a partial sum): the result overwrites
+    # it, the same values without allocating another
+    into = fn if isinstance(fn, np.ufunc) and ta.shape == tr.shape and op.lhs in b.owned \
+        and b.uses[op.lhs] == 1 else None
     b.owned.add(op.result)
     if len(ta.shape) == len(tb.shape) == rank:
-        if into:  # the lhs is a new array nothing else reads (a partial sum): the result
-            # overwrites it, the same values without allocating another
-            return _put(res, lambda fr: fn(fr[x], fr[y], out=fr[x]))
+        if into is not None:
+            return _put(res, lambda fr: into(fr[x], fr[y], out=fr[x]))
         return _put(res, lambda fr: fn(fr[x], fr[y]))
     xs, ys = ((1,) * (rank - len(t.shape)) + t.shape for t in (ta, tb))
-    if into:
-        return _put(res, lambda fr: fn(fr[x], fr[y].reshape((fr[0], *ys)), out=fr[x]))
+    if into is not None:
+        return _put(res, lambda fr: into(fr[x], fr[y].reshape((fr[0], *ys)), out=fr[x]))
     return _put(res, lambda fr: fn(fr[x].reshape((fr[0], *xs)), fr[y].reshape((fr[0], *ys))))
 
 
