@@ -268,19 +268,13 @@ def _partial_sums(i: int) -> str:
     pim.store %r{i} into %o[{i}, 0, 0] [1, 4, 6] [1, 1, 1] : tensor<4x6xf32> into tensor<2x4x6xf32>"""
 
 
-PARTIAL_SUMS = f"""
-func.func @main(%x: tensor<2x4x8xf32>) -> tensor<2x4x6xf32> {{
-  %wa = spat.weight @wa : tensor<8x6xf32>
-  %wb = spat.weight @wb : tensor<8x6xf32>
-  %b = spat.weight @b : tensor<6xf32>
-  %o = pim.alloc_shared : tensor<2x4x6xf32>
-  pim.core 0 {{
-{_partial_sums(0)}
-{_partial_sums(1)}
-  }}
-  return %o : tensor<2x4x6xf32>
-}}
-"""
+PARTIAL_SUMS = "\n".join([
+    "func.func @main(%x: tensor<2x4x8xf32>) -> tensor<2x4x6xf32> {",
+    *[f"  %{w} = spat.weight @{w} : tensor<{t}xf32>" for w, t in
+      (("wa", "8x6"), ("wb", "8x6"), ("b", "6"))],
+    "  %o = pim.alloc_shared : tensor<2x4x6xf32>",
+    "  pim.core 0 {", _partial_sums(0), _partial_sums(1), "  }",
+    "  return %o : tensor<2x4x6xf32>", "}", ""])
 
 
 def test_partial_sums_overwrite_only_what_nothing_else_reads() -> None:
