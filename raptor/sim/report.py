@@ -143,9 +143,12 @@ class Trace:
         they arrived."""
         if len(self._messages) != len(self.sent):
             ends = self.ends
-            self._messages = [(src, dst, ch, size if nbytes < 0 else nbytes, inject, arrival)
-                              for m, inject, arrival, nbytes in self.sent
-                              for src, dst, ch, size in (ends[m],)]
+            out: list[tuple[int, int, int, int, int, int]] = []
+            add = out.append
+            for m, inject, arrival, nbytes in self.sent:
+                src, dst, ch, size = ends[m]
+                add((src, dst, ch, size if nbytes < 0 else nbytes, inject, arrival))
+            self._messages = out
         return self._messages
 
     @property
