@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
@@ -381,10 +381,7 @@ class Network:
         hop = self.hop_ns
         if isinstance(table, Timelines):
             return table.arrival(links, ser, transfer, hop, inject, table.commit, limit)
-        if not links:
-            return inject
-        # the simulator's hot path: one call per message
-        return transfer + table.walk(links, inject, hop, ser) - (len(links) - 1) * hop
+        return table.arrival(links, ser, transfer, hop, inject)
 
 
 @lru_cache(maxsize=8)
@@ -396,25 +393,46 @@ def shared_network(target: Target, protocol: str | None = None) -> Network:
 
 
 class LinkLog:
-    """The reservations a :class:`FreeLinks` walk made, kept as cheaply as the walk can
-    write them (the simulator's trace asks for every one): per walk its links (the route's
-    own tuple) and serialization, and the head's time on each link in order, in flat lists
-    (no object per reservation for the collector to scan once a run is over).
-    :meth:`reservations` lists them as (link, start, end) when asked."""
+    """The walks a :class:`FreeLinks` table made, kept as cheaply as the walk can write
+    them (the simulator's trace asks for every one): per walk its links (the route's own
+    tuple), serialization and the head's time at its first link, in flat lists (no object
+    per reservation for the collector to scan once a run is over). The head's time on each
+    link (:attr:`heads`) is found when first asked, by walking them again in order on a
+    fresh table: a walk depends only on the walks before it. :meth:`reservations` lists
+    them as (link, start, end)."""
 
     def __init__(self) -> None:
         self.routes: list[tuple[int, ...]] = []
         self.serial: list[int] = []
-        self.heads: list[int] = []
+        self.starts: list[int] = []
+        self.hop = 0
+        """The table's hop (every walk of a table takes its network's)."""
+        self.table = (0, True)
+        """The logged table's link count and contention."""
+        self._heads: list[int] = []
+        self._walked = 0
         self._listed: list[tuple[int, int, int]] = []
+
+    @property
+    def heads(self) -> list[int]:
+        """The head's time on each link of each walk, in order."""
+        if self._walked != len(self.routes):
+            self._heads = []
+            note = self._heads.append
+            table = FreeLinks(*self.table)
+            for links, start, ser in zip(self.routes, self.starts, self.serial, strict=True):
+                table.walk(links, start, self.hop, ser, note)
+            self._walked = len(self.routes)
+        return self._heads
 
     def reservations(self) -> list[tuple[int, int, int]]:
         """(link, start, end) of every reservation, in the order they were made."""
-        if len(self._listed) != len(self.heads):
-            heads = iter(self.heads)  # each walk takes as many heads as it has links
+        heads = self.heads
+        if len(self._listed) != len(heads):
+            it = iter(heads)  # each walk takes as many heads as it has links
             self._listed = [(link, h, h + ser)
                             for links, ser in zip(self.routes, self.serial, strict=True)
-                            for link, h in zip(links, heads, strict=False)]
+                            for link, h in zip(links, it, strict=False)]
         return self._listed
 
 
@@ -428,15 +446,20 @@ class FreeLinks:
         self.busy = [0] * n
         self.contention = contention
         self.log = log
+        if log is not None:
+            log.table = (n, contention)
 
-    def walk(self, links: tuple[int, ...], head: int, hop: int, ser: int) -> int:
+    def walk(self, links: tuple[int, ...], head: int, hop: int, ser: int,
+             note: Callable[[int], object] | None = None) -> int:
         """The head takes ``links`` in turn, reaching each ``hop`` after it took the
-        previous one (the first at ``head``); when it took the last."""
+        previous one (the first at ``head``); when it took the last. ``note`` is told the
+        head's time on each link."""
         free, busy, log, contention = self.free, self.busy, self.log, self.contention
         if log is not None:
             log.routes.append(links)
             log.serial.append(ser)
-            note = log.heads.append
+            log.starts.append(head)
+            log.hop = hop
         head -= hop
         for link in links:
             head += hop
@@ -444,9 +467,17 @@ class FreeLinks:
                 head = free[link]
             free[link] = head + ser
             busy[link] += ser
-            if log is not None:
+            if note is not None:
                 note(head)
         return head
+
+    def arrival(self, links: tuple[int, ...], ser: int, transfer: int, hop: int, inject: int
+                ) -> int:
+        """:meth:`Network.pass_links` on this table (the simulator's hot path: one call per
+        message): free links give ``transfer``, waiting for links adds the head's delay."""
+        if not links:
+            return inject
+        return transfer + self.walk(links, inject, hop, ser) - (len(links) - 1) * hop
 
     def probe(self, links: tuple[int, ...], head: int, hop: int, ser: int) -> int:
         """What :meth:`walk` would return, reserving nothing."""

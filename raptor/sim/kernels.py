@@ -292,6 +292,10 @@ class _Builder:
         self.steps: list[Step] = []
         self.unzeroed: set[Value] = set()
         """Empties every element of which is written before anything reads it."""
+        self.uses: Counter[Value] = Counter()
+        """How many body ops read each value."""
+        self.owned: set[Value] = set()
+        """Values made as new arrays that no other value shares (MVM and binary results)."""
 
     def define(self, v: Value) -> int:
         s = self.slot[v] = self.size
@@ -365,7 +369,7 @@ class _Builder:
         read_index = {v: i for i, v in enumerate(reads)}
         # An insert may write into its destination when that is a fresh buffer
         # (tensor.empty or an insert result) whose only use is this insert.
-        uses = Counter(v for o in self.ops for v in o.operands())
+        uses = self.uses = Counter(v for o in self.ops for v in o.operands())
         covering = self.covering(uses)
         self.unzeroed = self.filled(uses)
         fresh = {o.result for o in self.ops if isinstance(o, EmptyOp | InsertSliceOp)
@@ -497,7 +501,10 @@ def _put(res: int, fn: Callable[[Frame], Any]) -> Step:
 
 
 def _k_extract(b: _Builder, op: ExtractSliceOp, _: bool) -> Step:
+    """A view, reshaped only where the result's shape is not the region's (rank-reducing)."""
     src, at, shape = b.stacked(op.source), b.region(op), info(op.result).shape
+    if tuple(op.sizes) == shape:
+        return _put(b.define(op.result), lambda fr: fr[src][at(fr)])
     return _put(b.define(op.result), lambda fr: fr[src][at(fr)].reshape((fr[0], *shape)))
 
 
@@ -505,11 +512,18 @@ def _k_insert(b: _Builder, op: InsertSliceOp, in_place: bool) -> Step:
     """Writes into the destination only when the caller proved nobody else sees it; SSA
     values are otherwise never written (extract_slice and reshape share views)."""
     src, dst, at, sizes = b.stacked(op.source), b.stacked(op.dest), b.region(op), tuple(op.sizes)
+    if info(op.source).shape == sizes:  # no reshape to the region's shape
 
-    def insert(fr: Frame) -> Any:
-        out = fr[dst] if in_place else fr[dst].copy()
-        out[at(fr)] = fr[src].reshape((fr[0], *sizes))
-        return out
+        def insert(fr: Frame) -> Any:
+            out = fr[dst] if in_place else fr[dst].copy()
+            out[at(fr)] = fr[src]
+            return out
+    else:
+
+        def insert(fr: Frame) -> Any:
+            out = fr[dst] if in_place else fr[dst].copy()
+            out[at(fr)] = fr[src].reshape((fr[0], *sizes))
+            return out
 
     return _put(b.define(op.result), insert)
 
@@ -529,7 +543,7 @@ def _k_transpose(b: _Builder, op: TransposeOp, _: bool) -> Step:
     made (in-place inserts only write fresh buffers), so the two cannot be told apart,
     and the consumer reads the strides it would otherwise have copied."""
     src, axes = b.stacked(op.source), (0, *(p + 1 for p in op.perm))
-    return _put(b.define(op.result), lambda fr: np.transpose(fr[src], axes))
+    return _put(b.define(op.result), lambda fr: fr[src].transpose(axes))
 
 
 def _k_mvm(b: _Builder, op: MvmOp, _: bool) -> Step | None:
@@ -540,6 +554,7 @@ def _k_mvm(b: _Builder, op: MvmOp, _: bool) -> Step | None:
         return None
     w, vec, matmul = b.slot[op.weight], b.stacked(op.vector), np.matmul
     res, rank, shape = b.define(op.result), len(tv.shape), info(op.result).shape
+    b.owned.add(op.result)
     if w in b.flat:
 
         def shared(fr: Frame) -> Any:
@@ -547,8 +562,8 @@ def _k_mvm(b: _Builder, op: MvmOp, _: bool) -> Step | None:
             if ws.__class__ is list:  # one weight per instance (tiles differ): each
                 v = fr[vec]           # product straight into its row of the result
                 out = np.empty((len(ws), *shape), _F32)
-                for i, wi in enumerate(ws):
-                    matmul(v[i], wi, out=out[i])
+                for vi, wi, oi in zip(v, ws, out, strict=True):
+                    matmul(vi, wi, out=oi)
                 return out
             return matmul(fr[vec], ws)
 
@@ -573,9 +588,18 @@ def _k_binary(b: _Builder, op: BinaryOp, _: bool) -> Step | None:
         return None
     fn, rank = BINARY[op.op], len(tr.shape)
     x, y, res = b.stacked(op.lhs), b.stacked(op.rhs), b.define(op.result)
+    # the lhs is a new array nothing else reads (a partial sum): the result overwrites
+    # it, the same values without allocating another
+    into = fn if isinstance(fn, np.ufunc) and ta.shape == tr.shape and op.lhs in b.owned \
+        and b.uses[op.lhs] == 1 else None
+    b.owned.add(op.result)
     if len(ta.shape) == len(tb.shape) == rank:
+        if into is not None:
+            return _put(res, lambda fr: into(fr[x], fr[y], out=fr[x]))
         return _put(res, lambda fr: fn(fr[x], fr[y]))
     xs, ys = ((1,) * (rank - len(t.shape)) + t.shape for t in (ta, tb))
+    if into is not None:
+        return _put(res, lambda fr: into(fr[x], fr[y].reshape((fr[0], *ys)), out=fr[x]))
     return _put(res, lambda fr: fn(fr[x].reshape((fr[0], *xs)), fr[y].reshape((fr[0], *ys))))
 
 

@@ -178,6 +178,9 @@ class Program:
     outputs: list[Value]
     messages: int
     """Sends (each paired with one receive) in the program."""
+    ends: list[tuple[int, int, int, int]]
+    """Per message (`Instr.msg`): its source, destination, channel and bytes (a trace's
+    messages are these and times)."""
     weights: dict[Value, np.ndarray] = field(default_factory=dict)
     stores: list[tuple[int, Instr]] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
@@ -420,9 +423,9 @@ class _Compiler:
             envs[core] = cc.env
             tiles[core] = sum(cc.tiles.values())
         self.check_capacity(tiles)
-        messages = self.check_channels(cores)
+        ends = self.check_channels(cores)
         self.link_loads()
-        program = Program(func, cores, envs, tiles, self.shared, outputs, messages,
+        program = Program(func, cores, envs, tiles, self.shared, outputs, len(ends), ends,
                           self.weights, self.stores, inferences=self.inferences,
                           lags=self.lags, written={b for _, _, b, _ in self.store_boxes})
         program.slots = number_slots(program)
@@ -435,12 +438,12 @@ class _Compiler:
         if over:
             raise SimError("crossbar capacity exceeded", over)
 
-    def check_channels(self, cores: dict[int, list[Instr]]) -> int:
+    def check_channels(self, cores: dict[int, list[Instr]]) -> list[tuple[int, int, int, int]]:
         """Every (source, destination, channel) needs as many sends as receives, paired in
         program order with equal types; anything else would hang or corrupt data. Numbers
         the messages (`Instr.msg`: the k-th send and the k-th receive of a channel are one
-        message, since each side runs its channel's ops in program order) and returns how
-        many there are."""
+        message, since each side runs its channel's ops in program order) and returns each
+        message's source, destination, channel and bytes."""
         sends: dict[tuple[int, int, int], list[Instr]] = {}
         recvs: dict[tuple[int, int, int], list[Instr]] = {}
         for core, prog in cores.items():
@@ -450,7 +453,8 @@ class _Compiler:
                 elif ins.kind == RECV:
                     recvs.setdefault((ins.peer, core, ins.channel), []).append(ins)
         lines = []
-        msgs, num_cores = 0, self.target.num_cores
+        ends: list[tuple[int, int, int, int]] = []
+        num_cores = self.target.num_cores
         for key in sorted(set(sends) | set(recvs)):
             src, dst, ch = key
             ss, rr = sends.get(key, []), recvs.get(key, [])
@@ -467,16 +471,16 @@ class _Compiler:
             for s, r in zip(ss, rr, strict=False):
                 assert s.value is not None and r.value is not None
                 s.partner = r
-                s.msg = r.msg = msgs
+                s.msg = r.msg = len(ends)
                 s.rank = rank
-                msgs += 1
+                ends.append((src, dst, ch, s.nbytes))
                 sent = s.op.message_type if isinstance(s.op, ChannelSendOp) else s.value.type
                 if sent != r.value.type:
                     lines.append(f"channel {ch} from core {src} to core {dst}: {s.where} sends "
                                  f"{sent} but {r.where} receives {r.value.type}")
         if lines:
             raise SimError("unmatched channels", lines)
-        return msgs
+        return ends
 
     def link_loads(self) -> None:
         by_buffer: dict[Value, list[tuple[int, int, Box, int]]] = {}

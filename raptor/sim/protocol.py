@@ -62,12 +62,13 @@ class Mesh:
         self.net = Network(engine.target, "raptor")
         self.links = FreeLinks(self.net.num_links, log=engine.trace.link_log
                                if engine.opts.trace else None)
+        self.arrive, self.hop = self.links.arrival, self.net.hop_ns
         self.buffered = self.opts.mode == "buffered"
         self.contention = self.opts.link_contention
         self.rendezvous = self.opts.rendezvous_ns
         self.report = engine.report
         self.heap = engine.heap
-        self.messages = engine.trace.messages if engine.opts.trace else None
+        self.sent = engine.trace.sent if engine.opts.trace else None
 
     # ---- receives ------------------------------------------------------------------
     def receive(self, st: Core, ins: Instr) -> bool:
@@ -147,8 +148,7 @@ class Mesh:
         """Cut-through over the links (`raptor.noc`), granted in injection-time order
         (simultaneous ones by `raptor.noc.inject_rank`)."""
         r = ins.route
-        self.deliver(ins, at, self.net.pass_links(r.links, r.serial_ns, r.transfer_ns, at,
-                                                  self.links))
+        self.deliver(ins, at, self.arrive(r.links, r.serial_ns, r.transfer_ns, self.hop, at))
 
     def deliver(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
                 nbytes: int = -1) -> None:
@@ -161,10 +161,8 @@ class Mesh:
             if waiting is not None:
                 waiting[1][1] = arrival
                 return
-        if self.messages is not None:
-            self.messages.append((ins.core, ins.peer, ins.channel,
-                                  ins.nbytes if nbytes < 0 else nbytes, inject,
-                                  arrival if traced < 0 else traced))
+        if self.sent is not None:
+            self.sent.append((ins.msg, inject, arrival if traced < 0 else traced, nbytes))
         v = ins.slots_out[0]  # the receiver's value
         self.arrival[v] = arrival
         st = self.core_of[ins.peer]

@@ -127,9 +127,29 @@ class Trace:
     (link `a * cores + b`, start ns, end ns); converted to JSON on demand."""
 
     spans: list[tuple[int, int, int, str, str, str]] = field(default_factory=list)
-    messages: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
     link_log: LinkLog = field(default_factory=LinkLog)
     """The mesh links' reservations as the run recorded them (`links` lists them)."""
+    sent: list[tuple[int, int, int, int]] = field(default_factory=list)
+    """The messages as the run recorded them, kept as cheaply as it can write them: (message
+    number, injected ns, arrived ns, bytes, -1 for those of `ends`); `messages` lists them."""
+    ends: Sequence[tuple[int, int, int, int]] = ()
+    """Per message number: (src, dst, channel, bytes) (`Program.ends`)."""
+    _messages: list[tuple[int, int, int, int, int, int]] = field(default_factory=list,
+                                                                 repr=False, compare=False)
+
+    @property
+    def messages(self) -> list[tuple[int, int, int, int, int, int]]:
+        """(src, dst, channel, bytes, injected ns, arrived ns) per message, in the order
+        they arrived."""
+        if len(self._messages) != len(self.sent):
+            ends = self.ends
+            out: list[tuple[int, int, int, int, int, int]] = []
+            add = out.append
+            for m, inject, arrival, nbytes in self.sent:
+                src, dst, ch, size = ends[m]
+                add((src, dst, ch, size if nbytes < 0 else nbytes, inject, arrival))
+            self._messages = out
+        return self._messages
 
     @property
     def links(self) -> list[tuple[int, int, int]]:

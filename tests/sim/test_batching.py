@@ -248,3 +248,39 @@ func.func @main(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {{
     rep = res.report
     assert (rep.input_reads, rep.input_read_bytes) == (2, 64)
     assert (rep.shared_reads, rep.shared_writes) == (0, 2)
+
+
+def _partial_sums(i: int) -> str:
+    """Partial sums of two MVMs and a bias: the first adds overwrite the new arrays they
+    read once; `%m2` is read twice, so nothing may write into it."""
+    return f"""
+    %a{i} = pim.load %x[{i}, 0, 0] [1, 4, 8] [1, 1, 1] : tensor<2x4x8xf32> to tensor<4x8xf32>
+    %r{i} = spat.scheduled_compute ins(%a{i} : tensor<4x8xf32>, %wa : tensor<8x6xf32>, %wb : tensor<8x6xf32>, %b : tensor<6xf32>) -> tensor<4x6xf32> {{
+    ^bb0(%in: tensor<4x8xf32>, %w1: tensor<8x6xf32>, %w2: tensor<8x6xf32>, %bias: tensor<6xf32>):
+      %m1 = pim.mvm %w1, %in : tensor<8x6xf32>, tensor<4x8xf32> -> tensor<4x6xf32>
+      %m2 = pim.mvm %w2, %in : tensor<8x6xf32>, tensor<4x8xf32> -> tensor<4x6xf32>
+      %s = pim.vadd %m1, %m2 : tensor<4x6xf32>
+      %t = pim.vadd %s, %bias : tensor<4x6xf32>, tensor<6xf32> -> tensor<4x6xf32>
+      %e = pim.vmul %m2, %t : tensor<4x6xf32>
+      %y = pim.vsub %e, %m2 : tensor<4x6xf32>
+      spat.yield %y : tensor<4x6xf32>
+    }}
+    pim.store %r{i} into %o[{i}, 0, 0] [1, 4, 6] [1, 1, 1] : tensor<4x6xf32> into tensor<2x4x6xf32>"""
+
+
+PARTIAL_SUMS = "\n".join([
+    "func.func @main(%x: tensor<2x4x8xf32>) -> tensor<2x4x6xf32> {",
+    *[f"  %{w} = spat.weight @{w} : tensor<{t}xf32>" for w, t in
+      (("wa", "8x6"), ("wb", "8x6"), ("b", "6"))],
+    "  %o = pim.alloc_shared : tensor<2x4x6xf32>",
+    "  pim.core 0 {", _partial_sums(0), _partial_sums(1), "  }",
+    "  return %o : tensor<2x4x6xf32>", "}", ""])
+
+
+def test_partial_sums_overwrite_only_what_nothing_else_reads() -> None:
+    x = rand(2, 4, 8)
+    ws = {"wa": rand(8, 6, seed=1), "wb": rand(8, 6, seed=2), "b": rand(6, seed=3)}
+    m1, m2 = x @ ws["wa"], x @ ws["wb"]
+    want = m2 * (m1 + m2 + ws["b"]) - m2
+    np.testing.assert_allclose(run(PARTIAL_SUMS, ws, {"x": x}).outputs[0], want,
+                               rtol=1e-5, atol=1e-5)

@@ -43,6 +43,16 @@ def test_chrome_trace_has_one_track_per_core_with_spans(tmp_path: Path) -> None:
     assert {e["id"] for e in flows} == {1} and flows[0]["args"]["bytes"] == 64
 
 
+def test_messages_and_link_reservations_listed_from_what_the_run_recorded() -> None:
+    """The run records each message as its number and times, and each walk's start: the
+    lists are made when read. Core 1's message, injected at 4, takes link 4 at 18 when core
+    0's leaves it."""
+    res = run(CONTENTION, {"w": rand(16)})
+    assert len(res.trace.sent) == 2 and res.trace.link_log.starts == [0, 4]
+    assert res.trace.messages == [(0, 2, 0, 64, 0, 20), (1, 2, 1, 64, 4, 36)]
+    assert res.trace.links == [(0, 0, 16), (4, 2, 18), (4, 18, 34)]
+
+
 def test_written_trace_is_the_document_byte_for_byte(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`write_trace` streams the events in batches (3 here, so several batches and a short
