@@ -65,6 +65,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -742,6 +743,34 @@ class _ListScheduler:
                 np.maximum(row, arrive, out=row)
 
 
+def layer_ranks(tiles: _Tiles, rank: IntArray) -> IntArray:
+    """``rank`` with every lane of a layer (the tasks whose tiles hold that layer's weights,
+    `_Tiles.layer`) at the layer's highest rank: the list scheduler then takes a layer's
+    lanes by their lane index, row by row across its tile sets (`_ListScheduler.run`).
+
+    Why: a layer's lanes have nearly equal upward ranks, told apart by their own cost (a
+    tile set of fewer row tiles, a padded border row). By rank, a core holding two tile sets
+    of one layer ran every lane of the costlier set before the first of the other, so the
+    layer's first output rows, which the next layer waits for, came last: ResNet-18's
+    512-wide layers at four MVM units ran one layer after another, 75-90 us each, their
+    sets' 5-7 lanes in a row on one core (docs/benchmarks.md, "Issue #25, sixteenth
+    session")."""
+    top: dict[str, int] = {}
+    for k, r in zip(tiles.key, rank.tolist(), strict=True):
+        if k and tiles.layer[k]:
+            top[tiles.layer[k]] = max(top.get(tiles.layer[k], r), r)
+    return np.array([top[tiles.layer[k]] if k and tiles.layer[k] else r
+                     for k, r in zip(tiles.key, rank.tolist(), strict=True)], dtype=np.int64)
+
+
+class _RowsFirst(_ListScheduler):
+    """The list scheduler with each layer's lanes at one rank (`layer_ranks`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rank = layer_ranks(self.tiles, self.rank)
+
+
 def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool, copies: bool = True
                    ) -> MergeScheduleResult:
     """The scheduler's runs, judged by the replay; the collector is paused (`raptor.gc_pause`):
@@ -836,6 +865,16 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
                 keep(eager + ", without the lookahead",
                      *_ListScheduler(graph, target, mesh, tiles, False, None, eager=True,
                                      copies=copies, routes=routes).run())
+        # each layer's lanes at one rank, row by row (`layer_ranks`), as the greedy run and
+        # the eager one: ResNet-18 at four units 1,597,492 and 1,596,468 ns estimated, by
+        # rank 1,707,371 and 1,778,828
+        for eager_too in (False, True):
+            rows = "the lanes of each layer row by row" + (f", {eager}" if eager_too else "")
+            with contextlib.suppress(_NoRoom):
+                if wanted(rows):
+                    keep(rows, *_RowsFirst(graph, target, mesh, tiles, lookahead, None,
+                                           eager=eager_too, copies=copies,
+                                           routes=routes).run())
     if target.protocol != "raptor" and only is None:
         # pimsim-nn's receives block, which the list scheduler's message prices do not
         # capture: a schedule made for Raptor's mesh is a candidate too, judged by the
