@@ -206,12 +206,16 @@ def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...],
     no room for the last ones, whose few lanes then ran one after another on their tiles'
     single core (ResNet-18: its 512-wide layers on 9 of 64 cores).
 
-    When the shares would not fit the chip's crossbars, each is scaled by
-    min(1, λ·sqrt(work per crossbar of its full share)), rounded, at least one copy, with
-    the largest λ that fits: with a set's time ~ work / copies, this minimizes the sum of
-    the sets' times for the crossbars (Lagrange). Scaling all shares alike had given ResNet-18's
-    first convolution (19 % of the MVMs, two crossbars a copy) 33 of 64 cores at 4 MVM
-    units, for the crossbars of its last layers (16 a copy, 0.3 % of the work each)."""
+    When the shares would not fit the chip's crossbars, each set gets λ·sqrt(its work per
+    crossbar) copies, rounded, at least one and at most its share, with the largest λ that
+    fits: with a set's time ~ work / copies, this minimizes the sum of the sets' times for
+    the crossbars (Lagrange). Scaling all shares alike had given ResNet-18's first
+    convolution (19 % of the MVMs, two crossbars a copy) 33 of 64 cores at 4 MVM units, for
+    the crossbars of its last layers (16 a copy, 0.3 % of the work each). Scaling each
+    share by λ·sqrt(work per crossbar of the share) instead (the optimum times the square
+    root of the share) gave ResNet-18's 64-core layer-1 sets 64 copies and its last
+    layers' sets one: each ran its 5-7 rows on one core (1,596,468 ns at four units; with
+    37 and 2 copies 1,489,896, docs/benchmarks.md "Issue #25, sixteenth session")."""
     lanes: dict[tuple[int, ...], int] = {}
     for k in tiles.key:
         if k and tiles.layer[k]:  # tile sets of no known layer are not capped
@@ -222,12 +226,12 @@ def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...],
     want = {k: min(n, -(-n * cores // per_layer[tiles.layer[k]])) for k, n in lanes.items()}
     if sum(len(k) * c for k, c in want.items()) <= capacity:
         return want
-    root = {k: math.sqrt(tiles.work[k] / (len(k) * c)) for k, c in want.items()}
+    root = {k: math.sqrt(tiles.work[k] / len(k)) for k in want}
 
     def scaled(lam: float) -> dict[tuple[int, ...], int]:
-        return {k: max(1, round(c * min(1.0, lam * root[k]))) for k, c in want.items()}
+        return {k: max(1, min(c, round(lam * root[k]))) for k, c in want.items()}
 
-    lo, hi = 0.0, 1.0 / max(min(root.values()), 1e-9)
+    lo, hi = 0.0, max(c / max(root[k], 1e-9) for k, c in want.items())
     for _ in range(60):  # bisection on λ: the crossbars taken grow with it
         mid = (lo + hi) / 2
         if sum(len(k) * c for k, c in scaled(mid).items()) <= capacity:

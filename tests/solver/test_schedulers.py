@@ -231,6 +231,22 @@ def test_copy_caps_that_do_not_fit_keep_the_copies_that_save_the_most_time() -> 
     assert copy_caps(tiles, 4, 6) == {(0,): 4, (1,): 2}
 
 
+
+def test_copy_caps_minimize_the_summed_time_of_sets_of_unequal_shares() -> None:
+    """Layer a: one tile set of 16 lanes (a share of all 16 cores), layer b: one of 4 lanes
+    of a quarter of a's work (a share of 4). In 12 crossbars the summed time work / copies
+    is least at 8 and 4 copies (20 + 10 ns); scaling each share by the square root of its
+    work per crossbar of the share gave 10 and 2 (16 + 20 ns)."""
+    g = ComputeGraph()
+    for i in range(16):
+        g.add_task(f"a{i}", 10, weights=[0])
+    for i in range(4):
+        g.add_task(f"b{i}", 10, weights=[1])
+    g.tile_layer.update({0: "a", 1: "b"})
+    tiles = _Tiles(g.freeze())
+    assert copy_caps(tiles, 16, 20) == {(0,): 16, (1,): 4}
+    assert copy_caps(tiles, 16, 12) == {(0,): 8, (1,): 4}
+
 def test_peft_lookahead_keeps_a_child_near_its_other_producer() -> None:
     """x (long) and y (short) both feed c, hops are slow. EFT starts y at once on a free
     core and c then waits for one of the two messages; the lookahead sees that c can only
