@@ -65,7 +65,6 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -198,7 +197,8 @@ def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
     return res
 
 
-def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...], int]:
+def copy_caps(tiles: _Tiles, cores: int, capacity: int, summed: bool = False
+              ) -> dict[tuple[int, ...], int]:
     """The most cores each tile set may be resident on: its share of the cores its layer's
     lanes compete for (n of the layer's L lanes: n × cores / L, at most n); a tile set of no
     known layer (`ComputeGraph.tile_layer`: a generated graph) has no cap. Why: greedy
@@ -206,16 +206,20 @@ def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...],
     no room for the last ones, whose few lanes then ran one after another on their tiles'
     single core (ResNet-18: its 512-wide layers on 9 of 64 cores).
 
-    When the shares would not fit the chip's crossbars, each set gets λ·sqrt(its work per
-    crossbar) copies, rounded, at least one and at most its share, with the largest λ that
-    fits: with a set's time ~ work / copies, this minimizes the sum of the sets' times for
-    the crossbars (Lagrange). Scaling all shares alike had given ResNet-18's first
-    convolution (19 % of the MVMs, two crossbars a copy) 33 of 64 cores at 4 MVM units, for
-    the crossbars of its last layers (16 a copy, 0.3 % of the work each). Scaling each
-    share by λ·sqrt(work per crossbar of the share) instead (the optimum times the square
-    root of the share) gave ResNet-18's 64-core layer-1 sets 64 copies and its last
-    layers' sets one: each ran its 5-7 rows on one core (1,596,468 ns at four units; with
-    37 and 2 copies 1,489,896, docs/benchmarks.md "Issue #25, sixteenth session")."""
+    When the shares would not fit the chip's crossbars, each is scaled by
+    min(1, λ·sqrt(work per crossbar of its full share)), rounded, at least one copy, with
+    the largest λ that fits: with a set's time ~ work / copies, this minimizes the sum of
+    the sets' times for the crossbars (Lagrange). Scaling all shares alike had given ResNet-18's
+    first convolution (19 % of the MVMs, two crossbars a copy) 33 of 64 cores at 4 MVM
+    units, for the crossbars of its last layers (16 a copy, 0.3 % of the work each).
+
+    ``summed``: each set gets λ·sqrt(its work per crossbar) copies instead, at most its
+    share: the optimum of the summed times itself, where the scaling above also favours
+    sets of a large share (by sqrt(share)). The row-by-row runs (`_RowsFirst`) use it:
+    their layers overlap, so a layer of few sets need not wait for copies that sets of
+    large shares would have. ResNet-18 at four units: layer 1's sets 37 copies instead of
+    64, layer 4's 2-3 instead of one; 1,489,896 ns against 1,596,468 (the other runs with
+    these caps: 1,705,676 at best; docs/benchmarks.md "Issue #25, sixteenth session")."""
     lanes: dict[tuple[int, ...], int] = {}
     for k in tiles.key:
         if k and tiles.layer[k]:  # tile sets of no known layer are not capped
@@ -226,12 +230,16 @@ def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...],
     want = {k: min(n, -(-n * cores // per_layer[tiles.layer[k]])) for k, n in lanes.items()}
     if sum(len(k) * c for k, c in want.items()) <= capacity:
         return want
-    root = {k: math.sqrt(tiles.work[k] / len(k)) for k in want}
+    root = {k: math.sqrt(tiles.work[k] / (len(k) * (1 if summed else c)))
+            for k, c in want.items()}
 
     def scaled(lam: float) -> dict[tuple[int, ...], int]:
-        return {k: max(1, min(c, round(lam * root[k]))) for k, c in want.items()}
+        if summed:
+            return {k: max(1, min(c, round(lam * root[k]))) for k, c in want.items()}
+        return {k: max(1, round(c * min(1.0, lam * root[k]))) for k, c in want.items()}
 
-    lo, hi = 0.0, max(c / max(root[k], 1e-9) for k, c in want.items())
+    # from λ = 0 to where every set has its share
+    lo, hi = 0.0, max((c if summed else 1) / max(root[k], 1e-9) for k, c in want.items())
     for _ in range(60):  # bisection on λ: the crossbars taken grow with it
         mid = (lo + hi) / 2
         if sum(len(k) * c for k, c in scaled(mid).items()) <= capacity:
@@ -768,11 +776,17 @@ def layer_ranks(tiles: _Tiles, rank: IntArray) -> IntArray:
 
 
 class _RowsFirst(_ListScheduler):
-    """The list scheduler with each layer's lanes at one rank (`layer_ranks`)."""
+    """The list scheduler with each layer's lanes at one rank (`layer_ranks`) and the copy
+    caps that minimize the summed times of the tile sets (`copy_caps`, ``summed``)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.rank = layer_ranks(self.tiles, self.rank)
+    def __init__(self, graph: ComputeGraph, target: Target, mesh: Mesh, tiles: _Tiles,
+                 lookahead: bool, eager: bool, copies: bool, routes: bool) -> None:
+        super().__init__(graph, target, mesh, tiles, lookahead, None, eager=eager,
+                         copies=copies, routes=routes)
+        self.rank = layer_ranks(tiles, self.rank)
+        if copies:
+            self.copy_cap = copy_caps(tiles, mesh.P, int(target.crossbar_capacity * COPY_ROOM),
+                                      summed=True)
 
 
 def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool, copies: bool = True
@@ -876,9 +890,8 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
             rows = "the lanes of each layer row by row" + (f", {eager}" if eager_too else "")
             with contextlib.suppress(_NoRoom):
                 if wanted(rows):
-                    keep(rows, *_RowsFirst(graph, target, mesh, tiles, lookahead, None,
-                                           eager=eager_too, copies=copies,
-                                           routes=routes).run())
+                    keep(rows, *_RowsFirst(graph, target, mesh, tiles, lookahead, eager_too,
+                                           copies, routes).run())
     if target.protocol != "raptor" and only is None:
         # pimsim-nn's receives block, which the list scheduler's message prices do not
         # capture: a schedule made for Raptor's mesh is a candidate too, judged by the

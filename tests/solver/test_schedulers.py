@@ -232,11 +232,11 @@ def test_copy_caps_that_do_not_fit_keep_the_copies_that_save_the_most_time() -> 
 
 
 
-def test_copy_caps_minimize_the_summed_time_of_sets_of_unequal_shares() -> None:
+def test_summed_copy_caps_minimize_the_summed_time_of_sets_of_unequal_shares() -> None:
     """Layer a: one tile set of 16 lanes (a share of all 16 cores), layer b: one of 4 lanes
     of a quarter of a's work (a share of 4). In 12 crossbars the summed time work / copies
     is least at 8 and 4 copies (20 + 10 ns); scaling each share by the square root of its
-    work per crossbar of the share gave 10 and 2 (16 + 20 ns)."""
+    work per crossbar of the share (the default) gives 10 and 2 (16 + 20 ns)."""
     g = ComputeGraph()
     for i in range(16):
         g.add_task(f"a{i}", 10, weights=[0])
@@ -244,8 +244,9 @@ def test_copy_caps_minimize_the_summed_time_of_sets_of_unequal_shares() -> None:
         g.add_task(f"b{i}", 10, weights=[1])
     g.tile_layer.update({0: "a", 1: "b"})
     tiles = _Tiles(g.freeze())
-    assert copy_caps(tiles, 16, 20) == {(0,): 16, (1,): 4}
-    assert copy_caps(tiles, 16, 12) == {(0,): 8, (1,): 4}
+    assert copy_caps(tiles, 16, 20, summed=True) == {(0,): 16, (1,): 4}
+    assert copy_caps(tiles, 16, 12, summed=True) == {(0,): 8, (1,): 4}
+    assert copy_caps(tiles, 16, 12) == {(0,): 10, (1,): 2}
 
 def test_peft_lookahead_keeps_a_child_near_its_other_producer() -> None:
     """x (long) and y (short) both feed c, hops are slow. EFT starts y at once on a free
@@ -515,7 +516,7 @@ def test_rows_first_runs_a_layers_tile_sets_row_by_row() -> None:
     assert len({ranks[t] for t in a + b}) == 1 and ranks[a[0]] == rank[a[0]] > rank[b[0]]
     assert (ranks[6:] == rank[6:]).all()  # the next layer's lanes have one rank already
     by_rank = _ListScheduler(g, target, mesh, tiles, True, None).run()[1]
-    rows = _RowsFirst(g, target, mesh, tiles, True, None).run()[1]
+    rows = _RowsFirst(g, target, mesh, tiles, True, False, True, False).run()[1]
     assert [by_rank[t] for t in a + b] == [0, 101, 202, 303, 403, 503]
     assert [rows[t] for t in (a[0], b[0], a[1], b[1], a[2], b[2])] == [0, 101, 201, 302,
                                                                          402, 503]
