@@ -885,8 +885,10 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
                                      copies=copies, routes=routes).run())
         # each layer's lanes at one rank, row by row (`layer_ranks`), as the greedy run and
         # the eager one: ResNet-18 at four units 1,597,492 and 1,596,468 ns estimated, by
-        # rank 1,707,371 and 1,778,828
-        for eager_too in (False, True):
+        # rank 1,707,371 and 1,778,828. Not under pimsim-nn's protocol, whose refinements
+        # below (placement by position, ...) then lost on the row-by-row run that was best
+        # before them (ResNet-18 at four units: 5,007,102 ns, by rank 4,352,946)
+        for eager_too in (False, True) if target.protocol == "raptor" else ():
             rows = "the lanes of each layer row by row" + (f", {eager}" if eager_too else "")
             with contextlib.suppress(_NoRoom):
                 if wanted(rows):
