@@ -201,7 +201,8 @@ def pack_tiles(graph: ComputeGraph, target: Target) -> BoolArray:
     return res
 
 
-def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...], int]:
+def copy_caps(tiles: _Tiles, cores: int, capacity: int, summed: bool = False
+              ) -> dict[tuple[int, ...], int]:
     """The most cores each tile set may be resident on: its share of the cores its layer's
     lanes compete for (n of the layer's L lanes: n × cores / L, at most n); a tile set of no
     known layer (`ComputeGraph.tile_layer`: a generated graph) has no cap. Why: greedy
@@ -214,7 +215,15 @@ def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...],
     the largest λ that fits: with a set's time ~ work / copies, this minimizes the sum of
     the sets' times for the crossbars (Lagrange). Scaling all shares alike had given ResNet-18's
     first convolution (19 % of the MVMs, two crossbars a copy) 33 of 64 cores at 4 MVM
-    units, for the crossbars of its last layers (16 a copy, 0.3 % of the work each)."""
+    units, for the crossbars of its last layers (16 a copy, 0.3 % of the work each).
+
+    ``summed``: each set gets λ·sqrt(its work per crossbar) copies instead, at most its
+    share: the optimum of the summed times itself, where the scaling above also favours
+    sets of a large share (by sqrt(share)). The row-by-row runs (`_RowsFirst`) use it:
+    their layers overlap, so a layer of few sets need not wait for copies that sets of
+    large shares would have. ResNet-18 at four units: layer 1's sets 37 copies instead of
+    64, layer 4's 2-3 instead of one; 1,489,896 ns against 1,596,468 (the other runs with
+    these caps: 1,705,676 at best; docs/benchmarks.md "Issue #25, sixteenth session")."""
     lanes: dict[tuple[int, ...], int] = {}
     for k in tiles.key:
         if k and tiles.layer[k]:  # tile sets of no known layer are not capped
@@ -225,12 +234,16 @@ def copy_caps(tiles: _Tiles, cores: int, capacity: int) -> dict[tuple[int, ...],
     want = {k: min(n, -(-n * cores // per_layer[tiles.layer[k]])) for k, n in lanes.items()}
     if sum(len(k) * c for k, c in want.items()) <= capacity:
         return want
-    root = {k: math.sqrt(tiles.work[k] / (len(k) * c)) for k, c in want.items()}
+    root = {k: math.sqrt(tiles.work[k] / (len(k) * (1 if summed else c)))
+            for k, c in want.items()}
 
     def scaled(lam: float) -> dict[tuple[int, ...], int]:
+        if summed:
+            return {k: max(1, min(c, round(lam * root[k]))) for k, c in want.items()}
         return {k: max(1, round(c * min(1.0, lam * root[k]))) for k, c in want.items()}
 
-    lo, hi = 0.0, 1.0 / max(min(root.values()), 1e-9)
+    # from λ = 0 to where every set has its share
+    lo, hi = 0.0, max((c if summed else 1) / max(root[k], 1e-9) for k, c in want.items())
     for _ in range(60):  # bisection on λ: the crossbars taken grow with it
         mid = (lo + hi) / 2
         if sum(len(k) * c for k, c in scaled(mid).items()) <= capacity:
@@ -764,6 +777,40 @@ class _ListScheduler:
                 np.maximum(row, arrive, out=row)
 
 
+def layer_ranks(tiles: _Tiles, rank: IntArray) -> IntArray:
+    """``rank`` with every lane of a layer (the tasks whose tiles hold that layer's weights,
+    `_Tiles.layer`) at the layer's highest rank: the list scheduler then takes a layer's
+    lanes by their lane index, row by row across its tile sets (`_ListScheduler.run`).
+
+    Why: a layer's lanes have nearly equal upward ranks, told apart by their own cost (a
+    tile set of fewer row tiles, a padded border row). By rank, a core holding two tile sets
+    of one layer ran every lane of the costlier set before the first of the other, so the
+    layer's first output rows, which the next layer waits for, came last: ResNet-18's
+    512-wide layers at four MVM units ran one layer after another, 75-90 us each, their
+    sets' 5-7 lanes in a row on one core (docs/benchmarks.md, "Issue #25, sixteenth
+    session")."""
+    top: dict[str, int] = {}
+    for k, r in zip(tiles.key, rank.tolist(), strict=True):
+        if k and tiles.layer[k]:
+            top[tiles.layer[k]] = max(top.get(tiles.layer[k], r), r)
+    return np.array([top[tiles.layer[k]] if k and tiles.layer[k] else r
+                     for k, r in zip(tiles.key, rank.tolist(), strict=True)], dtype=np.int64)
+
+
+class _RowsFirst(_ListScheduler):
+    """The list scheduler with each layer's lanes at one rank (`layer_ranks`) and the copy
+    caps that minimize the summed times of the tile sets (`copy_caps`, ``summed``)."""
+
+    def __init__(self, graph: ComputeGraph, target: Target, mesh: Mesh, tiles: _Tiles,
+                 lookahead: bool, eager: bool, copies: bool, routes: bool) -> None:
+        super().__init__(graph, target, mesh, tiles, lookahead, None, eager=eager,
+                         copies=copies, routes=routes)
+        self.rank = layer_ranks(tiles, self.rank)
+        if copies:
+            self.copy_cap = copy_caps(tiles, mesh.P, int(target.crossbar_capacity * COPY_ROOM),
+                                      summed=True)
+
+
 def _list_schedule(graph: ComputeGraph, target: Target, lookahead: bool, copies: bool = True
                    ) -> MergeScheduleResult:
     """The scheduler's runs, judged by the replay; the collector is paused (`raptor.gc_pause`):
@@ -858,6 +905,17 @@ def _list_schedule_runs(graph: ComputeGraph, target: Target, lookahead: bool, co
                 keep(eager + ", without the lookahead",
                      *_ListScheduler(graph, target, mesh, tiles, False, None, eager=True,
                                      copies=copies, routes=routes).run())
+        # each layer's lanes at one rank, row by row (`layer_ranks`), as the greedy run and
+        # the eager one: ResNet-18 at four units 1,597,492 and 1,596,468 ns estimated, by
+        # rank 1,707,371 and 1,778,828. Not under pimsim-nn's protocol, whose refinements
+        # below (placement by position, ...) then lost on the row-by-row run that was best
+        # before them (ResNet-18 at four units: 5,007,102 ns, by rank 4,352,946)
+        for eager_too in (False, True) if target.protocol == "raptor" else ():
+            rows = "the lanes of each layer row by row" + (f", {eager}" if eager_too else "")
+            with contextlib.suppress(_NoRoom):
+                if wanted(rows):
+                    keep(rows, *_RowsFirst(graph, target, mesh, tiles, lookahead, eager_too,
+                                           copies, routes).run())
     if target.protocol != "raptor" and only is None:
         # pimsim-nn's receives block, which the list scheduler's message prices do not
         # capture: a schedule made for Raptor's mesh is a candidate too, judged by the

@@ -20,14 +20,19 @@ from raptor.solver import (
     validate_schedule,
 )
 from raptor.solver.generate import random_layered_dag
+from raptor.solver.mesh import Mesh
 from raptor.solver.peft import (
     XY_RUNS,
     _list_schedule_runs,
+    _ListScheduler,
     _NoRoom,
+    _RowsFirst,
     _Tiles,
     copy_caps,
+    layer_ranks,
     place_by_position,
     share_lone_sets,
+    upward_rank,
 )
 from raptor.target import Target
 
@@ -225,6 +230,23 @@ def test_copy_caps_that_do_not_fit_keep_the_copies_that_save_the_most_time() -> 
     assert copy_caps(tiles, 4, 8) == {(0,): 4, (1,): 4}
     assert copy_caps(tiles, 4, 6) == {(0,): 4, (1,): 2}
 
+
+
+def test_summed_copy_caps_minimize_the_summed_time_of_sets_of_unequal_shares() -> None:
+    """Layer a: one tile set of 16 lanes (a share of all 16 cores), layer b: one of 4 lanes
+    of a quarter of a's work (a share of 4). In 12 crossbars the summed time work / copies
+    is least at 8 and 4 copies (20 + 10 ns); scaling each share by the square root of its
+    work per crossbar of the share (the default) gives 10 and 2 (16 + 20 ns)."""
+    g = ComputeGraph()
+    for i in range(16):
+        g.add_task(f"a{i}", 10, weights=[0])
+    for i in range(4):
+        g.add_task(f"b{i}", 10, weights=[1])
+    g.tile_layer.update({0: "a", 1: "b"})
+    tiles = _Tiles(g.freeze())
+    assert copy_caps(tiles, 16, 20, summed=True) == {(0,): 16, (1,): 4}
+    assert copy_caps(tiles, 16, 12, summed=True) == {(0,): 8, (1,): 4}
+    assert copy_caps(tiles, 16, 12) == {(0,): 10, (1,): 2}
 
 def test_peft_lookahead_keeps_a_child_near_its_other_producer() -> None:
     """x (long) and y (short) both feed c, hops are slow. EFT starts y at once on a free
@@ -466,3 +488,41 @@ def test_share_lone_sets_gives_a_one_core_tile_set_a_second_core() -> None:
                                      status="HEURISTIC")
     assert share_lone_sets(g2, Target(mesh_rows=2, mesh_cols=2, crossbars_per_core=2,
                                       protocol="pimsim-nn"), full) is None
+
+
+def _two_sets_one_core() -> tuple[ComputeGraph, list[int], list[int]]:
+    """One layer of two tile sets, lanes 0-2 each (set a's lanes 1 ns longer), and the next
+    layer, whose row r reads lane r of both sets."""
+    g = ComputeGraph()
+    a = [g.add_task(f"a.l{r}", 101, weights=[0], batch=0, lane=r) for r in range(3)]
+    b = [g.add_task(f"b.l{r}", 100, weights=[1], batch=1, lane=r) for r in range(3)]
+    for r in range(3):
+        nxt = g.add_task(f"next.l{r}", 10, weights=[2], batch=2, lane=r)
+        g.add_edge(a[r], nxt, 64)
+        g.add_edge(b[r], nxt, 64)
+    g.tile_layer.update({0: "conv", 1: "conv", 2: "conv2"})
+    return g.freeze(), a, b
+
+
+def test_rows_first_runs_a_layers_tile_sets_row_by_row() -> None:
+    """On one core, by upward rank set a's three lanes (each 1 ns longer) run before set
+    b's first, so the next layer's first row has both its inputs at 403 ns; with the
+    layer's lanes at one rank (`layer_ranks`), row by row: at 201."""
+    target = Target(mesh_rows=1, mesh_cols=1)
+    g, a, b = _two_sets_one_core()
+    mesh, tiles = Mesh(target), _Tiles(g)
+    rank = upward_rank(g, mesh)
+    ranks = layer_ranks(tiles, rank)
+    assert len({ranks[t] for t in a + b}) == 1 and ranks[a[0]] == rank[a[0]] > rank[b[0]]
+    assert (ranks[6:] == rank[6:]).all()  # the next layer's lanes have one rank already
+    by_rank = _ListScheduler(g, target, mesh, tiles, True, None).run()[1]
+    rows = _RowsFirst(g, target, mesh, tiles, True, False, True, False).run()[1]
+    assert [by_rank[t] for t in a + b] == [0, 101, 202, 303, 403, 503]
+    assert [rows[t] for t in (a[0], b[0], a[1], b[1], a[2], b[2])] == [0, 101, 201, 302,
+                                                                         402, 503]
+
+
+def test_layer_ranks_leave_tasks_of_no_known_layer_alone() -> None:
+    g = random_layered_dag(40, seed=9, width=6)
+    rank = upward_rank(g, Mesh(Target(mesh_rows=2, mesh_cols=2)))
+    assert (layer_ranks(_Tiles(g), rank) == rank).all()
