@@ -366,35 +366,44 @@ class _Play:
         cores_n = self.net.target.num_cores
         seq = itertools.count()
 
-        def advance(c: int, clock: int) -> None:
-            """Run core c from `clock` until its next request (or its end). An injection
-            does not stop it: like the simulator's sender it goes on, and the message
+        def advance(c: int, got: int) -> None:
+            """Send core c `got` (its clock, or the time a key it waited for became known)
+            and run it until a request the loop must order (or its end). What needs no
+            order is answered here: a key already known, a shared-memory access that
+            waits for nothing (no contention, or no time), and an injection, which does
+            not stop its core: like the simulator's sender it goes on, and the message
             takes the links at its own event, ranked among the injections of its time by
             `raptor.noc.inject_rank` after every other event of that time."""
+            prog = progs[c]
             while True:
                 try:
-                    req = progs[c].send(clock)
+                    req = prog.send(got)
                 except StopIteration:
                     return
-                if req[0] != _INJECT:
-                    break
-                k = next(seq)
-                injections[k] = (req[2], req[3])
-                heapq.heappush(heap, (req[1], self.messages[req[2]].grant, k, -1))
-                clock = req[1]
-            pending[c] = req
-            if req[0] == _WAIT:  # what it waits for is not known yet
-                parked.setdefault(req[2:], []).append(c)
-                return
-            rank = memory_rank(c, cores_n) if req[0] == _MEM else 0
-            heapq.heappush(heap, (req[1], rank, next(seq), c))
+                kind = req[0]
+                if kind == _WAIT:
+                    at = known.get(req[2])
+                    if at is None:  # parked until it is known
+                        pending[c] = req
+                        parked.setdefault(req[2], []).append(c)
+                        return
+                    got = at
+                elif kind == _INJECT:
+                    k = next(seq)
+                    injections[k] = (req[2], req[3])
+                    heapq.heappush(heap, (req[1], self.messages[req[2]].grant, k, -1))
+                    got = req[1]
+                elif contended and req[2] > 0:  # a shared-memory access, served in order
+                    pending[c] = req
+                    heapq.heappush(heap, (req[1], memory_rank(c, cores_n), next(seq), c))
+                    return
+                else:
+                    got = req[1] + req[2]
 
         def wake(key: tuple[int, ...], at: int) -> None:
             known[key] = at
             for c in parked.pop(key, ()):
-                req = pending[c]
-                pending[c] = (_RESUME,)
-                heapq.heappush(heap, (max(req[1], at), 0, next(seq), c))
+                heapq.heappush(heap, (max(pending[c][1], at), 0, next(seq), c))
 
         self.wake = wake
         for c in cores:
@@ -409,39 +418,27 @@ class _Play:
                     m.links, m.serial_ns, m.transfer_ns, now, links))
                 continue
             req = pending[c]
-            if req[0] == _MEM:
-                if memory_free > now:  # busy: asked again when it frees, lowest core first
-                    heapq.heappush(heap, (memory_free, memory_rank(c, cores_n), next(seq), c))
-                    continue
-                memory_free = now + req[2]
-                advance(c, memory_free)
-            else:
-                advance(c, now)
+            if req[0] == _WAIT:  # what it waited for became known
+                advance(c, known[req[2]])
+                continue
+            if memory_free > now:  # busy: asked again when it frees, lowest core first
+                heapq.heappush(heap, (memory_free, memory_rank(c, cores_n), next(seq), c))
+                continue
+            memory_free = now + req[2]
+            advance(c, memory_free)
         if parked:
             raise StreamDeadlock("the stream program's play deadlocked (a wait never met)")
         return starts, ends, self.busiest
 
     def _core(self, c: int, inferences: int, contended: bool,
               known: dict[tuple[int, ...], int]) -> Generator[tuple[int, ...], int, None]:
-        """Core c's program as requests to `run`'s loop: it yields (_WAIT, clock, *key),
-        (_MEM, clock, ns) or (_INJECT, clock, message) and is sent back its clock."""
+        """Core c's program as requests to `run`'s loop (`advance`): it yields (_WAIT,
+        clock, key) and is sent back when `key` became known, (_MEM, clock, ns) and
+        (_INJECT, clock, message, inference) and is sent back its clock."""
         info, n_tasks, dur, ring = self.info, len(self.waits), self.dur, self.ring
         wait_ns, signal_ns = self.wait_ns, self.signal_ns
         steps = self.per_core[c]
         clock = yield (_RESUME,)
-
-        def get(key: tuple[int, ...]) -> Generator[tuple[int, ...], int, int]:
-            """When `key` became known (waiting for it parks the core)."""
-            got = known.get(key)
-            if got is None:
-                yield (_WAIT, clock, *key)
-                got = known[key]
-            return got
-
-        def access(ns: int) -> Generator[tuple[int, ...], int, int]:
-            if not contended or ns <= 0:
-                return clock + ns
-            return (yield (_MEM, clock, ns))
 
         lag = self.lag
         deepest = max((lag[s] for s in steps if s < n_tasks), default=0)
@@ -455,32 +452,33 @@ class _Play:
                     continue
                 if s >= n_tasks:
                     g = info.groups[s - n_tasks]
-                    clock = max(clock, (yield from get((_READY, g.pair, n))))
+                    clock = max(clock, (yield (_WAIT, clock, (_READY, g.pair, n))))
                     for ns in self.group_parts[s - n_tasks]:
-                        clock = yield from access(ns)
+                        clock = yield (_MEM, clock, ns)
                     self.wake((_FREE, g.pair, n), clock)
                     continue
                 for m in self.waits[s]:
                     if contended:
-                        clock = max(clock, (yield from get((_ARRIVAL, *m.key, n))))
+                        clock = max(clock, (yield (_WAIT, clock, (_ARRIVAL, *m.key, n))))
                     else:
-                        clock = max(clock, (yield from get((_DONE, m.after, n))) + m.transfer_ns)
+                        clock = max(clock, (yield (_WAIT, clock, (_DONE, m.after, n)))
+                                    + m.transfer_ns)
                 sh = self.shared[s]
                 parts = self.parts.get(s)
                 if parts is None:
                     clock += dur[s] - sh
                 else:
                     for shared, ns in parts:
-                        clock = (yield from access(ns)) if shared else clock + ns
-                clock = yield from access(sh)  # its output stores end its run
+                        clock = (yield (_MEM, clock, ns)) if shared else clock + ns
+                clock = yield (_MEM, clock, sh)  # its output stores end its run
                 for k in info.free_waits.get(s, ()):
                     if n - ring >= 0:
-                        clock = max(clock, (yield from get((_FREE, k, n - ring))))
-                    clock = yield from access(wait_ns)
+                        clock = max(clock, (yield (_WAIT, clock, (_FREE, k, n - ring))))
+                    clock = yield (_MEM, clock, wait_ns)
                 for ns in self.store_ns.get(s, ()):
-                    clock = yield from access(ns)
+                    clock = yield (_MEM, clock, ns)
                 for k in info.ready_signals.get(s, ()):
-                    clock = yield from access(signal_ns)
+                    clock = yield (_MEM, clock, signal_ns)
                     self.wake((_READY, k, n), clock)
                 if s in self.senders:
                     self.wake((_DONE, s, n), clock)
@@ -488,7 +486,7 @@ class _Play:
                     self.wake((_POSTED, c, s, n), clock)
                 if contended:
                     for m in self.sends.get(s, ()):
-                        clock = max(clock, (yield from get(self.post_key(m, n))))
+                        clock = max(clock, (yield (_WAIT, clock, self.post_key(m, n))))
                         yield (_INJECT, clock, self.index[m.key], n)
             if 0 <= it - deepest < inferences:  # the iteration that ends its inference
                 self.ends[it - deepest] = max(self.ends[it - deepest], clock)
