@@ -24,6 +24,7 @@ import statistics
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from raptor.ir.core import Operation
 from raptor.ir.ops import LoadOp, ScheduledComputeBatchOp
@@ -293,7 +294,6 @@ class _Play:
         """Steps after which a receive is posted."""
         self.senders = {m.after for ms in sends.values() for m in ms}
         self.messages = [m for ms in sends.values() for m in ms]
-        self.index = {m.key: i for i, m in enumerate(self.messages)}
         self.starts: list[int] = []
         self.ends: list[int] = []
         self.known: dict[tuple[int, ...], int] = {}
@@ -355,8 +355,8 @@ class _Play:
         parked: dict[tuple[int, ...], list[int]] = {}
         cores = sorted(self.per_core)
         progs = {c: self._core(c, inferences, contended, known) for c in cores}
-        pending: dict[int, tuple[int, ...]] = {}
-        injections: dict[int, tuple[int, int]] = {}
+        pending: dict[int, tuple[Any, ...]] = {}
+        injections: dict[int, tuple[_Message, int]] = {}
         """An injection event's (message, inference), by its sequence number."""
         starts = [-1] * inferences
         ends = [0] * inferences
@@ -391,7 +391,7 @@ class _Play:
                 elif kind == _INJECT:
                     k = next(seq)
                     injections[k] = (req[2], req[3])
-                    heapq.heappush(heap, (req[1], self.messages[req[2]].grant, k, -1))
+                    heapq.heappush(heap, (req[1], req[2].grant, k, -1))
                     got = req[1]
                 elif contended and req[2] > 0:  # a shared-memory access, served in order
                     pending[c] = req
@@ -412,8 +412,7 @@ class _Play:
         while heap:
             now, _, k, c = heapq.heappop(heap)
             if c < 0:
-                i, n = injections.pop(k)
-                m = self.messages[i]
+                m, n = injections.pop(k)
                 wake((_ARRIVAL, *m.key, n), self.net.pass_links(
                     m.links, m.serial_ns, m.transfer_ns, now, links))
                 continue
@@ -431,7 +430,7 @@ class _Play:
         return starts, ends, self.busiest
 
     def _core(self, c: int, inferences: int, contended: bool,
-              known: dict[tuple[int, ...], int]) -> Generator[tuple[int, ...], int, None]:
+              known: dict[tuple[int, ...], int]) -> Generator[tuple[Any, ...], int, None]:
         """Core c's program as requests to `run`'s loop (`advance`): it yields (_WAIT,
         clock, key) and is sent back when `key` became known, (_MEM, clock, ns) and
         (_INJECT, clock, message, inference) and is sent back its clock."""
@@ -487,6 +486,6 @@ class _Play:
                 if contended:
                     for m in self.sends.get(s, ()):
                         clock = max(clock, (yield (_WAIT, clock, self.post_key(m, n))))
-                        yield (_INJECT, clock, self.index[m.key], n)
+                        yield (_INJECT, clock, m, n)
             if 0 <= it - deepest < inferences:  # the iteration that ends its inference
                 self.ends[it - deepest] = max(self.ends[it - deepest], clock)
