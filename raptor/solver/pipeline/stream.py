@@ -354,7 +354,7 @@ class _Play:
         self.known = known
         parked: dict[tuple[int, ...], list[int]] = {}
         cores = sorted(self.per_core)
-        progs = {c: self._core(c, inferences, contended, known) for c in cores}
+        progs = {c: self._core(c, inferences, contended) for c in cores}
         pending: dict[int, tuple[Any, ...]] = {}
         injections: dict[int, tuple[_Message, int]] = {}
         """An injection event's (message, inference), by its sequence number."""
@@ -429,8 +429,8 @@ class _Play:
             raise StreamDeadlock("the stream program's play deadlocked (a wait never met)")
         return starts, ends, self.busiest
 
-    def _core(self, c: int, inferences: int, contended: bool,
-              known: dict[tuple[int, ...], int]) -> Generator[tuple[Any, ...], int, None]:
+    def _core(self, c: int, inferences: int, contended: bool
+              ) -> Generator[tuple[Any, ...], int, None]:
         """Core c's program as requests to `run`'s loop (`advance`): it yields (_WAIT,
         clock, key) and is sent back when `key` became known, (_MEM, clock, ns) and
         (_INJECT, clock, message, inference) and is sent back its clock."""
