@@ -278,7 +278,9 @@ access, a message injection."""
 _POSTED, _DONE, _READY, _FREE, _ARRIVAL = range(5)
 """Keys a core waits for: (core, step, inference) a receive posted after a step (START: at
 the iteration's start), (step, inference) done, (counter pair, inference) READY / FREE
-signalled, (fragment, core, inference) a message arrived."""
+signalled, ((fragment, core), inference) a message arrived (its key as it is: building
+and hashing a flat copy of it per message cost twice as much)."""
+_Key = tuple[Any, ...]
 
 
 class _Play:
@@ -296,9 +298,9 @@ class _Play:
         self.messages = [m for ms in sends.values() for m in ms]
         self.starts: list[int] = []
         self.ends: list[int] = []
-        self.known: dict[tuple[int, ...], int] = {}
+        self.known: dict[_Key, int] = {}
         """The last `run`'s: when each key became known."""
-        self.wake: Callable[[tuple[int, ...], int], None] = lambda key, at: None
+        self.wake: Callable[[_Key, int], None] = lambda key, at: None
         """`run`'s: a key becomes known at a time; the cores waiting for it go on."""
         self.dur = graph.durations(core_of)
         self.shared = [t.shared_ns for t in graph.tasks]
@@ -317,7 +319,7 @@ class _Play:
             self.parts[run.lanes[0]] = [_priced(op, target) for op in run.compute]
             self.parts.update({t: [] for t in run.lanes[1:]})
 
-    def post_key(self, m: _Message, n: int) -> tuple[int, ...]:
+    def post_key(self, m: _Message, n: int) -> _Key:
         """The key of message m's receive posted for inference n: a post at the iteration's
         start is its iteration's (the producer's inference plus its lag), one after a step
         that step's inference's."""
@@ -350,9 +352,9 @@ class _Play:
         the links as `raptor.noc.FreeLinks` grants them — and a send first waits for its
         receive to be posted; else nothing waits (the ideal options)."""
         heap: list[tuple[int, int, int, int]] = []
-        known: dict[tuple[int, ...], int] = {}
+        known: dict[_Key, int] = {}
         self.known = known
-        parked: dict[tuple[int, ...], list[int]] = {}
+        parked: dict[_Key, list[int]] = {}
         cores = sorted(self.per_core)
         progs = {c: self._core(c, inferences, contended) for c in cores}
         pending: dict[int, tuple[Any, ...]] = {}
@@ -400,7 +402,7 @@ class _Play:
                 else:
                     got = req[1] + req[2]
 
-        def wake(key: tuple[int, ...], at: int) -> None:
+        def wake(key: _Key, at: int) -> None:
             known[key] = at
             for c in parked.pop(key, ()):
                 heapq.heappush(heap, (max(pending[c][1], at), 0, next(seq), c))
@@ -413,7 +415,7 @@ class _Play:
             now, _, k, c = heapq.heappop(heap)
             if c < 0:
                 m, n = injections.pop(k)
-                wake((_ARRIVAL, *m.key, n), self.net.pass_links(
+                wake((_ARRIVAL, m.key, n), self.net.pass_links(
                     m.links, m.serial_ns, m.transfer_ns, now, links))
                 continue
             req = pending[c]
@@ -458,7 +460,7 @@ class _Play:
                     continue
                 for m in self.waits[s]:
                     if contended:
-                        clock = max(clock, (yield (_WAIT, clock, (_ARRIVAL, *m.key, n))))
+                        clock = max(clock, (yield (_WAIT, clock, (_ARRIVAL, m.key, n))))
                     else:
                         clock = max(clock, (yield (_WAIT, clock, (_DONE, m.after, n)))
                                     + m.transfer_ns)
