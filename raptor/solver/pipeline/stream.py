@@ -443,10 +443,15 @@ class _Play:
 
         lag = self.lag
         deepest = max((lag[s] for s in steps if s < n_tasks), default=0)
+        # only the ideal play's receives wait for DONE, only the contended play's sends
+        # for POSTED: neither play makes the keys the other waits for
+        senders = frozenset() if contended else self.senders
+        posts = self.posts if contended else frozenset()
         for it in range(inferences + max(lag, default=0)):
             if it < inferences and (self.starts[it] < 0 or clock < self.starts[it]):
                 self.starts[it] = clock
-            self.wake((_POSTED, c, START, it), clock)
+            if contended:
+                self.wake((_POSTED, c, START, it), clock)
             for s in steps:
                 n = it - lag[s] if s < n_tasks else it
                 if not 0 <= n < inferences:
@@ -481,9 +486,9 @@ class _Play:
                 for k in info.ready_signals.get(s, ()):
                     clock = yield (_MEM, clock, signal_ns)
                     self.wake((_READY, k, n), clock)
-                if s in self.senders:
+                if s in senders:
                     self.wake((_DONE, s, n), clock)
-                if s in self.posts:
+                if s in posts:
                     self.wake((_POSTED, c, s, n), clock)
                 if contended:
                     for m in self.sends.get(s, ()):
