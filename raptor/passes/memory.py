@@ -38,9 +38,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 import numpy as np
@@ -100,12 +100,20 @@ class CoreMemory:
     peak_where: str
     """The op at the step where the live peak is reached."""
     buffers: int
-    slots: dict[Value, Slot] = field(default_factory=dict)
     staging: dict[Operation, Slot] = field(default_factory=dict)
     """Per region send that is not contiguous: the buffer it is packed into."""
     concurrent: bool = True
     """Whether the MVMs a body runs at once (`mvm_units` > 1) touch none of each other's
     bytes."""
+    layout: Callable[[], dict[Value, Slot]] = field(default=dict, repr=False, compare=False)
+    """Makes `slots`."""
+
+    @cached_property
+    def slots(self) -> dict[Value, Slot]:
+        """Where each value lives, made when first read (by the pimsim-nn exporter and
+        tests: a plan of a program simulated or only judged by its footprint never reads
+        it, and on ResNet-50's stream programs it was a seventh of `plan_memory`)."""
+        return self.layout()
 
 
 @dataclass
@@ -184,6 +192,10 @@ def _tensor_numel(t: TensorType) -> int:
 def _numel(t: object) -> int:
     """Elements of a static tensor type (cached: programs repeat a few types many times)."""
     return _tensor_numel(t) if isinstance(t, TensorType) else 0
+
+
+def _value_bytes(v: Value, element_bytes: int) -> int:
+    return _numel(v.type) * element_bytes
 
 
 def gather_fits(shape: Sequence[int], target: Target) -> bool:
@@ -277,7 +289,7 @@ class _CoreAllocator:
 
     # -- storages ----------------------------------------------------------------------
     def nbytes(self, v: Value) -> int:
-        return _numel(v.type) * self.eb
+        return _value_bytes(v, self.eb)
 
     def new(self, v: Value, start: int | None = None, pinned: bool = False) -> _Storage:
         s = _Storage(self.nbytes(v), self.step if start is None else start, pinned)
@@ -488,15 +500,20 @@ class _CoreAllocator:
     def allocate(self) -> CoreMemory:
         peak = _addresses(self.storages, self.step)
         live, at = _live_peak(self.storages, self.step)
-        slots = {v: Slot(s.addr + off, self.nbytes(v)) for v, (s, off) in self.loc.items()}
-        for a, w in self.weights.items():  # block arguments standing for data weights
-            if w in slots:
-                slots[a] = slots[w]
+        loc, weights, eb = self.loc, self.weights, self.eb
+
+        def layout() -> dict[Value, Slot]:  # the buffers' addresses are final here
+            slots = {v: Slot(s.addr + off, _value_bytes(v, eb)) for v, (s, off) in loc.items()}
+            for a, w in weights.items():  # block arguments standing for data weights
+                if w in slots:
+                    slots[a] = slots[w]
+            return slots
+
         at_op = self.where[min(at, len(self.where) - 1)]
         return CoreMemory(self.core, peak, live, _describe(*at_op) if at_op else "start",
-                          len(self.storages), slots,
+                          len(self.storages),
                           {op: Slot(s.addr, s.size) for op, s in self.staging.items()},
-                          concurrent=self.disjoint or not self.clashes())
+                          concurrent=self.disjoint or not self.clashes(), layout=layout)
 
 
 def _meetings(storages: Sequence[_Storage]) -> list[list[int]]:

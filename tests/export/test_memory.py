@@ -28,6 +28,7 @@ from raptor.passes.materialize import received_compute
 from raptor.passes.memory import (
     NO_INSTRUCTION,
     MemoryPlan,
+    Slot,
     _addresses,
     _live_peak,
     _meetings,
@@ -102,6 +103,20 @@ def test_reuse_views_and_in_place_at_f32() -> None:
     assert mem.peak_bytes >= mem.live_peak_bytes
     for x, y in (("a", "b"), ("a", "c"), ("b", "c")):  # live together: disjoint
         assert slot[x].end <= slot[y].addr or slot[y].end <= slot[x].addr
+
+
+def test_slots_are_made_when_first_read() -> None:
+    """A plan's slots wait until something reads them (the pimsim-nn exporter); made then,
+    they are the addresses the footprint was measured on, and every copy of a batch's plan
+    makes the same ones."""
+    m, v = values(CHAIN)
+    mem = plan_memory(m, T, element_bytes=4).cores[3]
+    assert "slots" not in vars(mem)
+    slot = mem.slots
+    assert "slots" in vars(mem) and mem.slots is slot
+    assert slot[v["a"]] == Slot(slot[v["a"]].addr, 256)  # type: ignore[index]
+    assert max(s.end for s in slot.values()) <= mem.peak_bytes
+    assert dataclasses.replace(mem, core=4).slots == slot
 
 
 def test_activation_bytes_default_and_shared_layout() -> None:

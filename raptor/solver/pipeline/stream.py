@@ -24,6 +24,7 @@ import statistics
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from raptor.ir.core import Operation
 from raptor.ir.ops import LoadOp, ScheduledComputeBatchOp
@@ -277,7 +278,9 @@ access, a message injection."""
 _POSTED, _DONE, _READY, _FREE, _ARRIVAL = range(5)
 """Keys a core waits for: (core, step, inference) a receive posted after a step (START: at
 the iteration's start), (step, inference) done, (counter pair, inference) READY / FREE
-signalled, (fragment, core, inference) a message arrived."""
+signalled, ((fragment, core), inference) a message arrived (its key as it is: building
+and hashing a flat copy of it per message cost twice as much)."""
+_Key = tuple[Any, ...]
 
 
 class _Play:
@@ -293,12 +296,11 @@ class _Play:
         """Steps after which a receive is posted."""
         self.senders = {m.after for ms in sends.values() for m in ms}
         self.messages = [m for ms in sends.values() for m in ms]
-        self.index = {m.key: i for i, m in enumerate(self.messages)}
         self.starts: list[int] = []
         self.ends: list[int] = []
-        self.known: dict[tuple[int, ...], int] = {}
+        self.known: dict[_Key, int] = {}
         """The last `run`'s: when each key became known."""
-        self.wake: Callable[[tuple[int, ...], int], None] = lambda key, at: None
+        self.wake: Callable[[_Key, int], None] = lambda key, at: None
         """`run`'s: a key becomes known at a time; the cores waiting for it go on."""
         self.dur = graph.durations(core_of)
         self.shared = [t.shared_ns for t in graph.tasks]
@@ -317,7 +319,7 @@ class _Play:
             self.parts[run.lanes[0]] = [_priced(op, target) for op in run.compute]
             self.parts.update({t: [] for t in run.lanes[1:]})
 
-    def post_key(self, m: _Message, n: int) -> tuple[int, ...]:
+    def post_key(self, m: _Message, n: int) -> _Key:
         """The key of message m's receive posted for inference n: a post at the iteration's
         start is its iteration's (the producer's inference plus its lag), one after a step
         that step's inference's."""
@@ -350,13 +352,13 @@ class _Play:
         the links as `raptor.noc.FreeLinks` grants them — and a send first waits for its
         receive to be posted; else nothing waits (the ideal options)."""
         heap: list[tuple[int, int, int, int]] = []
-        known: dict[tuple[int, ...], int] = {}
+        known: dict[_Key, int] = {}
         self.known = known
-        parked: dict[tuple[int, ...], list[int]] = {}
+        parked: dict[_Key, list[int]] = {}
         cores = sorted(self.per_core)
-        progs = {c: self._core(c, inferences, contended, known) for c in cores}
-        pending: dict[int, tuple[int, ...]] = {}
-        injections: dict[int, tuple[int, int]] = {}
+        progs = {c: self._core(c, inferences, contended) for c in cores}
+        pending: dict[int, tuple[Any, ...]] = {}
+        injections: dict[int, tuple[_Message, int]] = {}
         """An injection event's (message, inference), by its sequence number."""
         starts = [-1] * inferences
         ends = [0] * inferences
@@ -366,35 +368,44 @@ class _Play:
         cores_n = self.net.target.num_cores
         seq = itertools.count()
 
-        def advance(c: int, clock: int) -> None:
-            """Run core c from `clock` until its next request (or its end). An injection
-            does not stop it: like the simulator's sender it goes on, and the message
+        def advance(c: int, got: int) -> None:
+            """Send core c `got` (its clock, or the time a key it waited for became known)
+            and run it until a request the loop must order (or its end). What needs no
+            order is answered here: a key already known, a shared-memory access that
+            waits for nothing (no contention, or no time), and an injection, which does
+            not stop its core: like the simulator's sender it goes on, and the message
             takes the links at its own event, ranked among the injections of its time by
             `raptor.noc.inject_rank` after every other event of that time."""
+            prog = progs[c]
             while True:
                 try:
-                    req = progs[c].send(clock)
+                    req = prog.send(got)
                 except StopIteration:
                     return
-                if req[0] != _INJECT:
-                    break
-                k = next(seq)
-                injections[k] = (req[2], req[3])
-                heapq.heappush(heap, (req[1], self.messages[req[2]].grant, k, -1))
-                clock = req[1]
-            pending[c] = req
-            if req[0] == _WAIT:  # what it waits for is not known yet
-                parked.setdefault(req[2:], []).append(c)
-                return
-            rank = memory_rank(c, cores_n) if req[0] == _MEM else 0
-            heapq.heappush(heap, (req[1], rank, next(seq), c))
+                kind = req[0]
+                if kind == _WAIT:
+                    at = known.get(req[2])
+                    if at is None:  # parked until it is known
+                        pending[c] = req
+                        parked.setdefault(req[2], []).append(c)
+                        return
+                    got = at
+                elif kind == _INJECT:
+                    k = next(seq)
+                    injections[k] = (req[2], req[3])
+                    heapq.heappush(heap, (req[1], req[2].grant, k, -1))
+                    got = req[1]
+                elif contended and req[2] > 0:  # a shared-memory access, served in order
+                    pending[c] = req
+                    heapq.heappush(heap, (req[1], memory_rank(c, cores_n), next(seq), c))
+                    return
+                else:
+                    got = req[1] + req[2]
 
-        def wake(key: tuple[int, ...], at: int) -> None:
+        def wake(key: _Key, at: int) -> None:
             known[key] = at
             for c in parked.pop(key, ()):
-                req = pending[c]
-                pending[c] = (_RESUME,)
-                heapq.heappush(heap, (max(req[1], at), 0, next(seq), c))
+                heapq.heappush(heap, (max(pending[c][1], at), 0, next(seq), c))
 
         self.wake = wake
         for c in cores:
@@ -403,92 +414,85 @@ class _Play:
         while heap:
             now, _, k, c = heapq.heappop(heap)
             if c < 0:
-                i, n = injections.pop(k)
-                m = self.messages[i]
-                wake((_ARRIVAL, *m.key, n), self.net.pass_links(
+                m, n = injections.pop(k)
+                wake((_ARRIVAL, m.key, n), self.net.pass_links(
                     m.links, m.serial_ns, m.transfer_ns, now, links))
                 continue
             req = pending[c]
-            if req[0] == _MEM:
-                if memory_free > now:  # busy: asked again when it frees, lowest core first
-                    heapq.heappush(heap, (memory_free, memory_rank(c, cores_n), next(seq), c))
-                    continue
-                memory_free = now + req[2]
-                advance(c, memory_free)
-            else:
-                advance(c, now)
+            if req[0] == _WAIT:  # what it waited for became known
+                advance(c, known[req[2]])
+                continue
+            if memory_free > now:  # busy: asked again when it frees, lowest core first
+                heapq.heappush(heap, (memory_free, memory_rank(c, cores_n), next(seq), c))
+                continue
+            memory_free = now + req[2]
+            advance(c, memory_free)
         if parked:
             raise StreamDeadlock("the stream program's play deadlocked (a wait never met)")
         return starts, ends, self.busiest
 
-    def _core(self, c: int, inferences: int, contended: bool,
-              known: dict[tuple[int, ...], int]) -> Generator[tuple[int, ...], int, None]:
-        """Core c's program as requests to `run`'s loop: it yields (_WAIT, clock, *key),
-        (_MEM, clock, ns) or (_INJECT, clock, message) and is sent back its clock."""
+    def _core(self, c: int, inferences: int, contended: bool
+              ) -> Generator[tuple[Any, ...], int, None]:
+        """Core c's program as requests to `run`'s loop (`advance`): it yields (_WAIT,
+        clock, key) and is sent back when `key` became known, (_MEM, clock, ns) and
+        (_INJECT, clock, message, inference) and is sent back its clock."""
         info, n_tasks, dur, ring = self.info, len(self.waits), self.dur, self.ring
         wait_ns, signal_ns = self.wait_ns, self.signal_ns
         steps = self.per_core[c]
         clock = yield (_RESUME,)
 
-        def get(key: tuple[int, ...]) -> Generator[tuple[int, ...], int, int]:
-            """When `key` became known (waiting for it parks the core)."""
-            got = known.get(key)
-            if got is None:
-                yield (_WAIT, clock, *key)
-                got = known[key]
-            return got
-
-        def access(ns: int) -> Generator[tuple[int, ...], int, int]:
-            if not contended or ns <= 0:
-                return clock + ns
-            return (yield (_MEM, clock, ns))
-
         lag = self.lag
         deepest = max((lag[s] for s in steps if s < n_tasks), default=0)
+        # only the ideal play's receives wait for DONE, only the contended play's sends
+        # for POSTED: neither play makes the keys the other waits for
+        senders = frozenset() if contended else self.senders
+        posts = self.posts if contended else frozenset()
         for it in range(inferences + max(lag, default=0)):
             if it < inferences and (self.starts[it] < 0 or clock < self.starts[it]):
                 self.starts[it] = clock
-            self.wake((_POSTED, c, START, it), clock)
+            if contended:
+                self.wake((_POSTED, c, START, it), clock)
             for s in steps:
                 n = it - lag[s] if s < n_tasks else it
                 if not 0 <= n < inferences:
                     continue
                 if s >= n_tasks:
                     g = info.groups[s - n_tasks]
-                    clock = max(clock, (yield from get((_READY, g.pair, n))))
+                    clock = max(clock, (yield (_WAIT, clock, (_READY, g.pair, n))))
                     for ns in self.group_parts[s - n_tasks]:
-                        clock = yield from access(ns)
+                        clock = yield (_MEM, clock, ns)
                     self.wake((_FREE, g.pair, n), clock)
                     continue
                 for m in self.waits[s]:
                     if contended:
-                        clock = max(clock, (yield from get((_ARRIVAL, *m.key, n))))
+                        clock = max(clock, (yield (_WAIT, clock, (_ARRIVAL, m.key, n))))
                     else:
-                        clock = max(clock, (yield from get((_DONE, m.after, n))) + m.transfer_ns)
+                        clock = max(clock, (yield (_WAIT, clock, (_DONE, m.after, n)))
+                                    + m.transfer_ns)
                 sh = self.shared[s]
                 parts = self.parts.get(s)
                 if parts is None:
                     clock += dur[s] - sh
                 else:
                     for shared, ns in parts:
-                        clock = (yield from access(ns)) if shared else clock + ns
-                clock = yield from access(sh)  # its output stores end its run
+                        clock = (yield (_MEM, clock, ns)) if shared else clock + ns
+                clock = yield (_MEM, clock, sh)  # its output stores end its run
                 for k in info.free_waits.get(s, ()):
                     if n - ring >= 0:
-                        clock = max(clock, (yield from get((_FREE, k, n - ring))))
-                    clock = yield from access(wait_ns)
+                        clock = max(clock, (yield (_WAIT, clock, (_FREE, k, n - ring))))
+                    clock = yield (_MEM, clock, wait_ns)
                 for ns in self.store_ns.get(s, ()):
-                    clock = yield from access(ns)
+                    clock = yield (_MEM, clock, ns)
                 for k in info.ready_signals.get(s, ()):
-                    clock = yield from access(signal_ns)
+                    clock = yield (_MEM, clock, signal_ns)
                     self.wake((_READY, k, n), clock)
-                if s in self.senders:
+                if s in senders:
                     self.wake((_DONE, s, n), clock)
-                if s in self.posts:
+                if s in posts:
                     self.wake((_POSTED, c, s, n), clock)
                 if contended:
                     for m in self.sends.get(s, ()):
-                        clock = max(clock, (yield from get(self.post_key(m, n))))
-                        yield (_INJECT, clock, self.index[m.key], n)
+                        clock = max(clock, (yield (_WAIT, clock, self.post_key(m, n))))
+                        yield (_INJECT, clock, m, n)
             if 0 <= it - deepest < inferences:  # the iteration that ends its inference
                 self.ends[it - deepest] = max(self.ends[it - deepest], clock)
