@@ -14,7 +14,8 @@ path (by the time each step starts), and the path's messages by size from `--sin
 (count, mean links of their routes, transfer and link wait): ResNet-18's 14,336 B rows
 are its layers 2-4's partial sums (7 × 512, 14 × 256 or 28 × 128 f32).
 
-Then where the schedule falls short of the work bound: the cores' busy share per
+Then where the schedule falls short of the work bound: its replay with links free and
+with every receive posted at the start (no flow control), the cores' busy share per
 `--window` ns on the plan (the list scheduler's times) and on the replay, and per layer
 (`ComputeGraph.tile_layer`; a task without crossbars counts with the latest layer it
 reads) its span on both, its work against its work over the cores, and its busiest
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from raptor.noc import shared_network
 from raptor.solve import SolveOptions, solve
-from raptor.solver.comm import critical_path
+from raptor.solver.comm import critical_path, replay
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.schedule import MergeScheduleResult
 from raptor.target import Target, load_target
@@ -158,7 +159,11 @@ def main() -> None:
               f"{c['transfer']:,} | {c['link wait']:,} |")
     shares = busy_shares(graph, res, args.window)
     cores = len(res.core_tasks)
-    print(f"\nplan {res.makespan_ns:,} ns, replay {makespan:,}, work / {cores} cores "
+    free = replay(graph, target, res.core_of, res.core_tasks, res.start_ns, contention=False)
+    posted = replay(graph, target, res.core_of, res.core_tasks, res.start_ns,
+                    budget=[1 << 62] * cores)
+    print(f"\nplan {res.makespan_ns:,} ns, replay {makespan:,} (links free {free.makespan_ns:,}; "
+          f"every receive posted at the start {posted.makespan_ns:,}), work / {cores} cores "
           f"{sum(graph.durations(res.core_of)) // cores:,}; busy share per {args.window:,} ns")
     for name, row in shares.items():
         print(f"{name}: " + " ".join(f"{i * args.window // 1000}:{100 * b:.0f}"
