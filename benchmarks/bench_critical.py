@@ -12,7 +12,15 @@ producer ended, its free-link transfer and its wait for links.
 Prints the totals (they add up to the makespan), the same split per `--window` ns of the
 path (by the time each step starts), and the path's messages by size from `--since` ns on
 (count, mean links of their routes, transfer and link wait): ResNet-18's 14,336 B rows
-are its layers 2-4's partial sums (7 × 512, 14 × 256 or 28 × 128 f32)."""
+are its layers 2-4's partial sums (7 × 512, 14 × 256 or 28 × 128 f32).
+
+Then where the schedule falls short of the work bound: its replay with links free and
+with every receive posted at the start (no flow control), the cores' busy share per
+`--window` ns on the plan (the list scheduler's times) and on the replay, and per layer
+(`ComputeGraph.tile_layer`; a task without crossbars counts with the latest layer it
+reads) its span on both, its work against its work over the cores, and its busiest
+core's share of it. ResNet-18 at one unit: the plan's idle is in layers 2-4, most of it
+in layer 4's tail (docs/benchmarks.md, "Issue #25, seventeenth session")."""
 
 from __future__ import annotations
 
@@ -26,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from raptor.noc import shared_network
 from raptor.solve import SolveOptions, solve
-from raptor.solver.comm import critical_path
+from raptor.solver.comm import critical_path, replay
+from raptor.solver.graph import ComputeGraph
+from raptor.solver.schedule import MergeScheduleResult
 from raptor.target import Target, load_target
 
 PARTS = ("compute", "memory wait", "core idle", "send wait", "transfer", "link wait")
@@ -37,10 +47,9 @@ Step = tuple[int, Counter[str], tuple[int, int] | None]
 route's links (None: the core's previous task)."""
 
 
-def path_split(model: str, target: Target) -> tuple[int, list[Step]]:
-    """The makespan of PEFT's returned schedule and its critical path, latest step first."""
-    solved = solve(model, target, SolveOptions(solver="peft", simulate=False))
-    graph, res = solved.build.graph, solved.runs[0].result
+def path_split(graph: ComputeGraph, res: MergeScheduleResult, target: Target
+               ) -> tuple[int, list[Step]]:
+    """The makespan of a schedule's replay and its critical path, latest step first."""
     rep = res.comm
     assert rep is not None  # PEFT's results carry their replay
     net = shared_network(target)
@@ -67,6 +76,55 @@ def path_split(model: str, target: Target) -> tuple[int, list[Step]]:
     return rep.makespan_ns, steps
 
 
+def busy_shares(graph: ComputeGraph, res: MergeScheduleResult, window: int
+                ) -> dict[str, list[float]]:
+    """Per `window` ns, the share of the cores' time spent computing, on the plan and on
+    the replay."""
+    assert res.comm is not None
+    cost = graph.durations(res.core_of)
+    shares = {}
+    for name, starts in (("plan", res.start_ns), ("replay", res.comm.start)):
+        busy = [0] * (max(s + d for s, d in zip(starts, cost, strict=True)) // window + 1)
+        for s, d in zip(starts, cost, strict=True):
+            while d > 0:
+                part = min(d, window - s % window)
+                busy[s // window] += part
+                s, d = s + part, d - part
+        shares[name] = [b / (window * len(res.core_tasks)) for b in busy]
+    return shares
+
+
+def layer_rows(graph: ComputeGraph, res: MergeScheduleResult) -> list[str]:
+    """Per layer, in the order the graph first reaches them: tasks, span on the plan and
+    on the replay, work, work over the cores, cores used, the busiest core's work."""
+    assert res.comm is not None
+    rep, cost = res.comm, graph.durations(res.core_of)
+    rank: dict[str, int] = {}
+    layer = [""] * graph.num_tasks
+    for t in graph.topo_order:
+        w = graph.tasks[t].weights
+        name = graph.tile_layer.get(min(w), "") if w else ""
+        if not name:  # the latest layer it reads
+            name = max((layer[u] for u, _ in graph.preds[t]), key=lambda n: rank.get(n, -1),
+                       default="")
+        layer[t] = name
+        rank.setdefault(name, len(rank))
+    rows = []
+    for name in rank:
+        ts = [t for t in range(graph.num_tasks) if layer[t] == name]
+        per_core: Counter[int] = Counter()
+        for t in ts:
+            per_core[res.core_of[t]] += cost[t]
+        work = sum(per_core.values())
+        spans = [(min(s[t] for t in ts), max(e[t] for t in ts))
+                 for s, e in ((res.start_ns, res.end_ns), (rep.start, rep.end))]
+        rows.append(f"| {name or '-'} | {len(ts)} | "
+                    + " | ".join(f"{a:,}-{b:,} ({b - a:,})" for a, b in spans)
+                    + f" | {work:,} | {work // len(res.core_tasks):,} | {len(per_core)} | "
+                    f"{max(per_core.values()):,} |")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -75,7 +133,9 @@ def main() -> None:
     ap.add_argument("--since", type=int, default=0, help="the messages by size from this ns on")
     args = ap.parse_args()
     target = load_target(args.target) if args.target else Target()
-    makespan, steps = path_split(args.model, target)
+    solved = solve(args.model, target, SolveOptions(solver="peft", simulate=False))
+    graph, res = solved.build.graph, solved.runs[0].result
+    makespan, steps = path_split(graph, res, target)
     total: Counter[str] = Counter()
     windows: dict[int, Counter[str]] = {}
     sizes: dict[int, Counter[str]] = {}
@@ -97,6 +157,20 @@ def main() -> None:
     for nbytes, c in sorted(sizes.items(), key=lambda kv: -kv[1]["transfer"] - kv[1]["link wait"]):
         print(f"| {nbytes:,} | {c['messages']} | {c['links'] / c['messages']:.1f} | "
               f"{c['transfer']:,} | {c['link wait']:,} |")
+    shares = busy_shares(graph, res, args.window)
+    cores = len(res.core_tasks)
+    free = replay(graph, target, res.core_of, res.core_tasks, res.start_ns, contention=False)
+    posted = replay(graph, target, res.core_of, res.core_tasks, res.start_ns,
+                    budget=[1 << 62] * cores)
+    print(f"\nplan {res.makespan_ns:,} ns, replay {makespan:,} (links free {free.makespan_ns:,}; "
+          f"every receive posted at the start {posted.makespan_ns:,}), work / {cores} cores "
+          f"{sum(graph.durations(res.core_of)) // cores:,}; busy share per {args.window:,} ns")
+    for name, row in shares.items():
+        print(f"{name}: " + " ".join(f"{i * args.window // 1000}:{100 * b:.0f}"
+                                     for i, b in enumerate(row)))
+    print("\n| layer | tasks | plan span | replay span | work | work / cores | cores | "
+          "busiest core's work |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(layer_rows(graph, res)))
 
 
 if __name__ == "__main__":
