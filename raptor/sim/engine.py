@@ -220,6 +220,12 @@ class Engine:
         Computes only touch the core's own state, so they run in a tight local loop."""
         proto, memory = self.proto, self.memory
         receive, send = proto.receive, proto.send
+        # Raptor's mesh, inline: a receive that no sender or message waits for is posted
+        # (`Mesh.post`), a rendezvous send whose receive was posted by the sender's clock
+        # leaves at once (`Mesh.send` without a wait); anything else goes to the protocol.
+        posted = proto.posted if proto.posts else None
+        parked, unclaimed, launch = proto.parked, proto.unclaimed, proto.launch
+        leaves = posted is not None and not proto.buffered and not proto.rendezvous
         if st.sync >= 0:
             if not proto.resume(st):
                 return
@@ -258,6 +264,18 @@ class Engine:
                 busy += ins.cost
                 pc += 1
                 continue
+            if posted is not None:
+                if kind == RECV:
+                    m = ins.msg
+                    if parked[m] is None and m not in unclaimed:
+                        posted[m] = clock
+                        pc += 1
+                        continue
+                elif kind == SEND and leaves and 0 <= posted[ins.msg] <= clock:
+                    record(ins)
+                    launch(ins, clock)
+                    pc += 1
+                    continue
             st.clock, st.pc = clock, pc
             st.busy += busy
             busy = 0
