@@ -39,8 +39,9 @@ class Mesh:
     A message is its send instruction: the k-th send of a channel meets the channel's k-th
     receive (`Instr.partner`, numbered `Instr.msg`), so a run keeps per message only what
     has happened (a posted receive's time, a parked sender, an unclaimed buffered message)
-    and no pairing queues (about eight Python calls per message: this is the loop's
-    hottest code)."""
+    and no pairing queues (this is the loop's hottest code: a message whose receive was
+    posted by its send costs four Python calls, `launch`, `inject`, the walk and
+    `deliver`, the engine posting and launching it itself, see `posts`)."""
 
     memory_computes = False
     """Whether a compute with a global-memory `timing` is queued like a load."""
