@@ -296,6 +296,11 @@ class _Builder:
         """How many body ops read each value."""
         self.owned: set[Value] = set()
         """Values made as new arrays that no other value shares (MVM and binary results)."""
+        self.copies: set[Value] = set()
+        """Reads that a group of several instances stacks into a new array
+        (`numerics._run_group`; one instance reads its value itself), and whole views of
+        them that nothing else reads: new arrays nothing else shares when k > 1 (a single
+        lane's body: lanes would read them again)."""
 
     def define(self, v: Value) -> int:
         s = self.slot[v] = self.size
@@ -314,6 +319,8 @@ class _Builder:
         for i, v in enumerate(env_reads):
             if i in shared:
                 self.flat.add(self.size)
+            elif self.lanes == 1:
+                self.copies.add(v)
             self.define(v)
         loads = [pos for pos, o in enumerate(self.ops) if isinstance(o, LoadOp)]
         params = self.size
@@ -347,6 +354,12 @@ class _Builder:
             else:
                 other.update(inner.operands())
         return weight - other
+
+    def whole(self, src: Value, res: Value) -> None:
+        """`res` is all of `src`, reshaped or sliced whole (the same C-ordered memory): one
+        of `copies` when `src` is and nothing else reads `src`."""
+        if src in self.copies and self.uses[src] == 1:
+            self.copies.add(res)
 
     def stacked(self, v: Value) -> int:
         """A slot holding `v` stacked over the instances (a body weight is broadcast)."""
@@ -503,6 +516,9 @@ def _put(res: int, fn: Callable[[Frame], Any]) -> Step:
 def _k_extract(b: _Builder, op: ExtractSliceOp, _: bool) -> Step:
     """A view, reshaped only where the result's shape is not the region's (rank-reducing)."""
     src, at, shape = b.stacked(op.source), b.region(op), info(op.result).shape
+    if tuple(op.sizes) == info(op.source).shape and all(st == 1 for st in op.strides) and all(
+            a.is_const and a.const == 0 for a in op.offsets):
+        b.whole(op.source, op.result)
     if tuple(op.sizes) == shape:
         return _put(b.define(op.result), lambda fr: fr[src][at(fr)])
     return _put(b.define(op.result), lambda fr: fr[src][at(fr)].reshape((fr[0], *shape)))
@@ -588,19 +604,30 @@ def _k_binary(b: _Builder, op: BinaryOp, _: bool) -> Step | None:
         return None
     fn, rank = BINARY[op.op], len(tr.shape)
     x, y, res = b.stacked(op.lhs), b.stacked(op.rhs), b.define(op.result)
-    # the lhs is a new array nothing else reads (a partial sum): the result overwrites
-    # it, the same values without allocating another
-    into = fn if isinstance(fn, np.ufunc) and ta.shape == tr.shape and op.lhs in b.owned \
+    # the lhs is a new array nothing else reads (a partial sum, or a group's stacked copy
+    # of a read when the group has several instances): the result overwrites it, the
+    # same values (in the same C order) without allocating another
+    into = fn if isinstance(fn, np.ufunc) and ta.shape == tr.shape \
         and b.uses[op.lhs] == 1 else None
+    copy = op.lhs in b.copies and op.lhs not in b.owned
+    if op.lhs not in b.owned and not copy:
+        into = None
     b.owned.add(op.result)
-    if len(ta.shape) == len(tb.shape) == rank:
-        if into is not None:
-            return _put(res, lambda fr: into(fr[x], fr[y], out=fr[x]))
-        return _put(res, lambda fr: fn(fr[x], fr[y]))
     xs, ys = ((1,) * (rank - len(t.shape)) + t.shape for t in (ta, tb))
-    if into is not None:
-        return _put(res, lambda fr: into(fr[x], fr[y].reshape((fr[0], *ys)), out=fr[x]))
-    return _put(res, lambda fr: fn(fr[x].reshape((fr[0], *xs)), fr[y].reshape((fr[0], *ys))))
+    if len(ta.shape) == len(tb.shape) == rank:
+        if into is None:
+            return _put(res, lambda fr: fn(fr[x], fr[y]))
+        if copy:
+            return _put(res, lambda fr: into(fr[x], fr[y], out=fr[x]) if fr[0] > 1
+                        else fn(fr[x], fr[y]))
+        return _put(res, lambda fr: into(fr[x], fr[y], out=fr[x]))
+    if into is None:
+        return _put(res, lambda fr: fn(fr[x].reshape((fr[0], *xs)),
+                                       fr[y].reshape((fr[0], *ys))))
+    if copy:
+        return _put(res, lambda fr: into(fr[x], fr[y].reshape((fr[0], *ys)), out=fr[x])
+                    if fr[0] > 1 else fn(fr[x], fr[y].reshape((fr[0], *ys))))
+    return _put(res, lambda fr: into(fr[x], fr[y].reshape((fr[0], *ys)), out=fr[x]))
 
 
 def _k_unary(b: _Builder, op: UnaryOp, _: bool) -> Step | None:
@@ -651,11 +678,13 @@ def _k_empty(b: _Builder, op: EmptyOp, _: bool) -> Step:
 
 def _k_reshape(b: _Builder, op: ReshapeOp | InsertSliceOp, _: bool) -> Step:
     src, shape = b.stacked(op.source), info(op.result).shape
+    b.whole(op.source, op.result)
     return _put(b.define(op.result), lambda fr: fr[src].reshape((fr[0], *shape)))
 
 
 def _k_alias(b: _Builder, op: MaterializeLayoutOp, _: bool) -> Step:
     src = b.stacked(op.source)
+    b.whole(op.source, op.result)
     return _put(b.define(op.result), lambda fr: fr[src])
 
 
