@@ -124,6 +124,8 @@ def _run_group(values: list[Any], group: list[Instr]) -> None:
                 if i in tpl.shared:
                     x = arrays[0]
                     reads.append(x if all(a is x for a in arrays) else list(arrays))
+                elif i in tpl.listed:
+                    reads.append(arrays)
                 else:
                     reads.append(stack(arrays))
         params = [[ins.params[j] for ins in group] for j in range(len(tpl.loads))]
