@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, TypeVar
@@ -417,11 +417,13 @@ class LinkLog:
     def heads(self) -> list[int]:
         """The head's time on each link of each walk, in order."""
         if self._walked != len(self.routes):
-            self._heads = []
-            note = self._heads.append
+            self._heads = heads = []
             table = FreeLinks(*self.table)
+            free = table.free
             for links, start, ser in zip(self.routes, self.starts, self.serial, strict=True):
-                table.walk(links, start, self.hop, ser, note)
+                table.walk(links, start, self.hop, ser)
+                # a route takes each link once: the head took it when it frees, less its hold
+                heads += [free[link] - ser for link in links]
             self._walked = len(self.routes)
         return self._heads
 
@@ -449,11 +451,9 @@ class FreeLinks:
         if log is not None:
             log.table = (n, contention)
 
-    def walk(self, links: tuple[int, ...], head: int, hop: int, ser: int,
-             note: Callable[[int], object] | None = None) -> int:
+    def walk(self, links: tuple[int, ...], head: int, hop: int, ser: int) -> int:
         """The head takes ``links`` in turn, reaching each ``hop`` after it took the
-        previous one (the first at ``head``); when it took the last. ``note`` is told the
-        head's time on each link."""
+        previous one (the first at ``head``); when it took the last."""
         free, busy, log, contention = self.free, self.busy, self.log, self.contention
         if log is not None:
             log.routes.append(links)
@@ -467,8 +467,6 @@ class FreeLinks:
                 head = free[link]
             free[link] = head + ser
             busy[link] += ser
-            if note is not None:
-                note(head)
         return head
 
     def arrival(self, links: tuple[int, ...], ser: int, transfer: int, hop: int, inject: int

@@ -1,7 +1,8 @@
 """The discrete-event loop: cores, channels, the mesh and shared memory.
 
 It decides when things happen, not what they compute (values never depend on time): it
-records the order of computes, sends and memory accesses for `numerics.execute`.
+records the order of computes, sends of regions and memory accesses for `numerics.execute`
+(a send of a whole value does nothing there).
 
 Each core runs ahead on its own clock while it only touches its own state; anything shared
 (a link, the shared-memory queue) becomes a heap event at its own time, so contended
@@ -125,7 +126,8 @@ class Engine:
             self.trace.spans if options.trace else None
         self.report = SimReport(0, [], options=options.to_dict())
         self.order: list[Instr] = []
-        """Computes, sends and memory accesses in the order the loop performed them."""
+        """Computes, sends of regions (`Instr.move`) and memory accesses in the order the
+        loop performed them."""
         if options.model == "pimsim-nn" and program.inferences and any(
                 i.kind in (SIGNAL, WAIT) for prog in program.cores.values() for i in prog):
             # the exporter makes counters pimsim-nn's sync/wait (one-flit messages on event
@@ -220,6 +222,12 @@ class Engine:
         Computes only touch the core's own state, so they run in a tight local loop."""
         proto, memory = self.proto, self.memory
         receive, send = proto.receive, proto.send
+        # Raptor's mesh, inline: a receive that no sender or message waits for is posted
+        # (`Mesh.post`), a rendezvous send whose receive was posted by the sender's clock
+        # leaves at once (`Mesh.send` without a wait); anything else goes to the protocol.
+        posted = proto.posted if proto.posts else None
+        parked, unclaimed, launch = proto.parked, proto.unclaimed, proto.launch
+        leaves = posted is not None and not proto.buffered and not proto.rendezvous
         if st.sync >= 0:
             if not proto.resume(st):
                 return
@@ -258,6 +266,19 @@ class Engine:
                 busy += ins.cost
                 pc += 1
                 continue
+            if posted is not None:
+                if kind == RECV:
+                    m = ins.msg
+                    if parked[m] is None and m not in unclaimed:
+                        posted[m] = clock
+                        pc += 1
+                        continue
+                elif kind == SEND and leaves and 0 <= posted[ins.msg] <= clock:
+                    if ins.move is not None:
+                        record(ins)
+                    launch(ins, clock)
+                    pc += 1
+                    continue
             st.clock, st.pc = clock, pc
             st.busy += busy
             busy = 0
@@ -265,7 +286,8 @@ class Engine:
                 if not receive(st, ins):
                     return
             elif kind == SEND:
-                record(ins)
+                if ins.move is not None:
+                    record(ins)
                 if not send(st, ins):
                     return
             elif kind == WAIT and not memory.counter_ready(st, ins):

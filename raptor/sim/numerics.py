@@ -16,6 +16,7 @@ bodies.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from raptor.sim.errors import SimError
@@ -41,8 +42,7 @@ def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
         kind = ins.kind
         if kind == SEND:  # most of a run's instructions: kept short
             move = ins.move
-            if move is None:  # the receiver reads the sender's value
-                continue
+            assert move is not None  # (the loop records only sends of regions)
             level = ready[move[0]]
             ready[move[1]] = level
             if level >= top:
@@ -120,10 +120,12 @@ def _run_group(values: list[Any], group: list[Instr]) -> None:
                 reads.append(x if i in tpl.shared else x[None])
         else:
             for i, col in enumerate(zip(*[ins.slots_in for ins in group], strict=True)):
-                arrays = [values[s] for s in col]
+                arrays = itemgetter(*col)(values)  # k >= 2: a tuple, gathered in C
                 if i in tpl.shared:
                     x = arrays[0]
-                    reads.append(x if all(a is x for a in arrays) else arrays)
+                    reads.append(x if all(a is x for a in arrays) else list(arrays))
+                elif i in tpl.listed:
+                    reads.append(arrays)
                 else:
                     reads.append(stack(arrays))
         params = [[ins.params[j] for ins in group] for j in range(len(tpl.loads))]

@@ -39,11 +39,16 @@ class Mesh:
     A message is its send instruction: the k-th send of a channel meets the channel's k-th
     receive (`Instr.partner`, numbered `Instr.msg`), so a run keeps per message only what
     has happened (a posted receive's time, a parked sender, an unclaimed buffered message)
-    and no pairing queues (about eight Python calls per message: this is the loop's
-    hottest code)."""
+    and no pairing queues (this is the loop's hottest code: a message whose receive was
+    posted by its send costs four Python calls, `launch`, `inject`, the walk and
+    `deliver`, the engine posting and launching it itself, see `posts`)."""
 
     memory_computes = False
     """Whether a compute with a global-memory `timing` is queued like a load."""
+
+    posts = True
+    """Whether a receive only posts (`post`) and a rendezvous send only waits for it: the
+    engine then runs the commonest cases itself (`Engine.run_core`), without a call."""
 
     def __init__(self, engine: Engine) -> None:
         self.e = engine
@@ -62,7 +67,7 @@ class Mesh:
         self.net = Network(engine.target, "raptor")
         self.links = FreeLinks(self.net.num_links, log=engine.trace.link_log
                                if engine.opts.trace else None)
-        self.arrive, self.hop = self.links.arrival, self.net.hop_ns
+        self.walk, self.hop = self.links.walk, self.net.hop_ns
         self.buffered = self.opts.mode == "buffered"
         self.contention = self.opts.link_contention
         self.rendezvous = self.opts.rendezvous_ns
@@ -147,8 +152,10 @@ class Mesh:
     def inject(self, ins: Instr, at: int) -> None:
         """Cut-through over the links (`raptor.noc`), granted in injection-time order
         (simultaneous ones by `raptor.noc.inject_rank`)."""
-        r = ins.route
-        self.deliver(ins, at, self.arrive(r.links, r.serial_ns, r.transfer_ns, self.hop, at))
+        r, hop = ins.route, self.hop
+        links = r.links  # never empty here (`launch`): `FreeLinks.arrival`, one call fewer
+        self.deliver(ins, at, r.transfer_ns + self.walk(links, at, hop, r.serial_ns)
+                     - (len(links) - 1) * hop)
 
     def deliver(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
                 nbytes: int = -1) -> None:
@@ -200,6 +207,7 @@ class PimsimNN(Mesh):
     receives, `ld`/`st` through the switch."""
 
     memory_computes = True
+    posts = False
 
     def timing(self, ins: Instr) -> OpTiming:
         return ins.timing if ins.timing is not None else OpTiming(nbytes=ins.nbytes)

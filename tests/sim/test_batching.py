@@ -284,3 +284,37 @@ def test_partial_sums_overwrite_only_what_nothing_else_reads() -> None:
     want = m2 * (m1 + m2 + ws["b"]) - m2
     np.testing.assert_allclose(run(PARTIAL_SUMS, ws, {"x": x}).outputs[0], want,
                                rtol=1e-5, atol=1e-5)
+
+
+def _sum_of_reads(n: int, width: int) -> str:
+    """`n` instances adding two loaded rows (the first read only by the add), then the
+    rows themselves stored: a group of several instances adds into its stacked copy of
+    the first read (and, from `kernels._LISTED_MIN` elements, reads the second unstacked),
+    never into the loaded values."""
+    row, rows = f"tensor<{width}xf32>", f"tensor<2x{width}xf32>"
+    out = f"tensor<4x{width}xf32>"
+    lines = [f"func.func @main(%x: {rows}) -> {out} {{",
+             f"  %o = pim.alloc_shared : {out}", "  pim.core 0 {"]
+    lines += [f"    %a{i} = pim.load %x[{i}, 0] [1, {width}] [1, 1] : {rows} to {row}"
+              for i in range(2)]
+    for i in range(n):
+        lines += [
+            f"    %s{i} = spat.scheduled_compute ins(%a{i} : {row}, %a{1 - i} : {row}) -> {row} {{",
+            f"    ^bb0(%u: {row}, %v: {row}):",
+            f"      %t = pim.vadd %u, %v : {row}",
+            f"      spat.yield %t : {row}",
+            "    }",
+            f"    pim.store %s{i} into %o[{i}, 0] [1, {width}] [1, 1] : {row} into {out}"]
+    lines += [f"    pim.store %a{i} into %o[{2 + i}, 0] [1, {width}] [1, 1] : {row} into {out}"
+              for i in range(2)]
+    lines += ["  }", f"  return %o : {out}", "}", ""]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("width", [8, 4096])
+@pytest.mark.parametrize("n", [1, 2])
+def test_adds_write_into_group_copies_not_into_reads(n: int, width: int) -> None:
+    x = rand(2, width)
+    out = run(_sum_of_reads(n, width), {}, {"x": x}).outputs[0]
+    np.testing.assert_array_equal(out[:n], (x[0] + x[1])[None].repeat(n, axis=0))
+    np.testing.assert_array_equal(out[2:], x)
