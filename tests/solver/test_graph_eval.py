@@ -122,6 +122,24 @@ def test_mesh_distance_transform_matches_dense_minimum() -> None:
         assert (got == dense).all() and (got[0] == INF).all() and got.max() == INF
 
 
+def test_mesh_one_row_transform_over_few_cores_matches_dense_minimum() -> None:
+    """One row on a mid-sized mesh, where few cores can lower another (an arrival row) or
+    few can be lowered (a flat row with a few high cores), or neither (random)."""
+    rng = np.random.default_rng(2)
+    for rows, cols, hop in ((16, 16, 2), (12, 11, 3), (16, 8, 1)):
+        m = Mesh(Target(mesh_rows=rows, mesh_cols=cols, hop_cycles=hop))
+        for i in range(60):
+            src = int(rng.integers(m.P))
+            f = [m.arrival_row(src, int(rng.integers(1, 200)), int(rng.integers(10**6))),
+                 np.full(m.P, 500, dtype=np.int64), rng.integers(0, 1000, size=m.P)][i % 3]
+            if i % 3 == 1:
+                f[rng.integers(0, m.P, size=int(rng.integers(1, 40)))] = rng.integers(0, 5000)
+            if i % 4 == 0:
+                f[rng.integers(0, m.P, size=3)] = INF
+            dense = (f[None, :] + m.hops * m.hop_ns).min(axis=-1)
+            assert (m.distance_transform(f) == dense).all()
+
+
 @pytest.mark.parametrize("target", [
     Target(mesh_rows=4, mesh_cols=4, hop_cycles=3), Target(mesh_rows=16, mesh_cols=16),
     Target(mesh_rows=3, mesh_cols=5, clock_ghz=0.7), Target(mesh_rows=17, mesh_cols=16),
