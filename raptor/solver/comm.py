@@ -145,7 +145,6 @@ reader. On the default target, with the message order chosen, lead 0 / 2 / 5 / 2
 unbounded took yolo_neck 495 / 476 / 452 / 493 / 493 us and mobilenet_block 86.6 / 71.5 /
 79.6 / 109 / 109 us (778 and 112 us before their first readers)."""
 
-_RUN, _INJECT, _MEM, _END = range(4)
 SKIPS = 8
 """Receives a decision point passes over (they do not fit yet) before it stops looking."""
 
@@ -188,8 +187,9 @@ class _Replayer:
         self.arrival: dict[Message, int] = {}
         self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
         self.pc, self.clock = [0] * P, [0] * P
-        self.heap: list[tuple[int, int, int, int, int]] = []
-        self.seq = 0
+        self.heap: list[tuple[int, int, int, Callable[[int], None], int]] = []
+        self.seq = itertools.count(1).__next__
+        """The events' numbers, in the order they are pushed."""
         self.links = FreeLinks(self.net.num_links, self.contention)
         self.yx: set[Message] = set()
         """Messages sent over their YX route."""
@@ -200,11 +200,12 @@ class _Replayer:
         self.wait_data: list[int] = [-1] * P
         """Per core, the fragment it waits for (-1: none)."""
 
-    def push(self, time: int, kind: int, payload: int, rank: int = 0) -> None:
-        """An event at ``time``; among events at one time, lower ``rank`` first, then in
-        the order they were pushed (as the simulator's)."""
-        self.seq += 1
-        heapq.heappush(self.heap, (time, rank, self.seq, kind, payload))
+    def push(self, time: int, handler: Callable[[int], None], payload: int, rank: int = 0
+             ) -> None:
+        """An event at ``time``: ``handler(payload)`` (`run_core`, `inject`, `end_task` or
+        `serve`); among events at one time, lower ``rank`` first, then in the order they
+        were pushed (as the simulator's)."""
+        heapq.heappush(self.heap, (time, rank, self.seq(), handler, payload))
 
     def run(self) -> Replay:
         """Play the program (once: the flow control, which refers back to this replayer, is
@@ -218,21 +219,14 @@ class _Replayer:
     def _run(self) -> Replay:
         for p in range(self.P):
             self.flow.decide(p, 0, START)
-            self.push(0, _RUN, p)
-        while self.heap:
-            time, _, _, kind, payload = heapq.heappop(self.heap)
+            self.push(0, self.run_core, p)
+        heap, pop = self.heap, heapq.heappop
+        while heap:
+            time, _, _, handler, payload = pop(heap)
             if time < self.now:
                 self.late = True
             self.now = time
-            if kind == _RUN:
-                self.run_core(payload)
-            elif kind == _INJECT:
-                self.inject(payload, time)
-            elif kind == _END:
-                self.finish(self.progs[payload][self.pc[payload]], payload)
-                self.run_core(payload)
-            else:
-                self.serve(payload)
+            handler(payload)
         stuck = [p for p, prog in enumerate(self.progs) if self.pc[p] < len(prog)]
         if stuck:
             raise ValueError(f"per-core order contradicts the dependencies: cores {stuck} "
@@ -282,12 +276,17 @@ class _Replayer:
             clock = ready + self.dur[t] - shared_ns[t]
             self.clock[p] = clock
             if shared_ns[t]:
-                self.push(clock, _MEM, p, noc.memory_rank(p, self.P))
+                self.push(clock, self.serve, p, noc.memory_rank(p, self.P))
                 return
             if clock > self.now:  # its point comes after what other cores do before it
-                self.push(clock, _END, p)
+                self.push(clock, self.end_task, p)
                 return
             self.finish(t, p)
+
+    def end_task(self, p: int) -> None:
+        """The point after core p's task comes: it finishes, and p runs on."""
+        self.finish(self.progs[p][self.pc[p]], p)
+        self.run_core(p)
 
     def finish(self, t: int, p: int) -> None:
         """Task t's compute is done: the point after it (`run_core` then sends)."""
@@ -299,7 +298,7 @@ class _Replayer:
         """Core p's stores, if the shared memory is free; else p asks again when it frees,
         so the requests waiting then are served from the lowest core (as the simulator's)."""
         if self.contention and self.mem_free > self.now:
-            self.push(self.mem_free, _MEM, p, noc.memory_rank(p, self.P))
+            self.push(self.mem_free, self.serve, p, noc.memory_rank(p, self.P))
             return
         t = self.progs[p][self.pc[p]]
         task = self.g.tasks[t]
@@ -308,20 +307,21 @@ class _Replayer:
         self.finish(t, p)
         self.run_core(p)
 
-    def inject(self, key: int, now: int) -> None:
+    def inject(self, key: int) -> None:
+        """Message ``key`` (fragment * cores + destination) takes the links now."""
         f, q = divmod(key, self.P)
         m = (f, q)
-        net, p, links, nbytes = self.net, self.frag_core[f], self.links, self.frag_bytes[f]
-        timing = net.timing(p, q, nbytes)
+        net, p, links, nbytes, now = self.net, self.frag_core[f], self.links, \
+            self.frag_bytes[f], self.now
+        route, ser, transfer = net.timing(p, q, nbytes)
         routed = self.routed
-        yx = m in routed if routed is not None else \
-            net.choosing and net.yx_sooner(p, q, timing[1], now, links)
-        if yx:
-            timing = net.timing(p, q, nbytes, True)
+        if m in routed if routed is not None else \
+                net.choosing and net.yx_sooner(p, q, ser, now, links):
+            route, ser, transfer = net.timing(p, q, nbytes, True)
             self.yx.add(m)
-        self.arrival[m] = arrived = net.pass_links(*timing, now, links)
+        self.arrival[m] = arrived = links.arrival(route, ser, transfer, net.hop_ns, now)
         if self.waiting and self.waiting.pop(m, None) is not None:
-            self.push(arrived, _RUN, q)
+            self.push(arrived, self.run_core, q)
 
 
 class _FlowControl(ReceivePlan):
@@ -415,7 +415,7 @@ class _FlowControl(ReceivePlan):
             self.blocked_send[sender] = None
             self.outbox[sender].pop(0)
             self.send(sender, key, time)
-            r.push(r.clock[sender], _RUN, sender)
+            r.push(r.clock[sender], r.run_core, sender)
 
     def after_task(self, p: int, sends: list[Message]) -> None:
         """Core p has done a task: the receives of the point after it, then its sends
@@ -522,7 +522,7 @@ class _FlowControl(ReceivePlan):
                 self.blocked_send[c] = None
                 self.outbox[c].pop(0)
                 self.hold(c, key)
-                r.push(r.clock[c], _RUN, c)
+                r.push(r.clock[c], r.run_core, c)
                 return
         if sends:
             _, key = min(sends, key=lambda s: self.room(s[1]))
@@ -545,7 +545,7 @@ class _FlowControl(ReceivePlan):
         r.messages += 1
         f, q = key
         r.bytes += r.frag_bytes[f]
-        r.push(meet, _INJECT, f * r.P + q, noc.inject_rank(p, q, r.P))
+        r.push(meet, r.inject, f * r.P + q, noc.inject_rank(p, q, r.P))
 
     def release(self, p: int, key: Message) -> None:
         """Parked core p sends a message it holds at its current point (its receive is
