@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raptor import noc
@@ -394,28 +394,30 @@ class _FlowControl(ReceivePlan):
         the fragment's first reader."""
         return self.room((f, q), k) <= 0
 
-    def post(self, key: Message, time: int) -> None:
-        """Core key[1] posts the receive of ``key`` at its current point, at ``time``."""
+    def post(self, q: int, keys: Iterable[Message], time: int) -> None:
+        """Core q posts the receives of ``keys`` (messages to q, none posted yet) at its
+        current point, at ``time``, in order."""
         r = self.r
-        f, q = key
-        k = r.pc[q]
-        self.posted[key] = time
-        self.posts[key] = r.point(q)
-        if self.mem is not None:
-            lo = self.first[key]
-            if k < lo:
-                self.held_bytes[q][:, k:lo] += self.mem.fragment[f]
-        holder = self.holder.get(key)
-        if holder is not None and self.blocked_send[holder] is None and self.parked(holder) \
-                and time <= max(r.clock[holder], r.now):
-            self.release(holder, key)  # it waits for data anyway: it sends now
-        sender = self.sender_of.pop(key, None)
-        if sender is not None:  # the rendezvous completes: the sender goes on
-            self.blocked_on[q].remove(key)
-            self.blocked_send[sender] = None
-            self.outbox[sender].pop(0)
-            self.send(sender, key, time)
-            r.push(r.clock[sender], r.run_core, sender)
+        k, point, mem = r.pc[q], r.point(q), self.mem
+        posted, posts, holders, senders = self.posted, self.posts, self.holder, self.sender_of
+        for key in keys:
+            posted[key] = time
+            posts[key] = point
+            if mem is not None:
+                lo = self.first[key]
+                if k < lo:
+                    self.held_bytes[q][:, k:lo] += mem.fragment[key[0]]
+            holder = holders.get(key) if holders else None
+            if holder is not None and self.blocked_send[holder] is None and \
+                    self.parked(holder) and time <= max(r.clock[holder], r.now):
+                self.release(holder, key)  # it waits for data anyway: it sends now
+            sender = senders.pop(key, None) if senders else None
+            if sender is not None:  # the rendezvous completes: the sender goes on
+                self.blocked_on[q].remove(key)
+                self.blocked_send[sender] = None
+                self.outbox[sender].pop(0)
+                self.send(sender, (key,))
+                r.push(r.clock[sender], r.run_core, sender)
 
     def after_task(self, p: int, sends: list[Message]) -> None:
         """Core p has done a task: the receives of the point after it, then its sends
@@ -432,18 +434,15 @@ class _FlowControl(ReceivePlan):
         """Core q's receives at the point before its task at position ``k``."""
         r = self.r
         prog = r.progs[q]
+        posted = self.posted
         if k < len(prog):
-            for f in self.remote[prog[k]]:
-                if (f, q) not in self.posted:
-                    self.post((f, q), time)
+            self.post(q, [(f, q) for f in self.remote[prog[k]] if (f, q) not in posted], time)
         for key in list(self.blocked_on[q]):  # senders already waiting first
             if self.fits(q, k, key[0]):
-                self.post(key, time)
+                self.post(q, (key,), time)
         pending = self.pending[q]
         if self.roomy[q]:
-            for f in pending:
-                if (f, q) not in self.posted:
-                    self.post((f, q), time)
+            self.post(q, [(f, q) for f in pending if (f, q) not in posted], time)
             pending.clear()
             return
         # By the next point's planned time: receives whose readers come too soon after it
@@ -465,7 +464,7 @@ class _FlowControl(ReceivePlan):
             elif not due(key):
                 break
             elif self.fits(q, k, key[0]):
-                self.post(key, time)
+                self.post(q, (key,), time)
                 del queue[i]
             else:
                 skips += 1
@@ -490,7 +489,7 @@ class _FlowControl(ReceivePlan):
         k = r.pc[p]
         for key in list(self.blocked_on[p]):
             if self.fits(p, k, key[0]):
-                self.post(key, self.post_time(p))
+                self.post(p, (key,), self.post_time(p))
         blocked = self.blocked_send[p]
         if blocked is None:
             self.send_held(p)
@@ -502,7 +501,7 @@ class _FlowControl(ReceivePlan):
         else:
             q = blocked[1]
             if self.parked(q) and self.fits(q, r.pc[q], blocked[0]):
-                self.post(blocked, self.post_time(q))
+                self.post(q, (blocked,), self.post_time(q))
                 return
         chain = [p]
         x = self.waits_for(p)
@@ -527,31 +526,38 @@ class _FlowControl(ReceivePlan):
         if sends:
             _, key = min(sends, key=lambda s: self.room(s[1]))
             self.forced += 1
-            self.post(key, self.post_time(key[1]))
+            self.post(key[1], (key,), self.post_time(key[1]))
 
     # -- sends -------------------------------------------------------------------------
-    def send(self, p: int, key: Message, posted: int) -> None:
+    def send(self, p: int, keys: Sequence[Message]) -> None:
+        """Core p sends ``keys`` at its point, in order, each once its receive is posted
+        (the rendezvous: p waits until then)."""
         r = self.r
-        meet = r.clock[p]
-        if posted > meet:
-            self.send_wait += posted - meet
-            r.clock[p] = meet = posted
-        send_at = self.send_at
-        send_at[key] = (r.point(p), len(send_at))
-        self.left[key] = meet
-        if self.holder:
-            self.holder.pop(key, None)
-        self.sent.add(key)
-        r.messages += 1
-        f, q = key
-        r.bytes += r.frag_bytes[f]
-        r.push(meet, r.inject, f * r.P + q, noc.inject_rank(p, q, r.P))
+        clock, posted, send_at, left, holder, sent = \
+            r.clock, self.posted, self.send_at, self.left, self.holder, self.sent
+        point, P, frag_bytes, push, inject = r.point(p), r.P, r.frag_bytes, r.push, r.inject
+        nbytes = 0
+        for key in keys:
+            meet, got = clock[p], posted[key]
+            if got > meet:
+                self.send_wait += got - meet
+                clock[p] = meet = got
+            send_at[key] = (point, len(send_at))
+            left[key] = meet
+            if holder:
+                holder.pop(key, None)
+            sent.add(key)
+            f, q = key
+            nbytes += frag_bytes[f]
+            push(meet, inject, f * P + q, noc.inject_rank(p, q, P))
+        r.messages += len(keys)
+        r.bytes += nbytes
 
     def release(self, p: int, key: Message) -> None:
         """Parked core p sends a message it holds at its current point (its receive is
         posted)."""
         self.held[p].remove(key)
-        self.send(p, key, self.posted[key])
+        self.send(p, (key,))
 
     def send_held(self, p: int) -> None:
         """Core p, about to wait for data, sends what it holds whose receives are posted
@@ -602,8 +608,7 @@ class _FlowControl(ReceivePlan):
         box = self.outbox[p]
         if self.unbounded:
             if box:
-                for key in box:
-                    self.send(p, key, self.posted[key])
+                self.send(p, box)
                 self.outbox[p] = []
             return True
         while box:
@@ -611,11 +616,11 @@ class _FlowControl(ReceivePlan):
             got = self.posted.get(key)
             q = key[1]
             if got is None and self.parked(q) and self.fits(q, r.pc[q], key[0]):
-                self.post(key, self.post_time(q))  # q is idle and has room: it takes it
+                self.post(q, (key,), self.post_time(q))  # q is idle and has room: it takes it
                 continue
             if got is not None and (got <= r.clock[p] or not self.can_hold(p, key)):
                 box.pop(0)
-                self.send(p, key, got)
+                self.send(p, (key,))
                 continue
             # a receive posted later than now: held (p may, said can_hold); an unposted one
             # held if p may (a receiver without room now will not post it soon)
@@ -662,9 +667,8 @@ class _Built(_FlowControl):
             self.outbox[p] = list(self.send_here.get((p, START), ()))
 
     def decide(self, q: int, k: int, time: int) -> None:
-        for key in self.post_at.get((q, self.r.point(q)), ()):
-            if key not in self.posted:
-                self.post(key, time)
+        self.post(q, [key for key in self.post_at.get((q, self.r.point(q)), ())
+                      if key not in self.posted], time)
 
     def after_task(self, p: int, sends: list[Message]) -> None:
         self.decide(p, self.r.pc[p], self.r.clock[p])
@@ -684,7 +688,7 @@ class _Built(_FlowControl):
                 self.blocked_on[key[1]].append(key)
                 return False
             box.pop(0)
-            self.send(p, key, got)
+            self.send(p, (key,))
         return True
 
 
