@@ -44,35 +44,31 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from raptor import noc
 from raptor.noc import FreeLinks, shared_network
 from raptor.solver.blocking import START, blocking_makespan, meeting_posts, merge_messages, refine
-from raptor.solver.flowplan import Message, ReceivePlan
+from raptor.solver.flowplan import Crossings, Message, ReceivePlan, split
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
 
 
-def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[int]
-               ) -> list[list[tuple[int, int]]]:
+def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[int],
+               crossing: Crossings | None = None) -> list[list[tuple[int, int]]]:
     """Per producer task, its messages as (fragment, destination core), most urgent first:
     by the earliest ``priority`` (planned start) of a reader on the destination, then the
-    destination core and the fragment. Materialization orders its sends by the same rule."""
+    destination core and the fragment. Materialization orders its sends by the same rule.
+    ``crossing``: the placement's reads across the mesh, when the caller has them."""
     graph.freeze()
-    urgency: dict[tuple[int, int], int] = {}
-    producer = [frag.producer for frag in graph.fragments]
-    for t, frags in enumerate(graph.reads):
-        q, at = core_of[t], priority[t]
-        for f in frags:
-            if core_of[producer[f]] != q:
-                was = urgency.get((f, q))
-                if was is None or at < was:
-                    urgency[(f, q)] = at
-    out: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_tasks)]
-    for _, q, f in sorted([(at, q, f) for (f, q), at in urgency.items()]):
-        out[producer[f]].append((f, q))
-    return out
-
-
+    c = Crossings.of(graph, core_of) if crossing is None else crossing
+    at = np.asarray(priority, dtype=np.int64)[c.task]
+    order, head, _ = c.messages(at)
+    f, q, at = c.frag[order][head], c.core[order][head], at[order][head]
+    urgent = np.lexsort((f, q, at))
+    urgent = urgent[np.argsort(c.producer[f[urgent]], kind="stable")]
+    return split(list(zip(f[urgent].tolist(), q[urgent].tolist(), strict=True)),
+                 np.bincount(c.producer[f], minlength=graph.num_tasks))
 
 
 @dataclass
@@ -178,10 +174,11 @@ class _Replayer:
         """The event loop's state: task times, the event heap, cores, links, counters."""
         n, P = self.g.num_tasks, self.P
         self.start, self.end = [0] * n, [0] * n
-        self.sends = send_order(self.g, self.core_of, self.priority)
+        self.crossing = Crossings.of(self.g, self.core_of)
+        self.sends = send_order(self.g, self.core_of, self.priority, self.crossing)
         self.dur = self.g.durations(self.core_of)
         self.frag_bytes = [frag.bytes for frag in self.g.fragments]
-        self.frag_core = [self.core_of[frag.producer] for frag in self.g.fragments]
+        self.frag_core = self.crossing.frag_core.tolist()
         """Each fragment's bytes and its producer's core."""
         self.shared_ns = [task.shared_ns for task in self.g.tasks]
         self.arrival: dict[Message, int] = {}
