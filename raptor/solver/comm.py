@@ -43,6 +43,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -184,7 +185,7 @@ class _Replayer:
         self.arrival: dict[Message, int] = {}
         self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
         self.pc, self.clock = [0] * P, [0] * P
-        self.heap: list[tuple[int, int, int, Callable[[int], None], int]] = []
+        self.heap: list[tuple[int, int, int, Callable[[Any], None], object]] = []
         self.seq = itertools.count(1).__next__
         """The events' numbers, in the order they are pushed."""
         self.links = FreeLinks(self.net.num_links, self.contention)
@@ -197,11 +198,11 @@ class _Replayer:
         self.wait_data: list[int] = [-1] * P
         """Per core, the fragment it waits for (-1: none)."""
 
-    def push(self, time: int, handler: Callable[[int], None], payload: int, rank: int = 0
+    def push(self, time: int, handler: Callable[[Any], None], payload: object, rank: int = 0
              ) -> None:
-        """An event at ``time``: ``handler(payload)`` (`run_core`, `inject`, `end_task` or
-        `serve`); among events at one time, lower ``rank`` first, then in the order they
-        were pushed (as the simulator's)."""
+        """An event at ``time``: ``handler(payload)`` (`run_core`, `end_task` or `serve` of a
+        core, `inject` of a message); among events at one time, lower ``rank`` first, then
+        in the order they were pushed (as the simulator's)."""
         heapq.heappush(self.heap, (time, rank, self.seq(), handler, payload))
 
     def run(self) -> Replay:
@@ -304,10 +305,9 @@ class _Replayer:
         self.finish(t, p)
         self.run_core(p)
 
-    def inject(self, key: int) -> None:
-        """Message ``key`` (fragment * cores + destination) takes the links now."""
-        f, q = divmod(key, self.P)
-        m = (f, q)
+    def inject(self, m: Message) -> None:
+        """Message ``m`` takes the links now."""
+        f, q = m
         net, p, links, nbytes, now = self.net, self.frag_core[f], self.links, \
             self.frag_bytes[f], self.now
         route, ser, transfer = net.timing(p, q, nbytes)
@@ -364,7 +364,6 @@ class _FlowControl(ReceivePlan):
         self.posts: dict[Message, int] = {}
         self.send_at: dict[Message, tuple[int, int]] = {}
         self.left: dict[Message, int] = {}
-        self.sent: set[Message] = set()
         self.blocked_send: list[Message | None] = [None] * P
         self.sender_of: dict[Message, int] = {}  # unposted message -> its parked sender
         self.blocked_on: list[list[Message]] = [[] for _ in range(P)]
@@ -376,7 +375,7 @@ class _FlowControl(ReceivePlan):
         if self.blocked_send[q] is not None:
             return True
         f = r.wait_data[q]
-        return f >= 0 and (f, q) not in self.sent
+        return f >= 0 and (f, q) not in self.left  # not sent yet
 
     def waits_for(self, q: int) -> int:
         r = self.r
@@ -530,23 +529,23 @@ class _FlowControl(ReceivePlan):
         """Core p sends ``keys`` at its point, in order, each once its receive is posted
         (the rendezvous: p waits until then)."""
         r = self.r
-        clock, posted, send_at, left, holder, sent = \
-            r.clock, self.posted, self.send_at, self.left, self.holder, self.sent
+        clock, posted, send_at, left, holder = \
+            r.clock, self.posted, self.send_at, self.left, self.holder
         point, P, frag_bytes, push, inject = r.point(p), r.P, r.frag_bytes, r.push, r.inject
+        wait = not self.unbounded  # else every receive was posted at the start: none waits
         nbytes = 0
         for key in keys:
-            meet, got = clock[p], posted[key]
-            if got > meet:
+            meet = clock[p]
+            if wait and (got := posted[key]) > meet:
                 self.send_wait += got - meet
                 clock[p] = meet = got
             send_at[key] = (point, len(send_at))
             left[key] = meet
             if holder:
                 holder.pop(key, None)
-            sent.add(key)
             f, q = key
             nbytes += frag_bytes[f]
-            push(meet, inject, f * P + q, noc.inject_rank(p, q, P))
+            push(meet, inject, key, noc.inject_rank(p, q, P))
         r.messages += len(keys)
         r.bytes += nbytes
 
@@ -650,6 +649,7 @@ class _Built(_FlowControl):
         self._start(r)
         self._remote_reads()
         self.mem = None
+        self.unbounded = False  # its sends wait for receives posted where it posted them
         self.cap, self.needed, self.roomy = [], [], []
         self.usage, self.at_point, self.held_bytes = [], [], []
         self.post_at: dict[tuple[int, int], list[Message]] = {}
