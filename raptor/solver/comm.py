@@ -63,9 +63,8 @@ def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[i
     ``crossing``: the placement's reads across the mesh, when the caller has them."""
     graph.freeze()
     c = Crossings.of(graph, core_of) if crossing is None else crossing
-    at = np.asarray(priority, dtype=np.int64)[c.task]
-    order, head, _ = c.messages(at)
-    f, q, at = c.frag[order][head], c.core[order][head], at[order][head]
+    f, q = c.messages()
+    at = c.least(np.asarray(priority, dtype=np.int64)[c.task])
     urgent = np.lexsort((f, q, at))
     urgent = urgent[np.argsort(c.producer[f[urgent]], kind="stable")]
     return split(list(zip(f[urgent].tolist(), q[urgent].tolist(), strict=True)),

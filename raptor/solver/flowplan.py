@@ -35,13 +35,18 @@ def split(values: list[T], counts: IntArray) -> list[list[T]]:
 
 class Crossings(NamedTuple):
     """The reads whose fragment comes from another core, in task order (each task's reads in
-    its order): reader, fragment and the reader's core; with, per fragment, its producer and
-    the producer's core. The replay's set-up (`raptor.solver.comm.send_order`, the receive
-    plan) works on these arrays instead of one Python step per read."""
+    its order): reader, fragment and the reader's core; the same reads grouped by message
+    (fragment, destination core); and, per fragment, its producer and the producer's core.
+    The replay's set-up (`raptor.solver.comm.send_order`, the receive plan) works on these
+    arrays instead of one Python step per read."""
 
     task: IntArray
     frag: IntArray
     core: IntArray
+    by_message: IntArray
+    """The reads in the order of their messages (task order within one)."""
+    head: IntArray
+    """Where each message's reads begin in ``by_message``."""
     producer: IntArray
     frag_core: IntArray
 
@@ -57,17 +62,30 @@ class Crossings(NamedTuple):
         frag_core = cores[producer]
         core = cores[task]
         far = frag_core[frag] != core
-        return cls(task[far], frag[far], core[far], producer, frag_core)
+        task, frag, core = task[far], frag[far], core[far]
+        key = frag * (int(cores.max(initial=0)) + 1) + core
+        by_message = np.argsort(key, kind="stable")
+        key = key[by_message]
+        new = np.ones(len(key), dtype=bool)
+        new[1:] = key[1:] != key[:-1]
+        return cls(task, frag, core, by_message, np.flatnonzero(new), producer, frag_core)
 
-    def messages(self, by: IntArray) -> tuple[IntArray, IntArray, IntArray]:
-        """The reads sorted by message (fragment, core), then by ``by`` (one value per
-        read): the order, and where each message's reads begin and end (last index) in it."""
-        order = np.lexsort((by, self.core, self.frag))
-        f, q = self.frag[order], self.core[order]
-        new = np.ones(len(order), dtype=bool)
-        new[1:] = (f[1:] != f[:-1]) | (q[1:] != q[:-1])
-        head = np.flatnonzero(new)
-        return order, head, np.append(head[1:] - 1, len(order) - 1)[:len(head)]
+    def messages(self) -> tuple[IntArray, IntArray]:
+        """Each message's fragment and destination core (by fragment, then core)."""
+        first = self.by_message[self.head]
+        return self.frag[first], self.core[first]
+
+    def least(self, values: IntArray) -> IntArray:
+        """Per message, the least of ``values`` (one per read) over its reads."""
+        if not len(self.head):
+            return values[:0]
+        return np.minimum.reduceat(values[self.by_message], self.head)
+
+    def most(self, values: IntArray) -> IntArray:
+        """Per message, the greatest of ``values`` (one per read) over its reads."""
+        if not len(self.head):
+            return values[:0]
+        return np.maximum.reduceat(values[self.by_message], self.head)
 
 
 MEMORY_MARGIN = 0.88
@@ -98,12 +116,12 @@ class ReceivePlan:
             itertools.chain.from_iterable(map(range, map(len, r.progs))), np.int64)
         self._remote_reads()
         at = pos[crossing.task]
-        order, head, tail = crossing.messages(at)
-        f, q = crossing.frag[order][head], crossing.core[order][head]
+        f, q = crossing.messages()
+        n = r.g.num_tasks
         priority = np.asarray(r.priority, dtype=np.int64)
         send_plan = priority[crossing.producer] + np.asarray(r.dur, dtype=np.int64)[
             crossing.producer]
-        reader_plan = priority[crossing.task[order][head]]
+        reader_plan = priority[crossing.least(at * n + crossing.task) % n]  # the first's
         plan = np.lexsort((q, f, send_plan[f], reader_plan))
         plan = plan[np.argsort(q[plan], kind="stable")]
         self.pending = split(f[plan].tolist(), np.bincount(q, minlength=P))
@@ -119,10 +137,10 @@ class ReceivePlan:
         if r.g.memory is None:
             return [], {}
         keys = list(zip(f.tolist(), q.tolist(), strict=True))
-        self.first = dict(zip(keys, at[order][head].tolist(), strict=True))
+        self.first = dict(zip(keys, crossing.least(at).tolist(), strict=True))
         self.reader_plan = dict(zip(keys, reader_plan.tolist(), strict=True))
         self.send_plan = send_plan.tolist()
-        return pos.tolist(), dict(zip(keys, at[order][tail].tolist(), strict=True))
+        return pos.tolist(), dict(zip(keys, crossing.most(at).tolist(), strict=True))
 
     def _remote_reads(self) -> None:
         """Per task, the fragments it reads from other cores (`remote`)."""
