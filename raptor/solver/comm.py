@@ -532,7 +532,8 @@ class _FlowControl(ReceivePlan):
         r = self.r
         clock, posted, send_at, left, holder = \
             r.clock, self.posted, self.send_at, self.left, self.holder
-        point, P, frag_bytes, push, inject = r.point(p), r.P, r.frag_bytes, r.push, r.inject
+        point, P, frag_bytes, push, inject, rank = \
+            r.point(p), r.P, r.frag_bytes, r.push, r.inject, noc.inject_rank
         wait = not self.unbounded  # else every receive was posted at the start: none waits
         nbytes = 0
         for key in keys:
@@ -546,7 +547,7 @@ class _FlowControl(ReceivePlan):
                 holder.pop(key, None)
             f, q = key
             nbytes += frag_bytes[f]
-            push(meet, inject, key, noc.inject_rank(p, q, P))
+            push(meet, inject, key, rank(p, q, P))
         r.messages += len(keys)
         r.bytes += nbytes
 
