@@ -39,10 +39,10 @@ what the simulator does, so the replayed makespan predicts the simulated latency
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -202,7 +202,7 @@ class _Replayer:
         """An event at ``time``: ``handler(payload)`` (`run_core`, `end_task` or `serve` of a
         core, `inject` of a message); among events at one time, lower ``rank`` first, then
         in the order they were pushed (as the simulator's)."""
-        heapq.heappush(self.heap, (time, rank, self.seq(), handler, payload))
+        heappush(self.heap, (time, rank, self.seq(), handler, payload))
 
     def run(self) -> Replay:
         """Play the program (once: the flow control, which refers back to this replayer, is
@@ -217,7 +217,7 @@ class _Replayer:
         for p in range(self.P):
             self.flow.decide(p, 0, START)
             self.push(0, self.run_core, p)
-        heap, pop = self.heap, heapq.heappop
+        heap, pop = self.heap, heappop
         while heap:
             time, _, _, handler, payload = pop(heap)
             if time < self.now:
@@ -419,8 +419,8 @@ class _FlowControl(ReceivePlan):
     def after_task(self, p: int, sends: list[Message]) -> None:
         """Core p has done a task: the receives of the point after it, then its sends
         (what it held back first)."""
-        if self.unbounded:
-            self.outbox[p] = sends  # read, not consumed, by `flush`
+        if self.unbounded:  # every receive was posted at the start: no send waits
+            self.send(p, sends)
             return
         r = self.r
         self.decide(p, r.pc[p], r.clock[p])
@@ -603,12 +603,7 @@ class _FlowControl(ReceivePlan):
     def flush(self, p: int) -> bool:
         """Do core p's sends at its point; False when one waits for its receive."""
         r = self.r
-        box = self.outbox[p]
-        if self.unbounded:
-            if box:
-                self.send(p, box)
-                self.outbox[p] = []
-            return True
+        box = self.outbox[p]  # empty when unbounded (`after_task` sent at once)
         while box:
             key = box[0]
             got = self.posted.get(key)
