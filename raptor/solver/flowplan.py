@@ -52,6 +52,7 @@ class Crossings(NamedTuple):
 
     @classmethod
     def of(cls, graph: ComputeGraph, core_of: Sequence[int]) -> Crossings:
+        """The crossings of ``graph``'s reads under the placement ``core_of``."""
         reads = graph.reads
         counts = np.fromiter(map(len, reads), np.int64, len(reads))
         frag = np.fromiter(itertools.chain.from_iterable(reads), np.int64, int(counts.sum()))
@@ -77,15 +78,18 @@ class Crossings(NamedTuple):
 
     def least(self, values: IntArray) -> IntArray:
         """Per message, the least of ``values`` (one per read) over its reads."""
-        if not len(self.head):
-            return values[:0]
-        return np.minimum.reduceat(values[self.by_message], self.head)
+        return self.per_message(np.minimum, values)
 
     def most(self, values: IntArray) -> IntArray:
         """Per message, the greatest of ``values`` (one per read) over its reads."""
-        if not len(self.head):
+        return self.per_message(np.maximum, values)
+
+    def per_message(self, op: np.ufunc, values: IntArray) -> IntArray:
+        """``op`` reduced over each message's reads of ``values`` (one per read)."""
+        if not len(self.head):  # reduceat wants at least one group
             return values[:0]
-        return np.maximum.reduceat(values[self.by_message], self.head)
+        out: IntArray = op.reduceat(values[self.by_message], self.head)
+        return out
 
 
 MEMORY_MARGIN = 0.88
@@ -121,7 +125,9 @@ class ReceivePlan:
         priority = np.asarray(r.priority, dtype=np.int64)
         send_plan = priority[crossing.producer] + np.asarray(r.dur, dtype=np.int64)[
             crossing.producer]
-        reader_plan = priority[crossing.least(at * n + crossing.task) % n]  # the first's
+        # the first reader's planned start (the readers of one message are on one core:
+        # their positions differ, so the least position * n + task names the first)
+        reader_plan = priority[crossing.least(at * n + crossing.task) % n]
         plan = np.lexsort((q, f, send_plan[f], reader_plan))
         plan = plan[np.argsort(q[plan], kind="stable")]
         self.pending = split(f[plan].tolist(), np.bincount(q, minlength=P))
