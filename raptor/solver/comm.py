@@ -39,40 +39,36 @@ what the simulator does, so the replayed makespan predicts the simulated latency
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from typing import Any
+
+import numpy as np
 
 from raptor import noc
 from raptor.noc import FreeLinks, shared_network
 from raptor.solver.blocking import START, blocking_makespan, meeting_posts, merge_messages, refine
-from raptor.solver.flowplan import Message, ReceivePlan
+from raptor.solver.flowplan import Crossings, Message, ReceivePlan, split
 from raptor.solver.graph import ComputeGraph
 from raptor.target import Target
 
 
-def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[int]
-               ) -> list[list[tuple[int, int]]]:
+def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[int],
+               crossing: Crossings | None = None) -> list[list[tuple[int, int]]]:
     """Per producer task, its messages as (fragment, destination core), most urgent first:
     by the earliest ``priority`` (planned start) of a reader on the destination, then the
-    destination core and the fragment. Materialization orders its sends by the same rule."""
+    destination core and the fragment. Materialization orders its sends by the same rule.
+    ``crossing``: the placement's reads across the mesh, when the caller has them."""
     graph.freeze()
-    urgency: dict[tuple[int, int], int] = {}
-    producer = [frag.producer for frag in graph.fragments]
-    for t, frags in enumerate(graph.reads):
-        q, at = core_of[t], priority[t]
-        for f in frags:
-            if core_of[producer[f]] != q:
-                was = urgency.get((f, q))
-                if was is None or at < was:
-                    urgency[(f, q)] = at
-    out: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_tasks)]
-    for _, q, f in sorted([(at, q, f) for (f, q), at in urgency.items()]):
-        out[producer[f]].append((f, q))
-    return out
-
-
+    c = Crossings.of(graph, core_of) if crossing is None else crossing
+    f, q = c.messages()
+    at = c.least(np.asarray(priority, dtype=np.int64)[c.task])
+    urgent = np.lexsort((f, q, at))
+    urgent = urgent[np.argsort(c.producer[f[urgent]], kind="stable")]
+    return split(list(zip(f[urgent].tolist(), q[urgent].tolist(), strict=True)),
+                 np.bincount(c.producer[f], minlength=graph.num_tasks))
 
 
 @dataclass
@@ -145,7 +141,6 @@ reader. On the default target, with the message order chosen, lead 0 / 2 / 5 / 2
 unbounded took yolo_neck 495 / 476 / 452 / 493 / 493 us and mobilenet_block 86.6 / 71.5 /
 79.6 / 109 / 109 us (778 and 112 us before their first readers)."""
 
-_RUN, _INJECT, _MEM, _END = range(4)
 SKIPS = 8
 """Receives a decision point passes over (they do not fit yet) before it stops looking."""
 
@@ -179,17 +174,19 @@ class _Replayer:
         """The event loop's state: task times, the event heap, cores, links, counters."""
         n, P = self.g.num_tasks, self.P
         self.start, self.end = [0] * n, [0] * n
-        self.sends = send_order(self.g, self.core_of, self.priority)
+        self.crossing = Crossings.of(self.g, self.core_of)
+        self.sends = send_order(self.g, self.core_of, self.priority, self.crossing)
         self.dur = self.g.durations(self.core_of)
         self.frag_bytes = [frag.bytes for frag in self.g.fragments]
-        self.frag_core = [self.core_of[frag.producer] for frag in self.g.fragments]
+        self.frag_core = self.crossing.frag_core.tolist()
         """Each fragment's bytes and its producer's core."""
         self.shared_ns = [task.shared_ns for task in self.g.tasks]
         self.arrival: dict[Message, int] = {}
         self.waiting: dict[Message, int] = {}  # (fragment, core) -> parked core
         self.pc, self.clock = [0] * P, [0] * P
-        self.heap: list[tuple[int, int, int, int, int]] = []
-        self.seq = 0
+        self.heap: list[tuple[int, int, int, Callable[[Any], None], object]] = []
+        self.seq = itertools.count(1).__next__
+        """The events' numbers, in the order they are pushed."""
         self.links = FreeLinks(self.net.num_links, self.contention)
         self.yx: set[Message] = set()
         """Messages sent over their YX route."""
@@ -200,11 +197,12 @@ class _Replayer:
         self.wait_data: list[int] = [-1] * P
         """Per core, the fragment it waits for (-1: none)."""
 
-    def push(self, time: int, kind: int, payload: int, rank: int = 0) -> None:
-        """An event at ``time``; among events at one time, lower ``rank`` first, then in
-        the order they were pushed (as the simulator's)."""
-        self.seq += 1
-        heapq.heappush(self.heap, (time, rank, self.seq, kind, payload))
+    def push(self, time: int, handler: Callable[[Any], None], payload: object, rank: int = 0
+             ) -> None:
+        """An event at ``time``: ``handler(payload)`` (`run_core`, `end_task` or `serve` of a
+        core, `inject` of a message); among events at one time, lower ``rank`` first, then
+        in the order they were pushed (as the simulator's)."""
+        heappush(self.heap, (time, rank, self.seq(), handler, payload))
 
     def run(self) -> Replay:
         """Play the program (once: the flow control, which refers back to this replayer, is
@@ -218,21 +216,14 @@ class _Replayer:
     def _run(self) -> Replay:
         for p in range(self.P):
             self.flow.decide(p, 0, START)
-            self.push(0, _RUN, p)
-        while self.heap:
-            time, _, _, kind, payload = heapq.heappop(self.heap)
+            self.push(0, self.run_core, p)
+        heap, pop = self.heap, heappop
+        while heap:
+            time, _, _, handler, payload = pop(heap)
             if time < self.now:
                 self.late = True
             self.now = time
-            if kind == _RUN:
-                self.run_core(payload)
-            elif kind == _INJECT:
-                self.inject(payload, time)
-            elif kind == _END:
-                self.finish(self.progs[payload][self.pc[payload]], payload)
-                self.run_core(payload)
-            else:
-                self.serve(payload)
+            handler(payload)
         stuck = [p for p, prog in enumerate(self.progs) if self.pc[p] < len(prog)]
         if stuck:
             raise ValueError(f"per-core order contradicts the dependencies: cores {stuck} "
@@ -262,12 +253,12 @@ class _Replayer:
         when the first was made; 12,116 held sends and 3,460,811 ns estimated, 3,637
         and 3,409,988 with the points in time order.)"""
         prog, flow, arrival, shared_ns = self.progs[p], self.flow, self.arrival, self.shared_ns
-        remote = flow.remote
+        remote, flush, pc, clocks = flow.remote, flow.flush, self.pc, self.clock
         while True:
-            if not flow.flush(p) or self.pc[p] >= len(prog):
+            if not flush(p) or pc[p] >= len(prog):
                 return
-            t = prog[self.pc[p]]
-            ready = self.clock[p]
+            t = prog[pc[p]]
+            ready = clocks[p]
             for f in remote[t]:
                 a = arrival.get((f, p))
                 if a is None:
@@ -279,15 +270,19 @@ class _Replayer:
                     ready = a
             self.wait_data[p] = -1
             self.start[t] = ready
-            clock = ready + self.dur[t] - shared_ns[t]
-            self.clock[p] = clock
+            clocks[p] = clock = ready + self.dur[t] - shared_ns[t]
             if shared_ns[t]:
-                self.push(clock, _MEM, p, noc.memory_rank(p, self.P))
+                self.push(clock, self.serve, p, noc.memory_rank(p, self.P))
                 return
             if clock > self.now:  # its point comes after what other cores do before it
-                self.push(clock, _END, p)
+                self.push(clock, self.end_task, p)
                 return
             self.finish(t, p)
+
+    def end_task(self, p: int) -> None:
+        """The point after core p's task comes: it finishes, and p runs on."""
+        self.finish(self.progs[p][self.pc[p]], p)
+        self.run_core(p)
 
     def finish(self, t: int, p: int) -> None:
         """Task t's compute is done: the point after it (`run_core` then sends)."""
@@ -299,7 +294,7 @@ class _Replayer:
         """Core p's stores, if the shared memory is free; else p asks again when it frees,
         so the requests waiting then are served from the lowest core (as the simulator's)."""
         if self.contention and self.mem_free > self.now:
-            self.push(self.mem_free, _MEM, p, noc.memory_rank(p, self.P))
+            self.push(self.mem_free, self.serve, p, noc.memory_rank(p, self.P))
             return
         t = self.progs[p][self.pc[p]]
         task = self.g.tasks[t]
@@ -308,20 +303,20 @@ class _Replayer:
         self.finish(t, p)
         self.run_core(p)
 
-    def inject(self, key: int, now: int) -> None:
-        f, q = divmod(key, self.P)
-        m = (f, q)
-        net, p, links, nbytes = self.net, self.frag_core[f], self.links, self.frag_bytes[f]
-        timing = net.timing(p, q, nbytes)
+    def inject(self, m: Message) -> None:
+        """Message ``m`` takes the links now."""
+        f, q = m
+        net, p, links, nbytes, now = self.net, self.frag_core[f], self.links, \
+            self.frag_bytes[f], self.now
+        route, ser, transfer = net.timing(p, q, nbytes)
         routed = self.routed
-        yx = m in routed if routed is not None else \
-            net.choosing and net.yx_sooner(p, q, timing[1], now, links)
-        if yx:
-            timing = net.timing(p, q, nbytes, True)
+        if m in routed if routed is not None else \
+                net.choosing and net.yx_sooner(p, q, ser, now, links):
+            route, ser, transfer = net.timing(p, q, nbytes, True)
             self.yx.add(m)
-        self.arrival[m] = arrived = net.pass_links(*timing, now, links)
+        self.arrival[m] = arrived = links.arrival(route, ser, transfer, net.hop_ns, now)
         if self.waiting and self.waiting.pop(m, None) is not None:
-            self.push(arrived, _RUN, q)
+            self.push(arrived, self.run_core, q)
 
 
 class _FlowControl(ReceivePlan):
@@ -367,7 +362,6 @@ class _FlowControl(ReceivePlan):
         self.posts: dict[Message, int] = {}
         self.send_at: dict[Message, tuple[int, int]] = {}
         self.left: dict[Message, int] = {}
-        self.sent: set[Message] = set()
         self.blocked_send: list[Message | None] = [None] * P
         self.sender_of: dict[Message, int] = {}  # unposted message -> its parked sender
         self.blocked_on: list[list[Message]] = [[] for _ in range(P)]
@@ -379,7 +373,7 @@ class _FlowControl(ReceivePlan):
         if self.blocked_send[q] is not None:
             return True
         f = r.wait_data[q]
-        return f >= 0 and (f, q) not in self.sent
+        return f >= 0 and (f, q) not in self.left  # not sent yet
 
     def waits_for(self, q: int) -> int:
         r = self.r
@@ -394,34 +388,39 @@ class _FlowControl(ReceivePlan):
         the fragment's first reader."""
         return self.room((f, q), k) <= 0
 
-    def post(self, key: Message, time: int) -> None:
-        """Core key[1] posts the receive of ``key`` at its current point, at ``time``."""
+    def post(self, q: int, keys: Iterable[Message], time: int) -> None:
+        """Core q posts the receives of ``keys`` (messages to q, none posted yet) at its
+        current point, at ``time``, in order."""
         r = self.r
-        f, q = key
-        k = r.pc[q]
-        self.posted[key] = time
-        self.posts[key] = r.point(q)
-        if self.mem is not None:
-            lo = self.first[key]
-            if k < lo:
-                self.held_bytes[q][:, k:lo] += self.mem.fragment[f]
-        holder = self.holder.get(key)
-        if holder is not None and self.blocked_send[holder] is None and self.parked(holder) \
-                and time <= max(r.clock[holder], r.now):
-            self.release(holder, key)  # it waits for data anyway: it sends now
-        sender = self.sender_of.pop(key, None)
-        if sender is not None:  # the rendezvous completes: the sender goes on
-            self.blocked_on[q].remove(key)
-            self.blocked_send[sender] = None
-            self.outbox[sender].pop(0)
-            self.send(sender, key, time)
-            r.push(r.clock[sender], _RUN, sender)
+        k, point, mem = r.pc[q], r.point(q), self.mem
+        holders, senders = self.holder, self.sender_of
+        keys = list(keys)
+        self.posted.update(dict.fromkeys(keys, time))  # a release below reads its own only
+        self.posts.update(dict.fromkeys(keys, point))
+        if mem is None and not holders and not senders:
+            return  # nothing else to do (at the start, and on every core without memory)
+        for key in keys:
+            if mem is not None:
+                lo = self.first[key]
+                if k < lo:
+                    self.held_bytes[q][:, k:lo] += mem.fragment[key[0]]
+            holder = holders.get(key) if holders else None
+            if holder is not None and self.blocked_send[holder] is None and \
+                    self.parked(holder) and time <= max(r.clock[holder], r.now):
+                self.release(holder, key)  # it waits for data anyway: it sends now
+            sender = senders.pop(key, None) if senders else None
+            if sender is not None:  # the rendezvous completes: the sender goes on
+                self.blocked_on[q].remove(key)
+                self.blocked_send[sender] = None
+                self.outbox[sender].pop(0)
+                self.send(sender, (key,))
+                r.push(r.clock[sender], r.run_core, sender)
 
     def after_task(self, p: int, sends: list[Message]) -> None:
         """Core p has done a task: the receives of the point after it, then its sends
         (what it held back first)."""
-        if self.unbounded:
-            self.outbox[p] = sends  # read, not consumed, by `flush`
+        if self.unbounded:  # every receive was posted at the start: no send waits
+            self.send(p, sends)
             return
         r = self.r
         self.decide(p, r.pc[p], r.clock[p])
@@ -432,18 +431,15 @@ class _FlowControl(ReceivePlan):
         """Core q's receives at the point before its task at position ``k``."""
         r = self.r
         prog = r.progs[q]
+        posted = self.posted
         if k < len(prog):
-            for f in self.remote[prog[k]]:
-                if (f, q) not in self.posted:
-                    self.post((f, q), time)
+            self.post(q, [(f, q) for f in self.remote[prog[k]] if (f, q) not in posted], time)
         for key in list(self.blocked_on[q]):  # senders already waiting first
             if self.fits(q, k, key[0]):
-                self.post(key, time)
+                self.post(q, (key,), time)
         pending = self.pending[q]
         if self.roomy[q]:
-            for f in pending:
-                if (f, q) not in self.posted:
-                    self.post((f, q), time)
+            self.post(q, [(f, q) for f in pending if (f, q) not in posted], time)
             pending.clear()
             return
         # By the next point's planned time: receives whose readers come too soon after it
@@ -465,7 +461,7 @@ class _FlowControl(ReceivePlan):
             elif not due(key):
                 break
             elif self.fits(q, k, key[0]):
-                self.post(key, time)
+                self.post(q, (key,), time)
                 del queue[i]
             else:
                 skips += 1
@@ -490,7 +486,7 @@ class _FlowControl(ReceivePlan):
         k = r.pc[p]
         for key in list(self.blocked_on[p]):
             if self.fits(p, k, key[0]):
-                self.post(key, self.post_time(p))
+                self.post(p, (key,), self.post_time(p))
         blocked = self.blocked_send[p]
         if blocked is None:
             self.send_held(p)
@@ -502,7 +498,7 @@ class _FlowControl(ReceivePlan):
         else:
             q = blocked[1]
             if self.parked(q) and self.fits(q, r.pc[q], blocked[0]):
-                self.post(blocked, self.post_time(q))
+                self.post(q, (blocked,), self.post_time(q))
                 return
         chain = [p]
         x = self.waits_for(p)
@@ -522,36 +518,44 @@ class _FlowControl(ReceivePlan):
                 self.blocked_send[c] = None
                 self.outbox[c].pop(0)
                 self.hold(c, key)
-                r.push(r.clock[c], _RUN, c)
+                r.push(r.clock[c], r.run_core, c)
                 return
         if sends:
             _, key = min(sends, key=lambda s: self.room(s[1]))
             self.forced += 1
-            self.post(key, self.post_time(key[1]))
+            self.post(key[1], (key,), self.post_time(key[1]))
 
     # -- sends -------------------------------------------------------------------------
-    def send(self, p: int, key: Message, posted: int) -> None:
+    def send(self, p: int, keys: Sequence[Message]) -> None:
+        """Core p sends ``keys`` at its point, in order, each once its receive is posted
+        (the rendezvous: p waits until then)."""
         r = self.r
-        meet = r.clock[p]
-        if posted > meet:
-            self.send_wait += posted - meet
-            r.clock[p] = meet = posted
-        send_at = self.send_at
-        send_at[key] = (r.point(p), len(send_at))
-        self.left[key] = meet
-        if self.holder:
-            self.holder.pop(key, None)
-        self.sent.add(key)
-        r.messages += 1
-        f, q = key
-        r.bytes += r.frag_bytes[f]
-        r.push(meet, _INJECT, f * r.P + q, noc.inject_rank(p, q, r.P))
+        clock, posted, send_at, left, holder = \
+            r.clock, self.posted, self.send_at, self.left, self.holder
+        point, P, frag_bytes, push, inject, rank = \
+            r.point(p), r.P, r.frag_bytes, r.push, r.inject, noc.inject_rank
+        wait = not self.unbounded  # else every receive was posted at the start: none waits
+        nbytes = 0
+        for key in keys:
+            meet = clock[p]
+            if wait and (got := posted[key]) > meet:
+                self.send_wait += got - meet
+                clock[p] = meet = got
+            send_at[key] = (point, len(send_at))
+            left[key] = meet
+            if holder:
+                holder.pop(key, None)
+            f, q = key
+            nbytes += frag_bytes[f]
+            push(meet, inject, key, rank(p, q, P))
+        r.messages += len(keys)
+        r.bytes += nbytes
 
     def release(self, p: int, key: Message) -> None:
         """Parked core p sends a message it holds at its current point (its receive is
         posted)."""
         self.held[p].remove(key)
-        self.send(p, key, self.posted[key])
+        self.send(p, (key,))
 
     def send_held(self, p: int) -> None:
         """Core p, about to wait for data, sends what it holds whose receives are posted
@@ -599,23 +603,17 @@ class _FlowControl(ReceivePlan):
     def flush(self, p: int) -> bool:
         """Do core p's sends at its point; False when one waits for its receive."""
         r = self.r
-        box = self.outbox[p]
-        if self.unbounded:
-            if box:
-                for key in box:
-                    self.send(p, key, self.posted[key])
-                self.outbox[p] = []
-            return True
+        box = self.outbox[p]  # empty when unbounded (`after_task` sent at once)
         while box:
             key = box[0]
             got = self.posted.get(key)
             q = key[1]
             if got is None and self.parked(q) and self.fits(q, r.pc[q], key[0]):
-                self.post(key, self.post_time(q))  # q is idle and has room: it takes it
+                self.post(q, (key,), self.post_time(q))  # q is idle and has room: it takes it
                 continue
             if got is not None and (got <= r.clock[p] or not self.can_hold(p, key)):
                 box.pop(0)
-                self.send(p, key, got)
+                self.send(p, (key,))
                 continue
             # a receive posted later than now: held (p may, said can_hold); an unposted one
             # held if p may (a receiver without room now will not post it soon)
@@ -648,6 +646,7 @@ class _Built(_FlowControl):
         self._start(r)
         self._remote_reads()
         self.mem = None
+        self.unbounded = False  # its sends wait for receives posted where it posted them
         self.cap, self.needed, self.roomy = [], [], []
         self.usage, self.at_point, self.held_bytes = [], [], []
         self.post_at: dict[tuple[int, int], list[Message]] = {}
@@ -662,9 +661,8 @@ class _Built(_FlowControl):
             self.outbox[p] = list(self.send_here.get((p, START), ()))
 
     def decide(self, q: int, k: int, time: int) -> None:
-        for key in self.post_at.get((q, self.r.point(q)), ()):
-            if key not in self.posted:
-                self.post(key, time)
+        self.post(q, [key for key in self.post_at.get((q, self.r.point(q)), ())
+                      if key not in self.posted], time)
 
     def after_task(self, p: int, sends: list[Message]) -> None:
         self.decide(p, self.r.pc[p], self.r.clock[p])
@@ -684,7 +682,7 @@ class _Built(_FlowControl):
                 self.blocked_on[key[1]].append(key)
                 return False
             box.pop(0)
-            self.send(p, key, got)
+            self.send(p, (key,))
         return True
 
 

@@ -9,11 +9,13 @@ takes what a later task must have.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import numpy as np
 
+from raptor.solver.graph import ComputeGraph, IntArray
 from raptor.target import Target
 
 if TYPE_CHECKING:
@@ -21,6 +23,74 @@ if TYPE_CHECKING:
 
 Message = tuple[int, int]
 """(fragment, destination core)."""
+
+T = TypeVar("T")
+
+
+def split(values: list[T], counts: IntArray) -> list[list[T]]:
+    """``values`` cut into consecutive runs of ``counts`` each."""
+    ends = np.cumsum(counts).tolist()
+    return [values[a:b] for a, b in zip([0, *ends], ends, strict=False)]
+
+
+class Crossings(NamedTuple):
+    """The reads whose fragment comes from another core, in task order (each task's reads in
+    its order): reader, fragment and the reader's core; the same reads grouped by message
+    (fragment, destination core); and, per fragment, its producer and the producer's core.
+    The replay's set-up (`raptor.solver.comm.send_order`, the receive plan) works on these
+    arrays instead of one Python step per read."""
+
+    task: IntArray
+    frag: IntArray
+    core: IntArray
+    by_message: IntArray
+    """The reads in the order of their messages (task order within one)."""
+    head: IntArray
+    """Where each message's reads begin in ``by_message``."""
+    producer: IntArray
+    frag_core: IntArray
+
+    @classmethod
+    def of(cls, graph: ComputeGraph, core_of: Sequence[int]) -> Crossings:
+        """The crossings of ``graph``'s reads under the placement ``core_of``."""
+        reads = graph.reads
+        counts = np.fromiter(map(len, reads), np.int64, len(reads))
+        frag = np.fromiter(itertools.chain.from_iterable(reads), np.int64, int(counts.sum()))
+        task = np.repeat(np.arange(len(reads), dtype=np.int64), counts)
+        cores = np.asarray(core_of, dtype=np.int64)
+        producer = np.fromiter((fr.producer for fr in graph.fragments), np.int64,
+                               len(graph.fragments))
+        frag_core = cores[producer]
+        core = cores[task]
+        far = frag_core[frag] != core
+        task, frag, core = task[far], frag[far], core[far]
+        key = frag * (int(cores.max(initial=0)) + 1) + core
+        by_message = np.argsort(key, kind="stable")
+        key = key[by_message]
+        new = np.ones(len(key), dtype=bool)
+        new[1:] = key[1:] != key[:-1]
+        return cls(task, frag, core, by_message, np.flatnonzero(new), producer, frag_core)
+
+    def messages(self) -> tuple[IntArray, IntArray]:
+        """Each message's fragment and destination core (by fragment, then core)."""
+        first = self.by_message[self.head]
+        return self.frag[first], self.core[first]
+
+    def least(self, values: IntArray) -> IntArray:
+        """Per message, the least of ``values`` (one per read) over its reads."""
+        return self.per_message(np.minimum, values)
+
+    def most(self, values: IntArray) -> IntArray:
+        """Per message, the greatest of ``values`` (one per read) over its reads."""
+        return self.per_message(np.maximum, values)
+
+    def per_message(self, op: np.ufunc, values: IntArray) -> IntArray:
+        """``op`` reduced over each message's reads of ``values`` (one per read)."""
+        if not len(self.head):  # reduceat wants at least one group
+            return values[:0]
+        out: IntArray = op.reduceat(values[self.by_message], self.head)
+        return out
+
 
 MEMORY_MARGIN = 0.88
 """Share of a core's local memory the posting policy plans to fill: the allocator's
@@ -40,52 +110,49 @@ class ReceivePlan:
     def _plan_receives(self) -> tuple[list[int], dict[Message, int]]:
         """What each core receives: its first and last reader's position, the planned times
         of its reader and its send, the orders to post in, and how early a post must be.
-        Returns each task's position on its core and each receive's last reader position."""
+        Returns each task's position on its core and each receive's last reader position.
+        Without a :class:`raptor.solver.graph.MemoryDemand` only the order to post in is
+        made (every receive is posted at the start; nothing reads the rest)."""
         r = self.r
-        graph, core_of, priority, dur = r.g, r.core_of, r.priority, r.dur
-        n, P = graph.num_tasks, r.P
-        pos = [0] * n
-        for prog in r.progs:
-            for i, t in enumerate(prog):
-                pos[t] = i
+        crossing, P = r.crossing, r.P
+        pos = np.zeros(r.g.num_tasks, dtype=np.int64)
+        pos[np.fromiter(itertools.chain.from_iterable(r.progs), np.int64)] = np.fromiter(
+            itertools.chain.from_iterable(map(range, map(len, r.progs))), np.int64)
         self._remote_reads()
-        first: dict[Message, int] = {}
-        last: dict[Message, int] = {}
-        reader_plan: dict[Message, int] = {}
-        for t, fs in enumerate(self.remote):
-            if not fs:
-                continue
-            q, i = core_of[t], pos[t]
-            for f in fs:
-                key = (f, q)
-                was = first.get(key)
-                if was is None or i < was:
-                    first[key] = i
-                    reader_plan[key] = priority[t]
-                if was is None or i > last[key]:
-                    last[key] = i
-        self.first, self.reader_plan = first, reader_plan
-        self.send_plan = [priority[frag.producer] + dur[frag.producer]
-                          for frag in graph.fragments]
-        """Per fragment, when its producer is planned to send it."""
-        self.pending: list[list[int]] = [[] for _ in range(P)]
-        """Per core, the receives not yet posted in the order of their readers."""
+        at = pos[crossing.task]
+        f, q = crossing.messages()
+        n = r.g.num_tasks
+        priority = np.asarray(r.priority, dtype=np.int64)
+        send_plan = priority[crossing.producer] + np.asarray(r.dur, dtype=np.int64)[
+            crossing.producer]
+        # the first reader's planned start (the readers of one message are on one core:
+        # their positions differ, so the least position * n + task names the first)
+        reader_plan = priority[crossing.least(at * n + crossing.task) % n]
+        plan = np.lexsort((q, f, send_plan[f], reader_plan))
+        plan = plan[np.argsort(q[plan], kind="stable")]
+        self.pending = split(f[plan].tolist(), np.bincount(q, minlength=P))
+        """Per core, the receives not yet posted in the order of their readers (planned
+        times, then planned sends)."""
         self.early: list[list[int]] = [[] for _ in range(P)]
         """Per core, the receives not yet posted in the order of their planned sends (with a
         memory plan only)."""
-        send_plan = self.send_plan
-        plans = [(reader_plan[m], send_plan[m[0]], m) for m in first]
-        plans.sort()
-        for _, _, (f, q) in plans:
-            self.pending[q].append(f)
-        return pos, last
+        self.first: dict[Message, int] = {}
+        self.reader_plan: dict[Message, int] = {}
+        self.send_plan: list[int] = []
+        """Per fragment, when its producer is planned to send it."""
+        if r.g.memory is None:
+            return [], {}
+        keys = list(zip(f.tolist(), q.tolist(), strict=True))
+        self.first = dict(zip(keys, crossing.least(at).tolist(), strict=True))
+        self.reader_plan = dict(zip(keys, reader_plan.tolist(), strict=True))
+        self.send_plan = send_plan.tolist()
+        return pos.tolist(), dict(zip(keys, crossing.most(at).tolist(), strict=True))
 
     def _remote_reads(self) -> None:
         """Per task, the fragments it reads from other cores (`remote`)."""
         r = self.r
-        frag_core = r.frag_core
-        self.remote = [[f for f in fs if frag_core[f] != q]
-                       for q, fs in zip(r.core_of, r.g.reads, strict=True)]
+        self.remote = split(r.crossing.frag.tolist(),
+                            np.bincount(r.crossing.task, minlength=r.g.num_tasks))
 
     def _plan_memory(self, target: Target, budget: Sequence[int] | None, pos: list[int],
                      last: dict[Message, int]) -> None:
