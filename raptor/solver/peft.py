@@ -418,6 +418,18 @@ second core was judged took 1,633): a task whose messages wait at their source h
 one of its 64 cores judged (6.7 % of the tasks of 10,000 x 256)."""
 
 
+NEAR_CORES = 16
+"""At most this many cores that can win make `_ListScheduler.bounded` price the lookahead on
+them alone (a dense minimum over their rows of the hop matrix)."""
+
+
+def _late_first(reads: list[tuple[dict[int, int], int, int, int]]
+                ) -> list[tuple[dict[int, int], int, int, int]]:
+    """A task's reads (`_ListScheduler.messages`), the latest producer first: unreserved
+    messages do not meet each other, and the latest reach a judged core's limit soonest."""
+    return sorted(reads, key=lambda m: -m[3]) if len(reads) > 1 else reads
+
+
 class _ListScheduler:
     """One list-scheduling pass: capacity-aware candidates, fragment-aware data-ready times,
     EFT, the lookahead score, exact link reservations on a shortlist, then the commit."""
@@ -511,7 +523,6 @@ class _ListScheduler:
             target, np.array(self.frag_bytes, dtype=np.int64)).tolist()
         self.all_cores = self.cores.everywhere
         self.no_need = np.zeros(P, dtype=np.int64)
-        self.no_needs = [0] * min(P, SHORTLIST)
         self.first_wait = np.zeros(self.net.num_links + 1, dtype=np.int64)
         """`ready_floor`'s scratch: each link's wait; the last entry (read for a message's
         own core, `Network.first_links`) stays 0."""
@@ -549,9 +560,12 @@ class _ListScheduler:
         eft = self.cores.earliest(self.data_ready(t), d, feasible) + d
         if feasible is not self.all_cores:
             eft[~feasible] = INF
-        score = self.score(t, eft) if self.lookahead else eft
         reads = self.messages(t)
-        p, start = self.refine(t, reads, score, eft, need)
+        if self.lookahead and len(self.succ_list[t]) and (
+                self.succ_const is None or self.succ_has_tiles[t]):
+            p, start = self.refine(t, reads, self.score(t, eft), eft, need)
+        else:
+            p, start = self.bounded(t, reads, eft, need)
         self.commit(t, reads, p, start, need)
 
     # -- phases ------------------------------------------------------------------------------
@@ -597,13 +611,12 @@ class _ListScheduler:
         return _latest(rows(), self.P)
 
     def score(self, t: int, eft: IntArray) -> IntArray:
-        """EFT plus the optimistic finish of t's children (module docstring)."""
+        """EFT plus the optimistic finish of t's children (module docstring), where a child
+        has tiles or O has rows that differ (else `bounded`)."""
         cs = self.succ_ids[t]
         if not len(cs):
             return eft
         x0 = int(np.minimum.reduce(eft))
-        if self.succ_const is not None and not self.succ_has_tiles[t]:
-            return eft + self.children_wait(t, self.succ_const[t], x0)
         pred_ready, none_yet = self.pred_ready, self.no_need
         slack = np.array([pred_ready.get(c, none_yet) for c in self.succ_list[t]])
         np.maximum(slack, self.cores.last_end, out=slack)
@@ -621,22 +634,23 @@ class _ListScheduler:
             self.succ_flit_ns[t] + self.mesh.distance_transform(slack), axis=0)
         return out
 
-    def children_wait(self, t: int, consts_of: list[int], x0: int) -> IntArray:
-        """`score`'s lookahead term where O has constant rows and no child has tiles: per
-        core, the latest of t's children's transformed slacks (past ``x0``) plus their
-        constants. A child none of whose producers is placed yet has the slack of the cores'
-        ends alone, and so has one whose R_c is nowhere past ``x0`` (checked only when t
-        has several children: 40 % of the rows), so of those children only the largest
-        constant counts, and not even it when another child has one as large (its slack is
-        at least as large everywhere, and the transform is monotone): 2.3 rows a task
-        became 1.3 (random layered DAG, 30,000 tasks on 16x16), a row about 4 us of the
-        transform."""
+    def children_slack(self, t: int, x0: int) -> IntArray:
+        """The lookahead's rows where O has constant rows and no child has tiles: per child,
+        what it waits past ``x0`` on each core plus its constant (its cost, O's row and its
+        edge's flit ns), whose distance transform is its term of the score. A child none of
+        whose producers is placed yet has the slack of the cores' ends alone, and so has
+        one whose R_c is nowhere past ``x0`` (checked only when t has several children: 40 %
+        of the rows), so of those children only the largest constant counts, and not even
+        it when another child has one as large (its slack is at least as large everywhere,
+        and the transform is monotone): 2.3 rows a task became 1.3 (random layered DAG,
+        30,000 tasks on 16x16)."""
+        assert self.succ_const is not None
         pred_ready = self.pred_ready
         rows: list[IntArray] = []
         consts: list[int] = []
         lone = -1
-        several = len(consts_of) > 1
-        for c, k in zip(self.succ_list[t], consts_of, strict=True):
+        several = len(self.succ_list[t]) > 1
+        for c, k in zip(self.succ_list[t], self.succ_const[t], strict=True):
             row = pred_ready.get(c)
             if row is None or (several and int(np.maximum.reduce(row)) <= x0):
                 if k > lone:
@@ -647,18 +661,11 @@ class _ListScheduler:
         if lone > max(consts, default=-1):
             rows.append(self.no_need)
             consts.append(lone)
-        if len(rows) == 1:
-            slack = np.maximum(rows[0], self.cores.last_end)
-            np.maximum(slack, x0, out=slack)
-            slack += consts[0] - x0
-            one: IntArray = self.mesh.distance_transform(slack)
-            return one
         slack = np.array(rows)
         np.maximum(slack, self.cores.last_end, out=slack)
         np.maximum(slack, x0, out=slack)
-        slack += np.array(consts)[:, None] - x0
-        out: IntArray = np.maximum.reduce(self.mesh.distance_transform(slack), axis=0)
-        return out
+        slack += (consts[0] if len(consts) == 1 else np.array(consts)[:, None]) - x0
+        return slack
 
     def messages(self, t: int) -> list[tuple[dict[int, int], int, int, int]]:
         """What t reads, in order: (where the fragment is, the producer's core, bytes, the
@@ -733,10 +740,57 @@ class _ListScheduler:
         the links and its store on the shared memory (see SHORTLIST); ties go to the
         earliest finish, a core of a predecessor, a core holding t's tiles, the lowest id."""
         order = np.lexsort((eft, score))[:SHORTLIST]  # stable: ties by core id
-        scores = np.minimum(score[order], INF).tolist()
-        efts = eft[order].tolist()
+        return self.judge(t, _late_first(reads), order.tolist(),
+                          np.minimum(score[order], INF).tolist(), eft[order].tolist(), need,
+                          None, (-1, 0))[1]
+
+    def bounded(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], eft: IntArray,
+                need: IntArray) -> tuple[int, int]:
+        """`refine` where the lookahead, if any, is `children_slack`'s, with its term (the
+        score less the EFT) made only on the cores that can win. The core of the least EFT
+        is judged first; its exact key bounds the winner's, and a core whose EFT plus the
+        least of every child's row (a lower bound of its term) less the local reads' slack
+        is past that bound can neither win nor come before the winner in the score's order.
+        The winner is then among the shortlist, and is the best of those cores judged in
+        that order (on 16x16 cores, 71 % of the tasks of a random layered DAG have at most
+        3 such cores). With more than `NEAR_CORES`, the term is made everywhere."""
+        p0 = int(eft.argmin())
+        x0 = int(eft[p0])
+        rows = self.children_slack(t, x0) if self.lookahead and len(self.succ_list[t]) else None
+        wait0 = least = 0
+        if rows is not None:
+            wait0 = max(np.minimum.reduce(rows + self.mesh.hop_ns_rows(p0), axis=1).tolist())
+            least = max(np.minimum.reduce(rows, axis=1).tolist())
+        late_first = _late_first(reads)
+        best, choice = self.judge(t, late_first, [p0], [x0 + wait0], [x0], need, None, (-1, 0))
+        assert best is not None
+        cores = np.flatnonzero(eft <= best[0] - least + self.longest[t] - self.cost_of[t])
+        if len(cores) > NEAR_CORES:
+            if rows is None:
+                return self.refine(t, reads, eft, eft, need)
+            transform = self.mesh.distance_transform
+            wait = transform(rows[0]) if len(rows) == 1 else np.maximum.reduce(
+                transform(rows), axis=0)
+            return self.refine(t, reads, eft + wait, eft, need)
+        if len(cores) == 1:  # p0's alone
+            return choice
+        efts = eft[cores]
+        score = efts if rows is None else efts + np.maximum.reduce(np.minimum.reduce(
+            rows[:, None, :] + self.mesh.hop_ns_rows(cores), axis=2), axis=0)
+        order = sorted(zip(score.tolist(), efts.tolist(), cores.tolist(), strict=True))
+        rest = [m for m in order if m[2] != p0]
+        return self.judge(t, late_first, [m[2] for m in rest], [m[0] for m in rest],
+                          [m[1] for m in rest], need, best, choice)[1]
+
+    def judge(self, t: int, late_first: list[tuple[dict[int, int], int, int, int]],
+              cores: list[int], scores: list[int], efts: list[int], need: IntArray,
+              best: tuple[int, ...] | None, choice: tuple[int, int]
+              ) -> tuple[tuple[int, ...] | None, tuple[int, int]]:
+        """The best exact key and its (core, start) among ``cores`` (in the score's order,
+        with their scores and EFTs; ``need``: new tile slots by core) and ``best``
+        (``choice``'s key);
+        ``late_first``: t's reads, latest producer first (`_late_first`)."""
         has_tiles = len(self.tiles.of_task[t]) > 0
-        needs = need[order].tolist() if has_tiles else self.no_needs  # (unread without tiles)
         near = {self.core_of[u] for u, _ in self.g.preds[t]}
         # exact finishes are never earlier than the free-link ones, but for the local reads
         slack = self.longest[t] - self.cost_of[t]
@@ -744,29 +798,24 @@ class _ListScheduler:
         # starts at the core's first idle stretch (`slot`)
         plain = not slack and not self.shared_of[t]
         d, earliest_on = self.cost_of[t], self.cores.earliest_on
-        best: tuple[int, ...] | None = None
-        choice = (-1, 0)
-        # unreserved messages do not meet each other: the latest producers first reach the
-        # limit soonest
-        late_first = sorted(reads, key=lambda m: -m[3]) if len(reads) > 1 else reads
         floor: list[int] | None = None
         judged = 0
-        for p, sc, ef, ne in zip(order.tolist(), scores, efts, needs, strict=True):
+        for p, sc, ef in zip(cores, scores, efts, strict=True):
             if ef >= INF:  # t does not fit there (nor on any later core)
                 break
             if best is not None:
                 if sc - slack > best[0]:
                     break  # no later candidate can beat the best exact score
                 # without local reads the exact key is at least this one (f >= ef)
-                if not slack and (sc, ef, p not in near, has_tiles and ne != 0, p) >= best:
+                if not slack and (sc, ef, p not in near, has_tiles and int(need[p]) != 0,
+                                  p) >= best:
                     continue
                 if judged >= FLOOR_AFTER and not self.net.switched:  # (so more than one core)
                     if floor is None:
                         # t's messages wait; where they wait on a first link, every core
                         # behind that link waits as long, and most of the shortlist cannot win
-                        floor = (np.minimum(score, INF) - eft + self.ready_floor(reads)
-                                 + self.cost_of[t]).tolist()
-                    if floor[p] > best[0]:
+                        floor = (self.ready_floor(late_first) + self.cost_of[t]).tolist()
+                    if sc - ef + floor[p] > best[0]:
                         continue
             if not plain:
                 d = self.duration(t, p)
@@ -778,10 +827,10 @@ class _ListScheduler:
                 continue
             s = earliest_on(p, ready, d) if plain else self.slot(t, p, ready)
             f = s + d
-            key = (sc - ef + f, f, p not in near, has_tiles and ne != 0, p)
+            key = (sc - ef + f, f, p not in near, has_tiles and int(need[p]) != 0, p)
             if best is None or key < best:
                 best, choice = key, (p, s)
-        return choice
+        return best, choice
 
     def commit(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], p: int,
                start: int, need: IntArray) -> None:
