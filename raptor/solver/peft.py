@@ -425,7 +425,7 @@ them alone (a dense minimum over their rows of the hop matrix)."""
 
 def _late_first(reads: list[tuple[dict[int, int], int, int, int]]
                 ) -> list[tuple[dict[int, int], int, int, int]]:
-    """A task's reads (`_ListScheduler.messages`), the latest producer first: unreserved
+    """A task's reads (`_ListScheduler.data_ready`'s), the latest producer first: unreserved
     messages do not meet each other, and the latest reach a judged core's limit soonest."""
     return sorted(reads, key=lambda m: -m[3]) if len(reads) > 1 else reads
 
@@ -557,10 +557,11 @@ class _ListScheduler:
     def place(self, t: int) -> None:
         d = self.longest[t]
         feasible, need = self.candidates(t)
-        eft = self.cores.earliest(self.data_ready(t), d, feasible) + d
+        ready, reads = self.data_ready(t)
+        eft = self.cores.earliest(ready, d, feasible)
+        eft += d
         if feasible is not self.all_cores:
             eft[~feasible] = INF
-        reads = self.messages(t)
         if self.lookahead and len(self.succ_list[t]) and (
                 self.succ_const is None or self.succ_has_tiles[t]):
             p, start = self.refine(t, reads, self.score(t, eft), eft, need)
@@ -594,21 +595,28 @@ class _ListScheduler:
             raise _NoRoom(t)
         return feasible, need
 
-    def data_ready(self, t: int) -> IntArray:
+    def data_ready(self, t: int) -> tuple[IntArray, list[tuple[dict[int, int], int, int, int]]]:
         """When every fragment t reads could be on each core: where a fragment already is
-        (or is planned to arrive), that time; elsewhere a new message over free links."""
-        arrival_row, end, core_of = self.mesh.arrival_row, self.end, self.core_of
-
-        def rows() -> Iterator[IntArray]:
-            for f in self.g.reads[t]:
-                u = self.frag_producer[f]
-                row = arrival_row(core_of[u], self.frag_flits[f], end[u])
-                held = self.holders[f]
-                if len(held) > 1:
-                    for q, a in held.items():
-                        row[q] = a
-                yield row
-        return _latest(rows(), self.P)
+        (or is planned to arrive), that time; elsewhere a new message over free links. With
+        it what t reads, in order: (where the fragment is, the producer's core, bytes, the
+        producer's end)."""
+        arrival_row, end, core_of, holders = self.mesh.arrival_row, self.end, self.core_of, \
+            self.holders
+        ready: IntArray | None = None
+        reads = []
+        for f in self.g.reads[t]:
+            u = self.frag_producer[f]
+            src, at, held = core_of[u], end[u], holders[f]
+            reads.append((held, src, self.frag_bytes[f], at))
+            row = arrival_row(src, self.frag_flits[f], at)
+            if len(held) > 1:
+                for q, a in held.items():
+                    row[q] = a
+            if ready is None:
+                ready = row
+            else:
+                np.maximum(ready, row, out=ready)
+        return (np.zeros(self.P, dtype=np.int64) if ready is None else ready), reads
 
     def score(self, t: int, eft: IntArray) -> IntArray:
         """EFT plus the optimistic finish of t's children (module docstring), where a child
@@ -661,10 +669,15 @@ class _ListScheduler:
         if lone > max(consts, default=-1):
             rows.append(self.no_need)
             consts.append(lone)
+        if len(rows) == 1:
+            slack = np.maximum(rows[0], self.cores.last_end)[None]
+            np.maximum(slack, x0, out=slack)
+            slack += consts[0] - x0
+            return slack
         slack = np.array(rows)
         np.maximum(slack, self.cores.last_end, out=slack)
         np.maximum(slack, x0, out=slack)
-        slack += (consts[0] if len(consts) == 1 else np.array(consts)[:, None]) - x0
+        slack += np.array(consts)[:, None] - x0
         return slack
 
     def children_wait(self, rows: IntArray) -> IntArray:
@@ -682,18 +695,9 @@ class _ListScheduler:
             rows = rows[over[:1]]
         return transform(rows[0])
 
-    def messages(self, t: int) -> list[tuple[dict[int, int], int, int, int]]:
-        """What t reads, in order: (where the fragment is, the producer's core, bytes, the
-        producer's end)."""
-        out = []
-        for f in self.g.reads[t]:
-            u = self.frag_producer[f]
-            out.append((self.holders[f], self.core_of[u], self.frag_bytes[f], self.end[u]))
-        return out
-
     def exact_ready(self, reads: list[tuple[dict[int, int], int, int, int]], p: int,
                     commit: bool, limit: int = INF) -> int:
-        """Data-ready time on p of ``reads`` (:meth:`messages`) with their new messages
+        """Data-ready time on p of ``reads`` (:meth:`data_ready`'s) with their new messages
         reserved on the links, over the route `raptor.noc.Network.yx_sooner` picks when
         ``routes`` (or, once it exceeds ``limit``, a time past it: the caller has no use
         for more)."""
