@@ -427,7 +427,9 @@ def _late_first(reads: list[tuple[dict[int, int], int, int, int]]
                 ) -> list[tuple[dict[int, int], int, int, int]]:
     """A task's reads (`_ListScheduler.data_ready`'s), the latest producer first: unreserved
     messages do not meet each other, and the latest reach a judged core's limit soonest."""
-    return sorted(reads, key=lambda m: -m[3]) if len(reads) > 1 else reads
+    if len(reads) == 2:  # (the stable sort's order)
+        return reads if reads[0][3] >= reads[1][3] else [reads[1], reads[0]]
+    return sorted(reads, key=lambda m: -m[3]) if len(reads) > 2 else reads
 
 
 class _ListScheduler:
@@ -533,17 +535,18 @@ class _ListScheduler:
         # Tasks without crossbars first when `eager`; equal ranks go lane by lane (a
         # layer's row tiles' lanes of one output row side by side, so rows complete one
         # after another and the next layer's windows can start), then in topological order.
-        key = [(bool(k) or not self.eager, -r, task.lane, pos) for k, r, task, pos in
-               zip(self.tiles.key, self.rank.tolist(), g.tasks, self.topo_pos.tolist(),
-                   strict=True)]
-        heap = [(*key[t], t) for t in range(n) if unplaced[t] == 0]
+        key = [(bool(k) or not self.eager, -r, task.lane, pos, t) for t, (k, r, task, pos) in
+               enumerate(zip(self.tiles.key, self.rank.tolist(), g.tasks,
+                             self.topo_pos.tolist(), strict=True))]
+        heap = [key[t] for t in range(n) if unplaced[t] == 0]
         heapq.heapify(heap)
+        pop, push = heapq.heappop, heapq.heappush
         while heap:
-            *_, t = heapq.heappop(heap)
+            t = pop(heap)[-1]
             self.place(t)
             for c in self.succ_list[t]:
                 if unplaced[c] == 0:
-                    heapq.heappush(heap, (*key[c], c))
+                    push(heap, key[c])
         return self.core_of, self.start
 
     def duration(self, t: int, p: int) -> int:
