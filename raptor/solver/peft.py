@@ -783,8 +783,9 @@ class _ListScheduler:
         least of every child's row (a lower bound of its term) less the local reads' slack
         is past that bound can neither win nor come before the winner in the score's order.
         The winner is then among the shortlist, and is the best of those cores judged in
-        that order (on 16x16 cores, 71 % of the tasks of a random layered DAG have at most
-        3 such cores). With more than `NEAR_CORES`, the term is made everywhere."""
+        that order (random layered DAG, 30,000 tasks on 16x16: 60 % of the tasks have the
+        first core alone, 18 % 2-16 cores). With more than `NEAR_CORES`, the term is made
+        everywhere and the shortlist judged (`refine`), the first core's key kept."""
         p0 = int(eft.argmin())
         x0 = int(eft[p0])
         rows = self.children_slack(t, x0) if self.lookahead and len(self.succ_list[t]) else None
@@ -815,8 +816,7 @@ class _ListScheduler:
               ) -> tuple[tuple[int, ...] | None, tuple[int, int]]:
         """The best exact key and its (core, start) among ``cores`` (in the score's order,
         with their scores and EFTs; ``need``: new tile slots by core) and ``best``
-        (``choice``'s key);
-        ``late_first``: t's reads, latest producer first (`_late_first`)."""
+        (``choice``'s key). ``late_first``: t's reads, latest producer first."""
         has_tiles = len(self.tiles.of_task[t]) > 0
         near = {self.core_of[u] for u, _ in self.g.preds[t]}
         # exact finishes are never earlier than the free-link ones, but for the local reads
