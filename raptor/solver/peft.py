@@ -394,10 +394,16 @@ class _Cores:
         """The earliest start >= ``ready`` of ``d`` ns in one of a core's gaps, else its
         ``last`` end (where ``ready`` is before it)."""
         # Gaps are disjoint and sorted, so ends are sorted too: skip those ending too soon.
-        for i in range(bisect.bisect_left(ge_list, ready + d), len(ge_list)):
-            s = gs_list[i] if gs_list[i] > ready else ready
+        # From there on a gap ends late enough for a start at ``ready``, so one that starts
+        # by then holds it.
+        i, n = bisect.bisect_left(ge_list, ready + d), len(ge_list)
+        while i < n:
+            s = gs_list[i]
+            if s <= ready:
+                return ready
             if s + d <= ge_list[i]:
                 return s
+            i += 1
         return last
 
 
