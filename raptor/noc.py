@@ -518,7 +518,8 @@ class Timelines:
         late = NEVER if limit is None or commit else limit - transfer - inject
         head = inject - hop
         free = head
-        starts_of, ends_of = self.starts, self.ends
+        starts_of, ends_of, put = self.starts, self.ends, self.put
+        commit = commit and ser > 0  # (an empty stretch reserves nothing)
         for link in links:
             head += hop
             free += hop
@@ -533,24 +534,31 @@ class Timelines:
                     i += 1
                 if head - free > late:
                     return transfer + inject + head - free
-            if commit:
-                self.reserve(link, head, ser)
+                if commit:  # (i is where head goes: every end before it is at most head)
+                    put(starts, ends, i, head, head + ser)
+            elif commit:
+                put(starts_of[link], ends, len(ends), head, head + ser)
         return transfer + head - (len(links) - 1) * hop
 
     def reserve(self, r: int, s: int, dur: int) -> None:
         """Mark [s, s + dur) busy (it must be free); touching intervals merge."""
-        if dur <= 0:
-            return
-        starts, ends = self.starts[r], self.ends[r]
-        e = s + dur
-        i = bisect.bisect_right(ends, s)
-        if i > 0 and ends[i - 1] == s:
-            i -= 1
-            s = starts[i]
-            del starts[i], ends[i]
-        if i < len(starts) and starts[i] == e:
-            e = ends[i]
-            del starts[i], ends[i]
-        starts.insert(i, s)
-        ends.insert(i, e)
+        if dur > 0:
+            self.put(self.starts[r], self.ends[r], bisect.bisect_right(self.ends[r], s), s,
+                     s + dur)
+
+    @staticmethod
+    def put(starts: list[int], ends: list[int], i: int, s: int, e: int) -> None:
+        """Mark [s, e) busy in one resource's intervals, ``i`` the number of them ending by
+        ``s`` (it must be free); touching intervals merge."""
+        if i and ends[i - 1] == s:
+            if i < len(starts) and starts[i] == e:
+                ends[i - 1] = ends[i]
+                del starts[i], ends[i]
+            else:
+                ends[i - 1] = e
+        elif i < len(starts) and starts[i] == e:
+            starts[i] = s
+        else:
+            starts.insert(i, s)
+            ends.insert(i, e)
 

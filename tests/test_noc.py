@@ -59,6 +59,37 @@ def test_timelines_insert_into_idle_time_and_merge() -> None:
     assert (tl.starts[0], tl.ends[0]) == ([10], [40])
 
 
+def test_committed_walks_reserve_each_link_where_its_head_takes_it() -> None:
+    """Random messages committed on a 4x4 mesh against a plain model (per link, a list of
+    busy intervals; the head takes each link at its first free stretch from one hop after
+    the previous link): the same arrivals, and the same busy time, kept merged."""
+    target = Target(mesh_rows=4, mesh_cols=4)
+    net = Network(target)
+    links = Timelines(net.num_links)
+    busy: dict[int, list[tuple[int, int]]] = {}
+    rng = random.Random(5)
+    for _ in range(400):
+        src, dst, inject = rng.randrange(16), rng.randrange(16), rng.randrange(3000)
+        route, ser, transfer = net.timing(src, dst, rng.randrange(1, 200))
+        head = inject - net.hop_ns
+        for link in route:
+            head += net.hop_ns
+            while any(s < head + ser and head < e for s, e in busy.get(link, [])):
+                head = min(e for s, e in busy[link] if s < head + ser and head < e)
+            busy.setdefault(link, []).append((head, head + ser))
+        want = transfer + head - (len(route) - 1) * net.hop_ns if route else inject
+        assert links.arrival(route, ser, transfer, net.hop_ns, inject, True) == want
+    for link in range(net.num_links):
+        merged: list[list[int]] = []
+        for s, e in sorted(busy.get(link, [])):
+            if merged and merged[-1][1] == s:
+                merged[-1][1] = e
+            else:
+                merged.append([s, e])
+        assert (links.starts[link], links.ends[link]) == ([s for s, _ in merged],
+                                                          [e for _, e in merged])
+
+
 def test_messages_sharing_a_link_wait_for_each_other() -> None:
     """Core 0 sends 64 B to core 3 (three hops) and then to core 2 over the same first two
     links: the second waits at the first link for the 16 ns serialisation of the first."""

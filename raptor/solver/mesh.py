@@ -72,6 +72,16 @@ class Mesh:
         out: IntArray = (np.abs(self._r - self._r[src_core]) + np.abs(self._c - self._c[src_core]))
         return out
 
+    def hop_ns_rows(self, cores: int | IntArray) -> IntArray:
+        """Hop ns from ``cores`` (one core: a row; an array of them: rows) to every core,
+        from the dense matrix on up to 256 cores."""
+        if self.P <= 256:
+            got: IntArray = self._hop_ns_matrix[cores]
+            return got
+        c = np.asarray(cores)[..., None]
+        out: IntArray = (np.abs(self._r - self._r[c]) + np.abs(self._c - self._c[c])) * self.hop_ns
+        return out
+
     def mean_hop_cycles(self) -> int:
         """Mean hop cycles over ordered pairs of distinct cores (floor), in closed form:
         the sum of |i - j| over i, j < n is (n³ - n) / 3 along each axis."""

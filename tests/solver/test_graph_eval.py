@@ -140,6 +140,16 @@ def test_mesh_one_row_transform_over_few_cores_matches_dense_minimum() -> None:
             assert (m.distance_transform(f) == dense).all()
 
 
+def test_mesh_hop_ns_rows_are_rows_of_the_hop_matrix() -> None:
+    """From the dense matrix up to 256 cores, computed beyond (400 here)."""
+    for rows, cols in ((4, 4), (20, 20)):
+        m = Mesh(Target(mesh_rows=rows, mesh_cols=cols, hop_cycles=3))
+        dense = m.hops * m.hop_ns
+        cores = np.array([0, 7, m.P - 1])
+        assert (m.hop_ns_rows(5) == dense[5]).all()
+        assert (m.hop_ns_rows(cores) == dense[cores]).all()
+
+
 @pytest.mark.parametrize("target", [
     Target(mesh_rows=4, mesh_cols=4, hop_cycles=3), Target(mesh_rows=16, mesh_cols=16),
     Target(mesh_rows=3, mesh_cols=5, clock_ghz=0.7), Target(mesh_rows=17, mesh_cols=16),

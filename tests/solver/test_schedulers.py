@@ -326,13 +326,13 @@ def test_the_ready_floor_is_a_lower_bound_and_prunes_nothing_that_wins(
     checked = 0
 
     class Checked(peft._ListScheduler):
-        def refine(self, t, reads, score, eft, need):  # type: ignore[no-untyped-def]
+        def judge(self, t, reads, *rest):  # type: ignore[no-untyped-def]
             nonlocal checked
             floor = self.ready_floor(reads).tolist()
             exact = [self.exact_ready(reads, p, False) for p in range(self.P)]
             assert all(f <= e for f, e in zip(floor, exact, strict=True))
             checked += floor != exact
-            return super().refine(t, reads, score, eft, need)
+            return super().judge(t, reads, *rest)
 
     def run(cls: type[peft._ListScheduler]) -> tuple[list[int], list[int]]:
         return cls(g.freeze(), target, Mesh(target), peft._Tiles(g), True, None).run()
@@ -341,6 +341,29 @@ def test_the_ready_floor_is_a_lower_bound_and_prunes_nothing_that_wins(
     assert checked > 0  # the links were busy somewhere
     monkeypatch.setattr(peft, "FLOOR_AFTER", 1 << 30)
     assert run(peft._ListScheduler) == with_floor
+
+
+@pytest.mark.parametrize(("lookahead", "tiles", "side"),
+                         [(True, (0, 0), 4), (True, (0, 2), 3), (False, (0, 0), 4),
+                          (True, (0, 0), 1)])
+def test_judging_only_the_cores_that_can_win_changes_no_choice(
+        monkeypatch: pytest.MonkeyPatch, lookahead: bool, tiles: tuple[int, int],
+        side: int) -> None:
+    """`_ListScheduler.bounded` prices the lookahead on the cores whose lower bound can
+    beat the first judged core; with `NEAR_CORES` at 0 every task takes the full pass over
+    every core instead, and the schedule is the same."""
+    from raptor.solver import peft
+
+    g = random_layered_dag(300, 4, width=10, tiles_per_batch=tiles).freeze()
+    target = Target(mesh_rows=side, mesh_cols=side)
+
+    def run() -> tuple[list[int], list[int]]:
+        return peft._ListScheduler(g, target, Mesh(target), peft._Tiles(g), lookahead,
+                                   None).run()
+
+    near = run()
+    monkeypatch.setattr(peft, "NEAR_CORES", 0)
+    assert run() == near
 
 
 def test_peft_without_copies_keeps_every_tile_set_on_one_core() -> None:
