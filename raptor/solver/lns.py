@@ -553,6 +553,7 @@ def lns_schedule(graph: ComputeGraph, target: Target, initial: MergeScheduleResu
             proved = code == cp_model.OPTIMAL
             stats.proved += proved
             improved = False
+            tried: set[tuple[int, ...]] = set()
             for obj, (core_of, start) in sorted(found.found, key=lambda f: f[0])[:3]:
                 if obj >= window.incumbent:
                     continue
@@ -567,6 +568,10 @@ def lns_schedule(graph: ComputeGraph, target: Target, initial: MergeScheduleResu
                     earliest[t] = max(0, earliest[t] + start[t] - ctx.rep.start[t])
                 start = retime(graph, target, core_of,
                                core_order(graph, target, core_of, start), earliest)
+                key = (*core_of, *start)
+                if key in tried:  # solutions that differ only within their slack
+                    continue
+                tried.add(key)
                 rep = replay(graph, target, core_of, core_order(graph, target, core_of, start),
                              start)
                 stats.units += PYTHON_UNITS_PER_TASK * n
