@@ -13,9 +13,9 @@ improvement of the model is an improvement of the replay except where new messag
 others; the replay judges each window's best solution and keeps it when its :func:`score`
 is better: a shorter makespan, or the same and earlier task ends. On a chip busy
 throughout (ResNet-18 at one MVM unit) a window rarely lowers the makespan alone: the
-model minimizes the free tasks' ends after the makespan, and such a *plateau* move is
-kept when the replay confirms it, making room for later windows; only a shorter makespan
-is reported as progress.
+window's objective adds the free tasks' ends to the makespan (weighted by their number
+plus one), and a *plateau* move is kept when the replay confirms it, making room for
+later windows; only a shorter makespan is reported as progress.
 
 A neighbourhood is drawn (seeded, :class:`random.Random`) around a task of the incumbent's
 critical chain (the tasks, messages and core predecessors that fixed its makespan, read
@@ -255,10 +255,12 @@ class _Window:
         self.makespan = m.new_int_var(0, ub, "makespan")
         m.add(self.makespan >= max((rep.end[t] for t in range(n) if frozen[t]), default=0))
         self.tails(inc.core_tasks)
-        # the makespan first, then the free tasks' ends (a plateau move, module docstring)
-        self.weight = len(free) + 1
-        m.minimize(self.makespan * self.weight + sum(self.end[t] for t in free))
-        self.incumbent = ub * self.weight + sum(rep.end[t] for t in free)
+        # the makespan, then the free tasks' ends (a plateau move, module docstring): one ns
+        # of the makespan outweighs one ns of every free task's end
+        weight = len(free) + 1
+        m.minimize(self.makespan * weight + sum(self.end[t] for t in free))
+        self.incumbent = ub * weight + sum(rep.end[t] for t in free)
+        """The incumbent's objective value in this model."""
         for t in live:
             m.add_hint(self.start[t], hint[t])
         for t in free:
