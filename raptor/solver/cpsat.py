@@ -448,9 +448,11 @@ def _search(graph: ComputeGraph, target: Target, opts: CpSatOptions,
     stopped = opts.deterministic and 0 < stats.units < units and \
         elapsed >= opts.time_limit * opts.wall_factor * 0.99
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(stats.kinds.items()) if v)
+    if stats.plateau:
+        kinds += f"; {stats.plateau} as fast, with earlier task ends"
     what = (f"FEASIBLE after a large-neighbourhood search that solved "
             f"{stats.windows} windows with CP-SAT ({stats.units:.2f} units of deterministic "
-            f"time) and kept {stats.kept} that the communication model judged faster"
+            f"time) and kept {stats.kept} that the communication model judged better"
             + (f" ({kinds})" if kinds else "")
             + ("; stopped by the wall-clock limit, so a rerun may differ" if stopped else ""))
     if best is initial:
