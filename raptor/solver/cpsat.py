@@ -44,9 +44,9 @@ otherwise the status is FEASIBLE and says both figures.
 Beyond the whole model. Unless it proved such an optimum within ``full_share`` of the limit
 (or the graph has more than ``max_full_pairs`` task-core pairs: the model is not built),
 the large-neighbourhood search (:mod:`raptor.solver.lns`) re-optimizes windows of the best
-schedule with CP-SAT, calibrated on its replay, and keeps what the replay judges better (faster, or as fast with earlier ends),
-until the limit (model ``full+lns`` or ``lns``; the bound reported is then the larger of the
-whole model's and the problem's lower bound).
+schedule with CP-SAT, calibrated on its replay, and keeps what the replay judges better
+(faster, or as fast with earlier ends), until the limit (model ``full+lns`` or ``lns``; the
+bound reported is then the larger of the whole model's and the problem's lower bound).
 """
 
 from __future__ import annotations
