@@ -147,10 +147,7 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     # (by reader, then producer), as flat lists beside the predecessors
     src, dst, _, sizes = graph.edge_arrays()
     hop = target.ns(message_cycles(target, np.ones_like(sizes), sizes, protocol))
-    read = np.array([f for fs in graph.reads for f in fs], dtype=np.int64)
-    reader = np.repeat(np.arange(n, dtype=np.int64), [len(fs) for fs in graph.reads])
-    frag_bytes = np.array([fr.bytes for fr in graph.fragments], dtype=np.int64)
-    frag_producer = np.array([fr.producer for fr in graph.fragments], dtype=np.int64)
+    reader, read, frag_producer, frag_bytes = graph.read_arrays()
     cycles = np.zeros(len(src), dtype=np.int64)
     if len(read):
         edge = np.searchsorted(src * n + dst, frag_producer[read] * n + reader)

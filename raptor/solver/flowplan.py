@@ -53,13 +53,8 @@ class Crossings(NamedTuple):
     @classmethod
     def of(cls, graph: ComputeGraph, core_of: Sequence[int]) -> Crossings:
         """The crossings of ``graph``'s reads under the placement ``core_of``."""
-        reads = graph.reads
-        counts = np.fromiter(map(len, reads), np.int64, len(reads))
-        frag = np.fromiter(itertools.chain.from_iterable(reads), np.int64, int(counts.sum()))
-        task = np.repeat(np.arange(len(reads), dtype=np.int64), counts)
+        task, frag, producer, _ = graph.read_arrays()
         cores = np.asarray(core_of, dtype=np.int64)
-        producer = np.fromiter((fr.producer for fr in graph.fragments), np.int64,
-                               len(graph.fragments))
         frag_core = cores[producer]
         core = cores[task]
         far = frag_core[frag] != core
