@@ -67,7 +67,8 @@ def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[i
     at = c.least(np.asarray(priority, dtype=np.int64)[c.task])
     urgent = np.lexsort((f, q, at))
     urgent = urgent[np.argsort(c.producer[f[urgent]], kind="stable")]
-    return split(list(zip(f[urgent].tolist(), q[urgent].tolist(), strict=True)),
+    keys = c.keys
+    return split([keys[i] for i in urgent.tolist()],
                  np.bincount(c.producer[f], minlength=graph.num_tasks))
 
 
@@ -439,7 +440,7 @@ class _FlowControl(ReceivePlan):
                 self.post(q, (key,), time)
         pending = self.pending[q]
         if self.roomy[q]:
-            self.post(q, [(f, q) for f in pending if (f, q) not in posted], time)
+            self.post(q, [key for key in pending if key not in posted], time)
             pending.clear()
             return
         # By the next point's planned time: receives whose readers come too soon after it
@@ -449,13 +450,13 @@ class _FlowControl(ReceivePlan):
         self.scan(q, k, time, pending, lambda key: self.reader_plan[key] - nxt < self.lead[key])
         self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key[0]] < nxt)
 
-    def scan(self, q: int, k: int, time: int, queue: list[int],
+    def scan(self, q: int, k: int, time: int, queue: list[Message],
              due: Callable[[Message], bool]) -> None:
-        """Post, from the head of ``queue`` (fragments to core q in some order) while they
+        """Post, from the head of ``queue`` (messages to core q in some order) while they
         are ``due``, those that fit; stop after ``SKIPS`` that do not."""
         i = skips = 0
         while i < len(queue) and skips < SKIPS:
-            key = (queue[i], q)
+            key = queue[i]
             if key in self.posted:
                 del queue[i]
             elif not due(key):

@@ -281,15 +281,9 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
     """Textbook OCT(t, p) (without w(t)); constant rows unless ``eligible`` excludes cores."""
     n = graph.num_tasks
     costs = np.array(graph.costs(), dtype=np.int64)
-    if eligible is None:
-        cost, o, succs = graph.costs(), [0] * n, graph.succs
-        for t in reversed(graph.topo_order):
-            below = 0
-            for c, _ in succs[t]:
-                if cost[c] + o[c] > below:
-                    below = cost[c] + o[c]
-            o[t] = below
-        return np.broadcast_to(np.array(o, dtype=np.int64)[:, None], (n, mesh.P))
+    if eligible is None:  # the longest path of work below t: its bottom level less its cost
+        o = np.array(graph.bottom_levels(), dtype=np.int64) - costs
+        return np.broadcast_to(o[:, None], (n, mesh.P))
     table = np.zeros((n, mesh.P), dtype=np.int64)
     for t in reversed(graph.topo_order):
         succ = graph.succs[t]
