@@ -421,7 +421,8 @@ class _FlowControl(ReceivePlan):
         """Core p has done a task: the receives of the point after it, then its sends
         (what it held back first)."""
         if self.unbounded:  # every receive was posted at the start: no send waits
-            self.send(p, sends)
+            if sends:
+                self.send(p, sends)
             return
         r = self.r
         self.decide(p, r.pc[p], r.clock[p])
@@ -440,7 +441,10 @@ class _FlowControl(ReceivePlan):
                 self.post(q, (key,), time)
         pending = self.pending[q]
         if self.roomy[q]:
-            self.post(q, [key for key in pending if key not in posted], time)
+            # without a memory plan a receive posted again is the same post (`post` then
+            # writes its dicts alone): no need to leave out those just posted
+            self.post(q, pending if self.mem is None else
+                      [key for key in pending if key not in posted], time)
             pending.clear()
             return
         # By the next point's planned time: receives whose readers come too soon after it
@@ -533,8 +537,8 @@ class _FlowControl(ReceivePlan):
         r = self.r
         clock, posted, send_at, left, holder = \
             r.clock, self.posted, self.send_at, self.left, self.holder
-        point, P, frag_bytes, push, inject, rank = \
-            r.point(p), r.P, r.frag_bytes, r.push, r.inject, noc.inject_rank
+        point, P, frag_bytes, heap, seq, inject, rank = \
+            r.point(p), r.P, r.frag_bytes, r.heap, r.seq, r.inject, noc.inject_rank
         wait = not self.unbounded  # else every receive was posted at the start: none waits
         nbytes = 0
         for key in keys:
@@ -548,7 +552,7 @@ class _FlowControl(ReceivePlan):
                 holder.pop(key, None)
             f, q = key
             nbytes += frag_bytes[f]
-            push(meet, inject, key, rank(p, q, P))
+            heappush(heap, (meet, rank(p, q, P), seq(), inject, key))  # `_Replayer.push`
         r.messages += len(keys)
         r.bytes += nbytes
 
