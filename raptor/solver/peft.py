@@ -300,19 +300,20 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
 
 def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
     """HEFT upward rank: cost plus the longest path below with mean cross-core transfers."""
-    # each edge's mean transfer, in one array (succs order); none on one core
-    flat = np.array([b for s in graph.succs for _, b in s], dtype=np.int64)
-    comm = (mesh.ns(mesh.mean_hop_cycles() + serial_cycles(mesh.target, flat)) if mesh.P > 1
-            else np.zeros_like(flat)).tolist()
+    # each edge's reader and mean transfer (edges order: the succs lists end to end); no
+    # transfer on one core
+    _, reader, nbytes, _ = graph.edge_arrays()
+    comm = (mesh.ns(mesh.mean_hop_cycles() + serial_cycles(mesh.target, nbytes)) if mesh.P > 1
+            else np.zeros_like(nbytes)).tolist()
+    child = reader.tolist()
     rank = [0] * graph.num_tasks
     costs = graph.costs()
-    first = np.cumsum([0, *(len(s) for s in graph.succs)]).tolist()
-    succs = graph.succs
+    first = np.cumsum([0, *map(len, graph.succs)]).tolist()
     for t in reversed(graph.topo_order):
         below = 0
-        for i, (c, _) in enumerate(succs[t], first[t]):
-            if comm[i] + rank[c] > below:
-                below = comm[i] + rank[c]
+        for i in range(first[t], first[t + 1]):
+            if comm[i] + rank[child[i]] > below:
+                below = comm[i] + rank[child[i]]
         rank[t] = costs[t] + below
     return np.array(rank, dtype=np.int64)
 
