@@ -127,6 +127,7 @@ class ComputeGraph:
     _largest: Mapping[tuple[int, int], int] | None = field(default=None, init=False, repr=False)
     _costs: list[int] | None = field(default=None, init=False, repr=False)
     _tail: list[int] | None = field(default=None, init=False, repr=False)
+    _weights: frozenset[int] | None = field(default=None, init=False, repr=False)
     _edge_arrays: tuple[IntArray, IntArray, IntArray, IntArray] | None = field(
         default=None, init=False, repr=False, compare=False)
     _read_arrays: tuple[IntArray, IntArray, IntArray, IntArray] | None = field(
@@ -321,7 +322,14 @@ class ComputeGraph:
         return list(self._costs)
 
     def distinct_weights(self) -> frozenset[int]:
-        return frozenset[int]().union(*(t.weights for t in self.tasks))
+        """Every crossbar tile a task uses (made once per frozen graph: the capacity check,
+        PEFT's tiles and the bounds all ask)."""
+        if self._weights is not None:
+            return self._weights
+        weights = frozenset[int]().union(*(t.weights for t in self.tasks))
+        if self._frozen:
+            self._weights = weights
+        return weights
 
     def top_levels(self) -> list[int]:
         """Earliest start of each task on unlimited cores without communication."""

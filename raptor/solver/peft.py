@@ -120,15 +120,15 @@ class _Tiles:
         """Each tile set's layer (`ComputeGraph.tile_layer` of its first tile)."""
         none = np.zeros(0, dtype=np.int64)  # shared by the tasks without tiles (read only)
         none.flags.writeable = False
-        self.of_task: list[IntArray] = [np.array(sorted(dense[w] for w in t.weights),
-                                                 dtype=np.int64) if t.weights else none
-                                        for t in graph.tasks]
-        self.key: list[tuple[int, ...]] = [tuple(a.tolist()) if len(a) else ()
-                                           for a in self.of_task]
+        self.of_task: list[IntArray] = [none] * graph.num_tasks
+        self.key: list[tuple[int, ...]] = [()] * graph.num_tasks
         self.work: dict[tuple[int, ...], int] = {}
         """Each tile set's work: the run time of the tasks that multiply with it."""
-        for k, task in zip(self.key, graph.tasks, strict=True):
-            if k:
+        for t, task in enumerate(graph.tasks):
+            if task.weights:
+                a = self.of_task[t] = np.array(sorted(dense[w] for w in task.weights),
+                                               dtype=np.int64)
+                k = self.key[t] = tuple(a.tolist())
                 self.layer[k] = graph.tile_layer.get(ids[k[0]], "")
                 self.work[k] = self.work.get(k, 0) + task.cost_ns
 
