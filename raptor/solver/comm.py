@@ -257,7 +257,7 @@ class _Replayer:
         remote, pc, clocks = flow.remote, self.pc, self.clock
         flush = None if flow.unbounded else flow.flush  # else no send is ever left to do
         while True:
-            if flush is not None and not flush(p) or pc[p] >= len(prog):
+            if (flush is not None and not flush(p)) or pc[p] >= len(prog):
                 return
             t = prog[pc[p]]
             ready = clocks[p]
