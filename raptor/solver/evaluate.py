@@ -156,7 +156,7 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
                                             protocol))
     by_reader = np.argsort(dst, kind="stable")
     pred_of, hop_of, cyc_of = (a[by_reader].tolist() for a in (src, hop, cycles))
-    bounds = np.cumsum([0, *(len(p) for p in graph.preds)]).tolist()
+    bounds = [0, *np.cumsum(np.bincount(dst, minlength=n)).tolist()]  # each task's preds
     rows, cols = target.mesh_rows, target.mesh_cols
     # the most links into one core; without the cut (or under pimsim-nn's protocol, whose
     # messages hold their sender's switch, not the reader's links), as many as messages
@@ -284,9 +284,11 @@ def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
     dur = graph.durations(schedule.core_of)
     completion = max(map(operator.add, start, dur), default=0)
     # each core's distinct tiles: the distinct (core, tile) pairs
-    weights = [task.weights for task in graph.tasks]
-    xbars = len({(core, w) for core, tasks in enumerate(schedule.core_tasks)
-                 for t in filter(weights.__getitem__, tasks) for w in weights[t]})
+    xbars = 0
+    if graph.distinct_weights():
+        weights = [task.weights for task in graph.tasks]
+        xbars = len({(core, w) for core, tasks in enumerate(schedule.core_tasks)
+                     for t in filter(weights.__getitem__, tasks) for w in weights[t]})
     return ScheduleEvaluation(
         serial_work_ns=sum(costs), per_core_work_ns=per_core,
         critical_path_ns=max(graph.bottom_levels(), default=0), transfer_work_ns=transfer,
