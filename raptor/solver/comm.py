@@ -397,7 +397,8 @@ class _FlowControl(ReceivePlan):
         k, point, mem = r.pc[q], r.point(q), self.mem
         holders, senders = self.holder, self.sender_of
         keys = list(keys)
-        self.posted.update(dict.fromkeys(keys, time))  # a release below reads its own only
+        if not self.unbounded:  # else no send waits: nothing reads when a receive was posted
+            self.posted.update(dict.fromkeys(keys, time))  # a release below reads its own only
         self.posts.update(dict.fromkeys(keys, point))
         if mem is None and not holders and not senders:
             return  # nothing else to do (at the start, and on every core without memory)
