@@ -67,7 +67,8 @@ def send_order(graph: ComputeGraph, core_of: Sequence[int], priority: Sequence[i
     at = c.least(np.asarray(priority, dtype=np.int64)[c.task])
     urgent = np.lexsort((f, q, at))
     urgent = urgent[np.argsort(c.producer[f[urgent]], kind="stable")]
-    return split(list(zip(f[urgent].tolist(), q[urgent].tolist(), strict=True)),
+    keys = c.keys
+    return split([keys[i] for i in urgent.tolist()],
                  np.bincount(c.producer[f], minlength=graph.num_tasks))
 
 
@@ -253,9 +254,10 @@ class _Replayer:
         when the first was made; 12,116 held sends and 3,460,811 ns estimated, 3,637
         and 3,409,988 with the points in time order.)"""
         prog, flow, arrival, shared_ns = self.progs[p], self.flow, self.arrival, self.shared_ns
-        remote, flush, pc, clocks = flow.remote, flow.flush, self.pc, self.clock
+        remote, pc, clocks = flow.remote, self.pc, self.clock
+        flush = None if flow.unbounded else flow.flush  # else no send is ever left to do
         while True:
-            if not flush(p) or pc[p] >= len(prog):
+            if (flush is not None and not flush(p)) or pc[p] >= len(prog):
                 return
             t = prog[pc[p]]
             ready = clocks[p]
@@ -395,7 +397,8 @@ class _FlowControl(ReceivePlan):
         k, point, mem = r.pc[q], r.point(q), self.mem
         holders, senders = self.holder, self.sender_of
         keys = list(keys)
-        self.posted.update(dict.fromkeys(keys, time))  # a release below reads its own only
+        if not self.unbounded:  # else no send waits: nothing reads when a receive was posted
+            self.posted.update(dict.fromkeys(keys, time))  # a release below reads its own only
         self.posts.update(dict.fromkeys(keys, point))
         if mem is None and not holders and not senders:
             return  # nothing else to do (at the start, and on every core without memory)
@@ -420,7 +423,8 @@ class _FlowControl(ReceivePlan):
         """Core p has done a task: the receives of the point after it, then its sends
         (what it held back first)."""
         if self.unbounded:  # every receive was posted at the start: no send waits
-            self.send(p, sends)
+            if sends:
+                self.send(p, sends)
             return
         r = self.r
         self.decide(p, r.pc[p], r.clock[p])
@@ -439,7 +443,10 @@ class _FlowControl(ReceivePlan):
                 self.post(q, (key,), time)
         pending = self.pending[q]
         if self.roomy[q]:
-            self.post(q, [(f, q) for f in pending if (f, q) not in posted], time)
+            # without a memory plan a receive posted again is the same post (`post` then
+            # writes its dicts alone): no need to leave out those just posted
+            self.post(q, pending if self.mem is None else
+                      [key for key in pending if key not in posted], time)
             pending.clear()
             return
         # By the next point's planned time: receives whose readers come too soon after it
@@ -449,13 +456,13 @@ class _FlowControl(ReceivePlan):
         self.scan(q, k, time, pending, lambda key: self.reader_plan[key] - nxt < self.lead[key])
         self.scan(q, k, time, self.early[q], lambda key: self.send_plan[key[0]] < nxt)
 
-    def scan(self, q: int, k: int, time: int, queue: list[int],
+    def scan(self, q: int, k: int, time: int, queue: list[Message],
              due: Callable[[Message], bool]) -> None:
-        """Post, from the head of ``queue`` (fragments to core q in some order) while they
+        """Post, from the head of ``queue`` (messages to core q in some order) while they
         are ``due``, those that fit; stop after ``SKIPS`` that do not."""
         i = skips = 0
         while i < len(queue) and skips < SKIPS:
-            key = (queue[i], q)
+            key = queue[i]
             if key in self.posted:
                 del queue[i]
             elif not due(key):
@@ -532,8 +539,8 @@ class _FlowControl(ReceivePlan):
         r = self.r
         clock, posted, send_at, left, holder = \
             r.clock, self.posted, self.send_at, self.left, self.holder
-        point, P, frag_bytes, push, inject, rank = \
-            r.point(p), r.P, r.frag_bytes, r.push, r.inject, noc.inject_rank
+        point, P, frag_bytes, heap, seq, inject, rank = \
+            r.point(p), r.P, r.frag_bytes, r.heap, r.seq, r.inject, noc.inject_rank
         wait = not self.unbounded  # else every receive was posted at the start: none waits
         nbytes = 0
         for key in keys:
@@ -547,7 +554,7 @@ class _FlowControl(ReceivePlan):
                 holder.pop(key, None)
             f, q = key
             nbytes += frag_bytes[f]
-            push(meet, inject, key, rank(p, q, P))
+            heappush(heap, (meet, rank(p, q, P), seq(), inject, key))  # `_Replayer.push`
         r.messages += len(keys)
         r.bytes += nbytes
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -147,10 +148,7 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     # (by reader, then producer), as flat lists beside the predecessors
     src, dst, _, sizes = graph.edge_arrays()
     hop = target.ns(message_cycles(target, np.ones_like(sizes), sizes, protocol))
-    read = np.array([f for fs in graph.reads for f in fs], dtype=np.int64)
-    reader = np.repeat(np.arange(n, dtype=np.int64), [len(fs) for fs in graph.reads])
-    frag_bytes = np.array([fr.bytes for fr in graph.fragments], dtype=np.int64)
-    frag_producer = np.array([fr.producer for fr in graph.fragments], dtype=np.int64)
+    reader, read, frag_producer, frag_bytes = graph.read_arrays()
     cycles = np.zeros(len(src), dtype=np.int64)
     if len(read):
         edge = np.searchsorted(src * n + dst, frag_producer[read] * n + reader)
@@ -158,7 +156,7 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
                                             protocol))
     by_reader = np.argsort(dst, kind="stable")
     pred_of, hop_of, cyc_of = (a[by_reader].tolist() for a in (src, hop, cycles))
-    bounds = np.cumsum([0, *(len(p) for p in graph.preds)]).tolist()
+    bounds = [0, *np.cumsum(np.bincount(dst, minlength=n)).tolist()]  # each task's preds
     rows, cols = target.mesh_rows, target.mesh_cols
     # the most links into one core; without the cut (or under pimsim-nn's protocol, whose
     # messages hold their sender's switch, not the reader's links), as many as messages
@@ -224,28 +222,27 @@ def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],
     graph.freeze()
     n = graph.num_tasks
     dur = graph.durations(core_of)
-    prev = [-1] * n
-    for tasks in core_tasks:
-        for a, b in itertools.pairwise(tasks):
-            prev[b] = a
     # Core order plus dependencies form a DAG for any valid schedule; a cycle means the
     # order contradicts the dependencies.
-    indeg = [len(graph.preds[t]) + (prev[t] >= 0) for t in range(n)]
+    indeg = list(map(len, graph.preds))
     nxt = [-1] * n
-    for t in range(n):
-        if prev[t] >= 0:
-            nxt[prev[t]] = t
-    delay = _delays(graph, target, core_of)  # edges order: the succs lists end to end
-    first = np.cumsum([0, *(len(s) for s in graph.succs)]).tolist()
+    for tasks in core_tasks:
+        for a, b in itertools.pairwise(tasks):
+            nxt[a] = b
+            indeg[b] += 1
+    # per edge, in edges order (the succs lists end to end): its reader and delay
+    reader = graph.edge_arrays()[1].tolist()
+    delay = _delays(graph, target, core_of)
+    first = np.cumsum([0, *map(len, graph.succs)]).tolist()
     start = [0] * n if earliest is None else list(earliest)
     stack = [t for t in range(n) if indeg[t] == 0]
-    succs = graph.succs
     done = 0
     while stack:  # the order of the pops does not matter: each start is a maximum
         t = stack.pop()
         done += 1
         end = start[t] + dur[t]
-        for i, (s, _) in enumerate(succs[t], first[t]):
+        for i in range(first[t], first[t + 1]):
+            s = reader[i]
             ready = end + delay[i]
             if ready > start[s]:
                 start[s] = ready
@@ -277,7 +274,7 @@ def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
                       ) -> ScheduleEvaluation:
     graph.freeze()
     costs = graph.costs()
-    per_core = [sum(costs[t] for t in tasks) for tasks in schedule.core_tasks]
+    per_core = [sum(map(costs.__getitem__, tasks)) for tasks in schedule.core_tasks]
     # `Target.transfer_ns` of each edge under Raptor's protocol: its free-link latency
     src, dst, nbytes, _ = graph.edge_arrays()
     core = np.asarray(schedule.core_of, dtype=np.int64)
@@ -285,11 +282,13 @@ def evaluate_schedule(graph: ComputeGraph, target: Target, schedule: Placement
     transfer = int(transfer_ns(raptor, core[src], core[dst], nbytes).sum())
     start = retime(graph, target, schedule.core_of, schedule.core_tasks)
     dur = graph.durations(schedule.core_of)
-    completion = max((s + c for s, c in zip(start, dur, strict=True)), default=0)
+    completion = max(map(operator.add, start, dur), default=0)
     # each core's distinct tiles: the distinct (core, tile) pairs
-    weights = [task.weights for task in graph.tasks]
-    xbars = len({(core, w) for core, tasks in enumerate(schedule.core_tasks) for t in tasks
-                 for w in weights[t]})
+    xbars = 0
+    if graph.distinct_weights():
+        weights = [task.weights for task in graph.tasks]
+        xbars = len({(core, w) for core, tasks in enumerate(schedule.core_tasks)
+                     for t in filter(weights.__getitem__, tasks) for w in weights[t]})
     return ScheduleEvaluation(
         serial_work_ns=sum(costs), per_core_work_ns=per_core,
         critical_path_ns=max(graph.bottom_levels(), default=0), transfer_work_ns=transfer,

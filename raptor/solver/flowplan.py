@@ -49,17 +49,15 @@ class Crossings(NamedTuple):
     """Where each message's reads begin in ``by_message``."""
     producer: IntArray
     frag_core: IntArray
+    keys: list[Message]
+    """Each message's (fragment, destination core), in :meth:`messages` order: one tuple per
+    message, which every table of the replay shares (the collector has fewer to scan)."""
 
     @classmethod
     def of(cls, graph: ComputeGraph, core_of: Sequence[int]) -> Crossings:
         """The crossings of ``graph``'s reads under the placement ``core_of``."""
-        reads = graph.reads
-        counts = np.fromiter(map(len, reads), np.int64, len(reads))
-        frag = np.fromiter(itertools.chain.from_iterable(reads), np.int64, int(counts.sum()))
-        task = np.repeat(np.arange(len(reads), dtype=np.int64), counts)
+        task, frag, producer, _ = graph.read_arrays()
         cores = np.asarray(core_of, dtype=np.int64)
-        producer = np.fromiter((fr.producer for fr in graph.fragments), np.int64,
-                               len(graph.fragments))
         frag_core = cores[producer]
         core = cores[task]
         far = frag_core[frag] != core
@@ -69,7 +67,10 @@ class Crossings(NamedTuple):
         key = key[by_message]
         new = np.ones(len(key), dtype=bool)
         new[1:] = key[1:] != key[:-1]
-        return cls(task, frag, core, by_message, np.flatnonzero(new), producer, frag_core)
+        head = np.flatnonzero(new)
+        first = by_message[head]
+        return cls(task, frag, core, by_message, head, producer, frag_core,
+                   list(zip(frag[first].tolist(), core[first].tolist(), strict=True)))
 
     def messages(self) -> tuple[IntArray, IntArray]:
         """Each message's fragment and destination core (by fragment, then core)."""
@@ -130,10 +131,11 @@ class ReceivePlan:
         reader_plan = priority[crossing.least(at * n + crossing.task) % n]
         plan = np.lexsort((q, f, send_plan[f], reader_plan))
         plan = plan[np.argsort(q[plan], kind="stable")]
-        self.pending = split(f[plan].tolist(), np.bincount(q, minlength=P))
+        keys = crossing.keys
+        self.pending = split([keys[i] for i in plan.tolist()], np.bincount(q, minlength=P))
         """Per core, the receives not yet posted in the order of their readers (planned
         times, then planned sends)."""
-        self.early: list[list[int]] = [[] for _ in range(P)]
+        self.early: list[list[Message]] = [[] for _ in range(P)]
         """Per core, the receives not yet posted in the order of their planned sends (with a
         memory plan only)."""
         self.first: dict[Message, int] = {}
@@ -142,7 +144,6 @@ class ReceivePlan:
         """Per fragment, when its producer is planned to send it."""
         if r.g.memory is None:
             return [], {}
-        keys = list(zip(f.tolist(), q.tolist(), strict=True))
         self.first = dict(zip(keys, crossing.least(at).tolist(), strict=True))
         self.reader_plan = dict(zip(keys, reader_plan.tolist(), strict=True))
         self.send_plan = send_plan.tolist()
@@ -182,9 +183,9 @@ class ReceivePlan:
         receives do not all fit at the start needs it)."""
         if self.mem is None:
             return
-        for (f, q) in sorted(self.first, key=lambda m: (self.send_plan[m[0]], self.reader_plan[m],
-                                                        *m)):
-            self.early[q].append(f)
+        for m in sorted(self.first, key=lambda m: (self.send_plan[m[0]], self.reader_plan[m],
+                                                   *m)):
+            self.early[m[1]].append(m)
         frags, timing = r.g.fragments, r.net.timing
         for m in self.first:
             u = frags[m[0]].producer
@@ -206,9 +207,9 @@ class ReceivePlan:
         use = self.usage[q]
         early = [0] * (len(use) + 1)
         fragment = self.mem.fragment
-        for f in self.pending[q]:
-            early[0] += fragment[f]
-            early[self.first[(f, q)]] -= fragment[f]
+        for key in self.pending[q]:
+            early[0] += fragment[key[0]]
+            early[self.first[key]] -= fragment[key[0]]
         ahead = np.cumsum(early)
         return not len(use) or int((self.held_bytes[q] + ahead).max()) <= self.cap[q]
 

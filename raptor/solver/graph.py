@@ -11,14 +11,24 @@ crosses the mesh as one message per destination core, however many tasks there r
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+
+
+def _read_only(*arrays: IntArray) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+    """The four arrays, made read-only (a graph's cached arrays are shared by callers)."""
+    for a in arrays:
+        a.flags.writeable = False
+    a, b, c, d = arrays
+    return a, b, c, d
 
 
 class GraphError(ValueError):
@@ -117,7 +127,10 @@ class ComputeGraph:
     _largest: Mapping[tuple[int, int], int] | None = field(default=None, init=False, repr=False)
     _costs: list[int] | None = field(default=None, init=False, repr=False)
     _tail: list[int] | None = field(default=None, init=False, repr=False)
+    _weights: frozenset[int] | None = field(default=None, init=False, repr=False)
     _edge_arrays: tuple[IntArray, IntArray, IntArray, IntArray] | None = field(
+        default=None, init=False, repr=False, compare=False)
+    _read_arrays: tuple[IntArray, IntArray, IntArray, IntArray] | None = field(
         default=None, init=False, repr=False, compare=False)
 
     @property
@@ -242,33 +255,46 @@ class ComputeGraph:
     def largest_message(self) -> Mapping[tuple[int, int], int]:
         """Per edge (u, v), the bytes of the largest fragment of u that v reads: without
         contention, v can start that long (plus hops) after u ends on another core. Made
-        once (the frozen graph does not change; every bound, CP-SAT and LNS ask)."""
-        self.freeze()
+        once (the frozen graph does not change; CP-SAT and LNS ask) from :meth:`edge_arrays`."""
         if self._largest is None:
-            out = {(e.src, e.dst): 0 for e in self.edges}
-            for t, frags in enumerate(self.reads):
-                for f in frags:
-                    key = (self.fragments[f].producer, t)
-                    out[key] = max(out[key], self.fragments[f].bytes)
-            self._largest = MappingProxyType(out)
+            src, dst, _, largest = self.edge_arrays()
+            self._largest = MappingProxyType(dict(zip(
+                zip(src.tolist(), dst.tolist(), strict=True), largest.tolist(), strict=True)))
         return self._largest
 
     def edge_arrays(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
         """The edges as read-only arrays in `edges` order (by producer, then reader, which is
         also the order of the `succs` lists laid end to end): producers, readers, bytes and
-        each edge's :meth:`largest_message`. Made once, like it: the bounds and every
-        retiming price all edges at once."""
+        each edge's :meth:`largest_message`. Made once: the bounds and every retiming price
+        all edges at once."""
         if self._edge_arrays is None:
             self.freeze()
-            largest = self.largest_message()
-            arrays = (np.array([e.src for e in self.edges], dtype=np.int64),
-                      np.array([e.dst for e in self.edges], dtype=np.int64),
-                      np.array([e.bytes for e in self.edges], dtype=np.int64),
-                      np.array([largest[e.src, e.dst] for e in self.edges], dtype=np.int64))
-            for a in arrays:
-                a.flags.writeable = False
-            self._edge_arrays = arrays
+            m, n = len(self.edges), self.num_tasks
+            src, dst, nbytes = (np.fromiter(map(attrgetter(a), self.edges), np.int64, m)
+                                for a in ("src", "dst", "bytes"))
+            reader, frag, producer, frag_bytes = self.read_arrays()
+            # each read's edge (the edges are sorted by producer, then reader; every read
+            # has one, `freeze` checks), its largest fragment kept
+            edge = np.searchsorted(src * n + dst, producer[frag] * n + reader)
+            largest = np.zeros(m, dtype=np.int64)
+            np.maximum.at(largest, edge, frag_bytes[frag])
+            self._edge_arrays = _read_only(src, dst, nbytes, largest)
         return self._edge_arrays
+
+    def read_arrays(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """The reads as read-only arrays, in task order (each task's `reads` in order): the
+        reader and the fragment; and per fragment, its producer and bytes. Made once: the
+        bounds, the edges' arrays and every replay's set-up take all reads at once."""
+        if self._read_arrays is None:
+            self.freeze()
+            reads, frags = self.reads, self.fragments
+            counts = np.fromiter(map(len, reads), np.int64, len(reads))
+            self._read_arrays = _read_only(
+                np.repeat(np.arange(len(reads), dtype=np.int64), counts),
+                np.fromiter(itertools.chain.from_iterable(reads), np.int64, int(counts.sum())),
+                *(np.fromiter(map(attrgetter(a), frags), np.int64, len(frags))
+                  for a in ("producer", "bytes")))
+        return self._read_arrays
 
     def _find_cycle(self, remaining: list[int]) -> list[int]:
         # Every task left after Kahn's algorithm has a remaining predecessor: walk backwards
@@ -296,7 +322,14 @@ class ComputeGraph:
         return list(self._costs)
 
     def distinct_weights(self) -> frozenset[int]:
-        return frozenset[int]().union(*(t.weights for t in self.tasks))
+        """Every crossbar tile a task uses (made once per frozen graph: the capacity check,
+        PEFT's tiles and the bounds all ask)."""
+        if self._weights is not None:
+            return self._weights
+        weights = frozenset[int]().union(*(t.weights for t in self.tasks))
+        if self._frozen:
+            self._weights = weights
+        return weights
 
     def top_levels(self) -> list[int]:
         """Earliest start of each task on unlimited cores without communication."""

@@ -120,15 +120,15 @@ class _Tiles:
         """Each tile set's layer (`ComputeGraph.tile_layer` of its first tile)."""
         none = np.zeros(0, dtype=np.int64)  # shared by the tasks without tiles (read only)
         none.flags.writeable = False
-        self.of_task: list[IntArray] = [np.array(sorted(dense[w] for w in t.weights),
-                                                 dtype=np.int64) if t.weights else none
-                                        for t in graph.tasks]
-        self.key: list[tuple[int, ...]] = [tuple(a.tolist()) if len(a) else ()
-                                           for a in self.of_task]
+        self.of_task: list[IntArray] = [none] * graph.num_tasks
+        self.key: list[tuple[int, ...]] = [()] * graph.num_tasks
         self.work: dict[tuple[int, ...], int] = {}
         """Each tile set's work: the run time of the tasks that multiply with it."""
-        for k, task in zip(self.key, graph.tasks, strict=True):
-            if k:
+        for t, task in enumerate(graph.tasks):
+            if task.weights:
+                a = self.of_task[t] = np.array(sorted(dense[w] for w in task.weights),
+                                               dtype=np.int64)
+                k = self.key[t] = tuple(a.tolist())
                 self.layer[k] = graph.tile_layer.get(ids[k[0]], "")
                 self.work[k] = self.work.get(k, 0) + task.cost_ns
 
@@ -281,15 +281,9 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
     """Textbook OCT(t, p) (without w(t)); constant rows unless ``eligible`` excludes cores."""
     n = graph.num_tasks
     costs = np.array(graph.costs(), dtype=np.int64)
-    if eligible is None:
-        cost, o, succs = graph.costs(), [0] * n, graph.succs
-        for t in reversed(graph.topo_order):
-            below = 0
-            for c, _ in succs[t]:
-                if cost[c] + o[c] > below:
-                    below = cost[c] + o[c]
-            o[t] = below
-        return np.broadcast_to(np.array(o, dtype=np.int64)[:, None], (n, mesh.P))
+    if eligible is None:  # the longest path of work below t: its bottom level less its cost
+        o = np.array(graph.bottom_levels(), dtype=np.int64) - costs
+        return np.broadcast_to(o[:, None], (n, mesh.P))
     table = np.zeros((n, mesh.P), dtype=np.int64)
     for t in reversed(graph.topo_order):
         succ = graph.succs[t]
@@ -306,19 +300,20 @@ def static_oct(graph: ComputeGraph, mesh: Mesh, eligible: BoolArray | None) -> I
 
 def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
     """HEFT upward rank: cost plus the longest path below with mean cross-core transfers."""
-    # each edge's mean transfer, in one array (succs order); none on one core
-    flat = np.array([b for s in graph.succs for _, b in s], dtype=np.int64)
-    comm = (mesh.ns(mesh.mean_hop_cycles() + serial_cycles(mesh.target, flat)) if mesh.P > 1
-            else np.zeros_like(flat)).tolist()
+    # each edge's reader and mean transfer (edges order: the succs lists end to end); no
+    # transfer on one core
+    _, reader, nbytes, _ = graph.edge_arrays()
+    comm = (mesh.ns(mesh.mean_hop_cycles() + serial_cycles(mesh.target, nbytes)) if mesh.P > 1
+            else np.zeros_like(nbytes)).tolist()
+    child = reader.tolist()
     rank = [0] * graph.num_tasks
     costs = graph.costs()
-    first = np.cumsum([0, *(len(s) for s in graph.succs)]).tolist()
-    succs = graph.succs
+    first = np.cumsum([0, *map(len, graph.succs)]).tolist()
     for t in reversed(graph.topo_order):
         below = 0
-        for i, (c, _) in enumerate(succs[t], first[t]):
-            if comm[i] + rank[c] > below:
-                below = comm[i] + rank[c]
+        for i in range(first[t], first[t + 1]):
+            if comm[i] + rank[child[i]] > below:
+                below = comm[i] + rank[child[i]]
         rank[t] = costs[t] + below
     return np.array(rank, dtype=np.int64)
 

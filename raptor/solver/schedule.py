@@ -9,15 +9,17 @@ batch implies neither core identity nor order, so runs are computed from the sch
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from raptor.solver.comm import Replay, replay
 from raptor.solver.evaluate import evaluate_schedule
-from raptor.solver.graph import ComputeGraph
+from raptor.solver.flowplan import split
+from raptor.solver.graph import ComputeGraph, IntArray
 from raptor.target import Target
 
 
@@ -25,16 +27,22 @@ def core_order(graph: ComputeGraph, target: Target, core_of: Sequence[int],
                start_ns: Sequence[int]) -> list[list[int]]:
     """Per-core execution order of a placement with start times. Ties (zero-cost tasks) are
     broken by topological position to keep the order legal."""
+    order, counts = _in_core_order(graph, target, core_of, start_ns)
+    return split(order.tolist(), counts)
+
+
+def _in_core_order(graph: ComputeGraph, target: Target, core_of: Sequence[int],
+                   start_ns: Sequence[int]) -> tuple[IntArray, IntArray]:
+    """The tasks of :func:`core_order`, core after core, and how many each core runs."""
     graph.freeze()
-    costs = graph.costs()
-    topo_pos = [0] * graph.num_tasks
-    for i, t in enumerate(graph.topo_order):
-        topo_pos[t] = i
-    core_tasks: list[list[int]] = [[] for _ in range(target.num_cores)]
-    for t in sorted(range(graph.num_tasks), key=lambda t: (start_ns[t], start_ns[t] + costs[t],
-                                                           topo_pos[t])):
-        core_tasks[core_of[t]].append(t)
-    return core_tasks
+    n = graph.num_tasks
+    topo_pos = np.empty(n, dtype=np.int64)
+    topo_pos[graph.topo_order] = np.arange(n)
+    start = np.asarray(start_ns, dtype=np.int64)
+    order = np.lexsort((topo_pos, start + np.asarray(graph.costs(), dtype=np.int64), start))
+    core = np.asarray(core_of, dtype=np.int64)[order]
+    by_core = np.argsort(core, kind="stable")
+    return order[by_core], np.bincount(core, minlength=target.num_cores)
 
 
 @dataclass(frozen=True)
@@ -86,15 +94,20 @@ class MergeScheduleResult:
         stream program is estimated by its own model and replayed once when materialized."""
         graph.freeze()
         n = graph.num_tasks
-        core_tasks = core_order(graph, target, core_of, start_ns)
+        order, counts = _in_core_order(graph, target, core_of, start_ns)
+        flat = order.tolist()
+        core_tasks = split(flat, counts)
         last = [tasks[-1] if tasks else -1 for tasks in core_tasks]
-        batch = [task.batch for task in graph.tasks]
-        classes: list[EquivalenceClass] = []
-        for core, tasks in enumerate(core_tasks):
-            # a run shares one batch; a task without one (-1) is a run of its own (key ~t)
-            for _, group in itertools.groupby(tasks, lambda t: batch[t] if batch[t] >= 0 else ~t):
-                run = list(group)
-                classes.append(EquivalenceClass(core, batch[run[0]], run))
+        # the runs: a run shares one batch and one core; a task without a batch (-1) is a
+        # run of its own (key ~t)
+        batch = np.fromiter((task.batch for task in graph.tasks), np.int64, n)
+        key = np.where(batch >= 0, batch, ~np.arange(n))[order]
+        core = np.repeat(np.arange(len(counts)), counts)
+        bounds = np.flatnonzero((key[1:] != key[:-1]) | (core[1:] != core[:-1])) + 1
+        begin = [0, *bounds.tolist()]
+        classes = [EquivalenceClass(c, b, flat[i:j]) for c, b, i, j in zip(
+            core[begin].tolist(), batch[order[begin]].tolist(), begin, [*begin[1:], n],
+            strict=True)] if n else []
         dur = graph.durations(core_of)
         end = [start_ns[t] + dur[t] for t in range(n)]
         result = cls(solver=solver, status=status, core_of=list(core_of),

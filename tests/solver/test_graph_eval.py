@@ -190,6 +190,62 @@ def test_edge_arrays_follow_edges_and_succs() -> None:
     assert not src.flags.writeable and g.edge_arrays()[0] is src
 
 
+def test_read_arrays_and_largest_message_of_each_edge() -> None:
+    g = ComputeGraph()
+    for name in "abcd":
+        g.add_task(name, 1)
+    g.add_edge(0, 1, 10)
+    g.add_edge(0, 2, 3)  # no fragment read over it: its largest message is 0
+    g.add_edge(2, 3, 1)
+    small, large = g.add_fragment(0, 3), g.add_fragment(0, 7)
+    g.add_read(1, large)
+    g.add_read(1, small)
+    g.add_read(3, g.add_fragment(2, 1))
+    g.freeze()
+    reader, frag, producer, nbytes = g.read_arrays()
+    assert reader.tolist() == [1, 1, 3] and frag.tolist() == [0, 1, 2]  # reads sorted by freeze
+    assert producer.tolist() == [0, 0, 2] and nbytes.tolist() == [3, 7, 1]
+    assert g.edge_arrays()[3].tolist() == [7, 0, 1]
+    assert dict(g.largest_message()) == {(0, 1): 7, (0, 2): 0, (2, 3): 1}
+    assert not reader.flags.writeable and g.read_arrays()[0] is reader
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_core_order_and_runs_are_their_definition(seed: int) -> None:
+    """Tasks by start, end and topological position on each core; a run is a maximal
+    stretch of one batch on a core (a task without a batch alone), zero costs and ties
+    included."""
+    rng = np.random.default_rng(seed)
+    g = ComputeGraph()
+    n = 80
+    for t in range(n):
+        g.add_task(f"t{t}", int(rng.integers(0, 3)), batch=int(rng.integers(-1, 3)))
+    for _ in range(120):
+        u, v = sorted(rng.choice(n, 2, replace=False).tolist())
+        g.add_edge(u, v, 4)
+    g.freeze()
+    core_of = rng.integers(0, LINE.num_cores, n).tolist()
+    start = rng.integers(0, 2, n).tolist()  # after the producers (an order without a cycle)
+    for t in g.topo_order:
+        start[t] += max((start[u] + g.tasks[u].cost_ns for u, _ in g.preds[t]), default=0)
+    r = MergeScheduleResult.build(g, LINE, core_of, start, solver="hand", status="HEURISTIC",
+                                  communication=False)
+    topo = {t: i for i, t in enumerate(g.topo_order)}
+    want = [sorted((t for t in range(n) if core_of[t] == p),
+                   key=lambda t: (start[t], start[t] + g.tasks[t].cost_ns, topo[t]))
+            for p in range(LINE.num_cores)]
+    assert r.core_tasks == want
+    runs = []
+    for p, tasks in enumerate(want):
+        for t in tasks:
+            batch = g.tasks[t].batch
+            if runs and runs[-1][0] == p and batch >= 0 and runs[-1][1] == batch:
+                runs[-1][2].append(t)
+            else:
+                runs.append((p, batch, [t]))
+    assert [(c.core, c.batch, c.tasks) for c in r.equivalence_classes] == runs
+
+
 def test_costs_and_bottom_levels_are_new_lists() -> None:
     g = diamond()
     tail, costs = g.bottom_levels(), g.costs()
