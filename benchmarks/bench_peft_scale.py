@@ -43,11 +43,13 @@ PREVIOUS_PEFT = "f4707ad"
 """The PEFT before link reservations (issue #27's "previous PEFT")."""
 PHASES = (("loop", "_ListScheduler", "run"), ("tile room", "_ListScheduler", "candidates"),
           ("ready rows", "_ListScheduler", "data_ready"), ("EFT + gaps", "_Cores", "earliest"),
-          ("lookahead", "_ListScheduler", "score"), ("judging", "_ListScheduler", "refine"),
-          ("commit", "_ListScheduler", "commit"))
+          ("bounded", "_ListScheduler", "bounded"), ("lookahead", "_ListScheduler", "score"),
+          ("judging", "_ListScheduler", "refine"), ("commit", "_ListScheduler", "commit"))
 """--phases: (label, class and method of `raptor.solver.peft`); "loop" is the whole
 list-scheduling loop of a run, the others its parts (the rest of the loop is the ready queue
-and reading the task's messages). Looked up when used: a baseline's version may lack them."""
+and reading the task's messages). "bounded" is the choice among the cores that can win
+(lookahead and judging included); "lookahead" and "judging" the full pass it falls back to.
+Looked up when used: a baseline's version may lack them."""
 
 
 @contextlib.contextmanager
