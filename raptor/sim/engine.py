@@ -162,7 +162,14 @@ class Engine:
             if kind == RUN:
                 self.run_core(payload)
             elif kind == INJECT:
-                inject(payload, time)
+                st = inject(payload, time)
+                if st is not None:
+                    # it runs now, after the events of this time of rank 0 pushed before
+                    # (`deliver`); when there are none it is the next event: no push and pop
+                    if heap and heap[0][0] == time and not heap[0][1]:
+                        self.push(time, RUN, st)
+                    else:
+                        self.run_core(st)
             else:
                 self.serve(payload)
         self.finish()

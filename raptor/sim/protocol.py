@@ -65,9 +65,11 @@ class Mesh:
         self.core_of = {st.cid: st for st in engine.cores}
         self.arrival = engine.arrival
         self.net = Network(engine.target, "raptor")
-        self.links = FreeLinks(self.net.num_links, log=engine.trace.link_log
-                               if engine.opts.trace else None)
-        self.walk, self.hop = self.links.walk, self.net.hop_ns
+        self.log = engine.trace.link_log if engine.opts.trace else None
+        self.links = FreeLinks(self.net.num_links, log=self.log)
+        self.free, self.hop = self.links.free, self.net.hop_ns
+        if self.log is not None:
+            self.log.hop = self.hop
         self.buffered = self.opts.mode == "buffered"
         self.contention = self.opts.link_contention
         self.rendezvous = self.opts.rendezvous_ns
@@ -149,25 +151,49 @@ class Mesh:
             return
         self.deliver(ins, at, at + ins.route.transfer_ns)
 
-    def inject(self, ins: Instr, at: int) -> None:
+    def inject(self, ins: Instr, at: int) -> Core | None:
         """Cut-through over the links (`raptor.noc`), granted in injection-time order
-        (simultaneous ones by `raptor.noc.inject_rank`)."""
-        r, hop = ins.route, self.hop
-        links = r.links  # never empty here (`launch`): `FreeLinks.arrival`, one call fewer
-        self.deliver(ins, at, r.transfer_ns + self.walk(links, at, hop, r.serial_ns)
-                     - (len(links) - 1) * hop)
+        (simultaneous ones by `raptor.noc.inject_rank`); the core waiting for the message,
+        if any, for the event loop to wake (`arrive`). The walk is `FreeLinks.walk` with
+        contention, inline (one call fewer per message) and without its busy counts,
+        which nothing of a run reads."""
+        r, hop, ser, free = ins.route, self.hop, ins.route.serial_ns, self.free
+        links = r.links  # never empty here (`launch`)
+        log = self.log
+        if log is not None:
+            log.routes.append(links)
+            log.serial.append(ser)
+            log.starts.append(at)
+        head = at - hop
+        for link in links:
+            head += hop
+            f = free[link]
+            if f > head:
+                head = f
+            free[link] = head + ser
+        return self.arrive(ins, at, r.transfer_ns + head - (len(links) - 1) * hop)
 
     def deliver(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
                 nbytes: int = -1) -> None:
+        """`arrive`, and a core waiting for the message runs next at the current time."""
+        st = self.arrive(ins, inject, arrival, traced, nbytes)
+        if st is not None:
+            e = self.e
+            e.seq += 1
+            heapq.heappush(self.heap, (e.now, 0, e.seq, RUN, st))
+
+    def arrive(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
+               nbytes: int = -1) -> Core | None:
         """The message injected at `inject` is at its receiver at `arrival` (traced as
         arrived at `traced` if given: pimsim-nn's receiver writes it later, and as `nbytes`
-        if given); wake a core waiting for it. A buffered message whose receive is not
-        posted yet waits for it (`post` delivers it)."""
+        if given); returns the core waiting for it, no longer waiting (the caller wakes it).
+        A buffered message whose receive is not posted yet waits for it (`post` delivers
+        it)."""
         if self.buffered:
             waiting = self.unclaimed.get(ins.msg)
             if waiting is not None:
                 waiting[1][1] = arrival
-                return
+                return None
         if self.sent is not None:
             self.sent.append((ins.msg, inject, arrival if traced < 0 else traced, nbytes))
         v = ins.slots_out[0]  # the receiver's value
@@ -175,9 +201,8 @@ class Mesh:
         st = self.core_of[ins.peer]
         if st.wait_slot == v:
             st.wait_slot = -1
-            e = self.e
-            e.seq += 1
-            heapq.heappush(self.heap, (e.now, 0, e.seq, RUN, st))
+            return st
+        return None
 
     # ---- global memory -------------------------------------------------------------
     def request(self, st: Core, ins: Instr) -> tuple[int, int]:
