@@ -162,14 +162,14 @@ class Engine:
             if kind == RUN:
                 self.run_core(payload)
             elif kind == INJECT:
-                st = inject(payload, time)
-                if st is not None:
+                woken = inject(payload, time)
+                if woken is not None:
                     # it runs now, after the events of this time of rank 0 pushed before
                     # (`deliver`); when there are none it is the next event: no push and pop
                     if heap and heap[0][0] == time and not heap[0][1]:
-                        self.push(time, RUN, st)
+                        self.push(time, RUN, woken)
                     else:
-                        self.run_core(st)
+                        self.run_core(woken)
             else:
                 self.serve(payload)
         self.finish()
