@@ -192,7 +192,10 @@ class Engine:
                                          if k in st.starts), default=latency)
                                     for n in range(m)]
         for st in self.cores:
-            body_ops, reads, read_bytes = self.program.executed(st.cid, st.pc)
+            body_ops, reads, read_bytes, sends, send_bytes = self.program.executed(st.cid, st.pc)
+            if not self.proto.counts:  # a message leaves when its send is executed
+                rep.messages += sends
+                rep.message_bytes += send_bytes
             rep.cores.append(CoreStats(
                 st.cid, st.busy, st.blocked, latency - st.clock, st.clock, st.pc,
                 body_ops, self.program.tiles[st.cid]))
@@ -235,6 +238,7 @@ class Engine:
         posted = proto.posted if proto.posts else None
         parked, unclaimed, launch = proto.parked, proto.unclaimed, proto.launch
         leaves = posted is not None and not proto.buffered and not proto.rendezvous
+        contended, heap, heappush = proto.contention, self.heap, heapq.heappush
         if st.sync >= 0:
             if not proto.resume(st):
                 return
@@ -283,7 +287,11 @@ class Engine:
                 elif kind == SEND and leaves and 0 <= posted[ins.msg] <= clock:
                     if ins.move is not None:
                         record(ins)
-                    launch(ins, clock)
+                    if contended and ins.route.links:  # `Mesh.launch`, inline
+                        self.seq += 1
+                        heappush(heap, (clock, ins.rank, self.seq, INJECT, ins))
+                    else:
+                        launch(ins, clock)
                     pc += 1
                     continue
             st.clock, st.pc = clock, pc

@@ -46,6 +46,10 @@ class Mesh:
     memory_computes = False
     """Whether a compute with a global-memory `timing` is queued like a load."""
 
+    counts = False
+    """Whether the protocol counts the messages in the report itself (else every send
+    executed is one, counted at the end: nothing per message)."""
+
     posts = True
     """Whether a receive only posts (`post`) and a rendezvous send only waits for it: the
     engine then runs the commonest cases itself (`Engine.run_core`), without a call."""
@@ -73,7 +77,6 @@ class Mesh:
         self.buffered = self.opts.mode == "buffered"
         self.contention = self.opts.link_contention
         self.rendezvous = self.opts.rendezvous_ns
-        self.report = engine.report
         self.heap = engine.heap
         self.sent = engine.trace.sent if engine.opts.trace else None
 
@@ -141,9 +144,6 @@ class Mesh:
     def launch(self, ins: Instr, at: int) -> None:
         """The message leaves its sender at `at`: onto the links (an `INJECT` event, granted
         in time order), or straight to its receiver."""
-        rep = self.report
-        rep.messages += 1
-        rep.message_bytes += ins.nbytes
         if self.contention and ins.route.links:
             e = self.e
             e.seq += 1
@@ -232,6 +232,7 @@ class PimsimNN(Mesh):
     receives, `ld`/`st` through the switch."""
 
     memory_computes = True
+    counts = True
     posts = False
 
     def timing(self, ins: Instr) -> OpTiming:
