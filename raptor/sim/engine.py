@@ -159,9 +159,7 @@ class Engine:
         while heap:
             time, _, _, kind, payload = pop(heap)
             self.now = time
-            if kind == RUN:
-                self.run_core(payload)
-            elif kind == INJECT:
+            if kind == INJECT:  # most events
                 woken = inject(payload, time)
                 if woken is not None:
                     # it runs now, after the events of this time of rank 0 pushed before
@@ -170,6 +168,8 @@ class Engine:
                         self.push(time, RUN, woken)
                     else:
                         self.run_core(woken)
+            elif kind == RUN:
+                self.run_core(payload)
             else:
                 self.serve(payload)
         self.finish()

@@ -157,9 +157,8 @@ class Mesh:
         if any, for the event loop to wake (`arrive`). The walk is `FreeLinks.walk` with
         contention, inline (one call fewer per message) and without its busy counts,
         which nothing of a run reads."""
-        r, hop, ser, free = ins.route, self.hop, ins.route.serial_ns, self.free
-        links = r.links  # never empty here (`launch`)
-        log = self.log
+        r, hop, free, log = ins.route, self.hop, self.free, self.log
+        links, ser = r.links, r.serial_ns  # never empty here (`launch`)
         if log is not None:
             log.routes.append(links)
             log.serial.append(ser)
