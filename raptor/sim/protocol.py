@@ -40,8 +40,9 @@ class Mesh:
     receive (`Instr.partner`, numbered `Instr.msg`), so a run keeps per message only what
     has happened (a posted receive's time, a parked sender, an unclaimed buffered message)
     and no pairing queues (this is the loop's hottest code: a message whose receive was
-    posted by its send costs four Python calls, `launch`, `inject`, the walk and
-    `deliver`, the engine posting and launching it itself, see `posts`)."""
+    posted by its send costs one Python call, `inject`, the engine posting and launching
+    it itself, see `posts`, and running its woken receiver without an event when that is
+    the next one)."""
 
     memory_computes = False
     """Whether a compute with a global-memory `timing` is queued like a load."""
@@ -151,50 +152,41 @@ class Mesh:
             return
         self.deliver(ins, at, at + ins.route.transfer_ns)
 
-    def inject(self, ins: Instr, at: int) -> Core | None:
-        """Cut-through over the links (`raptor.noc`), granted in injection-time order
-        (simultaneous ones by `raptor.noc.inject_rank`); the core waiting for the message,
-        if any, for the event loop to wake (`arrive`). The walk is `FreeLinks.walk` with
-        contention, inline (one call fewer per message) and without its busy counts,
-        which nothing of a run reads."""
-        r, hop, free, log = ins.route, self.hop, self.free, self.log
-        links, ser = r.links, r.serial_ns  # never empty here (`launch`)
-        if log is not None:
-            log.routes.append(links)
-            log.serial.append(ser)
-            log.starts.append(at)
-        head = at - hop
-        for link in links:
-            head += hop
-            f = free[link]
-            if f > head:
-                head = f
-            free[link] = head + ser
-        return self.arrive(ins, at, r.transfer_ns + head - (len(links) - 1) * hop)
-
-    def deliver(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
-                nbytes: int = -1) -> None:
-        """`arrive`, and a core waiting for the message runs next at the current time."""
-        st = self.arrive(ins, inject, arrival, traced, nbytes)
-        if st is not None:
-            e = self.e
-            e.seq += 1
-            heapq.heappush(self.heap, (e.now, 0, e.seq, RUN, st))
-
-    def arrive(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
+    def inject(self, ins: Instr, at: int, arrival: int = -1, traced: int = -1,
                nbytes: int = -1) -> Core | None:
-        """The message injected at `inject` is at its receiver at `arrival` (traced as
-        arrived at `traced` if given: pimsim-nn's receiver writes it later, and as `nbytes`
-        if given); returns the core waiting for it, no longer waiting (the caller wakes it).
+        """The message injected at `at` is at its receiver at `arrival` (traced as arrived
+        at `traced` if given: pimsim-nn's receiver writes it later, and as `nbytes` if
+        given); returns the core waiting for it, no longer waiting (the caller wakes it).
         A buffered message whose receive is not posted yet waits for it (`post` delivers
-        it)."""
+        it).
+
+        Without `arrival` (an `INJECT` event) it takes the links first: cut-through
+        (`raptor.noc`), granted in injection-time order (simultaneous ones by
+        `raptor.noc.inject_rank`), the walk `FreeLinks.walk` with contention, inline (the
+        loop's hottest code: one call a message) and without its busy counts, which
+        nothing of a run reads."""
+        if arrival < 0:
+            r, hop, free, log = ins.route, self.hop, self.free, self.log
+            links, ser = r.links, r.serial_ns  # never empty here (`launch`)
+            if log is not None:
+                log.routes.append(links)
+                log.serial.append(ser)
+                log.starts.append(at)
+            head = at - hop
+            for link in links:
+                head += hop
+                f = free[link]
+                if f > head:
+                    head = f
+                free[link] = head + ser
+            arrival = r.transfer_ns + head - (len(links) - 1) * hop
         if self.buffered:
             waiting = self.unclaimed.get(ins.msg)
             if waiting is not None:
                 waiting[1][1] = arrival
                 return None
         if self.sent is not None:
-            self.sent.append((ins.msg, inject, arrival if traced < 0 else traced, nbytes))
+            self.sent.append((ins.msg, at, arrival if traced < 0 else traced, nbytes))
         v = ins.slots_out[0]  # the receiver's value
         self.arrival[v] = arrival
         st = self.core_of[ins.peer]
@@ -202,6 +194,16 @@ class Mesh:
             st.wait_slot = -1
             return st
         return None
+
+    def deliver(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
+                nbytes: int = -1) -> None:
+        """`inject` at a known arrival, and a core waiting for the message runs next at the
+        current time."""
+        st = self.inject(ins, inject, arrival, traced, nbytes)
+        if st is not None:
+            e = self.e
+            e.seq += 1
+            heapq.heappush(self.heap, (e.now, 0, e.seq, RUN, st))
 
     # ---- global memory -------------------------------------------------------------
     def request(self, st: Core, ins: Instr) -> tuple[int, int]:

@@ -226,3 +226,33 @@ func.func @main() -> tensor<4xf32> {
     with pytest.raises(SimError, match=r"^core 1 failed at t.spat:6:10 "
                                        r"spat.scheduled_compute_batch: "):
         run(text, {"w": rand(4)})
+
+
+def test_a_deadlocked_run_counts_the_messages_that_left() -> None:
+    """The report counts a message once its send has run (at the end of the run, from
+    the sends executed): here channel 0's, before each core waits for the other's."""
+    text = """
+func.func @main() -> tensor<16xf32> {
+  %w = spat.weight @w : tensor<16xf32>
+  %o = pim.alloc_shared : tensor<16xf32>
+  pim.core 0 {
+    spat.channel_send %w to core(1) channel(0) : tensor<16xf32>
+    %d = spat.channel_receive from core(1) channel(1) : tensor<16xf32>
+    %e = pim.relu %d : tensor<16xf32>
+    spat.channel_send %e to core(1) channel(2) : tensor<16xf32>
+  }
+  pim.core 1 {
+    %a = spat.channel_receive from core(0) channel(0) : tensor<16xf32>
+    %b = spat.channel_receive from core(0) channel(2) : tensor<16xf32>
+    %c = pim.relu %b : tensor<16xf32>
+    spat.channel_send %c to core(0) channel(1) : tensor<16xf32>
+    pim.store %a into %o[0] [16] [1] : tensor<16xf32> into tensor<16xf32>
+  }
+  return %o : tensor<16xf32>
+}
+"""
+    for mode in ("rendezvous", "buffered"):
+        with pytest.raises(Deadlock) as info:
+            run(text, {"w": rand(16)}, options=SimOptions(mode=mode))
+        rep = info.value.report
+        assert (rep.messages, rep.message_bytes) == (1, 64)
