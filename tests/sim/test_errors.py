@@ -228,29 +228,14 @@ func.func @main() -> tensor<4xf32> {
         run(text, {"w": rand(4)})
 
 
+
 def test_a_deadlocked_run_counts_the_messages_that_left() -> None:
     """The report counts a message once its send has run (at the end of the run, from
-    the sends executed): here channel 0's, before each core waits for the other's."""
-    text = """
-func.func @main() -> tensor<16xf32> {
-  %w = spat.weight @w : tensor<16xf32>
-  %o = pim.alloc_shared : tensor<16xf32>
-  pim.core 0 {
-    spat.channel_send %w to core(1) channel(0) : tensor<16xf32>
-    %d = spat.channel_receive from core(1) channel(1) : tensor<16xf32>
-    %e = pim.relu %d : tensor<16xf32>
-    spat.channel_send %e to core(1) channel(2) : tensor<16xf32>
-  }
-  pim.core 1 {
-    %a = spat.channel_receive from core(0) channel(0) : tensor<16xf32>
-    %b = spat.channel_receive from core(0) channel(2) : tensor<16xf32>
-    %c = pim.relu %b : tensor<16xf32>
-    spat.channel_send %c to core(0) channel(1) : tensor<16xf32>
-    pim.store %a into %o[0] [16] [1] : tensor<16xf32> into tensor<16xf32>
-  }
-  return %o : tensor<16xf32>
-}
-"""
+    the sends executed): here channel 9's, before the cores wait for each other."""
+    text = CROSSED.replace("  pim.core 0 {\n", "  pim.core 0 {\n    spat.channel_send %w to "
+                           "core(1) channel(9) : tensor<16xf32>\n")
+    text = text.replace("  pim.core 1 {\n", "  pim.core 1 {\n    %x = spat.channel_receive "
+                        "from core(0) channel(9) : tensor<16xf32>\n")
     for mode in ("rendezvous", "buffered"):
         with pytest.raises(Deadlock) as info:
             run(text, {"w": rand(16)}, options=SimOptions(mode=mode))
