@@ -71,8 +71,8 @@ class Mesh:
         self.arrival = engine.arrival
         self.net = Network(engine.target, "raptor")
         self.log = engine.trace.link_log if engine.opts.trace else None
-        self.links = FreeLinks(self.net.num_links, log=self.log)
-        self.free, self.hop = self.links.free, self.net.hop_ns
+        links = FreeLinks(self.net.num_links, log=self.log)  # `inject` walks its free times
+        self.free, self.hop = links.free, self.net.hop_ns
         if self.log is not None:
             self.log.hop = self.hop
         self.buffered = self.opts.mode == "buffered"
