@@ -159,10 +159,17 @@ class Engine:
         while heap:
             time, _, _, kind, payload = pop(heap)
             self.now = time
-            if kind == RUN:
+            if kind == INJECT:  # most events
+                woken = inject(payload, time)
+                if woken is not None:
+                    # it runs now, after the events of this time of rank 0 pushed before
+                    # (`deliver`); when there are none it is the next event: no push and pop
+                    if heap and heap[0][0] == time and not heap[0][1]:
+                        self.push(time, RUN, woken)
+                    else:
+                        self.run_core(woken)
+            elif kind == RUN:
                 self.run_core(payload)
-            elif kind == INJECT:
-                inject(payload, time)
             else:
                 self.serve(payload)
         self.finish()
@@ -185,7 +192,10 @@ class Engine:
                                          if k in st.starts), default=latency)
                                     for n in range(m)]
         for st in self.cores:
-            body_ops, reads, read_bytes = self.program.executed(st.cid, st.pc)
+            body_ops, reads, read_bytes, sends, send_bytes = self.program.executed(st.cid, st.pc)
+            if not self.proto.counts:  # a message leaves when its send is executed
+                rep.messages += sends
+                rep.message_bytes += send_bytes
             rep.cores.append(CoreStats(
                 st.cid, st.busy, st.blocked, latency - st.clock, st.clock, st.pc,
                 body_ops, self.program.tiles[st.cid]))
@@ -228,6 +238,7 @@ class Engine:
         posted = proto.posted if proto.posts else None
         parked, unclaimed, launch = proto.parked, proto.unclaimed, proto.launch
         leaves = posted is not None and not proto.buffered and not proto.rendezvous
+        contended, heap, heappush = proto.contention, self.heap, heapq.heappush
         if st.sync >= 0:
             if not proto.resume(st):
                 return
@@ -276,7 +287,11 @@ class Engine:
                 elif kind == SEND and leaves and 0 <= posted[ins.msg] <= clock:
                     if ins.move is not None:
                         record(ins)
-                    launch(ins, clock)
+                    if contended and ins.route.links:  # `Mesh.launch`, inline
+                        self.seq += 1
+                        heappush(heap, (clock, ins.rank, self.seq, INJECT, ins))
+                    else:
+                        launch(ins, clock)
                     pc += 1
                     continue
             st.clock, st.pc = clock, pc

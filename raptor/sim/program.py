@@ -195,7 +195,7 @@ class Program:
     written: set[Value] = field(default_factory=set)
     """Shared buffers the program stores into (loads from them inside a stream are checked
     against races)."""
-    finished: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    finished: dict[int, tuple[int, int, int, int, int]] = field(default_factory=dict)
     """`executed` of each core run to its end."""
     slots: tuple[int, int] = (0, 0)
     """How many value and buffer slots the numerics use (`number_slots`)."""
@@ -214,15 +214,17 @@ class Program:
                 buf.fill(0)
         self.values = self.start.copy()
 
-    def executed(self, core: int, pc: int) -> tuple[int, int, int]:
+    def executed(self, core: int, pc: int) -> tuple[int, int, int, int, int]:
         """What the first `pc` instructions of `core` execute: body ops, loads of function
-        inputs inside bodies, and their bytes (a finished core's figures are kept)."""
+        inputs inside bodies and their bytes, sends and their bytes (a finished core's
+        figures are kept)."""
         done = self.finished.get(core)
         if done is not None and pc == len(self.cores[core]):
             return done
         ran = self.cores[core][:pc]
+        sends = [i.nbytes for i in ran if i.kind == SEND]
         got = (sum(i.body_ops for i in ran), sum(len(i.params) for i in ran),
-               sum(buf[sl].nbytes for i in ran for buf, sl in i.params))
+               sum(buf[sl].nbytes for i in ran for buf, sl in i.params), len(sends), sum(sends))
         if pc == len(self.cores[core]):
             self.finished[core] = got
         return got

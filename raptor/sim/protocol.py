@@ -40,11 +40,16 @@ class Mesh:
     receive (`Instr.partner`, numbered `Instr.msg`), so a run keeps per message only what
     has happened (a posted receive's time, a parked sender, an unclaimed buffered message)
     and no pairing queues (this is the loop's hottest code: a message whose receive was
-    posted by its send costs four Python calls, `launch`, `inject`, the walk and
-    `deliver`, the engine posting and launching it itself, see `posts`)."""
+    posted by its send costs one Python call, `inject`, the engine posting and launching
+    it itself, see `posts`, and running its woken receiver without an event when that is
+    the next one)."""
 
     memory_computes = False
     """Whether a compute with a global-memory `timing` is queued like a load."""
+
+    counts = False
+    """Whether the protocol counts the messages in the report itself (else every send
+    executed is one, counted at the end: nothing per message)."""
 
     posts = True
     """Whether a receive only posts (`post`) and a rendezvous send only waits for it: the
@@ -65,13 +70,14 @@ class Mesh:
         self.core_of = {st.cid: st for st in engine.cores}
         self.arrival = engine.arrival
         self.net = Network(engine.target, "raptor")
-        self.links = FreeLinks(self.net.num_links, log=engine.trace.link_log
-                               if engine.opts.trace else None)
-        self.walk, self.hop = self.links.walk, self.net.hop_ns
+        self.log = engine.trace.link_log if engine.opts.trace else None
+        links = FreeLinks(self.net.num_links, log=self.log)  # `inject` walks its free times
+        self.free, self.hop = links.free, self.net.hop_ns
+        if self.log is not None:
+            self.log.hop = self.hop
         self.buffered = self.opts.mode == "buffered"
         self.contention = self.opts.link_contention
         self.rendezvous = self.opts.rendezvous_ns
-        self.report = engine.report
         self.heap = engine.heap
         self.sent = engine.trace.sent if engine.opts.trace else None
 
@@ -139,9 +145,6 @@ class Mesh:
     def launch(self, ins: Instr, at: int) -> None:
         """The message leaves its sender at `at`: onto the links (an `INJECT` event, granted
         in time order), or straight to its receiver."""
-        rep = self.report
-        rep.messages += 1
-        rep.message_bytes += ins.nbytes
         if self.contention and ins.route.links:
             e = self.e
             e.seq += 1
@@ -149,32 +152,55 @@ class Mesh:
             return
         self.deliver(ins, at, at + ins.route.transfer_ns)
 
-    def inject(self, ins: Instr, at: int) -> None:
-        """Cut-through over the links (`raptor.noc`), granted in injection-time order
-        (simultaneous ones by `raptor.noc.inject_rank`)."""
-        r, hop = ins.route, self.hop
-        links = r.links  # never empty here (`launch`): `FreeLinks.arrival`, one call fewer
-        self.deliver(ins, at, r.transfer_ns + self.walk(links, at, hop, r.serial_ns)
-                     - (len(links) - 1) * hop)
+    def inject(self, ins: Instr, at: int, arrival: int = -1, traced: int = -1,
+               nbytes: int = -1) -> Core | None:
+        """The message injected at `at` is at its receiver at `arrival` (traced as arrived
+        at `traced` if given: pimsim-nn's receiver writes it later, and as `nbytes` if
+        given); returns the core waiting for it, no longer waiting (the caller wakes it).
+        A buffered message whose receive is not posted yet waits for it (`post` delivers
+        it).
 
-    def deliver(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
-                nbytes: int = -1) -> None:
-        """The message injected at `inject` is at its receiver at `arrival` (traced as
-        arrived at `traced` if given: pimsim-nn's receiver writes it later, and as `nbytes`
-        if given); wake a core waiting for it. A buffered message whose receive is not
-        posted yet waits for it (`post` delivers it)."""
+        Without `arrival` (an `INJECT` event) it takes the links first: cut-through
+        (`raptor.noc`), granted in injection-time order (simultaneous ones by
+        `raptor.noc.inject_rank`), the walk `FreeLinks.walk` with contention, inline (the
+        loop's hottest code: one call a message) and without its busy counts, which
+        nothing of a run reads."""
+        if arrival < 0:
+            r, hop, free, log = ins.route, self.hop, self.free, self.log
+            links, ser = r.links, r.serial_ns  # never empty here (`launch`)
+            if log is not None:
+                log.routes.append(links)
+                log.serial.append(ser)
+                log.starts.append(at)
+            head = at - hop
+            for link in links:
+                head += hop
+                f = free[link]
+                if f > head:
+                    head = f
+                free[link] = head + ser
+            arrival = r.transfer_ns + head - (len(links) - 1) * hop
         if self.buffered:
             waiting = self.unclaimed.get(ins.msg)
             if waiting is not None:
                 waiting[1][1] = arrival
-                return
+                return None
         if self.sent is not None:
-            self.sent.append((ins.msg, inject, arrival if traced < 0 else traced, nbytes))
+            self.sent.append((ins.msg, at, arrival if traced < 0 else traced, nbytes))
         v = ins.slots_out[0]  # the receiver's value
         self.arrival[v] = arrival
         st = self.core_of[ins.peer]
         if st.wait_slot == v:
             st.wait_slot = -1
+            return st
+        return None
+
+    def deliver(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
+                nbytes: int = -1) -> None:
+        """`inject` at a known arrival, and a core waiting for the message runs next at the
+        current time."""
+        st = self.inject(ins, inject, arrival, traced, nbytes)
+        if st is not None:
             e = self.e
             e.seq += 1
             heapq.heappush(self.heap, (e.now, 0, e.seq, RUN, st))
@@ -207,6 +233,7 @@ class PimsimNN(Mesh):
     receives, `ld`/`st` through the switch."""
 
     memory_computes = True
+    counts = True
     posts = False
 
     def timing(self, ins: Instr) -> OpTiming:

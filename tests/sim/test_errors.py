@@ -226,3 +226,18 @@ func.func @main() -> tensor<4xf32> {
     with pytest.raises(SimError, match=r"^core 1 failed at t.spat:6:10 "
                                        r"spat.scheduled_compute_batch: "):
         run(text, {"w": rand(4)})
+
+
+
+def test_a_deadlocked_run_counts_the_messages_that_left() -> None:
+    """The report counts a message once its send has run (at the end of the run, from
+    the sends executed): here channel 9's, before the cores wait for each other."""
+    text = CROSSED.replace("  pim.core 0 {\n", "  pim.core 0 {\n    spat.channel_send %w to "
+                           "core(1) channel(9) : tensor<16xf32>\n")
+    text = text.replace("  pim.core 1 {\n", "  pim.core 1 {\n    %x = spat.channel_receive "
+                        "from core(0) channel(9) : tensor<16xf32>\n")
+    for mode in ("rendezvous", "buffered"):
+        with pytest.raises(Deadlock) as info:
+            run(text, {"w": rand(16)}, options=SimOptions(mode=mode))
+        rep = info.value.report
+        assert (rep.messages, rep.message_bytes) == (1, 64)
