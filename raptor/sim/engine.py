@@ -1,8 +1,8 @@
 """The discrete-event loop: cores, channels, the mesh and shared memory.
 
 It decides when things happen, not what they compute (values never depend on time): it
-records the order of computes, sends of regions and memory accesses for `numerics.execute`
-(a send of a whole value does nothing there).
+records the order of computes and memory accesses for `numerics.execute` (a send of a
+region is taken there when its value is made, a send of a whole value does nothing).
 
 Each core runs ahead on its own clock while it only touches its own state; anything shared
 (a link, the shared-memory queue) becomes a heap event at its own time, so contended
@@ -126,8 +126,8 @@ class Engine:
             self.trace.spans if options.trace else None
         self.report = SimReport(0, [], options=options.to_dict())
         self.order: list[Instr] = []
-        """Computes, sends of regions (`Instr.move`) and memory accesses in the order the
-        loop performed them."""
+        """Computes and memory accesses in the order the loop performed them (sends of
+        regions follow what they view: `Program.views`)."""
         if options.model == "pimsim-nn" and program.inferences and any(
                 i.kind in (SIGNAL, WAIT) for prog in program.cores.values() for i in prog):
             # the exporter makes counters pimsim-nn's sync/wait (one-flit messages on event
@@ -291,8 +291,6 @@ class Engine:
                         pc += 1
                         continue
                 elif kind == SEND and leaves and 0 <= posted[ins.msg] <= clock:
-                    if ins.move is not None:
-                        record(ins)
                     if contended and ins.route.links:  # `Mesh.launch`, inline
                         self.seq += 1
                         heappush(heap, (clock, ins.rank, self.seq, INJECT, ins))
@@ -307,8 +305,6 @@ class Engine:
                 if not receive(st, ins):
                     return
             elif kind == SEND:
-                if ins.move is not None:
-                    record(ins)
                 if not send(st, ins):
                     return
             elif kind == WAIT and not memory.counter_ready(st, ins):
