@@ -41,17 +41,16 @@ def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
 
     def made(v: int, level: int) -> None:
         """Value `v` exists from `level`: its sends of regions, and theirs, run there."""
-        while len(out) <= level:
-            out.append(({}, [], []))
-        moves = out[level][1]
-        i = len(moves)
-        moves += views[v]
-        while i < len(moves):
-            dst = moves[i][1]
+        if level >= len(out):
+            out.extend([({}, [], []) for _ in range(level + 1 - len(out))])
+        moves = views[v].copy()
+        for move in moves:  # the list grows while it is walked: forwarded regions
+            dst = move[1]
             ready[dst] = level
-            if dst in views:
-                moves += views[dst]
-            i += 1
+            more = views.get(dst)
+            if more is not None:
+                moves += more
+        out[level][1].extend(moves)
 
     for v in program.initial_views:
         made(v, 0)
@@ -77,8 +76,8 @@ def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
                 level = max(memory[buf], ready[ins_in[0]])
                 store_done[ins.store_id] = level + 1
             memory[buf] = level
-        while len(out) <= level:
-            out.append(({}, [], []))
+        if level >= len(out):
+            out += [({}, [], []) for _ in range(level + 1 - len(out))]
         if kind == COMPUTE:
             assert ins.template is not None
             groups = out[level][0]
