@@ -1,8 +1,8 @@
 """The discrete-event loop: cores, channels, the mesh and shared memory.
 
 It decides when things happen, not what they compute (values never depend on time): it
-records the order of computes, sends of regions and memory accesses for `numerics.execute`
-(a send of a whole value does nothing there).
+records the order of computes and memory accesses for `numerics.execute` (a send of a
+region is taken there when its value is made, a send of a whole value does nothing).
 
 Each core runs ahead on its own clock while it only touches its own state; anything shared
 (a link, the shared-memory queue) becomes a heap event at its own time, so contended
@@ -126,8 +126,8 @@ class Engine:
             self.trace.spans if options.trace else None
         self.report = SimReport(0, [], options=options.to_dict())
         self.order: list[Instr] = []
-        """Computes, sends of regions (`Instr.move`) and memory accesses in the order the
-        loop performed them."""
+        """Computes and memory accesses in the order the loop performed them (sends of
+        regions follow what they view: `Program.views`)."""
         if options.model == "pimsim-nn" and program.inferences and any(
                 i.kind in (SIGNAL, WAIT) for prog in program.cores.values() for i in prog):
             # the exporter makes counters pimsim-nn's sync/wait (one-flit messages on event
@@ -136,6 +136,20 @@ class Engine:
                            "READY/FREE counters (one stage), not a stream with counters")
         self.proto = PROTOCOLS[options.model](self)
         self.memory = SharedMemory(self)
+        proto = self.proto
+        # Raptor's mesh, inline in `run_core`: a receive that no sender or message waits
+        # for is posted (`Mesh.post`), a rendezvous send whose receive was posted by the
+        # sender's clock leaves at once (`Mesh.send` without a wait); anything else goes to
+        # the protocol.
+        posted = proto.posted if proto.posts else None
+        self.setup = (
+            proto, self.memory, proto.receive, proto.send, posted, proto.parked,
+            proto.unclaimed, proto.launch,
+            posted is not None and not proto.buffered and not proto.rendezvous,
+            proto.contention, self.heap, heapq.heappush, self.arrival, self.spans,
+            self.order.append,
+            proto.memory_computes, program.inferences > 0, options.shared_queueing)
+        """What `run_core` needs of the engine, bound once (it runs thousands of times)."""
 
     # ---- event loop ----------------------------------------------------------------
     def push(self, time: int, kind: int, payload: Any, rank: int = 0) -> None:
@@ -230,22 +244,14 @@ class Engine:
     def run_core(self, st: Core) -> None:
         """Run `st` until it finishes, parks, or hands a shared-memory request to the heap.
         Computes only touch the core's own state, so they run in a tight local loop."""
-        proto, memory = self.proto, self.memory
-        receive, send = proto.receive, proto.send
-        # Raptor's mesh, inline: a receive that no sender or message waits for is posted
-        # (`Mesh.post`), a rendezvous send whose receive was posted by the sender's clock
-        # leaves at once (`Mesh.send` without a wait); anything else goes to the protocol.
-        posted = proto.posted if proto.posts else None
-        parked, unclaimed, launch = proto.parked, proto.unclaimed, proto.launch
-        leaves = posted is not None and not proto.buffered and not proto.rendezvous
-        contended, heap, heappush = proto.contention, self.heap, heapq.heappush
+        (proto, memory, receive, send, posted, parked, unclaimed, launch, leaves, contended,
+         heap, heappush, arrival, spans, record, timed, stream, queued) = self.setup
         if st.sync >= 0:
             if not proto.resume(st):
                 return
             st.pc += 1
-        prog, arrival, spans, cid = st.prog, self.arrival, self.spans, st.cid
-        record = self.order.append
-        n, timed, stream = len(prog), proto.memory_computes, self.program.inferences > 0
+        prog, cid = st.prog, st.cid
+        n = len(prog)
         clock, pc, busy = st.clock, st.pc, 0
         while pc < n:
             ins = prog[pc]
@@ -285,8 +291,6 @@ class Engine:
                         pc += 1
                         continue
                 elif kind == SEND and leaves and 0 <= posted[ins.msg] <= clock:
-                    if ins.move is not None:
-                        record(ins)
                     if contended and ins.route.links:  # `Mesh.launch`, inline
                         self.seq += 1
                         heappush(heap, (clock, ins.rank, self.seq, INJECT, ins))
@@ -301,8 +305,6 @@ class Engine:
                 if not receive(st, ins):
                     return
             elif kind == SEND:
-                if ins.move is not None:
-                    record(ins)
                 if not send(st, ins):
                     return
             elif kind == WAIT and not memory.counter_ready(st, ins):
@@ -311,7 +313,7 @@ class Engine:
                 if not memory.ready(st, ins):
                     return
                 at, rank = proto.request(st, ins)
-                if self.opts.shared_queueing:
+                if queued:
                     self.push(at, MEM, st, rank)
                     return
                 proto.access(st, ins, at)

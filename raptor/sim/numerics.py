@@ -21,52 +21,63 @@ from typing import Any
 
 from raptor.sim.errors import SimError
 from raptor.sim.kernels import Template, stack
-from raptor.sim.program import COMPUTE, LOAD, SEND, Instr, Move, Program
+from raptor.sim.program import COMPUTE, LOAD, Instr, Move, Program
 
 Level = tuple[dict[Template, list[Instr]], list[Move], list[Instr]]
 """One level: its computes by template (instances in the order the loop performed them),
-its sends of regions (run first, in that order: a send that forwards what another sent
-comes after it), then its memory accesses in that order."""
+its sends of regions (run first: a send that forwards what another sent comes after it),
+then its memory accesses in the loop's order."""
 
 
 def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
-    """The recorded instructions by level (see the module docstring)."""
+    """The recorded instructions by level (see the module docstring), with the sends of
+    regions of each value (`Program.views`) in the level after the one that makes it."""
     values, buffers = program.slots
     ready = [0] * values  # per (core, value) slot, the level it exists from
     memory = [0] * buffers  # per buffer, the level of its latest access
     store_done: dict[int, int] = {}
-    out: list[Level] = []
-    top = 0  # len(out)
+    out: list[Level] = [({}, [], [])]
+    views = program.views
+
+    def made(v: int, level: int) -> None:
+        """Value `v` exists from `level`: its sends of regions, and theirs, run there."""
+        if level >= len(out):
+            out.extend([({}, [], []) for _ in range(level + 1 - len(out))])
+        moves = views[v].copy()
+        for move in moves:  # the list grows while it is walked: forwarded regions
+            dst = move[1]
+            ready[dst] = level
+            more = views.get(dst)
+            if more is not None:
+                moves += more
+        out[level][1].extend(moves)
+
+    for v in program.initial_views:
+        made(v, 0)
     get = ready.__getitem__
     for ins in order:
         kind = ins.kind
-        if kind == SEND:  # most of a run's instructions: kept short
-            move = ins.move
-            assert move is not None  # (the loop records only sends of regions)
-            level = ready[move[0]]
-            ready[move[1]] = level
-            if level >= top:
-                out += [({}, [], []) for _ in range(level + 1 - top)]
-                top = level + 1
-            out[level][1].append(move)
-            continue
         ins_in, ins_out = ins.slots_in, ins.slots_out
         if kind == COMPUTE:
             level = max(map(get, ins_in)) if ins_in else 0
             for v in ins_out:
                 ready[v] = level + 1
+                if v in views:
+                    made(v, level + 1)
         else:
             buf = ins.buffer_slot
             if kind == LOAD:
                 level = max([memory[buf], *[store_done[s] for s in ins.deps]])
-                ready[ins_out[0]] = level + 1
+                v = ins_out[0]
+                ready[v] = level + 1
+                if v in views:
+                    made(v, level + 1)
             else:
                 level = max(memory[buf], ready[ins_in[0]])
                 store_done[ins.store_id] = level + 1
             memory[buf] = level
-        if level >= top:
-            out += [({}, [], []) for _ in range(level + 1 - top)]
-            top = level + 1
+        if level >= len(out):
+            out += [({}, [], []) for _ in range(level + 1 - len(out))]
         if kind == COMPUTE:
             assert ins.template is not None
             groups = out[level][0]
@@ -91,7 +102,8 @@ def execute(program: Program, order: Sequence[Instr]) -> None:
                 src, dst, sl, shape = move
                 values[dst] = values[src][sl] if shape is None else values[src][sl].reshape(shape)
         except (ValueError, IndexError) as e:
-            raise _failed(next(i for i in order if i.move is move), e) from None
+            raise _failed(next(i for p in program.cores.values() for i in p if i.move is move),
+                          e) from None
         for group in groups.values():
             _run_group(values, group)
         for ins in accesses:

@@ -199,6 +199,11 @@ class Program:
     """`executed` of each core run to its end."""
     slots: tuple[int, int] = (0, 0)
     """How many value and buffer slots the numerics use (`number_slots`)."""
+    views: dict[int, list[Move]] = field(default_factory=dict)
+    """Per value slot, the sends of regions of it (`Instr.move`, in program order per core):
+    the numerics take them when the value is made, not in the event loop's order."""
+    initial_views: list[int] = field(default_factory=list)
+    """The slots of `views` that hold a value before a run (`start`)."""
 
     def bind(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
         """Start a run: copy the inputs into their buffers, clear the others and the cores'
@@ -251,6 +256,7 @@ def number_slots(program: Program) -> tuple[int, int]:
     buffers: dict[Value, int] = {}
     start: dict[int, Any] = {}
     sent: dict[tuple[int, Value], tuple[int, Value]] = {}
+    views: dict[int, list[Move]] = {}
     for core, prog in program.cores.items():
         for ins in prog:
             if ins.kind == SEND and ins.cut is None:
@@ -287,7 +293,12 @@ def number_slots(program: Program) -> tuple[int, int]:
                 reads = (ins.value,)
                 ins.slots_out = (at((ins.peer, ins.partner.value), len(values)),)
                 if ins.cut is not None:
-                    ins.move = (data(core, ins.value), ins.slots_out[0], *ins.cut)
+                    src = data(core, ins.value)
+                    ins.move = move = (src, ins.slots_out[0], *ins.cut)
+                    if src in views:
+                        views[src].append(move)
+                    else:
+                        views[src] = [move]
             elif kind in (LOAD, STORE):
                 assert ins.value is not None
                 buf = ins.op.buffer  # type: ignore[attr-defined]
@@ -310,6 +321,8 @@ def number_slots(program: Program) -> tuple[int, int]:
     program.start = [None] * len(values)
     for i, x in start.items():
         program.start[i] = x
+    program.views = views
+    program.initial_views = [s for s in views if s in start]
     return len(values), len(buffers)
 
 

@@ -48,3 +48,33 @@ def test_region_send_type_mismatch_is_sch1() -> None:
                       "pim.store %b into %o[0, 0] [2, 16] [1, 1] : tensor<8x16xf32>")
     rules = {d.rule for d in verify_module(parse_module(bad))}
     assert "SCH-1" in rules
+
+
+def test_a_forwarded_region_is_a_region_of_the_region_received() -> None:
+    """Core 5 sends on a region of the region it received: the numerics take both views when
+    the loaded value is made (`Program.views`), the second after the first."""
+    text = """func.func @main(%x: tensor<8x16xf32>) -> tensor<1x16xf32> {
+  %o = pim.alloc_shared : tensor<1x16xf32>
+  pim.core 0 {
+    %a = pim.load %x[0, 0] [8, 16] [1, 1] : tensor<8x16xf32> to tensor<8x16xf32>
+    SEND
+  }
+  pim.core 5 {
+    %c = spat.channel_receive from core(0) channel(0) : tensor<2x16xf32>
+    FORWARD
+  }
+  pim.core 9 {
+    %b = spat.channel_receive from core(5) channel(0) : tensor<1x16xf32>
+    pim.store %b into %o[0, 0] [1, 16] [1, 1] : tensor<1x16xf32> into tensor<1x16xf32>
+  }
+  return %o : tensor<1x16xf32>
+}
+""".replace("SEND", SEND.replace("core(9)", "core(5)")).replace(
+        "FORWARD", "spat.channel_send %c[1, 0] [1, 16] [1, 1] to core(9) channel(0) : "
+        "tensor<2x16xf32> -> tensor<1x16xf32>")
+    module = parse_module(text, "forward.spat")
+    assert verify_module(module) == []
+    x = np.arange(128, dtype=np.float32).reshape(8, 16)
+    for options in (SimOptions(trace=False), SimOptions.ideal(trace=False)):
+        res = simulate(module, load_target("default"), [x], options)
+        np.testing.assert_array_equal(res.outputs[0], x[5:6])
