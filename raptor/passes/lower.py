@@ -815,7 +815,7 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     # MVM rounds, chunks)
     options: list[tuple[int, bool, int, int, int, int]] = []
     most = len(tiles) if target.protocol == "pimsim-nn" else min(target.mvm_units, len(tiles))
-    for n in sorted({*range(1, most + 1), len(tiles)}):
+    for n in sorted({*range(1, most + 1), len(tiles)} if pixels == 1 or len(tiles) * target.crossbars_of(tiles[0].shape) > target.crossbars_per_core else {len(tiles)}):
         count = -(-len(tiles) // n)
         if options and count == options[-1][0]:
             continue  # the same bundles as a smaller n
