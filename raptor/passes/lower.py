@@ -486,18 +486,26 @@ def lowers(*kinds: str) -> Callable[[Lowerer], Lowerer]:
 # ---------------------------------------------------------------------- matrix plans
 def _tiles(target: Target, mat: np.ndarray, rows: int, pixels: int = 0
            ) -> list[list[tuple[int, int, np.ndarray]]]:
-    """Row tiles × column groups of a (K, M) matrix: [(k0, m0, tile)] per row tile. A tile
-    spans the column blocks of one array group (`Target.array_group`): its crossbars share
-    the tile's input rows and fire as one MVM. Unless the matrix's lanes with one crossbar
-    per column block (`rows` per row tile and block: its output rows × images) all run at
-    once on the cores anyway: then groups would save MVM instructions but no time, and
-    their partial sums would travel as one message instead of one per block in parallel
-    (mlp: 4,993 ns with one crossbar per MVM, 5,276 with groups of 2). With `pixels` (a
-    convolution lane's output row), a group is only as wide as lets the lane's results (the
-    MVM's and its transpose) fit an eighth of a core's memory (`lane_fits` of twice that in
-    a quarter): ResNet-50's 1,024-wide groups left 14 KB results waiting on 15 cores beyond
-    what they hold (ResNet-18's groups all fit as they were)."""
+    """Row tiles × column groups of a (K, M) matrix: [(k0, m0, tile)] per row tile, each
+    group `_group_width` crossbars wide."""
     k, m = mat.shape
+    r = target.crossbar_rows
+    c = target.crossbar_cols * _group_width(target, k, m, rows, pixels)
+    return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)] for k0 in range(0, k, r)]
+
+
+def _group_width(target: Target, k: int, m: int, rows: int, pixels: int = 0) -> int:
+    """Crossbars per column group of a (k, m) matrix: the column blocks of one array group
+    (`Target.array_group`), whose crossbars share a tile's input rows and fire as one MVM.
+    Unless the matrix's lanes with one crossbar per column block (`rows` per row tile and
+    block: its output rows × images) all run at once on the cores anyway: then groups
+    would save MVM instructions but no time, and their partial sums would travel as one
+    message instead of one per block in parallel (mlp: 4,993 ns with one crossbar per MVM,
+    5,276 with groups of 2). With `pixels` (a convolution lane's output row), a group is
+    only as wide as lets the lane's results (the MVM's and its transpose) fit an eighth of
+    a core's memory (`lane_fits` of twice that in a quarter): ResNet-50's 1,024-wide groups
+    left 14 KB results waiting on 15 cores beyond what they hold (ResNet-18's groups all
+    fit as they were)."""
     r = target.crossbar_rows
     blocks = -(-m // target.crossbar_cols)
     per = target.array_group(blocks)
@@ -508,8 +516,7 @@ def _tiles(target: Target, mat: np.ndarray, rows: int, pixels: int = 0
             4 * per * target.crossbar_cols * pixels * activation_bytes(target), target, 1):
         groups += 1
         per = -(-blocks // groups)  # as even as before
-    c = target.crossbar_cols * per
-    return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)] for k0 in range(0, k, r)]
+    return per
 
 
 def _reduce_partials(em: Emit, partials: list[Value], bias: Value | None,
@@ -645,7 +652,9 @@ def crossbars_needed(graph: PlanGraph, target: Target) -> int:
 
 
 WINDOW_SHARE = 4
-"""`conv_windows` keeps the network's crossbars within 1/WINDOW_SHARE of the chip's."""
+"""The share of the chip's crossbars a convolution's copies, and the network's crossbars,
+may take when `conv_windows` widens windows (ResNet-18 at one unit: a quarter 2.55 ms
+simulated, a half 2.90 ms; an eighth is less than its crossbars at one pixel)."""
 
 
 @dataclass(frozen=True)
@@ -663,7 +672,7 @@ def window_options(graph: PlanGraph, plan: Plan, target: Target) -> list[WindowO
     `_sdk_matrix`) whose columns fit one array group (`array_group_max`: wider, its blocks
     would fire as several MVMs) and whose lane of one row tile fits local memory
     (`lane_fits`). MVMs: images × output rows × windows per row × row tiles × column
-    groups."""
+    groups (`_group_width`)."""
     w = plan.weights.get("weight")
     one = WindowOption(1, 0, _plan_crossbars(graph, plan, target))
     if plan.kind != "conv" or w is None or w.ndim != 4 or int(plan.num("group")) != 1:
@@ -686,34 +695,41 @@ def window_options(graph: PlanGraph, plan: Plan, target: Target) -> list[WindowO
         if pixels > 1 and (blocks > most or not lane_fits(
                 _conv_lane_bytes(target, sdk, tile, row_tiles, 1, 1), target)):
             continue
-        groups = -(-blocks // target.array_group(blocks))
+        groups = -(-blocks // _group_width(target, kg, mg, n * oh, sdk.out[1]))
         out.append(WindowOption(pixels, n * oh * sdk.out[1] * row_tiles * groups,
                                 row_tiles * blocks))
     return out or [one]
 
 
 def conv_windows(graph: PlanGraph, target: Target) -> dict[int, int]:
-    """Output pixels per MVM of each convolution that takes more than one (by plan index).
-    Each takes the fewest MVMs of its `window_options` (ties: fewer pixels), unless that
-    would make the network's crossbars exceed 1/`WINDOW_SHARE` of the chip's: wider windows
-    cost crossbars (ResNet-18's 3×3 layers of 64 channels, 5 crossbars at one pixel, 60 at
-    8), and a copy of a tile on more cores is what spreads a layer's lanes over them.
-    Convolutions claim their windows in order of MVMs saved per crossbar added (the first
-    layers: many pixels, few channels), each its fewest MVMs that still fit, so the
-    crossbars go where they save the most."""
+    """Output pixels per MVM of each convolution that takes more than one (by plan index):
+    of its `window_options`, the one of least MVMs per copy its layer can have (ties: fewer
+    pixels). Wider windows cost crossbars (ResNet-18's 3×3 layers of 64 channels: 5 a copy
+    at one pixel, 18 at 4, 60 at 8), and copies of a layer's tiles on more cores are what
+    spread its lanes over them: a layer may have as many copies (at most one per core) as
+    1/`WINDOW_SHARE` of the chip's crossbars hold. (ResNet-18 at one unit, layer 1 at 8
+    pixels, the fewest MVMs: 3.08 ms simulated; at 4: 2.59 ms.) The network's crossbars
+    stay within that share too: convolutions claim their windows in order of time saved
+    per crossbar added, each its best window that still fits."""
     options = {i: window_options(graph, p, target) for i, p in enumerate(graph.plans)}
     total = sum(opts[0].crossbars for opts in options.values())
     budget = target.crossbar_capacity // WINDOW_SHARE
 
+    def time(o: WindowOption) -> float:
+        """MVMs one core does with the layer's copies spread over the cores."""
+        return o.mvms / min(target.num_cores, max(1, budget // o.crossbars))
+
+    ranked = {i: sorted(opts, key=lambda o: (time(o), o.pixels))
+              for i, opts in options.items() if len(opts) > 1}
+
     def gain(i: int) -> float:
-        one, best = options[i][0], min(options[i], key=lambda o: (o.mvms, o.pixels))
-        return (one.mvms - best.mvms) / max(1, best.crossbars - one.crossbars)
+        one, best = options[i][0], ranked[i][0]
+        return (time(one) - time(best)) / max(1, best.crossbars - one.crossbars)
 
     chosen: dict[int, int] = {}
-    for i in sorted((i for i, opts in options.items() if len(opts) > 1), key=gain,
-                    reverse=True):
+    for i in sorted(ranked, key=gain, reverse=True):
         one = options[i][0]
-        for o in sorted(options[i], key=lambda o: (o.mvms, o.pixels)):
+        for o in ranked[i]:
             if o.pixels == 1:
                 break
             if total + o.crossbars - one.crossbars <= budget:
@@ -795,7 +811,11 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     images), all competing for the cores. `width` counts MVMs (windows of `pixels`).
 
     A bundle is at most `mvm_units` tiles, or all of them (no partial sums to send and add):
-    more would make each copy of it hold more crossbars for no faster MVMs. Under the
+    more would make each copy of it hold more crossbars for no faster MVMs. With windows of
+    `pixels` > 1, all of them when they fit a core: the rounds below do not price partial
+    sums, and a window's are `pixels` times as wide as a pixel's (ResNet-18, layer 1 at 8
+    pixels: 15 one-tile bundles in sevenths of a row, 36,053 tasks, 4.45 ms simulated; all
+    15 tiles per lane 3.06 ms). Under the
     `pimsim-nn` protocol any number, since each partial sum is one more blocking message:
     ResNet-18's 7-pixel layers of 36 row tiles in 9 bundles of 4 (63 lanes, one round of
     28 MVMs, as 252 one-tile lanes take 4 rounds of 7), its 14-pixel ones of 18 in 9 of 2
@@ -815,7 +835,8 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     # MVM rounds, chunks)
     options: list[tuple[int, bool, int, int, int, int]] = []
     most = len(tiles) if target.protocol == "pimsim-nn" else min(target.mvm_units, len(tiles))
-    for n in sorted({*range(1, most + 1), len(tiles)} if pixels == 1 or len(tiles) * target.crossbars_of(tiles[0].shape) > target.crossbars_per_core else {len(tiles)}):
+    whole = len(tiles) * target.crossbars_of(tiles[0].shape) <= target.crossbars_per_core
+    for n in [len(tiles)] if pixels > 1 and whole else sorted({*range(1, most + 1), len(tiles)}):
         count = -(-len(tiles) // n)
         if options and count == options[-1][0]:
             continue  # the same bundles as a smaller n
