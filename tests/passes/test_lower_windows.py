@@ -45,11 +45,13 @@ CASES = [
     (3, 16, (12, 13), 3, 1, 1, 1, 8, 8),      # 13 columns: the second window half padding
     (3, 64, (20, 22), 7, 2, 3, 1, 8, 8),      # the stem's kernel and stride
     (8, 16, (9, 11), 3, 2, 0, 2, 8, 4),       # dilation 2, stride 2, no padding
-    (130, 30, (6, 10), 3, 1, 1, 1, 8, 4),     # 130 input channels: row tiles cut channels
+    (130, 30, (6, 10), 3, 1, 1, 1, 8, 2),     # 130 input channels: row tiles cut channels
     (16, 8, (5, 9), 1, 1, 0, 1, 8, 8),        # 1x1
     (64, 64, (10, 10), 3, 1, 1, 1, 2, 2),     # bounded by the key
-    (64, 128, (8, 7), 5, 1, 2, 1, 8, 4),      # 128 output channels, 7 columns
-    (32, 96, (9, 9), 3, 2, 1, 1, 4, 2),       # stride 2, 5 columns in windows of 2
+    (64, 128, (8, 7), 3, 1, 1, 1, 8, 2),      # 128 output channels, 7 columns
+    (16, 128, (10, 7), 5, 1, 2, 1, 8, 4),     # 5x5, 4 crossbars of columns
+    (32, 64, (9, 9), 3, 2, 1, 1, 4, 2),       # stride 2, 5 columns in windows of 2
+    (127, 32, (12, 12), 3, 2, 1, 1, 8, 2),    # 127 channels, stride 2
 ]
 
 
