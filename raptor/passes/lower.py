@@ -659,11 +659,14 @@ simulated, a half 2.90 ms; an eighth is less than its crossbars at one pixel).""
 
 @dataclass(frozen=True)
 class WindowOption:
-    """A convolution at `pixels` output pixels per MVM: its MVMs and crossbars."""
+    """A convolution at `pixels` output pixels per MVM: its MVMs, its crossbars and the
+    MVMs of its shortest lane (`_lanes`: a run of a row in the most chunks, all row tiles
+    per lane with windows, one without)."""
 
     pixels: int
     mvms: int
     crossbars: int
+    lane: int
 
 
 def window_options(graph: PlanGraph, plan: Plan, target: Target) -> list[WindowOption]:
@@ -674,7 +677,7 @@ def window_options(graph: PlanGraph, plan: Plan, target: Target) -> list[WindowO
     (`lane_fits`). MVMs: images × output rows × windows per row × row tiles × column
     groups (`_group_width`)."""
     w = plan.weights.get("weight")
-    one = WindowOption(1, 0, _plan_crossbars(graph, plan, target))
+    one = WindowOption(1, 0, _plan_crossbars(graph, plan, target), 0)
     if plan.kind != "conv" or w is None or w.ndim != 4 or int(plan.num("group")) != 1:
         return [one]
     cout, cin, kh, kw = w.shape
@@ -696,8 +699,11 @@ def window_options(graph: PlanGraph, plan: Plan, target: Target) -> list[WindowO
                 _conv_lane_bytes(target, sdk, tile, row_tiles, 1, 1), target)):
             continue
         groups = -(-blocks // _group_width(target, kg, mg, n * oh, sdk.out[1]))
+        bundle = row_tiles if pixels > 1 and row_tiles * blocks <= target.crossbars_per_core \
+            else 1
         out.append(WindowOption(pixels, n * oh * sdk.out[1] * row_tiles * groups,
-                                row_tiles * blocks))
+                                row_tiles * blocks,
+                                bundle * -(-sdk.out[1] // _most_chunks(sdk.out[1], pixels))))
     return out or [one]
 
 
@@ -716,8 +722,9 @@ def conv_windows(graph: PlanGraph, target: Target) -> dict[int, int]:
     budget = target.crossbar_capacity // WINDOW_SHARE
 
     def time(o: WindowOption) -> float:
-        """MVMs one core does with the layer's copies spread over the cores."""
-        return o.mvms / min(target.num_cores, max(1, budget // o.crossbars))
+        """MVMs one core does with the layer's copies spread over the cores, or its
+        shortest lane's when the layer has fewer lanes than that."""
+        return max(o.mvms / min(target.num_cores, max(1, budget // o.crossbars)), o.lane)
 
     ranked = {i: sorted(opts, key=lambda o: (time(o), o.pixels))
               for i, opts in options.items() if len(opts) > 1}
@@ -843,7 +850,7 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
         size = -(-len(tiles) // count)  # as even as `count` bundles allow
         if size * target.crossbars_of(tiles[0].shape) > target.crossbars_per_core:
             continue
-        for k in range(1, max(1, min(width // -(-MIN_CHUNK // pixels), MAX_CHUNKS)) + 1):
+        for k in range(1, _most_chunks(width, pixels) + 1):
             if (n > 1 or k > 1) and lane_bytes is not None \
                     and not lane_fits(lane_bytes(size, k), target):
                 continue
@@ -856,6 +863,12 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     count, *_, k = min(o for o in options if o[4] * 100 <= least * 103)
     cuts = [len(tiles) * i // count for i in range(count + 1)]
     return [tiles[a:b] for a, b in pairwise(cuts)], k
+
+
+def _most_chunks(width: int, pixels: int = 1) -> int:
+    """The most lanes `_lanes` cuts an output row of `width` MVMs (windows of `pixels`)
+    into: each at least `MIN_CHUNK` pixels, at most `MAX_CHUNKS`."""
+    return max(1, min(width // -(-MIN_CHUNK // pixels), MAX_CHUNKS))
 
 
 MAX_CHUNKS = 8
