@@ -709,14 +709,17 @@ def window_options(graph: PlanGraph, plan: Plan, target: Target) -> list[WindowO
 
 def conv_windows(graph: PlanGraph, target: Target) -> dict[int, int]:
     """Output pixels per MVM of each convolution that takes more than one (by plan index):
-    of its `window_options`, the one of least MVMs per copy its layer can have (ties: fewer
-    pixels). Wider windows cost crossbars (ResNet-18's 3×3 layers of 64 channels: 5 a copy
-    at one pixel, 18 at 4, 60 at 8), and copies of a layer's tiles on more cores are what
-    spread its lanes over them: a layer may have as many copies (at most one per core) as
-    1/`WINDOW_SHARE` of the chip's crossbars hold. (ResNet-18 at one unit, layer 1 at 8
-    pixels, the fewest MVMs: 3.08 ms simulated; at 4: 2.59 ms.) The network's crossbars
-    stay within that share too: convolutions claim their windows in order of time saved
-    per crossbar added, each its best window that still fits."""
+    of its `window_options`, the one of least MVMs per copy its layer can have, or of its
+    shortest lane if that is longer (ties: fewer MVMs, then fewer pixels). Wider windows
+    cost crossbars (ResNet-18's 3×3 layers of 64 channels: 5 a copy at one pixel, 18 at 4,
+    60 at 8), and copies of a layer's tiles on more cores are what spread its lanes over
+    them: a layer may have as many copies (at most one per core) as 1/`WINDOW_SHARE` of the
+    chip's crossbars hold (ResNet-18 at one unit, layer 1 at 8 pixels, the fewest MVMs:
+    3.08 ms simulated; at 4: 2.59 ms). A layer of fewer lanes than cores is as slow as its
+    longest lane, which windows lengthen (the ResNet block's 16×16 layers at 8 pixels:
+    40,451 ns; at 4: 36,864). The network's crossbars stay within that share too:
+    convolutions claim their windows in order of time saved per crossbar added, each its
+    best window that still fits."""
     options = {i: window_options(graph, p, target) for i, p in enumerate(graph.plans)}
     total = sum(opts[0].crossbars for opts in options.values())
     budget = target.crossbar_capacity // WINDOW_SHARE
@@ -726,7 +729,7 @@ def conv_windows(graph: PlanGraph, target: Target) -> dict[int, int]:
         shortest lane's when the layer has fewer lanes than that."""
         return max(o.mvms / min(target.num_cores, max(1, budget // o.crossbars)), o.lane)
 
-    ranked = {i: sorted(opts, key=lambda o: (time(o), o.pixels))
+    ranked = {i: sorted(opts, key=lambda o: (time(o), o.mvms, o.pixels))
               for i, opts in options.items() if len(opts) > 1}
 
     def gain(i: int) -> float:
