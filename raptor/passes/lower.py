@@ -653,8 +653,9 @@ def crossbars_needed(graph: PlanGraph, target: Target) -> int:
 
 WINDOW_SHARE = 4
 """The share of the chip's crossbars a convolution's copies, and the network's crossbars,
-may take when `conv_windows` widens windows (ResNet-18 at one unit: a quarter 2.55 ms
-simulated, a half 2.90 ms; an eighth is less than its crossbars at one pixel)."""
+may take when `conv_windows` widens windows (ResNet-18 at one unit, before its lane term:
+a quarter 2.55 ms simulated, a fifth 2.62, a third or a half 2.90; an eighth is less than
+its crossbars at one pixel)."""
 
 
 @dataclass(frozen=True)
