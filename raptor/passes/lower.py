@@ -700,8 +700,7 @@ def window_options(graph: PlanGraph, plan: Plan, target: Target) -> list[WindowO
                 _conv_lane_bytes(target, sdk, tile, row_tiles, 1, 1), target)):
             continue
         groups = -(-blocks // _group_width(target, kg, mg, n * oh, sdk.out[1]))
-        bundle = row_tiles if pixels > 1 and row_tiles * blocks <= target.crossbars_per_core \
-            else 1
+        bundle = row_tiles if pixels > 1 and _fits_core(target, row_tiles, blocks) else 1
         out.append(WindowOption(pixels, n * oh * sdk.out[1] * row_tiles * groups,
                                 row_tiles * blocks,
                                 bundle * -(-sdk.out[1] // _most_chunks(sdk.out[1], pixels))))
@@ -846,13 +845,13 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     # MVM rounds, chunks)
     options: list[tuple[int, bool, int, int, int, int]] = []
     most = len(tiles) if target.protocol == "pimsim-nn" else min(target.mvm_units, len(tiles))
-    whole = len(tiles) * target.crossbars_of(tiles[0].shape) <= target.crossbars_per_core
+    whole = _fits_core(target, len(tiles), target.crossbars_of(tiles[0].shape))
     for n in [len(tiles)] if pixels > 1 and whole else sorted({*range(1, most + 1), len(tiles)}):
         count = -(-len(tiles) // n)
         if options and count == options[-1][0]:
             continue  # the same bundles as a smaller n
         size = -(-len(tiles) // count)  # as even as `count` bundles allow
-        if size * target.crossbars_of(tiles[0].shape) > target.crossbars_per_core:
+        if not _fits_core(target, size, target.crossbars_of(tiles[0].shape)):
             continue
         for k in range(1, _most_chunks(width, pixels) + 1):
             if (n > 1 or k > 1) and lane_bytes is not None \
@@ -867,6 +866,11 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     count, *_, k = min(o for o in options if o[4] * 100 <= least * 103)
     cuts = [len(tiles) * i // count for i in range(count + 1)]
     return [tiles[a:b] for a, b in pairwise(cuts)], k
+
+
+def _fits_core(target: Target, tiles: int, crossbars: int) -> bool:
+    """Whether one lane's bundle of `tiles` row tiles of `crossbars` each fits a core."""
+    return tiles * crossbars <= target.crossbars_per_core
 
 
 def _most_chunks(width: int, pixels: int = 1) -> int:
