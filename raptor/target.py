@@ -79,6 +79,9 @@ class Target:
     mvm_cycles: int = _key(1305, *_CYCLES)
     array_group_max: int = _key(8, 1, 65536)
     mvm_units: int = _key(1, 1, 1024)
+    conv_window_max: int = _key(8, 1, 65536)
+    """The most adjacent output pixels of a convolution one MVM computes (shifted-and-
+    duplicated kernels, `raptor.passes.lower.conv_windows`); 1: one pixel per MVM."""
     vector_lanes: int = _key(32, 1, 65536)
     vector_op_cycles: int = _key(4, *_CYCLES)
     local_memory_bytes: int = _key(65536, 1, 1 << 40)

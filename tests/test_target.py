@@ -61,6 +61,7 @@ def test_toml_overrides_and_round_trip(tmp_path: Path) -> None:
         ("meshes = 3\n", "unknown target key(s) meshes; known keys: mesh, name"),
         ("crossbars_per_core = 1.5\n", "'crossbars_per_core' must be an integer"),
         ("hop_cycles = 0\n", "'hop_cycles' must be positive"),
+        ("conv_window_max = 0\n", "'conv_window_max' must be positive"),
         ("clock_ghz = -1.0\n", "'clock_ghz' must be positive"),
         ('mvm_cycles = "fast"\n', "'mvm_cycles' must be an integer"),
         ("mesh = [8]\n", "'mesh' must be [rows, cols]"),

@@ -238,6 +238,7 @@ class Lowering:
         self.index = {id(p): i for i, p in enumerate(graph.plans)}
         self.constants: dict[str, np.ndarray] = {}
         self.tiles: dict[str, tuple[int, int]] = {}
+        self.windows = conv_windows(graph, target)
         self.stats: list[PlanStats] = []
         self.layer_of: dict[ComputeOp, PlanStats] = {}
         args = [(sanitize(v.name), _t(v.shape)) for v in graph.inputs]
@@ -485,18 +486,26 @@ def lowers(*kinds: str) -> Callable[[Lowerer], Lowerer]:
 # ---------------------------------------------------------------------- matrix plans
 def _tiles(target: Target, mat: np.ndarray, rows: int, pixels: int = 0
            ) -> list[list[tuple[int, int, np.ndarray]]]:
-    """Row tiles × column groups of a (K, M) matrix: [(k0, m0, tile)] per row tile. A tile
-    spans the column blocks of one array group (`Target.array_group`): its crossbars share
-    the tile's input rows and fire as one MVM. Unless the matrix's lanes with one crossbar
-    per column block (`rows` per row tile and block: its output rows × images) all run at
-    once on the cores anyway: then groups would save MVM instructions but no time, and
-    their partial sums would travel as one message instead of one per block in parallel
-    (mlp: 4,993 ns with one crossbar per MVM, 5,276 with groups of 2). With `pixels` (a
-    convolution lane's output row), a group is only as wide as lets the lane's results (the
-    MVM's and its transpose) fit an eighth of a core's memory (`lane_fits` of twice that in
-    a quarter): ResNet-50's 1,024-wide groups left 14 KB results waiting on 15 cores beyond
-    what they hold (ResNet-18's groups all fit as they were)."""
+    """Row tiles × column groups of a (K, M) matrix: [(k0, m0, tile)] per row tile, each
+    group `_group_width` crossbars wide."""
     k, m = mat.shape
+    r = target.crossbar_rows
+    c = target.crossbar_cols * _group_width(target, k, m, rows, pixels)
+    return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)] for k0 in range(0, k, r)]
+
+
+def _group_width(target: Target, k: int, m: int, rows: int, pixels: int = 0) -> int:
+    """Crossbars per column group of a (k, m) matrix: the column blocks of one array group
+    (`Target.array_group`), whose crossbars share a tile's input rows and fire as one MVM.
+    Unless the matrix's lanes with one crossbar per column block (`rows` per row tile and
+    block: its output rows × images) all run at once on the cores anyway: then groups
+    would save MVM instructions but no time, and their partial sums would travel as one
+    message instead of one per block in parallel (mlp: 4,993 ns with one crossbar per MVM,
+    5,276 with groups of 2). With `pixels` (a convolution lane's output row), a group is
+    only as wide as lets the lane's results (the MVM's and its transpose) fit an eighth of
+    a core's memory (`lane_fits` of twice that in a quarter): ResNet-50's 1,024-wide groups
+    left 14 KB results waiting on 15 cores beyond what they hold (ResNet-18's groups all
+    fit as they were)."""
     r = target.crossbar_rows
     blocks = -(-m // target.crossbar_cols)
     per = target.array_group(blocks)
@@ -507,8 +516,7 @@ def _tiles(target: Target, mat: np.ndarray, rows: int, pixels: int = 0
             4 * per * target.crossbar_cols * pixels * activation_bytes(target), target, 1):
         groups += 1
         per = -(-blocks // groups)  # as even as before
-    c = target.crossbar_cols * per
-    return [[(k0, m0, mat[k0:k0 + r, m0:m0 + c]) for m0 in range(0, m, c)] for k0 in range(0, k, r)]
+    return per
 
 
 def _reduce_partials(em: Emit, partials: list[Value], bias: Value | None,
@@ -536,23 +544,63 @@ def _reduce_partials(em: Emit, partials: list[Value], bias: Value | None,
 def _conv_plan(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     return [_conv(em, plan.name, em.input(plan, 0), plan.weights["weight"],
                   plan.weights.get("bias"), plan.ints("strides"), plan.ints("pads"),
-                  plan.ints("dilations"), int(plan.num("group")), em.out(plan), act)]
+                  plan.ints("dilations"), int(plan.num("group")), em.out(plan), act,
+                  em.lw.windows.get(em.lw.index[id(plan)], 1))]
 
 
-def _packing(target: Target, cout: int, cin_g: int, taps: int, group: int
+def _taps(kw: int, stride: int, dilation: int, pixels: int) -> int:
+    """im2col columns per kernel row of an MVM of `pixels` adjacent output pixels: the
+    kernel's kw, or the input columns the pixels span (`_sdk_window`)."""
+    return kw if pixels == 1 else stride * (pixels - 1) + dilation * (kw - 1) + 1
+
+
+def _sdk_window(win: Window, pixels: int) -> Window:
+    """The window one MVM of `pixels` adjacent output pixels reads (shifted-and-duplicated
+    kernels, SDK: Zhang et al., IEEE TCAD 2020): kh rows by the `_taps` input columns the
+    pixels span, one such window every `pixels` output columns. Its im2col is that of a
+    dense kernel that wide with stride s × pixels, so lanes, their chunks and their memory
+    are those of that window; an output row not a multiple of `pixels` wide pads its last
+    window. One pixel: `win` itself."""
+    if pixels == 1:
+        return win
+    (kh, kw), (sh, sw), (dh, dw) = win.kernel, win.stride, win.dilation
+    return Window(win.h, win.w, (kh, _taps(kw, sw, dw, pixels)), (sh, sw * pixels), (dh, 1),
+                  win.pads, (win.out[0], -(-win.out[1] // pixels)))
+
+
+def _sdk_matrix(w: np.ndarray, stride: int, dilation: int, pixels: int) -> np.ndarray:
+    """The (Cin·kh·taps, Cout·pixels) weight of `_sdk_window`: W'[(c, ky, s·j + d·kx), (o, j)]
+    = W[o, c, ky, kx], zero elsewhere. Columns (o, j) keep each output channel's pixels in
+    one crossbar (`pixels` divides its columns), so a column group holds whole channels."""
+    cout, cin, kh, kw = w.shape
+    taps = _taps(kw, stride, dilation, pixels)
+    mat = np.zeros((cin, kh, taps, cout, pixels), dtype=np.float32)
+    for j in range(pixels):
+        for kx in range(kw):
+            mat[:, :, stride * j + dilation * kx, :, j] = w[:, :, :, kx].transpose(1, 2, 0)
+    return mat.reshape(cin * kh * taps, cout * pixels)
+
+
+def _packing(target: Target, cout: int, cin_g: int, kernel: tuple[int, int], group: int,
+             stride: int = 1, dilation: int = 1, pixels: int = 1
              ) -> tuple[int, int, list[range]]:
     """(output columns, im2col rows) per group of a (grouped) convolution and the groups of each
-    block: as many as fit packed block-diagonally into one crossbar (one when they do not)."""
-    mg, kg = cout // group, cin_g * taps
+    block: as many as fit packed block-diagonally into one crossbar (one when they do not).
+    An ungrouped convolution of `pixels` per MVM: one block of `_sdk_matrix`'s shape."""
+    mg = cout // group * pixels
+    kg = cin_g * kernel[0] * _taps(kernel[1], stride, dilation, pixels)
     rows, cols = target.crossbar_rows, target.crossbar_cols
     per = min(rows // kg, cols // mg, group) if group > 1 and kg <= rows and mg <= cols else 1
     return mg, kg, [range(g0, min(g0 + per, group)) for g0 in range(0, group, per)]
 
 
-def _group_blocks(target: Target, w: np.ndarray, group: int) -> list[GroupBlock]:
+def _group_blocks(target: Target, w: np.ndarray, group: int, stride: int = 1,
+                  dilation: int = 1, pixels: int = 1) -> list[GroupBlock]:
     """Column blocks of a convolution's im2col weight (see `_packing`)."""
+    if pixels > 1:
+        return [GroupBlock(0, 0, _sdk_matrix(w, stride, dilation, pixels))]
     cout, cin_g, kh, kw = w.shape
-    mg, kg, packed = _packing(target, cout, cin_g, kh * kw, group)
+    mg, kg, packed = _packing(target, cout, cin_g, (kh, kw), group)
     blocks = []
     for gs in packed:
         mat = np.zeros((len(gs) * kg, len(gs) * mg), dtype=np.float32)
@@ -567,36 +615,144 @@ def _grid_size(target: Target, k: int, m: int) -> int:
     return -(-k // target.crossbar_rows) * -(-m // target.crossbar_cols)
 
 
+def _plan_crossbars(graph: PlanGraph, plan: Plan, target: Target, pixels: int = 1) -> int:
+    """The crossbar tiles lowering builds for `plan` (a convolution at `pixels` per MVM), by
+    the same arithmetic as `_tiles` and `_packing`, without building them (a plan lowering
+    refuses counts none)."""
+    w = plan.weights.get("weight")
+    if plan.kind not in MATRIX_KINDS or w is None:
+        return 0
+    if plan.kind in ("conv", "conv_transpose") and w.ndim == 4:
+        group = int(plan.num("group"))
+        cout, cin_g, kh, kw = w.shape
+        if plan.kind == "conv_transpose":  # lowered as a conv with swapped weights
+            cout, cin_g = w.shape[1] * group, w.shape[0] // max(group, 1)
+        if group < 1 or cout % group:
+            return 0
+        stride, dilation = (plan.ints("strides")[1], plan.ints("dilations")[1]) \
+            if pixels > 1 else (1, 1)
+        mg, kg, packed = _packing(target, cout, cin_g, (kh, kw), group, stride, dilation,
+                                  pixels)
+        return sum(_grid_size(target, len(gs) * kg, len(gs) * mg) for gs in packed)
+    if plan.kind == "gemm" and w.ndim == 2:
+        return _grid_size(target, *w.shape)
+    if plan.kind == "matmul" and plan.inputs:
+        a = graph.values[plan.inputs[0]].shape
+        a2, b2 = (a if len(a) > 1 else (1, *a)), (w.shape if w.ndim > 1 else (*w.shape, 1))
+        batch = math.prod(np.broadcast_shapes(a2[:-2], b2[:-2]))
+        return batch * _grid_size(target, b2[-2], b2[-1])
+    return 0
+
+
 def crossbars_needed(graph: PlanGraph, target: Target) -> int:
-    """The crossbar tiles lowering will build, by the same arithmetic as `_tiles` and
-    `_packing`, without building them (a plan lowering refuses counts none)."""
-    total = 0
-    for plan in graph.plans:
-        w = plan.weights.get("weight")
-        if plan.kind not in MATRIX_KINDS or w is None:
+    """The crossbar tiles lowering will build (`_plan_crossbars` at `conv_windows`)."""
+    windows = conv_windows(graph, target)
+    return sum(_plan_crossbars(graph, p, target, windows.get(i, 1))
+               for i, p in enumerate(graph.plans))
+
+
+WINDOW_SHARE = 4
+"""The share of the chip's crossbars a convolution's copies, and the network's crossbars,
+may take when `conv_windows` widens windows (ResNet-18 at one unit, before its lane term:
+a quarter 2.55 ms simulated, a fifth 2.62, a third or a half 2.90; an eighth is less than
+its crossbars at one pixel)."""
+
+
+@dataclass(frozen=True)
+class WindowOption:
+    """A convolution at `pixels` output pixels per MVM: its MVMs, its crossbars and the
+    MVMs of its shortest lane (`_lanes`: a run of a row in the most chunks, all row tiles
+    per lane with windows, one without)."""
+
+    pixels: int
+    mvms: int
+    crossbars: int
+    lane: int
+
+
+def window_options(graph: PlanGraph, plan: Plan, target: Target) -> list[WindowOption]:
+    """The pixels per MVM an ungrouped convolution may take (one pixel first): those up to
+    `conv_window_max` dividing a crossbar's columns (a column group holds whole channels,
+    `_sdk_matrix`) whose columns fit one array group (`array_group_max`: wider, its blocks
+    would fire as several MVMs) and whose lane of one row tile fits local memory
+    (`lane_fits`). MVMs: images × output rows × windows per row × row tiles × column
+    groups (`_group_width`)."""
+    w = plan.weights.get("weight")
+    one = WindowOption(1, 0, _plan_crossbars(graph, plan, target), 0)
+    if plan.kind != "conv" or w is None or w.ndim != 4 or int(plan.num("group")) != 1:
+        return [one]
+    cout, cin, kh, kw = w.shape
+    (n, _, oh, ow), (_, _, h, wd) = (graph.values[plan.outputs[0]].shape,
+                                     graph.values[plan.inputs[0]].shape)
+    strides, pads, dil = plan.ints("strides"), plan.ints("pads"), plan.ints("dilations")
+    win = Window(h, wd, (kh, kw), (strides[0], strides[1]), (dil[0], dil[1]),
+                 (pads[0], pads[1]), (oh, ow))
+    most = min(target.array_group_max, target.crossbars_per_core)
+    out = []
+    for pixels in range(1, min(target.conv_window_max, ow) + 1):
+        if target.crossbar_cols % pixels:
             continue
-        if plan.kind in ("conv", "conv_transpose") and w.ndim == 4:
-            group = int(plan.num("group"))
-            cout, cin_g, kh, kw = w.shape
-            if plan.kind == "conv_transpose":  # lowered as a conv with swapped weights
-                cout, cin_g = w.shape[1] * group, w.shape[0] // max(group, 1)
-            if group < 1 or cout % group:
-                continue
-            mg, kg, packed = _packing(target, cout, cin_g, kh * kw, group)
-            total += sum(_grid_size(target, len(gs) * kg, len(gs) * mg) for gs in packed)
-        elif plan.kind == "gemm" and w.ndim == 2:
-            total += _grid_size(target, *w.shape)
-        elif plan.kind == "matmul" and plan.inputs:
-            a = graph.values[plan.inputs[0]].shape
-            a2, b2 = (a if len(a) > 1 else (1, *a)), (w.shape if w.ndim > 1 else (*w.shape, 1))
-            batch = math.prod(np.broadcast_shapes(a2[:-2], b2[:-2]))
-            total += batch * _grid_size(target, b2[-2], b2[-1])
-    return total
+        mg, kg, _ = _packing(target, cout, cin, (kh, kw), 1, strides[1], dil[1], pixels)
+        blocks, row_tiles = -(-mg // target.crossbar_cols), -(-kg // target.crossbar_rows)
+        sdk = _sdk_window(win, pixels)
+        tile = (min(kg, target.crossbar_rows), min(mg, most * target.crossbar_cols))
+        if pixels > 1 and (blocks > most or not lane_fits(
+                _conv_lane_bytes(target, sdk, tile, row_tiles, 1, 1), target)):
+            continue
+        groups = -(-blocks // _group_width(target, kg, mg, n * oh, sdk.out[1]))
+        bundle = row_tiles if pixels > 1 and _fits_core(target, row_tiles, blocks) else 1
+        out.append(WindowOption(pixels, n * oh * sdk.out[1] * row_tiles * groups,
+                                row_tiles * blocks,
+                                bundle * -(-sdk.out[1] // _most_chunks(sdk.out[1], pixels))))
+    return out or [one]
+
+
+def conv_windows(graph: PlanGraph, target: Target) -> dict[int, int]:
+    """Output pixels per MVM of each convolution that takes more than one (by plan index):
+    of its `window_options`, the one of least MVMs per copy its layer can have, or of its
+    shortest lane if that is longer (ties: fewer MVMs, then fewer pixels). Wider windows
+    cost crossbars (ResNet-18's 3×3 layers of 64 channels: 5 a copy at one pixel, 18 at 4,
+    60 at 8), and copies of a layer's tiles on more cores are what spread its lanes over
+    them: a layer may have as many copies (at most one per core) as 1/`WINDOW_SHARE` of the
+    chip's crossbars hold (ResNet-18 at one unit, layer 1 at 8 pixels, the fewest MVMs:
+    3.08 ms simulated; at 4: 2.59 ms). A layer of fewer lanes than cores is as slow as its
+    longest lane, which windows lengthen (the ResNet block's 16×16 layers at 8 pixels:
+    40,451 ns; at 4: 36,864). The network's crossbars stay within that share too:
+    convolutions claim their windows in order of time saved per crossbar added, each its
+    best window that still fits."""
+    options = {i: window_options(graph, p, target) for i, p in enumerate(graph.plans)}
+    total = sum(opts[0].crossbars for opts in options.values())
+    budget = target.crossbar_capacity // WINDOW_SHARE
+
+    def time(o: WindowOption) -> float:
+        """MVMs one core does with the layer's copies spread over the cores, or its
+        shortest lane's when the layer has fewer lanes than that."""
+        return max(o.mvms / min(target.num_cores, max(1, budget // o.crossbars)), o.lane)
+
+    ranked = {i: sorted(opts, key=lambda o: (time(o), o.mvms, o.pixels))
+              for i, opts in options.items() if len(opts) > 1}
+
+    def gain(i: int) -> float:
+        one, best = options[i][0], ranked[i][0]
+        return (time(one) - time(best)) / max(1, best.crossbars - one.crossbars)
+
+    chosen: dict[int, int] = {}
+    for i in sorted(ranked, key=gain, reverse=True):
+        one = options[i][0]
+        for o in ranked[i]:
+            if o.pixels == 1:
+                break
+            if total + o.crossbars - one.crossbars <= budget:
+                chosen[i] = o.pixels
+                total += o.crossbars - one.crossbars
+                break
+    return chosen
 
 
 def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
           strides: list[int], pads: list[int], dil: list[int], group: int,
-          out_shape: tuple[int, ...], act: Plan | None) -> Value:
+          out_shape: tuple[int, ...], act: Plan | None, pixels: int = 1) -> Value:
+    """`pixels` adjacent output pixels per MVM (`_sdk_window`; 1 for grouped ones)."""
     h, wd = x.shape[2:]
     _, _, kh, kw = w.shape
     window = Window(h, wd, (kh, kw), (strides[0], strides[1]), (dil[0], dil[1]),
@@ -604,10 +760,11 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
     if group < 1 or w.shape[0] % group:
         raise LoweringError(f"plan {name!r}: group {group} does not divide {w.shape[0]} "
                             "output channels")
+    target, sdk = em.lw.target, _sdk_window(window, pixels)
     # weights once, shared by every image
     columns: list[ColumnBlock] = []
-    blocks = _group_blocks(em.lw.target, w, group)
-    grids = [_tiles(em.lw.target, blk.matrix, out_shape[0] * out_shape[2], out_shape[3])
+    blocks = _group_blocks(target, w, group, strides[1], dil[1], pixels)
+    grids = [_tiles(target, blk.matrix, out_shape[0] * out_shape[2], sdk.out[1])
              for blk in blocks]
     lanes = out_shape[0] * out_shape[2] * sum(len(grid[0]) for grid in grids)
     for bi, (blk, grid) in enumerate(zip(blocks, grids, strict=True)):
@@ -616,16 +773,18 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
             tiles = [Tile(row[ci][0], em.weight(f"{name}.g{bi}.r{ri}.c{ci}", row[ci][2],
                                                 tile=True), row[ci][2].shape)
                      for ri, row in enumerate(grid)]
-            bundles, chunks = _lanes(em.lw.target, tiles, lanes, out_shape[3],
-                                     partial(_conv_lane_bytes, em.lw.target, window, tiles))
+            bundles, chunks = _lanes(target, tiles, lanes, sdk.out[1], partial(
+                _conv_lane_bytes, target, sdk, tiles[0].shape, len(tiles)), pixels)
             bvec = None
             if bias is not None:
-                # (1, mt) beside the MVM result (ow, mt) of a column's one lane; (1, mt, 1, 1)
-                # beside NCHW partials
-                shape = (1, mt) if len(bundles) == 1 else (1, mt, 1, 1)
-                o0 = blk.first_out + m0
-                bvec = em.weight(f"{name}.bias.b{bi}.c{ci}", bias[o0:o0 + mt].reshape(shape))
+                # (1, mt) beside the MVM result (windows, mt) of a column's one lane, each
+                # channel's bias once per pixel; (1, channels, 1, 1) beside NCHW partials
+                o0, mc = blk.first_out + m0 // pixels, mt // pixels
+                b = bias[o0:o0 + mc]
+                bvec = em.weight(f"{name}.bias.b{bi}.c{ci}", np.repeat(b, pixels).reshape(
+                    1, mt) if len(bundles) == 1 else b.reshape(1, mc, 1, 1))
             columns.append(ColumnBlock(blk.first_in, bvec, bundles, chunks))
+    taps = kh * sdk.kernel[1]
     images = []
     for n in range(x.shape[0]):
         results = []
@@ -635,30 +794,38 @@ def _conv(em: Emit, name: str, x: Value, w: np.ndarray, bias: np.ndarray | None,
             for tiles in col.bundles:
                 ins = [x, *(t.weight for t in tiles)] + (
                     [col.bias] if single and col.bias is not None else [])
-                # the input channels whose im2col rows the tiles multiply: (c, kh, kw) order
-                c0 = tiles[0].row // (kh * kw)
-                c1 = -(-(tiles[-1].row + tiles[-1].shape[0]) // (kh * kw))
+                # the input channels whose im2col rows the tiles multiply: (c, kh, taps) order
+                c0 = tiles[0].row // taps
+                c1 = -(-(tiles[-1].row + tiles[-1].shape[0]) // taps)
                 slab = Slab(n, col.first_in + c0, c1 - c0)
-                parts = [_conv_batch(em, ins, slab, sub, col0, tiles, single, act)
-                         for col0, sub in _column_windows(window, col.chunks)]
-                mt = tiles[0].shape[1]
-                partials.append(em.concat(parts, (1, mt, *out_shape[2:]), 3))
+                parts, done = [], 0
+                for col0, sub in _column_windows(sdk, col.chunks):
+                    count = min(out_shape[3] - done, sub.out[1] * pixels)
+                    parts.append(_conv_batch(em, ins, slab, sub, col0, tiles, single, act,
+                                             pixels, count))
+                    done += count
+                mc = tiles[0].shape[1] // pixels
+                partials.append(em.concat(parts, (1, mc, *out_shape[2:]), 3))
             results.append(_reduce_partials(em, partials, col.bias, act))
         images.append(em.concat(results, (1, *out_shape[1:]), 1))
     return em.concat(images, out_shape, 0)
 
 
 def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
-           lane_bytes: Callable[[int, int], int] | None = None
+           lane_bytes: Callable[[int, int], int] | None = None, pixels: int = 1
            ) -> tuple[list[list[Tile]], int]:
     """How a column group's lanes cut its work: its row tiles into bundles (one lane
     multiplies a bundle's tiles, their array groups firing on the core's `mvm_units`, and
     adds their partial sums) and each output row of `width` pixels into chunks (one lane
     each). `lanes`: the plan's lanes per bundle and chunk (output rows × column groups ×
-    images), all competing for the cores.
+    images), all competing for the cores. `width` counts MVMs (windows of `pixels`).
 
     A bundle is at most `mvm_units` tiles, or all of them (no partial sums to send and add):
-    more would make each copy of it hold more crossbars for no faster MVMs. Under the
+    more would make each copy of it hold more crossbars for no faster MVMs. With windows of
+    `pixels` > 1, all of them when they fit a core: the rounds below do not price partial
+    sums, and a window's are `pixels` times as wide as a pixel's (ResNet-18, layer 1 at 8
+    pixels: 15 one-tile bundles in sevenths of a row, 36,053 tasks, 4.45 ms simulated; all
+    15 tiles per lane 3.06 ms). Under the
     `pimsim-nn` protocol any number, since each partial sum is one more blocking message:
     ResNet-18's 7-pixel layers of 36 row tiles in 9 bundles of 4 (63 lanes, one round of
     28 MVMs, as 252 one-tile lanes take 4 rounds of 7), its 14-pixel ones of 18 in 9 of 2
@@ -678,14 +845,15 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     # MVM rounds, chunks)
     options: list[tuple[int, bool, int, int, int, int]] = []
     most = len(tiles) if target.protocol == "pimsim-nn" else min(target.mvm_units, len(tiles))
-    for n in sorted({*range(1, most + 1), len(tiles)}):
+    whole = _fits_core(target, len(tiles), target.crossbars_of(tiles[0].shape))
+    for n in [len(tiles)] if pixels > 1 and whole else sorted({*range(1, most + 1), len(tiles)}):
         count = -(-len(tiles) // n)
         if options and count == options[-1][0]:
             continue  # the same bundles as a smaller n
         size = -(-len(tiles) // count)  # as even as `count` bundles allow
-        if size * target.crossbars_of(tiles[0].shape) > target.crossbars_per_core:
+        if not _fits_core(target, size, target.crossbars_of(tiles[0].shape)):
             continue
-        for k in range(1, max(1, min(width // MIN_CHUNK, MAX_CHUNKS)) + 1):
+        for k in range(1, _most_chunks(width, pixels) + 1):
             if (n > 1 or k > 1) and lane_bytes is not None \
                     and not lane_fits(lane_bytes(size, k), target):
                 continue
@@ -698,6 +866,17 @@ def _lanes(target: Target, tiles: list[Tile], lanes: int, width: int = 1,
     count, *_, k = min(o for o in options if o[4] * 100 <= least * 103)
     cuts = [len(tiles) * i // count for i in range(count + 1)]
     return [tiles[a:b] for a, b in pairwise(cuts)], k
+
+
+def _fits_core(target: Target, tiles: int, crossbars: int) -> bool:
+    """Whether one lane's bundle of `tiles` row tiles of `crossbars` each fits a core."""
+    return tiles * crossbars <= target.crossbars_per_core
+
+
+def _most_chunks(width: int, pixels: int = 1) -> int:
+    """The most lanes `_lanes` cuts an output row of `width` MVMs (windows of `pixels`)
+    into: each at least `MIN_CHUNK` pixels, at most `MAX_CHUNKS`."""
+    return max(1, min(width // -(-MIN_CHUNK // pixels), MAX_CHUNKS))
 
 
 MAX_CHUNKS = 8
@@ -726,14 +905,14 @@ def _column_windows(win: Window, chunks: int) -> list[tuple[int, Window]]:
     return out
 
 
-def _conv_lane_bytes(target: Target, win: Window, tiles: list[Tile], n: int, chunks: int
-                     ) -> int:
-    """A convolution lane's buffers with `n` row tiles of 128 rows (the first's shape) and
-    its output row in `chunks` lanes (the widest one): its input rows, their im2col matrix
-    and its transpose, the MVM results and their sum."""
+def _conv_lane_bytes(target: Target, win: Window, tile: tuple[int, int], tiles: int, n: int,
+                     chunks: int) -> int:
+    """A convolution lane's buffers with `n` of the column's `tiles` row tiles of `tile`'s
+    shape and its output row in `chunks` lanes (the widest one): its input rows, their
+    im2col matrix and its transpose, the MVM results and their sum."""
     kh, kw = win.kernel
     ow = -(-win.out[1] // chunks)
-    rows, mt = min(n, len(tiles)) * tiles[0].shape[0], tiles[0].shape[1]
+    rows, mt = min(n, tiles) * tile[0], tile[1]
     channels = -(-rows // (kh * kw)) + 1
     width = min(win.w + win.pads[1] * 2, (ow - 1) * win.stride[1] + (kw - 1) * win.dilation[1] + 1)
     return activation_bytes(target) * (channels * kh * width + 2 * rows * ow + (n + 1) * mt * ow)
@@ -747,7 +926,8 @@ def _mvm_sum(b: Builder, weights: Sequence[Value], vectors: Sequence[Value]) -> 
 
 
 def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, col0: int,
-                tiles: list[Tile], single: bool, act: Plan | None) -> Value:
+                tiles: list[Tile], single: bool, act: Plan | None, pixels: int = 1,
+                count: int = 0) -> Value:
     """Lanes = output rows. Each lane reads only the input rows its window covers (padding
     is added inside the lane) of only the channels its tiles multiply (`slab`), builds
     those channels' im2col rows, keeps each tile's rows and does one MVM per pixel and tile
@@ -755,10 +935,13 @@ def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, col0: int,
     would cost every row tile a copy of all channels, and local memory for two of them (the
     window and its transpose). The `single` lane of its column (all its row tiles) adds the
     bias and activation itself. `win` reads input columns from `col0` on (a run of the output
-    row, `_column_windows`)."""
+    row, `_column_windows`). With `pixels` per MVM (`win` a `_sdk_window`), each MVM's
+    (windows, channels × pixels) result becomes the lane's `count` pixels per channel:
+    reshaped, transposed, the last window's padding pixels dropped."""
     kh, kw = win.kernel
     oh, ow = win.out
     mt = tiles[0].shape[1]
+    mc, width = mt // pixels, count or ow
     cn = slab.count
     base = tiles[0].row - tiles[0].row % (kh * kw)  # the slab's first im2col row
     whole = len(tiles) == 1 and single  # one tile holding all of the slab's rows
@@ -775,9 +958,15 @@ def _conv_batch(em: Emit, ins: list[Value], slab: Slab, win: Window, col0: int,
                             [1, 0]) for t in tiles]
         y = _mvm_sum(b, args[1:1 + len(tiles)], vecs)
         y = _tail(b, y, args[1 + len(tiles):], act) if single else y
-        return b.reshape(b.transpose(y, [1, 0]), _t((1, mt, 1, ow)))
+        if pixels == 1:
+            return b.reshape(b.transpose(y, [1, 0]), _t((1, mt, 1, ow)))
+        y = b.transpose(b.reshape(y, _t((ow, mc, pixels))), [1, 0, 2])
+        y = b.reshape(y, _t((mc, ow * pixels)))
+        if width < ow * pixels:
+            y = b.extract(y, [0, 0], [mc, width])
+        return b.reshape(y, _t((1, mc, 1, width)))
 
-    return _window_rows(em, ins, slab, win, 0.0, (1, mt, oh, ow), body, ow * len(tiles),
+    return _window_rows(em, ins, slab, win, 0.0, (1, mc, oh, width), body, ow * len(tiles),
                         col0=col0)
 
 

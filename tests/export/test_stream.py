@@ -35,6 +35,8 @@ from raptor.target import Target
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 T = Target()
+T1 = Target(conv_window_max=1)
+"""A convolution pixel per MVM: the lowering the streams below were found on."""
 PIMSIM = chiptest()
 needs_pimsim = pytest.mark.skipif(PIMSIM is None, reason="set PIMSIM_NN=/path/to/ChipTest")
 COUNT = 4
@@ -213,7 +215,7 @@ def layered() -> Module:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(raptor.solve, "SKEW_AT", ())
         mp.setattr(raptor.solve, "SPREADS", ("spread",))
-        s = solve(EXAMPLES / "lenet.onnx", T, SolveOptions(
+        s = solve(EXAMPLES / "lenet.onnx", T1, SolveOptions(
             solver="pipeline", mode="pipeline", stream=COUNT, simulate=False))
     assert s.runs[0].pipeline is not None and len(s.runs[0].pipeline.stages) == 1
     return s.runs[0].scheduled
@@ -266,7 +268,7 @@ def test_a_stream_whose_channel_order_deadlocks_is_exported_in_its_leave_order(
     import raptor.solve
 
     monkeypatch.setattr(raptor.solve, "SPREADS", ("layered2",))
-    pim = dataclasses.replace(T, protocol="pimsim-nn")
+    pim = dataclasses.replace(T1, protocol="pimsim-nn")
     run = solve(EXAMPLES / "yolo_neck.onnx", pim, SolveOptions(
         solver="pipeline", mode="pipeline", stream=COUNT, simulate=False)).runs[0]
     assert [c["candidate"] for c in run.candidates if c["returned"]] == ["layered2"]

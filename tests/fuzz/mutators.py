@@ -679,6 +679,7 @@ TARGET_LIMITS: dict[str, tuple[float, float]] = {
     "crossbars_per_core": (1, 65536), "crossbar_rows": (1, 65536),
     "crossbar_cols": (1, 65536), "weight_bits": (1, 64), "input_bits": (1, 64),
     "mvm_cycles": (1, 10**6), "array_group_max": (1, 65536), "mvm_units": (1, 1024),
+    "conv_window_max": (1, 65536),
     "vector_lanes": (1, 65536), "vector_op_cycles": (1, 10**6),
     "local_memory_bytes": (1, 1 << 40), "local_bytes_per_cycle": (1, 1 << 20),
     "flit_bytes": (1, 1 << 20), "flit_cycles": (1, 10**6), "hop_cycles": (1, 10**6),

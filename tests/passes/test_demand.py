@@ -52,8 +52,9 @@ def test_row_tile_lanes_gather_only_their_channels(target: Target) -> None:
     tiles of 128 and 16 rows. A lane of the first tile uses channels 0..14 of its three
     input rows, one of the second tile channels 14..15; each input row arrives cropped, and
     the lane's input buffer holds only its channels. (One crossbar per core, so that a lane
-    takes one tile: with more, `_lanes` gives each lane both, with no partial sums.)"""
-    one = dataclasses.replace(target, crossbars_per_core=1)
+    takes one tile: with more, `_lanes` gives each lane both, with no partial sums; and
+    one pixel per MVM, whose im2col rows are these.)"""
+    one = dataclasses.replace(target, crossbars_per_core=1, conv_window_max=1)  # as above
     proj = Projection(compiled("resnet_block", one).module.main())
     seen = set()
     for inst in proj.instances:

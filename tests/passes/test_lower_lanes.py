@@ -35,7 +35,7 @@ def test_wide_rows_are_cut_into_whole_column_lanes(target: Target) -> None:
     rounds of 35: the best balance, and no partial sums to send and add."""
     win, tiles = _conv3(56), _row_tiles(5)
     bundles, chunks = _lanes(target, tiles, 56, 56, lambda n, k: _conv_lane_bytes(
-        target, win, tiles, n, k))
+        target, win, tiles[0].shape, len(tiles), n, k))
     assert [len(b) for b in bundles] == [5] and chunks == 8
 
 
@@ -47,7 +47,7 @@ def test_bundles_are_as_wide_as_the_units(target: Target) -> None:
     for units, sizes in ((1, [1] * 36), (4, [4] * 9)):
         t = dataclasses.replace(target, mvm_units=units)
         bundles, chunks = _lanes(t, tiles, 7, 7, lambda n, k, t=t: _conv_lane_bytes(
-            t, win, tiles, n, k))
+            t, win, tiles[0].shape, len(tiles), n, k))
         assert [len(b) for b in bundles] == sizes and chunks == 1
 
 
@@ -59,7 +59,7 @@ def test_units_take_several_row_tiles_per_lane(target: Target) -> None:
     for units, sizes, chunks in ((1, [1] * 9, 1), (4, [3, 3, 3], 3)):
         t = dataclasses.replace(target, mvm_units=units)
         bundles, k = _lanes(t, tiles, 28, 28, lambda n, k, t=t: _conv_lane_bytes(
-            t, win, tiles, n, k))
+            t, win, tiles[0].shape, len(tiles), n, k))
         assert [len(b) for b in bundles] == sizes and k == chunks
 
 
@@ -69,7 +69,7 @@ def test_one_bundle_takes_the_shortest_lanes(target: Target) -> None:
     rounds of 32): the same balance, each run of a row ready twice as soon."""
     win, tiles = _conv3(32), _row_tiles(4, 32)
     bundles, chunks = _lanes(target, tiles, 32, 32, lambda n, k: _conv_lane_bytes(
-        target, win, tiles, n, k))
+        target, win, tiles[0].shape, len(tiles), n, k))
     assert [len(b) for b in bundles] == [4] and chunks == 8
 
 

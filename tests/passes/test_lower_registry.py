@@ -135,7 +135,8 @@ def test_pimsim_bundles_row_tiles_at_equal_mvm_rounds(protocol: str, tiles_per_l
     protocol keeps one tile per lane; under pimsim-nn's, where each partial sum is one
     more blocking message, 2 tiles per lane: half the partial sums. Both compute the
     convolution."""
-    t = Target(mesh_rows=2, mesh_cols=2, crossbar_rows=16, crossbar_cols=16, protocol=protocol)
+    t = Target(mesh_rows=2, mesh_cols=2, crossbar_rows=16, crossbar_cols=16, protocol=protocol,
+               conv_window_max=1)  # one pixel per MVM: windows take every row tile per lane
     w = np.random.default_rng(2).standard_normal((8, 7, 3, 3)).astype(np.float32)
     conv = Plan("conv", "c0", ["x"], ["y"], {"strides": [1, 1], "pads": [1, 1, 1, 1],
                                              "dilations": [1, 1], "group": 1}, {"weight": w})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def _pooled_net() -> onnx.ModelProto:
 def test_merged_lanes_copy_a_local_value_once(target: Target) -> None:
     """On one core the pool lanes run back to back and merge; their crops of the local value
     become one slice (one copy, where crop-then-insert would take two per lane), so the
-    merged program is never slower than the unmerged estimate."""
+    merged program is never slower than the unmerged estimate. (One pixel per MVM: the
+    lowering this scenario was found on.)"""
+    target = dataclasses.replace(target, conv_window_max=1)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "pooled.onnx"
         onnx.save(_pooled_net(), path)

@@ -46,6 +46,8 @@ from raptor.target import load_target
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TARGET = load_target("default")
+ONE_PIXEL = dataclasses.replace(TARGET, conv_window_max=1)
+"""A convolution pixel per MVM (`conv_window_max`): the lowering some streams were found on."""
 M = 4
 
 
@@ -213,7 +215,8 @@ def test_a_tight_stream_fits_local_memory_where_the_flow_control_placed_its_mess
     placed them, the stream program fits that share (7,072), runs every inference right under rendezvous sends (the simulator's deadlock
     detector on), and the estimate follows the held sends to the nanosecond of the ideal
     run."""
-    target = dataclasses.replace(TARGET, local_memory_bytes=8 * 1024)
+    target = dataclasses.replace(TARGET, local_memory_bytes=8 * 1024, conv_window_max=1)
+    # (one pixel per MVM: the stream and the figures above were found on it)
     solved = solve(EXAMPLES / "yolo_neck.onnx", target, SolveOptions(
         mode="pipeline", solver="pipeline", stream=M, workers=1, time_limit=5,
         spread=False))  # the layered stream's cut search finds a stream that holds no sends
@@ -324,7 +327,7 @@ def test_a_skewed_stream_runs_every_inference_right_and_is_estimated(model: str)
     the simulator), and the estimate predicts its ideal period exactly and its default one
     within 5 % (not yet the first iterations' ends: LeNet's first inference ends 5.2 us
     later in the ideal simulation than in the estimate)."""
-    comp = compile_model(_model(model), TARGET)
+    comp = compile_model(_model(model), ONE_PIXEL)  # the stream found at one pixel per MVM
     build = build_compute_graph(comp.module.main(), TARGET)
     res = spread_stream(build_problem(build.graph, TARGET, build=build))
     sch = res.schedule
