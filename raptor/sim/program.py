@@ -183,6 +183,9 @@ class Program:
     messages are these and times)."""
     weights: dict[Value, np.ndarray] = field(default_factory=dict)
     stores: list[tuple[int, Instr]] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    """Per message (`Instr.msg`): its send's route (a trace's link reservations are these
+    and times, `Trace.walked`)."""
     values: list[Any] = field(default_factory=list)
     """The values of a run, by slot (`number_slots`)."""
     start: list[Any] = field(default_factory=list)
@@ -438,10 +441,10 @@ class _Compiler:
             envs[core] = cc.env
             tiles[core] = sum(cc.tiles.values())
         self.check_capacity(tiles)
-        ends = self.check_channels(cores)
+        ends, routes = self.check_channels(cores)
         self.link_loads()
         program = Program(func, cores, envs, tiles, self.shared, outputs, len(ends), ends,
-                          self.weights, self.stores, inferences=self.inferences,
+                          self.weights, self.stores, routes, inferences=self.inferences,
                           lags=self.lags, written={b for _, _, b, _ in self.store_boxes})
         program.slots = number_slots(program)
         return program
@@ -453,12 +456,13 @@ class _Compiler:
         if over:
             raise SimError("crossbar capacity exceeded", over)
 
-    def check_channels(self, cores: dict[int, list[Instr]]) -> list[tuple[int, int, int, int]]:
+    def check_channels(self, cores: dict[int, list[Instr]]
+                       ) -> tuple[list[tuple[int, int, int, int]], list[Route]]:
         """Every (source, destination, channel) needs as many sends as receives, paired in
         program order with equal types; anything else would hang or corrupt data. Numbers
         the messages (`Instr.msg`: the k-th send and the k-th receive of a channel are one
         message, since each side runs its channel's ops in program order) and returns each
-        message's source, destination, channel and bytes."""
+        message's source, destination, channel and bytes, and its send's route."""
         sends: dict[tuple[int, int, int], list[Instr]] = {}
         recvs: dict[tuple[int, int, int], list[Instr]] = {}
         for core, prog in cores.items():
@@ -469,6 +473,7 @@ class _Compiler:
                     recvs.setdefault((ins.peer, core, ins.channel), []).append(ins)
         lines = []
         ends: list[tuple[int, int, int, int]] = []
+        routes: list[Route] = []
         num_cores = self.target.num_cores
         for key in sorted(set(sends) | set(recvs)):
             src, dst, ch = key
@@ -489,13 +494,14 @@ class _Compiler:
                 s.msg = r.msg = len(ends)
                 s.rank = rank
                 ends.append((src, dst, ch, s.nbytes))
+                routes.append(s.route)
                 sent = s.op.message_type if isinstance(s.op, ChannelSendOp) else s.value.type
                 if sent != r.value.type:
                     lines.append(f"channel {ch} from core {src} to core {dst}: {s.where} sends "
                                  f"{sent} but {r.where} receives {r.value.type}")
         if lines:
             raise SimError("unmatched channels", lines)
-        return ends
+        return ends, routes
 
     def link_loads(self) -> None:
         by_buffer: dict[Value, list[tuple[int, int, Box, int]]] = {}

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from raptor.fileio import open_atomic
-from raptor.noc import LinkLog
+from raptor.noc import LinkLog, Route
 from raptor.sim.errors import SimError
 from raptor.solver.pipeline.stream import steady_period
 
@@ -127,15 +127,39 @@ class Trace:
     (link `a * cores + b`, start ns, end ns); converted to JSON on demand."""
 
     spans: list[tuple[int, int, int, str, str, str]] = field(default_factory=list)
-    link_log: LinkLog = field(default_factory=LinkLog)
-    """The mesh links' reservations as the run recorded them (`links` lists them)."""
+    log: LinkLog = field(default_factory=LinkLog)
+    """The mesh links' walks as the run logged them, or as `link_log` fills them."""
     sent: list[tuple[int, int, int, int]] = field(default_factory=list)
     """The messages as the run recorded them, kept as cheaply as it can write them: (message
     number, injected ns, arrived ns, bytes, -1 for those of `ends`); `messages` lists them."""
     ends: Sequence[tuple[int, int, int, int]] = ()
     """Per message number: (src, dst, channel, bytes) (`Program.ends`)."""
+    walked: Sequence[Route] = ()
+    """Per message number, its route (`Program.routes`) when the run walked the links of
+    each message that has some as it recorded it in `sent`, and logged nothing itself
+    (`raptor.sim.protocol.Mesh.inject`): `link_log` fills `log` from the two."""
     _messages: list[tuple[int, int, int, int, int, int]] = field(default_factory=list,
                                                                  repr=False, compare=False)
+    _logged: int = field(default=0, repr=False, compare=False)
+
+    @property
+    def link_log(self) -> LinkLog:
+        """The mesh links' walks in the order the run made them (`links` lists their
+        reservations)."""
+        log, walked = self.log, self.walked
+        if walked and self._logged != len(self.sent):
+            routes: list[tuple[int, ...]] = []
+            serial: list[int] = []
+            starts: list[int] = []
+            for m, inject, _, _ in self.sent:
+                r = walked[m]
+                if r.links:
+                    routes.append(r.links)
+                    serial.append(r.serial_ns)
+                    starts.append(inject)
+            log.routes, log.serial, log.starts = routes, serial, starts
+            self._logged = len(self.sent)
+        return log
 
     @property
     def messages(self) -> list[tuple[int, int, int, int, int, int]]:
