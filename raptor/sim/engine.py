@@ -121,7 +121,7 @@ class Engine:
         self.heap: list[tuple[int, int, int, int, Any]] = []
         self.seq = 0
         self.now = 0
-        self.trace = Trace(ends=program.ends)
+        self.trace = Trace(ends=program.ends, received=program.received, arrival=self.arrival)
         self.spans: list[tuple[int, int, int, str, str, str]] | None = \
             self.trace.spans if options.trace else None
         self.report = SimReport(0, [], options=options.to_dict())

@@ -186,6 +186,9 @@ class Program:
     routes: list[Route] = field(default_factory=list)
     """Per message (`Instr.msg`): its send's route (a trace's link reservations are these
     and times, `Trace.walked`)."""
+    received: list[int] = field(default_factory=list)
+    """Per message: the slot its arrival time is kept in during a run (`number_slots`,
+    `Engine.arrival`; a trace reads its messages' arrivals there)."""
     values: list[Any] = field(default_factory=list)
     """The values of a run, by slot (`number_slots`)."""
     start: list[Any] = field(default_factory=list)
@@ -260,6 +263,7 @@ def number_slots(program: Program) -> tuple[int, int]:
     start: dict[int, Any] = {}
     sent: dict[tuple[int, Value], tuple[int, Value]] = {}
     views: dict[int, list[Move]] = {}
+    received = [-1] * program.messages
     for core, prog in program.cores.items():
         for ins in prog:
             if ins.kind == SEND and ins.cut is None:
@@ -295,6 +299,7 @@ def number_slots(program: Program) -> tuple[int, int]:
                 assert ins.partner.value is not None
                 reads = (ins.value,)
                 ins.slots_out = (at((ins.peer, ins.partner.value), len(values)),)
+                received[ins.msg] = ins.slots_out[0]
                 if ins.cut is not None:
                     src = data(core, ins.value)
                     ins.move = move = (src, ins.slots_out[0], *ins.cut)
@@ -325,6 +330,7 @@ def number_slots(program: Program) -> tuple[int, int]:
     for i, x in start.items():
         program.start[i] = x
     program.views = views
+    program.received = received
     program.initial_views = [s for s in views if s in start]
     return len(values), len(buffers)
 

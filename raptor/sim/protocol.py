@@ -198,7 +198,7 @@ class Mesh:
                 waiting[1][1] = arrival
                 return None
         if self.sent is not None:
-            self.sent.append((ins.msg, at, arrival if traced < 0 else traced, nbytes))
+            self.sent.append((ins.msg, at) if traced < 0 else (ins.msg, at, traced, nbytes))
         v = ins.slots_out[0]  # the receiver's value
         self.arrival[v] = arrival
         st = self.core_of[ins.peer]

@@ -129,11 +129,17 @@ class Trace:
     spans: list[tuple[int, int, int, str, str, str]] = field(default_factory=list)
     log: LinkLog = field(default_factory=LinkLog)
     """The mesh links' walks as the run logged them, or as `link_log` fills them."""
-    sent: list[tuple[int, int, int, int]] = field(default_factory=list)
+    sent: list[tuple[int, int] | tuple[int, int, int, int]] = field(default_factory=list)
     """The messages as the run recorded them, kept as cheaply as it can write them: (message
-    number, injected ns, arrived ns, bytes, -1 for those of `ends`); `messages` lists them."""
+    number, injected ns), arrived when `arrival` says, or, where the protocol traces
+    another arrival or size (pimsim-nn), (message number, injected ns, arrived ns, bytes,
+    -1 for those of `ends`); `messages` lists them."""
     ends: Sequence[tuple[int, int, int, int]] = ()
     """Per message number: (src, dst, channel, bytes) (`Program.ends`)."""
+    received: Sequence[int] = ()
+    """Per message number, the slot of its arrival in `arrival` (`Program.received`)."""
+    arrival: Sequence[int] = ()
+    """Per slot, when the value arrived (`Engine.arrival`)."""
     walked: Sequence[Route] = ()
     """Per message number, its route (`Program.routes`) when the run walked the links of
     each message that has some as it recorded it in `sent`, and logged nothing itself
@@ -151,12 +157,12 @@ class Trace:
             routes: list[tuple[int, ...]] = []
             serial: list[int] = []
             starts: list[int] = []
-            for m, inject, _, _ in self.sent:
-                r = walked[m]
+            for rec in self.sent:
+                r = walked[rec[0]]
                 if r.links:
                     routes.append(r.links)
                     serial.append(r.serial_ns)
-                    starts.append(inject)
+                    starts.append(rec[1])
             log.routes, log.serial, log.starts = routes, serial, starts
             self._logged = len(self.sent)
         return log
@@ -166,12 +172,17 @@ class Trace:
         """(src, dst, channel, bytes, injected ns, arrived ns) per message, in the order
         they arrived."""
         if len(self._messages) != len(self.sent):
-            ends = self.ends
+            ends, received, arrival = self.ends, self.received, self.arrival
             out: list[tuple[int, int, int, int, int, int]] = []
             add = out.append
-            for m, inject, arrival, nbytes in self.sent:
+            for rec in self.sent:
+                m = rec[0]
                 src, dst, ch, size = ends[m]
-                add((src, dst, ch, size if nbytes < 0 else nbytes, inject, arrival))
+                if len(rec) == 2:
+                    add((src, dst, ch, size, rec[1], arrival[received[m]]))
+                else:
+                    _, inject, arrived, nbytes = rec
+                    add((src, dst, ch, size if nbytes < 0 else nbytes, inject, arrived))
             self._messages = out
         return self._messages
 

@@ -90,7 +90,7 @@ def test_link_log_filled_when_read_is_the_one_logged_in_the_loop(
     monkeypatch.setattr(protocol.Mesh, "walks_traced", False)
     inline = run(crossing(), {"w": rand(16)})
     assert late.trace.walked and not inline.trace.walked
-    order = [m for m, _, _, _ in late.trace.sent]
+    order = [rec[0] for rec in late.trace.sent]
     assert order != sorted(order) and len(order) == 12
     a, b = late.trace.link_log, inline.trace.link_log
     assert (a.routes, a.serial, a.starts, a.hop) == (b.routes, b.serial, b.starts, b.hop)
