@@ -136,6 +136,8 @@ class Instr:
     """`waiting`, once asked."""
     note: str | None = None
     """A protocol's trace text for this instruction, made once (`noted`)."""
+    span: tuple[int, int, str, str] | None = None
+    """COMPUTE: the core, cost, name and detail of its trace span, made once (`spanned`)."""
 
     @property
     def where(self) -> str:
@@ -147,6 +149,11 @@ class Instr:
     @property
     def name(self) -> str:
         return self.op.name
+
+    def spanned(self) -> tuple[int, int, str, str]:
+        """`span`, made (a traced run records each compute as its start and this)."""
+        self.span = span = (self.core, self.cost, self.label, self.where)
+        return span
 
     def noted(self, text: str) -> str:
         """Keep `text` as `note` (a trace text asked for on every run)."""

@@ -8,7 +8,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -120,13 +120,19 @@ COUNTER_BINS = 1000
 """Counter tracks average over at most this many time bins (a bounded file on any model)."""
 
 
+Span = tuple[int, int, int, str, str, str]
+"""A trace span: (core, start ns, duration ns, name, category, detail)."""
+
+
 @dataclass
 class Trace:
     """Raw spans (core, start ns, duration ns, name, category, detail), messages
     (src, dst, channel, bytes, injected ns, arrived ns) and mesh link occupancy
     (link `a * cores + b`, start ns, end ns); converted to JSON on demand."""
 
-    spans: list[tuple[int, int, int, str, str, str]] = field(default_factory=list)
+    recorded: list[Span | tuple[int, tuple[int, int, str, str]]] = field(default_factory=list)
+    """The spans as the run recorded them, a compute's kept as cheaply as the loop can write
+    it: (start ns, its instruction's `Instr.span`); `spans` lists them."""
     log: LinkLog = field(default_factory=LinkLog)
     """The mesh links' walks as the run logged them, or as `link_log` fills them."""
     sent: list[tuple[int, int] | tuple[int, int, int, int]] = field(default_factory=list)
@@ -147,6 +153,20 @@ class Trace:
     _messages: list[tuple[int, int, int, int, int, int]] = field(default_factory=list,
                                                                  repr=False, compare=False)
     _logged: int = field(default=0, repr=False, compare=False)
+    _spanned: int = field(default=0, repr=False, compare=False)
+
+    @property
+    def spans(self) -> list[Span]:
+        """(core, start ns, duration ns, name, category, detail) per span, in the order
+        the run recorded them (`recorded`, made so in place when first read)."""
+        rec = self.recorded
+        for i in range(self._spanned, len(rec)):
+            r = rec[i]
+            if len(r) == 2:
+                start, (core, cost, label, where) = r
+                rec[i] = (core, start, cost, label, BUSY, where)
+        self._spanned = len(rec)
+        return cast(list[Span], rec)
 
     @property
     def link_log(self) -> LinkLog:

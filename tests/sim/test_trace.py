@@ -53,6 +53,20 @@ def test_messages_and_link_reservations_listed_from_what_the_run_recorded() -> N
     assert res.trace.links == [(0, 0, 16), (4, 2, 18), (4, 18, 34)]
 
 
+def test_spans_listed_from_what_the_run_recorded() -> None:
+    """A compute's span is recorded as its start and its instruction's `span`, made a
+    trace span in place when first read; the others are recorded whole."""
+    res = run(CONTENTION, {"w": rand(16)})
+    relu, vadd = (1, 4, "pim.relu", "t.spat:9:10"), (2, 4, "pim.vadd", "t.spat:15:10")
+    blocked = (2, 0, 36, "blocked", "blocked", "waiting for %a, %b")
+    store = (2, 40, 100, "pim.store %o", "memory", "t.spat:16:5")
+    assert res.trace.recorded == [(0, relu), blocked, (36, vadd), store]
+    spans = res.trace.spans
+    assert spans == [(1, 0, 4, "pim.relu", "compute", "t.spat:9:10"), blocked,
+                     (2, 36, 4, "pim.vadd", "compute", "t.spat:15:10"), store]
+    assert res.trace.recorded is spans and res.trace.spans == spans
+
+
 def crossing(senders: int = 6) -> str:
     """Cores 0..senders-1 on row 0 each send a weight to core 7, then to core 15, over the
     row's links; core c first runs senders-1-c relus, so the last sender injects first."""
