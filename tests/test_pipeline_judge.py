@@ -109,7 +109,7 @@ def test_a_candidate_no_row_can_return_loses_its_trace() -> None:
     from raptor.solve import _drop_beaten_traces
 
     def cand(sim: int | None) -> Any:
-        trace = Trace(spans=[(0, 0, 1, "x", "busy", "")])
+        trace = Trace(recorded=[(0, 0, 1, "x", "busy", "")])
         return SimpleNamespace(simulated_ns=sim, run=SimpleNamespace(
             sim=SimpleNamespace(trace=trace) if sim is not None else None))
 

@@ -24,7 +24,7 @@ from typing import Any
 from raptor.sim.errors import Deadlock, SimError
 from raptor.sim.program import COMPUTE, RECV, SEND, SIGNAL, WAIT, Instr, Program, value_name
 from raptor.sim.protocol import INJECT, MEM, PROTOCOLS, RUN
-from raptor.sim.report import BLOCKED, BUSY, CoreStats, SimReport, Trace
+from raptor.sim.report import BLOCKED, CoreStats, SimReport, Trace
 from raptor.sim.shared import SharedMemory
 from raptor.target import Target
 
@@ -121,9 +121,10 @@ class Engine:
         self.heap: list[tuple[int, int, int, int, Any]] = []
         self.seq = 0
         self.now = 0
-        self.trace = Trace(ends=program.ends)
-        self.spans: list[tuple[int, int, int, str, str, str]] | None = \
-            self.trace.spans if options.trace else None
+        self.trace = Trace(ends=program.ends, received=program.received, arrival=self.arrival)
+        self.spans: list[Any] | None = self.trace.recorded if options.trace else None
+        """Where the run records its spans (`Trace.recorded`: a compute's as (start,
+        `Instr.span`), any other as its `Trace.spans` tuple)."""
         self.report = SimReport(0, [], options=options.to_dict())
         self.order: list[Instr] = []
         """Computes and memory accesses in the order the loop performed them (sends of
@@ -277,8 +278,7 @@ class Engine:
             if kind == COMPUTE and (not timed or ins.timing is None or not ins.timing.memory):
                 record(ins)
                 if spans is not None:
-                    spans.append((cid, clock, ins.cost, ins.label, BUSY,
-                                  ins.where_text or ins.where))
+                    spans.append((clock, ins.span or ins.spanned()))
                 clock += ins.cost
                 busy += ins.cost
                 pc += 1

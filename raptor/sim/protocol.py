@@ -21,7 +21,7 @@ import heapq
 from typing import TYPE_CHECKING
 
 from raptor import noc
-from raptor.noc import FreeLinks, Network
+from raptor.noc import FreeLinks, LinkLog, Network
 from raptor.sim.program import Instr
 from raptor.sim.report import BLOCKED, COMM, MEMORY
 from raptor.sim.timing import OpTiming
@@ -51,6 +51,10 @@ class Mesh:
     """Whether the protocol counts the messages in the report itself (else every send
     executed is one, counted at the end: nothing per message)."""
 
+    walks_traced = True
+    """Whether a rendezvous message is recorded in `sent` as its links are walked, and walked
+    iff link contention is on and its route has links (`Trace.walked`)."""
+
     posts = True
     """Whether a receive only posts (`post`) and a rendezvous send only waits for it: the
     engine then runs the commonest cases itself (`Engine.run_core`), without a call."""
@@ -70,12 +74,20 @@ class Mesh:
         self.core_of = {st.cid: st for st in engine.cores}
         self.arrival = engine.arrival
         self.net = Network(engine.target, "raptor")
-        self.log = engine.trace.link_log if engine.opts.trace else None
-        links = FreeLinks(self.net.num_links, log=self.log)  # `inject` walks its free times
-        self.free, self.hop = links.free, self.net.hop_ns
-        if self.log is not None:
-            self.log.hop = self.hop
         self.buffered = self.opts.mode == "buffered"
+        trace = engine.trace
+        links = FreeLinks(self.net.num_links, log=trace.log)  # `inject` walks its free times
+        self.free, self.hop = links.free, self.net.hop_ns
+        trace.log.hop = self.hop
+        self.log: LinkLog | None = None
+        """Where `inject` logs its walks: the trace's log in buffered mode (an unclaimed
+        message is recorded in `sent` after later ones); else the trace fills it when read,
+        from `sent` (`Trace.walked`), and the loop writes nothing more a message."""
+        if engine.opts.trace:
+            if self.buffered or not self.walks_traced:
+                self.log = trace.log
+            elif self.opts.link_contention:
+                trace.walked = engine.program.routes
         self.contention = self.opts.link_contention
         self.rendezvous = self.opts.rendezvous_ns
         self.heap = engine.heap
@@ -186,7 +198,7 @@ class Mesh:
                 waiting[1][1] = arrival
                 return None
         if self.sent is not None:
-            self.sent.append((ins.msg, at, arrival if traced < 0 else traced, nbytes))
+            self.sent.append((ins.msg, at) if traced < 0 else (ins.msg, at, traced, nbytes))
         v = ins.slots_out[0]  # the receiver's value
         self.arrival[v] = arrival
         st = self.core_of[ins.peer]
@@ -234,6 +246,7 @@ class PimsimNN(Mesh):
 
     memory_computes = True
     counts = True
+    walks_traced = False  # its rendezvous messages skip the links
     posts = False
 
     def timing(self, ins: Instr) -> OpTiming:

@@ -8,12 +8,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from raptor.fileio import open_atomic
-from raptor.noc import LinkLog
+from raptor.noc import LinkLog, Route
 from raptor.sim.errors import SimError
 from raptor.solver.pipeline.stream import steady_period
 
@@ -120,34 +120,89 @@ COUNTER_BINS = 1000
 """Counter tracks average over at most this many time bins (a bounded file on any model)."""
 
 
+Span = tuple[int, int, int, str, str, str]
+"""A trace span: (core, start ns, duration ns, name, category, detail)."""
+
+
 @dataclass
 class Trace:
     """Raw spans (core, start ns, duration ns, name, category, detail), messages
     (src, dst, channel, bytes, injected ns, arrived ns) and mesh link occupancy
     (link `a * cores + b`, start ns, end ns); converted to JSON on demand."""
 
-    spans: list[tuple[int, int, int, str, str, str]] = field(default_factory=list)
-    link_log: LinkLog = field(default_factory=LinkLog)
-    """The mesh links' reservations as the run recorded them (`links` lists them)."""
-    sent: list[tuple[int, int, int, int]] = field(default_factory=list)
+    recorded: list[Span | tuple[int, tuple[int, int, str, str]]] = field(default_factory=list)
+    """The spans as the run recorded them, a compute's kept as cheaply as the loop can write
+    it: (start ns, its instruction's `Instr.span`); `spans` lists them."""
+    log: LinkLog = field(default_factory=LinkLog)
+    """The mesh links' walks as the run logged them, or as `link_log` fills them."""
+    sent: list[tuple[int, int] | tuple[int, int, int, int]] = field(default_factory=list)
     """The messages as the run recorded them, kept as cheaply as it can write them: (message
-    number, injected ns, arrived ns, bytes, -1 for those of `ends`); `messages` lists them."""
+    number, injected ns), arrived when `arrival` says, or, where the protocol traces
+    another arrival or size (pimsim-nn), (message number, injected ns, arrived ns, bytes,
+    -1 for those of `ends`); `messages` lists them."""
     ends: Sequence[tuple[int, int, int, int]] = ()
     """Per message number: (src, dst, channel, bytes) (`Program.ends`)."""
+    received: Sequence[int] = ()
+    """Per message number, the slot of its arrival in `arrival` (`Program.received`)."""
+    arrival: Sequence[int] = ()
+    """Per slot, when the value arrived (`Engine.arrival`)."""
+    walked: Sequence[Route] = ()
+    """Per message number, its route (`Program.routes`) when the run walked the links of
+    each message that has some as it recorded it in `sent`, and logged nothing itself
+    (`raptor.sim.protocol.Mesh.inject`): `link_log` fills `log` from the two."""
     _messages: list[tuple[int, int, int, int, int, int]] = field(default_factory=list,
                                                                  repr=False, compare=False)
+    _logged: int = field(default=0, repr=False, compare=False)
+    _spanned: int = field(default=0, repr=False, compare=False)
+
+    @property
+    def spans(self) -> list[Span]:
+        """(core, start ns, duration ns, name, category, detail) per span, in the order
+        the run recorded them (`recorded`, made so in place when first read)."""
+        rec = self.recorded
+        for i in range(self._spanned, len(rec)):
+            r = rec[i]
+            if len(r) == 2:
+                start, (core, cost, label, where) = r
+                rec[i] = (core, start, cost, label, BUSY, where)
+        self._spanned = len(rec)
+        return cast(list[Span], rec)
+
+    @property
+    def link_log(self) -> LinkLog:
+        """The mesh links' walks in the order the run made them (`links` lists their
+        reservations)."""
+        log, walked = self.log, self.walked
+        if walked and self._logged != len(self.sent):
+            routes: list[tuple[int, ...]] = []
+            serial: list[int] = []
+            starts: list[int] = []
+            for rec in self.sent:
+                r = walked[rec[0]]
+                if r.links:
+                    routes.append(r.links)
+                    serial.append(r.serial_ns)
+                    starts.append(rec[1])
+            log.routes, log.serial, log.starts = routes, serial, starts
+            self._logged = len(self.sent)
+        return log
 
     @property
     def messages(self) -> list[tuple[int, int, int, int, int, int]]:
         """(src, dst, channel, bytes, injected ns, arrived ns) per message, in the order
         they arrived."""
         if len(self._messages) != len(self.sent):
-            ends = self.ends
+            ends, received, arrival = self.ends, self.received, self.arrival
             out: list[tuple[int, int, int, int, int, int]] = []
             add = out.append
-            for m, inject, arrival, nbytes in self.sent:
+            for rec in self.sent:
+                m = rec[0]
                 src, dst, ch, size = ends[m]
-                add((src, dst, ch, size if nbytes < 0 else nbytes, inject, arrival))
+                if len(rec) == 2:
+                    add((src, dst, ch, size, rec[1], arrival[received[m]]))
+                else:
+                    _, inject, arrived, nbytes = rec
+                    add((src, dst, ch, size if nbytes < 0 else nbytes, inject, arrived))
             self._messages = out
         return self._messages
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from raptor.ir.interpreter import slices
 from raptor.ir.parser import parse_module
 from raptor.ir.verifier import verify_module
 from raptor.sim import SimOptions, simulate
+from raptor.sim.program import _trimmed
 from raptor.target import load_target
 
 SEND = ("spat.channel_send %a[3, 0] [2, 16] [2, 1] to core(9) channel(0) : "
@@ -78,3 +80,19 @@ def test_a_forwarded_region_is_a_region_of_the_region_received() -> None:
     for options in (SimOptions(trace=False), SimOptions.ideal(trace=False)):
         res = simulate(module, load_target("default"), [x], options)
         np.testing.assert_array_equal(res.outputs[0], x[5:6])
+
+
+def test_a_region_taken_with_its_whole_dimensions_trimmed_is_the_same_view() -> None:
+    """A send's region keeps `:` for the dimensions it takes whole and drops trailing ones
+    (`_trimmed`): the same view, element for element, stride for stride."""
+    x = np.arange(2 * 6 * 1 * 4, dtype=np.float32).reshape(2, 6, 1, 4)
+    for offsets, sizes, strides, want in (
+            ([0, 0, 0, 0], [2, 6, 1, 4], [1, 1, 1, 1], (slice(None),)),
+            ([0, 2, 0, 0], [2, 3, 1, 4], [1, 1, 1, 1], (slice(None), slice(2, 5, 1))),
+            ([0, 0, 0, 1], [2, 6, 1, 2], [1, 1, 1, 2], (*[slice(None)] * 3, slice(1, 4, 2))),
+            ([1, 0, 0, 0], [1, 3, 1, 4], [1, 2, 1, 1], (slice(1, 2, 1), slice(0, 5, 2)))):
+        sl = slices(offsets, sizes, strides)
+        got = _trimmed(sl, x.shape)
+        assert got == want
+        a, b = x[sl], x[got]
+        assert (a.shape, a.strides, a.ctypes.data) == (b.shape, b.strides, b.ctypes.data)

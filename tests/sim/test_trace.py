@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from raptor.noc import Network
-from raptor.sim import SimOptions, report
+from raptor.sim import SimOptions, protocol, report
 from raptor.sim.report import SpanLabel, busy_per_bin
 
 from .test_timing import CONTENTION
@@ -51,6 +51,67 @@ def test_messages_and_link_reservations_listed_from_what_the_run_recorded() -> N
     assert len(res.trace.sent) == 2 and res.trace.link_log.starts == [0, 4]
     assert res.trace.messages == [(0, 2, 0, 64, 0, 20), (1, 2, 1, 64, 4, 36)]
     assert res.trace.links == [(0, 0, 16), (4, 2, 18), (4, 18, 34)]
+
+
+def test_spans_listed_from_what_the_run_recorded() -> None:
+    """A compute's span is recorded as its start and its instruction's `span`, made a
+    trace span in place when first read; the others are recorded whole."""
+    res = run(CONTENTION, {"w": rand(16)})
+    relu, vadd = (1, 4, "pim.relu", "t.spat:9:10"), (2, 4, "pim.vadd", "t.spat:15:10")
+    blocked = (2, 0, 36, "blocked", "blocked", "waiting for %a, %b")
+    store = (2, 40, 100, "pim.store %o", "memory", "t.spat:16:5")
+    assert res.trace.recorded == [(0, relu), blocked, (36, vadd), store]
+    spans = res.trace.spans
+    assert spans == [(1, 0, 4, "pim.relu", "compute", "t.spat:9:10"), blocked,
+                     (2, 36, 4, "pim.vadd", "compute", "t.spat:15:10"), store]
+    assert res.trace.recorded is spans and res.trace.spans == spans
+
+
+def crossing(senders: int = 6) -> str:
+    """Cores 0..senders-1 on row 0 each send a weight to core 7, then to core 15, over the
+    row's links; core c first runs senders-1-c relus, so the last sender injects first."""
+    lines = ["func.func @main() -> (tensor<16xf32>, tensor<16xf32>) {",
+             "  %w = spat.weight @w : tensor<16xf32>",
+             "  %o = pim.alloc_shared : tensor<16xf32>",
+             "  %p = pim.alloc_shared : tensor<16xf32>"]
+    for c in range(senders):
+        lines.append(f"  pim.core {c} {{")
+        x = "%w"
+        for k in range(senders - 1 - c):
+            lines.append(f"    %x{k} = pim.relu {x} : tensor<16xf32>")
+            x = f"%x{k}"
+        lines += [f"    spat.channel_send {x} to core({dst}) channel({c}) : tensor<16xf32>"
+                  for dst in (7, 15)] + ["  }"]
+    for dst, out in ((7, "%o"), (15, "%p")):
+        lines.append(f"  pim.core {dst} {{")
+        lines += [f"    %r{c} = spat.channel_receive from core({c}) channel({c}) : "
+                  "tensor<16xf32>" for c in range(senders)]
+        acc = "%r0"
+        for c in range(1, senders):
+            lines.append(f"    %s{c} = pim.vadd {acc}, %r{c} : tensor<16xf32>")
+            acc = f"%s{c}"
+        lines += [f"    pim.store {acc} into {out}[0] [16] [1] : tensor<16xf32> into "
+                  "tensor<16xf32>", "  }"]
+    return "\n".join([*lines, "  return %o, %p : tensor<16xf32>, tensor<16xf32>", "}"])
+
+
+def test_link_log_filled_when_read_is_the_one_logged_in_the_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In rendezvous mode the run logs no walk: the trace fills the log from `sent` when it
+    is read. It equals the log the loop writes when told to (`walks_traced` off), walk for
+    walk, on messages that contend and are walked out of their numbers' order."""
+    late = run(crossing(), {"w": rand(16)})
+    monkeypatch.setattr(protocol.Mesh, "walks_traced", False)
+    inline = run(crossing(), {"w": rand(16)})
+    assert late.trace.walked and not inline.trace.walked
+    order = [rec[0] for rec in late.trace.sent]
+    assert order != sorted(order) and len(order) == 12
+    a, b = late.trace.link_log, inline.trace.link_log
+    assert (a.routes, a.serial, a.starts, a.hop) == (b.routes, b.serial, b.starts, b.hop)
+    assert late.trace.links == inline.trace.links
+    free = run(crossing(), {"w": rand(16)}, options=SimOptions(link_contention=False))
+    assert late.report.latency_ns > free.report.latency_ns  # the links were contended
+    assert not free.trace.links
 
 
 def test_written_trace_is_the_document_byte_for_byte(
