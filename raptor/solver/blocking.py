@@ -269,9 +269,7 @@ def merge_messages(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[
 
 def pimsim_shared_ns(target: Target, task: Task) -> tuple[int, int]:
     """A task's shared-memory loads and stores as pimsim-nn serves them: at the chip's
-    activation precision (`raptor.noc.wire_bytes`) where Raptor's prices count the IR's
-    (a quarter of them at 8-bit activations; the lower bound's stores count these too,
-    `raptor.solver.evaluate.lower_bounds`)."""
+    activation precision (`raptor.noc.wire_bytes`) where Raptor's prices count the IR's."""
     store = task.shared_ns
     if task.store_bytes:
         store += shared_write_ns(target, noc.wire_bytes(target, task.store_bytes)) \

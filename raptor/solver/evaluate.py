@@ -85,7 +85,7 @@ def lower_bounds(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     costs = graph.costs()
     tail = graph.bottom_levels()
     head = fan_in_heads(graph, target, link_cut)
-    pimsim = target.protocol != "raptor"
+    pimsim = target.protocol == "pimsim-nn"
     stores = sorted((head[t] + costs[t] - task.shared_ns,
                      pimsim_shared_ns(target, task)[1] if pimsim else task.shared_ns)
                     for t, task in enumerate(graph.tasks) if task.shared_ns)
