@@ -267,7 +267,7 @@ def merge_messages(graph: ComputeGraph, core_of: Sequence[int], progs: Sequence[
     return merged, out
 
 
-def _shared(target: Target, task: Task) -> tuple[int, int]:
+def pimsim_shared_ns(target: Target, task: Task) -> tuple[int, int]:
     """A task's shared-memory loads and stores as pimsim-nn serves them: at the chip's
     activation precision (`raptor.noc.wire_bytes`) where Raptor's prices count the IR's."""
     store = task.shared_ns
@@ -301,10 +301,10 @@ class Priced(NamedTuple):
 
 def target_priced(graph: ComputeGraph, target: Target, core_of: Sequence[int]) -> list[Priced]:
     """Each task as the target's op costs price it, its shared-memory traffic as pimsim-nn
-    serves it (`_shared`)."""
+    serves it (`pimsim_shared_ns`)."""
     out = []
     for d, task in zip(graph.durations(core_of), graph.tasks, strict=True):
-        load, store = _shared(target, task)
+        load, store = pimsim_shared_ns(target, task)
         out.append(Priced(0, load, d - task.shared_ns - shared_read_ns(target, task.load_bytes),
                           store, 0))
     return out

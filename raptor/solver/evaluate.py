@@ -17,6 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from raptor.noc import hold_cycles, message_cycles, shared_network
+from raptor.solver.blocking import pimsim_shared_ns
 from raptor.solver.graph import ComputeGraph
 from raptor.solver.mesh import transfer_ns
 from raptor.target import Target
@@ -64,7 +65,8 @@ class LowerBounds:
     one after another, the others' data arrives at least one hop after they end."""
     shared_memory_ns: int = 0
     """The graph outputs' shared-memory stores, served one at a time, each no earlier than
-    its task's compute can end."""
+    its task's compute can end; priced as the target's protocol serves them (pimsim-nn's
+    at its activation precision, `raptor.solver.blocking.pimsim_shared_ns`)."""
     layer_load_ns: int = 0
     """Per graph batch (a layer's lanes): the earliest any lane can start, plus the lanes'
     work spread over the cores that can run them, plus the shortest work that must follow
@@ -83,7 +85,9 @@ def lower_bounds(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
     costs = graph.costs()
     tail = graph.bottom_levels()
     head = fan_in_heads(graph, target, link_cut)
-    stores = sorted((head[t] + costs[t] - task.shared_ns, task.shared_ns)
+    pimsim = target.protocol == "pimsim-nn"
+    stores = sorted((head[t] + costs[t] - task.shared_ns,
+                     pimsim_shared_ns(target, task)[1] if pimsim else task.shared_ns)
                     for t, task in enumerate(graph.tasks) if task.shared_ns)
     memory, after = 0, 0
     for release, service in reversed(stores):  # latest release first: suffix sums

@@ -24,6 +24,7 @@ from raptor.export.validate import validate
 from raptor.ir.module import Module
 from raptor.ir.ops import ChannelSendOp, CoreOp
 from raptor.ir.parser import parse_module
+from raptor.passes import lower as lower_mod
 from raptor.passes.memory import plan_memory
 from raptor.sim import SimOptions, Simulator
 from raptor.solve import SolveOptions, solve
@@ -673,17 +674,31 @@ def test_lower_bound_holds_under_pimsim_protocol(name: str) -> None:
     under pimsim-nn's (8-bit activations, request and reply flits, no link cut) it is at
     most the estimate and Raptor's model of pimsim-nn on the export (it was 4,981 ns over
     mlp's 4,940 ns estimate when priced on Raptor's mesh)."""
-    # resnet_block with convolution windows: its estimate (31,871 ns) falls below the
-    # shared-memory bound (40,387), which the simulation (40,719) confirms; open, see
-    # docs/benchmarks.md "Issue #25, nineteenth session"
-    bound, estimate, model = _scheduled_under(name, "pimsim-nn",
-                                              T1 if name == "resnet_block" else T)
+    bound, estimate, model = _scheduled_under(name, "pimsim-nn")
     assert 0 < bound <= estimate
     assert bound <= model
     # and the estimate predicts that model within 1 % (measured within 0.1 % on every
     # example since it prices tasks as the exporter does, `raptor.export.task_costs`;
     # up to -1.8 % with the target's op costs)
     assert abs(estimate - model) <= 0.01 * model
+
+
+def test_lower_bound_counts_pimsim_stores_at_its_precision(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """resnet_block with windows of 8 pixels (`conv_windows`' choice before it counted the
+    shortest lane): its output stores dominate the bound. It counted them at the IR's f32
+    bytes, 40,387 ns, above the estimate (31,871), the model and pimsim-nn itself (31,866);
+    pimsim-nn stores 8-bit activations, a quarter of those bytes (21,187)."""
+    chosen = lower_mod.conv_windows
+    monkeypatch.setattr(lower_mod, "conv_windows",
+                        lambda g, t: dict.fromkeys(chosen(g, t), 8))
+    t = dataclasses.replace(T, protocol="pimsim-nn")
+    solved = solve(EXAMPLES / "resnet_block.onnx", t, SolveOptions(solver="peft", simulate=False))
+    run = solved.runs[0]
+    model = mirror(run.scheduled, export_pimsim(run.scheduled, t, run.memory))
+    assert solved.bounds.shared_memory_ns == solved.bounds.makespan_ns
+    assert solved.bounds.makespan_ns <= model
+    assert abs(run.estimate_ns - model) <= 0.01 * model
 
 
 def test_merged_messages_compute_onnxruntimes_numbers(tmp_path: Path,
