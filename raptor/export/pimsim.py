@@ -227,8 +227,6 @@ class _CoreLowering:
         """A reorder buffer of more than one entry (`unit`, `flush`)."""
         self.unit_free = 0
         """With `overlap`: the cycle the last vector or local-copy instruction ends."""
-        self.copy_free = 0
-        """With `overlap`: the cycle the last `lmv` ends (pimsim-nn's transfer unit)."""
         self.mvms: list[list[tuple[int, int, int, int, int]]] = []
         """With `mvm_units` > 1, the rows of the `pim.mvm`s in a row not yet emitted, per op
         (output address, input address, array group, its crossbars, busy cycles): see
@@ -273,8 +271,6 @@ class _CoreLowering:
         self.out.append(ins)
         self.ex.cycles[ins["op"]] += busy + gap
         self.unit_free = start + busy + gap
-        if ins["op"] == "lmv":
-            self.copy_free = self.unit_free
         self.pending.append(None if ranges is None else (self.unit_free, *ranges))
         self.cycles = start + SCALAR_CYCLES
 
@@ -346,15 +342,13 @@ class _CoreLowering:
 
     def run(self) -> CoreProgram:
         first = True
-        ops = list(self.iterations())
-        for k, op in enumerate(ops):
+        for op in self.iterations():
             self.op = op
             start = len(self.out)
             before = self.cycles
             self.gm_first, self.gm_cycles = None, 0
             timing = self.top(op)
-            if not self.posts_early(ops[k + 1] if k + 1 < len(ops) else None):
-                self.drain()
+            self.drain()
             if timing is None:
                 lead = 0 if self.gm_first is None else self.gm_first - before
                 timing = OpTiming(lead, self.cycles - before - lead, memory=self.gm_cycles)
@@ -415,46 +409,15 @@ class _CoreLowering:
             n = self.nbytes(op.value)
         return self.transfer("send", src, n, op.core, before, self.chip.send_read(n))
 
-    def posts_early(self, op: Operation | None) -> bool:
-        """Whether `op` is a `send` or `recv` that may start while the vector and copy
-        instructions before it still run (`transfer`)."""
-        return (self.overlap and not self.flight and None not in self.pending
-                and isinstance(op, ChannelSendOp | ChannelReceiveOp)
-                and not (isinstance(op, ChannelSendOp) and op in self.mem.staging))
-
     def transfer(self, name: str, addr: int, n: int, core: int, before: int, busy: int) -> OpTiming:
         """A `send` or `recv` of `n` bytes at `addr`, timed from cycle `before`. With a
-        reorder buffer of more entries (`posts_early`) it waits only for a free entry (the
-        one `mvm_units` back retired), the copy unit (`lmv` shares it) and the vector and
-        copy instructions writing its bytes (or, for a `recv`, reading them), as
-        pimsim-nn dispatches it; the next instruction is dispatched as it ends, or as the
-        last of those instructions ends."""
+        reorder buffer of more entries the next instruction is dispatched as it ends."""
         r = self.regs.get(addr)
-        if self.pending and not self.flight and None not in self.pending:
-            return self.transfer_early(name, r, range(addr, addr + n), core, before, busy)
         self.drain()
         pre = self.cycles - before
         gap = 0 if self.overlap else GAP_CYCLES
         self.serial({"op": name, "rd": r, "rs1": r, "core": core, "size": n}, busy, gap)
         return OpTiming(pre, busy, gap, n)
-
-    def transfer_early(self, name: str, r: int, span: range, core: int, before: int,
-                       busy: int) -> OpTiming:
-        """`transfer` while `pending` instructions may still run."""
-        pending = [p for p in self.pending if p is not None]
-        back = len(pending) - self.chip.target.mvm_units
-        if back >= 0:  # in-order retirement
-            self.cycles = max([self.cycles] + [t for t, _, _ in pending[:back + 1]])
-        for t, reads, writes in pending:
-            if _meet(span, writes) or (name == "recv" and any(_meet(span, x) for x in reads)):
-                self.cycles = max(self.cycles, t)
-        self.cycles = max(self.cycles, self.copy_free)
-        pre, tail = self.cycles - before, self.unit_free
-        self.pending = []
-        self.emit({"op": name, "rd": r, "rs1": r, "core": core, "size": len(span)}, busy)
-        after = max(0, tail - self.cycles)
-        self.cycles += after
-        return OpTiming(pre, busy, after, len(span))
 
     def counter(self, op: SignalOp | WaitOp) -> None:
         """READY/FREE counters as pimsim-nn's event registers of the one core that waits
