@@ -365,7 +365,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for col in ("crossbars", "groups", "lanes", "MVMs"):
         table.add_column(col, justify="right")
     for s in low.stats:
-        op = s.kind + (f"+{s.fused}" if s.fused else "")
+        op = s.kind + (f"+{s.fused}" if s.fused else "") + \
+            (f" ({s.pixels} px/MVM)" if s.pixels > 1 else "")
         table.add_row(s.name, op, ", ".join("x".join(map(str, i)) for i in s.inputs),
                       "x".join(map(str, s.output)), str(s.crossbars), str(s.groups),
                       str(s.lanes), str(s.mvms))

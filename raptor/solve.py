@@ -523,6 +523,11 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
     on = f"{counted(build.graph.num_tasks, 'task')} on {counted(target.num_cores, 'core')}"
     say(f"PEFT: {on}")
     heuristic = _timed(seconds, "peft", peft_schedule, build.graph, target)
+    if target.protocol != "raptor" and comp.lowered.windowed:
+        say("PEFT: the one-pixel lowering, under the blocking protocol")
+        comp, build, heuristic = _timed(seconds, "one_pixel", _one_pixel_rival, model, target,
+                                        opts, comp, build, heuristic)
+        bounds = lower_bounds(build.graph, target)
     if opts.solver in ("peft", "both"):
         say("materializing the peft schedule")
         runs.append(_run_schedule("peft", heuristic, build, comp, target, opts.compile.print_ir,
@@ -565,6 +570,30 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
         _judge_by_simulation(runs)
     return Solved(str(model), target, comp, build, bounds, runs, inputs, source, oracle,
                   seconds, layout_costs, list(comp.feeds.bound), notes)
+
+
+def _one_pixel_rival(model: str | Path, target: Target, opts: SolveOptions, comp: Compiled,
+                     build: GraphBuild, heuristic: MergeScheduleResult
+                     ) -> tuple[Compiled, GraphBuild, MergeScheduleResult]:
+    """The windowed lowering or the one-pixel one (`conv_window_max = 1`), whichever PEFT
+    schedules faster, with a note saying which. Windows choose their pixels by MVM rounds
+    (`raptor.passes.lower.conv_windows`), but under a blocking protocol (pimsim-nn's: a
+    core waits in `recv`) their longer lanes and larger messages can cost more than the
+    MVMs save, and PEFT's schedule there turns on small changes: ResNet-18 under
+    pimsim-nn's protocol, 8,437,697 ns windowed against 6,869,140 at one pixel, where the
+    ResNet block and LeNet gain from windows (docs/benchmarks.md, twentieth session)."""
+    one = dataclasses.replace(target, conv_window_max=1)
+    rival = compile_model(model, one, opts.compile, (comp.graph, comp.feeds)
+                          if comp.feeds is not None else None)
+    rival_build = build_compute_graph(rival.module.main(), target)
+    rival_heuristic = peft_schedule(rival_build.graph, target)
+    ns = f"{heuristic.estimate_ns:,} ns windowed, {rival_heuristic.estimate_ns:,} at one pixel"
+    if rival_heuristic.estimate_ns < heuristic.estimate_ns:
+        note = f"one output pixel per MVM: PEFT under {target.protocol}'s protocol {ns}"
+        return dataclasses.replace(rival, notes=[*rival.notes, note]), rival_build, \
+            rival_heuristic
+    note = f"convolution windows kept: PEFT under {target.protocol}'s protocol {ns}"
+    return dataclasses.replace(comp, notes=[*comp.notes, note]), build, heuristic
 
 
 def _judge_by_simulation(runs: list[ScheduleRun]) -> None:

@@ -72,6 +72,8 @@ class PlanStats:
     lanes: int = 0
     mvms: int = 0
     fused: str = ""
+    pixels: int = 1
+    """Output pixels per MVM (`conv_windows`)."""
 
 
 @dataclass
@@ -99,6 +101,11 @@ class Lowered:
     @property
     def mvms(self) -> int:
         return sum(s.mvms for s in self.stats)
+
+    @property
+    def windowed(self) -> bool:
+        """Whether a convolution takes several output pixels per MVM."""
+        return any(s.pixels > 1 for s in self.stats)
 
 
 def sanitize(name: str) -> str:
@@ -257,7 +264,8 @@ class Lowering:
                     raise LoweringError(f"plan {plan.name!r}: output {o} of shape "
                                         f"{list(self.g.values[o].shape)} is too large")
             stats = PlanStats(plan.name, plan.kind, [self.values[n].shape for n in plan.inputs],
-                              tuple(self.g.values[plan.outputs[0]].shape))
+                              tuple(self.g.values[plan.outputs[0]].shape),
+                              pixels=self.windows.get(self.index[id(plan)], 1))
             act = fused.get(plan.outputs[0])
             if act is not None:
                 stats.fused = act.kind
