@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raptor import noc
 from raptor.export.chip import (
     GAP_CYCLES,
     MVM_GAP_CYCLES,
@@ -445,10 +446,13 @@ class _CoreLowering:
     def transfer(self, name: str, addr: int, n: int, core: int, before: int, busy: int) -> OpTiming:
         """A `send` or `recv` of `n` bytes at `addr`, timed from cycle `before`. With a
         one-entry reorder buffer it waits for everything before it. With more it is
-        dispatched as pimsim-nn dispatches it to its transfer unit (`dispatch`: the vector
-        and copy instructions before it run on unless it reads what they write or writes
-        what they read), and the next instruction is dispatched as it ends (one waiting
-        for its bytes a cycle later)."""
+        dispatched as pimsim-nn dispatches it to its transfer unit (`dispatch`: the vector,
+        copy and `mvmul` instructions before it run on unless it reads what they write or
+        writes what they read), and those run while it moves its data: what of them
+        outlasts its time over free links (`moving`) is priced before it (so the mirror's
+        core goes on when both are done, whichever core of the pair is late), the rest is
+        hidden. The next instruction is dispatched as it ends (one waiting for its bytes a
+        cycle later)."""
         r = self.regs.get(addr)
         ins = {"op": name, "rd": r, "rs1": r, "core": core, "size": n}
         if not self.overlap:
@@ -459,11 +463,33 @@ class _CoreLowering:
         span = [range(addr, addr + n)]
         reads, writes = (span, []) if name == "send" else ([], span)
         start = self.dispatch(reads, writes, "transfer")
+        self.cycles = start
+        self.drain()  # the instructions before it: done by then
+        start = max(start, self.cycles - self.moving(name, n, core, busy))
         self.out.append(ins)
         self.ex.cycles[name] += busy
-        self.cycles = self.free["transfer"] = start + busy
+        self.cycles = start + busy
+        self.free = dict.fromkeys(self.free, self.cycles)
         self.pending.append((self.cycles + ROB_UNIT_CYCLES, reads, writes))
         return OpTiming(start - before, busy, 0, n)
+
+    def moving(self, name: str, n: int, core: int, busy: int) -> int:
+        """Cycles a `send` (`recv`) of `n` bytes to (from) `core` takes from its dispatch to
+        its end when the other core is already there and the links are free: the request
+        (for a send), the reply, the sender's read, the flits (for a receive) and this
+        core's `busy` (`raptor.noc`'s pimsim-nn protocol, as the mirror times it)."""
+        t = self.chip.target
+        sender, receiver = (self.core, core) if name == "send" else (core, self.core)
+        fwd, back = t.flit_ns(sender, receiver), t.flit_ns(receiver, sender)
+        flits = noc.flits(t, n)
+        if name == "send":
+            request, _ = noc.pimsim_request(0, 0, fwd)
+            _, ns, _, _ = noc.pimsim_transfer(request, 0, 0, 0, back, fwd, t.ns(busy), flits)
+        else:
+            _, _, _, arrival = noc.pimsim_transfer(0, 0, 0, 0, back, fwd,
+                                                   t.ns(self.chip.send_read(n)), flits)
+            ns = arrival + t.ns(busy)
+        return math.floor(ns * t.clock_fraction)
 
     def counter(self, op: SignalOp | WaitOp) -> None:
         """READY/FREE counters as pimsim-nn's event registers of the one core that waits
