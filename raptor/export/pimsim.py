@@ -371,7 +371,7 @@ class _CoreLowering:
             if not self.runs_on(op, following):
                 at = self.cycles
                 self.drain()
-                if timing is not None:  # a transfer's: what still ran after it
+                if timing is not None:  # a transfer's: the core waits for it
                     timing = dataclasses.replace(timing, after=timing.after + self.cycles - at)
             if timing is None:
                 lead = 0 if self.gm_first is None else self.gm_first - before
@@ -665,11 +665,12 @@ class _CoreLowering:
         an instruction is dispatched in order once the entry `mvm_units` back has retired
         (retirement is in order), an `mvmul` once its group is free and no instruction in
         flight writes what it reads or reads what it writes (an `mvmul` reads a whole
-        crossbar row of inputs, `PimsimChip.mvm_ranges`): the vector and copy instructions
-        before them (`pending`, when all their ranges are known) as well; the groups' reads
-        and writes take the core's one local port in the order they ask for it; the vector
-        and copy instructions after them wait for those they conflict with and for
-        reorder-buffer entries (`overlap_flight`), any other for the last one (`drain`)."""
+        crossbar row of inputs, `PimsimChip.mvm_ranges`): the vector, copy and transfer
+        instructions before them (`pending`) as well; the groups' reads and writes take the
+        core's one local port in the order they ask for it; the vector, copy and transfer
+        instructions after them wait for those they conflict with and for reorder-buffer
+        entries (`overlap_flight`), a global-memory access or an event for the last one
+        (`drain`)."""
         runs, self.mvms = self.mvms, []
         if not runs:
             return
