@@ -44,6 +44,13 @@ ROB_MVM_GAP_CYCLES = 1
 """With a reorder buffer of more than one entry, cycles from an `mvmul`'s end to the next
 `mvmul` on its group, or an instruction that waited for it (measured on ChipTest f7446df:
 a group's `mvmul`s 1,324 cycles apart, one more than the busy time)."""
+ROB_UNIT_CYCLES = 1
+"""With a reorder buffer of more than one entry, cycles a vector or transfer instruction
+holds its unit beyond its busy time: the next instruction on that unit is dispatched in the
+cycle it ends (retires), one that waits for its bytes or its reorder-buffer entry a cycle
+later (its `GAP_CYCLES`). Measured on ChipTest f7446df at `rob_size` 4 (lenet): an `lmv` of
+5 bytes (2 busy cycles) every 3 cycles, back to back 3,278 times; 324 vector instructions
+one cycle after the one whose output they read."""
 
 
 class ChipError(ValueError):

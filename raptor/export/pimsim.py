@@ -48,10 +48,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raptor import noc
 from raptor.export.chip import (
     GAP_CYCLES,
     MVM_GAP_CYCLES,
     ROB_MVM_GAP_CYCLES,
+    ROB_UNIT_CYCLES,
     SCALAR_CYCLES,
     START_CYCLES,
     PimsimChip,
@@ -225,8 +227,9 @@ class _CoreLowering:
         self.gm_cycles = 0
         self.overlap = ex.chip.target.mvm_units > 1
         """A reorder buffer of more than one entry (`unit`, `flush`)."""
-        self.unit_free = 0
-        """With `overlap`: the cycle the last vector or local-copy instruction ends."""
+        self.free = {"vector": 0, "transfer": 0}
+        """With `overlap`: the cycle pimsim-nn's vector unit and its transfer unit (`lmv`,
+        `lldi`, `send`, `recv`) take their next instruction."""
         self.mvms: list[list[tuple[int, int, int, int, int]]] = []
         """With `mvm_units` > 1, the rows of the `pim.mvm`s in a row not yet emitted, per op
         (output address, input address, array group, its crossbars, busy cycles): see
@@ -237,9 +240,10 @@ class _CoreLowering:
         overlap them."""
         self.after = 0
         """Reorder-buffer entries dispatched since those `mvmul`s."""
-        self.pending: list[tuple[int, list[range], range] | None] = []
-        """The vector and copy instructions since the core last waited for all (`drain`):
-        when each frees its unit, its reads and writes (None: not known)."""
+        self.pending: list[tuple[int, list[range], list[range]]] = []
+        """With `overlap`: the vector, copy and transfer instructions that may still be in
+        flight, in dispatch order: the cycle an instruction waiting for it (its bytes or
+        its reorder-buffer entry) may be dispatched, its reads and writes."""
 
     # -- emission and time ------------------------------------------------------------
     def emit(self, ins: Instruction, cycles: int | None = None) -> None:
@@ -252,31 +256,43 @@ class _CoreLowering:
         self.ex.cycles[ins["op"]] += cycles
 
     def unit(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES,
-             ranges: tuple[list[range], range] | None = None) -> None:
-        """A vector or local-copy instruction. With a one-entry reorder buffer the core
-        waits for it; with more (`mvm_units` > 1) the scalar instructions after it run
-        meanwhile and the next unit instruction waits for it. After `mvmul`s
-        (`flight`) an instruction whose local `ranges` (reads, writes) are known waits
-        only for a free reorder-buffer entry (the one `mvm_units` back retired) and for
-        the `mvmul`s it conflicts with, as pimsim-nn dispatches it; others wait for all."""
+             ranges: tuple[list[range], list[range]] | None = None) -> None:
+        """A vector, copy or `lldi` instruction. With a one-entry reorder buffer the core
+        waits for it; with more (`mvm_units` > 1) it is dispatched as pimsim-nn dispatches
+        it (`dispatch`, its local `ranges`: reads, writes) and the core runs on."""
         if not self.overlap:
             self.emit(ins, busy + gap)
             return
-        if self.flight:
-            if ranges is None:
-                self.drain()
-            else:
-                self.overlap_flight(*ranges)
-        start = max(self.cycles, self.unit_free)
+        assert ranges is not None
+        reads, writes = ranges
+        start = self.dispatch(reads, writes, "vector" if ins["op"] in VECTOR_OPERANDS
+                              else "transfer")
         self.out.append(ins)
         self.ex.cycles[ins["op"]] += busy + gap
-        self.unit_free = start + busy + gap
-        self.pending.append(None if ranges is None else (self.unit_free, *ranges))
+        self.free["vector" if ins["op"] in VECTOR_OPERANDS else "transfer"] = (
+            start + busy + ROB_UNIT_CYCLES)
+        self.pending.append((start + busy + gap, reads, writes))
         self.cycles = start + SCALAR_CYCLES
+
+    def dispatch(self, reads: list[range], writes: list[range], unit: str) -> int:
+        """The cycle pimsim-nn dispatches the next instruction on `unit` (with `overlap`):
+        in order, once its unit is free, the entry `mvm_units` back in the reorder buffer
+        has retired (in order) and nothing in flight writes what it reads or reads what it
+        writes (`flight`, `pending`)."""
+        if self.flight:
+            self.overlap_flight(reads, writes)
+        rob = self.chip.target.mvm_units
+        while self.pending and self.pending[0][0] <= self.cycles:  # retired
+            self.pending.pop(0)
+        back = len(self.pending) - rob
+        t = max([self.cycles, self.free[unit]]
+                + [d for d, _, _ in self.pending[:back + 1]]
+                + [d for d, r, w in self.pending if _conflict(reads, writes, r, w)])
+        return t
 
     def serial(self, ins: Instruction, busy: int, gap: int = GAP_CYCLES) -> None:
         """An instruction that waits for the others and that the core waits for (a
-        transfer or a global-memory access: the mirror times what it waits on)."""
+        global-memory access or an event: the mirror times what it waits on)."""
         self.drain()
         self.emit(ins, busy + gap)
 
@@ -284,10 +300,10 @@ class _CoreLowering:
         if self.flight:
             self.cycles = max(self.cycles, self.flight[-1][1] + ROB_MVM_GAP_CYCLES)
             self.flight = []
-        self.cycles = max(self.cycles, self.unit_free)
+        self.cycles = max([self.cycles] + [d for d, _, _ in self.pending])
         self.pending = []
 
-    def overlap_flight(self, reads: list[range], writes: range) -> None:
+    def overlap_flight(self, reads: list[range], writes: list[range]) -> None:
         """Hold the next instruction for `flight` (see `unit`); forget it once all ended."""
         gap, rob = ROB_MVM_GAP_CYCLES, self.chip.target.mvm_units
         back = len(self.flight) + self.after - rob  # the entry that must have retired
@@ -295,7 +311,7 @@ class _CoreLowering:
             self.cycles = max(self.cycles, self.flight[min(back, len(self.flight) - 1)][1]
                               + gap)
         for t, _, r, w in self.flight:
-            if t + gap > self.cycles and (any(_meet(x, w) for x in reads) or _meet(writes, r)):
+            if t + gap > self.cycles and _conflict(reads, writes, [r], [w]):
                 self.cycles = t + gap
         self.after += 1
         if self.flight[-1][1] + gap <= self.cycles:
@@ -327,28 +343,36 @@ class _CoreLowering:
         return self.op.where() if self.op is not None else "<core>"
 
     # -- program ----------------------------------------------------------------------
-    def iterations(self) -> Iterator[Operation]:
-        """The core's top-level ops in execution order: a stream program (one `pim.stream`)
-        unrolled for the export's inferences, `%n` and `%s` bound in each copy."""
+    def iterations(self) -> Iterator[tuple[Operation, Operation | None]]:
+        """The core's top-level ops in execution order, each with the op after it (None
+        after the last): a stream program (one `pim.stream`) unrolled for the export's
+        inferences, `%n` and `%s` bound in each copy as its first op is yielded."""
         ops = self.body.ops
         if len(ops) == 1 and isinstance(ops[0], StreamOp):
             stream = ops[0]
-            for n in range(self.ex.inferences or stream.count):
+            body = stream.body.ops
+            count = self.ex.inferences or stream.count
+            for n in range(count):
                 self.env[stream.inference] = n
                 self.env[stream.slot] = n % stream.ring
-                yield from stream.body.ops
+                yield from zip(body, [*body[1:], body[0] if n + 1 < count else None],
+                               strict=True)
         else:
-            yield from ops
+            yield from zip(ops, [*ops[1:], None], strict=True)
 
     def run(self) -> CoreProgram:
         first = True
-        for op in self.iterations():
+        for op, following in self.iterations():
             self.op = op
             start = len(self.out)
             before = self.cycles
             self.gm_first, self.gm_cycles = None, 0
             timing = self.top(op)
-            self.drain()
+            if not self.runs_on(op, following):
+                at = self.cycles
+                self.drain()
+                if timing is not None:  # a transfer's: the core waits for it
+                    timing = dataclasses.replace(timing, after=timing.after + self.cycles - at)
             if timing is None:
                 lead = 0 if self.gm_first is None else self.gm_first - before
                 timing = OpTiming(lead, self.cycles - before - lead, memory=self.gm_cycles)
@@ -361,6 +385,16 @@ class _CoreLowering:
                 self.ex.timings[(self.core, op)] = timing
         return CoreProgram(self.core, self.out if len(self.out) > 1 else [],
                            [n for _, n in self.groups.values()])
+
+    def runs_on(self, op: Operation, following: Operation | None) -> bool:
+        """Whether the instructions still in flight after `op` run on into `following`
+        (else the core waits for them, `drain`): with a reorder buffer of more entries, into
+        a `send` or `recv` (pimsim-nn dispatches it once nothing in flight conflicts,
+        `transfer`), and from one into any op (whose instructions wait for what they
+        need, `dispatch`, `flush`)."""
+        transfer = ChannelSendOp | ChannelReceiveOp
+        return self.overlap and following is not None and (
+            isinstance(following, transfer) or isinstance(op, transfer))
 
     def top(self, op: Operation) -> OpTiming | None:
         if isinstance(op, ChannelReceiveOp):
@@ -411,13 +445,51 @@ class _CoreLowering:
 
     def transfer(self, name: str, addr: int, n: int, core: int, before: int, busy: int) -> OpTiming:
         """A `send` or `recv` of `n` bytes at `addr`, timed from cycle `before`. With a
-        reorder buffer of more entries the next instruction is dispatched as it ends."""
+        one-entry reorder buffer it waits for everything before it. With more it is
+        dispatched as pimsim-nn dispatches it to its transfer unit (`dispatch`: the vector,
+        copy and `mvmul` instructions before it run on unless it reads what they write or
+        writes what they read), and those run while it moves its data: what of them
+        outlasts its time over free links (`moving`) is priced before it (so the mirror's
+        core goes on when both are done, whichever core of the pair is late), the rest is
+        hidden. The next instruction is dispatched as it ends (one waiting for its bytes a
+        cycle later)."""
         r = self.regs.get(addr)
-        self.drain()
-        pre = self.cycles - before
-        gap = 0 if self.overlap else GAP_CYCLES
-        self.serial({"op": name, "rd": r, "rs1": r, "core": core, "size": n}, busy, gap)
-        return OpTiming(pre, busy, gap, n)
+        ins = {"op": name, "rd": r, "rs1": r, "core": core, "size": n}
+        if not self.overlap:
+            self.drain()
+            pre = self.cycles - before
+            self.serial(ins, busy, GAP_CYCLES)
+            return OpTiming(pre, busy, GAP_CYCLES, n)
+        span = [range(addr, addr + n)]
+        reads, writes = (span, []) if name == "send" else ([], span)
+        start = self.dispatch(reads, writes, "transfer")
+        self.cycles = start
+        self.drain()  # the instructions before it: done by then
+        start = max(start, self.cycles - self.moving(name, n, core, busy))
+        self.out.append(ins)
+        self.ex.cycles[name] += busy
+        self.cycles = start + busy
+        self.free = dict.fromkeys(self.free, self.cycles)
+        self.pending.append((self.cycles + ROB_UNIT_CYCLES, reads, writes))
+        return OpTiming(start - before, busy, 0, n)
+
+    def moving(self, name: str, n: int, core: int, busy: int) -> int:
+        """Cycles a `send` (`recv`) of `n` bytes to (from) `core` takes from its dispatch to
+        its end when the other core is already there and the links are free: the request
+        (for a send), the reply, the sender's read, the flits (for a receive) and this
+        core's `busy` (`raptor.noc`'s pimsim-nn protocol, as the mirror times it)."""
+        t = self.chip.target
+        sender, receiver = (self.core, core) if name == "send" else (core, self.core)
+        fwd, back = t.flit_ns(sender, receiver), t.flit_ns(receiver, sender)
+        flits = noc.flits(t, n)
+        if name == "send":
+            request, _ = noc.pimsim_request(0, 0, fwd)
+            _, ns, _, _ = noc.pimsim_transfer(request, 0, 0, 0, back, fwd, t.ns(busy), flits)
+        else:
+            _, _, _, arrival = noc.pimsim_transfer(0, 0, 0, 0, back, fwd,
+                                                   t.ns(self.chip.send_read(n)), flits)
+            ns = arrival + t.ns(busy)
+        return math.floor(ns * t.clock_fraction)
 
     def counter(self, op: SignalOp | WaitOp) -> None:
         """READY/FREE counters as pimsim-nn's event registers of the one core that waits
@@ -448,7 +520,7 @@ class _CoreLowering:
             return
         rd, rs1 = self.regs.get(dst), self.regs.get(src)
         self.unit({"op": "lmv", "rd": rd, "rs1": rs1, "len": n, "size": n}, self.chip.lmv(n),
-                  ranges=([range(src, src + n)], range(dst, dst + n)))
+                  ranges=([range(src, src + n)], [range(dst, dst + n)]))
 
     def copy(self, dst: int, src: int, n: int, contiguous: bool) -> None:
         if not contiguous:
@@ -464,7 +536,7 @@ class _CoreLowering:
         reads = [range(rs1, rs1 + length * act)]
         if rs2 is not None and name not in ("vmv", "vavg"):  # there rs2 is a stride
             reads.append(range(rs2, rs2 + length * act))
-        writes = range(rd, rd + (1 if name == "vavg" else length) * act)
+        writes = [range(rd, rd + (1 if name == "vavg" else length) * act)]
         self.unit(ins, self.chip.vector(length, VECTOR_OPERANDS[name]), ranges=(reads, writes))
 
     def lower(self, op: Operation) -> None:
@@ -504,7 +576,8 @@ class _CoreLowering:
             n = self.nbytes(op.result)
             fill = _byte(op.value)
             rd = self.regs.get(self.addr(op.result))
-            self.unit({"op": "lldi", "rd": rd, "imm": fill, "len": n, "size": n}, self.chip.lldi(n))
+            self.unit({"op": "lldi", "rd": rd, "imm": fill, "len": n, "size": n}, self.chip.lldi(n),
+                      ranges=([], [range(self.addr(op.result), self.addr(op.result) + n)]))
             shape = _shape(op.result)
             self.copy(self.addr(op.result) + _flat(shape, list(op.low)) * act,
                       self.addr(op.source), self.nbytes(op.source),
@@ -592,18 +665,18 @@ class _CoreLowering:
         an instruction is dispatched in order once the entry `mvm_units` back has retired
         (retirement is in order), an `mvmul` once its group is free and no instruction in
         flight writes what it reads or reads what it writes (an `mvmul` reads a whole
-        crossbar row of inputs, `PimsimChip.mvm_ranges`): the vector and copy instructions
-        before them (`pending`, when all their ranges are known) as well; the groups' reads
-        and writes take the core's one local port in the order they ask for it; the vector
-        and copy instructions after them wait for those they conflict with and for
-        reorder-buffer entries (`overlap_flight`), any other for the last one (`drain`)."""
+        crossbar row of inputs, `PimsimChip.mvm_ranges`): the vector, copy and transfer
+        instructions before them (`pending`) as well; the groups' reads and writes take the
+        core's one local port in the order they ask for it; the vector, copy and transfer
+        instructions after them wait for those they conflict with and for reorder-buffer
+        entries (`overlap_flight`), a global-memory access or an event for the last one
+        (`drain`)."""
         runs, self.mvms = self.mvms, []
         if not runs:
             return
-        if self.flight or None in self.pending:
+        if self.flight:
             self.drain()
-        pending = [p for p in self.pending if p is not None]
-        self.pending = []
+        pending, self.pending = self.pending, []
         freed = list(itertools.accumulate((t for t, _, _ in pending), max))
         rob, gap = self.chip.target.mvm_units, ROB_MVM_GAP_CYCLES
         mvms = [x for row in itertools.zip_longest(*runs) for x in row if x is not None]
@@ -638,9 +711,8 @@ class _CoreLowering:
             reads, writes = self.chip.mvm_ranges(vec, out, size)
             wait = [end(last[group])] if group in last else []
             wait += [end(i) for i, (r, w) in enumerate(ranges)
-                     if (_meet(reads, w) or _meet(writes, r)) and end(i) > self.cycles]
-            units = [t for t, r, w in pending
-                     if _meet(reads, w) or any(_meet(writes, x) for x in r)]
+                     if _conflict([reads], [writes], [r], [w]) and end(i) > self.cycles]
+            units = [t for t, r, w in pending if _conflict([reads], [writes], r, w)]
             start = max([self.cycles] + [t + gap for t in wait] + units)
             write_until(start)
             read, compute, _ = self.chip.mvmul_parts(size)
@@ -673,7 +745,8 @@ class _CoreLowering:
             nbytes = n * self.chip.act
             factor = _byte(_number(op.attrs.get("factor")))
             self.unit({"op": "lldi", "rd": self.regs.get(res), "imm": factor, "len": nbytes,
-                       "size": nbytes}, self.chip.lldi(nbytes))
+                       "size": nbytes}, self.chip.lldi(nbytes),
+                      ranges=([], [range(res, res + nbytes)]))
             self.vector("vvmul", res, x, n, rs2=res)
         else:
             raise ExportError(f"{op.where()}: pim.{op.op} has no pimsim-nn instruction "
@@ -703,6 +776,14 @@ class _CoreLowering:
 def _meet(a: range, b: range) -> bool:
     """pimsim-nn's overlap test (`isOverlap`): ranges that only touch also meet."""
     return a.start <= b.stop and b.start <= a.stop
+
+
+def _conflict(reads: list[range], writes: list[range], their_reads: list[range],
+              their_writes: list[range]) -> bool:
+    """Whether an instruction reading `reads` and writing `writes` waits for one in flight
+    (pimsim-nn's `isConflict`): it reads what that one writes, or writes what it reads."""
+    return (any(_meet(r, w) for r in reads for w in their_writes)
+            or any(_meet(w, r) for w in writes for r in their_reads))
 
 
 def _imm(x: float) -> int:
