@@ -273,7 +273,9 @@ class Templates:
 Frame = list[Any]
 """A group's values by slot: the instance count, the reads, the loads' parameters, then
 what the body defines. Arrays carry the instances on a leading axis."""
-Step = Callable[[Frame], None]
+Step = tuple[int, Callable[[Frame], Any]]
+"""A body op's step: the runner sets slot `step[0]` of the frame to `step[1](frame)` (one
+call a step, not a wrapper's two)."""
 _ALL = slice(None)
 
 
@@ -576,10 +578,7 @@ Maker = Callable[[_Builder, Any, bool], Step | None]
 
 def _put(res: int, fn: Callable[[Frame], Any]) -> Step:
     """The step setting slot `res` to `fn(frame)`."""
-    def run(fr: Frame) -> None:
-        fr[res] = fn(fr)
-
-    return run
+    return res, fn
 
 
 def _k_extract(b: _Builder, op: ExtractSliceOp, _: bool) -> Step:
@@ -616,10 +615,12 @@ def _k_publish(b: _Builder, op: ParallelInsertSliceOp, _: bool) -> Step:
     """Writes in place: the destination is the batch's own zero-initialised result."""
     src, dst, at, sizes = b.stacked(op.source), b.stacked(op.dest), b.region(op), tuple(op.sizes)
 
-    def publish(fr: Frame) -> None:
-        fr[dst][at(fr)] = fr[src].reshape((fr[0], *sizes))
+    def publish(fr: Frame) -> Any:
+        out = fr[dst]
+        out[at(fr)] = fr[src].reshape((fr[0], *sizes))
+        return out
 
-    return publish
+    return dst, publish
 
 
 def _k_transpose(b: _Builder, op: TransposeOp, _: bool) -> Step:
@@ -644,10 +645,10 @@ def _k_mvm(b: _Builder, op: MvmOp, _: bool) -> Step | None:
         def shared(fr: Frame) -> Any:
             ws = fr[w]
             if ws.__class__ is list:  # one weight per instance (tiles differ): each
-                v = fr[vec]           # product straight into its row of the result
-                out = np.empty((len(ws), *shape), _F32)
-                for vi, wi, oi in zip(v, ws, out, strict=True):
-                    matmul(vi, wi, out=oi)
+                v = fr[vec]           # product straight into its row of the result,
+                out = np.empty((len(ws), *shape), _F32)  # the products of one weight
+                for i in sorted(range(len(ws)), key=[id(x) for x in ws].__getitem__):
+                    matmul(v[i], ws[i], out=out[i])  # in a row, while it is cached
                 return out
             return matmul(fr[vec], ws)
 
@@ -704,17 +705,16 @@ def _each(fn: Any, x: int, y: int, res: int, one_into: bool, many_into: bool) ->
     """A binary ufunc whose right operand a group of several instances passes unstacked
     (`Template.listed`): instance by instance into the stacked left operand (`many_into`)
     or a new array; a single instance's operands are stacked views, as usual."""
-    def each(fr: Frame) -> None:
+    def each(fr: Frame) -> Any:
         lhs, rhs = fr[x], fr[y]
         if fr[0] == 1:
-            fr[res] = fn(lhs, rhs, out=lhs) if one_into else fn(lhs, rhs)
-            return
+            return fn(lhs, rhs, out=lhs) if one_into else fn(lhs, rhs)
         out = lhs if many_into else np.empty(lhs.shape, _F32)
         for xi, yi, oi in zip(lhs, rhs, out, strict=True):
             fn(xi, yi, out=oi)
-        fr[res] = out
+        return out
 
-    return each
+    return res, each
 
 
 def _k_unary(b: _Builder, op: UnaryOp, _: bool) -> Step | None:
@@ -741,12 +741,12 @@ def _k_pad(b: _Builder, op: PadOp, _: bool) -> Step | None:
     zero = value == 0.0 and math.copysign(1.0, value) > 0
     fill = np.float32(value)
 
-    def pad(fr: Frame) -> None:
+    def pad(fr: Frame) -> Any:
         out = np.zeros((fr[0], *shape), _F32) if zero else np.full((fr[0], *shape), fill, _F32)
         out[inner] = fr[src]
-        fr[res] = out
+        return out
 
-    return pad
+    return res, pad
 
 
 def _k_concat(b: _Builder, op: ConcatOp, _: bool) -> Step:
@@ -810,8 +810,8 @@ def _runner(size: int, lane: int, lanes: int, accs: list[tuple[int, TypeInfo]],
             fr[slot] = zeros((k, *t.shape), t.dtype)
         for i in range(lanes):
             fr[lane] = i
-            for step in steps:
-                step(fr)
+            for slot, step in steps:
+                fr[slot] = step(fr)
         return [fr[s] for s in outs]
 
     return run

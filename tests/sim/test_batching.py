@@ -11,8 +11,9 @@ import pytest
 
 from raptor.sim import SimOptions, Simulator, simulate
 from raptor.sim.engine import Engine
+from raptor.sim.kernels import Template
 from raptor.sim.numerics import levels
-from raptor.sim.program import compile_program
+from raptor.sim.program import Instr, Program, compile_program
 
 from .util import TARGET, program, rand, run
 
@@ -74,14 +75,50 @@ def test_instances_with_different_weights_get_their_own(extra: str) -> None:
     np.testing.assert_allclose(res.outputs[0], want, rtol=1e-5, atol=1e-6)
 
 
-def test_one_level_runs_as_one_group_whatever_the_weights() -> None:
-    module = program(_grouped(), {"w0": rand(8, 6), "w1": rand(8, 6), "b": rand(6)})
-    prog = compile_program(module, TARGET)
-    prog.bind({"x": rand(4, 4, 8)})
+def _only_level(prog: Program, inputs: dict[str, np.ndarray]) -> dict[Template, list[Instr]]:
+    """The computes, by template, of the one level of a timed run of `prog` that has any."""
+    prog.bind(inputs)
     engine = Engine(prog, TARGET, SimOptions(trace=False))
     engine.run()
     (level,) = [groups for groups, _, _ in levels(prog, engine.order) if groups]
-    (group,) = level.values()
+    return level
+
+
+def test_products_of_one_weight_run_together_each_into_its_own_row() -> None:
+    """Three instances on one core use weights w0, w1, w0: one group, whose products run
+    by weight (`kernels._k_mvm`), out of the instances' order; each is still its own."""
+    body = """
+    %r{i} = spat.scheduled_compute ins(%a{i} : tensor<4x8xf32>, %w{w} : tensor<8x6xf32>) -> tensor<4x6xf32> {{
+    ^bb0(%in: tensor<4x8xf32>, %wt: tensor<8x6xf32>):
+      %m = pim.mvm %wt, %in : tensor<8x6xf32>, tensor<4x8xf32> -> tensor<4x6xf32>
+      spat.yield %m : tensor<4x6xf32>
+    }}
+    pim.store %r{i} into %o[{i}, 0, 0] [1, 4, 6] [1, 1, 1] : tensor<4x6xf32> into tensor<3x4x6xf32>"""
+    loads = "\n".join(f"    %a{i} = pim.load %x[{i}, 0, 0] [1, 4, 8] [1, 1, 1] : tensor<3x4x8xf32> to tensor<4x8xf32>"
+                      for i in range(3))
+    computes = "".join(body.format(i=i, w=w) for i, w in enumerate((0, 1, 0)))
+    text = f"""
+func.func @main(%x: tensor<3x4x8xf32>) -> tensor<3x4x6xf32> {{
+  %w0 = spat.weight @w0 : tensor<8x6xf32>
+  %w1 = spat.weight @w1 : tensor<8x6xf32>
+  %o = pim.alloc_shared : tensor<3x4x6xf32>
+  pim.core 0 {{
+{loads}{computes}
+  }}
+  return %o : tensor<3x4x6xf32>
+}}
+"""
+    x, ws = rand(3, 4, 8), [rand(8, 6, seed=1), rand(8, 6, seed=2)]
+    module = program(text, {"w0": ws[0], "w1": ws[1]})
+    level = _only_level(compile_program(module, TARGET), {"x": x})
+    assert [len(g) for g in level.values()] == [3]
+    out = simulate(module, TARGET, {"x": x}).outputs[0]
+    np.testing.assert_array_equal(out, np.stack([x[i] @ ws[w] for i, w in enumerate((0, 1, 0))]))
+
+
+def test_one_level_runs_as_one_group_whatever_the_weights() -> None:
+    module = program(_grouped(), {"w0": rand(8, 6), "w1": rand(8, 6), "b": rand(6)})
+    (group,) = _only_level(compile_program(module, TARGET), {"x": rand(4, 4, 8)}).values()
     assert len(group) == 4 and len({id(i.template) for i in group}) == 1
 
 
@@ -113,10 +150,7 @@ def test_a_whole_value_sent_is_the_senders_own() -> None:
     computes = [i for c in (0, 9) for i in prog.cores[c] if i.template is not None]
     assert computes[0].slots_in[0] == computes[1].slots_in[0]
     assert all(i.move is None for c in (0, 5) for i in prog.cores[c] if i.partner is not None)
-    prog.bind({"x": x})
-    engine = Engine(prog, TARGET, SimOptions(trace=False))
-    engine.run()
-    (level,) = [groups for groups, _, _ in levels(prog, engine.order) if groups]
+    level = _only_level(prog, {"x": x})
     assert [len(g) for g in level.values()] == [2]
     out = simulate(module, TARGET, {"x": x}).outputs[0]
     want = _reference(np.stack([x[0]] * 4), ws, b)[:2]
