@@ -21,9 +21,9 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -56,6 +56,9 @@ from raptor.sim.kernels import info
 from raptor.sim.timing import OpTiming
 from raptor.solver.blocking import Priced
 from raptor.target import Target
+
+if TYPE_CHECKING:
+    from raptor.sim.report import Trace
 
 __all__ = ["ChipError", "Export", "ExportError", "PimsimChip", "export_pimsim",
            "pimsim_order", "stream_count", "write_export"]
@@ -115,7 +118,7 @@ def _leave_order(module: Module, target: Target, plan: MemoryPlan | None, allow_
     its iteration, after sends of later channels, and on pimsim-nn its cores then all
     waited in sends whose receivers walk the channel order (resnet_block,
     mobilenet_block), where the leave order keeps every core's sends in program order."""
-    from raptor.sim import SimError, SimOptions, Simulator
+    from raptor.sim import SimError
 
     if plan is None:
         plan = plan_memory(module, target)
@@ -128,12 +131,8 @@ def _leave_order(module: Module, target: Target, plan: MemoryPlan | None, allow_
                          PostedRank(rank) if isinstance(mine, PostedRank) else rank)
         except (SimError, ExportError):
             raise failed from None
-        try:  # a stream with READY/FREE counters is not in the model
-            with pimsim_order(module, ex.rank):
-                ex.model_ns = Simulator(module, target, timings=ex.timings).timing(
-                    SimOptions.pimsim(trace=False)).latency_ns
-        except SimError:
-            pass
+        with suppress(SimError):  # a stream with READY/FREE counters is not in the model
+            ex.model_ns = _model_ns(module, target, ex)
     return ex
 
 
@@ -221,31 +220,41 @@ def task_costs(module: Module, ex: Export, core_tasks: Sequence[Sequence[int]], 
 def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
                 allow_overflow: bool, ex: Export, inferences: int | None) -> Export:
     """pimsim-nn's receives block, so the message order decides how long its cores wait:
-    the channel order (`ex`), or the order the messages leave in when receives do not block
-    (`message_rank`, from a run of `ex`'s op costs over Raptor's channels), whichever Raptor's
-    model of pimsim-nn finds faster (the channel order on a tie, or when the other cannot be
-    exported or simulated: a stream with READY/FREE counters). A stream is judged on all
-    the inferences it has inputs for: on pimsim-nn its cores walk one order per inference,
-    and the order decides how far a core runs ahead into the next."""
-    from raptor.sim import SimError, SimOptions, Simulator
+    the channel order (`ex`) or one of the orders the messages leave in when receives do
+    not block (`leave_ranks`), whichever Raptor's model of pimsim-nn finds fastest (the
+    channel order on a tie, then the earlier candidate; a candidate that cannot be exported
+    is skipped; the channel order alone when the model cannot play it: a stream with
+    READY/FREE counters). A stream is judged on all the inferences it has inputs for: on
+    pimsim-nn its cores walk one order per inference, and the order decides how far a core
+    runs ahead into the next."""
+    from raptor.sim import SimError
 
     try:
         with _stand_in_weights(module):
-            with pimsim_order(module, ex.rank):
-                ex.model_ns = Simulator(module, target, timings=ex.timings).timing(
-                    SimOptions.pimsim(trace=False)).latency_ns
-            rank = leave_rank(module, target, ex)
-            if rank is None:
-                return ex
-            if isinstance(ex.rank, PostedRank):
-                rank = PostedRank(rank)
-            other = _export(module, target, plan, allow_overflow, inferences, rank)
-            with pimsim_order(module, rank):
-                other.model_ns = Simulator(module, target, timings=other.timings).timing(
-                    SimOptions.pimsim(trace=False)).latency_ns
-    except (SimError, ExportError):
+            ex.model_ns = best_ns = _model_ns(module, target, ex)
+            best = ex
+            for rank in leave_ranks(module, target, ex):
+                try:
+                    other = _export(module, target, plan, allow_overflow, inferences,
+                                    PostedRank(rank) if isinstance(ex.rank, PostedRank)
+                                    else rank)
+                    other.model_ns = ns = _model_ns(module, target, other)
+                except (SimError, ExportError):
+                    continue
+                if ns < best_ns:
+                    best, best_ns = other, ns
+    except SimError:
         return ex
-    return other if other.model_ns < ex.model_ns else ex
+    return best
+
+
+def _model_ns(module: Module, target: Target, ex: Export) -> int:
+    """The latency of export `ex` under Raptor's model of pimsim-nn."""
+    from raptor.sim import SimOptions, Simulator
+
+    with pimsim_order(module, ex.rank):
+        return Simulator(module, target, timings=ex.timings).timing(
+            SimOptions.pimsim(trace=False)).latency_ns
 
 
 def leave_rank(module: Module, target: Target, ex: Export) -> dict[int, int] | None:
@@ -256,7 +265,35 @@ def leave_rank(module: Module, target: Target, ex: Export) -> dict[int, int] | N
 
     _, trace = Simulator(module, target, timings=ex.timings).traced(
         SimOptions(link_contention=False))
-    first: dict[int, int] = {}  # a stream's channel carries one message per inference
+    return _left(module, trace)
+
+
+def leave_ranks(module: Module, target: Target, ex: Export) -> list[dict[int, int]]:
+    """The distinct orders `module`'s messages leave in over Raptor's channels, where
+    receives never block: `leave_rank` (the export's op costs), then with Raptor's own op
+    costs (the target's), without and with links shared. Why three: which order pimsim-nn
+    runs fastest moves with small cost changes and no one run's order is fastest
+    everywhere (at four units ResNet-18's and mobilenet_block's is the second, yolo_neck's
+    the third; the export's costs with links shared never won, nor did a buffered run or
+    a run of the model's own message times: docs/benchmarks.md, wip/ord23). Raises
+    `raptor.sim.SimError` when the program cannot be simulated."""
+    from raptor.sim import SimOptions, Simulator
+
+    out: list[dict[int, int]] = []
+    for timings, shared in ((ex.timings, (False,)), (None, (False, True))):
+        sim = Simulator(module, target, timings=timings)
+        for contention in shared:
+            _, trace = sim.traced(SimOptions(link_contention=contention))
+            rank = _left(module, trace)
+            if rank is not None and rank not in out:
+                out.append(rank)
+    return out
+
+
+def _left(module: Module, trace: Trace) -> dict[int, int] | None:
+    """`message_rank` of when each channel's first message left in `trace` (a stream's
+    channel carries one message per inference)."""
+    first: dict[int, int] = {}
     for _, _, ch, _, t, _ in trace.messages:
         first[ch] = min(t, first.get(ch, t))
     return message_rank(module, first)
