@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -217,35 +217,66 @@ def task_costs(module: Module, ex: Export, core_tasks: Sequence[Sequence[int]], 
     return out
 
 
+ORDER_STEPS = 3
+"""How many steps each descent of `_best_order` takes at most."""
+
+
 def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
                 allow_overflow: bool, ex: Export, inferences: int | None) -> Export:
     """pimsim-nn's receives block, so the message order decides how long its cores wait:
-    the channel order (`ex`) or one of the orders the messages leave in when receives do
-    not block (`leave_ranks`), whichever Raptor's model of pimsim-nn finds fastest (the
-    channel order on a tie, then the earlier candidate; a candidate that cannot be exported
-    is skipped; the channel order alone when the model cannot play it: a stream with
-    READY/FREE counters). A stream is judged on all the inferences it has inputs for: on
-    pimsim-nn its cores walk one order per inference, and the order decides how far a core
-    runs ahead into the next."""
+    the channel order (`ex`) or an order the messages leave in when receives do not block
+    (`leave_ranks`), whichever Raptor's model of pimsim-nn finds fastest (the channel
+    order on a tie, then the earlier candidate; a candidate that cannot be exported is
+    skipped; the channel order alone when the model cannot play it: a stream with
+    READY/FREE counters). Two descents, from the channel order and from the materialized
+    order: a step judges the orders messages leave in from the current order (from its
+    blocking order, after the first step from the materialized order) and moves to the
+    fastest if it is faster, for at most `ORDER_STEPS` steps. Why descents: an order's
+    leave times are nearer pimsim-nn's than the schedule's were, and on ResNet-18 and
+    yolo_neck each step's order ran faster on pimsim-nn too (docs/benchmarks.md, wip/ord23).
+    A stream is judged on all the inferences it has inputs for: on pimsim-nn its cores walk
+    one order per inference, and the order decides how far a core runs ahead into the
+    next."""
     from raptor.sim import SimError
+
+    tried: list[dict[int, int]] = []
+
+    def fastest(ranks: list[dict[int, int]]) -> tuple[int, Export] | None:
+        """The fastest export of the `ranks` not tried yet, with its model time."""
+        out: list[tuple[int, Export]] = []
+        for rank in ranks:
+            if rank in tried:
+                continue
+            tried.append(rank)
+            try:
+                other = _export(module, target, plan, allow_overflow, inferences,
+                                PostedRank(rank) if isinstance(ex.rank, PostedRank) else rank)
+                other.model_ns = ns = _model_ns(module, target, other)
+            except (SimError, ExportError):
+                continue
+            out.append((ns, other))
+        return min(out, key=lambda p: p[0], default=None)
+
+    def descend(now: tuple[int, Export] | None) -> tuple[int, Export] | None:
+        for _ in range(ORDER_STEPS):
+            if now is None:
+                return None
+            step = fastest(leave_ranks(module, target, now[1], True))
+            if step is None or step[0] >= now[0]:
+                return now
+            now = step
+        return now
 
     try:
         with _stand_in_weights(module):
-            ex.model_ns = best_ns = _model_ns(module, target, ex)
-            best = ex
-            for rank in leave_ranks(module, target, ex):
-                try:
-                    other = _export(module, target, plan, allow_overflow, inferences,
-                                    PostedRank(rank) if isinstance(ex.rank, PostedRank)
-                                    else rank)
-                    other.model_ns = ns = _model_ns(module, target, other)
-                except (SimError, ExportError):
-                    continue
-                if ns < best_ns:
-                    best, best_ns = other, ns
+            ex.model_ns = _model_ns(module, target, ex)
+            best = (ex.model_ns, ex)
+            for end in (descend(best), descend(fastest(leave_ranks(module, target, ex, False)))):
+                if end is not None and end[0] < best[0]:
+                    best = end
     except SimError:
         return ex
-    return best
+    return best[1]
 
 
 def _model_ns(module: Module, target: Target, ex: Export) -> int:
@@ -268,25 +299,26 @@ def leave_rank(module: Module, target: Target, ex: Export) -> dict[int, int] | N
     return _left(module, trace)
 
 
-def leave_ranks(module: Module, target: Target, ex: Export) -> list[dict[int, int]]:
+def leave_ranks(module: Module, target: Target, ex: Export, blocking: bool
+                ) -> list[dict[int, int]]:
     """The distinct orders `module`'s messages leave in over Raptor's channels, where
-    receives never block: `leave_rank` (the export's op costs), then with Raptor's own op
-    costs (the target's), without and with links shared. Why three: which order pimsim-nn
-    runs fastest moves with small cost changes and no one run's order is fastest
-    everywhere (at four units ResNet-18's and mobilenet_block's is the second, yolo_neck's
-    the third; the export's costs with links shared never won, nor did a buffered run or
-    a run of the model's own message times: docs/benchmarks.md, wip/ord23). Raises
-    `raptor.sim.SimError` when the program cannot be simulated."""
+    receives never block, with `ex`'s op costs and with Raptor's own (the target's): in
+    the materialized order (receives posted where the schedule posted them) or, if
+    `blocking`, in `ex`'s blocking order (each receive where pimsim-nn's blocks, and a
+    send waits for its receive to be posted). Why several: which order pimsim-nn runs
+    fastest moves with small cost changes, and no one run's order is fastest everywhere
+    (docs/benchmarks.md, wip/ord23). Raises `raptor.sim.SimError` when the program cannot
+    be simulated."""
     from raptor.sim import SimOptions, Simulator
 
     out: list[dict[int, int]] = []
-    for timings, shared in ((ex.timings, (False,)), (None, (False, True))):
-        sim = Simulator(module, target, timings=timings)
-        for contention in shared:
-            _, trace = sim.traced(SimOptions(link_contention=contention))
-            rank = _left(module, trace)
-            if rank is not None and rank not in out:
-                out.append(rank)
+    for timings in (ex.timings, None):
+        with pimsim_order(module, ex.rank) if blocking else nullcontext():
+            sim = Simulator(module, target, timings=timings)
+        _, trace = sim.traced(SimOptions(link_contention=False))
+        rank = _left(module, trace)
+        if rank is not None and rank not in out:
+            out.append(rank)
     return out
 
 
