@@ -745,11 +745,11 @@ def test_messages_follow_the_faster_order(
 
 
 def test_the_order_search_goes_on_from_the_fastest_order(tmp_path: Path) -> None:
-    """yolo_neck at `mvm_units` = 4: the leave orders from the blocking order of the
-    fastest order so far (`leave_ranks`, next rounds) run faster under the model than
-    every first-round candidate, and on pimsim-nn faster than `leave_rank`'s order
-    (what wip/pim23 exported: 379,711 ns on pimsim-nn; now 269,428, docs/benchmarks.md,
-    wip/ord23)."""
+    """yolo_neck at `mvm_units` = 4: the descents of `_best_order` (leave orders from the
+    blocking order of the order so far) find an order faster under the model than every
+    first candidate (the leave orders from the materialized and the channel order), and on
+    pimsim-nn faster than `leave_rank`'s order (what wip/pim23 exported: 379,711 ns on
+    pimsim-nn; now 269,428, docs/benchmarks.md, wip/ord23)."""
     target = dataclasses.replace(T, mvm_units=4)
     m = solve(EXAMPLES / "yolo_neck.onnx", target,
               SolveOptions(solver="peft", simulate=False)).runs[0].scheduled
