@@ -227,8 +227,8 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
     the channel order (`ex`) or an order the messages leave in when receives do not block
     (`leave_ranks`), whichever Raptor's model of pimsim-nn finds fastest (the channel
     order on a tie, then the earlier candidate; a candidate that cannot be exported is
-    skipped; the channel order alone when the model cannot play it: a stream with
-    READY/FREE counters). Two descents, from the channel order and from the materialized
+    skipped, a descent whose run cannot be simulated stops; the channel order alone when
+    the model cannot play it: a stream with READY/FREE counters). Two descents, from the channel order and from the materialized
     order: a step judges the orders messages leave in from the current order (from its
     blocking order, after the first step from the materialized order) and moves to the
     fastest if it is faster, for at most `ORDER_STEPS` steps. Why descents: run in an
@@ -260,24 +260,31 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
         return min(out, key=lambda p: p[0], default=None)
 
     def descend(now: tuple[int, Export] | None) -> tuple[int, Export] | None:
+        """Where the descent from `now` ends (None: it had no start)."""
         for _ in range(ORDER_STEPS):
             if now is None:
                 return None
-            step = fastest(leave_ranks(module, target, now[1], True))
+            try:
+                step = fastest(leave_ranks(module, target, now[1], True))
+            except SimError:
+                return now
             if step is None or step[0] >= now[0]:
                 return now
             now = step
         return now
 
-    try:
-        with _stand_in_weights(module):
+    with _stand_in_weights(module):
+        try:
             ex.model_ns = _model_ns(module, target, ex)
-            best = (ex.model_ns, ex)
-            for end in (descend(best), descend(fastest(leave_ranks(module, target, ex, False)))):
-                if end is not None and end[0] < best[0]:
-                    best = end
-    except SimError:
-        return ex
+        except SimError:
+            return ex
+        best = (ex.model_ns, ex)
+        ends = [descend(best)]
+        with suppress(SimError):
+            ends.append(descend(fastest(leave_ranks(module, target, ex, False))))
+        for end in ends:
+            if end is not None and end[0] < best[0]:
+                best = end
     return best[1]
 
 
