@@ -228,10 +228,11 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
     (`leave_ranks`), whichever Raptor's model of pimsim-nn finds fastest (the channel
     order on a tie, then the earlier candidate; a candidate that cannot be exported is
     skipped, a descent whose run cannot be simulated stops; the channel order alone when
-    the model cannot play it: a stream with READY/FREE counters). Two descents, from the channel order and from the materialized
-    order: a step judges the orders messages leave in from the current order (from its
-    blocking order, after the first step from the materialized order) and moves to the
-    fastest if it is faster, for at most `ORDER_STEPS` steps. Why descents: run in an
+    the model cannot play it: a stream with READY/FREE counters). Two descents, from the
+    channel order and from the materialized order: a step judges the orders messages
+    leave in from the current order (from its blocking order, after the first step from
+    the materialized order) and moves to the fastest if it is faster, for at most
+    `ORDER_STEPS` steps. Why descents: run in an
     order's blocking order, a send waits as on pimsim-nn until the program reaches its
     receive, while the receive itself does not block, so the messages leave in an order
     nearer what that program allows; on ResNet-18 and yolo_neck at four units most steps
