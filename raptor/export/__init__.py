@@ -232,14 +232,13 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
     channel order and from the materialized order: a step judges the orders messages
     leave in from the current order (from its blocking order, after the first step from
     the materialized order) and moves to the fastest if it is faster, for at most
-    `ORDER_STEPS` steps. Why descents: run in an
-    order's blocking order, a send waits as on pimsim-nn until the program reaches its
-    receive, while the receive itself does not block, so the messages leave in an order
-    nearer what that program allows; on ResNet-18 and yolo_neck at four units most steps
-    ran faster on pimsim-nn too (docs/benchmarks.md, wip/ord23).
-    A stream is judged on all the inferences it has inputs for: on pimsim-nn its cores walk
-    one order per inference, and the order decides how far a core runs ahead into the
-    next."""
+    `ORDER_STEPS` steps. Why descents: run in an order's blocking order, a send waits as
+    on pimsim-nn until the program reaches its receive, while the receive itself does not
+    block, so the messages leave in an order nearer what that program allows; on ResNet-18
+    and yolo_neck at four units most steps ran faster on pimsim-nn too (docs/benchmarks.md,
+    wip/ord23). A stream is judged on all the inferences it has inputs for: on pimsim-nn
+    its cores walk one order per inference, and the order decides how far a core runs
+    ahead into the next."""
     from raptor.sim import SimError
 
     tried: list[dict[int, int]] = []
