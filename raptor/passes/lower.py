@@ -730,9 +730,7 @@ def conv_windows(graph: PlanGraph, target: Target, pipeline: bool = False) -> di
     convolutions claim their windows in order of time saved per crossbar added, each its
     best window that still fits. `pipeline` (pipeline mode) drops the lane term: in a
     stream the other layers' work fills the cores a layer's few lanes leave idle (onet's
-    period 41,598 ns with it, 32,078 without; preact_resnet8's 104,227 and 84,723); the
-    shorter lane then breaks ties of MVMs (before fewer pixels: mobilenet's period rose
-    1.4 %)."""
+    period 41,598 ns with it, 32,078 without; preact_resnet8's 104,227 and 84,723)."""
     options = {i: window_options(graph, p, target) for i, p in enumerate(graph.plans)}
     total = sum(opts[0].crossbars for opts in options.values())
     budget = target.crossbar_capacity // WINDOW_SHARE
@@ -743,8 +741,7 @@ def conv_windows(graph: PlanGraph, target: Target, pipeline: bool = False) -> di
         spread = o.mvms / min(target.num_cores, max(1, budget // o.crossbars))
         return spread if pipeline else max(spread, o.lane)
 
-    ranked = {i: sorted(opts, key=lambda o: (time(o), o.mvms, o.lane if pipeline else 0,
-                                             o.pixels))
+    ranked = {i: sorted(opts, key=lambda o: (time(o), o.mvms, o.pixels))
               for i, opts in options.items() if len(opts) > 1}
 
     def gain(i: int) -> float:

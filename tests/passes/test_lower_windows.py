@@ -129,14 +129,3 @@ def test_pipeline_windows_drop_the_lane_term(target: Target) -> None:
     assert piped.pipeline and not latency.pipeline
     assert {s.pixels for s in piped.lowered.stats} == {1, 8}
     assert piped.lowered.mvms < latency.lowered.mvms
-
-
-def test_pipeline_ties_of_mvms_go_to_the_shorter_lane(target: Target) -> None:
-    """Pipeline mode, MVMs equal: the shorter lane, then fewer pixels. The MobileNet
-    block's first convolution makes 128 MVMs at 2, 4 or 8 pixels, its lanes 2, 1, 1 MVMs: 4 (latency
-    mode, where the lane is in the time itself: 2)."""
-    block = import_onnx(EXAMPLES / "mobilenet_block.onnx")
-    names = {block.plans[i].name: p for i, p in conv_windows(block, target, True).items()}
-    assert names == {"conv2": 4, "conv18": 2}
-    assert {block.plans[i].name: p for i, p in conv_windows(block, target).items()} == {
-        "conv2": 2, "conv18": 2}
