@@ -730,18 +730,23 @@ def conv_windows(graph: PlanGraph, target: Target, pipeline: bool = False) -> di
     convolutions claim their windows in order of time saved per crossbar added, each its
     best window that still fits. `pipeline` (pipeline mode) drops the lane term: in a
     stream the other layers' work fills the cores a layer's few lanes leave idle (onet's
-    period 41,598 ns with it, 32,078 without; preact_resnet8's 104,227 and 84,723)."""
+    period 41,598 ns with it, 32,078 without; preact_resnet8's 104,227 and 84,723), and
+    breaks ties of MVMs only (mobilenet's period 31,926 with the ties to fewer pixels,
+    31,496 so)."""
     options = {i: window_options(graph, p, target) for i, p in enumerate(graph.plans)}
     total = sum(opts[0].crossbars for opts in options.values())
     budget = target.crossbar_capacity // WINDOW_SHARE
 
-    def time(o: WindowOption) -> float:
-        """MVMs one core does with the layer's copies spread over the cores, or (latency
-        mode) its shortest lane's when the layer has fewer lanes than that."""
-        spread = o.mvms / min(target.num_cores, max(1, budget // o.crossbars))
-        return spread if pipeline else max(spread, o.lane)
+    def spread(o: WindowOption) -> float:
+        """MVMs one core does with the layer's copies spread over the cores."""
+        return o.mvms / min(target.num_cores, max(1, budget // o.crossbars))
 
-    ranked = {i: sorted(opts, key=lambda o: (time(o), o.mvms, o.pixels))
+    def lanes(o: WindowOption) -> float:
+        """`spread`, or its shortest lane's when the layer has fewer lanes than that."""
+        return max(spread(o), o.lane)
+
+    time = spread if pipeline else lanes
+    ranked = {i: sorted(opts, key=lambda o: (time(o), o.mvms, lanes(o), o.pixels))
               for i, opts in options.items() if len(opts) > 1}
 
     def gain(i: int) -> float:
