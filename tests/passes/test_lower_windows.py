@@ -129,3 +129,15 @@ def test_pipeline_windows_drop_the_lane_term(target: Target) -> None:
     assert piped.pipeline and not latency.pipeline
     assert {s.pixels for s in piped.lowered.stats} == {1, 8}
     assert piped.lowered.mvms < latency.lowered.mvms
+
+
+def test_pipeline_ties_of_mvms_go_to_the_shorter_lane(target: Target) -> None:
+    """Pipeline mode, MVMs per copy and MVMs equal: latency mode's time (the shortest lane)
+    breaks the tie. MobileNet's conv34 makes 32 MVMs at 2 or 4 pixels (lanes of 2 and 1),
+    its conv66 16 at 1 or 2 (lanes of 4 and 2): 4 and 2, as in latency mode."""
+    from benchmarks.cnns import mobilenet
+
+    graph = import_onnx(mobilenet())
+    names = {graph.plans[i].name: p for i, p in conv_windows(graph, target, True).items()}
+    assert names == {"conv2": 4, "conv18": 4, "conv34": 4, "conv50": 2, "conv66": 2}
+    assert conv_windows(graph, target, True) == conv_windows(graph, target)
