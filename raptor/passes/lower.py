@@ -728,11 +728,11 @@ def conv_windows(graph: PlanGraph, target: Target, pipeline: bool = False) -> di
     longest lane, which windows lengthen (the ResNet block's 16×16 layers at 8 pixels:
     40,451 ns; at 4: 36,864). The network's crossbars stay within that share too:
     convolutions claim their windows in order of time saved per crossbar added, each its
-    best window that still fits. `pipeline` (pipeline mode) drops the lane term: in a
-    stream the other layers' work fills the cores a layer's few lanes leave idle (onet's
-    period 41,598 ns with it, 32,078 without; preact_resnet8's 104,227 and 84,723), and
-    breaks ties of MVMs only (mobilenet's period 31,926 with the ties to fewer pixels,
-    31,496 so)."""
+    best window that still fits. `pipeline` (pipeline mode) ranks by MVMs per copy alone,
+    the lane term breaking ties of MVMs only: in a stream the other layers' work fills the
+    cores a layer's few lanes leave idle (periods with the lane term and without: onet
+    41,598 and 32,078 ns, preact_resnet8 104,227 and 84,723; ties to fewer pixels instead
+    cost mobilenet 31,926 against 31,496)."""
     options = {i: window_options(graph, p, target) for i, p in enumerate(graph.plans)}
     total = sum(opts[0].crossbars for opts in options.values())
     budget = target.crossbar_capacity // WINDOW_SHARE
