@@ -97,6 +97,9 @@ class CompileOptions:
     layout_selector: str = "exact"  # exact | iterative | disabled
     print_ir: IRHook | None = None
     inputs: InputOptions = field(default_factory=InputOptions)
+    pipeline: bool = False
+    """Lower for pipeline mode (`raptor.passes.lower.conv_windows`); `raptor.solve.solve`
+    sets it from its mode."""
 
 
 @dataclass
@@ -126,6 +129,8 @@ class Compiled:
     rules_dir: Path
     notes: list[str] = field(default_factory=list)
     feeds: ModelFeeds | None = None
+    pipeline: bool = False
+    """Lowered for pipeline mode (`CompileOptions.pipeline`)."""
 
     @property
     def module(self) -> Module:
@@ -161,7 +166,7 @@ def compile_model(model: str | Path, target: Target, opts: CompileOptions | None
     _check("import", plan_module(graph), opts)
     selection, layouts = select_layouts(graph, opts.layout_selector, opts.rules_dir)
     _check("layout", plan_module(graph, layouts), opts)
-    lowered = lower(graph, target, layouts)
+    lowered = lower(graph, target, layouts, opts.pipeline)
     _check("lower", lowered.module, opts, assembly=True)
     canon = canonicalize(lowered.module, opts.rules_dir)
     try:
@@ -171,7 +176,8 @@ def compile_model(model: str | Path, target: Target, opts: CompileOptions | None
             raise  # the shipped rules: a compiler bug, with every diagnostic
         raise RulesProducedInvalidIR(opts.rules_dir, e.diagnostics) from None
     return Compiled(graph, selection, layouts, lowered, canon,
-                    resolve_rules_dir(opts.rules_dir), [*feeds.notes, *graph.notes], feeds)
+                    resolve_rules_dir(opts.rules_dir), [*feeds.notes, *graph.notes], feeds,
+                    opts.pipeline)
 
 
 _POSITIONAL = re.compile(r"(?:arr|input)_(\d+)")

@@ -501,13 +501,17 @@ def solve(model: str | Path, target: Target, opts: SolveOptions,
           imported: tuple[PlanGraph, ModelFeeds] | None = None) -> Solved:
     """`compiled`: this model's compilation for this target and `opts.compile`, made
     earlier (a sweep shares it between points that differ in solver options only); it is
-    read, never changed. `imported`: the model and its checked inputs
+    read, never changed, and compiled again when lowered for the other mode
+    (`CompileOptions.pipeline`). `imported`: the model and its checked inputs
     (`import_with_inputs`), when the caller validated them first."""
     say = progress or _quiet
     seconds: dict[str, float] = {}
     say("compiling")
-    comp = _timed(seconds, "compile", lambda: compiled if compiled is not None else
-                  compile_model(model, target, opts.compile, imported))
+    pipeline = opts.mode == "pipeline"
+    comp = _timed(seconds, "compile", lambda: compiled if compiled is not None
+                  and compiled.pipeline == pipeline else compile_model(
+                      model, target, dataclasses.replace(opts.compile, pipeline=pipeline),
+                      imported))
     # what the other layout selectors would have cost on the same rule tables
     layout_costs = {comp.selection.selector: comp.selection.cost}
     for selector in ("exact", "iterative", "disabled"):
@@ -582,10 +586,7 @@ def _one_pixel_rival(model: str | Path, target: Target, opts: SolveOptions, comp
     MVMs save, and PEFT's schedule there turns on small changes: ResNet-18 under
     pimsim-nn's protocol, 8,437,697 ns windowed against 6,869,140 at one pixel, where the
     ResNet block and LeNet gain from windows (docs/benchmarks.md, twentieth session)."""
-    one = dataclasses.replace(target, conv_window_max=1)
-    rival = compile_model(model, one, opts.compile, (comp.graph, comp.feeds)
-                          if comp.feeds is not None else None)
-    rival_build = build_compute_graph(rival.module.main(), target)
+    rival, rival_build = _one_pixel(model, target, opts, comp)
     rival_heuristic = peft_schedule(rival_build.graph, target)
     ns = f"{heuristic.estimate_ns:,} ns windowed, {rival_heuristic.estimate_ns:,} at one pixel"
     if rival_heuristic.estimate_ns < heuristic.estimate_ns:
@@ -594,6 +595,39 @@ def _one_pixel_rival(model: str | Path, target: Target, opts: SolveOptions, comp
             rival_heuristic
     note = f"convolution windows kept: PEFT under {target.protocol}'s protocol {ns}"
     return dataclasses.replace(comp, notes=[*comp.notes, note]), build, heuristic
+
+
+def _one_pixel(model: str | Path, target: Target, opts: SolveOptions, comp: Compiled
+               ) -> tuple[Compiled, GraphBuild]:
+    """`comp`'s model compiled again at one output pixel per MVM (`conv_window_max = 1`),
+    from its imported graph, and its task graph."""
+    one = dataclasses.replace(target, conv_window_max=1)
+    rival = compile_model(model, one, dataclasses.replace(opts.compile, pipeline=comp.pipeline),
+                          (comp.graph, comp.feeds) if comp.feeds is not None else None)
+    return rival, build_compute_graph(rival.module.main(), target)
+
+
+def _memory_bound_rival(model: str | Path, target: Target, opts: SolveOptions,
+                        comp: Compiled, problem: PipelineProblem
+                        ) -> tuple[Compiled, GraphBuild, PipelineProblem] | None:
+    """The one-pixel lowering when windows buy no period: the windowed problem's period
+    bound (`PipelineProblem.lower_bound`) is its shared-memory service, and the pipeline
+    heuristic's period model of the one-pixel problem reaches it too. There the stream's
+    period sits on that floor either way, and the finer lanes placed the stores better:
+    yolo_neck's simulated periods over its floor of 204,800 ns, 207,660 at one pixel,
+    230,634 at two, 216,717 at four or eight (docs/benchmarks.md, twentieth session). The
+    ResNet block's windows also reach its floor, but at one pixel the model says 32,160 ns
+    over 25,600: windows kept. None when windows are kept."""
+    floor = problem.baseline_ns
+    if not comp.lowered.windowed or problem.lower_bound(opts.replication) > floor:
+        return None
+    rival, rival_build = _one_pixel(model, target, opts, comp)
+    rival_problem = build_problem(rival_build.graph, target, build=rival_build)
+    if heuristic_pipeline(rival_problem, opts.replication).model_period_ns > floor:
+        return None
+    note = (f"one output pixel per MVM: the period is bound by shared-memory service "
+            f"({floor:,} ns) with windows or without")
+    return dataclasses.replace(rival, notes=[*rival.notes, note]), rival_build, rival_problem
 
 
 def _judge_by_simulation(runs: list[ScheduleRun]) -> None:
@@ -683,9 +717,16 @@ def _solve_pipeline(model: str | Path, target: Target, opts: SolveOptions, say: 
     estimate first (one whose contention-free floor cannot beat the best simulated period so
     far is not, nor one whose estimate is over `ESTIMATE_LOSES` times it), and a row
     returns its fastest simulated candidate."""
+    say(f"pipeline groups: {counted(build.graph.num_tasks, 'task')} on "
+        f"{counted(target.num_cores, 'core')}")
+    problem = _timed(seconds, "pipeline_problem", build_problem, build.graph, target,
+                     build=build)
+    rival = _timed(seconds, "one_pixel", _memory_bound_rival, model, target, opts, comp,
+                   problem)
+    if rival is not None:
+        comp, build, problem = rival
+        bounds = lower_bounds(build.graph, target)
     g = build.graph
-    say(f"pipeline groups: {counted(g.num_tasks, 'task')} on {counted(target.num_cores, 'core')}")
-    problem = _timed(seconds, "pipeline_problem", build_problem, g, target, build=build)
     say(f"pipeline heuristic: {counted(problem.num_groups, 'group')} on "
         f"{counted(target.num_cores, 'core')}")
     heuristic = _timed(seconds, "pipeline", heuristic_pipeline, problem, opts.replication)

@@ -235,7 +235,8 @@ class Lowering:
     """The state shared by every plan's lowerer: the function being built, where each plan
     value lives and in which layout, the constants and crossbar tiles, the stats."""
 
-    def __init__(self, graph: PlanGraph, target: Target, layouts: LayoutChoice | None) -> None:
+    def __init__(self, graph: PlanGraph, target: Target, layouts: LayoutChoice | None,
+                 pipeline: bool = False) -> None:
         self.g = graph
         self.target = target
         self.layouts = layouts or LayoutChoice()
@@ -245,7 +246,7 @@ class Lowering:
         self.index = {id(p): i for i, p in enumerate(graph.plans)}
         self.constants: dict[str, np.ndarray] = {}
         self.tiles: dict[str, tuple[int, int]] = {}
-        self.windows = conv_windows(graph, target)
+        self.windows = conv_windows(graph, target, pipeline)
         self.stats: list[PlanStats] = []
         self.layer_of: dict[ComputeOp, PlanStats] = {}
         args = [(sanitize(v.name), _t(v.shape)) for v in graph.inputs]
@@ -652,9 +653,9 @@ def _plan_crossbars(graph: PlanGraph, plan: Plan, target: Target, pixels: int = 
     return 0
 
 
-def crossbars_needed(graph: PlanGraph, target: Target) -> int:
+def crossbars_needed(graph: PlanGraph, target: Target, pipeline: bool = False) -> int:
     """The crossbar tiles lowering will build (`_plan_crossbars` at `conv_windows`)."""
-    windows = conv_windows(graph, target)
+    windows = conv_windows(graph, target, pipeline)
     return sum(_plan_crossbars(graph, p, target, windows.get(i, 1))
                for i, p in enumerate(graph.plans))
 
@@ -715,7 +716,7 @@ def window_options(graph: PlanGraph, plan: Plan, target: Target) -> list[WindowO
     return out or [one]
 
 
-def conv_windows(graph: PlanGraph, target: Target) -> dict[int, int]:
+def conv_windows(graph: PlanGraph, target: Target, pipeline: bool = False) -> dict[int, int]:
     """Output pixels per MVM of each convolution that takes more than one (by plan index):
     of its `window_options`, the one of least MVMs per copy its layer can have, or of its
     shortest lane if that is longer (ties: fewer MVMs, then fewer pixels). Wider windows
@@ -727,17 +728,25 @@ def conv_windows(graph: PlanGraph, target: Target) -> dict[int, int]:
     longest lane, which windows lengthen (the ResNet block's 16×16 layers at 8 pixels:
     40,451 ns; at 4: 36,864). The network's crossbars stay within that share too:
     convolutions claim their windows in order of time saved per crossbar added, each its
-    best window that still fits."""
+    best window that still fits. `pipeline` (pipeline mode) ranks by MVMs per copy alone,
+    the lane term breaking ties of MVMs only: in a stream the other layers' work fills the
+    cores a layer's few lanes leave idle (periods with the lane term and without: onet
+    41,598 and 32,078 ns, preact_resnet8 104,227 and 84,723; ties to fewer pixels instead
+    cost mobilenet 31,926 against 31,496)."""
     options = {i: window_options(graph, p, target) for i, p in enumerate(graph.plans)}
     total = sum(opts[0].crossbars for opts in options.values())
     budget = target.crossbar_capacity // WINDOW_SHARE
 
-    def time(o: WindowOption) -> float:
-        """MVMs one core does with the layer's copies spread over the cores, or its
-        shortest lane's when the layer has fewer lanes than that."""
-        return max(o.mvms / min(target.num_cores, max(1, budget // o.crossbars)), o.lane)
+    def spread(o: WindowOption) -> float:
+        """MVMs one core does with the layer's copies spread over the cores."""
+        return o.mvms / min(target.num_cores, max(1, budget // o.crossbars))
 
-    ranked = {i: sorted(opts, key=lambda o: (time(o), o.mvms, o.pixels))
+    def lanes(o: WindowOption) -> float:
+        """`spread`, or its shortest lane's when the layer has fewer lanes than that."""
+        return max(spread(o), o.lane)
+
+    time = spread if pipeline else lanes
+    ranked = {i: sorted(opts, key=lambda o: (time(o), o.mvms, lanes(o), o.pixels))
               for i, opts in options.items() if len(opts) > 1}
 
     def gain(i: int) -> float:
@@ -1513,14 +1522,16 @@ def _view(em: Emit, plan: Plan, act: Plan | None) -> list[Value]:
     return [em.view(em.input(plan, 0), em.out(plan))]
 
 
-def lower(graph: PlanGraph, target: Target, layouts: LayoutChoice | None = None) -> Lowered:
-    """Lower a plan graph for `target` following `layouts` (all dense when None); raises
+def lower(graph: PlanGraph, target: Target, layouts: LayoutChoice | None = None,
+          pipeline: bool = False) -> Lowered:
+    """Lower a plan graph for `target` following `layouts` (all dense when None), its
+    convolution windows chosen for pipeline mode with `pipeline` (`conv_windows`); raises
     LoweringError for what the target cannot run."""
     # counted before lowering: with tiny crossbars (1x1) lowering would build one IR tile
     # per weight value, millions of objects, before finding that they do not fit
-    needed = crossbars_needed(graph, target)
+    needed = crossbars_needed(graph, target, pipeline)
     _check_capacity(needed, target)
-    lowered = Lowering(graph, target, layouts).run()
+    lowered = Lowering(graph, target, layouts, pipeline).run()
     _check_capacity(lowered.crossbars, target)
     return lowered
 

@@ -826,7 +826,7 @@ def test_lower_bound_counts_pimsim_stores_at_its_precision(monkeypatch: pytest.M
     pimsim-nn stores 8-bit activations, a quarter of those bytes (21,187)."""
     chosen = lower_mod.conv_windows
     monkeypatch.setattr(lower_mod, "conv_windows",
-                        lambda g, t: dict.fromkeys(chosen(g, t), 8))
+                        lambda g, t, *_: dict.fromkeys(chosen(g, t), 8))
     t = dataclasses.replace(T, protocol="pimsim-nn")
     solved = solve(EXAMPLES / "resnet_block.onnx", t, SolveOptions(solver="peft", simulate=False))
     run = solved.runs[0]

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from raptor.driver import ir_inputs
+from raptor.driver import CompileOptions, compile_model, ir_inputs
 from raptor.frontend import import_onnx
 from raptor.frontend.oracle import run_reference
 from raptor.ir.interpreter import Interpreter
@@ -68,7 +68,7 @@ def test_windows_compute_the_convolution(cin: int, cout: int, size: tuple[int, i
     windows × row tiles (`window_options`), fewer than at one pixel."""
     model = _conv_model(cin, cout, size, k, stride, pad, dil, relu=cin % 2 == 0)
     graph = import_onnx(model)
-    monkeypatch.setattr(lower_mod, "conv_windows", lambda g, t: {0: pixels})
+    monkeypatch.setattr(lower_mod, "conv_windows", lambda g, t, *_: {0: pixels})
     options = {o.pixels: o.mvms for o in window_options(graph, graph.plans[0], target)}
     _, layouts = select_layouts(graph)
     low = lower(graph, target, layouts)
@@ -115,3 +115,29 @@ def test_windows_keep_few_lanes_short(target: Target) -> None:
     assert set(conv_windows(block, target).values()) == {4}
     assert conv_windows(import_onnx(_conv_model(130, 30, (6, 10), 3, 1, 1, 1, False)),
                         target) == {}
+
+
+def test_pipeline_windows_drop_the_lane_term(target: Target) -> None:
+    """Pipeline mode (`CompileOptions.pipeline`): the ResNet block's 16x16 layers take the
+    fewest MVMs, 8 pixels, where latency mode keeps their lanes short at 4: in a stream the
+    other layers' work fills the cores their few lanes leave idle."""
+    block = import_onnx(EXAMPLES / "resnet_block.onnx")
+    assert set(conv_windows(block, target, pipeline=True).values()) == {8}
+    assert crossbars_needed(block, target, pipeline=True) > crossbars_needed(block, target)
+    latency = compile_model(EXAMPLES / "resnet_block.onnx", target)
+    piped = compile_model(EXAMPLES / "resnet_block.onnx", target, CompileOptions(pipeline=True))
+    assert piped.pipeline and not latency.pipeline
+    assert {s.pixels for s in piped.lowered.stats} == {1, 8}
+    assert piped.lowered.mvms < latency.lowered.mvms
+
+
+def test_pipeline_ties_of_mvms_go_to_the_shorter_lane(target: Target) -> None:
+    """Pipeline mode, MVMs per copy and MVMs equal: latency mode's time (the shortest lane)
+    breaks the tie. MobileNet's conv34 makes 32 MVMs at 2 or 4 pixels (lanes of 2 and 1),
+    its conv66 16 at 1 or 2 (lanes of 4 and 2): 4 and 2, as in latency mode."""
+    from benchmarks.cnns import mobilenet
+
+    graph = import_onnx(mobilenet())
+    names = {graph.plans[i].name: p for i, p in conv_windows(graph, target, True).items()}
+    assert names == {"conv2": 4, "conv18": 4, "conv34": 4, "conv50": 2, "conv66": 2}
+    assert conv_windows(graph, target, True) == conv_windows(graph, target)
