@@ -108,7 +108,8 @@ def solve_options(point: Point) -> SolveOptions:
         mode=opt("mode"), solver=opt("solver"), simulate=True,
         sim=SimOptions(mode=opt("send_mode"), link_contention=contention,
                        shared_queueing=contention, trace=False),
-        compile=CompileOptions(rules_dir=opt("rules"), layout_selector=opt("layout_selector")),
+        compile=CompileOptions(rules_dir=opt("rules"), layout_selector=opt("layout_selector"),
+                               pipeline=opt("mode") == "pipeline"),
         **cpsat)
 
 

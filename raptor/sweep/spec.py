@@ -394,7 +394,8 @@ def _point(index: int, model: Model, base: Target, values: dict[str, Any],
     hashed = {k: v for k, v in options.items() if k != "rules"}
     target_values = _target_values(target)
     compile_key = _digest({"format": FORMAT, "model": model.sha256, "target": target_values,
-                           "rules": rules_hash, "layout_selector": options["layout_selector"]})
+                           "rules": rules_hash, "layout_selector": options["layout_selector"],
+                           "pipeline": options["mode"] == "pipeline"})  # lowered per mode
     inputs_hash = _digest({"format": FORMAT, "model": model.sha256,
                            "inputs": model.inputs_sha256, "target": target_values,
                            "rules": rules_hash, "options": hashed})

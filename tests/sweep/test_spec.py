@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from raptor.cli import main
+from raptor.sweep.point import solve_options
 from raptor.sweep.spec import SweepError, load_sweep, supported_modes
 
 from .util import EXAMPLES, write_sweep
@@ -39,6 +40,19 @@ time_limit = 3
     assert first.compile_key == cp.compile_key != sweep.points[2].compile_key
     assert len({p.inputs_hash for p in sweep.points}) == 16
     assert len({p.compile_key for p in sweep.points}) == 8
+
+
+def test_each_mode_compiles_its_own_lowering(tmp_path: Path) -> None:
+    # pipeline mode lowers its own convolution windows (`CompileOptions.pipeline`), so a
+    # latency point's cached compilation is not a pipeline point's
+    path = write_sweep(tmp_path, """
+models = ["{examples}/lenet.onnx"]
+[grid]
+run = [{mode = "latency", solver = "peft"}, {mode = "pipeline", solver = "pipeline"}]
+""")
+    latency, pipeline = load_sweep(path).points
+    assert latency.compile_key != pipeline.compile_key
+    assert [solve_options(p).compile.pipeline for p in (latency, pipeline)] == [False, True]
 
 
 def test_linked_keys_vary_together_and_ignored_options_merge(tmp_path: Path) -> None:
