@@ -91,16 +91,18 @@ func.func @main() -> tensor<1x128xf32> {{
 """
 
 
+def _made(name: str, shape: int | str) -> str:
+    """A compute that makes `%name : tensor<SHAPExf32>` (its contents do not matter here)."""
+    t = f"tensor<{shape}xf32>"
+    return (f"    %{name} = spat.scheduled_compute ins() -> {t} {{\n    ^bb0():\n"
+            f"      %e = tensor.empty : {t}\n      spat.yield %e : {t}\n    }}\n")
+
+
 SEND = """
 func.func @main() -> tensor<1x128xf32> {
   %o = pim.alloc_shared : tensor<1x128xf32>
   pim.core 0 {
-    %r = spat.scheduled_compute ins() -> tensor<1x128xf32> {
-    ^bb0():
-      %e = tensor.empty : tensor<1x128xf32>
-      spat.yield %e : tensor<1x128xf32>
-    }
-    spat.channel_send %r to core(63) channel(0) : tensor<1x128xf32>
+""" + _made("r", "1x128") + """    spat.channel_send %r to core(63) channel(0) : tensor<1x128xf32>
   }
   pim.core 63 {
     %x = spat.channel_receive from core(0) channel(0) : tensor<1x128xf32>
@@ -244,27 +246,17 @@ def test_mvm_units_interleave_groups_under_a_reorder_buffer(tmp_path: Path) -> N
         assert abs(mirror(m, four) - got.latency_ns) <= 4
 
 
-RECV_DURING_VADD = """
+RECV_DURING_VADD = ("""
 func.func @main() -> tensor<1x128xf32> {
   %o = pim.alloc_shared : tensor<1x128xf32>
   pim.core 0 {
-    %r = spat.scheduled_compute ins() -> tensor<1x128xf32> {
-    ^bb0():
-      %e = tensor.empty : tensor<1x128xf32>
-      spat.yield %e : tensor<1x128xf32>
-    }
-    spat.channel_send %r to core(1) channel(0) : tensor<1x128xf32>
+""" + _made("r", "1x128") + """    spat.channel_send %r to core(1) channel(0) : tensor<1x128xf32>
   }
   pim.core 1 {
-    %p = spat.scheduled_compute ins() -> tensor<1x2048xf32> {
-    ^bb0():
-      %e = tensor.empty : tensor<1x2048xf32>
-      spat.yield %e : tensor<1x2048xf32>
-    }
-    %s = spat.scheduled_compute ins(%p : tensor<1x2048xf32>) -> tensor<1x2048xf32> {
-    ^bb0(%a: tensor<1x2048xf32>):
-      %v = pim.vadd %a, %a : tensor<1x2048xf32>
-      spat.yield %v : tensor<1x2048xf32>
+""" + _made("p", "1x2048") + """    %s = spat.scheduled_compute ins(%p : X2048) -> X2048 {
+    ^bb0(%a: X2048):
+      %v = pim.vadd %a, %a : X2048
+      spat.yield %v : X2048
     }
     %x = spat.channel_receive from core(0) channel(0) : tensor<1x128xf32>
     %z = spat.scheduled_compute ins(%x : X128, %p : X2048, %s : X2048) -> tensor<1x128xf32> {
@@ -278,7 +270,7 @@ func.func @main() -> tensor<1x128xf32> {
   }
   return %o : tensor<1x128xf32>
 }
-""".replace("X128", "tensor<1x128xf32>").replace("X2048", "tensor<1x2048xf32>")
+""").replace("X128", "tensor<1x128xf32>").replace("X2048", "tensor<1x2048xf32>")
 """Core 1 adds two long vectors, then receives a message into a buffer the add does not
 touch, and adds what it received to the sum (whose operand and result stay live)."""
 
@@ -453,13 +445,6 @@ def test_validation_finds_what_pimsim_does_not_check(mlp: tuple[Module, Export])
     tail = copy.deepcopy(ex)
     tail.cores[0].instructions.append({"op": "sldi", "rd": 0, "imm": 0})
     assert any("never finish" in p for p in validate(tail))
-
-
-def _made(name: str, n: int) -> str:
-    """A compute that makes `%name : tensor<nxf32>` (its contents do not matter here)."""
-    t = f"tensor<{n}xf32>"
-    return (f"    %{name} = spat.scheduled_compute ins() -> {t} {{\n    ^bb0():\n"
-            f"      %e = tensor.empty : {t}\n      spat.yield %e : {t}\n    }}\n")
 
 
 def _two_cores(core0: str, core1: str) -> str:
