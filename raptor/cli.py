@@ -486,6 +486,7 @@ def _solve_parser(sub: _Commands) -> None:
     s.add_argument("--export-inferences", type=int, metavar="M",
                    help="pipeline mode with --export-pimsim: unroll M inferences of the "
                    "stream into straight-line code (default: --stream)")
+    _add_order_steps(s, "--export-order-steps")
     _add_memory_flag(s)
     _add_compile_options(s)
 
@@ -504,6 +505,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise CliError("--no-spread applies to --mode pipeline")
     if args.export_inferences is not None and not (args.export_pimsim and args.mode == "pipeline"):
         raise CliError("--export-inferences applies to --mode pipeline with --export-pimsim")
+    if args.export_order_steps is not None and not args.export_pimsim:
+        raise CliError("--export-order-steps applies to --export-pimsim")
     if args.export_inferences is not None and not 1 <= args.export_inferences <= (args.stream or 8):
         raise CliError(f"--export-inferences must be 1..{args.stream or 8} (the inferences "
                        f"of --stream), got {args.export_inferences}")
@@ -536,7 +539,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         rep = report(solved)
         rep["warnings"] = args.warnings.lines
         exported, export_failed = _export_runs(args.export_pimsim, solved, rep,
-                                               args.export_inferences) \
+                                               args.export_inferences,
+                                               args.export_order_steps) \
             if args.export_pimsim else ([], [])
         try:
             wrote = write_outputs(args.out, solved, rep, progress)
@@ -574,11 +578,13 @@ _PIMSIM_FIGURES = ("pimsim_export", "simulated_ns", "mesh_simulated_ns", "simula
 
 
 def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
-                 inferences: int | None = None) -> tuple[list[str], list[str]]:
+                 inferences: int | None = None, order_steps: int | None = None
+                 ) -> tuple[list[str], list[str]]:
     """`--export-pimsim DIR`: every valid schedule's program (into DIR, or DIR/<solver>
     when there are several), with Raptor's simulator under pimsim-nn's model beside it
     (a latency program), or for a stream program unrolled for `inferences` (default: the
-    stream's) the period Raptor simulated. Returns the lines to print and the failures
+    stream's) the period Raptor simulated; `order_steps` bounds the message-order search
+    (`export_pimsim`'s default when None). Returns the lines to print and the failures
     (one line each)."""
     from raptor.export import ExportError, export_pimsim, pimsim_order, write_export
     from raptor.sim import SimError, SimOptions, Simulator
@@ -602,7 +608,8 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
         try:
             ex = export_pimsim(run.scheduled, solved.target, run.memory,
                                allow_overflow=bool(run.memory_warnings),
-                               inferences=inferences if stream else None)
+                               inferences=inferences if stream else None,
+                               order_steps=order_steps)
         except ExportError as e:
             failed.append(f"{run.name}: cannot export to pimsim-nn: {e}")
             rep["schedules"][run.name]["pimsim_export"] = {"error": str(e)}
@@ -633,7 +640,9 @@ def _export_runs(out_dir: str, solved: Solved, rep: dict[str, Any],
                          f"ns; pimsim-nn's latency is the whole stream's); {run_it}")
         else:
             entry["pimsim_export"] = {"dir": str(d), "instructions": ex.instructions,
-                                      "pimsim_model_ns": model_ns, "stand_ins": dict(ex.notes)}
+                                      "pimsim_model_ns": model_ns,
+                                      "orders_modeled": ex.orders_modeled,
+                                      "stand_ins": dict(ex.notes)}
             if model_ns is not None:
                 # the estimate is pimsim-nn's protocol's: "simulated" speaks of the same chip,
                 # under --no-simulate too (the export ran the model; Raptor's mesh did not)
@@ -661,6 +670,7 @@ def _export_parser(sub: _Commands) -> None:
                    "unroll M inferences into straight-line code (default: the stream's own count)")
     e.add_argument("--timeout-ms", type=_positive(float), metavar="MS", help="pimsim-nn "
                    "latency_timeout_ms (default: twice a serial bound on the program's latency)")
+    _add_order_steps(e, "--order-steps")
     _add_target(e)
     _add_memory_flag(e)
 
@@ -683,7 +693,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         plan = plan_memory(module, target)
         ex = export_pimsim(module, target, plan, allow_overflow=args.allow_memory_overflow,
-                           inferences=args.inferences)
+                           inferences=args.inferences,
+                           order_steps=args.order_steps)
     except ExportError as e:
         raise CliError(f"{args.file}: cannot export to pimsim-nn: {e}", EXIT_FAIL) from None
     try:
@@ -779,6 +790,27 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def _count(text: str) -> int:
+    """argparse type: a whole number >= 0 (a usage error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _add_order_steps(p: argparse.ArgumentParser, flag: str) -> None:
+    from raptor.export import ORDER_STEPS
+
+    p.add_argument(flag, type=_count, metavar="N",
+                   help="steps of each descent of the message-order search: a step runs the "
+                   "orders the messages leave in under Raptor's model of pimsim-nn and keeps "
+                   f"the fastest (default {ORDER_STEPS}; 0: the channel order alone, the "
+                   "quickest export; ResNet-18 at 4 MVM units models about 8 s a step)")
 
 
 def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:

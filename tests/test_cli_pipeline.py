@@ -95,6 +95,7 @@ def test_pipeline_solve_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
      "--export-inferences applies to --mode pipeline with --export-pimsim"),
     (["--export-pimsim", "px", "--stream", "3", "--export-inferences", "4"],
      "--export-inferences must be 1..3 (the inferences of --stream), got 4"),
+    (["--export-order-steps", "1"], "--export-order-steps applies to --export-pimsim"),
 ])
 def test_bad_pipeline_options_one_line_exit_2(args: list[str], line: str, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:

@@ -151,7 +151,8 @@ def test_help_explains_every_command() -> None:
 
 
 @pytest.mark.parametrize("flag", [["--time-limit", "-1"], ["--workers", "0"],
-                                  ["--solver", "foo"]])
+                                  ["--solver", "foo"], ["--export-order-steps", "-1"],
+                                  ["--export-order-steps", "two"]])
 def test_bad_options_are_usage_errors(flag: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main(["solve", str(EXAMPLES / "mlp.onnx"), *flag])

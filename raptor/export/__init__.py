@@ -65,9 +65,14 @@ __all__ = ["ChipError", "Export", "ExportError", "PimsimChip", "export_pimsim",
 
 NOC_FILE = "noc.json"
 
+ORDER_STEPS = 3
+"""How many steps each descent of `_best_order` takes at most, by default: on ResNet-18 at
+four units each step models about 8 s of candidates (docs/benchmarks.md, wip/ord23)."""
+
 
 def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None,
-                  allow_overflow: bool = False, inferences: int | None = None) -> Export:
+                  allow_overflow: bool = False, inferences: int | None = None,
+                  order_steps: int | None = None) -> Export:
     """pimsim-nn programs for scheduled `module` on `target`; raises `ExportError` listing
     every problem `validate` finds. A program that needs more local or shared memory than
     the target has is refused, unless `allow_overflow`: then the chip is written with the
@@ -76,7 +81,9 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     timings inside `pimsim_order(module, export.rank)` too. `plan` (made in the
     materialized order, planned here if None) is used unless the blocking order posts some
     receive earlier: then memory is planned in that order. A latency program follows the
-    message order Raptor's model of pimsim-nn finds faster (`_best_order`), and so
+    message order Raptor's model of pimsim-nn finds faster (`_best_order`, descents of at
+    most `order_steps` steps, `ORDER_STEPS` if None; 0: the channel order, the quickest
+    export), and so
     does a one-stage stream (no READY/FREE counters); a program whose channel order
     deadlocks follows the order its messages leave (`_leave_order`).
 
@@ -90,6 +97,10 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
     if any(isinstance(op, LagOp) for op in module.walk()):
         raise ExportError("a skewed stream body (pim.lag) is not exported to pimsim-nn: "
                           "its carried values would need an address per inference")
+    if order_steps is None:
+        order_steps = ORDER_STEPS
+    if order_steps < 0:
+        raise ExportError(f"order_steps must be at least 0, got {order_steps}")
     if inferences is not None:
         count = stream_count(module)
         if count is None:
@@ -106,7 +117,7 @@ def export_pimsim(module: Module, target: Target, plan: MemoryPlan | None = None
         if not any(d.startswith("deadlock") for d in e.details):
             raise
         return _leave_order(module, target, plan, allow_overflow, inferences, mine, e)
-    return _best_order(module, target, plan, allow_overflow, ex, inferences)
+    return _best_order(module, target, plan, allow_overflow, ex, inferences, order_steps)
 
 
 def _leave_order(module: Module, target: Target, plan: MemoryPlan | None, allow_overflow: bool,
@@ -133,6 +144,7 @@ def _leave_order(module: Module, target: Target, plan: MemoryPlan | None, allow_
             raise failed from None
         with suppress(SimError):  # a stream with READY/FREE counters is not in the model
             ex.model_ns = _model_ns(module, target, ex)
+            ex.orders_modeled = 1
     return ex
 
 
@@ -217,12 +229,9 @@ def task_costs(module: Module, ex: Export, core_tasks: Sequence[Sequence[int]], 
     return out
 
 
-ORDER_STEPS = 3
-"""How many steps each descent of `_best_order` takes at most."""
-
-
 def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
-                allow_overflow: bool, ex: Export, inferences: int | None) -> Export:
+                allow_overflow: bool, ex: Export, inferences: int | None,
+                steps: int = ORDER_STEPS) -> Export:
     """pimsim-nn's receives block, so the message order decides how long its cores wait:
     the channel order (`ex`) or an order the messages leave in when receives do not block
     (`leave_ranks`), whichever Raptor's model of pimsim-nn finds fastest (the channel
@@ -232,19 +241,21 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
     channel order and from the materialized order: a step judges the orders messages
     leave in from the current order (from its blocking order, after the first step from
     the materialized order) and moves to the fastest if it is faster, for at most
-    `ORDER_STEPS` steps. Why descents: run in an order's blocking order, a send waits as
-    on pimsim-nn until the program reaches its receive, while the receive itself does not
-    block, so the messages leave in an order nearer what that program allows; on ResNet-18
-    and yolo_neck at four units most steps ran faster on pimsim-nn too (docs/benchmarks.md,
-    wip/ord23). A stream is judged on all the inferences it has inputs for: on pimsim-nn
-    its cores walk one order per inference, and the order decides how far a core runs
-    ahead into the next."""
+    ``steps`` steps (0: no search, the channel order). Why descents: run in an order's
+    blocking order, a send waits as on pimsim-nn until the program reaches its receive,
+    while the receive itself does not block, so the messages leave in an order nearer what
+    that program allows; on ResNet-18 and yolo_neck at four units most steps ran faster on
+    pimsim-nn too (docs/benchmarks.md, wip/ord23). A stream is judged on all the
+    inferences it has inputs for: on pimsim-nn its cores walk one order per inference, and
+    the order decides how far a core runs ahead into the next."""
     from raptor.sim import SimError
 
     tried: list[dict[int, int]] = []
+    modeled = 1  # orders run under the model: the channel order, then the candidates
 
     def fastest(ranks: list[dict[int, int]]) -> tuple[int, Export] | None:
         """The fastest export of the `ranks` not tried yet, with its model time."""
+        nonlocal modeled
         out: list[tuple[int, Export]] = []
         for rank in ranks:
             if rank in tried:
@@ -257,11 +268,12 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
             except (SimError, ExportError):
                 continue
             out.append((ns, other))
+            modeled += 1
         return min(out, key=lambda p: p[0], default=None)
 
     def descend(now: tuple[int, Export] | None) -> tuple[int, Export] | None:
         """Where the descent from `now` ends (None: it had no start)."""
-        for _ in range(ORDER_STEPS):
+        for _ in range(steps):
             if now is None:
                 return None
             try:
@@ -280,11 +292,13 @@ def _best_order(module: Module, target: Target, plan: MemoryPlan | None,
             return ex
         best = (ex.model_ns, ex)
         ends = [descend(best)]
-        with suppress(SimError):
-            ends.append(descend(fastest(leave_ranks(module, target, ex, False))))
+        if steps:
+            with suppress(SimError):
+                ends.append(descend(fastest(leave_ranks(module, target, ex, False))))
         for end in ends:
             if end is not None and end[0] < best[0]:
                 best = end
+    best[1].orders_modeled = modeled
     return best[1]
 
 
@@ -395,6 +409,7 @@ def manifest(export: Export, timeout_ms: float) -> dict[str, Any]:
             k == v for k, v in export.rank.items()) else "send time",
         "receives_where_posted": isinstance(export.rank, PostedRank),
         "raptor_pimsim_model_ns": export.model_ns,
+        "orders_modeled": export.orders_modeled,
         "mvm": {"front_cycles": export.chip.front, "back_cycles": export.chip.back,
                 "compute_cycles": export.chip.mvm_compute(),
                 "mvmul_cycles": export.chip.mvmul()},

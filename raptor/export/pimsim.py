@@ -145,6 +145,8 @@ class Export:
     model_ns: int | None = None
     """A latency program's time under Raptor's model of pimsim-nn, when known (a stream's:
     of all the inferences it has inputs for, however many are unrolled)."""
+    orders_modeled: int = 0
+    """How many message orders the order search ran under that model (`_best_order`)."""
     repeated: list[OpTiming] = field(default_factory=list)
     """A stream program unrolled: the times of the ops of every inference after the first
     (`timings` holds the first's; together they are everything the cores run)."""

@@ -22,6 +22,7 @@ from raptor.export import (
     _export,
     export_pimsim,
     leave_ranks,
+    manifest,
     pimsim_order,
     write_export,
 )
@@ -608,6 +609,8 @@ def test_cli_export_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str
     text = capsys.readouterr().out
     assert "6 pimsim-nn instructions on 2 cores" in text and "ChipTest" in text
     assert (out / "program" / "core_63.json").exists()
+    assert main(["export", "--pimsim", str(out), str(spat), "--order-steps", "0"]) == 0
+    assert json.loads((out / "export.json").read_text())["orders_modeled"] == 1
     small = tmp_path / "small.toml"
     small.write_text("local_memory_bytes = 64\n")
     assert main(["export", "--pimsim", str(out), str(spat), "--target", str(small)]) == 1
@@ -727,6 +730,19 @@ def test_messages_follow_the_faster_order(
         if isinstance(op, CoreOp):
             ranks = [ex.rank[s.channel] for s in op.body.ops if isinstance(s, ChannelSendOp)]
             assert ranks == sorted(ranks)
+
+
+def test_order_steps_bound_the_search(leave_ordered: tuple[Module, Export, Target]) -> None:
+    """lenet: with no steps the channel order alone is exported (the quickest export), its
+    model time known; the default search models more orders and keeps a faster one, and a
+    negative bound is refused."""
+    m, ex, t = leave_ordered
+    quick = export_pimsim(m, t, order_steps=0)
+    assert quick.orders_modeled == 1 and manifest(quick, 1.0)["message_order"] == "channel"
+    assert quick.model_ns == mirror(m, quick) > ex.model_ns  # (the search found lenet's)
+    assert ex.orders_modeled > 1 and manifest(ex, 1.0)["orders_modeled"] == ex.orders_modeled
+    with pytest.raises(ExportError, match="order_steps"):
+        export_pimsim(m, t, order_steps=-1)
 
 
 def test_the_order_search_goes_on_from_the_fastest_order(tmp_path: Path) -> None:
