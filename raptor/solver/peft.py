@@ -664,7 +664,7 @@ class _ListScheduler:
         several = len(self.succ_list[t]) > 1
         for c, k in zip(self.succ_list[t], self.succ_const[t], strict=True):
             row = pred_ready.get(c)
-            if row is None or (several and int(np.maximum.reduce(row)) <= x0):
+            if row is None or (several and int(row[row.argmax()]) <= x0):
                 if k > lone:
                     lone = k
             else:
@@ -791,7 +791,13 @@ class _ListScheduler:
         x0 = int(eft[p0])
         rows = self.children_slack(t, x0) if self.lookahead and len(self.succ_list[t]) else None
         wait0 = least = 0
-        if rows is not None:
+        if rows is None:
+            pass
+        elif len(rows) == 1:  # (most tasks: an `argmin` and an index take a third of a
+            row = rows[0]     # `minimum.reduce`)
+            at0 = row + self.mesh.hop_ns_rows(p0)
+            wait0, least = int(at0[at0.argmin()]), int(row[row.argmin()])
+        else:
             wait0 = max(np.minimum.reduce(rows + self.mesh.hop_ns_rows(p0), axis=1).tolist())
             least = max(np.minimum.reduce(rows, axis=1).tolist())
         late_first = _late_first(reads)
