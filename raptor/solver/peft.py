@@ -810,8 +810,13 @@ class _ListScheduler:
         if len(cores) == 1:  # p0's alone
             return choice
         efts = eft[cores]
-        score = efts if rows is None else efts + np.maximum.reduce(np.minimum.reduce(
-            rows[:, None, :] + self.mesh.hop_ns_rows(cores), axis=2), axis=0)
+        if rows is None:
+            score = efts
+        elif len(rows) == 1:
+            score = efts + np.minimum.reduce(rows[0] + self.mesh.hop_ns_rows(cores), axis=1)
+        else:
+            score = efts + np.maximum.reduce(np.minimum.reduce(
+                rows[:, None, :] + self.mesh.hop_ns_rows(cores), axis=2), axis=0)
         order = sorted(zip(score.tolist(), efts.tolist(), cores.tolist(), strict=True))
         rest = [m for m in order if m[2] != p0]
         return self.judge(t, late_first, [m[2] for m in rest], [m[0] for m in rest],
