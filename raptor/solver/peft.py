@@ -839,27 +839,31 @@ class _ListScheduler:
         d, earliest_on = self.cost_of[t], self.cores.earliest_on
         floor: list[int] | None = None
         judged = 0
+        floors = not self.net.switched
+        top = INF if best is None else best[0]  # (best's head, read once a core)
         for p, sc, ef in zip(cores, scores, efts, strict=True):
             if ef >= INF:  # t does not fit there (nor on any later core)
                 break
             if best is not None:
-                if sc - slack > best[0]:
+                if sc - slack > top:
                     break  # no later candidate can beat the best exact score
-                # without local reads the exact key is at least this one (f >= ef)
-                if not slack and (sc, ef, p not in near, has_tiles and int(need[p]) != 0,
-                                  p) >= best:
+                # without local reads the exact key is at least this one (f >= ef); its
+                # tuple is made only where the heads tie
+                if not slack and sc >= top and (
+                        sc > top or (sc, ef, p not in near,
+                                     has_tiles and int(need[p]) != 0, p) >= best):
                     continue
-                if judged >= FLOOR_AFTER and not self.net.switched:  # (so more than one core)
+                if judged >= FLOOR_AFTER and floors:  # (so more than one core)
                     if floor is None:
                         # t's messages wait; where they wait on a first link, every core
                         # behind that link waits as long, and most of the shortlist cannot win
                         floor = (self.ready_floor(late_first) + self.cost_of[t]).tolist()
-                    if sc - ef + floor[p] > best[0]:
+                    if sc - ef + floor[p] > top:
                         continue
             if not plain:
                 d = self.duration(t, p)
             # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
-            limit = INF if best is None else best[0] - sc + ef - d
+            limit = INF if best is None else top - sc + ef - d
             ready = self.exact_ready(late_first, p, False, limit)
             judged += 1
             if ready > limit:
@@ -868,7 +872,7 @@ class _ListScheduler:
             f = s + d
             key = (sc - ef + f, f, p not in near, has_tiles and int(need[p]) != 0, p)
             if best is None or key < best:
-                best, choice = key, (p, s)
+                best, choice, top = key, (p, s), key[0]
         return best, choice
 
     def commit(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], p: int,
