@@ -346,11 +346,7 @@ class _Cores:
             gap &= feasible
         cores = gap.nonzero()[0]
         if len(cores):
-            gap_start, gap_end, in_gap = self.gap_start, self.gap_end, self.in_gap
-            last, widest = self.last, self.widest
-            start[cores] = [in_gap(gap_start[p], gap_end[p], r, d, last[p]) if widest[p] >= d
-                            else last[p]
-                            for p, r in zip(cores.tolist(), ready[cores].tolist(), strict=True)]
+            start[cores] = self.starts(cores.tolist(), ready[cores].tolist(), d)
         return start
 
     def occupy(self, p: int, s: int, e: int) -> None:
@@ -382,24 +378,35 @@ class _Cores:
         last = self.last[p]
         if ready >= last or self.widest[p] < d:
             return max(ready, last)
-        return self.in_gap(self.gap_start[p], self.gap_end[p], ready, d, last)
+        return self.starts((p,), (ready,), d)[0]
 
-    @staticmethod
-    def in_gap(gs_list: list[int], ge_list: list[int], ready: int, d: int, last: int) -> int:
-        """The earliest start >= ``ready`` of ``d`` ns in one of a core's gaps, else its
-        ``last`` end (where ``ready`` is before it)."""
-        # Gaps are disjoint and sorted, so ends are sorted too: skip those ending too soon.
-        # From there on a gap ends late enough for a start at ``ready``, so one that starts
-        # by then holds it.
-        i, n = bisect.bisect_left(ge_list, ready + d), len(ge_list)
-        while i < n:
-            s = gs_list[i]
-            if s <= ready:
-                return ready
-            if s + d <= ge_list[i]:
-                return s
-            i += 1
-        return last
+    def starts(self, cores: Sequence[int], ready: Sequence[int], d: int) -> list[int]:
+        """Per core of ``cores`` (with its ``ready`` time), the earliest start >= ready of
+        ``d`` ns in one of its gaps, else its last end (where ready is before it). One call
+        for every core `earliest` looks up (the last tenth of 100,000 tasks on 16x16 looks
+        up ~56 cores each)."""
+        gap_start, gap_end, last, widest = self.gap_start, self.gap_end, self.last, self.widest
+        bisect_left = bisect.bisect_left
+        found = []
+        for p, r in zip(cores, ready, strict=True):
+            s = last[p]
+            if widest[p] >= d:
+                # Gaps are disjoint and sorted, so ends are sorted too: skip those ending
+                # too soon. From there on a gap ends late enough for a start at r, so one
+                # that starts by then holds it.
+                gs_list, ge_list = gap_start[p], gap_end[p]
+                i, n = bisect_left(ge_list, r + d), len(ge_list)
+                while i < n:
+                    a = gs_list[i]
+                    if a <= r:
+                        s = r
+                        break
+                    if a + d <= ge_list[i]:
+                        s = a
+                        break
+                    i += 1
+            found.append(s)
+        return found
 
 
 SHORTLIST = 64
