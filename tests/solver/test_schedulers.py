@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,6 +25,7 @@ from raptor.solver.generate import random_layered_dag
 from raptor.solver.mesh import Mesh
 from raptor.solver.peft import (
     XY_RUNS,
+    _Cores,
     _list_schedule_runs,
     _ListScheduler,
     _NoRoom,
@@ -364,6 +367,34 @@ def test_judging_only_the_cores_that_can_win_changes_no_choice(
     near = run()
     monkeypatch.setattr(peft, "NEAR_CORES", 0)
     assert run() == near
+
+
+def test_core_gaps_give_the_earliest_idle_stretch_of_a_plain_timeline() -> None:
+    """`_Cores` (gaps as arrays, every core's look-up of `earliest` in one `starts` call)
+    against a plain list of busy intervals: each start is the earliest at or after the ready
+    time where the task overlaps none, on every core at once and on one."""
+    rng = random.Random(3)
+    cores, least = 5, 10
+    timeline = _Cores(cores, least)
+    busy: list[list[tuple[int, int]]] = [[] for _ in range(cores)]
+
+    def plain(p: int, ready: int, d: int) -> int:
+        return min(s for s in [ready, *(e for _, e in busy[p] if e >= ready)]
+                   if all(s + d <= a or b <= s for a, b in busy[p]))
+
+    in_gaps = 0
+    for _ in range(400):
+        d = rng.randint(least, 60)
+        ready = np.array([rng.randint(0, 4000) for _ in range(cores)], dtype=np.int64)
+        want = [plain(p, int(r), d) for p, r in enumerate(ready.tolist())]
+        assert timeline.earliest(ready, d, timeline.everywhere).tolist() == want
+        p = rng.randrange(cores)
+        s = timeline.earliest_on(p, int(ready[p]), d)
+        assert s == want[p]
+        in_gaps += s < timeline.last[p]
+        timeline.occupy(p, s, s + d)
+        busy[p].append((s, s + d))
+    assert in_gaps > 100  # most tasks went into gaps, not after a core's last task
 
 
 def test_peft_without_copies_keeps_every_tile_set_on_one_core() -> None:
