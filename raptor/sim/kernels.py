@@ -313,7 +313,7 @@ class _Builder:
         alias their slot (no step)."""
         self.copies: set[Value] = set()
         """Reads that a group of several instances stacks into a new array
-        (`numerics._run_group`; one instance reads its value itself), and whole views of
+        (`numerics._group`; one instance reads its value itself), and whole views of
         them that nothing else reads: new arrays nothing else shares when k > 1 (a single
         lane's body: lanes would read them again)."""
 

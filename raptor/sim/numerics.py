@@ -15,7 +15,7 @@ bodies.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -91,12 +91,40 @@ def levels(program: Program, order: Sequence[Instr]) -> list[Level]:
     return out
 
 
+STACKED, LISTED, SHARED = range(3)
+"""How a group of several instances passes a read: stacked over the instances, as the
+tuple of the instances' arrays (`Template.listed`), or as an MVM-only weight
+(`Template.shared`: one array when all instances share it, else their list)."""
+
+
+Plan = list[tuple[list[Move], list["GroupRun"], list[Instr]]]
+"""A run's numerics, ready to execute: per level, its sends of regions, its groups as
+functions of the values, its memory accesses (`plan`)."""
+
+GroupRun = Callable[[list[Any]], None]
+"""Runs one group of instances on a run's values (`_group`)."""
+
+
+def plan(program: Program, order: Sequence[Instr]) -> Plan:
+    """The numerics of a run whose event loop performed `order`: its `levels`, each group
+    with its gathers made (the read and result slots by column, the loads' regions). It
+    depends on the order alone, not on the values, so a `Program` keeps the last one and
+    the next run of the same order (any inputs; the timing depends on none) reuses it."""
+    cached = program.plan
+    if cached is not None and cached[0] == order:  # identity per element: a C loop
+        return cached[1]
+    made = [(moves, [_group(group) for group in groups.values()], accesses)
+            for groups, moves, accesses in levels(program, order)]
+    program.plan = (list(order), made)
+    return made
+
+
 def execute(program: Program, order: Sequence[Instr]) -> None:
     """Compute every value of a run whose event loop performed `order`; fills the run's
     values (`Program.values`, by slot) and the shared buffers. Raises SimError naming the
     core and op that fails."""
     values = program.values
-    for groups, moves, accesses in levels(program, order):
+    for moves, groups, accesses in plan(program, order):
         try:
             for move in moves:  # a send is a view of the region it sends
                 src, dst, sl, shape = move
@@ -104,8 +132,8 @@ def execute(program: Program, order: Sequence[Instr]) -> None:
         except (ValueError, IndexError) as e:
             raise _failed(next(i for p in program.cores.values() for i in p if i.move is move),
                           e) from None
-        for group in groups.values():
-            _run_group(values, group)
+        for run in groups:
+            run(values)
         for ins in accesses:
             assert ins.access is not None
             buf, sl, shape = ins.access
@@ -118,44 +146,59 @@ def execute(program: Program, order: Sequence[Instr]) -> None:
                 raise _failed(ins, e) from None
 
 
-def _run_group(values: list[Any], group: list[Instr]) -> None:
-    """Run k instances of one template at once and hand each its slice of the results."""
+def _group(group: list[Instr]) -> GroupRun:
+    """A function running the k instances of one template at once on a run's values and
+    handing each its slice of the results; what it gathers (slots by column, loads'
+    regions) is found here, once per plan."""
     first = group[0]
     tpl = first.template
     assert tpl is not None
-    k = len(group)
-    try:
-        reads: list[Any] = []
-        if k == 1:
-            for i, s in enumerate(first.slots_in):
-                x = values[s]
-                reads.append(x if i in tpl.shared else x[None])
-        else:
-            for i, col in enumerate(zip(*[ins.slots_in for ins in group], strict=True)):
-                arrays = itemgetter(*col)(values)  # k >= 2: a tuple, gathered in C
-                if i in tpl.shared:
-                    x = arrays[0]
-                    reads.append(x if all(a is x for a in arrays) else list(arrays))
-                elif i in tpl.listed:
+    k, run, shared, listed = len(group), tpl.run, tpl.shared, tpl.listed
+    params = [[ins.params[j] for ins in group] for j in range(len(tpl.loads))]
+    if k == 1:
+        cols = [(s, i in shared) for i, s in enumerate(first.slots_in)]
+        outs = [(s, tpl.stacked[t]) for t, s in enumerate(first.slots_out)]
+
+        def one(values: list[Any]) -> None:
+            try:
+                res = run(1, [values[s] if flat else values[s][None] for s, flat in cols],
+                          params)
+            except (ValueError, IndexError) as e:
+                raise _failed(first, e) from None
+            for (s, stacked), out in zip(outs, res, strict=True):
+                values[s] = out[0] if stacked else out
+
+        return one
+    # k >= 2: each column's slots gathered in one C call (a tuple)
+    gets = [(itemgetter(*col), SHARED if i in shared else LISTED if i in listed else STACKED)
+            for i, col in enumerate(zip(*[ins.slots_in for ins in group], strict=True))]
+    results = [(col, tpl.stacked[t])
+               for t, col in enumerate(zip(*[ins.slots_out for ins in group], strict=True))]
+
+    def many(values: list[Any]) -> None:
+        try:
+            reads: list[Any] = []
+            for get, how in gets:
+                arrays = get(values)
+                if how == STACKED:
+                    reads.append(stack(arrays))
+                elif how == LISTED:
                     reads.append(arrays)
                 else:
-                    reads.append(stack(arrays))
-        params = [[ins.params[j] for ins in group] for j in range(len(tpl.loads))]
-        outs = tpl.run(k, reads, params)
-    except (ValueError, IndexError) as e:
-        raise _failed(first, e) from None
-    if k == 1:
-        for t, s in enumerate(first.slots_out):
-            values[s] = outs[t][0] if tpl.stacked[t] else outs[t]
-        return
-    for t, col in enumerate(zip(*[ins.slots_out for ins in group], strict=True)):
-        out = outs[t]
-        if tpl.stacked[t]:
-            for s, row in zip(col, out, strict=True):
-                values[s] = row
-        else:
-            for s in col:
-                values[s] = out
+                    x = arrays[0]
+                    reads.append(x if all(a is x for a in arrays) else list(arrays))
+            res = run(k, reads, params)
+        except (ValueError, IndexError) as e:
+            raise _failed(first, e) from None
+        for (col, stacked), out in zip(results, res, strict=True):
+            if stacked:
+                for s, row in zip(col, out, strict=True):
+                    values[s] = row
+            else:
+                for s in col:
+                    values[s] = out
+
+    return many
 
 
 def _failed(ins: Instr, e: Exception) -> SimError:

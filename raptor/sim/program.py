@@ -217,6 +217,9 @@ class Program:
     the numerics take them when the value is made, not in the event loop's order."""
     initial_views: list[int] = field(default_factory=list)
     """The slots of `views` that hold a value before a run (`start`)."""
+    plan: tuple[list[Instr], Any] | None = None
+    """The last run's event-loop order and its numerics (`numerics.plan`), reused by a
+    run of the same order."""
 
     def bind(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
         """Start a run: copy the inputs into their buffers, clear the others and the cores'

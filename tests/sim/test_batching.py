@@ -238,6 +238,24 @@ def test_simulator_runs_many_inputs_and_options_on_one_compilation() -> None:
         assert sim.timing(options).latency_ns == got.report.latency_ns  # no values needed
 
 
+def test_a_run_of_the_same_order_reuses_the_plan_and_another_order_replans() -> None:
+    """The numerics' plan (levels, gathers) is kept on the program for the next run of the
+    same event-loop order, whatever its inputs, and made again for another order."""
+    weights = {"w0": rand(8, 6, seed=1), "w1": rand(8, 6, seed=2), "b": rand(6, seed=3)}
+    module = program(_grouped(), weights)
+    sim = Simulator(module, TARGET)
+    plans = []
+    for seed, options in ((4, SimOptions()), (5, SimOptions()), (6, SimOptions.ideal()),
+                          (7, SimOptions.ideal())):
+        x = rand(4, 4, 8, seed=seed)
+        got = sim.run({"x": x}, options).outputs[0]
+        np.testing.assert_array_equal(got, simulate(module, TARGET, {"x": x}, options).outputs[0])
+        assert sim.program.plan is not None
+        plans.append(sim.program.plan)
+    assert plans[1] is plans[0] and plans[3] is plans[2]
+    assert plans[2] is not plans[0] and plans[2][0] != plans[0][0]  # the orders differ
+
+
 def test_buffers_start_empty_on_every_run() -> None:
     text = """
 func.func @main(%x: tensor<4xf32>) -> tensor<8xf32> {
