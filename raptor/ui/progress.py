@@ -77,7 +77,11 @@ class LiveProgress:
     def __enter__(self) -> LiveProgress:
         if self.enabled:
             self.live = Live(self, console=self.console, refresh_per_second=8, transient=True)
-            self.live.start()
+            try:
+                self.live.start()
+            except BaseException:  # Ctrl-C once it hid the cursor: `__exit__` will not run
+                self.__exit__(None, None, None)
+                raise
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
