@@ -56,20 +56,19 @@ with the lookahead switched off (same priorities), to measure what it buys.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import dataclasses
 import heapq
 import itertools
 import math
 import time
-from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from raptor.gc_pause import collector_paused
+from raptor.jit import kernel
 from raptor.noc import Timelines, serial_cycles, shared_network
 from raptor.solver.comm import replay
 from raptor.solver.evaluate import lower_bounds, retime
@@ -321,21 +320,22 @@ def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
 
 class _Cores:
     """Per-core timeline with idle gaps (sorted, disjoint), for insertion-based placement.
-    Gaps shorter than ``least`` ns (the shortest task) are not kept: no task fits them."""
+    Gaps shorter than ``least`` ns (the shortest task) are not kept: no task fits them.
+
+    The gaps are rows of two (cores x room) int64 arrays with a count per core (the room
+    doubles when a core's row is full), searched and changed by compiled kernels
+    (`raptor.jit`): one call per task finds every core's earliest finish (`finishes`),
+    where bisecting Python lists and arrays of gaps took ~1.2 s of 100,000 tasks on 16x16
+    (up to 2,000 gaps a core; the last fifth of the tasks looks up ~56 cores each)."""
 
     def __init__(self, P: int, least: int) -> None:
         self.least = max(least, 1)
         self.last_end = np.zeros(P, dtype=np.int64)
-        self.gap_start: list[array[int]] = [array("q") for _ in range(P)]
-        self.gap_end: list[array[int]] = [array("q") for _ in range(P)]
-        """Each core's gaps, as machine integers in one block: a `bisect` on a list of ints
-        made over the whole run chases a pointer per probe, and at 100,000 tasks on 16x16
-        (up to 2,000 gaps a core) the last fifth of the tasks looks up ~56 cores each, so
-        the look-ups took 0.93 s with lists and 0.63 with arrays (the same 1.17 M look-ups
-        replayed on the final gaps)."""
-        self.tail_gap_end = np.full(P, -1, dtype=np.int64)
-        """End of each core's last gap (-1: none): a start at ``ready`` needing ``d`` ns can
-        only move into a gap when that end is at least ``ready + d``."""
+        self.gap_start = np.zeros((P, 16), dtype=np.int64)
+        self.gap_end = np.zeros((P, 16), dtype=np.int64)
+        self.count = np.zeros(P, dtype=np.int64)
+        """How many gaps each core has (its row's first entries)."""
+        self.widest_gap = np.zeros(P, dtype=np.int64)
         self.everywhere = np.ones(P, dtype=np.bool_)
         """The ``feasible`` argument meaning every core."""
         # a list mirror of last_end and each core's widest gap, for per-core look-ups (numpy
@@ -343,76 +343,103 @@ class _Cores:
         self.last: list[int] = [0] * P
         self.widest: list[int] = [0] * P
 
-    def earliest(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
-        start: IntArray = np.maximum(ready, self.last_end)
-        # a gap ends by last_end: where ready >= last_end, tail_gap_end < ready + d; where
-        # it is not, the start is last_end, which a core without a gap as wide as d keeps
-        gap = self.tail_gap_end >= ready + d
-        if feasible is not self.everywhere:
-            gap &= feasible
-        cores = gap.nonzero()[0]
-        if len(cores):
-            start[cores] = self.starts(cores.tolist(), ready[cores].tolist(), d)
-        return start
+    def finishes(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
+        """Per core, the earliest finish of ``d`` ns starting at or after ``ready`` (INF
+        where not ``feasible``)."""
+        out = np.empty_like(ready)
+        _finishes(ready, d, feasible, self.last_end, self.widest_gap, self.gap_start,
+                  self.gap_end, self.count, out)
+        return out
 
     def occupy(self, p: int, s: int, e: int) -> None:
-        last = self.last[p]
-        gs_list, ge_list = self.gap_start[p], self.gap_end[p]
-        if s >= last:
-            if s - last >= self.least:
-                gs_list.append(last)
-                ge_list.append(s)
-                self.tail_gap_end[p] = s
-                if s - last > self.widest[p]:
-                    self.widest[p] = s - last
-            if e > last:
-                self.last[p] = self.last_end[p] = e
-            return
-        i = bisect.bisect_left(ge_list, e)
-        gs, ge = gs_list[i], ge_list[i]
-        pieces = [(a, b) for a, b in ((gs, s), (e, ge)) if b - a >= self.least]
-        gs_list[i : i + 1] = array("q", [a for a, _ in pieces])
-        ge_list[i : i + 1] = array("q", [b for _, b in pieces])
-        if i + len(pieces) == len(ge_list):  # the last gap changed
-            self.tail_gap_end[p] = ge_list[-1] if ge_list else -1
-        if ge - gs == self.widest[p]:
-            self.widest[p] = max(
-                (b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0)
+        """Core ``p`` busy over [s, e) (idle there before)."""
+        if self.count[p] == self.gap_start.shape[1]:  # a split may add a gap: room first
+            self.gap_start = np.concatenate((self.gap_start, np.zeros_like(self.gap_start)), 1)
+            self.gap_end = np.concatenate((self.gap_end, np.zeros_like(self.gap_end)), 1)
+        self.widest[p] = _occupy(p, s, e, self.least, self.last_end, self.widest_gap,
+                                 self.gap_start, self.gap_end, self.count)
+        self.last[p] = max(self.last[p], e)
 
     def earliest_on(self, p: int, ready: int, d: int) -> int:
         """Earliest start >= ``ready`` of ``d`` idle ns on core ``p``."""
         last = self.last[p]
         if ready >= last or self.widest[p] < d:
             return max(ready, last)
-        return self.starts((p,), (ready,), d)[0]
+        return int(_gap_start(self.gap_start[p], self.gap_end[p], int(self.count[p]), ready, d,
+                              last))
 
-    def starts(self, cores: Sequence[int], ready: Sequence[int], d: int) -> list[int]:
-        """Per core of ``cores`` (with its ``ready`` time), the earliest start >= ready of
-        ``d`` ns in one of its gaps, else its last end (where ready is before it). One call
-        for every core `earliest` looks up (the last tenth of 100,000 tasks on 16x16 looks
-        up ~56 cores each)."""
-        gap_start, gap_end, last, widest = self.gap_start, self.gap_end, self.last, self.widest
-        bisect_left = bisect.bisect_left
-        found = []
-        for p, r in zip(cores, ready, strict=True):
-            s = last[p]
-            if widest[p] >= d:
-                # Gaps are disjoint and sorted, so ends are sorted too: skip those ending
-                # too soon. From there on a gap ends late enough for a start at r, so one
-                # that starts by then holds it.
-                gs_list, ge_list = gap_start[p], gap_end[p]
-                i, n = bisect_left(ge_list, r + d), len(ge_list)
-                while i < n:
-                    a = gs_list[i]
-                    if a <= r:
-                        s = r
-                        break
-                    if a + d <= ge_list[i]:
-                        s = a
-                        break
-                    i += 1
-            found.append(s)
-        return found
+
+@kernel
+def _gap_start(starts: IntArray, ends: IntArray, n: int, ready: int, d: int, last: int) -> int:
+    """The earliest start >= ``ready`` of ``d`` ns in one of a core's ``n`` gaps, else its
+    last end ``last``. Gaps are disjoint and sorted, so their ends are too: skip those ending
+    too soon; from there on a gap ends late enough for a start at ``ready``, so one that
+    starts by then holds it."""
+    i = np.searchsorted(ends[:n], ready + d)
+    while i < n:
+        a = starts[i]
+        if a <= ready:
+            return ready
+        if a + d <= ends[i]:
+            return a
+        i += 1
+    return last
+
+
+@kernel
+def _finishes(ready: IntArray, d: int, feasible: BoolArray, last: IntArray, widest: IntArray,
+              starts: IntArray, ends: IntArray, count: IntArray, out: IntArray) -> None:
+    """`_Cores.finishes` into ``out``. A gap ends by the core's last end: where ready is at
+    least that, no gap ends by ready + d; where it is not, the start is the last end, which
+    a core without a gap as wide as d keeps."""
+    for p in range(len(ready)):
+        if not feasible[p]:
+            out[p] = INF
+            continue
+        r, n = ready[p], count[p]
+        s = max(r, last[p])
+        if n and ends[p, n - 1] >= r + d and widest[p] >= d:
+            s = _gap_start(starts[p], ends[p], n, r, d, last[p])
+        out[p] = s + d
+
+
+@kernel
+def _occupy(p: int, s: int, e: int, least: int, last: IntArray, widest: IntArray,
+            starts: IntArray, ends: IntArray, count: IntArray) -> int:
+    """`_Cores.occupy` on the arrays (room for one more gap on ``p`` given); returns
+    ``p``'s widest gap. A task past the last end may leave a gap before it; one inside a
+    gap splits it into the pieces at least ``least`` wide."""
+    n = count[p]
+    gs, ge = starts[p], ends[p]
+    if s >= last[p]:
+        if s - last[p] >= least:
+            gs[n], ge[n] = last[p], s
+            count[p] = n + 1
+            widest[p] = max(widest[p], s - last[p])
+        last[p] = max(last[p], e)
+        return widest[p]
+    i = np.searchsorted(ge[:n], e)
+    a, b = gs[i], ge[i]
+    keep_before, keep_after = s - a >= least, b - e >= least
+    pieces = int(keep_before) + int(keep_after)
+    if pieces == 0:
+        gs[i:n - 1] = gs[i + 1:n].copy()
+        ge[i:n - 1] = ge[i + 1:n].copy()
+    elif pieces == 2:
+        gs[i + 2:n + 1] = gs[i + 1:n].copy()
+        ge[i + 2:n + 1] = ge[i + 1:n].copy()
+        ge[i], gs[i + 1], ge[i + 1] = s, e, b
+    elif keep_before:
+        ge[i] = s
+    else:
+        gs[i] = e
+    count[p] = n = n - 1 + pieces
+    if b - a == widest[p]:
+        w = 0
+        for j in range(n):
+            w = max(w, ge[j] - gs[j])
+        widest[p] = w
+    return widest[p]
 
 
 SHORTLIST = 64
@@ -575,10 +602,7 @@ class _ListScheduler:
         d = self.longest[t]
         feasible, need = self.candidates(t)
         ready, reads = self.data_ready(t)
-        eft = self.cores.earliest(ready, d, feasible)
-        eft += d
-        if feasible is not self.all_cores:
-            eft[~feasible] = INF
+        eft = self.cores.finishes(ready, d, feasible)
         if self.lookahead and len(self.succ_list[t]) and (
                 self.succ_const is None or self.succ_has_tiles[t]):
             p, start = self.refine(t, reads, self.score(t, eft), eft, need)

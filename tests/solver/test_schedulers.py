@@ -22,7 +22,7 @@ from raptor.solver import (
     validate_schedule,
 )
 from raptor.solver.generate import random_layered_dag
-from raptor.solver.mesh import Mesh
+from raptor.solver.mesh import INF, Mesh
 from raptor.solver.peft import (
     XY_RUNS,
     _Cores,
@@ -370,9 +370,9 @@ def test_judging_only_the_cores_that_can_win_changes_no_choice(
 
 
 def test_core_gaps_give_the_earliest_idle_stretch_of_a_plain_timeline() -> None:
-    """`_Cores` (gaps as arrays, every core's look-up of `earliest` in one `starts` call)
-    against a plain list of busy intervals: each start is the earliest at or after the ready
-    time where the task overlaps none, on every core at once and on one."""
+    """`_Cores` (its gaps in arrays searched and changed by kernels) against a plain list of
+    busy intervals: each start is the earliest at or after the ready time where the task
+    overlaps none, on every core at once (`finishes`, INF where not feasible) and on one."""
     rng = random.Random(3)
     cores, least = 5, 10
     timeline = _Cores(cores, least)
@@ -387,7 +387,11 @@ def test_core_gaps_give_the_earliest_idle_stretch_of_a_plain_timeline() -> None:
         d = rng.randint(least, 60)
         ready = np.array([rng.randint(0, 4000) for _ in range(cores)], dtype=np.int64)
         want = [plain(p, int(r), d) for p, r in enumerate(ready.tolist())]
-        assert timeline.earliest(ready, d, timeline.everywhere).tolist() == want
+        assert timeline.finishes(ready, d, timeline.everywhere).tolist() == [
+            s + d for s in want]
+        feasible = np.array([rng.random() < 0.5 for _ in range(cores)])
+        assert timeline.finishes(ready, d, feasible).tolist() == [
+            s + d if ok else INF for s, ok in zip(want, feasible.tolist(), strict=True)]
         p = rng.randrange(cores)
         s = timeline.earliest_on(p, int(ready[p]), d)
         assert s == want[p]
@@ -395,6 +399,7 @@ def test_core_gaps_give_the_earliest_idle_stretch_of_a_plain_timeline() -> None:
         timeline.occupy(p, s, s + d)
         busy[p].append((s, s + d))
     assert in_gaps > 100  # most tasks went into gaps, not after a core's last task
+    assert timeline.gap_start.shape[1] > 16  # the rows grew
 
 
 def test_peft_without_copies_keeps_every_tile_set_on_one_core() -> None:
