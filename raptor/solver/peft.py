@@ -69,7 +69,16 @@ import numpy as np
 
 from raptor.gc_pause import collector_paused
 from raptor.jit import kernel
-from raptor.noc import Timelines, serial_cycles, shared_network
+from raptor.noc import (
+    FULL,
+    NEVER,
+    Timelines,
+    route_into,
+    serial_cycles,
+    shared_network,
+    walk,
+    yx_sooner_on,
+)
 from raptor.solver.comm import replay
 from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
@@ -338,10 +347,11 @@ class _Cores:
         self.widest_gap = np.zeros(P, dtype=np.int64)
         self.everywhere = np.ones(P, dtype=np.bool_)
         """The ``feasible`` argument meaning every core."""
-        # a list mirror of last_end and each core's widest gap, for per-core look-ups (numpy
-        # scalars are slow)
-        self.last: list[int] = [0] * P
-        self.widest: list[int] = [0] * P
+
+    @property
+    def arrays(self) -> Gaps:
+        """What the kernels take: (gap starts, gap ends, counts, last ends, widest gaps)."""
+        return self.gap_start, self.gap_end, self.count, self.last_end, self.widest_gap
 
     def finishes(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
         """Per core, the earliest finish of ``d`` ns starting at or after ``ready`` (INF
@@ -351,22 +361,31 @@ class _Cores:
                   self.gap_end, self.count, out)
         return out
 
-    def occupy(self, p: int, s: int, e: int) -> None:
-        """Core ``p`` busy over [s, e) (idle there before)."""
-        if self.count[p] == self.gap_start.shape[1]:  # a split may add a gap: room first
+    def occupy(self, p: int, s: int, e: int) -> bool:
+        """Core ``p`` busy over [s, e) (idle there before); whether the arrays grew."""
+        grown = self.count[p] == self.gap_start.shape[1]
+        if grown:  # a split may add a gap: room first
             self.gap_start = np.concatenate((self.gap_start, np.zeros_like(self.gap_start)), 1)
             self.gap_end = np.concatenate((self.gap_end, np.zeros_like(self.gap_end)), 1)
-        self.widest[p] = _occupy(p, s, e, self.least, self.last_end, self.widest_gap,
-                                 self.gap_start, self.gap_end, self.count)
-        self.last[p] = max(self.last[p], e)
+        _occupy(p, s, e, self.least, self.last_end, self.widest_gap, self.gap_start,
+                self.gap_end, self.count)
+        return bool(grown)
 
     def earliest_on(self, p: int, ready: int, d: int) -> int:
         """Earliest start >= ``ready`` of ``d`` idle ns on core ``p``."""
-        last = self.last[p]
-        if ready >= last or self.widest[p] < d:
-            return max(ready, last)
-        return int(_gap_start(self.gap_start[p], self.gap_end[p], int(self.count[p]), ready, d,
-                              last))
+        return int(_earliest_on(p, ready, d, self.arrays))
+
+
+Gaps = tuple[IntArray, IntArray, IntArray, IntArray, IntArray]
+
+
+@kernel
+def _earliest_on(p: int, ready: int, d: int, gaps: Gaps) -> int:
+    """`_Cores.earliest_on` on its arrays."""
+    starts, ends, count, last, widest = gaps
+    if ready >= last[p] or widest[p] < d:
+        return max(ready, last[p])
+    return _gap_start(starts[p], ends[p], count[p], ready, d, last[p])
 
 
 @kernel
@@ -405,10 +424,10 @@ def _finishes(ready: IntArray, d: int, feasible: BoolArray, last: IntArray, wide
 
 @kernel
 def _occupy(p: int, s: int, e: int, least: int, last: IntArray, widest: IntArray,
-            starts: IntArray, ends: IntArray, count: IntArray) -> int:
-    """`_Cores.occupy` on the arrays (room for one more gap on ``p`` given); returns
-    ``p``'s widest gap. A task past the last end may leave a gap before it; one inside a
-    gap splits it into the pieces at least ``least`` wide."""
+            starts: IntArray, ends: IntArray, count: IntArray) -> None:
+    """`_Cores.occupy` on the arrays (room for one more gap on ``p`` given). A task past
+    the last end may leave a gap before it; one inside a gap splits it into the pieces at
+    least ``least`` wide."""
     n = count[p]
     gs, ge = starts[p], ends[p]
     if s >= last[p]:
@@ -417,7 +436,7 @@ def _occupy(p: int, s: int, e: int, least: int, last: IntArray, widest: IntArray
             count[p] = n + 1
             widest[p] = max(widest[p], s - last[p])
         last[p] = max(last[p], e)
-        return widest[p]
+        return
     i = np.searchsorted(ge[:n], e)
     a, b = gs[i], ge[i]
     keep_before, keep_after = s - a >= least, b - e >= least
@@ -439,7 +458,6 @@ def _occupy(p: int, s: int, e: int, least: int, last: IntArray, widest: IntArray
         for j in range(n):
             w = max(w, ge[j] - gs[j])
         widest[p] = w
-    return widest[p]
 
 
 SHORTLIST = 64
@@ -464,13 +482,220 @@ NEAR_CORES = 16
 them alone (a dense minimum over their rows of the hop matrix)."""
 
 
-def _late_first(reads: list[tuple[dict[int, int], int, int, int]]
-                ) -> list[tuple[dict[int, int], int, int, int]]:
-    """A task's reads (`_ListScheduler.data_ready`'s), the latest producer first: unreserved
-    messages do not meet each other, and the latest reach a judged core's limit soonest."""
-    if len(reads) == 2:  # (the stable sort's order)
-        return reads if reads[0][3] >= reads[1][3] else [reads[1], reads[0]]
-    return sorted(reads, key=lambda m: -m[3]) if len(reads) > 2 else reads
+Read = tuple[dict[int, int], int, int, int]
+"""One fragment a task reads: (where it is: core -> arrival, its producer's core, bytes, the
+producer's end)."""
+
+
+class _Reads:
+    """A task's reads (`_ListScheduler.data_ready`'s) as ``items``, and ``info``, what the
+    kernels know of the task, in one int64 array (one conversion a task): [reads r,
+    predecessors q, local reads l, then per read (producer's core, its end, message kind
+    (`raptor.noc.Network.kind`), fragment), where each fragment is (r + 1 offsets into the
+    K cores, then the K times), the q predecessors' cores, and per local read (its
+    producer's core, its extra ns)] (`_unpacked`)."""
+
+    __slots__ = ("info", "items")
+
+    def __init__(self, items: list[Read], info: IntArray) -> None:
+        self.items = items
+        self.info = info
+
+
+@kernel
+def _unpacked(info: IntArray) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray,
+                                       IntArray]:
+    """`_Reads.info`'s parts: (reads (r x 4), offsets, held cores, held times, the
+    predecessors' cores, local reads (l x 2))."""
+    r, q, loc = info[0], info[1], info[2]
+    at = 3 + 4 * r
+    table = info[3:at].reshape((r, 4))
+    off = info[at:at + r + 1]
+    k = off[r]
+    at += r + 1
+    near = at + 2 * k
+    return (table, off, info[at:at + k], info[at + k:near], info[near:near + q],
+            info[near + q:near + q + 2 * loc].reshape((loc, 2)))
+
+
+@kernel
+def _task_ns(info: IntArray, cost: int, p: int) -> int:
+    """The task's run time on p: local reads of cropped values whose producer ran on p
+    cost an extra copy."""
+    extra = _unpacked(info)[5]
+    d = cost
+    for i in range(len(extra)):
+        if extra[i, 0] == p:
+            d += extra[i, 1]
+    return d
+
+
+Net = tuple[IntArray, IntArray, IntArray, IntArray, bool, int, int]
+"""The mesh as the kernels know it: `raptor.noc.Network.by_hops`, its `next_links` (XY,
+YX, where each link leads), whether the planner picks routes (`Network.yx_sooner`), the
+switches' base (-1 unless a message takes its sender's switch) and the hop's ns."""
+Table = tuple[IntArray, IntArray, IntArray]
+"""A `raptor.noc.Timelines`' arrays: (starts, ends, counts)."""
+
+
+@kernel
+def _ready_on(p: int, late: bool, commit: bool, limit: int, info: IntArray, net: Net,
+              links: Table, got: IntArray) -> int:
+    """`_ListScheduler.judge`'s data-ready time of a task's reads (`_Reads`) on core
+    ``p``: the latest arrival, each fragment where it is on p or its new message walked
+    on the link table over its route (`raptor.noc.route_into`: XY, or YX when the planner
+    picks routes and `raptor.noc.yx_sooner_on` says so; a switched protocol's message
+    takes its sender's switch), timed by `raptor.noc.Network.by_hops`. Once the latest
+    passes ``limit``, a time past it (the caller has no use for more). With ``late``, the
+    latest producer first (unreserved messages do not meet each other, and the latest
+    reach the limit soonest); with ``commit`` the messages are reserved, each new one's
+    arrival in ``got`` (-1: none sent), or `raptor.noc.FULL` returned, nothing reserved,
+    when a link's row lacks room."""
+    table, off, held_at, held_time = _unpacked(info)[:4]
+    by_hops, next_xy, next_yx, link_to, routes, switch, hop = net
+    starts, ends, count = links
+    n = len(table)
+    order = np.arange(n)
+    if late:  # stable: ties keep the reads' order
+        for i in range(1, n):
+            j = i
+            while j and table[order[j - 1], 1] < table[order[j], 1]:
+                order[j - 1], order[j] = order[j], order[j - 1]
+                j -= 1
+    route = np.empty(by_hops.shape[1], dtype=np.int64)
+    other = np.empty(by_hops.shape[1], dtype=np.int64)
+    if commit:  # room for a new interval per read on every link it may take
+        for i in range(n):
+            for way in range(2 if routes else 1):
+                m = route_into(next_yx if way else next_xy, link_to, table[i, 0], p, route)
+                if switch >= 0 and m:
+                    route[0], m = switch + table[i, 0], 1
+                for k in range(m):
+                    if count[route[k]] + n > starts.shape[1]:
+                        return FULL
+    ready = 0
+    for i in order:
+        src, inject, kind, frag = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
+        a = -1
+        for k in range(off[i], off[i + 1]):
+            if held_at[k] == p:
+                a = held_time[k]
+                break
+        if commit:
+            got[i] = -1
+            for j in range(i):  # a fragment read twice travels once
+                if table[j, 3] == frag and got[j] >= 0:
+                    a = got[j]
+        if a < 0:
+            m = route_into(next_xy, link_to, src, p, route)
+            ser, transfer = by_hops[kind, m, 0], by_hops[kind, m, 1]
+            taken = route
+            if switch >= 0 and m:
+                route[0] = switch + src
+                m = 1
+            elif routes and m:
+                other_m = route_into(next_yx, link_to, src, p, other)
+                if yx_sooner_on(starts, ends, count, route, m, other, other_m, ser, hop, inject):
+                    taken = other
+            if m == 0:
+                a = inject
+            else:
+                a = walk(starts, ends, count, taken, m, ser, transfer, hop, inject,
+                         commit and ser > 0, NEVER if commit else limit - transfer - inject)
+            if commit:
+                got[i] = a
+        if a > ready:
+            ready = a
+            if ready > limit:
+                break
+    return ready
+
+
+@kernel
+def _slot(p: int, ready: int, d: int, sh: int, gaps: Gaps, memory: Table) -> int:
+    """The start of a task of ``d`` ns on p from ``ready``, its shared-memory part (its
+    last ``sh`` ns) waiting for the memory: the start moves later by that wait (the core
+    idles before the task instead of inside it)."""
+    s = _earliest_on(p, ready, d, gaps)
+    if sh:
+        only = np.zeros(1, dtype=np.int64)
+        for _ in range(4):
+            store = walk(memory[0], memory[1], memory[2], only, 1, sh, 0, 0, s + d - sh, False,
+                         NEVER)
+            if store == s + d - sh:
+                break
+            s = _earliest_on(p, store + sh - d, d, gaps)
+    return s
+
+
+@kernel
+def _less(a: IntArray, b: IntArray) -> bool:
+    """Whether key ``a`` comes before key ``b`` (lexicographic)."""
+    for i in range(len(a)):
+        if a[i] != b[i]:
+            return bool(a[i] < b[i])
+    return False
+
+
+@kernel
+def _judge(info: IntArray, cores: IntArray, scores: IntArray, efts: IntArray, at: int,
+           floor: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
+           slack: int, sh: int, floors: bool, net: Net, links: Table, gaps: Gaps,
+           memory: Table, got: IntArray) -> int:
+    """`_ListScheduler.judge`'s walk over ``cores`` (in the score's order, with their
+    ``scores`` and ``efts``) from index ``at``, the best so far in ``state``: [whether
+    there is one, its key (5), its core, its start, cores judged]. Returns -1 when done,
+    or the index where the lower bound ``floor`` is first needed and not given (empty):
+    the caller computes it (`_ListScheduler.ready_floor`) and calls again from there.
+    One call per `judge`, where a call per core of `_ready_on` and the Python around it
+    took ~2.5 s of 100,000 tasks on 16x16."""
+    near = _unpacked(info)[4]
+    key = np.empty(5, dtype=np.int64)
+    best = state[1:6]
+    has_best, judged = state[0] == 1, state[8]
+    top = best[0] if has_best else INF
+    plain = slack == 0 and sh == 0
+    d = cost
+    for i in range(at, len(cores)):
+        p, sc, ef = cores[i], scores[i], efts[i]
+        if ef >= INF:  # t does not fit there (nor on any later core)
+            break
+        far = 1
+        for u in near:
+            if u == p:
+                far = 0
+        tiled = 1 if has_tiles and need[p] != 0 else 0
+        if has_best:
+            if sc - slack > top:
+                break  # no later candidate can beat the best exact score
+            # without local reads the exact key is at least this one (f >= ef)
+            if slack == 0 and sc >= top:
+                key[0], key[1], key[2], key[3], key[4] = sc, ef, far, tiled, p
+                if sc > top or not _less(key, best):
+                    continue
+            if judged >= FLOOR_AFTER and floors:  # (so more than one core)
+                if len(floor) == 0:
+                    state[8] = judged
+                    return i
+                if sc - ef + floor[p] > top:
+                    continue
+        if not plain:
+            d = _task_ns(info, cost, p)
+        # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
+        limit = top - sc + ef - d if has_best else INF
+        ready = _ready_on(p, True, False, limit, info, net, links, got)
+        judged += 1
+        if ready > limit:
+            continue
+        s = _earliest_on(p, ready, d, gaps) if plain else _slot(p, ready, d, sh, gaps, memory)
+        f = s + d
+        key[0], key[1], key[2], key[3], key[4] = sc - ef + f, f, far, tiled, p
+        if not has_best or _less(key, best):
+            best[:] = key
+            state[0], state[6], state[7] = 1, p, s
+            has_best, top = True, key[0]
+    state[8] = judged
+    return -1
 
 
 class _ListScheduler:
@@ -564,11 +789,33 @@ class _ListScheduler:
         self.frag_bytes = [frag.bytes for frag in graph.fragments]
         self.frag_flits: list[int] = serial_cycles(
             target, np.array(self.frag_bytes, dtype=np.int64)).tolist()
+        kinds = {b: self.net.kind(b) for b in set(self.frag_bytes)}
+        self.frag_kind = [kinds[b] for b in self.frag_bytes]
+        """Each fragment's message kind (`raptor.noc.Network.kind`), for `_ready_on`."""
+        self.next_xy, self.next_yx, self.link_to = self.net.next_links()
+        self.switch = self.net.switch_base if self.net.switched else -1
+        self.got = np.zeros(max(map(len, graph.reads), default=0), dtype=np.int64)
+        """`_ready_on`'s arrivals of a commit's new messages."""
+        self.no_floor = np.zeros(0, dtype=np.int64)
+        self.state = np.zeros(9, dtype=np.int64)
+        """`_judge`'s best so far: [whether there is one, its key (5), its core, its start,
+        cores judged by the last call]."""
+        self.one = np.zeros(3, dtype=np.int64)
+        """`bounded`'s first core, its score and EFT."""
+        self.kargs = self.arrays()
         self.all_cores = self.cores.everywhere
         self.no_need = np.zeros(P, dtype=np.int64)
         self.first_wait = np.zeros(self.net.num_links + 1, dtype=np.int64)
         """`ready_floor`'s scratch: each link's wait; the last entry (read for a message's
         own core, `Network.first_links`) stays 0."""
+
+    def arrays(self) -> tuple[Net, Table, Gaps, Table]:
+        """What the kernels know of the mesh, the links, the cores and the shared memory
+        (kept in :attr:`kargs`, made again when a table grows)."""
+        net, links, memory = self.net, self.links, self.memory
+        return ((net.by_hops, self.next_xy, self.next_yx, self.link_to, self.routes,
+                 self.switch, net.hop_ns), (links.starts, links.ends, links.count),
+                self.cores.arrays, (memory.starts, memory.ends, memory.count))
 
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
@@ -589,14 +836,6 @@ class _ListScheduler:
                 if unplaced[c] == 0:
                     push(heap, key[c])
         return self.core_of, self.start
-
-    def duration(self, t: int, p: int) -> int:
-        """t's run time on p (local reads of cropped values cost an extra copy)."""
-        extra = self.g.local_reads.get(t)
-        if extra is None:
-            return self.cost_of[t]
-        return self.cost_of[t] + sum(ns for f, ns in extra
-                                     if self.core_of[self.g.fragments[f].producer] == p)
 
     def place(self, t: int) -> None:
         d = self.longest[t]
@@ -636,19 +875,29 @@ class _ListScheduler:
             raise _NoRoom(t)
         return feasible, need
 
-    def data_ready(self, t: int) -> tuple[IntArray, list[tuple[dict[int, int], int, int, int]]]:
+    def data_ready(self, t: int) -> tuple[IntArray, _Reads]:
         """When every fragment t reads could be on each core: where a fragment already is
         (or is planned to arrive), that time; elsewhere a new message over free links. With
-        it what t reads, in order: (where the fragment is, the producer's core, bytes, the
-        producer's end)."""
+        it what t reads."""
         arrival_row, end, core_of, holders = self.mesh.arrival_row, self.end, self.core_of, \
             self.holders
         ready: IntArray | None = None
-        reads = []
-        for f in self.g.reads[t]:
+        items: list[Read] = []
+        reads = self.g.reads[t]
+        preds = self.g.preds[t]
+        local = self.g.local_reads.get(t, ())
+        info = [len(reads), len(preds), len(local)]
+        cores: list[int] = []
+        times: list[int] = []
+        off = [0]
+        for f in reads:
             u = self.frag_producer[f]
             src, at, held = core_of[u], end[u], holders[f]
-            reads.append((held, src, self.frag_bytes[f], at))
+            items.append((held, src, self.frag_bytes[f], at))
+            info += (src, at, self.frag_kind[f], f)
+            cores += held
+            times += held.values()
+            off.append(len(cores))
             row = arrival_row(src, self.frag_flits[f], at)
             if len(held) > 1:
                 for q, a in held.items():
@@ -657,7 +906,14 @@ class _ListScheduler:
                 ready = row
             else:
                 np.maximum(ready, row, out=ready)
-        return (np.zeros(self.P, dtype=np.int64) if ready is None else ready), reads
+        info += off
+        info += cores
+        info += times
+        info += [core_of[u] for u, _ in preds]
+        for f, ns in local:
+            info += (core_of[self.frag_producer[f]], ns)
+        reads_of = _Reads(items, np.array(info, dtype=np.int64))
+        return (np.zeros(self.P, dtype=np.int64) if ready is None else ready), reads_of
 
     def score(self, t: int, eft: IntArray) -> IntArray:
         """EFT plus the optimistic finish of t's children (module docstring), where a child
@@ -736,31 +992,23 @@ class _ListScheduler:
             rows = rows[over[:1]]
         return transform(rows[0])
 
-    def exact_ready(self, reads: list[tuple[dict[int, int], int, int, int]], p: int,
-                    commit: bool, limit: int = INF) -> int:
+    def commit_reads(self, reads: _Reads, p: int) -> int:
         """Data-ready time on p of ``reads`` (:meth:`data_ready`'s) with their new messages
         reserved on the links, over the route `raptor.noc.Network.yx_sooner` picks when
-        ``routes`` (or, once it exceeds ``limit``, a time past it: the caller has no use
-        for more)."""
-        ready = 0
-        net, links, routes = self.net, self.links, self.routes
-        timing, arrival, hop = net.timing, links.arrival, net.hop_ns
-        for held, src, nbytes, inject in reads:
-            a = held.get(p)
-            if a is None:
-                route, ser, transfer = timing(src, p, nbytes)
-                if routes and net.yx_sooner(src, p, ser, inject, links):
-                    route = net.route(src, p, True)
-                a = arrival(route, ser, transfer, hop, inject, commit, limit)
-                if commit:
-                    held[p] = a
-            if a > ready:
-                ready = a
-                if ready > limit:
-                    break
+        ``routes`` (`_ready_on`); each fragment is then where it arrived."""
+        while True:
+            net, links = self.kargs[:2]
+            ready: int = _ready_on(p, False, True, INF, reads.info, net, links, self.got)
+            if ready != FULL:
+                break
+            self.links.grow()
+            self.kargs = self.arrays()
+        for (held, *_), a in zip(reads.items, self.got.tolist(), strict=False):
+            if a >= 0:
+                held[p] = a
         return ready
 
-    def ready_floor(self, reads: list[tuple[dict[int, int], int, int, int]]) -> IntArray:
+    def ready_floor(self, reads: list[Read]) -> IntArray:
         """A lower bound of :meth:`exact_ready` on every core (on Raptor's links, where a
         message holds each link for its serialization whatever its route): each new
         message's free-link arrival plus what its head waits on its first link
@@ -781,39 +1029,24 @@ class _ListScheduler:
                 yield row
         return _latest(rows(), self.P)
 
-    def slot(self, t: int, p: int, ready: int) -> int:
-        """Start of t on p. Its shared-memory part waits for the memory: the start moves
-        later by that wait (the core idles before the task instead of inside it)."""
-        d = self.duration(t, p)
-        sh = self.shared_of[t]
-        s = self.cores.earliest_on(p, ready, d)
-        for _ in range(4 if sh else 0):
-            store = self.memory.fit(0, s + d - sh, sh)
-            if store == s + d - sh:
-                break
-            s = self.cores.earliest_on(p, store + sh - d, d)
-        return s
-
-    def refine(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], score: IntArray,
-               eft: IntArray, need: IntArray,
-               known: tuple[tuple[int, ...], tuple[int, int]] | None = None) -> tuple[int, int]:
+    def refine(self, t: int, reads: _Reads, score: IntArray, eft: IntArray, need: IntArray,
+               known: int = -1) -> tuple[int, int]:
         """Judge the cores, best free-link score first, with t's new messages reserved on
         the links and its store on the shared memory (see SHORTLIST); ties go to the
         earliest finish, a core of a predecessor, a core holding t's tiles, the lowest id.
-        ``known``: a core's key and (core, start), judged already (if on the shortlist)."""
+        ``known``: a core judged already, its key and start in `judge`'s state (kept if it
+        is on the shortlist)."""
         order = np.lexsort((eft, score))[:SHORTLIST]  # stable: ties by core id
-        cores = order.tolist()
-        scores = np.minimum(score[order], INF).tolist()
-        efts = eft[order].tolist()
-        best: tuple[int, ...] | None = None
-        choice = (-1, 0)
-        if known is not None and known[1][0] in cores:
-            i = cores.index(known[1][0])
-            del cores[i], scores[i], efts[i]
-            best, choice = known
-        return self.judge(t, _late_first(reads), cores, scores, efts, need, best, choice)[1]
+        fresh = True
+        if known >= 0:
+            kept = order != known
+            if not kept.all():
+                order = order[kept]
+                fresh = False
+        return self.judge(t, reads, order, np.minimum(score[order], INF), eft[order], need,
+                          fresh)
 
-    def bounded(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], eft: IntArray,
+    def bounded(self, t: int, reads: _Reads, eft: IntArray,
                 need: IntArray) -> tuple[int, int]:
         """`refine` where the lookahead, if any, is `children_slack`'s, with its term (the
         score less the EFT) made only on the cores that can win. The core of the least EFT
@@ -837,13 +1070,15 @@ class _ListScheduler:
         else:
             wait0 = max(np.minimum.reduce(rows + self.mesh.hop_ns_rows(p0), axis=1).tolist())
             least = max(np.minimum.reduce(rows, axis=1).tolist())
-        late_first = _late_first(reads)
-        best, choice = self.judge(t, late_first, [p0], [x0 + wait0], [x0], need, None, (-1, 0))
-        assert best is not None
-        cores = (eft <= best[0] - least + self.longest[t] - self.cost_of[t]).nonzero()[0]
+        one = self.one
+        one[0], one[1], one[2] = p0, x0 + wait0, x0
+        choice = self.judge(t, reads, one[:1], one[1:2], one[2:], need, True)
+        assert choice[0] >= 0
+        cores = (eft <= int(self.state[1]) - least + self.longest[t] - self.cost_of[t]
+                 ).nonzero()[0]
         if len(cores) > NEAR_CORES:
             score = eft if rows is None else eft + self.children_wait(rows)
-            return self.refine(t, reads, score, eft, need, (best, choice))
+            return self.refine(t, reads, score, eft, need, p0)
         if len(cores) == 1:  # p0's alone
             return choice
         efts = eft[cores]
@@ -854,74 +1089,51 @@ class _ListScheduler:
         else:
             score = efts + np.maximum.reduce(np.minimum.reduce(
                 rows[:, None, :] + self.mesh.hop_ns_rows(cores), axis=2), axis=0)
-        order = sorted(zip(score.tolist(), efts.tolist(), cores.tolist(), strict=True))
-        rest = [m for m in order if m[2] != p0]
-        return self.judge(t, late_first, [m[2] for m in rest], [m[0] for m in rest],
-                          [m[1] for m in rest], need, best, choice)[1]
+        order = np.lexsort((cores, efts, score))
+        order = order[cores[order] != p0]
+        return self.judge(t, reads, cores[order], score[order], efts[order], need, False)
 
-    def judge(self, t: int, late_first: list[tuple[dict[int, int], int, int, int]],
-              cores: list[int], scores: list[int], efts: list[int], need: IntArray,
-              best: tuple[int, ...] | None, choice: tuple[int, int]
-              ) -> tuple[tuple[int, ...] | None, tuple[int, int]]:
-        """The best exact key and its (core, start) among ``cores`` (in the score's order,
-        with their scores and EFTs; ``need``: new tile slots by core) and ``best``
-        (``choice``'s key). ``late_first``: t's reads, latest producer first."""
-        has_tiles = len(self.tiles.of_task[t]) > 0
-        near = {self.core_of[u] for u, _ in self.g.preds[t]}
-        # exact finishes are never earlier than the free-link ones, but for the local reads
-        slack = self.longest[t] - self.cost_of[t]
-        # without local reads and shared-memory stores, t takes d ns on every core and
-        # starts at the core's first idle stretch (`slot`)
-        plain = not slack and not self.shared_of[t]
-        d, earliest_on = self.cost_of[t], self.cores.earliest_on
-        floor: list[int] | None = None
-        judged = 0
-        floors = not self.net.switched
-        top = INF if best is None else best[0]  # (best's head, read once a core)
-        for p, sc, ef in zip(cores, scores, efts, strict=True):
-            if ef >= INF:  # t does not fit there (nor on any later core)
+    def judge(self, t: int, reads: _Reads, cores: IntArray, scores: IntArray,
+              efts: IntArray, need: IntArray, fresh: bool) -> tuple[int, int]:
+        """The (core, start) of the best exact key among ``cores`` (in the score's order,
+        with their scores and EFTs; ``need``: new tile slots by core) and, unless
+        ``fresh``, the last call's best (kept in :attr:`state`): `_judge`, the key (its
+        score with the exact finish, the finish, whether p is not a predecessor's core,
+        whether t's tiles need new slots there, p) lowest; (-1, 0) when none.
+        ``reads``: t's (`data_ready`'s)."""
+        state = self.state
+        if fresh:
+            state[0], state[6], state[7] = 0, -1, 0
+        state[8] = 0
+        floor = self.no_floor
+        at = 0
+        while True:
+            at = _judge(reads.info, cores, scores, efts, at, floor, state, need,
+                        len(self.tiles.of_task[t]) > 0, self.cost_of[t],
+                        self.longest[t] - self.cost_of[t], self.shared_of[t],
+                        not self.net.switched, *self.kargs, self.got)
+            if at < 0:
                 break
-            if best is not None:
-                if sc - slack > top:
-                    break  # no later candidate can beat the best exact score
-                # without local reads the exact key is at least this one (f >= ef); its
-                # tuple is made only where the heads tie
-                if not slack and sc >= top and (
-                        sc > top or (sc, ef, p not in near,
-                                     has_tiles and int(need[p]) != 0, p) >= best):
-                    continue
-                if judged >= FLOOR_AFTER and floors:  # (so more than one core)
-                    if floor is None:
-                        # t's messages wait; where they wait on a first link, every core
-                        # behind that link waits as long, and most of the shortlist cannot win
-                        floor = (self.ready_floor(late_first) + self.cost_of[t]).tolist()
-                    if sc - ef + floor[p] > top:
-                        continue
-            if not plain:
-                d = self.duration(t, p)
-            # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
-            limit = INF if best is None else top - sc + ef - d
-            ready = self.exact_ready(late_first, p, False, limit)
-            judged += 1
-            if ready > limit:
-                continue
-            s = earliest_on(p, ready, d) if plain else self.slot(t, p, ready)
-            f = s + d
-            key = (sc - ef + f, f, p not in near, has_tiles and int(need[p]) != 0, p)
-            if best is None or key < best:
-                best, choice, top = key, (p, s), key[0]
-        return best, choice
+            # t's messages wait; where they wait on a first link, every core behind that
+            # link waits as long, and most of the shortlist cannot win
+            floor = self.ready_floor(reads.items) + self.cost_of[t]
+        got = state[6:8].tolist()
+        return got[0], got[1]
 
-    def commit(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], p: int,
-               start: int, need: IntArray) -> None:
-        ready = self.exact_ready(reads, p, commit=True)
-        if ready > start:  # the committed messages met each other on a link
-            start = self.slot(t, p, ready)
-        f = start + self.duration(t, p)
-        self.cores.occupy(p, start, f)
+    def commit(self, t: int, reads: _Reads, p: int, start: int, need: IntArray) -> None:
+        ready = self.commit_reads(reads, p) if reads.items else 0
+        d = _task_ns(reads.info, self.cost_of[t], p)
         sh = self.shared_of[t]
+        if ready > start:  # the committed messages met each other on a link
+            start = _slot(p, ready, d, sh, *self.kargs[2:])
+        f = start + d
+        grown = self.cores.occupy(p, start, f)
         if sh:
+            memory = self.memory.starts
             self.memory.reserve(0, self.memory.fit(0, f - sh, sh), sh)
+            grown |= memory is not self.memory.starts
+        if grown:
+            self.kargs = self.arrays()
         idx = self.tiles.of_task[t]
         if len(idx):
             self.nres[p] += int(need[p])

@@ -395,7 +395,7 @@ def test_core_gaps_give_the_earliest_idle_stretch_of_a_plain_timeline() -> None:
         p = rng.randrange(cores)
         s = timeline.earliest_on(p, int(ready[p]), d)
         assert s == want[p]
-        in_gaps += s < timeline.last[p]
+        in_gaps += s < timeline.last_end[p]
         timeline.occupy(p, s, s + d)
         busy[p].append((s, s + d))
     assert in_gaps > 100  # most tasks went into gaps, not after a core's last task
