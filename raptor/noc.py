@@ -297,8 +297,7 @@ class Network:
             return False
         hop = self.hop_ns
         if isinstance(table, Timelines):
-            return bool(yx_sooner_on(table.starts, table.ends, table.count,
-                                     np.array(xy, dtype=np.int64), len(xy),
+            return bool(yx_sooner_on(table.table, np.array(xy, dtype=np.int64), len(xy),
                                      np.array(yx, dtype=np.int64), len(yx), ser, hop, inject))
         a = table.probe(xy, inject, hop, ser)
         return a > inject + (len(xy) - 1) * hop and table.probe(yx, inject, hop, ser) < a
@@ -528,29 +527,44 @@ class Timelines:
     as it reserves core time). As a link table it fits messages into idle time,
     reserving them when ``commit``.
 
-    Each resource's intervals are the first ``count[r]`` entries of row ``r`` of two
-    (resources x room) int64 arrays (the room doubles when a reservation finds a row
-    full), walked by compiled kernels (`raptor.jit`): PEFT judges a task's messages to a
-    core in one call (`raptor.solver.peft`), where walking lists of intervals in Python
-    took ~3 s of 100,000 tasks on 16x16."""
+    Walked by compiled kernels (`raptor.jit`): PEFT judges a task's messages to a core in
+    one call (`raptor.solver.peft`), where walking lists of intervals in Python took ~3 s
+    of 100,000 tasks on 16x16. Resource ``r``'s intervals are ``count[r]`` entries of the
+    pools ``starts`` and ``ends`` from ``base[r]``, with room for ``room[r]``; a row that
+    fills moves to the pools' end with twice the room (the pools double when that is
+    full): at 100,000 tasks on 16x16 a link holds 290 intervals on average and up to
+    6,900, so rows of one width had 24 times the room used, and doubling them all took
+    0.3 s. :attr:`table` is what the kernels take."""
 
     def __init__(self, n: int) -> None:
-        self.starts = np.zeros((n, 8), dtype=np.int64)
-        self.ends = np.zeros((n, 8), dtype=np.int64)
+        self.starts = np.zeros(8 * n, dtype=np.int64)
+        self.ends = np.zeros(8 * n, dtype=np.int64)
         self.count = np.zeros(n, dtype=np.int64)
+        self.base = np.arange(n, dtype=np.int64) * 8
+        self.room = np.full(n, 8, dtype=np.int64)
+        self.used = np.array([8 * n], dtype=np.int64)
+        """How much of the pools the rows take (a row that moves leaves its old place)."""
         self.commit = True
+
+    @property
+    def table(self) -> Table:
+        """(starts, ends, count, base, room, used): the arrays the kernels take."""
+        return self.starts, self.ends, self.count, self.base, self.room, self.used
 
     def intervals(self, r: int) -> list[tuple[int, int]]:
         """Resource ``r``'s busy intervals, in order."""
-        n = int(self.count[r])
-        return list(zip(self.starts[r, :n].tolist(), self.ends[r, :n].tolist(), strict=True))
+        b, n = int(self.base[r]), int(self.count[r])
+        return list(zip(self.starts[b:b + n].tolist(), self.ends[b:b + n].tolist(),
+                        strict=True))
 
     def grow(self) -> None:
-        """Twice the room in every row (a kernel that reserves reports a full row). The
-        new room is left unwritten (`numpy.empty`): most rows never fill it, and its pages
-        are then never touched (zeroing 2 x 84 MB at 100,000 tasks on 16x16 took 0.4 s)."""
-        self.starts, self.ends = (_doubled(self.starts), _doubled(self.ends))
-
+        """Twice the room in the pools (a kernel that reserves reports them full); the new
+        room is left unwritten."""
+        for name in ("starts", "ends"):
+            pool = getattr(self, name)
+            more = np.empty(2 * len(pool), dtype=np.int64)
+            more[:len(pool)] = pool
+            setattr(self, name, more)
 
     def fit(self, r: int, t: int, dur: int) -> int:
         """Earliest start >= ``t`` of a free stretch of ``dur`` on resource ``r``."""
@@ -570,8 +584,8 @@ class Timelines:
         route = np.array(links, dtype=np.int64)
         late = NEVER if limit is None or commit else limit - transfer - inject
         while True:
-            got = walk(self.starts, self.ends, self.count, route, len(route), ser, transfer,
-                       hop, inject, commit and ser > 0, late)
+            got = walk(self.table, route, len(route), ser, transfer, hop, inject,
+                       commit and ser > 0, late)
             if got != FULL:
                 return got
             self.grow()
@@ -579,16 +593,33 @@ class Timelines:
     def reserve(self, r: int, s: int, dur: int) -> None:
         """Mark [s, s + dur) busy (it must be free); touching intervals merge."""
         if dur > 0:
-            while walk(self.starts, self.ends, self.count, np.array([r], dtype=np.int64), 1,
-                       dur, 0, 0, s, True, NEVER) == FULL:
+            while walk(self.table, np.array([r], dtype=np.int64), 1, dur, 0, 0, s, True,
+                       NEVER) == FULL:
                 self.grow()
 
 
-def _doubled(rows: np.ndarray) -> np.ndarray:
-    """``rows`` with twice the room per row, the new entries unwritten."""
-    out = np.empty((rows.shape[0], 2 * rows.shape[1]), dtype=rows.dtype)
-    out[:, :rows.shape[1]] = rows
-    return out
+Table = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""`Timelines.table`: (starts, ends, count, base, room, used)."""
+
+
+@kernel
+def has_room(table: Table, r: int, more: int) -> bool:
+    """Whether resource ``r`` of `Timelines` ``table`` has room for ``more`` intervals,
+    moving its row to the pools' end with twice what it needs if not; false (nothing
+    moved) when the pools cannot hold that."""
+    starts, ends, count, base, room, used = table
+    n = count[r]
+    if n + more <= room[r]:
+        return True
+    wide = 2 * (n + more)
+    at = used[0]
+    if at + wide > len(starts):
+        return False
+    b = base[r]
+    starts[at:at + n] = starts[b:b + n]
+    ends[at:at + n] = ends[b:b + n]
+    base[r], room[r], used[0] = at, wide, at + wide
+    return True
 
 
 @kernel
@@ -606,50 +637,51 @@ def route_into(next_link: np.ndarray, link_to: np.ndarray, src: int, dst: int,
 
 
 @kernel
-def yx_sooner_on(starts: np.ndarray, ends: np.ndarray, count: np.ndarray, xy: np.ndarray,
-                 nxy: int, yx: np.ndarray, nyx: int, ser: int, hop: int, inject: int) -> bool:
-    """`Network.yx_sooner` on a `Timelines`' arrays, given the two routes (their first
-    ``nxy`` and ``nyx`` links): YX when it arrives strictly sooner (a single route: XY)."""
+def yx_sooner_on(table: Table, xy: np.ndarray, nxy: int, yx: np.ndarray, nyx: int, ser: int,
+                 hop: int, inject: int) -> bool:
+    """`Network.yx_sooner` on a `Timelines` table, given the two routes (their first ``nxy``
+    and ``nyx`` links): YX when it arrives strictly sooner (a single route: XY)."""
     if nxy == nyx and (xy[:nxy] == yx[:nyx]).all():
         return False
-    a = walk(starts, ends, count, xy, nxy, ser, 0, hop, inject, False, NEVER)
-    return a > inject and walk(starts, ends, count, yx, nyx, ser, 0, hop, inject, False,
-                               a - inject) < a
+    a = walk(table, xy, nxy, ser, 0, hop, inject, False, NEVER)
+    return a > inject and walk(table, yx, nyx, ser, 0, hop, inject, False, a - inject) < a
 
 
 FULL = -1
-"""What `walk` returns when a row it would reserve on is full (times are never negative)."""
+"""What `walk` returns when the pools lack room for what it would reserve (times are never
+negative)."""
 
 
 @kernel
-def walk(starts: np.ndarray, ends: np.ndarray, count: np.ndarray, route: np.ndarray, n: int,
-         ser: int, transfer: int, hop: int, inject: int, commit: bool, late: int) -> int:
-    """`Timelines.arrival` on its arrays, over the first ``n`` links of ``route``: the
+def walk(table: Table, route: np.ndarray, n: int, ser: int, transfer: int, hop: int,
+         inject: int, commit: bool, late: int) -> int:
+    """`Timelines.arrival` on its table, over the first ``n`` links of ``route``: the
     arrival, or past ``late`` ns of delay (``commit`` false) a time past the limit, or
-    `FULL` (nothing reserved) when a row it would reserve on has no room left."""
+    `FULL` (nothing reserved) when the pools lack room."""
+    starts, ends, count, base = table[:4]
     if commit:
         for k in range(n):
-            if count[route[k]] == starts.shape[1]:
+            if not has_room(table, route[k], 1):
                 return FULL
     head = inject - hop
     delay = 0  # how far head is behind its free-link time (it grows only at a clash)
     for k in range(n):
         link = route[k]
         head += hop
-        m = count[link]
+        m, b = count[link], base[link]
         i = m
-        if m and ends[link, m - 1] > head:  # the link is busy at some point after head
-            i = np.searchsorted(ends[link, :m], head, side="right")
+        if m and ends[b + m - 1] > head:  # the link is busy at some point after head
+            i = np.searchsorted(ends[b:b + m], head, side="right")
             free = head
             # ends are sorted and past head from i on: a clash moves head to that end
-            while i < m and starts[link, i] < head + ser:
-                head = ends[link, i]
+            while i < m and starts[b + i] < head + ser:
+                head = ends[b + i]
                 i += 1
             delay += head - free
             if delay > late:
                 return transfer + inject + delay
         if commit:  # (i is where head goes: every end before it is at most head)
-            count[link] = _put(starts[link], ends[link], m, i, head, head + ser)
+            count[link] = _put(starts[b:b + m + 1], ends[b:b + m + 1], m, i, head, head + ser)
     return transfer + head - (n - 1) * hop
 
 

@@ -56,7 +56,7 @@ def test_timelines_insert_into_idle_time_and_merge() -> None:
     tl.reserve(0, 30, 10)
     assert tl.fit(0, 0, 10) == 0 and tl.fit(0, 8, 10) == 15 and tl.fit(0, 12, 16) == 40
     tl.reserve(0, 15, 15)  # fills the gap exactly: one interval [10, 40)
-    assert (tl.starts[0], tl.ends[0]) == ([10], [40])
+    assert tl.intervals(0) == [(10, 40)]
 
 
 def test_committed_walks_reserve_each_link_where_its_head_takes_it() -> None:
@@ -86,8 +86,7 @@ def test_committed_walks_reserve_each_link_where_its_head_takes_it() -> None:
                 merged[-1][1] = e
             else:
                 merged.append([s, e])
-        assert (links.starts[link], links.ends[link]) == ([s for s, _ in merged],
-                                                          [e for _, e in merged])
+        assert links.intervals(link) == [(s, e) for s, e in merged]
 
 
 def test_messages_sharing_a_link_wait_for_each_other() -> None:

@@ -72,7 +72,9 @@ from raptor.jit import kernel
 from raptor.noc import (
     FULL,
     NEVER,
+    Table,
     Timelines,
+    has_room,
     route_into,
     serial_cycles,
     shared_network,
@@ -534,8 +536,6 @@ Net = tuple[IntArray, IntArray, IntArray, IntArray, bool, int, int]
 """The mesh as the kernels know it: `raptor.noc.Network.by_hops`, its `next_links` (XY,
 YX, where each link leads), whether the planner picks routes (`Network.yx_sooner`), the
 switches' base (-1 unless a message takes its sender's switch) and the hop's ns."""
-Table = tuple[IntArray, IntArray, IntArray]
-"""A `raptor.noc.Timelines`' arrays: (starts, ends, counts)."""
 
 
 @kernel
@@ -553,7 +553,6 @@ def _ready_on(p: int, late: bool, commit: bool, limit: int, info: IntArray, net:
     when a link's row lacks room."""
     table, off, held_at, held_time = _unpacked(info)[:4]
     by_hops, next_xy, next_yx, link_to, routes, switch, hop = net
-    starts, ends, count = links
     n = len(table)
     order = np.arange(n)
     if late:  # stable: ties keep the reads' order
@@ -571,7 +570,7 @@ def _ready_on(p: int, late: bool, commit: bool, limit: int, info: IntArray, net:
                 if switch >= 0 and m:
                     route[0], m = switch + table[i, 0], 1
                 for k in range(m):
-                    if count[route[k]] + n > starts.shape[1]:
+                    if not has_room(links, route[k], n):
                         return FULL
     ready = 0
     for i in order:
@@ -595,13 +594,13 @@ def _ready_on(p: int, late: bool, commit: bool, limit: int, info: IntArray, net:
                 m = 1
             elif routes and m:
                 other_m = route_into(next_yx, link_to, src, p, other)
-                if yx_sooner_on(starts, ends, count, route, m, other, other_m, ser, hop, inject):
+                if yx_sooner_on(links, route, m, other, other_m, ser, hop, inject):
                     taken = other
             if m == 0:
                 a = inject
             else:
-                a = walk(starts, ends, count, taken, m, ser, transfer, hop, inject,
-                         commit and ser > 0, NEVER if commit else limit - transfer - inject)
+                a = walk(links, taken, m, ser, transfer, hop, inject, commit and ser > 0,
+                         NEVER if commit else limit - transfer - inject)
             if commit:
                 got[i] = a
         if a > ready:
@@ -620,8 +619,7 @@ def _slot(p: int, ready: int, d: int, sh: int, gaps: Gaps, memory: Table) -> int
     if sh:
         only = np.zeros(1, dtype=np.int64)
         for _ in range(4):
-            store = walk(memory[0], memory[1], memory[2], only, 1, sh, 0, 0, s + d - sh, False,
-                         NEVER)
+            store = walk(memory, only, 1, sh, 0, 0, s + d - sh, False, NEVER)
             if store == s + d - sh:
                 break
             s = _earliest_on(p, store + sh - d, d, gaps)
@@ -814,8 +812,7 @@ class _ListScheduler:
         (kept in :attr:`kargs`, made again when a table grows)."""
         net, links, memory = self.net, self.links, self.memory
         return ((net.by_hops, self.next_xy, self.next_yx, self.link_to, self.routes,
-                 self.switch, net.hop_ns), (links.starts, links.ends, links.count),
-                self.cores.arrays, (memory.starts, memory.ends, memory.count))
+                 self.switch, net.hop_ns), links.table, self.cores.arrays, memory.table)
 
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
