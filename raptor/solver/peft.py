@@ -636,17 +636,40 @@ def _less(a: IntArray, b: IntArray) -> bool:
 
 
 @kernel
+def _commit_on(p: int, info: IntArray, by_hops: IntArray, next_xy: IntArray,
+               next_yx: IntArray, link_to: IntArray, routes: bool, switch: int, hop: int,
+               starts: IntArray, ends: IntArray, count: IntArray, base: IntArray,
+               room: IntArray, used: IntArray, got: IntArray) -> int:
+    """`_ready_on` committing, given `Net` and the link `Table` array by array (numba types
+    a tuple of arrays argument by argument in Python, 2-3 us a call)."""
+    return _ready_on(p, False, True, INF, info,
+                     (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
+                     (starts, ends, count, base, room, used), got)
+
+
+@kernel
 def _judge(info: IntArray, cores: IntArray, scores: IntArray, efts: IntArray, at: int,
            floor: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
-           slack: int, sh: int, floors: bool, net: Net, links: Table, gaps: Gaps,
-           memory: Table, got: IntArray) -> int:
+           slack: int, sh: int, floors: bool, by_hops: IntArray, next_xy: IntArray,
+           next_yx: IntArray, link_to: IntArray, routes: bool, switch: int, hop: int,
+           starts: IntArray, ends: IntArray, count: IntArray, base: IntArray, room: IntArray,
+           used: IntArray, gap_start: IntArray, gap_end: IntArray, gap_count: IntArray,
+           last: IntArray, widest: IntArray, mem_starts: IntArray, mem_ends: IntArray,
+           mem_count: IntArray, mem_base: IntArray, mem_room: IntArray, mem_used: IntArray,
+           got: IntArray) -> int:
     """`_ListScheduler.judge`'s walk over ``cores`` (in the score's order, with their
     ``scores`` and ``efts``) from index ``at``, the best so far in ``state``: [whether
     there is one, its key (5), its core, its start, cores judged]. Returns -1 when done,
     or the index where the lower bound ``floor`` is first needed and not given (empty):
     the caller computes it (`_ListScheduler.ready_floor`) and calls again from there.
     One call per `judge`, where a call per core of `_ready_on` and the Python around it
-    took ~2.5 s of 100,000 tasks on 16x16."""
+    took ~2.5 s of 100,000 tasks on 16x16. The mesh (`Net`), the link and memory tables
+    (`raptor.noc.Table`) and the cores' gaps (`Gaps`) come array by array (numba types a
+    tuple of arrays argument by argument in Python: 4.9 us a call, 1.3 so)."""
+    net = (by_hops, next_xy, next_yx, link_to, routes, switch, hop)
+    links = (starts, ends, count, base, room, used)
+    gaps = (gap_start, gap_end, gap_count, last, widest)
+    memory = (mem_starts, mem_ends, mem_count, mem_base, mem_room, mem_used)
     near = _unpacked(info)[4]
     key = np.empty(5, dtype=np.int64)
     best = state[1:6]
@@ -807,12 +830,14 @@ class _ListScheduler:
         """`ready_floor`'s scratch: each link's wait; the last entry (read for a message's
         own core, `Network.first_links`) stays 0."""
 
-    def arrays(self) -> tuple[Net, Table, Gaps, Table]:
-        """What the kernels know of the mesh, the links, the cores and the shared memory
-        (kept in :attr:`kargs`, made again when a table grows)."""
-        net, links, memory = self.net, self.links, self.memory
-        return ((net.by_hops, self.next_xy, self.next_yx, self.link_to, self.routes,
-                 self.switch, net.hop_ns), links.table, self.cores.arrays, memory.table)
+    def arrays(self) -> tuple[object, ...]:
+        """What the kernels know of the mesh (`Net`), the links (`raptor.noc.Table`), the
+        cores (`Gaps`) and the shared memory, one array after another (kept in
+        :attr:`kargs`, made again when a table grows)."""
+        net = self.net
+        return (net.by_hops, self.next_xy, self.next_yx, self.link_to, self.routes,
+                self.switch, net.hop_ns, *self.links.table, *self.cores.arrays,
+                *self.memory.table)
 
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
@@ -994,8 +1019,7 @@ class _ListScheduler:
         reserved on the links, over the route `raptor.noc.Network.yx_sooner` picks when
         ``routes`` (`_ready_on`); each fragment is then where it arrived."""
         while True:
-            net, links = self.kargs[:2]
-            ready: int = _ready_on(p, False, True, INF, reads.info, net, links, self.got)
+            ready: int = _commit_on(p, reads.info, *self.kargs[:13], self.got)
             if ready != FULL:
                 break
             self.links.grow()
@@ -1122,7 +1146,7 @@ class _ListScheduler:
         d = _task_ns(reads.info, self.cost_of[t], p)
         sh = self.shared_of[t]
         if ready > start:  # the committed messages met each other on a link
-            start = _slot(p, ready, d, sh, *self.kargs[2:])
+            start = _slot(p, ready, d, sh, self.cores.arrays, self.memory.table)
         f = start + d
         grown = self.cores.occupy(p, start, f)
         if sh:
