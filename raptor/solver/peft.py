@@ -488,48 +488,39 @@ Read = tuple[dict[int, int], int, int, int]
 """One fragment a task reads: (where it is: core -> arrival, its producer's core, bytes, the
 producer's end)."""
 
-
-class _Reads:
-    """A task's reads (`_ListScheduler.data_ready`'s) as ``items``, and ``info``, what the
-    kernels know of the task, in one int64 array (one conversion a task): [reads r,
-    predecessors q, local reads l, then per read (producer's core, its end, message kind
-    (`raptor.noc.Network.kind`), fragment), where each fragment is (r + 1 offsets into the
-    K cores, then the K times), the q predecessors' cores, and per local read (its
-    producer's core, its extra ns)] (`_unpacked`)."""
-
-    __slots__ = ("info", "items")
-
-    def __init__(self, items: list[Read], info: IntArray) -> None:
-        self.items = items
-        self.info = info
+Graph = tuple[IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray,
+              IntArray]
+"""The graph as the kernels know it (`_graph_parts`): per task (offsets) the fragments it
+reads, its predecessors, and its local reads (fragment, extra ns); per fragment its
+producer and message kind (`raptor.noc.Network.kind`)."""
 
 
 @kernel
-def _unpacked(info: IntArray) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray,
-                                       IntArray]:
-    """`_Reads.info`'s parts: (reads (r x 4), offsets, held cores, held times, the
-    predecessors' cores, local reads (l x 2))."""
-    r, q, loc = info[0], info[1], info[2]
-    at = 3 + 4 * r
-    table = info[3:at].reshape((r, 4))
-    off = info[at:at + r + 1]
-    k = off[r]
-    at += r + 1
-    near = at + 2 * k
-    return (table, off, info[at:at + k], info[at + k:near], info[near:near + q],
-            info[near + q:near + q + 2 * loc].reshape((loc, 2)))
+def _graph_parts(packed: IntArray, at: IntArray) -> Graph:
+    """`Graph` from the one array ``packed`` it is kept in, part ``i`` from ``at[i]``
+    (one argument instead of nine)."""
+    return (packed[at[0]:at[1]], packed[at[1]:at[2]], packed[at[2]:at[3]],
+            packed[at[3]:at[4]], packed[at[4]:at[5]], packed[at[5]:at[6]],
+            packed[at[6]:at[7]], packed[at[7]:at[8]], packed[at[8]:at[9]])
 
 
 @kernel
-def _task_ns(info: IntArray, cost: int, p: int) -> int:
-    """The task's run time on p: local reads of cropped values whose producer ran on p
-    cost an extra copy."""
-    extra = _unpacked(info)[5]
+def _task_ns(t: int, cost: int, p: int, graph: Graph, placed: IntArray) -> int:
+    """Task t's run time on p: a local read of a cropped value whose producer ran on p
+    costs an extra copy (``placed[0]``: each task's core)."""
+    loc_off, loc_frag, loc_ns, producer = graph[4], graph[5], graph[6], graph[7]
     d = cost
-    for i in range(len(extra)):
-        if extra[i, 0] == p:
-            d += extra[i, 1]
+    for k in range(loc_off[t], loc_off[t + 1]):
+        if placed[0, producer[loc_frag[k]]] == p:
+            d += loc_ns[k]
     return d
+
+
+@kernel
+def _duration(t: int, cost: int, p: int, packed: IntArray, at: IntArray,
+              placed: IntArray) -> int:
+    """`_task_ns` from Python."""
+    return _task_ns(t, cost, p, _graph_parts(packed, at), placed)
 
 
 Net = tuple[IntArray, IntArray, IntArray, IntArray, bool, int, int]
@@ -539,55 +530,61 @@ switches' base (-1 unless a message takes its sender's switch) and the hop's ns.
 
 
 @kernel
-def _ready_on(p: int, late: bool, commit: bool, limit: int, info: IntArray, net: Net,
-              links: Table, got: IntArray) -> int:
-    """`_ListScheduler.judge`'s data-ready time of a task's reads (`_Reads`) on core
-    ``p``: the latest arrival, each fragment where it is on p or its new message walked
-    on the link table over its route (`raptor.noc.route_into`: XY, or YX when the planner
-    picks routes and `raptor.noc.yx_sooner_on` says so; a switched protocol's message
-    takes its sender's switch), timed by `raptor.noc.Network.by_hops`. Once the latest
-    passes ``limit``, a time past it (the caller has no use for more). With ``late``, the
-    latest producer first (unreserved messages do not meet each other, and the latest
-    reach the limit soonest); with ``commit`` the messages are reserved, each new one's
-    arrival in ``got`` (-1: none sent), or `raptor.noc.FULL` returned, nothing reserved,
-    when a link's row lacks room."""
-    table, off, held_at, held_time = _unpacked(info)[:4]
+def _ready_on(p: int, late: bool, commit: bool, limit: int, t: int, graph: Graph,
+              placed: IntArray, hold: IntArray, hold_used: IntArray, net: Net, links: Table,
+              got: IntArray) -> int:
+    """`_ListScheduler.judge`'s data-ready time of task t's reads on core ``p``: the latest
+    arrival, each fragment where it is on p (``hold``: per fragment a list of (core,
+    arrival, next), its producer's entry first, at the fragment's index) or its new message
+    from its producer's core (``placed``: each task's core and end) walked on the link
+    table over its route (`raptor.noc.route_into`: XY, or YX when the planner picks routes
+    and `raptor.noc.yx_sooner_on` says so; a switched protocol's message takes its
+    sender's switch), timed by `raptor.noc.Network.by_hops`. Once the latest passes
+    ``limit``, a time past it (the caller has no use for more). With ``late``, the latest
+    producer first (unreserved messages do not meet each other, and the latest reach the
+    limit soonest); with ``commit`` the messages are reserved and their arrivals added to
+    ``hold`` (room for one per read given) and to ``got`` by read (-1: none sent), or
+    `raptor.noc.FULL` returned, nothing reserved, when the link table lacks room."""
+    read_off, read_frag, producer, kind_of = graph[0], graph[1], graph[7], graph[8]
     by_hops, next_xy, next_yx, link_to, routes, switch, hop = net
-    n = len(table)
+    first = read_off[t]
+    n = read_off[t + 1] - first
     order = np.arange(n)
     if late:  # stable: ties keep the reads' order
         for i in range(1, n):
             j = i
-            while j and table[order[j - 1], 1] < table[order[j], 1]:
+            while j and placed[1, producer[read_frag[first + order[j - 1]]]] < \
+                    placed[1, producer[read_frag[first + order[j]]]]:
                 order[j - 1], order[j] = order[j], order[j - 1]
                 j -= 1
     route = np.empty(by_hops.shape[1], dtype=np.int64)
     other = np.empty(by_hops.shape[1], dtype=np.int64)
     if commit:  # room for a new interval per read on every link it may take
         for i in range(n):
+            src = placed[0, producer[read_frag[first + i]]]
             for way in range(2 if routes else 1):
-                m = route_into(next_yx if way else next_xy, link_to, table[i, 0], p, route)
+                m = route_into(next_yx if way else next_xy, link_to, src, p, route)
                 if switch >= 0 and m:
-                    route[0], m = switch + table[i, 0], 1
+                    route[0], m = switch + src, 1
                 for k in range(m):
                     if not has_room(links, route[k], n):
                         return FULL
     ready = 0
     for i in order:
-        src, inject, kind, frag = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
+        f = read_frag[first + i]
+        src, inject = placed[0, producer[f]], placed[1, producer[f]]
         a = -1
-        for k in range(off[i], off[i + 1]):
-            if held_at[k] == p:
-                a = held_time[k]
+        e = f
+        while e >= 0:
+            if hold[0, e] == p:
+                a = hold[1, e]
                 break
+            e = hold[2, e]
         if commit:
             got[i] = -1
-            for j in range(i):  # a fragment read twice travels once
-                if table[j, 3] == frag and got[j] >= 0:
-                    a = got[j]
         if a < 0:
             m = route_into(next_xy, link_to, src, p, route)
-            ser, transfer = by_hops[kind, m, 0], by_hops[kind, m, 1]
+            ser, transfer = by_hops[kind_of[f], m, 0], by_hops[kind_of[f], m, 1]
             taken = route
             if switch >= 0 and m:
                 route[0] = switch + src
@@ -601,8 +598,12 @@ def _ready_on(p: int, late: bool, commit: bool, limit: int, info: IntArray, net:
             else:
                 a = walk(links, taken, m, ser, transfer, hop, inject, commit and ser > 0,
                          NEVER if commit else limit - transfer - inject)
-            if commit:
+            if commit:  # f is now on p too (a second read of it finds it there)
                 got[i] = a
+                k = hold_used[0]
+                hold[0, k], hold[1, k], hold[2, k] = p, a, hold[2, f]
+                hold[2, f] = k
+                hold_used[0] = k + 1
         if a > ready:
             ready = a
             if ready > limit:
@@ -636,41 +637,45 @@ def _less(a: IntArray, b: IntArray) -> bool:
 
 
 @kernel
-def _commit_on(p: int, info: IntArray, by_hops: IntArray, next_xy: IntArray,
+def _commit_on(p: int, t: int, packed: IntArray, at: IntArray, placed: IntArray,
+               hold: IntArray, hold_used: IntArray, by_hops: IntArray, next_xy: IntArray,
                next_yx: IntArray, link_to: IntArray, routes: bool, switch: int, hop: int,
                starts: IntArray, ends: IntArray, count: IntArray, base: IntArray,
                room: IntArray, used: IntArray, got: IntArray) -> int:
-    """`_ready_on` committing, given `Net` and the link `Table` array by array (numba types
-    a tuple of arrays argument by argument in Python, 2-3 us a call)."""
-    return _ready_on(p, False, True, INF, info,
-                     (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
+    """`_ready_on` committing, its tuples given array by array (numba types a tuple of
+    arrays argument by argument in Python, 2-3 us a call)."""
+    return _ready_on(p, False, True, INF, t, _graph_parts(packed, at), placed, hold,
+                     hold_used, (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
                      (starts, ends, count, base, room, used), got)
 
 
 @kernel
-def _judge(info: IntArray, cores: IntArray, scores: IntArray, efts: IntArray, at: int,
+def _judge(t: int, cores: IntArray, scores: IntArray, efts: IntArray, at: int,
            floor: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
-           slack: int, sh: int, floors: bool, by_hops: IntArray, next_xy: IntArray,
-           next_yx: IntArray, link_to: IntArray, routes: bool, switch: int, hop: int,
-           starts: IntArray, ends: IntArray, count: IntArray, base: IntArray, room: IntArray,
-           used: IntArray, gap_start: IntArray, gap_end: IntArray, gap_count: IntArray,
-           last: IntArray, widest: IntArray, mem_starts: IntArray, mem_ends: IntArray,
-           mem_count: IntArray, mem_base: IntArray, mem_room: IntArray, mem_used: IntArray,
-           got: IntArray) -> int:
+           slack: int, sh: int, floors: bool, packed: IntArray, parts: IntArray,
+           placed: IntArray, hold: IntArray, hold_used: IntArray, by_hops: IntArray,
+           next_xy: IntArray, next_yx: IntArray, link_to: IntArray, routes: bool,
+           switch: int, hop: int, starts: IntArray, ends: IntArray, count: IntArray,
+           base: IntArray, room: IntArray, used: IntArray, gap_start: IntArray,
+           gap_end: IntArray, gap_count: IntArray, last: IntArray, widest: IntArray,
+           mem_starts: IntArray, mem_ends: IntArray, mem_count: IntArray, mem_base: IntArray,
+           mem_room: IntArray, mem_used: IntArray, got: IntArray) -> int:
     """`_ListScheduler.judge`'s walk over ``cores`` (in the score's order, with their
     ``scores`` and ``efts``) from index ``at``, the best so far in ``state``: [whether
     there is one, its key (5), its core, its start, cores judged]. Returns -1 when done,
     or the index where the lower bound ``floor`` is first needed and not given (empty):
     the caller computes it (`_ListScheduler.ready_floor`) and calls again from there.
     One call per `judge`, where a call per core of `_ready_on` and the Python around it
-    took ~2.5 s of 100,000 tasks on 16x16. The mesh (`Net`), the link and memory tables
-    (`raptor.noc.Table`) and the cores' gaps (`Gaps`) come array by array (numba types a
-    tuple of arrays argument by argument in Python: 4.9 us a call, 1.3 so)."""
+    took ~2.5 s of 100,000 tasks on 16x16. The graph, the mesh (`Net`), the link and
+    memory tables (`raptor.noc.Table`) and the cores' gaps (`Gaps`) come array by array
+    (numba types a tuple of arrays argument by argument in Python: 4.9 us a call, 1.3
+    so)."""
+    graph = _graph_parts(packed, parts)
     net = (by_hops, next_xy, next_yx, link_to, routes, switch, hop)
     links = (starts, ends, count, base, room, used)
     gaps = (gap_start, gap_end, gap_count, last, widest)
     memory = (mem_starts, mem_ends, mem_count, mem_base, mem_room, mem_used)
-    near = _unpacked(info)[4]
+    pred_off, pred_task = graph[2], graph[3]
     key = np.empty(5, dtype=np.int64)
     best = state[1:6]
     has_best, judged = state[0] == 1, state[8]
@@ -682,8 +687,8 @@ def _judge(info: IntArray, cores: IntArray, scores: IntArray, efts: IntArray, at
         if ef >= INF:  # t does not fit there (nor on any later core)
             break
         far = 1
-        for u in near:
-            if u == p:
+        for k in range(pred_off[t], pred_off[t + 1]):
+            if placed[0, pred_task[k]] == p:
                 far = 0
         tiled = 1 if has_tiles and need[p] != 0 else 0
         if has_best:
@@ -701,10 +706,11 @@ def _judge(info: IntArray, cores: IntArray, scores: IntArray, efts: IntArray, at
                 if sc - ef + floor[p] > top:
                     continue
         if not plain:
-            d = _task_ns(info, cost, p)
+            d = _task_ns(t, cost, p, graph, placed)
         # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
         limit = top - sc + ef - d if has_best else INF
-        ready = _ready_on(p, True, False, limit, info, net, links, got)
+        ready = _ready_on(p, True, False, limit, t, graph, placed, hold, hold_used, net, links,
+                          got)
         judged += 1
         if ready > limit:
             continue
@@ -817,6 +823,27 @@ class _ListScheduler:
         self.switch = self.net.switch_base if self.net.switched else -1
         self.got = np.zeros(max(map(len, graph.reads), default=0), dtype=np.int64)
         """`_ready_on`'s arrivals of a commit's new messages."""
+        local = [graph.local_reads.get(t, []) for t in range(n)]
+        parts = [np.cumsum([0, *map(len, graph.reads)]),
+                 np.fromiter(itertools.chain.from_iterable(graph.reads), np.int64),
+                 np.cumsum([0, *map(len, graph.preds)]),
+                 np.fromiter((u for p in graph.preds for u, _ in p), np.int64),
+                 np.cumsum([0, *map(len, local)]),
+                 np.fromiter((f for r in local for f, _ in r), np.int64),
+                 np.fromiter((ns for r in local for _, ns in r), np.int64),
+                 np.array(self.frag_producer, dtype=np.int64),
+                 np.array(self.frag_kind, dtype=np.int64)]
+        self.packed = np.concatenate(parts).astype(np.int64)
+        self.parts = np.cumsum([0, *map(len, parts)]).astype(np.int64)
+        """The graph as the kernels know it (`Graph`, `_graph_parts`)."""
+        self.placed = np.zeros((2, n), dtype=np.int64)
+        """Each task's core and end, for the kernels (its core -1 until placed)."""
+        self.placed[0] = -1
+        frags = len(graph.fragments)
+        self.hold = np.full((3, 2 * frags + 16), -1, dtype=np.int64)
+        """Where each fragment is, for the kernels (`holders`, `_ready_on`): entry f its
+        producer's (core, end), then a list of (core, arrival, next entry) from f's."""
+        self.hold_used = np.array([frags], dtype=np.int64)
         self.no_floor = np.zeros(0, dtype=np.int64)
         self.state = np.zeros(9, dtype=np.int64)
         """`_judge`'s best so far: [whether there is one, its key (5), its core, its start,
@@ -824,6 +851,7 @@ class _ListScheduler:
         self.one = np.zeros(3, dtype=np.int64)
         """`bounded`'s first core, its score and EFT."""
         self.kargs = self.arrays()
+        """`arrays`."""
         self.all_cores = self.cores.everywhere
         self.no_need = np.zeros(P, dtype=np.int64)
         self.first_wait = np.zeros(self.net.num_links + 1, dtype=np.int64)
@@ -831,13 +859,14 @@ class _ListScheduler:
         own core, `Network.first_links`) stays 0."""
 
     def arrays(self) -> tuple[object, ...]:
-        """What the kernels know of the mesh (`Net`), the links (`raptor.noc.Table`), the
-        cores (`Gaps`) and the shared memory, one array after another (kept in
-        :attr:`kargs`, made again when a table grows)."""
+        """What the kernels know of the graph (`Graph`, where the tasks are, where their
+        fragments are), the mesh (`Net`), the links (`raptor.noc.Table`), the cores
+        (`Gaps`) and the shared memory, one array after another (kept in :attr:`kargs`,
+        made again when a table grows)."""
         net = self.net
-        return (net.by_hops, self.next_xy, self.next_yx, self.link_to, self.routes,
-                self.switch, net.hop_ns, *self.links.table, *self.cores.arrays,
-                *self.memory.table)
+        return (self.packed, self.parts, self.placed, self.hold, self.hold_used, net.by_hops,
+                self.next_xy, self.next_yx, self.link_to, self.routes, self.switch,
+                net.hop_ns, *self.links.table, *self.cores.arrays, *self.memory.table)
 
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
@@ -862,14 +891,13 @@ class _ListScheduler:
     def place(self, t: int) -> None:
         d = self.longest[t]
         feasible, need = self.candidates(t)
-        ready, reads = self.data_ready(t)
-        eft = self.cores.finishes(ready, d, feasible)
+        eft = self.cores.finishes(self.data_ready(t), d, feasible)
         if self.lookahead and len(self.succ_list[t]) and (
                 self.succ_const is None or self.succ_has_tiles[t]):
-            p, start = self.refine(t, reads, self.score(t, eft), eft, need)
+            p, start = self.refine(t, self.score(t, eft), eft, need)
         else:
-            p, start = self.bounded(t, reads, eft, need)
-        self.commit(t, reads, p, start, need)
+            p, start = self.bounded(t, eft, need)
+        self.commit(t, p, start, need)
 
     # -- phases ------------------------------------------------------------------------------
     def candidates(self, t: int) -> tuple[BoolArray, IntArray]:
@@ -897,30 +925,16 @@ class _ListScheduler:
             raise _NoRoom(t)
         return feasible, need
 
-    def data_ready(self, t: int) -> tuple[IntArray, _Reads]:
+    def data_ready(self, t: int) -> IntArray:
         """When every fragment t reads could be on each core: where a fragment already is
-        (or is planned to arrive), that time; elsewhere a new message over free links. With
-        it what t reads."""
+        (or is planned to arrive), that time; elsewhere a new message over free links."""
         arrival_row, end, core_of, holders = self.mesh.arrival_row, self.end, self.core_of, \
             self.holders
         ready: IntArray | None = None
-        items: list[Read] = []
-        reads = self.g.reads[t]
-        preds = self.g.preds[t]
-        local = self.g.local_reads.get(t, ())
-        info = [len(reads), len(preds), len(local)]
-        cores: list[int] = []
-        times: list[int] = []
-        off = [0]
-        for f in reads:
+        for f in self.g.reads[t]:
             u = self.frag_producer[f]
-            src, at, held = core_of[u], end[u], holders[f]
-            items.append((held, src, self.frag_bytes[f], at))
-            info += (src, at, self.frag_kind[f], f)
-            cores += held
-            times += held.values()
-            off.append(len(cores))
-            row = arrival_row(src, self.frag_flits[f], at)
+            row = arrival_row(core_of[u], self.frag_flits[f], end[u])
+            held = holders[f]
             if len(held) > 1:
                 for q, a in held.items():
                     row[q] = a
@@ -928,14 +942,7 @@ class _ListScheduler:
                 ready = row
             else:
                 np.maximum(ready, row, out=ready)
-        info += off
-        info += cores
-        info += times
-        info += [core_of[u] for u, _ in preds]
-        for f, ns in local:
-            info += (core_of[self.frag_producer[f]], ns)
-        reads_of = _Reads(items, np.array(info, dtype=np.int64))
-        return (np.zeros(self.P, dtype=np.int64) if ready is None else ready), reads_of
+        return np.zeros(self.P, dtype=np.int64) if ready is None else ready
 
     def score(self, t: int, eft: IntArray) -> IntArray:
         """EFT plus the optimistic finish of t's children (module docstring), where a child
@@ -1014,19 +1021,24 @@ class _ListScheduler:
             rows = rows[over[:1]]
         return transform(rows[0])
 
-    def commit_reads(self, reads: _Reads, p: int) -> int:
-        """Data-ready time on p of ``reads`` (:meth:`data_ready`'s) with their new messages
-        reserved on the links, over the route `raptor.noc.Network.yx_sooner` picks when
-        ``routes`` (`_ready_on`); each fragment is then where it arrived."""
+    def commit_reads(self, t: int, p: int) -> int:
+        """Data-ready time on p of t's reads with their new messages reserved on the links,
+        over the route `raptor.noc.Network.yx_sooner` picks when ``routes`` (`_ready_on`);
+        each fragment is then where it arrived."""
+        reads = self.g.reads[t]
+        if self.hold_used[0] + len(reads) > self.hold.shape[1]:
+            self.hold = np.concatenate((self.hold, np.full_like(self.hold, -1)), axis=1)
+            self.kargs = self.arrays()
         while True:
-            ready: int = _commit_on(p, reads.info, *self.kargs[:13], self.got)
+            ready: int = _commit_on(p, t, *self.kargs[:18], self.got)
             if ready != FULL:
                 break
             self.links.grow()
             self.kargs = self.arrays()
-        for (held, *_), a in zip(reads.items, self.got.tolist(), strict=False):
+        holders = self.holders
+        for f, a in zip(reads, self.got.tolist(), strict=False):
             if a >= 0:
-                held[p] = a
+                holders[f][p] = a
         return ready
 
     def ready_floor(self, reads: list[Read]) -> IntArray:
@@ -1050,7 +1062,7 @@ class _ListScheduler:
                 yield row
         return _latest(rows(), self.P)
 
-    def refine(self, t: int, reads: _Reads, score: IntArray, eft: IntArray, need: IntArray,
+    def refine(self, t: int, score: IntArray, eft: IntArray, need: IntArray,
                known: int = -1) -> tuple[int, int]:
         """Judge the cores, best free-link score first, with t's new messages reserved on
         the links and its store on the shared memory (see SHORTLIST); ties go to the
@@ -1064,11 +1076,9 @@ class _ListScheduler:
             if not kept.all():
                 order = order[kept]
                 fresh = False
-        return self.judge(t, reads, order, np.minimum(score[order], INF), eft[order], need,
-                          fresh)
+        return self.judge(t, order, np.minimum(score[order], INF), eft[order], need, fresh)
 
-    def bounded(self, t: int, reads: _Reads, eft: IntArray,
-                need: IntArray) -> tuple[int, int]:
+    def bounded(self, t: int, eft: IntArray, need: IntArray) -> tuple[int, int]:
         """`refine` where the lookahead, if any, is `children_slack`'s, with its term (the
         score less the EFT) made only on the cores that can win. The core of the least EFT
         is judged first; its exact key bounds the winner's, and a core whose EFT plus the
@@ -1093,13 +1103,13 @@ class _ListScheduler:
             least = max(np.minimum.reduce(rows, axis=1).tolist())
         one = self.one
         one[0], one[1], one[2] = p0, x0 + wait0, x0
-        choice = self.judge(t, reads, one[:1], one[1:2], one[2:], need, True)
+        choice = self.judge(t, one[:1], one[1:2], one[2:], need, True)
         assert choice[0] >= 0
         cores = (eft <= int(self.state[1]) - least + self.longest[t] - self.cost_of[t]
                  ).nonzero()[0]
         if len(cores) > NEAR_CORES:
             score = eft if rows is None else eft + self.children_wait(rows)
-            return self.refine(t, reads, score, eft, need, p0)
+            return self.refine(t, score, eft, need, p0)
         if len(cores) == 1:  # p0's alone
             return choice
         efts = eft[cores]
@@ -1112,16 +1122,15 @@ class _ListScheduler:
                 rows[:, None, :] + self.mesh.hop_ns_rows(cores), axis=2), axis=0)
         order = np.lexsort((cores, efts, score))
         order = order[cores[order] != p0]
-        return self.judge(t, reads, cores[order], score[order], efts[order], need, False)
+        return self.judge(t, cores[order], score[order], efts[order], need, False)
 
-    def judge(self, t: int, reads: _Reads, cores: IntArray, scores: IntArray,
-              efts: IntArray, need: IntArray, fresh: bool) -> tuple[int, int]:
+    def judge(self, t: int, cores: IntArray, scores: IntArray, efts: IntArray, need: IntArray,
+              fresh: bool) -> tuple[int, int]:
         """The (core, start) of the best exact key among ``cores`` (in the score's order,
         with their scores and EFTs; ``need``: new tile slots by core) and, unless
         ``fresh``, the last call's best (kept in :attr:`state`): `_judge`, the key (its
         score with the exact finish, the finish, whether p is not a predecessor's core,
-        whether t's tiles need new slots there, p) lowest; (-1, 0) when none.
-        ``reads``: t's (`data_ready`'s)."""
+        whether t's tiles need new slots there, p) lowest; (-1, 0) when none."""
         state = self.state
         if fresh:
             state[0], state[6], state[7] = 0, -1, 0
@@ -1129,7 +1138,7 @@ class _ListScheduler:
         floor = self.no_floor
         at = 0
         while True:
-            at = _judge(reads.info, cores, scores, efts, at, floor, state, need,
+            at = _judge(t, cores, scores, efts, at, floor, state, need,
                         len(self.tiles.of_task[t]) > 0, self.cost_of[t],
                         self.longest[t] - self.cost_of[t], self.shared_of[t],
                         not self.net.switched, *self.kargs, self.got)
@@ -1137,13 +1146,18 @@ class _ListScheduler:
                 break
             # t's messages wait; where they wait on a first link, every core behind that
             # link waits as long, and most of the shortlist cannot win
-            floor = self.ready_floor(reads.items) + self.cost_of[t]
+            end, core_of, holders, producer = self.end, self.core_of, self.holders, \
+                self.frag_producer
+            floor = self.ready_floor([(holders[f], core_of[producer[f]], self.frag_bytes[f],
+                                       end[producer[f]]) for f in self.g.reads[t]])
+            floor += self.cost_of[t]
         got = state[6:8].tolist()
         return got[0], got[1]
 
-    def commit(self, t: int, reads: _Reads, p: int, start: int, need: IntArray) -> None:
-        ready = self.commit_reads(reads, p) if reads.items else 0
-        d = _task_ns(reads.info, self.cost_of[t], p)
+    def commit(self, t: int, p: int, start: int, need: IntArray) -> None:
+        ready = self.commit_reads(t, p) if self.g.reads[t] else 0
+        d = self.cost_of[t] if t not in self.g.local_reads else _duration(
+            t, self.cost_of[t], p, self.packed, self.parts, self.placed)
         sh = self.shared_of[t]
         if ready > start:  # the committed messages met each other on a link
             start = _slot(p, ready, d, sh, self.cores.arrays, self.memory.table)
@@ -1162,8 +1176,11 @@ class _ListScheduler:
             self.unhomed -= int((~self.homed[idx]).sum())
             self.homed[idx] = True
         self.core_of[t], self.start[t], self.end[t] = p, start, f
+        self.placed[0, t], self.placed[1, t] = p, f
+        hold = self.hold
         for fr in self.produces[t]:
             self.holders[fr][p] = f
+            hold[0, fr], hold[1, fr] = p, f
         pred_ready, arrival_row, unplaced = self.pred_ready, self.mesh.arrival_row, self.unplaced
         for c, fl in zip(self.succ_list[t], self.succ_flits_list[t], strict=True):
             unplaced[c] -= 1
