@@ -636,6 +636,15 @@ def _less(a: IntArray, b: IntArray) -> bool:
     return False
 
 
+KernelArgs = tuple[IntArray, IntArray, IntArray, IntArray, IntArray,
+                   IntArray, IntArray, IntArray, IntArray, bool, int, int,
+                   IntArray, IntArray, IntArray, IntArray, IntArray, IntArray,
+                   IntArray, IntArray, IntArray, IntArray, IntArray,
+                   IntArray, IntArray, IntArray, IntArray, IntArray, IntArray]
+"""`_ListScheduler.arrays`: the packed graph and its parts, the placements, the holders
+and their count, `Net`, the links' `raptor.noc.Table`, `Gaps`, the memory's table."""
+
+
 @kernel
 def _commit_on(p: int, t: int, packed: IntArray, at: IntArray, placed: IntArray,
                hold: IntArray, hold_used: IntArray, by_hops: IntArray, next_xy: IntArray,
@@ -858,7 +867,7 @@ class _ListScheduler:
         """`ready_floor`'s scratch: each link's wait; the last entry (read for a message's
         own core, `Network.first_links`) stays 0."""
 
-    def arrays(self) -> tuple[object, ...]:
+    def arrays(self) -> KernelArgs:
         """What the kernels know of the graph (`Graph`, where the tasks are, where their
         fragments are), the mesh (`Net`), the links (`raptor.noc.Table`), the cores
         (`Gaps`) and the shared memory, one array after another (kept in :attr:`kargs`,
