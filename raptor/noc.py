@@ -332,17 +332,20 @@ class Network:
         links = self._routes.get((src, dst, yx))
         if links is None:
             links = self.route(src, dst, yx)
-        ser, transfer = self._hop_timing(len(links), nbytes)
-        if self.switched and links:
-            links = (self.switch_base + src,)
-        return links, ser, transfer
-
-    def _hop_timing(self, hops: int, nbytes: int) -> tuple[int, int]:
-        """`timing`'s serialization and free-link latency of a message over ``hops``."""
-        key = (hops, flits(self.target, nbytes))  # sizes of one flit count time alike
+        key = (len(links), flits(self.target, nbytes))  # sizes of one flit count time alike
         got = self._timing.get(key)
         if got is None:
-            t, p = self.target, self.protocol
+            got = self._hop_timing(key, nbytes)
+        if self.switched and links:
+            links = (self.switch_base + src,)
+        return links, got[0], got[1]
+
+    def _hop_timing(self, key: tuple[int, int], nbytes: int) -> tuple[int, int]:
+        """`timing`'s serialization and free-link latency of a message of ``nbytes`` over
+        ``key[0]`` hops (``key``: hops and flits), cached."""
+        got = self._timing.get(key)
+        if got is None:
+            t, p, hops = self.target, self.protocol, key[0]
             got = self._timing[key] = (t.ns(hold_cycles(t, hops, nbytes, p)),
                                        t.ns(message_cycles(t, hops, nbytes, p)) if hops else 0)
         return got
@@ -353,7 +356,7 @@ class Network:
         key = flits(self.target, nbytes)
         got = self._kinds.get(key)
         if got is None:
-            row = [self._hop_timing(h, nbytes) for h in range(self.by_hops.shape[1])]
+            row = [self._hop_timing((h, key), nbytes) for h in range(self.by_hops.shape[1])]
             self.by_hops = np.concatenate((self.by_hops, np.array([row], dtype=np.int64)))
             got = self._kinds[key] = len(self.by_hops) - 1
         return got

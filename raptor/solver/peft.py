@@ -467,7 +467,7 @@ SHORTLIST = 64
 their messages reserved on the links; the search stops at the first core whose free-link
 score cannot beat the best exact one (reservations only ever delay), skips a core whose
 free-link key cannot, and stops a core's messages once its arrival is past what could still
-win (``limit`` of :meth:`_ListScheduler.exact_ready`). Judging only the best
+win (``limit`` in `_judge`). Judging only the best
 4 made the schedules of two of the benchmark CNNs 30-40 % longer (and ResNet-18's 9 %)."""
 
 
@@ -646,14 +646,15 @@ and their count, `Net`, the links' `raptor.noc.Table`, `Gaps`, the memory's tabl
 
 
 @kernel
-def _commit_on(p: int, t: int, packed: IntArray, at: IntArray, placed: IntArray,
+def _reads_on(p: int, t: int, commit: bool, packed: IntArray, at: IntArray, placed: IntArray,
                hold: IntArray, hold_used: IntArray, by_hops: IntArray, next_xy: IntArray,
                next_yx: IntArray, link_to: IntArray, routes: bool, switch: int, hop: int,
                starts: IntArray, ends: IntArray, count: IntArray, base: IntArray,
                room: IntArray, used: IntArray, got: IntArray) -> int:
-    """`_ready_on` committing, its tuples given array by array (numba types a tuple of
-    arrays argument by argument in Python, 2-3 us a call)."""
-    return _ready_on(p, False, True, INF, t, _graph_parts(packed, at), placed, hold,
+    """`_ready_on` from Python, committing or not (then the latest producer first, without
+    a limit), its tuples given array by array (numba types a tuple of arrays argument by
+    argument in Python, 2-3 us a call)."""
+    return _ready_on(p, not commit, commit, INF, t, _graph_parts(packed, at), placed, hold,
                      hold_used, (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
                      (starts, ends, count, base, room, used), got)
 
@@ -833,15 +834,15 @@ class _ListScheduler:
         self.got = np.zeros(max(map(len, graph.reads), default=0), dtype=np.int64)
         """`_ready_on`'s arrivals of a commit's new messages."""
         local = [graph.local_reads.get(t, []) for t in range(n)]
-        parts = [np.cumsum([0, *map(len, graph.reads)]),
-                 np.fromiter(itertools.chain.from_iterable(graph.reads), np.int64),
-                 np.cumsum([0, *map(len, graph.preds)]),
-                 np.fromiter((u for p in graph.preds for u, _ in p), np.int64),
+        reader, read, producer, _ = graph.read_arrays()  # (arrays made once per graph)
+        src, dst, _, _ = graph.edge_arrays()
+        parts = [np.searchsorted(reader, np.arange(n + 1)), read,
+                 np.searchsorted(dst, np.arange(n + 1), sorter=np.argsort(dst, kind="stable")),
+                 src[np.argsort(dst, kind="stable")],
                  np.cumsum([0, *map(len, local)]),
-                 np.fromiter((f for r in local for f, _ in r), np.int64),
-                 np.fromiter((ns for r in local for _, ns in r), np.int64),
-                 np.array(self.frag_producer, dtype=np.int64),
-                 np.array(self.frag_kind, dtype=np.int64)]
+                 np.array([f for r in local for f, _ in r], dtype=np.int64),
+                 np.array([ns for r in local for _, ns in r], dtype=np.int64),
+                 producer, np.array(self.frag_kind, dtype=np.int64)]
         self.packed = np.concatenate(parts).astype(np.int64)
         self.parts = np.cumsum([0, *map(len, parts)]).astype(np.int64)
         """The graph as the kernels know it (`Graph`, `_graph_parts`)."""
@@ -1039,7 +1040,7 @@ class _ListScheduler:
             self.hold = np.concatenate((self.hold, np.full_like(self.hold, -1)), axis=1)
             self.kargs = self.arrays()
         while True:
-            ready: int = _commit_on(p, t, *self.kargs[:18], self.got)
+            ready: int = _reads_on(p, t, True, *self.kargs[:18], self.got)
             if ready != FULL:
                 break
             self.links.grow()
@@ -1050,13 +1051,22 @@ class _ListScheduler:
                 holders[f][p] = a
         return ready
 
-    def ready_floor(self, reads: list[Read]) -> IntArray:
+    def exact_ready(self, t: int, p: int) -> int:
+        """Data-ready time on p of t's reads with their new messages over the links as now
+        reserved (nothing reserved)."""
+        return int(_reads_on(p, t, False, *self.kargs[:18], self.got))
+
+    def ready_floor(self, t: int) -> IntArray:
         """A lower bound of :meth:`exact_ready` on every core (on Raptor's links, where a
         message holds each link for its serialization whatever its route): each new
         message's free-link arrival plus what its head waits on its first link
         (`Network.first_links`; the lesser of its two routes' when ``routes``), four walks
         of one link instead of one walk per core."""
         net, arrival, wait = self.net, self.links.arrival, self.first_wait
+        end, core_of, holders, producer = self.end, self.core_of, self.holders, \
+            self.frag_producer
+        reads: list[Read] = [(holders[f], core_of[producer[f]], self.frag_bytes[f],
+                              end[producer[f]]) for f in self.g.reads[t]]
 
         def rows() -> Iterator[IntArray]:
             for held, src, nbytes, inject in reads:
@@ -1155,11 +1165,7 @@ class _ListScheduler:
                 break
             # t's messages wait; where they wait on a first link, every core behind that
             # link waits as long, and most of the shortlist cannot win
-            end, core_of, holders, producer = self.end, self.core_of, self.holders, \
-                self.frag_producer
-            floor = self.ready_floor([(holders[f], core_of[producer[f]], self.frag_bytes[f],
-                                       end[producer[f]]) for f in self.g.reads[t]])
-            floor += self.cost_of[t]
+            floor = self.ready_floor(t) + self.cost_of[t]
         got = state[6:8].tolist()
         return got[0], got[1]
 

@@ -329,13 +329,13 @@ def test_the_ready_floor_is_a_lower_bound_and_prunes_nothing_that_wins(
     checked = 0
 
     class Checked(peft._ListScheduler):
-        def judge(self, t, reads, *rest):  # type: ignore[no-untyped-def]
+        def judge(self, t, *rest):  # type: ignore[no-untyped-def]
             nonlocal checked
-            floor = self.ready_floor(reads).tolist()
-            exact = [self.exact_ready(reads, p, False) for p in range(self.P)]
+            floor = self.ready_floor(t).tolist()
+            exact = [self.exact_ready(t, p) for p in range(self.P)]
             assert all(f <= e for f, e in zip(floor, exact, strict=True))
             checked += floor != exact
-            return super().judge(t, reads, *rest)
+            return super().judge(t, *rest)
 
     def run(cls: type[peft._ListScheduler]) -> tuple[list[int], list[int]]:
         return cls(g.freeze(), target, Mesh(target), peft._Tiles(g), True, None).run()
