@@ -585,3 +585,45 @@ def test_layer_ranks_leave_tasks_of_no_known_layer_alone() -> None:
     g = random_layered_dag(40, seed=9, width=6)
     rank = upward_rank(g, Mesh(Target(mesh_rows=2, mesh_cols=2)))
     assert (layer_ranks(_Tiles(g), rank) == rank).all()
+
+
+@pytest.mark.parametrize(("routing", "protocol"), [("xy", "raptor"), ("xy-yx", "raptor"),
+                                                   ("xy", "pimsim-nn")])
+def test_exact_ready_walks_each_new_message_on_the_link_table(routing: str,
+                                                              protocol: str) -> None:
+    """`_ListScheduler.exact_ready` (the kernel `_ready_on`) against a plain walk, before
+    every task of a congested run on every core: per read, where the fragment is on the
+    core (its producer's or an earlier message's arrival), else its message from the
+    producer's core over `raptor.noc.Network.timing`'s route (the YX one where
+    `Network.yx_sooner` says so) on the link table, nothing reserved; the latest."""
+    from raptor.solver import peft
+
+    g = random_layered_dag(250, 6, width=10, tiles_per_batch=(0, 0)).freeze()
+    target = Target(mesh_rows=4, mesh_cols=4, routing=routing, protocol=protocol)
+    waited = 0
+
+    class Checked(peft._ListScheduler):
+        def place(self, t: int) -> None:
+            nonlocal waited
+            net, links = self.net, self.links
+            links.commit = False
+            for p in range(self.P):
+                want = 0
+                for f in g.reads[t]:
+                    u = g.fragments[f].producer
+                    at = self.holders[f].get(p)
+                    if at is None:
+                        src, end = self.core_of[u], self.end[u]
+                        route, ser, transfer = net.timing(src, p, g.fragments[f].bytes)
+                        if net.yx_sooner(src, p, ser, end, links):
+                            route = net.route(src, p, True)
+                        at = net.pass_links(route, ser, transfer, end, links)
+                        waited += at > end + transfer
+                    want = max(want, at)
+                assert self.exact_ready(t, p) == want
+            links.commit = True
+            super().place(t)
+
+    Checked(g, target, Mesh(target), peft._Tiles(g), True, None,
+            routes=routing == "xy-yx").run()
+    assert waited > 0  # messages met others on the links
