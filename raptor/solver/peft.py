@@ -636,6 +636,85 @@ def _less(a: IntArray, b: IntArray) -> bool:
     return False
 
 
+@kernel
+def _bound(t: int, eft: IntArray, rows: IntArray, hop_ns: IntArray, near: int,
+           buf: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
+           slack: int, sh: int, floors: bool, packed: IntArray, parts: IntArray,
+           placed: IntArray, hold: IntArray, hold_used: IntArray, by_hops: IntArray,
+           next_xy: IntArray, next_yx: IntArray, link_to: IntArray, routes: bool,
+           switch: int, hop: int, starts: IntArray, ends: IntArray, count: IntArray,
+           base: IntArray, room: IntArray, used: IntArray, gap_start: IntArray,
+           gap_end: IntArray, gap_count: IntArray, last: IntArray, widest: IntArray,
+           mem_starts: IntArray, mem_ends: IntArray, mem_count: IntArray, mem_base: IntArray,
+           mem_room: IntArray, mem_used: IntArray, got: IntArray) -> int:
+    """`_bounding` from Python (`World` array by array, as `_judge`)."""
+    return _bounding(t, eft, rows, hop_ns, near, buf, state, need, has_tiles, cost, slack,
+                     sh, floors, (_graph_parts(packed, parts), placed, hold, hold_used,
+             (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
+             (starts, ends, count, base, room, used), (gap_start, gap_end, gap_count, last, widest),
+             (mem_starts, mem_ends, mem_count, mem_base, mem_room, mem_used)), got)
+
+
+@kernel
+def _bounding(t: int, eft: IntArray, rows: IntArray, hop_ns: IntArray, near: int,
+              buf: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
+              slack: int, sh: int, floors: bool, world: World, got: IntArray) -> int:
+    """`_ListScheduler.bounded` after `children_slack` (its ``rows``, none to price no
+    lookahead; ``hop_ns``: the mesh's hop ns between cores): the core of the least EFT
+    judged (`_judging`); then, unless more than ``near`` cores can win (returns -2, that
+    core's key in ``state``), those cores' scores, and the others judged in the score's
+    order (``buf``: their cores, scores, EFTs). Returns -1 when done (the choice in
+    ``state``), or, where `_judging` wants the floor, the index it stopped at (the cores
+    left in ``buf``, how many in ``state[9]``). One call per task, where its numpy calls
+    on small arrays took ~1 s of 100,000 tasks on 16x16."""
+    p0 = 0
+    for q in range(len(eft)):
+        if eft[q] < eft[p0]:
+            p0 = q
+    x0 = eft[p0]
+    wait0 = least = 0
+    for r in range(len(rows)):  # the latest of the children's least waits
+        w, m = INF, INF
+        for q in range(len(eft)):
+            w = min(w, rows[r, q] + hop_ns[p0, q])
+            m = min(m, rows[r, q])
+        wait0, least = max(wait0, w) if r else w, max(least, m) if r else m
+    buf[0, 0], buf[1, 0], buf[2, 0] = p0, x0 + wait0, x0
+    state[0], state[6], state[7], state[8] = 0, -1, 0, 0
+    _judging(t, buf[0, :1], buf[1, :1], buf[2, :1], 0, buf[0, :0], state, need, has_tiles,
+             cost, slack, sh, floors, world, got)
+    if not state[0]:  # t fits nowhere
+        return -1
+    bound = state[1] - least + slack
+    n = 0
+    for q in range(len(eft)):
+        if eft[q] <= bound:
+            n += 1
+    if n > near:
+        return -2
+    if n == 1:  # p0's alone
+        return -1
+    m = 0
+    for q in range(len(eft)):
+        if eft[q] > bound or q == p0:
+            continue
+        score = eft[q]
+        for r in range(len(rows)):
+            w = INF
+            for c in range(len(eft)):
+                w = min(w, rows[r, c] + hop_ns[q, c])
+            score = eft[q] + w if r == 0 else max(score, eft[q] + w)
+        j = m  # by score, then EFT, then core
+        while j and (buf[1, j - 1] > score or (buf[1, j - 1] == score and buf[2, j - 1] > eft[q])):
+            buf[0, j], buf[1, j], buf[2, j] = buf[0, j - 1], buf[1, j - 1], buf[2, j - 1]
+            j -= 1
+        buf[0, j], buf[1, j], buf[2, j] = q, score, eft[q]
+        m += 1
+    state[8], state[9] = 0, m
+    return _judging(t, buf[0, :m], buf[1, :m], buf[2, :m], 0, buf[0, :0], state, need,
+                    has_tiles, cost, slack, sh, floors, world, got)
+
+
 KernelArgs = tuple[IntArray, IntArray, IntArray, IntArray, IntArray,
                    IntArray, IntArray, IntArray, IntArray, bool, int, int,
                    IntArray, IntArray, IntArray, IntArray, IntArray, IntArray,
@@ -659,6 +738,11 @@ def _reads_on(p: int, t: int, commit: bool, packed: IntArray, at: IntArray, plac
                      (starts, ends, count, base, room, used), got)
 
 
+World = tuple[Graph, IntArray, IntArray, IntArray, Net, Table, Gaps, Table]
+"""What `_judging` and `_bounding` read: `Graph`, the placements, the holders and their
+count (`_ready_on`), the mesh, the links, the cores' gaps and the shared memory."""
+
+
 @kernel
 def _judge(t: int, cores: IntArray, scores: IntArray, efts: IntArray, at: int,
            floor: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
@@ -670,21 +754,27 @@ def _judge(t: int, cores: IntArray, scores: IntArray, efts: IntArray, at: int,
            gap_end: IntArray, gap_count: IntArray, last: IntArray, widest: IntArray,
            mem_starts: IntArray, mem_ends: IntArray, mem_count: IntArray, mem_base: IntArray,
            mem_room: IntArray, mem_used: IntArray, got: IntArray) -> int:
+    """`_judging` from Python: `World` comes array by array (numba types a tuple of arrays
+    argument by argument in Python: 4.9 us a call, 1.3 so)."""
+    return _judging(t, cores, scores, efts, at, floor, state, need, has_tiles, cost, slack,
+                    sh, floors, (_graph_parts(packed, parts), placed, hold, hold_used,
+             (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
+             (starts, ends, count, base, room, used), (gap_start, gap_end, gap_count, last, widest),
+             (mem_starts, mem_ends, mem_count, mem_base, mem_room, mem_used)), got)
+
+
+@kernel
+def _judging(t: int, cores: IntArray, scores: IntArray, efts: IntArray, at: int,
+             floor: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
+             slack: int, sh: int, floors: bool, world: World, got: IntArray) -> int:
     """`_ListScheduler.judge`'s walk over ``cores`` (in the score's order, with their
     ``scores`` and ``efts``) from index ``at``, the best so far in ``state``: [whether
     there is one, its key (5), its core, its start, cores judged]. Returns -1 when done,
     or the index where the lower bound ``floor`` is first needed and not given (empty):
     the caller computes it (`_ListScheduler.ready_floor`) and calls again from there.
     One call per `judge`, where a call per core of `_ready_on` and the Python around it
-    took ~2.5 s of 100,000 tasks on 16x16. The graph, the mesh (`Net`), the link and
-    memory tables (`raptor.noc.Table`) and the cores' gaps (`Gaps`) come array by array
-    (numba types a tuple of arrays argument by argument in Python: 4.9 us a call, 1.3
-    so)."""
-    graph = _graph_parts(packed, parts)
-    net = (by_hops, next_xy, next_yx, link_to, routes, switch, hop)
-    links = (starts, ends, count, base, room, used)
-    gaps = (gap_start, gap_end, gap_count, last, widest)
-    memory = (mem_starts, mem_ends, mem_count, mem_base, mem_room, mem_used)
+    took ~2.5 s of 100,000 tasks on 16x16."""
+    graph, placed, hold, hold_used, net, links, gaps, memory = world
     pred_off, pred_task = graph[2], graph[3]
     key = np.empty(5, dtype=np.int64)
     best = state[1:6]
@@ -855,11 +945,14 @@ class _ListScheduler:
         producer's (core, end), then a list of (core, arrival, next entry) from f's."""
         self.hold_used = np.array([frags], dtype=np.int64)
         self.no_floor = np.zeros(0, dtype=np.int64)
-        self.state = np.zeros(9, dtype=np.int64)
-        """`_judge`'s best so far: [whether there is one, its key (5), its core, its start,
-        cores judged by the last call]."""
-        self.one = np.zeros(3, dtype=np.int64)
-        """`bounded`'s first core, its score and EFT."""
+        self.state = np.zeros(10, dtype=np.int64)
+        """`_judging`'s best so far: [whether there is one, its key (5), its core, its
+        start, cores judged by the last call], then how many cores `_bounding` left."""
+        self.buf = np.zeros((3, P), dtype=np.int64)
+        """`_bounding`'s cores, their scores and EFTs."""
+        self.no_rows = np.zeros((0, P), dtype=np.int64)
+        self.hop_ns = mesh.hop_ns_rows(np.arange(P))
+        """Hop ns between every two cores (`_bounding`)."""
         self.kargs = self.arrays()
         """`arrays`."""
         self.all_cores = self.cores.everywhere
@@ -1105,62 +1198,50 @@ class _ListScheduler:
         is past that bound can neither win nor come before the winner in the score's order.
         The winner is then among the shortlist, and is the best of those cores judged in
         that order (random layered DAG, 30,000 tasks on 16x16: 60 % of the tasks have the
-        first core alone, 18 % 2-16 cores). With more than `NEAR_CORES`, the term is made
-        everywhere and the shortlist judged (`refine`), the first core's key kept."""
-        p0 = int(eft.argmin())
-        x0 = int(eft[p0])
-        rows = self.children_slack(t, x0) if self.lookahead and len(self.succ_list[t]) else None
-        wait0 = least = 0
-        if rows is None:
-            pass
-        elif len(rows) == 1:  # (most tasks: an `argmin` and an index take a third of a
-            row = rows[0]     # `minimum.reduce`)
-            at0 = row + self.mesh.hop_ns_rows(p0)
-            wait0, least = int(at0[at0.argmin()]), int(row[row.argmin()])
-        else:
-            wait0 = max(np.minimum.reduce(rows + self.mesh.hop_ns_rows(p0), axis=1).tolist())
-            least = max(np.minimum.reduce(rows, axis=1).tolist())
-        one = self.one
-        one[0], one[1], one[2] = p0, x0 + wait0, x0
-        choice = self.judge(t, one[:1], one[1:2], one[2:], need, True)
-        assert choice[0] >= 0
-        cores = (eft <= int(self.state[1]) - least + self.longest[t] - self.cost_of[t]
-                 ).nonzero()[0]
-        if len(cores) > NEAR_CORES:
-            score = eft if rows is None else eft + self.children_wait(rows)
-            return self.refine(t, score, eft, need, p0)
-        if len(cores) == 1:  # p0's alone
-            return choice
-        efts = eft[cores]
-        if rows is None:
-            score = efts
-        elif len(rows) == 1:
-            score = efts + np.minimum.reduce(rows[0] + self.mesh.hop_ns_rows(cores), axis=1)
-        else:
-            score = efts + np.maximum.reduce(np.minimum.reduce(
-                rows[:, None, :] + self.mesh.hop_ns_rows(cores), axis=2), axis=0)
-        order = np.lexsort((cores, efts, score))
-        order = order[cores[order] != p0]
-        return self.judge(t, cores[order], score[order], efts[order], need, False)
+        first core alone, 18 % 2-16 cores): `_bounding`. With more than `NEAR_CORES`, the
+        term is made everywhere and the shortlist judged (`refine`), the first core's key
+        kept."""
+        rows = self.children_slack(t, int(eft[eft.argmin()])) \
+            if self.lookahead and len(self.succ_list[t]) else self.no_rows
+        at = _bound(t, eft, rows, self.hop_ns, NEAR_CORES, self.buf, self.state, need,
+                    *(self.task_args(t) + self.kargs), self.got)
+        if at == -2:
+            score = eft if not len(rows) else eft + self.children_wait(rows)
+            return self.refine(t, score, eft, need, int(self.state[6]))
+        if at >= 0:  # the rest of the cores, from where the floor is wanted
+            m = int(self.state[9])
+            buf = self.buf
+            return self.judge(t, buf[0, :m], buf[1, :m], buf[2, :m], need, False, at)
+        got = self.state[6:8].tolist()
+        assert got[0] >= 0
+        return got[0], got[1]
+
+    def task_args(self, t: int) -> tuple[bool, int, int, int, bool]:
+        """`_judging`'s facts of task t: whether it has tiles, its cost, how much longer
+        its local reads may make it, its shared-memory ns, and whether the floor applies."""
+        return (len(self.tiles.of_task[t]) > 0, self.cost_of[t],
+                self.longest[t] - self.cost_of[t], self.shared_of[t], not self.net.switched)
 
     def judge(self, t: int, cores: IntArray, scores: IntArray, efts: IntArray, need: IntArray,
-              fresh: bool) -> tuple[int, int]:
+              fresh: bool, resume: int = 0) -> tuple[int, int]:
         """The (core, start) of the best exact key among ``cores`` (in the score's order,
         with their scores and EFTs; ``need``: new tile slots by core) and, unless
-        ``fresh``, the last call's best (kept in :attr:`state`): `_judge`, the key (its
+        ``fresh``, the last call's best (kept in :attr:`state`): `_judging`, the key (its
         score with the exact finish, the finish, whether p is not a predecessor's core,
-        whether t's tiles need new slots there, p) lowest; (-1, 0) when none."""
+        whether t's tiles need new slots there, p) lowest; (-1, 0) when none. ``resume``:
+        from that index on, where `_judging` wanted the floor (the state as it left it)."""
         state = self.state
         if fresh:
             state[0], state[6], state[7] = 0, -1, 0
-        state[8] = 0
         floor = self.no_floor
-        at = 0
+        at = resume
+        if resume:
+            floor = self.ready_floor(t) + self.cost_of[t]
+        else:
+            state[8] = 0
         while True:
             at = _judge(t, cores, scores, efts, at, floor, state, need,
-                        len(self.tiles.of_task[t]) > 0, self.cost_of[t],
-                        self.longest[t] - self.cost_of[t], self.shared_of[t],
-                        not self.net.switched, *self.kargs, self.got)
+                        *(self.task_args(t) + self.kargs), self.got)
             if at < 0:
                 break
             # t's messages wait; where they wait on a first link, every core behind that
