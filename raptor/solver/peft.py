@@ -484,9 +484,13 @@ NEAR_CORES = 16
 them alone (a dense minimum over their rows of the hop matrix)."""
 
 
-Read = tuple[dict[int, int], int, int, int]
-"""One fragment a task reads: (where it is: core -> arrival, its producer's core, bytes, the
-producer's end)."""
+@kernel
+def _held_into(row: IntArray, f: int, hold: IntArray) -> None:
+    """``row`` (per core) with fragment f's arrival wherever it is (``hold``: `_ready_on`)."""
+    e = f
+    while e >= 0:
+        row[hold[0, e]] = hold[1, e]
+        e = hold[2, e]
 
 Graph = tuple[IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray,
               IntArray]
@@ -907,8 +911,6 @@ class _ListScheduler:
         self.core_of = [-1] * n
         self.start = [0] * n
         self.end = [0] * n
-        # where each fragment is (or will be): core -> arrival (the producer's core: its end)
-        self.holders: list[dict[int, int]] = [{} for _ in graph.fragments]
         self.produces: list[list[int]] = [[] for _ in range(n)]
         for f, frag in enumerate(graph.fragments):
             self.produces[frag.producer].append(f)
@@ -941,8 +943,9 @@ class _ListScheduler:
         self.placed[0] = -1
         frags = len(graph.fragments)
         self.hold = np.full((3, 2 * frags + 16), -1, dtype=np.int64)
-        """Where each fragment is, for the kernels (`holders`, `_ready_on`): entry f its
-        producer's (core, end), then a list of (core, arrival, next entry) from f's."""
+        """Where each fragment is (or will be: its producer's core, its end; the cores it
+        was sent to, its arrival there): entry f its producer's (core, end, the next
+        entry), then a list of (core, arrival, next entry) from f's (`_ready_on`)."""
         self.hold_used = np.array([frags], dtype=np.int64)
         self.no_floor = np.zeros(0, dtype=np.int64)
         self.state = np.zeros(10, dtype=np.int64)
@@ -1031,16 +1034,15 @@ class _ListScheduler:
     def data_ready(self, t: int) -> IntArray:
         """When every fragment t reads could be on each core: where a fragment already is
         (or is planned to arrive), that time; elsewhere a new message over free links."""
-        arrival_row, end, core_of, holders = self.mesh.arrival_row, self.end, self.core_of, \
-            self.holders
+        arrival_row, end, core_of, hold = self.mesh.arrival_row, self.end, self.core_of, \
+            self.hold
+        sent = hold[2]  # (a fragment held by its producer alone is at its end there)
         ready: IntArray | None = None
         for f in self.g.reads[t]:
             u = self.frag_producer[f]
             row = arrival_row(core_of[u], self.frag_flits[f], end[u])
-            held = holders[f]
-            if len(held) > 1:
-                for q, a in held.items():
-                    row[q] = a
+            if sent[f] >= 0:
+                _held_into(row, f, hold)
             if ready is None:
                 ready = row
             else:
@@ -1127,7 +1129,7 @@ class _ListScheduler:
     def commit_reads(self, t: int, p: int) -> int:
         """Data-ready time on p of t's reads with their new messages reserved on the links,
         over the route `raptor.noc.Network.yx_sooner` picks when ``routes`` (`_ready_on`);
-        each fragment is then where it arrived."""
+        each fragment is then where it arrived (`hold`)."""
         reads = self.g.reads[t]
         if self.hold_used[0] + len(reads) > self.hold.shape[1]:
             self.hold = np.concatenate((self.hold, np.full_like(self.hold, -1)), axis=1)
@@ -1138,10 +1140,6 @@ class _ListScheduler:
                 break
             self.links.grow()
             self.kargs = self.arrays()
-        holders = self.holders
-        for f, a in zip(reads, self.got.tolist(), strict=False):
-            if a >= 0:
-                holders[f][p] = a
         return ready
 
     def exact_ready(self, t: int, p: int) -> int:
@@ -1156,21 +1154,18 @@ class _ListScheduler:
         (`Network.first_links`; the lesser of its two routes' when ``routes``), four walks
         of one link instead of one walk per core."""
         net, arrival, wait = self.net, self.links.arrival, self.first_wait
-        end, core_of, holders, producer = self.end, self.core_of, self.holders, \
-            self.frag_producer
-        reads: list[Read] = [(holders[f], core_of[producer[f]], self.frag_bytes[f],
-                              end[producer[f]]) for f in self.g.reads[t]]
+        end, core_of, producer = self.end, self.core_of, self.frag_producer
 
         def rows() -> Iterator[IntArray]:
-            for held, src, nbytes, inject in reads:
+            for f in self.g.reads[t]:
+                src, nbytes, inject = core_of[producer[f]], self.frag_bytes[f], end[producer[f]]
                 ser = net.timing(src, 1 if src == 0 else 0, nbytes)[1]
                 for link in range(4 * src, 4 * src + 4):
                     wait[link] = arrival((link,), ser, 0, 0, inject, False) - inject
                 row = self.mesh.arrival_row(src, self.mesh.flit_cycles(nbytes), inject)
                 row += wait[net.first_links(src)] if not self.routes else \
                     np.minimum(wait[net.first_links(src)], wait[net.first_links(src, True)])
-                for q, a in held.items():
-                    row[q] = a
+                _held_into(row, f, self.hold)
                 yield row
         return _latest(rows(), self.P)
 
@@ -1275,7 +1270,6 @@ class _ListScheduler:
         self.placed[0, t], self.placed[1, t] = p, f
         hold = self.hold
         for fr in self.produces[t]:
-            self.holders[fr][p] = f
             hold[0, fr], hold[1, fr] = p, f
         pred_ready, arrival_row, unplaced = self.pred_ready, self.mesh.arrival_row, self.unplaced
         for c, fl in zip(self.succ_list[t], self.succ_flits_list[t], strict=True):

@@ -602,6 +602,15 @@ def test_exact_ready_walks_each_new_message_on_the_link_table(routing: str,
     target = Target(mesh_rows=4, mesh_cols=4, routing=routing, protocol=protocol)
     waited = 0
 
+    def held(hold: np.ndarray, f: int, p: int) -> int | None:
+        """Fragment f's arrival on p, if it is there (its producer's entry, then a list)."""
+        e = f
+        while e >= 0:
+            if hold[0, e] == p:
+                return int(hold[1, e])
+            e = int(hold[2, e])
+        return None
+
     class Checked(peft._ListScheduler):
         def place(self, t: int) -> None:
             nonlocal waited
@@ -611,7 +620,7 @@ def test_exact_ready_walks_each_new_message_on_the_link_table(routing: str,
                 want = 0
                 for f in g.reads[t]:
                     u = g.fragments[f].producer
-                    at = self.holders[f].get(p)
+                    at = held(self.hold, f, p)
                     if at is None:
                         src, end = self.core_of[u], self.end[u]
                         route, ser, transfer = net.timing(src, p, g.fragments[f].bytes)
