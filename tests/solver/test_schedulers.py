@@ -636,3 +636,35 @@ def test_exact_ready_walks_each_new_message_on_the_link_table(routing: str,
     Checked(g, target, Mesh(target), peft._Tiles(g), True, None,
             routes=routing == "xy-yx").run()
     assert waited > 0  # messages met others on the links
+
+
+def test_judging_picks_the_least_exact_key_among_the_cores_given() -> None:
+    """`_ListScheduler.judge` (the kernel `_judging`, with its skips, limits and floor)
+    against every given core judged in full: its exact key (the score with the exact finish,
+    the finish, whether it is not a predecessor's core, whether t's tiles need new slots
+    there, the core) from `exact_ready` and the earliest idle stretch; the least wins."""
+    from raptor.solver import peft
+
+    g = random_layered_dag(300, 8, width=12, tiles_per_batch=(0, 0)).freeze()
+    target = Target(mesh_rows=4, mesh_cols=4)
+    judged = 0
+
+    class Checked(peft._ListScheduler):
+        def judge(self, t, cores, scores, efts, need, fresh, resume=0):  # type: ignore[no-untyped-def]
+            nonlocal judged
+            keys = []
+            if not fresh:  # the best so far competes
+                keys.append((tuple(self.state[1:6].tolist()), tuple(self.state[6:8].tolist())))
+            d, near = self.cost_of[t], {self.core_of[u] for u, _ in g.preds[t]}
+            for p, sc, ef in zip(cores.tolist(), scores.tolist(), efts.tolist(), strict=True):
+                if ef < INF:
+                    s = self.cores.earliest_on(p, self.exact_ready(t, p), d)
+                    keys.append(((sc - ef + s + d, s + d, p not in near, False, p), (p, s)))
+            got = super().judge(t, cores, scores, efts, need, fresh, resume)
+            if not resume:
+                assert got == min(keys)[1]
+                judged += len(cores) > 1
+            return got
+
+    Checked(g, target, Mesh(target), peft._Tiles(g), True, None).run()
+    assert judged > 50
