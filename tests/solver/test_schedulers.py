@@ -638,12 +638,16 @@ def test_exact_ready_walks_each_new_message_on_the_link_table(routing: str,
     assert waited > 0  # messages met others on the links
 
 
-def test_judging_picks_the_least_exact_key_among_the_cores_given() -> None:
+def test_judging_picks_the_least_exact_key_among_the_cores_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """`_ListScheduler.judge` (the kernel `_judging`, with its skips, limits and floor)
     against every given core judged in full: its exact key (the score with the exact finish,
     the finish, whether it is not a predecessor's core, whether t's tiles need new slots
-    there, the core) from `exact_ready` and the earliest idle stretch; the least wins."""
+    there, the core) from `exact_ready` and the earliest idle stretch; the least wins. (No
+    near cores: every task's shortlist is judged from Python.)"""
     from raptor.solver import peft
+
+    monkeypatch.setattr(peft, "NEAR_CORES", 0)
 
     g = random_layered_dag(300, 8, width=12, tiles_per_batch=(0, 0)).freeze()
     target = Target(mesh_rows=4, mesh_cols=4)
