@@ -467,7 +467,7 @@ SHORTLIST = 64
 their messages reserved on the links; the search stops at the first core whose free-link
 score cannot beat the best exact one (reservations only ever delay), skips a core whose
 free-link key cannot, and stops a core's messages once its arrival is past what could still
-win (``limit`` in `_judge`). Judging only the best
+win (``limit`` in `_judging`). Judging only the best
 4 made the schedules of two of the benchmark CNNs 30-40 % longer (and ResNet-18's 9 %)."""
 
 
@@ -640,23 +640,37 @@ def _less(a: IntArray, b: IntArray) -> bool:
     return False
 
 
+World = tuple[Graph, IntArray, IntArray, IntArray, Net, Table, Gaps, Table]
+"""What `_judging` and `_bounding` read: `Graph`, the placements, the holders and their
+count (`_ready_on`), the mesh, the links, the cores' gaps and the shared memory."""
+
+
 @kernel
-def _bound(t: int, eft: IntArray, rows: IntArray, hop_ns: IntArray, near: int,
-           buf: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
-           slack: int, sh: int, floors: bool, packed: IntArray, parts: IntArray,
-           placed: IntArray, hold: IntArray, hold_used: IntArray, by_hops: IntArray,
-           next_xy: IntArray, next_yx: IntArray, link_to: IntArray, routes: bool,
-           switch: int, hop: int, starts: IntArray, ends: IntArray, count: IntArray,
-           base: IntArray, room: IntArray, used: IntArray, gap_start: IntArray,
-           gap_end: IntArray, gap_count: IntArray, last: IntArray, widest: IntArray,
-           mem_starts: IntArray, mem_ends: IntArray, mem_count: IntArray, mem_base: IntArray,
-           mem_room: IntArray, mem_used: IntArray, got: IntArray) -> int:
-    """`_bounding` from Python (`World` array by array, as `_judge`)."""
-    return _bounding(t, eft, rows, hop_ns, near, buf, state, need, has_tiles, cost, slack,
-                     sh, floors, (_graph_parts(packed, parts), placed, hold, hold_used,
+def _decide(bounding: bool, t: int, cores: IntArray, scores: IntArray, efts: IntArray,
+            at: int, floor: IntArray, eft: IntArray, rows: IntArray, hop_ns: IntArray,
+            near: int, buf: IntArray, state: IntArray, need: IntArray, has_tiles: bool,
+            cost: int, slack: int, sh: int, floors: bool, packed: IntArray, parts: IntArray,
+            placed: IntArray, hold: IntArray, hold_used: IntArray, by_hops: IntArray,
+            next_xy: IntArray, next_yx: IntArray, link_to: IntArray, routes: bool,
+            switch: int, hop: int, starts: IntArray, ends: IntArray, count: IntArray,
+            base: IntArray, room: IntArray, used: IntArray, gap_start: IntArray,
+            gap_end: IntArray, gap_count: IntArray, last: IntArray, widest: IntArray,
+            mem_starts: IntArray, mem_ends: IntArray, mem_count: IntArray,
+            mem_base: IntArray, mem_room: IntArray, mem_used: IntArray, got: IntArray) -> int:
+    """`_bounding` (``bounding``: ``eft``, ``rows``, ``hop_ns``, ``near``, ``buf``) or
+    `_judging` (``cores``, ``scores``, ``efts``, ``at``, ``floor``) from Python, `World`
+    given array by array (numba types a tuple of arrays argument by argument in Python:
+    4.9 us a call, 1.3 so)."""
+    world = (_graph_parts(packed, parts), placed, hold, hold_used,
              (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
-             (starts, ends, count, base, room, used), (gap_start, gap_end, gap_count, last, widest),
-             (mem_starts, mem_ends, mem_count, mem_base, mem_room, mem_used)), got)
+             (starts, ends, count, base, room, used),
+             (gap_start, gap_end, gap_count, last, widest),
+             (mem_starts, mem_ends, mem_count, mem_base, mem_room, mem_used))
+    if bounding:
+        return _bounding(t, eft, rows, hop_ns, near, buf, state, need, has_tiles, cost,
+                         slack, sh, floors, world, got)
+    return _judging(t, cores, scores, efts, at, floor, state, need, has_tiles, cost, slack,
+                    sh, floors, world, got)
 
 
 @kernel
@@ -740,31 +754,6 @@ def _reads_on(p: int, t: int, commit: bool, packed: IntArray, at: IntArray, plac
     return _ready_on(p, not commit, commit, INF, t, _graph_parts(packed, at), placed, hold,
                      hold_used, (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
                      (starts, ends, count, base, room, used), got)
-
-
-World = tuple[Graph, IntArray, IntArray, IntArray, Net, Table, Gaps, Table]
-"""What `_judging` and `_bounding` read: `Graph`, the placements, the holders and their
-count (`_ready_on`), the mesh, the links, the cores' gaps and the shared memory."""
-
-
-@kernel
-def _judge(t: int, cores: IntArray, scores: IntArray, efts: IntArray, at: int,
-           floor: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
-           slack: int, sh: int, floors: bool, packed: IntArray, parts: IntArray,
-           placed: IntArray, hold: IntArray, hold_used: IntArray, by_hops: IntArray,
-           next_xy: IntArray, next_yx: IntArray, link_to: IntArray, routes: bool,
-           switch: int, hop: int, starts: IntArray, ends: IntArray, count: IntArray,
-           base: IntArray, room: IntArray, used: IntArray, gap_start: IntArray,
-           gap_end: IntArray, gap_count: IntArray, last: IntArray, widest: IntArray,
-           mem_starts: IntArray, mem_ends: IntArray, mem_count: IntArray, mem_base: IntArray,
-           mem_room: IntArray, mem_used: IntArray, got: IntArray) -> int:
-    """`_judging` from Python: `World` comes array by array (numba types a tuple of arrays
-    argument by argument in Python: 4.9 us a call, 1.3 so)."""
-    return _judging(t, cores, scores, efts, at, floor, state, need, has_tiles, cost, slack,
-                    sh, floors, (_graph_parts(packed, parts), placed, hold, hold_used,
-             (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
-             (starts, ends, count, base, room, used), (gap_start, gap_end, gap_count, last, widest),
-             (mem_starts, mem_ends, mem_count, mem_base, mem_room, mem_used)), got)
 
 
 @kernel
@@ -1198,8 +1187,9 @@ class _ListScheduler:
         kept."""
         rows = self.children_slack(t, int(eft[eft.argmin()])) \
             if self.lookahead and len(self.succ_list[t]) else self.no_rows
-        at = _bound(t, eft, rows, self.hop_ns, NEAR_CORES, self.buf, self.state, need,
-                    *(self.task_args(t) + self.kargs), self.got)
+        none = self.no_floor
+        at = _decide(True, t, none, none, none, 0, none, eft, rows, self.hop_ns, NEAR_CORES,
+                     self.buf, self.state, need, *(self.task_args(t) + self.kargs), self.got)
         if at == -2:
             score = eft if not len(rows) else eft + self.children_wait(rows)
             return self.refine(t, score, eft, need, int(self.state[6]))
@@ -1235,8 +1225,9 @@ class _ListScheduler:
         else:
             state[8] = 0
         while True:
-            at = _judge(t, cores, scores, efts, at, floor, state, need,
-                        *(self.task_args(t) + self.kargs), self.got)
+            at = _decide(False, t, cores, scores, efts, at, floor, self.no_floor, self.no_rows,
+                         self.hop_ns, 0, self.buf, state, need,
+                         *(self.task_args(t) + self.kargs), self.got)
             if at < 0:
                 break
             # t's messages wait; where they wait on a first link, every core behind that
