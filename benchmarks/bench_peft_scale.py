@@ -42,7 +42,7 @@ SIZES = (1000, 3000, 10000, 30000, 100000)
 PREVIOUS_PEFT = "f4707ad"
 """The PEFT before link reservations (issue #27's "previous PEFT")."""
 PHASES = (("loop", "_ListScheduler", "run"), ("tile room", "_ListScheduler", "candidates"),
-          ("ready rows", "_ListScheduler", "data_ready"), ("EFT + gaps", "_Cores", "earliest"),
+          ("ready rows", "_ListScheduler", "data_ready"), ("EFT + gaps", "_Cores", "finishes"),
           ("bounded", "_ListScheduler", "bounded"), ("lookahead", "_ListScheduler", "score"),
           ("judging", "_ListScheduler", "refine"), ("commit", "_ListScheduler", "commit"))
 """--phases: (label, class and method of `raptor.solver.peft`); "loop" is the whole

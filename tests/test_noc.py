@@ -56,7 +56,7 @@ def test_timelines_insert_into_idle_time_and_merge() -> None:
     tl.reserve(0, 30, 10)
     assert tl.fit(0, 0, 10) == 0 and tl.fit(0, 8, 10) == 15 and tl.fit(0, 12, 16) == 40
     tl.reserve(0, 15, 15)  # fills the gap exactly: one interval [10, 40)
-    assert (tl.starts[0], tl.ends[0]) == ([10], [40])
+    assert tl.intervals(0) == [(10, 40)]
 
 
 def test_committed_walks_reserve_each_link_where_its_head_takes_it() -> None:
@@ -86,8 +86,47 @@ def test_committed_walks_reserve_each_link_where_its_head_takes_it() -> None:
                 merged[-1][1] = e
             else:
                 merged.append([s, e])
-        assert (links.starts[link], links.ends[link]) == ([s for s, _ in merged],
-                                                          [e for _, e in merged])
+        assert links.intervals(link) == [(s, e) for s, e in merged]
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(3, 4), (1, 5), (4, 1), (1, 1)])
+def test_kernel_routes_and_timings_are_the_networks(rows: int, cols: int) -> None:
+    """`noc.route_into` over `Network.next_links` gives `Network.route` (XY and YX) for
+    every pair, and `Network.by_hops` (by `Network.kind`) its `timing`."""
+    net = Network(Target(mesh_rows=rows, mesh_cols=cols))
+    xy, yx, to = net.next_links()
+    out = np.empty(rows + cols, dtype=np.int64)
+    for src, dst in itertools.product(range(rows * cols), repeat=2):
+        for table, way in ((xy, False), (yx, True)):
+            n = noc.route_into(table, to, src, dst, out)
+            assert tuple(out[:n].tolist()) == net.route(src, dst, way)
+        for nbytes in (1, 8, 9, 100):
+            links, ser, transfer = net.timing(src, dst, nbytes)
+            kind = net.kind(nbytes)  # (may add a row to by_hops)
+            assert net.by_hops[kind, len(links)].tolist() == [ser, transfer]
+
+
+def test_timelines_rows_move_and_pools_grow_keeping_every_interval() -> None:
+    """Random reservations on one table against a plain list per resource: rows that fill
+    move to the pools' end and the pools double, and every row keeps its intervals."""
+    rng = random.Random(11)
+    tl = Timelines(5)
+    busy: list[list[tuple[int, int]]] = [[] for _ in range(5)]
+    for _ in range(600):
+        r, dur = rng.randrange(5), rng.randint(1, 30)
+        s = tl.fit(r, rng.randrange(20000), dur)
+        assert all(s + dur <= a or b <= s for a, b in busy[r])
+        tl.reserve(r, s, dur)
+        busy[r].append((s, s + dur))
+    assert len(tl.starts) > 8 * 5 and tl.room.max() > 8  # grown and moved
+    for r in range(5):
+        merged: list[list[int]] = []
+        for a, b in sorted(busy[r]):
+            if merged and merged[-1][1] == a:
+                merged[-1][1] = b
+            else:
+                merged.append([a, b])
+        assert tl.intervals(r) == [(a, b) for a, b in merged]
 
 
 def test_messages_sharing_a_link_wait_for_each_other() -> None:

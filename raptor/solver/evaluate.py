@@ -7,7 +7,6 @@ the same rules: placement, precedence with transfer delay, no overlap, crossbar 
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import operator
 from collections.abc import Sequence
@@ -16,10 +15,11 @@ from typing import Protocol
 
 import numpy as np
 
+from raptor.jit import kernel
 from raptor.noc import hold_cycles, message_cycles, shared_network
 from raptor.solver.blocking import pimsim_shared_ns
 from raptor.solver.graph import ComputeGraph
-from raptor.solver.mesh import transfer_ns
+from raptor.solver.mesh import IntArray, transfer_ns
 from raptor.target import Target
 
 
@@ -159,61 +159,86 @@ def fan_in_heads(graph: ComputeGraph, target: Target, link_cut: bool = True) -> 
         np.add.at(cycles, edge, hold_cycles(target, np.ones_like(read), frag_bytes[read],
                                             protocol))
     by_reader = np.argsort(dst, kind="stable")
-    pred_of, hop_of, cyc_of = (a[by_reader].tolist() for a in (src, hop, cycles))
-    bounds = [0, *np.cumsum(np.bincount(dst, minlength=n)).tolist()]  # each task's preds
+    bounds = np.searchsorted(dst, np.arange(n + 1), sorter=by_reader)  # each task's preds
     rows, cols = target.mesh_rows, target.mesh_cols
     # the most links into one core; without the cut (or under pimsim-nn's protocol, whose
     # messages hold their sender's switch, not the reader's links), as many as messages
     cut = link_cut and not shared_network(target).switched
     links = max(1, min(rows - 1, 2) + min(cols - 1, 2)) if cut else 1 << 62
-    one_hop = target.num_cores > 1
-    head = [0] * graph.num_tasks
-    cut_ns: dict[int, int] = {}  # a hop plus so many serialisation cycles over the links
-    for v in graph.topo_order:
+    # a hop plus so many serialisation cycles shared over the links, for every sum of a
+    # task's holds
+    summed = np.concatenate(([0], np.cumsum(cycles[by_reader])))
+    most = int((summed[bounds[1:]] - summed[bounds[:-1]]).max(initial=0))
+    cut_ns = target.ns(target.hop_cycles + -(-np.arange(most + 1, dtype=np.int64) // links))
+    head = np.zeros(n, dtype=np.int64)
+    _fan_in(np.array(graph.topo_order, dtype=np.int64), np.array(costs, dtype=np.int64),
+            bounds, src[by_reader], hop[by_reader], cycles[by_reader], target.num_cores > 1,
+            cut_ns, head)
+    out: list[int] = head.tolist()
+    return out
+
+
+@kernel
+def _fan_in(topo: IntArray, costs: IntArray, bounds: IntArray, pred_of: IntArray,
+            hop_of: IntArray, cyc_of: IntArray, one_hop: bool, cut_ns: IntArray,
+            head: IntArray) -> None:
+    """`fan_in_heads` into ``head``, given per task (``bounds``) its predecessors, each
+    edge's one-hop latency and holds, and ``cut_ns`` by the sum of holds. A kernel: in
+    Python, 0.45 s of PEFT's 10 s at 100,000 tasks on 16x16."""
+    never = 1 << 62
+    for v in topo:
         a, b = bounds[v], bounds[v + 1]
         if b - a == 1:  # its one predecessor local is never later than its data remote
             u = pred_of[a]
             head[v] = head[u] + costs[u]
             continue
-        preds = []
-        for i in range(a, b):
-            u = pred_of[i]
-            end = head[u] + costs[u]
-            preds.append((end + hop_of[i] if one_hop else 1 << 62, head[u], costs[u], cyc_of[i]))
-        if not preds:
+        k_all = b - a
+        if not k_all:
             continue
-        preds.sort(reverse=True)
-        k_all = len(preds)
+        preds = np.empty((k_all, 4), dtype=np.int64)  # arrival, release, cost, holds
+        for i in range(k_all):
+            u = pred_of[a + i]
+            preds[i, 0] = head[u] + costs[u] + hop_of[a + i] if one_hop else never
+            preds[i, 1], preds[i, 2], preds[i, 3] = head[u], costs[u], cyc_of[a + i]
+        for i in range(1, k_all):  # latest arrival first (then release, cost, holds)
+            j = i
+            while j and _before(preds[j], preds[j - 1]):
+                for c in range(4):
+                    preds[j, c], preds[j - 1, c] = preds[j - 1, c], preds[j, c]
+                j -= 1
         # when the data of preds[k:] has arrived at the earliest: after the latest of them,
         # and after the earliest end among them plus their serialisation over the links
-        remote = [0] * (k_all + 1)
-        first, ser = 1 << 62, 0
+        remote = np.zeros(k_all + 1, dtype=np.int64)
+        first, ser = never, 0
         for k in range(k_all - 1, -1, -1):
-            arrive, release, cost, cyc = preds[k]
-            if release + cost < first:
-                first = release + cost
-            ser += cyc
-            if one_hop:
-                wait = cut_ns.get(ser)
-                if wait is None:
-                    wait = cut_ns[ser] = target.ns(target.hop_cycles + -(-ser // links))
-                wait += first
-                remote[k] = arrive if arrive > wait else wait
-            else:
-                remote[k] = 1 << 62
+            first = min(first, preds[k, 1] + preds[k, 2])
+            ser += preds[k, 3]
+            remote[k] = max(preds[k, 0], cut_ns[ser] + first) if one_hop else never
         best = remote[0]  # everything remote
-        local: list[tuple[int, int]] = []
-        for k, (_, release, cost, _) in enumerate(preds, 1):
-            bisect.insort(local, (release, cost))
+        # preds[:k] local, run one after another by release (then cost)
+        local = np.empty((k_all, 2), dtype=np.int64)
+        for k in range(1, k_all + 1):
+            j = k - 1
+            local[j, 0], local[j, 1] = preds[k - 1, 1], preds[k - 1, 2]
+            while j and (local[j, 0] < local[j - 1, 0] or (
+                    local[j, 0] == local[j - 1, 0] and local[j, 1] < local[j - 1, 1])):
+                for c in range(2):
+                    local[j, c], local[j - 1, c] = local[j - 1, c], local[j, c]
+                j -= 1
             done = 0
-            for r, c in local:
-                done = (done if done > r else r) + c
-            if done < remote[k]:
-                done = remote[k]
-            if done < best:
-                best = done
+            for i in range(k):
+                done = max(done, local[i, 0]) + local[i, 1]
+            best = min(best, max(done, remote[k]))
         head[v] = best
-    return head
+
+
+@kernel
+def _before(x: IntArray, y: IntArray) -> bool:
+    """Whether row ``x`` sorts before row ``y`` in descending lexicographic order."""
+    for c in range(len(x)):
+        if x[c] != y[c]:
+            return bool(x[c] > y[c])
+    return False
 
 
 def retime(graph: ComputeGraph, target: Target, core_of: Sequence[int],

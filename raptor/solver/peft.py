@@ -56,21 +56,31 @@ with the lookahead switched off (same priorities), to measure what it buys.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import dataclasses
 import heapq
 import itertools
 import math
 import time
-from array import array
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from raptor.gc_pause import collector_paused
-from raptor.noc import Timelines, serial_cycles, shared_network
+from raptor.jit import kernel
+from raptor.noc import (
+    FULL,
+    NEVER,
+    Table,
+    Timelines,
+    has_room,
+    route_into,
+    serial_cycles,
+    shared_network,
+    walk,
+    yx_sooner_on,
+)
 from raptor.solver.comm import replay
 from raptor.solver.evaluate import lower_bounds, retime
 from raptor.solver.graph import ComputeGraph
@@ -321,98 +331,135 @@ def upward_rank(graph: ComputeGraph, mesh: Mesh) -> IntArray:
 
 class _Cores:
     """Per-core timeline with idle gaps (sorted, disjoint), for insertion-based placement.
-    Gaps shorter than ``least`` ns (the shortest task) are not kept: no task fits them."""
+    Gaps shorter than ``least`` ns (the shortest task) are not kept: no task fits them.
+
+    The gaps are rows of two (cores x room) int64 arrays with a count per core (the room
+    doubles when a core's row is full), searched and changed by compiled kernels
+    (`raptor.jit`): one call per task finds every core's earliest finish (`finishes`),
+    where bisecting Python lists and arrays of gaps took ~1.2 s of 100,000 tasks on 16x16
+    (up to 2,000 gaps a core; the last fifth of the tasks looks up ~56 cores each)."""
 
     def __init__(self, P: int, least: int) -> None:
         self.least = max(least, 1)
         self.last_end = np.zeros(P, dtype=np.int64)
-        self.gap_start: list[array[int]] = [array("q") for _ in range(P)]
-        self.gap_end: list[array[int]] = [array("q") for _ in range(P)]
-        """Each core's gaps, as machine integers in one block: a `bisect` on a list of ints
-        made over the whole run chases a pointer per probe, and at 100,000 tasks on 16x16
-        (up to 2,000 gaps a core) the last fifth of the tasks looks up ~56 cores each, so
-        the look-ups took 0.93 s with lists and 0.63 with arrays (the same 1.17 M look-ups
-        replayed on the final gaps)."""
-        self.tail_gap_end = np.full(P, -1, dtype=np.int64)
-        """End of each core's last gap (-1: none): a start at ``ready`` needing ``d`` ns can
-        only move into a gap when that end is at least ``ready + d``."""
+        self.gap_start = np.zeros((P, 16), dtype=np.int64)
+        self.gap_end = np.zeros((P, 16), dtype=np.int64)
+        self.count = np.zeros(P, dtype=np.int64)
+        """How many gaps each core has (its row's first entries)."""
+        self.widest_gap = np.zeros(P, dtype=np.int64)
         self.everywhere = np.ones(P, dtype=np.bool_)
         """The ``feasible`` argument meaning every core."""
-        # a list mirror of last_end and each core's widest gap, for per-core look-ups (numpy
-        # scalars are slow)
-        self.last: list[int] = [0] * P
-        self.widest: list[int] = [0] * P
 
-    def earliest(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
-        start: IntArray = np.maximum(ready, self.last_end)
-        # a gap ends by last_end: where ready >= last_end, tail_gap_end < ready + d; where
-        # it is not, the start is last_end, which a core without a gap as wide as d keeps
-        gap = self.tail_gap_end >= ready + d
-        if feasible is not self.everywhere:
-            gap &= feasible
-        cores = gap.nonzero()[0]
-        if len(cores):
-            start[cores] = self.starts(cores.tolist(), ready[cores].tolist(), d)
-        return start
+    @property
+    def arrays(self) -> Gaps:
+        """What the kernels take: (gap starts, gap ends, counts, last ends, widest gaps)."""
+        return self.gap_start, self.gap_end, self.count, self.last_end, self.widest_gap
 
-    def occupy(self, p: int, s: int, e: int) -> None:
-        last = self.last[p]
-        gs_list, ge_list = self.gap_start[p], self.gap_end[p]
-        if s >= last:
-            if s - last >= self.least:
-                gs_list.append(last)
-                ge_list.append(s)
-                self.tail_gap_end[p] = s
-                if s - last > self.widest[p]:
-                    self.widest[p] = s - last
-            if e > last:
-                self.last[p] = self.last_end[p] = e
-            return
-        i = bisect.bisect_left(ge_list, e)
-        gs, ge = gs_list[i], ge_list[i]
-        pieces = [(a, b) for a, b in ((gs, s), (e, ge)) if b - a >= self.least]
-        gs_list[i : i + 1] = array("q", [a for a, _ in pieces])
-        ge_list[i : i + 1] = array("q", [b for _, b in pieces])
-        if i + len(pieces) == len(ge_list):  # the last gap changed
-            self.tail_gap_end[p] = ge_list[-1] if ge_list else -1
-        if ge - gs == self.widest[p]:
-            self.widest[p] = max(
-                (b - a for a, b in zip(gs_list, ge_list, strict=True)), default=0)
+    def finishes(self, ready: IntArray, d: int, feasible: BoolArray) -> IntArray:
+        """Per core, the earliest finish of ``d`` ns starting at or after ``ready`` (INF
+        where not ``feasible``)."""
+        out = np.empty_like(ready)
+        _finishes(ready, d, feasible, self.last_end, self.widest_gap, self.gap_start,
+                  self.gap_end, self.count, out)
+        return out
+
+    def occupy(self, p: int, s: int, e: int) -> bool:
+        """Core ``p`` busy over [s, e) (idle there before); whether the arrays grew."""
+        grown = self.count[p] == self.gap_start.shape[1]
+        if grown:  # a split may add a gap: room first
+            self.gap_start = np.concatenate((self.gap_start, np.zeros_like(self.gap_start)), 1)
+            self.gap_end = np.concatenate((self.gap_end, np.zeros_like(self.gap_end)), 1)
+        _occupy(p, s, e, self.least, self.last_end, self.widest_gap, self.gap_start,
+                self.gap_end, self.count)
+        return bool(grown)
 
     def earliest_on(self, p: int, ready: int, d: int) -> int:
         """Earliest start >= ``ready`` of ``d`` idle ns on core ``p``."""
-        last = self.last[p]
-        if ready >= last or self.widest[p] < d:
-            return max(ready, last)
-        return self.starts((p,), (ready,), d)[0]
+        return int(_earliest_on(p, ready, d, self.arrays))
 
-    def starts(self, cores: Sequence[int], ready: Sequence[int], d: int) -> list[int]:
-        """Per core of ``cores`` (with its ``ready`` time), the earliest start >= ready of
-        ``d`` ns in one of its gaps, else its last end (where ready is before it). One call
-        for every core `earliest` looks up (the last tenth of 100,000 tasks on 16x16 looks
-        up ~56 cores each)."""
-        gap_start, gap_end, last, widest = self.gap_start, self.gap_end, self.last, self.widest
-        bisect_left = bisect.bisect_left
-        found = []
-        for p, r in zip(cores, ready, strict=True):
-            s = last[p]
-            if widest[p] >= d:
-                # Gaps are disjoint and sorted, so ends are sorted too: skip those ending
-                # too soon. From there on a gap ends late enough for a start at r, so one
-                # that starts by then holds it.
-                gs_list, ge_list = gap_start[p], gap_end[p]
-                i, n = bisect_left(ge_list, r + d), len(ge_list)
-                while i < n:
-                    a = gs_list[i]
-                    if a <= r:
-                        s = r
-                        break
-                    if a + d <= ge_list[i]:
-                        s = a
-                        break
-                    i += 1
-            found.append(s)
-        return found
+
+Gaps = tuple[IntArray, IntArray, IntArray, IntArray, IntArray]
+
+
+@kernel
+def _earliest_on(p: int, ready: int, d: int, gaps: Gaps) -> int:
+    """`_Cores.earliest_on` on its arrays."""
+    starts, ends, count, last, widest = gaps
+    if ready >= last[p] or widest[p] < d:
+        return max(ready, last[p])
+    return _gap_start(starts[p], ends[p], count[p], ready, d, last[p])
+
+
+@kernel
+def _gap_start(starts: IntArray, ends: IntArray, n: int, ready: int, d: int, last: int) -> int:
+    """The earliest start >= ``ready`` of ``d`` ns in one of a core's ``n`` gaps, else its
+    last end ``last``. Gaps are disjoint and sorted, so their ends are too: skip those ending
+    too soon; from there on a gap ends late enough for a start at ``ready``, so one that
+    starts by then holds it."""
+    i = np.searchsorted(ends[:n], ready + d)
+    while i < n:
+        a = starts[i]
+        if a <= ready:
+            return ready
+        if a + d <= ends[i]:
+            return a
+        i += 1
+    return last
+
+
+@kernel
+def _finishes(ready: IntArray, d: int, feasible: BoolArray, last: IntArray, widest: IntArray,
+              starts: IntArray, ends: IntArray, count: IntArray, out: IntArray) -> None:
+    """`_Cores.finishes` into ``out``. A gap ends by the core's last end: where ready is at
+    least that, no gap ends by ready + d; where it is not, the start is the last end, which
+    a core without a gap as wide as d keeps."""
+    for p in range(len(ready)):
+        if not feasible[p]:
+            out[p] = INF
+            continue
+        r, n = ready[p], count[p]
+        s = max(r, last[p])
+        if n and ends[p, n - 1] >= r + d and widest[p] >= d:
+            s = _gap_start(starts[p], ends[p], n, r, d, last[p])
+        out[p] = s + d
+
+
+@kernel
+def _occupy(p: int, s: int, e: int, least: int, last: IntArray, widest: IntArray,
+            starts: IntArray, ends: IntArray, count: IntArray) -> None:
+    """`_Cores.occupy` on the arrays (room for one more gap on ``p`` given). A task past
+    the last end may leave a gap before it; one inside a gap splits it into the pieces at
+    least ``least`` wide."""
+    n = count[p]
+    gs, ge = starts[p], ends[p]
+    if s >= last[p]:
+        if s - last[p] >= least:
+            gs[n], ge[n] = last[p], s
+            count[p] = n + 1
+            widest[p] = max(widest[p], s - last[p])
+        last[p] = max(last[p], e)
+        return
+    i = np.searchsorted(ge[:n], e)
+    a, b = gs[i], ge[i]
+    keep_before, keep_after = s - a >= least, b - e >= least
+    pieces = int(keep_before) + int(keep_after)
+    if pieces == 0:
+        gs[i:n - 1] = gs[i + 1:n].copy()
+        ge[i:n - 1] = ge[i + 1:n].copy()
+    elif pieces == 2:
+        gs[i + 2:n + 1] = gs[i + 1:n].copy()
+        ge[i + 2:n + 1] = ge[i + 1:n].copy()
+        ge[i], gs[i + 1], ge[i + 1] = s, e, b
+    elif keep_before:
+        ge[i] = s
+    else:
+        gs[i] = e
+    count[p] = n = n - 1 + pieces
+    if b - a == widest[p]:
+        w = 0
+        for j in range(n):
+            w = max(w, ge[j] - gs[j])
+        widest[p] = w
 
 
 SHORTLIST = 64
@@ -420,7 +467,7 @@ SHORTLIST = 64
 their messages reserved on the links; the search stops at the first core whose free-link
 score cannot beat the best exact one (reservations only ever delay), skips a core whose
 free-link key cannot, and stops a core's messages once its arrival is past what could still
-win (``limit`` of :meth:`_ListScheduler.exact_ready`). Judging only the best
+win (``limit`` in `_judging`). Judging only the best
 4 made the schedules of two of the benchmark CNNs 30-40 % longer (and ResNet-18's 9 %)."""
 
 
@@ -437,13 +484,338 @@ NEAR_CORES = 16
 them alone (a dense minimum over their rows of the hop matrix)."""
 
 
-def _late_first(reads: list[tuple[dict[int, int], int, int, int]]
-                ) -> list[tuple[dict[int, int], int, int, int]]:
-    """A task's reads (`_ListScheduler.data_ready`'s), the latest producer first: unreserved
-    messages do not meet each other, and the latest reach a judged core's limit soonest."""
-    if len(reads) == 2:  # (the stable sort's order)
-        return reads if reads[0][3] >= reads[1][3] else [reads[1], reads[0]]
-    return sorted(reads, key=lambda m: -m[3]) if len(reads) > 2 else reads
+@kernel
+def _held_into(row: IntArray, f: int, hold: IntArray) -> None:
+    """``row`` (per core) with fragment f's arrival wherever it is (``hold``: `_ready_on`)."""
+    e = f
+    while e >= 0:
+        row[hold[0, e]] = hold[1, e]
+        e = hold[2, e]
+
+Graph = tuple[IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray,
+              IntArray]
+"""The graph as the kernels know it (`_graph_parts`): per task (offsets) the fragments it
+reads, its predecessors, and its local reads (fragment, extra ns); per fragment its
+producer and message kind (`raptor.noc.Network.kind`)."""
+
+
+@kernel
+def _graph_parts(packed: IntArray, at: IntArray) -> Graph:
+    """`Graph` from the one array ``packed`` it is kept in, part ``i`` from ``at[i]``
+    (one argument instead of nine)."""
+    return (packed[at[0]:at[1]], packed[at[1]:at[2]], packed[at[2]:at[3]],
+            packed[at[3]:at[4]], packed[at[4]:at[5]], packed[at[5]:at[6]],
+            packed[at[6]:at[7]], packed[at[7]:at[8]], packed[at[8]:at[9]])
+
+
+@kernel
+def _task_ns(t: int, cost: int, p: int, graph: Graph, placed: IntArray) -> int:
+    """Task t's run time on p: a local read of a cropped value whose producer ran on p
+    costs an extra copy (``placed[0]``: each task's core)."""
+    loc_off, loc_frag, loc_ns, producer = graph[4], graph[5], graph[6], graph[7]
+    d = cost
+    for k in range(loc_off[t], loc_off[t + 1]):
+        if placed[0, producer[loc_frag[k]]] == p:
+            d += loc_ns[k]
+    return d
+
+
+@kernel
+def _duration(t: int, cost: int, p: int, packed: IntArray, at: IntArray,
+              placed: IntArray) -> int:
+    """`_task_ns` from Python."""
+    return _task_ns(t, cost, p, _graph_parts(packed, at), placed)
+
+
+Net = tuple[IntArray, IntArray, IntArray, IntArray, bool, int, int]
+"""The mesh as the kernels know it: `raptor.noc.Network.by_hops`, its `next_links` (XY,
+YX, where each link leads), whether the planner picks routes (`Network.yx_sooner`), the
+switches' base (-1 unless a message takes its sender's switch) and the hop's ns."""
+
+
+@kernel
+def _ready_on(p: int, late: bool, commit: bool, limit: int, t: int, graph: Graph,
+              placed: IntArray, hold: IntArray, hold_used: IntArray, net: Net, links: Table,
+              got: IntArray) -> int:
+    """`_ListScheduler.judge`'s data-ready time of task t's reads on core ``p``: the latest
+    arrival, each fragment where it is on p (``hold``: per fragment a list of (core,
+    arrival, next), its producer's entry first, at the fragment's index) or its new message
+    from its producer's core (``placed``: each task's core and end) walked on the link
+    table over its route (`raptor.noc.route_into`: XY, or YX when the planner picks routes
+    and `raptor.noc.yx_sooner_on` says so; a switched protocol's message takes its
+    sender's switch), timed by `raptor.noc.Network.by_hops`. Once the latest passes
+    ``limit``, a time past it (the caller has no use for more). With ``late``, the latest
+    producer first (unreserved messages do not meet each other, and the latest reach the
+    limit soonest); with ``commit`` the messages are reserved and their arrivals added to
+    ``hold`` (room for one per read given) and to ``got`` by read (-1: none sent), or
+    `raptor.noc.FULL` returned, nothing reserved, when the link table lacks room."""
+    read_off, read_frag, producer, kind_of = graph[0], graph[1], graph[7], graph[8]
+    by_hops, next_xy, next_yx, link_to, routes, switch, hop = net
+    first = read_off[t]
+    n = read_off[t + 1] - first
+    order = np.arange(n)
+    if late:  # stable: ties keep the reads' order
+        for i in range(1, n):
+            j = i
+            while j and placed[1, producer[read_frag[first + order[j - 1]]]] < \
+                    placed[1, producer[read_frag[first + order[j]]]]:
+                order[j - 1], order[j] = order[j], order[j - 1]
+                j -= 1
+    route = np.empty(by_hops.shape[1], dtype=np.int64)
+    other = np.empty(by_hops.shape[1], dtype=np.int64)
+    if commit:  # room for a new interval per read on every link it may take
+        for i in range(n):
+            src = placed[0, producer[read_frag[first + i]]]
+            for way in range(2 if routes else 1):
+                m = route_into(next_yx if way else next_xy, link_to, src, p, route)
+                if switch >= 0 and m:
+                    route[0], m = switch + src, 1
+                for k in range(m):
+                    if not has_room(links, route[k], n):
+                        return FULL
+    ready = 0
+    for i in order:
+        f = read_frag[first + i]
+        src, inject = placed[0, producer[f]], placed[1, producer[f]]
+        a = -1
+        e = f
+        while e >= 0:
+            if hold[0, e] == p:
+                a = hold[1, e]
+                break
+            e = hold[2, e]
+        if commit:
+            got[i] = -1
+        if a < 0:
+            m = route_into(next_xy, link_to, src, p, route)
+            ser, transfer = by_hops[kind_of[f], m, 0], by_hops[kind_of[f], m, 1]
+            taken = route
+            if switch >= 0 and m:
+                route[0] = switch + src
+                m = 1
+            elif routes and m:
+                other_m = route_into(next_yx, link_to, src, p, other)
+                if yx_sooner_on(links, route, m, other, other_m, ser, hop, inject):
+                    taken = other
+            if m == 0:
+                a = inject
+            else:
+                a = walk(links, taken, m, ser, transfer, hop, inject, commit and ser > 0,
+                         NEVER if commit else limit - transfer - inject)
+            if commit:  # f is now on p too (a second read of it finds it there)
+                got[i] = a
+                k = hold_used[0]
+                hold[0, k], hold[1, k], hold[2, k] = p, a, hold[2, f]
+                hold[2, f] = k
+                hold_used[0] = k + 1
+        if a > ready:
+            ready = a
+            if ready > limit:
+                break
+    return ready
+
+
+@kernel
+def _slot(p: int, ready: int, d: int, sh: int, gaps: Gaps, memory: Table) -> int:
+    """The start of a task of ``d`` ns on p from ``ready``, its shared-memory part (its
+    last ``sh`` ns) waiting for the memory: the start moves later by that wait (the core
+    idles before the task instead of inside it)."""
+    s = _earliest_on(p, ready, d, gaps)
+    if sh:
+        only = np.zeros(1, dtype=np.int64)
+        for _ in range(4):
+            store = walk(memory, only, 1, sh, 0, 0, s + d - sh, False, NEVER)
+            if store == s + d - sh:
+                break
+            s = _earliest_on(p, store + sh - d, d, gaps)
+    return s
+
+
+@kernel
+def _less(a: IntArray, b: IntArray) -> bool:
+    """Whether key ``a`` comes before key ``b`` (lexicographic)."""
+    for i in range(len(a)):
+        if a[i] != b[i]:
+            return bool(a[i] < b[i])
+    return False
+
+
+World = tuple[Graph, IntArray, IntArray, IntArray, Net, Table, Gaps, Table]
+"""What `_judging` and `_bounding` read: `Graph`, the placements, the holders and their
+count (`_ready_on`), the mesh, the links, the cores' gaps and the shared memory."""
+
+
+@kernel
+def _decide(bounding: bool, t: int, cores: IntArray, scores: IntArray, efts: IntArray,
+            at: int, floor: IntArray, eft: IntArray, rows: IntArray, hop_ns: IntArray,
+            near: int, buf: IntArray, state: IntArray, need: IntArray, has_tiles: bool,
+            cost: int, slack: int, sh: int, floors: bool, packed: IntArray, parts: IntArray,
+            placed: IntArray, hold: IntArray, hold_used: IntArray, by_hops: IntArray,
+            next_xy: IntArray, next_yx: IntArray, link_to: IntArray, routes: bool,
+            switch: int, hop: int, starts: IntArray, ends: IntArray, count: IntArray,
+            base: IntArray, room: IntArray, used: IntArray, gap_start: IntArray,
+            gap_end: IntArray, gap_count: IntArray, last: IntArray, widest: IntArray,
+            mem_starts: IntArray, mem_ends: IntArray, mem_count: IntArray,
+            mem_base: IntArray, mem_room: IntArray, mem_used: IntArray, got: IntArray) -> int:
+    """`_bounding` (``bounding``: ``eft``, ``rows``, ``hop_ns``, ``near``, ``buf``) or
+    `_judging` (``cores``, ``scores``, ``efts``, ``at``, ``floor``) from Python, `World`
+    given array by array (numba types a tuple of arrays argument by argument in Python:
+    4.9 us a call, 1.3 so)."""
+    world = (_graph_parts(packed, parts), placed, hold, hold_used,
+             (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
+             (starts, ends, count, base, room, used),
+             (gap_start, gap_end, gap_count, last, widest),
+             (mem_starts, mem_ends, mem_count, mem_base, mem_room, mem_used))
+    if bounding:
+        return _bounding(t, eft, rows, hop_ns, near, buf, state, need, has_tiles, cost,
+                         slack, sh, floors, world, got)
+    return _judging(t, cores, scores, efts, at, floor, state, need, has_tiles, cost, slack,
+                    sh, floors, world, got)
+
+
+@kernel
+def _bounding(t: int, eft: IntArray, rows: IntArray, hop_ns: IntArray, near: int,
+              buf: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
+              slack: int, sh: int, floors: bool, world: World, got: IntArray) -> int:
+    """`_ListScheduler.bounded` after `children_slack` (its ``rows``, none to price no
+    lookahead; ``hop_ns``: the mesh's hop ns between cores): the core of the least EFT
+    judged (`_judging`); then, unless more than ``near`` cores can win (returns -2, that
+    core's key in ``state``), those cores' scores, and the others judged in the score's
+    order (``buf``: their cores, scores, EFTs). Returns -1 when done (the choice in
+    ``state``), or, where `_judging` wants the floor, the index it stopped at (the cores
+    left in ``buf``, how many in ``state[9]``). One call per task, where its numpy calls
+    on small arrays took ~1 s of 100,000 tasks on 16x16."""
+    p0 = 0
+    for q in range(len(eft)):
+        if eft[q] < eft[p0]:
+            p0 = q
+    x0 = eft[p0]
+    wait0 = least = 0
+    for r in range(len(rows)):  # the latest of the children's least waits
+        w, m = INF, INF
+        for q in range(len(eft)):
+            w = min(w, rows[r, q] + hop_ns[p0, q])
+            m = min(m, rows[r, q])
+        wait0, least = max(wait0, w) if r else w, max(least, m) if r else m
+    buf[0, 0], buf[1, 0], buf[2, 0] = p0, x0 + wait0, x0
+    state[0], state[6], state[7], state[8] = 0, -1, 0, 0
+    _judging(t, buf[0, :1], buf[1, :1], buf[2, :1], 0, buf[0, :0], state, need, has_tiles,
+             cost, slack, sh, floors, world, got)
+    if not state[0]:  # t fits nowhere
+        return -1
+    bound = state[1] - least + slack
+    n = 0
+    for q in range(len(eft)):
+        if eft[q] <= bound:
+            n += 1
+    if n > near:
+        return -2
+    if n == 1:  # p0's alone
+        return -1
+    m = 0
+    for q in range(len(eft)):
+        if eft[q] > bound or q == p0:
+            continue
+        score = eft[q]
+        for r in range(len(rows)):
+            w = INF
+            for c in range(len(eft)):
+                w = min(w, rows[r, c] + hop_ns[q, c])
+            score = eft[q] + w if r == 0 else max(score, eft[q] + w)
+        j = m  # by score, then EFT, then core
+        while j and (buf[1, j - 1] > score or (buf[1, j - 1] == score and buf[2, j - 1] > eft[q])):
+            buf[0, j], buf[1, j], buf[2, j] = buf[0, j - 1], buf[1, j - 1], buf[2, j - 1]
+            j -= 1
+        buf[0, j], buf[1, j], buf[2, j] = q, score, eft[q]
+        m += 1
+    state[8], state[9] = 0, m
+    return _judging(t, buf[0, :m], buf[1, :m], buf[2, :m], 0, buf[0, :0], state, need,
+                    has_tiles, cost, slack, sh, floors, world, got)
+
+
+KernelArgs = tuple[IntArray, IntArray, IntArray, IntArray, IntArray,
+                   IntArray, IntArray, IntArray, IntArray, bool, int, int,
+                   IntArray, IntArray, IntArray, IntArray, IntArray, IntArray,
+                   IntArray, IntArray, IntArray, IntArray, IntArray,
+                   IntArray, IntArray, IntArray, IntArray, IntArray, IntArray]
+"""`_ListScheduler.arrays`: the packed graph and its parts, the placements, the holders
+and their count, `Net`, the links' `raptor.noc.Table`, `Gaps`, the memory's table."""
+
+
+@kernel
+def _reads_on(p: int, t: int, commit: bool, packed: IntArray, at: IntArray, placed: IntArray,
+               hold: IntArray, hold_used: IntArray, by_hops: IntArray, next_xy: IntArray,
+               next_yx: IntArray, link_to: IntArray, routes: bool, switch: int, hop: int,
+               starts: IntArray, ends: IntArray, count: IntArray, base: IntArray,
+               room: IntArray, used: IntArray, got: IntArray) -> int:
+    """`_ready_on` from Python, committing or not (then the latest producer first, without
+    a limit), its tuples given array by array (numba types a tuple of arrays argument by
+    argument in Python, 2-3 us a call)."""
+    return _ready_on(p, not commit, commit, INF, t, _graph_parts(packed, at), placed, hold,
+                     hold_used, (by_hops, next_xy, next_yx, link_to, routes, switch, hop),
+                     (starts, ends, count, base, room, used), got)
+
+
+@kernel
+def _judging(t: int, cores: IntArray, scores: IntArray, efts: IntArray, at: int,
+             floor: IntArray, state: IntArray, need: IntArray, has_tiles: bool, cost: int,
+             slack: int, sh: int, floors: bool, world: World, got: IntArray) -> int:
+    """`_ListScheduler.judge`'s walk over ``cores`` (in the score's order, with their
+    ``scores`` and ``efts``) from index ``at``, the best so far in ``state``: [whether
+    there is one, its key (5), its core, its start, cores judged]. Returns -1 when done,
+    or the index where the lower bound ``floor`` is first needed and not given (empty):
+    the caller computes it (`_ListScheduler.ready_floor`) and calls again from there.
+    One call per `judge`, where a call per core of `_ready_on` and the Python around it
+    took ~2.5 s of 100,000 tasks on 16x16."""
+    graph, placed, hold, hold_used, net, links, gaps, memory = world
+    pred_off, pred_task = graph[2], graph[3]
+    key = np.empty(5, dtype=np.int64)
+    best = state[1:6]
+    has_best, judged = state[0] == 1, state[8]
+    top = best[0] if has_best else INF
+    plain = slack == 0 and sh == 0
+    d = cost
+    for i in range(at, len(cores)):
+        p, sc, ef = cores[i], scores[i], efts[i]
+        if ef >= INF:  # t does not fit there (nor on any later core)
+            break
+        far = 1
+        for k in range(pred_off[t], pred_off[t + 1]):
+            if placed[0, pred_task[k]] == p:
+                far = 0
+        tiled = 1 if has_tiles and need[p] != 0 else 0
+        if has_best:
+            if sc - slack > top:
+                break  # no later candidate can beat the best exact score
+            # without local reads the exact key is at least this one (f >= ef)
+            if slack == 0 and sc >= top:
+                key[0], key[1], key[2], key[3], key[4] = sc, ef, far, tiled, p
+                if sc > top or not _less(key, best):
+                    continue
+            if judged >= FLOOR_AFTER and floors:  # (so more than one core)
+                if len(floor) == 0:
+                    state[8] = judged
+                    return i
+                if sc - ef + floor[p] > top:
+                    continue
+        if not plain:
+            d = _task_ns(t, cost, p, graph, placed)
+        # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
+        limit = top - sc + ef - d if has_best else INF
+        ready = _ready_on(p, True, False, limit, t, graph, placed, hold, hold_used, net, links,
+                          got)
+        judged += 1
+        if ready > limit:
+            continue
+        s = _earliest_on(p, ready, d, gaps) if plain else _slot(p, ready, d, sh, gaps, memory)
+        f = s + d
+        key[0], key[1], key[2], key[3], key[4] = sc - ef + f, f, far, tiled, p
+        if not has_best or _less(key, best):
+            best[:] = key
+            state[0], state[6], state[7] = 1, p, s
+            has_best, top = True, key[0]
+    state[8] = judged
+    return -1
 
 
 class _ListScheduler:
@@ -528,8 +900,6 @@ class _ListScheduler:
         self.core_of = [-1] * n
         self.start = [0] * n
         self.end = [0] * n
-        # where each fragment is (or will be): core -> arrival (the producer's core: its end)
-        self.holders: list[dict[int, int]] = [{} for _ in graph.fragments]
         self.produces: list[list[int]] = [[] for _ in range(n)]
         for f, frag in enumerate(graph.fragments):
             self.produces[frag.producer].append(f)
@@ -537,11 +907,61 @@ class _ListScheduler:
         self.frag_bytes = [frag.bytes for frag in graph.fragments]
         self.frag_flits: list[int] = serial_cycles(
             target, np.array(self.frag_bytes, dtype=np.int64)).tolist()
+        kinds = {b: self.net.kind(b) for b in set(self.frag_bytes)}
+        self.frag_kind = [kinds[b] for b in self.frag_bytes]
+        """Each fragment's message kind (`raptor.noc.Network.kind`), for `_ready_on`."""
+        self.next_xy, self.next_yx, self.link_to = self.net.next_links()
+        self.switch = self.net.switch_base if self.net.switched else -1
+        self.got = np.zeros(max(map(len, graph.reads), default=0), dtype=np.int64)
+        """`_ready_on`'s arrivals of a commit's new messages."""
+        local = [graph.local_reads.get(t, []) for t in range(n)]
+        reader, read, producer, _ = graph.read_arrays()  # (arrays made once per graph)
+        src, dst, _, _ = graph.edge_arrays()
+        parts = [np.searchsorted(reader, np.arange(n + 1)), read,
+                 np.searchsorted(dst, np.arange(n + 1), sorter=np.argsort(dst, kind="stable")),
+                 src[np.argsort(dst, kind="stable")],
+                 np.cumsum([0, *map(len, local)]),
+                 np.array([f for r in local for f, _ in r], dtype=np.int64),
+                 np.array([ns for r in local for _, ns in r], dtype=np.int64),
+                 producer, np.array(self.frag_kind, dtype=np.int64)]
+        self.packed = np.concatenate(parts).astype(np.int64)
+        self.parts = np.cumsum([0, *map(len, parts)]).astype(np.int64)
+        """The graph as the kernels know it (`Graph`, `_graph_parts`)."""
+        self.placed = np.zeros((2, n), dtype=np.int64)
+        """Each task's core and end, for the kernels (its core -1 until placed)."""
+        self.placed[0] = -1
+        frags = len(graph.fragments)
+        self.hold = np.full((3, 2 * frags + 16), -1, dtype=np.int64)
+        """Where each fragment is (or will be: its producer's core, its end; the cores it
+        was sent to, its arrival there): entry f its producer's (core, end, the next
+        entry), then a list of (core, arrival, next entry) from f's (`_ready_on`)."""
+        self.hold_used = np.array([frags], dtype=np.int64)
+        self.no_floor = np.zeros(0, dtype=np.int64)
+        self.state = np.zeros(10, dtype=np.int64)
+        """`_judging`'s best so far: [whether there is one, its key (5), its core, its
+        start, cores judged by the last call], then how many cores `_bounding` left."""
+        self.buf = np.zeros((3, P), dtype=np.int64)
+        """`_bounding`'s cores, their scores and EFTs."""
+        self.no_rows = np.zeros((0, P), dtype=np.int64)
+        self.hop_ns = mesh.hop_ns_rows(np.arange(P))
+        """Hop ns between every two cores (`_bounding`)."""
+        self.kargs = self.arrays()
+        """`arrays`."""
         self.all_cores = self.cores.everywhere
         self.no_need = np.zeros(P, dtype=np.int64)
         self.first_wait = np.zeros(self.net.num_links + 1, dtype=np.int64)
         """`ready_floor`'s scratch: each link's wait; the last entry (read for a message's
         own core, `Network.first_links`) stays 0."""
+
+    def arrays(self) -> KernelArgs:
+        """What the kernels know of the graph (`Graph`, where the tasks are, where their
+        fragments are), the mesh (`Net`), the links (`raptor.noc.Table`), the cores
+        (`Gaps`) and the shared memory, one array after another (kept in :attr:`kargs`,
+        made again when a table grows)."""
+        net = self.net
+        return (self.packed, self.parts, self.placed, self.hold, self.hold_used, net.by_hops,
+                self.next_xy, self.next_yx, self.link_to, self.routes, self.switch,
+                net.hop_ns, *self.links.table, *self.cores.arrays, *self.memory.table)
 
     def run(self) -> tuple[list[int], list[int]]:
         g, n = self.g, self.g.num_tasks
@@ -563,28 +983,16 @@ class _ListScheduler:
                     push(heap, key[c])
         return self.core_of, self.start
 
-    def duration(self, t: int, p: int) -> int:
-        """t's run time on p (local reads of cropped values cost an extra copy)."""
-        extra = self.g.local_reads.get(t)
-        if extra is None:
-            return self.cost_of[t]
-        return self.cost_of[t] + sum(ns for f, ns in extra
-                                     if self.core_of[self.g.fragments[f].producer] == p)
-
     def place(self, t: int) -> None:
         d = self.longest[t]
         feasible, need = self.candidates(t)
-        ready, reads = self.data_ready(t)
-        eft = self.cores.earliest(ready, d, feasible)
-        eft += d
-        if feasible is not self.all_cores:
-            eft[~feasible] = INF
+        eft = self.cores.finishes(self.data_ready(t), d, feasible)
         if self.lookahead and len(self.succ_list[t]) and (
                 self.succ_const is None or self.succ_has_tiles[t]):
-            p, start = self.refine(t, reads, self.score(t, eft), eft, need)
+            p, start = self.refine(t, self.score(t, eft), eft, need)
         else:
-            p, start = self.bounded(t, reads, eft, need)
-        self.commit(t, reads, p, start, need)
+            p, start = self.bounded(t, eft, need)
+        self.commit(t, p, start, need)
 
     # -- phases ------------------------------------------------------------------------------
     def candidates(self, t: int) -> tuple[BoolArray, IntArray]:
@@ -612,28 +1020,23 @@ class _ListScheduler:
             raise _NoRoom(t)
         return feasible, need
 
-    def data_ready(self, t: int) -> tuple[IntArray, list[tuple[dict[int, int], int, int, int]]]:
+    def data_ready(self, t: int) -> IntArray:
         """When every fragment t reads could be on each core: where a fragment already is
-        (or is planned to arrive), that time; elsewhere a new message over free links. With
-        it what t reads, in order: (where the fragment is, the producer's core, bytes, the
-        producer's end)."""
-        arrival_row, end, core_of, holders = self.mesh.arrival_row, self.end, self.core_of, \
-            self.holders
+        (or is planned to arrive), that time; elsewhere a new message over free links."""
+        arrival_row, end, core_of, hold = self.mesh.arrival_row, self.end, self.core_of, \
+            self.hold
+        sent = hold[2]  # (a fragment held by its producer alone is at its end there)
         ready: IntArray | None = None
-        reads = []
         for f in self.g.reads[t]:
             u = self.frag_producer[f]
-            src, at, held = core_of[u], end[u], holders[f]
-            reads.append((held, src, self.frag_bytes[f], at))
-            row = arrival_row(src, self.frag_flits[f], at)
-            if len(held) > 1:
-                for q, a in held.items():
-                    row[q] = a
+            row = arrival_row(core_of[u], self.frag_flits[f], end[u])
+            if sent[f] >= 0:
+                _held_into(row, f, hold)
             if ready is None:
                 ready = row
             else:
                 np.maximum(ready, row, out=ready)
-        return (np.zeros(self.P, dtype=np.int64) if ready is None else ready), reads
+        return np.zeros(self.P, dtype=np.int64) if ready is None else ready
 
     def score(self, t: int, eft: IntArray) -> IntArray:
         """EFT plus the optimistic finish of t's children (module docstring), where a child
@@ -712,85 +1115,66 @@ class _ListScheduler:
             rows = rows[over[:1]]
         return transform(rows[0])
 
-    def exact_ready(self, reads: list[tuple[dict[int, int], int, int, int]], p: int,
-                    commit: bool, limit: int = INF) -> int:
-        """Data-ready time on p of ``reads`` (:meth:`data_ready`'s) with their new messages
-        reserved on the links, over the route `raptor.noc.Network.yx_sooner` picks when
-        ``routes`` (or, once it exceeds ``limit``, a time past it: the caller has no use
-        for more)."""
-        ready = 0
-        net, links, routes = self.net, self.links, self.routes
-        timing, arrival, hop = net.timing, links.arrival, net.hop_ns
-        for held, src, nbytes, inject in reads:
-            a = held.get(p)
-            if a is None:
-                route, ser, transfer = timing(src, p, nbytes)
-                if routes and net.yx_sooner(src, p, ser, inject, links):
-                    route = net.route(src, p, True)
-                a = arrival(route, ser, transfer, hop, inject, commit, limit)
-                if commit:
-                    held[p] = a
-            if a > ready:
-                ready = a
-                if ready > limit:
-                    break
+    def commit_reads(self, t: int, p: int) -> int:
+        """Data-ready time on p of t's reads with their new messages reserved on the links,
+        over the route `raptor.noc.Network.yx_sooner` picks when ``routes`` (`_ready_on`);
+        each fragment is then where it arrived (`hold`)."""
+        reads = self.g.reads[t]
+        if self.hold_used[0] + len(reads) > self.hold.shape[1]:
+            self.hold = np.concatenate((self.hold, np.full_like(self.hold, -1)), axis=1)
+            self.kargs = self.arrays()
+        while True:
+            ready: int = _reads_on(p, t, True, *self.kargs[:18], self.got)
+            if ready != FULL:
+                break
+            self.links.grow()
+            self.kargs = self.arrays()
         return ready
 
-    def ready_floor(self, reads: list[tuple[dict[int, int], int, int, int]]) -> IntArray:
+    def exact_ready(self, t: int, p: int) -> int:
+        """Data-ready time on p of t's reads with their new messages over the links as now
+        reserved (nothing reserved)."""
+        return int(_reads_on(p, t, False, *self.kargs[:18], self.got))
+
+    def ready_floor(self, t: int) -> IntArray:
         """A lower bound of :meth:`exact_ready` on every core (on Raptor's links, where a
         message holds each link for its serialization whatever its route): each new
         message's free-link arrival plus what its head waits on its first link
         (`Network.first_links`; the lesser of its two routes' when ``routes``), four walks
         of one link instead of one walk per core."""
         net, arrival, wait = self.net, self.links.arrival, self.first_wait
+        end, core_of, producer = self.end, self.core_of, self.frag_producer
 
         def rows() -> Iterator[IntArray]:
-            for held, src, nbytes, inject in reads:
+            for f in self.g.reads[t]:
+                src, nbytes, inject = core_of[producer[f]], self.frag_bytes[f], end[producer[f]]
                 ser = net.timing(src, 1 if src == 0 else 0, nbytes)[1]
                 for link in range(4 * src, 4 * src + 4):
                     wait[link] = arrival((link,), ser, 0, 0, inject, False) - inject
                 row = self.mesh.arrival_row(src, self.mesh.flit_cycles(nbytes), inject)
                 row += wait[net.first_links(src)] if not self.routes else \
                     np.minimum(wait[net.first_links(src)], wait[net.first_links(src, True)])
-                for q, a in held.items():
-                    row[q] = a
+                _held_into(row, f, self.hold)
                 yield row
         return _latest(rows(), self.P)
 
-    def slot(self, t: int, p: int, ready: int) -> int:
-        """Start of t on p. Its shared-memory part waits for the memory: the start moves
-        later by that wait (the core idles before the task instead of inside it)."""
-        d = self.duration(t, p)
-        sh = self.shared_of[t]
-        s = self.cores.earliest_on(p, ready, d)
-        for _ in range(4 if sh else 0):
-            store = self.memory.fit(0, s + d - sh, sh)
-            if store == s + d - sh:
-                break
-            s = self.cores.earliest_on(p, store + sh - d, d)
-        return s
-
-    def refine(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], score: IntArray,
-               eft: IntArray, need: IntArray,
-               known: tuple[tuple[int, ...], tuple[int, int]] | None = None) -> tuple[int, int]:
+    def refine(self, t: int, score: IntArray, eft: IntArray, need: IntArray,
+               known: int = -1) -> tuple[int, int]:
         """Judge the cores, best free-link score first, with t's new messages reserved on
         the links and its store on the shared memory (see SHORTLIST); ties go to the
         earliest finish, a core of a predecessor, a core holding t's tiles, the lowest id.
-        ``known``: a core's key and (core, start), judged already (if on the shortlist)."""
+        ``known``: a core judged already, its key and start in `judge`'s state (kept if it
+        is on the shortlist)."""
         order = np.lexsort((eft, score))[:SHORTLIST]  # stable: ties by core id
-        cores = order.tolist()
-        scores = np.minimum(score[order], INF).tolist()
-        efts = eft[order].tolist()
-        best: tuple[int, ...] | None = None
-        choice = (-1, 0)
-        if known is not None and known[1][0] in cores:
-            i = cores.index(known[1][0])
-            del cores[i], scores[i], efts[i]
-            best, choice = known
-        return self.judge(t, _late_first(reads), cores, scores, efts, need, best, choice)[1]
+        fresh = True
+        if known >= 0:
+            kept = order != known
+            if not kept.all():
+                order = order[kept]
+                fresh = False
+        return self.judge(t, order, np.minimum(score[order], INF), eft[order], need, fresh)
 
-    def bounded(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], eft: IntArray,
-                need: IntArray) -> tuple[int, int]:
+    def bounded(self, t: int, eft: IntArray, need: IntArray) -> tuple[int, int]:
         """`refine` where the lookahead, if any, is `children_slack`'s, with its term (the
         score less the EFT) made only on the cores that can win. The core of the least EFT
         is judged first; its exact key bounds the winner's, and a core whose EFT plus the
@@ -798,106 +1182,75 @@ class _ListScheduler:
         is past that bound can neither win nor come before the winner in the score's order.
         The winner is then among the shortlist, and is the best of those cores judged in
         that order (random layered DAG, 30,000 tasks on 16x16: 60 % of the tasks have the
-        first core alone, 18 % 2-16 cores). With more than `NEAR_CORES`, the term is made
-        everywhere and the shortlist judged (`refine`), the first core's key kept."""
-        p0 = int(eft.argmin())
-        x0 = int(eft[p0])
-        rows = self.children_slack(t, x0) if self.lookahead and len(self.succ_list[t]) else None
-        wait0 = least = 0
-        if rows is None:
-            pass
-        elif len(rows) == 1:  # (most tasks: an `argmin` and an index take a third of a
-            row = rows[0]     # `minimum.reduce`)
-            at0 = row + self.mesh.hop_ns_rows(p0)
-            wait0, least = int(at0[at0.argmin()]), int(row[row.argmin()])
-        else:
-            wait0 = max(np.minimum.reduce(rows + self.mesh.hop_ns_rows(p0), axis=1).tolist())
-            least = max(np.minimum.reduce(rows, axis=1).tolist())
-        late_first = _late_first(reads)
-        best, choice = self.judge(t, late_first, [p0], [x0 + wait0], [x0], need, None, (-1, 0))
-        assert best is not None
-        cores = (eft <= best[0] - least + self.longest[t] - self.cost_of[t]).nonzero()[0]
-        if len(cores) > NEAR_CORES:
-            score = eft if rows is None else eft + self.children_wait(rows)
-            return self.refine(t, reads, score, eft, need, (best, choice))
-        if len(cores) == 1:  # p0's alone
-            return choice
-        efts = eft[cores]
-        if rows is None:
-            score = efts
-        elif len(rows) == 1:
-            score = efts + np.minimum.reduce(rows[0] + self.mesh.hop_ns_rows(cores), axis=1)
-        else:
-            score = efts + np.maximum.reduce(np.minimum.reduce(
-                rows[:, None, :] + self.mesh.hop_ns_rows(cores), axis=2), axis=0)
-        order = sorted(zip(score.tolist(), efts.tolist(), cores.tolist(), strict=True))
-        rest = [m for m in order if m[2] != p0]
-        return self.judge(t, late_first, [m[2] for m in rest], [m[0] for m in rest],
-                          [m[1] for m in rest], need, best, choice)[1]
+        first core alone, 18 % 2-16 cores): `_bounding`. With more than `NEAR_CORES`, the
+        term is made everywhere and the shortlist judged (`refine`), the first core's key
+        kept."""
+        rows = self.children_slack(t, int(eft[eft.argmin()])) \
+            if self.lookahead and len(self.succ_list[t]) else self.no_rows
+        none = self.no_floor
+        at = _decide(True, t, none, none, none, 0, none, eft, rows, self.hop_ns, NEAR_CORES,
+                     self.buf, self.state, need, *(self.task_args(t) + self.kargs), self.got)
+        if at == -2:
+            score = eft if not len(rows) else eft + self.children_wait(rows)
+            return self.refine(t, score, eft, need, int(self.state[6]))
+        if at >= 0:  # the rest of the cores, from where the floor is wanted
+            m = int(self.state[9])
+            buf = self.buf
+            return self.judge(t, buf[0, :m], buf[1, :m], buf[2, :m], need, False, at)
+        got = self.state[6:8].tolist()
+        assert got[0] >= 0
+        return got[0], got[1]
 
-    def judge(self, t: int, late_first: list[tuple[dict[int, int], int, int, int]],
-              cores: list[int], scores: list[int], efts: list[int], need: IntArray,
-              best: tuple[int, ...] | None, choice: tuple[int, int]
-              ) -> tuple[tuple[int, ...] | None, tuple[int, int]]:
-        """The best exact key and its (core, start) among ``cores`` (in the score's order,
-        with their scores and EFTs; ``need``: new tile slots by core) and ``best``
-        (``choice``'s key). ``late_first``: t's reads, latest producer first."""
-        has_tiles = len(self.tiles.of_task[t]) > 0
-        near = {self.core_of[u] for u, _ in self.g.preds[t]}
-        # exact finishes are never earlier than the free-link ones, but for the local reads
-        slack = self.longest[t] - self.cost_of[t]
-        # without local reads and shared-memory stores, t takes d ns on every core and
-        # starts at the core's first idle stretch (`slot`)
-        plain = not slack and not self.shared_of[t]
-        d, earliest_on = self.cost_of[t], self.cores.earliest_on
-        floor: list[int] | None = None
-        judged = 0
-        floors = not self.net.switched
-        top = INF if best is None else best[0]  # (best's head, read once a core)
-        for p, sc, ef in zip(cores, scores, efts, strict=True):
-            if ef >= INF:  # t does not fit there (nor on any later core)
+    def task_args(self, t: int) -> tuple[bool, int, int, int, bool]:
+        """`_judging`'s facts of task t: whether it has tiles, its cost, how much longer
+        its local reads may make it, its shared-memory ns, and whether the floor applies."""
+        return (len(self.tiles.of_task[t]) > 0, self.cost_of[t],
+                self.longest[t] - self.cost_of[t], self.shared_of[t], not self.net.switched)
+
+    def judge(self, t: int, cores: IntArray, scores: IntArray, efts: IntArray, need: IntArray,
+              fresh: bool, resume: int = 0) -> tuple[int, int]:
+        """The (core, start) of the best exact key among ``cores`` (in the score's order,
+        with their scores and EFTs; ``need``: new tile slots by core) and, unless
+        ``fresh``, the last call's best (kept in :attr:`state`): `_judging`, the key (its
+        score with the exact finish, the finish, whether p is not a predecessor's core,
+        whether t's tiles need new slots there, p) lowest; (-1, 0) when none. ``resume``:
+        from that index on, where `_judging` wanted the floor (the state as it left it)."""
+        state = self.state
+        if fresh:
+            state[0], state[6], state[7] = 0, -1, 0
+        floor = self.no_floor
+        at = resume
+        if resume:
+            floor = self.ready_floor(t) + self.cost_of[t]
+        else:
+            state[8] = 0
+        while True:
+            at = _decide(False, t, cores, scores, efts, at, floor, self.no_floor, self.no_rows,
+                         self.hop_ns, 0, self.buf, state, need,
+                         *(self.task_args(t) + self.kargs), self.got)
+            if at < 0:
                 break
-            if best is not None:
-                if sc - slack > top:
-                    break  # no later candidate can beat the best exact score
-                # without local reads the exact key is at least this one (f >= ef); its
-                # tuple is made only where the heads tie
-                if not slack and sc >= top and (
-                        sc > top or (sc, ef, p not in near,
-                                     has_tiles and int(need[p]) != 0, p) >= best):
-                    continue
-                if judged >= FLOOR_AFTER and floors:  # (so more than one core)
-                    if floor is None:
-                        # t's messages wait; where they wait on a first link, every core
-                        # behind that link waits as long, and most of the shortlist cannot win
-                        floor = (self.ready_floor(late_first) + self.cost_of[t]).tolist()
-                    if sc - ef + floor[p] > top:
-                        continue
-            if not plain:
-                d = self.duration(t, p)
-            # the key's head is at least sc - ef + ready + d: past ``limit`` p cannot win
-            limit = INF if best is None else top - sc + ef - d
-            ready = self.exact_ready(late_first, p, False, limit)
-            judged += 1
-            if ready > limit:
-                continue
-            s = earliest_on(p, ready, d) if plain else self.slot(t, p, ready)
-            f = s + d
-            key = (sc - ef + f, f, p not in near, has_tiles and int(need[p]) != 0, p)
-            if best is None or key < best:
-                best, choice, top = key, (p, s), key[0]
-        return best, choice
+            # t's messages wait; where they wait on a first link, every core behind that
+            # link waits as long, and most of the shortlist cannot win
+            floor = self.ready_floor(t) + self.cost_of[t]
+        got = state[6:8].tolist()
+        return got[0], got[1]
 
-    def commit(self, t: int, reads: list[tuple[dict[int, int], int, int, int]], p: int,
-               start: int, need: IntArray) -> None:
-        ready = self.exact_ready(reads, p, commit=True)
-        if ready > start:  # the committed messages met each other on a link
-            start = self.slot(t, p, ready)
-        f = start + self.duration(t, p)
-        self.cores.occupy(p, start, f)
+    def commit(self, t: int, p: int, start: int, need: IntArray) -> None:
+        ready = self.commit_reads(t, p) if self.g.reads[t] else 0
+        d = self.cost_of[t] if t not in self.g.local_reads else _duration(
+            t, self.cost_of[t], p, self.packed, self.parts, self.placed)
         sh = self.shared_of[t]
+        if ready > start:  # the committed messages met each other on a link
+            start = _slot(p, ready, d, sh, self.cores.arrays, self.memory.table)
+        f = start + d
+        grown = self.cores.occupy(p, start, f)
         if sh:
+            memory = self.memory.starts
             self.memory.reserve(0, self.memory.fit(0, f - sh, sh), sh)
+            grown |= memory is not self.memory.starts
+        if grown:
+            self.kargs = self.arrays()
         idx = self.tiles.of_task[t]
         if len(idx):
             self.nres[p] += int(need[p])
@@ -905,8 +1258,10 @@ class _ListScheduler:
             self.unhomed -= int((~self.homed[idx]).sum())
             self.homed[idx] = True
         self.core_of[t], self.start[t], self.end[t] = p, start, f
+        self.placed[0, t], self.placed[1, t] = p, f
+        hold = self.hold
         for fr in self.produces[t]:
-            self.holders[fr][p] = f
+            hold[0, fr], hold[1, fr] = p, f
         pred_ready, arrival_row, unplaced = self.pred_ready, self.mesh.arrival_row, self.unplaced
         for c, fl in zip(self.succ_list[t], self.succ_flits_list[t], strict=True):
             unplaced[c] -= 1

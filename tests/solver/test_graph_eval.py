@@ -275,3 +275,59 @@ def test_layer_load_is_its_definition(seed: int) -> None:
         want = max(want, min(head[t] for t in ts) + -(-sum(costs[t] for t in ts) // max(k, 1))
                    + min(tail[t] - costs[t] for t in ts))
     assert layer_load(g, target, head, tail) == want > 0
+
+
+@pytest.mark.parametrize(("side", "protocol", "cut"), [(3, "raptor", True), (1, "raptor", True),
+                                                      (2, "pimsim-nn", True),
+                                                      (3, "raptor", False)])
+def test_fan_in_heads_take_the_best_split_of_local_and_remote_predecessors(
+        side: int, protocol: str, cut: bool) -> None:
+    """`fan_in_heads` (its loop a kernel) against its definition, every split tried: per
+    task, the least over every set of its predecessors kept local (run one after another
+    by release, then cost) of the later of when they are done and when the others' data
+    is in (the latest one-hop arrival, and the earliest end among them plus a hop plus
+    their holds shared over the core's incoming links, without the cut one link per
+    message; never, on one core)."""
+    import itertools
+
+    from raptor.noc import hold_cycles, message_cycles
+    from raptor.solver.evaluate import fan_in_heads
+    from raptor.solver.generate import random_layered_dag
+
+    g = random_layered_dag(160, 5, width=5, tiles_per_batch=(0, 0)).freeze()
+    target = Target(mesh_rows=side, mesh_cols=side, protocol=protocol)
+    links = min(side - 1, 2) * 2 if cut and protocol == "raptor" else 1 << 62
+    links = max(links, 1)
+    costs = g.costs()
+    holds: dict[tuple[int, int], int] = {}
+    for t, reads in enumerate(g.reads):
+        for f in reads:
+            frag = g.fragments[f]
+            key = (frag.producer, t)
+            holds[key] = holds.get(key, 0) + int(hold_cycles(target, 1, frag.bytes, protocol))
+    head = [0] * g.num_tasks
+    never = 1 << 62
+    for v in g.topo_order:
+        preds = g.preds[v]
+        if len(preds) == 1:
+            head[v] = head[preds[0][0]] + costs[preds[0][0]]
+            continue
+        best = never if preds else 0
+        for keep in itertools.product((False, True), repeat=len(preds)):
+            done = 0
+            for u in sorted((u for (u, _), k in zip(preds, keep, strict=True) if k),
+                            key=lambda u: (head[u], costs[u])):
+                done = max(done, head[u]) + costs[u]
+            far = [(u, b) for (u, b), k in zip(preds, keep, strict=True) if not k]
+            data = 0
+            if far and target.num_cores == 1:
+                data = never
+            elif far:
+                latest = max(head[u] + costs[u] + target.ns(int(message_cycles(
+                    target, 1, b, protocol))) for u, b in far)
+                ser = sum(holds.get((u, v), 0) for u, _ in far)
+                data = max(latest, min(head[u] + costs[u] for u, _ in far)
+                           + target.ns(target.hop_cycles + -(-ser // links)))
+            best = min(best, max(done, data))
+        head[v] = best
+    assert fan_in_heads(g, target, link_cut=cut) == head

@@ -22,7 +22,7 @@ from raptor.solver import (
     validate_schedule,
 )
 from raptor.solver.generate import random_layered_dag
-from raptor.solver.mesh import Mesh
+from raptor.solver.mesh import INF, Mesh
 from raptor.solver.peft import (
     XY_RUNS,
     _Cores,
@@ -329,13 +329,13 @@ def test_the_ready_floor_is_a_lower_bound_and_prunes_nothing_that_wins(
     checked = 0
 
     class Checked(peft._ListScheduler):
-        def judge(self, t, reads, *rest):  # type: ignore[no-untyped-def]
+        def judge(self, t, *rest):  # type: ignore[no-untyped-def]
             nonlocal checked
-            floor = self.ready_floor(reads).tolist()
-            exact = [self.exact_ready(reads, p, False) for p in range(self.P)]
+            floor = self.ready_floor(t).tolist()
+            exact = [self.exact_ready(t, p) for p in range(self.P)]
             assert all(f <= e for f, e in zip(floor, exact, strict=True))
             checked += floor != exact
-            return super().judge(t, reads, *rest)
+            return super().judge(t, *rest)
 
     def run(cls: type[peft._ListScheduler]) -> tuple[list[int], list[int]]:
         return cls(g.freeze(), target, Mesh(target), peft._Tiles(g), True, None).run()
@@ -370,9 +370,9 @@ def test_judging_only_the_cores_that_can_win_changes_no_choice(
 
 
 def test_core_gaps_give_the_earliest_idle_stretch_of_a_plain_timeline() -> None:
-    """`_Cores` (gaps as arrays, every core's look-up of `earliest` in one `starts` call)
-    against a plain list of busy intervals: each start is the earliest at or after the ready
-    time where the task overlaps none, on every core at once and on one."""
+    """`_Cores` (its gaps in arrays searched and changed by kernels) against a plain list of
+    busy intervals: each start is the earliest at or after the ready time where the task
+    overlaps none, on every core at once (`finishes`, INF where not feasible) and on one."""
     rng = random.Random(3)
     cores, least = 5, 10
     timeline = _Cores(cores, least)
@@ -387,14 +387,19 @@ def test_core_gaps_give_the_earliest_idle_stretch_of_a_plain_timeline() -> None:
         d = rng.randint(least, 60)
         ready = np.array([rng.randint(0, 4000) for _ in range(cores)], dtype=np.int64)
         want = [plain(p, int(r), d) for p, r in enumerate(ready.tolist())]
-        assert timeline.earliest(ready, d, timeline.everywhere).tolist() == want
+        assert timeline.finishes(ready, d, timeline.everywhere).tolist() == [
+            s + d for s in want]
+        feasible = np.array([rng.random() < 0.5 for _ in range(cores)])
+        assert timeline.finishes(ready, d, feasible).tolist() == [
+            s + d if ok else INF for s, ok in zip(want, feasible.tolist(), strict=True)]
         p = rng.randrange(cores)
         s = timeline.earliest_on(p, int(ready[p]), d)
         assert s == want[p]
-        in_gaps += s < timeline.last[p]
+        in_gaps += s < timeline.last_end[p]
         timeline.occupy(p, s, s + d)
         busy[p].append((s, s + d))
     assert in_gaps > 100  # most tasks went into gaps, not after a core's last task
+    assert timeline.gap_start.shape[1] > 16  # the rows grew
 
 
 def test_peft_without_copies_keeps_every_tile_set_on_one_core() -> None:
@@ -580,3 +585,90 @@ def test_layer_ranks_leave_tasks_of_no_known_layer_alone() -> None:
     g = random_layered_dag(40, seed=9, width=6)
     rank = upward_rank(g, Mesh(Target(mesh_rows=2, mesh_cols=2)))
     assert (layer_ranks(_Tiles(g), rank) == rank).all()
+
+
+@pytest.mark.parametrize(("routing", "protocol"), [("xy", "raptor"), ("xy-yx", "raptor"),
+                                                   ("xy", "pimsim-nn")])
+def test_exact_ready_walks_each_new_message_on_the_link_table(routing: str,
+                                                              protocol: str) -> None:
+    """`_ListScheduler.exact_ready` (the kernel `_ready_on`) against a plain walk, before
+    every task of a congested run on every core: per read, where the fragment is on the
+    core (its producer's or an earlier message's arrival), else its message from the
+    producer's core over `raptor.noc.Network.timing`'s route (the YX one where
+    `Network.yx_sooner` says so) on the link table, nothing reserved; the latest."""
+    from raptor.solver import peft
+
+    g = random_layered_dag(250, 6, width=10, tiles_per_batch=(0, 0)).freeze()
+    target = Target(mesh_rows=4, mesh_cols=4, routing=routing, protocol=protocol)
+    waited = 0
+
+    def held(hold: np.ndarray, f: int, p: int) -> int | None:
+        """Fragment f's arrival on p, if it is there (its producer's entry, then a list)."""
+        e = f
+        while e >= 0:
+            if hold[0, e] == p:
+                return int(hold[1, e])
+            e = int(hold[2, e])
+        return None
+
+    class Checked(peft._ListScheduler):
+        def place(self, t: int) -> None:
+            nonlocal waited
+            net, links = self.net, self.links
+            links.commit = False
+            for p in range(self.P):
+                want = 0
+                for f in g.reads[t]:
+                    u = g.fragments[f].producer
+                    at = held(self.hold, f, p)
+                    if at is None:
+                        src, end = self.core_of[u], self.end[u]
+                        route, ser, transfer = net.timing(src, p, g.fragments[f].bytes)
+                        if net.yx_sooner(src, p, ser, end, links):
+                            route = net.route(src, p, True)
+                        at = net.pass_links(route, ser, transfer, end, links)
+                        waited += at > end + transfer
+                    want = max(want, at)
+                assert self.exact_ready(t, p) == want
+            links.commit = True
+            super().place(t)
+
+    Checked(g, target, Mesh(target), peft._Tiles(g), True, None,
+            routes=routing == "xy-yx").run()
+    assert waited > 0  # messages met others on the links
+
+
+def test_judging_picks_the_least_exact_key_among_the_cores_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_ListScheduler.judge` (the kernel `_judging`, with its skips, limits and floor)
+    against every given core judged in full: its exact key (the score with the exact finish,
+    the finish, whether it is not a predecessor's core, whether t's tiles need new slots
+    there, the core) from `exact_ready` and the earliest idle stretch; the least wins. (No
+    near cores: every task's shortlist is judged from Python.)"""
+    from raptor.solver import peft
+
+    monkeypatch.setattr(peft, "NEAR_CORES", 0)
+
+    g = random_layered_dag(300, 8, width=12, tiles_per_batch=(0, 0)).freeze()
+    target = Target(mesh_rows=4, mesh_cols=4)
+    judged = 0
+
+    class Checked(peft._ListScheduler):
+        def judge(self, t, cores, scores, efts, need, fresh, resume=0):  # type: ignore[no-untyped-def]
+            nonlocal judged
+            keys = []
+            if not fresh:  # the best so far competes
+                keys.append((tuple(self.state[1:6].tolist()), tuple(self.state[6:8].tolist())))
+            d, near = self.cost_of[t], {self.core_of[u] for u, _ in g.preds[t]}
+            for p, sc, ef in zip(cores.tolist(), scores.tolist(), efts.tolist(), strict=True):
+                if ef < INF:
+                    s = self.cores.earliest_on(p, self.exact_ready(t, p), d)
+                    keys.append(((sc - ef + s + d, s + d, p not in near, False, p), (p, s)))
+            got = super().judge(t, cores, scores, efts, need, fresh, resume)
+            if not resume:
+                assert got == min(keys)[1]
+                judged += len(cores) > 1
+            return got
+
+    Checked(g, target, Mesh(target), peft._Tiles(g), True, None).run()
+    assert judged > 50
