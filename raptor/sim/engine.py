@@ -21,6 +21,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
+from raptor.sim import loop
 from raptor.sim.errors import Deadlock, SimError
 from raptor.sim.program import COMPUTE, RECV, SEND, SIGNAL, WAIT, Instr, Program, value_name
 from raptor.sim.protocol import INJECT, MEM, PROTOCOLS, RUN
@@ -168,6 +169,24 @@ class Engine:
         st.clock = until
 
     def run(self) -> None:
+        """Run to the end: by the compiled loop (`raptor.sim.loop`) when it plays these
+        options and program (Raptor's mesh, rendezvous sends, no stream, no link walks
+        logged as they are made), else here."""
+        opts = self.opts
+        f = (loop.flat(self.program, self.target.num_cores) if opts.model == "raptor"
+             and opts.mode == "rendezvous" and not self.program.inferences
+             and self.proto.log is None else None)
+        if f is not None:
+            loop.run(self, f)
+        else:
+            self.play()
+        self.finish()
+        stuck = [st for st in self.cores if not st.done]
+        if stuck:
+            raise Deadlock(self.report.latency_ns, [self.why(st) for st in stuck], self.report)
+
+    def play(self) -> None:
+        """The event loop in Python."""
         for st in self.cores:
             self.push(0, RUN, st)
         heap, pop, inject = self.heap, heapq.heappop, self.proto.inject
@@ -187,10 +206,6 @@ class Engine:
                 self.run_core(payload)
             else:
                 self.serve(payload)
-        self.finish()
-        stuck = [st for st in self.cores if not st.done]
-        if stuck:
-            raise Deadlock(self.report.latency_ns, [self.why(st) for st in stuck], self.report)
 
     def finish(self) -> None:
         rep = self.report

@@ -220,6 +220,8 @@ class Program:
     plan: tuple[list[Instr], Any] | None = None
     """The last run's event-loop order and its numerics (`numerics.plan`), reused by a
     run of the same order."""
+    flat: Any = None
+    """The instructions as the compiled event loop reads them (`loop.flat`), once made."""
 
     def bind(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
         """Start a run: copy the inputs into their buffers, clear the others and the cores'

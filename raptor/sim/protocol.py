@@ -33,6 +33,16 @@ RUN, INJECT, MEM = range(3)
 """The event loop's kinds: run a core, inject a message, serve a memory request."""
 
 
+def post_wait(ins: Instr) -> str:
+    """The trace's reason when send `ins` waits for its receive to be posted."""
+    return ins.note or ins.noted(f"waiting for core {ins.peer} to post channel {ins.channel}")
+
+
+def rendezvous_note(ins: Instr) -> str:
+    """The trace's detail of send `ins`'s rendezvous."""
+    return f"to core {ins.peer} channel {ins.channel}"
+
+
 class Mesh:
     """Raptor's mesh: posted receives, pipelined flits, link contention.
 
@@ -141,14 +151,13 @@ class Mesh:
         injects and continues."""
         clock = st.clock
         if posted_at > clock:
-            self.e.block(st, posted_at, ins.note or ins.noted(
-                f"waiting for core {ins.peer} to post channel {ins.channel}"))
+            self.e.block(st, posted_at, post_wait(ins))
             clock = posted_at
         rz = self.rendezvous
         if rz:
             if self.e.spans is not None:
                 self.e.spans.append((st.cid, clock, rz, "rendezvous", COMM,
-                                     f"to core {ins.peer} channel {ins.channel}"))
+                                     rendezvous_note(ins)))
             st.busy += rz
             clock += rz
         st.clock = clock

@@ -18,6 +18,9 @@ from raptor.sim.report import MEMORY, QUEUE
 if TYPE_CHECKING:
     from raptor.sim.engine import Core, Engine
 
+STORES_WAIT = "waiting for stores to shared memory"
+"""The trace's reason when a load or store waits for the stores it depends on."""
+
 
 class SharedMemory:
     def __init__(self, engine: Engine) -> None:
@@ -97,7 +100,7 @@ class SharedMemory:
                 return False
             ready = max(ready, done)
         if ready > st.clock:
-            self.e.block(st, ready, "waiting for stores to shared memory")
+            self.e.block(st, ready, STORES_WAIT)
         return True
 
     def access(self, st: Core, ins: Instr, start: int) -> None:

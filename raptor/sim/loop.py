@@ -1,0 +1,425 @@
+"""The event loop compiled (`raptor.jit`) for the run every solve makes: Raptor's mesh, rendezvous
+sends, a latency program (no stream).
+
+`Engine.run` hands such a run here. The cores' programs are flattened once per `Program`
+into integer arrays (`Flat`), and the whole timing part of the run (`_loop`: the event heap,
+every core's clock, the posted receives, parked senders, link walks and the shared-memory
+queue) is one call with no Python object inside. It returns what the Python loop would have
+left behind, in arrays: the order of computes and memory accesses for the numerics, the
+trace's spans as codes (`SPAN_*`, turned into `Trace.recorded`'s tuples here), the messages
+in the order they were injected, and each core's state (a deadlock is reported by
+`Engine.why` from it). The semantics are the ones `engine.py`, `protocol.Mesh` and
+`shared.SharedMemory` describe; any other run (buffered sends, pimsim-nn's protocol, a
+stream) stays with them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from raptor import noc
+from raptor.jit import kernel
+from raptor.sim.program import COMPUTE, RECV, SEND, SIGNAL, STORE, Instr, Program
+from raptor.sim.protocol import INJECT, MEM, RUN, post_wait, rendezvous_note
+from raptor.sim.report import BLOCKED, COMM, MEMORY, QUEUE
+from raptor.sim.shared import STORES_WAIT
+
+if TYPE_CHECKING:
+    from raptor.sim.engine import Engine
+
+SPAN_COMPUTE, SPAN_OPERANDS, SPAN_POST, SPAN_RENDEZVOUS, SPAN_STORES, SPAN_QUEUE, SPAN_MEMORY = (
+    range(7))
+"""What a span record (code, core, start, duration, instruction) of `_loop` is."""
+
+CORE_PC, CORE_CLOCK, CORE_BUSY, CORE_BLOCKED, CORE_DONE, CORE_SLOT, CORE_STORE = range(7)
+"""The columns of `_loop`'s core state (`engine.Core`'s fields of the same names)."""
+
+I64 = np.int64
+
+Heap = list[tuple[int, int, int, int, int]]
+"""The event heap: (time, rank, sequence number, event, payload) (`Engine.push`)."""
+
+
+@dataclass
+class Flat:
+    """A program's instructions as arrays, indexed by the instruction's place in all the
+    cores' programs laid end to end (core by core, in `Program.cores`' order; `arrays`,
+    in `_core`'s order). Per core: `begin` (its first instruction; `begin[k + 1]` ends
+    it), its id and its memory rank. Per instruction: kind, cost, the arrival slots it
+    waits for (`wait_slots` from `waits[i]` to `waits[i + 1]`), its message, rank and
+    receiving core (by index) and the slot its message arrives in (sends), its route (links
+    likewise, serialization and transfer time), and for loads and stores the stores it
+    waits for (`deps` likewise), its store's number and its bytes."""
+
+    instrs: list[Instr]
+    arrays: tuple[np.ndarray, ...]
+
+
+def flat(program: Program, num_cores: int) -> Flat | None:
+    """`program` as arrays (made once, kept on it), or None if it holds counters
+    (`pim.signal` / `pim.wait`, which only streams use: not this loop's)."""
+    if program.flat is not None:
+        return program.flat
+    instrs = [ins for prog in program.cores.values() for ins in prog]
+    if any(ins.kind >= SIGNAL for ins in instrs):
+        return None
+    index = {cid: k for k, cid in enumerate(program.cores)}
+
+    def ptr(lengths: list[int]) -> np.ndarray:
+        out = np.zeros(len(lengths) + 1, I64)
+        np.cumsum(lengths, out=out[1:])
+        return out
+
+    def ints(xs: list[int]) -> np.ndarray:
+        return np.array(xs, I64) if xs else np.zeros(1, I64)
+
+    sends = [ins.kind == SEND for ins in instrs]
+    routes = [ins.route for ins in instrs]
+    program.flat = Flat(instrs, (
+        ptr([len(p) for p in program.cores.values()]),
+        ints(list(program.cores)),
+        ints([noc.memory_rank(cid, num_cores) for cid in program.cores]),
+        ints([ins.kind for ins in instrs]),
+        ints([ins.cost for ins in instrs]),
+        ptr([len(ins.wait_slots) for ins in instrs]),
+        ints([s for ins in instrs for s in ins.wait_slots]),
+        ints([ins.msg for ins in instrs]),
+        ints([ins.rank for ins in instrs]),
+        ints([index[ins.peer] if s else -1 for ins, s in zip(instrs, sends, strict=True)]),
+        ints([ins.slots_out[0] if s else -1 for ins, s in zip(instrs, sends, strict=True)]),
+        ptr([len(r.links) for r in routes]),
+        ints([x for r in routes for x in r.links]),
+        ints([r.serial_ns for r in routes]),
+        ints([r.transfer_ns for r in routes]),
+        ptr([len(ins.deps) for ins in instrs]),
+        ints([d for ins in instrs for d in ins.deps]),
+        ints([ins.store_id for ins in instrs]),
+        ints([ins.nbytes for ins in instrs])))
+    return program.flat
+
+
+def run(engine: Engine, f: Flat) -> None:
+    """`engine`'s run by `_loop`: its cores, order, trace and report as the Python loop
+    leaves them."""
+    program, opts = engine.program, engine.opts
+    traced = opts.trace
+    n = len(f.instrs)
+    state = np.zeros((len(engine.cores), 7), I64)
+    state[:, CORE_SLOT] = -1
+    state[:, CORE_STORE] = -1
+    arrival = np.full(len(engine.arrival) + 1, -1, I64)
+    spans = np.zeros((4 * n + 1 if traced else 1, 5), I64)
+    sent = np.zeros((program.messages + 1 if traced else 1, 2), I64)
+    order = np.zeros(n + 1, I64)
+    counts = np.zeros(N_COUNTS, I64)
+    cfg = (engine.proto.hop, opts.rendezvous_ns, int(opts.link_contention),
+           int(opts.shared_queueing), int(traced))
+    _loop(f.arrays, (state, arrival, spans, sent, order, counts), program.messages,
+          engine.proto.net.num_links, len(program.stores) + 1, cfg)
+    for st, row in zip(engine.cores, state.tolist(), strict=True):
+        st.pc, st.clock, st.busy, st.blocked, done, st.wait_slot, st.wait_store = row
+        st.done = bool(done)
+    engine.arrival[:] = arrival[:-1].tolist()
+    instrs = f.instrs
+    engine.order[:] = [instrs[i] for i in order[:counts[N_ORDER]].tolist()]
+    rep = engine.report
+    rep.shared_reads, rep.shared_read_bytes, rep.shared_writes, rep.shared_write_bytes = (
+        counts[N_LOADS:N_STORE_BYTES + 1].tolist())
+    if traced:
+        engine.trace.sent[:] = [tuple(x) for x in sent[:counts[N_SENT]].tolist()]
+        assert engine.spans is not None
+        engine.spans[:] = _spans(spans[:counts[N_SPANS]], instrs)
+
+
+def _spans(records: np.ndarray, instrs: list[Instr]) -> list[object]:
+    """`_loop`'s span records as `Trace.recorded` holds them."""
+    out: list[object] = []
+    add = out.append
+    for code, cid, start, dur, i in records.tolist():
+        ins = instrs[i]
+        if code == SPAN_COMPUTE:
+            add((start, ins.span or ins.spanned()))
+        elif code == SPAN_OPERANDS:
+            add((cid, start, dur, "blocked", BLOCKED, ins.waiting))
+        elif code == SPAN_POST:
+            add((cid, start, dur, "blocked", BLOCKED, post_wait(ins)))
+        elif code == SPAN_RENDEZVOUS:
+            add((cid, start, dur, "rendezvous", COMM, rendezvous_note(ins)))
+        elif code == SPAN_STORES:
+            add((cid, start, dur, "blocked", BLOCKED, STORES_WAIT))
+        elif code == SPAN_QUEUE:
+            add((cid, start, dur, "blocked", BLOCKED, QUEUE))
+        else:
+            add((cid, start, dur, ins.label, MEMORY, ins.where))
+    return out
+
+
+N_ORDER, N_LOADS, N_LOAD_BYTES, N_STORES, N_STORE_BYTES, N_SPANS, N_SENT, N_SEQ, N_COUNTS = (
+    range(9))
+"""`_loop`'s counters: the order's length, the report's shared-memory figures, the span
+and message records written, the last event's sequence number."""
+
+
+@kernel
+def _push(heap: Heap, counts: np.ndarray, time: int,
+          rank: int, event: int, payload: int) -> None:
+    """An event (`Engine.push`): among those at one time, lower rank first, then in the
+    order they were pushed."""
+    counts[N_SEQ] += 1
+    heapq.heappush(heap, (time, rank, counts[N_SEQ], event, payload))
+
+
+@kernel
+def _record(spans: np.ndarray, counts: np.ndarray, code: int, cid: int, start: int,
+            duration: int, g: int) -> None:
+    """A span record (`SPAN_*`) of instruction `g`."""
+    row = spans[counts[N_SPANS]]
+    row[0], row[1], row[2], row[3], row[4] = code, cid, start, duration, g
+    counts[N_SPANS] += 1
+
+
+@kernel
+def _inject(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], free: np.ndarray,
+            hop: int, traced: int, g: int, at: int, arrival: int) -> int:
+    """`Mesh.inject`: message `g` injected at `at` arrives at `arrival` (-1: walk its
+    links first); returns the core waiting for it, no longer waiting (-1: none)."""
+    msg, peer, slot, links, link_ids, serial, transfer = (
+        prog[7], prog[9], prog[10], prog[11], prog[12], prog[13], prog[14])
+    state, arrived, sent, counts = out[0], out[1], out[3], out[5]
+    if arrival < 0:
+        head, ser = at - hop, serial[g]
+        for j in range(links[g], links[g + 1]):
+            head += hop
+            link = link_ids[j]
+            if free[link] > head:
+                head = free[link]
+            free[link] = head + ser
+        arrival = transfer[g] + head - (links[g + 1] - links[g] - 1) * hop
+    if traced:
+        sent[counts[N_SENT], 0] = msg[g]
+        sent[counts[N_SENT], 1] = at
+        counts[N_SENT] += 1
+    v = slot[g]
+    arrived[v] = arrival
+    k = peer[g]
+    if state[k, CORE_SLOT] == v:
+        state[k, CORE_SLOT] = -1
+        return k
+    return -1
+
+
+HOP, RENDEZVOUS, CONTENTION, QUEUED, TRACED = range(5)
+"""`_loop`'s settings (`cfg`): the mesh's hop, `SimOptions.rendezvous_ns`,
+`link_contention`, `shared_queueing` and `trace`."""
+
+
+@kernel
+def _launch(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
+            mesh: tuple[np.ndarray, ...], heap: Heap,
+            cfg: tuple[int, ...], g: int, at: int, now: int) -> None:
+    """`Mesh.launch`: message `g` leaves at `at`, onto the links (an `INJECT` event) or
+    straight to its receiver, which runs next at `now` if it waits for it."""
+    links = prog[11]
+    if cfg[CONTENTION] and links[g] < links[g + 1]:
+        _push(heap, out[5], at, prog[8][g], INJECT, g)
+        return
+    k = _inject(prog, out, mesh[2], cfg[HOP], cfg[TRACED], g, at, at + prog[14][g])
+    if k >= 0:
+        _push(heap, out[5], now, 0, RUN, k)
+
+
+@kernel
+def _handshake(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
+               mesh: tuple[np.ndarray, ...], heap: Heap,
+               cfg: tuple[int, ...], k: int, g: int, posted: int, now: int) -> None:
+    """`Mesh.handshake`: core `k`'s send `g` waits for its receive posted at `posted`,
+    pays the rendezvous, and leaves."""
+    state, spans, counts = out[0], out[2], out[5]
+    cid, clock, rz = prog[1][k], state[k, CORE_CLOCK], cfg[RENDEZVOUS]
+    if posted > clock:
+        if cfg[TRACED]:
+            _record(spans, counts, SPAN_POST, cid, clock, posted - clock, g)
+        state[k, CORE_BLOCKED] += posted - clock
+        clock = posted
+    if rz:
+        if cfg[TRACED]:
+            _record(spans, counts, SPAN_RENDEZVOUS, cid, clock, rz, g)
+        state[k, CORE_BUSY] += rz
+        clock += rz
+    state[k, CORE_CLOCK] = clock
+    _launch(prog, out, mesh, heap, cfg, g, clock, now)
+
+
+@kernel
+def _access(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
+            mesh: tuple[np.ndarray, ...], heap: Heap,
+            cfg: tuple[int, ...], k: int, g: int, start: int, now: int) -> None:
+    """`SharedMemory.access`: core `k`'s load or store `g` from `start`; a store wakes the
+    loads waiting for it."""
+    state, spans, order, counts = out[0], out[2], out[4], out[5]
+    cid, cost, clock = prog[1][k], prog[4][g], state[k, CORE_CLOCK]
+    if start > clock:
+        if cfg[TRACED]:
+            _record(spans, counts, SPAN_QUEUE, cid, clock, start - clock, g)
+        state[k, CORE_BLOCKED] += start - clock
+    if cfg[TRACED]:
+        _record(spans, counts, SPAN_MEMORY, cid, start, cost, g)
+    state[k, CORE_BUSY] += cost
+    state[k, CORE_CLOCK] = start + cost
+    order[counts[N_ORDER]] = g
+    counts[N_ORDER] += 1
+    if prog[3][g] != STORE:
+        counts[N_LOADS] += 1
+        counts[N_LOAD_BYTES] += prog[18][g]
+        return
+    counts[N_STORES] += 1
+    counts[N_STORE_BYTES] += prog[18][g]
+    sid = prog[17][g]
+    done, first, after = mesh[3], mesh[4], mesh[6]
+    done[sid] = start + cost
+    w = first[sid]
+    first[sid] = -1
+    while w >= 0:
+        state[w, CORE_STORE] = -1
+        _push(heap, counts, now, 0, RUN, w)
+        w = after[w]
+
+
+@kernel
+def _core(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
+          mesh: tuple[np.ndarray, ...], heap: Heap,
+          cfg: tuple[int, ...], k: int, now: int) -> None:
+    """`Engine.run_core`: run core `k` until it finishes, parks, or hands a shared-memory
+    request to the heap."""
+    (begin, cids, mem_rank, kind, cost, waits, wait_slots, msg, _, _, _, _, _, _, _,
+     deps, dep_ids, _, _) = prog
+    state, arrival, spans, order, counts = out[0], out[1], out[2], out[4], out[5]
+    posted, parked, done, first, last, after = mesh[0], mesh[1], mesh[3], mesh[4], mesh[5], mesh[6]
+    traced, leaves = cfg[TRACED], cfg[RENDEZVOUS] == 0
+    cid, base = cids[k], begin[k]
+    n = begin[k + 1] - base
+    clock, pc, busy = state[k, CORE_CLOCK], state[k, CORE_PC], 0
+    while pc < n:
+        g = base + pc
+        if waits[g] < waits[g + 1]:
+            ready = clock
+            for j in range(waits[g], waits[g + 1]):
+                a = arrival[wait_slots[j]]
+                if a < 0:
+                    state[k, CORE_CLOCK], state[k, CORE_PC] = clock, pc
+                    state[k, CORE_SLOT] = wait_slots[j]
+                    state[k, CORE_BUSY] += busy
+                    return
+                if a > ready:
+                    ready = a
+            if ready > clock:
+                if traced:
+                    _record(spans, counts, SPAN_OPERANDS, cid, clock, ready - clock, g)
+                state[k, CORE_BLOCKED] += ready - clock
+                clock = ready
+        kd = kind[g]
+        if kd == COMPUTE:
+            order[counts[N_ORDER]] = g
+            counts[N_ORDER] += 1
+            if traced:
+                _record(spans, counts, SPAN_COMPUTE, cid, clock, cost[g], g)
+            clock += cost[g]
+            busy += cost[g]
+            pc += 1
+            continue
+        m = msg[g]
+        if kd == RECV and parked[m] < 0:
+            posted[m] = clock
+            pc += 1
+            continue
+        if kd == SEND and leaves and 0 <= posted[m] <= clock:
+            _launch(prog, out, mesh, heap, cfg, g, clock, now)
+            pc += 1
+            continue
+        state[k, CORE_CLOCK], state[k, CORE_PC] = clock, pc
+        state[k, CORE_BUSY] += busy
+        busy = 0
+        if kd == RECV:  # its sender is parked: `Mesh.receive`
+            s = parked[m]
+            parked[m] = -1
+            _handshake(prog, out, mesh, heap, cfg, s, begin[s] + state[s, CORE_PC], clock, now)
+            state[s, CORE_PC] += 1
+            _push(heap, counts, state[s, CORE_CLOCK], 0, RUN, s)
+        elif kd == SEND:  # `Mesh.send`
+            if posted[m] < 0:
+                parked[m] = k
+                return
+            _handshake(prog, out, mesh, heap, cfg, k, g, posted[m], now)
+        else:  # a load or store: `SharedMemory.ready`, then the memory
+            ready = clock
+            for j in range(deps[g], deps[g + 1]):
+                sid = dep_ids[j]
+                if done[sid] < 0:
+                    state[k, CORE_STORE] = sid
+                    if first[sid] < 0:
+                        first[sid] = k
+                    else:
+                        after[last[sid]] = k
+                    last[sid], after[k] = k, -1
+                    return
+                if done[sid] > ready:
+                    ready = done[sid]
+            if ready > clock:
+                if traced:
+                    _record(spans, counts, SPAN_STORES, cid, clock, ready - clock, g)
+                state[k, CORE_BLOCKED] += ready - clock
+                state[k, CORE_CLOCK] = ready
+            if cfg[QUEUED]:
+                _push(heap, counts, state[k, CORE_CLOCK], mem_rank[k], MEM, k)
+                return
+            _access(prog, out, mesh, heap, cfg, k, g, state[k, CORE_CLOCK], now)
+        clock = state[k, CORE_CLOCK]
+        pc += 1
+    state[k, CORE_CLOCK], state[k, CORE_PC] = clock, pc
+    state[k, CORE_BUSY] += busy
+    state[k, CORE_DONE] = 1
+
+
+@kernel
+def _loop(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], messages: int,
+          num_links: int, stores: int, cfg: tuple[int, ...]) -> None:
+    """`Engine.run`: every core run from time 0, then the events in time order until
+    none is left (cores not done then are deadlocked)."""
+    begin, mem_rank = prog[0], prog[2]
+    state, counts = out[0], out[5]
+    cores = state.shape[0]
+    mesh = (np.full(messages + 1, -1, np.int64),  # per message: when its receive was posted
+            np.full(messages + 1, -1, np.int64),  # its parked sender
+            np.zeros(num_links + 1, np.int64),  # per link: when it is free
+            np.full(stores, -1, np.int64),  # per store: when it was done
+            np.full(stores, -1, np.int64),  # the first load waiting for it
+            np.full(stores, -1, np.int64),  # the last one
+            np.full(cores, -1, np.int64))  # per core: the next load waiting for its store
+    heap: Heap = [(0, 0, 0, 0, 0)]  # typed by its item (numba), then emptied
+    heap.pop()
+    for k in range(cores):
+        _push(heap, counts, 0, 0, RUN, k)
+    memory_free = 0
+    while heap:
+        time, _, _, event, k = heapq.heappop(heap)
+        if event == INJECT:  # most events
+            g = k
+            k = _inject(prog, out, mesh[2], cfg[HOP], cfg[TRACED], g, time, -1)
+            if k < 0:
+                continue
+            # its receiver runs now, after the events of this time of rank 0 pushed before
+            if heap and heap[0][0] == time and heap[0][1] == 0:
+                _push(heap, counts, time, 0, RUN, k)
+                continue
+        elif event == MEM:  # `Mesh.serve`
+            if memory_free > time:
+                _push(heap, counts, memory_free, mem_rank[k], MEM, k)
+                continue
+            _access(prog, out, mesh, heap, cfg, k, begin[k] + state[k, CORE_PC], time, time)
+            memory_free = state[k, CORE_CLOCK]
+            state[k, CORE_PC] += 1
+        _core(prog, out, mesh, heap, cfg, k, time)
