@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,6 +58,8 @@ class Flat:
 
     instrs: list[Instr]
     arrays: tuple[np.ndarray, ...]
+    spans: list[tuple[int, int, str, str] | None] | None = None
+    """Per instruction, a compute's `Instr.span` (made on the first traced run)."""
 
 
 def flat(program: Program, num_cores: int) -> Flat | None:
@@ -112,9 +115,9 @@ def run(engine: Engine, f: Flat) -> None:
     state[:, CORE_SLOT] = -1
     state[:, CORE_STORE] = -1
     arrival = np.full(len(engine.arrival) + 1, -1, I64)
-    spans = np.zeros((4 * n + 1 if traced else 1, 5), I64)
-    sent = np.zeros((program.messages + 1 if traced else 1, 2), I64)
-    order = np.zeros(n + 1, I64)
+    spans = np.empty((4 * n + 1 if traced else 1, 5), I64)  # pages touched only if used
+    sent = np.empty((program.messages + 1 if traced else 1, 2), I64)
+    order = np.empty(n + 1, I64)
     counts = np.zeros(N_COUNTS, I64)
     cfg = (engine.proto.hop, opts.rendezvous_ns, int(opts.link_contention),
            int(opts.shared_queueing), int(traced))
@@ -124,38 +127,42 @@ def run(engine: Engine, f: Flat) -> None:
         st.pc, st.clock, st.busy, st.blocked, done, st.wait_slot, st.wait_store = row
         st.done = bool(done)
     engine.arrival[:] = arrival[:-1].tolist()
-    instrs = f.instrs
-    engine.order[:] = [instrs[i] for i in order[:counts[N_ORDER]].tolist()]
+    ran = order[:counts[N_ORDER]].tolist()
+    engine.order[:] = itemgetter(*ran)(f.instrs) if len(ran) > 1 else [f.instrs[g] for g in ran]
     rep = engine.report
     rep.shared_reads, rep.shared_read_bytes, rep.shared_writes, rep.shared_write_bytes = (
         counts[N_LOADS:N_STORE_BYTES + 1].tolist())
     if traced:
-        engine.trace.sent[:] = [tuple(x) for x in sent[:counts[N_SENT]].tolist()]
+        m = counts[N_SENT]
+        engine.trace.sent[:] = zip(sent[:m, 0].tolist(), sent[:m, 1].tolist(), strict=True)
         assert engine.spans is not None
-        engine.spans[:] = _spans(spans[:counts[N_SPANS]], instrs)
+        engine.spans[:] = _spans(spans[:counts[N_SPANS]].tolist(), f)
 
 
-def _spans(records: np.ndarray, instrs: list[Instr]) -> list[object]:
-    """`_loop`'s span records as `Trace.recorded` holds them."""
-    out: list[object] = []
-    add = out.append
-    for code, cid, start, dur, i in records.tolist():
-        ins = instrs[i]
-        if code == SPAN_COMPUTE:
-            add((start, ins.span or ins.spanned()))
-        elif code == SPAN_OPERANDS:
-            add((cid, start, dur, "blocked", BLOCKED, ins.waiting))
-        elif code == SPAN_POST:
-            add((cid, start, dur, "blocked", BLOCKED, post_wait(ins)))
-        elif code == SPAN_RENDEZVOUS:
-            add((cid, start, dur, "rendezvous", COMM, rendezvous_note(ins)))
-        elif code == SPAN_STORES:
-            add((cid, start, dur, "blocked", BLOCKED, STORES_WAIT))
-        elif code == SPAN_QUEUE:
-            add((cid, start, dur, "blocked", BLOCKED, QUEUE))
-        else:
-            add((cid, start, dur, ins.label, MEMORY, ins.where))
-    return out
+def _spans(records: list[list[int]], f: Flat) -> list[object]:
+    """`_loop`'s span records as `Trace.recorded` holds them (a compute's as its start and
+    `Instr.span`)."""
+    if f.spans is None:
+        f.spans = [ins.span or ins.spanned() if ins.kind == COMPUTE else None
+                   for ins in f.instrs]
+    computes, instrs = f.spans, f.instrs
+    return [(start, computes[g]) if code == SPAN_COMPUTE
+            else _span(code, cid, start, dur, instrs[g]) for code, cid, start, dur, g in records]
+
+
+def _span(code: int, cid: int, start: int, dur: int, ins: Instr) -> object:
+    """The `Trace.spans` tuple of a record other than a compute's."""
+    if code == SPAN_OPERANDS:
+        return (cid, start, dur, "blocked", BLOCKED, ins.waiting)
+    if code == SPAN_POST:
+        return (cid, start, dur, "blocked", BLOCKED, post_wait(ins))
+    if code == SPAN_RENDEZVOUS:
+        return (cid, start, dur, "rendezvous", COMM, rendezvous_note(ins))
+    if code == SPAN_STORES:
+        return (cid, start, dur, "blocked", BLOCKED, STORES_WAIT)
+    if code == SPAN_QUEUE:
+        return (cid, start, dur, "blocked", BLOCKED, QUEUE)
+    return (cid, start, dur, ins.label, MEMORY, ins.where)
 
 
 N_ORDER, N_LOADS, N_LOAD_BYTES, N_STORES, N_STORE_BYTES, N_SPANS, N_SENT, N_SEQ, N_COUNTS = (
