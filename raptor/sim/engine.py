@@ -196,12 +196,9 @@ class Engine:
             if kind == INJECT:  # most events
                 woken = inject(payload, time)
                 if woken is not None:
-                    # it runs now, after the events of this time of rank 0 pushed before
-                    # (`deliver`); when there are none it is the next event: no push and pop
-                    if heap and heap[0][0] == time and not heap[0][1]:
-                        self.push(time, RUN, woken)
-                    else:
-                        self.run_core(woken)
+                    # it runs now: an injection's rank is above 0, so no event of rank 0 is
+                    # left at this time (`raptor.noc.inject_rank`), and it is the next event
+                    self.run_core(woken)
             elif kind == RUN:
                 self.run_core(payload)
             else:

@@ -416,11 +416,7 @@ def _loop(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], messages: i
         if event == INJECT:  # most events
             g = k
             k = _inject(prog, out, mesh[2], cfg[HOP], cfg[TRACED], g, time, -1)
-            if k < 0:
-                continue
-            # its receiver runs now, after the events of this time of rank 0 pushed before
-            if heap and heap[0][0] == time and heap[0][1] == 0:
-                _push(heap, counts, time, 0, RUN, k)
+            if k < 0:  # else its receiver runs now (no event of rank 0 is left at this time)
                 continue
         elif event == MEM:  # `Mesh.serve`
             if memory_free > time:

@@ -1,0 +1,90 @@
+"""The compiled event loop (`raptor.sim.loop`): which runs take it, and the cases of its
+code that the other tests' programs do not reach."""
+
+
+from __future__ import annotations
+
+import pytest
+
+from raptor.sim import SimOptions, Simulator
+
+from .test_timing import CONTENTION
+from .util import TARGET, program, rand, run
+
+WAKE = """
+func.func @main() -> tensor<16xf32> {
+  %w = spat.weight @w : tensor<16xf32>
+  %o = pim.alloc_shared : tensor<16xf32>
+  pim.core 0 {
+    %a = spat.channel_receive from core(1) channel(0) : tensor<16xf32>
+    %s = pim.vadd %a, %a : tensor<16xf32>
+    pim.store %s into %o[0] [16] [1] : tensor<16xf32> into tensor<16xf32>
+  }
+  pim.core 1 {
+    %e = pim.relu %w : tensor<16xf32>
+    spat.channel_send %e to core(0) channel(0) : tensor<16xf32>
+  }
+  return %o : tensor<16xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("contention", [True, False])
+def test_a_message_wakes_the_receiver_parked_on_it(contention: bool) -> None:
+    """Core 0 posts its receive and parks on the add; core 1's send finds the receive
+    posted and leaves at 4 (through the links, or straight to core 0 without contention):
+    one hop and 8 flits, at core 0 by 22, which adds (4) and stores (100)."""
+    res = run(WAKE, {"w": rand(16)}, options=SimOptions(link_contention=contention))
+    assert res.report.latency_ns == 22 + 4 + 100
+    assert res.report.cores[0].blocked_ns == 22
+    assert res.trace.spans[1:3] == [
+        (0, 0, 22, "blocked", "blocked", "waiting for %a"),
+        (0, 22, 4, "pim.vadd", "compute", "t.spat:7:10")]
+
+
+SHARED = """
+func.func @main() -> tensor<16xf32> {
+  %w = spat.weight @w : tensor<16xf32>
+  %buf = pim.alloc_shared : tensor<16xf32>
+  pim.core 0 {
+    %a = spat.channel_receive from core(3) channel(0) : tensor<16xf32>
+    pim.store %a into %buf[0] [16] [1] : tensor<16xf32> into tensor<16xf32>
+  }
+  pim.core 1 {
+    %b = pim.load %buf[0] [16] [1] : tensor<16xf32> to tensor<16xf32>
+  }
+  pim.core 2 {
+    %c = pim.load %buf[0] [16] [1] : tensor<16xf32> to tensor<16xf32>
+  }
+  pim.core 3 {
+    %e = pim.relu %w : tensor<16xf32>
+    spat.channel_send %e to core(0) channel(0) : tensor<16xf32>
+  }
+  return %buf : tensor<16xf32>
+}
+"""
+
+
+def test_loads_parked_on_one_store_are_woken_together_and_queue() -> None:
+    """Cores 1 and 2 both load what core 0 stores once its message is in: both wait for
+    the store, then ask at once; the memory serves core 1 first (the lowest core), and core
+    2 when core 1's load is done (64 B: 80 ns each)."""
+    res = run(SHARED, {"w": rand(16)})
+    memory = {s[0]: s for s in res.trace.spans if s[4] == "memory"}
+    store_end = memory[0][1] + memory[0][2]
+    assert memory[1][1:3] == (store_end, 80)
+    assert memory[2][1:3] == (store_end + 80, 80)
+    queued = [s for s in res.trace.spans if s[0] == 2 and s[4] == "blocked"]
+    assert [s[1:3] for s in queued] == [(0, store_end), (store_end, 80)]
+    assert (res.report.shared_reads, res.report.shared_writes) == (2, 1)
+
+
+def test_latency_programs_under_raptors_rendezvous_take_the_compiled_loop() -> None:
+    """The compiled loop plays Raptor's mesh with rendezvous sends: the program is made
+    its arrays on such a run only (buffered sends stay with the Python loop)."""
+    sim = Simulator(program(CONTENTION, {"w": rand(16)}), TARGET)
+    sim.run({}, SimOptions(mode="buffered"))
+    assert sim.program.flat is None
+    sim.run({}, SimOptions(rendezvous_ns=3, link_contention=False))
+    f = sim.program.flat
+    assert f is not None and len(f.instrs) == 7  # 2 sends, 2 receives, relu, add, store
