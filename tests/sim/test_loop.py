@@ -1,7 +1,6 @@
 """The compiled event loop (`raptor.sim.loop`): which runs take it, and the cases of its
 code that the other tests' programs do not reach."""
 
-
 from __future__ import annotations
 
 import pytest
