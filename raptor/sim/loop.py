@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from operator import itemgetter
-from typing import TYPE_CHECKING
+from itertools import chain
+from operator import attrgetter, itemgetter
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -64,44 +65,43 @@ class Flat:
 
 def flat(program: Program, num_cores: int) -> Flat | None:
     """`program` as arrays (made once, kept on it), or None if it holds counters
-    (`pim.signal` / `pim.wait`, which only streams use: not this loop's)."""
+    (`pim.signal` / `pim.wait`, which only streams use: not this loop's) or nothing."""
     if program.flat is not None:
         return program.flat
     instrs = [ins for prog in program.cores.values() for ins in prog]
-    if any(ins.kind >= SIGNAL for ins in instrs):
+    if not instrs or any(ins.kind >= SIGNAL for ins in instrs):
         return None
-    index = {cid: k for k, cid in enumerate(program.cores)}
+    n = len(instrs)
 
-    def ptr(lengths: list[int]) -> np.ndarray:
-        out = np.zeros(len(lengths) + 1, I64)
-        np.cumsum(lengths, out=out[1:])
-        return out
+    def cols(objs: list[Any], *attrs: str) -> list[np.ndarray]:
+        """Integer fields of `objs`, one array each (one pass: the objects are scattered
+        in memory, and each visit is a cache miss)."""
+        got = np.fromiter(chain.from_iterable(map(attrgetter(*attrs), objs)), I64,
+                          len(objs) * len(attrs))
+        return [np.ascontiguousarray(c) for c in got.reshape(len(objs), len(attrs)).T]
 
-    def ints(xs: list[int]) -> np.ndarray:
-        return np.array(xs, I64) if xs else np.zeros(1, I64)
+    def csr(seqs: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Tuples laid end to end: where each starts (and ends), and their items."""
+        starts = np.zeros(n + 1, I64)
+        starts[1:] = np.fromiter(map(len, seqs), I64, n)
+        return np.cumsum(starts, out=starts), np.fromiter(chain(*seqs, [-1]), I64)
 
-    sends = [ins.kind == SEND for ins in instrs]
-    routes = [ins.route for ins in instrs]
+    kind, cost, msg, rank, peer, store_id, nbytes = cols(
+        instrs, "kind", "cost", "msg", "rank", "peer", "store_id", "nbytes")
+    routes, waits, deps, made = zip(
+        *map(attrgetter("route", "wait_slots", "deps", "slots_out"), instrs), strict=True)
+    serial, transfer = cols(list(routes), "serial_ns", "transfer_ns")
+    index = np.full(max(program.cores, default=0) + 2, -1, I64)  # core id -> index; -1 -> -1
+    index[list(program.cores)] = np.arange(len(program.cores))
+    slot = np.full(n, -1, I64)  # a send's: the slot its value arrives in
+    sends = np.flatnonzero(kind == SEND).tolist()
+    slot[sends] = [made[g][0] for g in sends]
     program.flat = Flat(instrs, (
-        ptr([len(p) for p in program.cores.values()]),
-        ints(list(program.cores)),
-        ints([noc.memory_rank(cid, num_cores) for cid in program.cores]),
-        ints([ins.kind for ins in instrs]),
-        ints([ins.cost for ins in instrs]),
-        ptr([len(ins.wait_slots) for ins in instrs]),
-        ints([s for ins in instrs for s in ins.wait_slots]),
-        ints([ins.msg for ins in instrs]),
-        ints([ins.rank for ins in instrs]),
-        ints([index[ins.peer] if s else -1 for ins, s in zip(instrs, sends, strict=True)]),
-        ints([ins.slots_out[0] if s else -1 for ins, s in zip(instrs, sends, strict=True)]),
-        ptr([len(r.links) for r in routes]),
-        ints([x for r in routes for x in r.links]),
-        ints([r.serial_ns for r in routes]),
-        ints([r.transfer_ns for r in routes]),
-        ptr([len(ins.deps) for ins in instrs]),
-        ints([d for ins in instrs for d in ins.deps]),
-        ints([ins.store_id for ins in instrs]),
-        ints([ins.nbytes for ins in instrs])))
+        np.cumsum([0, *map(len, program.cores.values())], dtype=I64),
+        np.array(list(program.cores), I64),
+        np.array([noc.memory_rank(cid, num_cores) for cid in program.cores], I64),
+        kind, cost, *csr(waits), msg, rank, np.where(kind == SEND, index[peer], -1), slot,
+        *csr(tuple(r.links for r in routes)), serial, transfer, *csr(deps), store_id, nbytes))
     return program.flat
 
 
