@@ -170,12 +170,11 @@ class Engine:
 
     def run(self) -> None:
         """Run to the end: by the compiled loop (`raptor.sim.loop`) when it plays these
-        options and program (Raptor's mesh, rendezvous sends, no stream, no link walks
-        logged as they are made), else here."""
+        options (Raptor's mesh, rendezvous sends, no link walks logged as they are made),
+        else here."""
         opts = self.opts
         f = (loop.flat(self.program, self.target.num_cores) if opts.model == "raptor"
-             and opts.mode == "rendezvous" and not self.program.inferences
-             and self.proto.log is None else None)
+             and opts.mode == "rendezvous" and self.proto.log is None else None)
         if f is not None:
             loop.run(self, f)
         else:

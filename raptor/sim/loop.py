@@ -24,21 +24,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from raptor import noc
+from raptor.ir.core import Value
 from raptor.jit import kernel
-from raptor.sim.program import COMPUTE, RECV, SEND, SIGNAL, STORE, Instr, Program
+from raptor.sim.program import COMPUTE, RECV, SEND, SIGNAL, STORE, WAIT, Instr, Program
 from raptor.sim.protocol import INJECT, MEM, RUN, post_wait, rendezvous_note
 from raptor.sim.report import BLOCKED, COMM, MEMORY, QUEUE
-from raptor.sim.shared import STORES_WAIT
+from raptor.sim.shared import STORES_WAIT, count_wait
 
 if TYPE_CHECKING:
     from raptor.sim.engine import Engine
 
-SPAN_COMPUTE, SPAN_OPERANDS, SPAN_POST, SPAN_RENDEZVOUS, SPAN_STORES, SPAN_QUEUE, SPAN_MEMORY = (
-    range(7))
+(SPAN_COMPUTE, SPAN_OPERANDS, SPAN_POST, SPAN_RENDEZVOUS, SPAN_STORES, SPAN_QUEUE, SPAN_MEMORY,
+ SPAN_COUNT) = range(8)
 """What a span record (code, core, start, duration, instruction) of `_loop` is."""
 
-CORE_PC, CORE_CLOCK, CORE_BUSY, CORE_BLOCKED, CORE_DONE, CORE_SLOT, CORE_STORE = range(7)
-"""The columns of `_loop`'s core state (`engine.Core`'s fields of the same names)."""
+(CORE_PC, CORE_CLOCK, CORE_BUSY, CORE_BLOCKED, CORE_DONE, CORE_SLOT, CORE_STORE, CORE_COUNT,
+ CORE_WAKE) = range(9)
+"""The columns of `_loop`'s core state (`engine.Core`'s fields of the same names; the
+`pim.wait` a core is parked on by its instruction's index)."""
 
 I64 = np.int64
 
@@ -59,17 +62,18 @@ class Flat:
 
     instrs: list[Instr]
     arrays: tuple[np.ndarray, ...]
+    counters: list[tuple[Value, int]]
+    """The counters (`Instr.counter`) by number (`arrays`' counter of a signal or wait)."""
     spans: list[tuple[int, int, str, str] | None] | None = None
     """Per instruction, a compute's `Instr.span` (made on the first traced run)."""
 
 
 def flat(program: Program, num_cores: int) -> Flat | None:
-    """`program` as arrays (made once, kept on it), or None if it holds counters
-    (`pim.signal` / `pim.wait`, which only streams use: not this loop's) or nothing."""
+    """`program` as arrays (made once, kept on it), or None if it holds nothing."""
     if program.flat is not None:
         return program.flat
     instrs = [ins for prog in program.cores.values() for ins in prog]
-    if not instrs or any(ins.kind >= SIGNAL for ins in instrs):
+    if not instrs:
         return None
     n = len(instrs)
 
@@ -86,8 +90,14 @@ def flat(program: Program, num_cores: int) -> Flat | None:
         starts[1:] = np.fromiter(map(len, seqs), I64, n)
         return np.cumsum(starts, out=starts), np.fromiter(chain(*seqs, [-1]), I64)
 
-    kind, cost, msg, rank, peer, store_id, nbytes = cols(
-        instrs, "kind", "cost", "msg", "rank", "peer", "store_id", "nbytes")
+    kind, cost, msg, rank, peer, store_id, nbytes, first, threshold = cols(
+        instrs, "kind", "cost", "msg", "rank", "peer", "store_id", "nbytes", "first",
+        "threshold")
+    numbers: dict[tuple[Value, int], int] = {}
+    counter = np.fromiter((-1 if ins.counter is None else numbers.setdefault(ins.counter,
+                           len(numbers)) for ins in instrs), I64, n)
+    signals = np.zeros(len(numbers) + 1, I64)  # per counter: where its signals' times start
+    signals[1:] = np.bincount(counter[kind == SIGNAL], minlength=len(numbers))
     routes, waits, deps, made = zip(
         *map(attrgetter("route", "wait_slots", "deps", "slots_out"), instrs), strict=True)
     serial, transfer = cols(list(routes), "serial_ns", "transfer_ns")
@@ -101,7 +111,8 @@ def flat(program: Program, num_cores: int) -> Flat | None:
         np.array(list(program.cores), I64),
         np.array([noc.memory_rank(cid, num_cores) for cid in program.cores], I64),
         kind, cost, *csr(waits), msg, rank, np.where(kind == SEND, index[peer], -1), slot,
-        *csr(tuple(r.links for r in routes)), serial, transfer, *csr(deps), store_id, nbytes))
+        *csr(tuple(r.links for r in routes)), serial, transfer, *csr(deps), store_id, nbytes,
+        first, counter, threshold, np.cumsum(signals)), list(numbers))
     return program.flat
 
 
@@ -111,27 +122,42 @@ def run(engine: Engine, f: Flat) -> None:
     program, opts = engine.program, engine.opts
     traced = opts.trace
     n = len(f.instrs)
-    state = np.zeros((len(engine.cores), 7), I64)
-    state[:, CORE_SLOT] = -1
-    state[:, CORE_STORE] = -1
+    state = np.zeros((len(engine.cores), 9), I64)
+    state[:, CORE_SLOT:CORE_COUNT + 1] = -1
+    starts = np.full((len(engine.cores), max(f.arrays[19].max(), 0) + 1), -1, I64)  # by `first`
+    signals = f.arrays[22]
+    tally = np.zeros(len(signals), I64)  # per counter: its signals completed
+    times = np.empty(signals[-1] + 1, I64)  # their times, sorted, from `signals[counter]`
     arrival = np.full(len(engine.arrival) + 1, -1, I64)
     spans = np.empty((4 * n + 1 if traced else 1, 5), I64)  # pages touched only if used
     sent = np.empty((program.messages + 1 if traced else 1, 2), I64)
     order = np.empty(n + 1, I64)
+    order_at = np.empty(n + 1, I64)
     counts = np.zeros(N_COUNTS, I64)
     cfg = (engine.proto.hop, opts.rendezvous_ns, int(opts.link_contention),
-           int(opts.shared_queueing), int(traced))
-    _loop(f.arrays, (state, arrival, spans, sent, order, counts), program.messages,
-          engine.proto.net.num_links, len(program.stores) + 1, cfg)
-    for st, row in zip(engine.cores, state.tolist(), strict=True):
-        st.pc, st.clock, st.busy, st.blocked, done, st.wait_slot, st.wait_store = row
+           int(opts.shared_queueing), int(traced), int(program.inferences > 0))
+    _loop(f.arrays, (state, arrival, spans, sent, order, counts, starts, order_at, tally, times),
+          program.messages, engine.proto.net.num_links, len(program.stores) + 1, cfg)
+    for st, row, began in zip(engine.cores, state.tolist(), starts.tolist(), strict=True):
+        st.pc, st.clock, st.busy, st.blocked, done, st.wait_slot, st.wait_store, wait, st.wake = (
+            row)
         st.done = bool(done)
+        st.wait_count = f.instrs[wait] if wait >= 0 else None
+        if program.inferences:
+            st.starts = {i: t for i, t in enumerate(began) if t >= 0}
     engine.arrival[:] = arrival[:-1].tolist()
+    engine.memory.counts = {c: times[signals[i]:signals[i] + tally[i]].tolist()
+                            for i, c in enumerate(f.counters)}
     ran = order[:counts[N_ORDER]].tolist()
+    if program.written:  # a stream: its loads and stores checked in the order they ran
+        for g, at in zip(ran, order_at[:len(ran)].tolist(), strict=True):
+            if f.instrs[g].region is not None:
+                engine.now = at
+                engine.memory.check_race(f.instrs[g])
     engine.order[:] = itemgetter(*ran)(f.instrs) if len(ran) > 1 else [f.instrs[g] for g in ran]
     rep = engine.report
-    rep.shared_reads, rep.shared_read_bytes, rep.shared_writes, rep.shared_write_bytes = (
-        counts[N_LOADS:N_STORE_BYTES + 1].tolist())
+    (rep.shared_reads, rep.shared_read_bytes, rep.shared_writes, rep.shared_write_bytes,
+     rep.signals, rep.waits) = counts[N_LOADS:N_WAITS + 1].tolist()
     if traced:
         m = counts[N_SENT]
         engine.trace.sent[:] = zip(sent[:m, 0].tolist(), sent[:m, 1].tolist(), strict=True)
@@ -162,13 +188,15 @@ def _span(code: int, cid: int, start: int, dur: int, ins: Instr) -> object:
         return (cid, start, dur, "blocked", BLOCKED, STORES_WAIT)
     if code == SPAN_QUEUE:
         return (cid, start, dur, "blocked", BLOCKED, QUEUE)
+    if code == SPAN_COUNT:
+        return (cid, start, dur, "blocked", BLOCKED, count_wait(ins))
     return (cid, start, dur, ins.label, MEMORY, ins.where)
 
 
-N_ORDER, N_LOADS, N_LOAD_BYTES, N_STORES, N_STORE_BYTES, N_SPANS, N_SENT, N_SEQ, N_COUNTS = (
-    range(9))
-"""`_loop`'s counters: the order's length, the report's shared-memory figures, the span
-and message records written, the last event's sequence number."""
+(N_ORDER, N_LOADS, N_LOAD_BYTES, N_STORES, N_STORE_BYTES, N_SIGNALS, N_WAITS, N_SPANS, N_SENT,
+ N_SEQ, N_COUNTS) = range(11)
+"""`_loop`'s counters: the order's length, the report's shared-memory and counter figures,
+the span and message records written, the last event's sequence number."""
 
 
 @kernel
@@ -219,9 +247,9 @@ def _inject(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], free: np.
     return -1
 
 
-HOP, RENDEZVOUS, CONTENTION, QUEUED, TRACED = range(5)
+HOP, RENDEZVOUS, CONTENTION, QUEUED, TRACED, STREAM = range(6)
 """`_loop`'s settings (`cfg`): the mesh's hop, `SimOptions.rendezvous_ns`,
-`link_contention`, `shared_queueing` and `trace`."""
+`link_contention`, `shared_queueing`, `trace`, and whether the program is a stream."""
 
 
 @kernel
@@ -277,9 +305,18 @@ def _access(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
         _record(spans, counts, SPAN_MEMORY, cid, start, cost, g)
     state[k, CORE_BUSY] += cost
     state[k, CORE_CLOCK] = start + cost
+    kd = prog[3][g]
+    if kd >= SIGNAL:  # counters carry no data: not part of the numerics
+        if kd == SIGNAL:
+            counts[N_SIGNALS] += 1
+            _signalled(prog, out, mesh, heap, g, start + cost, now)
+        else:
+            counts[N_WAITS] += 1
+        return
     order[counts[N_ORDER]] = g
+    out[7][counts[N_ORDER]] = now
     counts[N_ORDER] += 1
-    if prog[3][g] != STORE:
+    if kd != STORE:
         counts[N_LOADS] += 1
         counts[N_LOAD_BYTES] += prog[18][g]
         return
@@ -297,21 +334,89 @@ def _access(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
 
 
 @kernel
+def _signalled(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
+               mesh: tuple[np.ndarray, ...], heap: Heap, g: int, end: int, now: int) -> None:
+    """`SharedMemory.signalled`: signal `g` completed at `end`; the cores parked on its
+    counter whose threshold it reaches run again."""
+    state, counts, tally, times = out[0], out[5], out[8], out[9]
+    first, last, after = mesh[7], mesh[8], mesh[9]
+    c = prog[20][g]
+    base = prog[22][c]
+    i = base + tally[c]
+    while i > base and times[i - 1] > end:  # `bisect.insort`
+        times[i] = times[i - 1]
+        i -= 1
+    times[i] = end
+    tally[c] += 1
+    prev, w = -1, first[c]
+    while w >= 0:
+        nxt = after[w]
+        need = prog[21][state[w, CORE_COUNT]]
+        if tally[c] >= need:
+            state[w, CORE_WAKE] = times[base + need - 1]
+            _push(heap, counts, max(now, state[w, CORE_CLOCK]), 0, RUN, w)
+            if prev < 0:
+                first[c] = nxt
+            else:
+                after[prev] = nxt
+            if last[c] == w:
+                last[c] = prev
+        else:
+            prev = w
+        w = nxt
+
+
+@kernel
+def _counter_ready(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
+                   mesh: tuple[np.ndarray, ...], k: int, g: int, traced: int) -> bool:
+    """`SharedMemory.counter_ready`: whether core `k`'s wait `g` has its count (the core
+    blocks until the signal that made it completes); False parks the core on the counter."""
+    state, spans, counts, tally, times = out[0], out[2], out[5], out[8], out[9]
+    cid, clock = prog[1][k], state[k, CORE_CLOCK]
+    if state[k, CORE_COUNT] == g and state[k, CORE_WAKE] > clock:  # woken by a signal
+        if traced:
+            _record(spans, counts, SPAN_COUNT, cid, clock, state[k, CORE_WAKE] - clock, g)
+        state[k, CORE_BLOCKED] += state[k, CORE_WAKE] - clock
+        clock = state[k, CORE_CLOCK] = state[k, CORE_WAKE]
+    state[k, CORE_COUNT] = -1
+    c, need = prog[20][g], prog[21][g]
+    if tally[c] >= need:  # a threshold of 0 or less is always reached
+        if need > 0 and times[prog[22][c] + need - 1] > clock:
+            at = times[prog[22][c] + need - 1]
+            if traced:
+                _record(spans, counts, SPAN_COUNT, cid, clock, at - clock, g)
+            state[k, CORE_BLOCKED] += at - clock
+            state[k, CORE_CLOCK] = at
+        return True
+    state[k, CORE_COUNT] = g
+    first, last, after = mesh[7], mesh[8], mesh[9]
+    if first[c] < 0:
+        first[c] = k
+    else:
+        after[last[c]] = k
+    last[c], after[k] = k, -1
+    return False
+
+
+@kernel
 def _core(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
           mesh: tuple[np.ndarray, ...], heap: Heap,
           cfg: tuple[int, ...], k: int, now: int) -> None:
     """`Engine.run_core`: run core `k` until it finishes, parks, or hands a shared-memory
     request to the heap."""
-    (begin, cids, mem_rank, kind, cost, waits, wait_slots, msg, _, _, _, _, _, _, _,
-     deps, dep_ids, _, _) = prog
-    state, arrival, spans, order, counts = out[0], out[1], out[2], out[4], out[5]
+    begin, cids, kind, cost, waits, wait_slots, msg = (
+        prog[0], prog[1], prog[3], prog[4], prog[5], prog[6], prog[7])
+    mem_rank, deps, dep_ids, starting = prog[2], prog[15], prog[16], prog[19]
+    state, arrival, spans, order, counts, starts = out[0], out[1], out[2], out[4], out[5], out[6]
     posted, parked, done, first, last, after = mesh[0], mesh[1], mesh[3], mesh[4], mesh[5], mesh[6]
-    traced, leaves = cfg[TRACED], cfg[RENDEZVOUS] == 0
+    traced, leaves, stream = cfg[TRACED], cfg[RENDEZVOUS] == 0, cfg[STREAM]
     cid, base = cids[k], begin[k]
     n = begin[k + 1] - base
     clock, pc, busy = state[k, CORE_CLOCK], state[k, CORE_PC], 0
     while pc < n:
         g = base + pc
+        if stream and starting[g] >= 0 and starts[k, starting[g]] < 0:
+            starts[k, starting[g]] = clock
         if waits[g] < waits[g + 1]:
             ready = clock
             for j in range(waits[g], waits[g + 1]):
@@ -361,8 +466,10 @@ def _core(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
                 parked[m] = k
                 return
             _handshake(prog, out, mesh, heap, cfg, k, g, posted[m], now)
-        else:  # a load or store: `SharedMemory.ready`, then the memory
-            ready = clock
+        else:  # a load, store or counter: `SharedMemory.ready`, then the memory
+            if kd == WAIT and not _counter_ready(prog, out, mesh, k, g, traced):
+                return
+            clock = ready = state[k, CORE_CLOCK]
             for j in range(deps[g], deps[g + 1]):
                 sid = dep_ids[j]
                 if done[sid] < 0:
@@ -405,7 +512,10 @@ def _loop(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], messages: i
             np.full(stores, -1, np.int64),  # per store: when it was done
             np.full(stores, -1, np.int64),  # the first load waiting for it
             np.full(stores, -1, np.int64),  # the last one
-            np.full(cores, -1, np.int64))  # per core: the next load waiting for its store
+            np.full(cores, -1, np.int64),  # per core: the next load waiting for its store
+            np.full(len(prog[22]), -1, np.int64),  # per counter: the first core parked on it
+            np.full(len(prog[22]), -1, np.int64),  # the last one
+            np.full(cores, -1, np.int64))  # per core: the next one parked on its counter
     heap: Heap = [(0, 0, 0, 0, 0)]  # typed by its item (numba), then emptied
     heap.pop()
     for k in range(cores):

@@ -22,6 +22,11 @@ STORES_WAIT = "waiting for stores to shared memory"
 """The trace's reason when a load or store waits for the stores it depends on."""
 
 
+def count_wait(ins: Instr) -> str:
+    """The trace's reason when wait `ins` waits for its counter."""
+    return f"waiting for {ins.label} >= {ins.threshold}"
+
+
 class SharedMemory:
     def __init__(self, engine: Engine) -> None:
         self.e = engine
@@ -41,12 +46,12 @@ class SharedMemory:
         signal on the counter."""
         assert ins.counter is not None
         if st.wait_count is ins and st.wake > st.clock:  # woken: blocked until the signal
-            self.e.block(st, st.wake, f"waiting for {ins.label} >= {ins.threshold}")
+            self.e.block(st, st.wake, count_wait(ins))
         st.wait_count = None
         need, times = ins.threshold, self.counts.get(ins.counter, [])
         if len(times) >= need:  # a threshold of 0 or less is always reached
             if need > 0 and times[need - 1] > st.clock:
-                self.e.block(st, times[need - 1], f"waiting for {ins.label} >= {need}")
+                self.e.block(st, times[need - 1], count_wait(ins))
             return True
         st.wait_count = ins
         self.count_waiters.setdefault(ins.counter, []).append(st)
