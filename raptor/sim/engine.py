@@ -169,12 +169,10 @@ class Engine:
         st.clock = until
 
     def run(self) -> None:
-        """Run to the end: by the compiled loop (`raptor.sim.loop`) when it plays these
-        options (Raptor's mesh, rendezvous sends, no link walks logged as they are made),
-        else here."""
-        opts = self.opts
-        f = (loop.flat(self.program, self.target.num_cores) if opts.model == "raptor"
-             and opts.mode == "rendezvous" and self.proto.log is None else None)
+        """Run to the end: by the compiled loop (`raptor.sim.loop`) on Raptor's mesh, else
+        here."""
+        f = (loop.flat(self.program, self.target.num_cores) if self.opts.model == "raptor"
+             else None)
         if f is not None:
             loop.run(self, f)
         else:

@@ -106,13 +106,15 @@ def flat(program: Program, num_cores: int) -> Flat | None:
     slot = np.full(n, -1, I64)  # a send's: the slot its value arrives in
     sends = np.flatnonzero(kind == SEND).tolist()
     slot[sends] = [made[g][0] for g in sends]
+    sender = np.full(program.messages + 1, -1, I64)  # per message: its send
+    sender[msg[sends]] = sends
     program.flat = Flat(instrs, (
         np.cumsum([0, *map(len, program.cores.values())], dtype=I64),
         np.array(list(program.cores), I64),
         np.array([noc.memory_rank(cid, num_cores) for cid in program.cores], I64),
         kind, cost, *csr(waits), msg, rank, np.where(kind == SEND, index[peer], -1), slot,
         *csr(tuple(r.links for r in routes)), serial, transfer, *csr(deps), store_id, nbytes,
-        first, counter, threshold, np.cumsum(signals)), list(numbers))
+        first, counter, threshold, np.cumsum(signals), sender), list(numbers))
     return program.flat
 
 
@@ -134,10 +136,19 @@ def run(engine: Engine, f: Flat) -> None:
     order = np.empty(n + 1, I64)
     order_at = np.empty(n + 1, I64)
     counts = np.zeros(N_COUNTS, I64)
+    log = engine.proto.log
+    walks = np.empty((program.messages + 1 if log is not None else 1, 2), I64)
     cfg = (engine.proto.hop, opts.rendezvous_ns, int(opts.link_contention),
-           int(opts.shared_queueing), int(traced), int(program.inferences > 0))
-    _loop(f.arrays, (state, arrival, spans, sent, order, counts, starts, order_at, tally, times),
-          program.messages, engine.proto.net.num_links, len(program.stores) + 1, cfg)
+           int(opts.shared_queueing), int(traced), int(program.inferences > 0),
+           int(opts.mode == "buffered"), int(log is not None))
+    _loop(f.arrays, (state, arrival, spans, sent, order, counts, starts, order_at, tally, times,
+                     walks), program.messages, engine.proto.net.num_links,
+          len(program.stores) + 1, cfg)
+    if log is not None:  # `Mesh.inject`'s log of its walks
+        walked = [f.instrs[g].route for g in walks[:counts[N_WALKS], 0].tolist()]
+        log.routes += [r.links for r in walked]
+        log.serial += [r.serial_ns for r in walked]
+        log.starts += walks[:counts[N_WALKS], 1].tolist()
     for st, row, began in zip(engine.cores, state.tolist(), starts.tolist(), strict=True):
         st.pc, st.clock, st.busy, st.blocked, done, st.wait_slot, st.wait_store, wait, st.wake = (
             row)
@@ -194,9 +205,9 @@ def _span(code: int, cid: int, start: int, dur: int, ins: Instr) -> object:
 
 
 (N_ORDER, N_LOADS, N_LOAD_BYTES, N_STORES, N_STORE_BYTES, N_SIGNALS, N_WAITS, N_SPANS, N_SENT,
- N_SEQ, N_COUNTS) = range(11)
+ N_WALKS, N_SEQ, N_COUNTS) = range(12)
 """`_loop`'s counters: the order's length, the report's shared-memory and counter figures,
-the span and message records written, the last event's sequence number."""
+the span, message and link-walk records written, the last event's sequence number."""
 
 
 @kernel
@@ -217,15 +228,28 @@ def _record(spans: np.ndarray, counts: np.ndarray, code: int, cid: int, start: i
     counts[N_SPANS] += 1
 
 
+HOP, RENDEZVOUS, CONTENTION, QUEUED, TRACED, STREAM, BUFFERED, LOGGED = range(8)
+"""`_loop`'s settings (`cfg`): the mesh's hop, `SimOptions.rendezvous_ns`,
+`link_contention`, `shared_queueing`, `trace`, whether the program is a stream, whether
+sends are buffered, and whether link walks are logged (`Mesh.log`)."""
+
+
 @kernel
-def _inject(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], free: np.ndarray,
-            hop: int, traced: int, g: int, at: int, arrival: int) -> int:
+def _inject(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
+            mesh: tuple[np.ndarray, ...], cfg: tuple[int, ...], g: int, at: int,
+            arrival: int) -> int:
     """`Mesh.inject`: message `g` injected at `at` arrives at `arrival` (-1: walk its
-    links first); returns the core waiting for it, no longer waiting (-1: none)."""
+    links first); returns the core waiting for it, no longer waiting (-1: none). A
+    buffered message whose receive is not posted yet waits for it (`_core` delivers it)."""
     msg, peer, slot, links, link_ids, serial, transfer = (
         prog[7], prog[9], prog[10], prog[11], prog[12], prog[13], prog[14])
-    state, arrived, sent, counts = out[0], out[1], out[3], out[5]
+    state, arrived, sent, counts, walks = out[0], out[1], out[3], out[5], out[10]
     if arrival < 0:
+        if cfg[LOGGED]:
+            walks[counts[N_WALKS], 0] = g
+            walks[counts[N_WALKS], 1] = at
+            counts[N_WALKS] += 1
+        free, hop = mesh[2], cfg[HOP]
         head, ser = at - hop, serial[g]
         for j in range(links[g], links[g + 1]):
             head += hop
@@ -234,8 +258,12 @@ def _inject(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], free: np.
                 head = free[link]
             free[link] = head + ser
         arrival = transfer[g] + head - (links[g + 1] - links[g] - 1) * hop
-    if traced:
-        sent[counts[N_SENT], 0] = msg[g]
+    m = msg[g]
+    if cfg[BUFFERED] and mesh[10][m] >= 0:
+        mesh[11][m] = arrival
+        return -1
+    if cfg[TRACED]:
+        sent[counts[N_SENT], 0] = m
         sent[counts[N_SENT], 1] = at
         counts[N_SENT] += 1
     v = slot[g]
@@ -245,11 +273,6 @@ def _inject(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], free: np.
         state[k, CORE_SLOT] = -1
         return k
     return -1
-
-
-HOP, RENDEZVOUS, CONTENTION, QUEUED, TRACED, STREAM = range(6)
-"""`_loop`'s settings (`cfg`): the mesh's hop, `SimOptions.rendezvous_ns`,
-`link_contention`, `shared_queueing`, `trace`, and whether the program is a stream."""
 
 
 @kernel
@@ -262,7 +285,7 @@ def _launch(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
     if cfg[CONTENTION] and links[g] < links[g + 1]:
         _push(heap, out[5], at, prog[8][g], INJECT, g)
         return
-    k = _inject(prog, out, mesh[2], cfg[HOP], cfg[TRACED], g, at, at + prog[14][g])
+    k = _inject(prog, out, mesh, cfg, g, at, at + prog[14][g])
     if k >= 0:
         _push(heap, out[5], now, 0, RUN, k)
 
@@ -409,6 +432,7 @@ def _core(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
     mem_rank, deps, dep_ids, starting = prog[2], prog[15], prog[16], prog[19]
     state, arrival, spans, order, counts, starts = out[0], out[1], out[2], out[4], out[5], out[6]
     posted, parked, done, first, last, after = mesh[0], mesh[1], mesh[3], mesh[4], mesh[5], mesh[6]
+    unclaimed, buffered = mesh[10], cfg[BUFFERED]
     traced, leaves, stream = cfg[TRACED], cfg[RENDEZVOUS] == 0, cfg[STREAM]
     cid, base = cids[k], begin[k]
     n = begin[k + 1] - base
@@ -444,23 +468,32 @@ def _core(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
             pc += 1
             continue
         m = msg[g]
-        if kd == RECV and parked[m] < 0:
+        if kd == RECV and parked[m] < 0 and unclaimed[m] < 0:
             posted[m] = clock
             pc += 1
             continue
-        if kd == SEND and leaves and 0 <= posted[m] <= clock:
+        if kd == SEND and (buffered or (leaves and 0 <= posted[m] <= clock)):
+            if buffered and posted[m] < 0:  # `Mesh.send`: it waits for its receive
+                unclaimed[m], mesh[11][m] = clock, -1
             _launch(prog, out, mesh, heap, cfg, g, clock, now)
             pc += 1
             continue
         state[k, CORE_CLOCK], state[k, CORE_PC] = clock, pc
         state[k, CORE_BUSY] += busy
         busy = 0
-        if kd == RECV:  # its sender is parked: `Mesh.receive`
+        if kd == RECV and parked[m] >= 0:  # its sender is parked: `Mesh.receive`
             s = parked[m]
             parked[m] = -1
             _handshake(prog, out, mesh, heap, cfg, s, begin[s] + state[s, CORE_PC], clock, now)
             state[s, CORE_PC] += 1
             _push(heap, counts, state[s, CORE_CLOCK], 0, RUN, s)
+        elif kd == RECV:  # its buffered message was sent: delivered if off the links
+            at = unclaimed[m]
+            unclaimed[m] = -1
+            if mesh[11][m] >= 0:
+                w = _inject(prog, out, mesh, cfg, prog[23][m], at, mesh[11][m])
+                if w >= 0:
+                    _push(heap, counts, now, 0, RUN, w)
         elif kd == SEND:  # `Mesh.send`
             if posted[m] < 0:
                 parked[m] = k
@@ -515,7 +548,9 @@ def _loop(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], messages: i
             np.full(cores, -1, np.int64),  # per core: the next load waiting for its store
             np.full(len(prog[22]), -1, np.int64),  # per counter: the first core parked on it
             np.full(len(prog[22]), -1, np.int64),  # the last one
-            np.full(cores, -1, np.int64))  # per core: the next one parked on its counter
+            np.full(cores, -1, np.int64),  # per core: the next one parked on its counter
+            np.full(messages + 1, -1, np.int64),  # per buffered message sent unclaimed: when
+            np.full(messages + 1, -1, np.int64))  # it was injected, and arrives (-1: unknown)
     heap: Heap = [(0, 0, 0, 0, 0)]  # typed by its item (numba), then emptied
     heap.pop()
     for k in range(cores):
@@ -525,7 +560,7 @@ def _loop(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], messages: i
         time, _, _, event, k = heapq.heappop(heap)
         if event == INJECT:  # most events
             g = k
-            k = _inject(prog, out, mesh[2], cfg[HOP], cfg[TRACED], g, time, -1)
+            k = _inject(prog, out, mesh, cfg, g, time, -1)
             if k < 0:  # else its receiver runs now (no event of rank 0 is left at this time)
                 continue
         elif event == MEM:  # `Mesh.serve`

@@ -78,12 +78,12 @@ def test_loads_parked_on_one_store_are_woken_together_and_queue() -> None:
     assert (res.report.shared_reads, res.report.shared_writes) == (2, 1)
 
 
-def test_latency_programs_under_raptors_rendezvous_take_the_compiled_loop() -> None:
-    """The compiled loop plays Raptor's mesh with rendezvous sends: the program is made
-    its arrays on such a run only (buffered sends stay with the Python loop)."""
+def test_runs_on_raptors_mesh_take_the_compiled_loop() -> None:
+    """The compiled loop plays Raptor's mesh: the program is made its arrays on such a run
+    only (pimsim-nn's protocol stays with the Python loop)."""
     sim = Simulator(program(CONTENTION, {"w": rand(16)}), TARGET)
-    sim.run({}, SimOptions(mode="buffered"))
+    sim.run({}, SimOptions.pimsim())
     assert sim.program.flat is None
-    sim.run({}, SimOptions(rendezvous_ns=3, link_contention=False))
+    sim.run({}, SimOptions(mode="buffered"))
     f = sim.program.flat
     assert f is not None and len(f.instrs) == 7  # 2 sends, 2 receives, relu, add, store
