@@ -1,4 +1,5 @@
-"""The discrete-event loop: cores, channels, the mesh and shared memory.
+"""The discrete-event loop: cores, channels, the mesh and shared memory. Raptor's mesh runs
+compiled (`raptor.sim.loop`, the semantics below), pimsim-nn's protocol here (`Engine.play`).
 
 It decides when things happen, not what they compute (values never depend on time): it
 records the order of computes and memory accesses for `numerics.execute` (a send of a
@@ -24,7 +25,7 @@ from typing import Any
 from raptor.sim import loop
 from raptor.sim.errors import Deadlock, SimError
 from raptor.sim.program import COMPUTE, RECV, SEND, SIGNAL, WAIT, Instr, Program, value_name
-from raptor.sim.protocol import INJECT, MEM, PROTOCOLS, RUN
+from raptor.sim.protocol import MEM, PROTOCOLS, RUN, PimsimNN
 from raptor.sim.report import BLOCKED, CoreStats, SimReport, Trace
 from raptor.sim.shared import SharedMemory
 from raptor.target import Target
@@ -138,19 +139,8 @@ class Engine:
                            "READY/FREE counters (one stage), not a stream with counters")
         self.proto = PROTOCOLS[options.model](self)
         self.memory = SharedMemory(self)
-        proto = self.proto
-        # Raptor's mesh, inline in `run_core`: a receive that no sender or message waits
-        # for is posted (`Mesh.post`), a rendezvous send whose receive was posted by the
-        # sender's clock leaves at once (`Mesh.send` without a wait); anything else goes to
-        # the protocol.
-        posted = proto.posted if proto.posts else None
-        self.setup = (
-            proto, self.memory, proto.receive, proto.send, posted, proto.parked,
-            proto.unclaimed, proto.launch,
-            posted is not None and not proto.buffered and not proto.rendezvous,
-            proto.contention, self.heap, heapq.heappush, self.arrival, self.spans,
-            self.order.append,
-            proto.memory_computes, program.inferences > 0, options.shared_queueing)
+        self.setup = (self.proto, self.memory, self.arrival, self.spans, self.order.append,
+                      program.inferences > 0, options.shared_queueing)
         """What `run_core` needs of the engine, bound once (it runs thousands of times)."""
 
     # ---- event loop ----------------------------------------------------------------
@@ -183,20 +173,15 @@ class Engine:
             raise Deadlock(self.report.latency_ns, [self.why(st) for st in stuck], self.report)
 
     def play(self) -> None:
-        """The event loop in Python."""
+        """The event loop in Python, for pimsim-nn's protocol (`PimsimNN`; its messages
+        skip the links, so its events run cores and serve the memory)."""
         for st in self.cores:
             self.push(0, RUN, st)
-        heap, pop, inject = self.heap, heapq.heappop, self.proto.inject
+        heap, pop = self.heap, heapq.heappop
         while heap:
             time, _, _, kind, payload = pop(heap)
             self.now = time
-            if kind == INJECT:  # most events
-                woken = inject(payload, time)
-                if woken is not None:
-                    # it runs now: an injection's rank is above 0, so no event of rank 0 is
-                    # left at this time (`raptor.noc.inject_rank`), and it is the next event
-                    self.run_core(woken)
-            elif kind == RUN:
+            if kind == RUN:
                 self.run_core(payload)
             else:
                 self.serve(payload)
@@ -252,10 +237,11 @@ class Engine:
 
     # ---- one core ------------------------------------------------------------------
     def run_core(self, st: Core) -> None:
-        """Run `st` until it finishes, parks, or hands a shared-memory request to the heap.
-        Computes only touch the core's own state, so they run in a tight local loop."""
-        (proto, memory, receive, send, posted, parked, unclaimed, launch, leaves, contended,
-         heap, heappush, arrival, spans, record, timed, stream, queued) = self.setup
+        """Run `st` until it finishes, parks, or hands a shared-memory request to the heap
+        (pimsim-nn's protocol). Computes only touch the core's own state, so they run in a
+        tight local loop."""
+        proto, memory, arrival, spans, record, stream, queued = self.setup
+        assert isinstance(proto, PimsimNN)
         if st.sync >= 0:
             if not proto.resume(st):
                 return
@@ -284,7 +270,7 @@ class Engine:
                     st.blocked += ready - clock
                     clock = ready
             kind = ins.kind
-            if kind == COMPUTE and (not timed or ins.timing is None or not ins.timing.memory):
+            if kind == COMPUTE and (ins.timing is None or not ins.timing.memory):
                 record(ins)
                 if spans is not None:
                     spans.append((clock, ins.span or ins.spanned()))
@@ -292,33 +278,16 @@ class Engine:
                 busy += ins.cost
                 pc += 1
                 continue
-            if posted is not None:
-                if kind == RECV:
-                    m = ins.msg
-                    if parked[m] is None and m not in unclaimed:
-                        posted[m] = clock
-                        pc += 1
-                        continue
-                elif kind == SEND and leaves and 0 <= posted[ins.msg] <= clock:
-                    if contended and ins.route.links:  # `Mesh.launch`, inline
-                        self.seq += 1
-                        heappush(heap, (clock, ins.rank, self.seq, INJECT, ins))
-                    else:
-                        launch(ins, clock)
-                    pc += 1
-                    continue
             st.clock, st.pc = clock, pc
             st.busy += busy
             busy = 0
             if kind == RECV:
-                if not receive(st, ins):
+                if not proto.receive(st, ins):
                     return
             elif kind == SEND:
-                if not send(st, ins):
+                if not proto.send(st, ins):
                     return
-            elif kind == WAIT and not memory.counter_ready(st, ins):
-                return
-            else:
+            else:  # a load, a store, or a compute on the global memory
                 if not memory.ready(st, ins):
                     return
                 at, rank = proto.request(st, ins)
@@ -333,9 +302,8 @@ class Engine:
         st.done = True
 
     def serve(self, st: Core) -> None:
-        """A queued shared-memory request (`MEM` events): the protocol serves it, or has it
-        ask again later (`raptor.noc.memory_rank`)."""
-        if not self.proto.serve(st, st.prog[st.pc]):
-            return
+        """A queued shared-memory request (`MEM` events): the protocol serves it."""
+        assert isinstance(self.proto, PimsimNN)
+        self.proto.serve(st, st.prog[st.pc])
         st.pc += 1
         self.run_core(st)

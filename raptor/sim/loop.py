@@ -1,16 +1,25 @@
-"""The event loop compiled (`raptor.jit`) for the run every solve makes: Raptor's mesh, rendezvous
-sends, a latency program (no stream).
+"""The event loop of Raptor's mesh, compiled (`raptor.jit`): every run whose `SimOptions.model`
+is "raptor" (rendezvous or buffered sends, streams with their counters, traced or not).
 
-`Engine.run` hands such a run here. The cores' programs are flattened once per `Program`
-into integer arrays (`Flat`), and the whole timing part of the run (`_loop`: the event heap,
-every core's clock, the posted receives, parked senders, link walks and the shared-memory
-queue) is one call with no Python object inside. It returns what the Python loop would have
-left behind, in arrays: the order of computes and memory accesses for the numerics, the
-trace's spans as codes (`SPAN_*`, turned into `Trace.recorded`'s tuples here), the messages
-in the order they were injected, and each core's state (a deadlock is reported by
-`Engine.why` from it). The semantics are the ones `engine.py`, `protocol.Mesh` and
-`shared.SharedMemory` describe; any other run (buffered sends, pimsim-nn's protocol, a
-stream) stays with them.
+The cores' programs are flattened once per `Program` into integer arrays (`Flat`), and the
+whole timing part of the run (`_loop`: the event heap, every core's clock, the posted
+receives, parked senders and unclaimed buffered messages, link walks, the shared-memory
+queue, stores and counters) is one call with no Python object inside. It returns what the
+run leaves behind, in arrays: the order of computes and memory accesses for the numerics
+(the stream's race check, `SharedMemory.check_race`, runs on it), the trace's spans as
+codes (`SPAN_*`, turned into `Trace.recorded`'s tuples here), the messages in the order
+they were injected and the link walks when logged, and each core's state (a deadlock is
+reported by `Engine.why` from it). pimsim-nn's protocol is played by `Engine.play`.
+
+A message is its send: the k-th send of a channel meets the channel's k-th receive (numbered
+`Instr.msg`). A receive is posted at its core's clock and costs nothing; a rendezvous send
+waits for it (plus `rendezvous_ns`), a buffered one never waits (its message, if it arrives
+before the receive is posted, is delivered then); the message then crosses `raptor.noc`'s
+cut-through links (contended when `link_contention`), granted in injection-time order
+(simultaneous ones by `raptor.noc.inject_rank`), and the value is ready at its receiver when
+it arrives. Shared-memory requests are served one at a time chip-wide when `shared_queueing`
+(simultaneous ones by `raptor.noc.memory_rank`); a load waits for the stores it reads; a
+`pim.wait` parks until its counter has its threshold of completed `pim.signal`s.
 """
 
 from __future__ import annotations
@@ -144,7 +153,7 @@ def run(engine: Engine, f: Flat) -> None:
     _loop(f.arrays, (state, arrival, spans, sent, order, counts, starts, order_at, tally, times,
                      walks), program.messages, engine.proto.net.num_links,
           len(program.stores) + 1, cfg)
-    if log is not None:  # `Mesh.inject`'s log of its walks
+    if log is not None:  # `_inject`'s log of its walks
         walked = [f.instrs[g].route for g in walks[:counts[N_WALKS], 0].tolist()]
         log.routes += [r.links for r in walked]
         log.serial += [r.serial_ns for r in walked]
@@ -238,7 +247,7 @@ sends are buffered, and whether link walks are logged (`Mesh.log`)."""
 def _inject(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
             mesh: tuple[np.ndarray, ...], cfg: tuple[int, ...], g: int, at: int,
             arrival: int) -> int:
-    """`Mesh.inject`: message `g` injected at `at` arrives at `arrival` (-1: walk its
+    """Message `g` injected at `at` arrives at `arrival` (-1: walk its
     links first); returns the core waiting for it, no longer waiting (-1: none). A
     buffered message whose receive is not posted yet waits for it (`_core` delivers it)."""
     msg, peer, slot, links, link_ids, serial, transfer = (
@@ -279,7 +288,7 @@ def _inject(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
 def _launch(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
             mesh: tuple[np.ndarray, ...], heap: Heap,
             cfg: tuple[int, ...], g: int, at: int, now: int) -> None:
-    """`Mesh.launch`: message `g` leaves at `at`, onto the links (an `INJECT` event) or
+    """Message `g` leaves at `at`, onto the links (an `INJECT` event) or
     straight to its receiver, which runs next at `now` if it waits for it."""
     links = prog[11]
     if cfg[CONTENTION] and links[g] < links[g + 1]:
@@ -294,7 +303,7 @@ def _launch(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
 def _handshake(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
                mesh: tuple[np.ndarray, ...], heap: Heap,
                cfg: tuple[int, ...], k: int, g: int, posted: int, now: int) -> None:
-    """`Mesh.handshake`: core `k`'s send `g` waits for its receive posted at `posted`,
+    """Rendezvous: core `k`'s send `g` waits for its receive posted at `posted`,
     pays the rendezvous, and leaves."""
     state, spans, counts = out[0], out[2], out[5]
     cid, clock, rz = prog[1][k], state[k, CORE_CLOCK], cfg[RENDEZVOUS]
@@ -316,8 +325,8 @@ def _handshake(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
 def _access(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
             mesh: tuple[np.ndarray, ...], heap: Heap,
             cfg: tuple[int, ...], k: int, g: int, start: int, now: int) -> None:
-    """`SharedMemory.access`: core `k`'s load or store `g` from `start`; a store wakes the
-    loads waiting for it."""
+    """Core `k`'s load, store or counter access `g` from `start`; a store wakes the
+    loads waiting for it, a signal the waits it satisfies."""
     state, spans, order, counts = out[0], out[2], out[4], out[5]
     cid, cost, clock = prog[1][k], prog[4][g], state[k, CORE_CLOCK]
     if start > clock:
@@ -359,7 +368,7 @@ def _access(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
 @kernel
 def _signalled(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
                mesh: tuple[np.ndarray, ...], heap: Heap, g: int, end: int, now: int) -> None:
-    """`SharedMemory.signalled`: signal `g` completed at `end`; the cores parked on its
+    """Signal `g` completed at `end`; the cores parked on its
     counter whose threshold it reaches run again."""
     state, counts, tally, times = out[0], out[5], out[8], out[9]
     first, last, after = mesh[7], mesh[8], mesh[9]
@@ -392,7 +401,7 @@ def _signalled(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
 @kernel
 def _counter_ready(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
                    mesh: tuple[np.ndarray, ...], k: int, g: int, traced: int) -> bool:
-    """`SharedMemory.counter_ready`: whether core `k`'s wait `g` has its count (the core
+    """Whether core `k`'s wait `g` has its count (the core
     blocks until the signal that made it completes); False parks the core on the counter."""
     state, spans, counts, tally, times = out[0], out[2], out[5], out[8], out[9]
     cid, clock = prog[1][k], state[k, CORE_CLOCK]
@@ -425,7 +434,7 @@ def _counter_ready(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
 def _core(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
           mesh: tuple[np.ndarray, ...], heap: Heap,
           cfg: tuple[int, ...], k: int, now: int) -> None:
-    """`Engine.run_core`: run core `k` until it finishes, parks, or hands a shared-memory
+    """Run core `k` until it finishes, parks, or hands a shared-memory
     request to the heap."""
     begin, cids, kind, cost, waits, wait_slots, msg = (
         prog[0], prog[1], prog[3], prog[4], prog[5], prog[6], prog[7])
@@ -473,7 +482,7 @@ def _core(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
             pc += 1
             continue
         if kd == SEND and (buffered or (leaves and 0 <= posted[m] <= clock)):
-            if buffered and posted[m] < 0:  # `Mesh.send`: it waits for its receive
+            if buffered and posted[m] < 0:  # its message waits for its receive
                 unclaimed[m], mesh[11][m] = clock, -1
             _launch(prog, out, mesh, heap, cfg, g, clock, now)
             pc += 1
@@ -481,7 +490,7 @@ def _core(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
         state[k, CORE_CLOCK], state[k, CORE_PC] = clock, pc
         state[k, CORE_BUSY] += busy
         busy = 0
-        if kd == RECV and parked[m] >= 0:  # its sender is parked: `Mesh.receive`
+        if kd == RECV and parked[m] >= 0:  # its sender is parked
             s = parked[m]
             parked[m] = -1
             _handshake(prog, out, mesh, heap, cfg, s, begin[s] + state[s, CORE_PC], clock, now)
@@ -494,12 +503,12 @@ def _core(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
                 w = _inject(prog, out, mesh, cfg, prog[23][m], at, mesh[11][m])
                 if w >= 0:
                     _push(heap, counts, now, 0, RUN, w)
-        elif kd == SEND:  # `Mesh.send`
+        elif kd == SEND:  # a rendezvous whose receive is not posted, or later
             if posted[m] < 0:
                 parked[m] = k
                 return
             _handshake(prog, out, mesh, heap, cfg, k, g, posted[m], now)
-        else:  # a load, store or counter: `SharedMemory.ready`, then the memory
+        else:  # a load, store or counter: the stores it reads, then the memory
             if kd == WAIT and not _counter_ready(prog, out, mesh, k, g, traced):
                 return
             clock = ready = state[k, CORE_CLOCK]
@@ -563,7 +572,7 @@ def _loop(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...], messages: i
             k = _inject(prog, out, mesh, cfg, g, time, -1)
             if k < 0:  # else its receiver runs now (no event of rank 0 is left at this time)
                 continue
-        elif event == MEM:  # `Mesh.serve`
+        elif event == MEM:  # served if the memory is free, else asked again when it frees
             if memory_free > time:
                 _push(heap, counts, memory_free, mem_rank[k], MEM, k)
                 continue

@@ -1,10 +1,7 @@
 """How the simulator's messages and global-memory requests behave: a protocol is a policy of
 the event loop (`engine.Engine`), chosen by `SimOptions.model`.
 
-`Mesh` is Raptor's chip. A receive is posted at the core's clock and costs nothing; a
-`rendezvous` send waits for it to be posted (plus `rendezvous_ns`), a `buffered` one never
-waits; the message then crosses `raptor.noc`'s cut-through links on its own (contended when
-`link_contention`), and the value is ready at its receiver when it arrives.
+`Mesh` is Raptor's chip, played by the compiled loop (`raptor.sim.loop`, which says how).
 
 `PimsimNN` is pimsim-nn's (docs/pimsim.md): a send asks the receiver with a one-flit request
 and waits for its one-flit reply, reads its data from local memory, hands the message to its
@@ -44,18 +41,13 @@ def rendezvous_note(ins: Instr) -> str:
 
 
 class Mesh:
-    """Raptor's mesh: posted receives, pipelined flits, link contention.
+    """Raptor's mesh: posted receives, pipelined flits, link contention. The compiled loop
+    (`raptor.sim.loop`) plays it; this holds what a run of it needs from the engine.
 
     A message is its send instruction: the k-th send of a channel meets the channel's k-th
     receive (`Instr.partner`, numbered `Instr.msg`), so a run keeps per message only what
     has happened (a posted receive's time, a parked sender, an unclaimed buffered message)
-    and no pairing queues (this is the loop's hottest code: a message whose receive was
-    posted by its send costs one Python call, `inject`, the engine posting and launching
-    it itself, see `posts`, and running its woken receiver without an event when that is
-    the next one)."""
-
-    memory_computes = False
-    """Whether a compute with a global-memory `timing` is queued like a load."""
+    and no pairing queues."""
 
     counts = False
     """Whether the protocol counts the messages in the report itself (else every send
@@ -65,48 +57,47 @@ class Mesh:
     """Whether a rendezvous message is recorded in `sent` as its links are walked, and walked
     iff link contention is on and its route has links (`Trace.walked`)."""
 
-    posts = True
-    """Whether a receive only posts (`post`) and a rendezvous send only waits for it: the
-    engine then runs the commonest cases itself (`Engine.run_core`), without a call."""
-
     def __init__(self, engine: Engine) -> None:
         self.e = engine
         self.opts = engine.opts
         self.target = engine.target
+        self.net = Network(engine.target, "raptor")
+        self.hop = self.net.hop_ns
+        trace = engine.trace
+        FreeLinks(self.net.num_links, log=trace.log)  # the table the log's walks replay on
+        trace.log.hop = self.hop
+        self.log: LinkLog | None = None
+        """Where the loop logs its walks: the trace's log in buffered mode (an unclaimed
+        message is recorded in `sent` after later ones); else the trace fills it when read,
+        from `sent` (`Trace.walked`), and the loop writes nothing more a message."""
+        if engine.opts.trace:
+            if self.opts.mode == "buffered" or not self.walks_traced:
+                self.log = trace.log
+            elif self.opts.link_contention:
+                trace.walked = engine.program.routes
+
+
+class PimsimNN(Mesh):
+    """pimsim-nn's protocol: handshake, per-flit path cost, switch serialization, blocking
+    receives, `ld`/`st` through the switch; played by the Python loop (`Engine.play`)."""
+
+    counts = True
+    walks_traced = False  # its rendezvous messages skip the links
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
         n = engine.program.messages
         self.posted = [-1] * n
         """Per message: when its receive was posted (-1: not yet)."""
         self.parked: list[Core | None] = [None] * n
-        """Per message: its sender, waiting for the receive (rendezvous)."""
-        self.unclaimed: dict[int, tuple[Instr, list[int]]] = {}
-        """Buffered messages sent before their receive was posted: the send and [inject,
-        arrival] (arrival -1 while on the links)."""
+        """Per message: its sender, waiting for the receive."""
         self.core_of = {st.cid: st for st in engine.cores}
         self.arrival = engine.arrival
-        self.net = Network(engine.target, "raptor")
-        self.buffered = self.opts.mode == "buffered"
-        trace = engine.trace
-        links = FreeLinks(self.net.num_links, log=trace.log)  # `inject` walks its free times
-        self.free, self.hop = links.free, self.net.hop_ns
-        trace.log.hop = self.hop
-        self.log: LinkLog | None = None
-        """Where `inject` logs its walks: the trace's log in buffered mode (an unclaimed
-        message is recorded in `sent` after later ones); else the trace fills it when read,
-        from `sent` (`Trace.walked`), and the loop writes nothing more a message."""
-        if engine.opts.trace:
-            if self.buffered or not self.walks_traced:
-                self.log = trace.log
-            elif self.opts.link_contention:
-                trace.walked = engine.program.routes
-        self.contention = self.opts.link_contention
-        self.rendezvous = self.opts.rendezvous_ns
         self.heap = engine.heap
         self.sent = engine.trace.sent if engine.opts.trace else None
 
-    # ---- receives ------------------------------------------------------------------
-    def receive(self, st: Core, ins: Instr) -> bool:
-        """A receive at the core's clock; False parks the core (`resume` continues it).
-        Here it posts the receive (`post`) and never parks."""
+    def post(self, st: Core, ins: Instr) -> None:
+        """Post a receive at the core's clock: meet a waiting sender."""
         m = ins.msg
         sender = self.parked[m]
         if sender is not None:
@@ -114,100 +105,16 @@ class Mesh:
             self.handshake(sender, sender.prog[sender.pc], st.clock)
             sender.pc += 1
             self.e.push(sender.clock, RUN, sender)
-        elif m in self.unclaimed:
-            send, (inject, arrival) = self.unclaimed.pop(m)
-            if arrival >= 0:
-                self.deliver(send, inject, arrival)
         else:
             self.posted[m] = st.clock
-        return True
 
-    post = receive
-    """Post a receive at the core's clock: meet a waiting sender or message."""
-
-    def resume(self, st: Core) -> bool:
-        """Whether a core parked in a receive may go on past it."""
-        return True
-
-    # ---- sends ---------------------------------------------------------------------
-    def send(self, st: Core, ins: Instr) -> bool:
-        """Start a send at the core's clock; False when the sender must wait for the
-        rendezvous (the matching `post` completes it)."""
-        m = ins.msg
-        posted = self.posted[m]
-        if self.buffered:
-            if posted < 0:
-                self.unclaimed[m] = (ins, [st.clock, -1])
-            self.launch(ins, st.clock)
-            return True
-        if posted < 0:
-            self.parked[m] = st
-            return False
-        self.handshake(st, ins, posted)
-        return True
-
-    def handshake(self, st: Core, ins: Instr, posted_at: int) -> None:
-        """Rendezvous: the sender waits for the posted receive, pays `rendezvous_ns`, then
-        injects and continues."""
-        clock = st.clock
-        if posted_at > clock:
-            self.e.block(st, posted_at, post_wait(ins))
-            clock = posted_at
-        rz = self.rendezvous
-        if rz:
-            if self.e.spans is not None:
-                self.e.spans.append((st.cid, clock, rz, "rendezvous", COMM,
-                                     rendezvous_note(ins)))
-            st.busy += rz
-            clock += rz
-        st.clock = clock
-        self.launch(ins, clock)
-
-    def launch(self, ins: Instr, at: int) -> None:
-        """The message leaves its sender at `at`: onto the links (an `INJECT` event, granted
-        in time order), or straight to its receiver."""
-        if self.contention and ins.route.links:
-            e = self.e
-            e.seq += 1
-            heapq.heappush(self.heap, (at, ins.rank, e.seq, INJECT, ins))
-            return
-        self.deliver(ins, at, at + ins.route.transfer_ns)
-
-    def inject(self, ins: Instr, at: int, arrival: int = -1, traced: int = -1,
-               nbytes: int = -1) -> Core | None:
+    def inject(self, ins: Instr, at: int, arrival: int, traced: int,
+               nbytes: int) -> Core | None:
         """The message injected at `at` is at its receiver at `arrival` (traced as arrived
-        at `traced` if given: pimsim-nn's receiver writes it later, and as `nbytes` if
-        given); returns the core waiting for it, no longer waiting (the caller wakes it).
-        A buffered message whose receive is not posted yet waits for it (`post` delivers
-        it).
-
-        Without `arrival` (an `INJECT` event) it takes the links first: cut-through
-        (`raptor.noc`), granted in injection-time order (simultaneous ones by
-        `raptor.noc.inject_rank`), the walk `FreeLinks.walk` with contention, inline (the
-        loop's hottest code: one call a message) and without its busy counts, which
-        nothing of a run reads."""
-        if arrival < 0:
-            r, hop, free, log = ins.route, self.hop, self.free, self.log
-            links, ser = r.links, r.serial_ns  # never empty here (`launch`)
-            if log is not None:
-                log.routes.append(links)
-                log.serial.append(ser)
-                log.starts.append(at)
-            head = at - hop
-            for link in links:
-                head += hop
-                f = free[link]
-                if f > head:
-                    head = f
-                free[link] = head + ser
-            arrival = r.transfer_ns + head - (len(links) - 1) * hop
-        if self.buffered:
-            waiting = self.unclaimed.get(ins.msg)
-            if waiting is not None:
-                waiting[1][1] = arrival
-                return None
+        at `traced`: the receiver writes it later, and as `nbytes`); returns the core
+        waiting for it, no longer waiting (the caller wakes it)."""
         if self.sent is not None:
-            self.sent.append((ins.msg, at) if traced < 0 else (ins.msg, at, traced, nbytes))
+            self.sent.append((ins.msg, at, traced, nbytes))
         v = ins.slots_out[0]  # the receiver's value
         self.arrival[v] = arrival
         st = self.core_of[ins.peer]
@@ -216,47 +123,13 @@ class Mesh:
             return st
         return None
 
-    def deliver(self, ins: Instr, inject: int, arrival: int, traced: int = -1,
-                nbytes: int = -1) -> None:
-        """`inject` at a known arrival, and a core waiting for the message runs next at the
-        current time."""
+    def deliver(self, ins: Instr, inject: int, arrival: int, traced: int, nbytes: int) -> None:
+        """`inject`, and a core waiting for the message runs next at the current time."""
         st = self.inject(ins, inject, arrival, traced, nbytes)
         if st is not None:
             e = self.e
             e.seq += 1
             heapq.heappush(self.heap, (e.now, 0, e.seq, RUN, st))
-
-    # ---- global memory -------------------------------------------------------------
-    def request(self, st: Core, ins: Instr) -> tuple[int, int]:
-        """When a load/store/counter access asks for the memory, and its rank among
-        requests at that time (lower first; `raptor.noc.memory_rank`)."""
-        return st.clock, noc.memory_rank(st.cid, self.target.num_cores)
-
-    def access(self, st: Core, ins: Instr, start: int) -> None:
-        """Perform the access from `start` (>= its request) and advance the core."""
-        self.e.memory.access(st, ins, start)
-
-    def serve(self, st: Core, ins: Instr) -> bool:
-        """A queued request: served if the memory is free, else asked again when it frees
-        (False), so the requests waiting then are served from the lowest core."""
-        e = self.e
-        mem = e.memory
-        if mem.free > e.now:
-            e.push(mem.free, MEM, st, noc.memory_rank(st.cid, self.target.num_cores))
-            return False
-        self.access(st, ins, e.now)
-        mem.free = st.clock
-        return True
-
-
-class PimsimNN(Mesh):
-    """pimsim-nn's protocol: handshake, per-flit path cost, switch serialization, blocking
-    receives, `ld`/`st` through the switch."""
-
-    memory_computes = True
-    counts = True
-    walks_traced = False  # its rendezvous messages skip the links
-    posts = False
 
     def timing(self, ins: Instr) -> OpTiming:
         return ins.timing if ins.timing is not None else OpTiming(nbytes=ins.nbytes)
@@ -297,7 +170,12 @@ class PimsimNN(Mesh):
                                                         self.flit_ns(st.cid, ins.peer))
         st.clock += before
         st.busy += before
-        return super().send(st, ins)
+        posted = self.posted[ins.msg]
+        if posted < 0:  # the matching `post` completes it
+            self.parked[ins.msg] = st
+            return False
+        self.handshake(st, ins, posted)
+        return True
 
     def handshake(self, sender: Core, ins: Instr, posted_at: int) -> None:
         """The receiver replies when both the request and the receive are there; the
@@ -353,9 +231,9 @@ class PimsimNN(Mesh):
         st.switch_free = e.memory.free  # the switch waits for the memory's response
         e.memory.accessed(ins, st.clock)
 
-    def serve(self, st: Core, ins: Instr) -> bool:
+    def serve(self, st: Core, ins: Instr) -> None:
+        """A queued request: served when the memory is free."""
         self.access(st, ins, max(self.e.now, self.e.memory.free))
-        return True
 
 
 PROTOCOLS: dict[str, type[Mesh]] = {"raptor": Mesh, "pimsim-nn": PimsimNN}

@@ -1,19 +1,18 @@
-"""The chip's shared (global) memory in the event loop: loads wait for the stores they read,
-counters (`pim.signal` / `pim.wait`) count completed signals, and inside a stream a load must
-read data its own inference stored, else `Race`. When requests are served is the protocol's
-(`protocol.Mesh.serve`); what an access does is here.
+"""The chip's shared (global) memory: inside a stream a load must read data its own inference
+stored, else `Race` (checked on the order the loop ran its accesses in); loads wait for the
+stores they read and counters (`pim.signal` / `pim.wait`) count completed signals, in the
+compiled loop (`raptor.sim.loop`) for Raptor's mesh and here for pimsim-nn's protocol
+(`protocol.PimsimNN`, which has no counters).
 """
 
 from __future__ import annotations
 
-import bisect
 from typing import TYPE_CHECKING
 
 from raptor.ir.core import Value
 from raptor.sim.errors import Race
-from raptor.sim.program import LOAD, SIGNAL, STORE, Box, Instr, overlap, value_name
+from raptor.sim.program import LOAD, STORE, Box, Instr, overlap, value_name
 from raptor.sim.protocol import RUN
-from raptor.sim.report import MEMORY, QUEUE
 
 if TYPE_CHECKING:
     from raptor.sim.engine import Core, Engine
@@ -35,45 +34,10 @@ class SharedMemory:
         self.store_done: dict[int, int] = {}
         self.store_waiters: dict[int, list[Core]] = {}
         self.counts: dict[tuple[Value, int], list[int]] = {}
-        """Per counter, the sorted times its signals completed (count at t: how many <= t)."""
-        self.count_waiters: dict[tuple[Value, int], list[Core]] = {}
+        """Per counter, the sorted times its signals completed (count at t: how many <= t;
+        the compiled loop's, for `Engine.why`)."""
         self.tags: dict[Value, dict[Box, int]] = {}
         """Per shared buffer a stream stores into: the inference each stored box holds."""
-
-    def counter_ready(self, st: Core, ins: Instr) -> bool:
-        """A wait whose counter has reached its threshold (by the core's clock, or later:
-        then the core blocks until the signal completes); False parks the core until a
-        signal on the counter."""
-        assert ins.counter is not None
-        if st.wait_count is ins and st.wake > st.clock:  # woken: blocked until the signal
-            self.e.block(st, st.wake, count_wait(ins))
-        st.wait_count = None
-        need, times = ins.threshold, self.counts.get(ins.counter, [])
-        if len(times) >= need:  # a threshold of 0 or less is always reached
-            if need > 0 and times[need - 1] > st.clock:
-                self.e.block(st, times[need - 1], count_wait(ins))
-            return True
-        st.wait_count = ins
-        self.count_waiters.setdefault(ins.counter, []).append(st)
-        return False
-
-    def signalled(self, ins: Instr, end: int) -> None:
-        """A signal completed at `end`: count it and wake the cores it may satisfy."""
-        assert ins.counter is not None
-        times = self.counts.setdefault(ins.counter, [])
-        bisect.insort(times, end)
-        waiters = self.count_waiters.get(ins.counter)
-        if not waiters:
-            return
-        keep = []
-        for w in waiters:
-            wi = w.wait_count
-            if wi is not None and len(times) >= wi.threshold:
-                w.wake = times[wi.threshold - 1]
-                self.e.push(max(self.e.now, w.clock), RUN, w)
-            else:
-                keep.append(w)
-        self.count_waiters[ins.counter] = keep
 
     def check_race(self, ins: Instr) -> None:
         """Inside a stream a store tags its box with its inference, and a load must read
@@ -107,28 +71,6 @@ class SharedMemory:
         if ready > st.clock:
             self.e.block(st, ready, STORES_WAIT)
         return True
-
-    def access(self, st: Core, ins: Instr, start: int) -> None:
-        """Perform a load/store starting at `start` (>= the core's clock) and advance it."""
-        e = self.e
-        if start > st.clock:
-            e.block(st, start, QUEUE)
-        end = start + ins.cost
-        if e.spans is not None:
-            e.spans.append((st.cid, start, ins.cost, ins.label, MEMORY, ins.where))
-        st.busy += ins.cost
-        st.clock = end
-        if ins.kind >= SIGNAL:  # counters carry no data: not part of the numerics
-            if ins.kind == SIGNAL:
-                e.report.signals += 1
-                self.signalled(ins, end)
-            else:
-                e.report.waits += 1
-            return
-        if ins.region is not None:
-            self.check_race(ins)
-        e.order.append(ins)
-        self.accessed(ins, end)
 
     def accessed(self, ins: Instr, end: int) -> None:
         """Count a load or store done at `end`; a store wakes the loads waiting for it."""
