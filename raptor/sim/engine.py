@@ -105,9 +105,7 @@ class Core:
     request: int = 0
     """pimsim-nn model: when the request of the send this core is in reaches its receiver."""
     wait_count: Instr | None = None
-    """The `pim.wait` this core is parked on."""
-    wake: int = 0
-    """When the signal that woke a parked wait completed."""
+    """The `pim.wait` this core is parked on (the compiled loop's, for `why`)."""
     starts: dict[int, int] = field(default_factory=dict)
     """Stream programs: when this core began each inference's iteration."""
 

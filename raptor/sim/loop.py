@@ -159,8 +159,7 @@ def run(engine: Engine, f: Flat) -> None:
         log.serial += [r.serial_ns for r in walked]
         log.starts += walks[:counts[N_WALKS], 1].tolist()
     for st, row, began in zip(engine.cores, state.tolist(), starts.tolist(), strict=True):
-        st.pc, st.clock, st.busy, st.blocked, done, st.wait_slot, st.wait_store, wait, st.wake = (
-            row)
+        st.pc, st.clock, st.busy, st.blocked, done, st.wait_slot, st.wait_store, wait, _ = row
         st.done = bool(done)
         st.wait_count = f.instrs[wait] if wait >= 0 else None
         if program.inferences:
