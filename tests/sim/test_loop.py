@@ -41,6 +41,36 @@ def test_a_message_wakes_the_receiver_parked_on_it(contention: bool) -> None:
         (0, 22, 4, "pim.vadd", "compute", "t.spat:7:10")]
 
 
+SEND_FIRST = """
+func.func @main() -> tensor<16xf32> {
+  %w = spat.weight @w : tensor<16xf32>
+  %o = pim.alloc_shared : tensor<16xf32>
+  pim.core 0 {
+    %e = pim.relu %w : tensor<16xf32>
+    spat.channel_send %e to core(1) channel(0) : tensor<16xf32>
+  }
+  pim.core 1 {
+    %a = spat.channel_receive from core(0) channel(0) : tensor<16xf32>
+    %s = pim.vadd %a, %a : tensor<16xf32>
+    pim.store %s into %o[0] [16] [1] : tensor<16xf32> into tensor<16xf32>
+  }
+  return %o : tensor<16xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("contention", [True, False])
+def test_a_buffered_message_sent_before_its_receive_is_delivered_once(contention: bool) -> None:
+    """Core 0 sends at 4 before core 1 posts its receive (core 0 runs first at time 0);
+    the message is on the links when the receive is posted (contention: it is injected
+    at 4), or already arrived (without): either way it is at core 1 by 22, once."""
+    res = run(SEND_FIRST, {"w": rand(16)},
+              options=SimOptions(mode="buffered", link_contention=contention))
+    assert res.report.latency_ns == 22 + 4 + 100
+    assert res.report.cores[1].blocked_ns == 22
+    assert [m[:2] for m in res.trace.sent] == [(0, 4)]
+
+
 SHARED = """
 func.func @main() -> tensor<16xf32> {
   %w = spat.weight @w : tensor<16xf32>
