@@ -1,8 +1,7 @@
 """The chip's shared (global) memory: inside a stream a load must read data its own inference
 stored, else `Race` (checked on the order the loop ran its accesses in); loads wait for the
 stores they read and counters (`pim.signal` / `pim.wait`) count completed signals, in the
-compiled loop (`raptor.sim.loop`) for Raptor's mesh and here for pimsim-nn's protocol
-(`protocol.PimsimNN`, which has no counters).
+compiled loop (`raptor.sim.loop`).
 """
 
 from __future__ import annotations
@@ -11,11 +10,10 @@ from typing import TYPE_CHECKING
 
 from raptor.ir.core import Value
 from raptor.sim.errors import Race
-from raptor.sim.program import LOAD, STORE, Box, Instr, overlap, value_name
-from raptor.sim.protocol import RUN
+from raptor.sim.program import STORE, Box, Instr, overlap, value_name
 
 if TYPE_CHECKING:
-    from raptor.sim.engine import Core, Engine
+    from raptor.sim.engine import Engine
 
 STORES_WAIT = "waiting for stores to shared memory"
 """The trace's reason when a load or store waits for the stores it depends on."""
@@ -29,10 +27,6 @@ def count_wait(ins: Instr) -> str:
 class SharedMemory:
     def __init__(self, engine: Engine) -> None:
         self.e = engine
-        self.free = 0
-        """When the memory has served its last request."""
-        self.store_done: dict[int, int] = {}
-        self.store_waiters: dict[int, list[Core]] = {}
         self.counts: dict[tuple[Value, int], list[int]] = {}
         """Per counter, the sorted times its signals completed (count at t: how many <= t;
         the compiled loop's, for `Engine.why`)."""
@@ -57,31 +51,3 @@ class SharedMemory:
             raise Race(f"race on {value_name(buf)}: core {ins.core} at {ins.where} loads for "
                        f"inference {ins.inference} at {self.e.now} ns but the buffer holds "
                        f"{held} (a pim.wait missing or misplaced?)")
-
-    def ready(self, st: Core, ins: Instr) -> bool:
-        """A load waits for every overlapping store it depends on; False parks the core."""
-        ready = st.clock
-        for sid in ins.deps:
-            done = self.store_done.get(sid)
-            if done is None:
-                st.wait_store = sid
-                self.store_waiters.setdefault(sid, []).append(st)
-                return False
-            ready = max(ready, done)
-        if ready > st.clock:
-            self.e.block(st, ready, STORES_WAIT)
-        return True
-
-    def accessed(self, ins: Instr, end: int) -> None:
-        """Count a load or store done at `end`; a store wakes the loads waiting for it."""
-        rep = self.e.report
-        if ins.kind == STORE:
-            rep.shared_writes += 1
-            rep.shared_write_bytes += ins.nbytes
-            self.store_done[ins.store_id] = end
-            for waiter in self.store_waiters.pop(ins.store_id, []):
-                waiter.wait_store = -1
-                self.e.push(self.e.now, RUN, waiter)
-        elif ins.kind == LOAD:
-            rep.shared_reads += 1
-            rep.shared_read_bytes += ins.nbytes

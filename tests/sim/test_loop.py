@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from raptor.sim import SimOptions, Simulator
+from raptor.sim import SimOptions
 
-from .test_timing import CONTENTION
-from .util import TARGET, program, rand, run
+from .util import rand, run
 
 WAKE = """
 func.func @main() -> tensor<16xf32> {
@@ -106,14 +105,3 @@ def test_loads_parked_on_one_store_are_woken_together_and_queue() -> None:
     queued = [s for s in res.trace.spans if s[0] == 2 and s[4] == "blocked"]
     assert [s[1:3] for s in queued] == [(0, store_end), (store_end, 80)]
     assert (res.report.shared_reads, res.report.shared_writes) == (2, 1)
-
-
-def test_runs_on_raptors_mesh_take_the_compiled_loop() -> None:
-    """The compiled loop plays Raptor's mesh: the program is made its arrays on such a run
-    only (pimsim-nn's protocol stays with the Python loop)."""
-    sim = Simulator(program(CONTENTION, {"w": rand(16)}), TARGET)
-    sim.run({}, SimOptions.pimsim())
-    assert sim.program.flat is None
-    sim.run({}, SimOptions(mode="buffered"))
-    f = sim.program.flat
-    assert f is not None and len(f.instrs) == 7  # 2 sends, 2 receives, relu, add, store
