@@ -6,7 +6,8 @@ estimates with), moves messages over the XY mesh, serves shared memory, computes
 tensors with numpy, and reports latency, per-core time, traffic and a Chrome trace.
 
 Three stages: `program` compiles the module for the target (once per `Simulator`),
-`engine` runs the timed event loop, `numerics` computes the values in the order the loop
+`engine` runs the timed event loop (compiled, `loop`, for Raptor's mesh; in Python for
+pimsim-nn's protocol), `numerics` computes the values in the order the loop
 performed the work, many instances of one body at a time.
 """
 

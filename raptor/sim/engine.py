@@ -1,4 +1,5 @@
-"""The discrete-event loop: cores, channels, the mesh and shared memory.
+"""The discrete-event loop: cores, channels, the mesh and shared memory, run compiled
+(`raptor.sim.loop`: the semantics below, under either protocol of `raptor.sim.protocol`).
 
 It decides when things happen, not what they compute (values never depend on time): it
 records the order of computes and memory accesses for `numerics.execute` (a send of a
@@ -17,14 +18,14 @@ inside a stream must read data its own inference stored, else `Race`.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
+from raptor.sim import loop
 from raptor.sim.errors import Deadlock, SimError
-from raptor.sim.program import COMPUTE, RECV, SEND, SIGNAL, WAIT, Instr, Program, value_name
-from raptor.sim.protocol import INJECT, MEM, PROTOCOLS, RUN
-from raptor.sim.report import BLOCKED, CoreStats, SimReport, Trace
+from raptor.sim.program import RECV, SEND, SIGNAL, WAIT, Instr, Program, value_name
+from raptor.sim.protocol import PROTOCOLS
+from raptor.sim.report import CoreStats, SimReport, Trace
 from raptor.sim.shared import SharedMemory
 from raptor.target import Target
 
@@ -96,16 +97,8 @@ class Core:
     wait_slot: int = -1
     """The slot of the received value the core is parked on (-1: none)."""
     wait_store: int = -1
-    sync: int = -1
-    """pimsim-nn model: the slot of the value a posted (blocking) receive waits for."""
-    switch_free: int = 0
-    """pimsim-nn model: when this core's switch has sent its last message."""
-    request: int = 0
-    """pimsim-nn model: when the request of the send this core is in reaches its receiver."""
     wait_count: Instr | None = None
-    """The `pim.wait` this core is parked on."""
-    wake: int = 0
-    """When the signal that woke a parked wait completed."""
+    """The `pim.wait` this core is parked on (the compiled loop's, for `why`)."""
     starts: dict[int, int] = field(default_factory=dict)
     """Stream programs: when this core began each inference's iteration."""
 
@@ -118,9 +111,8 @@ class Engine:
         self.cores = [Core(c, prog, not prog) for c, prog in program.cores.items()]
         self.arrival = [-1] * program.slots[0]
         """Per received value's slot (`Instr.wait_slots`), when it arrived (-1: not yet)."""
-        self.heap: list[tuple[int, int, int, int, Any]] = []
-        self.seq = 0
         self.now = 0
+        """The time of the access being checked for a race (`SharedMemory.check_race`)."""
         self.trace = Trace(ends=program.ends, received=program.received, arrival=self.arrival)
         self.spans: list[Any] | None = self.trace.recorded if options.trace else None
         """Where the run records its spans (`Trace.recorded`: a compute's as (start,
@@ -137,56 +129,12 @@ class Engine:
                            "READY/FREE counters (one stage), not a stream with counters")
         self.proto = PROTOCOLS[options.model](self)
         self.memory = SharedMemory(self)
-        proto = self.proto
-        # Raptor's mesh, inline in `run_core`: a receive that no sender or message waits
-        # for is posted (`Mesh.post`), a rendezvous send whose receive was posted by the
-        # sender's clock leaves at once (`Mesh.send` without a wait); anything else goes to
-        # the protocol.
-        posted = proto.posted if proto.posts else None
-        self.setup = (
-            proto, self.memory, proto.receive, proto.send, posted, proto.parked,
-            proto.unclaimed, proto.launch,
-            posted is not None and not proto.buffered and not proto.rendezvous,
-            proto.contention, self.heap, heapq.heappush, self.arrival, self.spans,
-            self.order.append,
-            proto.memory_computes, program.inferences > 0, options.shared_queueing)
-        """What `run_core` needs of the engine, bound once (it runs thousands of times)."""
-
-    # ---- event loop ----------------------------------------------------------------
-    def push(self, time: int, kind: int, payload: Any, rank: int = 0) -> None:
-        """An event at `time`; among events at one time, lower `rank` first, then in the
-        order they were pushed."""
-        self.seq += 1
-        heapq.heappush(self.heap, (time, rank, self.seq, kind, payload))
-
-    def block(self, st: Core, until: int, why: str, label: str = "blocked",
-              kind: str = BLOCKED) -> None:
-        """Core `st` waits from its clock until `until` (blocked time, and a trace span)."""
-        if self.spans is not None:
-            self.spans.append((st.cid, st.clock, until - st.clock, label, kind, why))
-        st.blocked += until - st.clock
-        st.clock = until
 
     def run(self) -> None:
-        for st in self.cores:
-            self.push(0, RUN, st)
-        heap, pop, inject = self.heap, heapq.heappop, self.proto.inject
-        while heap:
-            time, _, _, kind, payload = pop(heap)
-            self.now = time
-            if kind == INJECT:  # most events
-                woken = inject(payload, time)
-                if woken is not None:
-                    # it runs now, after the events of this time of rank 0 pushed before
-                    # (`deliver`); when there are none it is the next event: no push and pop
-                    if heap and heap[0][0] == time and not heap[0][1]:
-                        self.push(time, RUN, woken)
-                    else:
-                        self.run_core(woken)
-            elif kind == RUN:
-                self.run_core(payload)
-            else:
-                self.serve(payload)
+        """Run to the end, by the compiled loop (`raptor.sim.loop`)."""
+        f = loop.flat(self.program, self.target.num_cores)
+        if f is not None:
+            loop.run(self, f)
         self.finish()
         stuck = [st for st in self.cores if not st.done]
         if stuck:
@@ -240,93 +188,3 @@ class Engine:
         assert ins.kind == SEND and ins.value is not None  # the only other way to park
         return (f"{head} {value_name(ins.value)} to core {ins.peer} channel {ins.channel}: "
                 f"core {ins.peer} has not posted the matching receive")
-
-    # ---- one core ------------------------------------------------------------------
-    def run_core(self, st: Core) -> None:
-        """Run `st` until it finishes, parks, or hands a shared-memory request to the heap.
-        Computes only touch the core's own state, so they run in a tight local loop."""
-        (proto, memory, receive, send, posted, parked, unclaimed, launch, leaves, contended,
-         heap, heappush, arrival, spans, record, timed, stream, queued) = self.setup
-        if st.sync >= 0:
-            if not proto.resume(st):
-                return
-            st.pc += 1
-        prog, cid = st.prog, st.cid
-        n = len(prog)
-        clock, pc, busy = st.clock, st.pc, 0
-        while pc < n:
-            ins = prog[pc]
-            if stream and ins.first >= 0 and ins.first not in st.starts:
-                st.starts[ins.first] = clock
-            if ins.wait_slots:
-                ready = clock
-                for v in ins.wait_slots:
-                    a = arrival[v]
-                    if a < 0:
-                        st.clock, st.pc, st.wait_slot = clock, pc, v
-                        st.busy += busy
-                        return
-                    if a > ready:
-                        ready = a
-                if ready > clock:
-                    if spans is not None:
-                        spans.append((cid, clock, ready - clock, "blocked", BLOCKED,
-                                      ins.waiting))
-                    st.blocked += ready - clock
-                    clock = ready
-            kind = ins.kind
-            if kind == COMPUTE and (not timed or ins.timing is None or not ins.timing.memory):
-                record(ins)
-                if spans is not None:
-                    spans.append((clock, ins.span or ins.spanned()))
-                clock += ins.cost
-                busy += ins.cost
-                pc += 1
-                continue
-            if posted is not None:
-                if kind == RECV:
-                    m = ins.msg
-                    if parked[m] is None and m not in unclaimed:
-                        posted[m] = clock
-                        pc += 1
-                        continue
-                elif kind == SEND and leaves and 0 <= posted[ins.msg] <= clock:
-                    if contended and ins.route.links:  # `Mesh.launch`, inline
-                        self.seq += 1
-                        heappush(heap, (clock, ins.rank, self.seq, INJECT, ins))
-                    else:
-                        launch(ins, clock)
-                    pc += 1
-                    continue
-            st.clock, st.pc = clock, pc
-            st.busy += busy
-            busy = 0
-            if kind == RECV:
-                if not receive(st, ins):
-                    return
-            elif kind == SEND:
-                if not send(st, ins):
-                    return
-            elif kind == WAIT and not memory.counter_ready(st, ins):
-                return
-            else:
-                if not memory.ready(st, ins):
-                    return
-                at, rank = proto.request(st, ins)
-                if queued:
-                    self.push(at, MEM, st, rank)
-                    return
-                proto.access(st, ins, at)
-            clock = st.clock
-            pc += 1
-        st.clock, st.pc = clock, pc
-        st.busy += busy
-        st.done = True
-
-    def serve(self, st: Core) -> None:
-        """A queued shared-memory request (`MEM` events): the protocol serves it, or has it
-        ask again later (`raptor.noc.memory_rank`)."""
-        if not self.proto.serve(st, st.prog[st.pc]):
-            return
-        st.pc += 1
-        self.run_core(st)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,6 +54,9 @@ from raptor.sim.kernels import Env, KernelError, Template, Templates, TypeInfo, 
 from raptor.sim.timing import OpTiming
 from raptor.solver.costs import body_cost_ns, op_cost_ns
 from raptor.target import Target
+
+if TYPE_CHECKING:
+    from raptor.sim.loop import Flat
 
 COMPUTE, SEND, RECV, LOAD, STORE, SIGNAL, WAIT = range(7)
 
@@ -220,6 +223,8 @@ class Program:
     plan: tuple[list[Instr], Any] | None = None
     """The last run's event-loop order and its numerics (`numerics.plan`), reused by a
     run of the same order."""
+    flat: Flat | None = None
+    """The instructions as the compiled event loop reads them (`loop.flat`), once made."""
 
     def bind(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> None:
         """Start a run: copy the inputs into their buffers, clear the others and the cores'

@@ -149,7 +149,7 @@ class Trace:
     walked: Sequence[Route] = ()
     """Per message number, its route (`Program.routes`) when the run walked the links of
     each message that has some as it recorded it in `sent`, and logged nothing itself
-    (`raptor.sim.protocol.Mesh.inject`): `link_log` fills `log` from the two."""
+    (`raptor.sim.loop._inject`): `link_log` fills `log` from the two."""
     _messages: list[tuple[int, int, int, int, int, int]] = field(default_factory=list,
                                                                  repr=False, compare=False)
     _logged: int = field(default=0, repr=False, compare=False)
