@@ -501,13 +501,19 @@ def _counter_ready(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
             state[k, CORE_CLOCK] = at
         return True
     state[k, CORE_COUNT] = g
-    first, last, after = mesh[7], mesh[8], mesh[9]
-    if first[c] < 0:
-        first[c] = k
-    else:
-        after[last[c]] = k
-    last[c], after[k] = k, -1
+    _park(mesh[7], mesh[8], mesh[9], c, k)
     return False
+
+
+@kernel
+def _park(first: np.ndarray, last: np.ndarray, after: np.ndarray, key: int, k: int) -> None:
+    """Core `k` queued last among the cores waiting on `key` (a store, a counter): `first`
+    and `last` per key, `after` per core, so that they wake in the order they parked."""
+    if first[key] < 0:
+        first[key] = k
+    else:
+        after[last[key]] = k
+    last[key], after[k] = k, -1
 
 
 @kernel
@@ -522,11 +528,7 @@ def _stores_ready(prog: tuple[np.ndarray, ...], out: tuple[np.ndarray, ...],
         sid = prog[16][j]
         if done[sid] < 0:
             state[k, CORE_STORE] = sid
-            if first[sid] < 0:
-                first[sid] = k
-            else:
-                after[last[sid]] = k
-            last[sid], after[k] = k, -1
+            _park(first, last, after, sid, k)
             return False
         if done[sid] > ready:
             ready = done[sid]
