@@ -216,6 +216,14 @@ def memory_rank(core: int, cores: int) -> int:
     return 1 + cores * cores + core
 
 
+def pimsim_memory_rank(core: int, cores: int) -> int:
+    """pimsim-nn's shared-memory arbitration (`memory_rank` is Raptor's): requests made at
+    one time are served from the highest core id down, after the cores that run at that
+    time (rank 0). The simulator's pimsim-nn protocol and `raptor.solver.blocking` both
+    serve by it."""
+    return cores - core
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """One message's way through the mesh."""

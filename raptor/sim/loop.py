@@ -171,7 +171,8 @@ def pimsim(f: Flat, proto: PimsimNN) -> tuple[np.ndarray, ...]:
         fwd[g] = proto.flit_ns(ins.core, ins.peer)
         back[g] = proto.flit_ns(ins.peer, ins.core)
         landed[g] = target.ns(rtm.busy) + target.ns(rtm.after)
-    return (*arrays[:2], np.array([proto.memory_rank(c) for c in arrays[1].tolist()], I64), kind,
+    return (*arrays[:2], np.array([noc.pimsim_memory_rank(c, target.num_cores)
+                                        for c in arrays[1].tolist()], I64), kind,
             *arrays[4:], target.ns(before), target.ns(busy), target.ns(after),
             np.where(timed, target.ns(memory), arrays[4]), nbytes, noc.flits(target, nbytes),
             fwd, back, landed)

@@ -10,14 +10,15 @@ core's switch and goes on; the switch of each core carries one message at a time
 of n bytes taking ceil(n / flit_bytes) times the one-flit latency of the pair (no link
 contention); a receive blocks its core until the data is written. A global-memory request
 leaves through the core's switch, behind its queued messages; the memory serves simultaneous
-requests from the highest core id down. Op costs come from the exporter's `timings`.
+requests from the highest core id down (`raptor.noc.pimsim_memory_rank`). Op costs come
+from the exporter's `timings`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raptor.noc import FreeLinks, LinkLog, Network
+from raptor.noc import LinkLog, Network
 from raptor.sim.program import Instr
 from raptor.sim.timing import OpTiming
 
@@ -73,7 +74,7 @@ class Mesh:
         self.net = Network(engine.target, "raptor")
         self.hop = self.net.hop_ns
         trace = engine.trace
-        FreeLinks(self.net.num_links, log=trace.log)  # the table the log's walks replay on
+        trace.log.table = (self.net.num_links, True)  # what the log's walks replay on
         trace.log.hop = self.hop
         self.log: LinkLog | None = None
         """Where the loop logs its walks: the trace's log in buffered mode (an unclaimed
@@ -101,11 +102,6 @@ class PimsimNN(Mesh):
     def flit_ns(self, src: int, dst: int) -> int:
         """One flit from `src` to `dst` over free links (pimsim-nn's NoC table entry)."""
         return self.target.flit_ns(src, dst)
-
-    def memory_rank(self, cid: int) -> int:
-        """pimsim-nn serves simultaneous global-memory requests from the highest core id
-        down (after the cores run at that time)."""
-        return self.target.num_cores - cid
 
 
 PROTOCOLS: dict[str, type[Mesh]] = {"raptor": Mesh, "pimsim-nn": PimsimNN}

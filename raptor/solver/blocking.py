@@ -337,11 +337,12 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
     request = [0] * len(keys)
     posted = [-1] * len(keys)  # when its receive was posted (-1: not yet)
     sender_waits = [False] * len(keys)
-    # (time, rank, core): runs (rank 0) before memory requests (rank P - core + 1) at
-    # the same time, so every request made at a time is in before one is served (the
+    # (time, rank, core): runs (rank 0) before memory requests (`noc.pimsim_memory_rank`)
+    # at the same time, so every request made at a time is in before one is served (the
     # highest core first, as pimsim-nn; served in run order, all cores' first loads
     # went from core 0 up)
     heap: list[tuple[int, int, int]] = []
+    mem_rank = [noc.pimsim_memory_rank(p, P) for p in range(P)]
     mem_free = 0
     began, ready, saw = (seen.start, seen.ready, seen.posted) if seen is not None else \
         (None, None, None)
@@ -367,13 +368,13 @@ def blocking_makespan(graph: ComputeGraph, target: Target, core_of: Sequence[int
                 if phase[p] == 0 and queued[x][0]:
                     phase[p] = 1
                     clock[p] += priced[x].lead
-                    heapq.heappush(heap, (max(clock[p], switch[p]), P - p + 1, p))
+                    heapq.heappush(heap, (max(clock[p], switch[p]), mem_rank[p], p))
                     return
                 if phase[p] < 2:
                     clock[p] += own[x]
                     if queued[x][1]:
                         phase[p] = 2
-                        heapq.heappush(heap, (max(clock[p], switch[p]), P - p + 1, p))
+                        heapq.heappush(heap, (max(clock[p], switch[p]), mem_rank[p], p))
                         return
                 clock[p] += priced[x].tail
                 phase[p] = 0
