@@ -2,20 +2,48 @@
 (issue #27: 100,000 tasks on 256 cores, the simulator's event loop) are compiled by numba.
 
 One decorator for them all, so that the policy is written once: compiled to machine code on
-first call, no Python objects inside (`nopython`), the machine code cached on disk beside the
-module (a later process loads it in a fraction of the compile time; editing the source
-invalidates it). ``NUMBA_DISABLE_JIT=1`` runs the same functions as plain Python, for a
-debugger or coverage. A kernel's source is the only copy of its logic: there is no Python
-twin to keep equal."""
+first call, no Python objects inside (`nopython`), the machine code cached on disk (a later
+process loads it in a fraction of the compile time; see `cache_dir` for where and when it is
+stale). ``NUMBA_DISABLE_JIT=1`` runs the same functions as plain Python, for a debugger or
+coverage. A kernel's source is the only copy of its logic: there is no Python twin to keep
+equal."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar, cast
 
 import numba
 
 F = TypeVar("F", bound=Callable[..., object])
+
+KERNEL_MARKS = (b"@kernel", b"register_jitable")
+"""A module holding either holds code that kernels compile."""
+
+
+def cache_dir(package: Path, base: Path) -> Path:
+    """Where the kernels of the sources under ``package`` keep their machine code: a folder
+    of ``base`` named by a digest of every module there that holds kernel code
+    (`KERNEL_MARKS`) and of this one. numba keys a cached kernel by its own file alone, so a
+    kernel that inlines a function of another module (`register_jitable`, or a kernel it
+    calls: `raptor.sim.loop` inlines `raptor.noc`'s pimsim-nn formulas) would keep stale
+    machine code once that module is edited; any edit to such a module selects a fresh
+    folder instead (old folders stay, for a checkout of other sources)."""
+    digest = hashlib.blake2b(Path(__file__).read_bytes(), digest_size=8)
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_bytes()
+        if any(m in text for m in KERNEL_MARKS):
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0" + text)
+    return base / digest.hexdigest()
+
+
+numba.config.CACHE_DIR = str(cache_dir(  # type: ignore[attr-defined]
+    Path(__file__).parent,
+    Path(os.environ.get("NUMBA_CACHE_DIR")
+         or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "raptor" / "numba")))
 
 
 def kernel(func: F) -> F:
