@@ -5,7 +5,9 @@
         --inputs r18.inputs.npz [--repeat 3]     # a saved scheduled model instead
     python benchmarks/bench_sim.py --model examples/yolo_neck.onnx [--repeat 3]
                                                  # compile + PEFT-schedule a model first
-    (--trace with --spat or --model: trace on, as `raptor solve` simulates)
+    (--trace with --spat or --model: trace on, as `raptor solve` simulates;
+     --pimsim-export: the program as exported for pimsim-nn, run under pimsim-nn's model
+     with the export's timings and message order, as `raptor solve --export-pimsim` does)
 
 Every core loads one row of the input, then runs `steps` rounds of: post a receive from a
 hypercube partner (distance 1, 2, 4, ... cores, so routes share links), a scheduled compute
@@ -107,12 +109,23 @@ def model_module(model: str) -> tuple[Module, dict[str | int, np.ndarray]]:
 
 
 def run_module(name: str, module: Module, feeds: dict[str | int, np.ndarray],
-               repeat: int, trace: bool = False) -> None:
+               repeat: int, trace: bool = False, pimsim: bool = False) -> None:
     """Time one scheduled module: `simulate` (compile and run, the process's first call
     included), then one `Simulator` running it `repeat` times, as `raptor solve` runs it
     once (`trace` on there): the rate once the program is compiled, by the report's own
     counters over the run's wall time, and over the process's CPU time in the run (the
-    figure a loaded machine disturbs least)."""
+    figure a loaded machine disturbs least). `pimsim`: only the latter, on the program as
+    exported for pimsim-nn under pimsim-nn's model."""
+    if pimsim:
+        from raptor.export import export_pimsim
+        from raptor.export.order import pimsim_order
+
+        ex = export_pimsim(module, Target(), allow_overflow=True)
+        with pimsim_order(module, ex.rank):
+            sim = Simulator(module, Target(), timings=ex.timings)
+            print(f"{name} Simulator (pimsim-nn export): compiled in {sim.compile_time_s:.3f} s")
+            run_sim(name, sim, feeds, repeat, SimOptions.pimsim(trace))
+        return
     target = Target()
     for i in range(repeat):
         t = time.perf_counter()
@@ -124,10 +137,17 @@ def run_module(name: str, module: Module, feeds: dict[str | int, np.ndarray],
               f"{ops / wall:,.0f} ops/s end to end")
     sim = Simulator(module, target)
     print(f"{name} Simulator: compiled in {sim.compile_time_s:.3f} s")
+    run_sim(name, sim, feeds, repeat, SimOptions(trace=trace))
+
+
+def run_sim(name: str, sim: Simulator, feeds: dict[str | int, np.ndarray], repeat: int,
+            options: SimOptions) -> None:
+    """`sim` run `repeat` times under `options`, each run's rate and the sustained one."""
+    trace = options.trace
     total_ops, total_s, walls, cpus = 0, 0.0, [], []
     for i in range(repeat):
         c = time.process_time()
-        rep = sim.run(feeds, SimOptions(trace=trace)).report
+        rep = sim.run(feeds, options).report
         cpu = time.process_time() - c
         wall = rep.wall_time_s
         ops = rep.ops_executed + rep.body_ops_executed
@@ -153,6 +173,8 @@ def main() -> None:
     ap.add_argument("--model", help="an ONNX model to compile and PEFT-schedule, then simulate")
     ap.add_argument("--trace", action="store_true", help="--spat/--model: trace on, as "
                     "`raptor solve` simulates")
+    ap.add_argument("--pimsim-export", action="store_true", help="--spat/--model: run the "
+                    "program as exported for pimsim-nn, under pimsim-nn's model")
     args = ap.parse_args()
     if args.spat or args.model:
         t0 = time.perf_counter()
@@ -160,7 +182,7 @@ def main() -> None:
                          else saved_module(args.spat, args.weights, args.inputs))
         name = args.model or args.spat
         print(f"{name}: prepared in {time.perf_counter() - t0:.1f} s")
-        run_module(name, module, feeds, args.repeat, args.trace)
+        run_module(name, module, feeds, args.repeat, args.trace, args.pimsim_export)
         return
     t0 = time.perf_counter()
     module = build(args.cores, args.steps)

@@ -99,6 +99,9 @@ class Flat:
     """The counters (`Instr.counter`) by number (`arrays`' counter of a signal or wait)."""
     spans: list[tuple[int, int, str, str] | None] | None = None
     """Per instruction, a compute's `Instr.span` (made on the first traced run)."""
+    pimsim: tuple[np.ndarray, ...] | None = None
+    """`arrays` for pimsim-nn's protocol (`pimsim`, made on the first run under it: the
+    program's timings and target are the same in every run)."""
 
 
 def flat(program: Program, num_cores: int) -> Flat | None:
@@ -207,7 +210,9 @@ def run(engine: Engine, f: Flat) -> None:
     cfg = (proto.hop, opts.rendezvous_ns, int(opts.link_contention),
            int(opts.shared_queueing), int(traced), int(program.inferences > 0),
            int(opts.mode == "buffered"), int(log is not None), int(pim))
-    arrays = pimsim(f, proto) if isinstance(proto, PimsimNN) else (*f.arrays, *_MESH_ONLY)
+    if isinstance(proto, PimsimNN) and f.pimsim is None:
+        f.pimsim = pimsim(f, proto)
+    arrays = f.pimsim if pim and f.pimsim is not None else (*f.arrays, *_MESH_ONLY)
     _loop(arrays, (state, arrival, spans, sent, order, counts, starts, order_at, tally, times,
                    walks), program.messages, proto.net.num_links, len(program.stores) + 1, cfg)
     if log is not None:  # `_inject`'s log of its walks
