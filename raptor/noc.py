@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from raptor.jit import kernel
+from raptor.jit import jitable, kernel
 
 if TYPE_CHECKING:
     from raptor.target import Target
@@ -153,6 +153,7 @@ PIMSIM_HANDLER_NS = 1
 request."""
 
 
+@jitable
 def pimsim_request(ready: int, switch_free: int, flit_ns: int) -> tuple[int, int]:
     """pimsim-nn: a send's one-flit request, issued at ``ready`` through its core's switch
     (free from ``switch_free``), reaches the receiver at the first returned time; the
@@ -161,6 +162,7 @@ def pimsim_request(ready: int, switch_free: int, flit_ns: int) -> tuple[int, int
     return request, request + PIMSIM_HANDLER_NS
 
 
+@jitable
 def pimsim_transfer(request: int, posted: int, receiver_switch: int, sender_switch: int,
                     back_ns: int, flit_ns: int, read_ns: int, nflits: int
                     ) -> tuple[int, int, int, int]:

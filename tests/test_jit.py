@@ -9,8 +9,8 @@ from raptor.jit import cache_dir
 
 def _tree(root: Path, formula: str, note: str) -> Path:
     (root / "sim").mkdir(parents=True, exist_ok=True)
-    (root / "noc.py").write_text(f"@kernel\ndef walk(): pass\n\ndef request(t):\n    {formula}\n")
-    (root / "sim" / "loop.py").write_text("register_jitable(noc.request)\n")
+    (root / "noc.py").write_text(f"@jitable\ndef request(t):\n    {formula}\n")
+    (root / "sim" / "loop.py").write_text("@kernel\ndef run(t):\n    return noc.request(t)\n")
     (root / "report.py").write_text(f"# {note}\n")
     return root
 

@@ -32,7 +32,6 @@ from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numba.extending import register_jitable
 
 from raptor import noc
 from raptor.ir.core import Value
@@ -54,9 +53,6 @@ from raptor.sim.shared import STORES_WAIT, count_wait
 
 if TYPE_CHECKING:
     from raptor.sim.engine import Engine
-
-register_jitable(noc.pimsim_request)  # callable inside the kernels, written once in noc
-register_jitable(noc.pimsim_transfer)
 
 (SPAN_COMPUTE, SPAN_OPERANDS, SPAN_POST, SPAN_RENDEZVOUS, SPAN_STORES, SPAN_QUEUE, SPAN_MEMORY,
  SPAN_COUNT, SPAN_RECEIVE, SPAN_HANDSHAKE, SPAN_GLOBAL) = range(11)
