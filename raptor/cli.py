@@ -899,12 +899,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     debug = args.debug or os.environ.get("RAPTOR_DEBUG", "") not in ("", "0")
     args.warnings = caught = _Warnings()
+    interrupts = Interrupts()
     try:
         # Ctrl-C: see raptor.ui.interrupt (a CP-SAT search ends early, anything else stops)
-        with collector_paused(), warnings.catch_warnings(), Interrupts():
+        with collector_paused(), warnings.catch_warnings(), interrupts:
             warnings.showwarning = caught.show
             try:
-                return func(args)
+                code = func(args)
+                if interrupts.stopping:  # its KeyboardInterrupt was swallowed on the way
+                    raise KeyboardInterrupt
+                return code
             finally:
                 # the `raptor` program, whose process ends next: freeze every live object
                 # out of the cyclic collector's reach. Re-enabling the collector made its
@@ -924,6 +928,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as e:  # egglog's PanicException derives from BaseException
         if debug:
             traceback.print_exc()
+        if interrupts.stopping:  # raised in place of the KeyboardInterrupt (a `finally`)
+            err.print(INTERRUPTED)
+            return EXIT_INTERRUPTED
         err.print("raptor: out of memory; the input needs more memory than this machine gives "
                   "the process (try a smaller model or target)" if isinstance(e, MemoryError)
                   else internal_error(e))

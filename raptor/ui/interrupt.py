@@ -5,7 +5,9 @@
 * anywhere else, and for any further Ctrl-C, the program stops: `KeyboardInterrupt` in
   the main thread, which `raptor.cli.main` turns into one line and exit 130 after the
   progress line is taken down (cursor shown again) and half-written files are removed
-  (output files are written to a temporary name and renamed, `raptor.fileio`);
+  (output files are written to a temporary name and renamed, `raptor.fileio`); also when
+  the interrupt lands in code that swallows it or raises another exception in its place
+  (`Interrupts.stopping` says the program was told to stop);
 * a Ctrl-C arriving while the program is already stopping ends it at once (exit 130).
 
 Why a thread: while CP-SAT searches, the main thread is inside the solver's C++ code, and

@@ -125,8 +125,36 @@ def test_on_a_terminal_the_cursor_comes_back(tmp_path: Path) -> None:
         if signalled and not again and ENDING.encode() in data:
             proc.send_signal(signal.SIGINT)
             again = True
-    assert proc.wait(timeout=60) == 130 and signalled
+    code = proc.wait(timeout=60)
+    assert code == 130 and signalled, (code, signalled, again, data[-3000:])
     os.close(leader)
     assert b"\x1b[?25l" in data  # hidden while the progress line showed
     tail = data[data.rindex(b"\x1b[?25l"):]
     assert b"\x1b[?25h" in tail and tail.rstrip().endswith(b"raptor: interrupted")
+
+
+@pytest.mark.parametrize("ending", ["swallowed", "replaced"])
+def test_a_ctrl_c_a_library_swallows_or_replaces_still_stops_with_130(
+        ending: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stop's KeyboardInterrupt can land in code that swallows it (a finalizer, a
+    library's `except BaseException`) or raises another exception in its `finally`: the
+    program still stops with the one line and exit 130, not a result or an internal error."""
+    from raptor import cli
+
+    def command(args: object) -> int:
+        try:
+            signal.raise_signal(signal.SIGINT)
+            end = time.monotonic() + 30
+            while time.monotonic() < end:  # Python code: the stop lands in it within this
+                pass
+        except KeyboardInterrupt:
+            if ending == "replaced":
+                raise RuntimeError("cleanup failed") from None
+        return 1
+
+    monkeypatch.setattr(cli, "cmd_verify", command)
+    t0 = time.perf_counter()
+    assert cli.main(["verify", "any.spat"]) == 130
+    assert time.perf_counter() - t0 < 20
+    assert capsys.readouterr().err.strip() == "raptor: interrupted"
