@@ -888,6 +888,14 @@ def internal_error(e: BaseException) -> str:
             "with the command and its input files (--debug shows the traceback)")
 
 
+def _interrupted() -> int:
+    """Ctrl-C stopped the program: the cursor shown again (a Ctrl-C inside the progress
+    line's own start or stop can leave it hidden), one line, exit 130."""
+    err.show_cursor(True)
+    err.print(INTERRUPTED)
+    return EXIT_INTERRUPTED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -921,16 +929,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(str(e))
         return e.code
     except KeyboardInterrupt:
-        err.print(INTERRUPTED)
-        return EXIT_INTERRUPTED
+        return _interrupted()
     except (SystemExit, GeneratorExit):
         raise
     except BaseException as e:  # egglog's PanicException derives from BaseException
         if debug:
             traceback.print_exc()
         if interrupts.stopping:  # raised in place of the KeyboardInterrupt (a `finally`)
-            err.print(INTERRUPTED)
-            return EXIT_INTERRUPTED
+            return _interrupted()
         err.print("raptor: out of memory; the input needs more memory than this machine gives "
                   "the process (try a smaller model or target)" if isinstance(e, MemoryError)
                   else internal_error(e))

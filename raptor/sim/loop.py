@@ -206,9 +206,12 @@ def run(engine: Engine, f: Flat) -> None:
     cfg = (proto.hop, opts.rendezvous_ns, int(opts.link_contention),
            int(opts.shared_queueing), int(traced), int(program.inferences > 0),
            int(opts.mode == "buffered"), int(log is not None), int(pim))
-    if isinstance(proto, PimsimNN) and f.pimsim is None:
-        f.pimsim = pimsim(f, proto)
-    arrays = f.pimsim if pim and f.pimsim is not None else (*f.arrays, *_MESH_ONLY)
+    if isinstance(proto, PimsimNN):
+        if f.pimsim is None:
+            f.pimsim = pimsim(f, proto)
+        arrays = f.pimsim
+    else:
+        arrays = (*f.arrays, *_MESH_ONLY)
     _loop(arrays, (state, arrival, spans, sent, order, counts, starts, order_at, tally, times,
                    walks), program.messages, proto.net.num_links, len(program.stores) + 1, cfg)
     if log is not None:  # `_inject`'s log of its walks
